@@ -1,0 +1,41 @@
+# effkit — every target bootstraps .venv on first use, so a fresh machine needs only `make demo` / `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.effkit-installed
+DEMO_ARGS ?=
+
+.PHONY: setup demo test lint lab exercises bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "effkit needs Python >= 3.10"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch/torchvision come from the registry as usual (CUDA builds; they also run on CPU).
+	$(BIN)/python -m pip install -q -e ".[course,dev]"
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)  ## the headline demo: benchmarks + autograding, one table
+	$(BIN)/python -m effkit.demo $(DEMO_ARGS)
+
+test: $(STAMP)  ## lint + the whole test suite (what CI runs)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+lab: $(STAMP)  ## JupyterLab on the course, nbgrader extensions enabled
+	$(BIN)/jupyter lab --notebook-dir=.
+
+exercises: $(STAMP)  ## regenerate the student versions in exercises/ from solutions/
+	$(BIN)/python -m grader generate
+
+bench: $(STAMP)
+	$(BIN)/python -m effkit.bench bert --profile smoke --out runs/bench/bert
+	$(BIN)/python -m effkit.bench cifar --profile smoke --out runs/bench/cifar
+
+clean:
+	rm -rf runs course .pytest_cache .ruff_cache

@@ -1,0 +1,112 @@
+"""Automatic mixed precision (AMP): one policy, one autocast context, a scaler only for fp16.
+
+**What it does.** `choose_precision` picks the compute precision for a device: bf16 autocast where
+the hardware supports bf16 (Ampere+ GPUs, CPUs), fp16 autocast plus a ``GradScaler`` on CUDA GPUs
+without bf16 (T4, V100), or off. The returned :class:`AmpPolicy` gives one ``autocast()`` context
+for the forward pass and a scaler that is *enabled only for fp16* (bf16 has fp32's exponent range,
+so it needs no loss scaling).
+
+**When to use it.** Transformer and MLP training on GPUs (tensor cores), and BERT-style models on
+recent CPUs with bf16 matmul support. Use ``"off"`` to get a clean fp32 baseline.
+
+**Expected gain.** On tensor-core GPUs, 1.5-3x the fp32 throughput and about half the activation
+memory. On this course's 2-core CPU, about 2x for BERT matmuls but nothing for convolutions.
+
+**Pitfalls.** fp16 without a scaler underflows small gradients to zero; clip gradients only after
+``scaler.unscale_(optimizer)``; the loss and softmax stay in fp32 inside autocast on purpose. Use
+``torch.amp`` (``torch.cuda.amp`` is deprecated).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+MODES = ("auto", "bf16", "fp16", "off")
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}
+
+
+@dataclass(frozen=True)
+class DeviceCaps:
+    """What a device can do; build one by hand to simulate hardware you don't have."""
+
+    type: str  # "cuda", "cpu", "mps"
+    name: str = ""
+    bf16: bool = False
+    fp16: bool = False
+
+    @classmethod
+    def detect(cls, device: torch.device | str) -> DeviceCaps:
+        device = torch.device(device)
+        if device.type == "cuda":
+            idx = device.index if device.index is not None else torch.cuda.current_device()
+            return cls(
+                "cuda",
+                torch.cuda.get_device_name(idx),
+                bf16=torch.cuda.is_bf16_supported(),
+                fp16=True,
+            )
+        if device.type == "cpu":
+            # CPU autocast runs bf16 everywhere; fp16 training on CPU has no GradScaler path here.
+            return cls("cpu", "cpu", bf16=True, fp16=False)
+        if device.type == "mps":
+            return cls("mps", "mps", bf16=False, fp16=True)
+        return cls(device.type, device.type)
+
+
+@dataclass(frozen=True)
+class AmpPolicy:
+    """The chosen precision for one device. ``mode`` is "bf16", "fp16" or "off"."""
+
+    device_type: str
+    mode: str
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        return _DTYPES[self.mode]
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+    @property
+    def needs_scaler(self) -> bool:
+        return self.mode == "fp16"
+
+    def autocast(self) -> torch.autocast:
+        """The single autocast context to wrap forward + loss in (not backward)."""
+        if not self.enabled:
+            return torch.autocast(self.device_type, enabled=False)
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+    def make_scaler(self) -> torch.amp.GradScaler:
+        """A GradScaler that is a no-op unless the policy is fp16."""
+        return torch.amp.GradScaler(self.device_type, enabled=self.needs_scaler)
+
+
+def choose_precision(
+    device: torch.device | str, requested: str = "auto", caps: DeviceCaps | None = None
+) -> AmpPolicy:
+    """Resolve ``requested`` ("auto", "bf16", "fp16", "off") into a policy for ``device``.
+
+    Raises ``ValueError`` when the request cannot run there (fp16 on a CPU, bf16 on a T4), rather
+    than silently training in another precision.
+    """
+    if requested not in MODES:
+        raise ValueError(f"unknown precision {requested!r}; choose one of {MODES}")
+    caps = caps or DeviceCaps.detect(device)
+    if requested == "off":
+        return AmpPolicy(caps.type, "off")
+    if requested == "auto":
+        if caps.bf16:
+            return AmpPolicy(caps.type, "bf16")
+        if caps.fp16 and caps.type == "cuda":
+            return AmpPolicy(caps.type, "fp16")
+        return AmpPolicy(caps.type, "off")
+    supported = caps.bf16 if requested == "bf16" else caps.fp16
+    if not supported:
+        where = f"{caps.type} device {caps.name!r}".strip()
+        hint = "use 'bf16' or 'off'" if requested == "fp16" else "use 'fp16' (with a GradScaler)"
+        raise ValueError(f"{requested} mixed precision cannot run on the {where}; {hint}")
+    return AmpPolicy(caps.type, requested)

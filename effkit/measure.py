@@ -1,0 +1,234 @@
+"""Measurement: synchronised timers, throughput, time-to-target, data-wait split, memory, MFU, cost.
+
+**What it does.** The primitives every lesson and benchmark uses to measure *before* changing
+anything: a step timer that synchronises the device (GPU work is asynchronous: without a sync you
+time the kernel *launch*), a throughput meter that skips warm-up steps, a time-to-target tracker,
+the split of wall time into data-wait and compute, peak memory, model FLOPs through
+``torch.utils.flop_counter`` and MFU against a table of peak FLOP/s by device name, and
+cost-to-target from a $/hour price.
+
+**When to use it.** Always, first. Optimise the bottleneck you measured, not the one you guessed.
+
+**Expected gain.** None by itself; it tells you where the gain is.
+
+**Pitfalls.** Epoch time is not time-to-target: a faster epoch that needs more epochs can lose.
+Warm-up steps (allocator, cuDNN autotune, torch.compile) must not count. MFU needs the *dense*
+peak of the precision you actually run in.
+"""
+
+from __future__ import annotations
+
+import platform
+import resource
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+# Dense (no sparsity) peak tensor FLOP/s by device-name substring, bf16/fp16 unless noted.
+# Sources: vendor datasheets. Longest matching key wins ("H100 PCIe" before "H100").
+PEAK_FLOPS: dict[str, float] = {
+    "H200": 989e12,
+    "H100 PCIe": 756e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "A10G": 125e12,
+    "A10": 125e12,
+    "L40S": 362e12,
+    "L4": 121e12,
+    "RTX 4090": 165e12,
+    "RTX 3090": 71e12,
+    "V100": 125e12,  # fp16 tensor cores; no bf16
+    "T4": 65e12,  # fp16 tensor cores; no bf16
+}
+
+
+def sync(device: torch.device | str | None = None) -> None:
+    """Wait until queued work on ``device`` finishes (no-op on CPU)."""
+    dev = torch.device(device) if device is not None else None
+    if dev is None or dev.type == "cuda":
+        if torch.cuda.is_available():
+            torch.cuda.synchronize(dev)
+    elif dev.type == "mps":
+        torch.mps.synchronize()
+
+
+def device_name(device: torch.device | str = "cpu") -> str:
+    """A human-readable device name to print next to every figure."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev.index or 0)
+    if dev.type == "cpu":
+        model = platform.processor() or platform.machine()
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("model name"):
+                        model = line.split(":", 1)[1].strip()
+                        break
+        except OSError:
+            pass
+        threads = torch.get_num_threads()
+        return f"CPU {model} ({threads} threads)"
+    return dev.type
+
+
+def peak_flops(name: str) -> float | None:
+    """Dense bf16/fp16 peak FLOP/s for a device name, or None if unknown (CPUs)."""
+    matches = [k for k in PEAK_FLOPS if k.lower() in name.lower()]
+    return PEAK_FLOPS[max(matches, key=len)] if matches else None
+
+
+def mfu(flops_per_sample: float, samples_per_s: float, peak: float | None) -> float | None:
+    """Model FLOPs utilisation: achieved model FLOP/s over the device's peak (None if unknown)."""
+    if not peak or flops_per_sample <= 0:
+        return None
+    return flops_per_sample * samples_per_s / peak
+
+
+def train_flops(step: Callable[[], object]) -> int:
+    """FLOPs of one call of ``step`` (forward *and* backward if it calls ``backward``)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        step()
+    return int(counter.get_total_flops())
+
+
+def cost_to_target(seconds: float, dollars_per_hour: float) -> float:
+    """Dollars spent to reach the target at an hourly price."""
+    if seconds < 0 or dollars_per_hour < 0:
+        raise ValueError("seconds and dollars_per_hour must be non-negative")
+    return seconds / 3600.0 * dollars_per_hour
+
+
+def peak_memory_bytes(device: torch.device | str = "cpu") -> int:
+    """Peak memory: CUDA's allocator peak on GPUs, the process's peak RSS on CPU."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(dev))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB
+
+
+def reset_peak_memory(device: torch.device | str = "cpu") -> None:
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+
+
+class StepTimer:
+    """Context manager timing a block with device synchronisation on entry and exit.
+
+    >>> timer = StepTimer("cuda")
+    >>> with timer:
+    ...     train_step()
+    >>> timer.seconds
+    """
+
+    def __init__(self, device: torch.device | str | None = "cpu"):
+        self.device = device
+        self.seconds = 0.0
+        self.history: list[float] = []
+
+    def __enter__(self) -> StepTimer:
+        sync(self.device)
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sync(self.device)
+        self.seconds = time.perf_counter() - self._t0
+        self.history.append(self.seconds)
+
+
+@dataclass
+class ThroughputMeter:
+    """Samples/s (and tokens/s) over timed steps, ignoring the first ``warmup_steps``."""
+
+    warmup_steps: int = 2
+    steps: int = 0
+    samples: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+
+    def update(self, seconds: float, samples: int, tokens: int = 0) -> None:
+        self.steps += 1
+        if self.steps <= self.warmup_steps:
+            return
+        self.samples += samples
+        self.tokens += tokens
+        self.seconds += seconds
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else float("nan")
+
+
+@dataclass
+class TimeToTarget:
+    """Records the first training time at which a metric reaches ``target``."""
+
+    target: float
+    mode: str = "max"
+    seconds: float | None = None
+    history: list[tuple[float, float]] = field(default_factory=list)
+
+    def update(self, elapsed_s: float, value: float) -> bool:
+        """Log (time, value); return True once the target has been reached."""
+        self.history.append((elapsed_s, value))
+        hit = value >= self.target if self.mode == "max" else value <= self.target
+        if hit and self.seconds is None:
+            self.seconds = elapsed_s
+        return self.seconds is not None
+
+    @property
+    def reached(self) -> bool:
+        return self.seconds is not None
+
+
+class DataWaitSplit:
+    """Splits loop wall time into *data wait* (inside ``next()``) and *compute* (everything else).
+
+    A high data-wait share means the accelerator starves: fix the input pipeline first.
+
+    >>> split = DataWaitSplit(device)
+    >>> for x, y in split.wrap(loader):
+    ...     step(x, y)          # compute; the device is synced before each next()
+    >>> split.data_share
+    """
+
+    def __init__(self, device: torch.device | str | None = "cpu"):
+        self.device = device
+        self.data_s = 0.0
+        self.total_s = 0.0
+
+    def wrap(self, iterable: Iterable) -> Iterator:
+        it = iter(iterable)
+        sync(self.device)
+        start = time.perf_counter()
+        while True:
+            sync(self.device)  # finish the previous step's queued work so it counts as compute
+            t0 = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            self.data_s += time.perf_counter() - t0
+            yield batch
+        self.total_s += time.perf_counter() - start
+
+    @property
+    def compute_s(self) -> float:
+        return self.total_s - self.data_s
+
+    @property
+    def data_share(self) -> float:
+        return self.data_s / self.total_s if self.total_s > 0 else float("nan")

@@ -1,0 +1,138 @@
+"""What every recipe shares: the Trainer protocol and the train-to-target loop.
+
+A ``Trainer`` owns its model, optimizer, data pipeline and schedule. ``train_steps(n)`` runs ``n``
+optimizer steps *including* the input pipeline (that is part of what we optimise) and returns the
+work done; ``evaluate()`` returns held-out accuracy. Time is measured outside, by the caller, with
+device synchronisation — a recipe never reports its own speed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+import torch
+from tqdm.auto import tqdm
+
+from effkit.measure import mfu, peak_flops, peak_memory_bytes, reset_peak_memory, sync
+
+_clock = time.perf_counter  # captured at import: immune to later monkeypatching
+
+
+@dataclass
+class Work:
+    """What ``train_steps`` did: samples seen and (for text) non-padding tokens."""
+
+    samples: int
+    tokens: int = 0
+
+
+class Trainer(Protocol):
+    recipe: str  # "naive" or "optimized" (or a learner's name)
+    device: torch.device
+    steps_per_epoch: int
+    total_steps: int  # the recipe's full schedule for its profile
+    target: float  # accuracy target for the profile, in [0, 1]
+    stop_at_target: bool  # optimized recipes stop as soon as the target is reached
+    flops_per_sample: float | None  # model FLOPs per training sample (fwd + bwd), if known
+
+    def train_steps(self, n: int) -> Work: ...
+
+    def evaluate(self) -> float: ...
+
+    def describe(self) -> dict: ...
+
+
+@dataclass
+class RunResult:
+    recipe: str
+    device: str
+    steps: int
+    samples: int
+    tokens: int
+    train_seconds: float  # synchronised training wall time, evaluation excluded
+    samples_per_s: float
+    tokens_per_s: float | None
+    accuracy: float  # final held-out accuracy, fraction in [0, 1]
+    target: float
+    time_to_target_s: float | None  # None when the target was never reached
+    peak_memory_bytes: int
+    flops_per_sample: float | None
+    mfu: float | None
+    history: list[dict] = field(default_factory=list)  # {seconds, step, accuracy}
+    config: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def train_to_target(
+    trainer: Trainer,
+    *,
+    eval_every: int | None = None,
+    max_steps: int | None = None,
+    progress: bool = True,
+    device_label: str | None = None,
+) -> RunResult:
+    """Train ``trainer`` for its schedule, evaluating every ``eval_every`` steps.
+
+    Evaluation time is excluded from the clock (as in airbench); the first chunk's throughput
+    includes warm-up, so ``samples_per_s`` is computed over the chunks after the first when there
+    are at least two.
+    """
+    total = max_steps or trainer.total_steps
+    every = eval_every or max(1, trainer.steps_per_epoch)
+    dev = trainer.device
+    reset_peak_memory(dev)
+    elapsed, step, samples, tokens = 0.0, 0, 0, 0
+    steady = [0.0, 0, 0]  # seconds, samples, tokens after the first chunk
+    history: list[dict] = []
+    ttt: float | None = None
+    acc = float("nan")
+    bar = tqdm(total=total, desc=f"{trainer.recipe}", unit="step", disable=not progress)
+    while step < total:
+        n = min(every, total - step)
+        sync(dev)
+        t0 = _clock()
+        work = trainer.train_steps(n)
+        sync(dev)
+        dt = _clock() - t0
+        elapsed += dt
+        step += n
+        samples += work.samples
+        tokens += work.tokens
+        if history:  # skip the first chunk: it pays for warm-up
+            steady[0] += dt
+            steady[1] += work.samples
+            steady[2] += work.tokens
+        acc = trainer.evaluate()
+        history.append({"seconds": elapsed, "step": step, "accuracy": acc})
+        bar.update(n)
+        bar.set_postfix(acc=f"{acc:.3f}")
+        if ttt is None and acc >= trainer.target:
+            ttt = elapsed
+            if trainer.stop_at_target:
+                break
+    bar.close()
+    secs, n_samples, n_tokens = steady if steady[0] > 0 else (elapsed, samples, tokens)
+    sps = n_samples / secs if secs > 0 else float("nan")
+    name = device_label or str(dev)
+    return RunResult(
+        recipe=trainer.recipe,
+        device=name,
+        steps=step,
+        samples=samples,
+        tokens=tokens,
+        train_seconds=elapsed,
+        samples_per_s=sps,
+        tokens_per_s=(n_tokens / secs) if tokens and secs > 0 else None,
+        accuracy=acc,
+        target=trainer.target,
+        time_to_target_s=ttt,
+        peak_memory_bytes=peak_memory_bytes(dev),
+        flops_per_sample=trainer.flops_per_sample,
+        mfu=mfu(trainer.flops_per_sample or 0.0, sps, peak_flops(name)),
+        history=history,
+        config=trainer.describe(),
+    )

@@ -1,0 +1,127 @@
+import time
+
+import pytest
+import torch
+
+from effkit.abtest import compare, median_ci
+from effkit.measure import (
+    DataWaitSplit,
+    StepTimer,
+    ThroughputMeter,
+    TimeToTarget,
+    cost_to_target,
+    mfu,
+    peak_flops,
+    train_flops,
+)
+from effkit.profiling import profile_steps
+
+
+def _busy(seconds: float) -> int:
+    """Spin the CPU (not sleep) so the A/B test sees real contention on a loaded machine."""
+    end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < end:
+        x += 1
+    return 1
+
+
+def test_ab_identical_functions_give_ratio_near_one():
+    res = compare(lambda: _busy(0.02), lambda: _busy(0.02), min_pairs=7, max_pairs=15)
+    assert 0.9 < res.ratio < 1.1, res
+    assert res.ci_low <= 1.0 <= res.ci_high or abs(res.ratio - 1) < 0.05
+    assert not res.faster(1.2) and not res.slower(0.8)
+
+
+def test_ab_detects_a_1_5x_slowdown_within_bounded_time():
+    t0 = time.perf_counter()
+    res = compare(lambda: _busy(0.02), lambda: _busy(0.03), min_pairs=7, max_pairs=15)
+    assert time.perf_counter() - t0 < 5.0
+    assert 1 / 1.5 * 0.9 < res.ratio < 1 / 1.5 * 1.1, res
+    assert res.slower(0.8)
+
+
+def test_ab_ratio_is_of_throughput_when_callables_return_work():
+    # B does twice the samples in the same time: twice the throughput.
+    res = compare(lambda: (_busy(0.01), 10)[1], lambda: (_busy(0.01), 20)[1], min_pairs=5)
+    assert 1.8 < res.ratio < 2.2
+
+
+def test_ab_clock_is_immune_to_monkeypatching(monkeypatch):
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    res = compare(lambda: _busy_sleep(0.01), lambda: _busy_sleep(0.02), min_pairs=5)
+    assert 0.4 < res.ratio < 0.6
+
+
+def _busy_sleep(s):
+    time.sleep(s)
+    return 1
+
+
+def test_median_ci_covers_the_median_and_widens_with_few_samples():
+    lo, hi = median_ci(list(range(1, 21)))
+    assert lo <= 10.5 <= hi and (lo, hi) == (6, 15)
+    assert median_ci([3.0, 1.0, 2.0]) == (1.0, 3.0)
+
+
+def test_throughput_meter_skips_warmup_and_has_units():
+    meter = ThroughputMeter(warmup_steps=1)
+    meter.update(10.0, samples=1, tokens=5)  # a slow first step must not count
+    meter.update(0.5, samples=100, tokens=1000)
+    meter.update(0.5, samples=100, tokens=1000)
+    assert meter.samples_per_s == pytest.approx(200.0)
+    assert meter.tokens_per_s == pytest.approx(2000.0)
+
+
+def test_time_to_target_records_first_crossing_only():
+    ttt = TimeToTarget(0.9)
+    assert not ttt.update(1.0, 0.5)
+    assert ttt.update(2.0, 0.91)
+    ttt.update(3.0, 0.95)
+    assert ttt.seconds == 2.0
+
+
+def test_step_timer_and_data_wait_split():
+    with StepTimer("cpu") as timer:
+        time.sleep(0.05)
+    assert 0.045 < timer.seconds < 0.5
+
+    def slow_loader():
+        for i in range(3):
+            time.sleep(0.03)
+            yield i
+
+    split = DataWaitSplit("cpu")
+    for _ in split.wrap(slow_loader()):
+        time.sleep(0.01)
+    assert 0.6 < split.data_share < 0.85, split.data_share
+    assert split.compute_s == pytest.approx(0.03, abs=0.02)
+
+
+def test_flops_mfu_and_cost_units():
+    lin = torch.nn.Linear(64, 32, bias=False)
+    x = torch.randn(16, 64)
+    fwd = train_flops(lambda: lin(x))
+    assert fwd == 2 * 16 * 64 * 32
+    both = train_flops(lambda: lin(x).sum().backward())
+    assert both == 2 * fwd  # backward: weight grad only (x needs no grad)
+    assert peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert peak_flops("CPU Intel Xeon") is None
+    assert mfu(1e9, 1000.0, 1e13) == pytest.approx(0.1)
+    assert mfu(1e9, 1000.0, None) is None
+    assert cost_to_target(1800, 4.0) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        cost_to_target(-1, 1.0)
+
+
+def test_profiler_writes_a_trace_perfetto_can_open(tmp_path):
+    import json
+
+    lin = torch.nn.Linear(32, 32)
+    x = torch.randn(8, 32)
+    res = profile_steps(lambda: lin(x).sum().backward(), tmp_path, wait=1, warmup=1, active=2)
+    trace = json.loads(res.trace.read_text())
+    assert "traceEvents" in trace and len(trace["traceEvents"]) > 0
+    names = [name for name, _ in res.top_ops]
+    assert any("addmm" in n or "mm" in n for n in names), names

@@ -10,7 +10,9 @@ so it needs no loss scaling).
 recent CPUs with bf16 matmul support. Use ``"off"`` to get a clean fp32 baseline.
 
 **Expected gain.** On tensor-core GPUs, 1.5-3x the fp32 throughput and about half the activation
-memory. On this course's 2-core CPU, about 2x for BERT matmuls but nothing for convolutions.
+memory. On CPUs it depends on the silicon: with AMX (Xeon Sapphire Rapids and later, like the
+course's CI machine) bf16 pays about 2x for BERT matmuls and also for convolutions; on CPUs without
+bf16 units autocast can be *slower* than fp32. Measure before you switch.
 
 **Pitfalls.** fp16 without a scaler underflows small gradients to zero; clip gradients only after
 ``scaler.unscale_(optimizer)``; the loss and softmax stay in fp32 inside autocast on purpose. Use

@@ -36,6 +36,7 @@ class Trainer(Protocol):
     target: float  # accuracy target for the profile, in [0, 1]
     stop_at_target: bool  # optimized recipes stop as soon as the target is reached
     flops_per_sample: float | None  # model FLOPs per training sample (fwd + bwd), if known
+    eval_every: int  # optimizer steps between evaluations (same number of samples per recipe)
 
     def train_steps(self, n: int) -> Work: ...
 
@@ -82,7 +83,7 @@ def train_to_target(
     are at least two.
     """
     total = max_steps or trainer.total_steps
-    every = eval_every or max(1, trainer.steps_per_epoch)
+    every = eval_every or getattr(trainer, "eval_every", None) or max(1, trainer.steps_per_epoch)
     dev = trainer.device
     reset_peak_memory(dev)
     elapsed, step, samples, tokens = 0.0, 0, 0, 0

@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.effkit-installed
 DEMO_ARGS ?=
 
-.PHONY: setup demo test lint lab exercises bench clean
+.PHONY: setup browser demo test lint lab exercises bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "effkit needs Python >= 3.10"'
@@ -20,7 +20,15 @@ setup: $(STAMP)
 demo: $(STAMP)  ## the headline demo: benchmarks + autograding, one table
 	$(BIN)/python -m effkit.demo $(DEMO_ARGS)
 
-test: $(STAMP)  ## lint + the whole test suite (what CI runs)
+# The JupyterLab test drives Debian's chromium; install it where we can (root + apt), else say so.
+browser:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing chromium for the browser test (about a minute)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null; \
+	  else echo "note: no chromium: the JupyterLab browser test will skip (apt-get install chromium)"; fi; }
+
+test: $(STAMP) browser  ## lint + the whole test suite (what CI runs)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 

@@ -214,16 +214,18 @@ class DataWaitSplit:
         it = iter(iterable)
         sync(self.device)
         start = time.perf_counter()
-        while True:
-            sync(self.device)  # finish the previous step's queued work so it counts as compute
-            t0 = time.perf_counter()
-            try:
-                batch = next(it)
-            except StopIteration:
-                break
-            self.data_s += time.perf_counter() - t0
-            yield batch
-        self.total_s += time.perf_counter() - start
+        try:
+            while True:
+                sync(self.device)  # finish the previous step's queued work: it counts as compute
+                t0 = time.perf_counter()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    break
+                self.data_s += time.perf_counter() - t0
+                yield batch
+        finally:  # also when the caller breaks out early (the generator is closed)
+            self.total_s += time.perf_counter() - start
 
     @property
     def compute_s(self) -> float:

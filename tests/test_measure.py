@@ -97,6 +97,12 @@ def test_step_timer_and_data_wait_split():
     assert 0.6 < split.data_share < 0.85, split.data_share
     assert split.compute_s == pytest.approx(0.03, abs=0.02)
 
+    early = DataWaitSplit("cpu")
+    for i in early.wrap(slow_loader()):
+        if i == 1:
+            break  # leaving a loop early must still count the time spent so far
+    assert early.total_s > 0 and 0.5 < early.data_share <= 1.0
+
 
 def test_flops_mfu_and_cost_units():
     lin = torch.nn.Linear(64, 32, bias=False)

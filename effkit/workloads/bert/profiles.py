@@ -1,0 +1,103 @@
+"""Profiles for the BERT workload (how big, how long, on which data) and where their data comes from.
+
+**What it does.** ``PROFILES`` maps "smoke", "cpu" and "gpu" to a :class:`BertProfile`: model size,
+data, epochs or a training subset, batch sizes, learning rate, target accuracy and evaluation
+cadence. `prepare_data(profile, data_dir)` makes sure the profile's data exists on disk and returns
+its directory.
+
+**When to use it.** ``smoke`` in tests and CI (synthetic data, seconds); ``cpu`` for the lessons on
+a laptop-class CPU (real SST-2, a small from-scratch BERT, minutes); ``gpu`` for the real thing
+(``bert-base-uncased``, full SST-2, a few epochs).
+
+**Expected gain.** None by itself: profiles keep benchmarks comparable across machines and runs.
+
+**Pitfalls.** Targets are per profile and per evaluation split; a from-scratch BERT on SST-2 ends
+far below a pretrained one (~80% against ~92% on GLUE dev), so never compare across profiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from effkit.workloads.bert.data import (
+    cache_root,
+    check_sst2_dir,
+    download_sst2_from_hub,
+    make_synthetic_sst2,
+    synthetic_sst2_cached,
+)
+
+
+@dataclass(frozen=True)
+class BertProfile:
+    name: str
+    data: str  # "synthetic" (generated) or "sst2" (a GLUE directory or the hub)
+    pretrained: str | None  # hub name or local path; None trains from scratch
+    hidden: int  # model size used from scratch (and for the offline fallback)
+    layers: int
+    heads: int
+    vocab_size: int  # of the WordPiece tokenizer trained when there is no pretrained one
+    epochs: int
+    max_train_samples: int | None  # a fixed random subset of train.tsv (None: all of it)
+    naive_batch: int
+    optimized_batch: int
+    lr: float  # peak LR at naive_batch; the optimized recipe rescales it for its batch
+    target: float  # accuracy on eval_split
+    eval_split: str  # "dev" or "test" (see recipes.py for why)
+    eval_every_samples: int  # training samples between evaluations, for both recipes
+    max_length: int = 128
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    lr_rule: str = "sqrt"  # square-root LR scaling suits Adam (linear over-shoots at 8x batch)
+    naive_workers: int = 2
+    synthetic_sizes: tuple[int, int] = (2000, 500)  # (train rows, rows per eval split)
+    scratch_target: float | None = None  # target when pretrained weights are unavailable
+    scratch_lr: float | None = None  # LR for that from-scratch fallback
+
+
+PROFILES: dict[str, BertProfile] = {
+    "smoke": BertProfile(
+        name="smoke", data="synthetic", pretrained=None, hidden=64, layers=2, heads=2,
+        vocab_size=1000, epochs=3, max_train_samples=None, naive_batch=32, optimized_batch=64,
+        lr=2e-3, target=0.75, eval_split="test", eval_every_samples=2000,
+    ),
+    "cpu": BertProfile(
+        name="cpu", data="sst2", pretrained=None, hidden=256, layers=4, heads=4,
+        vocab_size=8000, epochs=1, max_train_samples=12_000, naive_batch=32, optimized_batch=64,
+        lr=5e-4, target=0.80, eval_split="dev", eval_every_samples=4000,
+    ),
+    "gpu": BertProfile(
+        name="gpu", data="sst2", pretrained="bert-base-uncased", hidden=768, layers=12, heads=12,
+        vocab_size=30522, epochs=3, max_train_samples=None, naive_batch=32, optimized_batch=128,
+        lr=2e-5, target=0.91, eval_split="test", eval_every_samples=20_000, warmup_ratio=0.06,
+        scratch_target=0.78, scratch_lr=1e-4,
+    ),
+}
+
+
+def get_profile(profile: str) -> BertProfile:
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose one of {tuple(PROFILES)}")
+    return PROFILES[profile]
+
+
+def prepare_data(profile: str, data_dir: str | Path | None = None) -> Path:
+    """Make sure ``profile``'s data exists and return the directory holding its three TSVs.
+
+    smoke: synthetic GLUE-format TSVs, generated once into ``data_dir`` (when given) or the cache
+    (``$EFFKIT_DATA/bert`` or ~/.cache/effkit/bert). cpu/gpu: ``data_dir`` when given (checked),
+    else a copy in the cache, else a download from the Hugging Face hub into the cache.
+    """
+    spec = get_profile(profile)
+    if spec.data == "synthetic":
+        n_train, n_eval = spec.synthetic_sizes
+        if data_dir is None:
+            return synthetic_sst2_cached(n_train, n_eval)
+        data_dir = Path(data_dir).expanduser()
+        if all((data_dir / f"{s}.tsv").is_file() for s in ("train", "dev", "test")):
+            return data_dir
+        return make_synthetic_sst2(data_dir, n_train, n_eval)
+    if data_dir is not None:
+        return check_sst2_dir(data_dir)
+    return download_sst2_from_hub(cache_root() / "sst2")

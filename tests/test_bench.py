@@ -1,0 +1,63 @@
+"""The benchmark command end to end, on the smoke profile (synthetic data, CPU)."""
+
+import json
+
+import pytest
+
+from effkit import bench
+
+FIELDS = {"workload", "profile", "device", "torch", "recipes", "speedup", "speedup_ci",
+          "speedup_spread", "time_to_target_speedup", "accuracy_delta_pp"}
+RECIPE_FIELDS = {"samples_per_s", "tokens_per_s", "time_to_target_s", "final_accuracy",
+                 "peak_memory_bytes", "mfu", "flops_per_sample", "history", "config"}
+
+
+@pytest.fixture(scope="module")
+def bert_result(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench-bert")
+    bench.main(["bert", "--profile", "smoke", "--out", str(out), "--quiet", "--pairs", "5"])
+    return out, json.loads((out / "result.json").read_text())
+
+
+def test_smoke_bench_writes_every_field_and_plots(bert_result):
+    out, res = bert_result
+    assert FIELDS <= set(res), FIELDS - set(res)
+    assert res["workload"] == "bert" and res["profile"] == "smoke" and "CPU" in res["device"]
+    for name in ("naive", "optimized"):
+        rec = res["recipes"][name]
+        assert RECIPE_FIELDS <= set(rec), RECIPE_FIELDS - set(rec)
+        assert rec["samples_per_s"] > 0 and rec["tokens_per_s"] > 0
+        assert 0.0 <= rec["final_accuracy"] <= 1.0
+        assert rec["peak_memory_bytes"] > 2**20  # bytes, not KiB or MiB
+        assert rec["flops_per_sample"] is None or rec["flops_per_sample"] > 1e3
+    delta = 100 * (res["recipes"]["optimized"]["final_accuracy"]
+                   - res["recipes"]["naive"]["final_accuracy"])
+    assert res["accuracy_delta_pp"] == pytest.approx(delta)
+    lo, hi = res["speedup_ci"]
+    assert lo <= res["speedup"] <= hi
+    for png in ("throughput.png", "accuracy_vs_time.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bert_optimized_beats_naive_by_a_margin_that_survives_noise(bert_result):
+    _, res = bert_result
+    # Measured 4.4x (95% CI 3.1-15) on a heavily loaded 2-core Xeon. Demand 2x at the median and
+    # the whole CI above 1.2x: a change that loses the optimization fails, load alone does not.
+    assert res["speedup"] > 2.0, res["speedup"]
+    assert res["speedup_ci"][0] > 1.2, res["speedup_ci"]
+
+
+def test_bad_workload_and_profile_are_clear_errors(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        bench.main(["resnet", "--out", str(tmp_path)])
+    assert "invalid choice: 'resnet'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["bert", "--profile", "huge", "--out", str(tmp_path)])
+    assert "invalid choice: 'huge'" in capsys.readouterr().err
+
+
+def test_missing_data_dir_names_the_path(capsys, tmp_path):
+    missing = tmp_path / "nope"
+    code = bench.main(["bert", "--profile", "cpu", "--data", str(missing), "--out", str(tmp_path)])
+    assert code == 2
+    assert str(missing) in capsys.readouterr().err

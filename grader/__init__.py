@@ -1,0 +1,1 @@
+"""effkit course autograder (see grader/README.md)."""

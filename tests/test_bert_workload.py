@@ -195,7 +195,7 @@ def test_optimized_does_less_work_per_sample_than_naive(cache):
 def test_optimized_smoke_recipe_learns(cache):
     trainer = bert.build("optimized", "smoke", device="cpu", stop_at_target=False)
     before = trainer.evaluate()
-    trainer.train_steps(trainer.total_steps)
+    trainer.train_steps(trainer.steps_per_epoch)  # one epoch is enough for the synthetic signal
     assert trainer.evaluate() >= max(0.7, before + 0.1)
 
 
@@ -240,7 +240,7 @@ def test_unknown_recipe_profile_or_hook_is_rejected(cache):
         workload.build("naive", "tpu")
     with pytest.raises(ValueError, match="unknown profile 'tpu'"):
         workload.prepare_data("tpu")
-    with pytest.raises(TypeError, match="unknown hook.*'colour'"):
+    with pytest.raises(ValueError, match="unknown hook.*'colour'"):
         workload.build("naive", "smoke", colour="red")
     with pytest.raises(ValueError, match="fp16 mixed precision cannot run on the cpu"):
         workload.build("naive", "smoke", device="cpu", precision="fp16")

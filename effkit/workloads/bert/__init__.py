@@ -26,20 +26,16 @@ from effkit.workloads.bert.data import (
     read_sst2_tsv,
 )
 from effkit.workloads.bert.profiles import PROFILES, BertProfile, prepare_data
-from effkit.workloads.bert.recipes import (
-    HOOKS,
-    MAX_GRAD_NORM,
-    RECIPES,
-    BertTrainer,
-    build,
-    default_train_step,
-)
+from effkit.workloads.bert.recipes import HOOKS, RECIPES, build
 from effkit.workloads.bert.tokenizer import trained_wordpiece
+from effkit.workloads.bert.trainer import MAX_GRAD_NORM, BertTrainer, default_train_step
 
 # Steps between evaluations for each recipe: the same number of *samples* for both.
 DEFAULT_EVAL_EVERY = {
-    name: {"naive": max(1, p.eval_every_samples // p.naive_batch),
-           "optimized": max(1, p.eval_every_samples // p.optimized_batch)}
+    name: {
+        "naive": max(1, p.eval_every_samples // p.naive_batch),
+        "optimized": max(1, p.eval_every_samples // p.optimized_batch),
+    }
     for name, p in PROFILES.items()
 }
 

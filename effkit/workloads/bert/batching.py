@@ -50,7 +50,10 @@ class TokenizeAndPadCollate:
         texts = [text for text, _ in rows]
         batch = dict(
             self.tokenizer(
-                texts, padding="max_length", truncation=True, max_length=self.max_length,
+                texts,
+                padding="max_length",
+                truncation=True,
+                max_length=self.max_length,
                 return_tensors="pt",
             )
         )

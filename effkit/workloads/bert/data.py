@@ -63,7 +63,9 @@ def read_sst2_tsv(path: str | Path) -> Sst2Split:
         raise FileNotFoundError(f"SST-2 file {path} does not exist. {GET_DATA_HINT}")
     lines = path.read_text(encoding="utf-8").splitlines()
     if not lines:
-        raise ValueError(f"{path} is empty; expected the header {HEADER!r} and rows. {GET_DATA_HINT}")
+        raise ValueError(
+            f"{path} is empty; expected the header {HEADER!r} and rows. {GET_DATA_HINT}"
+        )
     header = lines[0].strip()
     if header.lower() == "index\tsentence":
         raise ValueError(
@@ -192,7 +194,9 @@ _SYLLABLES = "ka ro mi ten sal vo dre pha lun gor bi tes mor ane qui lo fen dar 
 
 def _synthetic_vocab(rng: random.Random) -> list[str]:
     # Invented words widen the vocabulary the way names and rare words do in SST-2.
-    invented = {"".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3))) for _ in range(400)}
+    invented = {
+        "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3))) for _ in range(400)
+    }
     return _FILLER * 4 + sorted(invented)  # common words appear more often, like real text
 
 

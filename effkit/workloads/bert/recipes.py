@@ -26,7 +26,7 @@ profile reports the usual GLUE dev figure.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -38,87 +38,19 @@ from effkit.workloads.bert import batching
 from effkit.workloads.bert.data import load_sst2
 from effkit.workloads.bert.profiles import BertProfile, get_profile, prepare_data
 from effkit.workloads.bert.tokenizer import load_pretrained_tokenizer, trained_wordpiece
-from effkit.workloads.common import Work
+from effkit.workloads.bert.trainer import MAX_GRAD_NORM, BertTrainer, default_train_step
 
 RECIPES = ("naive", "optimized")
-HOOKS = ("precision", "train_step", "batch_size", "lr", "epochs", "max_train_samples",
-         "stop_at_target", "eval_split")
-MAX_GRAD_NORM = 1.0
-TrainStep = Callable[..., float]
-
-
-def default_train_step(model, batch: dict[str, torch.Tensor], optimizer, policy: AmpPolicy,
-                       scaler: torch.amp.GradScaler, max_grad_norm: float) -> float:
-    """Reference step: autocast forward, scaled backward, unscale, clip, step, update, zero."""
-    with policy.autocast():  # forward and loss only; backward runs in the forward's dtypes
-        loss = model(**batch).loss
-    scaler.scale(loss).backward()
-    scaler.unscale_(optimizer)  # clip the true gradients, not the loss-scaled ones
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    scaler.step(optimizer)  # skips the update when fp16 gradients overflowed
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    return float(loss.detach())
-
-
-class BertTrainer:
-    """One recipe's model, optimizer, schedule and input pipeline (see effkit Trainer protocol)."""
-
-    def __init__(self, *, recipe: str, model, device: torch.device, policy: AmpPolicy,
-                 optimizer, scheduler, batches: Iterator[dict], steps_per_epoch: int,
-                 total_steps: int, target: float, stop_at_target: bool, eval_every: int,
-                 eval_sets: dict[str, batching.EncodedCorpus], eval_split: str,
-                 train_step: TrainStep, settings: dict):
-        self.recipe, self.model, self.device, self.policy = recipe, model, device, policy
-        self.optimizer, self.scheduler, self._batches = optimizer, scheduler, batches
-        self.scaler = policy.make_scaler()
-        self.steps_per_epoch, self.total_steps = steps_per_epoch, total_steps
-        self.target, self.stop_at_target, self.eval_every = target, stop_at_target, eval_every
-        self.eval_sets, self.eval_split, self.train_step = eval_sets, eval_split, train_step
-        self.settings = settings
-        self.flops_per_sample: float | None = None
-        self.steps_done, self.last_loss = 0, float("nan")
-        self._non_blocking = device.type == "cuda"
-
-    def train_steps(self, n: int) -> Work:
-        self.model.train()
-        samples = tokens = 0
-        for _ in range(n):
-            batch = next(self._batches)
-            samples += len(batch["labels"])
-            tokens += int(batch["attention_mask"].sum())  # on the host: no device sync
-            batch = {k: v.to(self.device, non_blocking=self._non_blocking) for k, v in batch.items()}
-            scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
-            self.last_loss = self.train_step(self.model, batch, self.optimizer, self.policy,
-                                             self.scaler, MAX_GRAD_NORM)
-            # A shrunken loss scale means the scaler skipped this optimizer step (inf/NaN grads):
-            # the LR schedule must not advance for a step that did not happen.
-            if scale is None or self.scaler.get_scale() >= scale:
-                self.scheduler.step()
-            self.steps_done += 1
-        return Work(samples, tokens)
-
-    @torch.inference_mode()
-    def evaluate(self, split: str | None = None) -> float:
-        """Accuracy on ``split`` (default: the profile's eval split), in [0, 1]."""
-        corpus = self.eval_sets[split or self.eval_split]
-        self.model.eval()
-        correct = 0
-        # Both recipes evaluate through the same cached, length-sorted pipeline: evaluation is
-        # measurement, not part of the recipe, and padding does not change masked logits.
-        for indices in batching.sorted_batches(corpus.lengths, 256):
-            batch = batching.pad_batch(corpus, indices)
-            with self.policy.autocast():
-                logits = self.model(input_ids=batch["input_ids"].to(self.device),
-                                    attention_mask=batch["attention_mask"].to(self.device)).logits
-            correct += int((logits.argmax(-1).cpu() == batch["labels"]).sum())
-        self.model.train()
-        return correct / len(corpus)
-
-    def describe(self) -> dict:
-        return dict(self.settings, recipe=self.recipe, precision=self.policy.mode,
-                    total_steps=self.total_steps, steps_per_epoch=self.steps_per_epoch,
-                    eval_every=self.eval_every, flops_per_sample=self.flops_per_sample)
+HOOKS = (
+    "precision",
+    "train_step",
+    "batch_size",
+    "lr",
+    "epochs",
+    "max_train_samples",
+    "stop_at_target",
+    "eval_split",
+)
 
 
 def _make_model(spec: BertProfile, train_texts: list[str], attn: str, lr: float):
@@ -130,20 +62,30 @@ def _make_model(spec: BertProfile, train_texts: list[str], attn: str, lr: float)
         try:
             tokenizer = load_pretrained_tokenizer(spec.pretrained)
             model = BertForSequenceClassification.from_pretrained(
-                spec.pretrained, num_labels=2, attn_implementation=attn)
+                spec.pretrained, num_labels=2, attn_implementation=attn
+            )
             return model, tokenizer, spec.pretrained, lr, target
         except OSError as err:
-            print(f"note: pretrained weights {spec.pretrained!r} are unavailable ({err}); training "
-                  f"a from-scratch BERT ({spec.layers} layers x {spec.hidden}) with a WordPiece "
-                  "tokenizer trained on SST-2 instead: expect far lower accuracy.", flush=True)
+            print(
+                f"note: pretrained weights {spec.pretrained!r} are unavailable ({err}); training "
+                f"a from-scratch BERT ({spec.layers} layers x {spec.hidden}) with a WordPiece "
+                "tokenizer trained on SST-2 instead: expect far lower accuracy.",
+                flush=True,
+            )
             lr = spec.scratch_lr or lr
             target = spec.scratch_target or target
     tokenizer = trained_wordpiece(train_texts, spec.vocab_size)
     config = BertConfig(
-        vocab_size=len(tokenizer), hidden_size=spec.hidden, num_hidden_layers=spec.layers,
-        num_attention_heads=spec.heads, intermediate_size=4 * spec.hidden,
-        max_position_embeddings=max(spec.max_length, 128), num_labels=2,
-        pad_token_id=tokenizer.pad_token_id, attn_implementation=attn)
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        intermediate_size=4 * spec.hidden,
+        max_position_embeddings=max(spec.max_length, 128),
+        num_labels=2,
+        pad_token_id=tokenizer.pad_token_id,
+        attn_implementation=attn,
+    )
     return BertForSequenceClassification(config), tokenizer, "from scratch", lr, target
 
 
@@ -151,8 +93,10 @@ def _adamw(model, lr: float, weight_decay: float, fused: bool) -> torch.optim.Ad
     # No weight decay on biases and LayerNorm gains (the usual BERT fine-tuning groups).
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    groups = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
     if fused:
         try:  # one kernel for the whole update instead of ~10 per parameter tensor
             return torch.optim.AdamW(groups, lr=lr, fused=True)
@@ -177,8 +121,11 @@ def _train_flops_per_sample(model, length: int, vocab: int, device, policy: AmpP
     from effkit.measure import train_flops
 
     ids = torch.randint(5, vocab, (2, length), device=device)
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-             "labels": torch.zeros(2, dtype=torch.long, device=device)}
+    batch = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "labels": torch.zeros(2, dtype=torch.long, device=device),
+    }
 
     def step():
         with policy.autocast():
@@ -200,29 +147,46 @@ def _training_subset(train, limit: int | None) -> tuple[list[str], list[int]]:
 
 def _naive_pipeline(texts, labels, tokenizer, spec: BertProfile, batch_size: int, generator):
     loader = torch.utils.data.DataLoader(
-        batching.TextDataset(texts, labels), batch_size=batch_size, shuffle=True,
-        num_workers=spec.naive_workers, generator=generator, pin_memory=False,
-        collate_fn=batching.TokenizeAndPadCollate(tokenizer, spec.max_length))
-    info = {"tokenization": "in collate_fn, every batch", "workers": spec.naive_workers,
-            "padding": f"static, max_length={spec.max_length}", "bucketing": None,
-            "pin_memory": False, "mean_padded_length": float(spec.max_length)}
+        batching.TextDataset(texts, labels),
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=spec.naive_workers,
+        generator=generator,
+        pin_memory=False,
+        collate_fn=batching.TokenizeAndPadCollate(tokenizer, spec.max_length),
+    )
+    info = {
+        "tokenization": "in collate_fn, every batch",
+        "workers": spec.naive_workers,
+        "padding": f"static, max_length={spec.max_length}",
+        "bucketing": None,
+        "pin_memory": False,
+        "mean_padded_length": float(spec.max_length),
+    }
     return _loader_stream(loader), len(loader), info
 
 
-def _optimized_pipeline(texts, labels, tokenizer, spec: BertProfile, batch_size: int, seed: int,
-                        device: torch.device):
+def _optimized_pipeline(
+    texts, labels, tokenizer, spec: BertProfile, batch_size: int, seed: int, device: torch.device
+):
     corpus = batching.encode_once(tokenizer, texts, labels, spec.max_length)
     pin = device.type == "cuda"
     epoch = batching.bucket_batches(corpus.lengths, batch_size, np.random.default_rng(seed))
     padded = [batching.padded_length(int(corpus.lengths[b].max())) * len(b) for b in epoch]
-    info = {"tokenization": "once, cached ids", "padding": "dynamic, multiple of 8",
-            "bucketing": "sorted within 50-batch chunks", "workers": 0, "pin_memory": pin,
-            "mean_padded_length": sum(padded) / len(corpus)}
+    info = {
+        "tokenization": "once, cached ids",
+        "padding": "dynamic, multiple of 8",
+        "bucketing": "sorted within 50-batch chunks",
+        "workers": 0,
+        "pin_memory": pin,
+        "mean_padded_length": sum(padded) / len(corpus),
+    }
     return _bucketed_stream(corpus, batch_size, seed, pin), len(epoch), info
 
 
-def build(recipe: str, profile: str, *, data_dir=None, device=None, seed: int = 0,
-          **hooks) -> BertTrainer:
+def build(
+    recipe: str, profile: str, *, data_dir=None, device=None, seed: int = 0, **hooks
+) -> BertTrainer:
     """A ready-to-train ``BertTrainer`` for ``recipe`` ("naive"/"optimized") on ``profile``.
 
     Hooks: ``precision`` ("off" | "bf16" | "fp16" | "auto"; naive defaults to "off", optimized to
@@ -235,7 +199,7 @@ def build(recipe: str, profile: str, *, data_dir=None, device=None, seed: int = 
     spec = get_profile(profile)
     unknown = sorted(set(hooks) - set(HOOKS))
     if unknown:
-        raise TypeError(f"unknown hook(s) {unknown} for the bert workload; accepted: {HOOKS}")
+        raise ValueError(f"unknown hook(s) {unknown} for the bert workload; accepted: {HOOKS}")
     optimized = recipe == "optimized"
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     policy = choose_precision(device, hooks.get("precision", "auto" if optimized else "off"))
@@ -247,42 +211,77 @@ def build(recipe: str, profile: str, *, data_dir=None, device=None, seed: int = 
 
     splits = load_sst2(prepare_data(profile, data_dir))
     texts, labels = _training_subset(
-        splits["train"], hooks.get("max_train_samples", spec.max_train_samples))
+        splits["train"], hooks.get("max_train_samples", spec.max_train_samples)
+    )
     batch_size = hooks.get("batch_size", spec.optimized_batch if optimized else spec.naive_batch)
     epochs = hooks.get("epochs", spec.epochs)
     generator = seed_everything(seed)  # same initial weights for both recipes
     attn = "sdpa" if optimized else "eager"
     model, tokenizer, source, base_lr, target = _make_model(
-        spec, splits["train"].texts, attn, spec.lr)
+        spec, splits["train"].texts, attn, spec.lr
+    )
     model.to(device)
     lr = hooks.get("lr", scale_lr(base_lr, spec.naive_batch, batch_size, rule=spec.lr_rule))
-    eval_sets = {s: batching.encode_once(tokenizer, splits[s].texts, splits[s].labels,
-                                         spec.max_length) for s in ("dev", "test")}
+    eval_sets = {
+        s: batching.encode_once(tokenizer, splits[s].texts, splits[s].labels, spec.max_length)
+        for s in ("dev", "test")
+    }
     if optimized:
         batches, steps_per_epoch, pipeline = _optimized_pipeline(
-            texts, labels, tokenizer, spec, batch_size, seed, device)
+            texts, labels, tokenizer, spec, batch_size, seed, device
+        )
     else:
         batches, steps_per_epoch, pipeline = _naive_pipeline(
-            texts, labels, tokenizer, spec, batch_size, generator)
+            texts, labels, tokenizer, spec, batch_size, generator
+        )
     optimizer = _adamw(model, lr, spec.weight_decay, fused=optimized)
     total_steps = steps_per_epoch * epochs
     scheduler = one_cycle(optimizer, total_steps, max(1, round(spec.warmup_ratio * total_steps)))
-    rule = "given" if "lr" in hooks else f"{spec.lr_rule} rule from {base_lr:g} at batch {spec.naive_batch}"
-    settings = dict(pipeline, profile=profile, model=source, layers=model.config.num_hidden_layers,
-                    hidden=model.config.hidden_size, vocab=len(tokenizer),
-                    parameters=sum(p.numel() for p in model.parameters()), batch_size=batch_size,
-                    lr=lr, lr_rule=rule, warmup_ratio=spec.warmup_ratio, attention=attn,
-                    fused_adamw=bool(optimizer.defaults.get("fused")),
-                    max_grad_norm=MAX_GRAD_NORM, train_samples=len(texts), epochs=epochs,
-                    eval_split=eval_split, eval_rows=len(eval_sets[eval_split]), seed=seed)
+    rule = (
+        "given"
+        if "lr" in hooks
+        else f"{spec.lr_rule} rule from {base_lr:g} at batch {spec.naive_batch}"
+    )
+    settings = dict(
+        pipeline,
+        profile=profile,
+        model=source,
+        layers=model.config.num_hidden_layers,
+        hidden=model.config.hidden_size,
+        vocab=len(tokenizer),
+        parameters=sum(p.numel() for p in model.parameters()),
+        batch_size=batch_size,
+        lr=lr,
+        lr_rule=rule,
+        warmup_ratio=spec.warmup_ratio,
+        attention=attn,
+        fused_adamw=bool(optimizer.defaults.get("fused")),
+        max_grad_norm=MAX_GRAD_NORM,
+        train_samples=len(texts),
+        epochs=epochs,
+        eval_split=eval_split,
+        eval_rows=len(eval_sets[eval_split]),
+        seed=seed,
+    )
     trainer = BertTrainer(
-        recipe=recipe, model=model, device=device, policy=policy, optimizer=optimizer,
-        scheduler=scheduler, batches=batches, steps_per_epoch=steps_per_epoch,
-        total_steps=total_steps, target=target,
+        recipe=recipe,
+        model=model,
+        device=device,
+        policy=policy,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        batches=batches,
+        steps_per_epoch=steps_per_epoch,
+        total_steps=total_steps,
+        target=target,
         stop_at_target=hooks.get("stop_at_target", optimized),
-        eval_every=max(1, spec.eval_every_samples // batch_size), eval_sets=eval_sets,
-        eval_split=eval_split, train_step=hooks.get("train_step", default_train_step),
-        settings=settings)
+        eval_every=max(1, spec.eval_every_samples // batch_size),
+        eval_sets=eval_sets,
+        eval_split=eval_split,
+        train_step=hooks.get("train_step", default_train_step),
+        settings=settings,
+    )
     trainer.flops_per_sample = _train_flops_per_sample(
-        model, round(pipeline["mean_padded_length"]), len(tokenizer), device, policy)
+        model, round(pipeline["mean_padded_length"]), len(tokenizer), device, policy
+    )
     return trainer

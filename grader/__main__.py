@@ -1,0 +1,126 @@
+"""Command line: ``python -m grader {check,perf,autograde,generate,gate-sim,calibrate,budget,stress}``.
+
+Exit status 0 when grading ran, whatever the score; 2 when it could not run (a malformed
+notebook, an unknown assignment, a baseline that failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _perf(args) -> int:
+    from grader import assignments, course
+    from grader.notebook import (
+        NotebookError,
+        nbgrader_meta,
+        read_notebook,
+        solution_ids,
+        solution_sources,
+    )
+    from grader.perf import GradingError, grade
+    from grader.quiet import quiet
+
+    path = Path(args.notebook)
+    try:
+        nb = read_notebook(path)
+        a = assignments.get(args.assignment) if args.assignment else assignments.for_notebook(path.stem)
+        src_path = course.source_notebook(a.id, a.notebook)
+        source = read_notebook(src_path if src_path.is_file() else course.release_notebook(a.id, a.notebook))
+    except (NotebookError, ValueError) as err:
+        print(f"grader perf: {err}")
+        return 2
+    perf_cell = next(c for c in source.cells if nbgrader_meta(c).get("grade_id") == a.performance_cell)
+    cells = [(c.grade_id, c.source) for c in solution_sources(nb, solution_ids(source))]
+    try:
+        with quiet():
+            result = grade(a, cells, float(nbgrader_meta(perf_cell).get("points", 0)),
+                           device=args.device, spec_name=args.spec)  # fmt: skip
+    except GradingError as err:
+        print(f"grader perf: the grader could not run: {err}")
+        return 2
+    print(result.feedback)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.report | {"points": result.points}, indent=1))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m grader", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, help_ in (("check", "run every check of a notebook, as autograding does"),
+                        ("perf", "only the performance grading of a notebook's solution cells")):  # fmt: skip
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("notebook")
+        s.add_argument("--assignment", help="assignment id (default: from the notebook's name)")
+        s.add_argument("--json", help="write the report here")
+        s.add_argument("--spec", help="grading spec (default: by device, or $EFFKIT_GRADER_SPEC)")
+        s.add_argument("--device", help="cpu or cuda (default: cuda if available)")
+    s = sub.add_parser("autograde", help="nbgrader autograde + export + cohort summary and plot")
+    s.add_argument("assignment")
+    s.add_argument("--spec")
+    s = sub.add_parser("generate", help="regenerate exercises/ from solutions/ (nbgrader)")
+    s.add_argument("assignments", nargs="*", help="default: every folder in solutions/")
+    s = sub.add_parser("gate-sim", help="Monte Carlo error rates of the accuracy gate")
+    s.add_argument("--calibration", default="lesson2-smoke-cpu")
+    s.add_argument("--repeats", type=int)
+    s.add_argument("--trials", type=int, default=200_000)
+    s.add_argument("--drop", type=float, default=1.5)
+    s = sub.add_parser("calibrate", help="measure the paired accuracy noise with the reference solution")
+    s.add_argument("--assignment", default="lesson2")
+    s.add_argument("--spec")
+    s.add_argument("--pairs", type=int, default=12)
+    s.add_argument("--chunk", type=int, default=4)
+    s.add_argument("--no-save", action="store_true")
+    s.add_argument("--json")
+    s = sub.add_parser("budget", help="grading cost vs the learner's own two smoke runs")
+    s.add_argument("--assignment", default="lesson2")
+    s.add_argument("--spec")
+    s.add_argument("--json")
+    s = sub.add_parser("stress", help="grade the reference solution N times with busy cores")
+    s.add_argument("--assignment", default="lesson2")
+    s.add_argument("--times", type=int, default=10)
+    s.add_argument("--busy", type=int, default=1)
+    s.add_argument("--spec")
+    s.add_argument("--json")
+    args = p.parse_args(argv)
+
+    if args.command == "check":
+        from grader.check import check
+
+        return check(args.notebook, assignment_id=args.assignment, json_out=args.json,
+                     spec_name=args.spec, device=args.device)  # fmt: skip
+    if args.command == "perf":
+        return _perf(args)
+    if args.command == "autograde":
+        from grader.autograde import autograde
+
+        return autograde(args.assignment, spec=args.spec)
+    if args.command == "generate":
+        from grader.autograde import generate
+
+        return generate(args.assignments)
+    from grader import tools
+
+    if args.command == "gate-sim":
+        results = tools.gate_sim(args.calibration, args.repeats, args.trials, args.drop)
+        return 0 if all(r.ok() for r in results) else 1
+    if args.command == "calibrate":
+        out = tools.calibrate(args.assignment, args.spec, args.pairs, args.chunk, save=not args.no_save)
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=1))
+        return 0
+    if args.command == "budget":
+        out = tools.budget(args.assignment, args.spec)
+        if args.json:
+            Path(args.json).write_text(json.dumps(out, indent=1))
+        return 0
+    summary = tools.stress(args.assignment, args.times, args.busy, args.spec, args.json)
+    return 0 if summary["same_verdict"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

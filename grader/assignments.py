@@ -1,0 +1,71 @@
+"""The assignments the grader knows: what to extract, what to measure, with which settings.
+
+**What it does.** An `Assignment` names its notebook, the object the learner's solution cells must
+define, the ``grade_id`` of the performance test cell, the trusted setup code run before the
+solution cells, the runtime module the measurement processes import, and its grading specs (one
+per device kind). ``get`` and ``for_notebook`` look assignments up with clear errors.
+
+**When to use it.** Adding an exercise that is graded on speed: define an `Assignment` in its own
+module (see :mod:`grader.lesson2`) and register it in ``_MODULES``.
+
+**Expected gain.** One protocol, many exercises.
+
+**Pitfalls.** ``setup_source`` must equal the notebook's locked setup cell (a test checks it):
+it is the only notebook code besides the solution cells that reaches the measured process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+
+from grader.protocol import GradingSpec
+
+_MODULES = {"lesson2": "grader.lesson2"}
+
+
+@dataclass(frozen=True)
+class Assignment:
+    id: str
+    notebook: str  # notebook name without .ipynb
+    object_name: str  # what the solution cells must define
+    performance_cell: str  # grade_id of the test cell whose points the grader fills in
+    setup_cell: str  # grade_id of the locked setup cell
+    setup_source: str  # its code, run before the solution cells in the measured process
+    runtime_module: str  # imported by workers and parent: build_trainer, GraderData, ...
+    specs: dict[str, GradingSpec] = field(default_factory=dict)
+    timeout_s: int = 120  # nbgrader's per-cell limit for this notebook (nbgrader_config.py)
+
+    def runtime(self):
+        return importlib.import_module(self.runtime_module)
+
+    def trusted_cells(self) -> list[tuple[str, str]]:
+        return [(self.setup_cell, self.setup_source)]
+
+    def spec(self, device: str, name: str | None = None) -> GradingSpec:
+        """``name``, else ``$EFFKIT_GRADER_SPEC``, else "gpu" on CUDA and "smoke" elsewhere."""
+        name = name or os.environ.get("EFFKIT_GRADER_SPEC") or ("gpu" if device.startswith("cuda") else "smoke")
+        if name not in self.specs:
+            raise ValueError(f"unknown grading spec {name!r} for {self.id}; choose one of {sorted(self.specs)}")
+        return self.specs[name]
+
+
+def get(assignment_id: str) -> Assignment:
+    if assignment_id not in _MODULES:
+        raise ValueError(f"unknown assignment {assignment_id!r}; the grader knows {sorted(_MODULES)}")
+    return importlib.import_module(_MODULES[assignment_id]).ASSIGNMENT
+
+
+def known() -> list[str]:
+    return sorted(_MODULES)
+
+
+def for_notebook(stem: str) -> Assignment:
+    """The assignment whose notebook is called ``stem`` (e.g. "lesson2")."""
+    for aid in _MODULES:
+        a = get(aid)
+        if a.notebook == stem:
+            return a
+    raise ValueError(f"no assignment has a notebook called {stem!r}.ipynb; known: {sorted(_MODULES)} "
+                     "(pass --assignment if you renamed the file)")  # fmt: skip

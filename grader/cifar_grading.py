@@ -1,0 +1,118 @@
+"""Runtime of pipeline assignments on the CIFAR workload: what workers and the parent call.
+
+**What it does.** In a *worker*: ``build_trainer`` builds the naive CIFAR recipe with the learner's
+pipeline class (or the baseline `TorchvisionPipeline`) wrapped in an audit, ``model_of`` exposes
+its network, ``reuses_reference`` refuses the library's own `DevicePipeline` handed in as the
+answer, ``contract_check`` re-runs the notebook's correctness contract (speed only counts for a
+correct pipeline). In the *parent*: `GraderData` writes the grader's fresh training sets (secret seeds),
+builds one clean trainer per repeat for the shared initial weights, keeps the held-out set in
+memory, and evaluates the weights each worker saved.
+
+**When to use it.** Named as ``runtime_module`` by :mod:`grader.lesson2`; never imported by
+learner-facing code.
+
+**Expected gain.** The learner's pipeline runs inside the *unchanged* naive recipe: any speedup is
+the pipeline's, and the parent's evaluation uses the recipe's own ``evaluate`` on data the learner's
+process never had.
+
+**Pitfalls.** Weights come from a process that ran learner code: they are loaded with
+``torch.load(weights_only=True)`` and ``strict`` key/shape checks, nothing else is unpickled.
+"""
+
+from __future__ import annotations
+
+import secrets
+import types
+from pathlib import Path
+
+import torch
+
+from effkit.workloads import cifar
+from effkit.workloads.cifar.pipelines import DevicePipeline, DeviceTestSet
+from grader.audit import EpochAudit as EpochAudit  # re-exported for the worker
+from grader.data import grader_images, write_train_set
+from grader.lesson2 import check_contract
+
+# Imported at module level on purpose: the worker snapshots these modules' functions before any
+# learner code runs, so replacing one of them from a solution cell is detected and reported.
+
+
+def build_trainer(learner_obj, audit: EpochAudit, data_dir: str, device: str, seed: int,
+                  profile: str, hooks: dict):  # fmt: skip
+    inner = learner_obj if learner_obj is not None else cifar.TorchvisionPipeline
+    return cifar.build("naive", profile, data_dir=data_dir, device=device, seed=seed,
+                       pipeline=audit.wrap(inner), **hooks)  # fmt: skip
+
+
+def model_of(trainer) -> torch.nn.Module:
+    return trainer.model
+
+
+def reuses_reference(obj) -> str:
+    """A reason to refuse the answer when it *is* effkit's reference pipeline, else ''."""
+    if isinstance(obj, type) and issubclass(obj, DevicePipeline):
+        return ("your FastPipeline is (a subclass of) effkit's DevicePipeline, the reference answer: "
+                "write your own pipeline to earn the performance points")  # fmt: skip
+    if getattr(obj, "func", None) is DevicePipeline or obj is DevicePipeline:
+        return "your FastPipeline wraps effkit's DevicePipeline, the reference answer: write your own"
+    return ""
+
+
+def contract_check(pipeline_cls) -> str:
+    """The notebook's contract checks, run silently; '' when the pipeline passes, else why not."""
+    try:
+        check_contract(pipeline_cls if pipeline_cls is not None else cifar.TorchvisionPipeline)
+    except (AssertionError, TimeoutError) as err:
+        return f"{type(err).__name__}: {err}"
+    except Exception as err:  # anything the learner's code raises
+        return f"{type(err).__name__}: {err}"
+    return ""
+
+
+class InvalidWeights(ValueError):
+    pass
+
+
+class GraderData:
+    """The grader's data for one grading; every seed is fresh and secret."""
+
+    def __init__(self, workdir: Path, spec, device: str):
+        self.workdir, self.spec, self.device = Path(workdir), spec, device
+        self.warmup_dir = write_train_set(self.workdir / "warmup", spec.n_warmup, secrets.randbits(31))
+        self.train_dirs: list[Path] = []
+        self.seeds: list[int] = []
+        self.init_paths: list[Path] = []
+        self.trainers = []
+        hooks = dict(spec.hooks, epochs=spec.epochs)
+        for r in range(spec.repeats):
+            path = write_train_set(self.workdir / f"train{r}", spec.n_train, secrets.randbits(31))
+            seed = secrets.randbelow(2**31)
+            # A clean trainer per repeat (no learner code in this process): its initial weights are
+            # shared by both workers, so run r of A and B differ only in the input pipeline; later
+            # it evaluates the weights both workers saved.
+            trainer = cifar.build("naive", spec.profile, data_dir=path, device=device, seed=seed, **hooks)
+            init = self.workdir / f"init{r}.pt"
+            torch.save({k: v.detach().cpu() for k, v in trainer.model.state_dict().items()}, init)
+            self.train_dirs.append(path)
+            self.seeds.append(seed)
+            self.init_paths.append(init)
+            self.trainers.append(trainer)
+        images, labels = grader_images(spec.n_eval, secrets.randbits(31))  # never written to disk
+        held_out = types.SimpleNamespace(data=images, targets=labels.tolist())
+        self.eval_set = DeviceTestSet(held_out, device)
+
+    def weights_path(self, role: str, r: int) -> Path:
+        return self.workdir / f"{role}-{r}.pt"
+
+    def evaluate(self, path: Path, r: int) -> float:
+        """Accuracy of the saved weights on the held-out set, by the recipe's own evaluate()."""
+        trainer = self.trainers[r]
+        try:
+            state = torch.load(path, map_location=self.device, weights_only=True)
+            trainer.model.load_state_dict(state, strict=True)
+        except FileNotFoundError as err:
+            raise InvalidWeights(f"no trained weights were saved ({path.name})") from err
+        except Exception as err:  # unpickling refused, wrong keys or shapes
+            raise InvalidWeights(f"the trained weights do not fit the recipe's model: {err}") from err
+        trainer.test_set = self.eval_set
+        return float(trainer.evaluate())

@@ -1,0 +1,201 @@
+"""The accuracy gate: no performance points when the learner's change costs accuracy.
+
+**What it does.** Each grading trains baseline (A) and learner (B) ``repeats`` times, paired: run
+``r`` of both uses the same training data, seed and initial weights, and both are evaluated by the
+grader on the same held-out set. The gate looks at the mean paired difference ``d = acc_B - acc_A``
+(in percentage points) and **fails only drops**: higher accuracy is never penalised (it is
+flagged). Because a grading sees only a few noisy runs, the decision threshold sits below the
+nominal -0.5 pp tolerance by a margin derived from the *measured* per-pair standard deviation
+(``calibration``): ``threshold = -(tolerance + z99 * se)`` with ``se = sd_pair / sqrt(repeats)``,
+"fail when we are confident the drop exceeds the tolerance", raised to ``-1.5 + z96 * se`` if
+needed so that a real 1.5 pp drop still fails in 96% of gradings (a margin under the 95% asked).
+``simulate`` checks the error rates by Monte Carlo: a correct optimisation (true difference 0)
+must fail in < 1% of gradings and a real 1.5 pp drop must pass in < 5%.
+
+**When to use it.** Every performance grade; ``python -m grader gate-sim`` prints the rates.
+
+**Expected gain.** Verdicts that do not flip with run-to-run noise on a shared machine.
+
+**Pitfalls.** The calibration is per workload, grading spec and device class: training noise on
+a GPU with real data differs from CPU smoke runs on synthetic data. Re-calibrate
+(``python -m grader calibrate``) before trusting the gate on new hardware.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+CALIBRATION_DIR = Path(__file__).with_name("calibration")
+TOLERANCE_PP = 0.5  # the course's promise: accuracy within 0.5 pp of the baseline
+Z_ONE_SIDED_99 = 2.3263  # Phi^-1(0.99): false fails of a correct optimisation below 1%
+Z_DROP = 1.7507  # Phi^-1(0.96): a real drop of DROP_PP passes in under 4% (margin below 5%)
+DROP_PP = 1.5  # the drop the gate must catch
+HIGH_FLAG_PP = 0.5  # flag (never penalise) a learner at least this much *above* the baseline
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Paired per-run accuracy differences measured under H0 (a correct optimisation)."""
+
+    name: str
+    device: str
+    sd_pair_pp: float  # SD of one paired difference acc_B - acc_A, in pp
+    sd_run_pp: float  # SD of one baseline run's accuracy, in pp (for the report)
+    mean_pair_pp: float  # should be ~0: the reference pipeline is statistically equivalent
+    pairs: int
+    differences_pp: tuple[float, ...] = ()
+    baseline_pp: tuple[float, ...] = ()
+
+    @classmethod
+    def load(cls, name: str, directory: Path = CALIBRATION_DIR) -> Calibration:
+        path = directory / f"{name}.json"
+        if not path.is_file():
+            known = sorted(p.stem for p in directory.glob("*.json"))
+            raise FileNotFoundError(
+                f"no gate calibration {path}; run `python -m grader calibrate` on this device "
+                f"class (known calibrations: {known})"
+            )
+        data = json.loads(path.read_text())
+        data["differences_pp"] = tuple(data.get("differences_pp", ()))
+        data["baseline_pp"] = tuple(data.get("baseline_pp", ()))
+        return cls(**data)
+
+    @classmethod
+    def from_runs(cls, name: str, device: str, baseline: list[float], other: list[float]) -> Calibration:
+        """From paired accuracies (fractions) of the baseline and a correct optimisation."""
+        if len(baseline) != len(other) or len(baseline) < 3:
+            raise ValueError(f"need >= 3 paired runs, got {len(baseline)} and {len(other)}")
+        diffs = [100 * (b - a) for a, b in zip(baseline, other, strict=True)]
+        return cls(
+            name=name,
+            device=device,
+            sd_pair_pp=statistics.stdev(diffs),
+            sd_run_pp=statistics.stdev([100 * a for a in baseline]),
+            mean_pair_pp=statistics.fmean(diffs),
+            pairs=len(diffs),
+            differences_pp=tuple(round(d, 4) for d in diffs),
+            baseline_pp=tuple(round(100 * a, 4) for a in baseline),
+        )
+
+    def save(self, directory: Path = CALIBRATION_DIR) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{self.name}.json"
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+        return path
+
+
+@dataclass(frozen=True)
+class Gate:
+    repeats: int
+    sd_pair_pp: float
+    tolerance_pp: float = TOLERANCE_PP
+    z: float = Z_ONE_SIDED_99
+    z_drop: float = Z_DROP
+    drop_pp: float = DROP_PP
+
+    @property
+    def se_pp(self) -> float:
+        return self.sd_pair_pp / math.sqrt(self.repeats)
+
+    @property
+    def threshold_pp(self) -> float:
+        """Fail when the mean paired difference is below this (negative) number.
+
+        "Confidently worse than the tolerance" (-tolerance - z * se), unless that would let a real
+        ``drop_pp`` drop pass in 5% or more of gradings; then just high enough that it does not.
+        """
+        strict = -(self.tolerance_pp + self.z * self.se_pp)
+        if self.se_pp > self.max_se_pp:  # too noisy to promise both rates: favour correct work
+            return strict
+        return max(strict, -self.drop_pp + self.z_drop * self.se_pp)
+
+    @property
+    def max_se_pp(self) -> float:
+        """Largest standard error at which both error-rate requirements can hold."""
+        return self.drop_pp / (self.z + self.z_drop)
+
+    @property
+    def powered(self) -> bool:
+        return self.se_pp <= self.max_se_pp
+
+    def decide(self, diffs_pp: list[float]) -> GateVerdict:
+        mean = statistics.fmean(diffs_pp) if diffs_pp else float("nan")
+        passed = mean == mean and mean >= self.threshold_pp
+        if not passed and mean == mean:
+            why = (f"your accuracy is {mean:+.2f} pp vs the baseline (mean of {len(diffs_pp)} paired "
+                   f"runs on the grader's held-out set), below the gate at {self.threshold_pp:+.2f} pp "
+                   f"(the -{self.tolerance_pp} pp tolerance, widened by the measured run-to-run noise, "
+                   f"SE {self.se_pp:.2f} pp)")
+        elif not passed:
+            why = "no accuracy could be measured"
+        else:
+            why = f"accuracy {mean:+.2f} pp vs the baseline: within the gate ({self.threshold_pp:+.2f} pp)"
+        # Symmetric to the fail threshold: flag only gains that noise does not explain.
+        high = mean > max(HIGH_FLAG_PP, -self.threshold_pp)
+        return GateVerdict(passed, mean, self.threshold_pp, self.se_pp, high, why)
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    passed: bool
+    mean_diff_pp: float
+    threshold_pp: float
+    se_pp: float
+    suspiciously_high: bool
+    message: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SimResult:
+    repeats: int
+    threshold_pp: float
+    false_fail: float  # P(fail | true difference 0)
+    false_pass: float  # P(pass | true difference -drop_pp)
+    drop_pp: float
+    trials: int
+    method: str
+
+    def ok(self, max_false_fail: float = 0.01, max_false_pass: float = 0.05) -> bool:
+        return self.false_fail < max_false_fail and self.false_pass < max_false_pass
+
+
+def simulate(
+    gate: Gate,
+    *,
+    drop_pp: float = 1.5,
+    trials: int = 200_000,
+    seed: int = 0,
+    residuals_pp: list[float] | tuple[float, ...] = (),
+) -> SimResult:
+    """Monte Carlo error rates of ``gate``. With ``residuals_pp`` (measured paired differences),
+    resample them centred (a bootstrap, keeping their real shape); else draw normals."""
+    rng = random.Random(seed)
+    if residuals_pp:
+        centre = statistics.fmean(residuals_pp)
+        pool = [r - centre for r in residuals_pp]
+
+        def draw() -> float:
+            return rng.choice(pool)
+
+        method = f"bootstrap of {len(pool)} measured paired differences"
+    else:
+
+        def draw() -> float:
+            return rng.gauss(0.0, gate.sd_pair_pp)
+
+        method = f"normal, sd {gate.sd_pair_pp:.3f} pp"
+    fails = passes = 0
+    t = gate.threshold_pp
+    for _ in range(trials):
+        noise = sum(draw() for _ in range(gate.repeats)) / gate.repeats
+        fails += noise < t
+        passes += noise - drop_pp >= t
+    return SimResult(gate.repeats, t, fails / trials, passes / trials, drop_pp, trials, method)

@@ -1,0 +1,96 @@
+"""nbgrader integration: the preprocessor that fills in the performance cell from a clean process.
+
+**What it does.** `GradePerformance` runs in ``nbgrader autograde`` right after ``Execute``
+(configured in ``nbgrader_config.py``). For notebooks of assignments the grader knows, it takes the
+learner's solution cells (only those whose ``grade_id`` is a solution cell of the *source*
+notebook in the gradebook), grades performance with :func:`grader.perf.grade` in this process -
+nbgrader's own, where no learner code runs - and replaces the performance cell's outputs with the
+feedback block (stdout) and the points (an ``execute_result``, which nbgrader's
+``determine_grade`` reads as partial credit). It also writes ``<notebook>.grader.json`` next to
+the autograded notebook.
+
+**When to use it.** Automatically, via ``nbgrader autograde`` or ``python -m grader autograde``.
+
+**Expected gain.** The kernel never decides the performance score: a learner cell that patches
+``grader`` or ``time`` inside the kernel changes nothing (the kernel-side call only prints a
+note and returns 0 under autograding, fail-safe if this preprocessor is missing).
+
+**Pitfalls.** If the grader cannot run at all (the baseline fails), the cell gets an *error*
+output saying so - zero points that an instructor must look at, never a silent zero.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from nbformat.v4 import new_output
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Unicode
+
+from grader import assignments
+from grader.notebook import nbgrader_meta, solution_sources
+from grader.perf import GradingError, PerfResult, grade
+from grader.quiet import quiet
+
+
+def perf_outputs(result: PerfResult, execution_count: int | None) -> list:
+    """Outputs nbgrader scores as ``result.points``: stdout feedback, then the points value."""
+    return [
+        new_output("stream", name="stdout", text=result.feedback + "\n"),
+        new_output("execute_result", data={"text/plain": repr(float(result.points))},
+                   execution_count=execution_count),  # fmt: skip
+    ]
+
+
+def error_output(message: str) -> list:
+    return [new_output("error", ename="GradingError", evalue=message, traceback=[f"GradingError: {message}"])]
+
+
+def fill_performance_cell(nb, assignment, allowed_ids, spec_name: str | None = None,
+                          device: str | None = None) -> PerfResult | None:  # fmt: skip
+    """Grade ``nb``'s solution cells and write the result into its performance cell."""
+    cell = next((c for c in nb.cells if nbgrader_meta(c).get("grade_id") == assignment.performance_cell), None)
+    if cell is None:
+        return None
+    cells = [(c.grade_id, c.source) for c in solution_sources(nb, allowed_ids)]
+    max_points = float(nbgrader_meta(cell).get("points", 0))
+    try:
+        with quiet():
+            result = grade(assignment, cells, max_points, device=device, spec_name=spec_name)
+    except GradingError as err:
+        cell.outputs = error_output(str(err))
+        return None
+    cell.outputs = perf_outputs(result, cell.get("execution_count"))
+    return result
+
+
+class GradePerformance(NbGraderPreprocessor):
+    """Replace the performance cell's outputs with the grader's measurement (see module doc)."""
+
+    spec = Unicode("", help="Grading spec name (default: by device; see grader.lesson2.SPECS).").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        info = resources.get("nbgrader", {})
+        try:
+            assignment = assignments.get(info.get("assignment", ""))
+        except ValueError:
+            return nb, resources  # not an assignment graded on performance
+        if info.get("notebook") != assignment.notebook:
+            return nb, resources
+        with Gradebook(info["db_url"]) as gb:
+            try:
+                source = gb.find_notebook(info["notebook"], info["assignment"])
+                allowed = [c.name for c in source.solution_cells]
+            except MissingEntry:
+                self.log.warning("notebook %s not in the gradebook; no performance grading", info["notebook"])
+                return nb, resources
+        self.log.info("Grading performance of %s/%s", info.get("student"), info.get("notebook"))
+        result = fill_performance_cell(nb, assignment, allowed, self.spec or None)
+        if result is not None:
+            folder = Path(resources.get("metadata", {}).get("path") or ".")
+            report = dict(result.report, student=info.get("student"), notebook=info.get("notebook"))
+            (folder / f"{info['notebook']}.grader.json").write_text(json.dumps(report, indent=1))
+            self.log.info("Performance: %s / %s points", result.points, result.max_points)
+        return nb, resources

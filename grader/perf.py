@@ -1,0 +1,167 @@
+"""From a measurement to points: speed credit, accuracy gate, feedback block and JSON report.
+
+**What it does.** ``grade`` runs :func:`grader.protocol.measure` for the learner's solution cells,
+then decides: no performance points if the learner's code raised, timed out, diverged (NaN), failed
+the audit, reused the reference answer, or failed the accuracy gate; otherwise the speed credit of
+:mod:`grader.targets` (full at the device's target, linear down to the floor). It returns a
+`PerfResult` with the points, a human-readable feedback block (printed to stdout in notebooks) and
+a JSON-able report.
+
+**When to use it.** From the nbgrader preprocessor, ``python -m grader check`` and
+``python -m grader perf`` (what the notebook's performance cell runs when a learner runs it).
+
+**Expected gain.** One decision procedure everywhere, so the learner's own check and the
+instructor's autograding agree.
+
+**Pitfalls.** :class:`GradingError` means the grader could not grade at all (the baseline
+failed): callers must report it as such, never as zero points for the learner.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from dataclasses import asdict, dataclass, field
+
+from grader import gate as gates
+from grader.protocol import Measurement, WorkerFailed, measure
+from grader.targets import Target, target_for
+
+FALLBACK_SD_PAIR_PP = 1.0  # used (and flagged) when no calibration exists for a device class
+
+
+class GradingError(RuntimeError):
+    """The grader itself could not run (not the learner's fault)."""
+
+
+@dataclass
+class PerfResult:
+    points: float
+    max_points: float
+    feedback: str
+    report: dict = field(default_factory=dict)
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_gate(assignment_id: str, spec, device_class: str) -> tuple[gates.Gate, str, list[str]]:
+    name = f"{assignment_id}-{spec.calibration_name}-{device_class}"
+    try:
+        cal = gates.Calibration.load(name)
+        return gates.Gate(spec.repeats, cal.sd_pair_pp), name, []
+    except FileNotFoundError:
+        note = (f"the accuracy gate is not calibrated for {name}; using a conservative "
+                f"{FALLBACK_SD_PAIR_PP} pp per-pair SD (instructors: python -m grader calibrate)")  # fmt: skip
+        return gates.Gate(spec.repeats, FALLBACK_SD_PAIR_PP), "fallback", [note]
+
+
+def grade(assignment, cells: list[tuple[str, str]], max_points: float, *, device: str | None = None,
+          spec_name: str | None = None, progress=print) -> PerfResult:  # fmt: skip
+    from effkit.measure import device_name
+
+    device = device or default_device()
+    name = device_name(device)
+    target = target_for(assignment.id, name)
+    spec = assignment.spec(device, spec_name)
+    gate, calibration, notes = load_gate(assignment.id, spec, target.device_class)
+    progress(f"Measuring on {name}: baseline vs your pipeline, {spec.repeats} paired runs ...")
+    if not cells:
+        m = Measurement(device=name, spec=spec)
+        m.problems.append(f"no solution cell found: keep the cell that defines {assignment.object_name} "
+                          "(with its nbgrader metadata) in the notebook")  # fmt: skip
+    else:
+        try:
+            m = measure(assignment, cells, spec, device, progress=progress)
+        except WorkerFailed as err:
+            raise GradingError(f"the grader could not run the baseline: {err}\n{err.detail}") from err
+    m.device = name
+    return decide(m, target, gate, max_points, calibration, notes, assignment.id)
+
+
+def decide(m: Measurement, target: Target, gate: gates.Gate, max_points: float, calibration: str,
+           notes: list[str], assignment_id: str) -> PerfResult:  # fmt: skip
+    reasons = list(m.problems)
+    if m.error is not None:
+        reasons.insert(0, str(m.error))
+    diffs = m.accuracy_diffs_pp()
+    verdict = gate.decide(diffs) if diffs else None
+    speedup = m.speedup()
+    credit = 0.0
+    if not reasons and verdict is not None:
+        if not verdict.passed:
+            reasons.append("no performance points: " + verdict.message)
+        else:
+            credit = target.credit(speedup)
+    flags = list(m.flags) + notes
+    if verdict is not None and verdict.suspiciously_high:
+        flags.append(f"your accuracy is {verdict.mean_diff_pp:+.2f} pp above the baseline: not penalised, "
+                     "but unusual for a pipeline change - check you did not change the training")  # fmt: skip
+    points = round(credit * max_points, 2)
+    report = {
+        "assignment": assignment_id,
+        "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": m.device,
+        "device_class": target.device_class,
+        "spec": asdict(m.spec),
+        "target": target.to_dict(),
+        "runs": [asdict(t) | {"samples_per_s": t.samples / t.seconds} for t in m.runs],
+        "warmup_s": m.warmup_s,
+        "speed_ratios": m.speed_ratios(),
+        "speedup": speedup if m.pairs() else None,
+        "accuracy_diffs_pp": diffs,
+        "gate": verdict.to_dict() if verdict else None,
+        "gate_calibration": calibration,
+        "credit": credit,
+        "points": points,
+        "max_points": max_points,
+        "problems": reasons,
+        "flags": flags,
+        "error": ({"kind": m.error.kind, "message": str(m.error), "detail": m.error.detail}
+                  if m.error else None),  # fmt: skip
+        "phases_s": m.phases_s,
+    }
+    return PerfResult(points, max_points, feedback_text(report), report)
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def feedback_text(r: dict) -> str:
+    t = r["target"]
+    lines = [f"== effkit grader: {r['assignment']} performance ==",
+             f"device     {r['device']}  (class {r['device_class']})"]  # fmt: skip
+    spec = r["spec"]
+    lines.append(f"protocol   {spec['repeats']} paired runs of {spec['epochs']} epochs x "
+                 f"{spec['n_train']} images of the grader's own data, half-epoch chunks interleaved ABBA; warm-up excluded; timed by the grader")  # fmt: skip
+    for role, label in (("baseline", "baseline"), ("learner", "yours")):
+        runs = [x for x in r["runs"] if x["role"] == role]
+        if runs:
+            secs = [x["seconds"] for x in runs]
+            lines.append(f"{label:10s} {_median(secs):7.2f} s/run ({_median([x['samples_per_s'] for x in runs]):7.0f} "
+                         f"img/s)   runs: " + " ".join(f"{s:.2f}" for s in secs))  # fmt: skip
+    if r["speedup"] is not None:
+        ratios = r["speed_ratios"]
+        lines.append(f"speedup    {r['speedup']:.2f}x (median of {len(ratios)} back-to-back chunk pairs, range {min(ratios):.2f}-"
+                     f"{max(ratios):.2f}); target {t['target']:.2f}x, floor {t['floor']:.2f}x ({t['source']})")  # fmt: skip
+    g = r["gate"]
+    if g:
+        accs = [(x["role"], x["accuracy"]) for x in r["runs"] if x["accuracy"] is not None]
+        base = _median([a for role, a in accs if role == "baseline"]) * 100
+        mine = _median([a for role, a in accs if role == "learner"]) * 100
+        lines.append(f"accuracy   baseline {base:.2f}%, yours {mine:.2f}% on the grader's held-out set; "
+                     f"paired mean {g['mean_diff_pp']:+.2f} pp, gate {g['threshold_pp']:+.2f} pp: "
+                     + ("pass" if g["passed"] else "FAIL"))  # fmt: skip
+    for p in r["problems"]:
+        lines.append(f"problem    {p}")
+    if r["error"] and r["error"]["detail"]:
+        lines.append("           " + r["error"]["detail"].replace("\n", "\n           "))
+    for f in r["flags"]:
+        lines.append(f"flag       {f}")
+    lines.append(f"points     {r['points']:g} / {r['max_points']:g}"
+                 + (f"  (speed credit {r['credit']:.0%})" if not r["problems"] else ""))  # fmt: skip
+    return "\n".join(lines)

@@ -1,0 +1,205 @@
+"""Correctness checks for a CIFAR input pipeline (the lesson-2 contract), with exact pixel tests.
+
+**What it does.** Builds a *probe* dataset whose pixels encode where they came from (red = source
+row, green = source column, blue = image id, all >= 1 so the zero padding stands out), runs the
+learner's pipeline over it and decodes every output image: which source image it is, at which crop
+offset, flipped or not. Then it checks, with messages that say what was expected and what came
+out: types, dtypes, shapes, device, ``len()``, normalisation with ``CIFAR_MEAN``/``CIFAR_STD``,
+every sample exactly once per epoch, labels aligned with their images, each image an exact 32x32
+crop of its 4-pixel zero-padded source (mirrored or not), reshuffling and augmentation spread.
+
+**When to use it.** In the notebook's test cells (``grader.lesson2.check_*``) and ``grader check``.
+
+**Expected gain.** Bugs found in milliseconds, on a 96-image set, with the exact pixel at fault -
+before the learner spends minutes on a timed run.
+
+**Pitfalls.** Each check runs under a time limit (SIGALRM, main thread only); a pipeline that
+loops forever is stopped with a clear message instead of hanging the notebook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import math
+import signal
+import tempfile
+import threading
+
+import numpy as np
+import torch
+
+PAD = 4
+CHECK_SECONDS = 20
+
+
+class CheckTimeout(BaseException):  # BaseException: a learner's `except Exception` cannot eat it
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, what: str):
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def stop(signum, frame):
+        raise CheckTimeout(what)
+
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except CheckTimeout as err:
+        raise TimeoutError(
+            f"{err} did not finish within {seconds:.0f} s, so the check was stopped. An infinite "
+            "loop? (e.g. a while-loop that never reaches the last, partial batch)"
+        ) from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def expect(ok: bool, message: str) -> None:
+    if not ok:
+        raise AssertionError(message)
+
+
+@functools.lru_cache(maxsize=1)
+def _template_dataset():
+    from effkit.workloads.cifar.data import load_cifar, make_synthetic_cifar
+
+    root = tempfile.mkdtemp(prefix="effkit-probe-")
+    make_synthetic_cifar(root, n_train=5, n_test=1, seed=0)
+    return load_cifar(root, train=True)
+
+
+def probe_dataset(n: int, seed: int = 0):
+    """A torchvision CIFAR10 (transform=None) of ``n`` <= 250 images encoding their origin."""
+    expect(n <= 250, "probe datasets hold at most 250 images")
+    rows, cols = np.mgrid[0:32, 0:32]
+    images = np.empty((n, 32, 32, 3), np.uint8)
+    images[..., 0] = 10 + 7 * rows
+    images[..., 1] = 10 + 7 * cols
+    images[..., 2] = (1 + np.arange(n))[:, None, None]
+    rng = np.random.default_rng(seed)
+    labels = rng.permutation(np.arange(n) % 10).tolist()
+    ds = copy.copy(_template_dataset())
+    ds.data, ds.targets = images, labels
+    return ds
+
+
+def build(cls, dataset, batch_size: int, device: str = "cpu", seed: int = 0):
+    name = getattr(cls, "__name__", "your pipeline")
+    call = f"{name}(dataset, batch_size={batch_size}, device={device!r}, seed={seed})"
+    with time_limit(CHECK_SECONDS, call):
+        try:
+            return cls(dataset, batch_size, device, seed)
+        except Exception as err:
+            raise AssertionError(f"{call} raised {type(err).__name__}: {err}") from err
+
+
+def one_epoch(pipe, n: int, what: str = "one epoch") -> list[tuple[torch.Tensor, torch.Tensor]]:
+    batches, seen = [], 0
+    with time_limit(CHECK_SECONDS, f"iterating {what}"):
+        for batch in pipe:
+            expect(isinstance(batch, tuple | list) and len(batch) == 2,
+                   f"expected each batch to be a pair (x, y), got {type(batch).__name__}")  # fmt: skip
+            x, y = batch
+            expect(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor),
+                   f"expected x and y to be tensors, got {type(x).__name__} and {type(y).__name__}")  # fmt: skip
+            batches.append((x, y))
+            seen += int(y.shape[0]) if y.dim() else 1
+            expect(seen <= n, f"one epoch yielded more than the dataset's {n} samples")
+    return batches
+
+
+def check_batches(batches, n: int, batch_size: int, device: str) -> None:
+    want_batches, last = expected_len(n, batch_size), n - batch_size * (expected_len(n, batch_size) - 1)
+    expect(len(batches) == want_batches,
+           f"expected every image exactly once per epoch: {n} images in {want_batches} batches of "
+           f"{batch_size} (the last with {last}), got {len(batches)} batches")  # fmt: skip
+    for i, (x, y) in enumerate(batches):
+        at = f"batch {i}"
+        expect(x.dtype == torch.float32, f"{at}: expected x.dtype float32, got {x.dtype}")
+        expect(y.dtype == torch.int64, f"{at}: expected y.dtype int64, got {y.dtype}")
+        expect(x.dim() == 4 and tuple(x.shape[1:]) == (3, 32, 32),
+               f"{at}: expected x of shape B x 3 x 32 x 32, got {tuple(x.shape)}")  # fmt: skip
+        expect(y.shape == (x.shape[0],), f"{at}: expected y of shape ({x.shape[0]},), got {tuple(y.shape)}")
+        expect(x.device.type == torch.device(device).type and y.device.type == torch.device(device).type,
+               f"{at}: expected x and y on {device}, got {x.device} and {y.device}")  # fmt: skip
+        want = batch_size if i < len(batches) - 1 else n - batch_size * (len(batches) - 1)
+        expect(x.shape[0] == want, f"{at}: expected {want} samples, got {x.shape[0]}")
+
+
+def decode(x: torch.Tensor) -> torch.Tensor:
+    """Undo the normalisation; returns int64 B x 32 x 32 x 3 pixel values (checked)."""
+    from effkit.workloads.cifar.data import CIFAR_MEAN, CIFAR_STD
+
+    x = x.detach().to("cpu", torch.float64)
+    expect(bool(torch.isfinite(x).all()), "x contains NaN or inf: check the normalisation")
+    mean = torch.tensor(CIFAR_MEAN, dtype=torch.float64).view(1, 3, 1, 1)
+    std = torch.tensor(CIFAR_STD, dtype=torch.float64).view(1, 3, 1, 1)
+    raw = (x * std + mean) * 255
+    lo, hi = raw.min().item(), raw.max().item()
+    expect(lo > -0.5 and hi < 255.5,
+           f"expected x = (pixel / 255 - CIFAR_MEAN) / CIFAR_STD; de-normalising gives values in "
+           f"[{lo:.1f}, {hi:.1f}] instead of [0, 255] (missing /255, or wrong mean/std?)")  # fmt: skip
+    err = (raw - raw.round()).abs().max().item()
+    expect(err < 0.02, f"expected x = (pixel / 255 - CIFAR_MEAN) / CIFAR_STD per channel; "
+                       f"de-normalising gives non-integer pixels (off by up to {err:.2f})")  # fmt: skip
+    return raw.round().to(torch.int64).permute(0, 2, 3, 1)
+
+
+def locate(img: np.ndarray, source: np.ndarray) -> tuple[int, int, int, bool]:
+    """(image id, row offset, column offset, flipped) that explain ``img`` exactly, or fail."""
+    fg = img.max(axis=-1) > 0
+    expect(fg.sum() >= 28 * 28, "an image is mostly black: more than 4 px of padding in it")
+    ids = np.unique(img[..., 2][fg])
+    expect(len(ids) == 1, f"an image mixes pixels of several source images (ids {ids[:5].tolist()})")
+    k = int(ids[0]) - 1
+    expect(0 <= k < len(source), f"an image has an unknown id {k}")
+    r, c = np.nonzero(fg)
+    dy = (img[r, c, 0] - 10) // 7 - r + PAD
+    dxf = (img[r, c, 1] - 10) // 7 + c  # constant when flipped: src_col = (31 - c) + dx - PAD
+    dxn = (img[r, c, 1] - 10) // 7 - c  # constant when not flipped
+    flipped = len(np.unique(dxf)) == 1 and len(np.unique(dxn)) > 1
+    dx = int(dxf[0]) - 31 + PAD if flipped else int(dxn[0]) + PAD
+    oy = int(dy[0])
+    padded = np.pad(source[k], ((PAD, PAD), (PAD, PAD), (0, 0)))
+    expect(0 <= oy <= 2 * PAD and 0 <= dx <= 2 * PAD,
+           f"image {k}: not a crop within the 4-pixel padding (offset {oy - PAD:+d}, {dx - PAD:+d})")  # fmt: skip
+    want = padded[oy : oy + 32, dx : dx + 32]
+    if flipped:
+        want = want[:, ::-1]
+    expect(np.array_equal(img, want),
+           f"image {k}: not an exact 32x32 crop of the zero-padded (4 px) image, mirrored or not "
+           f"({int((img != want).any(-1).sum())} pixels differ)")  # fmt: skip
+    return k, oy, dx, flipped
+
+
+def epoch_record(batches, dataset) -> dict:
+    """Decode an epoch: order of ids, offsets and flips; checks each sample once, labels aligned."""
+    source, targets = np.asarray(dataset.data), list(dataset.targets)
+    order, offsets, flips = [], [], []
+    for x, y in batches:
+        pixels = decode(x).numpy()
+        labels = y.detach().cpu().tolist()
+        for img, label in zip(pixels, labels, strict=True):
+            k, oy, ox, fl = locate(img, source)
+            expect(label == targets[k], f"image {k} came with label {label}, expected {targets[k]} "
+                                        "(labels must stay aligned with their images)")  # fmt: skip
+            order.append(k)
+            offsets.append((oy, ox))
+            flips.append(fl)
+    missing = sorted(set(range(len(source))) - set(order))
+    dupes = len(order) - len(set(order))
+    expect(not missing and not dupes,
+           f"expected every image exactly once per epoch; {len(missing)} missing (e.g. {missing[:3]}), "
+           f"{dupes} repeated")  # fmt: skip
+    return {"order": order, "offsets": offsets, "flips": flips}
+
+
+def expected_len(n: int, batch_size: int) -> int:
+    return math.ceil(n / batch_size)

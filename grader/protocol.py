@@ -1,0 +1,266 @@
+"""The performance protocol: baseline vs learner in fresh processes, timed and judged by the parent.
+
+**What it does.** ``measure`` starts two fresh worker processes (:mod:`grader.worker`): A runs the
+baseline recipe, B the same recipe with the learner's solution cells. The parent (this process,
+where no learner code ever runs) writes its *own* synthetic training sets with secret seeds, keeps
+its held-out evaluation set in memory only, and drives the workers over dedicated pipes:
+
+1. start-up and loading of the learner's cells (B reports tampering: flagged, no effect);
+2. one warm-up run each on a small separate dataset (not scored);
+3. ``repeats`` paired runs: run ``r`` of both uses training set ``r``, seed ``r`` and the same
+   initial weights (saved by the parent). The runs advance one epoch at a time, interleaved
+   A B B A A B ..., each epoch ("chunk") timed by the parent's ``perf_counter`` (captured at
+   import) from sending the command to receiving "done"; the first chunk includes building the
+   pipeline, so no work can hide in a constructor. The idle worker's process group is
+   SIGSTOPped, so it cannot steal CPU from the one being timed;
+4. the parent loads each run's saved weights into a clean model and evaluates them on its own
+   held-out set, then applies the accuracy gate (:mod:`grader.gate`) and the speed credit
+   (:mod:`grader.targets`).
+
+Speed is the time for a fixed amount of work: ``epochs`` passes over ``n_train`` samples, each
+epoch proven complete by the audit (:mod:`grader.audit`). The speedup is the median over the
+back-to-back chunk pairs of ``time_A / time_B``; per-run throughput is reported too.
+
+**When to use it.** Through :func:`grader.perf.grade` (notebook cells, ``grader check``, the
+nbgrader preprocessor).
+
+**Expected gain.** Verdicts a learner cannot fake and noise cannot flip (see grader/README.md).
+
+**Pitfalls.** Learner code can still fork a process out of the stopped group; the audit and the
+parent-side evaluation make such tricks visible rather than impossible.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.notebook import to_python
+from grader.supervisor import Worker, WorkerFailed, _clock, boosted_self, start_worker
+
+__all__ = ["GradingSpec", "Measurement", "Timing", "WorkerFailed", "measure"]
+
+
+@dataclass(frozen=True)
+class GradingSpec:
+    """The grader's own measurement settings (the same for baseline and learner)."""
+
+    name: str
+    profile: str  # workload profile passed to build()
+    n_train: int  # training images per repeat (a fresh set per repeat)
+    n_eval: int  # held-out images, generated in the parent only
+    n_warmup: int  # images in the warm-up set
+    epochs: int
+    repeats: int
+    hooks: dict = field(default_factory=dict)  # recipe overrides, e.g. {"lr": 0.02}
+    chunks_per_epoch: int = 2  # timed chunks per epoch: more back-to-back pairs, a steadier median
+    timeout_factor: float = 3.0  # learner run limit: this x the baseline's time ...
+    min_timeout_s: float = 20.0  # ... plus this much
+    startup_timeout_s: float = 240.0
+    load_timeout_s: float = 30.0
+    calibration: str = ""  # gate calibration to use (default: this spec's name)
+
+    @property
+    def calibration_name(self) -> str:
+        return self.calibration or self.name
+
+
+@dataclass
+class Timing:
+    role: str
+    repeat: int
+    seconds: float
+    samples: int
+    accuracy: float | None = None
+
+
+@dataclass
+class Measurement:
+    """Raw outcome of the protocol; :mod:`grader.perf` turns it into points and feedback."""
+
+    device: str
+    spec: GradingSpec
+    runs: list[Timing] = field(default_factory=list)
+    chunks: list[tuple[str, int, int, float]] = field(default_factory=list)  # role, run, chunk, s
+    warmup_s: dict = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # any one of these means no points
+    flags: list[str] = field(default_factory=list)  # reported, no effect on points
+    error: WorkerFailed | None = None
+    phases_s: dict = field(default_factory=dict)
+
+    def pairs(self) -> list[tuple[Timing, Timing]]:
+        a = {t.repeat: t for t in self.runs if t.role == "baseline"}
+        b = {t.repeat: t for t in self.runs if t.role == "learner"}
+        return [(a[r], b[r]) for r in sorted(a) if r in b]
+
+    def speed_ratios(self) -> list[float]:
+        """time_A / time_B for each pair of chunks (same run, same epoch, back to back)."""
+        a = {(r, k): s for role, r, k, s in self.chunks if role == "baseline"}
+        b = {(r, k): s for role, r, k, s in self.chunks if role == "learner"}
+        return [a[key] / b[key] for key in sorted(a) if key in b]
+
+    def speedup(self) -> float:
+        ratios = self.speed_ratios()
+        return statistics.median(ratios) if ratios else float("nan")
+
+    def accuracy_diffs_pp(self) -> list[float]:
+        return [100 * (tb.accuracy - ta.accuracy) for ta, tb in self.pairs()
+                if ta.accuracy is not None and tb.accuracy is not None]  # fmt: skip
+
+
+def _private_dir() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="effkit-grader-"))
+    path.chmod(0o700)
+    return path
+
+
+def measure(assignment, cells: list[tuple[str, str]], spec: GradingSpec, device: str,
+            progress=print) -> Measurement:  # fmt: skip
+    """Run the protocol for ``cells`` (name, source) of the learner; see the module docstring.
+
+    Raises :class:`WorkerFailed` only when the *baseline* fails (the grader could not run);
+    anything the learner's code does wrong ends up in ``Measurement.error`` / ``.problems``.
+    """
+    with boosted_self():  # our own work (data, evaluation) at the workers' priority when allowed
+        return _measure(assignment, cells, spec, device, progress)
+
+
+def _measure(assignment, cells, spec: GradingSpec, device: str, progress) -> Measurement:
+    import shutil
+
+    runtime = assignment.runtime()
+    t_start = _clock()
+    workdir = _private_dir()
+    out = Measurement(device=device, spec=spec)
+    workers: dict[str, Worker] = {}
+    try:
+        for role in ("baseline", "learner"):
+            workers[role] = start_worker(role, workdir, {
+                "assignment_module": assignment.runtime_module, "device": device, "role": role})  # fmt: skip
+        data = runtime.GraderData(workdir, spec, device)  # writes sets while workers import
+        out.phases_s["data"] = _clock() - t_start
+        for w in workers.values():
+            w.expect("ready", spec.startup_timeout_s, "starting up")
+            w.pause()
+        out.phases_s["startup"] = _clock() - t_start
+        a, b = workers["baseline"], workers["learner"]
+        plain = []
+        for name, source in cells:  # the worker is plain Python, not IPython: drop magics, say so
+            code, dropped = to_python(source)
+            plain.append((name, code))
+            out.flags += [f"ignored IPython syntax in {name}, {d}" for d in dropped]
+        b.send(cmd="load", cells=[*assignment.trusted_cells(), *plain], object_name=assignment.object_name)
+        loaded, _ = b.expect("loaded", spec.load_timeout_s, "running your solution cells")
+        b.pause()
+        if loaded["replaced"]:
+            out.flags.append("your code replaced " + ", ".join(loaded["replaced"][:6]) +
+                             " - ignored: the grader's clock and evaluation run in other processes")  # fmt: skip
+        if loaded["reference_reused"]:
+            out.problems.append(loaded["reference_reused"])
+            return out
+        hooks = dict(spec.hooks, epochs=1)
+        limit = spec.startup_timeout_s
+        for w in (a, b):  # warm-up: allocator, thread pools, lazy imports; not scored
+            begin = {"data_dir": str(data.warmup_dir), "seed": 0, "hooks": hooks, "profile": spec.profile}
+            t_go = w.send(cmd="chunk", begin=begin, part=[0, 1], finish=True)
+            done, t_end = w.expect("done", limit, "the warm-up run")
+            w.pause()
+            out.warmup_s[w.role] = t_end - t_go
+            _collect(out, w.role, done, warmup=True)
+            limit = spec.min_timeout_s + spec.timeout_factor * out.warmup_s["baseline"]
+        # Audit problems do not stop the protocol: the runs and the grader's own evaluation still
+        # happen, so the report shows everything that is wrong (e.g. skipped training AND accuracy).
+        # The correctness contract, untimed: speed only counts for a correct pipeline. The baseline
+        # runs it too, so both processes reach the timed runs with the same history.
+        a.send(cmd="check")
+        checked, _ = a.expect("checked", spec.startup_timeout_s, "the correctness checks")
+        a.pause()
+        if checked["problem"]:
+            raise WorkerFailed(f"the baseline failed the contract checks: {checked['problem']}", role="baseline")
+        b.send(cmd="check")
+        checked, _ = b.expect("checked", spec.min_timeout_s + 60, "the correctness checks")
+        b.pause()
+        _collect(out, "learner", checked, warmup=True)
+        if checked["problem"]:
+            out.problems.append("your pipeline fails the grader's correctness checks, and speed only "
+                                f"counts for a correct pipeline: {checked['problem']}")  # fmt: skip
+            return out
+        out.phases_s["warmup"] = _clock() - t_start
+        _timed_runs(out, a, b, data, spec, progress)
+        out.phases_s["runs"] = _clock() - t_start
+        for w in workers.values():
+            w.close()
+        for t in out.runs:
+            try:
+                t.accuracy = data.evaluate(data.weights_path(t.role, t.repeat), t.repeat)
+            except runtime.InvalidWeights as err:
+                if t.role == "baseline":
+                    raise
+                out.problems.append(f"run {t.repeat + 1}: {err}")
+        out.phases_s["evaluation"] = _clock() - t_start
+        return out
+    except WorkerFailed as err:
+        if err.role == "baseline":
+            raise  # the grader itself could not run: not the learner's fault, no verdict
+        out.error = err
+        return out
+    finally:
+        for w in workers.values():
+            w.close()
+        out.phases_s["total"] = _clock() - t_start
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec, progress) -> None:
+    """``repeats`` paired runs of ``epochs`` epochs, advanced in chunks of 1/``chunks_per_epoch``
+    epoch, interleaved A B B A A B ...
+
+    Chunk ``c`` of run ``r`` is the same work on both sides (the first also builds the recipe, the
+    last also audits and saves); the two sides do it back to back, so load that changes over
+    seconds hits both halves of each pair alike.
+    """
+    hooks = dict(spec.hooks, epochs=spec.epochs)
+    parts = spec.chunks_per_epoch
+    seconds: dict[tuple[str, int], float] = {}
+    i = 0
+    for r in range(spec.repeats):
+        begin = {"data_dir": str(data.train_dirs[r]), "seed": data.seeds[r], "hooks": hooks,
+                 "profile": spec.profile, "init_path": str(data.init_paths[r])}  # fmt: skip
+        for c in range(spec.epochs * parts):
+            last = c == spec.epochs * parts - 1
+            for w in ((a, b) if i % 2 == 0 else (b, a)):  # ABBA: linear drift cancels
+                base = [x[3] for x in out.chunks if x[0] == "baseline" and x[2] == c]
+                limit = (spec.startup_timeout_s if not base else
+                         spec.min_timeout_s + spec.timeout_factor * max(base))  # fmt: skip
+                t_go = w.send(cmd="chunk", begin=begin if c == 0 else None, part=[c % parts, parts],
+                              finish=last, weights_path=str(data.weights_path(w.role, r)))  # fmt: skip
+                event, t_end = w.expect("done" if last else "chunk_done", limit,
+                                        f"epoch {c // parts + 1} of run {r + 1}")  # fmt: skip
+                w.pause()
+                out.chunks.append((w.role, r, c, t_end - t_go))
+                seconds[w.role, r] = seconds.get((w.role, r), 0.0) + t_end - t_go
+                if last:
+                    _collect(out, w.role, event, warmup=False)
+            i += 1
+        for role in ("baseline", "learner"):
+            out.runs.append(Timing(role, r, seconds[role, r], spec.n_train * spec.epochs))
+            progress(f"  run {r + 1}/{spec.repeats} {role:8s} {seconds[role, r]:6.2f} s")
+
+
+def _collect(out: Measurement, role: str, done: dict, warmup: bool) -> None:
+    phase = "warm-up" if warmup else "timed run"
+    problems = done.get("audit", {}).get("problems", [])
+    if problems and role == "baseline":  # the reference failed its own audit: a grader bug
+        raise WorkerFailed(f"baseline {phase} failed the audit: {problems}", role="baseline")
+    for problem in problems:
+        text = f"your pipeline ({phase}): {problem}"
+        if text not in out.problems:
+            out.problems.append(text)
+    changed = done.get("replaced") or []
+    if changed and role == "learner":
+        note = ("your code replaced " + ", ".join(changed[:6]) +
+                " - ignored: the grader's clock and evaluation run in other processes")  # fmt: skip
+        if note not in out.flags:
+            out.flags.append(note)

@@ -1,0 +1,224 @@
+"""The measured process: trains one recipe on command; the *parent* holds the clock.
+
+**What it does.** ``python -m grader.worker CONFIG EVT_FD CMD_FD`` is started fresh by
+:mod:`grader.protocol`, once for the baseline and once for the learner. It reads one JSON command
+per line from ``CMD_FD`` and answers with JSON events on ``EVT_FD`` - dedicated pipes, never
+stdout, which learner code may print to. The learner worker first executes the trusted setup cell
+and the learner's *solution cells* (nothing else from the notebook), then records whether that
+code replaced ``time.*`` clocks or effkit/grader functions (reported, never trusted: the parent
+times everything). Each ``run`` builds the recipe on the grader's data with the given seed and
+initial weights, trains the grader's fixed number of epochs through an *audited* pipeline that
+counts every sample and label of every epoch, checks the weights are finite, and saves them for the
+parent to evaluate in a process where no learner code ever ran.
+
+**When to use it.** Only through :mod:`grader.protocol`.
+
+**Expected gain.** Tamper resistance: nothing this process reports about speed or accuracy is
+believed; it only says when it starts and finishes, and what the pipeline yielded.
+
+**Pitfalls.** Learner code shares this process, so it *could* forge events; the design makes that
+pointless (parent-side clock, parent-side evaluation, the idle worker is SIGSTOPped).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import linecache
+import os
+import sys
+import time
+import traceback
+import types
+from pathlib import Path
+
+TIME_FUNCTIONS = ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
+                  "monotonic_ns", "process_time")  # fmt: skip
+WATCHED_PREFIXES = ("effkit", "grader")
+GRADER_MODULES = ("grader.audit", "grader.gate", "grader.lesson2", "grader.notebook",
+                  "grader.perf", "grader.pipeline_checks", "grader.protocol", "grader.quiet", "grader.supervisor",
+                  "grader.targets")  # fmt: skip
+
+
+class Diverged(RuntimeError):
+    """The weights became NaN/inf."""
+
+
+class Channel:
+    """JSON lines over two pipes: events out, commands in."""
+
+    def __init__(self, evt_fd: int, cmd_fd: int):
+        self.out = os.fdopen(evt_fd, "w", buffering=1)
+        self.inp = os.fdopen(cmd_fd, "r")
+
+    def send(self, event: str, **data) -> None:
+        self.out.write(json.dumps({"event": event, **data}) + "\n")
+        self.out.flush()
+
+    def receive(self) -> dict | None:
+        line = self.inp.readline()
+        return json.loads(line) if line else None
+
+
+def snapshot() -> dict[str, object]:
+    """Identity of every clock and every function/class attribute of effkit and grader modules."""
+    state: dict[str, object] = {f"time.{n}": getattr(time, n) for n in TIME_FUNCTIONS}
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith(WATCHED_PREFIXES) or not isinstance(mod, types.ModuleType):
+            continue
+        state[f"sys.modules[{name}]"] = mod
+        for attr, value in list(vars(mod).items()):
+            if callable(value):
+                state[f"{name}.{attr}"] = value
+            if isinstance(value, type) and value.__module__ == name:
+                # Resolve through the MRO (raw dict entries, so identities are stable): an override
+                # *added* to a subclass (NaiveTrainer.evaluate) changes the resolved object too.
+                resolved: dict[str, object] = {}
+                for klass in reversed(value.__mro__[:-1]):
+                    resolved.update(vars(klass))
+                for cattr, cvalue in resolved.items():
+                    if callable(cvalue) or isinstance(cvalue, staticmethod | classmethod | property):
+                        state[f"{name}.{attr}.{cattr}"] = cvalue
+    return state
+
+
+def replaced(before: dict[str, object]) -> list[str]:
+    """Names whose object changed (or vanished) since ``before``."""
+    after = snapshot()
+    missing = object()
+    return sorted(k for k, v in before.items() if after.get(k, missing) is not v)
+
+
+def _short_traceback(err: BaseException, limit: int = 12) -> str:
+    lines = traceback.format_exception(type(err), err, err.__traceback__)
+    text = "".join(lines)
+    tail = text.splitlines()[-limit:]
+    return "\n".join(tail)
+
+
+class Worker:
+    def __init__(self, config: dict, channel: Channel):
+        self.config = config
+        self.channel = channel
+        for name in GRADER_MODULES:  # so that replacing any of their functions is detected
+            importlib.import_module(name)
+        self.assignment = importlib.import_module(config["assignment_module"])
+        self._contract_check = self.assignment.contract_check  # bound before learner code runs
+        import torch  # noqa: F401  (imported here so the parent sees import time as start-up)
+
+        self.device = config["device"]
+        self.learner_object = None
+        self.before = snapshot()  # clocks and effkit/grader functions before any learner code
+
+    # -- learner code -----------------------------------------------------------------------
+    def load(self, cmd: dict) -> None:
+        module = types.ModuleType("learner_solution")
+        module.__file__ = "<learner solution cells>"
+        sys.modules["learner_solution"] = module
+        for name, source in cmd["cells"]:
+            filename = f"<cell {name}>"
+            linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+            code = compile(source, filename, "exec")  # tracebacks now show the learner's lines
+            exec(code, module.__dict__)  # noqa: S102 - running the submission is the point
+        changed = replaced(self.before)
+        obj = module.__dict__.get(cmd["object_name"])
+        if obj is None:
+            raise LookupError(
+                f"your solution cells define no {cmd['object_name']!r}; keep that name for your class"
+            )
+        self.learner_object = obj
+        self.channel.send("loaded", replaced=changed,
+                          reference_reused=self.assignment.reuses_reference(obj))  # fmt: skip
+
+    def check(self) -> None:
+        # The check function was imported before any learner code ran (module import at start-up);
+        # patching it from a solution cell is reported as tampering by `replaced`.
+        problem = self._contract_check(self.learner_object)
+        self.channel.send("checked", problem=problem, replaced=replaced(self.before))
+
+    # -- training ---------------------------------------------------------------------------
+    def chunk(self, cmd: dict) -> None:
+        """One timed chunk of a run: optionally build it, train part ``j`` of ``parts`` of the
+        next epoch (or whole epochs), optionally finish it (drain and audit the last epoch, check
+        and save the weights)."""
+        import torch
+
+        from effkit.measure import sync
+
+        if cmd.get("begin"):
+            self._begin(cmd["begin"])
+        trainer, model, audit = self.trainer, self.model, self.audit
+        j, parts = cmd.get("part", (0, 1))
+        spe = trainer.steps_per_epoch
+        n = min(round((j + 1) * spe / parts) - round(j * spe / parts), trainer.total_steps - self.steps)
+        if n > 0:
+            trainer.train_steps(n)
+            sync(self.device)
+            self.steps += n
+        if j == parts - 1:
+            self.epoch += 1
+        bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+        if bad:
+            raise Diverged(f"training diverged: NaN/inf in the weights ({bad[0]}, ...) in epoch "
+                           f"{self.epoch + (j < parts - 1)}, i.e. the loss became NaN. " + audit.nan_hint())  # fmt: skip
+        if not cmd.get("finish"):
+            self.channel.send("chunk_done", epoch=self.epoch)
+            return
+        audit.finish(trainer.pipeline, self.epoch)
+        if cmd.get("weights_path"):
+            torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, cmd["weights_path"])
+        # Learner code also runs *during* training (the pipeline): look for tampering again.
+        self.channel.send("done", audit=audit.report(), steps=self.steps, replaced=replaced(self.before))
+
+    def _begin(self, spec: dict) -> None:
+        import torch
+
+        self.audit = self.assignment.EpochAudit()
+        self.trainer = self.assignment.build_trainer(
+            self.learner_object, self.audit, spec["data_dir"], self.device, spec["seed"],
+            spec["profile"], spec["hooks"],
+        )
+        self.model = self.assignment.model_of(self.trainer)
+        if spec.get("init_path"):  # the parent's initial weights: runs r of A and B start equal
+            state = torch.load(spec["init_path"], map_location=self.device, weights_only=True)
+            self.model.load_state_dict(state)
+        self.steps, self.epoch = 0, 0
+
+    def serve(self) -> None:
+        self.channel.send("ready", pid=os.getpid())
+        while True:
+            cmd = self.channel.receive()
+            if cmd is None or cmd.get("cmd") == "exit":
+                return
+            try:
+                if cmd["cmd"] == "load":
+                    self.load(cmd)
+                elif cmd["cmd"] == "chunk":
+                    self.chunk(cmd)
+                elif cmd["cmd"] == "check":
+                    self.check()
+                else:
+                    raise ValueError(f"unknown command {cmd['cmd']!r}")
+            except Diverged as err:
+                self.channel.send("error", kind="nan", message=str(err))
+            except BaseException as err:  # noqa: BLE001 - report anything the learner's code raises
+                self.channel.send("error", kind="exception", message=f"{type(err).__name__}: {err}",
+                                  traceback=_short_traceback(err))  # fmt: skip
+                if isinstance(err, KeyboardInterrupt | SystemExit):
+                    return
+
+
+def main(argv: list[str]) -> int:
+    config = json.loads(Path(argv[1]).read_text())
+    channel = Channel(int(argv[2]), int(argv[3]))
+    try:
+        Worker(config, channel).serve()
+    except BaseException as err:  # noqa: BLE001 - start-up failures must reach the parent too
+        channel.send("error", kind="startup", message=f"{type(err).__name__}: {err}",
+                     traceback=_short_traceback(err))  # fmt: skip
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

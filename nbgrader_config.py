@@ -1,0 +1,60 @@
+"""nbgrader configuration for the effkit course (nbgrader 0.9).
+
+Layout (all relative to the course root, `$EFFKIT_COURSE_ROOT` or this repository):
+    solutions/<assignment>/   nbgrader *source* notebooks (instructors)
+    exercises/<assignment>/   *release* notebooks, generated: `nbgrader generate_assignment lesson2 --force`
+    course/                   private, git-ignored ($EFFKIT_COURSE_DIR): submitted/, autograded/,
+                              feedback/, gradebook.db, exchange/, grader_targets.json (overrides)
+
+Performance cells are graded by `grader.nbgrader_plugin.GradePerformance`, which runs right after
+nbgrader's Execute step, in this (nbgrader's) process - never in the learner's kernel.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+c = get_config()  # noqa: F821 - provided by traitlets when it loads this file
+
+ROOT = Path(os.environ.get("EFFKIT_COURSE_ROOT") or Path(__file__).resolve().parent).resolve()
+COURSE = os.environ.get("EFFKIT_COURSE_DIR", "course")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # so nbgrader can import `grader`
+(ROOT / COURSE).mkdir(parents=True, exist_ok=True)  # sqlite cannot create the gradebook's folder
+
+c.CourseDirectory.course_id = "effkit"
+c.CourseDirectory.root = str(ROOT)
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "exercises"
+c.CourseDirectory.submitted_directory = f"{COURSE}/submitted"
+c.CourseDirectory.autograded_directory = f"{COURSE}/autograded"
+c.CourseDirectory.feedback_directory = f"{COURSE}/feedback"
+c.CourseDirectory.solution_directory = f"{COURSE}/released_solutions"
+c.CourseDirectory.db_url = f"sqlite:///{ROOT / COURSE / 'gradebook.db'}"
+c.Exchange.root = str(ROOT / COURSE / "exchange")  # not /srv/nbgrader: no root rights needed
+
+# Learners get a stub that fails loudly until they write their code.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+
+# Per-cell execution limit, by assignment. Training happens in the grader's own processes (the
+# performance cell only prints a note under autograding), so notebook cells are short: building
+# the naive recipe and the correctness checks. The limit is taken from the assignment named on the
+# command line (`nbgrader autograde lesson2`), else the default.
+CELL_TIMEOUT_S = {"lesson2": 120}
+_named = [a for a in sys.argv[1:] if a in CELL_TIMEOUT_S]
+c.Execute.timeout = CELL_TIMEOUT_S[_named[0]] if _named else 300
+c.Execute.interrupt_on_timeout = True  # a stuck cell scores 0; the following cells still run
+
+# Performance grading: right after Execute, before nbgrader reads the scores.
+c.Autograde.autograde_preprocessors = [
+    "nbgrader.preprocessors.Execute",
+    "grader.nbgrader_plugin.GradePerformance",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
+# Formgrader / labextension behind a proxy: scope the cookie to the whole site.
+c.IdentityProvider.cookie_options = {"path": "/"}

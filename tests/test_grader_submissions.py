@@ -1,0 +1,179 @@
+"""Tamper resistance and bad input, end to end: real nbgrader autograde and the grader's protocol.
+
+One ``nbgrader autograde`` run (through ``python -m grader autograde``) grades several students at
+once in a temporary course root; the remaining submissions go straight through the grader's
+performance protocol. Submissions live in tests/submissions/ (see its README).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader import assignments
+from grader.notebook import read_notebook, solution_ids, solution_sources
+from grader.perf import grade
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+SUBMISSIONS = ROOT / "tests" / "submissions"
+LESSON2 = assignments.get("lesson2")
+# student -> submission graded through nbgrader in one batch
+STUDENTS = {"ada": "correct", "tom": "tamper_time", "lee": "locked_edit", "ray": "raises",
+            "ivy": "infinite_loop", "mal": "malformed"}  # fmt: skip
+
+
+SPEC = "smoke"  # the CPU grading spec, as learners get it (grader/lesson2.py)
+
+
+def _env(root: Path) -> dict:
+    env = dict(os.environ, EFFKIT_COURSE_ROOT=str(root), EFFKIT_GRADER_SPEC=SPEC)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """A temporary course: generate the release from solutions/, submit, autograde everyone."""
+    root = tmp_path_factory.mktemp("course")
+    shutil.copytree(ROOT / "solutions", root / "solutions")
+    env = _env(root)
+    gen = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "lesson2", "--force"],
+                         cwd=ROOT, env=env, capture_output=True, text=True)  # fmt: skip
+    assert gen.returncode == 0, gen.stderr[-3000:]
+    for student, name in STUDENTS.items():
+        folder = root / "course" / "submitted" / student / "lesson2"
+        folder.mkdir(parents=True)
+        shutil.copy(SUBMISSIONS / f"{name}.ipynb", folder / "lesson2.ipynb")
+    run = subprocess.run([sys.executable, "-m", "grader", "autograde", "lesson2"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=1500)  # fmt: skip
+    return root, run
+
+
+def _cell_scores(root: Path) -> dict[str, dict[str, float]]:
+    from nbgrader.api import Gradebook, MissingEntry
+
+    scores = {}
+    with Gradebook(f"sqlite:///{root / 'course' / 'gradebook.db'}") as gb:
+        for student in STUDENTS:
+            try:
+                nb = gb.find_submission_notebook("lesson2", "lesson2", student)
+            except MissingEntry:
+                continue
+            scores[student] = {g.name: g.score for g in nb.grades}
+    return scores
+
+
+def _report(root: Path, student: str) -> dict:
+    return json.loads((root / "course" / "autograded" / student / "lesson2" / "lesson2.grader.json").read_text())
+
+
+def _outputs(root: Path, student: str, grade_id: str) -> str:
+    nb = nbformat.read(root / "course" / "autograded" / student / "lesson2" / "lesson2.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    return "\n".join(o.get("text", "") + o.get("ename", "") + ": " + o.get("evalue", "") + str(o.get("data", ""))
+                     for o in cell.outputs)  # fmt: skip
+
+
+def test_autograde_ran_and_reports_the_cohort(course):
+    root, run = course
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "mal " in run.stdout and "not a valid notebook" in run.stdout
+    assert (root / "course" / "grades.csv").is_file()
+    assert (root / "course" / "reports" / "lesson2_cohort.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_correct_solution_gets_full_marks(course):
+    root, _ = course
+    assert _cell_scores(root)["ada"] == {"test_contract": 3, "test_augmentation": 2, "test_speed": 5}
+    report = _report(root, "ada")
+    assert report["gate"]["passed"] and report["speedup"] >= report["target"]["target"]
+    assert "CPU" in report["device"] and report["target"]["device_class"] == "cpu"
+
+
+def test_clock_and_grader_tampering_is_flagged_and_has_no_effect(course):
+    root, _ = course
+    report = _report(root, "tom")
+    # tom's pipeline is the correct one, so it earns speed credit: full marks on a quiet machine,
+    # partial when other jobs squeeze the margin (measured 1.18x under load average 5). The
+    # cell's score is exactly the grader's verdict, whatever the kernel's patched function said.
+    assert _cell_scores(root)["tom"]["test_speed"] == report["points"] > 0
+    flags = " ".join(report["flags"])
+    for name in ("time.perf_counter", "time.time", "time.monotonic", "grader.protocol._clock", "grader.perf.grade"):
+        assert name in flags
+    # the measured speed is the real one: a 10x slower clock would have made it ~10x larger
+    assert report["speedup"] < 3 * _report(root, "ada")["speedup"]
+    # the kernel's patched grade_performance returned 5.0; the grader's own output replaced it
+    assert "== effkit grader" in _outputs(root, "tom", "test_speed")
+
+
+def test_edited_locked_cells_are_restored_by_nbgrader(course):
+    root, _ = course
+    assert _cell_scores(root)["lee"] == {"test_contract": 0, "test_augmentation": 0, "test_speed": 0}
+    assert "expected x = (pixel / 255 - CIFAR_MEAN) / CIFAR_STD" in _outputs(root, "lee", "test_contract")
+    assert "correctness checks" in " ".join(_report(root, "lee")["problems"])
+
+
+def test_a_raising_cell_scores_zero_with_the_error_and_the_rest_is_graded(course):
+    root, _ = course
+    assert _cell_scores(root)["ray"] == {"test_contract": 3, "test_augmentation": 0, "test_speed": 0}
+    assert "RuntimeError" in _outputs(root, "ray", "test_augmentation")
+    assert "RuntimeError" in " ".join(_report(root, "ray")["problems"])
+
+
+def test_an_infinite_loop_times_out_per_check(course):
+    root, _ = course
+    assert _cell_scores(root)["ivy"] == {"test_contract": 3, "test_augmentation": 0, "test_speed": 0}
+    assert "did not finish within" in _outputs(root, "ivy", "test_augmentation")
+    assert "did not finish" in " ".join(_report(root, "ivy")["problems"])
+
+
+def test_a_malformed_notebook_leaves_the_gradebook_intact(course):
+    root, run = course
+    scores = _cell_scores(root)
+    assert "mal" not in scores and {"ada", "tom", "lee", "ray", "ivy"} <= set(scores)
+    assert not (root / "course" / "autograded" / "mal").exists()
+    check = subprocess.run([sys.executable, "-m", "grader", "check", str(SUBMISSIONS / "malformed.ipynb"),
+                            "--assignment", "lesson2"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    assert check.returncode == 2 and "is not a valid notebook file" in check.stdout
+
+
+# -- the protocol directly (no kernel): speed and accuracy verdicts ----------------------------
+def _grade(name: str):
+    nb = read_notebook(SUBMISSIONS / f"{name}.ipynb")
+    source = read_notebook(ROOT / "solutions" / "lesson2" / "lesson2.ipynb")
+    cells = [(c.grade_id, c.source) for c in solution_sources(nb, solution_ids(source))]
+    return grade(LESSON2, cells, 5.0, spec_name=SPEC, progress=lambda _: None).report
+
+
+def test_correct_but_no_faster_gets_no_performance_points():
+    r = _grade("no_faster")
+    assert r["points"] == 0 and not r["problems"] and r["gate"]["passed"]
+    assert r["speedup"] < r["target"]["floor"]
+
+
+def test_an_accuracy_drop_gets_no_performance_points_and_says_why():
+    r = _grade("accuracy_drop")
+    assert r["points"] == 0 and not r["gate"]["passed"]
+    assert "below the gate" in " ".join(r["problems"]) and r["gate"]["mean_diff_pp"] < -5
+
+
+def test_skipped_training_and_hard_coded_accuracy_are_caught():
+    r = _grade("skip_training")
+    assert r["points"] == 0
+    text = " ".join(r["problems"])
+    assert "iterated for 0 epoch(s)" in text  # the audit: no sample went through the pipeline
+    assert r["gate"]["mean_diff_pp"] < -50  # the grader's own evaluation: near chance, not 99%
+    assert "NaiveTrainer.evaluate" in " ".join(r["flags"])
+
+
+def test_nan_loss_gets_a_clear_message():
+    r = _grade("nan_loss")
+    assert r["points"] == 0 and r["error"]["kind"] == "nan"
+    assert "NaN" in r["error"]["message"] and "normalisation" in r["error"]["message"]

@@ -1,0 +1,232 @@
+"""The grader's pieces in isolation: targets, gate, notebooks, stderr capture, checks, audit."""
+
+import json
+import os
+import sys
+import warnings
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+
+from grader import assignments, gate, pipeline_checks, targets
+from grader.audit import EpochAudit
+from grader.lesson2 import SETUP_SOURCE, check_augmentation, check_contract, check_hidden
+from grader.notebook import NotebookError, read_notebook, solution_ids, solution_sources, to_python
+from grader.quiet import PREFIX, quiet
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCE = os.path.join(ROOT, "solutions", "lesson2", "lesson2.ipynb")
+RELEASE = os.path.join(ROOT, "exercises", "lesson2", "lesson2.ipynb")
+
+
+# -- targets ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, cls", [
+    ("CPU Intel(R) Xeon(R) Processor (2 threads)", "cpu"), ("NVIDIA H100 80GB HBM3", "h100"),
+    ("NVIDIA H200", "h100"), ("NVIDIA A100-SXM4-40GB", "a100"), ("NVIDIA L4", "l4"),
+    ("NVIDIA L40S", "gpu"), ("Tesla T4", "t4"), ("NVIDIA GeForce RTX 4090", "gpu"),
+])  # fmt: skip
+def test_device_classes_match_whole_names(name, cls):
+    assert targets.device_class(name) == cls
+
+
+def test_credit_is_linear_between_floor_and_target_and_overrides_apply(tmp_path):
+    t = targets.target_for("lesson2", "CPU test")
+    assert t.credit(t.floor) == 0 and t.credit(t.target) == 1 and t.credit(10) == 1
+    assert t.credit((t.floor + t.target) / 2) == pytest.approx(0.5)
+    assert t.credit(float("nan")) == 0
+    path = tmp_path / "targets.json"
+    path.write_text(json.dumps({"lesson2": {"cpu": {"target": 3.0}}}))
+    custom = targets.target_for("lesson2", "CPU test", path)
+    assert custom.target == 3.0 and custom.floor == t.floor and custom.source == str(path)
+    path.write_text(json.dumps({"lesson2": {"cpu": {"target": 1.0, "floor": 2.0}}}))
+    with pytest.raises(ValueError, match="floor < target"):
+        targets.target_for("lesson2", "CPU test", path)
+
+
+# -- accuracy gate ------------------------------------------------------------------------------
+def test_gate_fails_only_drops_and_flags_gains():
+    g = gate.Gate(repeats=2, sd_pair_pp=0.3)
+    assert g.decide([0.1, -0.2]).passed
+    high = g.decide([1.5, 2.5])
+    assert high.passed and high.suspiciously_high
+    low = g.decide([-3.0, -2.0])
+    assert not low.passed and "below the gate" in low.message
+    assert -1.5 < g.threshold_pp < -0.5
+
+
+@pytest.mark.parametrize("spec", ["smoke"])
+def test_calibrated_gate_meets_the_error_rate_requirements(spec):
+    """Monte Carlo with the paired accuracy noise measured on real baseline runs (calibration)."""
+    s = assignments.get("lesson2").specs[spec]
+    cal = gate.Calibration.load(f"lesson2-{s.calibration_name}-cpu")
+    g = gate.Gate(s.repeats, cal.sd_pair_pp)
+    assert cal.pairs >= 10 and g.powered
+    for res in (gate.simulate(g, trials=40_000, seed=1),
+                gate.simulate(g, trials=40_000, seed=2, residuals_pp=cal.differences_pp)):  # fmt: skip
+        assert res.false_fail < 0.01, res
+        assert res.false_pass < 0.05, res
+
+
+def test_gate_simulation_detects_an_underpowered_gate():
+    res = gate.simulate(gate.Gate(repeats=1, sd_pair_pp=2.0), trials=20_000)
+    assert not res.ok()
+
+
+# -- notebooks ----------------------------------------------------------------------------------
+def test_malformed_notebooks_get_clear_errors(tmp_path):
+    with pytest.raises(NotebookError, match="does not exist"):
+        read_notebook(tmp_path / "nope.ipynb")
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text(open(RELEASE).read()[:300])
+    with pytest.raises(NotebookError, match=r"bad\.ipynb is not a valid notebook file.*Revert"):
+        read_notebook(bad)
+    bad.write_text("")
+    with pytest.raises(NotebookError, match="empty"):
+        read_notebook(bad)
+    bad.write_text('{"cells": 3}')
+    with pytest.raises(NotebookError, match="not a valid Jupyter notebook"):
+        read_notebook(bad)
+
+
+def test_only_genuine_solution_cells_are_carried():
+    source = read_notebook(SOURCE)
+    nb = read_notebook(RELEASE)
+    allowed = solution_ids(source)
+    assert allowed == ["fast_pipeline"]
+    forged = nbformat.v4.new_code_cell("import time; time.perf_counter = lambda: 0")
+    forged.metadata["nbgrader"] = {"solution": True, "grade_id": "my_helper", "grade": False}
+    relabelled = nbformat.v4.new_code_cell("x = 1")
+    relabelled.metadata["nbgrader"] = {"solution": True, "grade_id": "test_speed", "grade": False}
+    duplicate = nbformat.v4.new_code_cell("y = 2")
+    duplicate.metadata["nbgrader"] = {"solution": True, "grade_id": "fast_pipeline", "grade": False}
+    nb.cells += [forged, relabelled, duplicate]
+    cells = solution_sources(nb, allowed)
+    assert [c.grade_id for c in cells] == ["fast_pipeline"]
+    assert "class FastPipeline" in cells[0].source
+
+
+def test_magics_become_comments_on_the_same_lines():
+    code, dropped = to_python("%timeit f()\nx = 1\nfor i in range(2):\n    !pip install foo\n")
+    assert code.splitlines()[1] == "x = 1" and len(dropped) == 2
+    compile(code, "<cell>", "exec")
+
+
+def test_setup_cell_is_what_the_grader_runs_before_solution_cells():
+    for path in (SOURCE, RELEASE):
+        cell = next(c for c in read_notebook(path).cells
+                    if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")  # fmt: skip
+        assert cell.source == SETUP_SOURCE
+        assert cell.metadata["nbgrader"]["locked"]
+
+
+# -- stderr never reaches a graded cell ---------------------------------------------------------
+def test_quiet_routes_python_fd_and_warning_output_to_stdout(capfd):
+    with quiet():
+        print("to stderr", file=sys.stderr)
+        os.write(2, b"from C code\n")
+        warnings.warn("deprecated thing", DeprecationWarning, stacklevel=1)
+    out, err = capfd.readouterr()
+    assert err == ""
+    assert f"{PREFIX}to stderr" in out and f"{PREFIX}from C code" in out and "deprecated thing" in out
+
+
+# -- correctness checks -------------------------------------------------------------------------
+class Float64Pipeline:
+    def __init__(self, dataset, batch_size, device, seed):
+        from effkit.workloads.cifar import TorchvisionPipeline
+
+        self.inner = TorchvisionPipeline(dataset, batch_size, device, seed, num_workers=0)
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __iter__(self):
+        for x, y in self.inner:
+            yield x.double(), y
+
+
+class Variant(Float64Pipeline):
+    """The reference pipeline with one mistake, chosen by ``mistake``."""
+
+    mistake = ""
+
+    def __iter__(self):
+        for x, y in self.inner:
+            if self.mistake == "labels":
+                y = y.roll(1)
+            elif self.mistake == "drop_last" and len(y) < 32:
+                continue
+            elif self.mistake == "vertical":
+                x = x.flip(2)
+            yield x, y
+
+
+@pytest.mark.parametrize("mistake, message", [
+    ("labels", r"image \d+ came with label \d, expected \d"),
+    ("drop_last", "expected every image exactly once per epoch"),
+    ("vertical", "crop"),
+])  # fmt: skip
+def test_contract_failures_say_what_was_expected(mistake, message):
+    cls = type(f"Broken{mistake}", (Variant,), {"mistake": mistake})
+    with pytest.raises(AssertionError, match=message):
+        check_contract(cls) if mistake != "drop_last" else check_hidden(cls)
+
+
+def test_dtype_message_names_expected_and_actual():
+    with pytest.raises(AssertionError, match="expected x.dtype float32, got torch.float64"):
+        check_contract(Float64Pipeline)
+
+
+def test_reference_pipelines_pass_every_check():
+    from effkit.workloads.cifar import DevicePipeline
+
+    for check in (check_contract, check_augmentation, check_hidden):
+        check(DevicePipeline)
+
+
+def test_a_pipeline_that_never_ends_is_stopped(monkeypatch):
+    class Forever(Float64Pipeline):
+        def __iter__(self):
+            while True:
+                pass
+            yield
+
+    monkeypatch.setattr(pipeline_checks, "CHECK_SECONDS", 1)
+    with pytest.raises(TimeoutError, match="did not finish within 1 s"):
+        check_contract(Forever)
+
+
+# -- audit --------------------------------------------------------------------------------------
+def test_audit_counts_every_sample_and_catches_a_short_epoch():
+    from effkit.workloads.cifar import DevicePipeline
+
+    ds = pipeline_checks.probe_dataset(70)
+    for drop_last, ok in ((False, True), (True, False)):
+        audit = EpochAudit()
+        cls = audit.wrap(lambda d, b, dev, s, dl=drop_last: DevicePipeline(d, b, dev, s, drop_last=dl))
+        pipe = cls(ds, 32, "cpu", 0)
+        for _ in range(2):
+            for _x, _y in pipe:
+                pass
+        audit.finish(pipe, expected_epochs=2)
+        assert (audit.problems == []) is ok, audit.problems
+    assert "expected every one of the 70 samples once" in audit.problems[0]
+
+
+def test_audit_flags_changed_labels_and_skipped_epochs():
+    from effkit.workloads.cifar import DevicePipeline
+
+    class Relabel(DevicePipeline):
+        def __iter__(self):
+            for x, y in super().__iter__():
+                yield x, torch.zeros_like(y)
+
+    audit = EpochAudit()
+    pipe = audit.wrap(Relabel)(pipeline_checks.probe_dataset(40), 16, "cpu", 0)
+    list(pipe)
+    audit.finish(pipe, expected_epochs=3)
+    text = " ".join(audit.problems)
+    assert "label counts" in text and "iterated for 1 epoch(s)" in text
+    assert np.sum(audit.expected_counts) == 40

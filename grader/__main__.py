@@ -33,6 +33,9 @@ def _perf(args) -> int:
     except (NotebookError, ValueError) as err:
         print(f"grader perf: {err}")
         return 2
+    if a.performance_cell is None:
+        print(f"grader perf: {a.id} has no timed grading; use `python -m grader check`")
+        return 2
     perf_cell = next(c for c in source.cells if nbgrader_meta(c).get("grade_id") == a.performance_cell)
     cells = [(c.grade_id, c.source) for c in solution_sources(nb, solution_ids(source))]
     try:

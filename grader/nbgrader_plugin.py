@@ -51,6 +51,8 @@ def error_output(message: str) -> list:
 def fill_performance_cell(nb, assignment, allowed_ids, spec_name: str | None = None,
                           device: str | None = None) -> PerfResult | None:  # fmt: skip
     """Grade ``nb``'s solution cells and write the result into its performance cell."""
+    if assignment.performance_cell is None:
+        return None  # graded by the notebook's own test cells only
     cell = next((c for c in nb.cells if nbgrader_meta(c).get("grade_id") == assignment.performance_cell), None)
     if cell is None:
         return None

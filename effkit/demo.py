@@ -11,12 +11,12 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
-from effkit import bench
+from effkit import bench  # imported before torch: it sets OMP_WAIT_POLICY (see effkit.bench)
 
 
 def choose_profiles(data: str | None, cifar_data: str | None) -> dict[str, tuple[str, str | None]]:
+    import torch
+
     if torch.cuda.is_available():
         return {"bert": ("gpu", data), "cifar": ("gpu", cifar_data)}
     return {"bert": ("cpu" if data else "smoke", data),

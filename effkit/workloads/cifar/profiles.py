@@ -65,7 +65,9 @@ PROFILES: dict[str, Profile] = {
         max_train=None,
         max_test=None,
         real_target=None,
-        target=0.70,  # synthetic data: both recipes plateau near 0.82-0.86 after 2 epochs
+        # Synthetic data: both recipes end their 2 epochs at 0.92-0.94 and pass 0.80 after 1-1.5
+        # epochs (2 seeds each), so the target sits near the plateau, not on the steep part.
+        target=0.80,
         eval_every_epochs=0.25,
         naive_depth=10,
         naive_width=16,

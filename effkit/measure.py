@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -105,19 +106,41 @@ def cost_to_target(seconds: float, dollars_per_hour: float) -> float:
     return seconds / 3600.0 * dollars_per_hour
 
 
+def _vm_hwm_bytes() -> int | None:
+    """The process's resident-set high-water mark (Linux), which ``reset_peak_memory`` can reset."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # reported in kB
+    except OSError:
+        pass
+    return None
+
+
 def peak_memory_bytes(device: torch.device | str = "cpu") -> int:
-    """Peak memory: CUDA's allocator peak on GPUs, the process's peak RSS on CPU."""
+    """Peak memory: CUDA's allocator peak on GPUs, the process's peak RSS on CPU (since the last
+    ``reset_peak_memory`` where Linux allows resetting it, else since the process started)."""
     dev = torch.device(device)
     if dev.type == "cuda":
         return int(torch.cuda.max_memory_allocated(dev))
+    hwm = _vm_hwm_bytes()
+    if hwm is not None:
+        return hwm
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB
 
 
 def reset_peak_memory(device: torch.device | str = "cpu") -> None:
+    """Start a new peak: CUDA's allocator statistics, or the RSS high-water mark on Linux (without
+    it, two recipes measured in one process would both report the first one's peak)."""
     dev = torch.device(device)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
+        return
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # "5" resets VmHWM to the current RSS
+    except OSError:
+        pass
 
 
 class StepTimer:

@@ -1,4 +1,5 @@
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +13,8 @@ from effkit.measure import (
     cost_to_target,
     mfu,
     peak_flops,
+    peak_memory_bytes,
+    reset_peak_memory,
     train_flops,
 )
 from effkit.profiling import profile_steps
@@ -129,3 +132,16 @@ def test_profiler_writes_a_trace_perfetto_can_open(tmp_path):
     assert "traceEvents" in trace and len(trace["traceEvents"]) > 0
     names = [name for name, _ in res.top_ops]
     assert any("addmm" in n or "mm" in n for n in names), names
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="Linux only")
+def test_cpu_peak_memory_is_in_bytes_and_resets_between_runs():
+    reset_peak_memory("cpu")
+    big = torch.ones(256 * 2**20 // 4)  # 256 MiB, touched
+    big.add_(1)
+    during = peak_memory_bytes("cpu")
+    del big
+    reset_peak_memory("cpu")
+    after = peak_memory_bytes("cpu")
+    # bytes, not KiB: the peak covers the 256 MiB tensor; a new run does not inherit it
+    assert during - after > 200 * 2**20, (during, after)

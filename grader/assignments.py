@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from grader.protocol import GradingSpec
 
-_MODULES = {"lesson2": "grader.lesson2"}
+_MODULES = {"lesson2": "grader.lesson2", "lesson3": "grader.lesson3"}
 
 
 @dataclass(frozen=True)

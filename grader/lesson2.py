@@ -17,13 +17,6 @@ the measured process runs it before the solution cells.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
-
 from grader.assignments import Assignment
 from grader.pipeline_checks import (
     CHECK_SECONDS,
@@ -144,28 +137,7 @@ def check_hidden(pipeline_cls) -> None:
 
 
 def grade_performance(notebook: str = "lesson2.ipynb") -> float | None:
-    """The performance check. Under ``nbgrader autograde`` it is done by the grader outside this
-    kernel (its preprocessor fills in this cell); run interactively, it grades the solution cells
-    *saved* in ``notebook`` in fresh processes and returns the points."""
-    mode = os.environ.get("NBGRADER_EXECUTION")
-    if mode == "autograde":
-        print("Performance is measured by the grader outside this notebook's kernel; "
-              "its feedback replaces this output.")  # fmt: skip
-        return 0.0  # fail-safe: without the grader's preprocessor this cell earns nothing
-    if mode == "validate":
-        print("Skipped while validating: run `python -m grader check lesson2.ipynb` to measure.")
-        return None
-    path = Path(notebook)
-    if not path.is_file():
-        raise FileNotFoundError(f"cannot find {path.resolve()}: run this cell from the folder of your "
-                                "notebook, or pass grade_performance(notebook='path/to/lesson2.ipynb')")  # fmt: skip
-    print(f"Grading the solution cells *saved* in {path} (save the notebook first) ...", flush=True)
-    with quiet(), tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "report.json"
-        cmd = [sys.executable, "-m", "grader", "perf", str(path), "--json", str(out)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for line in proc.stdout:
-            print(line, end="", flush=True)
-        if proc.wait() != 0 or not out.is_file():
-            raise RuntimeError(f"the grader could not run (exit code {proc.returncode}); see above")
-        return json.loads(out.read_text())["points"]
+    """The performance check: see :func:`grader.perf.grade_saved_notebook`."""
+    from grader.perf import grade_saved_notebook
+
+    return grade_saved_notebook(notebook)

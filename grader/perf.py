@@ -68,7 +68,7 @@ def grade(assignment, cells: list[tuple[str, str]], max_points: float, *, device
     target = target_for(assignment.id, name)
     spec = assignment.spec(device, spec_name)
     gate, calibration, notes = load_gate(assignment.id, spec, target.device_class)
-    progress(f"Measuring on {name}: baseline vs your pipeline, {spec.repeats} paired runs ...")
+    progress(f"Measuring on {name}: baseline vs your code, {spec.repeats} paired runs ...")
     if not cells:
         m = Measurement(device=name, spec=spec)
         m.problems.append(f"no solution cell found: keep the cell that defines {assignment.object_name} "
@@ -137,13 +137,14 @@ def feedback_text(r: dict) -> str:
              f"device     {r['device']}  (class {r['device_class']})"]  # fmt: skip
     spec = r["spec"]
     lines.append(f"protocol   {spec['repeats']} paired runs of {spec['epochs']} epochs x "
-                 f"{spec['n_train']} images of the grader's own data, half-epoch chunks interleaved ABBA; warm-up excluded; timed by the grader")  # fmt: skip
+                 f"{spec['n_train']} samples of the grader's own data, {spec.get('chunks_per_epoch', 2)} chunks per epoch "
+                 "interleaved ABBA; warm-up excluded; timed by the grader")  # fmt: skip
     for role, label in (("baseline", "baseline"), ("learner", "yours")):
         runs = [x for x in r["runs"] if x["role"] == role]
         if runs:
             secs = [x["seconds"] for x in runs]
             lines.append(f"{label:10s} {_median(secs):7.2f} s/run ({_median([x['samples_per_s'] for x in runs]):7.0f} "
-                         f"img/s)   runs: " + " ".join(f"{s:.2f}" for s in secs))  # fmt: skip
+                         f"samples/s)   runs: " + " ".join(f"{s:.2f}" for s in secs))  # fmt: skip
     if r["speedup"] is not None:
         ratios = r["speed_ratios"]
         lines.append(f"speedup    {r['speedup']:.2f}x (median of {len(ratios)} back-to-back chunk pairs, range {min(ratios):.2f}-"
@@ -165,3 +166,42 @@ def feedback_text(r: dict) -> str:
     lines.append(f"points     {r['points']:g} / {r['max_points']:g}"
                  + (f"  (speed credit {r['credit']:.0%})" if not r["problems"] else ""))  # fmt: skip
     return "\n".join(lines)
+
+
+def grade_saved_notebook(notebook: str) -> float | None:
+    """What a notebook's performance cell runs. Under ``nbgrader autograde`` the grader does the
+    work outside this kernel (its preprocessor fills in the cell), so this only prints a note and
+    returns 0 (fail-safe: without the preprocessor the cell earns nothing). Run interactively, it
+    grades the solution cells *saved* in ``notebook`` in fresh processes (``python -m grader
+    perf``) and returns the points."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from grader.quiet import quiet
+
+    mode = os.environ.get("NBGRADER_EXECUTION")
+    if mode == "autograde":
+        print("Performance is measured by the grader outside this notebook's kernel; "
+              "its feedback replaces this output.")  # fmt: skip
+        return 0.0
+    if mode == "validate":
+        print(f"Skipped while validating: run `python -m grader check {notebook}` to measure.")
+        return None
+    path = Path(notebook)
+    if not path.is_file():
+        raise FileNotFoundError(f"cannot find {path.resolve()}: run this cell from the folder of your "
+                                f"notebook, or pass grade_performance(notebook='path/to/{path.name}')")  # fmt: skip
+    print(f"Grading the solution cells *saved* in {path} (save the notebook first) ...", flush=True)
+    with quiet(), tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "report.json"
+        cmd = [sys.executable, "-m", "grader", "perf", str(path), "--json", str(out)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+        if proc.wait() != 0 or not out.is_file():
+            raise RuntimeError(f"the grader could not run (exit code {proc.returncode}); see above")
+        return json.loads(out.read_text())["points"]

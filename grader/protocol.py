@@ -184,8 +184,8 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress) -> Mea
         b.pause()
         _collect(out, "learner", checked, warmup=True)
         if checked["problem"]:
-            out.problems.append("your pipeline fails the grader's correctness checks, and speed only "
-                                f"counts for a correct pipeline: {checked['problem']}")  # fmt: skip
+            out.problems.append("your code fails the grader's correctness checks, and speed only "
+                                f"counts for correct code: {checked['problem']}")  # fmt: skip
             return out
         out.phases_s["warmup"] = _clock() - t_start
         _timed_runs(out, a, b, data, spec, progress)
@@ -255,7 +255,7 @@ def _collect(out: Measurement, role: str, done: dict, warmup: bool) -> None:
     if problems and role == "baseline":  # the reference failed its own audit: a grader bug
         raise WorkerFailed(f"baseline {phase} failed the audit: {problems}", role="baseline")
     for problem in problems:
-        text = f"your pipeline ({phase}): {problem}"
+        text = f"your code ({phase}): {problem}"
         if text not in out.problems:
             out.problems.append(text)
     changed = done.get("replaced") or []

@@ -35,7 +35,7 @@ from pathlib import Path
 TIME_FUNCTIONS = ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
                   "monotonic_ns", "process_time")  # fmt: skip
 WATCHED_PREFIXES = ("effkit", "grader")
-GRADER_MODULES = ("grader.audit", "grader.gate", "grader.lesson2", "grader.notebook",
+GRADER_MODULES = ("grader.audit", "grader.gate", "grader.lesson2", "grader.lesson3", "grader.notebook",
                   "grader.perf", "grader.pipeline_checks", "grader.protocol", "grader.quiet", "grader.supervisor",
                   "grader.targets")  # fmt: skip
 

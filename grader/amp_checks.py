@@ -1,0 +1,136 @@
+"""Behaviour probes for a mixed-precision train step: what lesson 3's checks observe, not its source.
+
+**What it does.** Small, fast instruments for ``amp_train_step(model, batch, optimizer, policy,
+scaler, max_grad_norm)``: `ProbeModel` (a tiny Hugging-Face-shaped classifier that records the
+dtype of its matmul output and whether autocast was on, and can be *poisoned* to produce NaN
+gradients), `SpyScaler` (a real, enabled CPU ``GradScaler`` that logs the order of its calls),
+`SpyOptimizer` (plain SGD that records the gradient norm it was stepped with), and
+``reference_update``: the step a correct fp32 implementation makes (forward, backward, clip at
+``max_grad_norm``, SGD), to compare the learner's *parameter update* with.
+
+**When to use it.** By :mod:`grader.lesson3`'s checks, in the learner's kernel (milliseconds).
+
+**Expected gain.** Messages that say what happened ("the optimizer saw gradients of norm 0.00024,
+expected 1.0: you clipped before unscaling") instead of "wrong answer"; no reading of source code,
+so any correct formulation passes.
+
+**Pitfalls.** fp16 is *simulated* on the CPU (``torch.autocast("cpu", float16)`` and a CPU
+GradScaler): enough to test the scaler's logic, not fp16's numerics on a GPU. Comparisons with the
+fp32 reference allow a few percent for bf16/fp16 rounding; the mistakes they catch are off by the
+loss scale (thousands) or by the clipping factor (tens).
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+
+INIT_SCALE = 2.0**12  # the spy scaler's loss scale: large, so scale mistakes are unmistakable
+GAIN = 50.0  # the probe's loss is multiplied by this, so its gradient norm is far above 1.0
+LR = 0.1
+
+
+class ProbeModel(torch.nn.Module):
+    """``model(input_ids=, attention_mask=, labels=)`` -> object with ``.loss`` and ``.logits``."""
+
+    def __init__(self, seed: int = 0, vocab: int = 32, width: int = 16):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.mix = torch.nn.Linear(width, width)
+        self.head = torch.nn.Linear(width, 2)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+        self.seen: list[tuple[torch.dtype, bool]] = []  # (matmul output dtype, autocast on)
+        self.poison = False  # True: the forward yields NaN, so every gradient is NaN
+
+    def forward(self, input_ids, attention_mask=None, labels=None):
+        h = self.embed(input_ids)
+        if attention_mask is not None:
+            h = h * attention_mask[..., None].to(h.dtype)
+        h = self.mix(h)
+        self.seen.append((h.dtype, torch.is_autocast_enabled("cpu")))
+        if self.poison:
+            h = h * float("inf") - h * float("inf")  # inf - inf = NaN everywhere
+        logits = self.head(torch.tanh(h).mean(1))
+        loss = GAIN * torch.nn.functional.cross_entropy(logits.float(), labels)
+        return types.SimpleNamespace(loss=loss, logits=logits)
+
+
+def probe_batch(seed: int = 0, n: int = 8, length: int = 12) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(n, length, dtype=torch.int64)
+    mask[n // 2 :, length // 2 :] = 0  # some padding, as in real batches
+    return {"input_ids": torch.randint(1, 32, (n, length), generator=g), "attention_mask": mask,
+            "labels": torch.randint(0, 2, (n,), generator=g)}  # fmt: skip
+
+
+class SpyScaler(torch.amp.GradScaler):
+    """An enabled CPU GradScaler that logs ``scale``, ``unscale_``, ``step`` and ``update`` calls."""
+
+    def __init__(self, init_scale: float = INIT_SCALE):
+        super().__init__("cpu", init_scale=init_scale)
+        self.calls: list[str] = []
+
+    def scale(self, outputs):
+        self.calls.append("scale")
+        return super().scale(outputs)
+
+    def unscale_(self, optimizer):
+        self.calls.append("unscale_")
+        return super().unscale_(optimizer)
+
+    def step(self, optimizer, *args, **kwargs):
+        self.calls.append("step")
+        return super().step(optimizer, *args, **kwargs)
+
+    def update(self, new_scale=None):
+        self.calls.append("update")
+        return super().update(new_scale)
+
+
+class SpyOptimizer(torch.optim.SGD):
+    """SGD that records the global gradient norm each time it actually steps."""
+
+    def __init__(self, params, lr: float = LR):
+        super().__init__(params, lr=lr)
+        self.step_norms: list[float] = []
+
+    def step(self, closure=None):
+        grads = [p.grad.detach().float().reshape(-1) for g in self.param_groups for p in g["params"]
+                 if p.grad is not None]  # fmt: skip
+        self.step_norms.append(float(torch.cat(grads).norm()) if grads else 0.0)
+        return super().step(closure)
+
+
+# torch patches an optimizer class's ``step`` (profiling hooks) when its first instance is made:
+# do it now, at import, so the grader's worker does not mistake that patch for tampering.
+SpyOptimizer([torch.zeros(1, requires_grad=True)])
+
+
+def flat_params(model) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
+
+
+def reference_update(start: ProbeModel, batch: dict, max_grad_norm: float) -> tuple[torch.Tensor, float]:
+    """(parameter change, loss) of a correct float64 step from ``start``'s weights: clip, then SGD."""
+    model = ProbeModel().double()
+    model.load_state_dict(start.state_dict())
+    before = flat_params(model)
+    loss = model(**batch).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= LR * p.grad
+    return (flat_params(model) - before).float(), float(loss)
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got - want).norm() / want.norm().clamp_min(1e-12))
+
+
+def grads_cleared(model) -> bool:
+    return all(p.grad is None or not bool(p.grad.any()) for p in model.parameters())

@@ -1,0 +1,208 @@
+"""Runtime of train-step assignments on the BERT workload (lesson 3): what workers and the parent call.
+
+**What it does.** In a *worker*: ``build_trainer`` builds the naive BERT recipe - fp32 with
+effkit's ``default_train_step`` for the baseline, or the learner's precision
+(``choose_policy(DeviceCaps.detect(device))``), loss scaler (``make_scaler(policy)``) and
+``amp_train_step`` - with the step wrapped in a `StepAudit`; ``model_of`` exposes the network,
+``reuses_reference`` refuses ``default_train_step`` handed in as the answer, ``contract_check``
+re-runs the notebook's behaviour checks (speed only counts for a correct step). In the *parent*:
+`GraderData` writes the grader's fresh training sets (secret seeds, :mod:`grader.text_data`),
+builds one clean trainer per repeat (shared initial weights, and the held-out set, which it
+encodes and then deletes from disk before any learner code runs), and evaluates saved weights.
+
+**When to use it.** Named as ``runtime_module`` by :mod:`grader.lesson3`; never imported by
+learner-facing code.
+
+**Expected gain.** Only the precision and the step change between A and B: same data, order,
+initial weights, input pipeline, optimizer and schedule, so the speedup is mixed precision's.
+
+**Pitfalls.** Weights come from a process that ran learner code: loaded with
+``torch.load(weights_only=True)`` and strict key/shape checks. Each grading trains a WordPiece
+tokenizer per training set, cached (keyed by the texts) under effkit's data cache.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+from effkit.amp import DeviceCaps
+from effkit.workloads import bert
+from effkit.workloads.bert.trainer import default_train_step
+from grader.lesson3 import _TRUSTED, check_policy, check_scaler, check_step, reference_reason
+from grader.text_data import grader_sentences, write_text_set
+
+# Imported at module level on purpose: the worker snapshots these modules' functions before any
+# learner code runs, so replacing one of them from a solution cell is detected and reported.
+
+LEARNER_MODULE = "learner_solution"  # where grader.worker executes the solution cells
+
+
+def _learner_namespace(step) -> dict:
+    module = sys.modules.get(LEARNER_MODULE)
+    return vars(module) if module is not None else getattr(step, "__globals__", {})
+
+
+def _learner_parts(step) -> tuple:
+    ns = _learner_namespace(step)
+    missing = [n for n in ("choose_policy", "make_scaler") if not callable(ns.get(n))]
+    if missing:
+        raise LookupError(f"your solution cells define no {' or '.join(missing)}; keep those names")
+    return ns["choose_policy"], ns["make_scaler"]
+
+
+class StepAudit:
+    """Counts the train-step calls, samples, optimizer updates and non-finite losses of a run.
+
+    Wraps *both* sides' steps (the same tiny overhead on each), so "faster" can only mean the same
+    number of real training steps in less time.
+    """
+
+    def __init__(self):
+        self.calls = self.samples = self.updates = 0
+        self.nonfinite: list[int] = []
+        self.steps_per_epoch = 0
+        self.problems: list[str] = []
+        self._hooked: set[int] = set()
+
+    def wrap(self, step):
+        audit = self
+
+        def audited_step(model, batch, optimizer, policy, scaler, max_grad_norm):
+            if id(optimizer) not in audit._hooked:  # counts updates that really happened
+                audit._hooked.add(id(optimizer))
+                optimizer.register_step_post_hook(lambda *_: audit._updated())
+            audit.calls += 1
+            audit.samples += int(batch["labels"].shape[0])
+            loss = step(model, batch, optimizer, policy, scaler, max_grad_norm)
+            if not isinstance(loss, int | float) or loss != loss or abs(loss) == float("inf"):
+                audit.nonfinite.append(audit.calls)
+            return loss
+
+        return audited_step
+
+    def _updated(self) -> None:
+        self.updates += 1
+
+    def finish(self, pipeline, expected_epochs: int) -> None:
+        want = expected_epochs * self.steps_per_epoch
+        if self.calls != want:
+            self.problems.append(f"the train step ran {self.calls} times; the grader's schedule needs {want}")
+        # fp16 skips a few early steps while the scaler finds its scale; a step that never updates
+        # (or skips most updates) is not training.
+        if self.updates < 0.75 * self.calls:
+            self.problems.append(f"the optimizer updated the weights in only {self.updates} of {self.calls} steps "
+                                 "(skipped steps are for inf/NaN gradients only)")  # fmt: skip
+        if self.nonfinite:
+            self.problems.append(f"the train step returned a non-finite or non-float loss at step(s) "
+                                 f"{self.nonfinite[:5]}")  # fmt: skip
+
+    def nan_hint(self) -> str:
+        return "Check the step: autocast around the forward only, and clip after scaler.unscale_(optimizer)."
+
+    def report(self) -> dict:
+        return {"steps": self.calls, "samples": self.samples, "updates": self.updates,
+                "problems": list(self.problems)}  # fmt: skip
+
+
+EpochAudit = StepAudit  # the name grader.worker instantiates
+
+
+def build_trainer(learner_obj, audit: StepAudit, data_dir: str, device: str, seed: int,
+                  profile: str, hooks: dict):  # fmt: skip
+    if learner_obj is None:  # the baseline: fp32, effkit's reference step
+        trainer = bert.build("naive", profile, data_dir=data_dir, device=device, seed=seed,
+                             precision="off", train_step=audit.wrap(default_train_step), **hooks)  # fmt: skip
+    else:
+        choose_policy, make_scaler = _learner_parts(learner_obj)
+        policy = choose_policy(DeviceCaps.detect(device))
+        trainer = bert.build("naive", profile, data_dir=data_dir, device=device, seed=seed,
+                             precision=policy.mode, train_step=audit.wrap(learner_obj), **hooks)  # fmt: skip
+        trainer.scaler = make_scaler(trainer.policy)  # the learner's scaler choice, not effkit's
+    trainer.pipeline = None  # the worker drains trainer.pipeline; the recipe's loader is not audited
+    audit.steps_per_epoch = trainer.steps_per_epoch
+    return trainer
+
+
+def model_of(trainer) -> torch.nn.Module:
+    return trainer.model
+
+
+def reuses_reference(obj) -> str:
+    return reference_reason(obj)
+
+
+def contract_check(step) -> str:
+    """The notebook's behaviour checks, run silently; '' when the step passes, else why not."""
+    try:
+        if step is None:
+            _TRUSTED.add(id(default_train_step))  # the grader's own baseline: not a submission
+            check_step(default_train_step)  # so the baseline's history matches the learner's
+            return ""
+        choose_policy, make_scaler = _learner_parts(step)
+        check_policy(choose_policy, make_scaler)
+        check_step(step)
+        check_scaler(step)
+    except BaseException as err:  # anything the learner's code raises, timeouts included
+        if isinstance(err, KeyboardInterrupt | SystemExit):
+            raise
+        return f"{type(err).__name__}: {err}"
+    return ""
+
+
+class InvalidWeights(ValueError):
+    pass
+
+
+class GraderData:
+    """The grader's data for one grading; every seed is fresh and secret."""
+
+    def __init__(self, workdir: Path, spec, device: str):
+        self.workdir, self.spec, self.device = Path(workdir), spec, device
+        self.warmup_dir = write_text_set(self.workdir / "warmup", grader_sentences(spec.n_warmup, secrets.randbits(31)))
+        held_out = grader_sentences(spec.n_eval, secrets.randbits(31))
+        self.train_dirs: list[Path] = []
+        self.seeds: list[int] = []
+        self.init_paths: list[Path] = []
+        self.trainers = []
+        hooks = dict(spec.hooks, epochs=spec.epochs, max_train_samples=spec.n_train)
+        for r in range(spec.repeats):
+            train = grader_sentences(spec.n_train, secrets.randbits(31))
+            path = write_text_set(self.workdir / f"train{r}", train)
+            seed = secrets.randbelow(2**31)
+            # A clean trainer per repeat (no learner code in this process), on the same training
+            # texts (hence the same tokenizer and model shapes) with the held-out set as its dev
+            # split: its initial weights are shared by both workers, and it later evaluates the
+            # weights both saved. Its folder is deleted right away: learner code runs only after
+            # this constructor returns, and never sees the held-out sentences.
+            private = write_text_set(self.workdir / f"eval{r}", train, held_out)
+            try:
+                trainer = bert.build("naive", spec.profile, data_dir=private, device=device, seed=seed,
+                                     precision="off", eval_split="dev", **hooks)  # fmt: skip
+            finally:
+                shutil.rmtree(private, ignore_errors=True)
+            init = self.workdir / f"init{r}.pt"
+            torch.save({k: v.detach().cpu() for k, v in trainer.model.state_dict().items()}, init)
+            self.train_dirs.append(path)
+            self.seeds.append(seed)
+            self.init_paths.append(init)
+            self.trainers.append(trainer)
+
+    def weights_path(self, role: str, r: int) -> Path:
+        return self.workdir / f"{role}-{r}.pt"
+
+    def evaluate(self, path: Path, r: int) -> float:
+        """Accuracy of the saved weights on the held-out set, by the recipe's own evaluate()."""
+        trainer = self.trainers[r]
+        try:
+            state = torch.load(path, map_location=self.device, weights_only=True)
+            trainer.model.load_state_dict(state, strict=True)
+        except FileNotFoundError as err:
+            raise InvalidWeights(f"no trained weights were saved ({path.name})") from err
+        except Exception as err:  # unpickling refused, wrong keys or shapes
+            raise InvalidWeights(f"the trained weights do not fit the recipe's model: {err}") from err
+        return float(trainer.evaluate("dev"))

@@ -1,0 +1,262 @@
+"""Lesson 3 - mixed precision: the notebook's checks and its grading settings.
+
+**What it does.** Defines the lesson-3 `Assignment` (the learner writes ``choose_policy(caps)``,
+``make_scaler(policy)`` and ``amp_train_step(...)``, mixed precision for the naive BERT recipe)
+and the functions its locked test cells call: ``check_policy`` (precision per device, a scaler only
+for fp16), ``check_step`` (autocast forward, finite loss, clipped update, cleared gradients),
+``check_scaler`` (fp16: scaled backward, unscale *before* clipping, an inf/NaN step skipped and
+the scale backed off), ``check_hidden`` (more seeds and steps, AdamW) and ``grade_performance``
+(the timed comparison, run by the grader outside the kernel). Every entry point captures stderr
+and warnings and replays them on stdout: nbgrader scores a test cell with *any* stderr as zero.
+
+**When to use it.** In ``solutions/lesson3/lesson3.ipynb`` (and the generated exercise).
+
+**Expected gain.** Each scaler mistake fails with what was observed against what was expected,
+in well under a second.
+
+**Pitfalls.** ``SETUP_SOURCE`` must stay identical to the notebook's locked ``setup`` cell: the
+measured process runs it before the solution cells.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+from grader import amp_checks as probe
+from grader.assignments import Assignment
+from grader.pipeline_checks import CHECK_SECONDS, expect, time_limit
+from grader.protocol import GradingSpec
+from grader.quiet import quiet
+
+SETUP_SOURCE = """\
+import torch
+
+from effkit.amp import AmpPolicy, DeviceCaps
+from effkit.workloads import bert"""
+
+# The grader's own measurement settings (see grader/README.md, lesson 3). The `cpu` BERT profile
+# (4 layers x 256) is the smallest where bf16 pays on a CPU with AMX: at 64 wide the casts cost
+# more than the matmuls save. The naive recipe pads every row to 128 tokens, so a step's cost does
+# not depend on the sentences; batch 8 at lr 1e-3 reaches the plateau of the grader's task in ~32
+# steps (batch 16 at 2e-3 had not, after 24: 74%), and 48 steps per run keep a grading near 60 s.
+_HOOKS = {"batch_size": 8, "lr": 1e-3}
+SPECS = {
+    "smoke": GradingSpec(name="smoke", profile="cpu", n_train=384, n_eval=600, n_warmup=32,
+                         epochs=1, repeats=2, hooks=_HOOKS, chunks_per_epoch=4),  # fmt: skip
+    # Plumbing only (the gate is not calibrated for it): tests of messages and cell wiring.
+    "tiny": GradingSpec(name="tiny", profile="cpu", n_train=96, n_eval=200, n_warmup=16,
+                        epochs=1, repeats=1, hooks=_HOOKS, chunks_per_epoch=4),  # fmt: skip
+    "gpu": GradingSpec(name="gpu", profile="gpu", n_train=4096, n_eval=2000, n_warmup=256,
+                       epochs=1, repeats=3, hooks={"batch_size": 32}, min_timeout_s=60.0),  # fmt: skip
+}
+
+ASSIGNMENT = Assignment(
+    id="lesson3",
+    notebook="lesson3",
+    object_name="amp_train_step",
+    performance_cell="test_speed",
+    setup_cell="setup",
+    setup_source=SETUP_SOURCE,
+    runtime_module="grader.bert_grading",
+    specs=SPECS,
+    timeout_s=120,
+)
+
+CASES = (  # (caps, expected mode, why)
+    (dict(type="cpu", name="Xeon with AMX", bf16=True), "bf16", "a CPU with bf16"),
+    (dict(type="cuda", name="NVIDIA A100", bf16=True, fp16=True), "bf16", "an A100 (bf16 and fp16)"),
+    (dict(type="cuda", name="Tesla T4", bf16=False, fp16=True), "fp16", "a T4 (fp16 only)"),
+    (dict(type="cpu", name="old CPU", bf16=False, fp16=False), "off", "a CPU without bf16"),
+)
+
+
+def _names(code) -> set[str]:
+    """Every global/attribute name a code object (and the functions nested in it) refers to."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _names(const)
+    return names
+
+
+def reference_reason(fn) -> str:
+    """A reason to refuse ``fn`` when it *is* (or calls) effkit's ``default_train_step``, else ''."""
+    from effkit.workloads.bert.trainer import default_train_step
+
+    inner = getattr(fn, "func", fn)  # functools.partial
+    if inner is default_train_step:
+        return ("your amp_train_step is effkit's default_train_step, the reference answer: write "
+                "your own step to earn these points")  # fmt: skip
+    call = vars(type(inner)).get("__call__")  # a callable object: look at its __call__
+    code = getattr(inner, "__code__", None) or getattr(call, "__code__", None)
+    names = _names(code) if code is not None else set()
+    aliases = getattr(inner, "__globals__", {})  # `from ... import default_train_step as mine`
+    if "default_train_step" in names or any(aliases.get(n) is default_train_step for n in names):
+        return "your amp_train_step calls effkit's default_train_step, the reference answer: write your own"
+    return ""
+
+
+def _ok(text: str) -> None:
+    print(f"  ok  {text}")
+
+
+_SCALER_HINTS = (
+    ("after step()", " - expected scaler.update() after scaler.step(optimizer), in every step"),
+    ("_scale is None", " - expected the scaled loss back-propagated: scaler.scale(loss).backward()"),
+    ("already been called", " - expected scaler.unscale_(optimizer) once per step, before clipping"),
+)
+_TRUSTED: set[int] = set()  # ids of steps the grader itself runs (the baseline's reference step)
+
+
+def _call(step, model, batch, optimizer, policy, scaler, what: str, max_grad_norm: float = 1.0):
+    reason = "" if id(step) in _TRUSTED else reference_reason(step)
+    expect(not reason, reason)
+    try:
+        with time_limit(CHECK_SECONDS, what):
+            loss = step(model, batch, optimizer, policy, scaler, max_grad_norm)
+    except NotImplementedError:
+        raise  # the untouched stub: let it say so itself
+    except (RuntimeError, AssertionError) as err:  # GradScaler's own complaints: name the rule broken
+        hint = next((h for key, h in _SCALER_HINTS if key in str(err)), "")
+        raise AssertionError(f"{what}: amp_train_step raised {type(err).__name__}: {err}{hint}") from err
+    expect(isinstance(loss, numbers.Real) and not isinstance(loss, bool),
+           f"expected amp_train_step to return the loss as a Python float (float(loss.detach())), "
+           f"got {type(loss).__name__}")  # fmt: skip
+    return float(loss)
+
+
+def check_policy(choose_policy, make_scaler) -> None:
+    """bf16 where the device has it, fp16 on CUDA without bf16, else off; a scaler only for fp16."""
+    from effkit.amp import AmpPolicy, DeviceCaps
+
+    with quiet():
+        for caps, want, why in CASES:
+            with time_limit(CHECK_SECONDS, "choose_policy"):
+                got = choose_policy(DeviceCaps(**caps))
+            expect(isinstance(got, AmpPolicy), f"expected choose_policy to return an AmpPolicy, got {got!r}")
+            expect(got.mode == want and got.device_type == caps["type"],
+                   f"for {why} expected AmpPolicy({caps['type']!r}, {want!r}), got {got!r}")  # fmt: skip
+        _ok("precision: bf16 where supported, fp16 on CUDA without bf16, otherwise fp32")
+        for mode, enabled in (("bf16", False), ("off", False), ("fp16", True)):
+            with time_limit(CHECK_SECONDS, "make_scaler"):
+                scaler = make_scaler(AmpPolicy("cpu", mode))
+            expect(isinstance(scaler, torch.amp.GradScaler),
+                   f"expected make_scaler to return a torch.amp.GradScaler, got {scaler!r}")  # fmt: skip
+            expect(scaler.is_enabled() == enabled,
+                   f"for {mode} expected a GradScaler with enabled={enabled}, got enabled={scaler.is_enabled()}"
+                   + (" (bf16 has fp32's exponent range: loss scaling only adds work)" if mode == "bf16" else "")
+                   + (" (fp16 gradients underflow without loss scaling)" if mode == "fp16" else ""))  # fmt: skip
+        _ok("a loss scaler only for fp16 (bf16 and fp32 need none)")
+
+
+def _check_update(step, policy, scaler, seed: int, what: str, model=None, optimizer=None) -> float:
+    """One step on the probe; the parameter change must match a correct clipped fp32 step."""
+    model = model or probe.ProbeModel(seed)
+    optimizer = optimizer or probe.SpyOptimizer(model.parameters())
+    batch = probe.probe_batch(seed)
+    want, want_loss = probe.reference_update(model, batch, 1.0)
+    before = probe.flat_params(model)
+    loss = _call(step, model, batch, optimizer, policy, scaler, what)
+    expect(math.isfinite(loss), f"{what}: expected a finite loss, got {loss}")
+    expect(abs(loss - want_loss) <= 0.03 * abs(want_loss) + 1e-3,
+           f"{what}: expected the loss of this batch, {want_loss:.4f}, got {loss:.4f}")  # fmt: skip
+    got = probe.flat_params(model) - before
+    expect(bool(got.any()), f"{what}: the parameters did not change: expected an optimizer step")
+    norms = optimizer.step_norms if isinstance(optimizer, probe.SpyOptimizer) else []
+    if norms:
+        expect(norms[-1] <= 1.0 * 1.02,
+               f"{what}: the optimizer was stepped with gradients of norm {norms[-1]:.4g}; expected them "
+               f"clipped to max_grad_norm = 1.0 (clip_grad_norm_(model.parameters(), max_grad_norm))")  # fmt: skip
+        expect(norms[-1] >= 0.5,
+               f"{what}: the optimizer was stepped with gradients of norm {norms[-1]:.3g}; expected 1.0 "
+               f"(= max_grad_norm): clip only after scaler.unscale_(optimizer) - clipping the loss-scaled "
+               f"gradients shrinks the update by the loss scale")  # fmt: skip
+    err = probe.relative_error(got, want)
+    expect(err < 0.1, f"{what}: the parameter update differs from a correct clipped step by {err:.0%} "
+                      f"(norm {float(got.norm()):.4g}, expected {float(want.norm()):.4g})")  # fmt: skip
+    expect(probe.grads_cleared(model),
+           f"{what}: expected the gradients cleared after the step (optimizer.zero_grad()), "
+           "or the next step adds to them")  # fmt: skip
+    return loss
+
+
+def check_step(amp_train_step) -> None:
+    """bf16 (no scaler): autocast forward, finite loss, a clipped update, cleared gradients."""
+    from effkit.amp import AmpPolicy
+
+    with quiet():
+        policy = AmpPolicy("cpu", "bf16")
+        model = probe.ProbeModel(0)
+        _check_update(amp_train_step, policy, policy.make_scaler(), 0, "bf16 step", model=model)
+        kinds = {dt for dt, on in model.seen}
+        expect(any(on for _, on in model.seen) and torch.bfloat16 in kinds,
+               f"expected the forward pass under policy.autocast() (matmuls in torch.bfloat16), but "
+               f"the model's matmuls ran in {sorted(map(str, kinds))}")  # fmt: skip
+        _ok("forward and loss under autocast (bf16 matmuls), finite loss returned as a float")
+        _ok("gradients clipped to max_grad_norm, one optimizer step, gradients cleared")
+
+
+def check_scaler(amp_train_step) -> None:
+    """fp16 (simulated on the CPU): scaled backward, unscale before clip, skip on inf/NaN."""
+    from effkit.amp import AmpPolicy
+
+    with quiet():
+        policy = AmpPolicy("cpu", "fp16")
+        scaler = probe.SpyScaler()
+        model = probe.ProbeModel(1)
+        optimizer = probe.SpyOptimizer(model.parameters())
+        _check_update(amp_train_step, policy, scaler, 1, "fp16 step", model, optimizer)
+        model.poison, before, scale = True, probe.flat_params(model), scaler.get_scale()
+        _call(amp_train_step, model, probe.probe_batch(1), optimizer, policy, scaler, "a step with NaN gradients")
+        changed = int((probe.flat_params(model) != before).sum())
+        expect(changed == 0, f"a step with inf/NaN gradients changed {changed} parameter values; expected the "
+                             "update skipped (scaler.step(optimizer) skips it; optimizer.step() does not)")  # fmt: skip
+        expect(scaler.get_scale() < scale,
+               f"after a step with inf/NaN gradients expected the loss scale to back off from {scale:g} to "
+               f"{scale / 2:g} (scaler.update()), got {scaler.get_scale():g}")  # fmt: skip
+        calls = scaler.calls
+        expect("scale" in calls, f"expected scaler.scale(loss).backward(); the scaler saw {calls}")
+        expect("unscale_" in calls and "step" in calls and calls.index("unscale_") < calls.index("step"),
+               f"expected scaler.unscale_(optimizer) before clipping and scaler.step(optimizer); "
+               f"the scaler saw {calls}")  # fmt: skip
+        expect(calls[-1:] == ["update"], f"expected scaler.update() after scaler.step(); the scaler saw {calls}")
+        _ok("fp16: scaled backward, unscale_ before clipping, scaler.step and scaler.update")
+        model.poison = False
+        _check_update(amp_train_step, policy, scaler, 1, "the step after a skipped one", model, optimizer)
+        _ok("a step with inf/NaN gradients is skipped, the loss scale backs off, training goes on")
+
+
+def check_hidden(choose_policy, make_scaler, amp_train_step) -> None:
+    """Other seeds, AdamW, the learner's own scaler for fp16, several steps in a row."""
+    from effkit.amp import AmpPolicy, DeviceCaps
+
+    with quiet():
+        for seed in (3, 4):
+            _check_update(amp_train_step, AmpPolicy("cpu", "off"), torch.amp.GradScaler("cpu", enabled=False),
+                          seed, f"an fp32 step (seed {seed})")  # fmt: skip
+        policy = choose_policy(DeviceCaps("cpu", "cpu", bf16=True))
+        model = probe.ProbeModel(5)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        scaler = make_scaler(policy)
+        losses = [_call(amp_train_step, model, probe.probe_batch(5), optimizer, policy, scaler, f"step {i + 1}")
+                  for i in range(8)]  # fmt: skip
+        expect(all(map(math.isfinite, losses)) and losses[-1] < losses[0],
+               f"expected 8 AdamW steps on one batch to lower the loss, got {losses[0]:.3f} -> {losses[-1]:.3f}")
+        fp16 = make_scaler(AmpPolicy("cpu", "fp16"))
+        model, scale = probe.ProbeModel(6), fp16.get_scale()
+        model.poison = True
+        before = probe.flat_params(model)
+        _call(amp_train_step, model, probe.probe_batch(6), torch.optim.SGD(model.parameters(), lr=0.1),
+              AmpPolicy("cpu", "fp16"), fp16, "your fp16 scaler on NaN gradients")  # fmt: skip
+        expect(bool((probe.flat_params(model) == before).all()) and fp16.get_scale() < scale,
+               "with your make_scaler's fp16 scaler, expected a NaN step skipped and the scale reduced")
+
+
+def grade_performance(notebook: str = "lesson3.ipynb") -> float | None:
+    """The performance check: see :func:`grader.perf.grade_saved_notebook`."""
+    from grader.perf import grade_saved_notebook
+
+    return grade_saved_notebook(notebook)

@@ -1,0 +1,184 @@
+"""Lesson 3 (mixed precision): the notebook's checks pass the reference solution and fail each
+classic scaler mistake with a message that says what was expected and what happened."""
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from grader import assignments, bert_grading, lesson3
+from grader.notebook import read_notebook, solution_ids, solution_sources
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "solutions" / "lesson3" / "lesson3.ipynb"
+RELEASE = ROOT / "exercises" / "lesson3" / "lesson3.ipynb"
+
+
+def _namespace(replace: dict[str, str] | None = None) -> dict:
+    """The setup cell and the reference solution cells, executed; ``replace`` edits their source."""
+    nb = read_notebook(SOURCE)
+    ns: dict = {}
+    exec(lesson3.SETUP_SOURCE, ns)  # noqa: S102
+    for cell in solution_sources(nb, solution_ids(nb)):
+        source = cell.source
+        for old, new in (replace or {}).items():
+            source = source.replace(old, new)
+        exec(source, ns)  # noqa: S102
+    return ns
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return _namespace()
+
+
+def _fails(check, *args, match: str) -> None:
+    with pytest.raises(AssertionError, match=match):
+        check(*args)
+
+
+def test_setup_cell_matches_the_assignment():
+    nb = nbformat.read(SOURCE, as_version=4)
+    setup = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
+    assert setup.source == lesson3.SETUP_SOURCE
+    assert assignments.for_notebook("lesson3").runtime_module == "grader.bert_grading"
+
+
+def test_reference_solution_passes_every_check(ref, capsys):
+    lesson3.check_policy(ref["choose_policy"], ref["make_scaler"])
+    lesson3.check_step(ref["amp_train_step"])
+    lesson3.check_scaler(ref["amp_train_step"])
+    lesson3.check_hidden(ref["choose_policy"], ref["make_scaler"], ref["amp_train_step"])
+    out = capsys.readouterr()
+    assert out.err == ""  # nbgrader scores any stderr as zero
+    assert out.out.count("  ok  ") == 6
+    assert bert_grading.reuses_reference(ref["amp_train_step"]) == ""
+
+
+def test_scaler_enabled_for_bf16_fails():
+    ns = _namespace({'enabled=policy.mode == "fp16"': "enabled=policy.mode != 'off'"})
+    _fails(lesson3.check_policy, ns["choose_policy"], ns["make_scaler"],
+           match=r"for bf16 expected a GradScaler with enabled=False, got enabled=True")  # fmt: skip
+
+
+def test_fp16_on_an_a100_fails():
+    ns = _namespace({"if caps.bf16:": "if caps.bf16 and caps.type == 'cpu':"})
+    _fails(lesson3.check_policy, ns["choose_policy"], ns["make_scaler"],
+           match=re.escape("for an A100 (bf16 and fp16) expected AmpPolicy('cuda', 'bf16'), got"))
+
+
+def test_clipping_before_unscale_fails():
+    step = _namespace({
+        "    scaler.unscale_(optimizer)\n    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)":
+        "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n    scaler.unscale_(optimizer)",
+    })["amp_train_step"]  # fmt: skip
+    lesson3.check_step(step)  # bf16: no loss scale, so the order does not matter there
+    _fails(lesson3.check_scaler, step, match=r"expected 1.0 \(= max_grad_norm\): clip only after scaler.unscale_")
+
+
+def test_stepping_on_inf_fails():
+    step = _namespace({"scaler.step(optimizer)": "optimizer.step()"})["amp_train_step"]
+    _fails(lesson3.check_scaler, step, match=r"a step with inf/NaN gradients changed \d+ parameter values")
+
+
+def test_forgotten_update_keeps_the_scale_and_fails():
+    step = _namespace({"    scaler.update()\n": ""})["amp_train_step"]
+    _fails(lesson3.check_scaler, step, match=r"expected scaler.update\(\) after scaler.step\(optimizer\)")
+
+
+def test_unscaled_backward_fails():
+    step = _namespace({"scaler.scale(loss).backward()": "loss.backward()"})["amp_train_step"]
+    _fails(lesson3.check_scaler, step, match=r"expected the scaled loss back-propagated")
+
+
+def test_no_autocast_fails():
+    step = _namespace({"with policy.autocast():": "if True:"})["amp_train_step"]
+    _fails(lesson3.check_step, step, match=r"expected the forward pass under policy.autocast\(\)")
+
+
+def test_gradients_left_behind_fail():
+    step = _namespace({"    optimizer.zero_grad(set_to_none=True)\n": ""})["amp_train_step"]
+    _fails(lesson3.check_step, step, match=r"expected the gradients cleared after the step")
+
+
+def test_no_clipping_fails():
+    step = _namespace({"    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n": ""})["amp_train_step"]
+    _fails(lesson3.check_step, step, match=r"expected them clipped to max_grad_norm = 1.0")
+
+
+def test_untouched_stub_fails():
+    nb = nbformat.read(RELEASE, as_version=4)
+    ns: dict = {}
+    exec(lesson3.SETUP_SOURCE, ns)  # noqa: S102
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            assert "BEGIN SOLUTION" not in cell.source
+            exec(cell.source, ns)  # noqa: S102
+    with pytest.raises(NotImplementedError):
+        lesson3.check_policy(ns["choose_policy"], ns["make_scaler"])
+    with pytest.raises(NotImplementedError):
+        lesson3.check_step(ns["amp_train_step"])
+    assert all("BEGIN HIDDEN TESTS" not in c.source and "check_hidden" not in c.source for c in nb.cells)
+
+
+def test_default_train_step_is_refused():
+    from effkit.workloads.bert import default_train_step
+
+    ns = _namespace()
+    exec("from effkit.workloads import bert\n"  # noqa: S102
+         "from effkit.workloads.bert import default_train_step as mine\n"
+         "def wrapped(*args):\n    return bert.default_train_step(*args)\n"
+         "def aliased(*args):\n    return mine(*args)\n", ns)  # fmt: skip
+    for fn in (default_train_step, ns["wrapped"], ns["aliased"]):
+        assert "default_train_step, the reference answer" in bert_grading.reuses_reference(fn)
+        _fails(lesson3.check_step, fn, match=r"default_train_step, the reference answer")
+
+
+def test_step_audit_counts_real_updates():
+    audit = bert_grading.StepAudit()
+    audit.steps_per_epoch = 2
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def lazy_step(model, batch, optimizer, policy, scaler, max_grad_norm):
+        return 0.5  # never updates
+
+    step = audit.wrap(lazy_step)
+    for _ in range(2):
+        step(model, {"labels": torch.zeros(4)}, opt, None, None, 1.0)
+    audit.finish(None, 1)
+    assert audit.report()["samples"] == 8
+    assert any("updated the weights in only 0 of 2 steps" in p for p in audit.problems)
+
+
+@pytest.mark.slow
+def test_reference_solution_earns_performance_points():
+    """The whole protocol on the smallest spec: workers, checks, timed runs, parent evaluation."""
+    from grader.perf import grade
+
+    nb = read_notebook(SOURCE)
+    cells = [(c.grade_id, c.source) for c in solution_sources(nb, solution_ids(nb))]
+    result = grade(assignments.get("lesson3"), cells, 5.0, device="cpu", spec_name="tiny", progress=lambda _: None)
+    assert not result.report["problems"], result.feedback
+    assert result.points > 0, result.feedback
+
+
+@pytest.mark.slow
+def test_release_notebook_is_generated_from_the_source(tmp_path):
+    """exercises/lesson3 must be what `nbgrader generate_assignment lesson3` makes of solutions/."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(ROOT / "solutions" / "lesson3", tmp_path / "solutions" / "lesson3")
+    env = dict(os.environ, EFFKIT_COURSE_ROOT=str(tmp_path))
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    gen = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "lesson3", "--force"],
+                         cwd=ROOT, env=env, capture_output=True, text=True)  # fmt: skip
+    assert gen.returncode == 0, gen.stderr[-3000:]
+    fresh = nbformat.read(tmp_path / "exercises" / "lesson3" / "lesson3.ipynb", as_version=4)
+    stored = nbformat.read(RELEASE, as_version=4)
+    assert [c.source for c in fresh.cells] == [c.source for c in stored.cells], "regenerate exercises/lesson3"

@@ -44,7 +44,7 @@ from effkit.workloads.cifar import CIFAR_MEAN, CIFAR_STD"""
 # The grader's own measurement settings (see grader/README.md for how they were chosen).
 SPECS = {
     "smoke": GradingSpec(name="smoke", profile="smoke", n_train=2000, n_eval=3000, n_warmup=300,
-                         epochs=2, repeats=2),  # fmt: skip
+                         epochs=2, repeats=2, cpu_cores=1),  # fmt: skip
     # Plumbing only (the gate is not calibrated for it): tests of messages and cell wiring.
     "tiny": GradingSpec(name="tiny", profile="smoke", n_train=300, n_eval=500, n_warmup=200,
                         epochs=1, repeats=1),  # fmt: skip

@@ -61,6 +61,9 @@ class GradingSpec:
     startup_timeout_s: float = 240.0
     load_timeout_s: float = 30.0
     calibration: str = ""  # gate calibration to use (default: this spec's name)
+    # On a CPU, pin both workers (and their DataLoader children) to this many cores with as many
+    # OpenMP threads; None: all cores. See supervisor.start_worker for why one core is steadier.
+    cpu_cores: int | None = None
 
     @property
     def calibration_name(self) -> str:
@@ -138,7 +141,8 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress) -> Mea
     try:
         for role in ("baseline", "learner"):
             workers[role] = start_worker(role, workdir, {
-                "assignment_module": assignment.runtime_module, "device": device, "role": role})  # fmt: skip
+                "assignment_module": assignment.runtime_module, "device": device, "role": role},
+                cpu_cores=spec.cpu_cores if device == "cpu" else None)  # fmt: skip
         data = runtime.GraderData(workdir, spec, device)  # writes sets while workers import
         out.phases_s["data"] = _clock() - t_start
         for w in workers.values():

@@ -100,10 +100,8 @@ def test_correct_solution_gets_full_marks(course):
 def test_clock_and_grader_tampering_is_flagged_and_has_no_effect(course):
     root, _ = course
     report = _report(root, "tom")
-    # tom's pipeline is the correct one, so it earns speed credit: full marks on a quiet machine,
-    # partial when other jobs squeeze the margin (measured 1.18x under load average 5). The
-    # cell's score is exactly the grader's verdict, whatever the kernel's patched function said.
-    assert _cell_scores(root)["tom"]["test_speed"] == report["points"] > 0
+    # tom's pipeline is the correct one: full marks, whatever the kernel's patched function said
+    assert _cell_scores(root)["tom"]["test_speed"] == report["points"] == 5
     flags = " ".join(report["flags"])
     for name in ("time.perf_counter", "time.time", "time.monotonic", "grader.protocol._clock", "grader.perf.grade"):
         assert name in flags
@@ -177,3 +175,12 @@ def test_nan_loss_gets_a_clear_message():
     r = _grade("nan_loss")
     assert r["points"] == 0 and r["error"]["kind"] == "nan"
     assert "NaN" in r["error"]["message"] and "normalisation" in r["error"]["message"]
+
+
+def test_same_verdict_with_a_busy_core():
+    """Robustness under load, bounded: 3 gradings of the reference while a process spins."""
+    from grader import tools
+
+    summary = tools.stress("lesson2", times=3, busy=1, spec_name=SPEC)
+    assert summary["same_verdict"], summary["verdicts"]
+    assert summary["verdicts"] == [(5.0, True)], summary["verdicts"]

@@ -1,0 +1,115 @@
+"""The instructor's whole nbgrader cycle on every exercise, with the real nbgrader 0.9.
+
+generate_assignment -> two submissions per exercise (the reference solution and the untouched
+student version) -> autograde (performance cells filled in by the grader) -> generate_feedback ->
+export. Everything happens in a temporary course root, so the repository's own course/ and
+exercises/ are never touched.
+"""
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader import assignments
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+EXERCISES = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").is_file())
+
+
+def _env(root: Path) -> dict:
+    env = dict(os.environ, EFFKIT_COURSE_ROOT=str(root))
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+def _run(root: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(root), text=True,
+                          capture_output=True, timeout=timeout)
+    assert done.returncode == 0, f"{args} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def cycle(tmp_path_factory):
+    root = tmp_path_factory.mktemp("course")
+    shutil.copytree(ROOT / "solutions", root / "solutions")
+    logs = {}
+    for aid in EXERCISES:
+        _run(root, "-m", "nbgrader", "generate_assignment", aid, "--force")
+        for student, source in (("ref", root / "solutions"), ("weak", root / "exercises")):
+            folder = root / "course" / "submitted" / student / aid
+            folder.mkdir(parents=True)
+            shutil.copy(source / aid / f"{aid}.ipynb", folder / f"{aid}.ipynb")
+        logs[aid] = _run(root, "-m", "grader", "autograde", aid).stdout
+        _run(root, "-m", "nbgrader", "generate_feedback", aid, "--force")
+    _run(root, "-m", "nbgrader", "export", f"--to={root / 'course' / 'grades.csv'}")
+    return root, logs
+
+
+def _max_score(aid: str) -> float:
+    import nbformat
+
+    nb = nbformat.read(ROOT / "solutions" / aid / f"{aid}.ipynb", as_version=4)
+    return sum(c.metadata.get("nbgrader", {}).get("points", 0) for c in nb.cells)
+
+
+def _grades(root: Path) -> dict[tuple[str, str], float]:
+    with (root / "course" / "grades.csv").open() as fh:
+        return {(r["assignment"], r["student_id"]): float(r["raw_score"]) for r in csv.DictReader(fh)}
+
+
+def test_there_are_three_exercises():
+    assert EXERCISES == ["lesson1", "lesson2", "lesson3"]
+
+
+@pytest.mark.parametrize("aid", EXERCISES)
+def test_exercises_are_generated_from_solutions(cycle, aid):
+    """exercises/ must be exactly what `nbgrader generate_assignment` makes of solutions/."""
+    import nbformat
+
+    root, _ = cycle
+    fresh = nbformat.read(root / "exercises" / aid / f"{aid}.ipynb", as_version=4)
+    stored = nbformat.read(ROOT / "exercises" / aid / f"{aid}.ipynb", as_version=4)
+
+    def strip(nb):
+        return [(c.cell_type, c.source, c.metadata.get("nbgrader")) for c in nb.cells]
+
+    assert strip(fresh) == strip(stored), f"exercises/{aid} is stale: run `make exercises`"
+    text = json.dumps(strip(stored))
+    assert "BEGIN SOLUTION" not in text and "HIDDEN" not in text
+
+
+@pytest.mark.parametrize("aid", EXERCISES)
+def test_reference_gets_full_marks_and_untouched_version_nothing(cycle, aid):
+    root, logs = cycle
+    grades = _grades(root)
+    assert grades[(aid, "ref")] == pytest.approx(_max_score(aid)), logs[aid][-3000:]
+    assert grades[(aid, "weak")] == 0, logs[aid][-3000:]
+
+
+@pytest.mark.parametrize("aid", EXERCISES)
+def test_feedback_html_shows_the_graders_report(cycle, aid):
+    root, _ = cycle
+    weak_html = (root / "course" / "feedback" / "weak" / aid / f"{aid}.html").read_text()
+    assert "output_error" in weak_html and "NotImplementedError" in weak_html  # why it scored 0
+    ref_html = (root / "course" / "feedback" / "ref" / aid / f"{aid}.html").read_text()
+    assert "output_error" not in ref_html
+    try:
+        a = assignments.get(aid)
+    except ValueError:
+        return  # no performance cell: the check messages above are the report
+    if a.performance_cell:
+        report = json.loads((root / "course" / "autograded" / "ref" / aid / f"{a.notebook}.grader.json")
+                            .read_text())
+        assert report["points"] > 0
+        # The grader's feedback block, with the device and the measured speedup, reached the HTML.
+        assert report["device"] in ref_html
+        assert f"{report['speedup']:.2f}x" in ref_html

@@ -34,19 +34,21 @@ def run_grading(out: Path) -> list[dict]:
 
 
 def summary(results: dict[str, dict], grades: list[dict]) -> str:
-    lines = ["", "=" * 78, "effkit demo — every figure measured on this machine in this run", "=" * 78,
-             f"{'workload':<14}{'device':<26}{'naive/s':>9}{'optim/s':>9}{'speedup':>9}{'Δacc pp':>9}"]
+    devices = sorted({r["device"] for r in results.values()})
+    lines = ["", "=" * 78, "effkit demo — every figure measured on this machine in this run",
+             f"device: {', '.join(devices)}", "=" * 78,
+             f"{'workload':<16}{'naive/s':>10}{'optim/s':>10}{'speedup':>9}{'t→target':>10}{'Δacc pp':>9}"]
     for wl, r in results.items():
-        rec = r["recipes"]
+        rec, ttt = r["recipes"], r.get("time_to_target_speedup")
         lines.append(
-            f"{wl + '/' + r['profile']:<14}{r['device'][:25]:<26}"
-            f"{rec['naive']['samples_per_s']:>9.0f}{rec['optimized']['samples_per_s']:>9.0f}"
-            f"{r['speedup']:>8.2f}x{r['accuracy_delta_pp']:>+9.2f}"
+            f"{wl + '/' + r['profile']:<16}"
+            f"{rec['naive']['samples_per_s']:>10.0f}{rec['optimized']['samples_per_s']:>10.0f}"
+            f"{r['speedup']:>8.2f}x{(f'{ttt:.2f}x' if ttt else '—'):>10}{r['accuracy_delta_pp']:>+9.2f}"
         )
     if grades:
-        lines += ["", f"{'exercise':<34}{'points':>12}  notes"]
+        lines += ["", f"{'exercise':<22}{'points':>12}  notes"]
         for g in grades:
-            lines.append(f"{g['name']:<34}{g['score']:>6.1f} / {g['max_score']:<4.0f}  {g.get('note', '')}")
+            lines.append(f"{g['name']:<22}{g['score']:>6.1f} / {g['max_score']:<4.0f}  {g.get('note', '')}")
     return "\n".join(lines)
 
 

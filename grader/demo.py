@@ -35,7 +35,7 @@ def _note(report: dict) -> str:
         return f"speedup {perf['speedup']:.2f}x on {perf.get('device', '?')}{acc}"
     failed = [c for c in report.get("cells", []) if c.get("error")]
     if failed:
-        return f"{failed[0]['grade_id']}: {failed[0]['error'][:60]}"
+        return f"{failed[0]['grade_id']}: {failed[0]['error'][:110]}"
     problems = perf.get("problems") or []
     return problems[0][:70] if problems else ""
 

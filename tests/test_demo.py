@@ -1,0 +1,31 @@
+"""The headline demo's parts: its summary table and its grading rows (the full run is `make demo`)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from effkit.demo import summary
+from grader import course
+from grader.demo import grade_one
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_summary_names_the_device_and_prints_each_measured_figure():
+    results = {w: json.loads((ROOT / "benchmarks" / "results" / f"{w}-smoke-xeon-2c.json").read_text())
+               for w in ("bert", "cifar")}
+    grades = [{"name": "lesson2 reference", "score": 10.0, "max_score": 10.0, "note": "speedup 1.68x"}]
+    text = summary(results, grades)
+    assert f"device: {results['bert']['device']}" in text
+    for w, r in results.items():
+        row = next(line for line in text.splitlines() if line.startswith(f"{w}/smoke"))
+        assert f"{r['speedup']:.2f}x" in row and f"{r['accuracy_delta_pp']:+.2f}" in row
+    assert "lesson2 reference" in text and "10.0 / 10" in text
+
+
+@pytest.mark.slow
+def test_untouched_exercise_gets_zero_and_the_note_names_the_failing_cell(tmp_path):
+    row = grade_one("lesson1", "untouched", course.release_notebook("lesson1", "lesson1"), tmp_path)
+    assert row["score"] == 0 and row["max_score"] == 10, row
+    assert row["note"].startswith("test_throughput:") and "NotImplementedError" in row["note"], row

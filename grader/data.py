@@ -30,15 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from effkit.workloads.cifar.data import BASE_FOLDER, LABEL_NAMES, MANIFEST
-
-
-def _hsv_to_rgb(h: np.ndarray, s: np.ndarray, v: np.ndarray) -> np.ndarray:
-    channels = []
-    for n in (5, 3, 1):
-        k = (n + h / 60.0) % 6
-        channels.append(v - v * s * np.clip(np.minimum(k, 4 - k), 0, 1))
-    return np.stack(channels, axis=-1)
+from effkit.workloads.cifar.data import BASE_FOLDER, LABEL_NAMES, MANIFEST, _hsv_to_rgb
 
 
 def grader_images(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

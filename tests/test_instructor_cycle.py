@@ -110,6 +110,9 @@ def test_feedback_html_shows_the_graders_report(cycle, aid):
         report = json.loads((root / "course" / "autograded" / "ref" / aid / f"{a.notebook}.grader.json")
                             .read_text())
         assert report["points"] > 0
+        weak = json.loads((root / "course" / "autograded" / "weak" / aid / f"{a.notebook}.grader.json")
+                          .read_text())
+        assert weak["points"] == 0 and "still raise NotImplementedError" in weak["problems"][0]
         # The grader's feedback block, with the device and the measured speedup, reached the HTML.
         assert report["device"] in ref_html
         assert f"{report['speedup']:.2f}x" in ref_html

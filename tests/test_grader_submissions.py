@@ -29,6 +29,13 @@ STUDENTS = {"ada": "correct", "tom": "tamper_time", "lee": "locked_edit", "ray":
             "ivy": "infinite_loop", "mal": "malformed"}  # fmt: skip
 
 
+def _submission(name: str) -> Path:
+    # The malformed notebook is stored under another extension: it is broken on purpose, and
+    # tools that scan the repository for notebooks should not trip over it.
+    broken = SUBMISSIONS / f"{name}.truncated-ipynb"
+    return broken if broken.exists() else SUBMISSIONS / f"{name}.ipynb"
+
+
 SPEC = "smoke"  # the CPU grading spec, as learners get it (grader/lesson2.py)
 
 
@@ -50,7 +57,7 @@ def course(tmp_path_factory):
     for student, name in STUDENTS.items():
         folder = root / "course" / "submitted" / student / "lesson2"
         folder.mkdir(parents=True)
-        shutil.copy(SUBMISSIONS / f"{name}.ipynb", folder / "lesson2.ipynb")
+        shutil.copy(_submission(name), folder / "lesson2.ipynb")
     run = subprocess.run([sys.executable, "-m", "grader", "autograde", "lesson2"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=1500)  # fmt: skip
     return root, run
@@ -137,7 +144,7 @@ def test_a_malformed_notebook_leaves_the_gradebook_intact(course):
     scores = _cell_scores(root)
     assert "mal" not in scores and {"ada", "tom", "lee", "ray", "ivy"} <= set(scores)
     assert not (root / "course" / "autograded" / "mal").exists()
-    check = subprocess.run([sys.executable, "-m", "grader", "check", str(SUBMISSIONS / "malformed.ipynb"),
+    check = subprocess.run([sys.executable, "-m", "grader", "check", str(_submission("malformed")),
                             "--assignment", "lesson2"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
     assert check.returncode == 2 and "is not a valid notebook file" in check.stdout
 

@@ -41,12 +41,13 @@ class ABResult:
     ratio: float  # median of per-pair speed ratios B/A
     ci_low: float
     ci_high: float
-    confidence: float
+    confidence: float  # the coverage asked for
     pairs: int
     a_speeds: list[float]  # work units per second, per repeat
     b_speeds: list[float]
     ratios: list[float]
     seconds: float  # wall time of the whole comparison
+    coverage: float = float("nan")  # the interval's real coverage (see `median_ci_coverage`)
 
     @property
     def spread(self) -> tuple[float, float]:
@@ -73,20 +74,14 @@ class ABResult:
 
     def __str__(self) -> str:
         return (
-            f"B/A = {self.ratio:.3f}x  ({self.confidence:.0%} CI {self.ci_low:.3f}-"
-            f"{self.ci_high:.3f}, {self.pairs} pairs, spread {self.spread[0]:.3f}-"
-            f"{self.spread[1]:.3f})"
+            f"B/A = {self.ratio:.3f}x  (interval {self.ci_low:.3f}-{self.ci_high:.3f} covers the "
+            f"median {self.coverage:.0%} of the time, {self.pairs} pairs)"
         )
 
 
-def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
-    """Distribution-free CI for the median from order statistics (binomial, p = 1/2)."""
-    xs = sorted(values)
-    n = len(xs)
-    if n < 3:
-        return xs[0], xs[-1]
+def _order_k(n: int, confidence: float) -> int:
+    """The largest k (>= 1) with P(Binom(n, 1/2) < k) <= (1 - confidence) / 2."""
     alpha = 1 - confidence
-    # Largest k with P(Binom(n, 1/2) < k) <= alpha/2; the CI is [x_(k), x_(n-k+1)] (1-based).
     cdf, k = 0.0, 0
     for i in range(n + 1):
         p = math.comb(n, i) / 2**n
@@ -94,7 +89,35 @@ def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float, flo
             break
         cdf += p
         k = i + 1
-    k = max(k, 1)  # with few samples the widest interval is [min, max]
+    return max(k, 1)
+
+
+def median_ci_coverage(n: int, confidence: float = 0.95) -> float:
+    """Real coverage of `median_ci` for ``n`` values: 1 - 2 P(Binom(n, 1/2) < k).
+
+    Order-statistic intervals come in steps: with n = 3 the widest one, [min, max], covers the
+    true median only 75% of the time, with 5 values 94%, with 6 values 97%. A "95% CI" from
+    fewer than 6 pairs is not one; say the coverage you have.
+    """
+    if n < 1:
+        return 0.0
+    k = _order_k(n, confidence)
+    below = sum(math.comb(n, i) for i in range(k)) / 2**n
+    return 1 - 2 * below
+
+
+def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Distribution-free CI for the median from order statistics (binomial, p = 1/2).
+
+    Its real coverage is `median_ci_coverage(len(values), confidence)`, which is below
+    ``confidence`` for fewer than 6 values (the interval is then [min, max]).
+    """
+    xs = sorted(values)
+    n = len(xs)
+    if n < 3:
+        return xs[0], xs[-1]
+    # The CI is [x_(k), x_(n-k+1)] (1-based); with few samples the widest one, [min, max].
+    k = _order_k(n, confidence)
     return xs[k - 1], xs[n - k]
 
 
@@ -165,4 +188,37 @@ def compare(
         b_speeds=b_speeds,
         ratios=ratios,
         seconds=_clock() - start,
+        coverage=median_ci_coverage(len(ratios), confidence),
     )
+
+
+@dataclass
+class Verdict:
+    """What an A/B comparison lets you say, and no more."""
+
+    word: str  # "faster", "slower" or "no clear difference"
+    sentence: str
+
+    def __str__(self) -> str:
+        return self.sentence
+
+
+def verdict(result: ABResult, a: str = "A", b: str = "B", threshold: float = 1.0) -> Verdict:
+    """Say "faster", "slower" or "no clear difference" only as far as the interval supports.
+
+    B is called faster only when the whole interval lies above ``threshold`` (slower: below it),
+    and the sentence states the interval's real coverage, so three pairs never pass for 95%.
+    """
+    interval = (
+        f"{result.ratio:.2f}x, interval {result.ci_low:.2f}-{result.ci_high:.2f} "
+        f"covering the median {result.coverage:.0%} of the time over {result.pairs} pairs"
+    )
+    if result.faster(threshold):
+        word, claim = "faster", f"{b} is faster than {a}"
+    elif result.slower(threshold):
+        word, claim = "slower", f"{b} is slower than {a}"
+    else:
+        word, claim = "no clear difference", f"no clear difference between {b} and {a}"
+    if threshold != 1.0 and word != "no clear difference":
+        claim += f" (beyond {threshold:g}x)"
+    return Verdict(word, f"{claim}: {interval}.")

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from effkit.abtest import compare, median_ci
+from effkit.abtest import ABResult, compare, median_ci, median_ci_coverage, verdict
 from effkit.measure import (
     DataWaitSplit,
     StepTimer,
@@ -63,6 +63,44 @@ def test_median_ci_covers_the_median_and_widens_with_few_samples():
     lo, hi = median_ci(list(range(1, 21)))
     assert lo <= 10.5 <= hi and (lo, hi) == (6, 15)
     assert median_ci([3.0, 1.0, 2.0]) == (1.0, 3.0)
+
+
+def test_median_ci_coverage_is_the_real_one_not_the_requested_one():
+    # [min, max] of n values covers the median 1 - 2/2^n of the time.
+    assert median_ci_coverage(3) == pytest.approx(0.75)
+    assert median_ci_coverage(5) == pytest.approx(1 - 2 / 32)
+    assert median_ci_coverage(6) == pytest.approx(1 - 2 / 64)
+    assert median_ci_coverage(6) >= 0.95 > median_ci_coverage(5)
+    for n in range(6, 40):
+        assert median_ci_coverage(n) >= 0.95, n
+    # Monte Carlo: the interval really covers the median as often as we say.
+    gen = torch.Generator().manual_seed(0)
+    for n in (3, 5, 9):
+        hits = 0
+        for _ in range(4000):
+            lo, hi = median_ci(torch.randn(n, generator=gen).tolist())
+            hits += lo <= 0.0 <= hi
+        assert abs(hits / 4000 - median_ci_coverage(n)) < 0.03, n
+
+
+def _result(ratios):
+    lo, hi = median_ci(ratios)
+    return ABResult(ratio=sorted(ratios)[len(ratios) // 2], ci_low=lo, ci_high=hi,
+                    confidence=0.95, pairs=len(ratios), a_speeds=[1.0] * len(ratios),
+                    b_speeds=list(ratios), ratios=list(ratios), seconds=1.0,
+                    coverage=median_ci_coverage(len(ratios)))
+
+
+def test_verdict_claims_only_what_the_interval_supports():
+    # The lesson-1 case of issue 10: median 1.34x but the interval reaches 0.13x.
+    unclear = verdict(_result([0.131, 1.335, 1.565]), "batch 250", "batch 2000")
+    assert unclear.word == "no clear difference" and "75%" in unclear.sentence
+    fast = verdict(_result([1.4, 1.5, 1.6, 1.45, 1.55, 1.5]))
+    assert fast.word == "faster" and "97%" in fast.sentence and "6 pairs" in fast.sentence
+    slow = verdict(_result([0.5, 0.6, 0.55, 0.52, 0.58, 0.6]))
+    assert slow.word == "slower"
+    assert verdict(_result([1.4, 1.5, 1.6, 1.45, 1.55, 1.5]), threshold=1.5).word == (
+        "no clear difference")
 
 
 def test_throughput_meter_skips_warmup_and_has_units():

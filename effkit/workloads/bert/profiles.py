@@ -89,7 +89,10 @@ PROFILES: dict[str, BertProfile] = {
         naive_batch=32,
         optimized_batch=64,
         lr=5e-4,
-        target=0.80,
+        # On the leak-free dev.tsv (whole held-out sentences) both recipes end at ~77.7-78.0%
+        # (tuned on the course CPU, fp32 both: naive 0.7803, optimized 0.7774 after one epoch);
+        # 0.80 was only reachable on the old, leaky split, where dev phrases sat inside train ones.
+        target=0.77,
         eval_split="dev",
         eval_every_samples=4000,
     ),

@@ -106,7 +106,7 @@ def run_steps(steps: list[dict], out: Path) -> list[dict]:
     for s in steps:
         log = logs / f"{s['name']}.log"
         t0 = time.perf_counter()
-        print(f"[gpu-check] {s['name']}: {' '.join(s['argv'][1:5])} ...", flush=True)
+        print(f"[gpu-check] {s['name']} ...", flush=True)
         with log.open("w") as fh:
             rc = subprocess.run(s["argv"], cwd=ROOT, env=dict(env, **s.get("env", {})),
                                 stdout=fh, stderr=subprocess.STDOUT).returncode

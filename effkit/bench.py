@@ -315,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="bert only: optimized recipe vs the Hugging Face Trainer's own switches")
     p.add_argument("--compile", action="store_true",
                    help="with --against: torch.compile the optimized recipe (ablation)")
+    p.add_argument("--ab-only", action="store_true",
+                   help="with --against: the throughput A/B only, no full runs (ablation rows)")
     p.add_argument("--burst", type=float, default=1.0, help="seconds per timed burst")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
@@ -326,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
 
             peer.run(args.profile, args.data, args.out, device=args.device, seed=args.seed,
                      burst_s=args.burst, pairs=args.pairs, progress=not args.quiet,
-                     hooks={"compile": True} if args.compile else None)
+                     hooks={"compile": True} if args.compile else None,
+                     full_run=not args.ab_only)
             return 0
         run(args.workload, args.profile, args.data, args.out, device=args.device, seed=args.seed,
             burst_s=args.burst, pairs=args.pairs, progress=not args.quiet)

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import json
 import platform
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from effkit.abtest import verdict
+from effkit.abtest import ABResult, median_ci, median_ci_coverage, verdict
 from effkit.measure import device_name, sync
 
 
@@ -93,7 +94,7 @@ def _step_clock(device, collator):
 
 def run(profile: str, data: str | None, out: Path, *, device=None, seed: int = 0,
         burst_s: float = 3.0, pairs: int = 9, progress: bool = True, warm_steps: int = 2,
-        hooks: dict | None = None) -> dict:
+        hooks: dict | None = None, full_run: bool = True) -> dict:
     """Interleaved throughput A/B and full runs; ``hooks`` change the optimized recipe only
     (e.g. ``{"compile": True}`` for an ablation row)."""
     from effkit.bench import interleave
@@ -140,16 +141,31 @@ def run(profile: str, data: str | None, out: Path, *, device=None, seed: int = 0
     opt_speeds = res.b_speeds
     hf_steady = hf_speeds[1:]  # drop the warm-up round
     ratios = [o / h for o, h in zip(opt_speeds, hf_steady, strict=True)]
-    from effkit.abtest import ABResult, median_ci, median_ci_coverage
-
     lo, hi = median_ci(ratios)
-    import statistics
-
     ab = ABResult(ratio=statistics.median(ratios), ci_low=lo, ci_high=hi, confidence=0.95,
                   pairs=len(ratios), a_speeds=hf_steady, b_speeds=opt_speeds, ratios=ratios,
                   seconds=res.seconds, coverage=median_ci_coverage(len(ratios)))
     print(f"  throughput: {verdict(ab, 'HF Trainer', 'optimized')}", flush=True)
     opt = hf_model = None  # free them before the full runs
+    result = {
+        "benchmark": "bert optimized recipe vs Hugging Face Trainer (its own efficiency switches)",
+        "profile": profile, "device": name, "torch": torch.__version__,
+        "python": platform.python_version(),
+        "transformers": __import__("transformers").__version__, "optimized_hooks": hooks,
+        "speedup": ab.ratio, "speedup_ci": [ab.ci_low, ab.ci_high],
+        "speedup_ci_coverage": ab.coverage, "speedup_spread": list(ab.spread),
+        "ab_pairs": ab.pairs, "verdict": verdict(ab, "HF Trainer", "optimized").sentence,
+        "samples_per_s": {"optimized": statistics.median(opt_speeds),
+                          "hf_trainer": statistics.median(hf_steady)},
+        "samples_per_s_all": {"optimized": opt_speeds, "hf_trainer": hf_steady},
+        "steps_per_burst": {"optimized": k_opt, "hf_trainer": k_hf},
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    if not full_run:  # an ablation row: throughput only
+        (out / "result.json").write_text(json.dumps(result, indent=2))
+        print(f"optimized / HF Trainer on {name}: {ab.ratio:.2f}x samples/s (interval "
+              f"{ab.ci_low:.2f}-{ab.ci_high:.2f}, real coverage {100 * ab.coverage:.1f}%)")
+        return result
     # Full runs from the same initial weights: accuracy gate and end-to-end training time.
     full_opt = bert.build("optimized", profile, data_dir=data_dir, device=device, seed=seed,
                           **hooks)
@@ -163,24 +179,13 @@ def run(profile: str, data: str | None, out: Path, *, device=None, seed: int = 0
     sync(device)
     hf_train_s = time.perf_counter() - t0
     hf_acc = judge.evaluate()
-    result = {
-        "benchmark": "bert optimized recipe vs Hugging Face Trainer (its own efficiency switches)",
-        "profile": profile, "device": name, "torch": torch.__version__,
-        "python": platform.python_version(),
-        "transformers": __import__("transformers").__version__,
+    result.update({
         "hf_trainer_switches": {
             "precision": full_opt.policy.mode, "train_sampling_strategy": "group_by_length",
             "collator": "DataCollatorWithPadding(pad_to_multiple_of=8)", "attention": "sdpa",
             "optim": "adamw_torch_fused", "dataloader_num_workers": 0,
             "batch_size": full_opt.settings["batch_size"], "lr": full_opt.settings["lr"]},
-        "optimized_config": full_opt.describe(), "optimized_hooks": hooks,
-        "speedup": ab.ratio, "speedup_ci": [ab.ci_low, ab.ci_high],
-        "speedup_ci_coverage": ab.coverage, "speedup_spread": list(ab.spread),
-        "ab_pairs": ab.pairs, "verdict": verdict(ab, "HF Trainer", "optimized").sentence,
-        "samples_per_s": {"optimized": statistics.median(opt_speeds),
-                          "hf_trainer": statistics.median(hf_steady)},
-        "samples_per_s_all": {"optimized": opt_speeds, "hf_trainer": hf_steady},
-        "steps_per_burst": {"optimized": k_opt, "hf_trainer": k_hf},
+        "optimized_config": full_opt.describe(),
         "full_run": {
             "steps": full_opt.total_steps,
             "optimized_train_seconds": opt_run.train_seconds,
@@ -189,8 +194,7 @@ def run(profile: str, data: str | None, out: Path, *, device=None, seed: int = 0
             "accuracy_delta_pp": 100 * (opt_run.accuracy - hf_acc),
             "eval_split": full_opt.eval_split,
         },
-    }
-    out.mkdir(parents=True, exist_ok=True)
+    })
     (out / "result.json").write_text(json.dumps(result, indent=2))
     f = result["full_run"]
     print(f"optimized / HF Trainer on {name}: {ab.ratio:.2f}x samples/s (interval "

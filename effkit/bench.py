@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             from effkit.workloads.bert import peer
 
             peer.run(args.profile, args.data, args.out, device=args.device, seed=args.seed,
-                     burst_s=args.burst, pairs=args.pairs, progress=not args.quiet,
+                     pairs=args.pairs, progress=not args.quiet,
                      hooks={"compile": True} if args.compile else None,
                      full_run=not args.ab_only)
             return 0

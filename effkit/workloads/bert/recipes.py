@@ -117,7 +117,8 @@ class LoaderStream:
 
     ``pause()`` drops the live iterator, which shuts the worker processes down (a benchmark must
     not let them prefetch on the cores another recipe is being timed on); ``resume()`` restarts
-    them and waits for the first batch, outside any timing. The next epoch starts after a pause.
+    them and waits until their prefetch queue is full, outside any timing. The next epoch starts
+    after a pause.
     """
 
     def __init__(self, loader):
@@ -141,8 +142,11 @@ class LoaderStream:
         self._it = None
 
     def resume(self) -> None:
+        # Wait until the workers have filled their prefetch queue, as they have in steady state
+        # when the model is the bottleneck: a burst must not pay for the workers' start-up.
         if self._it is None and not self._ready:
-            self._ready.append(next(self))
+            depth = max(1, self.loader.num_workers * (self.loader.prefetch_factor or 1))
+            self._ready = [next(self) for _ in range(depth)][::-1]  # popped from the end
 
 
 def _bucketed_stream(corpus, batch_size: int, seed: int, pin: bool) -> Iterator[dict]:

@@ -125,10 +125,14 @@ class _Trainer:
             self._batches = None
 
     def resume(self) -> None:
-        """Start the workers again and wait for the first batch (call outside any timing)."""
+        """Start the workers again and wait for a full prefetch queue (call outside any timing)."""
         if self._has_workers() and self._batches is None:
+            # Fill the workers' prefetch queue, as in steady state: no start-up inside a burst.
+            loader = self.pipeline.loader
             it = iter(self.pipeline)
-            self._batches = itertools.chain([next(it)], it)
+            depth = max(1, loader.num_workers * (loader.prefetch_factor or 1))
+            ready = list(itertools.islice(it, depth))  # fewer when the epoch is shorter
+            self._batches = itertools.chain(ready, it)
 
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         # Cycles epochs: a fresh iter() reshuffles (and, for DataLoaders, restarts workers).

@@ -141,7 +141,9 @@ def run(profile: str, data: str | None, out: Path, *, device=None, seed: int = 0
     warm = 2
     clock = _interleaving_clock(device, collator, segment, warm, opt_burst)
     make(hf_model, warm + segment * (pairs + 1), [clock]).train()
-    hf_seg, opt_speeds = clock.hf, clock.opt
+    # opt[0] ran before the first timed Trainer segment (a warm-up); opt[i] sits between Trainer
+    # segments i-1 and i.
+    hf_seg, opt_speeds = clock.hf, clock.opt[1:]
     hf_steady = [(a + b) / 2 for a, b in zip(hf_seg, hf_seg[1:], strict=False)]
     ratios = [o / h for o, h in zip(opt_speeds, hf_steady, strict=True)]
     lo, hi = median_ci(ratios)

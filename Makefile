@@ -4,8 +4,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.effkit-installed
 DEMO_ARGS ?=
+SST2 ?= ../shared/data/sst2
 
-.PHONY: setup browser demo test lint lab exercises bench clean
+.PHONY: setup browser demo test lint lab exercises bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "effkit needs Python >= 3.10"'
@@ -18,7 +19,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)  ## the headline demo: benchmarks + autograding, one table
-	$(BIN)/python -m effkit.demo $(DEMO_ARGS)
+	$(BIN)/python -m grader.demo $(DEMO_ARGS)
 
 # The JupyterLab test drives Debian's chromium; install it where we can (root + apt), else say so.
 browser:
@@ -41,9 +42,15 @@ lab: $(STAMP)  ## JupyterLab on the course, nbgrader extensions enabled
 exercises: $(STAMP)  ## regenerate the student versions in exercises/ from solutions/
 	$(BIN)/python -m grader generate
 
-bench: $(STAMP)
+bench: $(STAMP)  ## both workloads' smoke A/B (time-to-target with evaluations on the clock)
 	$(BIN)/python -m effkit.bench bert --profile smoke --out runs/bench/bert
 	$(BIN)/python -m effkit.bench cifar --profile smoke --out runs/bench/cifar
+
+# On a CUDA machine (offline is fine): gpu profiles, the HF Trainer peer benchmark, every lesson
+# under EFFKIT_PROFILE=gpu, grading, stress and calibrate -> benchmarks/results/<device>/.
+# About 25 min on one H100. `benchmarks/gpu_check.py --dry-run` is the CPU rehearsal CI runs.
+gpu-check: $(STAMP)
+	$(BIN)/python benchmarks/gpu_check.py --sst2 $(SST2)
 
 clean:
 	rm -rf runs course .pytest_cache .ruff_cache

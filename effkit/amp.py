@@ -1,8 +1,9 @@
 """Automatic mixed precision (AMP): one policy, one autocast context, a scaler only for fp16.
 
-**What it does.** `choose_precision` picks the compute precision for a device: bf16 autocast where
-the hardware supports bf16 (Ampere+ GPUs, CPUs), fp16 autocast plus a ``GradScaler`` on CUDA GPUs
-without bf16 (T4, V100), or off. The returned :class:`AmpPolicy` gives one ``autocast()`` context
+**What it does.** `choose_precision` picks the compute precision for a device from what it runs
+*natively* (`DeviceCaps.detect`): bf16 autocast on CUDA GPUs of compute capability 8.0 or newer
+(Ampere+) and on CPUs with AMX or AVX512-BF16, fp16 autocast plus a ``GradScaler`` on older CUDA
+GPUs (T4, V100), fp32 everywhere else. The returned :class:`AmpPolicy` gives one ``autocast()`` context
 for the forward pass and a scaler that is *enabled only for fp16* (bf16 has fp32's exponent range,
 so it needs no loss scaling).
 
@@ -29,6 +30,41 @@ MODES = ("auto", "bf16", "fp16", "off")
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}
 
 
+CPUINFO_PATH = "/proc/cpuinfo"
+
+
+def cpu_native_bf16(cpuinfo: str | None = None) -> bool:
+    """True when this CPU multiplies bf16 in hardware: AMX tiles or AVX512-BF16.
+
+    Reads the kernel's CPU flags (``amx_bf16``, ``avx512_bf16``) from ``/proc/cpuinfo`` (or the
+    text given), and falls back to torch's own probes where there is no such file (macOS).
+    Without those units bf16 autocast is emulated and slower than fp32.
+    """
+    if cpuinfo is None:
+        try:
+            with open(CPUINFO_PATH) as f:
+                cpuinfo = f.read()
+        except OSError:
+            cpuinfo = None
+    if cpuinfo is not None:
+        flags = set()
+        for line in cpuinfo.splitlines():
+            if line.startswith(("flags", "Features")):
+                flags.update(line.split(":", 1)[-1].split())
+        return bool(flags & {"amx_bf16", "avx512_bf16"})
+    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")  # private, hence getattr
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
+def cuda_native_bf16(capability: tuple[int, int]) -> bool:
+    """bf16 tensor cores exist from compute capability 8.0 (Ampere) on.
+
+    ``torch.cuda.is_bf16_supported()`` also answers True on a T4 (7.5) or V100 (7.0), where bf16
+    is emulated through fp32 and slower than fp16: never use it to choose a precision.
+    """
+    return tuple(capability) >= (8, 0)
+
+
 @dataclass(frozen=True)
 class DeviceCaps:
     """What a device can do; build one by hand to simulate hardware you don't have."""
@@ -46,12 +82,12 @@ class DeviceCaps:
             return cls(
                 "cuda",
                 torch.cuda.get_device_name(idx),
-                bf16=torch.cuda.is_bf16_supported(),
+                bf16=cuda_native_bf16(torch.cuda.get_device_capability(idx)),
                 fp16=True,
             )
         if device.type == "cpu":
-            # CPU autocast runs bf16 everywhere; fp16 training on CPU has no GradScaler path here.
-            return cls("cpu", "cpu", bf16=True, fp16=False)
+            # Native bf16 only (AMX / AVX512-BF16); fp16 training on CPU has no GradScaler path.
+            return cls("cpu", "cpu", bf16=cpu_native_bf16(), fp16=False)
         if device.type == "mps":
             return cls("mps", "mps", bf16=False, fp16=True)
         return cls(device.type, device.type)
@@ -106,7 +142,9 @@ def choose_precision(
         if caps.fp16 and caps.type == "cuda":
             return AmpPolicy(caps.type, "fp16")
         return AmpPolicy(caps.type, "off")
-    supported = caps.bf16 if requested == "bf16" else caps.fp16
+    # An explicit "bf16" on a CPU without bf16 units still runs (emulated, slower: "auto" never
+    # picks it there), so lessons can study it anywhere; on CUDA it must be native.
+    supported = (caps.bf16 or caps.type == "cpu") if requested == "bf16" else caps.fp16
     if not supported:
         where = f"{caps.type} device {caps.name!r}".strip()
         hint = "use 'bf16' or 'off'" if requested == "fp16" else "use 'fp16' (with a GradScaler)"

@@ -4,7 +4,8 @@
 anything: a step timer that synchronises the device (GPU work is asynchronous: without a sync you
 time the kernel *launch*), a throughput meter that skips warm-up steps, a time-to-target tracker,
 the split of wall time into data-wait and compute, peak memory, model FLOPs through
-``torch.utils.flop_counter`` and MFU against a table of peak FLOP/s by device name, and
+``torch.utils.flop_counter`` and MFU against a table of dense peak FLOP/s per exact GPU model and
+precision, and
 cost-to-target from a $/hour price.
 
 **When to use it.** Always, first. Optimise the bottleneck you measured, not the one you guessed.
@@ -19,6 +20,7 @@ peak of the precision you actually run in.
 from __future__ import annotations
 
 import platform
+import re
 import resource
 import sys
 import time
@@ -28,22 +30,65 @@ from pathlib import Path
 
 import torch
 
-# Dense (no sparsity) peak tensor FLOP/s by device-name substring, bf16/fp16 unless noted.
-# Sources: vendor datasheets. Longest matching key wins ("H100 PCIe" before "H100").
-PEAK_FLOPS: dict[str, float] = {
-    "H200": 989e12,
-    "H100 PCIe": 756e12,
-    "H100": 989e12,
-    "A100": 312e12,
-    "A10G": 125e12,
-    "A10": 125e12,
-    "L40S": 362e12,
-    "L4": 121e12,
-    "RTX 4090": 165e12,
-    "RTX 3090": 71e12,
-    "V100": 125e12,  # fp16 tensor cores; no bf16
-    "T4": 65e12,  # fp16 tensor cores; no bf16
+# Dense (no sparsity) peak FLOP/s per precision, by exact GPU model. Sources: NVIDIA datasheets
+# (H100/H200 SXM, PCIe and NVL, A100, A10, L4, L40, L40S, V100, T4) and the Ada / Ampere GeForce
+# whitepapers (RTX 4090 / 3090: tensor FLOP/s with fp32 accumulation, what PyTorch uses).
+# "fp32" is the non-tensor-core rate; "tf32" the tensor-core rate for fp32 matmuls when TF32 is
+# enabled. A precision a model lacks natively (bf16 on V100/T4) is absent: no peak, no MFU.
+# The A10G (AWS) has no public datasheet: it is deliberately absent rather than given the A10's.
+_T = 1e12
+PEAK_FLOPS: dict[str, dict[str, float]] = {
+    "H100 SXM": {"fp32": 67 * _T, "tf32": 494.7 * _T, "bf16": 989.4 * _T, "fp16": 989.4 * _T},
+    "H100 PCIe": {"fp32": 51 * _T, "tf32": 378 * _T, "bf16": 756 * _T, "fp16": 756 * _T},
+    "H100 NVL": {"fp32": 60 * _T, "tf32": 417.5 * _T, "bf16": 835.5 * _T, "fp16": 835.5 * _T},
+    "H200 SXM": {"fp32": 67 * _T, "tf32": 494.7 * _T, "bf16": 989.4 * _T, "fp16": 989.4 * _T},
+    "H200 NVL": {"fp32": 60 * _T, "tf32": 417.5 * _T, "bf16": 835.5 * _T, "fp16": 835.5 * _T},
+    "A100": {"fp32": 19.5 * _T, "tf32": 156 * _T, "bf16": 312 * _T, "fp16": 312 * _T},
+    "A10": {"fp32": 31.2 * _T, "tf32": 62.5 * _T, "bf16": 125 * _T, "fp16": 125 * _T},
+    "L4": {"fp32": 30.3 * _T, "tf32": 60 * _T, "bf16": 121 * _T, "fp16": 121 * _T},
+    "L40": {"fp32": 90.5 * _T, "tf32": 90.5 * _T, "bf16": 181 * _T, "fp16": 181 * _T},
+    "L40S": {"fp32": 91.6 * _T, "tf32": 183 * _T, "bf16": 362 * _T, "fp16": 362 * _T},
+    "RTX 4090": {"fp32": 82.6 * _T, "tf32": 82.6 * _T, "bf16": 165.2 * _T, "fp16": 165.2 * _T},
+    "RTX 3090": {"fp32": 35.6 * _T, "tf32": 35.6 * _T, "bf16": 71 * _T, "fp16": 71 * _T},
+    "V100 SXM2": {"fp32": 15.7 * _T, "fp16": 125 * _T},
+    "V100 PCIe": {"fp32": 14 * _T, "fp16": 112 * _T},
+    "V100S PCIe": {"fp32": 16.4 * _T, "fp16": 130 * _T},
+    "T4": {"fp32": 8.1 * _T, "fp16": 65 * _T},
 }
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+
+# How CUDA spells each model (torch.cuda.get_device_name), as whole-name patterns after the
+# vendor prefix is dropped: "NVIDIA H100 80GB HBM3" is the SXM part, "NVIDIA A10G" is not an A10,
+# "NVIDIA L40" is not an L4.
+_MODEL_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("H100 PCIe", r"H100 PCIE( \d+GB)?"),
+    ("H100 NVL", r"H100 NVL( \d+GB)?"),
+    ("H100 SXM", r"H100( SXM5?)?( \d+GB)?( HBM3)?"),
+    ("H200 NVL", r"H200 NVL( \d+GB)?"),
+    ("H200 SXM", r"H200( SXM)?( \d+GB)?( HBM3E)?"),
+    ("A100", r"A100([- ](SXM4|PCIE))?([- ]\d+GB)?( PCIE)?"),
+    ("A10", r"A10"),
+    ("L4", r"L4"),
+    ("L40", r"L40"),
+    ("L40S", r"L40S"),
+    ("RTX 4090", r"(GEFORCE )?RTX 4090"),
+    ("RTX 3090", r"(GEFORCE )?RTX 3090"),
+    ("V100 SXM2", r"V100-SXM2-\d+GB"),
+    ("V100 PCIe", r"V100-PCIE-\d+GB"),
+    ("V100S PCIe", r"V100S-PCIE-\d+GB"),
+    ("T4", r"T4"),
+)
+
+
+def gpu_model(name: str) -> str | None:
+    """The ``PEAK_FLOPS`` key of a CUDA device name, matched exactly (None when not listed)."""
+    bare = " ".join(name.upper().split())
+    for _ in range(2):  # "NVIDIA Tesla T4", "Tesla V100-...", "NVIDIA H100 ..."
+        bare = re.sub(r"^(NVIDIA|TESLA)\s+", "", bare)
+    for model, pattern in _MODEL_PATTERNS:
+        if re.fullmatch(pattern, bare):
+            return model
+    return None
 
 
 def sync(device: torch.device | str | None = None) -> None:
@@ -76,10 +121,25 @@ def device_name(device: torch.device | str = "cpu") -> str:
     return dev.type
 
 
-def peak_flops(name: str) -> float | None:
-    """Dense bf16/fp16 peak FLOP/s for a device name, or None if unknown (CPUs)."""
-    matches = [k for k in PEAK_FLOPS if k.lower() in name.lower()]
-    return PEAK_FLOPS[max(matches, key=len)] if matches else None
+def peak_flops(name: str, precision: str = "bf16", device_type: str = "cuda") -> float | None:
+    """Dense peak FLOP/s of the GPU called ``name`` in ``precision`` ("fp32", "tf32", "bf16",
+    "fp16"), or None: unknown model, a precision it lacks, or any non-CUDA device (a CPU named
+    "AMD A10-7850K" is not an A10). Divide by the peak of the precision the run used."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {PRECISIONS}")
+    if device_type != "cuda":
+        return None
+    model = gpu_model(name)
+    return PEAK_FLOPS[model].get(precision) if model else None
+
+
+def run_precision(policy_mode: str, device_type: str = "cuda") -> str:
+    """The precision whose peak an MFU must use, from an AMP policy mode ("bf16", "fp16", "off")."""
+    if policy_mode in ("bf16", "fp16"):
+        return policy_mode
+    if device_type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        return "tf32"  # fp32 matmuls run on tensor cores in TF32
+    return "fp32"
 
 
 def mfu(flops_per_sample: float, samples_per_s: float, peak: float | None) -> float | None:

@@ -1,13 +1,19 @@
-"""The grading half of ``make demo``: autograde every reference solution and untouched exercise.
+"""The headline demo (``make demo`` = ``python -m grader.demo``): benchmark both workloads, then
+autograde, in one table.
 
-**What it does.** ``grade_all(out)`` copies each assignment's reference solution
+**What it does.** ``main()`` runs :func:`effkit.bench.run` for each workload (profiles: ``smoke``
+on a CPU by default; ``--data DIR`` (GLUE SST-2 TSVs) moves BERT to the ``cpu`` profile on real
+data; a visible GPU moves both workloads to the ``gpu`` profile) and prints each workload's
+headline (``effkit.bench.HEADLINE``: CIFAR's time-to-target with every evaluation counted, BERT's
+throughput speedup at its accuracy delta) with the other figures beside it. ``grade_all(out)`` copies each assignment's reference solution
 (``solutions/<id>/``) and its untouched student version (``exercises/<id>/``) into ``out`` and runs
 ``python -m grader check`` on each in a fresh process - every check that ``nbgrader autograde``
 runs, the performance cell included - then returns one row per notebook: points, maximum and a
 short note (the first failing check, or the measured speedup). Logs and JSON reports stay in
 ``out``.
 
-**When to use it.** From :mod:`effkit.demo`; by hand, ``python -m grader.demo``.
+**When to use it.** ``make demo`` on a fresh machine. It lives in ``grader`` because it grades;
+effkit never imports grader.
 
 **Expected gain.** One look shows that the reference solutions earn full marks and the untouched
 student versions earn only what needs no code.
@@ -18,12 +24,14 @@ notebook on 2 CPU cores.
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from effkit import bench  # imported before torch: it sets OMP_WAIT_POLICY (see effkit.bench)
 from grader import assignments, course
 
 
@@ -75,6 +83,68 @@ def grade_all(out: Path) -> list[dict]:
     return rows
 
 
+def choose_profiles(data: str | None, cifar_data: str | None) -> dict[str, tuple[str, str | None]]:
+    import torch
+
+    if torch.cuda.is_available():
+        return {"bert": ("gpu", data), "cifar": ("gpu", cifar_data)}
+    return {"bert": ("cpu" if data else "smoke", data),
+            "cifar": ("cpu" if cifar_data else "smoke", cifar_data)}
+
+
+def _x(v) -> str:
+    return f"{v:.2f}x" if v else "—"
+
+
+def summary(results: dict[str, dict], grades: list[dict]) -> str:
+    """One table: each workload's headline first, the other figures beside it, then the grades."""
+    devices = sorted({r["device"] for r in results.values()})
+    lines = ["", "=" * 96, "effkit demo — every figure measured on this machine in this run",
+             f"device: {', '.join(devices)}", "=" * 96,
+             f"{'workload':<14}{'HEADLINE':>10}  {'(what)':<34}{'samples/s':>10}{'interval':>13}"
+             f"{'cover':>7}{'t→target':>9}{'Δacc pp':>9}"]
+    for wl, r in results.items():
+        head = r.get("headline") or bench.headline(r)
+        lo, hi = r["speedup_ci"]
+        cov = r.get("speedup_ci_coverage")
+        what = "time-to-target, evals counted" if head["metric"] != "speedup" else "samples/s, same model"
+        lines.append(
+            f"{wl + '/' + r['profile']:<14}{_x(head['value']):>10}  {what:<34}"
+            f"{_x(r['speedup']):>10}{f'{lo:.2f}-{hi:.2f}':>13}"
+            f"{(f'{100 * cov:.0f}%' if cov else '—'):>7}{_x(r.get('time_to_target_speedup')):>9}"
+            f"{r['accuracy_delta_pp']:>+9.2f}")
+    lines.append("interval: order-statistic interval of the median per-pair ratio; cover: its real "
+                 "coverage")
+    if grades:
+        lines += ["", f"{'exercise':<22}{'points':>12}  notes"]
+        for g in grades:
+            lines.append(f"{g['name']:<22}{g['score']:>6.1f} / {g['max_score']:<4.0f}  {g.get('note', '')}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m grader.demo", description=__doc__.split("\n")[0])
+    p.add_argument("--data", default=None, help="GLUE SST-2 folder: BERT runs the cpu profile")
+    p.add_argument("--cifar-data", default=None, help="folder holding cifar-10-batches-py/")
+    p.add_argument("--out", default="runs/demo", type=Path)
+    p.add_argument("--pairs", type=int, default=bench.DEFAULT_PAIRS)
+    p.add_argument("--skip-grading", action="store_true")
+    args = p.parse_args(argv)
+    results = {}
+    try:
+        for wl, (profile, data) in choose_profiles(args.data, args.cifar_data).items():
+            results[wl] = bench.run(wl, profile, data, args.out / wl, pairs=args.pairs)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"grader.demo: error: {e}", file=sys.stderr)
+        return 2
+    grades = [] if args.skip_grading else grade_all(args.out / "grading")
+    text = summary(results, grades)
+    print(text)
+    (args.out / "summary.txt").write_text(text + "\n")
+    (args.out / "summary.json").write_text(json.dumps({"bench": results, "grades": grades}, indent=2))
+    print(f"\nplots and JSON: {args.out}/ (throughput.png, accuracy_vs_time.png per workload)")
+    return 0
+
+
 if __name__ == "__main__":
-    for row in grade_all(Path("runs/demo/grading")):
-        print(f"{row['name']:<24} {row['score']:5.1f} / {row['max_score']:<4g} {row['note']}")
+    sys.exit(main())

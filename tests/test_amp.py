@@ -34,7 +34,7 @@ def test_scaler_enabled_only_for_fp16(monkeypatch):
 
 
 def test_real_cpu_scaler_is_a_no_op_for_bf16():
-    scaler = choose_precision("cpu", "bf16").make_scaler()
+    scaler = choose_precision("cpu", "bf16", caps=CPU).make_scaler()  # any CPU, bf16 or not
     loss = torch.tensor(2.0, requires_grad=True)
     assert not scaler.is_enabled() and scaler.scale(loss) is loss
 
@@ -56,3 +56,51 @@ def test_cpu_autocast_really_runs_matmul_in_bf16_and_off_keeps_fp32():
         assert (a @ b).dtype == torch.bfloat16
     with AmpPolicy("cpu", "off").autocast():
         assert (a @ b).dtype == torch.float32
+
+
+# --- DeviceCaps.detect itself: native capability only (probes monkeypatched) ----------------------
+@pytest.mark.parametrize(
+    "capability, name, mode",
+    [((7, 5), "Tesla T4", "fp16"), ((7, 0), "Tesla V100-SXM2-16GB", "fp16"),
+     ((8, 0), "NVIDIA A100-SXM4-80GB", "bf16"), ((9, 0), "NVIDIA H100 80GB HBM3", "bf16")],
+)
+def test_detect_cuda_uses_compute_capability_not_is_bf16_supported(monkeypatch, capability, name, mode):
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: name)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: capability)
+    # torch answers True on a T4/V100 too (it counts emulation): detect must not ask it.
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    caps = DeviceCaps.detect("cuda:0")
+    assert caps.bf16 is (capability >= (8, 0)) and caps.fp16 and caps.name == name
+    policy = choose_precision("cuda", "auto", caps=caps)
+    assert policy.mode == mode and policy.needs_scaler is (mode == "fp16")
+
+
+CPUINFO = "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse avx2 avx512f {extra}\n"
+
+
+@pytest.mark.parametrize(
+    "extra, bf16", [("", False), ("avx512_vnni", False), ("avx512_bf16", True),
+                    ("amx_tile amx_bf16 amx_int8", True)],
+)
+def test_detect_cpu_bf16_only_with_amx_or_avx512_bf16(monkeypatch, tmp_path, extra, bf16):
+    from effkit import amp
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(CPUINFO.format(extra=extra))
+    monkeypatch.setattr(amp, "CPUINFO_PATH", str(cpuinfo))
+    caps = DeviceCaps.detect("cpu")
+    assert caps.bf16 is bf16 and caps.fp16 is False
+    assert choose_precision("cpu", "auto", caps=caps).mode == ("bf16" if bf16 else "off")
+
+
+def test_both_workloads_resolve_precision_through_the_one_policy(monkeypatch):
+    from effkit import amp
+    from effkit.workloads.cifar import recipes as cifar_recipes
+
+    monkeypatch.setattr(amp, "cpu_native_bf16", lambda cpuinfo=None: False)
+    assert cifar_recipes.resolve_precision(torch.device("cpu"), "auto").mode == "off"
+    assert choose_precision("cpu", "auto").mode == "off"
+    monkeypatch.setattr(amp, "cpu_native_bf16", lambda cpuinfo=None: True)
+    assert cifar_recipes.resolve_precision(torch.device("cpu"), "auto").mode == "bf16"
+    assert choose_precision("cpu", "auto").mode == "bf16"

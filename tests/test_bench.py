@@ -5,11 +5,14 @@ import json
 import pytest
 
 from effkit import bench
+from effkit.abtest import median_ci_coverage
 
 FIELDS = {"workload", "profile", "device", "torch", "recipes", "speedup", "speedup_ci",
-          "speedup_spread", "time_to_target_speedup", "accuracy_delta_pp"}
+          "speedup_spread", "time_to_target_speedup", "accuracy_delta_pp", "speedup_ci_coverage",
+          "headline", "time_to_target_speedup_train_only", "speedup_verdict"}
 RECIPE_FIELDS = {"samples_per_s", "tokens_per_s", "time_to_target_s", "final_accuracy",
-                 "peak_memory_bytes", "mfu", "flops_per_sample", "history", "config"}
+                 "peak_memory_bytes", "mfu", "flops_per_sample", "history", "config",
+                 "eval_seconds", "wall_seconds", "time_to_target_train_only_s"}
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +38,15 @@ def test_smoke_bench_writes_every_field_and_plots(bert_result):
     assert res["accuracy_delta_pp"] == pytest.approx(delta)
     lo, hi = res["speedup_ci"]
     assert lo <= res["speedup"] <= hi
+    # the interval's real coverage is reported (5 pairs: [min, max] covers the median 93.75%)
+    assert res["ab_pairs"] == 5 and res["speedup_ci_coverage"] == median_ci_coverage(5)
+    assert "93.8%" in bench.table(res) or "93.7%" in bench.table(res)
+    assert res["headline"]["metric"] == "speedup"  # BERT: same model, so samples/s is quoted
+    for name in ("naive", "optimized"):
+        rec = res["recipes"][name]
+        assert rec["wall_seconds"] == pytest.approx(rec["train_seconds"] + rec["eval_seconds"])
+        if rec["time_to_target_s"] is not None:
+            assert rec["time_to_target_s"] > rec["time_to_target_train_only_s"]
     for png in ("throughput.png", "accuracy_vs_time.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
 
@@ -61,3 +73,33 @@ def test_missing_data_dir_names_the_path(capsys, tmp_path):
     code = bench.main(["bert", "--profile", "cpu", "--data", str(missing), "--out", str(tmp_path)])
     assert code == 2
     assert str(missing) in capsys.readouterr().err
+
+
+def test_headline_is_time_to_target_for_cifar_and_throughput_for_bert():
+    base = {"speedup": 1.5, "time_to_target_speedup": 3.0, "accuracy_delta_pp": 0.0}
+    assert bench.headline(dict(base, workload="cifar"))["value"] == 3.0
+    assert bench.headline(dict(base, workload="bert"))["value"] == 1.5
+    assert bench.DEFAULT_PAIRS >= 6 and median_ci_coverage(bench.DEFAULT_PAIRS) >= 0.95
+
+
+def test_the_idle_recipe_has_no_workers_running_while_the_other_is_timed():
+    import multiprocessing
+
+    from effkit.workloads import bert
+
+    naive = bert.build("naive", "smoke", device="cpu")  # a DataLoader with 2 worker processes
+    opt = bert.build("optimized", "smoke", device="cpu")  # no workers
+    assert naive.describe()["workers"] == 2
+    seen = []
+
+    def opt_burst():
+        seen.append(len(multiprocessing.active_children()))
+        return opt.train_steps(1).samples
+
+    res = bench.interleave((naive, lambda: naive.train_steps(2).samples), (opt, opt_burst),
+                           "cpu", warmup=1, pairs=3)
+    assert res.pairs == 3 and len(seen) == 4
+    assert seen == [0, 0, 0, 0], seen  # the naive recipe's workers were shut down, not prefetching
+    naive.resume()
+    assert len(multiprocessing.active_children()) == 2  # and they come back when it resumes
+    naive.pause()

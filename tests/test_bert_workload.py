@@ -14,6 +14,7 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
+from effkit.amp import cpu_native_bf16  # noqa: E402
 from effkit.workloads import bert, get  # noqa: E402
 from effkit.workloads.bert import batching, tokenizer  # noqa: E402
 from effkit.workloads.bert.data import load_sst2, make_synthetic_sst2, read_sst2_tsv  # noqa: E402
@@ -179,8 +180,17 @@ def test_smoke_recipes_build_train_and_evaluate(cache, recipe):
     accuracy = trainer.evaluate()
     assert 0.0 <= accuracy <= 1.0 and 0.0 <= trainer.evaluate("dev") <= 1.0
     info = trainer.describe()
-    assert info["attention"] == ("eager" if recipe == "naive" else "sdpa")
-    assert info["precision"] == ("off" if recipe == "naive" else "bf16")
+    # Naive = library defaults: transformers 5 gives SDPA unless asked otherwise; describe() says
+    # what actually runs (the old naive recipe forced "eager").
+    from transformers import BertConfig, BertForSequenceClassification
+
+    tiny = BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8)
+    default = BertForSequenceClassification(tiny).config._attn_implementation  # the library's pick
+    assert default != "eager"
+    assert info["attention"] == (default if recipe == "naive" else "sdpa")
+    assert info["attention"] == trainer.model.config._attn_implementation
+    native = "bf16" if cpu_native_bf16() else "off"
+    assert info["precision"] == ("off" if recipe == "naive" else native)
     assert trainer.total_steps == trainer.steps_per_epoch * bert.PROFILES["smoke"].epochs
     assert trainer.flops_per_sample > 0
 
@@ -210,7 +220,8 @@ def test_train_step_hook_and_precision_reach_the_naive_recipe(cache):
     trainer.train_steps(2)
     assert seen == [("bf16", 128, bert.MAX_GRAD_NORM)] * 2
     info = trainer.describe()
-    assert info["attention"] == "eager" and info["batch_size"] == 32  # nothing else changed
+    naive = bert.build("naive", "smoke", device="cpu").describe()
+    assert info["attention"] == naive["attention"] and info["batch_size"] == 32  # nothing else changed
 
 
 def test_lr_schedule_does_not_advance_on_skipped_steps(cache):

@@ -151,7 +151,7 @@ def test_flops_mfu_and_cost_units():
     both = train_flops(lambda: lin(x).sum().backward())
     assert both == 2 * fwd  # backward: weight grad only (x needs no grad)
     assert peak_flops("NVIDIA H100 PCIe") == 756e12
-    assert peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert peak_flops("NVIDIA H100 80GB HBM3") == 989.4e12
     assert peak_flops("CPU Intel Xeon") is None
     assert mfu(1e9, 1000.0, 1e13) == pytest.approx(0.1)
     assert mfu(1e9, 1000.0, None) is None

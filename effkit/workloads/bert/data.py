@@ -15,7 +15,9 @@ are ~11 WordPiece tokens on average (median 8, max ~70), so padding every row to
 ~90% of the compute on padding. The synthetic generator copies that shape on purpose.
 
 **Pitfalls.** The official GLUE ``test.tsv`` has no labels (header ``index<TAB>sentence``): the
-``test.tsv`` here is the GLUE *dev* set with labels, and ``dev.tsv`` is a slice of GLUE train.
+``test.tsv`` here is the GLUE *dev* set with labels, and ``dev.tsv`` is a slice of GLUE train cut
+by source sentence (`split_glue_dir`, :mod:`effkit.workloads.bert.split`): a random slice of rows
+would leak phrases of held-out sentences into training.
 Sentences contain quotes, so never parse these files with ``csv`` quoting rules.
 """
 
@@ -140,8 +142,10 @@ def _publish(tmp: Path, dest: Path) -> Path:
 def download_sst2_from_hub(dest: str | Path, seed: int = 0) -> Path:
     """Fetch GLUE SST-2 from the Hugging Face hub and write it as TSVs under ``dest``.
 
-    The hub's 67,349 train rows are split 90/10 (fixed seed) into train.tsv/dev.tsv and its
-    labeled validation set becomes test.tsv, matching the offline copy used in this course.
+    The hub's 67,349 train rows (parse-tree phrases) are split by source sentence, 90/10 with a
+    fixed seed, into train.tsv/dev.tsv with no dev phrase occurring inside a train phrase (see
+    :mod:`effkit.workloads.bert.split`); its labeled validation set becomes test.tsv, matching the
+    offline copy used in this course.
     """
     dest = Path(dest).expanduser()
     if all((dest / f"{s}.tsv").is_file() for s in SPLITS):
@@ -161,15 +165,55 @@ def download_sst2_from_hub(dest: str | Path, seed: int = 0) -> Path:
             f"{err}). {GET_DATA_HINT} Then pass data_dir=<that folder>."
         ) from err
     train = list(zip(hub["train"]["sentence"], hub["train"]["label"], strict=True))
-    random.Random(seed).shuffle(train)
-    n_dev = round(0.1 * len(train))
     test = list(zip(hub["validation"]["sentence"], hub["validation"]["label"], strict=True))
+    return _write_leak_free(train, test, dest, seed)
+
+
+def _write_leak_free(glue_train, glue_dev, dest: Path, seed: int) -> Path:
+    from effkit.workloads.bert.split import split_by_sentence
+
+    train, dev = split_by_sentence(glue_train, 0.1, seed)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".sst2-", dir=dest.parent))
-    _write_tsv(tmp / "train.tsv", train[n_dev:])
-    _write_tsv(tmp / "dev.tsv", train[:n_dev])
-    _write_tsv(tmp / "test.tsv", test)
+    _write_tsv(tmp / "train.tsv", train)
+    _write_tsv(tmp / "dev.tsv", dev)
+    _write_tsv(tmp / "test.tsv", glue_dev)
     return _publish(tmp, dest)
+
+
+def is_glue_layout(data_dir: str | Path) -> bool:
+    """True for GLUE's own SST-2 folder: train.tsv, dev.tsv (872 rows) and an unlabeled test.tsv."""
+    test = Path(data_dir).expanduser() / "test.tsv"
+    if not test.is_file() or not (Path(data_dir).expanduser() / "train.tsv").is_file():
+        return False
+    with test.open(encoding="utf-8") as f:
+        return f.readline().strip().lower() == "index\tsentence"
+
+
+def split_glue_dir(glue_dir: str | Path, dest: str | Path | None = None, seed: int = 0) -> Path:
+    """This course's three-split layout built from GLUE's own SST-2 folder, leak-free.
+
+    GLUE's train.tsv is split by source sentence into train.tsv/dev.tsv (no dev phrase inside a
+    train phrase), GLUE's labeled dev.tsv becomes test.tsv; the unlabeled GLUE test is unused.
+    Written once into ``dest`` (default: the cache, keyed by the folder's path).
+    """
+    glue_dir = Path(glue_dir).expanduser().resolve()
+    if dest is None:
+        import hashlib
+
+        key = hashlib.sha256(str(glue_dir).encode()).hexdigest()[:12]
+        dest = cache_root() / f"sst2-split-{key}-seed{seed}"
+    dest = Path(dest)
+    if all((dest / f"{s}.tsv").is_file() for s in SPLITS):
+        return dest
+    train = read_sst2_tsv(glue_dir / "train.tsv")
+    dev = read_sst2_tsv(glue_dir / "dev.tsv")
+    return _write_leak_free(
+        list(zip(train.texts, train.labels, strict=True)),
+        list(zip(dev.texts, dev.labels, strict=True)),
+        dest,
+        seed,
+    )
 
 
 # --- synthetic SST-2 ------------------------------------------------------------------------------

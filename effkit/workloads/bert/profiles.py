@@ -24,7 +24,9 @@ from effkit.workloads.bert.data import (
     cache_root,
     check_sst2_dir,
     download_sst2_from_hub,
+    is_glue_layout,
     make_synthetic_sst2,
+    split_glue_dir,
     synthetic_sst2_cached,
 )
 
@@ -87,7 +89,10 @@ PROFILES: dict[str, BertProfile] = {
         naive_batch=32,
         optimized_batch=64,
         lr=5e-4,
-        target=0.80,
+        # On the leak-free dev.tsv (whole held-out sentences) both recipes end at ~77.7-78.0%
+        # (tuned on the course CPU, fp32 both: naive 0.7803, optimized 0.7774 after one epoch);
+        # 0.80 was only reachable on the old, leaky split, where dev phrases sat inside train ones.
+        target=0.77,
         eval_split="dev",
         eval_every_samples=4000,
     ),
@@ -124,8 +129,9 @@ def prepare_data(profile: str, data_dir: str | Path | None = None) -> Path:
     """Make sure ``profile``'s data exists and return the directory holding its three TSVs.
 
     smoke: synthetic GLUE-format TSVs, generated once into ``data_dir`` (when given) or the cache
-    (``$EFFKIT_DATA/bert`` or ~/.cache/effkit/bert). cpu/gpu: ``data_dir`` when given (checked),
-    else a copy in the cache, else a download from the Hugging Face hub into the cache.
+    (``$EFFKIT_DATA/bert`` or ~/.cache/effkit/bert). cpu/gpu: ``data_dir`` when given (checked;
+    GLUE's own folder, with its unlabeled test.tsv, is first split leak-free into the cache), else
+    a copy in the cache, else a download from the Hugging Face hub into the cache.
     """
     spec = get_profile(profile)
     if spec.data == "synthetic":
@@ -137,5 +143,7 @@ def prepare_data(profile: str, data_dir: str | Path | None = None) -> Path:
             return data_dir
         return make_synthetic_sst2(data_dir, n_train, n_eval)
     if data_dir is not None:
+        if is_glue_layout(data_dir):
+            return split_glue_dir(data_dir)
         return check_sst2_dir(data_dir)
     return download_sst2_from_hub(cache_root() / "sst2")

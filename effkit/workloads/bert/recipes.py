@@ -1,7 +1,9 @@
 """The two BERT-on-SST-2 training recipes behind one ``Trainer``, and the pluggable train step.
 
 **What it does.** ``build("naive" | "optimized", profile)`` returns a :class:`BertTrainer`.
-*naive* is the seed course's baseline: fp32, eager attention, the tokenizer called on raw strings
+*naive* is what people write first, with library defaults: fp32, the attention ``transformers``
+picks by default (SDPA in transformers 5; ``describe()["attention"]`` says which), the tokenizer
+called on raw strings
 inside the DataLoader (2 workers, no pinned memory), every row padded to 128 tokens, batch 32,
 plain AdamW, linear warm-up and decay. *optimized* tokenizes once, pads each length-bucketed batch
 only to its longest row (multiple of 8), runs bf16 autocast where the device has it, SDPA
@@ -18,9 +20,10 @@ per-step overhead (optimizer, clipping, Python).
 
 **Pitfalls.** With fp16, clip only after ``scaler.unscale_``, and do not advance the LR schedule
 on steps the scaler skipped. Eval splits: the GLUE dev set (our test.tsv) has only 872 rows, a
-standard error of ~1.4 pp; the ``cpu`` profile therefore evaluates on dev.tsv (6,735 held-out
-rows of GLUE train, ~0.5 pp), which resolves a 0.5 pp difference between recipes; the ``gpu``
-profile reports the usual GLUE dev figure.
+standard error of ~1.4 pp; the ``cpu`` profile therefore evaluates on dev.tsv (5,867 phrases of
+held-out GLUE-train *sentences*, none inside a training phrase: see
+:mod:`effkit.workloads.bert.split`; ~0.55 pp), which resolves a 0.5 pp difference between
+recipes; the ``gpu`` profile reports the usual GLUE dev figure.
 """
 
 from __future__ import annotations
@@ -50,19 +53,23 @@ HOOKS = (
     "max_train_samples",
     "stop_at_target",
     "eval_split",
+    "compile",
 )
 
 
-def _make_model(spec: BertProfile, train_texts: list[str], attn: str, lr: float):
-    """(model, tokenizer, source, lr, target): pretrained when available, else from scratch."""
+def _make_model(spec: BertProfile, train_texts: list[str], attn: str | None, lr: float):
+    """(model, tokenizer, source, lr, target): pretrained when available, else from scratch.
+
+    ``attn`` None leaves the attention implementation to the library's default."""
     from transformers import BertConfig, BertForSequenceClassification
 
     target = spec.target
+    attn_kw = {} if attn is None else {"attn_implementation": attn}
     if spec.pretrained:
         try:
             tokenizer = load_pretrained_tokenizer(spec.pretrained)
             model = BertForSequenceClassification.from_pretrained(
-                spec.pretrained, num_labels=2, attn_implementation=attn
+                spec.pretrained, num_labels=2, **attn_kw
             )
             return model, tokenizer, spec.pretrained, lr, target
         except OSError as err:
@@ -84,7 +91,7 @@ def _make_model(spec: BertProfile, train_texts: list[str], attn: str, lr: float)
         max_position_embeddings=max(spec.max_length, 128),
         num_labels=2,
         pad_token_id=tokenizer.pad_token_id,
-        attn_implementation=attn,
+        **attn_kw,
     )
     return BertForSequenceClassification(config), tokenizer, "from scratch", lr, target
 
@@ -105,9 +112,41 @@ def _adamw(model, lr: float, weight_decay: float, fused: bool) -> torch.optim.Ad
     return torch.optim.AdamW(groups, lr=lr)
 
 
-def _loader_stream(loader) -> Iterator[dict]:
-    while True:  # epochs run back to back; train_steps may stop mid-epoch and resume here
-        yield from loader
+class LoaderStream:
+    """Endless batches from a DataLoader, epochs back to back, that can pause its workers.
+
+    ``pause()`` drops the live iterator, which shuts the worker processes down (a benchmark must
+    not let them prefetch on the cores another recipe is being timed on); ``resume()`` restarts
+    them and waits until their prefetch queue is full, outside any timing. The next epoch starts
+    after a pause.
+    """
+
+    def __init__(self, loader):
+        self.loader, self._it, self._ready = loader, None, []
+
+    def __iter__(self) -> LoaderStream:
+        return self
+
+    def __next__(self) -> dict:
+        if self._ready:
+            return self._ready.pop()
+        if self._it is None:
+            self._it = iter(self.loader)
+        try:
+            return next(self._it)
+        except StopIteration:  # epochs run back to back
+            self._it = iter(self.loader)
+            return next(self._it)
+
+    def pause(self) -> None:
+        self._it = None
+
+    def resume(self) -> None:
+        # Wait until the workers have filled their prefetch queue, as they have in steady state
+        # when the model is the bottleneck: a burst must not pay for the workers' start-up.
+        if self._it is None and not self._ready:
+            depth = max(1, self.loader.num_workers * (self.loader.prefetch_factor or 1))
+            self._ready = [next(self) for _ in range(depth)][::-1]  # popped from the end
 
 
 def _bucketed_stream(corpus, batch_size: int, seed: int, pin: bool) -> Iterator[dict]:
@@ -163,7 +202,7 @@ def _naive_pipeline(texts, labels, tokenizer, spec: BertProfile, batch_size: int
         "pin_memory": False,
         "mean_padded_length": float(spec.max_length),
     }
-    return _loader_stream(loader), len(loader), info
+    return LoaderStream(loader), len(loader), info
 
 
 def _optimized_pipeline(
@@ -192,7 +231,7 @@ def build(
     Hooks: ``precision`` ("off" | "bf16" | "fp16" | "auto"; naive defaults to "off", optimized to
     "auto"), ``train_step`` (see :func:`default_train_step`), and overrides of ``batch_size``,
     ``lr`` (used as given, no rescaling), ``epochs``, ``max_train_samples``, ``stop_at_target``,
-    ``eval_split``.
+    ``eval_split``, ``compile`` (torch.compile the training forward; an ablation, off by default).
     """
     if recipe not in RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; choose one of {RECIPES}")
@@ -216,7 +255,9 @@ def build(
     batch_size = hooks.get("batch_size", spec.optimized_batch if optimized else spec.naive_batch)
     epochs = hooks.get("epochs", spec.epochs)
     generator = seed_everything(seed)  # same initial weights for both recipes
-    attn = "sdpa" if optimized else "eager"
+    # The naive recipe keeps the library's default attention (what a user gets without asking);
+    # the optimized one asks for SDPA explicitly so it never silently falls back.
+    attn = "sdpa" if optimized else None
     model, tokenizer, source, base_lr, target = _make_model(
         spec, splits["train"].texts, attn, spec.lr
     )
@@ -254,7 +295,7 @@ def build(
         lr=lr,
         lr_rule=rule,
         warmup_ratio=spec.warmup_ratio,
-        attention=attn,
+        attention=model.config._attn_implementation,  # what actually runs, default or not
         fused_adamw=bool(optimizer.defaults.get("fused")),
         max_grad_norm=MAX_GRAD_NORM,
         train_samples=len(texts),
@@ -281,6 +322,12 @@ def build(
         train_step=hooks.get("train_step", default_train_step),
         settings=settings,
     )
+    trainer.tokenizer, trainer.train_texts, trainer.train_labels = tokenizer, texts, labels
+    if hooks.get("compile"):
+        # Bucketed lengths are multiples of 8, so a dynamic-shape graph covers every batch after
+        # one compilation; evaluation keeps the eager model (no recompiling for eval mode).
+        trainer.train_model = torch.compile(model, dynamic=True)
+        trainer.settings["compile"] = "torch.compile(dynamic=True), training only"
     trainer.flops_per_sample = _train_flops_per_sample(
         model, round(pipeline["mean_padded_length"]), len(tokenizer), device, policy
     )

@@ -81,6 +81,7 @@ class BertTrainer:
         self.eval_sets, self.eval_split, self.train_step = eval_sets, eval_split, train_step
         self.settings = settings
         self.flops_per_sample: float | None = None
+        self.train_model = None  # a torch.compile'd view of ``model`` for training, if any
         self.steps_done, self.last_loss = 0, float("nan")
         self._non_blocking = device.type == "cuda"
 
@@ -96,7 +97,7 @@ class BertTrainer:
             }
             scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
             self.last_loss = self.train_step(
-                self.model, batch, self.optimizer, self.policy, self.scaler, MAX_GRAD_NORM
+                self.train_model or self.model, batch, self.optimizer, self.policy, self.scaler, MAX_GRAD_NORM
             )
             # A shrunken loss scale means the scaler skipped this optimizer step (inf/NaN grads):
             # the LR schedule must not advance for a step that did not happen.
@@ -104,6 +105,14 @@ class BertTrainer:
                 self.scheduler.step()
             self.steps_done += 1
         return Work(samples, tokens)
+
+    def pause(self) -> None:
+        """Stop the input pipeline's background workers (if any) while another run is timed."""
+        getattr(self._batches, "pause", lambda: None)()
+
+    def resume(self) -> None:
+        """Restart them and wait for the first batch; call outside any timing."""
+        getattr(self._batches, "resume", lambda: None)()
 
     @torch.inference_mode()
     def evaluate(self, split: str | None = None) -> float:

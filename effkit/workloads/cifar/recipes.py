@@ -16,19 +16,20 @@ hooks (``pipeline=``, ``precision=``, ``channels_last=``, ``compile=``...) to me
 and plateaus below 94% (the ImageNet stem shrinks 32x32 images to 8x8).
 
 **Pitfalls.** A recipe never times itself: the caller synchronises and times ``train_steps``.
-Evaluation (with TTA) is excluded from the clock by `train_to_target`, as in airbench.
+Every evaluation (with TTA) is on the clock in `train_to_target`, as in airbench, for both recipes.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from effkit.amp import AmpPolicy, choose_precision
+from effkit.amp import AmpPolicy, choose_precision, cpu_native_bf16
 from effkit.measure import train_flops
 from effkit.schedules import one_cycle, warmup_cosine
 from effkit.workloads.cifar.models import Lookahead, airbench_net, init_whitening, naive_resnet
@@ -37,20 +38,17 @@ from effkit.workloads.common import Work
 
 
 def cpu_has_fast_bf16() -> bool:
-    """True when this CPU multiplies bf16 in hardware (AMX tiles or AVX512-BF16)."""
-    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")  # private, hence getattr
-    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+    """True when this CPU multiplies bf16 in hardware (see :func:`effkit.amp.cpu_native_bf16`)."""
+    return cpu_native_bf16()
 
 
 def resolve_precision(device: torch.device, requested: str) -> AmpPolicy:
-    """``choose_precision``, except that "auto" on a CPU without bf16 hardware means fp32.
+    """The one effkit policy, :func:`effkit.amp.choose_precision` (kept as a name for callers).
 
     On a CPU with AMX (Sapphire Rapids and later) bf16 autocast made the airbench net's training
     step 1.8x faster, and 3.4x with channels_last (measured on the course's 2-core Xeon);
-    without bf16 instructions it is emulated and slower than fp32.
+    without bf16 instructions ``DeviceCaps.detect`` reports no bf16 and "auto" means fp32.
     """
-    if requested == "auto" and device.type == "cpu" and not cpu_has_fast_bf16():
-        requested = "off"
     return choose_precision(device, requested)
 
 
@@ -115,6 +113,26 @@ class _Trainer:
             return train_flops(lambda: self.loss_fn(twin(x), y).backward()) / 2
         except RuntimeError:  # an exotic op the counter cannot trace: report unknown
             return None
+
+    def _has_workers(self) -> bool:
+        loader = getattr(self.pipeline, "loader", None)
+        return getattr(loader, "num_workers", 0) > 0
+
+    def pause(self) -> None:
+        """Shut down DataLoader workers (if any) so they do not prefetch while another recipe is
+        timed on the same cores; the next batch starts a fresh epoch. No-op without workers."""
+        if self._has_workers():
+            self._batches = None
+
+    def resume(self) -> None:
+        """Start the workers again and wait for a full prefetch queue (call outside any timing)."""
+        if self._has_workers() and self._batches is None:
+            # Fill the workers' prefetch queue, as in steady state: no start-up inside a burst.
+            loader = self.pipeline.loader
+            it = iter(self.pipeline)
+            depth = max(1, loader.num_workers * (loader.prefetch_factor or 1))
+            ready = list(itertools.islice(it, depth))  # fewer when the epoch is shorter
+            self._batches = itertools.chain(ready, it)
 
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         # Cycles epochs: a fresh iter() reshuffles (and, for DataLoaders, restarts workers).

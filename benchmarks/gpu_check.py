@@ -1,0 +1,163 @@
+"""`make gpu-check`: everything the course claims about a GPU, measured in one command.
+
+    python benchmarks/gpu_check.py --sst2 DIR            # on a CUDA machine (<= 25 min on an H100)
+    python benchmarks/gpu_check.py --dry-run --out DIR   # on a CPU, tiny sizes (CI runs this)
+
+Steps, each in its own process with its log, exit code and seconds in ``summary.json``:
+
+1. both workloads' ``gpu`` profile through ``effkit.bench`` (time-to-target with every
+   evaluation on the clock, throughput A/B, MFU against the GPU's peak in the precision used);
+2. the peer benchmark ``effkit.bench bert --against hf-trainer``;
+3. every lesson (``notebooks/*.ipynb``) executed with nbclient under ``EFFKIT_PROFILE=gpu``;
+4. every reference solution and the no-faster submission graded (``python -m grader check``);
+5. a short ``grader stress`` and ``grader calibrate`` (which sets the GPU targets).
+
+Offline by design (the GPU machine reaches no hub): SST-2 comes from the TSVs passed with
+``--sst2``; CIFAR-10 is *synthetic at full size* (50,000 + 10,000 images in the official format),
+so its accuracies only show that training works: 94% on real CIFAR-10 cannot be verified
+offline; BERT trains from scratch when no local ``bert-base-uncased`` weights exist (the bench
+says so). Everything lands in ``benchmarks/results/<device-slug>/``.
+
+``--dry-run`` runs the same plan on a CPU at tiny sizes: the benchmark steps for real on tiny
+synthetic data, and the lesson / grading / stress / calibrate steps as their command lines'
+``--help`` and a notebook read (executing them is minutes each; CI runs them elsewhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def device_slug() -> str:
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu-dry-run"
+    return re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(0).lower()).strip("-")
+
+
+def plan(out: Path, sst2: Path, cifar: Path, dry: bool) -> list[dict]:
+    """The steps: name, argv, extra environment, time limit (s)."""
+    profile = "smoke" if dry else "gpu"
+    tiny = ["--pairs", "2", "--burst", "0.2", "--quiet"] if dry else ["--quiet"]
+    bench = [PY, "-m", "effkit.bench"]
+    steps = [
+        {"name": "bench-cifar", "argv": bench + ["cifar", "--profile", profile, "--data",
+                                                 str(cifar), "--out", str(out / "cifar")] + tiny},
+        {"name": "bench-bert", "argv": bench + ["bert", "--profile", profile, "--data", str(sst2),
+                                                "--out", str(out / "bert")] + tiny},
+        {"name": "peer-hf-trainer", "argv": bench + ["bert", "--against", "hf-trainer",
+                                                     "--profile", profile, "--data", str(sst2),
+                                                     "--out", str(out / "peer")] + tiny},
+    ]
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        argv = [PY, "-c", _EXECUTE, str(nb), str(out / "lessons" / nb.name)]
+        steps.append({"name": f"lesson-{nb.stem}", "argv": argv + (["--read-only"] if dry else []),
+                      "env": {"EFFKIT_PROFILE": "gpu"}})
+    graded = sorted((ROOT / "solutions").glob("lesson*/lesson*.ipynb"))
+    graded.append(ROOT / "tests" / "submissions" / "no_faster.ipynb")
+    for nb in graded:
+        name = f"grade-{nb.parent.name}-{nb.stem}"
+        argv = [PY, "-m", "grader", "check", str(nb), "--json", str(out / "grading" / f"{name}.json")]
+        steps.append({"name": name, "argv": argv})
+    steps.append({"name": "grader-stress", "argv": [PY, "-m", "grader", "stress", "--times", "3",
+                                                    "--json", str(out / "stress.json")]})
+    steps.append({"name": "grader-calibrate", "argv": [PY, "-m", "grader", "calibrate", "--pairs",
+                                                       "6", "--json", str(out / "calibrate.json")]})
+    if dry:  # the expensive steps: check their command line parses and their inputs exist
+        for s in steps[3:]:
+            if s["argv"][1] == "-m":
+                s["inputs"] = [a for a in s["argv"] if a.endswith(".ipynb")]
+                s["argv"] = s["argv"][:4] + ["--help"]
+    return steps
+
+
+# Executes one notebook with nbclient (kernel from the current environment); --read-only only
+# reads and validates it (dry run).
+_EXECUTE = """
+import sys, nbformat
+src, dst = sys.argv[1], sys.argv[2]
+nb = nbformat.read(src, as_version=4)
+nbformat.validate(nb)
+if '--read-only' not in sys.argv:
+    from nbclient import NotebookClient
+    NotebookClient(nb, timeout=1200, kernel_name='python3', resources={'metadata': {'path': '.'}}).execute()
+import pathlib; pathlib.Path(dst).parent.mkdir(parents=True, exist_ok=True)
+nbformat.write(nb, dst)
+"""
+
+
+def run_steps(steps: list[dict], out: Path) -> list[dict]:
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
+               OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+    rows = []
+    for s in steps:
+        log = logs / f"{s['name']}.log"
+        t0 = time.perf_counter()
+        print(f"[gpu-check] {s['name']} ...", flush=True)
+        with log.open("w") as fh:
+            rc = subprocess.run(s["argv"], cwd=ROOT, env=dict(env, **s.get("env", {})),
+                                stdout=fh, stderr=subprocess.STDOUT).returncode
+        missing = [p for p in s.get("inputs", []) if not Path(p).is_file()]
+        rows.append({"name": s["name"], "rc": rc if not missing else 2, "missing": missing,
+                     "seconds": round(time.perf_counter() - t0, 1), "log": str(log)})
+        print(f"[gpu-check] {s['name']}: exit {rows[-1]['rc']} in {rows[-1]['seconds']} s",
+              flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sst2", type=Path, help="folder with SST-2 train/dev/test.tsv (required on GPU)")
+    p.add_argument("--out", type=Path, help="default: benchmarks/results/<device-slug>/")
+    p.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes: check the plan runs")
+    args = p.parse_args(argv)
+    import torch
+
+    dry = args.dry_run
+    if not dry and not torch.cuda.is_available():
+        print("gpu-check: no CUDA device; use --dry-run on a CPU", file=sys.stderr)
+        return 2
+    out = args.out or ROOT / "benchmarks" / "results" / device_slug()
+    out.mkdir(parents=True, exist_ok=True)
+    data = out / "data"
+    from effkit.workloads.bert.data import make_synthetic_sst2
+    from effkit.workloads.cifar.data import has_cifar, make_synthetic_cifar
+
+    cifar = data / ("cifar-tiny" if dry else "cifar-synthetic-full")
+    if not has_cifar(cifar):  # full size on a GPU: 50,000 train + 10,000 test images
+        make_synthetic_cifar(cifar, *((512, 256) if dry else (50_000, 10_000)), 0)
+    if dry:
+        sst2 = args.sst2 or make_synthetic_sst2(data / "sst2-tiny", n_train=320, n_eval=128)
+    elif args.sst2 is None:
+        print("gpu-check: pass --sst2 DIR (real SST-2 TSVs; the GPU machine is offline)",
+              file=sys.stderr)
+        return 2
+    else:
+        sst2 = args.sst2
+    rows = run_steps(plan(out, Path(sst2), cifar, dry), out)
+    summary = {"device": device_slug(), "dry_run": dry, "steps": rows,
+               "cifar_data": "synthetic CIFAR-10 in the official format, "
+                             + ("tiny" if dry else "full size (50,000 + 10,000): accuracies only "
+                                "show training works; 94% on real CIFAR-10 is not verified"),
+               "sst2": str(sst2), "failed": [r["name"] for r in rows if r["rc"] != 0]}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"[gpu-check] {len(rows) - len(summary['failed'])}/{len(rows)} steps passed; "
+          f"results in {out}", flush=True)
+    return 1 if summary["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""`make gpu-check` never rots: its CPU dry run (tiny sizes) runs the whole plan in CI."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_plan_covers_every_lesson_solution_and_the_no_faster_submission(tmp_path):
+    mod = _gpu_check()
+    names = [s["name"] for s in mod.plan(tmp_path, tmp_path / "sst2", tmp_path / "c", dry=False)]
+    assert names[:3] == ["bench-cifar", "bench-bert", "peer-hf-trainer"]
+    for nb in (ROOT / "notebooks").glob("*.ipynb"):
+        assert f"lesson-{nb.stem}" in names
+    for nb in (ROOT / "solutions").glob("lesson*/lesson*.ipynb"):
+        assert f"grade-{nb.parent.name}-{nb.stem}" in names
+    assert "grade-submissions-no_faster" in names
+    assert {"grader-stress", "grader-calibrate"} <= set(names)
+    gpu = mod.plan(tmp_path, tmp_path / "sst2", tmp_path / "c", dry=False)
+    assert all("--profile" not in s["argv"] or "gpu" in s["argv"] for s in gpu)
+    assert all(s.get("env", {}).get("EFFKIT_PROFILE", "gpu") == "gpu" for s in gpu)
+
+
+@pytest.mark.slow
+def test_dry_run_passes_on_a_cpu(tmp_path):
+    mod = _gpu_check()
+    assert mod.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["dry_run"] and not summary["failed"], summary
+    peer = json.loads((tmp_path / "peer" / "result.json").read_text())
+    assert peer["speedup"] > 0 and "covering the median" in peer["verdict"]
+    for wl in ("cifar", "bert"):
+        res = json.loads((tmp_path / wl / "result.json").read_text())
+        assert res["headline"]["value"] is None or res["headline"]["value"] > 0

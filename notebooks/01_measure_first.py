@@ -62,11 +62,11 @@ DEVICE_NAME = device_name(DEVICE)
 # This lesson's experiment sizes per profile; the recipes' own sizes live in their profiles.
 SIZES = {
     "smoke": dict(steps=2, repeats=3, batches=(100, 800), ab_steps=1, epochs=2, target=0.80,
-                  wait_steps=12, pairs=6),
-    "cpu": dict(steps=3, repeats=3, batches=(250, 2000), ab_steps=1, epochs=2, target=None,
-                wait_steps=20, pairs=6),
+                  wait_steps=8, pipe_steps=3, pairs=6),
+    "cpu": dict(steps=3, repeats=3, batches=(250, 1000), ab_steps=1, epochs=1, target=None,
+                wait_steps=8, pipe_steps=2, pairs=6),
     "gpu": dict(steps=20, repeats=5, batches=(1024, 8192), ab_steps=10, epochs=12, target=None,
-                wait_steps=None, pairs=10),
+                wait_steps=None, pipe_steps=20, pairs=10),
 }[PROFILE]
 DOLLARS_PER_HOUR = 3.00 if DEVICE.type == "cuda" else 0.10  # example prices: put in yours
 print(f"profile {PROFILE!r} on {DEVICE_NAME}")
@@ -354,7 +354,7 @@ print(f"after a `break`: total_s = {early.total_s:.2e} s (booked: {early.total_s
 
 # %%
 fixed_x, fixed_y = next(iter(naive_cifar.pipeline))
-step_batches = SIZES["wait_steps"] // 2
+step_batches = SIZES["pipe_steps"]
 
 
 def step_on(x, y):
@@ -436,7 +436,7 @@ print(f"one batch of {len(rows)} sentences: padded to 128 vs to {trimmed['input_
       " tokens")
 
 
-def bert_steps(batch, n=SIZES["steps"]):
+def bert_steps(batch, n=SIZES["pipe_steps"]):
     batch = {k: v.to(DEVICE) for k, v in batch.items()}
     for _ in range(n):
         default_train_step(naive_bert.model, batch, naive_bert.optimizer, naive_bert.policy,

@@ -389,8 +389,8 @@ print(f"time lost to the input pipeline: {pipe_share[0]:.0%} (interval {pipe_sha
 
 # %% [markdown]
 # Each A burst iterates a *fresh* epoch of the pipeline for a few batches, so it also pays the
-# worker start-up — on purpose: the naive recipe pays it every epoch. On a GPU machine with idle
-# cores the two numbers agree more closely; on a 2-core CPU the workers compete with the model.
+# worker start-up — on purpose: the naive recipe pays it every epoch. How much the workers
+# steal depends on how many idle cores the machine has: measure it wherever you train.
 #
 # ## 5. A profiler trace
 #

@@ -78,10 +78,10 @@ def test_site_renders_index_and_a_lesson_with_its_plots(site, chromium):
 
     first = ready()[0]
     page = open_in_chromium((site / "lessons" / f"{first.slug}.html").as_uri(), chromium,
-                            wait_for=["h1", "img"], collect=["h1"],
+                            wait_for=["article h1", "article img"], collect=["article h1"],
                             screenshot=SHOTS / "site-lesson1.png", evaluate=IMAGES)
     assert page.timed_out_on is None, f"lesson: {page.timed_out_on} never appeared"
-    assert first.title in " ".join(page.found["h1"])
+    assert first.title in " ".join(page.found["article h1"])
     plots = [img for img in page.evaluated if "/_images/" in img["src"]]
     assert len(plots) >= 2, f"expected the lesson's plots as images, got {page.evaluated}"
     broken = [img["src"] for img in plots if not (img["ok"] and img["w"] > 0)]

@@ -130,7 +130,8 @@ lesson.check_guess(GUESS_PAD_SHARE, pad_share, "share of padding tokens", "{:.0%
 # What you pay for is **time-to-target**: training time (evaluation excluded) until held-out
 # accuracy first reaches a target [DAWNBench; MLPerf Training]. Epoch time — or samples/s — is
 # only half of it: the other half is how many epochs you need. The classic trap is a bigger
-# batch: more samples/s, but fewer optimizer steps per epoch [Goyal et al.; Shallue et al.]. We
+# batch: on an accelerator it usually raises samples/s, but it takes fewer optimizer steps per
+# epoch [Goyal et al.; Shallue et al.]. We
 # take the fast CIFAR recipe you will build up to in later lessons and train it at two batch
 # sizes (learning rate scaled linearly with the batch), same epoch budget.
 #
@@ -256,6 +257,10 @@ elif speed_word == "faster":
 else:
     batch_conclusion = (f"throughput: {speed_word} (batch {big} vs {small}); time-to-target:"
                         f" {ttt_words}")
+needed = {batch: epochs_to_target(run, batch) for batch, run in runs.items()}
+if all(needed.values()):
+    batch_conclusion += (f"; epochs to the target: {needed[big]:.2f} at batch {big} vs"
+                         f" {needed[small]:.2f} at batch {small}")
 print(batch_conclusion)
 print("(time-to-target: one run per batch size, so training noise between seeds is not"
       " covered: repeat with other seeds before generalising)")
@@ -387,10 +392,26 @@ pipe_share = lost_share(pipeline_ab)
 print(f"time lost to the input pipeline: {pipe_share[0]:.0%} (interval {pipe_share[1]:.0%}-"
       f"{pipe_share[2]:.0%}); the data-wait timer saw {split.data_share:.0%}")
 
+# Each A burst starts a fresh pass over the pipeline: it pays one worker start-up per burst,
+# where the recipe pays one per epoch. How much of the loss is that start-up?
+starts = []
+for _ in range(3):
+    with StepTimer(DEVICE) as timer:
+        next(iter(naive_cifar.pipeline))
+    starts.append(timer.seconds)
+startup_s = statistics.median(starts)
+a_burst_s = step_batches * len(fixed_y) / pipeline_ab.a_median
+b_burst_s = step_batches * len(fixed_y) / pipeline_ab.b_median
+steady = max(0.0, 1 - b_burst_s / max(a_burst_s - startup_s, b_burst_s))
+print(f"worker start-up + first batch: {startup_s:.2f} s (median of 3), in every {step_batches}-step"
+      f" A burst; the recipe pays it once per {naive_cifar.steps_per_epoch} steps."
+      f" Without it, roughly {steady:.0%} of the step time (an estimate: no interval)")
+
 # %% [markdown]
-# Each A burst iterates a *fresh* epoch of the pipeline for a few batches, so it also pays the
-# worker start-up — on purpose: the naive recipe pays it every epoch. How much the workers
-# steal depends on how many idle cores the machine has: measure it wherever you train.
+# Weigh per-epoch costs as the recipe does: the A/B above pays a worker start-up every few steps,
+# the recipe once per epoch, so the A/B overstates that part — the estimate without it is the
+# steady-state cost. How much the workers steal depends on how many idle cores the machine has:
+# measure it wherever you train.
 #
 # ## 5. A profiler trace
 #
@@ -452,7 +473,8 @@ print(f"time lost to padding: {pad_time[0]:.0%} (interval {pad_time[1]:.0%}-{pad
       f" {pad_share:.0%} of the tokens were padding")
 
 # %%
-waste = {"CIFAR: input pipeline": pipe_share, "BERT: padding": pad_time}
+waste = {f"CIFAR: input pipeline (start-up every {step_batches} steps)": pipe_share,
+         "BERT: padding": pad_time}
 ranked = sorted(waste.items(), key=lambda item: item[1][0], reverse=True)
 (first, (s1, lo1, hi1)), (second, (s2, lo2, hi2)) = ranked
 if lo1 > hi2:
@@ -504,7 +526,8 @@ print(f"* cost-to-target at ${DOLLARS_PER_HOUR:.2f}/h (batch {small}):"
 print(f"* MFU against the fp32 peak ({peak / 1e12:.3f} TFLOP/s, {peak_source}):"
       f" CIFAR {cifar_mfu:.1%}, BERT {bert_mfu:.1%}")
 print(f"* input pipeline: the data-wait timer saw {split.data_share:.0%};"
-      f" the A/B without it: {pipe_share[0]:.0%} of the step time")
+      f" the A/B without it: {pipe_share[0]:.0%} of the step time with a worker start-up every"
+      f" {step_batches} steps, roughly {steady:.0%} without")
 print(f"* padding: {pad_time[0]:.0%} of BERT's step time ({pad_share:.0%} of its tokens)")
 print(f"* top bottleneck: {top_bottleneck}")
 

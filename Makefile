@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.effkit-installed
 DEMO_ARGS ?=
 SST2 ?= ../shared/data/sst2
 
-.PHONY: setup browser demo test lint lab exercises bench gpu-check clean
+.PHONY: setup browser demo test lint lab exercises notebooks site bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "effkit needs Python >= 3.10"'
@@ -39,6 +39,15 @@ lint: $(STAMP)
 lab: $(STAMP)  ## JupyterLab on the course, nbgrader extensions enabled
 	$(BIN)/jupyter lab --notebook-dir=.
 
+notebooks: $(STAMP)  ## rebuild the lesson notebooks (and their README) from notebooks/*.py
+	$(BIN)/python -m effkit.lesson build
+
+# The course site: runs the lessons (EFFKIT_PROFILE, default cpu on a CPU: minutes per lesson),
+# then Sphinx + myst-nb. SITE_ARGS="--executed DIR" reuses already executed notebooks.
+SITE_ARGS ?=
+site: $(STAMP)  ## static course site with executed lessons -> docs/_build/html/index.html
+	$(BIN)/python docs/build.py $(SITE_ARGS)
+
 exercises: $(STAMP)  ## regenerate the student versions in exercises/ from solutions/
 	$(BIN)/python -m grader generate
 
@@ -53,4 +62,4 @@ gpu-check: $(STAMP)
 	$(BIN)/python benchmarks/gpu_check.py --sst2 $(SST2)
 
 clean:
-	rm -rf runs course .pytest_cache .ruff_cache
+	rm -rf runs course .pytest_cache .ruff_cache docs/_src docs/_build

@@ -192,6 +192,7 @@ class PageResult:
     page_errors: list[str] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
     timed_out_on: str | None = None  # first selector that never appeared
+    evaluated: object = None  # what the `evaluate` script returned, once the page had loaded
 
 
 def open_in_chromium(
@@ -202,6 +203,7 @@ def open_in_chromium(
     screenshot: Path,
     timeout_s: float = 40.0,
     viewport: tuple[int, int] = (1400, 1000),
+    evaluate: str | None = None,
 ) -> PageResult:
     """Load `url`, wait for every `wait_for` selector to be visible, then read `collect`.
 
@@ -237,6 +239,9 @@ def open_in_chromium(
                 page.wait_for_timeout(750)
             for selector in collect:
                 result.found[selector] = page.locator(selector).all_inner_texts()
+            if evaluate is not None:  # e.g. read images' naturalWidth: wait until they loaded
+                page.wait_for_load_state("load", timeout=timeout_s * 1000)
+                result.evaluated = page.evaluate(evaluate)
             screenshot.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(screenshot))
         finally:

@@ -1,0 +1,82 @@
+"""Build the course site: syllabus page + the lessons with their executed outputs (static HTML).
+
+    python docs/build.py [--executed DIR] [--out DIR]
+
+Without ``--executed`` it runs every ready lesson first (in ``$EFFKIT_PROFILE``: the learner's
+default ``cpu`` profile on a CPU, minutes per lesson); with it, it takes the executed notebooks
+found there (the test suite hands over the ones it already ran, so CI runs each lesson once).
+Sphinx + myst-nb + sphinx-book-theme build offline. The site lands in ``docs/_build/html``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path.insert(0, str(ROOT))
+
+from effkit.lesson_build import execute, syllabus_table  # noqa: E402
+from effkit.syllabus import ready  # noqa: E402
+
+INDEX_HEAD = """# effkit — efficient deep-learning training
+
+An open, autograded course: each lesson measures a naive training recipe, changes one thing,
+and proves with A/B measurements (medians, intervals with their real coverage) what it gained.
+The pages below show the lessons as executed; run them yourself with `make lab`. The exercises
+and their quizzes are graded with `python -m grader check`.
+
+## Syllabus
+
+"""
+
+TOC = """
+
+```{{toctree}}
+:hidden:
+:caption: Lessons
+
+{entries}
+```
+"""
+
+
+def build(executed: Path | None, out: Path) -> Path:
+    src = DOCS / "_src"
+    shutil.rmtree(src, ignore_errors=True)
+    (src / "lessons").mkdir(parents=True)
+    shutil.copy(DOCS / "conf.py", src / "conf.py")
+    for lesson in ready():
+        if executed is None:
+            path, wall_s = execute(lesson.slug, src / "lessons")
+            print(f"executed {lesson.slug} in {wall_s:.0f} s", flush=True)
+        else:
+            path = executed / lesson.notebook
+            if not path.is_file():
+                raise SystemExit(f"{path} is missing: run the lessons first, or drop --executed")
+            shutil.copy(path, src / "lessons" / lesson.notebook)
+    entries = "\n".join(f"lessons/{lesson.slug}" for lesson in ready())
+    index = INDEX_HEAD + syllabus_table(lambda slug: f"lessons/{slug}.ipynb") + TOC.format(
+        entries=entries)
+    (src / "index.md").write_text(index)
+    html = out / "html"
+    subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going",
+                    str(src), str(html)], check=True)
+    print(f"site: {html / 'index.html'}")
+    return html
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--executed", type=Path, help="folder of already executed lessons")
+    parser.add_argument("--out", type=Path, default=DOCS / "_build")
+    args = parser.parse_args()
+    build(args.executed, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""What every lesson shares: the profile switch, A/B with a verdict and its plot, guesses, peaks.
+
+**What it does.** `profile()` picks the lesson's experiment size (``EFFKIT_PROFILE`` =
+``smoke`` | ``cpu`` | ``gpu``; unset: ``gpu`` with CUDA, else ``cpu``). `ab()` runs
+`effkit.abtest.compare` with a progress bar and prints `effkit.abtest.verdict`'s sentence, so a
+lesson never words a conclusion its interval does not support. `plot_ab()` draws one bar per A/B
+(never medians from different A/Bs side by side). `check_guess()` closes a "predict, then
+measure" cell. `peak_flops_for()` names the peak an MFU is divided by, precision included.
+``python -m effkit.lesson build [--check]`` converts the jupytext sources ``notebooks/*.py`` into
+the committed notebooks.
+
+**When to use it.** In every lesson notebook: the lessons stay short and agree with each other.
+
+**Expected gain.** Conclusions computed from measurements, the same wording in every lesson.
+
+**Pitfalls.** Order-statistic intervals need >= 6 pairs to cover the median ~95% of the time
+(3 pairs: 75%): `ab()` refuses fewer than 6 unless asked, and always states the real coverage.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from effkit.abtest import ABResult, compare, verdict
+from effkit.measure import device_name
+
+PROFILES = ("smoke", "cpu", "gpu")
+MIN_PAIRS = 6  # the fewest pairs whose [x_(1), x_(n)] interval covers the median >= 95%
+
+
+def profile() -> str:
+    """The lesson profile: ``$EFFKIT_PROFILE`` if set, else ``gpu`` with CUDA, else ``cpu``."""
+    chosen = os.environ.get("EFFKIT_PROFILE", "").strip().lower()
+    if chosen:
+        if chosen not in PROFILES:
+            raise ValueError(f"EFFKIT_PROFILE={chosen!r}: choose one of {PROFILES}")
+        return chosen
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def ab(
+    name: str,
+    a: Callable[[], object],
+    b: Callable[[], object],
+    *,
+    pairs: int = MIN_PAIRS,
+    a_label: str = "A",
+    b_label: str = "B",
+    unit: str = "samples/s",
+    threshold: float = 1.0,
+    dev: torch.device | None = None,
+    quiet: bool = False,
+) -> ABResult:
+    """`compare(a, b)` for exactly ``pairs`` pairs with a progress bar; prints the verdict.
+
+    Each callable does one burst of work and returns its sample count. The result carries the
+    verdict as ``result.verdict`` (see `effkit.abtest.verdict`).
+    """
+    from tqdm.auto import tqdm
+
+    if pairs < MIN_PAIRS:
+        raise ValueError(f"{pairs} pairs: an interval from < {MIN_PAIRS} pairs covers the median"
+                         " less than 95% of the time; use more pairs, shorter bursts")
+    dev = dev or device()
+    bar = tqdm(total=pairs, desc=name, unit="pair")
+
+    def tick(done: int, ratio: float) -> None:
+        bar.update(1)
+        bar.set_postfix(ratio=f"{ratio:.2f}x")
+
+    result = compare(a, b, device=dev, min_pairs=pairs, max_pairs=pairs, progress=tick)
+    bar.close()
+    result.verdict = verdict(result, a_label, b_label, threshold)  # type: ignore[attr-defined]
+    if not quiet:
+        print(f"{name}, on {device_name(dev)}: {a_label} {result.a_median:,.0f} {unit},"
+              f" {b_label} {result.b_median:,.0f} {unit} (medians)")
+        print(f"  -> {result.verdict}")
+    return result
+
+
+def plot_ab(results: dict[str, ABResult], title: str, ax=None):
+    """One bar per A/B: its median ratio B/A with its interval; bars green/red/grey by verdict."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.8 + 1.9 * len(results), 3.4))
+    colours = {"faster": "tab:green", "slower": "tab:red"}
+    names = list(results)
+    ratios = [r.ratio for r in results.values()]
+    errors = [[r.ratio - r.ci_low for r in results.values()],
+              [r.ci_high - r.ratio for r in results.values()]]
+    words = [getattr(r, "verdict", verdict(r)).word for r in results.values()]
+    bars = ax.bar(names, ratios, yerr=errors, capsize=6,
+                  color=[colours.get(w, "tab:gray") for w in words])
+    ax.bar_label(bars, labels=[f"{r:.2f}x" for r in ratios], label_type="center", color="white")
+    ax.axhline(1.0, color="black", lw=0.8, ls="--")
+    coverage = min(r.coverage for r in results.values())
+    ax.set(ylabel=f"speed B/A (median; interval\ncovers it >= {coverage:.0%})", title=title)
+    return ax
+
+
+def check_guess(guess: float | None, measured: float, what: str, fmt: str = "{:.2f}") -> None:
+    """Print a learner's prediction next to the measurement (or a reminder to write one)."""
+    shown = fmt.format(measured)
+    if guess is None:
+        line = f"{what}: measured {shown}. (No guess written: set it above, then re-run.)"
+    else:
+        off = measured / guess if guess else float("inf")
+        line = (f"{what}: you guessed {fmt.format(guess)}, measured {shown}"
+                f" ({off:.2g}x your guess)")
+    print(line)
+
+
+# FLOP per cycle per core, dense, by precision: fp32 with AVX-512 is 2 FMA units x 16 lanes x 2;
+# bf16 with AMX is 1024 multiply-adds per cycle (Intel's Sapphire Rapids figures).
+_CPU_FLOP_PER_CYCLE = {("avx512f", "fp32"): 64, ("avx2", "fp32"): 32, ("amx_bf16", "bf16"): 2048,
+                       ("avx512_bf16", "bf16"): 128}
+
+
+def peak_flops_for(dev: torch.device, precision: str = "fp32") -> tuple[float | None, str]:
+    """(dense peak FLOP/s of ``precision`` on ``dev``, where that figure comes from).
+
+    GPUs: `effkit.measure.peak_flops` (datasheet table). CPUs: threads x clock x FLOP per cycle of
+    the widest unit for that precision, from /proc/cpuinfo: an *estimate* (a VM may report its
+    base clock; two threads may share one core).
+    """
+    from effkit import measure
+
+    name = device_name(dev)
+    if dev.type == "cuda":
+        try:  # the precision-aware signature (shared decision 3)
+            peak = measure.peak_flops(name, precision=precision, device_type="cuda")
+        except TypeError:  # older effkit: its table holds dense bf16/fp16 tensor-core peaks
+            peak = measure.peak_flops(name) if precision in ("bf16", "fp16") else None
+        return peak, f"datasheet {precision} peak of {name}"
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    flags = set(re.findall(r"\b[\w.]+\b", next((ln for ln in info.splitlines()
+                                                   if ln.startswith("flags")), "")))
+    per_cycle = max((f for (flag, p), f in _CPU_FLOP_PER_CYCLE.items()
+                     if p == precision and flag in flags), default=None)
+    if per_cycle is None:
+        return None, f"no {precision} estimate for this CPU"
+    mhz = [float(ln.split(":")[1]) for ln in info.splitlines() if ln.startswith("cpu MHz")]
+    clock = max(mhz, default=2500.0) * 1e6
+    threads = torch.get_num_threads()
+    return threads * clock * per_cycle, (
+        f"{precision} estimate: {threads} threads x {clock / 1e9:.2f} GHz x {per_cycle} FLOP/cycle")
+
+
+if __name__ == "__main__":
+    from effkit.lesson_build import main
+
+    main()

@@ -1,0 +1,561 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 1 — Measure first
+#
+# **Goal:** before changing anything, find out where a training run's time goes. On the naive
+# recipes of both course workloads (CIFAR-10 images, BERT on SST-2 sentences) we measure:
+#
+# 1. throughput — samples/s and *real* tokens/s;
+# 2. time-to-target, and why it beats epoch time; cost-to-target in dollars;
+# 3. MFU — the share of the hardware's peak FLOP/s the model actually uses;
+# 4. the time lost to the input pipeline — including what a data-wait timer cannot see;
+# 5. a `torch.profiler` trace you can open in Perfetto;
+#
+# and then let the numbers name the top bottleneck. Every figure is printed next to the device it
+# was measured on, and every conclusion is computed from the measurement above it.
+#
+# **Run time** (measured on a 2-core AMD EPYC VM, no GPU): about 2.9 min in `cpu` (175 s), 47 s in `smoke`,
+# measured with nothing else running; `gpu`: not measured yet (no GPU here).
+#
+# **Profiles.** `EFFKIT_PROFILE` picks the experiment size: `cpu` (the default without a GPU:
+# small real models, effects you can see in minutes), `gpu` (the default with one: the full
+# recipes), `smoke` (tiny models on synthetic data: only for the test suite — its numbers show
+# that the code runs, not what is true).
+#
+# **You will** write down predictions before two measurements (cells marked *Predict*), and
+# measure something yourself in *Your turn*. The quiz for this lesson is in the exercise notebook
+# `exercises/lesson1/`.
+
+# %%
+# %matplotlib inline
+import itertools
+import statistics
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from effkit import lesson
+from effkit.measure import DataWaitSplit, StepTimer, cost_to_target, device_name, mfu, train_flops
+from effkit.profiling import profile_steps
+from effkit.workloads import bert, cifar
+from effkit.workloads.bert import batching
+from effkit.workloads.bert.trainer import MAX_GRAD_NORM, default_train_step
+from effkit.workloads.common import train_to_target
+
+# %%
+PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
+DEVICE = lesson.device()
+DEVICE_NAME = device_name(DEVICE)
+# This lesson's experiment sizes per profile; the recipes' own sizes live in their profiles.
+SIZES = {
+    "smoke": dict(steps=2, repeats=3, batches=(100, 800), ab_steps=1, epochs=2, target=0.80,
+                  wait_steps=8, pipe_steps=3, pairs=6),
+    "cpu": dict(steps=3, repeats=3, batches=(250, 1000), ab_steps=1, epochs=1, target=None,
+                wait_steps=8, pipe_steps=2, pairs=6),
+    "gpu": dict(steps=20, repeats=5, batches=(1024, 8192), ab_steps=10, epochs=12, target=None,
+                wait_steps=None, pipe_steps=20, pairs=10),
+}[PROFILE]
+DOLLARS_PER_HOUR = 3.00 if DEVICE.type == "cuda" else 0.10  # example prices: put in yours
+print(f"profile {PROFILE!r} on {DEVICE_NAME}")
+
+# %% [markdown]
+# ## 1. Throughput: samples/s and tokens/s
+#
+# A recipe never times itself: we time `train_steps` from the outside. Three rules make the
+# number honest:
+#
+# * **synchronise** the device before reading the clock (`StepTimer` does): GPU work is
+#   asynchronous, and without a sync you time the kernel *launches*;
+# * **warm up** first: the first steps pay for worker start-up, allocation, autotuning;
+# * **repeat** and take the median: single timings on a shared machine vary by 20% and more.
+
+# %%
+naive_cifar = cifar.build("naive", PROFILE)
+naive_bert = bert.build("naive", PROFILE)
+naive_cifar.describe()["model"], naive_bert.describe()["model"]
+
+
+# %%
+def throughput(trainer, steps=SIZES["steps"], repeats=SIZES["repeats"]):
+    """Median (samples/s, tokens/s) over `repeats` synchronised bursts of `steps` steps."""
+    trainer.train_steps(1)  # warm-up: not timed
+    timer, rates = StepTimer(trainer.device), []
+    for _ in tqdm(range(repeats), desc=f"timing {trainer.recipe} {type(trainer).__name__}"):
+        with timer:
+            work = trainer.train_steps(steps)
+        rates.append((work.samples / timer.seconds, work.tokens / timer.seconds))
+    return tuple(statistics.median(column) for column in zip(*rates, strict=True))
+
+
+# %% [markdown]
+# The naive BERT recipe pads every sentence to 128 tokens. SST-2 sentences are short.
+#
+# **Predict.** What share of the token positions the naive BERT computes on are padding?
+# Write a fraction (e.g. `0.3`) before running the measurement.
+
+# %%
+GUESS_PAD_SHARE = None  # your guess, a fraction between 0 and 1
+
+# %%
+cifar_sps, _ = throughput(naive_cifar)
+bert_sps, bert_tps = throughput(naive_bert)
+padded_length = naive_bert.describe()["mean_padded_length"]
+padded_tps = bert_sps * padded_length  # every row is padded to the same length
+pad_share = 1 - bert_tps / padded_tps
+print(f"naive CIFAR: {cifar_sps:8.0f} images/s     on {DEVICE_NAME}")
+print(f"naive BERT : {bert_sps:8.0f} sentences/s  on {DEVICE_NAME}")
+print(f"             {bert_tps:8.0f} real tokens/s, {padded_tps:.0f} tokens/s with padding")
+lesson.check_guess(GUESS_PAD_SHARE, pad_share, "share of padding tokens", "{:.0%}")
+
+# %% [markdown]
+# Tokens/s needs care: count the **real** tokens (the attention mask), not the padded
+# positions, or padding makes a slow recipe look fast. Whether those padding positions also
+# cost *time* is a separate question: section 6 measures it.
+#
+# ## 2. Time-to-target, not epoch time
+#
+# What you pay for is **time-to-target**: training time (evaluation excluded) until held-out
+# accuracy first reaches a target [DAWNBench; MLPerf Training]. Epoch time — or samples/s — is
+# only half of it: the other half is how many epochs you need. The classic trap is a bigger
+# batch: on an accelerator it usually raises samples/s, but it takes fewer optimizer steps per
+# epoch [Goyal et al.; Shallue et al.]. We
+# take the fast CIFAR recipe you will build up to in later lessons and train it at two batch
+# sizes (learning rate scaled linearly with the batch), same epoch budget.
+#
+# First, throughput, A/B. `lesson.ab` runs `effkit.abtest.compare`: one burst of each recipe,
+# interleaved A B B A …, so drift on a shared machine hits both equally. It reports the median
+# speed ratio B/A with an interval from order statistics and says *faster*, *slower* or *no clear
+# difference* only as far as that interval allows. With n pairs the widest such interval,
+# [min, max], covers the true median with probability 1 - 2·0.5ⁿ: 75% for 3 pairs, 97% for 6 —
+# so the lessons use at least 6.
+
+# %%
+# A diagram of the protocol: why interleave, and what the interval is made of.
+fig, ax = plt.subplots(figsize=(9, 1.8))
+order = ["A", "B", "B", "A", "A", "B", "B", "A", "A", "B", "B", "A"]
+for i, who in enumerate(order):
+    ax.barh(0, 1, left=i, color="tab:blue" if who == "A" else "tab:orange", edgecolor="white")
+    ax.text(i + 0.5, 0, who, ha="center", va="center", color="white", weight="bold")
+for p in range(6):
+    ax.annotate(f"pair {p + 1}", (2 * p + 1, -0.55), ha="center", fontsize=8)
+ax.annotate("", xy=(12, 0.62), xytext=(0, 0.62), arrowprops=dict(arrowstyle="->", color="gray"))
+ax.text(6, 0.75, "time: slow drift (a neighbour's job, throttling) hits A and B alike",
+        ha="center", fontsize=9, color="gray")
+ax.set(xlim=(-0.2, 12.2), ylim=(-0.9, 1.0), yticks=[], xticks=[],
+       title="effkit.abtest.compare: warm-up, then pairs in ABBA order; "
+             "ratio per pair = speed B / speed A")
+for side in ("top", "right", "left", "bottom"):
+    ax.spines[side].set_visible(False)
+plt.show()
+
+# %% [markdown]
+# **Predict.** How many times the images/s of the small batch will the big batch reach on this
+# machine? (`1.0` = the same, `2.0` = twice as fast.)
+
+# %%
+GUESS_BIG_BATCH_SPEEDUP = None  # your guess, e.g. 1.5
+
+# %%
+small, big = SIZES["batches"]
+target = {} if SIZES["target"] is None else {"target": SIZES["target"]}
+
+
+def fast_recipe(batch):
+    return cifar.build("optimized", PROFILE, batch_size=batch, epochs=SIZES["epochs"], **target)
+
+
+a, b, k = fast_recipe(small), fast_recipe(big), SIZES["ab_steps"]
+batch_ab = lesson.ab(f"batch {small} vs {big}", lambda: a.train_steps(k).samples,
+                     lambda: b.train_steps(k).samples, pairs=SIZES["pairs"],
+                     a_label=f"batch {small}", b_label=f"batch {big}", unit="images/s")
+lesson.check_guess(GUESS_BIG_BATCH_SPEEDUP, batch_ab.ratio, "big-batch speed-up", "{:.2f}x")
+
+# %% [markdown]
+# Now train each from scratch (`compare` advanced the schedules of `a` and `b`: build fresh ones)
+# and record accuracy against time. `train_to_target` evaluates every `eval_every` steps with the
+# clock stopped and remembers when the target was first reached.
+
+# %%
+runs = {}
+for batch in (small, big):
+    trainer = fast_recipe(batch)
+    runs[batch] = train_to_target(trainer, eval_every=trainer.eval_every,
+                                  device_label=DEVICE_NAME)
+
+
+# %%
+def fmt_s(seconds):
+    return "not reached" if seconds is None else f"{seconds:.1f} s"
+
+
+def epochs_to_target(run, batch):
+    """Epochs trained when the target was first reached (None if never)."""
+    hit = next((h for h in run.history if h["accuracy"] >= run.target), None)
+    return None if hit is None else hit["step"] * batch / run.config["n_train"]
+
+
+print(f"target {runs[small].target:.0%} held-out accuracy, on {DEVICE_NAME}")
+for batch, run in runs.items():
+    per_epoch = run.train_seconds / (run.samples / run.config["n_train"])
+    spent = run.time_to_target_s or run.train_seconds
+    needed = epochs_to_target(run, batch)
+    print(f"batch {batch:5d}: epoch {per_epoch:5.1f} s, time-to-target "
+          f"{fmt_s(run.time_to_target_s):>11} after "
+          f"{'-' if needed is None else f'{needed:.2f}'} epochs,"
+          f" cost ${cost_to_target(spent, DOLLARS_PER_HOUR):.5f} at ${DOLLARS_PER_HOUR:.2f}/h,"
+          f" final accuracy {run.accuracy:.1%}")
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+for batch, run in runs.items():
+    seconds = [h["seconds"] for h in run.history]
+    epochs = [h["step"] * batch / run.config["n_train"] for h in run.history]
+    accuracy = [h["accuracy"] for h in run.history]
+    axes[0].plot(seconds, accuracy, "o-", label=f"batch {batch}")
+    axes[1].plot(epochs, accuracy, "o-", label=f"batch {batch}")
+for ax, xlabel in zip(axes, ("training time (s)", "epochs"), strict=True):
+    ax.axhline(runs[small].target, color="gray", ls="--", label="target")
+    ax.set(xlabel=xlabel, ylabel="held-out accuracy")
+    ax.legend()
+fig.suptitle(f"Time-to-target vs epochs — {DEVICE_NAME}")
+plt.show()
+
+# %%
+# The conclusion is computed from the two measurements: throughput (an interval over pairs) and
+# time-to-target (one run each: training noise between seeds is not covered).
+ttt_small, ttt_big = runs[small].time_to_target_s, runs[big].time_to_target_s
+big_later = ttt_small is not None and (ttt_big is None or ttt_big > ttt_small)
+if ttt_small is None and ttt_big is None:
+    ttt_words = "neither run reached the target"
+elif ttt_big is None:
+    ttt_words = f"batch {big} did not reach the target, batch {small} did in {fmt_s(ttt_small)}"
+elif big_later:
+    ttt_words = f"batch {big} reached the target later ({fmt_s(ttt_big)} vs {fmt_s(ttt_small)})"
+else:
+    ttt_words = (f"batch {big} reached the target no later ({fmt_s(ttt_big)} vs"
+                 f" {fmt_s(ttt_small)})")
+speed_word = batch_ab.verdict.word
+if speed_word == "faster" and big_later:
+    batch_conclusion = (f"batch {big} is faster per image, yet {ttt_words}: epoch time would"
+                        " have picked the wrong recipe")
+elif speed_word == "faster":
+    batch_conclusion = (f"batch {big} is faster per image and {ttt_words}: here the two"
+                        " agree, which you only know because you measured both")
+else:
+    batch_conclusion = (f"throughput: {speed_word} (batch {big} vs {small}); time-to-target:"
+                        f" {ttt_words}")
+needed = {batch: epochs_to_target(run, batch) for batch, run in runs.items()}
+if all(needed.values()):
+    batch_conclusion += (f"; epochs to the target: {needed[big]:.2f} at batch {big} vs"
+                         f" {needed[small]:.2f} at batch {small}")
+print(batch_conclusion)
+print("(time-to-target: one run per batch size, so training noise between seeds is not"
+      " covered: repeat with other seeds before generalising)")
+
+# %% [markdown]
+# Cost-to-target is time-to-target times the price per hour (`cost_to_target`). A run that never
+# reaches the target has no cost-to-target: all its money was spent for nothing. Put your own
+# price in `DOLLARS_PER_HOUR`: a cloud H100 rents for a few dollars an hour, 2 vCPUs for cents.
+#
+# ## 3. MFU: how much of the hardware do we use?
+#
+# Model FLOPs utilisation [PaLM, appendix B] = model FLOPs per second achieved / the device's
+# dense peak FLOP/s **in the precision the run computes in**. `train_flops` counts the FLOPs of
+# one training step (forward *and* backward) with `torch.utils.flop_counter`; the values in the
+# batch do not matter, only its shape.
+
+# %%
+model, loss_fn = naive_cifar.model, naive_cifar.loss_fn
+x = torch.randn(8, 3, 32, 32, device=DEVICE)
+y = torch.zeros(8, dtype=torch.int64, device=DEVICE)
+flops_per_image = train_flops(lambda: loss_fn(model(x), y).backward()) / len(x)
+model.zero_grad(set_to_none=True)
+print(f"naive CIFAR: {flops_per_image / 1e6:.1f} MFLOP per training image (fwd + bwd)")
+print(f"naive BERT : {naive_bert.flops_per_sample / 1e6:.1f} MFLOP per sentence, "
+      f"padded to {padded_length:.0f} tokens")
+
+# %% [markdown]
+# Both naive recipes compute in fp32, so their MFU is divided by the **fp32** peak.
+# `lesson.peak_flops_for(device, precision)` returns that peak and says where it comes from: a
+# datasheet table for GPUs; for a CPU an estimate, cores × clock × FLOPs per cycle of the widest
+# unit for that precision (AVX2: 2 FMA units × 8 fp32 lanes × 2 = 32; AVX-512: 64; AMX bf16:
+# 2048). A VM may report its base clock, and two "threads" may be one physical core.
+#
+# **Predict.** What MFU (a fraction, e.g. `0.2` for 20%) does the naive CIFAR recipe reach here?
+
+# %%
+GUESS_MFU = None  # your guess, a fraction
+
+# %%
+peak, peak_source = lesson.peak_flops_for(DEVICE, "fp32")
+low_peak, low_source = lesson.peak_flops_for(DEVICE, "bf16")
+cifar_mfu = mfu(flops_per_image, cifar_sps, peak)
+bert_mfu = mfu(naive_bert.flops_per_sample, bert_sps, peak)
+print(f"peak used: {peak / 1e12:.3f} TFLOP/s — {peak_source} ({DEVICE_NAME})")
+print(f"MFU naive CIFAR: {cifar_mfu:.1%}")
+print(f"MFU naive BERT : {bert_mfu:.1%} counting padding;"
+      f" {bert_mfu * (1 - pad_share):.1%} on real tokens only")
+lesson.check_guess(GUESS_MFU, cifar_mfu, "naive CIFAR MFU", "{:.1%}")
+if low_peak:
+    print(f"this device's bf16 peak: {low_peak / 1e12:.3f} TFLOP/s ({low_source}): against it the"
+          f" same run would score {cifar_mfu * peak / low_peak:.2%} — the headroom lesson 3 chases")
+else:
+    print(f"no bf16 peak here ({low_source}): 16-bit arithmetic has no faster unit on this"
+          " device to chase — lesson 3 measures what that means")
+
+# %% [markdown]
+# A low MFU says how much room there is, not where the time goes. The next two sections look for
+# the time.
+#
+# ## 4. How long do we wait for data?
+#
+# `DataWaitSplit` wraps the batch iterator and splits loop time into time spent inside `next()`
+# (waiting for the input pipeline) and everything else. Here is the naive CIFAR recipe's own
+# step — fp32 forward, loss, backward, SGD — over `wait_steps` steps of a fresh epoch.
+
+# %%
+split = DataWaitSplit(DEVICE)
+optimizer = naive_cifar.optimizer
+steps = itertools.islice(naive_cifar.pipeline, SIZES["wait_steps"])  # None: the whole epoch
+for x, y in tqdm(split.wrap(steps), total=SIZES["wait_steps"] or len(naive_cifar.pipeline)):
+    loss = loss_fn(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+print(f"naive CIFAR on {DEVICE_NAME}: {split.total_s:.1f} s, of which "
+      f"{split.data_s:.1f} s waiting for data = {split.data_share:.0%}")
+
+# %% [markdown]
+# A fresh epoch also restarts the DataLoader's worker processes: a real cost of this recipe,
+# counted. And leaving the loop early is safe — the wrapper books the time in a `finally` when
+# the loop lets go of it:
+
+# %%
+early = DataWaitSplit(DEVICE)
+for i, _ in enumerate(early.wrap(range(1000))):
+    if i == 2:
+        break
+print(f"after a `break`: total_s = {early.total_s:.2e} s (booked: {early.total_s > 0})")
+
+# %% [markdown]
+# But `next()` only measures the time the loop **waits**. The naive pipeline's 2 worker
+# processes prepare batches *in parallel* — on the same CPU cores the model computes on. The
+# time they steal from the model is invisible to a data-wait timer. To see the whole cost of
+# the input pipeline, A/B the same training step with and without it: A reads batches from the
+# pipeline, B trains on one fixed, already prepared batch (no pipeline at all).
+
+# %%
+fixed_x, fixed_y = next(iter(naive_cifar.pipeline))
+step_batches = SIZES["pipe_steps"]
+
+
+def step_on(x, y):
+    loss = loss_fn(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return len(y)
+
+
+def with_pipeline():
+    return sum(step_on(x, y) for x, y in itertools.islice(naive_cifar.pipeline, step_batches))
+
+
+def without_pipeline():
+    return sum(step_on(fixed_x, fixed_y) for _ in range(step_batches))
+
+
+pipeline_ab = lesson.ab("naive CIFAR: with vs without its input pipeline", with_pipeline,
+                        without_pipeline, pairs=SIZES["pairs"], a_label="with the pipeline",
+                        b_label="compute only", unit="images/s")
+
+
+def lost_share(result):
+    """Share of step time lost to what B removes: 1 - 1/ratio, with the interval mapped too."""
+    return tuple(max(0.0, 1 - 1 / r) for r in (result.ratio, result.ci_low, result.ci_high))
+
+
+pipe_share = lost_share(pipeline_ab)
+print(f"time lost to the input pipeline: {pipe_share[0]:.0%} (interval {pipe_share[1]:.0%}-"
+      f"{pipe_share[2]:.0%}); the data-wait timer saw {split.data_share:.0%}")
+
+# Each A burst starts a fresh pass over the pipeline: it pays one worker start-up per burst,
+# where the recipe pays one per epoch. How much of the loss is that start-up?
+starts = []
+for _ in range(3):
+    with StepTimer(DEVICE) as timer:
+        next(iter(naive_cifar.pipeline))
+    starts.append(timer.seconds)
+startup_s = statistics.median(starts)
+a_burst_s = step_batches * len(fixed_y) / pipeline_ab.a_median
+b_burst_s = step_batches * len(fixed_y) / pipeline_ab.b_median
+steady = max(0.0, 1 - b_burst_s / max(a_burst_s - startup_s, b_burst_s))
+print(f"worker start-up + first batch: {startup_s:.2f} s (median of 3), in every {step_batches}-step"
+      f" A burst; the recipe pays it once per {naive_cifar.steps_per_epoch} steps."
+      f" Without it, roughly {steady:.0%} of the step time (an estimate: no interval)")
+
+# %% [markdown]
+# Weigh per-epoch costs as the recipe does: the A/B above pays a worker start-up every few steps,
+# the recipe once per epoch, so the A/B overstates that part — the estimate without it is the
+# steady-state cost. How much the workers steal depends on how many idle cores the machine has:
+# measure it wherever you train.
+#
+# ## 5. A profiler trace
+#
+# `profile_steps` runs a few steps under `torch.profiler` [PyTorch profiler recipe] (skipping
+# `wait` steps, tracing but dropping `warmup` steps), writes a Chrome-trace JSON and returns the
+# top operators by self time. Never quote throughput measured under the profiler: it adds
+# overhead. On a machine whose torch was built with CUDA but has no GPU, the profiler's C++
+# library (Kineto) writes `gpuGetDeviceCount failed with code 35` to stderr while exporting the
+# trace: it looked for a GPU and found none; the CPU trace is complete.
+
+# %%
+trace_dir = Path("..") / "runs" / "lesson1"
+prof = profile_steps(lambda: naive_cifar.train_steps(1), trace_dir, wait=1, warmup=1, active=3)
+print(f"trace written to {prof.trace.resolve()}")
+print(f"top operators by self time, 3 steps on {DEVICE_NAME}:")
+for name, ms in prof.top_ops[:8]:
+    print(f"{ms:10.1f} ms  {name}")
+
+# %% [markdown]
+# **Open the trace:** go to <https://ui.perfetto.dev>, click *Open trace file* and pick
+# `trace.json` (it is read in your browser, not uploaded). Zoom with W/S, pan with A/D; each
+# `ProfilerStep#` band is one step. Look for gaps where the main thread waits in the DataLoader's
+# `__next__`. TensorBoard works too: `pip install tensorboard torch-tb-profiler`, copy the file to
+# `LOGDIR/run1/worker0.pt.trace.json` and run `tensorboard --logdir LOGDIR`.
+#
+# ## 6. Name the bottleneck
+#
+# Only compare like with like: a **share of training time** against a share of training time.
+# For CIFAR we have the time lost to the input pipeline (section 4). For BERT, the padding share
+# of *tokens* (section 1) is not a time share: measure it. A/B the naive BERT step on a batch
+# padded to 128 tokens (A) against the same sentences padded only to their own longest row
+# (B, "dynamic padding" — lesson 7).
+
+# %%
+corpus = naive_bert.eval_sets[naive_bert.eval_split]  # held-out sentences: same lengths as train
+rows = torch.randperm(len(corpus), generator=torch.Generator().manual_seed(0))[
+    : naive_bert.describe()["batch_size"]].numpy()
+trimmed = batching.pad_batch(corpus, rows)
+pad_to = 128 - trimmed["input_ids"].shape[1]
+padded = {k: F.pad(v, (0, pad_to), value=corpus.pad_id if k == "input_ids" else 0)
+          if v.dim() == 2 else v for k, v in trimmed.items()}
+print(f"one batch of {len(rows)} sentences: padded to 128 vs to {trimmed['input_ids'].shape[1]}"
+      " tokens")
+
+
+def bert_steps(batch, n=SIZES["pipe_steps"]):
+    batch = {k: v.to(DEVICE) for k, v in batch.items()}
+    for _ in range(n):
+        default_train_step(naive_bert.model, batch, naive_bert.optimizer, naive_bert.policy,
+                           naive_bert.scaler, MAX_GRAD_NORM)
+    return n * len(rows)
+
+
+padding_ab = lesson.ab("naive BERT: padded to 128 vs dynamic padding", lambda: bert_steps(padded),
+                       lambda: bert_steps(trimmed), pairs=SIZES["pairs"], a_label="padded to 128",
+                       b_label="dynamic padding", unit="sentences/s")
+pad_time = lost_share(padding_ab)
+print(f"time lost to padding: {pad_time[0]:.0%} (interval {pad_time[1]:.0%}-{pad_time[2]:.0%});"
+      f" {pad_share:.0%} of the tokens were padding")
+
+# %%
+waste = {f"CIFAR: input pipeline (start-up every {step_batches} steps)": pipe_share,
+         "BERT: padding": pad_time}
+ranked = sorted(waste.items(), key=lambda item: item[1][0], reverse=True)
+(first, (s1, lo1, hi1)), (second, (s2, lo2, hi2)) = ranked
+if lo1 > hi2:
+    top_bottleneck = f"{first} ({s1:.0%} of its step time; intervals do not overlap)"
+else:
+    top_bottleneck = (f"no clear winner: {first} {s1:.0%} [{lo1:.0%}-{hi1:.0%}] vs {second}"
+                      f" {s2:.0%} [{lo2:.0%}-{hi2:.0%}] — the intervals overlap")
+top_op = prof.top_ops[0][0]
+print(f"Top bottleneck on {DEVICE_NAME}: {top_bottleneck}")
+print(f"The profiler's most expensive operator in the naive CIFAR step: {top_op}")
+
+fig, ax = plt.subplots(figsize=(7, 2.4))
+names = [name for name, _ in ranked][::-1]
+mids = [100 * s for _, (s, _, _) in ranked][::-1]
+err = [[100 * (s - lo) for _, (s, lo, _) in ranked][::-1],
+       [100 * (hi - s) for _, (s, _, hi) in ranked][::-1]]
+ax.barh(names, mids, xerr=err, capsize=5, color="tab:red")
+ax.set(xlabel="% of training time lost (median, interval)", xlim=(0, 100),
+       title=f"Measured waste, time shares — {DEVICE_NAME}")
+plt.show()
+
+# %% [markdown]
+# ## Your turn
+#
+# Measure the **optimized** CIFAR recipe's throughput with `throughput()` and its MFU. It
+# computes in bf16 where the device has it (see `describe()["precision"]`): divide by the peak
+# of *that* precision. Change the cell, run it, and compare with the naive recipe's MFU above.
+
+# %%
+optimized = cifar.build("optimized", PROFILE)
+precision = optimized.describe()["precision"]
+opt_sps, _ = throughput(optimized, repeats=1)
+# your turn: count its FLOPs per image with train_flops (as in section 3) and compute its MFU
+# against lesson.peak_flops_for(DEVICE, "bf16" if precision == "bf16" else "fp32")
+print(f"optimized CIFAR ({precision}): {opt_sps:.0f} images/s on {DEVICE_NAME},"
+      f" {opt_sps / cifar_sps:.1f}x the naive recipe's images/s (different models!)")
+
+# %% [markdown]
+# ## Summary
+
+# %% tags=["summary"]
+print(f"Summary — lesson 1, profile {PROFILE!r}, measured on {DEVICE_NAME}")
+print(f"* throughput: naive CIFAR {cifar_sps:.0f} images/s; naive BERT {bert_sps:.0f}"
+      f" sentences/s = {bert_tps:.0f} real tokens/s ({pad_share:.0%} of tokens are padding)")
+print(f"* batch {big} vs {small}: {batch_ab.verdict}")
+print(f"* time-to-target: {batch_conclusion}")
+print(f"* cost-to-target at ${DOLLARS_PER_HOUR:.2f}/h (batch {small}):"
+      f" ${cost_to_target(ttt_small or runs[small].train_seconds, DOLLARS_PER_HOUR):.5f}")
+print(f"* MFU against the fp32 peak ({peak / 1e12:.3f} TFLOP/s, {peak_source}):"
+      f" CIFAR {cifar_mfu:.1%}, BERT {bert_mfu:.1%}")
+print(f"* input pipeline: the data-wait timer saw {split.data_share:.0%};"
+      f" the A/B without it: {pipe_share[0]:.0%} of the step time with a worker start-up every"
+      f" {step_batches} steps, roughly {steady:.0%} without")
+print(f"* padding: {pad_time[0]:.0%} of BERT's step time ({pad_share:.0%} of its tokens)")
+print(f"* top bottleneck: {top_bottleneck}")
+
+# %% [markdown]
+# ### Quiz and exercise
+#
+# The end-of-lesson quiz and the graded exercise are in `exercises/lesson1/`: measure, then
+# check yourself with `python -m grader check` on your notebook.
+#
+# ### References
+#
+# * C. Coleman et al., *DAWNBench: An End-to-End Deep Learning Benchmark and Competition*, 2017
+#   — time-to-accuracy as the metric.
+# * P. Mattson et al., *MLPerf Training Benchmark*, MLSys 2020.
+# * P. Goyal et al., *Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour*, 2017 — linear
+#   LR scaling; C. Shallue et al., *Measuring the Effects of Data Parallelism on Neural Network
+#   Training*, JMLR 2019 — steps to target against batch size.
+# * A. Chowdhery et al., *PaLM: Scaling Language Modeling with Pathways*, 2022, appendix B — MFU.
+# * PyTorch: [profiler recipe](https://pytorch.org/tutorials/recipes/recipes/profiler_recipe.html),
+#   [`torch.utils.flop_counter`](https://pytorch.org/docs/stable/torch.html),
+#   [DataLoader](https://pytorch.org/docs/stable/data.html); [Perfetto](https://perfetto.dev/docs/).
+# * K. Jordan, [cifar10-airbench](https://github.com/KellerJordan/cifar10-airbench), 2024 — the
+#   optimized CIFAR recipe.
+#
+# ### What to try next
+#
+# * Lesson 2 attacks the input pipeline; lesson 3 mixed precision; lesson 7 the padding.
+# * Open the trace in Perfetto and find one step's data wait by eye.
+# * Run with another profile (`EFFKIT_PROFILE=gpu` on a GPU) and see which bottleneck wins
+#   there — it is rarely the same one.

@@ -1,0 +1,427 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 2 — Feed the accelerator
+#
+# **Goal:** make the naive CIFAR-10 recipe stop waiting for data, one change at a time, and
+# prove with measurements that each change made training faster — and did not change accuracy.
+# Lesson 1 measured two things: the time the loop waits in `next()`, and the whole cost of the
+# input pipeline (an A/B without it), which also counts the cores its workers take. Here we:
+#
+# 1. tune the `DataLoader`: `num_workers`, `persistent_workers`, `prefetch_factor`, and
+#    `pin_memory` with `non_blocking` copies;
+# 2. cache work that does not change between epochs (BERT: tokenize once, not in the loop);
+# 3. keep the whole dataset on the device as uint8 and augment a batch at a time *there*;
+#
+# measuring every change A/B against the naive recipe with `effkit.lesson.ab`, only the input
+# pipeline swapped (`cifar.build(..., pipeline=...)`).
+#
+# **Run time** (measured on a 2-core AMD EPYC VM, no GPU): about 2.3 min in `cpu` (136 s), 50 s in `smoke`,
+# measured with nothing else running; `gpu`: not measured yet (no GPU here).
+#
+# **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
+# `smoke` (tests only). You will predict twice, and tune a loader yourself in *Your turn*. The
+# quiz is in `exercises/lesson2/`.
+
+# %%
+# %matplotlib inline
+import copy
+import functools
+import itertools
+import os
+import statistics
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from effkit import lesson
+from effkit.measure import StepTimer, device_name
+from effkit.workloads import bert, cifar
+from effkit.workloads.bert import batching
+from effkit.workloads.cifar import DevicePipeline, TorchvisionPipeline
+from effkit.workloads.common import train_to_target
+
+# %%
+PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
+DEVICE = lesson.device()
+DEVICE_NAME = device_name(DEVICE)
+# This lesson's experiment sizes per profile; the recipe's own sizes live in its profile.
+# ab_images: the training images one A/B burst trains on (one whole epoch of that subset).
+SIZES = {
+    "smoke": dict(ab_images=512, pairs=6, sweep_batches=6, text_batches=8, epochs=1, seeds=1),
+    "cpu": dict(ab_images=256, pairs=6, sweep_batches=6, text_batches=10, epochs=0.25, seeds=1),
+    "gpu": dict(ab_images=10240, pairs=8, sweep_batches=40, text_batches=50, epochs=5, seeds=2),
+}[PROFILE]
+print(f"profile {PROFILE!r} on {DEVICE_NAME}, {os.cpu_count()} CPU cores")
+
+# %% [markdown]
+# ## Where the time goes: three ways to feed a training loop
+#
+# A picture first. With no worker processes, preparing a batch and training on it take turns.
+# DataLoader workers prepare the next batches *while* the model trains — if there are free cores
+# for them. An on-device pipeline makes a batch with one indexing operation on the accelerator.
+
+# %%
+fig, axes = plt.subplots(3, 1, figsize=(9, 3.6), sharex=True)
+prep, train = 1.0, 1.6
+layouts = {
+    "no workers: prepare, then train": [("main", i * (prep + train), prep, "prepare")
+                                        for i in range(4)]
+    + [("main", i * (prep + train) + prep, train, "train") for i in range(4)],
+    "2 workers: prepare in parallel (needs free cores)": [
+        (f"worker {i % 2}", 0.5 * prep * i, prep, "prepare") for i in range(6)]
+    + [("main", prep + i * train, train, "train") for i in range(5)],
+    "on the device: one gather per batch": [("main", i * (train + 0.15), 0.15, "prepare")
+                                            for i in range(5)]
+    + [("main", i * (train + 0.15) + 0.15, train, "train") for i in range(5)],
+}
+colours = {"prepare": "tab:orange", "train": "tab:blue"}
+for ax, (title, blocks) in zip(axes, layouts.items(), strict=True):
+    lanes = sorted({lane for lane, *_ in blocks}, reverse=True)
+    for lane, start, width, kind in blocks:
+        ax.barh(lanes.index(lane), width, left=start, color=colours[kind], edgecolor="white")
+    ax.set_yticks(range(len(lanes)), lanes)
+    ax.set_title(title, fontsize=9, loc="left")
+axes[-1].set(xlabel="time →", xlim=(0, 9.5), xticks=[])
+axes[0].legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()],
+               labels=list(colours), loc="upper right", fontsize=8)
+fig.suptitle("Schematic (not measured): batch preparation vs training", fontsize=10)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## How we measure: whole epochs, A against B
+#
+# `lesson.ab` times a burst of training steps of each recipe, interleaved A B B A …, and says
+# *faster*, *slower* or *no clear difference* only as far as its interval (≥ 6 pairs) allows.
+# Training steps, not batches alone: a pipeline that is fast on its own but steals the cores the
+# model needs is not faster.
+#
+# One trap: **worker processes keep working while the other recipe's burst runs.** A DataLoader
+# prefetches `prefetch_factor × num_workers` batches in the background; with short bursts, A's
+# workers prepare A's next batches during B's turn — on B's cores — and A looks fast, B slow.
+# So every burst here is **one whole epoch** of a small subset of the training set: at the end of
+# an epoch a loader has nothing left to prefetch, and the next burst pays the worker start-up
+# each epoch really costs. The price: per-epoch costs weigh more in a short epoch than in a full
+# one — section 4 checks the A/B against whole runs on the full set.
+
+# %%
+def on_subset(pipeline_cls, n=SIZES["ab_images"]):
+    """A pipeline factory over the first `n` training images (same class, same arguments)."""
+    def make(dataset, batch_size, device, seed=0):
+        part = copy.copy(dataset)
+        part.data, part.targets = dataset.data[:n], dataset.targets[:n]
+        return pipeline_cls(part, batch_size, device, seed)
+    return make
+
+
+def epoch_ab(name, pipeline_a, pipeline_b, a_label, b_label):
+    """A/B of the naive recipe with two input pipelines; one burst = one epoch of the subset."""
+    a = cifar.build("naive", PROFILE, pipeline=on_subset(pipeline_a))
+    b = cifar.build("naive", PROFILE, pipeline=on_subset(pipeline_b))
+    steps = a.steps_per_epoch
+    return lesson.ab(name, lambda: a.train_steps(steps).samples,
+                     lambda: b.train_steps(steps).samples, pairs=SIZES["pairs"],
+                     a_label=a_label, b_label=b_label, unit="images/s")
+
+
+naive = cifar.build("naive", PROFILE)
+naive.describe()["pipeline"], naive.describe()["num_workers"], naive.describe()["batch_size"]
+
+
+# %% [markdown]
+# ## 1. Tune the DataLoader
+#
+# The naive pipeline (`TorchvisionPipeline`) runs PIL crops and flips per image in 2 worker
+# processes. Here it is with the `DataLoader`'s other knobs exposed — same transforms
+# [PyTorch data loading docs]:
+#
+# * `num_workers`: processes preparing batches in parallel with training;
+# * `persistent_workers`: keep them alive between epochs instead of starting new ones;
+# * `prefetch_factor`: batches each worker prepares ahead (default 2);
+# * `pin_memory` + `non_blocking=True`: page-locked host memory, so the copy to the GPU can run
+#   asynchronously, overlapped with compute [CUDA best practices, pinned memory].
+
+# %%
+class LoaderPipeline(TorchvisionPipeline):
+    """TorchvisionPipeline with the DataLoader knobs exposed (same per-image transforms)."""
+
+    def __init__(self, dataset, batch_size, device, seed=0, *, num_workers=2,
+                 persistent_workers=False, prefetch_factor=None, pin_memory=False):
+        super().__init__(dataset, batch_size, device, seed, num_workers=num_workers)
+        self.non_blocking = pin_memory
+        self.loader = DataLoader(
+            self.dataset, batch_size=batch_size, shuffle=True, generator=self.generator,
+            num_workers=num_workers, pin_memory=pin_memory,
+            persistent_workers=persistent_workers and num_workers > 0,
+            prefetch_factor=prefetch_factor if num_workers > 0 else None)
+
+    def __iter__(self):
+        for x, y in self.loader:
+            yield (x.to(self.device, non_blocking=self.non_blocking),
+                   y.to(self.device, non_blocking=self.non_blocking))
+
+
+# %% [markdown]
+# How many workers? Time the loader alone (no model) for a few counts, skipping the first batch
+# (worker start-up).
+#
+# **Predict.** Which `num_workers` will give the loader alone the most images/s on this machine?
+
+# %%
+GUESS_BEST_WORKERS = None  # your guess, an integer
+
+# %%
+train_set = cifar.load_cifar(cifar.prepare_data(PROFILE), train=True)
+
+
+def loader_images_per_s(workers, batches=SIZES["sweep_batches"], prefetch_factor=4):
+    pipe = LoaderPipeline(train_set, 128, DEVICE, num_workers=workers,
+                          prefetch_factor=prefetch_factor)
+    stream = iter(pipe)
+    next(stream)  # start-up: not timed
+    with StepTimer(DEVICE) as timer:
+        images = sum(len(y) for _, y in itertools.islice(stream, batches))
+    return images / timer.seconds
+
+
+# More worker processes than cores only makes them fight (PyTorch warns about it, too).
+counts = sorted({0, 1, 2, 4, 8, 12, 16} & set(range(os.cpu_count() + 1)))
+sweep = {w: loader_images_per_s(w) for w in tqdm(counts, desc="num_workers")}
+for w, speed in sweep.items():
+    print(f"num_workers={w:2d}: {speed:7.0f} images/s from the loader alone, on {DEVICE_NAME}")
+best_workers = max(sweep, key=sweep.get)
+lesson.check_guess(GUESS_BEST_WORKERS, best_workers, "fastest num_workers (loader alone)", "{}")
+
+# %% [markdown]
+# These are single timings (no interval): treat small differences as noise. On a GPU machine
+# more workers keep helping up to roughly the number of free cores. On a 2-core CPU the workers
+# compete with the model for the same two cores, so the loader-alone winner is only a guess: the
+# A/B with training running decides.
+#
+# Pinned memory only matters when there is a copy to a GPU. With the CPU as the training device,
+# `.to(DEVICE)` returns the very same tensor — no copy, nothing to overlap — and PyTorch warns
+# that pinning needs an accelerator. So we pin only on CUDA:
+
+# %%
+t = torch.zeros(4)
+print(f"on {DEVICE_NAME}: .to(DEVICE) returns the same tensor: {t.to(DEVICE) is t}")
+PIN = DEVICE.type == "cuda"
+tuned_loader = functools.partial(LoaderPipeline, num_workers=best_workers,
+                                 persistent_workers=True, prefetch_factor=4, pin_memory=PIN)
+if best_workers:
+    tuned_desc = f"{best_workers} workers, persistent, prefetch 4, pin_memory={PIN}"
+else:  # batches are made in the training process: nothing to keep alive or prefetch
+    tuned_desc = f"no worker processes (persistent/prefetch do not apply), pin_memory={PIN}"
+print(f"tuned DataLoader: {tuned_desc}")
+
+# %%
+loader_ab = epoch_ab("naive -> tuned DataLoader", TorchvisionPipeline, tuned_loader,
+                     "naive (2 workers)", "tuned DataLoader")
+
+# %% [markdown]
+# ## 2. Cache what does not change: tokenize once
+#
+# The naive BERT recipe tokenizes the raw sentences of every batch, every epoch, inside its
+# DataLoader's `collate_fn`. The token ids never change: tokenize the corpus once and build each
+# batch from the cached ids [HF tokenizers docs]. To isolate *caching* we produce exactly the
+# same tensors both ways (padded to 128; lesson 7 drops the padding).
+#
+# **Predict.** How many times faster is building a batch from cached ids than tokenizing it?
+
+# %%
+GUESS_CACHE_SPEEDUP = None  # your guess, e.g. 3.0
+
+# %%
+spec = bert.PROFILES[PROFILE]
+sst2 = bert.load_sst2(bert.prepare_data(PROFILE))["train"]
+# A WordPiece tokenizer trained on the training sentences (cached on disk after the first call).
+tokenizer = bert.trained_wordpiece(sst2.texts, spec.vocab_size)
+collate = batching.TokenizeAndPadCollate(tokenizer, spec.max_length)
+with StepTimer() as once:
+    corpus = batching.encode_once(tokenizer, sst2.texts, sst2.labels, spec.max_length)
+print(f"tokenizing all {len(corpus)} training sentences once: {once.seconds:.2f} s"
+      f" on {device_name('cpu')}")
+
+
+# %%
+def cached_batch(rows, length=spec.max_length):
+    """The collate_fn's tensors, built from cached ids (pad_batch pads to the longest row)."""
+    batch = batching.pad_batch(corpus, rows)
+    pad = length - batch["input_ids"].shape[1]
+    batch["input_ids"] = F.pad(batch["input_ids"], (0, pad), value=corpus.pad_id)
+    batch["attention_mask"] = F.pad(batch["attention_mask"], (0, pad))
+    return batch
+
+
+generator = torch.Generator().manual_seed(0)
+index_batches = [torch.randperm(len(corpus), generator=generator)[: spec.naive_batch].numpy()
+                 for _ in range(SIZES["text_batches"])]
+raw = collate([(sst2.texts[i], sst2.labels[i]) for i in index_batches[0]])
+same = all(torch.equal(raw[k], cached_batch(index_batches[0])[k])
+           for k in ("input_ids", "attention_mask", "labels"))
+print(f"cached batch identical to the tokenized one: {same}")
+
+
+# %%
+def tokenize_in_loop():
+    for rows in index_batches:
+        collate([(sst2.texts[i], sst2.labels[i]) for i in rows])
+    return len(index_batches) * spec.naive_batch
+
+
+def from_cache():
+    for rows in index_batches:
+        cached_batch(rows)
+    return len(index_batches) * spec.naive_batch
+
+
+text_ab = lesson.ab("BERT batches: tokenize each time vs cached ids", tokenize_in_loop,
+                    from_cache, pairs=SIZES["pairs"], a_label="tokenizing",
+                    b_label="cached ids", unit="sentences/s", dev=torch.device("cpu"))
+lesson.check_guess(GUESS_CACHE_SPEEDUP, text_ab.ratio, "caching speed-up", "{:.1f}x")
+
+# %% [markdown]
+# The one-off cost above buys every later epoch its batches for free. In the naive recipe this
+# work runs in worker processes: on a GPU box it costs cores the other pipelines need; on a 2-core
+# CPU it competes with the model itself.
+#
+# ## 3. The whole dataset on the device, augmented there
+#
+# CIFAR-10 is 150 MB as uint8 — it fits on any accelerator. `DevicePipeline` keeps it there,
+# pre-padded, and does shuffle + random crop + flip for a whole batch with one indexing op, then
+# normalises in the training dtype — the approach of airbench [Jordan 2024]. No workers, no
+# per-image Python, no host-to-device copies. Its defaults reproduce the naive augmentation
+# (4 px zero padding, random flips).
+
+# %%
+device_ab = epoch_ab("naive -> DevicePipeline", TorchvisionPipeline, DevicePipeline,
+                     "naive (2 workers)", "DevicePipeline")
+
+# %%
+lesson.plot_ab({f"tuned DataLoader\n({best_workers} workers)\nvs naive": loader_ab,
+                "DevicePipeline\nvs naive": device_ab},
+               f"Naive CIFAR recipe, input pipeline only changed — {DEVICE_NAME}")
+plt.show()
+for name, result in (("tuned DataLoader", loader_ab), ("DevicePipeline", device_ab)):
+    print(f"{name}: {result.verdict}")
+
+# %% [markdown]
+# Each bar is **one** A/B against the same baseline, measured in one run, so the two bars can be
+# compared with each other; green means the interval lies above 1 (faster), red below (slower),
+# grey that it straddles 1 (no clear difference).
+#
+# ## 4. Same accuracy — and the same story over whole runs?
+#
+# A faster pipeline must feed the *same* training: same augmentation, every image once per
+# epoch. Train the recipe from scratch with the naive pipeline and with `DevicePipeline` (same
+# seeds) on the full training set and compare held-out accuracy — and, as a cross-check of the
+# A/B above, their training times. Two kinds of noise blur the accuracy: the test set (an
+# accuracy `p` on `n` images has a standard error of `sqrt(p(1-p)/n)`), and training itself —
+# other random crops and flips give a different model. One run per pipeline only rules out
+# test-set noise; to rule out training noise, train several seeds (`SIZES["seeds"]`).
+
+# %%
+epochs = {} if SIZES["epochs"] is None else {"epochs": SIZES["epochs"]}
+accuracy = {"naive": [], "DevicePipeline": []}
+seconds = {"naive": [], "DevicePipeline": []}
+runs = [(seed, name) for seed in range(SIZES["seeds"]) for name in accuracy]
+for seed, name in tqdm(runs, desc="train to the end", unit="run"):
+    pipeline = TorchvisionPipeline if name == "naive" else DevicePipeline
+    trainer = cifar.build("naive", PROFILE, pipeline=pipeline, seed=seed, **epochs)
+    result = train_to_target(trainer, eval_every=trainer.eval_every, progress=False,
+                             device_label=DEVICE_NAME)
+    accuracy[name].append(result.accuracy)
+    seconds[name].append(result.train_seconds)
+    print(f"seed {seed}, {name:15}: accuracy {result.accuracy:.1%} after"
+          f" {result.train_seconds:.1f} s of training ({result.steps} steps), {DEVICE_NAME}")
+
+# %%
+n_test = result.config["n_test"]
+base, fast = (statistics.mean(accuracy[name]) for name in ("naive", "DevicePipeline"))
+delta_pp = 100 * (fast - base)
+if SIZES["seeds"] > 1:  # seed-to-seed spread: training noise and test-set noise together
+    se_pp = 100 * sum(statistics.variance(a) / len(a) for a in accuracy.values()) ** 0.5
+    noise = "seed-to-seed noise"
+else:
+    se_pp = 100 * (2 * base * (1 - base) / n_test) ** 0.5
+    noise = "test-set noise (one seed: training noise not covered)"
+same = abs(delta_pp) <= 2 * se_pp
+accuracy_verdict = (f"within {noise}" if same
+                    else f"beyond {noise}: train more seeds before concluding")
+print(f"DevicePipeline - naive: {delta_pp:+.1f} pp, standard error {se_pp:.1f} pp:"
+      f" {accuracy_verdict}")
+run_ratio = statistics.mean(seconds["naive"]) / statistics.mean(seconds["DevicePipeline"])
+inside = device_ab.ci_low <= run_ratio <= device_ab.ci_high
+print(f"whole runs: DevicePipeline trained {run_ratio:.2f}x as fast as naive"
+      f" ({statistics.mean(seconds['DevicePipeline']):.1f} s vs"
+      f" {statistics.mean(seconds['naive']):.1f} s); the A/B said {device_ab.ratio:.2f}x"
+      f" [{device_ab.ci_low:.2f}-{device_ab.ci_high:.2f}]: "
+      + ("inside the A/B's interval: the two measurements agree" if inside else
+         "outside the A/B's interval. A candidate cause: the A/B's epochs are"
+         f" {SIZES['ab_images']} images, so per-epoch costs such as the naive loader's worker"
+         f" start-up weigh {result.config['n_train'] / SIZES['ab_images']:.0f}x more there than in"
+         " a full epoch; and one whole run per pipeline has no interval of its own"))
+
+# %% [markdown]
+# ## Your turn
+#
+# Tune the loader yourself: change `MY_WORKERS` and `MY_PREFETCH` below, run, and see what the
+# loader alone delivers. Then A/B your setting with training running: copy the `epoch_ab` call
+# from section 1 with `functools.partial(LoaderPipeline, num_workers=..., ...)`. Does the winner
+# of the loader-alone sweep win with training running, too?
+
+# %%
+MY_WORKERS, MY_PREFETCH = 1, 2  # your turn: change these
+mine = loader_images_per_s(MY_WORKERS, prefetch_factor=MY_PREFETCH)
+print(f"num_workers={MY_WORKERS}, prefetch_factor={MY_PREFETCH}: {mine:.0f} images/s from the"
+      f" loader alone on {DEVICE_NAME} (sweep best: {sweep[best_workers]:.0f})")
+
+# %% [markdown]
+# ## Summary
+
+# %% tags=["summary"]
+print(f"Summary — lesson 2, profile {PROFILE!r}, measured on {DEVICE_NAME}")
+print(f"* naive recipe, 2-worker DataLoader: {loader_ab.a_median:.0f} images/s (one-epoch"
+      f" bursts of {SIZES['ab_images']} images)")
+print(f"* tuned DataLoader ({tuned_desc}): {loader_ab.verdict}")
+print(f"* DevicePipeline: {device_ab.verdict}")
+print(f"* BERT batches from cached ids: {text_ab.verdict}")
+print(f"* accuracy naive {base:.1%} vs DevicePipeline {fast:.1%} ({SIZES['seeds']} seed(s)):"
+      f" {delta_pp:+.1f} pp, {accuracy_verdict}")
+print(f"* whole runs: DevicePipeline {run_ratio:.2f}x as fast as naive")
+
+# %% [markdown]
+# ### Quiz and exercise
+#
+# The quiz and the graded exercise are in `exercises/lesson2/`: write your own on-device
+# pipeline (`FastPipeline`); the grader times it against the naive one and checks the accuracy.
+#
+# ### References
+#
+# * PyTorch: [data loading, `DataLoader` and its workers](https://pytorch.org/docs/stable/data.html),
+#   [pin_memory and non_blocking](https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html),
+#   [performance tuning guide](https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html).
+# * Hugging Face: [fast tokenizers](https://huggingface.co/docs/tokenizers/index) and
+#   [`datasets.map` to tokenize once](https://huggingface.co/docs/datasets/process#map).
+# * NVIDIA, [DALI](https://docs.nvidia.com/deeplearning/dali/) — GPU-side data pipelines.
+# * K. Jordan, [cifar10-airbench](https://github.com/KellerJordan/cifar10-airbench), 2024 —
+#   the on-device CIFAR loader this lesson's `DevicePipeline` follows.
+#
+# ### What to try next
+#
+# * Give `DevicePipeline` a lower-precision `dtype` and A/B it (lesson 3 says when that pays).
+# * On a GPU, measure pinned vs pageable memory on its own: the copy is where it shows.

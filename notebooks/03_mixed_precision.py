@@ -1,0 +1,390 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 3 — Mixed precision
+#
+# **Goal:** run the bulk of the arithmetic in 16-bit floats where the hardware is faster at it,
+# keep what needs range and precision in fp32, and know — by measuring — when it does not pay.
+# We will:
+#
+# 1. see what fp32, bf16 and fp16 can represent, and pick one per device with
+#    `effkit.amp.choose_precision` (and simulate a T4);
+# 2. see what `torch.autocast` runs in low precision and what it keeps in fp32;
+# 3. watch an fp16 gradient underflow to zero — and survive with loss scaling; watch the
+#    `GradScaler` skip steps on `inf` and probe its scale;
+# 4. measure fp32 against autocast, A/B: matrix multiplications of growing size, then the naive
+#    BERT recipe — and let the verdicts say where 16 bits pay on this device.
+#
+# **Run time** (measured on a 2-core AMD EPYC VM, no GPU): about 3.9 min in `cpu` (232 s), 18 s in `smoke`,
+# measured with nothing else running; `gpu`: not measured yet (no GPU here).
+#
+# **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
+# `smoke` (tests only). You will predict twice and run your own A/B in *Your turn*. The quiz is
+# in `exercises/lesson3/`.
+
+# %%
+# %matplotlib inline
+import re
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from effkit import lesson
+from effkit.amp import DeviceCaps, choose_precision
+from effkit.measure import device_name
+from effkit.workloads import bert
+
+# %%
+PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
+DEVICE = lesson.device()
+DEVICE_NAME = device_name(DEVICE)
+# This lesson's experiment sizes per profile; the BERT recipe's own sizes live in its profile.
+SIZES = {
+    "smoke": dict(widths=(64, 256, 1024), matmul_rows=256, matmul_reps=3, bert_steps=1, pairs=6),
+    "cpu": dict(widths=(64, 256, 1024), matmul_rows=512, matmul_reps=4, bert_steps=1, pairs=6),
+    "gpu": dict(widths=(256, 1024, 4096), matmul_rows=8192, matmul_reps=20, bert_steps=20,
+                pairs=8),
+}[PROFILE]
+print(f"profile {PROFILE!r} on {DEVICE_NAME}")
+
+# %% [markdown]
+# ## 1. fp16 or bf16?
+#
+# Both are 16 bits, split differently between exponent (range) and mantissa (precision):
+
+# %%
+formats = {"fp32": (1, 8, 23), "bf16": (1, 8, 7), "fp16": (1, 5, 10)}
+fig, ax = plt.subplots(figsize=(9, 2.2))
+for row, (sign, exponent, mantissa) in enumerate(formats.values()):
+    start = 0
+    for width, colour, label in ((sign, "tab:red", "sign"), (exponent, "tab:green", "exponent"),
+                                 (mantissa, "tab:blue", "mantissa")):
+        ax.barh(row, width, left=start, color=colour, edgecolor="white")
+        ax.text(start + width / 2, row, f"{label} {width}" if width > 2 else str(width),
+                ha="center", va="center", color="white", fontsize=8)
+        start += width
+ax.set_yticks(range(3), list(formats))
+ax.invert_yaxis()
+ax.set(xlim=(0, 32), xlabel="bits", title="Bit layouts: bf16 keeps fp32's range (8 exponent"
+       " bits), fp16 keeps more precision (10 mantissa bits)")
+plt.show()
+
+for dtype in (torch.float32, torch.bfloat16, torch.float16):
+    info = torch.finfo(dtype)
+    print(f"{str(dtype):15} max {info.max:9.3g}   smallest normal {info.tiny:9.3g}"
+          f"   step at 1.0: {info.eps:.3g}")
+
+# %% [markdown]
+# **fp16** has only 5 exponent bits: small values underflow and large ones overflow, so training
+# needs *loss scaling* [Micikevicius et al. 2018]. **bf16** keeps fp32's 8 exponent bits (same
+# range) with 7 mantissa bits: no scaler, a little less precision [Kalamkar et al. 2019]. Use
+# bf16 where the hardware has it (Ampere and later GPUs, CPUs with AMX or AVX-512 bf16), fp16 +
+# `GradScaler` where it does not (T4, V100).
+#
+# `choose_precision(device, "auto")` picks for the device it detects. Hand it a `DeviceCaps` to
+# see what it would pick on hardware you do not have:
+
+# %%
+here = choose_precision(DEVICE, "auto")
+t4 = DeviceCaps("cuda", "Tesla T4", bf16=False, fp16=True)
+a100 = DeviceCaps("cuda", "NVIDIA A100-SXM4-80GB", bf16=True, fp16=True)
+for caps in (DeviceCaps.detect(DEVICE), t4, a100):
+    policy = choose_precision(caps.type, "auto", caps=caps)
+    print(f"{caps.name[:28]:28} auto -> {policy.mode:4}   scaler: {policy.needs_scaler}")
+try:
+    choose_precision("cuda", "bf16", caps=t4)
+except ValueError as err:
+    print(f"bf16 on a T4 -> ValueError: {err}")
+LOW = here.dtype or torch.bfloat16  # the 16-bit type this lesson measures on this device
+LOW_NAME = {torch.bfloat16: "bf16", torch.float16: "fp16"}[LOW]
+cpu_flags = set()
+if DEVICE.type == "cpu" and Path("/proc/cpuinfo").exists():
+    cpu_flags = set(re.findall(r"\w+", next(ln for ln in Path("/proc/cpuinfo").read_text()
+                                            .splitlines() if ln.startswith("flags"))))
+units = sorted(cpu_flags & {"amx_bf16", "avx512_bf16", "avx512_fp16", "amx_fp16"})
+print(f"this lesson measures {LOW_NAME} on {DEVICE_NAME}")
+if DEVICE.type == "cpu":
+    print(f"16-bit matrix units this CPU reports: {', '.join(units) or 'none'}")
+
+# %% [markdown]
+# ## 2. What autocast runs in low precision
+#
+# Autocast does not convert the model. Parameters stay fp32 ("master weights"); each op casts its
+# inputs on the fly according to per-device lists [PyTorch AMP docs]: matmuls and convolutions
+# run in 16 bits, ops that need range or accumulate many values (losses; on CUDA also softmax,
+# layer norm, exp, log) run in fp32, and mixed-dtype arithmetic promotes to the wider type.
+# What does *this* device do?
+
+# %%
+layer = nn.Linear(16, 16).to(DEVICE)
+x = torch.randn(8, 16, device=DEVICE)
+labels = torch.zeros(8, dtype=torch.int64, device=DEVICE)
+with torch.autocast(DEVICE.type, dtype=LOW):
+    h = layer(x)
+    outputs = {
+        "linear / matmul": h,
+        "softmax(h)": torch.softmax(h, dim=-1),
+        "layer_norm(h)": F.layer_norm(h, (16,)),
+        "cross_entropy(h) (loss)": F.cross_entropy(h, labels),
+        "h + x (x is fp32)": h + x,
+    }
+for name, out in outputs.items():
+    print(f"{name:26} -> {out.dtype}")
+print(f"{'layer.weight (parameter)':26} -> {layer.weight.dtype}   (autocast {LOW}, {DEVICE_NAME})")
+
+# %% [markdown]
+# One autocast context around the **forward pass and the loss**, never around `backward()`:
+# backward runs each op in the dtype its forward used.
+#
+# ## 3. Underflow, overflow and the loss scale
+#
+# fp16's smallest positive value is about 6e-8. A gradient below that becomes exactly zero, and
+# the weights stop learning. Here a small loss (think: late in training, or a loss averaged over
+# many tokens) flows back through one fp16 layer.
+#
+# **Predict.** What share of the weight gradients will be exactly zero in fp16 without scaling?
+
+# %%
+GUESS_ZERO_SHARE = None  # your guess, a fraction
+
+# %%
+torch.manual_seed(0)
+tiny = nn.Linear(16, 1).to(DEVICE)
+inputs = torch.randn(64, 16, device=DEVICE)
+
+
+def small_loss():
+    with torch.autocast(DEVICE.type, dtype=torch.float16):
+        return tiny(inputs).float().mean() * 1e-6
+
+
+def weight_grad(scaler):
+    tiny.zero_grad()
+    scaler.scale(small_loss()).backward()
+    scaler.unscale_(torch.optim.SGD(tiny.parameters(), lr=0.0))  # back to true gradients
+    return tiny.weight.grad.clone()
+
+
+plain = weight_grad(torch.amp.GradScaler(DEVICE.type, enabled=False))
+scaled = weight_grad(torch.amp.GradScaler(DEVICE.type, init_scale=2.0**16))
+tiny.zero_grad()
+(tiny(inputs).mean() * 1e-6).backward()  # the fp32 reference
+reference = tiny.weight.grad.clone()
+zero_plain = float((plain == 0).float().mean())
+print(f"fp16, no scaling : {zero_plain:.0%} of the weight gradients are zero")
+print(f"fp16, scale 2^16 : {(scaled == 0).float().mean():.0%} zero, max relative error vs fp32 "
+      f"{((scaled - reference).abs() / reference.abs()).max():.1e}")
+lesson.check_guess(GUESS_ZERO_SHARE, zero_plain, "zero gradients without scaling", "{:.0%}")
+
+# %% [markdown]
+# `GradScaler` multiplies the loss by a large scale before `backward()`, so gradients live in
+# fp16's range, and divides them back (`unscale_`, in fp32) before the optimizer uses them. Which
+# scale? The scaler *probes*: after `growth_interval` consecutive clean steps it doubles the
+# scale; when a gradient overflows to `inf` it **skips** that optimizer step and halves the
+# scale. A short run, starting low, with one loss spike (a bad batch) injected at step 20, and
+# `growth_interval=3` so that we see the probing in 40 steps (the default is 2000):
+
+# %%
+GROWTH_INTERVAL = 3
+net = nn.Linear(16, 1).to(DEVICE)
+optimizer = torch.optim.SGD(net.parameters(), lr=1e-3)
+scaler = torch.amp.GradScaler(DEVICE.type, init_scale=2.0**10, growth_interval=GROWTH_INTERVAL)
+SPIKE_STEP = 20
+history = []  # (step, scale used, skipped?)
+for step in range(40):
+    spike = 1e3 if step == SPIKE_STEP else 1.0
+    with torch.autocast(DEVICE.type, dtype=torch.float16):
+        loss = (net(inputs * spike).float() ** 2).mean()
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    scale, weight = scaler.get_scale(), net.weight.detach().clone()
+    scaler.step(optimizer)  # skipped when any gradient is inf/NaN
+    scaler.update()  # halves the scale after an overflow, grows it after clean steps
+    history.append((step, scale, torch.equal(weight, net.weight.detach())))
+scales = [scale for _, scale, _ in history] + [scaler.get_scale()]
+skips = [step for step, _, skipped in history if skipped]
+for step in skips:
+    print(f"step {step:2d}: scale {scales[step]:8.0f} -> inf gradients, step SKIPPED,"
+          f" next scale {scales[step + 1]:.0f}")
+
+# %%
+fig, ax = plt.subplots(figsize=(8, 3))
+steps = [s for s, _, _ in history]
+ax.step(steps, [scale for _, scale, _ in history], where="post", label="loss scale")
+ax.scatter(skips, [scales[s] for s in skips], color="red", zorder=3, label="step skipped")
+ax.axvline(SPIKE_STEP, color="gray", ls=":", label="loss spike")
+ax.set(yscale="log", xlabel="step", ylabel="scale", title=f"GradScaler at work — {DEVICE_NAME}")
+ax.legend()
+plt.show()
+
+# %%
+# What the skips say, computed from the run above.
+probing = [s for s in skips if s != SPIKE_STEP]
+gaps = sorted({b - a for a, b in zip(probing, probing[1:], strict=False)})
+if SPIKE_STEP in skips:
+    print(f"step {SPIKE_STEP}: the loss spike overflowed the gradients; the scaler skipped that"
+          " update instead of writing inf into the weights, and halved the scale.")
+if probing:
+    print(f"steps {probing}: probing skips. After {GROWTH_INTERVAL} clean steps the scaler doubles"
+          " the scale; once the scale is above what these gradients tolerate, the next step"
+          " overflows, is skipped and the scale halves again.")
+    if gaps:
+        print(f"gaps between probing skips: {gaps} steps — about 1 update lost every"
+              f" {GROWTH_INTERVAL + 1} steps with growth_interval={GROWTH_INTERVAL}; with the"
+              " default 2000, about 1 in 2001.")
+else:
+    print("no probing skips in these 40 steps: the scale never grew past what the gradients"
+          " tolerate.")
+
+# %% [markdown]
+# bf16 needs none of this: its range is fp32's. A gradient of 1e-8 and a value of 2e7 both
+# survive in bf16, while fp16 flushes the first to zero and turns the second into `inf`:
+
+# %%
+values = torch.tensor([1e-8, 2e7])
+print(f"fp16: {values.to(torch.float16).tolist()}   bf16: {values.to(torch.bfloat16).tolist()}")
+
+# %% [markdown]
+# ## 4. When does it pay?
+#
+# 16-bit math is faster only where the hardware has 16-bit units for the op *and* the op is big
+# enough for arithmetic, not casts and memory traffic, to dominate. Measure, A/B: first a
+# matrix multiplication (forward and backward, as in a linear layer) at growing sizes, fp32
+# against autocast in this device's 16-bit type.
+
+
+# %%
+def matmul_work(width, precision):
+    """A linear layer's forward + backward on `matmul_rows` rows of `width` features."""
+    torch.manual_seed(0)
+    layer = nn.Linear(width, width, bias=False).to(DEVICE)
+    data = torch.randn(SIZES["matmul_rows"], width, device=DEVICE)
+
+    def run():
+        for _ in range(SIZES["matmul_reps"]):
+            with torch.autocast(DEVICE.type, dtype=LOW, enabled=precision != "fp32"):
+                out = layer(data)
+            out.float().sum().backward()
+        return SIZES["matmul_reps"] * SIZES["matmul_rows"]
+    return run
+
+
+sweep = {}
+for width in SIZES["widths"]:
+    sweep[width] = lesson.ab(f"{width}x{width} linear layer: fp32 vs {LOW_NAME}",
+                             matmul_work(width, "fp32"), matmul_work(width, LOW_NAME),
+                             pairs=SIZES["pairs"], a_label="fp32", b_label=LOW_NAME,
+                             unit="rows/s")
+
+# %% [markdown]
+# Now the naive BERT recipe, nothing changed but `precision=`. Its work is matrix
+# multiplications (attention and MLP) of its hidden width: 64 in `smoke`, 256 in `cpu`, 768
+# (bert-base) in `gpu`.
+#
+# **Predict.** From the sweep above: will the naive BERT at this profile's width run faster in
+# 16 bits? Write the speed ratio you expect (16-bit / fp32, e.g. `1.5`).
+
+# %%
+GUESS_BERT_SPEEDUP = None  # your guess
+
+# %%
+bert_fp32 = bert.build("naive", PROFILE, precision="off")
+bert_low = bert.build("naive", PROFILE, precision=LOW_NAME)
+k = SIZES["bert_steps"]
+bert_ab = lesson.ab(f"naive BERT ({bert.PROFILES[PROFILE].hidden} wide): fp32 vs {LOW_NAME}",
+                    lambda: bert_fp32.train_steps(k).samples,
+                    lambda: bert_low.train_steps(k).samples, pairs=SIZES["pairs"],
+                    a_label="fp32", b_label=LOW_NAME, unit="sentences/s")
+lesson.check_guess(GUESS_BERT_SPEEDUP, bert_ab.ratio, "BERT 16-bit speed-up", "{:.2f}x")
+
+# %%
+bars = {f"linear {w}\n{LOW_NAME} vs fp32": r for w, r in sweep.items()}
+bars[f"naive BERT\n{LOW_NAME} vs fp32"] = bert_ab
+lesson.plot_ab(bars, f"Autocast {LOW_NAME} — {DEVICE_NAME}")
+plt.show()
+pays = [w for w, r in sweep.items() if r.verdict.word == "faster"]
+costs = [w for w, r in sweep.items() if r.verdict.word == "slower"]
+if pays:
+    where = f"{LOW_NAME} paid for linear layers of width {', '.join(map(str, pays))}"
+else:
+    where = f"{LOW_NAME} did not pay for any linear-layer width we tried"
+if costs:
+    where += f"; it cost time at width {', '.join(map(str, costs))}"
+print(f"On {DEVICE_NAME}: {where}.")
+print(f"Naive BERT: {bert_ab.verdict}")
+if here.mode != "off" and bert_ab.verdict.word == "slower":
+    print(f"choose_precision(..., 'auto') picked {here.mode} for this device, and the A/B says"
+          " it is slower here: a capability table is no substitute for measuring.")
+if DEVICE.type == "cpu" and not units:
+    print("This CPU reports no 16-bit matrix unit (no amx_bf16 or avx512_bf16 flag): 16 bits"
+          " offer it no faster arithmetic, only conversions and other kernels — which is what"
+          " the A/Bs above measured.")
+
+# %% [markdown]
+# ## Your turn
+#
+# Pick a width the sweep did not try (or `LOW = torch.float16` on a GPU) and A/B it yourself:
+# change `MY_WIDTH`, run, and read the verdict. Where is the break-even width on this device?
+
+# %%
+MY_WIDTH = 512  # your turn: change this
+mine = lesson.ab(f"{MY_WIDTH}x{MY_WIDTH} linear layer: fp32 vs {LOW_NAME}",
+                 matmul_work(MY_WIDTH, "fp32"), matmul_work(MY_WIDTH, LOW_NAME),
+                 pairs=SIZES["pairs"], a_label="fp32", b_label=LOW_NAME, unit="rows/s")
+
+# %% [markdown]
+# ## Summary
+
+# %% tags=["summary"]
+low_ops = [name for name, out in outputs.items() if out.dtype == LOW]
+fp32_ops = [name for name, out in outputs.items() if out.dtype == torch.float32]
+print(f"Summary — lesson 3, profile {PROFILE!r}, measured on {DEVICE_NAME}")
+print(f"* auto precision here: {here.mode}; a simulated T4 gets fp16 + GradScaler")
+print(f"* autocast {LOW}: {', '.join(low_ops)} in 16 bits; {', '.join(fp32_ops)} in fp32")
+print(f"* tiny fp16 gradients: {zero_plain:.0%} zero unscaled,"
+      f" {(scaled == 0).float().mean():.0%} zero with loss scaling")
+print(f"* GradScaler (growth_interval {GROWTH_INTERVAL}): scale {history[0][1]:.0f} ->"
+      f" {scaler.get_scale():.0f}, skipped steps {skips} (each halved the scale)")
+print(f"* linear layers: {where}")
+for width, result in sweep.items():
+    print(f"  - width {width}: {result.verdict}")
+print(f"* naive BERT {LOW_NAME} vs fp32: {bert_ab.verdict}")
+
+# %% [markdown]
+# ### Quiz and exercise
+#
+# The quiz and the graded exercise are in `exercises/lesson3/`: write the mixed-precision
+# training step yourself (autocast, scaler, unscale before clipping) and check it with the
+# grader.
+#
+# ### References
+#
+# * P. Micikevicius et al., *Mixed Precision Training*, ICLR 2018 — fp16 with fp32 master
+#   weights and loss scaling.
+# * D. Kalamkar et al., *A Study of BFLOAT16 for Deep Learning Training*, 2019.
+# * PyTorch: [Automatic Mixed Precision (`torch.amp`)](https://pytorch.org/docs/stable/amp.html),
+#   including the per-device op lists and `GradScaler`'s `growth_interval`;
+#   [AMP recipe](https://pytorch.org/tutorials/recipes/recipes/amp_recipe.html).
+# * NVIDIA, [Train with mixed precision](https://docs.nvidia.com/deeplearning/performance/mixed-precision-training/).
+# * Hugging Face: [`TrainingArguments` `bf16`/`fp16`](https://huggingface.co/docs/transformers/perf_train_gpu_one).
+# * Intel, [AMX overview](https://www.intel.com/content/www/us/en/products/docs/accelerator-engines/advanced-matrix-extensions/overview.html)
+#   — the CPU units that make bf16 matmuls fast.
+#
+# ### What to try next
+#
+# * Add `channels_last` to a conv net and measure again (`model.to(memory_format=...)`).
+# * Check that 16-bit training reaches the same accuracy: `train_to_target` on both BERT
+#   trainers.

@@ -1,0 +1,72 @@
+"""effkit.lesson: the profile switch, the A/B helper's verdict and pairs rule, guesses, peaks."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from effkit import lesson
+from effkit.abtest import median_ci_coverage
+
+
+def test_profile_follows_the_environment_then_the_device(monkeypatch):
+    monkeypatch.setenv("EFFKIT_PROFILE", "smoke")
+    assert lesson.profile() == "smoke"
+    monkeypatch.setenv("EFFKIT_PROFILE", "warp")
+    with pytest.raises(ValueError, match="EFFKIT_PROFILE"):
+        lesson.profile()
+    monkeypatch.delenv("EFFKIT_PROFILE")
+    assert lesson.profile() == ("gpu" if torch.cuda.is_available() else "cpu")
+
+
+def test_ab_refuses_intervals_that_are_not_95_percent():
+    assert median_ci_coverage(lesson.MIN_PAIRS - 1) < 0.95 <= median_ci_coverage(lesson.MIN_PAIRS)
+    with pytest.raises(ValueError, match="pairs"):
+        lesson.ab("x", lambda: 1, lambda: 1, pairs=3)
+
+
+def _sleeper(seconds):
+    def run():
+        time.sleep(seconds)
+        return 1
+    return run
+
+
+def test_ab_verdict_says_faster_only_when_the_interval_supports_it(capsys):
+    result = lesson.ab("sleep", _sleeper(0.02), _sleeper(0.005), pairs=6,
+                       a_label="slow", b_label="quick")
+    assert result.pairs == 6 and result.coverage > 0.95
+    assert result.verdict.word == "faster" and result.ci_low > 1
+    printed = capsys.readouterr().out
+    assert "quick is faster than slow" in printed and "97%" in printed
+    same = lesson.ab("same", _sleeper(0.01), _sleeper(0.01), pairs=6, quiet=True)
+    assert same.verdict.word in {"no clear difference", "faster", "slower"}
+    assert (same.verdict.word == "faster") == (same.ci_low > 1)
+
+
+def test_plot_ab_draws_one_bar_per_comparison():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    result = lesson.ab("sleep", _sleeper(0.01), _sleeper(0.005), pairs=6, quiet=True)
+    ax = lesson.plot_ab({"one": result, "two": result}, "t")
+    assert len(ax.patches) == 2 and "97%" in ax.get_ylabel()
+
+
+def test_check_guess_prints_guess_and_measurement(capsys):
+    lesson.check_guess(None, 0.5, "share", "{:.0%}")
+    assert "measured 50%" in capsys.readouterr().out
+    lesson.check_guess(0.25, 0.5, "share", "{:.0%}")
+    assert "you guessed 25%, measured 50% (2x your guess)" in capsys.readouterr().out
+
+
+def test_peak_names_its_precision_and_source():
+    peak, source = lesson.peak_flops_for(torch.device("cpu"), "fp32")
+    assert "fp32" in source
+    if peak is not None:  # an estimate from /proc/cpuinfo: threads x clock x FLOP per cycle
+        assert 1e9 < peak < 1e14
+    _, bf16_source = lesson.peak_flops_for(torch.device("cpu"), "bf16")
+    assert "bf16" in bf16_source

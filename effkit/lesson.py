@@ -137,10 +137,7 @@ def peak_flops_for(dev: torch.device, precision: str = "fp32") -> tuple[float | 
 
     name = device_name(dev)
     if dev.type == "cuda":
-        try:  # the precision-aware signature (shared decision 3)
-            peak = measure.peak_flops(name, precision=precision, device_type="cuda")
-        except TypeError:  # older effkit: its table holds dense bf16/fp16 tensor-core peaks
-            peak = measure.peak_flops(name) if precision in ("bf16", "fp16") else None
+        peak = measure.peak_flops(name, precision=precision, device_type="cuda")
         return peak, f"datasheet {precision} peak of {name}"
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     flags = set(re.findall(r"\b[\w.]+\b", next((ln for ln in info.splitlines()

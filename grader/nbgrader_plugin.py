@@ -26,10 +26,11 @@ from pathlib import Path
 
 from nbformat.v4 import new_output
 from nbgrader.api import Gradebook, MissingEntry
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Unicode
 
 from grader import assignments
+from grader.cells import fill_graded_cells
 from grader.notebook import nbgrader_meta, solution_sources
 from grader.perf import GradingError, PerfResult, grade
 from grader.quiet import quiet
@@ -66,6 +67,50 @@ def fill_performance_cell(nb, assignment, allowed_ids, spec_name: str | None = N
         return None
     cell.outputs = perf_outputs(result, cell.get("execution_count"))
     return result
+
+
+def _assignment_of(resources):
+    info = resources.get("nbgrader", {})
+    try:
+        a = assignments.get(info.get("assignment", ""))
+    except ValueError:
+        return None, info
+    return (a if info.get("notebook") == a.notebook else None), info
+
+
+class ExecuteUnlessOutOfKernel(Execute):
+    """nbgrader's Execute, skipped for assignments graded entirely out of the kernel: the
+    learner's notebook is then never executed under autograde (no kernel, no attack surface)."""
+
+    def preprocess(self, nb, resources):
+        a, _ = _assignment_of(resources)
+        if a is not None and a.kernel_free:
+            self.log.info("%s: graded out of the kernel; the notebook is not executed", a.id)
+            return nb, resources
+        return super().preprocess(nb, resources)
+
+
+class GradeCells(NbGraderPreprocessor):
+    """Overwrite every graded cell's outputs with the verdict computed out of the kernel
+    (:func:`grader.cells.fill_graded_cells`), for assignments that declare cell checks."""
+
+    def preprocess(self, nb, resources):
+        a, info = _assignment_of(resources)
+        if a is None or not a.kernel_free:
+            return nb, resources
+        with Gradebook(info["db_url"]) as gb:
+            try:
+                allowed = [c.name for c in gb.find_notebook(info["notebook"], info["assignment"]).solution_cells]
+            except MissingEntry:
+                self.log.warning("notebook %s not in the gradebook; nothing graded", info["notebook"])
+                return nb, resources
+        self.log.info("Grading %s/%s out of the kernel", info.get("student"), info.get("notebook"))
+        with quiet():
+            report = fill_graded_cells(nb, a, allowed)
+        folder = Path(resources.get("metadata", {}).get("path") or ".")
+        report = dict(report or {}, student=info.get("student"), notebook=info.get("notebook"))
+        (folder / f"{info['notebook']}.cells.json").write_text(json.dumps(report, indent=1))
+        return nb, resources
 
 
 class GradePerformance(NbGraderPreprocessor):

@@ -49,11 +49,24 @@ def _audit(event: str, args) -> None:
             _EVIDENCE.add(f"your code opened {path} for writing, outside its working directory")
 
 
-def _from_learner() -> bool:
-    frame = sys._getframe(2)
-    while frame is not None:
+def _from_learner(event: str) -> bool:
+    """Frames and the garbage collector: flagged when learner code asks *directly* (or through
+    ``inspect``); libraries that inspect frames internally are not learner tampering. Writes:
+    flagged whenever learner code is anywhere on the stack."""
+    frame = sys._getframe(2)  # 0 here, 1 the filter, 2 whoever called the audited C function
+    if event.startswith("open"):
+        while frame is not None:
+            if frame.f_code.co_filename.startswith("<cell"):
+                return True
+            frame = frame.f_back
+        return False
+    for _ in range(2):
+        if frame is None:
+            return False
         if frame.f_code.co_filename.startswith("<cell"):
             return True
+        if not frame.f_code.co_filename.endswith("inspect.py"):
+            return False
         frame = frame.f_back
     return False
 
@@ -66,7 +79,7 @@ def _audit_filtered(event: str, args) -> None:
         return
     _IN_HOOK[0] = True  # _from_learner itself calls sys._getframe, an audited event
     try:
-        if _from_learner():
+        if _from_learner(event):
             _audit(event, args)
     finally:
         _IN_HOOK[0] = False

@@ -55,9 +55,15 @@ class Assignment:
 
     def spec(self, device: str, name: str | None = None) -> GradingSpec:
         """``name``, else ``$EFFKIT_GRADER_SPEC``, else "gpu" on CUDA and "smoke" elsewhere."""
-        name = name or os.environ.get("EFFKIT_GRADER_SPEC") or ("gpu" if device.startswith("cuda") else "smoke")
+        name = (
+            name
+            or os.environ.get("EFFKIT_GRADER_SPEC")
+            or ("gpu" if device.startswith("cuda") else "smoke")
+        )
         if name not in self.specs:
-            raise ValueError(f"unknown grading spec {name!r} for {self.id}; choose one of {sorted(self.specs)}")
+            raise ValueError(
+                f"unknown grading spec {name!r} for {self.id}; choose one of {sorted(self.specs)}"
+            )
         return self.specs[name]
 
 

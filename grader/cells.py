@@ -67,7 +67,9 @@ def grade_cells(assignment, cells: list[tuple[str, str]], only: list[str] | None
                 seed: int | None = None) -> tuple[dict[str, CellVerdict], dict]:  # fmt: skip
     """Run the assignment's cell checks on the learner's ``cells`` (grade_id, source)."""
     plain = [(gid, to_python(src)[0]) for gid, src in cells]
-    session = ProbeSession(assignment.probes, assignment.trusted_cells(), plain, list(assignment.names))
+    session = ProbeSession(
+        assignment.probes, assignment.trusted_cells(), plain, list(assignment.names)
+    )
     rng = random.Random(seed if seed is not None else random.SystemRandom().getrandbits(64))
     verdicts: dict[str, CellVerdict] = {}
     try:
@@ -95,10 +97,18 @@ def cell_outputs(v: CellVerdict, max_points: float, report: dict) -> list:
     if v.passed:
         body = (text + "\n" if text else "") + "\n".join(tail)
         outs = [new_output("stream", name="stdout", text=(body + "\n") if body else "passed\n")]
-        return outs + [new_output("execute_result", data={"text/plain": repr(float(max_points))}, execution_count=None)]
+        return outs + [
+            new_output(
+                "execute_result", data={"text/plain": repr(float(max_points))}, execution_count=None
+            )
+        ]
     body = "\n".join([*v.lines, *tail])
     outs = [new_output("stream", name="stdout", text=body + "\n")] if body else []
-    return outs + [new_output("error", ename="CheckFailed", evalue=v.reason, traceback=[f"CheckFailed: {v.reason}"])]
+    return outs + [
+        new_output(
+            "error", ename="CheckFailed", evalue=v.reason, traceback=[f"CheckFailed: {v.reason}"]
+        )
+    ]
 
 
 def fill_graded_cells(nb, assignment, allowed_ids) -> dict | None:
@@ -117,8 +127,13 @@ def fill_graded_cells(nb, assignment, allowed_ids) -> dict | None:
             continue
         if gid == assignment.performance_cell:
             continue  # filled by the timed protocol
-        v = verdicts.get(gid) or CellVerdict(gid, False, reason="the grader has no check for this cell")
+        v = verdicts.get(gid) or CellVerdict(
+            gid, False, reason="the grader has no check for this cell"
+        )
         cell.outputs = cell_outputs(v, float(meta.get("points", 0)), report)
         cell.execution_count = None
-    report["cells"] = {gid: {"passed": v.passed, "reason": v.reason, "lines": v.lines} for gid, v in verdicts.items()}
+    report["cells"] = {
+        gid: {"passed": v.passed, "reason": v.reason, "lines": v.lines}
+        for gid, v in verdicts.items()
+    }
     return report

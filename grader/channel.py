@@ -72,7 +72,10 @@ class Endpoint:
         if not isinstance(msg, dict):
             raise ChannelError(f"garbage on the grader's channel: {line[:80]!r}", "protocol")
         sizes = msg.pop("_blobs", [])
-        if not (isinstance(sizes, list) and all(isinstance(n, int) and 0 <= n <= MAX_BLOB for n in sizes)):
+        if not (
+            isinstance(sizes, list)
+            and all(isinstance(n, int) and 0 <= n <= MAX_BLOB for n in sizes)
+        ):
             raise ChannelError("malformed blob sizes", "protocol")
         blobs = []
         for n in sizes:
@@ -112,7 +115,11 @@ def tensor_msg(t) -> tuple[dict, bytes]:
 
     cpu = t.detach().to("cpu").contiguous()
     raw = cpu.view(torch.uint8).numpy().tobytes() if cpu.numel() else b""
-    return {"dtype": str(cpu.dtype).removeprefix("torch."), "shape": list(cpu.shape), "device": str(t.device)}, raw
+    return {
+        "dtype": str(cpu.dtype).removeprefix("torch."),
+        "shape": list(cpu.shape),
+        "device": str(t.device),
+    }, raw
 
 
 def tensor_from(meta: dict, raw: bytes):
@@ -121,7 +128,11 @@ def tensor_from(meta: dict, raw: bytes):
 
     dtype = meta.get("dtype")
     shape = meta.get("shape")
-    if dtype not in _DTYPES or not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
+    if (
+        dtype not in _DTYPES
+        or not isinstance(shape, list)
+        or not all(isinstance(s, int) and s >= 0 for s in shape)
+    ):
         raise ChannelError(f"malformed tensor description {str(meta)[:80]}", "protocol")
     dt = getattr(torch, dtype)
     count = 1

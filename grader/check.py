@@ -33,7 +33,9 @@ ERROR_LINES = 6
 
 def merge(source, learner) -> tuple[object, list[str]]:
     """The notebook nbgrader would execute: learner's notebook, source's graded/locked cells."""
-    by_id = {nbgrader_meta(c)["grade_id"]: c for c in source.cells if "grade_id" in nbgrader_meta(c)}
+    by_id = {
+        nbgrader_meta(c)["grade_id"]: c for c in source.cells if "grade_id" in nbgrader_meta(c)
+    }
     merged = copy.deepcopy(learner)
     seen, notes = set(), []
     for i, cell in enumerate(merged.cells):
@@ -105,7 +107,9 @@ def check(path: str | Path, *, assignment_id: str | None = None, json_out: str |
     path = Path(path)
     try:
         learner = read_notebook(path)
-        assignment = assignments.get(assignment_id) if assignment_id else assignments.for_notebook(path.stem)
+        assignment = (
+            assignments.get(assignment_id) if assignment_id else assignments.for_notebook(path.stem)
+        )
     except (NotebookError, ValueError) as err:
         print(f"grader check: {err}")
         return 2
@@ -119,12 +123,18 @@ def check(path: str | Path, *, assignment_id: str | None = None, json_out: str |
     notes += missing
     cell_report = None
     if assignment.kernel_free:  # the same code as nbgrader's GradeCells: the notebook never runs
-        print(f"grader check: {path} (assignment {assignment.id}); grading out of the kernel ...", flush=True)
+        print(
+            f"grader check: {path} (assignment {assignment.id}); grading out of the kernel ...",
+            flush=True,
+        )
         from grader.cells import fill_graded_cells
 
         cell_report = fill_graded_cells(graded, assignment, solution_ids(source))
     else:
-        print(f"grader check: {path} (assignment {assignment.id}); running the notebook ...", flush=True)
+        print(
+            f"grader check: {path} (assignment {assignment.id}); running the notebook ...",
+            flush=True,
+        )
         execute(graded, path.resolve().parent, assignment.timeout_s)
     try:
         perf = fill_performance_cell(graded, assignment, solution_ids(source), spec_name, device)
@@ -169,10 +179,14 @@ def check_my_work(grade_id: str, notebook: str) -> None:
     import tempfile
 
     if os.environ.get("NBGRADER_EXECUTION"):
-        print("Graded by the grader outside this notebook's kernel; its verdict replaces this output.")
+        print(
+            "Graded by the grader outside this notebook's kernel; its verdict replaces this output."
+        )
         return
     if not Path(notebook).is_file():
-        raise FileNotFoundError(f"cannot find {Path(notebook).resolve()}: run this from your notebook's folder")
+        raise FileNotFoundError(
+            f"cannot find {Path(notebook).resolve()}: run this from your notebook's folder"
+        )
     print(f"Checking the solution cells *saved* in {notebook} (save first) ...", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report.json"

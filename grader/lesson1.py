@@ -118,7 +118,10 @@ def _call(ctx: Context, probe: str, server: DeviceServer, shown: str, **args) ->
 
 def _number(data: dict, shown: str, what: str) -> float:
     ok = data.get("type") == "number" and isinstance(data.get("value"), int | float)
-    expect(ok, f"expected {shown} to return {what} (a finite number), got {data.get('repr', data.get('type'))}")
+    expect(
+        ok,
+        f"expected {shown} to return {what} (a finite number), got {data.get('repr', data.get('type'))}",
+    )
     return float(data["value"])
 
 
@@ -163,9 +166,13 @@ def check_data_wait(ctx: Context) -> None:
     for truth in order:
         shown = "data_wait_share(trainer, steps=5)"
         shares, recorded = [], []
-        while len(shares) < RETRIES and (not shares or abs(shares[0] - recorded[0]) > SHARE_TOLERANCE):
+        while len(shares) < RETRIES and (
+            not shares or abs(shares[0] - recorded[0]) > SHARE_TOLERANCE
+        ):
             server = _server(ctx, truth)
-            share = _number(_call(ctx, "data_wait", server, shown, batch_size=32, steps=5), shown, "a share")
+            share = _number(
+                _call(ctx, "data_wait", server, shown, batch_size=32, steps=5), shown, "a share"
+            )
             expect(0 <= share <= 1, f"expected {shown} to return a fraction in [0, 1], got {share:.3g} "
                                     "(seconds instead of a share?)")  # fmt: skip
             expect(server.steps() >= 5, f"expected {shown} to run 5 steps over trainer.pipeline; it asked "
@@ -173,7 +180,11 @@ def check_data_wait(ctx: Context) -> None:
             shares.append(share)
             recorded.append(server.data_share())
         share, rec = statistics.median(shares), statistics.median(recorded)
-        hint = " Is that the compute share (1 - data share)?" if abs(1 - share - rec) <= SHARE_TOLERANCE else ""
+        hint = (
+            " Is that the compute share (1 - data share)?"
+            if abs(1 - share - rec) <= SHARE_TOLERANCE
+            else ""
+        )
         expect(abs(share - rec) <= SHARE_TOLERANCE,
                f"on an {truth}-bound trainer the grader recorded a data-wait share of {rec:.0%}; your "
                f"{shown} returned {share:.0%} (allowed ±{SHARE_TOLERANCE:.0%}).{hint}")  # fmt: skip
@@ -186,7 +197,9 @@ def check_bottleneck(ctx: Context) -> None:
     for truth in order:
         names = []
         while len(names) < RETRIES and (not names or names[0] != truth):
-            data = _call(ctx, "bottleneck", _server(ctx, truth), "name_bottleneck(trainer)", batch_size=32)
+            data = _call(
+                ctx, "bottleneck", _server(ctx, truth), "name_bottleneck(trainer)", batch_size=32
+            )
             value = data.get("value") if data.get("type") == "str" else None
             expect(isinstance(value, str) and value.strip().lower() in BOTTLENECKS,
                    f"expected name_bottleneck(trainer) to return one of {BOTTLENECKS}, got "
@@ -201,7 +214,11 @@ def check_bottleneck(ctx: Context) -> None:
 def check_quiz(ctx: Context) -> None:
     r = ctx.session.call("quiz", 30)
     stub = [e for e in ctx.session.load_errors if e.get("cell") == "quiz"]
-    expect(r.ok, stub_reason(stub[0]["message"] if stub else r.failure) or f"reading QUIZ_ANSWERS {r.failure}")
+    expect(
+        r.ok,
+        stub_reason(stub[0]["message"] if stub else r.failure)
+        or f"reading QUIZ_ANSWERS {r.failure}",
+    )
     answers = r.data.get("answers", {})
     wrong = [q for q in QUIZ_KEY if str(answers.get(q, "")).strip().lower() != QUIZ_KEY[q]]
     expect(not wrong, f"{len(QUIZ_KEY) - len(wrong)} of {len(QUIZ_KEY)} answers right; revisit "

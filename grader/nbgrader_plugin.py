@@ -40,13 +40,20 @@ def perf_outputs(result: PerfResult, execution_count: int | None) -> list:
     """Outputs nbgrader scores as ``result.points``: stdout feedback, then the points value."""
     return [
         new_output("stream", name="stdout", text=result.feedback + "\n"),
-        new_output("execute_result", data={"text/plain": repr(float(result.points))},
-                   execution_count=execution_count),  # fmt: skip
+        new_output(
+            "execute_result",
+            data={"text/plain": repr(float(result.points))},
+            execution_count=execution_count,
+        ),  # fmt: skip
     ]
 
 
 def error_output(message: str) -> list:
-    return [new_output("error", ename="GradingError", evalue=message, traceback=[f"GradingError: {message}"])]
+    return [
+        new_output(
+            "error", ename="GradingError", evalue=message, traceback=[f"GradingError: {message}"]
+        )
+    ]
 
 
 def fill_performance_cell(nb, assignment, allowed_ids, spec_name: str | None = None,
@@ -54,7 +61,10 @@ def fill_performance_cell(nb, assignment, allowed_ids, spec_name: str | None = N
     """Grade ``nb``'s solution cells and write the result into its performance cell."""
     if assignment.performance_cell is None:
         return None  # graded by the notebook's own test cells only
-    cell = next((c for c in nb.cells if nbgrader_meta(c).get("grade_id") == assignment.performance_cell), None)
+    cell = next(
+        (c for c in nb.cells if nbgrader_meta(c).get("grade_id") == assignment.performance_cell),
+        None,
+    )
     if cell is None:
         return None
     cells = [(c.grade_id, c.source) for c in solution_sources(nb, allowed_ids)]
@@ -100,9 +110,14 @@ class GradeCells(NbGraderPreprocessor):
             return nb, resources
         with Gradebook(info["db_url"]) as gb:
             try:
-                allowed = [c.name for c in gb.find_notebook(info["notebook"], info["assignment"]).solution_cells]
+                allowed = [
+                    c.name
+                    for c in gb.find_notebook(info["notebook"], info["assignment"]).solution_cells
+                ]
             except MissingEntry:
-                self.log.warning("notebook %s not in the gradebook; nothing graded", info["notebook"])
+                self.log.warning(
+                    "notebook %s not in the gradebook; nothing graded", info["notebook"]
+                )
                 return nb, resources
         self.log.info("Grading %s/%s out of the kernel", info.get("student"), info.get("notebook"))
         with quiet():
@@ -116,7 +131,9 @@ class GradeCells(NbGraderPreprocessor):
 class GradePerformance(NbGraderPreprocessor):
     """Replace the performance cell's outputs with the grader's measurement (see module doc)."""
 
-    spec = Unicode("", help="Grading spec name (default: by device; see grader.lesson2.SPECS).").tag(config=True)
+    spec = Unicode(
+        "", help="Grading spec name (default: by device; see grader.lesson2.SPECS)."
+    ).tag(config=True)
 
     def preprocess(self, nb, resources):
         info = resources.get("nbgrader", {})
@@ -131,7 +148,9 @@ class GradePerformance(NbGraderPreprocessor):
                 source = gb.find_notebook(info["notebook"], info["assignment"])
                 allowed = [c.name for c in source.solution_cells]
             except MissingEntry:
-                self.log.warning("notebook %s not in the gradebook; no performance grading", info["notebook"])
+                self.log.warning(
+                    "notebook %s not in the gradebook; no performance grading", info["notebook"]
+                )
                 return nb, resources
         self.log.info("Grading performance of %s/%s", info.get("student"), info.get("notebook"))
         result = fill_performance_cell(nb, assignment, allowed, self.spec or None)

@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from grader.channel import ChannelError, Endpoint
 from grader.sandbox import Limits, Sandbox, launch
@@ -37,9 +37,9 @@ class CallResult:
 
 class ProbeSession:
     def __init__(self, probes: str, setup: list[tuple[str, str]], cells: list[tuple[str, str]],
-                 names: list[str], limits: Limits = Limits(), startup_timeout_s: float = 120.0):  # fmt: skip
+                 names: list[str], limits: Limits | None = None, startup_timeout_s: float = 120.0):  # fmt: skip
         self.probes, self.setup, self.cells, self.names = probes, setup, cells, names
-        self.limits, self.startup_timeout_s = limits, startup_timeout_s
+        self.limits, self.startup_timeout_s = limits or Limits(), startup_timeout_s
         self.evidence: list[str] = []
         self.unavailable: list[str] = []
         self.load_errors: list[dict] = []
@@ -54,7 +54,9 @@ class ProbeSession:
         cmd_r, cmd_w = os.pipe()
         env = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
         try:
-            self.log = tempfile.NamedTemporaryFile(prefix="effkit-probe-", suffix=".log", delete=False)  # noqa: SIM115
+            self.log = tempfile.NamedTemporaryFile(
+                prefix="effkit-probe-", suffix=".log", delete=False
+            )  # noqa: SIM115
             self.log.close()
             self.box = launch("grader.probe_worker", [str(evt_w), str(cmd_r)], pass_fds=(evt_w, cmd_r),
                               limits=self.limits, env_extra=env, log_path=Path(self.log.name))  # fmt: skip

@@ -40,10 +40,17 @@ _WORKDIR = os.getcwd()
 def _audit(event: str, args) -> None:
     # Cheap, permanent (audit hooks cannot be removed), and only evidence: see module doc.
     if event in ("sys._getframe", "sys._current_frames"):
-        _EVIDENCE.add(f"your code inspected stack frames ({event}): a way to reach the grader's objects")
+        _EVIDENCE.add(
+            f"your code inspected stack frames ({event}): a way to reach the grader's objects"
+        )
     elif event in ("gc.get_objects", "gc.get_referrers", "gc.get_referents"):
         _EVIDENCE.add(f"your code searched the garbage collector ({event})")
-    elif event == "open" and len(args) >= 2 and isinstance(args[1], str) and any(c in args[1] for c in "wax+"):
+    elif (
+        event == "open"
+        and len(args) >= 2
+        and isinstance(args[1], str)
+        and any(c in args[1] for c in "wax+")
+    ):
         path = os.path.abspath(os.fsdecode(args[0])) if isinstance(args[0], str | bytes) else ""
         if path and not path.startswith(_WORKDIR):
             _EVIDENCE.add(f"your code opened {path} for writing, outside its working directory")
@@ -102,8 +109,14 @@ class Worker:
         for obj in self.owned:
             planted = [k for k, v in vars(obj).items() if isinstance(v, _FUNCTIONS)]
             if planted:
-                out.append(f"your code replaced methods on a grader object ({type(obj).__name__}: {', '.join(planted)})")
-        extra = [t.name for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive()]
+                out.append(
+                    f"your code replaced methods on a grader object ({type(obj).__name__}: {', '.join(planted)})"
+                )
+        extra = [
+            t.name
+            for t in threading.enumerate()
+            if t is not threading.main_thread() and t.is_alive()
+        ]
         if extra:
             out.append(f"threads left running by your code: {', '.join(extra[:4])}")
         from grader.sandbox import descendants
@@ -138,9 +151,13 @@ class Worker:
             try:
                 exec(compile(source, filename, "exec"), self.ns)  # noqa: S102 - running the submission is the point
             except BaseException as err:  # noqa: BLE001 - a raising cell is the learner's, like in a kernel
-                errors.append({"cell": name, "message": f"{type(err).__name__}: {err}", "traceback": _tb(err)})
+                errors.append(
+                    {"cell": name, "message": f"{type(err).__name__}: {err}", "traceback": _tb(err)}
+                )
         defined = [n for n in cmd.get("names", []) if callable(self.ns.get(n))]
-        self.chan.send({"event": "loaded", "errors": errors, "defined": defined, "evidence": self.evidence()})
+        self.chan.send(
+            {"event": "loaded", "errors": errors, "defined": defined, "evidence": self.evidence()}
+        )
 
     def call(self, cmd: dict) -> None:
         probe = getattr(self.probes, "probe_" + cmd["probe"])
@@ -153,7 +170,9 @@ class Worker:
         self.chan.send({"event": "result", "data": msg, "evidence": self.evidence()}, blobs)
 
     def serve(self) -> None:
-        self.chan.send({"event": "ready", "pid": os.getpid(), "uid": os.getuid(), "cwd": os.getcwd()})
+        self.chan.send(
+            {"event": "ready", "pid": os.getpid(), "uid": os.getuid(), "cwd": os.getcwd()}
+        )
         while True:
             cmd = self.chan.receive()
             if cmd is None or cmd.get("cmd") == "exit":

@@ -94,14 +94,20 @@ class Cgroup:
                 _write(self.dirs["pids"] / "pids.max", str(limits.pids))
             if "memory" in self.dirs:
                 _write(self.dirs["memory"] / "memory.limit_in_bytes", str(limits.memory_mb << 20))
-                _write(self.dirs["memory"] / "memory.memsw.limit_in_bytes", str(limits.memory_mb << 20))
+                _write(
+                    self.dirs["memory"] / "memory.memsw.limit_in_bytes", str(limits.memory_mb << 20)
+                )
 
     def add(self, pid: int) -> None:
         for d in set(self.dirs.values()):
             (d / "cgroup.procs").write_text(str(pid))
 
     def pids(self) -> list[int]:
-        d = self.dirs.get("freezer") or self.dirs.get("pids") or next(iter(self.dirs.values()), None)
+        d = (
+            self.dirs.get("freezer")
+            or self.dirs.get("pids")
+            or next(iter(self.dirs.values()), None)
+        )
         if d is None:
             return []
         try:
@@ -143,8 +149,16 @@ class Cgroup:
         try:
             if self.v2:
                 events = (d / "memory.events").read_text()
-                return any(line.split()[0] == "oom_kill" and int(line.split()[1]) > 0 for line in events.splitlines())
-            return int((d / "memory.failcnt").read_text()) > 0
+                return any(
+                    line.split()[0] == "oom_kill" and int(line.split()[1]) > 0
+                    for line in events.splitlines()
+                )
+            control = dict(
+                line.split() for line in (d / "memory.oom_control").read_text().splitlines()
+            )
+            peak = int((d / "memory.max_usage_in_bytes").read_text())
+            limit = int((d / "memory.limit_in_bytes").read_text())
+            return int(control.get("oom_kill", 0)) > 0 or peak >= 0.95 * limit
         except (OSError, AttributeError, ValueError, IndexError):
             return False
 
@@ -291,8 +305,16 @@ def become_subreaper() -> bool:
         return False
 
 
-def launch(module: str, args: list[str], *, pass_fds: tuple[int, ...], limits: Limits = Limits(),
-           log_path: Path | None = None, env_extra: dict | None = None, cores: list[int] | None = None) -> Sandbox:
+def launch(
+    module: str,
+    args: list[str],
+    *,
+    pass_fds: tuple[int, ...],
+    limits: Limits = Limits(),
+    log_path: Path | None = None,
+    env_extra: dict | None = None,
+    cores: list[int] | None = None,
+) -> Sandbox:
     """Start ``python -I -m module args`` sandboxed (see module doc); learner code must run only
     after this returns (the worker waits for the parent's first command)."""
     unavailable: list[str] = []
@@ -304,11 +326,15 @@ def launch(module: str, args: list[str], *, pass_fds: tuple[int, ...], limits: L
     py = [sys.executable, "-I", "-c", boot, *args]
     workdir = None
     if root and shutil.which("unshare") and shutil.which("setpriv"):
-        mounts = [f"mount -t tmpfs -o size={limits.tmp_mb}m,mode=1777 tmpfs /tmp",
-                  f"mount -t tmpfs -o size={min(limits.tmp_mb, 64)}m,mode=1777 tmpfs /dev/shm"]  # fmt: skip
-        for hidden in hidden_paths():
-            mounts.append(f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(hidden)}")
-        mounts.append(f"mkdir -m 700 /tmp/work && chown {NOBODY}:{NOBODY} /tmp/work && cd /tmp/work")
+        # Hide first: a course folder under /tmp (tests) disappears from view with the new /tmp.
+        mounts = [
+            f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(hidden)}" for hidden in hidden_paths()
+        ]
+        mounts += [f"mount -t tmpfs -o size={limits.tmp_mb}m,mode=1777 tmpfs /tmp",
+                   f"mount -t tmpfs -o size={min(limits.tmp_mb, 64)}m,mode=1777 tmpfs /dev/shm"]  # fmt: skip
+        mounts.append(
+            f"mkdir -m 700 /tmp/work && chown {NOBODY}:{NOBODY} /tmp/work && cd /tmp/work"
+        )
         drop = f"setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups --no-new-privs --inh-caps=-all"
         script = " && ".join(mounts) + " && exec " + drop + " " + " ".join(_q(a) for a in py)
         argv = ["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", script]
@@ -330,7 +356,9 @@ def launch(module: str, args: list[str], *, pass_fds: tuple[int, ...], limits: L
     except OSError:
         cgroup = None
     if cgroup is None:
-        unavailable.append("cgroup (pids/memory limits, freezer): processes tracked by a /proc walk instead")
+        unavailable.append(
+            "cgroup (pids/memory limits, freezer): processes tracked by a /proc walk instead"
+        )
         become_subreaper()
     else:
         missing = [c for c in ("pids", "memory", "freezer") if c not in cgroup.dirs]

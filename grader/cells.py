@@ -80,7 +80,7 @@ def grade_cells(assignment, cells: list[tuple[str, str]], only: list[str] | None
             try:
                 check(ctx)
                 verdicts[gid] = CellVerdict(gid, True, ctx.lines)
-            except CheckFailed as err:
+            except AssertionError as err:  # CheckFailed, and the shared judges' expect()
                 verdicts[gid] = CellVerdict(gid, False, ctx.lines, str(err))
     finally:
         session.close()

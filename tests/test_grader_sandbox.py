@@ -197,3 +197,30 @@ def test_descendants_walk_finds_grandchildren():
             os.kill(pid, 9)
         p.kill()
         p.wait()
+
+
+def test_the_parent_refuses_linked_baseline_and_untrained_weights(tmp_path):
+    import torch
+
+    from grader.protocol import weights_problems
+
+    class Data:
+        init_paths = [tmp_path / "init0.pt"]
+
+        @staticmethod
+        def weights_path(role, r):
+            return tmp_path / f"{role}{r}.pt"
+
+    init = {"w": torch.zeros(3)}
+    torch.save(init, Data.init_paths[0])
+    torch.save({"w": torch.ones(3)}, Data.weights_path("baseline", 0))
+    learner = Data.weights_path("learner", 0)
+    torch.save({"w": torch.full((3,), 0.5)}, learner)
+    assert weights_problems(Data, 1) == []
+    torch.save({"w": torch.ones(3)}, learner)
+    assert "exactly the baseline's" in weights_problems(Data, 1)[0]
+    torch.save(init, learner)
+    assert "never moved" in weights_problems(Data, 1)[0]
+    learner.unlink()
+    learner.symlink_to(Data.weights_path("baseline", 0))
+    assert "is a link" in weights_problems(Data, 1)[0]

@@ -6,8 +6,9 @@ Layout (all relative to the course root, `$EFFKIT_COURSE_ROOT` or this repositor
     course/                   private, git-ignored ($EFFKIT_COURSE_DIR): submitted/, autograded/,
                               feedback/, gradebook.db, exchange/, grader_targets.json (overrides)
 
-Performance cells are graded by `grader.nbgrader_plugin.GradePerformance`, which runs right after
-nbgrader's Execute step, in this (nbgrader's) process - never in the learner's kernel.
+Every graded cell is graded out of the kernel, in this (nbgrader's) process: `GradeCells` (correctness,
+learner code in sandboxed workers) and `GradePerformance` (timed cells). The learner's notebook is not
+executed for assignments that declare cell checks (all three), see grader/README.md.
 """
 
 import os

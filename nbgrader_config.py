@@ -6,8 +6,9 @@ Layout (all relative to the course root, `$EFFKIT_COURSE_ROOT` or this repositor
     course/                   private, git-ignored ($EFFKIT_COURSE_DIR): submitted/, autograded/,
                               feedback/, gradebook.db, exchange/, grader_targets.json (overrides)
 
-Performance cells are graded by `grader.nbgrader_plugin.GradePerformance`, which runs right after
-nbgrader's Execute step, in this (nbgrader's) process - never in the learner's kernel.
+Every graded cell is graded out of the kernel, in this (nbgrader's) process: `GradeCells` (correctness,
+learner code in sandboxed workers) and `GradePerformance` (timed cells). The learner's notebook is not
+executed for assignments that declare cell checks (all three), see grader/README.md.
 """
 
 import os
@@ -44,9 +45,12 @@ _named = [a for a in sys.argv[1:] if a in CELL_TIMEOUT_S]
 c.Execute.timeout = CELL_TIMEOUT_S[_named[0]] if _named else 300
 c.Execute.interrupt_on_timeout = True  # a stuck cell scores 0; the following cells still run
 
-# Performance grading: right after Execute, before nbgrader reads the scores.
+# Out-of-kernel grading: Execute is skipped for assignments graded entirely by the grader (the
+# learner's notebook never runs under autograde); GradeCells then writes every graded cell's
+# outputs, GradePerformance the timed cell's. All of it before nbgrader reads the scores.
 c.Autograde.autograde_preprocessors = [
-    "nbgrader.preprocessors.Execute",
+    "grader.nbgrader_plugin.ExecuteUnlessOutOfKernel",
+    "grader.nbgrader_plugin.GradeCells",
     "grader.nbgrader_plugin.GradePerformance",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",

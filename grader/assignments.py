@@ -36,6 +36,16 @@ class Assignment:
     runtime_module: str  # imported by workers and parent: build_trainer, GraderData, ...
     specs: dict[str, GradingSpec] = field(default_factory=dict)
     timeout_s: int = 120  # nbgrader's per-cell limit for this notebook (nbgrader_config.py)
+    # Correctness out of the kernel (grader.cells): the worker-side probe module, the names the
+    # solution cells define, and grade_id -> check run by the parent on the worker's plain data.
+    probes: str = ""
+    names: tuple[str, ...] = ()
+    cell_checks: dict = field(default_factory=dict)
+
+    @property
+    def kernel_free(self) -> bool:
+        """True when every graded cell is computed out of the kernel: the kernel never runs."""
+        return bool(self.cell_checks)
 
     def runtime(self):
         return importlib.import_module(self.runtime_module)
@@ -45,30 +55,41 @@ class Assignment:
 
     def spec(self, device: str, name: str | None = None) -> GradingSpec:
         """``name``, else ``$EFFKIT_GRADER_SPEC``, else "gpu" on CUDA and "smoke" elsewhere."""
-        name = name or os.environ.get("EFFKIT_GRADER_SPEC") or ("gpu" if device.startswith("cuda") else "smoke")
+        name = (
+            name
+            or os.environ.get("EFFKIT_GRADER_SPEC")
+            or ("gpu" if device.startswith("cuda") else "smoke")
+        )
         if name not in self.specs:
-            raise ValueError(f"unknown grading spec {name!r} for {self.id}; choose one of {sorted(self.specs)}")
+            raise ValueError(
+                f"unknown grading spec {name!r} for {self.id}; choose one of {sorted(self.specs)}"
+            )
         return self.specs[name]
 
 
-# Graded entirely by the notebook's own test cells (nbgrader, `grader check`): no timed comparison.
-_CHECKED_IN_NOTEBOOK = {
-    "lesson1": Assignment(id="lesson1", notebook="lesson1", object_name="measure_throughput",
-                          performance_cell=None, setup_cell="setup", setup_source="",
-                          runtime_module="", timeout_s=180),  # fmt: skip
-}
+def _lesson1() -> Assignment:
+    from grader import lesson1
+
+    return Assignment(id="lesson1", notebook="lesson1", object_name="measure_throughput",
+                      performance_cell=None, setup_cell="setup", setup_source=lesson1.SETUP_SOURCE,
+                      runtime_module="", timeout_s=180, probes="grader.lesson1_probes",
+                      names=("measure_throughput", "data_wait_share", "name_bottleneck"),
+                      cell_checks=lesson1.CELL_CHECKS)  # fmt: skip
+
+
+_OUT_OF_KERNEL = {"lesson1": _lesson1}
 
 
 def get(assignment_id: str) -> Assignment:
-    if assignment_id in _CHECKED_IN_NOTEBOOK:
-        return _CHECKED_IN_NOTEBOOK[assignment_id]
+    if assignment_id in _OUT_OF_KERNEL:
+        return _OUT_OF_KERNEL[assignment_id]()
     if assignment_id not in _MODULES:
         raise ValueError(f"unknown assignment {assignment_id!r}; the grader knows {known()}")
     return importlib.import_module(_MODULES[assignment_id]).ASSIGNMENT
 
 
 def known() -> list[str]:
-    return sorted([*_MODULES, *_CHECKED_IN_NOTEBOOK])
+    return sorted([*_MODULES, *_OUT_OF_KERNEL])
 
 
 def for_notebook(stem: str) -> Assignment:

@@ -33,7 +33,9 @@ ERROR_LINES = 6
 
 def merge(source, learner) -> tuple[object, list[str]]:
     """The notebook nbgrader would execute: learner's notebook, source's graded/locked cells."""
-    by_id = {nbgrader_meta(c)["grade_id"]: c for c in source.cells if "grade_id" in nbgrader_meta(c)}
+    by_id = {
+        nbgrader_meta(c)["grade_id"]: c for c in source.cells if "grade_id" in nbgrader_meta(c)
+    }
     merged = copy.deepcopy(learner)
     seen, notes = set(), []
     for i, cell in enumerate(merged.cells):
@@ -105,7 +107,9 @@ def check(path: str | Path, *, assignment_id: str | None = None, json_out: str |
     path = Path(path)
     try:
         learner = read_notebook(path)
-        assignment = assignments.get(assignment_id) if assignment_id else assignments.for_notebook(path.stem)
+        assignment = (
+            assignments.get(assignment_id) if assignment_id else assignments.for_notebook(path.stem)
+        )
     except (NotebookError, ValueError) as err:
         print(f"grader check: {err}")
         return 2
@@ -117,8 +121,21 @@ def check(path: str | Path, *, assignment_id: str | None = None, json_out: str |
     source = read_notebook(src_path)
     graded, missing = merge(source, learner)
     notes += missing
-    print(f"grader check: {path} (assignment {assignment.id}); running the notebook ...", flush=True)
-    execute(graded, path.resolve().parent, assignment.timeout_s)
+    cell_report = None
+    if assignment.kernel_free:  # the same code as nbgrader's GradeCells: the notebook never runs
+        print(
+            f"grader check: {path} (assignment {assignment.id}); grading out of the kernel ...",
+            flush=True,
+        )
+        from grader.cells import fill_graded_cells
+
+        cell_report = fill_graded_cells(graded, assignment, solution_ids(source))
+    else:
+        print(
+            f"grader check: {path} (assignment {assignment.id}); running the notebook ...",
+            flush=True,
+        )
+        execute(graded, path.resolve().parent, assignment.timeout_s)
     try:
         perf = fill_performance_cell(graded, assignment, solution_ids(source), spec_name, device)
     except GradingError as err:
@@ -134,10 +151,56 @@ def check(path: str | Path, *, assignment_id: str | None = None, json_out: str |
     print(f"{'total':24s} {total:5.2f} / {out_of:<5g}")
     for note in notes:
         print(f"note: {note}")
+    if cell_report is not None:
+        for gid, c in cell_report["cells"].items():
+            print(f"\n[{gid}] " + ("passed" if c["passed"] else "FAILED: " + c["reason"]))
+            for line in c["lines"]:
+                print(line)
+        for flag in cell_report["flags"]:
+            print(f"flag: {flag}")
+        for item in cell_report["unavailable"]:
+            print(f"protection unavailable here: {item}")
     if perf is not None:
         print("\n" + perf.feedback)
     if json_out:
         report = {"notebook": str(path), "assignment": assignment.id, "cells": rows, "total": total,
-                  "max_total": out_of, "notes": notes, "performance": perf.report if perf else None}  # fmt: skip
+                  "max_total": out_of, "notes": notes, "performance": perf.report if perf else None,
+                  "out_of_kernel": cell_report}  # fmt: skip
         Path(json_out).write_text(json.dumps(report, indent=1))
     return 0
+
+
+def check_my_work(grade_id: str, notebook: str) -> None:
+    """What a notebook's test cell runs: the grader's own check of the *saved* notebook, in a fresh
+    process (``python -m grader check``, the same code as autograding). Under nbgrader the
+    grader overwrites this cell's output, so it only prints a note there."""
+    import subprocess
+    import sys
+    import tempfile
+
+    if os.environ.get("NBGRADER_EXECUTION"):
+        print(
+            "Graded by the grader outside this notebook's kernel; its verdict replaces this output."
+        )
+        return
+    if not Path(notebook).is_file():
+        raise FileNotFoundError(
+            f"cannot find {Path(notebook).resolve()}: run this from your notebook's folder"
+        )
+    print(f"Checking the solution cells *saved* in {notebook} (save first) ...", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "report.json"
+        proc = subprocess.run([sys.executable, "-m", "grader", "check", notebook, "--json", str(out)],
+                              capture_output=True, text=True)  # fmt: skip
+        if not out.is_file():
+            raise RuntimeError(f"the grader could not run:\n{proc.stdout[-2000:]}")
+        report = json.loads(out.read_text())
+    cell = (report.get("out_of_kernel") or {}).get("cells", {}).get(grade_id)
+    if cell is None:
+        raise RuntimeError(f"the grader has no check called {grade_id!r}")
+    for line in cell["lines"]:
+        print(line)
+    for flag in report["out_of_kernel"]["flags"]:
+        print(f"flag: {flag}")
+    if not cell["passed"]:
+        raise AssertionError(cell["reason"])

@@ -17,6 +17,8 @@ the measured process runs it before the solution cells.
 
 from __future__ import annotations
 
+import numpy as np
+
 from grader.assignments import Assignment
 from grader.pipeline_checks import (
     CHECK_SECONDS,
@@ -52,6 +54,153 @@ SPECS = {
                        epochs=2, repeats=3, min_timeout_s=60.0),  # fmt: skip
 }
 
+
+
+def _ok(text: str, lines: list[str] | None = None) -> None:
+    (lines.append if lines is not None else print)(f"  ok  {text}")
+
+
+# A runner produces the evidence: runner(n, data_seed, batch_size, seed, epochs) -> (len(), epochs of
+# (x, y) batches, the dataset's pixels and labels afterwards). `local` runs a class in this process
+# (unit tests, the timed worker's gate); `remote` gets plain tensors from the sandboxed worker. The
+# judging below is the same for both and always runs in the caller's process.
+def local(pipeline_cls):
+    def run(n, data_seed, bs, seed, epochs, device="cpu"):
+        ds = probe_dataset(n, seed=data_seed)
+        pipe = build(pipeline_cls, ds, bs, device, seed=seed)
+        with time_limit(CHECK_SECONDS, "len()"):
+            length = len(pipe)
+        batches = [one_epoch(pipe, n, f"epoch {e + 1}") for e in range(epochs)]
+        return length, batches, (np.asarray(ds.data), list(ds.targets))
+
+    return run
+
+
+def remote(ctx):
+    def run(n, data_seed, bs, seed, epochs, device="cpu"):
+        from grader.cells import stub_reason
+        from grader.channel import ChannelError, tensor_from
+
+        call = f"FastPipeline(dataset, batch_size={bs}, device={device!r}, seed={seed})"
+        r = ctx.session.call("epochs", CHECK_SECONDS + 10, n=n, data_seed=data_seed, batch_size=bs, seed=seed,
+                             epochs=epochs, device=device)  # fmt: skip
+        if not r.ok:
+            raise AssertionError(stub_reason(r.failure) or f"{call}, len() or iterating it {r.failure}")
+        data = r.data
+        expect(not data.get("bad"), str(data.get("bad")))
+        blobs, out = iter(r.blobs), []
+        try:
+            for epoch in data["epochs"]:
+                batches = []
+                for b in epoch:
+                    for part in ("x", "y"):
+                        expect(str(b[part].get("device", "")).split(":")[0] == device,
+                               f"expected x and y on {device}, got {b[part].get('device')}")  # fmt: skip
+                    batches.append((tensor_from(b["x"], next(blobs)), tensor_from(b["y"], next(blobs))))
+                out.append(batches)
+            shape = data["after"]["shape"]
+            pixels = np.frombuffer(next(blobs), dtype=np.uint8).reshape(shape)
+        except (ChannelError, KeyError, StopIteration, TypeError, ValueError) as err:
+            raise AssertionError(f"the grader could not read what your pipeline produced ({err})") from err
+        length = data.get("len")
+        expect(isinstance(length, int), f"expected len() to return an int, got {length!r}")
+        return length, out, (pixels, data["after"]["targets"])
+
+    return run
+
+
+def contract(run, lines=None, data_seed=1, seed=0) -> None:
+    """Types, shapes, device, len(), normalisation, each image once, labels, exact crops."""
+    n, bs = 96, 32
+    ds = probe_dataset(n, seed=data_seed)
+    length, (batches,), _ = run(n, data_seed, bs, seed, 1)
+    want = expected_len(n, bs)
+    expect(length == want, f"expected len() = {want} batches per epoch ({n} images, batch {bs}), got {length}")
+    check_batches(batches, n, bs, "cpu")
+    _ok("batches: float32 x of B x 3 x 32 x 32 and int64 y, on the requested device, len() right", lines)
+    epoch_record(batches, ds)
+    _ok("normalised with CIFAR_MEAN/CIFAR_STD, every image once, labels aligned, exact crops/flips", lines)
+
+
+def augmentation(run, lines=None, data_seed=2, seed=0) -> None:
+    """Shuffled order, varied crop offsets, both flips, and a new order every epoch."""
+    n, bs = 96, 32
+    ds = probe_dataset(n, seed=data_seed)
+    _, (e1, e2), _ = run(n, data_seed, bs, seed, 2)
+    first, second = epoch_record(e1, ds), epoch_record(e2, ds)
+    expect(first["order"] != sorted(first["order"]), "expected a shuffled order, got the dataset order")
+    expect(first["order"] != second["order"], "expected a new order every epoch (every iter() reshuffles)")
+    _ok("shuffled, and reshuffled every epoch", lines)
+    offsets = set(first["offsets"] + second["offsets"])
+    expect(len(offsets) >= 10, f"expected random crop offsets; only {len(offsets)} distinct in 2 epochs")
+    flips = first["flips"] + second["flips"]
+    rate = sum(flips) / len(flips)
+    expect(0.25 < rate < 0.75, f"expected about half the images flipped, got {rate:.0%}")
+    _ok(f"random crops ({len(offsets)} distinct offsets) and flips ({rate:.0%} mirrored)", lines)
+
+
+def hidden(run, lines=None, data_seed=3, seed=5) -> None:
+    """A partial last batch, several epochs' statistics, other seeds, dataset left untouched."""
+    n, bs = 70, 32  # 32 + 32 + 6: the last batch is partial
+    ds = probe_dataset(n, seed=data_seed)
+    length, epochs, (pixels, targets) = run(n, data_seed, bs, seed, 3)
+    expect(length == expected_len(n, bs), f"expected len() = 3 for 70 images in batches of 32, got {length}")
+    records = []
+    for batches in epochs:
+        check_batches(batches, n, bs, "cpu")
+        records.append(epoch_record(batches, ds))
+    dy = {o[0] for r in records for o in r["offsets"]}
+    dx = {o[1] for r in records for o in r["offsets"]}
+    expect(len(dy) >= 7 and len(dx) >= 7, f"expected crop offsets over the whole 0..8 range, got rows "
+                                           f"{sorted(dy)} and columns {sorted(dx)}")  # fmt: skip
+    _, (other,), _ = run(n, data_seed, bs, seed + 1, 1)
+    expect(epoch_record(other, ds)["order"] != records[0]["order"], "expected another seed to give another order")
+    expect(np.array_equal(pixels, ds.data) and list(targets) == list(ds.targets),
+           "your pipeline modified the dataset it was given (copy before changing data)")  # fmt: skip
+    _ok("partial last batch, crop range over 3 epochs, seeds, dataset untouched", lines)
+
+
+def check_contract(pipeline_cls) -> None:
+    with quiet():
+        contract(local(pipeline_cls))
+
+
+def check_augmentation(pipeline_cls) -> None:
+    with quiet():
+        augmentation(local(pipeline_cls))
+
+
+def check_hidden(pipeline_cls) -> None:
+    import torch
+
+    with quiet():
+        hidden(local(pipeline_cls))
+        if torch.cuda.is_available():
+            ds = probe_dataset(70, seed=3)
+            gpu = build(pipeline_cls, ds, 32, "cuda", seed=0)
+            check_batches(one_epoch(gpu, 70, "an epoch on cuda"), 70, 32, "cuda")
+
+
+# -- out of the kernel (grader.cells): the same judging on plain tensors from the sandboxed worker --
+def cell_contract(ctx) -> None:
+    contract(remote(ctx), ctx.lines, data_seed=ctx.rng.randrange(1 << 20), seed=ctx.rng.randrange(1 << 20))
+
+
+def cell_augmentation(ctx) -> None:
+    augmentation(remote(ctx), ctx.lines, data_seed=ctx.rng.randrange(1 << 20), seed=ctx.rng.randrange(1 << 20))
+    hidden(remote(ctx), ctx.lines, data_seed=ctx.rng.randrange(1 << 20), seed=ctx.rng.randrange(1 << 20))
+
+
+CELL_CHECKS = {"test_contract": cell_contract, "test_augmentation": cell_augmentation}
+
+
+def grade_performance(notebook: str = "lesson2.ipynb") -> float | None:
+    """The performance check: see :func:`grader.perf.grade_saved_notebook`."""
+    from grader.perf import grade_saved_notebook
+
+    return grade_saved_notebook(notebook)
+
+
 ASSIGNMENT = Assignment(
     id="lesson2",
     notebook="lesson2",
@@ -62,82 +211,7 @@ ASSIGNMENT = Assignment(
     runtime_module="grader.cifar_grading",
     specs=SPECS,
     timeout_s=120,
+    probes="grader.lesson2_probes",
+    names=("FastPipeline",),
+    cell_checks=CELL_CHECKS,
 )
-
-
-def _ok(text: str) -> None:
-    print(f"  ok  {text}")
-
-
-def check_contract(pipeline_cls) -> None:
-    """Types, shapes, device, len(), normalisation, each image once, labels, exact crops."""
-    with quiet():
-        n, bs = 96, 32
-        ds = probe_dataset(n, seed=1)
-        pipe = build(pipeline_cls, ds, bs, "cpu", seed=0)
-        with time_limit(CHECK_SECONDS, "len()"):
-            length = len(pipe)
-        want = expected_len(n, bs)
-        expect(length == want, f"expected len() = {want} batches per epoch ({n} images, batch {bs}), got {length}")
-        batches = one_epoch(pipe, n)
-        check_batches(batches, n, bs, "cpu")
-        _ok("batches: float32 x of B x 3 x 32 x 32 and int64 y, on the requested device, len() right")
-        epoch_record(batches, ds)
-        _ok("normalised with CIFAR_MEAN/CIFAR_STD, every image once, labels aligned, exact crops/flips")
-
-
-def check_augmentation(pipeline_cls) -> None:
-    """Shuffled order, varied crop offsets, both flips, and a new order every epoch."""
-    with quiet():
-        n, bs = 96, 32
-        ds = probe_dataset(n, seed=2)
-        pipe = build(pipeline_cls, ds, bs, "cpu", seed=0)
-        first = epoch_record(one_epoch(pipe, n, "epoch 1"), ds)
-        second = epoch_record(one_epoch(pipe, n, "epoch 2"), ds)
-        expect(first["order"] != sorted(first["order"]), "expected a shuffled order, got the dataset order")
-        expect(first["order"] != second["order"], "expected a new order every epoch (every iter() reshuffles)")
-        _ok("shuffled, and reshuffled every epoch")
-        offsets = set(first["offsets"] + second["offsets"])
-        expect(len(offsets) >= 10, f"expected random crop offsets; only {len(offsets)} distinct in 2 epochs")
-        flips = first["flips"] + second["flips"]
-        rate = sum(flips) / len(flips)
-        expect(0.25 < rate < 0.75, f"expected about half the images flipped, got {rate:.0%}")
-        _ok(f"random crops ({len(offsets)} distinct offsets) and flips ({rate:.0%} mirrored)")
-
-
-def check_hidden(pipeline_cls) -> None:
-    """A partial last batch, several epochs' statistics, other seeds, dataset left untouched."""
-    import numpy as np
-    import torch
-
-    with quiet():
-        n, bs = 70, 32  # 32 + 32 + 6: the last batch is partial
-        ds = probe_dataset(n, seed=3)
-        pristine = np.array(ds.data, copy=True), list(ds.targets)
-        pipe = build(pipeline_cls, ds, bs, "cpu", seed=5)
-        length = len(pipe)
-        expect(length == expected_len(n, bs), f"expected len() = 3 for 70 images in batches of 32, got {length}")
-        records = []
-        for e in range(3):
-            batches = one_epoch(pipe, n, f"epoch {e + 1} of 70 images")
-            check_batches(batches, n, bs, "cpu")
-            records.append(epoch_record(batches, ds))
-        dy = {o[0] for r in records for o in r["offsets"]}
-        dx = {o[1] for r in records for o in r["offsets"]}
-        expect(len(dy) >= 7 and len(dx) >= 7, f"expected crop offsets over the whole 0..8 range, got rows "
-                                               f"{sorted(dy)} and columns {sorted(dx)}")  # fmt: skip
-        other = build(pipeline_cls, ds, bs, "cpu", seed=6)
-        expect(epoch_record(one_epoch(other, n), ds)["order"] != records[0]["order"],
-               "expected another seed to give another order")  # fmt: skip
-        expect(np.array_equal(ds.data, pristine[0]) and ds.targets == pristine[1],
-               "your pipeline modified the dataset it was given (copy before changing data)")  # fmt: skip
-        if torch.cuda.is_available():
-            gpu = build(pipeline_cls, ds, bs, "cuda", seed=0)
-            check_batches(one_epoch(gpu, n, "an epoch on cuda"), n, bs, "cuda")
-
-
-def grade_performance(notebook: str = "lesson2.ipynb") -> float | None:
-    """The performance check: see :func:`grader.perf.grade_saved_notebook`."""
-    from grader.perf import grade_saved_notebook
-
-    return grade_saved_notebook(notebook)

@@ -20,6 +20,7 @@ measured process runs it before the solution cells.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 
@@ -260,3 +261,148 @@ def grade_performance(notebook: str = "lesson3.ipynb") -> float | None:
     from grader.perf import grade_saved_notebook
 
     return grade_saved_notebook(notebook)
+
+
+# -- out of the kernel (grader.cells): the worker runs the learner's functions on probe objects and
+# returns parameters and observations; every update is recomputed here from the parameters before it.
+class _Remote:
+    def __init__(self, ctx):
+        self.ctx, self.n = ctx, 0
+
+    def call(self, probe_name: str, what: str, **args):
+        from grader.cells import stub_reason
+
+        r = self.ctx.session.call(probe_name, CHECK_SECONDS + 10, **args)
+        if not r.ok:
+            hint = next((h for key, h in _SCALER_HINTS if key in r.failure), "")
+            raise AssertionError(stub_reason(r.failure) or f"{what}: amp_train_step {r.failure}{hint}")
+        return r
+
+    def setup(self, seed: int, mode: str, scaler: str, optimizer: str) -> tuple[str, torch.Tensor]:
+        from grader.channel import tensor_from
+
+        self.n += 1
+        key = f"s{self.n}"
+        r = self.call("setup", "setting up", key=key, seed=seed, mode=mode, scaler=scaler, optimizer=optimizer)
+        self.scale = r.data.get("scale")
+        return key, tensor_from(r.data["params"], r.blobs[0])
+
+    def step(self, key: str, batch_seed: int, what: str, poison: bool = False) -> tuple[dict, torch.Tensor]:
+        from grader.channel import tensor_from
+
+        r = self.call("step", what, key=key, batch_seed=batch_seed, poison=poison)
+        loss = r.data.get("loss", {})
+        expect(loss.get("type") == "number",
+               f"expected amp_train_step to return the loss as a Python float (float(loss.detach())), "
+               f"got {loss.get('type')}")  # fmt: skip
+        return r.data, tensor_from(r.data["params"], r.blobs[0])
+
+
+def _model_at(params: torch.Tensor, seed: int) -> probe.ProbeModel:
+    model = probe.ProbeModel(seed)
+    torch.nn.utils.vector_to_parameters(params.clone(), model.parameters())
+    return model
+
+
+def _judge_update(seed, batch_seed, before, data, after, what) -> None:
+    """The parent's reference step from ``before``; the worker's ``after`` must match it."""
+    want, want_loss = probe.reference_update(_model_at(before, seed), probe.probe_batch(batch_seed), 1.0)
+    loss = data["loss"]["value"]
+    expect(loss is not None and math.isfinite(loss), f"{what}: expected a finite loss, got {data['loss'].get('repr')}")
+    expect(abs(loss - want_loss) <= 0.03 * abs(want_loss) + 1e-3,
+           f"{what}: expected the loss of this batch, {want_loss:.4f}, got {loss:.4f}")  # fmt: skip
+    got = after - before
+    expect(bool(got.any()), f"{what}: the parameters did not change: expected an optimizer step")
+    if data.get("norm") is not None:
+        expect(data["norm"] <= 1.02, f"{what}: the optimizer was stepped with gradients of norm {data['norm']:.4g}; "
+                                     "expected them clipped to max_grad_norm = 1.0")  # fmt: skip
+        expect(data["norm"] >= 0.5, f"{what}: the optimizer was stepped with gradients of norm {data['norm']:.3g}; "
+                                    "expected 1.0: clip only after scaler.unscale_(optimizer)")  # fmt: skip
+    err = probe.relative_error(got, want)
+    expect(err < 0.1, f"{what}: the parameter update differs from a correct clipped step by {err:.0%} "
+                      f"(norm {float(got.norm()):.4g}, expected {float(want.norm()):.4g})")  # fmt: skip
+    expect(data.get("cleared") is True, f"{what}: expected the gradients cleared after the step "
+                                        "(optimizer.zero_grad()), or the next step adds to them")  # fmt: skip
+
+
+def _refuse_reference(ctx) -> None:
+    source = "\n".join(src for _, src in ctx.session.cells)
+    expect("default_train_step" not in source,
+           "your amp_train_step uses effkit's default_train_step, the reference answer: write your own")
+
+
+def cell_policy(ctx) -> None:
+    r = _Remote(ctx).call("policy", "choose_policy / make_scaler")
+    for (caps, want, why), got in zip(CASES, r.data["cases"], strict=True):
+        expect(got["is_policy"], f"expected choose_policy to return an AmpPolicy, got {got['repr']}")
+        expect(got["mode"] == want and got["device_type"] == caps["type"],
+               f"for {why} expected AmpPolicy({caps['type']!r}, {want!r}), got {got['repr']}")  # fmt: skip
+    ctx.ok("precision: bf16 where supported, fp16 on CUDA without bf16, otherwise fp32")
+    for s in r.data["scalers"]:
+        enabled = s["mode"] == "fp16"
+        expect(s["is_scaler"], f"expected make_scaler to return a torch.amp.GradScaler, got {s['repr']}")
+        expect(s["enabled"] == enabled, f"for {s['mode']} expected a GradScaler with enabled={enabled}, got "
+               f"enabled={s['enabled']}" + (" (bf16 has fp32's exponent range: loss scaling only adds work)"
+               if s["mode"] == "bf16" else ""))  # fmt: skip
+    ctx.ok("a loss scaler only for fp16 (bf16 and fp32 need none)")
+
+
+def cell_step(ctx) -> None:
+    _refuse_reference(ctx)
+    remote = _Remote(ctx)
+    key, before = remote.setup(0, "bf16", "policy", "spy")
+    data, after = remote.step(key, 0, "bf16 step")
+    _judge_update(0, 0, before, data, after, "bf16 step")
+    kinds = {dt for dt, on in data["seen"]}
+    expect(any(on for _, on in data["seen"]) and "bfloat16" in kinds,
+           f"expected the forward pass under policy.autocast() (matmuls in torch.bfloat16), but the model's "
+           f"matmuls ran in {sorted(kinds)}")  # fmt: skip
+    ctx.ok("bf16: autocast forward, the batch's loss, a clipped update, gradients cleared")
+
+
+def cell_scaler(ctx) -> None:
+    _refuse_reference(ctx)
+    remote = _Remote(ctx)
+    key, p0 = remote.setup(1, "fp16", "spy", "spy")
+    data, p1 = remote.step(key, 1, "fp16 step")
+    _judge_update(1, 1, p0, data, p1, "fp16 step")
+    scale = data["scale"]
+    nan, p2 = remote.step(key, 1, "a step with NaN gradients", poison=True)
+    changed = int((p2 != p1).sum())
+    expect(changed == 0, f"a step with inf/NaN gradients changed {changed} parameter values; expected the update "
+                         "skipped (scaler.step(optimizer) skips it; optimizer.step() does not)")  # fmt: skip
+    expect(nan["scale"] is not None and scale is not None and nan["scale"] < scale,
+           f"after a step with inf/NaN gradients expected the loss scale to back off from {scale} (scaler.update()), "
+           f"got {nan['scale']}")  # fmt: skip
+    calls = nan["calls"]
+    expect("scale" in calls, f"expected scaler.scale(loss).backward(); the scaler saw {calls}")
+    expect("unscale_" in calls and "step" in calls and calls.index("unscale_") < calls.index("step"),
+           f"expected scaler.unscale_(optimizer) before clipping and scaler.step(optimizer); the scaler saw {calls}")
+    expect(calls[-1:] == ["update"], f"expected scaler.update() after scaler.step(); the scaler saw {calls}")
+    data, p3 = remote.step(key, 1, "the step after a skipped one")
+    _judge_update(1, 1, p2, data, p3, "the step after a skipped one")
+    ctx.ok("fp16: scaled backward, unscale_ before clipping, a NaN step skipped and the scale backed off")
+    # hidden: fp32 on other seeds, 8 AdamW steps with the learner's own choice, their fp16 scaler
+    for seed in (ctx.rng.randrange(100, 1000), ctx.rng.randrange(1000, 9000)):
+        key, before = remote.setup(seed, "off", "off", "spy")
+        data, after = remote.step(key, seed, f"an fp32 step (seed {seed})")
+        _judge_update(seed, seed, before, data, after, f"an fp32 step (seed {seed})")
+    key, first = remote.setup(5, "bf16", "learner_choice", "adamw")
+    params = first
+    for i in range(8):
+        _, params = remote.step(key, 5, f"AdamW step {i + 1}")
+    batch = probe.probe_batch(5)
+    loss0, loss8 = (float(_model_at(p, 5)(**batch).loss) for p in (first, params))
+    expect(math.isfinite(loss8) and loss8 < loss0, f"expected 8 AdamW steps on one batch to lower the loss "
+                                                    f"(recomputed by the grader): {loss0:.3f} -> {loss8:.3f}")  # fmt: skip
+    key, before = remote.setup(6, "fp16", "learner", "sgd")
+    start = remote.scale
+    nan, after = remote.step(key, 6, "your fp16 scaler on NaN gradients", poison=True)
+    expect(bool((after == before).all()) and None not in (start, nan["scale"]) and nan["scale"] < start,
+           "with your make_scaler's fp16 scaler, expected a NaN step skipped and the scale reduced")
+    ctx.ok("hidden: fp32 steps on other seeds, 8 AdamW steps lower the loss, your fp16 scaler skips a NaN step")
+
+
+CELL_CHECKS = {"test_policy": cell_policy, "test_step": cell_step, "test_scaler": cell_scaler}
+ASSIGNMENT = dataclasses.replace(ASSIGNMENT, probes="grader.lesson3_probes",
+                                 names=("choose_policy", "make_scaler", "amp_train_step"), cell_checks=CELL_CHECKS)  # fmt: skip

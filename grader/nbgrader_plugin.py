@@ -26,10 +26,11 @@ from pathlib import Path
 
 from nbformat.v4 import new_output
 from nbgrader.api import Gradebook, MissingEntry
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Unicode
 
 from grader import assignments
+from grader.cells import fill_graded_cells
 from grader.notebook import nbgrader_meta, solution_sources
 from grader.perf import GradingError, PerfResult, grade
 from grader.quiet import quiet
@@ -39,13 +40,20 @@ def perf_outputs(result: PerfResult, execution_count: int | None) -> list:
     """Outputs nbgrader scores as ``result.points``: stdout feedback, then the points value."""
     return [
         new_output("stream", name="stdout", text=result.feedback + "\n"),
-        new_output("execute_result", data={"text/plain": repr(float(result.points))},
-                   execution_count=execution_count),  # fmt: skip
+        new_output(
+            "execute_result",
+            data={"text/plain": repr(float(result.points))},
+            execution_count=execution_count,
+        ),  # fmt: skip
     ]
 
 
 def error_output(message: str) -> list:
-    return [new_output("error", ename="GradingError", evalue=message, traceback=[f"GradingError: {message}"])]
+    return [
+        new_output(
+            "error", ename="GradingError", evalue=message, traceback=[f"GradingError: {message}"]
+        )
+    ]
 
 
 def fill_performance_cell(nb, assignment, allowed_ids, spec_name: str | None = None,
@@ -53,7 +61,10 @@ def fill_performance_cell(nb, assignment, allowed_ids, spec_name: str | None = N
     """Grade ``nb``'s solution cells and write the result into its performance cell."""
     if assignment.performance_cell is None:
         return None  # graded by the notebook's own test cells only
-    cell = next((c for c in nb.cells if nbgrader_meta(c).get("grade_id") == assignment.performance_cell), None)
+    cell = next(
+        (c for c in nb.cells if nbgrader_meta(c).get("grade_id") == assignment.performance_cell),
+        None,
+    )
     if cell is None:
         return None
     cells = [(c.grade_id, c.source) for c in solution_sources(nb, allowed_ids)]
@@ -68,10 +79,61 @@ def fill_performance_cell(nb, assignment, allowed_ids, spec_name: str | None = N
     return result
 
 
+def _assignment_of(resources):
+    info = resources.get("nbgrader", {})
+    try:
+        a = assignments.get(info.get("assignment", ""))
+    except ValueError:
+        return None, info
+    return (a if info.get("notebook") == a.notebook else None), info
+
+
+class ExecuteUnlessOutOfKernel(Execute):
+    """nbgrader's Execute, skipped for assignments graded entirely out of the kernel: the
+    learner's notebook is then never executed under autograde (no kernel, no attack surface)."""
+
+    def preprocess(self, nb, resources):
+        a, _ = _assignment_of(resources)
+        if a is not None and a.kernel_free:
+            self.log.info("%s: graded out of the kernel; the notebook is not executed", a.id)
+            return nb, resources
+        return super().preprocess(nb, resources)
+
+
+class GradeCells(NbGraderPreprocessor):
+    """Overwrite every graded cell's outputs with the verdict computed out of the kernel
+    (:func:`grader.cells.fill_graded_cells`), for assignments that declare cell checks."""
+
+    def preprocess(self, nb, resources):
+        a, info = _assignment_of(resources)
+        if a is None or not a.kernel_free:
+            return nb, resources
+        with Gradebook(info["db_url"]) as gb:
+            try:
+                allowed = [
+                    c.name
+                    for c in gb.find_notebook(info["notebook"], info["assignment"]).solution_cells
+                ]
+            except MissingEntry:
+                self.log.warning(
+                    "notebook %s not in the gradebook; nothing graded", info["notebook"]
+                )
+                return nb, resources
+        self.log.info("Grading %s/%s out of the kernel", info.get("student"), info.get("notebook"))
+        with quiet():
+            report = fill_graded_cells(nb, a, allowed)
+        folder = Path(resources.get("metadata", {}).get("path") or ".")
+        report = dict(report or {}, student=info.get("student"), notebook=info.get("notebook"))
+        (folder / f"{info['notebook']}.cells.json").write_text(json.dumps(report, indent=1))
+        return nb, resources
+
+
 class GradePerformance(NbGraderPreprocessor):
     """Replace the performance cell's outputs with the grader's measurement (see module doc)."""
 
-    spec = Unicode("", help="Grading spec name (default: by device; see grader.lesson2.SPECS).").tag(config=True)
+    spec = Unicode(
+        "", help="Grading spec name (default: by device; see grader.lesson2.SPECS)."
+    ).tag(config=True)
 
     def preprocess(self, nb, resources):
         info = resources.get("nbgrader", {})
@@ -86,7 +148,9 @@ class GradePerformance(NbGraderPreprocessor):
                 source = gb.find_notebook(info["notebook"], info["assignment"])
                 allowed = [c.name for c in source.solution_cells]
             except MissingEntry:
-                self.log.warning("notebook %s not in the gradebook; no performance grading", info["notebook"])
+                self.log.warning(
+                    "notebook %s not in the gradebook; no performance grading", info["notebook"]
+                )
                 return nb, resources
         self.log.info("Grading performance of %s/%s", info.get("student"), info.get("notebook"))
         result = fill_performance_cell(nb, assignment, allowed, self.spec or None)

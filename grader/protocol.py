@@ -155,6 +155,9 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress) -> Mea
             code, dropped = to_python(source)
             plain.append((name, code))
             out.flags += [f"ignored IPython syntax in {name}, {d}" for d in dropped]
+        out.flags += ([] if b.cgroup is not None else
+                      ["protection unavailable here: cgroup for the timed worker (freezer, pids, memory); "
+                       "processes outside its group are found by a /proc walk and void the timing"])  # fmt: skip
         b.send(cmd="load", cells=[*assignment.trusted_cells(), *plain], object_name=assignment.object_name)
         loaded, _ = b.expect("loaded", spec.load_timeout_s, "running your solution cells")
         b.pause()
@@ -196,6 +199,7 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress) -> Mea
         out.phases_s["runs"] = _clock() - t_start
         for w in workers.values():
             w.close()
+        out.problems += weights_problems(data, spec.repeats, out.flags)
         for t in out.runs:
             try:
                 t.accuracy = data.evaluate(data.weights_path(t.role, t.repeat), t.repeat)
@@ -243,6 +247,11 @@ def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec,
                 event, t_end = w.expect("done" if last else "chunk_done", limit,
                                         f"epoch {c // parts + 1} of run {r + 1}")  # fmt: skip
                 w.pause()
+                escaped = b.escaped()
+                if escaped:  # a process nothing stops could steal the core while A is timed
+                    raise WorkerFailed(f"your code left {len(escaped)} process(es) running outside the worker's "
+                                       "process group, where the grader cannot stop them: your code is not timed "
+                                       "(speed check 0)", kind="escaped", role="learner")  # fmt: skip
                 out.chunks.append((w.role, r, c, t_end - t_go))
                 seconds[w.role, r] = seconds.get((w.role, r), 0.0) + t_end - t_go
                 if last:
@@ -268,3 +277,39 @@ def _collect(out: Measurement, role: str, done: dict, warmup: bool) -> None:
                 " - ignored: the grader's clock and evaluation run in other processes")  # fmt: skip
         if note not in out.flags:
             out.flags.append(note)
+
+
+def weights_problems(data, repeats: int, flags: list[str] | None = None) -> list[str]:
+    """Parent-side checks of the learner's saved weights before they are evaluated: a plain file
+    (no link: a learner could point it at the baseline's), different from the baseline's weights of
+    the same run, and moved away from the shared initial weights (training happened)."""
+    import os
+    import stat
+
+    import torch
+
+    problems, flags = [], flags if flags is not None else []
+    for r in range(repeats):
+        path = data.weights_path("learner", r)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue  # reported by the evaluation
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            problems.append(f"run {r + 1}: your weights file is a link, not a file the worker wrote: refused")
+            continue
+        try:
+            mine = torch.load(path, map_location="cpu", weights_only=True)
+            base = torch.load(data.weights_path("baseline", r), map_location="cpu", weights_only=True)
+            init = torch.load(data.init_paths[r], map_location="cpu", weights_only=True)
+        except Exception:  # noqa: BLE001 - unreadable weights are reported by the evaluation
+            continue
+        floats = [k for k, v in mine.items() if torch.is_tensor(v) and v.is_floating_point()]
+        if floats and all(k in base and torch.equal(mine[k], base[k]) for k in floats):
+            # A flag, not a refusal: a pipeline that feeds exactly the baseline's batches (the naive
+            # one, or it with more workers) legitimately trains bit-identical weights.
+            flags.append(f"run {r + 1}: your weights are bit-identical to the baseline's (same batches, same "
+                         "seed?) - reported, not penalised")  # fmt: skip
+        elif any(k in init for k in floats) and all(torch.equal(mine[k], init[k]) for k in floats if k in init):
+            problems.append(f"run {r + 1}: your weights never moved from the initial weights: no training happened")
+    return problems

@@ -52,6 +52,23 @@ class Worker:
     buffer: bytes = b""
     stopped: bool = False
     closed: bool = False
+    cgroup: object = None  # grader.sandbox.Cgroup when available: freezer, pids and memory limits
+
+    def escaped(self) -> list[int]:
+        """Descendants outside the worker's process group that nothing would stop: with a cgroup
+        none (the freezer holds every member); else a /proc walk."""
+        if self.cgroup is not None:
+            return []
+        from grader.sandbox import descendants
+
+        out = []
+        for pid in descendants(self.proc.pid):
+            try:
+                if os.getpgid(pid) != self.proc.pid:
+                    out.append(pid)
+            except ProcessLookupError:
+                pass
+        return out
 
     def send(self, **cmd) -> float:
         self.resume()
@@ -104,12 +121,14 @@ class Worker:
 
     def pause(self) -> None:
         if not self.stopped and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGSTOP)
+            if self.cgroup is None or not self.cgroup.freeze(True):
+                os.killpg(self.proc.pid, signal.SIGSTOP)
             self.stopped = True
 
     def resume(self) -> None:
         if self.stopped and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGCONT)
+            if self.cgroup is None or not self.cgroup.freeze(False):
+                os.killpg(self.proc.pid, signal.SIGCONT)
         self.stopped = False
 
     def log_tail(self, lines: int = 15) -> str:
@@ -132,6 +151,9 @@ class Worker:
                 except (OSError, subprocess.TimeoutExpired):
                     pass
         finally:
+            if self.cgroup is not None:
+                self.cgroup.kill()  # every member, also those that left the process group
+                self.cgroup.remove()
             if self.proc.poll() is None:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
@@ -180,10 +202,29 @@ def start_worker(role: str, workdir: Path, config: dict, cpu_cores: int | None =
         )  # fmt: skip
     os.close(evt_w)
     os.close(cmd_r)
+    cgroup = _cgroup_for(proc.pid)
     if cores:
         os.sched_setaffinity(proc.pid, cores)  # before it imports torch or forks loaders
     boost_priority(proc.pid)
-    return Worker(role, proc, evt_r, cmd_w, log_path)
+    return Worker(role, proc, evt_r, cmd_w, log_path, cgroup=cgroup)
+
+
+def _cgroup_for(pid: int):
+    """A cgroup (freezer, pids, memory) for a timed worker where we may create one; None else.
+    The worker has not run learner code yet: it waits for the parent's ``load``."""
+    from grader.sandbox import Cgroup, Limits, is_root
+
+    if not is_root():
+        return None
+    try:
+        cg = Cgroup(f"t{os.getpid()}-{pid}", Limits(memory_mb=8192, pids=256))
+        if "freezer" not in cg.dirs:
+            cg.remove()
+            return None
+        cg.add(pid)
+        return cg
+    except OSError:
+        return None
 
 
 @contextlib.contextmanager

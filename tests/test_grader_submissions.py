@@ -135,7 +135,7 @@ def test_a_raising_cell_scores_zero_with_the_error_and_the_rest_is_graded(course
 def test_an_infinite_loop_times_out_per_check(course):
     root, _ = course
     assert _cell_scores(root)["ivy"] == {"test_contract": 3, "test_augmentation": 0, "test_speed": 0}
-    assert "did not finish within" in _outputs(root, "ivy", "test_augmentation")
+    assert "did not return within" in _outputs(root, "ivy", "test_augmentation")
     assert "did not finish" in " ".join(_report(root, "ivy")["problems"])
 
 

@@ -163,3 +163,36 @@ def test_reference_solution_earns_performance_points():
     result = grade(assignments.get("lesson3"), cells, 5.0, device="cpu", spec_name="tiny", progress=lambda _: None)
     assert not result.report["problems"], result.feedback
     assert result.points > 0, result.feedback
+
+
+# -- out of the kernel: the learner's functions in a sandboxed worker, every update recomputed here --
+def _out_of_kernel(replace: dict[str, str] | None = None):
+    from grader.cells import grade_cells
+
+    nb = read_notebook(SOURCE)
+    cells = []
+    for cell in solution_sources(nb, solution_ids(nb)):
+        source = cell.source
+        for old, new in (replace or {}).items():
+            source = source.replace(old, new)
+        cells.append((cell.grade_id, source))
+    verdicts, report = grade_cells(assignments.get("lesson3"), cells, seed=3)
+    return verdicts, report
+
+
+@pytest.mark.slow
+def test_out_of_kernel_reference_passes_the_stub_fails_and_a_scaler_mistake_is_named():
+    verdicts, report = _out_of_kernel()
+    assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
+    assert set(verdicts) == {"test_policy", "test_step", "test_scaler"} and not report["flags"]
+    nb = read_notebook(RELEASE)
+    cells = [(c.grade_id, c.source) for c in solution_sources(nb, solution_ids(read_notebook(SOURCE)))]
+    from grader.cells import grade_cells
+
+    stub, _ = grade_cells(assignments.get("lesson3"), cells, seed=3)
+    assert all(not v.passed and "NotImplementedError" in v.reason for v in stub.values())
+    swapped = {"    scaler.unscale_(optimizer)\n    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n":
+               "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n    scaler.unscale_(optimizer)\n"}
+    verdicts, _ = _out_of_kernel(swapped)
+    assert verdicts["test_step"].passed  # bf16: the scaler is disabled, the order does not matter
+    assert not verdicts["test_scaler"].passed and "clip only after scaler.unscale_" in verdicts["test_scaler"].reason

@@ -1,0 +1,157 @@
+"""The only way data crosses from a learner process to the grader: plain messages on the parent's pipes.
+
+**What it does.** A message is one JSON line (a dict), optionally followed by raw byte blobs whose
+lengths the line announces (``"_blobs": [n, ...]``): tensors travel as dtype + shape + raw bytes
+(:func:`tensor_msg` / :func:`tensor_from`), weights as ``torch.save`` bytes the parent opens with
+``torch.load(weights_only=True)``. Nothing is ever unpickled by the parent. ``Endpoint`` is the
+parent's side (deadlines, size caps, garbage detection), ``WorkerEnd`` the worker's.
+
+**When to use it.** Between :mod:`grader.probe` and :mod:`grader.probe_worker`.
+
+**Expected gain.** The parent opened the pipes, so no file name a learner controls is ever read;
+malformed or oversized messages fail the learner's check, never the grader.
+
+**Pitfalls.** Learner code in the worker can write to the worker's end too: everything that
+arrives is *evidence to verify*, never a verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import time
+
+MAX_LINE = 1 << 20
+MAX_BLOB = 512 << 20
+_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "uint8", "bool")
+
+
+class ChannelError(RuntimeError):
+    """Timeout, end of stream or a malformed message; ``kind`` says which."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class Endpoint:
+    """Parent side: reads with a deadline from ``rfd``, writes commands to ``wfd``."""
+
+    def __init__(self, rfd: int, wfd: int):
+        self.rfd, self.wfd, self.buf = rfd, wfd, b""
+
+    def send(self, msg: dict) -> float:
+        data = (json.dumps(msg) + "\n").encode()
+        t = time.perf_counter()
+        os.write(self.wfd, data)
+        return t
+
+    def _fill(self, deadline: float) -> None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ChannelError("timed out", "timeout")
+        ready, _, _ = select.select([self.rfd], [], [], min(left, 0.5))
+        if ready:
+            chunk = os.read(self.rfd, 1 << 20)
+            if not chunk:
+                raise ChannelError("the process closed the channel (it exited or crashed)", "crash")
+            self.buf += chunk
+
+    def receive(self, timeout_s: float) -> tuple[dict, list[bytes]]:
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self.buf:
+            if len(self.buf) > MAX_LINE:
+                raise ChannelError("a message line longer than 1 MiB", "protocol")
+            self._fill(deadline)
+        line, self.buf = self.buf.split(b"\n", 1)
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            msg = None
+        if not isinstance(msg, dict):
+            raise ChannelError(f"garbage on the grader's channel: {line[:80]!r}", "protocol")
+        sizes = msg.pop("_blobs", [])
+        if not (
+            isinstance(sizes, list)
+            and all(isinstance(n, int) and 0 <= n <= MAX_BLOB for n in sizes)
+        ):
+            raise ChannelError("malformed blob sizes", "protocol")
+        blobs = []
+        for n in sizes:
+            while len(self.buf) < n:
+                self._fill(deadline)
+            blobs.append(self.buf[:n])
+            self.buf = self.buf[n:]
+        return msg, blobs
+
+    def close(self) -> None:
+        for fd in (self.rfd, self.wfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class WorkerEnd:
+    """Worker side: blocking reads of commands, writes of messages with blobs."""
+
+    def __init__(self, wfd: int, rfd: int):
+        self.out = os.fdopen(wfd, "wb", buffering=0)
+        self.inp = os.fdopen(rfd, "rb")
+
+    def send(self, msg: dict, blobs: list[bytes] = ()) -> None:
+        msg = dict(msg, _blobs=[len(b) for b in blobs]) if blobs else msg
+        self.out.write(json.dumps(msg).encode() + b"\n" + b"".join(blobs))
+
+    def receive(self) -> dict | None:
+        line = self.inp.readline()
+        return json.loads(line) if line else None
+
+
+def tensor_msg(t) -> tuple[dict, bytes]:
+    """A tensor as plain data: dtype, shape, device name, raw little-endian bytes."""
+    import torch
+
+    cpu = t.detach().to("cpu").contiguous()
+    raw = cpu.view(torch.uint8).numpy().tobytes() if cpu.numel() else b""
+    return {
+        "dtype": str(cpu.dtype).removeprefix("torch."),
+        "shape": list(cpu.shape),
+        "device": str(t.device),
+    }, raw
+
+
+def tensor_from(meta: dict, raw: bytes):
+    """Rebuild a tensor the parent can trust to be just numbers (validated dtype and size)."""
+    import torch
+
+    dtype = meta.get("dtype")
+    shape = meta.get("shape")
+    if (
+        dtype not in _DTYPES
+        or not isinstance(shape, list)
+        or not all(isinstance(s, int) and s >= 0 for s in shape)
+    ):
+        raise ChannelError(f"malformed tensor description {str(meta)[:80]}", "protocol")
+    dt = getattr(torch, dtype)
+    count = 1
+    for s in shape:
+        count *= s
+    if count * torch.empty((), dtype=dt).element_size() != len(raw):
+        raise ChannelError("tensor bytes do not match its shape", "protocol")
+    if count == 0:
+        return torch.empty(shape, dtype=dt)
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dt).reshape(shape).clone()
+
+
+def weights_from(raw: bytes) -> dict:
+    """A state dict from ``torch.save`` bytes, refusing anything but tensors (no pickle code)."""
+    import io
+
+    import torch
+
+    state = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ChannelError("weights must be a flat dict of tensors", "protocol")
+    return state

@@ -1,0 +1,60 @@
+"""Lesson 2, worker side: run the learner's ``FastPipeline`` on a probe dataset, return raw tensors.
+
+**What it does.** ``probe_epochs`` builds the learner's pipeline on the grader's probe dataset
+(pixels that encode their origin, :func:`grader.pipeline_checks.probe_dataset`, re-created by the
+parent from the same seed), asks ``len()``, iterates ``epochs`` epochs and returns every batch as
+dtype + shape + device + raw bytes, plus the dataset's pixels and labels afterwards (to prove it
+was left untouched). The parent decodes and judges all of it (:mod:`grader.lesson2`); nothing
+here decides anything.
+
+**When to use it.** Named as lesson 2's probe module; run in :mod:`grader.probe_worker`.
+
+**Expected gain.** The contract checks of lesson 2 without a verdict in a learner's process.
+
+**Pitfalls.** An epoch is cut at ``n + batch_size`` samples: a pipeline that never ends cannot
+flood the parent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from grader.channel import tensor_msg
+from grader.pipeline_checks import probe_dataset
+
+
+def _describe(value) -> str:
+    return type(value).__name__
+
+
+def probe_epochs(worker, n: int, data_seed: int, batch_size: int, seed: int, epochs: int, device: str = "cpu"):
+    cls = worker.ns.get("FastPipeline")
+    if not callable(cls):
+        raise NameError("your solution cells define no FastPipeline")
+    ds = probe_dataset(n, data_seed)
+    pipe = cls(ds, batch_size, device, seed)
+    length = len(pipe)
+    out, blobs = {"len": int(length), "epochs": [], "bad": None}, []
+    for _ in range(epochs):
+        batches, seen = [], 0
+        for batch in pipe:
+            if not (isinstance(batch, tuple | list) and len(batch) == 2):
+                out["bad"] = f"expected each batch to be a pair (x, y), got {_describe(batch)}"
+                return out, blobs
+            x, y = batch
+            if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+                out["bad"] = f"expected x and y to be tensors, got {_describe(x)} and {_describe(y)}"
+                return out, blobs
+            (xm, xb), (ym, yb) = tensor_msg(x), tensor_msg(y)
+            batches.append({"x": xm, "y": ym})
+            blobs += [xb, yb]
+            seen += int(y.shape[0]) if y.dim() else 1
+            if seen > n:
+                out["bad"] = f"one epoch yielded more than the dataset's {n} samples"
+                return out, blobs
+        out["epochs"].append(batches)
+    data = np.ascontiguousarray(np.asarray(ds.data, dtype=np.uint8))
+    out["after"] = {"shape": list(data.shape), "targets": [int(t) for t in ds.targets]}
+    blobs.append(data.tobytes())
+    return out, blobs

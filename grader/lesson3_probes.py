@@ -1,0 +1,113 @@
+"""Lesson 3, worker side: run the learner's policy, scaler and step on probe objects; return data.
+
+**What it does.** ``probe_policy`` returns what ``choose_policy`` and ``make_scaler`` gave for the
+grader's simulated devices, as plain fields. ``probe_setup`` builds a scenario (a `ProbeModel`,
+an optimizer, a policy and a scaler) kept in this worker under a key; ``probe_step`` runs the
+learner's ``amp_train_step`` once on it and returns the parameters after the step (raw tensor
+bytes), the returned loss, whether the gradients were cleared, and what the grader's spies saw
+(matmul dtypes under autocast, scaler calls, the loss scale, the optimizer's gradient norm). The
+parent recomputes every update from the parameters before it (:mod:`grader.lesson3`); the spy
+records are observations, flagged by the tamper evidence if learner code reaches them.
+
+**When to use it.** Named as lesson 3's probe module; run in :mod:`grader.probe_worker`.
+
+**Expected gain.** Lesson 3's correctness verdicts without a verdict in a learner's process.
+
+**Pitfalls.** fp16 is simulated on the CPU (autocast float16, an enabled CPU GradScaler).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from effkit.amp import AmpPolicy, DeviceCaps
+from grader import amp_checks as probe
+from grader.channel import tensor_msg
+
+CASES = (
+    dict(type="cpu", name="Xeon with AMX", bf16=True),
+    dict(type="cuda", name="NVIDIA A100", bf16=True, fp16=True),
+    dict(type="cuda", name="Tesla T4", bf16=False, fp16=True),
+    dict(type="cpu", name="old CPU", bf16=False, fp16=False),
+)
+_SCENARIOS: dict[str, dict] = {}
+
+
+def _fn(worker, name: str):
+    fn = worker.ns.get(name)
+    if not callable(fn):
+        raise NameError(f"your solution cells define no function {name!r}")
+    return fn
+
+
+def _repr(value) -> str:
+    try:
+        return repr(value)[:100]
+    except Exception:  # noqa: BLE001 - a learner object whose repr raises
+        return "<unprintable>"
+
+
+def probe_policy(worker):
+    choose, make = _fn(worker, "choose_policy"), _fn(worker, "make_scaler")
+    cases = []
+    for caps in CASES:
+        got = choose(DeviceCaps(**caps))
+        ok = type(got) is AmpPolicy
+        cases.append({"is_policy": ok, "device_type": str(got.device_type) if ok else "",
+                      "mode": str(got.mode) if ok else "", "repr": _repr(got)})  # fmt: skip
+    scalers = []
+    for mode in ("bf16", "off", "fp16"):
+        s = make(AmpPolicy("cpu", mode))
+        ok = isinstance(s, torch.amp.GradScaler)
+        scalers.append({"mode": mode, "is_scaler": ok, "enabled": bool(s.is_enabled()) if ok else None,
+                        "repr": _repr(s)})  # fmt: skip
+    return {"cases": cases, "scalers": scalers}, []
+
+
+def probe_setup(worker, key: str, seed: int, mode: str, scaler: str, optimizer: str):
+    model = probe.ProbeModel(seed)
+    if scaler == "learner_choice":  # the learner's own policy and scaler for a CPU with bf16
+        policy = _fn(worker, "choose_policy")(DeviceCaps("cpu", "cpu", bf16=True))
+        scale = _fn(worker, "make_scaler")(policy)
+    else:
+        policy = AmpPolicy("cpu", mode)
+        scale = {"spy": probe.SpyScaler, "off": lambda: torch.amp.GradScaler("cpu", enabled=False),
+                 "policy": policy.make_scaler, "learner": lambda: _fn(worker, "make_scaler")(policy)}[scaler]()  # fmt: skip
+    opt = {"spy": lambda: probe.SpyOptimizer(model.parameters()),
+           "adamw": lambda: torch.optim.AdamW(model.parameters(), lr=1e-2),
+           "sgd": lambda: torch.optim.SGD(model.parameters(), lr=0.1)}[optimizer]()  # fmt: skip
+    _SCENARIOS[key] = {"model": model, "optimizer": opt, "policy": policy, "scaler": scale}
+    worker.watch(model)
+    worker.watch(opt)
+    meta, raw = tensor_msg(probe.flat_params(model))
+    enabled = isinstance(scale, torch.amp.GradScaler) and scale.is_enabled()
+    return {"params": meta, "scale": float(scale.get_scale()) if enabled else None}, [raw]
+
+
+def probe_step(worker, key: str, batch_seed: int, poison: bool = False):
+    s = _SCENARIOS[key]
+    model, opt, policy, scaler = s["model"], s["optimizer"], s["policy"], s["scaler"]
+    model.poison = poison
+    model.seen.clear()
+    calls = len(getattr(scaler, "calls", []))
+    loss = _fn(worker, "amp_train_step")(model, probe.probe_batch(batch_seed), opt, policy, scaler, 1.0)
+    if isinstance(loss, bool) or not isinstance(loss, int | float):
+        kind = type(loss).__name__
+        loss_out = {"type": kind, "value": None}
+    else:
+        f = float(loss)
+        loss_out = {"type": "number", "value": f if math.isfinite(f) else None, "repr": repr(f)}
+    meta, raw = tensor_msg(probe.flat_params(model))
+    enabled = isinstance(scaler, torch.amp.GradScaler) and scaler.is_enabled()
+    return {
+        "loss": loss_out,
+        "params": meta,
+        "cleared": probe.grads_cleared(model),
+        "seen": [[str(dt).removeprefix("torch."), bool(on)] for dt, on in model.seen],
+        "calls": list(getattr(scaler, "calls", []))[calls:],
+        "scale": float(scaler.get_scale()) if enabled else None,
+        "norm": opt.step_norms[-1] if isinstance(opt, probe.SpyOptimizer) and opt.step_norms else None,
+        "optimizer_steps": len(opt.step_norms) if isinstance(opt, probe.SpyOptimizer) else None,
+    }, [raw]

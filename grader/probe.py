@@ -1,0 +1,158 @@
+"""Parent side of correctness checks: a sandboxed worker per grading, driven call by call.
+
+**What it does.** ``ProbeSession`` starts :mod:`grader.probe_worker` through
+:func:`grader.sandbox.launch` with two pipes this process opened, sends it the trusted setup cell
+and the learner's solution cells, and then ``call``s named probes with a deadline. While a call
+runs, the worker may ask the parent to *serve* something (lesson 1's simulated device: each
+training step blocks until the parent answers), which ``call`` hands to ``serve``. A timeout or a
+crash kills the worker's whole tree and starts a fresh one for the next call, so one infinite loop
+fails one check. Tamper evidence and unavailable protections are collected for the report.
+
+**When to use it.** From an assignment's cell checks (see :mod:`grader.cells`).
+
+**Expected gain.** Checks that learner code can neither see, patch nor answer for.
+
+**Pitfalls.** Never trust ``CallResult.data`` as a verdict: verify it against your own reference.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.channel import ChannelError, Endpoint
+from grader.sandbox import Limits, Sandbox, launch
+
+
+@dataclass
+class CallResult:
+    ok: bool  # the call returned data (not: the data is right)
+    data: dict = field(default_factory=dict)
+    blobs: list[bytes] = field(default_factory=list)
+    failure: str = ""  # learner-facing: raised / timed out / crashed, with the reason
+
+
+class ProbeSession:
+    def __init__(self, probes: str, setup: list[tuple[str, str]], cells: list[tuple[str, str]],
+                 names: list[str], limits: Limits | None = None, startup_timeout_s: float = 120.0):  # fmt: skip
+        self.probes, self.setup, self.cells, self.names = probes, setup, cells, names
+        self.limits, self.startup_timeout_s = limits or Limits(), startup_timeout_s
+        self.evidence: list[str] = []
+        self.unavailable: list[str] = []
+        self.load_errors: list[dict] = []
+        self.defined: list[str] = []
+        self.box: Sandbox | None = None
+        self.end: Endpoint | None = None
+        self.worker_uid: int | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        evt_r, evt_w = os.pipe()
+        cmd_r, cmd_w = os.pipe()
+        env = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+        try:
+            self.log = tempfile.NamedTemporaryFile(
+                prefix="effkit-probe-", suffix=".log", delete=False
+            )  # noqa: SIM115
+            self.log.close()
+            self.box = launch("grader.probe_worker", [str(evt_w), str(cmd_r)], pass_fds=(evt_w, cmd_r),
+                              limits=self.limits, env_extra=env, log_path=Path(self.log.name))  # fmt: skip
+        finally:
+            os.close(evt_w)
+            os.close(cmd_r)
+        self.end = Endpoint(evt_r, cmd_w)
+        for item in self.box.unavailable:
+            if item not in self.unavailable:
+                self.unavailable.append(item)
+        try:
+            ready, _ = self.end.receive(self.startup_timeout_s)
+        except ChannelError as err:
+            raise ChannelError(f"{err}; worker output:\n{self.log_tail()}", err.kind) from err
+        self.worker_uid = ready.get("uid")
+        self.end.send({"cmd": "load", "probes": self.probes, "setup": self.setup, "cells": self.cells,
+                       "names": self.names})  # fmt: skip
+        try:
+            loaded, _ = self.end.receive(self.startup_timeout_s)
+        except ChannelError as err:
+            raise ChannelError(f"{err}; worker output:\n{self.log_tail()}", err.kind) from err
+        if loaded.get("event") != "loaded":
+            raise ChannelError(f"unexpected answer to load: {str(loaded)[:80]}", "protocol")
+        self.load_errors = loaded.get("errors", [])
+        self.defined = loaded.get("defined", [])
+        self._note(loaded.get("evidence", []))
+
+    def _note(self, evidence) -> None:
+        for item in evidence if isinstance(evidence, list) else []:
+            if isinstance(item, str) and item not in self.evidence:
+                self.evidence.append(item[:300])
+
+    def close(self) -> None:
+        if self.end is not None:
+            try:
+                self.end.send({"cmd": "exit"})
+            except OSError:
+                pass
+        if self.box is not None:
+            self.box.close()
+        if self.end is not None:
+            self.end.close()
+        self.box = self.end = None
+        if getattr(self, "log", None) is not None:
+            Path(self.log.name).unlink(missing_ok=True)
+            self.log = None
+
+    def log_tail(self, lines: int = 8) -> str:
+        try:
+            return "\n".join(Path(self.log.name).read_text(errors="replace").splitlines()[-lines:])
+        except (OSError, AttributeError):
+            return ""
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- calls ----------------------------------------------------------------------------------
+    def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
+        """Run ``probe`` in the worker; ``serve(request) -> reply`` answers its requests."""
+        if self.box is None:
+            try:
+                self.start()
+            except ChannelError as err:
+                self.close()
+                return CallResult(False, failure=f"your solution cells did not load ({err})")
+        deadline = time.monotonic() + timeout_s
+        try:
+            self.end.send({"cmd": "call", "probe": probe, "args": args})
+            while True:
+                msg, blobs = self.end.receive(max(0.01, deadline - time.monotonic()))
+                kind = msg.get("event")
+                if kind == "dev" and serve is not None:
+                    self.end.send({"cmd": "dev_ok", **serve(msg)})
+                    continue
+                self._note(msg.get("evidence"))
+                if kind == "result":
+                    data = msg.get("data")
+                    return CallResult(True, data if isinstance(data, dict) else {}, blobs)
+                if kind == "raised":
+                    return CallResult(False, failure=f"raised {str(msg.get('message'))[:400]}",
+                                      data={"traceback": str(msg.get("traceback", ""))[:2000]})  # fmt: skip
+                raise ChannelError(f"unexpected message {str(msg)[:80]}", "protocol")
+        except ChannelError as err:
+            oom = self.box.cgroup is not None and self.box.cgroup.oom_killed()
+            forks = self.box.cgroup is not None and self.box.cgroup.pids_exhausted()
+            self.close()  # kills the whole tree; the next call starts a fresh worker
+            if err.kind == "timeout":
+                why = f"did not return within {timeout_s:.0f} s (an infinite loop?); the grader stopped it"
+            elif oom:
+                why = f"ran out of memory (limit {self.limits.memory_mb} MB) and was killed"
+            else:
+                why = f"crashed or broke the grader's channel ({err})"
+            if forks:
+                why += f"; it hit the limit of {self.limits.pids} processes"
+            return CallResult(False, failure=why)

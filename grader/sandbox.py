@@ -1,0 +1,384 @@
+"""The sandbox every process that runs learner code starts in, and the cgroup that holds its tree.
+
+**What it does.** ``launch`` starts ``python -I`` (no cwd, no ``PYTHON*`` variables on its path)
+in a fresh process session with a minimal environment and, where the machine allows it:
+
+* a private mount namespace (``unshare -m``) with size-limited tmpfs over ``/tmp`` and
+  ``/dev/shm`` (the worker's only writable places: a disk-filling learner hits ENOSPC in *its*
+  tmpfs, which vanishes with it) and empty tmpfs over the grader's private folders (the course
+  directory: gradebook, submissions, reports, targets; ``solutions/``; the parent's data folder);
+* no network (``unshare -n``: only a down loopback);
+* an unprivileged user (``setpriv`` to ``nobody`` with no capabilities, no new privileges) when
+  the grader runs as root, so nothing owned by the grader is writable;
+* ``RLIMIT_FSIZE`` (no file larger than the cap) and no core dumps, everywhere;
+* a cgroup (v1 ``pids``/``memory``/``freezer`` or v2) holding the process and all it starts:
+  ``pids.max`` stops a fork bomb, the memory limit an allocation bomb (the kernel kills inside
+  the cgroup, not the grader), the freezer stops the *whole tree* - also processes that left the
+  session - and ``kill`` kills every member.
+
+Without a cgroup (no root, no delegation) the session is stopped and killed with ``killpg`` and
+``members`` walks ``/proc`` for descendants; one outside the session is reported by
+``escaped()``, and timed graders do not time such a worker. ``Sandbox.unavailable`` lists every
+protection the machine could not give, and each report prints it.
+
+**When to use it.** Through :mod:`grader.supervisor` (timed workers) and :mod:`grader.probe`
+(correctness workers); never start learner code any other way.
+
+**Expected gain.** A learner's code cannot read the grader's secrets, write its results, reach
+the network, outlive or escape its grading, or take the grader down with it.
+
+**Pitfalls.** ``unshare``/``setpriv``/cgroups need root (CI, the instructor's server); on a
+learner's laptop only ``-I``, the private folder, rlimits and the /proc walk apply.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_PARENT = "effkit-grader"
+NOBODY = 65534
+# What the worker may keep: variables torch and OpenMP read, never the grader's configuration.
+ENV_KEEP = ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS",
+            "CUDA_VISIBLE_DEVICES", "EFFKIT_PROFILE", "EFFKIT_DATA", "TOKENIZERS_PARALLELISM")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_mb: int = 4096  # whole tree; torch + a BERT worker needs ~1.5 GB
+    pids: int = 128  # DataLoader workers and threads count; a fork bomb stops here
+    tmp_mb: int = 256  # size of the worker's /tmp tmpfs (its working directory lives there)
+    file_mb: int = 256  # RLIMIT_FSIZE: no single file larger
+
+
+def is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+class Cgroup:
+    """One cgroup per worker, v1 (one directory per controller) or v2 (one directory)."""
+
+    def __init__(self, name: str, limits: Limits):
+        self.dirs: dict[str, Path] = {}
+        self.v2 = (CGROUP_ROOT / "cgroup.controllers").is_file()
+        if self.v2:
+            d = CGROUP_ROOT / CGROUP_PARENT / name
+            d.mkdir(parents=True)
+            self.dirs = {c: d for c in ("pids", "memory", "freezer")}
+            _write(d / "pids.max", str(limits.pids))
+            _write(d / "memory.max", str(limits.memory_mb << 20))
+            _write(d / "memory.swap.max", "0")
+        else:
+            for ctl in ("pids", "memory", "freezer"):
+                base = CGROUP_ROOT / ctl
+                if not base.is_dir():
+                    continue
+                d = base / CGROUP_PARENT / name
+                try:
+                    d.mkdir(parents=True)
+                except OSError:
+                    continue
+                self.dirs[ctl] = d
+            if "pids" in self.dirs:
+                _write(self.dirs["pids"] / "pids.max", str(limits.pids))
+            if "memory" in self.dirs:
+                _write(self.dirs["memory"] / "memory.limit_in_bytes", str(limits.memory_mb << 20))
+                _write(
+                    self.dirs["memory"] / "memory.memsw.limit_in_bytes", str(limits.memory_mb << 20)
+                )
+
+    def add(self, pid: int) -> None:
+        for d in set(self.dirs.values()):
+            (d / "cgroup.procs").write_text(str(pid))
+
+    def pids(self) -> list[int]:
+        d = (
+            self.dirs.get("freezer")
+            or self.dirs.get("pids")
+            or next(iter(self.dirs.values()), None)
+        )
+        if d is None:
+            return []
+        try:
+            return [int(x) for x in (d / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+    def freeze(self, frozen: bool = True) -> bool:
+        d = self.dirs.get("freezer")
+        if d is None:
+            return False
+        if self.v2:
+            (d / "cgroup.freeze").write_text("1" if frozen else "0")
+            want, state = ("frozen 1" if frozen else "frozen 0"), d / "cgroup.events"
+        else:
+            (d / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
+            want, state = ("FROZEN" if frozen else "THAWED"), d / "freezer.state"
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # FREEZING until every task is stopped
+            if want in state.read_text():
+                return True
+            time.sleep(0.002)
+        return False
+
+    def kill(self) -> None:
+        self.freeze(True)  # nobody forks while we kill
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.freeze(False)
+        deadline = time.monotonic() + 10
+        while self.pids() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def oom_killed(self) -> bool:
+        d = self.dirs.get("memory")
+        try:
+            if self.v2:
+                events = (d / "memory.events").read_text()
+                return any(
+                    line.split()[0] == "oom_kill" and int(line.split()[1]) > 0
+                    for line in events.splitlines()
+                )
+            control = dict(
+                line.split() for line in (d / "memory.oom_control").read_text().splitlines()
+            )
+            peak = int((d / "memory.max_usage_in_bytes").read_text())
+            limit = int((d / "memory.limit_in_bytes").read_text())
+            return int(control.get("oom_kill", 0)) > 0 or peak >= 0.95 * limit
+        except (OSError, AttributeError, ValueError, IndexError):
+            return False
+
+    def pids_exhausted(self) -> bool:
+        d = self.dirs.get("pids")
+        try:
+            fields = (d / "pids.events").read_text().split()
+            return int(fields[fields.index("max") + 1]) > 0
+        except (OSError, AttributeError, ValueError, IndexError):
+            return False
+
+    def remove(self) -> None:
+        for d in set(self.dirs.values()):
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
+def _write(path: Path, value: str) -> None:
+    try:
+        path.write_text(value)
+    except OSError:
+        pass  # e.g. memsw without swap accounting: the memory limit alone still applies
+
+
+def _preexec(limits: Limits):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_mb << 20, limits.file_mb << 20))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if os.environ.get("EFFKIT_SANDBOX_NPROC"):  # fallback fork-bomb brake without cgroups
+            n = int(os.environ["EFFKIT_SANDBOX_NPROC"])
+            resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+
+    return apply
+
+
+def hidden_paths() -> list[Path]:
+    """Folders learner code must not read: the course's private folder and the source notebooks."""
+    from grader import course
+
+    out = [course.course_dir(), course.course_root() / course.SOURCE_DIR]
+    return [p for p in out if p.is_dir()]
+
+
+@dataclass
+class Sandbox:
+    """A started learner process, its cgroup (if any) and what the machine could not give."""
+
+    proc: subprocess.Popen
+    cgroup: Cgroup | None
+    unavailable: list[str] = field(default_factory=list)
+    workdir: Path | None = None  # only when there is no private tmpfs (then created by us)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def members(self) -> list[int]:
+        if self.cgroup is not None:
+            return self.cgroup.pids()
+        return descendants(self.proc.pid)
+
+    def escaped(self) -> list[int]:
+        """Live descendants outside the worker's session: not stopped by killpg. With a cgroup
+        nothing escapes (the freezer holds every member), so this is empty."""
+        if self.cgroup is not None:
+            return []
+        out = []
+        for pid in descendants(self.proc.pid):
+            try:
+                if os.getsid(pid) != self.proc.pid:
+                    out.append(pid)
+            except ProcessLookupError:
+                pass
+        return out
+
+    def pause(self) -> None:
+        if self.proc.poll() is not None and not self.members():
+            return
+        if self.cgroup is not None and self.cgroup.freeze(True):
+            return
+        _signal_tree(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.cgroup is not None and self.cgroup.freeze(False):
+            return
+        _signal_tree(self.proc.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.kill()
+        _signal_tree(self.proc.pid, signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def close(self) -> None:
+        self.kill()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _signal_tree(pid: int, sig: int) -> None:
+    for target in [pid, *descendants(pid)]:
+        try:
+            os.killpg(target, sig) if target == pid else os.kill(target, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process whose ancestry reaches ``root`` (a /proc walk; orphans re-parented to a
+    subreaper above us are found through it, see ``become_subreaper``)."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                parent[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    out, frontier = [], {root}
+    while frontier:
+        kids = {p for p, pp in parent.items() if pp in frontier and p not in out and p != root}
+        out += sorted(kids)
+        frontier = kids
+    return out
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of orphaned descendants, so a double-forked learner process
+    stays in our /proc walk (Linux prctl PR_SET_CHILD_SUBREAPER)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def launch(
+    module: str,
+    args: list[str],
+    *,
+    pass_fds: tuple[int, ...],
+    limits: Limits = Limits(),
+    log_path: Path | None = None,
+    env_extra: dict | None = None,
+    cores: list[int] | None = None,
+) -> Sandbox:
+    """Start ``python -I -m module args`` sandboxed (see module doc); learner code must run only
+    after this returns (the worker waits for the parent's first command)."""
+    unavailable: list[str] = []
+    root = is_root()
+    env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
+    env.update(env_extra or {})
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # -I ignores it; harmless, documents intent
+    boot = f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); import runpy; runpy.run_module({module!r}, run_name='__main__')"
+    py = [sys.executable, "-I", "-c", boot, *args]
+    workdir = None
+    if root and shutil.which("unshare") and shutil.which("setpriv"):
+        # Hide first: a course folder under /tmp (tests) disappears from view with the new /tmp.
+        mounts = [
+            f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(hidden)}" for hidden in hidden_paths()
+        ]
+        mounts += [f"mount -t tmpfs -o size={limits.tmp_mb}m,mode=1777 tmpfs /tmp",
+                   f"mount -t tmpfs -o size={min(limits.tmp_mb, 64)}m,mode=1777 tmpfs /dev/shm"]  # fmt: skip
+        mounts.append(
+            f"mkdir -m 700 /tmp/work && chown {NOBODY}:{NOBODY} /tmp/work && cd /tmp/work"
+        )
+        drop = f"setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups --no-new-privs --inh-caps=-all"
+        script = " && ".join(mounts) + " && exec " + drop + " " + " ".join(_q(a) for a in py)
+        argv = ["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", script]
+        env["HOME"] = "/tmp/work"
+        cwd = "/"
+    else:
+        unavailable += ["unprivileged user (not root)", "network isolation (unshare -n needs root)",
+                        "private /tmp tmpfs and hidden course folders (unshare -m needs root)"]  # fmt: skip
+        workdir = Path(tempfile.mkdtemp(prefix="effkit-worker-"))
+        workdir.chmod(0o700)
+        env["HOME"] = str(workdir)
+        argv, cwd = py, str(workdir)
+    cgroup = None
+    name = f"w{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        cgroup = Cgroup(name, limits) if root else None
+        if cgroup is not None and not cgroup.dirs:
+            cgroup = None
+    except OSError:
+        cgroup = None
+    if cgroup is None:
+        unavailable.append(
+            "cgroup (pids/memory limits, freezer): processes tracked by a /proc walk instead"
+        )
+        become_subreaper()
+    else:
+        missing = [c for c in ("pids", "memory", "freezer") if c not in cgroup.dirs]
+        unavailable += [f"cgroup controller {c}" for c in missing]
+    log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                pass_fds=pass_fds, start_new_session=True, cwd=cwd, env=env,
+                                preexec_fn=_preexec(limits))  # fmt: skip
+    finally:
+        if log_path:
+            log.close()
+    if cgroup is not None:
+        cgroup.add(proc.pid)  # before the parent sends any learner code
+    if cores:
+        os.sched_setaffinity(proc.pid, cores)
+    return Sandbox(proc, cgroup, unavailable, workdir)
+
+
+def _q(arg) -> str:
+    import shlex
+
+    return shlex.quote(str(arg))

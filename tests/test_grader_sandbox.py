@@ -1,0 +1,227 @@
+"""The sandbox around learner code, attacked directly: one small worker per attack class.
+
+Each test runs a `measure_throughput` that attacks instead of measuring, in the same sandboxed
+worker the grader uses (grader.probe), and asserts what the grader sees. Protections that need
+root (unprivileged user, namespaces, cgroups) are asserted where the tests run as root (CI) and
+otherwise reported as unavailable, which is asserted too.
+"""
+
+import errno
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from grader import course, lesson1
+from grader.probe import ProbeSession
+from grader.sandbox import Limits, descendants, is_root
+
+SETUP = [("setup", "import os, sys, time\n")]
+ROOT_ONLY = pytest.mark.skipif(not is_root(), reason="needs root: reported as unavailable instead")
+
+
+def _session(body: str, limits: Limits | None = None) -> ProbeSession:
+    src = "def measure_throughput(trainer, steps, warmup):\n" + "\n".join(
+        "    " + line for line in body.splitlines()
+    )
+    return ProbeSession("grader.lesson1_probes", SETUP, [("measure_throughput", src)], ["measure_throughput"],
+                        limits=limits)  # fmt: skip
+
+
+def _run(body: str, timeout_s: float = 30, limits: Limits | None = None):
+    with _session(body, limits) as s:
+        r = s.call(
+            "throughput",
+            timeout_s,
+            lesson1.DeviceServer(0, 0),
+            batch_size=4,
+            steps=1,
+            warmup=0,
+            seed=0,
+        )
+        return r, s
+
+
+def test_without_root_the_report_lists_what_is_unavailable():
+    r, s = _run("return 1.0")
+    assert r.ok and r.data["value"] == 1.0
+    if is_root():
+        assert s.unavailable == [] and s.worker_uid == 65534
+    else:
+        assert any("unprivileged user" in u for u in s.unavailable)
+        assert any("cgroup" in u for u in s.unavailable)
+
+
+def test_not_on_sys_path_and_a_planted_module_is_not_imported():
+    r, _ = _run("""open('json_planted.py', 'w').write('X = 1')
+import importlib
+try:
+    importlib.import_module('json_planted')
+    return 1.0
+except ImportError:
+    return 0.0""")
+    assert r.ok and r.data["value"] == 0.0
+
+
+@ROOT_ONLY
+def test_a_worker_cannot_see_another_workers_files():
+    r1, _ = _run(
+        "open('/tmp/work/left_behind', 'w').write('x'); return float(os.path.exists('/tmp/work/left_behind'))"
+    )
+    r2, _ = _run("return float(os.path.exists('/tmp/work/left_behind'))")
+    assert r1.data["value"] == 1.0 and r2.data["value"] == 0.0
+
+
+@ROOT_ONLY
+def test_no_write_to_the_course_the_grader_or_the_targets_and_no_read_of_sources(tmp_path):
+    targets = course.course_dir() / "grader_targets.json"
+    grader_file = Path(lesson1.__file__)
+    source = course.source_notebook("lesson1", "lesson1")
+    body = f"""hits = 0.0
+for path in ({str(targets)!r}, {str(grader_file)!r}):
+    try:
+        open(path, 'a').close()
+        hits += 1
+    except OSError:
+        pass
+try:
+    open({str(source)!r}).read()
+    hits += 10
+except OSError:
+    pass
+return hits"""
+    before = grader_file.stat().st_mtime
+    with _session(body) as s:
+        r = s.call(
+            "throughput", 30, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0
+        )
+    assert r.ok and r.data["value"] == 0.0
+    assert grader_file.stat().st_mtime == before
+    assert any("for writing" in f for f in s.evidence), s.evidence  # attempts are flagged
+
+
+@ROOT_ONLY
+def test_no_network():
+    r, _ = _run("""import socket
+try:
+    socket.create_connection(('127.0.0.1', 9), timeout=2)
+    return 0.0
+except OSError as err:
+    return float(err.errno or -1)""")
+    assert r.ok and r.data["value"] in (errno.ENETUNREACH, errno.ECONNREFUSED, errno.EADDRNOTAVAIL)
+    assert r.data["value"] != errno.ECONNREFUSED or not is_root()
+
+
+@ROOT_ONLY
+def test_filling_the_disk_hits_the_workers_own_limit():
+    r, _ = _run(
+        """chunk = b'x' * (1 << 20)
+try:
+    with open('big', 'wb') as f:
+        for _ in range(10_000):
+            f.write(chunk)
+    return 0.0
+except OSError as err:
+    return float(err.errno)""",
+        limits=Limits(tmp_mb=16, file_mb=64),
+    )
+    assert r.ok and r.data["value"] in (errno.ENOSPC, errno.EFBIG)
+
+
+@ROOT_ONLY
+def test_a_memory_bomb_is_killed_in_its_cgroup_and_the_grader_survives():
+    t = time.monotonic()
+    r, _ = _run(
+        "keep = []\nwhile True:\n    keep.append(bytearray(64 << 20))", limits=Limits(memory_mb=400)
+    )
+    assert not r.ok and "out of memory" in r.failure
+    assert time.monotonic() - t < 60
+
+
+@ROOT_ONLY
+def test_a_fork_bomb_stops_at_the_pid_limit_and_is_killed_whole():
+    t = time.monotonic()
+    with _session("while True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+                  limits=Limits(pids=24)) as s:  # fmt: skip
+        r = s.call(
+            "throughput", 5, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0
+        )
+        assert (
+            not r.ok
+            and "did not return within 5 s" in r.failure
+            and "limit of 24 processes" in r.failure
+        )
+        assert s.box is None  # killed; the next call would start a fresh worker
+    assert time.monotonic() - t < 60
+
+
+@ROOT_ONLY
+def test_a_process_that_leaves_the_session_is_still_frozen_and_killed():
+    with _session("""pid = os.fork()
+if pid == 0:
+    os.setsid()
+    while True:
+        pass
+return float(pid)""") as s:
+        r = s.call(
+            "throughput", 30, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0
+        )
+        child = int(r.data["value"])
+        assert child in s.box.members() and os.getsid(child) == child  # escaped the session ...
+        assert any("processes left running" in f for f in s.evidence)
+        s.box.pause()  # ... but not the freezer
+        state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        cpu_before = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[11])
+        time.sleep(0.3)
+        cpu_after = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[11])
+        assert cpu_after - cpu_before <= 1, state  # no CPU while frozen
+        s.box.resume()
+    assert (
+        not Path(f"/proc/{child}").exists()
+        or Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
+    )
+
+
+def test_descendants_walk_finds_grandchildren():
+    import subprocess
+
+    p = subprocess.Popen(["sh", "-c", "sleep 5 & sleep 5 & wait"])
+    try:
+        deadline = time.monotonic() + 5
+        while len(descendants(p.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(descendants(p.pid)) >= 2
+    finally:
+        for pid in descendants(p.pid):
+            os.kill(pid, 9)
+        p.kill()
+        p.wait()
+
+
+def test_the_parent_refuses_linked_baseline_and_untrained_weights(tmp_path):
+    import torch
+
+    from grader.protocol import weights_problems
+
+    class Data:
+        init_paths = [tmp_path / "init0.pt"]
+
+        @staticmethod
+        def weights_path(role, r):
+            return tmp_path / f"{role}{r}.pt"
+
+    init = {"w": torch.zeros(3)}
+    torch.save(init, Data.init_paths[0])
+    torch.save({"w": torch.ones(3)}, Data.weights_path("baseline", 0))
+    learner = Data.weights_path("learner", 0)
+    torch.save({"w": torch.full((3,), 0.5)}, learner)
+    assert weights_problems(Data, 1) == []
+    torch.save({"w": torch.ones(3)}, learner)
+    flags = []
+    assert weights_problems(Data, 1, flags) == [] and "bit-identical to the baseline's" in flags[0]
+    torch.save(init, learner)
+    assert "never moved" in weights_problems(Data, 1)[0]
+    learner.unlink()
+    learner.symlink_to(Data.weights_path("baseline", 0))
+    assert "is a link" in weights_problems(Data, 1)[0]

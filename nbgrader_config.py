@@ -26,6 +26,9 @@ c.CourseDirectory.course_id = "effkit"
 c.CourseDirectory.root = str(ROOT)
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "exercises"
+# solutions/<id>/<id>.py is the exercise's text source, solutions included (grader/sources.py):
+# nbgrader copies every other file of the source folder into the release, so never these.
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "lesson*.py"]
 c.CourseDirectory.submitted_directory = f"{COURSE}/submitted"
 c.CourseDirectory.autograded_directory = f"{COURSE}/autograded"
 c.CourseDirectory.feedback_directory = f"{COURSE}/feedback"

@@ -65,8 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("autograde", help="nbgrader autograde + export + cohort summary and plot")
     s.add_argument("assignment")
     s.add_argument("--spec")
-    s = sub.add_parser("generate", help="regenerate exercises/ from solutions/ (nbgrader)")
+    s = sub.add_parser("generate", help="render solutions/<id>/<id>.py, then exercises/ (nbgrader)")
     s.add_argument("assignments", nargs="*", help="default: every folder in solutions/")
+    s.add_argument("--check", action="store_true", help="only report solution notebooks stale against their .py")
     s = sub.add_parser("gate-sim", help="Monte Carlo error rates of the accuracy gate")
     s.add_argument("--calibration", default="lesson2-smoke-cpu")
     s.add_argument("--repeats", type=int)
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "generate":
         from grader.autograde import generate
 
-        return generate(args.assignments)
+        return generate(args.assignments, check=args.check)
     from grader import tools
 
     if args.command == "gate-sim":

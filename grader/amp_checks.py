@@ -125,7 +125,7 @@ def reference_update(start: ProbeModel, batch: dict, max_grad_norm: float) -> tu
     with torch.no_grad():
         for p in model.parameters():
             p -= LR * p.grad
-    return (flat_params(model) - before).float(), float(loss)
+    return (flat_params(model) - before).float(), float(loss.detach())
 
 
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:

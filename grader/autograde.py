@@ -56,8 +56,20 @@ def nbgrader_streaming(*args: str, spec: str | None = None) -> int:
     return proc.wait()
 
 
-def generate(assignment_ids: list[str]) -> int:
-    """``nbgrader generate_assignment --force`` for each assignment (default: all in solutions/)."""
+def generate(assignment_ids: list[str], check: bool = False) -> int:
+    """Render each exercise's jupytext source (``grader.sources``), then ``nbgrader
+    generate_assignment --force`` for each assignment (default: all in solutions/).
+
+    ``check``: only report the solution notebooks that differ from their source (exit 1)."""
+    from grader import sources
+
+    if check:
+        bad = sources.stale(assignment_ids or None)
+        for aid in bad:
+            print(f"{course.SOURCE_DIR}/{aid}/{aid}.ipynb is stale: run `make exercises`")
+        return 1 if bad else 0
+    for aid in sources.build(assignment_ids or None):
+        print(f"rendered {course.SOURCE_DIR}/{aid}/{aid}.ipynb from its .py source")
     source = course.course_root() / course.SOURCE_DIR
     ids = assignment_ids or sorted(p.name for p in source.iterdir() if (p / f"{p.name}.ipynb").is_file())
     for aid in ids:

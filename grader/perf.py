@@ -152,6 +152,10 @@ def feedback_text(r: dict) -> str:
         ratios = r["speed_ratios"]
         lines.append(f"speedup    {r['speedup']:.2f}x (median of {len(ratios)} back-to-back chunk pairs, range {min(ratios):.2f}-"
                      f"{max(ratios):.2f}); target {t['target']:.2f}x, floor {t['floor']:.2f}x ({t['source']})")  # fmt: skip
+        if t.get("table") == "cpu-fp32":
+            lines.append("note       this CPU has no native bf16 (no AMX / AVX512-BF16): fp32 is the right policy "
+                         "here and 16-bit cannot pay, so full points mean your choice did not slow training "
+                         "(targets row cpu-fp32)")  # fmt: skip
     g = r["gate"]
     if g:
         accs = [(x["role"], x["accuracy"]) for x in r["runs"] if x["accuracy"] is not None]

@@ -4,6 +4,7 @@ import json
 import os
 import sys
 import warnings
+from pathlib import Path
 
 import nbformat
 import numpy as np
@@ -230,3 +231,19 @@ def test_audit_flags_changed_labels_and_skipped_epochs():
     text = " ".join(audit.problems)
     assert "label counts" in text and "iterated for 1 epoch(s)" in text
     assert np.sum(audit.expected_counts) == 40
+
+
+def test_lesson3_on_a_cpu_without_native_bf16_grades_not_slowing_down(monkeypatch):
+    """Mixed precision cannot pay on a CPU without AMX/AVX512-BF16: the row used says so."""
+    import effkit.amp
+    from grader.targets import target_for
+
+    monkeypatch.setattr(effkit.amp, "cpu_native_bf16", lambda cpuinfo=None: False)
+    t = target_for("lesson3", "CPU AMD EPYC (2 threads)", overrides_file=Path("/nonexistent"))
+    assert (t.table, t.device_class) == ("cpu-fp32", "cpu") and t.target < 1.0
+    assert t.credit(0.05) == 0.0 and t.credit(1.0) == 1.0  # forced bf16 here: 0.05x
+    monkeypatch.setattr(effkit.amp, "cpu_native_bf16", lambda cpuinfo=None: True)
+    t = target_for("lesson3", "CPU Intel(R) Xeon(R) Processor (2 threads)", overrides_file=Path("/nonexistent"))
+    assert t.table == "cpu" and t.credit(1.0) == 0.0  # with AMX, fp32 speed earns nothing
+    # Lesson 2 does not depend on 16-bit units: one CPU row.
+    assert target_for("lesson2", "CPU AMD EPYC (2 threads)", overrides_file=Path("/nonexistent")).table == "cpu"

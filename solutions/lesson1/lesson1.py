@@ -1,0 +1,185 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 1 — Measure first: exercise
+#
+# Before speeding anything up, measure where the time goes. You will write three small tools and the
+# grader will run them on training runs it builds itself, where it knows the answer:
+#
+# 1. `measure_throughput(trainer, steps, warmup)` — samples/s of training;
+# 2. `data_wait_share(trainer, steps)` — the share of a training loop spent waiting for data;
+# 3. `name_bottleneck(trainer)` — which part to optimise first: `"input pipeline"` or `"compute"`.
+#
+# Every `trainer` is a course `Trainer` (see `effkit.workloads.common`): `trainer.train_steps(n)` runs
+# `n` optimizer steps, input pipeline included, and returns a `Work` whose `.samples` is the number of
+# training samples processed; `trainer.device`, `trainer.pipeline` (iterating it yields one epoch of
+# `(x, y)` batches already on the device), `trainer.model`, `trainer.loss_fn` and `trainer.optimizer`
+# are there too.
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import itertools
+import time
+
+import torch
+
+from effkit.measure import DataWaitSplit, device_name, sync
+from effkit.workloads import cifar
+from grader.lesson1 import BOTTLENECKS, TOLERANCE
+
+
+# %% [markdown]
+# ## 1. Throughput
+#
+# Write `measure_throughput(trainer, steps, warmup)`: run `warmup` steps **untimed**, then time
+# `steps` steps with `time.perf_counter`, calling `sync(trainer.device)` right before starting and
+# right before stopping the clock (GPU work is asynchronous: without a sync you time the kernel
+# launches). Return **samples** per second (`Work.samples`, not steps) as a float.
+#
+# **How it is graded.** While your function runs, the grader times the same steps with its own
+# clock (from the moment the first step after your warm-up asks for its batch until the last
+# `trainer.train_steps` call returns) and counts their samples itself. Your figure must lie within
+# **±25%** of the grader's (`TOLERANCE`; median over three calls). The grader's trainers pay a
+# *cold start* on the first step of each call — as a fresh trainer pays for starting DataLoader
+# workers, allocating memory or autotuning — that costs more than the timed steps themselves: a
+# measurement that times its warm-up comes out less than half as fast. The grader picks `steps` so
+# that the timed window lasts about 0.25 s (at least 5 steps), and runs torch on one thread during
+# the checks.
+
+# %% nbgrader={"grade": false, "grade_id": "measure_throughput", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def measure_throughput(trainer, steps, warmup):
+    """Samples/s of `trainer.train_steps` over `steps` steps, after `warmup` untimed steps."""
+    ### BEGIN SOLUTION
+    trainer.train_steps(warmup)
+    sync(trainer.device)
+    start = time.perf_counter()
+    work = trainer.train_steps(steps)
+    sync(trainer.device)
+    return work.samples / (time.perf_counter() - start)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_throughput", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_throughput", "lesson1.ipynb")
+
+
+# %% [markdown]
+# ## 2. How long do we wait for data?
+#
+# Write `data_wait_share(trainer, steps)`: run `steps` training steps **yourself** over
+# `trainer.pipeline` — forward with `trainer.model`, loss with `trainer.loss_fn`, `backward`, then
+# `trainer.optimizer.step()` — and return the fraction of the loop's wall time spent *inside
+# `next()`*, waiting for the next batch (a number between 0 and 1). `effkit.measure.DataWaitSplit`
+# does the bookkeeping (read its docstring: it only books the total once the wrapped iterator is
+# exhausted, so limit the batches with `itertools.islice` rather than `break`), or time `next()`
+# yourself.
+#
+# **How it is graded.** On two trainers: one whose data already sit on the device (one gather per
+# batch: the share must come out at most 35%), and one whose input pipeline spends about three
+# training steps' worth of CPU time preparing each batch (at least 50%). A share outside its range
+# is measured twice more and the median decides, so one run disturbed by other jobs on a shared
+# machine does not cost you the points.
+
+# %% nbgrader={"grade": false, "grade_id": "data_wait_share", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def data_wait_share(trainer, steps):
+    """Fraction of a `steps`-step training loop's wall time spent waiting for batches."""
+    ### BEGIN SOLUTION
+    model, loss_fn, optimizer = trainer.model, trainer.loss_fn, trainer.optimizer
+    model.train()
+    split = DataWaitSplit(trainer.device)
+    for x, y in split.wrap(itertools.islice(trainer.pipeline, steps)):
+        loss = loss_fn(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return split.data_share
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_data_wait", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_data_wait", "lesson1.ipynb")
+
+
+# %% [markdown]
+# ## 3. Name the bottleneck
+#
+# Write `name_bottleneck(trainer)`: measure, then return `"input pipeline"` when the trainer spends
+# most of its time waiting for data, else `"compute"` (`BOTTLENECKS` holds both names). Decide from
+# your measurement, not from the trainer's type or settings.
+#
+# **How it is graded.** On an input-bound and on a compute-bound trainer built as in part 2 (and, in
+# hidden tests, another pair with another batch size, in the other order): both must be named right,
+# so an answer that never changes scores nothing. A wrong name is asked twice more and the majority
+# decides.
+
+# %% nbgrader={"grade": false, "grade_id": "name_bottleneck", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def name_bottleneck(trainer):
+    """Return "input pipeline" or "compute": the part of `trainer`'s time to optimise first."""
+    ### BEGIN SOLUTION
+    share = data_wait_share(trainer, steps=5)
+    return "input pipeline" if share > 0.5 else "compute"
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_bottleneck", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_bottleneck", "lesson1.ipynb")
+
+# %% [markdown]
+# ## 4. Quiz
+#
+# Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., "q3": ..., "q4": ...}`.
+# The grader checks your answers outside this notebook.
+#
+# 1. An A/B comparison reports a speedup with a *median-of-pairs interval*. It tells you:
+#    (a) the smallest and largest ratio of all measured pairs; (b) where the typical (median) A/B ratio
+#    lies, with the interval's real coverage stated; (c) the mean speedup plus or minus one standard deviation.
+# 2. A training loop spends 70% of its time waiting for data. What do you optimise first?
+#    (a) the model's matmuls, in lower precision; (b) the optimizer; (c) the input pipeline: the
+#    accelerator idles while it waits for batches.
+# 3. Why are warm-up steps left out of a throughput measurement?
+#    (a) they pay one-off costs (allocations, worker start-up, lazy initialisation) that a long run
+#    does not; (b) they are always faster than later steps; (c) the learning rate is lower then.
+# 4. Why call `sync(device)` before reading the clock on a GPU?
+#    (a) to free memory; (b) GPU work runs asynchronously: without it you time the launch, not the
+#    work; (c) to flush the data loader.
+
+# %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_quiz", "lesson1.ipynb")
+
+# %% [markdown]
+# ## 5. Your turn: the naive recipe (not graded)
+#
+# Point your tools at the course's naive CIFAR recipe, on this machine. Which bottleneck does it
+# have here? Lesson 2 attacks the input pipeline; on a GPU the answer is rarely the same as on a
+# laptop CPU — measure before you decide.
+
+# %%
+naive = cifar.build("naive", "smoke")
+print(f"naive CIFAR on {device_name(naive.device)}: "
+      f"{measure_throughput(naive, steps=3, warmup=1):.0f} samples/s, "
+      f"{data_wait_share(naive, steps=4):.0%} of the loop waiting for data; "
+      f"bottleneck: {name_bottleneck(naive)}")

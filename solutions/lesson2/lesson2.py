@@ -1,0 +1,128 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 2 — Feed the accelerator
+#
+# The naive CIFAR-10 recipe prepares every image on its own: a PIL crop, a flip and a tensor conversion
+# per sample, in two `DataLoader` worker processes, then a copy to the device. Fast hardware waits for
+# data. **Your goal:** write `FastPipeline`, an input pipeline that keeps the whole training set on the
+# device and augments a *batch* at a time, so the same recipe trains faster — with the same accuracy
+# (within 0.5 percentage points).
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import math
+
+import numpy as np
+import torch
+
+from effkit.workloads import cifar
+from effkit.workloads.cifar import CIFAR_MEAN, CIFAR_STD
+
+# %% [markdown]
+# ## Measure first
+#
+# How fast does the naive pipeline deliver batches, with no training at all? (The `smoke` profile uses
+# a small synthetic dataset in the real CIFAR-10 format.)
+
+# %% nbgrader={"grade": false, "grade_id": "measure_naive", "locked": true, "schema_version": 3, "solution": false, "task": false}
+from effkit.measure import DataWaitSplit, device_name
+
+trainer = cifar.build("naive", "smoke")  # the recipe you will speed up
+split = DataWaitSplit(trainer.device)
+batches = sum(1 for _, _ in zip(range(6), split.wrap(trainer.pipeline)))
+print(f"{type(trainer.pipeline).__name__} on {device_name(trainer.device)}: "
+      f"{batches * trainer.describe()['batch_size'] / split.data_s:.0f} images/s from the pipeline alone")
+
+
+# %% [markdown]
+# ## Your task
+#
+# Write `FastPipeline(dataset, batch_size, device, seed)`. `dataset` is a torchvision `CIFAR10` with
+# `transform=None`: `dataset.data` is a uint8 array N x 32 x 32 x 3, `dataset.targets` a list of labels.
+# Iterating the pipeline yields **one epoch** of `(x, y)`:
+#
+# * `x`: float32, B x 3 x 32 x 32, on `device`, normalised as `(pixel / 255 - CIFAR_MEAN) / CIFAR_STD`;
+# * augmented like the naive pipeline: a random 32 x 32 crop of the image padded with 4 **zero** (black)
+#   pixels on each side, then a horizontal flip with probability 1/2;
+# * `y`: int64 labels on `device`, aligned with their images;
+# * every image exactly once per epoch, in batches of `batch_size` (the last one may be smaller),
+#   reshuffled on every `iter()`; `len()` is the number of batches per epoch.
+#
+# Use `torch.Generator(device=...).manual_seed(seed)` for randomness, and no Python loop over images.
+
+# %% nbgrader={"grade": false, "grade_id": "fast_pipeline", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class FastPipeline:
+    """CIFAR-10 resident on `device` as uint8; crop, flip and normalise one batch at a time."""
+
+    def __init__(self, dataset, batch_size, device, seed):
+        ### BEGIN SOLUTION
+        self.device = torch.device(device)
+        self.batch_size = batch_size
+        images = torch.from_numpy(np.asarray(dataset.data)).to(self.device).permute(0, 3, 1, 2)
+        self.images = torch.nn.functional.pad(images, (4, 4, 4, 4))  # N x 3 x 40 x 40, black border
+        self.labels = torch.as_tensor(dataset.targets, dtype=torch.int64, device=self.device)
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.mean = torch.tensor(CIFAR_MEAN, device=self.device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(CIFAR_STD, device=self.device).view(1, 3, 1, 1) * 255
+        self.pixels = torch.arange(32, device=self.device)
+        self.channels = torch.arange(3, device=self.device)[None, :, None, None]
+        ### END SOLUTION
+
+    def __len__(self):
+        ### BEGIN SOLUTION
+        return math.ceil(len(self.labels) / self.batch_size)
+        ### END SOLUTION
+
+    def __iter__(self):
+        ### BEGIN SOLUTION
+        n, gen, p = len(self.labels), self.generator, self.pixels
+        order = torch.randperm(n, device=self.device, generator=gen)
+        offsets = torch.randint(0, 9, (n, 2), device=self.device, generator=gen)
+        flips = torch.rand(n, device=self.device, generator=gen) < 0.5
+        for start in range(0, n, self.batch_size):
+            idx, off = order[start : start + self.batch_size], offsets[start : start + self.batch_size]
+            rows = off[:, 0, None] + p  # B x 32 source rows of the padded images
+            cols = off[:, 1, None] + torch.where(flips[start : start + len(idx), None], p.flip(0), p)
+            # One gather does shuffle + crop + flip for the whole batch.
+            crops = self.images[idx[:, None, None, None], self.channels, rows[:, None, :, None],
+                                cols[:, None, None, :]]
+            yield (crops.float() - self.mean) / self.std, self.labels[idx]
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_contract", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_contract", "lesson2.ipynb")
+
+# %% nbgrader={"grade": true, "grade_id": "test_augmentation", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_augmentation", "lesson2.ipynb")
+
+# %% [markdown]
+# ## Performance
+#
+# The grader times the naive recipe with its own pipeline (A) and with yours (B) in fresh processes it
+# controls, on its own data, interleaved A B B A ..., and evaluates the trained weights itself on data
+# your code never sees. Full points at the target speedup for your device (the report names it),
+# partial credit down to a floor; none if accuracy drops more than 0.5 pp below the baseline. Only
+# the `FastPipeline` cell travels to the measurement. **Save the notebook before running this cell**
+# (or run `python -m grader check lesson2.ipynb` in a terminal).
+
+# %% nbgrader={"grade": true, "grade_id": "test_speed", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+from grader.lesson2 import grade_performance
+
+grade_performance()

@@ -1,0 +1,160 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 3 — Mixed precision
+#
+# The naive BERT recipe trains in fp32. On hardware with native 16-bit units (bf16 on Ampere and
+# later GPUs and on CPUs with AMX or AVX512-BF16; fp16 tensor cores on a T4 or V100) the matmuls
+# run several times faster in 16 bits; on a CPU without them (AVX2 only) bf16 is *emulated* and far
+# slower, so fp32 is the right choice there. **Your goal:** add automatic mixed precision (AMP) to
+# the naive recipe — pick the precision for the device, a loss scaler only where it is needed, and
+# a train step that uses both correctly — so the same recipe trains faster where the hardware
+# allows (and never slower where it does not) with the same accuracy (within 0.5 percentage
+# points).
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import torch
+
+from effkit.amp import AmpPolicy, DeviceCaps
+from effkit.workloads import bert
+
+# %% [markdown]
+# ## Measure first
+#
+# How much faster is a BERT-sized matmul in bf16 than in fp32 here? (Autocast casts the inputs of
+# matmuls to bf16; the result comes back in bf16.)
+
+# %% nbgrader={"grade": false, "grade_id": "measure_matmul", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import time
+
+from effkit.measure import device_name
+
+
+def matmul_time(dtype, n=20):
+    a, b = torch.randn(2048, 256, dtype=dtype), torch.randn(256, 1024, dtype=dtype)
+    a @ b  # warm-up
+    start = time.perf_counter()
+    for _ in range(n):
+        a @ b
+    return (time.perf_counter() - start) / n
+
+
+fp32, bf16 = matmul_time(torch.float32), matmul_time(torch.bfloat16)
+print(f"{device_name('cpu')}: fp32 {fp32 * 1e3:.2f} ms, bf16 {bf16 * 1e3:.2f} ms per matmul "
+      f"({fp32 / bf16:.1f}x)")
+
+
+# %% [markdown]
+# ## Part 1: the precision and the scaler
+#
+# `choose_policy(caps)` gets a `DeviceCaps` (`caps.type` is "cuda", "cpu", ...; `caps.bf16` and
+# `caps.fp16` say what the device supports) and returns an `AmpPolicy(device_type, mode)`:
+#
+# * `"bf16"` wherever the device supports bf16 — it has fp32's exponent range, so nothing over- or
+#   underflows that would not in fp32;
+# * `"fp16"` on a CUDA GPU without bf16 (a T4, a V100);
+# * `"off"` (plain fp32) otherwise.
+#
+# `make_scaler(policy)` returns a `torch.amp.GradScaler(policy.device_type, enabled=...)` that is
+# **enabled only for fp16**: fp16's small range underflows small gradients to zero unless the loss is
+# scaled up first; for bf16 and fp32, loss scaling only costs time. (Yes, `effkit.amp` does this
+# for you; write it yourself once.)
+
+# %% nbgrader={"grade": false, "grade_id": "policy_and_scaler", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def choose_policy(caps):
+    """The precision to train in on a device that can do what `caps` says."""
+    ### BEGIN SOLUTION
+    if caps.bf16:
+        return AmpPolicy(caps.type, "bf16")
+    if caps.fp16 and caps.type == "cuda":
+        return AmpPolicy(caps.type, "fp16")
+    return AmpPolicy(caps.type, "off")
+    ### END SOLUTION
+
+
+def make_scaler(policy):
+    """A GradScaler that scales the loss only where the precision needs it (fp16)."""
+    ### BEGIN SOLUTION
+    return torch.amp.GradScaler(policy.device_type, enabled=policy.mode == "fp16")
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_policy", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_policy", "lesson3.ipynb")
+
+
+# %% [markdown]
+# ## Part 2: the train step
+#
+# Write `amp_train_step(model, batch, optimizer, policy, scaler, max_grad_norm)`, called once per
+# batch by the recipe. It must:
+#
+# 1. run the **forward pass and the loss** (`model(**batch).loss`) inside `policy.autocast()` — and
+#    nothing else: the backward pass runs in the forward's dtypes by itself;
+# 2. back-propagate the **scaled** loss: `scaler.scale(loss).backward()`;
+# 3. **unscale** the gradients (`scaler.unscale_(optimizer)`) *before* clipping them to
+#    `max_grad_norm` with `torch.nn.utils.clip_grad_norm_` — clipping loss-scaled gradients would
+#    shrink every update by the loss scale;
+# 4. step through the scaler (`scaler.step(optimizer)`: it **skips** the update when fp16 gradients
+#    overflowed to inf/NaN), then `scaler.update()` (it lowers the scale after such a step — the
+#    recipe sees that and does not advance the learning-rate schedule);
+# 5. clear the gradients and return the loss as a Python `float`.
+#
+# With a disabled scaler (bf16, fp32) every scaler call is a cheap no-op, so one step serves all
+# precisions. Using effkit's `default_train_step` earns no points: write your own.
+
+# %% nbgrader={"grade": false, "grade_id": "amp_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def amp_train_step(model, batch, optimizer, policy, scaler, max_grad_norm):
+    """One mixed-precision training step; returns the loss as a float."""
+    ### BEGIN SOLUTION
+    with policy.autocast():
+        loss = model(**batch).loss
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach().item()
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_step", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_step", "lesson3.ipynb")
+
+# %% nbgrader={"grade": true, "grade_id": "test_scaler", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_scaler", "lesson3.ipynb")
+
+# %% [markdown]
+# ## Performance
+#
+# The grader times the naive recipe in fp32 with effkit's reference step (A) and with your
+# `choose_policy`, `make_scaler` and `amp_train_step` (B), in fresh processes it controls, on its own
+# data, interleaved A B B A ..., and evaluates the trained weights itself on sentences your code never
+# sees. Full points at the target speedup for your device (the report names it), partial credit down
+# to a floor; none if accuracy drops more than 0.5 pp below the baseline or your step fails the
+# checks above. Only your two solution cells travel to the measurement. **Save the notebook before
+# running this cell** (or run `python -m grader check lesson3.ipynb` in a terminal).
+
+# %% nbgrader={"grade": true, "grade_id": "test_speed", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+from grader.lesson3 import grade_performance
+
+grade_performance()

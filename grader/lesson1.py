@@ -34,6 +34,7 @@ import statistics
 import time
 
 from grader.cells import CheckFailed, Context, expect, stub_reason
+from grader.quiz import quiz_check
 
 BOTTLENECKS = ("input pipeline", "compute")
 TOLERANCE = 0.25  # learner's samples/s / grader's must lie in [1 - TOLERANCE, 1 + TOLERANCE]
@@ -211,19 +212,7 @@ def check_bottleneck(ctx: Context) -> None:
     ctx.ok("input-bound and compute-bound trainers named right (each twice)")
 
 
-def check_quiz(ctx: Context) -> None:
-    r = ctx.session.call("quiz", 30)
-    stub = [e for e in ctx.session.load_errors if e.get("cell") == "quiz"]
-    expect(
-        r.ok,
-        stub_reason(stub[0]["message"] if stub else r.failure)
-        or f"reading QUIZ_ANSWERS {r.failure}",
-    )
-    answers = r.data.get("answers", {})
-    wrong = [q for q in QUIZ_KEY if str(answers.get(q, "")).strip().lower() != QUIZ_KEY[q]]
-    expect(not wrong, f"{len(QUIZ_KEY) - len(wrong)} of {len(QUIZ_KEY)} answers right; revisit "
-                      + ", ".join(wrong))  # fmt: skip
-    ctx.ok(f"all {len(QUIZ_KEY)} answers right")
+check_quiz = quiz_check(QUIZ_KEY)
 
 
 CELL_CHECKS = {"test_throughput": check_throughput, "test_data_wait": check_data_wait,

@@ -33,6 +33,7 @@ from grader.pipeline_checks import (
 )
 from grader.protocol import GradingSpec
 from grader.quiet import quiet
+from grader.quiz import quiz_check
 
 SETUP_SOURCE = """\
 import math
@@ -191,7 +192,9 @@ def cell_augmentation(ctx) -> None:
     hidden(remote(ctx), ctx.lines, data_seed=ctx.rng.randrange(1 << 20), seed=ctx.rng.randrange(1 << 20))
 
 
-CELL_CHECKS = {"test_contract": cell_contract, "test_augmentation": cell_augmentation}
+QUIZ_KEY = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}  # the notebook holds only the questions
+CELL_CHECKS = {"test_contract": cell_contract, "test_augmentation": cell_augmentation,
+               "test_quiz": quiz_check(QUIZ_KEY)}
 
 
 def grade_performance(notebook: str = "lesson2.ipynb") -> float | None:

@@ -31,6 +31,7 @@ from grader.assignments import Assignment
 from grader.pipeline_checks import CHECK_SECONDS, expect, time_limit
 from grader.protocol import GradingSpec
 from grader.quiet import quiet
+from grader.quiz import quiz_check
 
 SETUP_SOURCE = """\
 import torch
@@ -403,6 +404,8 @@ def cell_scaler(ctx) -> None:
     ctx.ok("hidden: fp32 steps on other seeds, 8 AdamW steps lower the loss, your fp16 scaler skips a NaN step")
 
 
-CELL_CHECKS = {"test_policy": cell_policy, "test_step": cell_step, "test_scaler": cell_scaler}
+QUIZ_KEY = {"q1": "b", "q2": "a", "q3": "b", "q4": "c"}  # the notebook holds only the questions
+CELL_CHECKS = {"test_policy": cell_policy, "test_step": cell_step, "test_scaler": cell_scaler,
+               "test_quiz": quiz_check(QUIZ_KEY)}
 ASSIGNMENT = dataclasses.replace(ASSIGNMENT, probes="grader.lesson3_probes",
                                  names=("choose_policy", "make_scaler", "amp_train_step"), cell_checks=CELL_CHECKS)  # fmt: skip

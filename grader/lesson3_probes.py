@@ -25,6 +25,7 @@ import torch
 from effkit.amp import AmpPolicy, DeviceCaps
 from grader import amp_checks as probe
 from grader.channel import tensor_msg
+from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
 
 CASES = (
     dict(type="cpu", name="Xeon with AMX", bf16=True),

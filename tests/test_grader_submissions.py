@@ -98,7 +98,7 @@ def test_autograde_ran_and_reports_the_cohort(course):
 
 def test_correct_solution_gets_full_marks(course):
     root, _ = course
-    assert _cell_scores(root)["ada"] == {"test_contract": 3, "test_augmentation": 2, "test_speed": 5}
+    assert _cell_scores(root)["ada"] == {"test_contract": 3, "test_augmentation": 2, "test_speed": 5, "test_quiz": 2}
     report = _report(root, "ada")
     assert report["gate"]["passed"] and report["speedup"] >= report["target"]["target"]
     assert "CPU" in report["device"] and report["target"]["device_class"] == "cpu"
@@ -120,21 +120,21 @@ def test_clock_and_grader_tampering_is_flagged_and_has_no_effect(course):
 
 def test_edited_locked_cells_are_restored_by_nbgrader(course):
     root, _ = course
-    assert _cell_scores(root)["lee"] == {"test_contract": 0, "test_augmentation": 0, "test_speed": 0}
+    assert _cell_scores(root)["lee"] == {"test_contract": 0, "test_augmentation": 0, "test_speed": 0, "test_quiz": 0}
     assert "expected x = (pixel / 255 - CIFAR_MEAN) / CIFAR_STD" in _outputs(root, "lee", "test_contract")
     assert "correctness checks" in " ".join(_report(root, "lee")["problems"])
 
 
 def test_a_raising_cell_scores_zero_with_the_error_and_the_rest_is_graded(course):
     root, _ = course
-    assert _cell_scores(root)["ray"] == {"test_contract": 3, "test_augmentation": 0, "test_speed": 0}
+    assert _cell_scores(root)["ray"] == {"test_contract": 3, "test_augmentation": 0, "test_speed": 0, "test_quiz": 0}
     assert "RuntimeError" in _outputs(root, "ray", "test_augmentation")
     assert "RuntimeError" in " ".join(_report(root, "ray")["problems"])
 
 
 def test_an_infinite_loop_times_out_per_check(course):
     root, _ = course
-    assert _cell_scores(root)["ivy"] == {"test_contract": 3, "test_augmentation": 0, "test_speed": 0}
+    assert _cell_scores(root)["ivy"] == {"test_contract": 3, "test_augmentation": 0, "test_speed": 0, "test_quiz": 0}
     assert "did not return within" in _outputs(root, "ivy", "test_augmentation")
     assert "did not finish" in " ".join(_report(root, "ivy")["problems"])
 

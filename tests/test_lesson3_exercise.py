@@ -184,7 +184,7 @@ def _out_of_kernel(replace: dict[str, str] | None = None):
 def test_out_of_kernel_reference_passes_the_stub_fails_and_a_scaler_mistake_is_named():
     verdicts, report = _out_of_kernel()
     assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
-    assert set(verdicts) == {"test_policy", "test_step", "test_scaler"} and not report["flags"]
+    assert set(verdicts) == {"test_policy", "test_step", "test_scaler", "test_quiz"} and not report["flags"]
     nb = read_notebook(RELEASE)
     cells = [(c.grade_id, c.source) for c in solution_sources(nb, solution_ids(read_notebook(SOURCE)))]
     from grader.cells import grade_cells

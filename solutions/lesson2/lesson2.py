@@ -126,3 +126,36 @@ check_my_work("test_augmentation", "lesson2.ipynb")
 from grader.lesson2 import grade_performance
 
 grade_performance()
+
+# %% [markdown]
+# ## Quiz
+#
+# Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., "q3": ..., "q4": ...}`.
+# The grader checks your answers outside this notebook.
+#
+# 1. On a 2-core machine, `DataWaitSplit` says the naive loop waits for data only a few percent of the
+#    time, yet a device-resident pipeline trains much faster. Why?
+#    (a) the timer is wrong; (b) the DataLoader's worker processes run on the same cores as the
+#    model, so their per-image work slows every step even when batches are ready in time;
+#    (c) the device-resident pipeline skips augmentation.
+# 2. Where does a batched, device-resident pipeline save most of its time?
+#    (a) in the optimizer step; (b) in evaluation; (c) in per-image Python and PIL calls and the
+#    per-batch host-to-device copy, replaced by a few tensor operations on the whole batch.
+# 3. Why does the grader compare accuracy over *paired* runs (same initial weights and data) with
+#    several thousand held-out images?
+#    (a) pairing cancels most run-to-run noise, so a real drop of about 1 pp is detectable and a
+#    correct pipeline is not failed by chance; (b) to make grading faster; (c) because accuracy
+#    never varies between runs.
+# 4. What do `pin_memory=True` and `.to(device, non_blocking=True)` buy on a GPU?
+#    (a) more accurate gradients; (b) host-to-device copies that can overlap with compute;
+#    (c) a smaller model.
+
+# %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_quiz", "lesson2.ipynb")

@@ -158,3 +158,34 @@ check_my_work("test_scaler", "lesson3.ipynb")
 from grader.lesson3 import grade_performance
 
 grade_performance()
+
+# %% [markdown]
+# ## Quiz
+#
+# Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., "q3": ..., "q4": ...}`.
+# The grader checks your answers outside this notebook.
+#
+# 1. Why does bf16 training need no loss scaling while fp16 does?
+#    (a) bf16 has more mantissa bits; (b) bf16 keeps fp32's 8 exponent bits, so small gradients do
+#    not underflow, while fp16's 5 exponent bits flush them to zero unless the loss is scaled up;
+#    (c) bf16 is only used for inference.
+# 2. With a `GradScaler` and gradient clipping, the right order is:
+#    (a) `scaler.scale(loss).backward()`, `scaler.unscale_(opt)`, clip, `scaler.step(opt)`,
+#    `scaler.update()`; (b) clip, `scaler.scale(loss).backward()`, `scaler.step(opt)`;
+#    (c) `loss.backward()`, clip, `scaler.step(opt)` without scaling.
+# 3. On a CPU without AMX or AVX512-BF16 (AVX2 only), autocast to bf16 usually:
+#    (a) runs about 2x faster; (b) runs slower, because bf16 is emulated: fp32 is the right choice;
+#    (c) fails with an error.
+# 4. Under `torch.autocast`, what stays in fp32?
+#    (a) nothing; (b) only the input batch; (c) the master weights and optimizer state, and
+#    precision-sensitive ops such as softmax, layer norm and the loss.
+
+# %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+QUIZ_ANSWERS = {"q1": "b", "q2": "a", "q3": "b", "q4": "c"}
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_quiz", "lesson3.ipynb")

@@ -1,0 +1,46 @@
+"""End-of-lesson quizzes, graded out of the kernel like any other check.
+
+**What it does.** The exercise notebook asks 3-5 multiple-choice questions; the learner answers in
+a solution cell, ``QUIZ_ANSWERS = {"q1": "b", ...}``. ``probe_quiz`` (run in the sandboxed worker)
+returns those answers as short plain strings and nothing else; ``quiz_check(key)`` (run in the
+parent) compares them with the key, which lives in the assignment's grader module and never in the
+notebook, and names the questions to revisit.
+
+**When to use it.** Any assignment: re-export ``probe_quiz`` from its probes module, add
+``"test_quiz": quiz_check(KEY)`` to its ``CELL_CHECKS``, and a ``quiz`` solution cell plus a
+locked ``test_quiz`` cell to its source.
+
+**Pitfalls.** The course is open source, so a determined learner can read any key in the grader's
+code; a quiz checks understanding, it is not an exam.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from grader.cells import Context, expect, stub_reason
+
+
+def probe_quiz(worker):
+    """Worker side: the learner's quiz answers (question -> choice), as short plain strings."""
+    answers = worker.ns.get("QUIZ_ANSWERS")
+    if not isinstance(answers, dict):
+        raise NameError("your solution cells define no QUIZ_ANSWERS dict")
+    return {"answers": {str(k)[:20]: str(v)[:20] for k, v in list(answers.items())[:20]}}, []
+
+
+def quiz_check(key: dict[str, str]) -> Callable[[Context], None]:
+    """Parent side: a cell check that passes when every answer matches ``key``."""
+
+    def check_quiz(ctx: Context) -> None:
+        r = ctx.session.call("quiz", 30)
+        stub = [e for e in ctx.session.load_errors if e.get("cell") == "quiz"]
+        expect(r.ok, stub_reason(stub[0]["message"] if stub else r.failure)
+               or f"reading QUIZ_ANSWERS {r.failure}")  # fmt: skip
+        answers = r.data.get("answers", {})
+        wrong = [q for q in key if str(answers.get(q, "")).strip().lower() != key[q]]
+        expect(not wrong, f"{len(key) - len(wrong)} of {len(key)} answers right; revisit "
+                          + ", ".join(wrong))  # fmt: skip
+        ctx.ok(f"all {len(key)} answers right")
+
+    return check_quiz

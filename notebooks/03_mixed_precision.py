@@ -328,6 +328,9 @@ print(f"Naive BERT: {bert_ab.verdict}")
 if here.mode != "off" and bert_ab.verdict.word == "slower":
     print(f"choose_precision(..., 'auto') picked {here.mode} for this device, and the A/B says"
           " it is slower here: a capability table is no substitute for measuring.")
+elif here.mode == "off":
+    print(f"choose_precision(..., 'auto') kept fp32 on this device (no native 16-bit unit);"
+          f" the A/B of {LOW_NAME} says: {bert_ab.verdict.word}.")
 if DEVICE.type == "cpu" and not units:
     print("This CPU reports no 16-bit matrix unit (no amx_bf16 or avx512_bf16 flag): 16 bits"
           " offer it no faster arithmetic, only conversions and other kernels — which is what"

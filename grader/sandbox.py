@@ -330,8 +330,16 @@ def launch(
         mounts = [
             f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(hidden)}" for hidden in hidden_paths()
         ]
+        # The code the worker runs (this repository, the venv) may itself live under /tmp (a CI
+        # clone, say): carry those folders across the new /tmp, read-only to the worker, with the
+        # hidden course folders inside them still hidden (--rbind keeps those tmpfs mounts).
+        keep = _kept_under_tmp()
+        if keep:
+            mounts.append("mkdir -p /mnt && mount -t tmpfs -o size=1m tmpfs /mnt")
+            mounts += [f"mkdir /mnt/k{i} && mount --rbind {_q(p)} /mnt/k{i}" for i, p in enumerate(keep)]
         mounts += [f"mount -t tmpfs -o size={limits.tmp_mb}m,mode=1777 tmpfs /tmp",
                    f"mount -t tmpfs -o size={min(limits.tmp_mb, 64)}m,mode=1777 tmpfs /dev/shm"]  # fmt: skip
+        mounts += [f"mkdir -p {_q(p)} && mount --rbind /mnt/k{i} {_q(p)}" for i, p in enumerate(keep)]
         mounts.append(
             f"mkdir -m 700 /tmp/work && chown {NOBODY}:{NOBODY} /tmp/work && cd /tmp/work"
         )
@@ -376,6 +384,14 @@ def launch(
     if cores:
         os.sched_setaffinity(proc.pid, cores)
     return Sandbox(proc, cgroup, unavailable, workdir)
+
+
+def _kept_under_tmp() -> list[Path]:
+    """This repository and the Python installation, where they live under /tmp (outermost only)."""
+    tmp = Path("/tmp").resolve()
+    paths = {Path(p).resolve() for p in (REPO_ROOT, sys.prefix, sys.base_prefix)}
+    under = sorted(p for p in paths if p != tmp and tmp in p.parents)
+    return [p for p in under if not any(q in p.parents for q in under)]
 
 
 def _q(arg) -> str:

@@ -126,6 +126,11 @@ def measure(assignment, cells: list[tuple[str, str]], spec: GradingSpec, device:
     Raises :class:`WorkerFailed` only when the *baseline* fails (the grader could not run);
     anything the learner's code does wrong ends up in ``Measurement.error`` / ``.problems``.
     """
+    from grader.quiz import QUIZ_CELL
+
+    # The quiz answers have nothing to do with speed: an unanswered quiz (its stub raises) must not
+    # cost the timed grading, so that cell never travels to a timed worker.
+    cells = [(name, source) for name, source in cells if name != QUIZ_CELL]
     with boosted_self():  # our own work (data, evaluation) at the workers' priority when allowed
         return _measure(assignment, cells, spec, device, progress)
 

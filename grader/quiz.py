@@ -20,6 +20,8 @@ from collections.abc import Callable
 
 from grader.cells import Context, expect, stub_reason
 
+QUIZ_CELL = "quiz"  # grade id of the solution cell holding QUIZ_ANSWERS
+
 
 def probe_quiz(worker):
     """Worker side: the learner's quiz answers (question -> choice), as short plain strings."""

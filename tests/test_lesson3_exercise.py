@@ -115,6 +115,10 @@ def test_untouched_stub_fails():
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("solution"):
             assert "BEGIN SOLUTION" not in cell.source
+            if cell.metadata["nbgrader"].get("grade_id") == "quiz":  # its stub raises when run
+                with pytest.raises(NotImplementedError):
+                    exec(cell.source, {})  # noqa: S102
+                continue
             exec(cell.source, ns)  # noqa: S102
     with pytest.raises(NotImplementedError):
         lesson3.check_policy(ns["choose_policy"], ns["make_scaler"])

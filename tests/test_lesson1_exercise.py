@@ -166,7 +166,7 @@ def test_nbgrader_autograde_never_runs_the_kernel_and_ignores_forged_outputs(tmp
     gen = subprocess.run([*nbgrader, "generate_assignment", "lesson1", "--force"], cwd=ROOT,
                          env=env, capture_output=True, text=True)  # fmt: skip
     assert gen.returncode == 0, gen.stderr[-3000:]
-    subs = {"ada": SOLUTION, "una": EXERCISE, "eve": SUBMISSIONS / "forged_outputs.ipynb"}
+    subs = {"ada": SOLUTION, "una": EXERCISE, "eve": SUBMISSIONS / "forged_outputs.forged-ipynb"}
     for student, notebook in subs.items():
         folder = tmp_path / "course" / "submitted" / student / "lesson1"
         folder.mkdir(parents=True)

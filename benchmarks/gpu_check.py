@@ -97,7 +97,7 @@ nbformat.write(nb, dst)
 """
 
 
-def run_steps(steps: list[dict], out: Path) -> list[dict]:
+def run_steps(steps: list[dict], out: Path, step_timeout: float | None = None) -> list[dict]:
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
@@ -108,8 +108,13 @@ def run_steps(steps: list[dict], out: Path) -> list[dict]:
         t0 = time.perf_counter()
         print(f"[gpu-check] {s['name']} ...", flush=True)
         with log.open("w") as fh:
-            rc = subprocess.run(s["argv"], cwd=ROOT, env=dict(env, **s.get("env", {})),
-                                stdout=fh, stderr=subprocess.STDOUT).returncode
+            try:
+                rc = subprocess.run(s["argv"], cwd=ROOT, env=dict(env, **s.get("env", {})),
+                                    stdout=fh, stderr=subprocess.STDOUT,
+                                    timeout=step_timeout).returncode
+            except subprocess.TimeoutExpired:  # a step over its limit fails; the next one runs
+                rc = 124
+                fh.write(f"\n[gpu-check] killed after {step_timeout} s\n")
         missing = [p for p in s.get("inputs", []) if not Path(p).is_file()]
         rows.append({"name": s["name"], "rc": rc if not missing else 2, "missing": missing,
                      "seconds": round(time.perf_counter() - t0, 1), "log": str(log)})
@@ -123,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sst2", type=Path, help="folder with SST-2 train/dev/test.tsv (required on GPU)")
     p.add_argument("--out", type=Path, help="default: benchmarks/results/<device-slug>/")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes: check the plan runs")
+    p.add_argument("--only", default="", help="run only the steps whose name matches this regex "
+                   "(rows of earlier runs stay in summary.json): split the check over several calls")
+    p.add_argument("--step-timeout", type=float, default=None, help="seconds per step (exit 124)")
     args = p.parse_args(argv)
     import torch
 
@@ -147,7 +155,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     else:
         sst2 = args.sst2
-    rows = run_steps(plan(out, Path(sst2), cifar, dry), out)
+    steps = [s for s in plan(out, Path(sst2), cifar, dry) if re.search(args.only, s["name"])]
+    if not steps:
+        print(f"gpu-check: no step matches --only {args.only!r}", file=sys.stderr)
+        return 2
+    rows = run_steps(steps, out, args.step_timeout)
+    earlier = out / "summary.json"
+    if args.only and earlier.is_file():  # keep the rows of the steps this call did not run
+        ran = {r["name"] for r in rows}
+        rows = [r for r in json.loads(earlier.read_text())["steps"] if r["name"] not in ran] + rows
     summary = {"device": device_slug(), "dry_run": dry, "steps": rows,
                "cifar_data": "synthetic CIFAR-10 in the official format, "
                              + ("tiny" if dry else "full size (50,000 + 10,000): accuracies only "

@@ -255,3 +255,20 @@ def test_unknown_recipe_profile_or_hook_is_rejected(cache):
         workload.build("naive", "smoke", colour="red")
     with pytest.raises(ValueError, match="fp16 mixed precision cannot run on the cpu"):
         workload.build("naive", "smoke", device="cpu", precision="fp16")
+
+
+def test_compiled_training_view_is_used_and_trains(cache):
+    """``compile=True`` trains through the torch.compile'd view. An OptimizedModule has no truth
+    value (``bool()`` calls ``__len__``, which raises): the first GPU run of ``--compile`` crashed
+    on ``train_model or model``. The "eager" backend builds the same wrapper without a C++ build."""
+    trainer = bert.build("optimized", "smoke", device="cpu")
+    trainer.train_model = torch.compile(trainer.model, backend="eager", dynamic=True)
+    calls = []
+    step = trainer.train_step
+    trainer.train_step = lambda model, *rest: calls.append(model) or step(model, *rest)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train_steps(2)
+    assert calls == [trainer.train_model] * 2 and np.isfinite(trainer.last_loss)
+    assert any(
+        not torch.equal(b, p) for b, p in zip(before, trainer.model.parameters(), strict=True)
+    )

@@ -96,8 +96,10 @@ class BertTrainer:
                 k: v.to(self.device, non_blocking=self._non_blocking) for k, v in batch.items()
             }
             scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
+            # `is None`, never truthiness: a torch.compile'd module has no bool() (it calls len()).
+            model = self.model if self.train_model is None else self.train_model
             self.last_loss = self.train_step(
-                self.train_model or self.model, batch, self.optimizer, self.policy, self.scaler, MAX_GRAD_NORM
+                model, batch, self.optimizer, self.policy, self.scaler, MAX_GRAD_NORM
             )
             # A shrunken loss scale means the scaler skipped this optimizer step (inf/NaN grads):
             # the LR schedule must not advance for a step that did not happen.

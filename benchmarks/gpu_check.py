@@ -60,26 +60,41 @@ def plan(out: Path, sst2: Path, cifar: Path, dry: bool) -> list[dict]:
                                                      "--profile", profile, "--data", str(sst2),
                                                      "--out", str(out / "peer")] + tiny},
     ]
+    # Lessons and gradings read data from the effkit cache, not from --data: give them a cache
+    # holding the same data (the first GPU run lost two lessons to a download attempt offline).
+    cache = {"EFFKIT_DATA": str(lesson_cache(out, sst2, cifar))}
     for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
         argv = [PY, "-c", _EXECUTE, str(nb), str(out / "lessons" / nb.name)]
         steps.append({"name": f"lesson-{nb.stem}", "argv": argv + (["--read-only"] if dry else []),
-                      "env": {"EFFKIT_PROFILE": "gpu"}})
+                      "env": {"EFFKIT_PROFILE": "gpu", **cache}})
     graded = sorted((ROOT / "solutions").glob("lesson*/lesson*.ipynb"))
     graded.append(ROOT / "tests" / "submissions" / "no_faster.ipynb")
     for nb in graded:
         name = f"grade-{nb.parent.name}-{nb.stem}"
         argv = [PY, "-m", "grader", "check", str(nb), "--json", str(out / "grading" / f"{name}.json")]
-        steps.append({"name": name, "argv": argv})
+        steps.append({"name": name, "argv": argv, "env": cache})
     steps.append({"name": "grader-stress", "argv": [PY, "-m", "grader", "stress", "--times", "3",
-                                                    "--json", str(out / "stress.json")]})
+                                                    "--json", str(out / "stress.json")], "env": cache})
     steps.append({"name": "grader-calibrate", "argv": [PY, "-m", "grader", "calibrate", "--pairs",
-                                                       "6", "--json", str(out / "calibrate.json")]})
+                                                       "6", "--json", str(out / "calibrate.json")],
+                  "env": cache})
     if dry:  # the expensive steps: check their command line parses and their inputs exist
         for s in steps[3:]:
             if s["argv"][1] == "-m":
                 s["inputs"] = [a for a in s["argv"] if a.endswith(".ipynb")]
                 s["argv"] = s["argv"][:4] + ["--help"]
     return steps
+
+
+def lesson_cache(out: Path, sst2: Path, cifar: Path) -> Path:
+    """An ``EFFKIT_DATA`` folder whose cifar/real and bert/sst2 are links to the check's data."""
+    cache = out / "data" / "effkit-cache"
+    for link, target in ((cache / "cifar" / "real", cifar), (cache / "bert" / "sst2", sst2)):
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(Path(target).resolve(), target_is_directory=True)
+    return cache
 
 
 # Executes one notebook with nbclient (kernel from the current environment); --read-only only

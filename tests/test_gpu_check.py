@@ -29,6 +29,22 @@ def test_the_plan_covers_every_lesson_solution_and_the_no_faster_submission(tmp_
     gpu = mod.plan(tmp_path, tmp_path / "sst2", tmp_path / "c", dry=False)
     assert all("--profile" not in s["argv"] or "gpu" in s["argv"] for s in gpu)
     assert all(s.get("env", {}).get("EFFKIT_PROFILE", "gpu") == "gpu" for s in gpu)
+    # lessons and gradings read the effkit cache: it must hold the check's own data (offline)
+    (tmp_path / "sst2").mkdir(), (tmp_path / "c").mkdir()
+    for s in gpu[3:]:
+        cache = Path(s["env"]["EFFKIT_DATA"])
+        assert (cache / "cifar" / "real").resolve() == (tmp_path / "c").resolve()
+        assert (cache / "bert" / "sst2").resolve() == (tmp_path / "sst2").resolve()
+
+
+def test_only_runs_the_named_steps_and_keeps_earlier_rows(tmp_path):
+    """A lease with a per-call limit runs the check in parts; summary.json keeps every part."""
+    mod = _gpu_check()
+    assert mod.main(["--dry-run", "--out", str(tmp_path), "--only", "lesson-01"]) == 0
+    assert mod.main(["--dry-run", "--out", str(tmp_path), "--only", "lesson-02"]) == 0
+    rows = json.loads((tmp_path / "summary.json").read_text())["steps"]
+    assert [r["name"] for r in rows] == ["lesson-01_measure_first", "lesson-02_feed_the_accelerator"]
+    assert mod.main(["--dry-run", "--out", str(tmp_path), "--only", "no-such-step"]) == 2
 
 
 @pytest.mark.slow

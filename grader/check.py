@@ -102,7 +102,7 @@ def scores(nb) -> list[dict]:
 
 def check(path: str | Path, *, assignment_id: str | None = None, json_out: str | None = None,
           spec_name: str | None = None, device: str | None = None) -> int:  # fmt: skip
-    from grader.nbgrader_plugin import fill_performance_cell
+    from grader.cells import fill_performance_cell
 
     path = Path(path)
     try:

@@ -24,59 +24,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nbformat.v4 import new_output
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Unicode
 
 from grader import assignments
-from grader.cells import fill_graded_cells
-from grader.notebook import nbgrader_meta, solution_sources
-from grader.perf import GradingError, PerfResult, grade
+from grader.cells import fill_graded_cells, fill_performance_cell
 from grader.quiet import quiet
-
-
-def perf_outputs(result: PerfResult, execution_count: int | None) -> list:
-    """Outputs nbgrader scores as ``result.points``: stdout feedback, then the points value."""
-    return [
-        new_output("stream", name="stdout", text=result.feedback + "\n"),
-        new_output(
-            "execute_result",
-            data={"text/plain": repr(float(result.points))},
-            execution_count=execution_count,
-        ),  # fmt: skip
-    ]
-
-
-def error_output(message: str) -> list:
-    return [
-        new_output(
-            "error", ename="GradingError", evalue=message, traceback=[f"GradingError: {message}"]
-        )
-    ]
-
-
-def fill_performance_cell(nb, assignment, allowed_ids, spec_name: str | None = None,
-                          device: str | None = None) -> PerfResult | None:  # fmt: skip
-    """Grade ``nb``'s solution cells and write the result into its performance cell."""
-    if assignment.performance_cell is None:
-        return None  # graded by the notebook's own test cells only
-    cell = next(
-        (c for c in nb.cells if nbgrader_meta(c).get("grade_id") == assignment.performance_cell),
-        None,
-    )
-    if cell is None:
-        return None
-    cells = [(c.grade_id, c.source) for c in solution_sources(nb, allowed_ids)]
-    max_points = float(nbgrader_meta(cell).get("points", 0))
-    try:
-        with quiet():
-            result = grade(assignment, cells, max_points, device=device, spec_name=spec_name)
-    except GradingError as err:
-        cell.outputs = error_output(str(err))
-        return None
-    cell.outputs = perf_outputs(result, cell.get("execution_count"))
-    return result
 
 
 def _assignment_of(resources):

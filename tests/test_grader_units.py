@@ -247,3 +247,20 @@ def test_lesson3_on_a_cpu_without_native_bf16_grades_not_slowing_down(monkeypatc
     assert t.table == "cpu" and t.credit(1.0) == 0.0  # with AMX, fp32 speed earns nothing
     # Lesson 2 does not depend on 16-bit units: one CPU row.
     assert target_for("lesson2", "CPU AMD EPYC (2 threads)", overrides_file=Path("/nonexistent")).table == "cpu"
+
+
+def test_grader_check_runs_without_nbgrader_installed():
+    """`python -m grader check` (and `make gpu-check`'s gradings) must not need nbgrader: the GPU
+    image has none. Blocking the package and importing the check path proves it."""
+    code = (
+        "import sys; sys.modules['nbgrader'] = None\n"
+        "import grader.check, grader.cells, grader.__main__\n"
+        "from grader.cells import fill_performance_cell\n"
+        "assert grader.check.check('no-such-notebook.ipynb') == 2\n"  # imports the grading path
+        "assert 'nbgrader.api' not in sys.modules\n"
+    )
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

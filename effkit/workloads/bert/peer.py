@@ -128,7 +128,9 @@ def run(profile: str, data: str | None, out: Path, *, device=None, seed: int = 0
     n = len(opt.train_texts)
     mult = max(1, min(n // (4 * opt.settings["batch_size"]), 50))
     segment = max(1, mult // 2)
-    opt.train_steps(2)  # warm-up (allocator, kernels, compilation when asked)
+    # Warm-up: allocator and kernels; with compile, enough batches to meet the bucketed lengths
+    # (the first H100 run warmed up 2 steps and its first timed burst recompiled: 41 samples/s).
+    opt.train_steps(3 * segment if hooks.get("compile") else 2)
     k_opt = segment  # the same number of batches as a Trainer segment
 
     def opt_burst() -> float:

@@ -41,6 +41,9 @@ class Assignment:
     probes: str = ""
     names: tuple[str, ...] = ()
     cell_checks: dict = field(default_factory=dict)
+    # grade_ids of the cell checks that must pass for speed to count; run by the parent through
+    # grader.cells before any timed worker starts (never a verdict from inside a timed worker)
+    speed_gate: tuple[str, ...] = ()
 
     @property
     def kernel_free(self) -> bool:

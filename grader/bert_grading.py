@@ -4,8 +4,8 @@
 effkit's ``default_train_step`` for the baseline, or the learner's precision
 (``choose_policy(DeviceCaps.detect(device))``), loss scaler (``make_scaler(policy)``) and
 ``amp_train_step`` - with the step wrapped in a `StepAudit`; ``model_of`` exposes the network,
-``reuses_reference`` refuses ``default_train_step`` handed in as the answer, ``contract_check``
-re-runs the notebook's behaviour checks (speed only counts for a correct step). In the *parent*:
+``reuses_reference`` refuses ``default_train_step`` handed in as the answer (the behaviour checks
+are judged by the parent, out of this process: ``Assignment.speed_gate``). In the *parent*:
 `GraderData` writes the grader's fresh training sets (secret seeds, :mod:`grader.text_data`),
 builds one clean trainer per repeat (shared initial weights, and the held-out set, which it
 encodes and then deletes from disk before any learner code runs), and evaluates saved weights.
@@ -33,7 +33,7 @@ import torch
 from effkit.amp import DeviceCaps
 from effkit.workloads import bert
 from effkit.workloads.bert.trainer import default_train_step
-from grader.lesson3 import _TRUSTED, check_policy, check_scaler, check_step, reference_reason
+from grader.lesson3 import reference_reason
 from grader.text_data import grader_sentences, write_text_set
 
 # Imported at module level on purpose: the worker snapshots these modules' functions before any
@@ -136,24 +136,6 @@ def reuses_reference(obj) -> str:
     return reference_reason(obj)
 
 
-def contract_check(step) -> str:
-    """The notebook's behaviour checks, run silently; '' when the step passes, else why not."""
-    try:
-        if step is None:
-            _TRUSTED.add(id(default_train_step))  # the grader's own baseline: not a submission
-            check_step(default_train_step)  # so the baseline's history matches the learner's
-            return ""
-        choose_policy, make_scaler = _learner_parts(step)
-        check_policy(choose_policy, make_scaler)
-        check_step(step)
-        check_scaler(step)
-    except BaseException as err:  # anything the learner's code raises, timeouts included
-        if isinstance(err, KeyboardInterrupt | SystemExit):
-            raise
-        return f"{type(err).__name__}: {err}"
-    return ""
-
-
 class InvalidWeights(ValueError):
     pass
 
@@ -163,7 +145,11 @@ class GraderData:
 
     def __init__(self, workdir: Path, spec, device: str):
         self.workdir, self.spec, self.device = Path(workdir), spec, device
-        self.warmup_dir = write_text_set(self.workdir / "warmup", grader_sentences(spec.n_warmup, secrets.randbits(31)))
+        # What the workers may read (read-only, see grader.sandbox.launch): training sets and the
+        # initial weights. The held-out set and every worker's weights stay outside it.
+        self.inputs = self.workdir / "inputs"
+        self.inputs.mkdir(mode=0o755, exist_ok=True)
+        self.warmup_dir = write_text_set(self.inputs / "warmup", grader_sentences(spec.n_warmup, secrets.randbits(31)))
         held_out = grader_sentences(spec.n_eval, secrets.randbits(31))
         self.train_dirs: list[Path] = []
         self.seeds: list[int] = []
@@ -172,7 +158,7 @@ class GraderData:
         hooks = dict(spec.hooks, epochs=spec.epochs, max_train_samples=spec.n_train)
         for r in range(spec.repeats):
             train = grader_sentences(spec.n_train, secrets.randbits(31))
-            path = write_text_set(self.workdir / f"train{r}", train)
+            path = write_text_set(self.inputs / f"train{r}", train)
             seed = secrets.randbelow(2**31)
             # A clean trainer per repeat (no learner code in this process), on the same training
             # texts (hence the same tokenizer and model shapes) with the held-out set as its dev
@@ -185,7 +171,7 @@ class GraderData:
                                      precision="off", eval_split="dev", **hooks)  # fmt: skip
             finally:
                 shutil.rmtree(private, ignore_errors=True)
-            init = self.workdir / f"init{r}.pt"
+            init = self.inputs / f"init{r}.pt"
             torch.save({k: v.detach().cpu() for k, v in trainer.model.state_dict().items()}, init)
             self.train_dirs.append(path)
             self.seeds.append(seed)
@@ -193,7 +179,7 @@ class GraderData:
             self.trainers.append(trainer)
 
     def weights_path(self, role: str, r: int) -> Path:
-        return self.workdir / f"{role}-{r}.pt"
+        return self.workdir / f"{role}-{r}.pt"  # written by the parent from the worker's pipe
 
     def evaluate(self, path: Path, r: int) -> float:
         """Accuracy of the saved weights on the held-out set, by the recipe's own evaluate()."""

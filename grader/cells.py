@@ -92,6 +92,15 @@ def grade_cells(assignment, cells: list[tuple[str, str]], only: list[str] | None
     return verdicts, report
 
 
+def gate_problem(assignment, cells: list[tuple[str, str]]) -> str:
+    """Why speed cannot count ('' when it can): the assignment's ``speed_gate`` cell checks,
+    judged here in the parent on plain data from a fresh probe worker."""
+    if not assignment.speed_gate:
+        return ""
+    verdicts, _ = grade_cells(assignment, cells, only=list(assignment.speed_gate))
+    return "; ".join(f"{gid}: {v.reason}" for gid, v in verdicts.items() if not v.passed)
+
+
 def cell_outputs(v: CellVerdict, max_points: float, report: dict) -> list:
     text = "\n".join(v.lines)
     tail = [f"flag       {f}" for f in report.get("flags", [])]

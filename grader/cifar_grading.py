@@ -3,8 +3,8 @@
 **What it does.** In a *worker*: ``build_trainer`` builds the naive CIFAR recipe with the learner's
 pipeline class (or the baseline `TorchvisionPipeline`) wrapped in an audit, ``model_of`` exposes
 its network, ``reuses_reference`` refuses the library's own `DevicePipeline` handed in as the
-answer, ``contract_check`` re-runs the notebook's correctness contract (speed only counts for a
-correct pipeline). In the *parent*: `GraderData` writes the grader's fresh training sets (secret seeds),
+answer (the correctness contract is judged by the parent, out of this process: see
+``Assignment.speed_gate``). In the *parent*: `GraderData` writes the grader's fresh training sets (secret seeds),
 builds one clean trainer per repeat for the shared initial weights, keeps the held-out set in
 memory, and evaluates the weights each worker saved.
 
@@ -31,7 +31,6 @@ from effkit.workloads import cifar
 from effkit.workloads.cifar.pipelines import DevicePipeline, DeviceTestSet
 from grader.audit import EpochAudit as EpochAudit  # re-exported for the worker
 from grader.data import grader_images, write_train_set
-from grader.lesson2 import check_contract
 
 # Imported at module level on purpose: the worker snapshots these modules' functions before any
 # learner code runs, so replacing one of them from a solution cell is detected and reported.
@@ -58,17 +57,6 @@ def reuses_reference(obj) -> str:
     return ""
 
 
-def contract_check(pipeline_cls) -> str:
-    """The notebook's contract checks, run silently; '' when the pipeline passes, else why not."""
-    try:
-        check_contract(pipeline_cls if pipeline_cls is not None else cifar.TorchvisionPipeline)
-    except (AssertionError, TimeoutError) as err:
-        return f"{type(err).__name__}: {err}"
-    except Exception as err:  # anything the learner's code raises
-        return f"{type(err).__name__}: {err}"
-    return ""
-
-
 class InvalidWeights(ValueError):
     pass
 
@@ -78,20 +66,24 @@ class GraderData:
 
     def __init__(self, workdir: Path, spec, device: str):
         self.workdir, self.spec, self.device = Path(workdir), spec, device
-        self.warmup_dir = write_train_set(self.workdir / "warmup", spec.n_warmup, secrets.randbits(31))
+        # What the workers may read (read-only, see grader.sandbox.launch): training sets and the
+        # initial weights. The held-out set and every worker's weights stay outside it.
+        self.inputs = self.workdir / "inputs"
+        self.inputs.mkdir(mode=0o755, exist_ok=True)
+        self.warmup_dir = write_train_set(self.inputs / "warmup", spec.n_warmup, secrets.randbits(31))
         self.train_dirs: list[Path] = []
         self.seeds: list[int] = []
         self.init_paths: list[Path] = []
         self.trainers = []
         hooks = dict(spec.hooks, epochs=spec.epochs)
         for r in range(spec.repeats):
-            path = write_train_set(self.workdir / f"train{r}", spec.n_train, secrets.randbits(31))
+            path = write_train_set(self.inputs / f"train{r}", spec.n_train, secrets.randbits(31))
             seed = secrets.randbelow(2**31)
             # A clean trainer per repeat (no learner code in this process): its initial weights are
             # shared by both workers, so run r of A and B differ only in the input pipeline; later
             # it evaluates the weights both workers saved.
             trainer = cifar.build("naive", spec.profile, data_dir=path, device=device, seed=seed, **hooks)
-            init = self.workdir / f"init{r}.pt"
+            init = self.inputs / f"init{r}.pt"
             torch.save({k: v.detach().cpu() for k, v in trainer.model.state_dict().items()}, init)
             self.train_dirs.append(path)
             self.seeds.append(seed)
@@ -102,7 +94,7 @@ class GraderData:
         self.eval_set = DeviceTestSet(held_out, device)
 
     def weights_path(self, role: str, r: int) -> Path:
-        return self.workdir / f"{role}-{r}.pt"
+        return self.workdir / f"{role}-{r}.pt"  # written by the parent from the worker's pipe
 
     def evaluate(self, path: Path, r: int) -> float:
         """Accuracy of the saved weights on the held-out set, by the recipe's own evaluate()."""

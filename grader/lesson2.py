@@ -217,4 +217,5 @@ ASSIGNMENT = Assignment(
     probes="grader.lesson2_probes",
     names=("FastPipeline",),
     cell_checks=CELL_CHECKS,
+    speed_gate=("test_contract",),
 )

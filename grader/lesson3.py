@@ -408,4 +408,5 @@ QUIZ_KEY = {"q1": "b", "q2": "a", "q3": "b", "q4": "c"}  # the notebook holds on
 CELL_CHECKS = {"test_policy": cell_policy, "test_step": cell_step, "test_scaler": cell_scaler,
                "test_quiz": quiz_check(QUIZ_KEY)}
 ASSIGNMENT = dataclasses.replace(ASSIGNMENT, probes="grader.lesson3_probes",
-                                 names=("choose_policy", "make_scaler", "amp_train_step"), cell_checks=CELL_CHECKS)  # fmt: skip
+                                 names=("choose_policy", "make_scaler", "amp_train_step"), cell_checks=CELL_CHECKS,
+                                 speed_gate=("test_policy", "test_step", "test_scaler"))  # fmt: skip

@@ -40,15 +40,16 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.cgroups import Cgroup, sweep_stale_cgroups
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-CGROUP_PARENT = "effkit-grader"
 NOBODY = 65534
+_swept = False
+EXPOSED_AT = "/tmp/grader-inputs"  # where a worker sees the folder ``launch(expose=...)`` gives it
 # What the worker may keep: variables torch and OpenMP read, never the grader's configuration.
 ENV_KEEP = ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS",
             "CUDA_VISIBLE_DEVICES", "EFFKIT_PROFILE", "EFFKIT_DATA", "TOKENIZERS_PARALLELISM")  # fmt: skip
@@ -64,127 +65,6 @@ class Limits:
 
 def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
-
-
-class Cgroup:
-    """One cgroup per worker, v1 (one directory per controller) or v2 (one directory)."""
-
-    def __init__(self, name: str, limits: Limits):
-        self.dirs: dict[str, Path] = {}
-        self.v2 = (CGROUP_ROOT / "cgroup.controllers").is_file()
-        if self.v2:
-            d = CGROUP_ROOT / CGROUP_PARENT / name
-            d.mkdir(parents=True)
-            self.dirs = {c: d for c in ("pids", "memory", "freezer")}
-            _write(d / "pids.max", str(limits.pids))
-            _write(d / "memory.max", str(limits.memory_mb << 20))
-            _write(d / "memory.swap.max", "0")
-        else:
-            for ctl in ("pids", "memory", "freezer"):
-                base = CGROUP_ROOT / ctl
-                if not base.is_dir():
-                    continue
-                d = base / CGROUP_PARENT / name
-                try:
-                    d.mkdir(parents=True)
-                except OSError:
-                    continue
-                self.dirs[ctl] = d
-            if "pids" in self.dirs:
-                _write(self.dirs["pids"] / "pids.max", str(limits.pids))
-            if "memory" in self.dirs:
-                _write(self.dirs["memory"] / "memory.limit_in_bytes", str(limits.memory_mb << 20))
-                _write(
-                    self.dirs["memory"] / "memory.memsw.limit_in_bytes", str(limits.memory_mb << 20)
-                )
-
-    def add(self, pid: int) -> None:
-        for d in set(self.dirs.values()):
-            (d / "cgroup.procs").write_text(str(pid))
-
-    def pids(self) -> list[int]:
-        d = (
-            self.dirs.get("freezer")
-            or self.dirs.get("pids")
-            or next(iter(self.dirs.values()), None)
-        )
-        if d is None:
-            return []
-        try:
-            return [int(x) for x in (d / "cgroup.procs").read_text().split()]
-        except OSError:
-            return []
-
-    def freeze(self, frozen: bool = True) -> bool:
-        d = self.dirs.get("freezer")
-        if d is None:
-            return False
-        if self.v2:
-            (d / "cgroup.freeze").write_text("1" if frozen else "0")
-            want, state = ("frozen 1" if frozen else "frozen 0"), d / "cgroup.events"
-        else:
-            (d / "freezer.state").write_text("FROZEN" if frozen else "THAWED")
-            want, state = ("FROZEN" if frozen else "THAWED"), d / "freezer.state"
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:  # FREEZING until every task is stopped
-            if want in state.read_text():
-                return True
-            time.sleep(0.002)
-        return False
-
-    def kill(self) -> None:
-        self.freeze(True)  # nobody forks while we kill
-        for pid in self.pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.freeze(False)
-        deadline = time.monotonic() + 10
-        while self.pids() and time.monotonic() < deadline:
-            time.sleep(0.01)
-
-    def oom_killed(self) -> bool:
-        d = self.dirs.get("memory")
-        try:
-            if self.v2:
-                events = (d / "memory.events").read_text()
-                return any(
-                    line.split()[0] == "oom_kill" and int(line.split()[1]) > 0
-                    for line in events.splitlines()
-                )
-            control = dict(
-                line.split() for line in (d / "memory.oom_control").read_text().splitlines()
-            )
-            peak = int((d / "memory.max_usage_in_bytes").read_text())
-            limit = int((d / "memory.limit_in_bytes").read_text())
-            return int(control.get("oom_kill", 0)) > 0 or peak >= 0.95 * limit
-        except (OSError, AttributeError, ValueError, IndexError):
-            return False
-
-    def pids_exhausted(self) -> bool:
-        d = self.dirs.get("pids")
-        try:
-            fields = (d / "pids.events").read_text().split()
-            return int(fields[fields.index("max") + 1]) > 0
-        except (OSError, AttributeError, ValueError, IndexError):
-            return False
-
-    def remove(self) -> None:
-        for d in set(self.dirs.values()):
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.02)
-
-
-def _write(path: Path, value: str) -> None:
-    try:
-        path.write_text(value)
-    except OSError:
-        pass  # e.g. memsw without swap accounting: the memory limit alone still applies
 
 
 def _preexec(limits: Limits):
@@ -314,9 +194,14 @@ def launch(
     log_path: Path | None = None,
     env_extra: dict | None = None,
     cores: list[int] | None = None,
+    expose: Path | None = None,
 ) -> Sandbox:
     """Start ``python -I -m module args`` sandboxed (see module doc); learner code must run only
-    after this returns (the worker waits for the parent's first command)."""
+    after this returns (the worker waits for the parent's first command).
+
+    ``expose``: a folder of the parent's the worker may read (the grader's training inputs), shown
+    read-only at ``EXPOSED_AT`` where the machine allows it; its path reaches the worker as
+    ``$EFFKIT_GRADER_DATA``. Nothing else of the parent's is visible."""
     unavailable: list[str] = []
     root = is_root()
     env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
@@ -334,12 +219,18 @@ def launch(
         # clone, say): carry those folders across the new /tmp, read-only to the worker, with the
         # hidden course folders inside them still hidden (--rbind keeps those tmpfs mounts).
         keep = _kept_under_tmp()
-        if keep:
+        if keep or expose:
             mounts.append("mkdir -p /mnt && mount -t tmpfs -o size=1m tmpfs /mnt")
             mounts += [f"mkdir /mnt/k{i} && mount --rbind {_q(p)} /mnt/k{i}" for i, p in enumerate(keep)]
+        if expose:
+            mounts.append(f"mkdir /mnt/expose && mount --bind {_q(expose)} /mnt/expose")
         mounts += [f"mount -t tmpfs -o size={limits.tmp_mb}m,mode=1777 tmpfs /tmp",
                    f"mount -t tmpfs -o size={min(limits.tmp_mb, 64)}m,mode=1777 tmpfs /dev/shm"]  # fmt: skip
         mounts += [f"mkdir -p {_q(p)} && mount --rbind /mnt/k{i} {_q(p)}" for i, p in enumerate(keep)]
+        if expose:  # read-only: a learner cannot plant or change what the other worker reads
+            mounts.append(f"mkdir -p {EXPOSED_AT} && mount --bind /mnt/expose {EXPOSED_AT} "
+                          f"&& mount -o remount,bind,ro {EXPOSED_AT}")  # fmt: skip
+            env["EFFKIT_GRADER_DATA"] = EXPOSED_AT
         mounts.append(
             f"mkdir -m 700 /tmp/work && chown {NOBODY}:{NOBODY} /tmp/work && cd /tmp/work"
         )
@@ -354,9 +245,19 @@ def launch(
         workdir = Path(tempfile.mkdtemp(prefix="effkit-worker-"))
         workdir.chmod(0o700)
         env["HOME"] = str(workdir)
+        if expose:
+            unavailable.append("read-only view of the grader's inputs (the worker could change them)")
+            env["EFFKIT_GRADER_DATA"] = str(expose)
         argv, cwd = py, str(workdir)
     cgroup = None
-    name = f"w{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    name = f"w{os.getpid()}-{uuid.uuid4().hex[:8]}"  # the prefix names us: see sweep_stale_cgroups
+    from grader.targets import snapshot_overrides
+
+    snapshot_overrides()  # the instructor's targets, read before any learner code of this process
+    global _swept
+    if root and not _swept:  # once per grader process: workers a dead grading left frozen
+        _swept = True
+        sweep_stale_cgroups()
     try:
         cgroup = Cgroup(name, limits) if root else None
         if cgroup is not None and not cgroup.dirs:

@@ -21,9 +21,9 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +31,7 @@ from pathlib import Path
 _clock = time.perf_counter  # captured at import; this process never runs learner code
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PRIORITY_NICE = -10  # for the measured processes, when permitted (see boost_priority)
+MAX_BLOB_BYTES = 2 << 30  # weights a worker may send back (bert-base in fp32 is ~440 MB)
 
 
 class WorkerFailed(RuntimeError):
@@ -53,6 +54,8 @@ class Worker:
     stopped: bool = False
     closed: bool = False
     cgroup: object = None  # grader.sandbox.Cgroup when available: freezer, pids and memory limits
+    unavailable: list | None = None  # protections the machine could not give this worker
+    private_dir: Path | None = None  # its working directory, where no private /tmp exists
 
     def escaped(self) -> list[int]:
         """Descendants outside the worker's process group that nothing would stop: with a cgroup
@@ -77,10 +80,9 @@ class Worker:
         os.write(self.cmd_fd, data)
         return t
 
-    def event(self, timeout_s: float, what: str) -> tuple[dict, float]:
-        """Next JSON event and the parent's clock when it arrived."""
-        deadline = _clock() + timeout_s
-        while b"\n" not in self.buffer:
+    def _fill(self, done, deadline: float, timeout_s: float, what: str) -> None:
+        """Read the event pipe into ``buffer`` until ``done()`` or the deadline."""
+        while not done():
             left = deadline - _clock()
             if left <= 0:
                 raise WorkerFailed(
@@ -90,7 +92,7 @@ class Worker:
                 )
             ready, _, _ = select.select([self.evt_fd], [], [], min(left, 1.0))
             if ready:
-                chunk = os.read(self.evt_fd, 65536)
+                chunk = os.read(self.evt_fd, 1 << 20)
                 if not chunk:
                     code = self.proc.wait(timeout=10)
                     raise WorkerFailed(
@@ -99,6 +101,19 @@ class Worker:
                         kind="crash", role=self.role,
                     )
                 self.buffer += chunk
+
+    def blob(self, n: object, timeout_s: float, what: str) -> bytes:
+        """The ``n`` raw bytes that follow an event on the pipe (the worker's weights)."""
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 < n <= MAX_BLOB_BYTES:
+            raise WorkerFailed(f"the {self.role} announced {n!r} bytes of weights (at most "
+                               f"{MAX_BLOB_BYTES >> 20} MiB): refused", kind="protocol", role=self.role)  # fmt: skip
+        self._fill(lambda: len(self.buffer) >= n, _clock() + timeout_s, timeout_s, what)
+        data, self.buffer = self.buffer[:n], self.buffer[n:]
+        return data
+
+    def event(self, timeout_s: float, what: str) -> tuple[dict, float]:
+        """Next JSON event and the parent's clock when it arrived."""
+        self._fill(lambda: b"\n" in self.buffer, _clock() + timeout_s, timeout_s, what)
         line, self.buffer = self.buffer.split(b"\n", 1)
         t = _clock()
         try:
@@ -167,64 +182,47 @@ class Worker:
                     os.close(fd)
                 except OSError:
                     pass
+            if self.private_dir is not None:
+                shutil.rmtree(self.private_dir, ignore_errors=True)
 
 
-def start_worker(role: str, workdir: Path, config: dict, cpu_cores: int | None = None) -> Worker:
-    """A fresh ``python -m grader.worker`` in its own session (so we can stop its whole group).
+def start_worker(role: str, workdir: Path, config: dict, cpu_cores: int | None = None,
+                 inputs: Path | None = None) -> Worker:  # fmt: skip
+    """A fresh ``python -m grader.worker`` in the sandbox (:func:`grader.sandbox.launch`): its own
+    session and cgroup, a private empty working directory, no network, an unprivileged user where
+    the grader is root, and of the parent's files only ``inputs`` (read-only). Its weights come
+    back over its event pipe (:meth:`Worker.blob`), never through a file it could redirect.
 
     ``cpu_cores``: pin the worker, and the DataLoader processes it will fork, to that many cores
     with as many OpenMP threads. On a 2-core machine that makes a timing independent of what runs
     on the other core, and removes OpenMP barrier stalls altogether (one thread); the naive
     pipeline's workers then share the training's core, so the per-sample transforms cost what they
     cost instead of hiding behind spare cores a GPU host would spend on feeding the GPU."""
-    cfg_path = workdir / f"{role}.json"
-    cfg_path.write_text(json.dumps(config))
+    from grader.sandbox import Limits, launch
+
     evt_r, evt_w = os.pipe()
     cmd_r, cmd_w = os.pipe()
     log_path = workdir / f"{role}.log"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env.pop("NBGRADER_EXECUTION", None)
     # OpenMP threads that spin at barriers collapse when another process takes one of their cores:
     # on this 2-core machine with 3-4 other jobs, a training step ran 3x slower with the default
     # policy than with PASSIVE (threads sleep at barriers), and both recipes slowed alike, which
-    # squeezed a correct solution's speedup to ~1.0x. Both workers get the same setting.
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # squeezed a correct solution's speedup to ~1.0x. Both workers get the same setting. An empty
+    # EFFKIT_DATA sends effkit's caches (the BERT tokenizer) to the worker's private home.
+    env = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"), "EFFKIT_DATA": ""}
     cores = None
     if cpu_cores and hasattr(os, "sched_getaffinity"):
         cores = sorted(os.sched_getaffinity(0))[-cpu_cores:]  # the last cores: away from core 0's IRQs
         env["OMP_NUM_THREADS"] = str(len(cores))
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "grader.worker", str(cfg_path), str(evt_w), str(cmd_r)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            pass_fds=(evt_w, cmd_r), start_new_session=True, cwd=workdir, env=env,
-        )  # fmt: skip
-    os.close(evt_w)
-    os.close(cmd_r)
-    cgroup = _cgroup_for(proc.pid)
-    if cores:
-        os.sched_setaffinity(proc.pid, cores)  # before it imports torch or forks loaders
-    boost_priority(proc.pid)
-    return Worker(role, proc, evt_r, cmd_w, log_path, cgroup=cgroup)
-
-
-def _cgroup_for(pid: int):
-    """A cgroup (freezer, pids, memory) for a timed worker where we may create one; None else.
-    The worker has not run learner code yet: it waits for the parent's ``load``."""
-    from grader.sandbox import Cgroup, Limits, is_root
-
-    if not is_root():
-        return None
     try:
-        cg = Cgroup(f"t{os.getpid()}-{pid}", Limits(memory_mb=8192, pids=256))
-        if "freezer" not in cg.dirs:
-            cg.remove()
-            return None
-        cg.add(pid)
-        return cg
-    except OSError:
-        return None
+        box = launch("grader.worker", [json.dumps(config), str(evt_w), str(cmd_r)],
+                     pass_fds=(evt_w, cmd_r), limits=Limits(memory_mb=8192, pids=256),
+                     log_path=log_path, env_extra=env, cores=cores, expose=inputs)  # fmt: skip
+    finally:
+        os.close(evt_w)
+        os.close(cmd_r)
+    boost_priority(box.pid)
+    return Worker(role, box.proc, evt_r, cmd_w, log_path, cgroup=box.cgroup,
+                  unavailable=list(box.unavailable), private_dir=box.workdir)  # fmt: skip
 
 
 @contextlib.contextmanager

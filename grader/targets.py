@@ -127,6 +127,19 @@ def load_overrides(path: Path | None = None) -> tuple[dict, str]:
     return data, str(path)
 
 
+_SNAPSHOTS: dict[str, tuple[dict, str]] = {}
+
+
+def snapshot_overrides() -> tuple[dict, str]:
+    """The instructor's overrides as they were the first time this process asked: taken by
+    :func:`grader.sandbox.launch` before any learner code starts, so nothing a learner process
+    writes later (where no sandbox hides the course folder) can change this grading's targets."""
+    key = str(overrides_path())
+    if key not in _SNAPSHOTS:
+        _SNAPSHOTS[key] = load_overrides(Path(key))
+    return _SNAPSHOTS[key]
+
+
 def target_for(assignment: str, device_name: str, overrides_file: Path | None = None) -> Target:
     """The target for ``assignment`` on ``device_name``, instructor overrides applied."""
     if assignment not in DEFAULT_TARGETS:
@@ -138,7 +151,7 @@ def target_for(assignment: str, device_name: str, overrides_file: Path | None = 
 
         table = "cpu" if cpu_native_bf16() else NO_NATIVE_BF16
     entry = dict(DEFAULT_TARGETS[assignment][table])
-    overrides, source = load_overrides(overrides_file)
+    overrides, source = load_overrides(overrides_file) if overrides_file else snapshot_overrides()
     custom = overrides.get(assignment, {}).get(table, {})
     unknown = set(custom) - {"target", "floor"}
     if unknown:

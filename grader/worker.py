@@ -1,15 +1,17 @@
 """The measured process: trains one recipe on command; the *parent* holds the clock.
 
-**What it does.** ``python -m grader.worker CONFIG EVT_FD CMD_FD`` is started fresh by
-:mod:`grader.protocol`, once for the baseline and once for the learner. It reads one JSON command
+**What it does.** ``python -m grader.worker CONFIG_JSON EVT_FD CMD_FD`` is started fresh, in the
+sandbox (:func:`grader.supervisor.start_worker`), by :mod:`grader.protocol`, once for the baseline
+and once for the learner. It sees the grader's training inputs read-only at
+``$EFFKIT_GRADER_DATA`` and nothing else of the parent's. It reads one JSON command
 per line from ``CMD_FD`` and answers with JSON events on ``EVT_FD`` - dedicated pipes, never
 stdout, which learner code may print to. The learner worker first executes the trusted setup cell
 and the learner's *solution cells* (nothing else from the notebook), then records whether that
 code replaced ``time.*`` clocks or effkit/grader functions (reported, never trusted: the parent
 times everything). Each ``run`` builds the recipe on the grader's data with the given seed and
 initial weights, trains the grader's fixed number of epochs through an *audited* pipeline that
-counts every sample and label of every epoch, checks the weights are finite, and saves them for the
-parent to evaluate in a process where no learner code ever ran.
+counts every sample and label of every epoch, checks the weights are finite, and sends them back
+over the event pipe for the parent to evaluate in a process where no learner code ever ran.
 
 **When to use it.** Only through :mod:`grader.protocol`.
 
@@ -23,6 +25,7 @@ pointless (parent-side clock, parent-side evaluation, the idle worker is SIGSTOP
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import linecache
 import os
@@ -54,6 +57,12 @@ class Channel:
     def send(self, event: str, **data) -> None:
         self.out.write(json.dumps({"event": event, **data}) + "\n")
         self.out.flush()
+
+    def send_bytes(self, event: str, blob: bytes, **data) -> None:
+        """An event announcing ``len(blob)`` raw bytes, then the bytes (weights: no file)."""
+        self.send(event, nbytes=len(blob), **data)
+        self.out.buffer.write(blob)
+        self.out.buffer.flush()
 
     def receive(self) -> dict | None:
         line = self.inp.readline()
@@ -103,7 +112,6 @@ class Worker:
         for name in GRADER_MODULES:  # so that replacing any of their functions is detected
             importlib.import_module(name)
         self.assignment = importlib.import_module(config["assignment_module"])
-        self._contract_check = self.assignment.contract_check  # bound before learner code runs
         import torch  # noqa: F401  (imported here so the parent sees import time as start-up)
 
         self.device = config["device"]
@@ -129,12 +137,6 @@ class Worker:
         self.learner_object = obj
         self.channel.send("loaded", replaced=changed,
                           reference_reused=self.assignment.reuses_reference(obj))  # fmt: skip
-
-    def check(self) -> None:
-        # The check function was imported before any learner code ran (module import at start-up);
-        # patching it from a solution cell is reported as tampering by `replaced`.
-        problem = self._contract_check(self.learner_object)
-        self.channel.send("checked", problem=problem, replaced=replaced(self.before))
 
     # -- training ---------------------------------------------------------------------------
     def chunk(self, cmd: dict) -> None:
@@ -165,22 +167,27 @@ class Worker:
             self.channel.send("chunk_done", epoch=self.epoch)
             return
         audit.finish(trainer.pipeline, self.epoch)
-        if cmd.get("weights_path"):
-            torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, cmd["weights_path"])
         # Learner code also runs *during* training (the pipeline): look for tampering again.
-        self.channel.send("done", audit=audit.report(), steps=self.steps, replaced=replaced(self.before))
+        report = {"audit": audit.report(), "steps": self.steps, "replaced": replaced(self.before)}
+        if not cmd.get("send_weights"):
+            self.channel.send("done", **report)
+            return
+        buffer = io.BytesIO()  # the weights go back over the pipe: no file the learner could swap
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
+        self.channel.send_bytes("done", buffer.getvalue(), **report)
 
     def _begin(self, spec: dict) -> None:
         import torch
 
         self.audit = self.assignment.EpochAudit()
+        inputs = Path(os.environ["EFFKIT_GRADER_DATA"])  # the parent's inputs, read-only here
         self.trainer = self.assignment.build_trainer(
-            self.learner_object, self.audit, spec["data_dir"], self.device, spec["seed"],
-            spec["profile"], spec["hooks"],
+            self.learner_object, self.audit, str(inputs / spec["data_dir"]), self.device,
+            spec["seed"], spec["profile"], spec["hooks"],
         )
         self.model = self.assignment.model_of(self.trainer)
         if spec.get("init_path"):  # the parent's initial weights: runs r of A and B start equal
-            state = torch.load(spec["init_path"], map_location=self.device, weights_only=True)
+            state = torch.load(inputs / spec["init_path"], map_location=self.device, weights_only=True)
             self.model.load_state_dict(state)
         self.steps, self.epoch = 0, 0
 
@@ -195,8 +202,6 @@ class Worker:
                     self.load(cmd)
                 elif cmd["cmd"] == "chunk":
                     self.chunk(cmd)
-                elif cmd["cmd"] == "check":
-                    self.check()
                 else:
                     raise ValueError(f"unknown command {cmd['cmd']!r}")
             except Diverged as err:
@@ -209,7 +214,7 @@ class Worker:
 
 
 def main(argv: list[str]) -> int:
-    config = json.loads(Path(argv[1]).read_text())
+    config = json.loads(argv[1])  # on the command line: the worker reads no file of the parent's
     channel = Channel(int(argv[2]), int(argv[3]))
     try:
         Worker(config, channel).serve()

@@ -225,3 +225,83 @@ def test_the_parent_refuses_linked_baseline_and_untrained_weights(tmp_path):
     learner.unlink()
     learner.symlink_to(Data.weights_path("baseline", 0))
     assert "is a link" in weights_problems(Data, 1)[0]
+
+
+# -- the timed workers (grader.supervisor.start_worker): the same sandbox, plus read-only inputs --
+TIMED_ATTACK = """import json, os, sys, pathlib
+inputs = pathlib.Path(os.environ["EFFKIT_GRADER_DATA"])
+found = {"uid": os.getuid(), "cwd": os.getcwd(), "path0": sys.path[0], "wrote": [], "read": []}
+found["inputs"] = sorted(p.name for p in inputs.iterdir())
+found["init"] = (inputs / "init0.pt").read_text()
+for target in (inputs / "init0.pt", inputs / "planted.py"):
+    try:
+        target.write_text("changed by the learner")
+        found["wrote"].append(target.name)
+    except OSError:
+        pass
+for secret in (WORKDIR + "/baseline-0.pt", WORKDIR + "/inputs/init0.pt"):
+    try:
+        found["read"].append(open(secret).read())
+    except OSError:
+        pass
+raise RuntimeError("REPORT " + json.dumps(found))
+"""
+
+
+@ROOT_ONLY
+def test_a_timed_worker_reads_only_its_inputs_read_only_as_nobody(tmp_path):
+    """The timed worker (lessons 2-3) used to run as root in the grader's own folder: it could read
+    the baseline's weights and rewrite the initial weights both workers load."""
+    import json
+
+    from grader.supervisor import WorkerFailed, start_worker
+
+    workdir = tmp_path / "grading"
+    workdir.mkdir(mode=0o700)
+    inputs = workdir / "inputs"
+    inputs.mkdir(mode=0o755)
+    (inputs / "init0.pt").write_text("initial weights")
+    (inputs / "init0.pt").chmod(0o644)
+    (workdir / "baseline-0.pt").write_text("the baseline's weights")
+    config = {"assignment_module": "grader.cifar_grading", "device": "cpu", "role": "learner"}
+    w = start_worker("learner", workdir, config, inputs=inputs)
+    try:
+        w.expect("ready", 120, "starting up")
+        w.send(cmd="load", cells=[("attack", TIMED_ATTACK.replace("WORKDIR", repr(str(workdir))))],
+               object_name="FastPipeline")  # fmt: skip
+        with pytest.raises(WorkerFailed) as failed:
+            w.expect("loaded", 60, "running the attack")
+        assert w.unavailable == [] and w.cgroup is not None
+    finally:
+        w.close()
+    found = json.loads(str(failed.value).split("REPORT ", 1)[1])
+    assert found["uid"] == 65534 and found["wrote"] == [] and found["read"] == []
+    assert found["inputs"] == ["init0.pt"] and found["init"] == "initial weights"
+    assert found["cwd"] == "/tmp/work" and found["path0"] != found["cwd"]
+    assert (inputs / "init0.pt").read_text() == "initial weights"
+    assert sorted(p.name for p in inputs.iterdir()) == ["init0.pt"]
+
+
+@ROOT_ONLY
+def test_a_dead_gradings_frozen_workers_are_swept_and_live_ones_kept():
+    import subprocess
+
+    from grader.cgroups import CGROUP_PARENT, CGROUP_ROOT, Cgroup, sweep_stale_cgroups
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a grader pid that no longer exists
+    stale = Cgroup(f"w{gone.pid}-deadbeef", Limits())
+    live = Cgroup(f"w{os.getpid()}-alive000", Limits())
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        stale.add(victim.pid)
+        assert stale.freeze(True)
+        removed = sweep_stale_cgroups()
+        assert victim.wait(timeout=10) == -9  # thawed and killed
+        assert all(not d.exists() for d in stale.dirs.values()) and removed
+        assert all(d.exists() for d in live.dirs.values())
+        assert all(CGROUP_PARENT in str(d) and str(CGROUP_ROOT) in str(d) for d in removed if d)
+    finally:
+        victim.kill()
+        live.remove()
+        stale.remove()

@@ -179,9 +179,12 @@ def test_skipped_training_and_hard_coded_accuracy_are_caught():
 
 
 def test_nan_loss_gets_a_clear_message():
+    # The parent's correctness gate (out of every timed worker) sees the inf/NaN batches first,
+    # so no timed worker is started for it.
     r = _grade("nan_loss")
-    assert r["points"] == 0 and r["error"]["kind"] == "nan"
-    assert "NaN" in r["error"]["message"] and "normalisation" in r["error"]["message"]
+    assert r["points"] == 0 and r["error"] is None
+    text = " ".join(r["problems"])
+    assert "correctness checks" in text and "NaN" in text and "normalisation" in text
 
 
 def test_same_verdict_with_a_busy_core():

@@ -264,3 +264,17 @@ def test_grader_check_runs_without_nbgrader_installed():
 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_instructor_targets_are_read_once_before_learner_code(tmp_path, monkeypatch):
+    """sandbox.launch snapshots the overrides before it starts any learner process: a file
+    rewritten afterwards (by learner code where no sandbox hides the course) changes nothing."""
+    path = tmp_path / "targets.json"
+    path.write_text(json.dumps({"lesson2": {"cpu": {"target": 3.0}}}))
+    monkeypatch.setenv("EFFKIT_GRADER_TARGETS", str(path))
+    from grader.probe import ProbeSession
+
+    with ProbeSession("grader.lesson1_probes", [("setup", "")], [], []):
+        pass  # starting a sandboxed worker takes the snapshot first
+    path.write_text(json.dumps({"lesson2": {"cpu": {"target": 1.01, "floor": 1.0}}}))
+    assert targets.target_for("lesson2", "CPU test").target == 3.0

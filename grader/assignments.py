@@ -44,6 +44,9 @@ class Assignment:
     # grade_ids of the cell checks that must pass for speed to count; run by the parent through
     # grader.cells before any timed worker starts (never a verdict from inside a timed worker)
     speed_gate: tuple[str, ...] = ()
+    # effkit's own answer: solution sources naming it earn no speed points (checked by the parent
+    # on the source text; the worker's ``reuses_reference`` is a second, reported line)
+    reference_names: tuple[str, ...] = ()
 
     @property
     def kernel_free(self) -> bool:

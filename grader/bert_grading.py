@@ -148,7 +148,7 @@ class GraderData:
         # What the workers may read (read-only, see grader.sandbox.launch): training sets and the
         # initial weights. The held-out set and every worker's weights stay outside it.
         self.inputs = self.workdir / "inputs"
-        self.inputs.mkdir(mode=0o755, exist_ok=True)
+        self.inputs.mkdir(mode=0o755, parents=True, exist_ok=True)
         self.warmup_dir = write_text_set(self.inputs / "warmup", grader_sentences(spec.n_warmup, secrets.randbits(31)))
         held_out = grader_sentences(spec.n_eval, secrets.randbits(31))
         self.train_dirs: list[Path] = []
@@ -173,10 +173,22 @@ class GraderData:
                 shutil.rmtree(private, ignore_errors=True)
             init = self.inputs / f"init{r}.pt"
             torch.save({k: v.detach().cpu() for k, v in trainer.model.state_dict().items()}, init)
+            self._share_tokenizer(trainer, spec.profile)
             self.train_dirs.append(path)
             self.seeds.append(seed)
             self.init_paths.append(init)
             self.trainers.append(trainer)
+
+    def _share_tokenizer(self, trainer, profile: str) -> None:
+        """Give the workers this trainer's tokenizer (in ``inputs/effkit-cache``, which each worker
+        copies into its own cache): WordPiece training is not deterministic across processes (the
+        ``tokenizers`` trainer breaks ties in hash-map order: three runs on the same 384 sentences
+        gave three vocabularies), so weights trained with a worker's own tokenizer would be scored
+        with token ids they never saw."""
+        from effkit.workloads.bert.tokenizer import tokenizer_cache_dir
+
+        key = tokenizer_cache_dir(trainer.train_texts, bert.PROFILES[profile].vocab_size, ".").name
+        trainer.tokenizer.save_pretrained(str(self.inputs / "effkit-cache" / "bert" / "tokenizers" / key))
 
     def weights_path(self, role: str, r: int) -> Path:
         return self.workdir / f"{role}-{r}.pt"  # written by the parent from the worker's pipe

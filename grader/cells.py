@@ -92,13 +92,23 @@ def grade_cells(assignment, cells: list[tuple[str, str]], only: list[str] | None
     return verdicts, report
 
 
-def gate_problem(assignment, cells: list[tuple[str, str]]) -> str:
+def gate_problem(assignment, cells: list[tuple[str, str]], known: dict | None = None) -> str:
     """Why speed cannot count ('' when it can): the assignment's ``speed_gate`` cell checks,
-    judged here in the parent on plain data from a fresh probe worker."""
+    judged here in the parent on plain data from a fresh probe worker. ``known``: verdicts this
+    process already computed for the same cells (``fill_graded_cells``' report), not re-run."""
+    source = "\n".join(src for _, src in cells)
+    used = [n for n in assignment.reference_names if n in source]
+    if used:
+        return (f"your solution uses effkit's {used[0]}, the reference answer: write your own "
+                "to earn the performance points")  # fmt: skip
     if not assignment.speed_gate:
         return ""
-    verdicts, _ = grade_cells(assignment, cells, only=list(assignment.speed_gate))
-    return "; ".join(f"{gid}: {v.reason}" for gid, v in verdicts.items() if not v.passed)
+    known = {g: v for g, v in (known or {}).items() if g in assignment.speed_gate}
+    todo = [g for g in assignment.speed_gate if g not in known]
+    if todo:
+        verdicts, _ = grade_cells(assignment, cells, only=todo)
+        known.update({g: {"passed": v.passed, "reason": v.reason} for g, v in verdicts.items()})
+    return "; ".join(f"{g}: {v['reason']}" for g, v in known.items() if not v["passed"])
 
 
 def cell_outputs(v: CellVerdict, max_points: float, report: dict) -> list:
@@ -173,7 +183,7 @@ def error_output(message: str) -> list:
 
 
 def fill_performance_cell(nb, assignment, allowed_ids, spec_name: str | None = None,
-                          device: str | None = None) -> PerfResult | None:  # fmt: skip
+                          device: str | None = None, cell_report: dict | None = None) -> PerfResult | None:  # fmt: skip
     """Grade ``nb``'s solution cells and write the result into its performance cell."""
     if assignment.performance_cell is None:
         return None  # graded by the notebook's own test cells only
@@ -187,7 +197,8 @@ def fill_performance_cell(nb, assignment, allowed_ids, spec_name: str | None = N
     max_points = float(nbgrader_meta(cell).get("points", 0))
     try:
         with quiet():
-            result = grade(assignment, cells, max_points, device=device, spec_name=spec_name)
+            result = grade(assignment, cells, max_points, device=device, spec_name=spec_name,
+                           gate_verdicts=(cell_report or {}).get("cells"))
     except GradingError as err:
         cell.outputs = error_output(str(err))
         return None

@@ -137,7 +137,8 @@ def check(path: str | Path, *, assignment_id: str | None = None, json_out: str |
         )
         execute(graded, path.resolve().parent, assignment.timeout_s)
     try:
-        perf = fill_performance_cell(graded, assignment, solution_ids(source), spec_name, device)
+        perf = fill_performance_cell(graded, assignment, solution_ids(source), spec_name, device,
+                                     cell_report)  # the speed gate's verdicts: computed just above
     except GradingError as err:
         print(f"grader check: the grader could not run: {err}")
         return 2

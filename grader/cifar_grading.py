@@ -69,7 +69,7 @@ class GraderData:
         # What the workers may read (read-only, see grader.sandbox.launch): training sets and the
         # initial weights. The held-out set and every worker's weights stay outside it.
         self.inputs = self.workdir / "inputs"
-        self.inputs.mkdir(mode=0o755, exist_ok=True)
+        self.inputs.mkdir(mode=0o755, parents=True, exist_ok=True)
         self.warmup_dir = write_train_set(self.inputs / "warmup", spec.n_warmup, secrets.randbits(31))
         self.train_dirs: list[Path] = []
         self.seeds: list[int] = []

@@ -218,4 +218,5 @@ ASSIGNMENT = Assignment(
     names=("FastPipeline",),
     cell_checks=CELL_CHECKS,
     speed_gate=("test_contract",),
+    reference_names=("DevicePipeline",),
 )

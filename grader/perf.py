@@ -60,7 +60,7 @@ def load_gate(assignment_id: str, spec, device_class: str) -> tuple[gates.Gate, 
 
 
 def grade(assignment, cells: list[tuple[str, str]], max_points: float, *, device: str | None = None,
-          spec_name: str | None = None, progress=print) -> PerfResult:  # fmt: skip
+          spec_name: str | None = None, progress=print, gate_verdicts: dict | None = None) -> PerfResult:  # fmt: skip
     from effkit.measure import device_name
 
     device = device or default_device()
@@ -75,7 +75,7 @@ def grade(assignment, cells: list[tuple[str, str]], max_points: float, *, device
                           "(with its nbgrader metadata) in the notebook")  # fmt: skip
     else:
         try:
-            m = measure(assignment, cells, spec, device, progress=progress)
+            m = measure(assignment, cells, spec, device, progress=progress, gate_verdicts=gate_verdicts)
         except WorkerFailed as err:
             raise GradingError(f"the grader could not run the baseline: {err}\n{err.detail}") from err
     m.device = name

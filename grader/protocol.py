@@ -120,7 +120,7 @@ def _private_dir() -> Path:
 
 
 def measure(assignment, cells: list[tuple[str, str]], spec: GradingSpec, device: str,
-            progress=print) -> Measurement:  # fmt: skip
+            progress=print, gate_verdicts: dict | None = None) -> Measurement:  # fmt: skip
     """Run the protocol for ``cells`` (name, source) of the learner; see the module docstring.
 
     Raises :class:`WorkerFailed` only when the *baseline* fails (the grader could not run);
@@ -132,10 +132,11 @@ def measure(assignment, cells: list[tuple[str, str]], spec: GradingSpec, device:
     # cost the timed grading, so that cell never travels to a timed worker.
     cells = [(name, source) for name, source in cells if name != QUIZ_CELL]
     with boosted_self():  # our own work (data, evaluation) at the workers' priority when allowed
-        return _measure(assignment, cells, spec, device, progress)
+        return _measure(assignment, cells, spec, device, progress, gate_verdicts)
 
 
-def _measure(assignment, cells, spec: GradingSpec, device: str, progress) -> Measurement:
+def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
+             gate_verdicts: dict | None = None) -> Measurement:  # fmt: skip
     import shutil
 
     from grader.cells import gate_problem
@@ -145,7 +146,7 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress) -> Mea
     out = Measurement(device=device, spec=spec)
     # The correctness contract first, out of every timed worker: speed only counts for correct
     # code, and a verdict computed where learner code runs could be forged.
-    problem = gate_problem(assignment, cells)
+    problem = gate_problem(assignment, cells, gate_verdicts)
     out.phases_s["correctness"] = _clock() - t_start
     if problem:
         out.problems.append("your code fails the grader's correctness checks, and speed only "

@@ -29,6 +29,7 @@ import io
 import json
 import linecache
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -103,6 +104,14 @@ def _short_traceback(err: BaseException, limit: int = 12) -> str:
     text = "".join(lines)
     tail = text.splitlines()[-limit:]
     return "\n".join(tail)
+
+
+def seed_caches(inputs: Path) -> None:
+    """Copy the caches the parent built (``inputs/effkit-cache``: the BERT tokenizer) into this
+    process's private effkit cache, so the worker tokenizes exactly as the parent evaluates."""
+    if (inputs / "effkit-cache").is_dir():
+        home = Path(os.environ.get("EFFKIT_DATA") or Path.home() / ".cache" / "effkit")
+        shutil.copytree(inputs / "effkit-cache", home, dirs_exist_ok=True)
 
 
 class Worker:
@@ -181,6 +190,7 @@ class Worker:
 
         self.audit = self.assignment.EpochAudit()
         inputs = Path(os.environ["EFFKIT_GRADER_DATA"])  # the parent's inputs, read-only here
+        seed_caches(inputs)
         self.trainer = self.assignment.build_trainer(
             self.learner_object, self.audit, str(inputs / spec["data_dir"]), self.device,
             spec["seed"], spec["profile"], spec["hooks"],

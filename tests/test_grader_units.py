@@ -278,3 +278,27 @@ def test_instructor_targets_are_read_once_before_learner_code(tmp_path, monkeypa
         pass  # starting a sandboxed worker takes the snapshot first
     path.write_text(json.dumps({"lesson2": {"cpu": {"target": 1.01, "floor": 1.0}}}))
     assert targets.target_for("lesson2", "CPU test").target == 3.0
+
+
+def test_the_speed_gate_reuses_known_verdicts_and_runs_only_what_is_missing(monkeypatch):
+    from grader import assignments, cells
+
+    lesson3 = assignments.get("lesson3")
+    ran = []
+    monkeypatch.setattr(cells, "grade_cells", lambda a, c, only: ran.append(only) or (
+        {g: cells.CellVerdict(g, False, reason="wrong scale") for g in only}, {}))
+    known = {g: {"passed": True, "reason": ""} for g in lesson3.speed_gate}
+    assert cells.gate_problem(lesson3, [], known) == "" and ran == []
+    known["test_step"] = {"passed": False, "reason": "no autocast"}
+    assert cells.gate_problem(lesson3, [], known) == "test_step: no autocast"
+    del known["test_scaler"]
+    assert cells.gate_problem(lesson3, [], known) == "test_step: no autocast; test_scaler: wrong scale"
+    assert ran == [["test_scaler"]]
+
+
+def test_the_speed_gate_refuses_effkit_s_own_answer_from_the_source():
+    from grader import assignments, cells
+
+    lesson2 = assignments.get("lesson2")
+    src = "from effkit.workloads.cifar.pipelines import DevicePipeline as FastPipeline\n"
+    assert "DevicePipeline, the reference answer" in cells.gate_problem(lesson2, [("fast_pipeline", src)])

@@ -200,3 +200,22 @@ def test_out_of_kernel_reference_passes_the_stub_fails_and_a_scaler_mistake_is_n
     verdicts, _ = _out_of_kernel(swapped)
     assert verdicts["test_step"].passed  # bf16: the scaler is disabled, the order does not matter
     assert not verdicts["test_scaler"].passed and "clip only after scaler.unscale_" in verdicts["test_scaler"].reason
+
+
+def test_timed_workers_tokenize_with_the_parents_tokenizer(tmp_path, monkeypatch):
+    """WordPiece training is not deterministic across processes, so a worker that trained its own
+    tokenizer had its weights scored with other token ids (a reference solution lost 24 pp in one
+    run). The parent ships its tokenizer in the inputs; a worker building the recipe there (its
+    own empty cache, as in the sandbox) must end up with exactly the parent's vocabulary."""
+    from grader import bert_grading
+    from grader.lesson3 import ASSIGNMENT
+    from grader.worker import seed_caches
+
+    spec = ASSIGNMENT.specs["tiny"]
+    data = bert_grading.GraderData(tmp_path / "grading", spec, "cpu")
+    monkeypatch.setenv("EFFKIT_DATA", str(tmp_path / "worker-home"))  # the worker's private cache
+    seed_caches(data.inputs)
+    hooks = dict(spec.hooks, epochs=spec.epochs)
+    worker = bert_grading.build_trainer(None, bert_grading.StepAudit(), str(data.train_dirs[0]),
+                                        "cpu", data.seeds[0], spec.profile, hooks)  # fmt: skip
+    assert worker.tokenizer.get_vocab() == data.trainers[0].tokenizer.get_vocab()

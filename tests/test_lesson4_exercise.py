@@ -4,6 +4,8 @@ full-batch reference, on micro-batches of uneven token counts the grader draws i
 Each grading starts one sandboxed worker (~2-3 s); the checks themselves take well under a second.
 """
 
+from pathlib import Path
+
 import nbformat
 import pytest
 import torch
@@ -12,8 +14,6 @@ from grader import accum_checks as ac
 from grader import assignments
 from grader.cells import grade_cells
 from grader.notebook import solution_sources
-
-from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson4" / "lesson4.ipynb"

@@ -109,17 +109,39 @@ check_my_work("test_quiz", "lesson4.ipynb")
 # %% [markdown]
 # ## Your turn: the wrong way, measured (not graded)
 #
-# Replace the normalisation in a copy of your function with the per-micro-batch mean
-# (`F.cross_entropy(...)` with its default `reduction="mean"`, divided by `accum_steps`) and
-# compare the two gradients on the micro-batches below. How far apart are they, and which
-# micro-batch's tokens are over-weighted?
+# Compare the gradient of your step with the per-micro-batch mean's on two micro-batches of 30 and
+# 6 real tokens. How far apart are they? Then make the two micro-batches hold the same number of
+# real tokens: what happens to the difference, and why?
 
 # %%
-torch.manual_seed(0)
-demo = torch.nn.Sequential(torch.nn.Embedding(32, 12), torch.nn.Linear(12, 32))
+class Recorder(torch.optim.SGD):
+    """SGD with LR 0 that keeps the gradient it was stepped with."""
+
+    def step(self, closure=None):
+        self.grad = torch.cat([p.grad.reshape(-1) for p in self.param_groups[0]["params"]]).clone()
+        return super().step(closure)
+
+
+def step_gradient(fn, micro_batches):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(32, 12), torch.nn.Linear(12, 32))
+    recorder = Recorder(model.parameters(), lr=0.0)
+    fn(model, recorder, micro_batches, accum_steps=len(micro_batches))
+    return recorder.grad
+
+
+def per_micro_batch_mean(model, optimizer, micro_batches, accum_steps):  # the bug, for comparison
+    for tokens, labels in micro_batches:
+        loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+        (loss / accum_steps).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
 tokens = torch.randint(0, 32, (3, 10))
 long_labels, short_labels = torch.randint(0, 32, (3, 10)), torch.randint(0, 32, (3, 10))
-short_labels[:, 2:] = IGNORE  # only 6 real tokens against 30
-recorder = torch.optim.SGD(demo.parameters(), lr=0.0)
-train_accumulated(demo, recorder, [(tokens, long_labels), (tokens, short_labels)], accum_steps=2)
-print("ran one accumulated step over micro-batches of 30 and 6 real tokens")
+short_labels[:, 2:] = IGNORE  # your turn: try short_labels[:, 10:] (no padding)
+batches = [(tokens, long_labels), (tokens, short_labels)]
+mine, bug = step_gradient(train_accumulated, batches), step_gradient(per_micro_batch_mean, batches)
+print(f"real tokens {[int((y != IGNORE).sum()) for _, y in batches]}: the per-micro-batch mean's gradient"
+      f" differs from yours by {float((bug - mine).norm() / mine.norm()):.0%}")

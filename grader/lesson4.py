@@ -129,6 +129,7 @@ def run_and_compare(ctx: Context, count: int, accum_steps: int) -> str:
             hint = " That is one step per micro-batch: step once per window, after its last backward."
         raise CheckFailed(f"{shown}: {count} micro-batches in windows of {accum_steps} make {len(wins)} windows "
                           f"(sizes {sizes}), so expected {len(wins)} optimizer steps; your function made {steps}.{hint}")  # fmt: skip
+    expect(len(metas) == len(wins), "the worker's answer was malformed")
     params, previous = init.double(), None
     for k, window in enumerate(wins):
         got = _tensor(metas[k], r.blobs[1 + k], "gradient")
@@ -141,6 +142,7 @@ def run_and_compare(ctx: Context, count: int, accum_steps: int) -> str:
                               f"differs from the grader's float64 full-batch gradient by {err:.1%}: {why}.")  # fmt: skip
         params, previous = params - ac.LR * want, got
     after = _tensor(r.data.get("after"), r.blobs[-1], "parameter tensor")
+    expect(after.shape == init.shape, "the worker's answer was malformed")
     moved = ac.relative_error(after - init, params - init.double())
     expect(moved <= 1e-3, f"{shown}: the gradients were right, but the weights after training are not the "
                           f"optimizer's steps with them (off by {moved:.1%}): step only with optimizer.step()")  # fmt: skip

@@ -63,16 +63,16 @@ DEVICE_NAME = device_name(DEVICE)
 # The naive CIFAR recipe's ResNet (one block per stage, narrowed on CPUs) on the course's
 # synthetic CIFAR-like images; sizes per profile.
 SIZES = {
-    "smoke": dict(depth=10, width=16, n_train=1500, n_test=500, batches=(16, 64, 256),
-                  burst_samples=512, pairs=6, epochs=1.0, seeds=(0,), sweep=(32, 128, 512),
-                  sweep_epochs=1.0, target=0.3, noise_batches=4),
+    "smoke": dict(depth=10, width=16, n_train=1500, n_test=300, batches=(16, 64, 256),
+                  burst_samples=256, pairs=6, epochs=1.0, seeds=(0,), sweep=(64, 256),
+                  sweep_epochs=1.0, target=0.3, noise_batches=4, evals=3),
     "cpu": dict(depth=10, width=16, n_train=8000, n_test=1000, batches=(8, 16, 32, 64, 128, 256, 512),
-                burst_samples=2048, pairs=6, epochs=2.0, seeds=(0, 1), sweep=(32, 128, 512),
-                sweep_epochs=3.0, target=0.6, noise_batches=16),
+                burst_samples=1024, pairs=6, epochs=2.0, seeds=(0, 1), sweep=(32, 128, 512),
+                sweep_epochs=3.0, target=0.6, noise_batches=16, evals=8),
     "gpu": dict(depth=18, width=64, n_train=50000, n_test=5000,
                 batches=(32, 64, 128, 256, 512, 1024, 2048), burst_samples=16384, pairs=8,
                 epochs=4.0, seeds=(0, 1, 2), sweep=(64, 256, 1024, 4096), sweep_epochs=8.0,
-                target=0.8, noise_batches=32),
+                target=0.8, noise_batches=32, evals=10),
 }[PROFILE]
 print(f"profile {PROFILE!r} on {DEVICE_NAME}")
 
@@ -138,26 +138,27 @@ def timed(fn, repeats=3):
     return statistics.median(speeds)
 
 
-def saved_bytes_per_sample(batch):
-    """Bytes autograd keeps for backward, per sample (activations, measured, not estimated)."""
-    total = 0
+def saved_bytes(batch):
+    """Bytes of the distinct tensors autograd keeps for backward (measured, not estimated)."""
+    seen = {}
 
     def pack(t):
-        nonlocal total
-        total += t.numel() * t.element_size()
+        seen[(t.data_ptr(), t.numel(), t.dtype)] = t.numel() * t.element_size()
         return t
-    x = X_TRAIN[:batch]
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = F.cross_entropy(model(x), Y_TRAIN[:batch])
+        loss = F.cross_entropy(model(X_TRAIN[:batch]), Y_TRAIN[:batch])
     del loss
-    return total / batch
+    return sum(seen.values())
 
 
 train_burst(SIZES["batches"][0])()  # warm-up
 throughput = {b: timed(train_burst(b)) for b in tqdm(SIZES["batches"], desc="batch sizes")}
-bytes_per_sample = saved_bytes_per_sample(SIZES["batches"][0])
+# The slope between two batch sizes: what each extra sample costs (weights saved for backward
+# are the same at any batch and cancel out).
+b1, b2 = SIZES["batches"][0], SIZES["batches"][2]
+bytes_per_sample = (saved_bytes(b2) - saved_bytes(b1)) / (b2 - b1)
 for b, speed in throughput.items():
-    print(f"batch {b:5d}: {speed:8,.0f} samples/s   activations {b * bytes_per_sample / 2**20:8.1f} MiB")
+    print(f"batch {b:5d}: {speed:8,.0f} samples/s   activations ~{b * bytes_per_sample / 2**20:8.1f} MiB")
 small, large = min(throughput), max(throughput)
 gain = throughput[large] / throughput[small]
 lesson.check_guess(GUESS_THROUGHPUT_GAIN, gain, f"samples/s at batch {large} / batch {small}", "{:.1f}x")
@@ -190,7 +191,7 @@ plt.show()
 if flat is None:
     print(f"Every doubling we tried was more than 10% faster: throughput had not flattened by batch {large}.")
 else:
-    print(f"First doubling without a >10% gain: {flat} ({doublings[flat].verdict})")
+    print(f"First doubling whose gain the A/B cannot show to exceed 10%: {flat} ({doublings[flat].verdict})")
 print(f"Activations grow linearly: {bytes_per_sample / 2**10:.0f} KiB per sample here, so a 16 GiB"
       f" accelerator holds about {16 * 2**30 / bytes_per_sample:,.0f} samples of this model's"
       " activations (weights and optimizer state not counted) — the memory wall.")
@@ -310,7 +311,7 @@ print(f"The 5 tokens of the last micro-batch weigh as much as the 84 of the firs
 # same gradient up to BatchNorm's per-micro-batch statistics).
 
 # %%
-big = SIZES["batches"][-1] if PROFILE == "smoke" else 256
+big = 256
 acc_model = new_model()
 acc_opt = torch.optim.SGD(acc_model.parameters(), lr=0.01, momentum=0.9)
 
@@ -366,7 +367,7 @@ def evaluate(net):
 
 
 def train_run(batch, accum, lr, warmup_frac, epochs, seed, bar=None):
-    """Train from scratch; returns [(samples seen, test accuracy)] at ~8 points, and the net."""
+    """Train from scratch; returns [(samples seen, test accuracy)] at ~`evals` points, and the net."""
     net = new_model(seed)
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
     steps = max(1, int(epochs * SIZES["n_train"] / batch))
@@ -374,7 +375,7 @@ def train_run(batch, accum, lr, warmup_frac, epochs, seed, bar=None):
     acc = GradAccumulator(net, opt, accum)
     order = torch.randperm(SIZES["n_train"] * (int(epochs) + 1), generator=torch.Generator()
                            .manual_seed(seed)) % SIZES["n_train"]
-    curve, every = [], max(1, steps // 8)
+    curve, every = [], max(1, steps // SIZES["evals"])
     for step in range(steps):
         idx = order[step * batch:(step + 1) * batch].to(DEVICE)
         for i, part in enumerate(idx.chunk(accum)):
@@ -463,8 +464,8 @@ perm = torch.randperm(SIZES["n_train"], generator=torch.Generator().manual_seed(
 small_b, big_b = 16, min(512, SIZES["n_train"] // 2)
 small_batches = [(X_TRAIN[perm[i * small_b:(i + 1) * small_b]], Y_TRAIN[perm[i * small_b:(i + 1) * small_b]])
                  for i in range(n_b)]
-big_batches = [(X_TRAIN[perm[i * big_b % (SIZES["n_train"] - big_b):][:big_b]],
-                Y_TRAIN[perm[i * big_b % (SIZES["n_train"] - big_b):][:big_b]]) for i in range(2)]
+big_batches = [(X_TRAIN[perm[i * big_b:(i + 1) * big_b]], Y_TRAIN[perm[i * big_b:(i + 1) * big_b]])
+               for i in range(2)]
 noise = measure_noise_scale(probe_net, F.cross_entropy, small_batches, big_batches)
 print(f"gradient noise scale B_simple ~ {noise.b_simple:,.0f} samples"
       f" (|G|^2 {noise.true_grad_sq:.3g}, tr(Sigma) {noise.trace_sigma:.3g}; from {n_b} batches of"
@@ -489,7 +490,8 @@ fig, ax = plt.subplots(figsize=(6.5, 3.5))
 hits = {b: s for b, s in steps_needed.items() if s is not None}
 if hits:
     ax.plot(list(hits), list(hits.values()), "o-", label="measured (linear LR, warm-up)")
-    s_min = min(hits.values()) / (1 + noise.b_simple / max(hits)) if math.isfinite(noise.b_simple) else None
+    # Anchor the model at the largest batch that reached the target: S_min = S(B) / (1 + B_noise / B).
+    s_min = hits[max(hits)] / (1 + noise.b_simple / max(hits)) if math.isfinite(noise.b_simple) else None
     if s_min is not None and noise.b_simple > 0:
         grid = [2 ** k for k in range(4, 14)]
         ax.plot(grid, [steps_to_target_model(g, s_min, noise.b_simple) for g in grid], "--",
@@ -563,7 +565,7 @@ print(f"effective batch {128 * MY_ACCUM}, LR {MY_LR:.3g}: final accuracy {mine[-
 print(f"Summary — lesson 4, profile {PROFILE!r}, measured on {DEVICE_NAME}")
 print(f"* throughput: {throughput[small]:,.0f} samples/s at batch {small}, {throughput[large]:,.0f}"
       f" at {large} ({gain:.1f}x)")
-print("* " + (f"first doubling without a >10% gain: {flat}" if flat else
+print("* " + (f"first doubling not shown to gain >10%: {flat}" if flat else
               f"every doubling tried gained >10% up to batch {large}"))
 for name, r in doublings.items():
     print(f"  - {name}: {r.verdict}")

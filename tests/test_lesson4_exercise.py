@@ -137,3 +137,17 @@ def test_plausible_mistakes_score_what_they_deserve_with_a_hint(name, source, po
     failed = [v for v in verdicts.values() if not v.passed]
     assert got == points, (name, {g: v.reason for g, v in verdicts.items()})
     assert failed and all(hint in v.reason for v in failed), (name, [v.reason for v in failed])
+
+
+@pytest.mark.slow
+def test_forged_records_earn_nothing_and_are_flagged():
+    """Planting a step on the grader's optimizer and forging its records: the parent's own
+    reference rejects the gradients, and the worker's evidence names the planted method."""
+    forged = """def train_accumulated(model, optimizer, micro_batches, accum_steps):
+    optimizer.step = lambda closure=None: None
+    size = sum(p.numel() for p in model.parameters())
+    for _ in range(-(-len(micro_batches) // accum_steps)):
+        optimizer.recorded.append(torch.full((size,), 1e-3))"""
+    points, verdicts, report = _score(SOLUTION, train_accumulated=forged)
+    assert points == 2, {g: v.reason for g, v in verdicts.items()}  # the quiz only
+    assert "RecordingSGD: step" in " | ".join(report["flags"]), report["flags"]

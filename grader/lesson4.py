@@ -104,8 +104,15 @@ def _tensor(meta, raw: bytes, what: str) -> torch.Tensor:
         raise CheckFailed(f"the worker sent a malformed {what} ({err})") from err
 
 
+def _refuse_reference(ctx: Context) -> None:
+    source = "\n".join(src for _, src in ctx.session.cells)
+    expect("GradAccumulator" not in source, "your train_accumulated uses effkit's GradAccumulator, the lesson's "
+           "reference answer: write the accumulation yourself")  # fmt: skip
+
+
 def run_and_compare(ctx: Context, count: int, accum_steps: int) -> str:
     """One call of the learner's function; every recorded step checked. Returns a summary."""
+    _refuse_reference(ctx)
     seed = ctx.rng.randrange(1 << 20)
     batches = _draw(ctx, count, accum_steps, seed)
     shown = f"train_accumulated(model, optimizer, {count} micro-batches, accum_steps={accum_steps})"

@@ -114,6 +114,16 @@ NEVER_ZEROED = """def train_accumulated(model, optimizer, micro_batches, accum_s
                             reduction="sum").div(n).backward()
         optimizer.step()"""
 
+LIBRARY = """from effkit.accumulate import GradAccumulator
+def train_accumulated(model, optimizer, micro_batches, accum_steps):
+    acc = GradAccumulator(model, optimizer, accum_steps)
+    for window in acc.windows(micro_batches):
+        n = sum(int((y != IGNORE).sum()) for _, y in window)
+        for tokens, labels in window:
+            acc.backward(F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
+                                         reduction="sum"), n)
+        acc.step()"""
+
 
 @pytest.mark.slow
 def test_reference_solution_gets_full_marks_and_the_stub_none():
@@ -130,6 +140,7 @@ def test_reference_solution_gets_full_marks_and_the_stub_none():
     ("(i + 1) % accum_steps loop", CLASSIC_LOOP, 6, "never stepped"),
     ("padding counted", PADDING_COUNTED, 2, "padding included"),
     ("gradients never cleared", NEVER_ZEROED, 2, "previous window's"),
+    ("the library's answer", LIBRARY, 2, "GradAccumulator, the lesson's reference answer"),
 ])  # fmt: skip
 def test_plausible_mistakes_score_what_they_deserve_with_a_hint(name, source, points, hint):
     """Quiz right in every case (2 points); the full-windows cell (4) only when the windows are."""

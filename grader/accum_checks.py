@@ -78,7 +78,7 @@ RecordingSGD([torch.zeros(1, requires_grad=True)])
 
 
 def make_micro_batches(rng: random.Random, count: int) -> list[tuple[list, list]]:
-    """``count`` micro-batches (token ids, labels) as plain lists; real-token counts vary ~10x."""
+    """``count`` micro-batches (token ids, labels) as plain lists; real-token counts differ several-fold."""
     out = []
     for i in range(count):
         rows, length = rng.randint(2, 4), rng.randint(8, 14)

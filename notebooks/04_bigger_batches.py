@@ -231,8 +231,9 @@ plt.show()
 # of the **whole window**. The tempting `loss.mean() / accum_steps` averages per micro-batch
 # first: it is right only when every micro-batch holds the same number of tokens. With padding
 # masks or a short last batch it silently over-weights small micro-batches. Hugging Face
-# `transformers` shipped exactly this bug (issues #34191 and #37766): loss curves that depended on
-# the accumulation setting.
+# `transformers`' Trainer shipped exactly this bug: loss curves that depended on the accumulation
+# setting, fixed in October 2024 by normalising by the window's token count (pull request #34191);
+# models that do not accept that count still got the per-micro-batch normalisation (issue #37766).
 #
 # Let's see it on a small token model with masked padding: one window of three micro-batches
 # with very different numbers of real tokens, against a float64 full-batch reference.
@@ -598,7 +599,7 @@ print(f"* the effective batch 256 of section 3 is {side} the measured noise scal
 # * S. McCandlish, J. Kaplan, D. Amodei et al., *An Empirical Model of Large-Batch Training*,
 #   2018, [arXiv:1812.06162](https://arxiv.org/abs/1812.06162) — the gradient noise scale and
 #   the critical batch size.
-# * Hugging Face `transformers`: [issue #34191](https://github.com/huggingface/transformers/issues/34191)
+# * Hugging Face `transformers`: [pull request #34191](https://github.com/huggingface/transformers/pull/34191)
 #   and [issue #37766](https://github.com/huggingface/transformers/issues/37766) — loss
 #   normalisation under gradient accumulation; the blog post
 #   [Fixing gradient accumulation](https://huggingface.co/blog/gradient_accumulation).

@@ -18,7 +18,7 @@
 # Gradient accumulation builds a big batch out of micro-batches that fit in memory. It is only
 # the *same* big batch if every optimizer step uses the gradient of the mean loss over **every
 # real token of its window** — not the mean of per-micro-batch means (the bug Hugging Face
-# `transformers` shipped: issues #34191 and #37766).
+# `transformers` shipped: see its pull request #34191 and issue #37766).
 #
 # Write `train_accumulated(model, optimizer, micro_batches, accum_steps)`:
 #

@@ -454,9 +454,9 @@ for name in list(RECIPES)[1:]:
 # McCandlish et al. (2018) model it as `S(B) = S_min (1 + B_noise / B)` and estimate the
 # critical batch with the **gradient noise scale** `B_simple = tr(Σ) / |G|²` — the per-sample
 # gradient variance over the squared true gradient — from gradients at two batch sizes
-# (`effkit.batch_size`). We measure it on the baseline model trained above (in `eval()` mode, so
-# BatchNorm does not mix samples), then train a few batch sizes with linearly scaled LR and
-# warm-up and count steps to the target.
+# (`effkit.batch_size`). We measure it on a model half an epoch into the baseline recipe (in
+# `eval()` mode, so BatchNorm does not mix samples), then train a few batch sizes with linearly
+# scaled LR and warm-up and count steps to the target.
 
 # %%
 _, probe_net = train_run(128, 1, 0.1, 0.0, 0.5, 0)  # half an epoch in: the measuring point

@@ -43,7 +43,7 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 # performance cell only prints a note under autograding), so notebook cells are short: building
 # the naive recipe and the correctness checks. The limit is taken from the assignment named on the
 # command line (`nbgrader autograde lesson2`), else the default.
-CELL_TIMEOUT_S = {"lesson1": 180, "lesson2": 120, "lesson3": 120}
+CELL_TIMEOUT_S = {"lesson1": 180, "lesson2": 120, "lesson3": 120, "lesson4": 120}
 _named = [a for a in sys.argv[1:] if a in CELL_TIMEOUT_S]
 c.Execute.timeout = CELL_TIMEOUT_S[_named[0]] if _named else 300
 c.Execute.interrupt_on_timeout = True  # a stuck cell scores 0; the following cells still run

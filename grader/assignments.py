@@ -83,7 +83,16 @@ def _lesson1() -> Assignment:
                       cell_checks=lesson1.CELL_CHECKS)  # fmt: skip
 
 
-_OUT_OF_KERNEL = {"lesson1": _lesson1}
+def _lesson4() -> Assignment:
+    from grader import lesson4
+
+    return Assignment(id="lesson4", notebook="lesson4", object_name="train_accumulated",
+                      performance_cell=None, setup_cell="setup", setup_source=lesson4.SETUP_SOURCE,
+                      runtime_module="", timeout_s=120, probes="grader.lesson4_probes",
+                      names=lesson4.NAMES, cell_checks=lesson4.CELL_CHECKS)  # fmt: skip
+
+
+_OUT_OF_KERNEL = {"lesson1": _lesson1, "lesson4": _lesson4}
 
 
 def get(assignment_id: str) -> Assignment:

@@ -1,0 +1,171 @@
+"""Lesson 4 - bigger batches: gradient accumulation graded out of the kernel, by gradient equality.
+
+**What it does.** The learner writes ``train_accumulated(model, optimizer, micro_batches,
+accum_steps)``: one optimizer step per window of ``accum_steps`` consecutive micro-batches (the
+last window may be shorter), each step's gradient that of the mean loss over **every real token
+of the window**. Each check draws its own micro-batches (uneven token counts: long and short
+micro-batches alternate, padding labelled ``IGNORE``) and model seed, runs the learner's function
+in the sandboxed worker (:mod:`grader.lesson4_probes`) and gets back the gradient recorded at each
+optimizer step. This process then walks its own float64 trajectory: at each window it computes
+the full-batch reference gradient, compares the recorded one with it (relative error <= 1e-4;
+each usual mistake misses by >= 5%), and steps on with *its* gradient. When a gradient misses,
+it recomputes what the usual mistakes would give (per-micro-batch mean, padding counted as
+tokens, an unnormalised sum, gradients not zeroed) and names the one that matches.
+
+* ``test_full_windows`` (4 points): 6 micro-batches in windows of 3, 8 in windows of 4;
+* ``test_last_window`` (2 points): 7 in windows of 3 and 5 in windows of 2 — a short last
+  window that must be stepped too (the classic ``(i + 1) % accum_steps == 0`` loop drops it);
+* ``test_quiz`` (2 points).
+
+**When to use it.** Through :mod:`grader.cells` (nbgrader autograde, ``grader check``,
+``check_my_work``).
+
+**Expected gain.** The per-micro-batch mean (transformers #34191) fails with a message that says
+why; a correct accumulation passes whatever loop it is written as.
+
+**Pitfalls.** The data are drawn per grading from the check's random generator: a submission
+tuned to one set of micro-batches gains nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from grader import accum_checks as ac
+from grader.cells import CheckFailed, Context, expect, stub_reason
+from grader.channel import ChannelError, tensor_from
+from grader.quiz import quiz_check
+
+CALL_SECONDS = 30.0
+TOLERANCE = 1e-4  # relative gradient error of float32 accumulation vs the float64 reference
+MATCH = 1e-3  # "your gradient is exactly what this mistake gives"
+
+SETUP_SOURCE = """\
+import torch
+import torch.nn.functional as F
+
+from grader.accum_checks import IGNORE"""
+
+QUIZ_KEY = {  # the notebook holds only the questions
+    "q1": "c",  # effective batch = micro-batch x accumulation steps x ranks
+    "q2": "b",  # normalise by the window's real-token count, not per micro-batch
+    "q3": "a",  # linear scaling for SGD: LR x k; warm-up for the early steps
+    "q4": "b",  # past the critical batch, a bigger batch stops cutting the steps to target
+}
+
+HINTS = {
+    "micro_mean": "it is the per-micro-batch mean divided by the number of micro-batches: each micro-batch "
+                  "weighs the same whatever its token count. Sum the token losses (reduction='sum') and "
+                  "divide by the real tokens of the whole window",
+    "micro_mean_accum": "it is the per-micro-batch mean divided by accum_steps: in the short last window that "
+                        "also shrinks the gradient. Divide each micro-batch's loss sum by the real tokens of its "
+                        "own window",
+    "padding": "it divides by every label position, padding included: count only labels != IGNORE",
+    "sum": "it is the plain sum of the token losses: divide by the window's real-token count",
+    "stale": "it is this window's gradient plus the previous window's: clear the gradients after each step "
+             "(optimizer.zero_grad())",
+}  # fmt: skip
+
+
+def _describe(window) -> str:
+    counts = [int((y != ac.IGNORE).sum()) for _, y in window]
+    return f"{len(window)} micro-batch(es) with {counts} real tokens"
+
+
+def _diagnose(got, params, seed, window, accum_steps, previous, want) -> str:
+    for name, grad in ac.wrong_grads(params, seed, window, accum_steps).items():
+        if ac.relative_error(got, grad) < MATCH:
+            return HINTS[name]
+    if previous is not None and ac.relative_error(got, want + previous.double()) < MATCH:
+        return HINTS["stale"]
+    scale = float(got.double() @ want / (want @ want))
+    if ac.relative_error(got, scale * want) < MATCH:
+        return (f"it points the right way but is {scale:.3g}x the right size: divide each loss sum by the "
+                "real tokens of the whole window, once")  # fmt: skip
+    return "check the loss: cross-entropy summed over real tokens (ignore_index=IGNORE), divided by the window's count"
+
+
+def _draw(ctx: Context, count: int, accum_steps: int, seed: int) -> list:
+    """Micro-batches on which the per-micro-batch mean misses every full window by >= MIN_GAP."""
+    for _ in range(50):
+        batches = ac.make_micro_batches(ctx.rng, count)
+        params = ac.flat_params(ac.TokenModel(seed))
+        full = [w for w in ac.windows(ac.tensors(batches), accum_steps) if len(w) > 1]
+        if all(ac.relative_error(ac.wrong_grads(params, seed, w, accum_steps)["micro_mean"],
+                                 ac.reference_grad(params, seed, w)) >= ac.MIN_GAP for w in full):  # fmt: skip
+            return batches
+    raise CheckFailed("the grader could not draw uneven micro-batches (a grader bug: report it)")
+
+
+def _tensor(meta, raw: bytes, what: str) -> torch.Tensor:
+    try:
+        return tensor_from(meta if isinstance(meta, dict) else {}, raw)
+    except ChannelError as err:
+        raise CheckFailed(f"the worker sent a malformed {what} ({err})") from err
+
+
+def _refuse_reference(ctx: Context) -> None:
+    source = "\n".join(src for _, src in ctx.session.cells)
+    expect("GradAccumulator" not in source, "your train_accumulated uses effkit's GradAccumulator, the lesson's "
+           "reference answer: write the accumulation yourself")  # fmt: skip
+
+
+def run_and_compare(ctx: Context, count: int, accum_steps: int) -> str:
+    """One call of the learner's function; every recorded step checked. Returns a summary."""
+    _refuse_reference(ctx)
+    seed = ctx.rng.randrange(1 << 20)
+    batches = _draw(ctx, count, accum_steps, seed)
+    shown = f"train_accumulated(model, optimizer, {count} micro-batches, accum_steps={accum_steps})"
+    r = ctx.session.call("train", CALL_SECONDS, seed=seed, micro_batches=batches, accum_steps=accum_steps)
+    if not r.ok:
+        raise CheckFailed(stub_reason(r.failure) or f"{shown} {r.failure}")
+    steps, metas = r.data.get("steps"), r.data.get("grads")
+    expect(isinstance(steps, int) and isinstance(metas, list) and len(r.blobs) == len(metas) + 2,
+           "the worker's answer was malformed")  # fmt: skip
+    init = _tensor(r.data.get("init"), r.blobs[0], "parameter tensor")
+    expect(torch.equal(init, ac.flat_params(ac.TokenModel(seed))), "the model the grader built was changed "
+           "before your function ran (a grader bug, or tampering)")  # fmt: skip
+    wins = ac.windows(ac.tensors(batches), accum_steps)
+    sizes = [len(w) for w in wins]
+    if steps != len(wins):
+        hint = ""
+        if steps == count // accum_steps and count % accum_steps:
+            hint = (f" The short last window ({sizes[-1]} micro-batch(es)) was never stepped: a loop that steps "
+                    "when (i + 1) % accum_steps == 0 never fires for it. Step after the last micro-batch too.")
+        elif steps == count:
+            hint = " That is one step per micro-batch: step once per window, after its last backward."
+        raise CheckFailed(f"{shown}: {count} micro-batches in windows of {accum_steps} make {len(wins)} windows "
+                          f"(sizes {sizes}), so expected {len(wins)} optimizer steps; your function made {steps}.{hint}")  # fmt: skip
+    expect(len(metas) == len(wins), "the worker's answer was malformed")
+    params, previous = init.double(), None
+    for k, window in enumerate(wins):
+        got = _tensor(metas[k], r.blobs[1 + k], "gradient")
+        expect(got.shape == params.shape, f"the gradient of step {k + 1} has the wrong shape")
+        want = ac.reference_grad(params, seed, window)
+        err = ac.relative_error(got, want)
+        if not err <= TOLERANCE:
+            why = _diagnose(got, params, seed, window, accum_steps, previous, want)
+            raise CheckFailed(f"{shown}: the gradient of step {k + 1} of {len(wins)} (window of {_describe(window)}) "
+                              f"differs from the grader's float64 full-batch gradient by {err:.1%}: {why}.")  # fmt: skip
+        params, previous = params - ac.LR * want, got
+    after = _tensor(r.data.get("after"), r.blobs[-1], "parameter tensor")
+    expect(after.shape == init.shape, "the worker's answer was malformed")
+    moved = ac.relative_error(after - init, params - init.double())
+    expect(moved <= 1e-3, f"{shown}: the gradients were right, but the weights after training are not the "
+                          f"optimizer's steps with them (off by {moved:.1%}): step only with optimizer.step()")  # fmt: skip
+    return f"{count} micro-batches, accum_steps={accum_steps}: {len(wins)} steps (windows {sizes}), gradients exact"
+
+
+def check_full_windows(ctx: Context) -> None:
+    for count, accum_steps in ((6, 3), (8, 4)):
+        ctx.ok(run_and_compare(ctx, count, accum_steps))
+
+
+def check_last_window(ctx: Context) -> None:
+    for count, accum_steps in ((7, 3), (5, 2)):
+        ctx.ok(run_and_compare(ctx, count, accum_steps))
+
+
+CELL_CHECKS = {"test_full_windows": check_full_windows, "test_last_window": check_last_window,
+               "test_quiz": quiz_check(QUIZ_KEY)}  # fmt: skip
+NAMES = ("train_accumulated",)

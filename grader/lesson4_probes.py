@@ -1,0 +1,38 @@
+"""Lesson 4, worker side: run the learner's ``train_accumulated`` on the grader's micro-batches.
+
+**What it does.** ``probe_train`` builds the seeded `TokenModel` and a `RecordingSGD`, turns the
+parent's micro-batches (plain lists of token ids and labels) into tensors, calls the learner's
+``train_accumulated(model, optimizer, micro_batches, accum_steps)`` and returns raw tensor bytes:
+the parameters before, the gradient recorded at each optimizer step (at most ``MAX_STEPS``), and
+the parameters after. No reference and no verdict exist in this process: the parent recomputes
+every window's float64 gradient itself (:mod:`grader.lesson4`).
+
+**When to use it.** Named as lesson 4's probe module; run in :mod:`grader.probe_worker`.
+
+**Expected gain.** Gradient equality judged out of the learner's kernel, on data it never saw.
+
+**Pitfalls.** Everything returned is a claim; the parent treats it so.
+"""
+
+from __future__ import annotations
+
+from grader import accum_checks as ac
+from grader.channel import tensor_msg
+from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+
+MAX_STEPS = 32
+
+
+def probe_train(worker, seed: int, micro_batches: list, accum_steps: int):
+    fn = worker.ns.get("train_accumulated")
+    if not callable(fn):
+        raise NameError("your solution cells define no function 'train_accumulated'")
+    model = worker.watch(ac.TokenModel(seed))
+    optimizer = worker.watch(ac.RecordingSGD(model.parameters()))
+    init_meta, init_raw = tensor_msg(ac.flat_params(model))
+    fn(model, optimizer, ac.tensors(micro_batches), accum_steps)
+    grads = [tensor_msg(g) for g in optimizer.recorded[:MAX_STEPS]]
+    after_meta, after_raw = tensor_msg(ac.flat_params(model))
+    msg = {"init": init_meta, "steps": len(optimizer.recorded), "grads": [m for m, _ in grads],
+           "after": after_meta}  # fmt: skip
+    return msg, [init_raw, *(raw for _, raw in grads), after_raw]

@@ -1,0 +1,615 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 4 — Bigger batches, safely
+#
+# **Goal:** raise the batch size to keep the accelerator busy — without changing what the model
+# learns by accident. We will:
+#
+# 1. measure throughput against batch size, see where it flattens, and what the batch costs in
+#    memory (the memory wall);
+# 2. build a bigger *effective* batch by gradient accumulation, and normalise the loss by the
+#    samples or **tokens of the whole window** — watching the per-micro-batch mean (the bug
+#    Hugging Face shipped) get the gradient wrong;
+# 3. scale the learning rate with the batch (linear for SGD, square root for Adam) and warm it
+#    up: the seed course's example, ResNet at batch 128 → effective 256 by accumulating 2 steps,
+#    LR 0.1 → 0.2 with a short warm-up;
+# 4. measure the gradient noise scale — the *critical batch size* past which a bigger batch
+#    stops cutting the steps to a target;
+# 5. clip gradients only after unscaling them.
+#
+# **Run time** (measured on a 2-core AMD EPYC VM, no GPU): about 2.5 min in `cpu` (151 s), 28 s in
+# `smoke`, measured with nothing else running; `gpu`: not measured yet (no GPU here).
+#
+# **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
+# `smoke` (tests only: its numbers show the code runs, not what is true). You will predict
+# twice and run your own experiment in *Your turn*. The quiz and the graded exercise are in
+# `exercises/lesson4/`.
+
+# %%
+# %matplotlib inline
+import math
+import statistics
+import time
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from matplotlib.patches import FancyArrowPatch, Rectangle
+from torch import nn
+from tqdm.auto import tqdm
+
+from effkit import lesson
+from effkit.accumulate import GradAccumulator
+from effkit.batch_size import measure_noise_scale, steps_to_target_model
+from effkit.measure import device_name, sync
+from effkit.schedules import scale_lr, warmup_cosine
+from effkit.workloads.cifar.data import synthetic_images
+from effkit.workloads.cifar.models import naive_resnet
+
+# %%
+PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
+DEVICE = lesson.device()
+DEVICE_NAME = device_name(DEVICE)
+# The naive CIFAR recipe's ResNet (one block per stage, narrowed on CPUs) on the course's
+# synthetic CIFAR-like images; sizes per profile.
+SIZES = {
+    "smoke": dict(depth=10, width=16, n_train=1500, n_test=300, batches=(16, 64, 256),
+                  burst_samples=256, pairs=6, epochs=1.0, seeds=(0,), sweep=(64, 256),
+                  sweep_epochs=1.0, target=0.3, noise_batches=4, evals=3),
+    "cpu": dict(depth=10, width=16, n_train=8000, n_test=1000, batches=(8, 16, 32, 64, 128, 256, 512),
+                burst_samples=1024, pairs=6, epochs=2.0, seeds=(0, 1), sweep=(32, 128, 512),
+                sweep_epochs=3.0, target=0.6, noise_batches=16, evals=8),
+    "gpu": dict(depth=18, width=64, n_train=50000, n_test=5000,
+                batches=(32, 64, 128, 256, 512, 1024, 2048), burst_samples=16384, pairs=8,
+                epochs=4.0, seeds=(0, 1, 2), sweep=(64, 256, 1024, 4096), sweep_epochs=8.0,
+                target=0.8, noise_batches=32, evals=10),
+}[PROFILE]
+print(f"profile {PROFILE!r} on {DEVICE_NAME}")
+
+
+def to_tensors(n, seed):
+    images, labels = synthetic_images(n, seed)
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div(255)
+    return x.to(DEVICE), torch.from_numpy(labels).to(DEVICE)
+
+
+X_TRAIN, Y_TRAIN = to_tensors(SIZES["n_train"], seed=0)
+X_TEST, Y_TEST = to_tensors(SIZES["n_test"], seed=1)
+
+
+def new_model(seed=0):
+    torch.manual_seed(seed)
+    return naive_resnet(SIZES["depth"], SIZES["width"]).to(DEVICE)
+
+
+# %% [markdown]
+# ## 1. Throughput against batch size — and the memory wall
+#
+# A step has fixed costs (kernel launches, the optimizer, Python) and per-sample costs. Small
+# batches leave the hardware's parallel units idle; past some size it is saturated and a bigger
+# batch only adds time in proportion. Activation memory, meanwhile, grows linearly with the
+# batch — that is the wall.
+#
+# **Predict.** How many times more samples/s will the ResNet train at the largest batch below
+# than at the smallest?
+
+# %%
+GUESS_THROUGHPUT_GAIN = None  # your guess, e.g. 4.0
+
+# %%
+model = new_model()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+def train_burst(batch):
+    """A few training steps at ``batch``; returns the samples processed."""
+    steps = max(2, SIZES["burst_samples"] // batch)
+
+    def run():
+        for step in range(steps):
+            start = (step * batch) % (SIZES["n_train"] - batch)
+            x, y = X_TRAIN[start:start + batch], Y_TRAIN[start:start + batch]
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        return steps * batch
+    return run
+
+
+def timed(fn, repeats=3):
+    speeds = []
+    for _ in range(repeats):
+        sync(DEVICE)  # GPU work is asynchronous: sync before reading the clock
+        t0 = time.perf_counter()
+        n = fn()
+        sync(DEVICE)
+        speeds.append(n / (time.perf_counter() - t0))
+    return statistics.median(speeds)
+
+
+def saved_bytes(batch):
+    """Bytes of the distinct tensors autograd keeps for backward (measured, not estimated)."""
+    seen = {}
+
+    def pack(t):
+        seen[(t.data_ptr(), t.numel(), t.dtype)] = t.numel() * t.element_size()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = F.cross_entropy(model(X_TRAIN[:batch]), Y_TRAIN[:batch])
+    del loss
+    return sum(seen.values())
+
+
+train_burst(SIZES["batches"][0])()  # warm-up
+throughput = {b: timed(train_burst(b)) for b in tqdm(SIZES["batches"], desc="batch sizes")}
+# The slope between two batch sizes: what each extra sample costs (weights saved for backward
+# are the same at any batch and cancel out).
+b1, b2 = SIZES["batches"][0], SIZES["batches"][2]
+bytes_per_sample = (saved_bytes(b2) - saved_bytes(b1)) / (b2 - b1)
+for b, speed in throughput.items():
+    print(f"batch {b:5d}: {speed:8,.0f} samples/s   activations ~{b * bytes_per_sample / 2**20:8.1f} MiB")
+small, large = min(throughput), max(throughput)
+gain = throughput[large] / throughput[small]
+lesson.check_guess(GUESS_THROUGHPUT_GAIN, gain, f"samples/s at batch {large} / batch {small}", "{:.1f}x")
+
+# %% [markdown]
+# Where does it flatten? A curve from single medians cannot say; an A/B per doubling can. Each
+# A/B below runs batch *b* and *2b* interleaved and asks whether *2b* is more than 10% faster.
+
+# %%
+doublings = {}
+for b in SIZES["batches"][1:-1:2] if len(SIZES["batches"]) > 4 else SIZES["batches"][:-1]:
+    doublings[f"{b} -> {2 * b}"] = lesson.ab(
+        f"batch {b} vs {2 * b}", train_burst(b), train_burst(2 * b), pairs=SIZES["pairs"],
+        a_label=f"batch {b}", b_label=f"batch {2 * b}", threshold=1.1, dev=DEVICE)
+flat = next((name for name, r in doublings.items() if r.verdict.word != "faster"), None)
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
+sizes_ = list(throughput)
+ax1.plot(sizes_, list(throughput.values()), "o-", label="samples/s")
+ax1.set(xscale="log", xlabel="batch size", ylabel="samples/s",
+        title=f"Throughput vs batch — {DEVICE_NAME}")
+mem = ax1.twinx()
+mem.plot(sizes_, [b * bytes_per_sample / 2**20 for b in sizes_], "s--", color="tab:red")
+mem.set_ylabel("saved activations (MiB)", color="tab:red")
+lesson.plot_ab(doublings, "Doubling the batch: speed 2b / b", ax=ax2)
+ax2.axhline(1.1, color="gray", lw=0.8, ls=":")
+plt.tight_layout()
+plt.show()
+if flat is None:
+    print(f"Every doubling we tried was more than 10% faster: throughput had not flattened by batch {large}.")
+else:
+    print(f"First doubling whose gain the A/B cannot show to exceed 10%: {flat} ({doublings[flat].verdict})")
+print(f"Activations grow linearly: {bytes_per_sample / 2**10:.0f} KiB per sample here, so a 16 GiB"
+      f" accelerator holds about {16 * 2**30 / bytes_per_sample:,.0f} samples of this model's"
+      " activations (weights and optimizer state not counted) — the memory wall.")
+
+# %% [markdown]
+# ## 2. Accumulation: a big batch in small pieces
+#
+# When the batch you want does not fit, split it into *micro-batches*, run forward and backward
+# on each, let the gradients **add up** in `.grad`, and step the optimizer once per *window*:
+#
+# **effective batch = micro-batch × accumulation steps (× ranks, under DDP)**.
+
+# %%
+fig, ax = plt.subplots(figsize=(10, 2.6))
+for i in range(3):
+    ax.add_patch(Rectangle((i * 2.2, 1.0), 1.9, 0.8, color="tab:blue", alpha=0.8))
+    ax.text(i * 2.2 + 0.95, 1.4, f"micro-batch {i + 1}\nforward + backward", ha="center",
+            va="center", color="white", fontsize=8)
+    ax.add_patch(FancyArrowPatch((i * 2.2 + 0.95, 1.0), (i * 2.2 + 0.95, 0.55), arrowstyle="->",
+                                 mutation_scale=12))
+    ax.text(i * 2.2 + 0.95, 0.75, "loss_sum / N_window" if i == 0 else "", ha="left", fontsize=7)
+ax.add_patch(Rectangle((0, 0.1), 6.3, 0.4, color="tab:green", alpha=0.7))
+ax.text(3.15, 0.3, ".grad accumulates (no_sync under DDP: no all-reduce until the last)",
+        ha="center", va="center", fontsize=8, color="white")
+ax.add_patch(Rectangle((6.8, 0.1), 1.9, 1.7, color="tab:orange", alpha=0.85))
+ax.text(7.75, 0.95, "unscale\nclip\noptimizer.step\nzero_grad", ha="center", va="center",
+        fontsize=8, color="white")
+ax.set(xlim=(-0.2, 9), ylim=(0, 2), title="One accumulation window = one optimizer step")
+ax.axis("off")
+plt.show()
+
+# %% [markdown]
+# The subtle part is the **normalisation**. The big batch's loss is the mean over all its samples
+# — or, for language models, over all its *real tokens* (padding is masked out). Each
+# micro-batch must therefore contribute `loss_sum / N_window`, where `N_window` counts the tokens
+# of the **whole window**. The tempting `loss.mean() / accum_steps` averages per micro-batch
+# first: it is right only when every micro-batch holds the same number of tokens. With padding
+# masks or a short last batch it silently over-weights small micro-batches. Hugging Face
+# `transformers`' Trainer shipped exactly this bug: loss curves that depended on the accumulation
+# setting, fixed in October 2024 by normalising by the window's token count (pull request #34191);
+# models that do not accept that count still got the per-micro-batch normalisation (issue #37766).
+#
+# Let's see it on a small token model with masked padding: one window of three micro-batches
+# with very different numbers of real tokens, against a float64 full-batch reference.
+#
+# **Predict.** By what relative error will the per-micro-batch mean's gradient miss the
+# full-batch gradient? (A fraction: 0.01 is 1%.)
+
+# %%
+GUESS_MEAN_ERROR = None  # your guess, a fraction
+
+# %%
+VOCAB, DIM, IGNORE = 40, 16, -100
+torch.manual_seed(0)
+token_model = nn.Sequential(nn.Embedding(VOCAB, DIM), nn.Tanh(), nn.Linear(DIM, VOCAB))
+gen = torch.Generator().manual_seed(1)
+
+
+def micro_batch(rows, max_len, lengths):
+    x = torch.randint(0, VOCAB, (rows, max_len), generator=gen)
+    y = torch.randint(0, VOCAB, (rows, max_len), generator=gen)
+    for r, n in enumerate(lengths):
+        y[r, n:] = IGNORE  # padding: no loss there
+    return x, y
+
+
+window = [micro_batch(4, 24, [24, 20, 22, 18]),  # 84 real tokens
+          micro_batch(4, 24, [5, 3, 6, 2]),  # 16
+          micro_batch(2, 24, [4, 1])]  # 5: e.g. the tail of the data
+tokens = [int((y != IGNORE).sum()) for _, y in window]
+
+
+def token_loss_sum(model, x, y):
+    return F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE, reduction="sum")
+
+
+def flat_grad(model):
+    grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    model.zero_grad(set_to_none=True)
+    return grad
+
+
+# A float64 copy: the full-batch gradient, as if the window were one big batch.
+ref_model = nn.Sequential(nn.Embedding(VOCAB, DIM), nn.Tanh(), nn.Linear(DIM, VOCAB)).double()
+ref_model.load_state_dict({k: v.double() for k, v in token_model.state_dict().items()})
+sum(token_loss_sum(ref_model, x, y) for x, y in window).div(sum(tokens)).backward()
+full = flat_grad(ref_model).float()
+
+accumulator = GradAccumulator(token_model, torch.optim.SGD(token_model.parameters(), lr=0.0), len(window))
+for i, (x, y) in enumerate(window):  # effkit: normalise by the whole window's token count
+    with accumulator.micro_step(is_last=i == len(window) - 1):
+        accumulator.backward(token_loss_sum(token_model, x, y), window_count=sum(tokens))
+right = flat_grad(token_model)
+for x, y in window:  # the bug: mean per micro-batch, divided by the number of micro-batches
+    (F.cross_entropy(token_model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE)
+     / len(window)).backward()
+wrong = flat_grad(token_model)
+errors = {"window token count\n(effkit GradAccumulator)": float((right - full).norm() / full.norm()),
+          "per-micro-batch mean\n/ accum_steps": float((wrong - full).norm() / full.norm())}
+print(f"tokens per micro-batch: {tokens} (window: {sum(tokens)})")
+for name, err in errors.items():
+    print(f"{name.replace(chr(10), ' '):48} relative gradient error {err:.2e}")
+lesson.check_guess(GUESS_MEAN_ERROR, errors["per-micro-batch mean\n/ accum_steps"],
+                   "per-micro-batch mean's gradient error", "{:.0%}")
+
+# %%
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.bar(list(errors), list(errors.values()), color=["tab:green", "tab:red"])
+ax.set(yscale="log", ylabel="|g - g_full| / |g_full|",
+       title="Gradient vs the float64 full batch (tokens 84 / 16 / 5)")
+plt.show()
+print(f"The 5 tokens of the last micro-batch weigh as much as the 84 of the first under the"
+      f" per-micro-batch mean: each of them counts {tokens[0] / tokens[2]:.0f}x too much.")
+
+# %% [markdown]
+# Accumulation is not free speed: each micro-batch is a smaller, less efficient step. A/B on the
+# ResNet: one batch of 256 against two accumulated micro-batches of 128 (the same samples, the
+# same gradient up to BatchNorm's per-micro-batch statistics).
+
+# %%
+big = 256
+acc_model = new_model()
+acc_opt = torch.optim.SGD(acc_model.parameters(), lr=0.01, momentum=0.9)
+
+
+def accumulated_burst(batch, accum):
+    accumulator = GradAccumulator(acc_model, acc_opt, accum)
+    steps = max(2, SIZES["burst_samples"] // batch)
+
+    def run():
+        for step in range(steps):
+            start = (step * batch) % (SIZES["n_train"] - batch)
+            x, y = X_TRAIN[start:start + batch], Y_TRAIN[start:start + batch]
+            for i, (xm, ym) in enumerate(zip(x.chunk(accum), y.chunk(accum), strict=True)):
+                with accumulator.micro_step(is_last=i == accum - 1):
+                    accumulator.backward(F.cross_entropy(acc_model(xm), ym, reduction="sum"), batch)
+            accumulator.step()
+        return steps * batch
+    return run
+
+
+accum_ab = lesson.ab(f"batch {big} vs 2 x {big // 2} accumulated", accumulated_burst(big, 1),
+                     accumulated_burst(big, 2), pairs=SIZES["pairs"], a_label=f"batch {big}",
+                     b_label=f"2 x {big // 2} accumulated", dev=DEVICE)
+
+# %% [markdown]
+# ## 3. Scale the learning rate with the batch — and warm up
+#
+# With *k* times the batch, one SGD step averages *k* times more samples: it takes the place of
+# *k* small steps, so the **linear scaling rule** multiplies the LR by *k* [Goyal et al. 2017].
+# Early in training the loss surface changes fast and a large LR overshoots: a **warm-up** ramps
+# the LR from ~0 over the first steps. For Adam-family optimizers, whose update is normalised
+# per parameter, the **square-root rule** (LR × √k) is the usual starting point.
+
+# %%
+for rule in ("linear", "sqrt"):
+    print(f"{rule:6} rule, base LR 0.1 at batch 128:", ", ".join(
+        f"batch {b}: {scale_lr(0.1, 128, b, rule):.3g}" for b in (256, 1024, 4096)))
+
+# %% [markdown]
+# The seed course's example: the naive recipe's ResNet (SGD, momentum 0.9, weight decay 5e-4,
+# cosine decay) at batch 128 and LR 0.1, against an effective batch of 256 built by
+# accumulating 2 micro-batches of 128 — with the LR left at 0.1, scaled to 0.2, and scaled with a
+# short warm-up (the first 10% of the steps). Same samples seen by every run.
+
+# %%
+def evaluate(net):
+    net.eval()
+    with torch.no_grad():
+        correct = sum(int((net(x).argmax(1) == y).sum())
+                      for x, y in zip(X_TEST.split(500), Y_TEST.split(500), strict=True))
+    net.train()
+    return correct / SIZES["n_test"]
+
+
+def train_run(batch, accum, lr, warmup_frac, epochs, seed, bar=None):
+    """Train from scratch; returns [(samples seen, test accuracy)] at ~`evals` points, and the net."""
+    net = new_model(seed)
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
+    steps = max(1, int(epochs * SIZES["n_train"] / batch))
+    sched = warmup_cosine(opt, steps, int(warmup_frac * steps))
+    acc = GradAccumulator(net, opt, accum)
+    order = torch.randperm(SIZES["n_train"] * (int(epochs) + 1), generator=torch.Generator()
+                           .manual_seed(seed)) % SIZES["n_train"]
+    curve, every = [], max(1, steps // SIZES["evals"])
+    for step in range(steps):
+        idx = order[step * batch:(step + 1) * batch].to(DEVICE)
+        for i, part in enumerate(idx.chunk(accum)):
+            with acc.micro_step(is_last=i == accum - 1):
+                acc.backward(F.cross_entropy(net(X_TRAIN[part]), Y_TRAIN[part], reduction="sum"), batch)
+        acc.step()
+        sched.step()
+        if (step + 1) % every == 0 or step == steps - 1:
+            curve.append(((step + 1) * batch, evaluate(net)))
+        if bar is not None:
+            bar.update(1)
+    return curve, net
+
+
+RECIPES = {"batch 128, LR 0.1": (128, 1, 0.1, 0.0),
+           "2 x 128, LR 0.1 (unscaled)": (256, 2, 0.1, 0.0),
+           "2 x 128, LR 0.2, no warm-up": (256, 2, 0.2, 0.0),
+           "2 x 128, LR 0.2, warm-up 10%": (256, 2, 0.2, 0.1)}
+total_steps = sum(int(SIZES["epochs"] * SIZES["n_train"] / b) for b, *_ in RECIPES.values())
+curves = {}
+with tqdm(total=total_steps * len(SIZES["seeds"]), desc="training runs", unit="step") as bar:
+    for name, (batch, accum, lr, warm) in RECIPES.items():
+        curves[name] = [train_run(batch, accum, lr, warm, SIZES["epochs"], s, bar)[0]
+                        for s in SIZES["seeds"]]
+
+# %%
+TARGET = SIZES["target"]
+
+
+def samples_to_target(curve):
+    return next((n for n, accuracy in curve if accuracy >= TARGET), None)
+
+
+fig, ax = plt.subplots(figsize=(8, 3.6))
+for (name, runs), colour in zip(curves.items(), ["black", "tab:gray", "tab:red", "tab:green"], strict=True):
+    for k, run in enumerate(runs):
+        ax.plot(*zip(*run, strict=True), color=colour, alpha=0.9, label=name if k == 0 else None)
+ax.axhline(TARGET, color="black", lw=0.8, ls=":")
+ax.set(xlabel="training samples seen", ylabel="test accuracy",
+       title=f"Same samples, bigger batch — {DEVICE_NAME}, seeds {list(SIZES['seeds'])}")
+ax.legend(fontsize=8)
+plt.show()
+final = {name: [run[-1][1] for run in runs] for name, runs in curves.items()}
+reached = {name: [samples_to_target(run) for run in runs] for name, runs in curves.items()}
+for name in RECIPES:
+    hit = ", ".join("not reached" if n is None else f"{n:,}" for n in reached[name])
+    print(f"{name:30} final accuracy {', '.join(f'{a:.1%}' for a in final[name]):14}"
+          f" samples to {TARGET:.0%}: {hit}")
+
+
+def spread(values):
+    return min(values), max(values)
+
+
+base_lo, base_hi = spread(final["batch 128, LR 0.1"])
+for name in list(RECIPES)[1:]:
+    lo, hi = spread(final[name])
+    if len(SIZES["seeds"]) < 2:
+        word = "one seed: no comparison it can support"
+    elif hi < base_lo:
+        word = "below every baseline seed"
+    elif lo > base_hi:
+        word = "above every baseline seed"
+    else:
+        word = "within the baseline's seed range — no difference these seeds can show"
+    print(f"{name}: final accuracy {lo:.1%}-{hi:.1%}, {word} ({len(SIZES['seeds'])} seed(s) each)")
+
+# %% [markdown]
+# ## 4. The critical batch size
+#
+# Doubling the batch halves the steps to a target only while the gradient estimate is noisy:
+# averaging more samples then buys a truly better step. Once the batch gradient is already close
+# to the true gradient, more samples per step barely help, and the steps to target stop falling.
+# McCandlish et al. (2018) model it as `S(B) = S_min (1 + B_noise / B)` and estimate the
+# critical batch with the **gradient noise scale** `B_simple = tr(Σ) / |G|²` — the per-sample
+# gradient variance over the squared true gradient — from gradients at two batch sizes
+# (`effkit.batch_size`). We measure it on a model half an epoch into the baseline recipe (in
+# `eval()` mode, so BatchNorm does not mix samples), then train a few batch sizes with linearly
+# scaled LR and warm-up and count steps to the target.
+
+# %%
+_, probe_net = train_run(128, 1, 0.1, 0.0, 0.5, 0)  # half an epoch in: the measuring point
+probe_net.eval()
+n_b = SIZES["noise_batches"]
+perm = torch.randperm(SIZES["n_train"], generator=torch.Generator().manual_seed(3)).to(DEVICE)
+small_b, big_b = 16, min(512, SIZES["n_train"] // 2)
+small_batches = [(X_TRAIN[perm[i * small_b:(i + 1) * small_b]], Y_TRAIN[perm[i * small_b:(i + 1) * small_b]])
+                 for i in range(n_b)]
+big_batches = [(X_TRAIN[perm[i * big_b:(i + 1) * big_b]], Y_TRAIN[perm[i * big_b:(i + 1) * big_b]])
+               for i in range(2)]
+noise = measure_noise_scale(probe_net, F.cross_entropy, small_batches, big_batches)
+print(f"gradient noise scale B_simple ~ {noise.b_simple:,.0f} samples"
+      f" (|G|^2 {noise.true_grad_sq:.3g}, tr(Sigma) {noise.trace_sigma:.3g}; from {n_b} batches of"
+      f" {small_b} and 2 of {big_b}) — an order of magnitude, not a precise number")
+
+# %%
+sweep_curves = {}
+steps_needed = {}
+sweep_total = sum(int(SIZES["sweep_epochs"] * SIZES["n_train"] / b) for b in SIZES["sweep"])
+with tqdm(total=sweep_total, desc="batch-size sweep", unit="step") as bar:
+    for b in SIZES["sweep"]:
+        run, _ = train_run(b, 1, scale_lr(0.1, 128, b), 0.1, SIZES["sweep_epochs"], 0, bar)
+        sweep_curves[b] = run
+        hit = samples_to_target(run)
+        steps_needed[b] = None if hit is None else hit // b
+for b, steps in steps_needed.items():
+    print(f"batch {b:5d}, LR {scale_lr(0.1, 128, b):.3g}: "
+          + ("target not reached" if steps is None else f"{steps} steps to {TARGET:.0%}"))
+
+# %%
+fig, ax = plt.subplots(figsize=(6.5, 3.5))
+hits = {b: s for b, s in steps_needed.items() if s is not None}
+if hits:
+    ax.plot(list(hits), list(hits.values()), "o-", label="measured (linear LR, warm-up)")
+    # Anchor the model at the largest batch that reached the target: S_min = S(B) / (1 + B_noise / B).
+    s_min = hits[max(hits)] / (1 + noise.b_simple / max(hits)) if math.isfinite(noise.b_simple) else None
+    if s_min is not None and noise.b_simple > 0:
+        grid = [2 ** k for k in range(4, 14)]
+        ax.plot(grid, [steps_to_target_model(g, s_min, noise.b_simple) for g in grid], "--",
+                color="gray", label=f"S_min (1 + B_noise/B), B_noise = {noise.b_simple:,.0f}")
+ax.set(xscale="log", yscale="log", xlabel="batch size", ylabel=f"steps to {TARGET:.0%}",
+       title=f"Steps to target vs batch — {DEVICE_NAME}")
+ax.legend(fontsize=8)
+plt.show()
+ordered = sorted(hits)
+for a, b in zip(ordered, ordered[1:], strict=False):
+    cut = hits[a] / hits[b]
+    print(f"batch {a} -> {b} ({b // a}x): steps to target {hits[a]} -> {hits[b]},"
+          f" {cut:.2f}x fewer (perfect scaling: {b // a}x) — one seed, so read it as a trend")
+
+# %% [markdown]
+# ## 5. Clip after unscaling
+#
+# With fp16 and a `GradScaler`, `.grad` holds gradients multiplied by the loss scale (65536 at the
+# start). Clipping them there compares a scaled norm with `max_grad_norm`: the clip fires every
+# step and shrinks the update by about the scale. Call `scaler.unscale_(optimizer)` first —
+# `GradAccumulator.step()` does, once per window.
+
+# %%
+torch.manual_seed(0)
+net = nn.Linear(32, 4)
+data, target = torch.randn(64, 32), torch.randint(0, 4, (64,))
+norms = {}
+for order_ in ("clip, then unscale (wrong)", "unscale, then clip (right)"):
+    net.zero_grad()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = F.cross_entropy(net(data).float(), target)
+    scaler.scale(loss).backward()
+    if order_.startswith("clip"):
+        before = float(nn.utils.clip_grad_norm_(net.parameters(), 1.0))
+        scaler.unscale_(opt)
+    else:
+        scaler.unscale_(opt)
+        before = float(nn.utils.clip_grad_norm_(net.parameters(), 1.0))
+    after = float(torch.cat([p.grad.reshape(-1) for p in net.parameters()]).norm())
+    norms[order_] = (before, after)
+    print(f"{order_:28} norm seen by the clip {before:10.4g} -> gradient the optimizer uses {after:.4g}")
+shrink = norms["unscale, then clip (right)"][1] / norms["clip, then unscale (wrong)"][1]
+print(f"Clipping before unscaling left the optimizer a gradient {shrink:,.0f}x smaller than the"
+      " correctly unscaled-then-clipped one.")
+
+# %% [markdown]
+# **Under DDP (preview, lesson 11).** Each rank's backward all-reduces the gradients; inside a
+# window that is wasted work. `GradAccumulator.micro_step(is_last=...)` runs every micro-step but
+# the last under `model.no_sync()`, so one all-reduce per window carries the sum. With uneven
+# token counts across ranks, pass `global_window_count(local_tokens)` so the average over ranks is
+# still the mean over every token.
+#
+# ## Your turn
+#
+# Change `MY_ACCUM` and `MY_LR` and train the effective batch of 128 × `MY_ACCUM`. Does linear
+# scaling with warm-up still keep up with the baseline's samples-to-target? Past the noise scale,
+# it should not — check.
+
+# %%
+MY_ACCUM, MY_LR, MY_WARMUP = 4, scale_lr(0.1, 128, 512), 0.1  # your turn: change these
+mine, _ = train_run(128 * MY_ACCUM, MY_ACCUM, MY_LR, MY_WARMUP, SIZES["epochs"], 0)
+print(f"effective batch {128 * MY_ACCUM}, LR {MY_LR:.3g}: final accuracy {mine[-1][1]:.1%},"
+      f" samples to {TARGET:.0%}: {samples_to_target(mine)}")
+
+# %% [markdown]
+# ## Summary
+
+# %% tags=["summary"]
+print(f"Summary — lesson 4, profile {PROFILE!r}, measured on {DEVICE_NAME}")
+print(f"* throughput: {throughput[small]:,.0f} samples/s at batch {small}, {throughput[large]:,.0f}"
+      f" at {large} ({gain:.1f}x)")
+print("* " + (f"first doubling not shown to gain >10%: {flat}" if flat else
+              f"every doubling tried gained >10% up to batch {large}"))
+for name, r in doublings.items():
+    print(f"  - {name}: {r.verdict}")
+print(f"* activations: {bytes_per_sample / 2**10:.0f} KiB per sample, linear in the batch")
+print(f"* gradient error vs float64 full batch: window token count {errors[list(errors)[0]]:.1e},"
+      f" per-micro-batch mean {errors[list(errors)[1]]:.0%}")
+print(f"* accumulation 2 x {big // 2} vs batch {big}: {accum_ab.verdict}")
+for name in RECIPES:
+    print(f"* {name}: final accuracy {', '.join(f'{a:.1%}' for a in final[name])}")
+print(f"* gradient noise scale ~ {noise.b_simple:,.0f} samples; steps to {TARGET:.0%}: "
+      + ", ".join(f"batch {b}: {s if s is not None else 'not reached'}" for b, s in steps_needed.items()))
+print(f"* clip before unscale: the optimizer got a gradient {shrink:,.0f}x too small")
+side = "above" if 256 > noise.b_simple else "below"
+print(f"* the effective batch 256 of section 3 is {side} the measured noise scale (~{noise.b_simple:,.0f}):"
+      + (" past it, linear scaling is not expected to make up for half the steps" if side == "above"
+         else " below it, linear scaling should make up for half the steps"))
+
+# %% [markdown]
+# ### Quiz and exercise
+#
+# The quiz and the graded exercise are in `exercises/lesson4/`: write one optimizer step per
+# accumulation window over micro-batches of uneven token counts — including the short last
+# window — and the grader compares your gradients with its own float64 full-batch reference.
+#
+# ### References
+#
+# * P. Goyal et al., *Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour*, 2017,
+#   [arXiv:1706.02677](https://arxiv.org/abs/1706.02677) — the linear scaling rule and warm-up.
+# * S. McCandlish, J. Kaplan, D. Amodei et al., *An Empirical Model of Large-Batch Training*,
+#   2018, [arXiv:1812.06162](https://arxiv.org/abs/1812.06162) — the gradient noise scale and
+#   the critical batch size.
+# * Hugging Face `transformers`: [pull request #34191](https://github.com/huggingface/transformers/pull/34191)
+#   and [issue #37766](https://github.com/huggingface/transformers/issues/37766) — loss
+#   normalisation under gradient accumulation; the blog post
+#   [Fixing gradient accumulation](https://huggingface.co/blog/gradient_accumulation).
+# * S. Malladi et al., *On the SDEs and Scaling Rules for Adaptive Gradient Algorithms*, 2022,
+#   [arXiv:2205.10287](https://arxiv.org/abs/2205.10287) — the square-root rule for Adam.
+# * PyTorch: [`DistributedDataParallel.no_sync`](https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html),
+#   [AMP: working with unscaled gradients](https://pytorch.org/docs/stable/notes/amp_examples.html#working-with-unscaled-gradients).
+#
+# ### What to try next
+#
+# * Repeat the LR experiment with AdamW and the square-root rule (`scale_lr(..., rule="sqrt")`).
+# * Measure the noise scale again late in training: it grows as the loss falls, so a batch-size
+#   *schedule* (small early, larger later) can beat any fixed batch.

@@ -1,0 +1,147 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 4 — Bigger batches, safely: exercise
+#
+# Gradient accumulation builds a big batch out of micro-batches that fit in memory. It is only
+# the *same* big batch if every optimizer step uses the gradient of the mean loss over **every
+# real token of its window** — not the mean of per-micro-batch means (the bug Hugging Face
+# `transformers` shipped: see its pull request #34191 and issue #37766).
+#
+# Write `train_accumulated(model, optimizer, micro_batches, accum_steps)`:
+#
+# * `micro_batches` is a list of `(tokens, labels)` pairs of int64 tensors of shape
+#   `(rows, length)`; `model(tokens)` returns logits of shape `(rows, length, vocab)`. Labels equal
+#   to `IGNORE` (-100) mark padding: they carry no loss. Micro-batches hold very different numbers
+#   of real tokens.
+# * Group consecutive micro-batches into windows of `accum_steps`; **the last window may be
+#   shorter** (7 micro-batches in windows of 3: 3, 3, 1). Every window, the short one included,
+#   gets exactly one `optimizer.step()`.
+# * The gradient at each step must be the gradient of: (sum of the cross-entropy of every real
+#   token in the window) / (number of real tokens in the window). Back-propagate each micro-batch
+#   separately (that is the point of accumulating: only one micro-batch's activations in memory at
+#   a time), and clear the gradients between windows.
+#
+# Write it yourself with plain PyTorch (`torch.nn.functional.cross_entropy` with
+# `reduction="sum"` and `ignore_index=IGNORE` helps); `effkit.accumulate.GradAccumulator` is the
+# lesson's reference answer.
+#
+# **How it is graded.** Outside your notebook: the grader runs your function in a separate
+# process on micro-batches and a model it draws itself, records the gradient at each optimizer
+# step, and compares it with *its own* float64 full-batch gradient of that window (relative error
+# at most 1e-4). Full windows first (4 points), then runs whose last window is short (2 points).
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import torch
+import torch.nn.functional as F
+
+from grader.accum_checks import IGNORE
+
+# %% nbgrader={"grade": false, "grade_id": "train_accumulated", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def train_accumulated(model, optimizer, micro_batches, accum_steps):
+    """One optimizer step per window of `accum_steps` micro-batches (the last may be shorter),
+    each with the gradient of the mean loss over every real token of its window."""
+    ### BEGIN SOLUTION
+    for start in range(0, len(micro_batches), accum_steps):
+        window = micro_batches[start:start + accum_steps]
+        real_tokens = sum(int((labels != IGNORE).sum()) for _, labels in window)
+        for tokens, labels in window:
+            logits = model(tokens)
+            loss_sum = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
+                                       reduction="sum")
+            (loss_sum / real_tokens).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_full_windows", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_full_windows", "lesson4.ipynb")
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_last_window", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_last_window", "lesson4.ipynb")
+
+# %% [markdown]
+# ## Quiz
+#
+# Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., "q3": ..., "q4": ...}`.
+# The grader checks your answers outside this notebook.
+#
+# 1. 4 GPUs each accumulate 8 micro-batches of 16 samples per optimizer step. The effective batch is:
+#    (a) 16; (b) 128; (c) 512.
+# 2. Micro-batches of one window hold 100, 20 and 5 real tokens. The loss each one back-propagates
+#    should be: (a) its mean token loss divided by 3; (b) its summed token loss divided by 125;
+#    (c) its summed token loss divided by its own token count.
+# 3. A ResNet trained with SGD at batch 128 and LR 0.1 moves to an effective batch of 512. A good
+#    first setting is: (a) LR 0.4 (linear scaling) with a short warm-up; (b) LR 0.1, unchanged; (c) LR
+#    0.2 (square-root scaling) and no warm-up.
+# 4. Past the critical batch size (McCandlish et al. 2018), doubling the batch: (a) halves the steps
+#    to the target; (b) barely reduces the steps to the target, so it mostly costs more samples;
+#    (c) always lowers the final accuracy.
+
+# %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+QUIZ_ANSWERS = {"q1": "c", "q2": "b", "q3": "a", "q4": "b"}
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_quiz", "lesson4.ipynb")
+
+# %% [markdown]
+# ## Your turn: the wrong way, measured (not graded)
+#
+# Compare the gradient of your step with the per-micro-batch mean's on two micro-batches of 30 and
+# 6 real tokens. How far apart are they? Then make the two micro-batches hold the same number of
+# real tokens: what happens to the difference, and why?
+
+# %%
+class Recorder(torch.optim.SGD):
+    """SGD with LR 0 that keeps the gradient it was stepped with."""
+
+    def step(self, closure=None):
+        self.grad = torch.cat([p.grad.reshape(-1) for p in self.param_groups[0]["params"]]).clone()
+        return super().step(closure)
+
+
+def step_gradient(fn, micro_batches):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(32, 12), torch.nn.Linear(12, 32))
+    recorder = Recorder(model.parameters(), lr=0.0)
+    fn(model, recorder, micro_batches, accum_steps=len(micro_batches))
+    return recorder.grad
+
+
+def per_micro_batch_mean(model, optimizer, micro_batches, accum_steps):  # the bug, for comparison
+    for tokens, labels in micro_batches:
+        loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+        (loss / accum_steps).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+tokens = torch.randint(0, 32, (3, 10))
+long_labels, short_labels = torch.randint(0, 32, (3, 10)), torch.randint(0, 32, (3, 10))
+short_labels[:, 2:] = IGNORE  # your turn: try short_labels[:, 10:] (no padding)
+batches = [(tokens, long_labels), (tokens, short_labels)]
+mine, bug = step_gradient(train_accumulated, batches), step_gradient(per_micro_batch_mean, batches)
+print(f"real tokens {[int((y != IGNORE).sum()) for _, y in batches]}: the per-micro-batch mean's gradient"
+      f" differs from yours by {float((bug - mine).norm() / mine.norm()):.0%}")

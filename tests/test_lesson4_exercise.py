@@ -1,0 +1,164 @@
+"""Lesson 4's exercise, graded out of the kernel by gradient equality with the grader's own float64
+full-batch reference, on micro-batches of uneven token counts the grader draws itself.
+
+Each grading starts one sandboxed worker (~2-3 s); the checks themselves take well under a second.
+"""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from grader import accum_checks as ac
+from grader import assignments
+from grader.cells import grade_cells
+from grader.notebook import solution_sources
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "lesson4" / "lesson4.ipynb"
+EXERCISE = ROOT / "exercises" / "lesson4" / "lesson4.ipynb"
+POINTS = {"test_full_windows": 4, "test_last_window": 2, "test_quiz": 2}
+A = assignments.get("lesson4")
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def _cells(path: Path, **replace: str) -> list[tuple[str, str]]:
+    ids = [_grade_id(c) for c in nbformat.read(SOLUTION, as_version=4).cells
+           if c.metadata.get("nbgrader", {}).get("solution")]  # fmt: skip
+    cells = [(c.grade_id, c.source) for c in solution_sources(nbformat.read(path, as_version=4), ids)]
+    return [(gid, replace.get(gid, src)) for gid, src in cells]
+
+
+def _score(path: Path, seed: int = 1, **replace: str):
+    verdicts, report = grade_cells(A, _cells(path, **replace), seed=seed)
+    points = sum(POINTS[g] for g, v in verdicts.items() if v.passed)
+    return points, verdicts, report
+
+
+# -- fast: structure and the grader's own reference ---------------------------------------------
+
+
+def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
+    nb = nbformat.read(SOLUTION, as_version=4)
+    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
+    assert cells["setup"].source == A.setup_source
+    graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
+    assert graded == POINTS and set(graded) == set(A.cell_checks)
+    for gid in graded:
+        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
+    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
+    assert "BEGIN SOLUTION" not in text and '"q2": "b"' not in text and "real_tokens" not in text
+
+
+def test_reference_gradient_is_the_big_batch_and_the_per_micro_batch_mean_is_not():
+    """The float64 reference equals one backward over the concatenated window; the mistakes differ."""
+    import random
+
+    rng = random.Random(0)
+    batches = ac.tensors(ac.make_micro_batches(rng, 3))
+    params = ac.flat_params(ac.TokenModel(7))
+    want = ac.reference_grad(params, 7, batches)
+    model = ac.TokenModel(7, torch.float64)
+    length = max(x.shape[1] for x, _ in batches)
+    pad = lambda t, v: torch.nn.functional.pad(t, (0, length - t.shape[1]), value=v)  # noqa: E731
+    x = torch.cat([pad(x, 0) for x, _ in batches])
+    y = torch.cat([pad(y, ac.IGNORE) for _, y in batches])
+    torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=ac.IGNORE).backward()
+    assert ac.relative_error(ac.flat_grads(model), want) < 1e-12
+    wrong = ac.wrong_grads(params, 7, batches, accum_steps=3)
+    assert all(ac.relative_error(g, want) > ac.MIN_GAP for g in wrong.values()), {
+        k: ac.relative_error(g, want) for k, g in wrong.items()}
+
+
+# -- gradings (each one sandboxed worker) -------------------------------------------------------
+
+MICRO_MEAN = """def train_accumulated(model, optimizer, micro_batches, accum_steps):
+    for start in range(0, len(micro_batches), accum_steps):
+        for tokens, labels in micro_batches[start:start + accum_steps]:
+            loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+            (loss / accum_steps).backward()
+        optimizer.step()
+        optimizer.zero_grad()"""
+
+CLASSIC_LOOP = """def train_accumulated(model, optimizer, micro_batches, accum_steps):
+    windows = [micro_batches[i:i + accum_steps] for i in range(0, len(micro_batches), accum_steps)]
+    for i, (tokens, labels) in enumerate(micro_batches):
+        n = sum(int((y != IGNORE).sum()) for _, y in windows[i // accum_steps])
+        loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
+                               reduction="sum")
+        (loss / n).backward()
+        if (i + 1) % accum_steps == 0:
+            optimizer.step()
+            optimizer.zero_grad()"""
+
+PADDING_COUNTED = """def train_accumulated(model, optimizer, micro_batches, accum_steps):
+    for start in range(0, len(micro_batches), accum_steps):
+        window = micro_batches[start:start + accum_steps]
+        n = sum(labels.numel() for _, labels in window)
+        for tokens, labels in window:
+            F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
+                            reduction="sum").div(n).backward()
+        optimizer.step()
+        optimizer.zero_grad()"""
+
+NEVER_ZEROED = """def train_accumulated(model, optimizer, micro_batches, accum_steps):
+    for start in range(0, len(micro_batches), accum_steps):
+        window = micro_batches[start:start + accum_steps]
+        n = sum(int((labels != IGNORE).sum()) for _, labels in window)
+        for tokens, labels in window:
+            F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
+                            reduction="sum").div(n).backward()
+        optimizer.step()"""
+
+LIBRARY = """from effkit.accumulate import GradAccumulator
+def train_accumulated(model, optimizer, micro_batches, accum_steps):
+    acc = GradAccumulator(model, optimizer, accum_steps)
+    for window in acc.windows(micro_batches):
+        n = sum(int((y != IGNORE).sum()) for _, y in window)
+        for tokens, labels in window:
+            acc.backward(F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
+                                         reduction="sum"), n)
+        acc.step()"""
+
+
+@pytest.mark.slow
+def test_reference_solution_gets_full_marks_and_the_stub_none():
+    points, verdicts, report = _score(SOLUTION)
+    assert points == sum(POINTS.values()), verdicts
+    assert not [f for f in report["flags"] if "replaced" in f or "frames" in f], report["flags"]
+    points, verdicts, _ = _score(EXERCISE)
+    assert points == 0 and all("NotImplementedError" in v.reason for v in verdicts.values()), verdicts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, source, points, hint", [
+    ("per-micro-batch mean", MICRO_MEAN, 2, "per-micro-batch mean"),
+    ("(i + 1) % accum_steps loop", CLASSIC_LOOP, 6, "never stepped"),
+    ("padding counted", PADDING_COUNTED, 2, "padding included"),
+    ("gradients never cleared", NEVER_ZEROED, 2, "previous window's"),
+    ("the library's answer", LIBRARY, 2, "GradAccumulator, the lesson's reference answer"),
+])  # fmt: skip
+def test_plausible_mistakes_score_what_they_deserve_with_a_hint(name, source, points, hint):
+    """Quiz right in every case (2 points); the full-windows cell (4) only when the windows are."""
+    got, verdicts, _ = _score(SOLUTION, train_accumulated=source)
+    failed = [v for v in verdicts.values() if not v.passed]
+    assert got == points, (name, {g: v.reason for g, v in verdicts.items()})
+    assert failed and all(hint in v.reason for v in failed), (name, [v.reason for v in failed])
+
+
+@pytest.mark.slow
+def test_forged_records_earn_nothing_and_are_flagged():
+    """Planting a step on the grader's optimizer and forging its records: the parent's own
+    reference rejects the gradients, and the worker's evidence names the planted method."""
+    forged = """def train_accumulated(model, optimizer, micro_batches, accum_steps):
+    optimizer.step = lambda closure=None: None
+    size = sum(p.numel() for p in model.parameters())
+    for _ in range(-(-len(micro_batches) // accum_steps)):
+        optimizer.recorded.append(torch.full((size,), 1e-3))"""
+    points, verdicts, report = _score(SOLUTION, train_accumulated=forged)
+    assert points == 2, {g: v.reason for g, v in verdicts.items()}  # the quiz only
+    assert "RecordingSGD: step" in " | ".join(report["flags"]), report["flags"]

@@ -126,10 +126,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "executed",
                         help="run: where the executed notebooks go")
     parser.add_argument("slugs", nargs="*", help="run: lessons to run (default: all ready ones)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # `run --out DIR SLUG` as well as `run SLUG --out DIR`
     if args.command == "run":
         import os
 
+        known = [lesson.slug for lesson in ready()]
+        unknown = [s for s in args.slugs if s not in known]
+        if unknown:
+            parser.error(f"unknown lesson(s) {unknown}; ready lessons: {known}")
         profile = os.environ.get("EFFKIT_PROFILE", "(unset: cpu, or gpu with CUDA)")
         for slug in args.slugs or [lesson.slug for lesson in ready()]:
             path, wall_s = execute(slug, args.out)

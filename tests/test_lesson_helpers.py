@@ -70,3 +70,17 @@ def test_peak_names_its_precision_and_source():
         assert 1e9 < peak < 1e14
     _, bf16_source = lesson.peak_flops_for(torch.device("cpu"), "bf16")
     assert "bf16" in bf16_source
+
+
+def test_lesson_cli_takes_options_before_lessons_and_names_unknown_ones(capsys, monkeypatch):
+    """`python -m effkit.lesson run --out DIR SLUG` used to fail with argparse's 'unrecognized
+    arguments'; an unknown lesson must be named with the ready ones."""
+    from effkit import lesson_build
+
+    ran = []
+    monkeypatch.setattr(lesson_build, "execute", lambda slug, out: ran.append((slug, out)) or (out, 1.0))
+    lesson_build.main(["run", "--out", "/tmp/effkit-cli-test", "01_measure_first"])
+    assert ran == [("01_measure_first", __import__("pathlib").Path("/tmp/effkit-cli-test"))]
+    with pytest.raises(SystemExit):
+        lesson_build.main(["run", "--out", "/tmp/effkit-cli-test", "no_such_lesson"])
+    assert "unknown lesson(s) ['no_such_lesson']" in capsys.readouterr().err

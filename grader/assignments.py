@@ -92,7 +92,16 @@ def _lesson4() -> Assignment:
                       names=lesson4.NAMES, cell_checks=lesson4.CELL_CHECKS)  # fmt: skip
 
 
-_OUT_OF_KERNEL = {"lesson1": _lesson1, "lesson4": _lesson4}
+def _lesson5() -> Assignment:
+    from grader import lesson5
+
+    return Assignment(id="lesson5", notebook="lesson5", object_name="plan_checkpointing",
+                      performance_cell=None, setup_cell="setup", setup_source=lesson5.SETUP_SOURCE,
+                      runtime_module="", timeout_s=180, probes="grader.lesson5_probes",
+                      names=lesson5.NAMES, cell_checks=lesson5.CELL_CHECKS)  # fmt: skip
+
+
+_OUT_OF_KERNEL = {"lesson1": _lesson1, "lesson4": _lesson4, "lesson5": _lesson5}
 
 
 def get(assignment_id: str) -> Assignment:

@@ -71,7 +71,9 @@ def build_stack(seed: int, n_blocks: int = N_BLOCKS) -> nn.ModuleList:
 def draw_batch(seed: int, batch: int = BATCH, seq: int = SEQ) -> tuple[torch.Tensor, torch.Tensor]:
     """(input embeddings, loss weights): the loss is ``(output * weights).sum()``."""
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(batch, seq, DIM, generator=g), torch.randn(batch, seq, DIM, generator=g) / (batch * seq)
+    return torch.randn(batch, seq, DIM, generator=g), torch.randn(batch, seq, DIM, generator=g) / (
+        batch * seq
+    )
 
 
 def flat_grads(stack: nn.Module) -> tuple[torch.Tensor, list[str]]:
@@ -153,7 +155,7 @@ def time_plans(stack: nn.Module, x: torch.Tensor, plans: dict[str, CheckpointPla
             run(name)
         seconds: dict[str, list[float]] = {name: [] for name in names}
         for r in range(rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
+            order = names[r % len(names) :] + names[: r % len(names)]
             for name in order if r % 2 == 0 else reversed(order):
                 seconds[name].append(run(name))
     base = names[0]

@@ -75,8 +75,10 @@ def _refuse_reference(ctx: Context) -> None:
     source = "\n".join(src for _, src in ctx.session.cells)
     used = [n for n in REFERENCE_NAMES if n in source]
     if used:
-        raise CheckFailed(f"your solution uses effkit's {used[0]}, the lesson's reference answer: write it "
-                          "yourself with torch.utils.checkpoint")
+        raise CheckFailed(
+            f"your solution uses effkit's {used[0]}, the lesson's reference answer: write it "
+            "yourself with torch.utils.checkpoint"
+        )
 
 
 def _tensor(meta, raw: bytes, what: str) -> torch.Tensor:
@@ -91,8 +93,13 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _forward_plans(ctx: Context, ops: frozenset[str]) -> list[CheckpointPlan]:
-    some = sorted({0, *ctx.rng.sample(range(1, cc.N_BLOCKS), 2)})  # block 0: fed data, the reentrant trap
-    return [CheckpointPlan(tuple(some)), CheckpointPlan(tuple(range(cc.N_BLOCKS)), tuple(sorted(MATMUL_OPS & ops)))]
+    some = sorted(
+        {0, *ctx.rng.sample(range(1, cc.N_BLOCKS), 2)}
+    )  # block 0: fed data, the reentrant trap
+    return [
+        CheckpointPlan(tuple(some)),
+        CheckpointPlan(tuple(range(cc.N_BLOCKS)), tuple(sorted(MATMUL_OPS & ops))),
+    ]
 
 
 def _diagnose(data: dict, got: torch.Tensor, seed: int, rng_seed: int, plan: CheckpointPlan) -> str:
@@ -103,8 +110,10 @@ def _diagnose(data: dict, got: torch.Tensor, seed: int, rng_seed: int, plan: Che
                 "to its parameters. Use checkpoint(..., use_reentrant=False)")  # fmt: skip
     _, no_rng = cc.reference_grads(seed, rng_seed, plan, preserve_rng_state=False)
     if _rel(got, no_rng) < MATCH:
-        return ("they are exactly the gradients of a recompute that draws new dropout masks: keep "
-                "preserve_rng_state=True (the default) so the recompute replays the forward's random numbers")
+        return (
+            "they are exactly the gradients of a recompute that draws new dropout masks: keep "
+            "preserve_rng_state=True (the default) so the recompute replays the forward's random numbers"
+        )
     return "check that every block runs exactly once in forward, in order, on the previous block's output"
 
 
@@ -131,37 +140,53 @@ def check_gradients(ctx: Context) -> None:
     for plan in _forward_plans(ctx, ops):
         rng_seed = ctx.rng.randrange(1 << 20)
         shown = f"checkpointed_forward(blocks, x, {plan.to_data()})"
-        r = ctx.session.call("forward", CALL_SECONDS, seed=seed, rng_seed=rng_seed, plan=plan.to_data())
+        r = ctx.session.call(
+            "forward", CALL_SECONDS, seed=seed, rng_seed=rng_seed, plan=plan.to_data()
+        )
         if not r.ok:
             raise CheckFailed(stub_reason(r.failure) or f"{shown} {r.failure}")
         expect(len(r.blobs) == 2, "the worker's answer was malformed")
         out = _tensor(r.data.get("out"), r.blobs[0], "output")
         got = _tensor(r.data.get("grads"), r.blobs[1], "gradient")
         want_out, want = cc.reference_grads(seed, rng_seed)
-        expect(got.shape == want.shape and out.shape == want_out.shape, "the worker's answer was malformed")
+        expect(
+            got.shape == want.shape and out.shape == want_out.shape,
+            "the worker's answer was malformed",
+        )
         err = _rel(got, want)
         if not err <= TOLERANCE:
             why = _diagnose(r.data, got, seed, rng_seed, plan)
-            raise CheckFailed(f"{shown}: the gradients differ from the plain stack's by {err:.1%}: {why}.")
+            raise CheckFailed(
+                f"{shown}: the gradients differ from the plain stack's by {err:.1%}: {why}."
+            )
         expect(_rel(out, want_out) <= TOLERANCE, f"{shown}: the gradients are right but the output differs from "
                                                  "the plain stack's: return the last block's output")  # fmt: skip
         hint = _plan_calls_hint(r.data, plan)
         expect(not hint, f"{shown}: {hint}")
-        ctx.ok(f"{plan.describe(cc.N_BLOCKS)}: gradients equal to the plain stack's (relative error {err:.0e})")
+        ctx.ok(
+            f"{plan.describe(cc.N_BLOCKS)}: gradients equal to the plain stack's (relative error {err:.0e})"
+        )
 
 
 def _budgets(ctx: Context, plain: int) -> dict[str, int]:
-    return {name: int(plain * ctx.rng.uniform(*bounds)) for name, bounds in (("loose", LOOSE), ("tight", TIGHT))}
+    return {
+        name: int(plain * ctx.rng.uniform(*bounds))
+        for name, bounds in (("loose", LOOSE), ("tight", TIGHT))
+    }
 
 
 def _learner_plan(ctx: Context, seed: int, budget: int, ops: frozenset[str]) -> CheckpointPlan:
     r = ctx.session.call("plan", CALL_SECONDS, seed=seed, budget_bytes=budget)
     if not r.ok:
-        raise CheckFailed(stub_reason(r.failure) or f"plan_checkpointing(blocks, x, {budget:,}) {r.failure}")
+        raise CheckFailed(
+            stub_reason(r.failure) or f"plan_checkpointing(blocks, x, {budget:,}) {r.failure}"
+        )
     try:
         return CheckpointPlan.from_data(r.data.get("plan"), cc.N_BLOCKS, ops)
     except PlanError as err:
-        raise CheckFailed(f"plan_checkpointing(blocks, x, {budget:,}) returned a plan the grader cannot apply: {err}") from None
+        raise CheckFailed(
+            f"plan_checkpointing(blocks, x, {budget:,}) returned a plan the grader cannot apply: {err}"
+        ) from None
 
 
 def _fitting_plan(ctx: Context, name: str) -> tuple[object, torch.Tensor, CheckpointPlan, int, int]:
@@ -196,7 +221,9 @@ def check_speed(ctx: Context) -> None:
     stack, x, plan, _, budget = _fitting_plan(ctx, "loose")
     everything = CheckpointPlan.everything(cc.N_BLOCKS)
     best = plan_for_budget(stack, x, budget)
-    t = cc.time_plans(stack, x, {"everything": everything, "yours": plan, "grader": best}, ROUNDS, STEPS)
+    t = cc.time_plans(
+        stack, x, {"everything": everything, "yours": plan, "grader": best}, ROUNDS, STEPS
+    )
     yours, grader = t["yours"], t["grader"]
     ctx.lines.append(f"  timed here ({ROUNDS} interleaved rounds, one thread): checkpoint everything "
                      f"{t['everything']['step_s'] * 1e3:.0f} ms/step, your plan {yours['step_s'] * 1e3:.0f} ms, the grader's "
@@ -216,7 +243,9 @@ def check_speed(ctx: Context) -> None:
            f"your plan is faster than checkpointing everything ({interval}) but recovers less than "
            f"{MIN_SHARE:.0%} of what the grader's plan gained ({grader['ratio']:.2f}x): it recomputes more than "
            "the budget needs")  # fmt: skip
-    ctx.ok(f"your plan ran {interval} as fast as checkpointing everything (the grader's plan: {grader['ratio']:.2f}x)")
+    ctx.ok(
+        f"your plan ran {interval} as fast as checkpointing everything (the grader's plan: {grader['ratio']:.2f}x)"
+    )
 
 
 CELL_CHECKS = {"test_gradients": check_gradients, "test_budget": check_budget, "test_speed": check_speed,

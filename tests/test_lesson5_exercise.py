@@ -1,0 +1,153 @@
+"""Lesson 5's exercise, graded out of the kernel: gradients vs the grader's own plain stack, the
+plan's bytes and time measured only in the grader's process (the plan crosses as JSON).
+
+Each grading starts one sandboxed worker (~3-5 s here); the timed check adds ~3 s. Wrong
+submissions replace one solution cell and are graded on the cells that cell can change.
+"""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from effkit.checkpoint_plan import CheckpointPlan
+from grader import assignments
+from grader import ckpt_checks as cc
+from grader.cells import grade_cells
+from grader.notebook import solution_sources
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "lesson5" / "lesson5.ipynb"
+EXERCISE = ROOT / "exercises" / "lesson5" / "lesson5.ipynb"
+POINTS = {"test_gradients": 3, "test_budget": 2, "test_speed": 3, "test_quiz": 2}
+A = assignments.get("lesson5")
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def _cells(path: Path, **replace: str) -> list[tuple[str, str]]:
+    ids = [_grade_id(c) for c in nbformat.read(SOLUTION, as_version=4).cells
+           if c.metadata.get("nbgrader", {}).get("solution")]  # fmt: skip
+    cells = [
+        (c.grade_id, c.source) for c in solution_sources(nbformat.read(path, as_version=4), ids)
+    ]
+    return [(gid, replace.get(gid, src)) for gid, src in cells]
+
+
+def _grade(path: Path, only=None, seed: int = 1, **replace: str):
+    verdicts, report = grade_cells(A, _cells(path, **replace), only=only, seed=seed)
+    return verdicts, report
+
+
+def _points(verdicts) -> int:
+    return sum(POINTS[g] for g, v in verdicts.items() if v.passed)
+
+
+# -- fast: structure and the grader's own references --------------------------------------------
+
+
+def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
+    nb = nbformat.read(SOLUTION, as_version=4)
+    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
+    assert cells["setup"].source == A.setup_source
+    graded = {
+        gid: c.metadata.nbgrader["points"]
+        for gid, c in cells.items()
+        if c.metadata.nbgrader["grade"]
+    }
+    assert graded == POINTS and set(graded) == set(A.cell_checks)
+    for gid in graded:
+        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
+    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
+    assert "BEGIN SOLUTION" not in text and '"q3": "a"' not in text and "MUST_SAVE" not in text
+
+
+def test_the_grader_references_see_the_mistakes_they_name():
+    """A recompute without the RNG state really changes the gradients (dropout is on), and the
+    loose budget needs some blocks but not all: neither 'nothing' nor 'everything' is the answer."""
+    _, plain = cc.reference_grads(5, 9)
+    _, ckpt = cc.reference_grads(5, 9, CheckpointPlan((0, 2)))
+    _, no_rng = cc.reference_grads(5, 9, CheckpointPlan((0, 2)), preserve_rng_state=False)
+    assert torch.equal(ckpt, plain)
+    assert (no_rng - plain).norm() / plain.norm() > 0.05
+    from effkit.checkpoint_plan import plan_bytes, plan_for_budget
+
+    stack, (x, _) = cc.build_stack(5), cc.draw_batch(6)
+    plain_bytes = plan_bytes(stack, x, CheckpointPlan())
+    loose = plan_for_budget(
+        stack, x, int(plain_bytes * __import__("grader.lesson5").lesson5.LOOSE[0])
+    )
+    assert 0 < len(loose.blocks) < cc.N_BLOCKS
+
+
+# -- gradings (each one sandboxed worker) -------------------------------------------------------
+
+EVERYTHING = """def plan_checkpointing(blocks, x, budget_bytes):
+    return {"blocks": list(range(len(blocks))), "save": None}"""
+
+NOTHING = """def plan_checkpointing(blocks, x, budget_bytes):
+    return {"blocks": [], "save": None}"""
+
+POINTWISE = """def plan_checkpointing(blocks, x, budget_bytes):
+    # keep the cheap pointwise outputs, recompute the matmuls: the wrong way round
+    return {"blocks": list(range(len(blocks))), "save": ["gelu", "native_layer_norm", "add", "mul"]}"""
+
+REENTRANT = """def checkpointed_forward(blocks, x, plan):
+    for i, block in enumerate(blocks):
+        x = checkpoint(block, x, use_reentrant=True) if i in plan["blocks"] else block(x)
+    return x"""
+
+NO_RNG = """def checkpointed_forward(blocks, x, plan):
+    for i, block in enumerate(blocks):
+        if i in plan["blocks"]:
+            x = checkpoint(block, x, use_reentrant=False, preserve_rng_state=False)
+        else:
+            x = block(x)
+    return x"""
+
+FORGED = """import effkit.act_checkpoint
+def plan_checkpointing(blocks, x, budget_bytes):
+    effkit.act_checkpoint.saved_activation_bytes = lambda fn: 0  # "it fits"
+    return {"blocks": [], "save": None}"""
+
+
+@pytest.mark.slow
+def test_reference_solution_gets_full_marks_and_the_stub_none():
+    verdicts, report = _grade(SOLUTION)
+    assert _points(verdicts) == sum(POINTS.values()), {g: v.reason for g, v in verdicts.items()}
+    assert not report["flags"], report["flags"]
+    verdicts, _ = _grade(EXERCISE)
+    assert _points(verdicts) == 0 and all(
+        "NotImplementedError" in v.reason for v in verdicts.values()
+    ), verdicts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, cell, source, only, points, hint", [
+    ("checkpoint everything", "plan_checkpointing", EVERYTHING, ["test_budget", "test_speed"], 2,
+     "checkpoints every block: it fits, but recomputes all of them"),
+    ("checkpoint nothing", "plan_checkpointing", NOTHING, ["test_budget", "test_speed"], 0, "over budget"),
+    ("save pointwise, recompute matmuls", "plan_checkpointing", POINTWISE, ["test_budget", "test_speed"], 0,
+     "over budget"),
+    ("use_reentrant=True", "checkpointed_forward", REENTRANT, None, 7, "use_reentrant=False"),
+    ("preserve_rng_state=False", "checkpointed_forward", NO_RNG, ["test_gradients"], 0, "new dropout masks"),
+])  # fmt: skip
+def test_plausible_mistakes_score_what_they_deserve_with_a_hint(
+    name, cell, source, only, points, hint
+):
+    verdicts, _ = _grade(SOLUTION, only=only, **{cell: source})
+    failed = [v for v in verdicts.values() if not v.passed]
+    assert _points(verdicts) == points, (name, {g: v.reason for g, v in verdicts.items()})
+    assert failed and any(hint in v.reason for v in failed), (name, [v.reason for v in failed])
+
+
+@pytest.mark.slow
+def test_a_forged_measurement_in_the_worker_earns_nothing():
+    """The planner patches effkit's byte counter in its own process: the grader never asks it for
+    bytes, measures the plan itself, and finds it over budget; the patch is reported."""
+    verdicts, report = _grade(SOLUTION, only=["test_budget"], plan_checkpointing=FORGED)
+    assert not verdicts["test_budget"].passed and "over budget" in verdicts["test_budget"].reason
+    assert any("saved_activation_bytes" in f for f in report["flags"]), report["flags"]

@@ -33,6 +33,7 @@ from effkit.abtest import median_ci, median_ci_coverage
 from effkit.checkpoint_plan import CheckpointPlan, apply_plan, run_blocks
 
 N_BLOCKS, DIM, HEADS, DROPOUT = 6, 64, 4, 0.1
+_clock = time.perf_counter  # captured at import (the parent's own clock)
 BATCH, SEQ = 4, 128
 
 
@@ -131,41 +132,51 @@ def ops_in(stack: nn.Module, x: torch.Tensor) -> frozenset[str]:
 
 
 def time_plans(stack: nn.Module, x: torch.Tensor, plans: dict[str, CheckpointPlan], rounds: int,
-               steps: int) -> dict[str, dict]:  # fmt: skip
+               steps: int, max_rounds: int | None = None, settled=None) -> dict[str, dict]:  # fmt: skip
     """Interleaved timing of forward + backward under each plan, in this process.
 
     Each round runs every plan once (``steps`` steps), in an order that rotates and reverses from
     round to round; per round, each plan's time is divided by the first plan's (the baseline).
     Returns per plan: the median ratio baseline-time / plan-time (> 1: faster than the baseline),
-    its order-statistic interval, the interval's real coverage and the median seconds per step.
+    its order-statistic interval, the interval's real coverage, the median seconds per step and
+    the rounds run. After ``rounds`` rounds, while ``settled(result)`` is false, another
+    ``rounds`` are added, up to ``max_rounds`` (a noisy machine buys more rounds, a quiet one
+    none).
     """
     stacks = {name: apply_plan(build_copy(stack), plan) for name, plan in plans.items()}
     names = list(plans)
 
     def run(name: str) -> float:
         net = stacks[name]
-        t0 = time.perf_counter()
+        t0 = _clock()
         for _ in range(steps):
             net.zero_grad(set_to_none=True)
             run_blocks(net, x).sum().backward()
-        return (time.perf_counter() - t0) / steps
+        return (_clock() - t0) / steps
 
+    def summary() -> dict[str, dict]:
+        out = {}
+        for name in names:
+            ratios = [b / s for b, s in zip(seconds[names[0]], seconds[name], strict=True)]
+            low, high = median_ci(ratios)
+            out[name] = {"ratio": statistics.median(ratios), "low": low, "high": high, "rounds": len(ratios),
+                         "coverage": median_ci_coverage(len(ratios)), "step_s": statistics.median(seconds[name])}  # fmt: skip
+        return out
+
+    seconds: dict[str, list[float]] = {name: [] for name in names}
     with threads(1):  # one thread: a busy second core disturbs one timed thread far less
         for name in names:  # warm-up: allocator, first-call costs
             run(name)
-        seconds: dict[str, list[float]] = {name: [] for name in names}
-        for r in range(rounds):
-            order = names[r % len(names) :] + names[: r % len(names)]
-            for name in order if r % 2 == 0 else reversed(order):
-                seconds[name].append(run(name))
-    base = names[0]
-    out = {}
-    for name in names:
-        ratios = [b / s for b, s in zip(seconds[base], seconds[name], strict=True)]
-        low, high = median_ci(ratios)
-        out[name] = {"ratio": statistics.median(ratios), "low": low, "high": high,
-                     "coverage": median_ci_coverage(len(ratios)), "step_s": statistics.median(seconds[name])}  # fmt: skip
-    return out
+        r = 0
+        while True:
+            for _ in range(rounds):
+                order = names[r % len(names) :] + names[: r % len(names)]
+                for name in order if r % 2 == 0 else reversed(order):
+                    seconds[name].append(run(name))
+                r += 1
+            result = summary()
+            if settled is None or settled(result) or r + rounds > (max_rounds or rounds):
+                return result
 
 
 def build_copy(stack: nn.Module) -> nn.Module:

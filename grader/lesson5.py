@@ -17,11 +17,13 @@ budget with as little recompute as possible).
   JSON**; this process validates it (`effkit.checkpoint_plan.CheckpointPlan.from_data`: block
   indices, op names the stack really runs), applies it with effkit's implementation to *its own*
   stack and measures the bytes kept for backward itself (``saved_activation_bytes``).
-* ``test_speed`` (3 points): the plan for the loose budget, timed in this process against
-  "checkpoint everything" and against the grader's own plan (`plan_for_budget`: the fewest
-  blocks that fit), interleaved rounds, one thread, medians with order-statistic intervals
-  (`ckpt_checks.time_plans`). Passes when the learner's plan is faster than "everything" (its
-  interval above 1) and recovers at least half of the grader's plan's measured gain.
+* ``test_speed`` (2 points) and ``test_least_recompute`` (1 point): the plan for the loose
+  budget, timed once in this process against "checkpoint everything" and against the grader's
+  own plan (`plan_for_budget`: the fewest blocks that fit), interleaved rounds, one thread,
+  medians with order-statistic intervals (`ckpt_checks.time_plans`). ``test_speed``: the
+  learner's plan is faster than "everything" (its interval above 1). ``test_least_recompute``:
+  it recovers at least 80% of the grader's plan's measured gain (a plan with one block more than
+  needed recovers ~60%).
 * ``test_quiz`` (2 points).
 
 **Trust.** Saved bytes measured *inside* a worker that ran learner code are forgeable (it can
@@ -51,7 +53,10 @@ TOLERANCE = 1e-5  # relative gradient error: checkpointing changes no arithmetic
 MATCH = 1e-4  # "your gradient is what this mistake gives"
 LOOSE, TIGHT = (0.55, 0.65), (0.08, 0.15)  # budgets, as fractions of the plain stack's bytes
 ROUNDS, STEPS = 11, 1  # timed rounds (11: the interval drops the extreme ratio on each side)
-MIN_SHARE = 0.5  # of the grader's plan's measured gain over "checkpoint everything"
+MAX_ROUNDS = 44  # on a noisy machine, 11 more rounds at a time until the intervals clear 1
+MIN_SHARE = (
+    0.8  # of the grader's plan's measured gain over "checkpoint everything" (calibrated: README)
+)
 
 SETUP_SOURCE = """\
 import functools
@@ -216,38 +221,99 @@ def check_budget(ctx: Context) -> None:
                f"{kept / 2**20:.2f} MiB (measured by the grader)")  # fmt: skip
 
 
+def _timing(ctx: Context) -> dict:
+    """Time the learner's loose-budget plan once per grading (both speed cells read it). Cached
+    on the parent's session object: a failure (over budget, a bad plan) is cached too."""
+    cache = ctx.session.__dict__.setdefault("_lesson5_timing", {})
+    if not cache:
+        try:
+            stack, x, plan, _, budget = _fitting_plan(ctx, "loose")
+        except CheckFailed as err:
+            cache["failed"] = f"no speed credit: {err}"
+            raise
+        best = plan_for_budget(stack, x, budget)
+        plans = {
+            "everything": CheckpointPlan.everything(cc.N_BLOCKS),
+            "yours": plan,
+            "grader": best,
+        }
+
+        def settled(t: dict) -> bool:  # both intervals clear of 1, or the plans are the same
+            return t["grader"]["low"] > 1.0 and (
+                plan == best or not t["yours"]["low"] <= 1.0 <= t["yours"]["high"]
+            )
+
+        cache.update(
+            plan=plan,
+            best=best,
+            t=cc.time_plans(stack, x, plans, ROUNDS, STEPS, MAX_ROUNDS, settled),
+        )
+    if "failed" in cache:
+        raise CheckFailed(cache["failed"])
+    t, plan, best = cache["t"], cache["plan"], cache["best"]
+    ctx.lines.append(f"  timed here ({t['yours']['rounds']} interleaved rounds, one thread): checkpoint everything "
+                     f"{t['everything']['step_s'] * 1e3:.0f} ms/step, your plan {t['yours']['step_s'] * 1e3:.0f} ms, "
+                     f"the grader's plan ({best.describe(cc.N_BLOCKS)}) {t['grader']['step_s'] * 1e3:.0f} ms")  # fmt: skip
+    return cache
+
+
+def _interval(r: dict) -> str:
+    return f"{r['ratio']:.2f}x, interval {r['low']:.2f}-{r['high']:.2f} covering the median {r['coverage']:.0%} of the time"
+
+
 def check_speed(ctx: Context) -> None:
+    """Faster than checkpointing every block: the plan's interval lies above 1."""
     _refuse_reference(ctx)
-    stack, x, plan, _, budget = _fitting_plan(ctx, "loose")
-    everything = CheckpointPlan.everything(cc.N_BLOCKS)
-    best = plan_for_budget(stack, x, budget)
-    t = cc.time_plans(
-        stack, x, {"everything": everything, "yours": plan, "grader": best}, ROUNDS, STEPS
+    timing = _timing(ctx)
+    plan, best, yours, grader = (
+        timing["plan"],
+        timing["best"],
+        timing["t"]["yours"],
+        timing["t"]["grader"],
     )
-    yours, grader = t["yours"], t["grader"]
-    ctx.lines.append(f"  timed here ({ROUNDS} interleaved rounds, one thread): checkpoint everything "
-                     f"{t['everything']['step_s'] * 1e3:.0f} ms/step, your plan {yours['step_s'] * 1e3:.0f} ms, the grader's "
-                     f"plan ({best.describe(cc.N_BLOCKS)}) {grader['step_s'] * 1e3:.0f} ms")  # fmt: skip
-    interval = (f"{yours['ratio']:.2f}x, interval {yours['low']:.2f}-{yours['high']:.2f} covering the median "
-                f"{yours['coverage']:.0%} of the time")  # fmt: skip
-    gain = grader["ratio"] - 1
-    if plan == everything:
+    if plan == CheckpointPlan.everything(cc.N_BLOCKS):
         raise CheckFailed(f"your plan checkpoints every block: it fits, but recomputes all of them. The budget needed "
                           f"{len(best.blocks)} blocks: the grader's plan ran {grader['ratio']:.2f}x as fast as "
                           "checkpointing everything. Checkpoint only what the budget needs.")  # fmt: skip
     expect(yours["low"] > 1.0, f"your plan ({plan.describe(cc.N_BLOCKS)}) was not measurably faster than checkpointing "
-                               f"every block: {interval}"
+                               f"every block: {_interval(yours)}"
                                + ("; keeping ops selectively adds a dispatch cost per op that the recompute it "
                                   "saves does not pay back here" if plan.save is not None else ""))  # fmt: skip
-    expect(gain <= 0 or yours["ratio"] - 1 >= MIN_SHARE * gain,
-           f"your plan is faster than checkpointing everything ({interval}) but recovers less than "
-           f"{MIN_SHARE:.0%} of what the grader's plan gained ({grader['ratio']:.2f}x): it recomputes more than "
-           "the budget needs")  # fmt: skip
+    ctx.ok(f"your plan ran {_interval(yours)} as fast as checkpointing every block")
+
+
+def check_least_recompute(ctx: Context) -> None:
+    """At least MIN_SHARE of the gain the grader's own plan (fewest blocks) measured over
+    checkpointing everything, in the same interleaved rounds."""
+    _refuse_reference(ctx)
+    timing = _timing(ctx)
+    plan, best, yours, grader = (
+        timing["plan"],
+        timing["best"],
+        timing["t"]["yours"],
+        timing["t"]["grader"],
+    )
+    gain = grader["ratio"] - 1
+    if (
+        grader["low"] <= 1.0
+    ):  # the timing could not show the grader's own plan faster: judge by structure
+        expect(len(plan.blocks) <= len(best.blocks) and plan.save == best.save,
+               f"your plan ({plan.describe(cc.N_BLOCKS)}) checkpoints more than the grader's ({best.describe(cc.N_BLOCKS)}) "
+               "(the timing here was inconclusive): recompute only what the budget needs")  # fmt: skip
+        ctx.ok(
+            f"your plan recomputes no more than the grader's (timing inconclusive: {_interval(grader)})"
+        )
+        return
+    share = (yours["ratio"] - 1) / gain
+    expect(share >= MIN_SHARE,
+           f"your plan ({plan.describe(cc.N_BLOCKS)}) recovered {max(share, 0):.0%} of the speed the grader's plan "
+           f"({best.describe(cc.N_BLOCKS)}) gained over checkpointing everything ({_interval(yours)} vs "
+           f"{grader['ratio']:.2f}x); at least {MIN_SHARE:.0%} earns this point: recompute only what the budget needs")  # fmt: skip
     ctx.ok(
-        f"your plan ran {interval} as fast as checkpointing everything (the grader's plan: {grader['ratio']:.2f}x)"
+        f"your plan recovered {share:.0%} of the grader's plan's gain ({grader['ratio']:.2f}x over everything)"
     )
 
 
 CELL_CHECKS = {"test_gradients": check_gradients, "test_budget": check_budget, "test_speed": check_speed,
-               "test_quiz": quiz_check(QUIZ_KEY)}  # fmt: skip
+               "test_least_recompute": check_least_recompute, "test_quiz": quiz_check(QUIZ_KEY)}  # fmt: skip
 NAMES = ("checkpointed_forward", "plan_checkpointing")

@@ -141,7 +141,7 @@ print("  ... (parameters and views of them are saved too: they are not activatio
 # share storage. `effkit.act_checkpoint.saved_activation_bytes` counts what is really
 # *activation* memory: distinct storages, parameters excluded.
 #
-# **Predict.** How many bytes does one block keep per token, at width 128 in float32? (A block
+# **Predict.** How many bytes does one block keep per token, at this width in float32? (A block
 # of width *d* computes tensors of width d, 3d and 4d; 4 bytes a number.)
 
 # %%

@@ -1,8 +1,10 @@
 """Lesson 5's exercise, graded out of the kernel: gradients vs the grader's own plain stack, the
 plan's bytes and time measured only in the grader's process (the plan crosses as JSON).
 
-Each grading starts one sandboxed worker (~3-5 s here); the timed check adds ~3 s. Wrong
-submissions replace one solution cell and are graded on the cells that cell can change.
+Each grading starts one sandboxed worker (~3-5 s here); the timed checks add ~3 s. Wrong
+submissions replace one solution cell and are graded on the cells that cell can change (the
+planner: budget and speed; the forward: gradients); the other cells are the reference's, whose
+full marks the first grading shows.
 """
 
 from pathlib import Path
@@ -20,7 +22,14 @@ from grader.notebook import solution_sources
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson5" / "lesson5.ipynb"
 EXERCISE = ROOT / "exercises" / "lesson5" / "lesson5.ipynb"
-POINTS = {"test_gradients": 3, "test_budget": 2, "test_speed": 3, "test_quiz": 2}
+POINTS = {
+    "test_gradients": 3,
+    "test_budget": 2,
+    "test_speed": 2,
+    "test_least_recompute": 1,
+    "test_quiz": 2,
+}
+PLAN_CELLS = ["test_budget", "test_speed", "test_least_recompute"]
 A = assignments.get("lesson5")
 
 
@@ -108,6 +117,12 @@ NO_RNG = """def checkpointed_forward(blocks, x, plan):
             x = block(x)
     return x"""
 
+ONE_TOO_MANY = """def plan_checkpointing(blocks, x, budget_bytes):
+    for k in range(len(blocks) + 1):
+        plan = {"blocks": list(range(k)), "save": None}
+        if saved_activation_bytes(lambda: checkpointed_forward(blocks, x, plan).sum()) <= budget_bytes:
+            return {"blocks": list(range(min(k + 1, len(blocks)))), "save": None}  # one more, to be safe"""
+
 FORGED = """import effkit.act_checkpoint
 def plan_checkpointing(blocks, x, budget_bytes):
     effkit.act_checkpoint.saved_activation_bytes = lambda fn: 0  # "it fits"
@@ -127,12 +142,13 @@ def test_reference_solution_gets_full_marks_and_the_stub_none():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, cell, source, only, points, hint", [
-    ("checkpoint everything", "plan_checkpointing", EVERYTHING, ["test_budget", "test_speed"], 2,
+    ("checkpoint everything", "plan_checkpointing", EVERYTHING, PLAN_CELLS, 2,
      "checkpoints every block: it fits, but recomputes all of them"),
-    ("checkpoint nothing", "plan_checkpointing", NOTHING, ["test_budget", "test_speed"], 0, "over budget"),
-    ("save pointwise, recompute matmuls", "plan_checkpointing", POINTWISE, ["test_budget", "test_speed"], 0,
-     "over budget"),
-    ("use_reentrant=True", "checkpointed_forward", REENTRANT, None, 7, "use_reentrant=False"),
+    ("one block more than needed", "plan_checkpointing", ONE_TOO_MANY, PLAN_CELLS, 4,
+     "recompute only what the budget needs"),
+    ("checkpoint nothing", "plan_checkpointing", NOTHING, PLAN_CELLS, 0, "over budget"),
+    ("save pointwise, recompute matmuls", "plan_checkpointing", POINTWISE, PLAN_CELLS, 0, "over budget"),
+    ("use_reentrant=True", "checkpointed_forward", REENTRANT, ["test_gradients"], 0, "use_reentrant=False"),
     ("preserve_rng_state=False", "checkpointed_forward", NO_RNG, ["test_gradients"], 0, "new dropout masks"),
 ])  # fmt: skip
 def test_plausible_mistakes_score_what_they_deserve_with_a_hint(

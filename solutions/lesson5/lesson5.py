@@ -48,8 +48,8 @@
 # back: the grader applies it to its own copy of the stack with effkit's implementation and
 # measures the bytes itself (2 points: a loose and a tight budget). Then it times your plan for the
 # loose budget against "checkpoint every block" and against its own plan, interleaved, on its own
-# clock (3 points: faster than checkpointing everything, and at least half of the grader's plan's
-# gain).
+# clock: faster than checkpointing everything (2 points), and at least 80% of the speed the
+# grader's plan gains over it (1 point: recompute no more than the budget needs).
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import functools
@@ -111,10 +111,16 @@ from grader.check import check_my_work
 check_my_work("test_budget", "lesson5.ipynb")
 
 
-# %% nbgrader={"grade": true, "grade_id": "test_speed", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# %% nbgrader={"grade": true, "grade_id": "test_speed", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
 from grader.check import check_my_work
 
 check_my_work("test_speed", "lesson5.ipynb")
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_least_recompute", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_least_recompute", "lesson5.ipynb")
 
 # %% [markdown]
 # ## Quiz

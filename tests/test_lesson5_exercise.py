@@ -97,9 +97,6 @@ def test_the_grader_references_see_the_mistakes_they_name():
 EVERYTHING = """def plan_checkpointing(blocks, x, budget_bytes):
     return {"blocks": list(range(len(blocks))), "save": None}"""
 
-NOTHING = """def plan_checkpointing(blocks, x, budget_bytes):
-    return {"blocks": [], "save": None}"""
-
 POINTWISE = """def plan_checkpointing(blocks, x, budget_bytes):
     # keep the cheap pointwise outputs, recompute the matmuls: the wrong way round
     return {"blocks": list(range(len(blocks))), "save": ["gelu", "native_layer_norm", "add", "mul"]}"""
@@ -125,7 +122,7 @@ ONE_TOO_MANY = """def plan_checkpointing(blocks, x, budget_bytes):
 
 FORGED = """import effkit.act_checkpoint
 def plan_checkpointing(blocks, x, budget_bytes):
-    effkit.act_checkpoint.saved_activation_bytes = lambda fn: 0  # "it fits"
+    effkit.act_checkpoint.saved_activation_bytes = lambda fn: 0  # "it fits": so checkpoint nothing
     return {"blocks": [], "save": None}"""
 
 
@@ -146,7 +143,6 @@ def test_reference_solution_gets_full_marks_and_the_stub_none():
      "checkpoints every block: it fits, but recomputes all of them"),
     ("one block more than needed", "plan_checkpointing", ONE_TOO_MANY, PLAN_CELLS, 4,
      "recompute only what the budget needs"),
-    ("checkpoint nothing", "plan_checkpointing", NOTHING, PLAN_CELLS, 0, "over budget"),
     ("save pointwise, recompute matmuls", "plan_checkpointing", POINTWISE, PLAN_CELLS, 0, "over budget"),
     ("use_reentrant=True", "checkpointed_forward", REENTRANT, ["test_gradients"], 0, "use_reentrant=False"),
     ("preserve_rng_state=False", "checkpointed_forward", NO_RNG, ["test_gradients"], 0, "new dropout masks"),
@@ -161,9 +157,13 @@ def test_plausible_mistakes_score_what_they_deserve_with_a_hint(
 
 
 @pytest.mark.slow
-def test_a_forged_measurement_in_the_worker_earns_nothing():
-    """The planner patches effkit's byte counter in its own process: the grader never asks it for
-    bytes, measures the plan itself, and finds it over budget; the patch is reported."""
-    verdicts, report = _grade(SOLUTION, only=["test_budget"], plan_checkpointing=FORGED)
-    assert not verdicts["test_budget"].passed and "over budget" in verdicts["test_budget"].reason
+def test_checkpointing_nothing_on_a_forged_measurement_earns_nothing_and_is_flagged():
+    """The planner patches effkit's byte counter in its own process, so "nothing" seems to fit:
+    the grader never asks the worker for bytes, measures the plan itself and finds it over
+    budget (no speed credit either); the patch is reported."""
+    verdicts, report = _grade(SOLUTION, only=PLAN_CELLS, plan_checkpointing=FORGED)
+    assert _points(verdicts) == 0, {g: v.reason for g, v in verdicts.items()}
+    assert all("over budget" in v.reason for v in verdicts.values()), [
+        v.reason for v in verdicts.values()
+    ]
     assert any("saved_activation_bytes" in f for f in report["flags"]), report["flags"]

@@ -272,7 +272,7 @@ def test_a_timed_worker_reads_only_its_inputs_read_only_as_nobody(tmp_path):
                object_name="FastPipeline")  # fmt: skip
         with pytest.raises(WorkerFailed) as failed:
             w.expect("loaded", 60, "running the attack")
-        assert w.unavailable == [] and w.cgroup is not None
+        assert w.unavailable == [] and w.box.cgroup is not None
     finally:
         w.close()
     found = json.loads(str(failed.value).split("REPORT ", 1)[1])

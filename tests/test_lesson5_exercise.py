@@ -15,7 +15,8 @@ import torch
 
 from effkit.checkpoint_plan import CheckpointPlan
 from grader import assignments
-from grader import ckpt_checks as cc
+from grader.assignments.lesson5 import ckpt_checks as cc
+from grader.assignments.lesson5.checks import LOOSE
 from grader.cells import grade_cells
 from grader.notebook import solution_sources
 
@@ -86,9 +87,7 @@ def test_the_grader_references_see_the_mistakes_they_name():
 
     stack, (x, _) = cc.build_stack(5), cc.draw_batch(6)
     plain_bytes = plan_bytes(stack, x, CheckpointPlan())
-    loose = plan_for_budget(
-        stack, x, int(plain_bytes * __import__("grader.lesson5").lesson5.LOOSE[0])
-    )
+    loose = plan_for_budget(stack, x, int(plain_bytes * LOOSE[0]))
     assert 0 < len(loose.blocks) < cc.N_BLOCKS
 
 

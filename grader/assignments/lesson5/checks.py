@@ -5,7 +5,7 @@ the blocks, checkpointing those the plan names, selectively when it names ops to
 ``plan_checkpointing(blocks, x, budget_bytes)`` (choose a plan, as plain data, that fits the
 budget with as little recompute as possible).
 
-* ``test_gradients`` (3 points): in the sandboxed worker (:mod:`grader.lesson5_probes`) the
+* ``test_gradients`` (3 points): in the sandboxed worker (:mod:`grader.assignments.lesson5.probes`) the
   learner's forward runs on the grader's seeded stack (dropout on) and batch (no
   ``requires_grad``: the reentrant trap), under two plans drawn per grading (some blocks; every
   block keeping its matmuls). The worker returns output and gradients as raw tensor bytes; this
@@ -43,7 +43,8 @@ import torch
 
 from effkit.act_checkpoint import MATMUL_OPS
 from effkit.checkpoint_plan import CheckpointPlan, PlanError, plan_bytes, plan_for_budget
-from grader import ckpt_checks as cc
+from grader.assignments import Assignment
+from grader.assignments.lesson5 import ckpt_checks as cc
 from grader.cells import CheckFailed, Context, expect, stub_reason
 from grader.channel import ChannelError, tensor_from
 from grader.quiz import quiz_check
@@ -318,3 +319,9 @@ def check_least_recompute(ctx: Context) -> None:
 CELL_CHECKS = {"test_gradients": check_gradients, "test_budget": check_budget, "test_speed": check_speed,
                "test_least_recompute": check_least_recompute, "test_quiz": quiz_check(QUIZ_KEY)}  # fmt: skip
 NAMES = ("checkpointed_forward", "plan_checkpointing")
+
+
+ASSIGNMENT = Assignment(id="lesson5", notebook="lesson5", object_name="plan_checkpointing",
+                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
+                        runtime_module="", timeout_s=180, probes="grader.assignments.lesson5.probes",
+                        names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip

@@ -7,7 +7,7 @@ the output and every gradient (zeros where a parameter got none, whose names are
 many times each block's forward ran (a checkpointed block runs again in backward). ``probe_plan``
 calls ``plan_checkpointing(blocks, x, budget_bytes)`` and returns its plan as plain JSON. No
 reference and no verdict exist in this process: the parent recomputes the gradients and measures
-the plan itself, on its own copy of the stack (:mod:`grader.lesson5`).
+the plan itself, on its own copy of the stack (:mod:`grader.assignments.lesson5.checks`).
 
 **When to use it.** Named as lesson 5's probe module; run in :mod:`grader.probe_worker`.
 
@@ -24,7 +24,7 @@ import json
 
 import torch
 
-from grader import ckpt_checks as cc
+from grader.assignments.lesson5 import ckpt_checks as cc
 from grader.channel import tensor_msg
 from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
 

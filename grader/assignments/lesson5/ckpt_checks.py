@@ -8,7 +8,7 @@ mistake, a checkpointed one without the RNG state) and returns its gradients; `o
 ATen ops a forward runs (the names a plan may ``save``); `time_plans` times plans in this process,
 interleaved, with effkit's order-statistic intervals.
 
-**When to use it.** By :mod:`grader.lesson5_probes` (worker) and :mod:`grader.lesson5` (parent).
+**When to use it.** By :mod:`grader.assignments.lesson5.probes` (worker) and :mod:`grader.assignments.lesson5.checks` (parent).
 
 **Expected gain.** Gradients compared to ~1e-6; memory and time of a plan measured only where no
 learner code ran.

@@ -91,6 +91,31 @@ def test_the_grader_references_see_the_mistakes_they_name():
     assert 0 < len(loose.blocks) < cc.N_BLOCKS
 
 
+def test_a_recompute_without_the_rng_state_is_named():
+    """The parent's diagnosis, in process (the sandbox path is the same as use_reentrant's below):
+    a forward checkpointed with preserve_rng_state=False gives gradients the check refuses, and
+    recomputing that mistake itself, the parent names it."""
+    from torch.utils.checkpoint import checkpoint
+
+    from grader.assignments.lesson5.checks import TOLERANCE, _diagnose, _rel
+
+    seed, rng_seed, plan = 11, 12, CheckpointPlan((0, 3, 4))
+    stack, (x, w) = cc.build_stack(seed), cc.draw_batch(seed + 1)
+    with cc.threads(1):
+        torch.manual_seed(rng_seed)
+        h = x
+        for i, block in enumerate(stack):
+            h = (
+                checkpoint(block, h, use_reentrant=False, preserve_rng_state=False)
+                if i in plan.blocks
+                else block(h)
+            )
+        (h * w).sum().backward()
+    got, missing = cc.flat_grads(stack)
+    assert not missing and _rel(got, cc.reference_grads(seed, rng_seed)[1]) > TOLERANCE
+    assert "new dropout masks" in _diagnose({"missing": []}, got, seed, rng_seed, plan)
+
+
 # -- gradings (each one sandboxed worker) -------------------------------------------------------
 
 EVERYTHING = """def plan_checkpointing(blocks, x, budget_bytes):
@@ -103,14 +128,6 @@ POINTWISE = """def plan_checkpointing(blocks, x, budget_bytes):
 REENTRANT = """def checkpointed_forward(blocks, x, plan):
     for i, block in enumerate(blocks):
         x = checkpoint(block, x, use_reentrant=True) if i in plan["blocks"] else block(x)
-    return x"""
-
-NO_RNG = """def checkpointed_forward(blocks, x, plan):
-    for i, block in enumerate(blocks):
-        if i in plan["blocks"]:
-            x = checkpoint(block, x, use_reentrant=False, preserve_rng_state=False)
-        else:
-            x = block(x)
     return x"""
 
 ONE_TOO_MANY = """def plan_checkpointing(blocks, x, budget_bytes):
@@ -144,7 +161,6 @@ def test_reference_solution_gets_full_marks_and_the_stub_none():
      "recompute only what the budget needs"),
     ("save pointwise, recompute matmuls", "plan_checkpointing", POINTWISE, PLAN_CELLS, 0, "over budget"),
     ("use_reentrant=True", "checkpointed_forward", REENTRANT, ["test_gradients"], 0, "use_reentrant=False"),
-    ("preserve_rng_state=False", "checkpointed_forward", NO_RNG, ["test_gradients"], 0, "new dropout masks"),
 ])  # fmt: skip
 def test_plausible_mistakes_score_what_they_deserve_with_a_hint(
     name, cell, source, only, points, hint

@@ -118,6 +118,18 @@ class Sandbox:
                 pass
         return out
 
+    def left_session(self) -> list[int]:
+        """Members that called ``setsid()`` (or were started in a new session): stopped with the
+        worker only because the freezer / tree walk still finds them. Reported, never trusted."""
+        out = []
+        for pid in self.members():
+            try:
+                if pid != self.proc.pid and os.getsid(pid) != self.proc.pid:
+                    out.append(pid)
+            except ProcessLookupError:
+                pass
+        return out
+
     def pause(self) -> None:
         if self.proc.poll() is not None and not self.members():
             return

@@ -170,6 +170,7 @@ return float(pid)""") as s:
         )
         child = int(r.data["value"])
         assert child in s.box.members() and os.getsid(child) == child  # escaped the session ...
+        assert s.box.left_session() == [child]  # (the parent sees it too)
         assert any("processes left running" in f for f in s.evidence)
         s.box.pause()  # ... but not the freezer
         state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]

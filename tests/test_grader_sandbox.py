@@ -307,3 +307,23 @@ def test_a_dead_gradings_frozen_workers_are_swept_and_live_ones_kept():
         victim.kill()
         live.remove()
         stale.remove()
+
+
+@ROOT_ONLY
+def test_a_state_folder_is_size_limited_and_gone_after_close():
+    """Lesson 6's checkpoint folder outlives its workers: it must not be a way to fill the disk."""
+    import errno
+
+    from grader.sandbox import StateFolder
+
+    folder = StateFolder(size_mb=1)
+    try:
+        assert folder.mounted and folder.unavailable == []
+        (folder.path / "small").write_bytes(b"x" * 1000)
+        with pytest.raises(OSError) as full:
+            (folder.path / "big").write_bytes(b"x" * (2 << 20))
+        assert full.value.errno == errno.ENOSPC
+    finally:
+        folder.close()
+    assert not folder.path.exists()
+    folder.close()  # idempotent

@@ -16,7 +16,7 @@ import torch
 from effkit.checkpoint_plan import CheckpointPlan
 from grader import assignments
 from grader.assignments.lesson5 import ckpt_checks as cc
-from grader.assignments.lesson5.checks import LOOSE
+from grader.assignments.lesson5.plan_checks import LOOSE
 from grader.cells import grade_cells
 from grader.notebook import solution_sources
 

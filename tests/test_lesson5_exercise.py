@@ -7,6 +7,8 @@ planner: budget and speed; the forward: gradients); the other cells are the refe
 full marks the first grading shows.
 """
 
+import json
+import random
 from pathlib import Path
 
 import nbformat
@@ -17,8 +19,9 @@ from effkit.checkpoint_plan import CheckpointPlan
 from grader import assignments
 from grader.assignments.lesson5 import ckpt_checks as cc
 from grader.assignments.lesson5.plan_checks import LOOSE
-from grader.cells import grade_cells
+from grader.cells import CellVerdict, Context, grade_cells
 from grader.notebook import solution_sources
+from grader.probe import CallResult
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson5" / "lesson5.ipynb"
@@ -153,22 +156,58 @@ def test_reference_solution_gets_full_marks_and_the_stub_none():
     ), verdicts
 
 
+class PlanOnly:
+    """What the parent receives from a worker for the plan cells: the planner's answer as plain
+    data. Here the planner runs in the test's process (no sandbox: the sandboxed path is covered
+    by the gradings above and below), which keeps these gradings to the parent's own work."""
+
+    def __init__(self, planner_source: str):
+        self.ns: dict = {}
+        exec(A.setup_source, self.ns)  # noqa: S102 - the exercise's own cells, in a test
+        forward = dict(_cells(SOLUTION))["checkpointed_forward"]
+        exec(forward + "\n" + planner_source, self.ns)  # noqa: S102
+        self.cells, self.load_errors = [("plan_checkpointing", planner_source)], []
+
+    def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
+        assert probe == "plan"
+        stack, (x, _) = cc.build_stack(args["seed"]), cc.draw_batch(args["seed"] + 1)
+        plan = self.ns["plan_checkpointing"](stack, x, args["budget_bytes"])
+        return CallResult(True, {"plan": json.loads(json.dumps(plan))})
+
+
+def _grade_plan(planner_source: str, seed: int = 1) -> dict[str, CellVerdict]:
+    """The plan cells exactly as grade_cells runs them, on PlanOnly's data."""
+    session, rng, verdicts = PlanOnly(planner_source), random.Random(seed), {}
+    for gid in PLAN_CELLS:
+        ctx = Context(session, rng)
+        try:
+            A.cell_checks[gid](ctx)
+            verdicts[gid] = CellVerdict(gid, True, ctx.lines)
+        except AssertionError as err:
+            verdicts[gid] = CellVerdict(gid, False, ctx.lines, str(err))
+    return verdicts
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name, cell, source, only, points, hint", [
-    ("checkpoint everything", "plan_checkpointing", EVERYTHING, PLAN_CELLS, 2,
-     "checkpoints every block: it fits, but recomputes all of them"),
-    ("one block more than needed", "plan_checkpointing", ONE_TOO_MANY, PLAN_CELLS, 4,
-     "recompute only what the budget needs"),
-    ("save pointwise, recompute matmuls", "plan_checkpointing", POINTWISE, PLAN_CELLS, 0, "over budget"),
-    ("use_reentrant=True", "checkpointed_forward", REENTRANT, ["test_gradients"], 0, "use_reentrant=False"),
+@pytest.mark.parametrize("name, source, points, hint", [
+    ("checkpoint everything", EVERYTHING, 2, "checkpoints every block: it fits, but recomputes all of them"),
+    ("one block more than needed", ONE_TOO_MANY, 4, "recompute only what the budget needs"),
+    ("save pointwise, recompute matmuls", POINTWISE, 0, "over budget"),
 ])  # fmt: skip
-def test_plausible_mistakes_score_what_they_deserve_with_a_hint(
-    name, cell, source, only, points, hint
-):
-    verdicts, _ = _grade(SOLUTION, only=only, **{cell: source})
+def test_plausible_planner_mistakes_score_what_they_deserve_with_a_hint(name, source, points, hint):
+    """Budget 2 + speed 2 + least recompute 1 on the plan cells (the forward and the quiz are the
+    reference's: 5 more)."""
+    verdicts = _grade_plan(source)
     failed = [v for v in verdicts.values() if not v.passed]
     assert _points(verdicts) == points, (name, {g: v.reason for g, v in verdicts.items()})
     assert failed and any(hint in v.reason for v in failed), (name, [v.reason for v in failed])
+
+
+@pytest.mark.slow
+def test_use_reentrant_true_loses_the_gradients_and_is_told_why():
+    verdicts, _ = _grade(SOLUTION, only=["test_gradients"], checkpointed_forward=REENTRANT)
+    reason = verdicts["test_gradients"].reason
+    assert not verdicts["test_gradients"].passed and "use_reentrant=False" in reason, reason
 
 
 @pytest.mark.slow

@@ -74,6 +74,8 @@ def expected_wall_time(
             f"{work_s}, {restart_s}"
         )
     segments = work_s / interval_s
+    if (interval_s + save_s) / mtbf_s > 700 or restart_s / mtbf_s > 700:
+        return math.inf  # an interval of hundreds of MTBFs never completes (exp overflows)
     return (
         mtbf_s
         * math.exp(restart_s / mtbf_s)

@@ -50,6 +50,7 @@ def test_overhead_is_flat_near_the_optimum_and_steep_far_from_it():
 
 def test_no_failures_and_no_saves_cost_nothing_and_bad_inputs_are_refused():
     assert expected_wall_time(100, 10, 1e-9, 1e12) == pytest.approx(100, rel=1e-6)
+    assert overhead(1e6, 1, 100) == math.inf  # far past the MTBF: never completes, no overflow
     assert steps_between_saves(30, 0.2) == 150 and steps_between_saves(0.01, 1) == 1
     for bad in [(0, 10), (10, 0), (-1, 10), (float("nan"), 10)]:
         with pytest.raises(ValueError):

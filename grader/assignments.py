@@ -92,7 +92,15 @@ def _lesson4() -> Assignment:
                       names=lesson4.NAMES, cell_checks=lesson4.CELL_CHECKS)  # fmt: skip
 
 
-_OUT_OF_KERNEL = {"lesson1": _lesson1, "lesson4": _lesson4}
+def _lesson6() -> Assignment:
+    from grader import lesson6
+
+    return Assignment(id="lesson6", notebook="lesson6", object_name="train", performance_cell=None,
+                      setup_cell="setup", setup_source=lesson6.SETUP_SOURCE, runtime_module="", timeout_s=180,
+                      probes="grader.lesson6_probes", names=lesson6.NAMES, cell_checks=lesson6.CELL_CHECKS)  # fmt: skip
+
+
+_OUT_OF_KERNEL = {"lesson1": _lesson1, "lesson4": _lesson4, "lesson6": _lesson6}
 
 
 def get(assignment_id: str) -> Assignment:

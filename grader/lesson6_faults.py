@@ -49,6 +49,7 @@ class SaveWatcher:
         self.fired: str | None = None  # the file being written when the worker was killed
         self.armed = False
         self._stop = threading.Event()
+        self._lock = threading.Lock()
         self._fd = -1
         try:
             libc = ctypes.CDLL(None, use_errno=True)
@@ -66,30 +67,45 @@ class SaveWatcher:
     def available(self) -> bool:
         return self._fd >= 0
 
-    def _watch(self) -> None:
-        while not self._stop.is_set():
-            ready, _, _ = select.select([self._fd], [], [], 0.05)
-            if not ready:
-                continue
-            try:
-                data = os.read(self._fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            offset = 0
-            while offset + _EVENT.size <= len(data):
-                _, mask, _, length = _EVENT.unpack_from(data, offset)
-                name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
-                offset += _EVENT.size + length
-                self.events.append((mask, name.decode(errors="replace")))
-                if self.armed and mask & IN_MODIFY and self.fired is None:
-                    self.armed = False
-                    self.fired = name.decode(errors="replace")
+    def arm(self) -> None:
+        """Kill at the next write. Called while the worker waits for the parent's go-ahead, so every
+        write it made before is already queued: drained here, never mistaken for the next save."""
+        with self._lock:
+            self._read(fire=False)
+            self.armed = True
+
+    def _read(self, fire: bool) -> None:
+        try:
+            data = os.read(self._fd, 1 << 16)
+        except (BlockingIOError, OSError):
+            return
+        offset = 0
+        while offset + _EVENT.size <= len(data):
+            _, mask, _, length = _EVENT.unpack_from(data, offset)
+            name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
+            offset += _EVENT.size + length
+            text = name.decode(errors="replace")
+            self.events.append((mask, text))
+            if fire and self.armed and mask & IN_MODIFY and self.fired is None:
+                self.armed = False
+                self.fired = text
+                with contextlib.suppress(Exception):  # the main thread may be closing it too
                     self._kill()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set() and self._fd >= 0:
+            try:
+                ready, _, _ = select.select([self._fd], [], [], 0.05)
+            except (OSError, ValueError):  # closed under us
+                return
+            if ready:
+                with self._lock:
+                    self._read(fire=True)
 
     def close(self) -> None:
         self._stop.set()
         if self._thread_started():
-            self._thread.join(timeout=2)
+            self._thread.join(timeout=30)  # a kill in progress waits for the tree to die
         if self._fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
@@ -112,7 +128,8 @@ def kill_now(box) -> None:
     """SIGKILL the worker itself first (no delay), then everything in its cgroup/tree."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(box.pid, signal.SIGKILL)
-    box.kill()
+    with contextlib.suppress(OSError):  # the session may be closing (and removing) it at once
+        box.kill()
 
 
 def tear(directory: Path, watcher: SaveWatcher) -> str:

@@ -65,8 +65,9 @@ class Task:
     max_epochs = MAX_EPOCHS
     patience = PATIENCE
 
-    def __init__(self, seed: int, hook=None) -> None:
+    def __init__(self, seed: int, hook=None, max_epochs: int = MAX_EPOCHS) -> None:
         self.seed = seed
+        self.max_epochs = max_epochs  # the LR schedule keeps its MAX_EPOCHS length
         gen = torch.Generator().manual_seed(seed)
         self._x, self._y = _data(gen, N_TRAIN, LABEL_NOISE)
         self._val_x, self._val_y = _data(gen, N_VAL, 0.0)
@@ -147,9 +148,9 @@ def reference_loop(task: Task) -> dict:
             "stopped": bad >= task.patience}  # fmt: skip
 
 
-def reference_run(seed: int) -> dict:
+def reference_run(seed: int, max_epochs: int = MAX_EPOCHS) -> dict:
     """`reference_loop` on a fresh task, one thread, deterministic kernels (as in the worker)."""
     with single_thread():
-        out = reference_loop(Task(seed))
+        out = reference_loop(Task(seed, max_epochs=max_epochs))
     del out["task"]
     return out

@@ -30,7 +30,12 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-CALIBRATION_DIR = Path(__file__).with_name("calibration")
+ASSIGNMENTS_DIR = Path(__file__).with_name("assignments")
+
+
+def calibration_dir(name: str) -> Path:
+    """Calibration ``<assignment>-<spec>-<device class>`` lives in its assignment's package."""
+    return ASSIGNMENTS_DIR / name.split("-", 1)[0] / "calibration"
 TOLERANCE_PP = 0.5  # the course's promise: accuracy within 0.5 pp of the baseline
 Z_ONE_SIDED_99 = 2.3263  # Phi^-1(0.99): false fails of a correct optimisation below 1%
 Z_DROP = 1.7507  # Phi^-1(0.96): a real drop of DROP_PP passes in under 4% (margin below 5%)
@@ -52,7 +57,8 @@ class Calibration:
     baseline_pp: tuple[float, ...] = ()
 
     @classmethod
-    def load(cls, name: str, directory: Path = CALIBRATION_DIR) -> Calibration:
+    def load(cls, name: str, directory: Path | None = None) -> Calibration:
+        directory = directory or calibration_dir(name)
         path = directory / f"{name}.json"
         if not path.is_file():
             known = sorted(p.stem for p in directory.glob("*.json"))
@@ -82,7 +88,8 @@ class Calibration:
             baseline_pp=tuple(round(100 * a, 4) for a in baseline),
         )
 
-    def save(self, directory: Path = CALIBRATION_DIR) -> Path:
+    def save(self, directory: Path | None = None) -> Path:
+        directory = directory or calibration_dir(self.name)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{self.name}.json"
         path.write_text(json.dumps(asdict(self), indent=1) + "\n")

@@ -87,7 +87,7 @@ class GradePerformance(NbGraderPreprocessor):
     """Replace the performance cell's outputs with the grader's measurement (see module doc)."""
 
     spec = Unicode(
-        "", help="Grading spec name (default: by device; see grader.lesson2.SPECS)."
+        "", help="Grading spec name (default: by device; see the assignment's specs in grader/assignments/<id>/checks.py)."
     ).tag(config=True)
 
     def preprocess(self, nb, resources):

@@ -21,12 +21,14 @@ import contextlib
 import json
 import os
 import select
-import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from grader.sandbox import Sandbox
 
 _clock = time.perf_counter  # captured at import; this process never runs learner code
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -45,33 +47,30 @@ class WorkerFailed(RuntimeError):
 
 @dataclass
 class Worker:
+    """A timed worker: its sandbox (:class:`grader.sandbox.Sandbox`: process, cgroup, what the
+    machine could not give) and the two pipes the parent opened. Stopping, resuming, finding
+    escaped processes and killing are the sandbox's; the worker adds the channel and a graceful exit."""
+
     role: str  # "baseline" or "learner"
-    proc: subprocess.Popen
+    box: Sandbox
     evt_fd: int
     cmd_fd: int
     log_path: Path
     buffer: bytes = b""
     stopped: bool = False
     closed: bool = False
-    cgroup: object = None  # grader.sandbox.Cgroup when available: freezer, pids and memory limits
-    unavailable: list | None = None  # protections the machine could not give this worker
-    private_dir: Path | None = None  # its working directory, where no private /tmp exists
+
+    @property
+    def proc(self) -> subprocess.Popen:
+        return self.box.proc
+
+    @property
+    def unavailable(self) -> list[str]:
+        return self.box.unavailable
 
     def escaped(self) -> list[int]:
-        """Descendants outside the worker's process group that nothing would stop: with a cgroup
-        none (the freezer holds every member); else a /proc walk."""
-        if self.cgroup is not None:
-            return []
-        from grader.sandbox import descendants
-
-        out = []
-        for pid in descendants(self.proc.pid):
-            try:
-                if os.getpgid(pid) != self.proc.pid:
-                    out.append(pid)
-            except ProcessLookupError:
-                pass
-        return out
+        """Descendants that nothing would stop (none with a cgroup: the freezer holds them all)."""
+        return self.box.escaped()
 
     def send(self, **cmd) -> float:
         self.resume()
@@ -136,14 +135,12 @@ class Worker:
 
     def pause(self) -> None:
         if not self.stopped and self.proc.poll() is None:
-            if self.cgroup is None or not self.cgroup.freeze(True):
-                os.killpg(self.proc.pid, signal.SIGSTOP)
+            self.box.pause()
             self.stopped = True
 
     def resume(self) -> None:
         if self.stopped and self.proc.poll() is None:
-            if self.cgroup is None or not self.cgroup.freeze(False):
-                os.killpg(self.proc.pid, signal.SIGCONT)
+            self.box.resume()
         self.stopped = False
 
     def log_tail(self, lines: int = 15) -> str:
@@ -166,24 +163,12 @@ class Worker:
                 except (OSError, subprocess.TimeoutExpired):
                     pass
         finally:
-            if self.cgroup is not None:
-                self.cgroup.kill()  # every member, also those that left the process group
-                self.cgroup.remove()
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-            else:  # the worker is gone; reap any children it left in its group
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            self.box.close()  # every member killed (also those that left the group), cgroup removed
             for fd in (self.evt_fd, self.cmd_fd):
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-            if self.private_dir is not None:
-                shutil.rmtree(self.private_dir, ignore_errors=True)
 
 
 def start_worker(role: str, workdir: Path, config: dict, cpu_cores: int | None = None,
@@ -221,8 +206,7 @@ def start_worker(role: str, workdir: Path, config: dict, cpu_cores: int | None =
         os.close(evt_w)
         os.close(cmd_r)
     boost_priority(box.pid)
-    return Worker(role, box.proc, evt_r, cmd_w, log_path, cgroup=box.cgroup,
-                  unavailable=list(box.unavailable), private_dir=box.workdir)  # fmt: skip
+    return Worker(role, box, evt_r, cmd_w, log_path)
 
 
 @contextlib.contextmanager

@@ -38,40 +38,6 @@ _GPU_PATTERNS = (
     ("t4", r"\bT4\b"),
 )
 
-# Lesson 2 (input pipeline of the naive recipe). CPU: on the 2-core course machine the reference
-# solution measured a median speedup of 1.6-2.2x per grading, the unchanged naive pipeline
-# 0.93-1.0x; 1.35x leaves room for a correct but less polished solution, 1.15x stays clear of noise. GPU: the
-# DataLoader starves the GPU, so the gain grows with the GPU's speed; these are estimates until
-# measured (see module docstring).
-DEFAULT_TARGETS: dict[str, dict[str, dict[str, float]]] = {
-    "lesson2": {
-        "cpu": {"target": 1.35, "floor": 1.15},
-        "h100": {"target": 4.0, "floor": 1.5},
-        "a100": {"target": 3.5, "floor": 1.5},
-        "l4": {"target": 2.5, "floor": 1.3},
-        "t4": {"target": 2.0, "floor": 1.2},
-        "gpu": {"target": 2.0, "floor": 1.2},
-    },
-    # Lesson 3 (mixed precision in the naive BERT recipe, every row padded to 128 tokens). CPU:
-    # on the 2-core AMX course machine the reference solution measured grading medians of
-    # 1.25-1.60x (11 gradings, median 1.49x; single chunk pairs 1.15-2.14x), an fp32 "no faster"
-    # submission 1.01x (chunk pairs 0.96-1.05x). GPU: estimates - bf16 (fp16 + scaler on a T4) tensor-core
-    # matmuls against fp32 ones, until measured.
-    "lesson3": {
-        "cpu": {"target": 1.25, "floor": 1.1},
-        "h100": {"target": 2.5, "floor": 1.3},
-        "a100": {"target": 2.0, "floor": 1.2},
-        "l4": {"target": 1.8, "floor": 1.15},
-        "t4": {"target": 1.8, "floor": 1.15},
-        "gpu": {"target": 1.5, "floor": 1.1},
-        # A CPU without native bf16 (no AMX / AVX512-BF16): the right policy is fp32, and mixed
-        # precision cannot pay there (bf16 is emulated: a forced bf16 step measured 0.05x fp32 on
-        # the course's 2-thread AMD EPYC). The speed cell then grades "your choice does not slow
-        # training down": an fp32 policy measured 0.98x (chunk pairs 0.89-1.19), a forced bf16 one
-        # far below the floor.
-        "cpu-fp32": {"target": 0.9, "floor": 0.7},
-    },
-}
 
 # Assignments whose gain depends on native 16-bit units look up "cpu-fp32" on CPUs without them.
 NO_NATIVE_BF16 = "cpu-fp32"
@@ -140,17 +106,26 @@ def snapshot_overrides() -> tuple[dict, str]:
     return _SNAPSHOTS[key]
 
 
+def default_targets(assignment: str) -> dict[str, dict[str, float]]:
+    """The assignment's own table (``Assignment.targets``, in its package), by device class."""
+    from grader import assignments
+
+    table = assignments.get(assignment).targets
+    if not table:
+        raise ValueError(f"assignment {assignment!r} has no speedup targets (it is not graded on speed)")
+    return table
+
+
 def target_for(assignment: str, device_name: str, overrides_file: Path | None = None) -> Target:
     """The target for ``assignment`` on ``device_name``, instructor overrides applied."""
-    if assignment not in DEFAULT_TARGETS:
-        raise ValueError(f"no speedup targets for assignment {assignment!r}; known: {list(DEFAULT_TARGETS)}")
+    defaults = default_targets(assignment)
     cls = device_class(device_name)
     table = cls
-    if cls == "cpu" and NO_NATIVE_BF16 in DEFAULT_TARGETS[assignment]:
+    if cls == "cpu" and NO_NATIVE_BF16 in defaults:
         from effkit.amp import cpu_native_bf16  # the grader times on this machine's CPU
 
         table = "cpu" if cpu_native_bf16() else NO_NATIVE_BF16
-    entry = dict(DEFAULT_TARGETS[assignment][table])
+    entry = dict(defaults[table])
     overrides, source = load_overrides(overrides_file) if overrides_file else snapshot_overrides()
     custom = overrides.get(assignment, {}).get(table, {})
     unknown = set(custom) - {"target", "floor"}

@@ -2,7 +2,7 @@
 
 **What it does.** ``calibrate`` grades the *reference solution* (a correct optimisation, so the
 true accuracy difference is zero) for many paired runs and stores the measured paired differences
-and their SD in ``grader/calibration/<assignment>-<spec>-<device class>.json``, with the speedups
+and their SD in ``grader/assignments/<assignment>/calibration/<assignment>-<spec>-<device class>.json``, with the speedups
 it saw. ``gate_sim`` turns a calibration into false-fail / false-pass rates by Monte Carlo. ``budget``
 compares one grading's wall time with the learner's own two smoke runs.
 ``stress`` grades the reference solution N times in a row while another process keeps one core

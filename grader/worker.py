@@ -29,6 +29,7 @@ import io
 import json
 import linecache
 import os
+import pkgutil
 import shutil
 import sys
 import time
@@ -39,9 +40,15 @@ from pathlib import Path
 TIME_FUNCTIONS = ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
                   "monotonic_ns", "process_time")  # fmt: skip
 WATCHED_PREFIXES = ("effkit", "grader")
-GRADER_MODULES = ("grader.audit", "grader.gate", "grader.lesson2", "grader.lesson3", "grader.notebook",
-                  "grader.perf", "grader.pipeline_checks", "grader.protocol", "grader.quiet", "grader.supervisor",
-                  "grader.targets")  # fmt: skip
+GRADER_MODULES = ("grader.audit", "grader.gate", "grader.notebook", "grader.perf", "grader.protocol",
+                  "grader.quiet", "grader.supervisor", "grader.targets", "grader.timelimit")  # fmt: skip
+
+
+def assignment_modules(runtime_module: str) -> list[str]:
+    """Every module of the assignment package that ``runtime_module`` belongs to (its checks, its
+    probes): imported before learner code so that replacing their functions is detected too."""
+    package = importlib.import_module(runtime_module.rpartition(".")[0])
+    return [f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__) if not m.ispkg]
 
 
 class Diverged(RuntimeError):
@@ -118,8 +125,8 @@ class Worker:
     def __init__(self, config: dict, channel: Channel):
         self.config = config
         self.channel = channel
-        for name in GRADER_MODULES:  # so that replacing any of their functions is detected
-            importlib.import_module(name)
+        for name in (*GRADER_MODULES, *assignment_modules(config["assignment_module"])):
+            importlib.import_module(name)  # so that replacing any of their functions is detected
         self.assignment = importlib.import_module(config["assignment_module"])
         import torch  # noqa: F401  (imported here so the parent sees import time as start-up)
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import course, lesson1
+from grader import course
+from grader.assignments.lesson1 import checks as lesson1
 from grader.probe import ProbeSession
 from grader.sandbox import Limits, descendants, is_root
 
@@ -25,7 +26,7 @@ def _session(body: str, limits: Limits | None = None) -> ProbeSession:
     src = "def measure_throughput(trainer, steps, warmup):\n" + "\n".join(
         "    " + line for line in body.splitlines()
     )
-    return ProbeSession("grader.lesson1_probes", SETUP, [("measure_throughput", src)], ["measure_throughput"],
+    return ProbeSession("grader.assignments.lesson1.probes", SETUP, [("measure_throughput", src)], ["measure_throughput"],
                         limits=limits)  # fmt: skip
 
 
@@ -263,7 +264,7 @@ def test_a_timed_worker_reads_only_its_inputs_read_only_as_nobody(tmp_path):
     (inputs / "init0.pt").write_text("initial weights")
     (inputs / "init0.pt").chmod(0o644)
     (workdir / "baseline-0.pt").write_text("the baseline's weights")
-    config = {"assignment_module": "grader.cifar_grading", "device": "cpu", "role": "learner"}
+    config = {"assignment_module": "grader.assignments.lesson2.runtime", "device": "cpu", "role": "learner"}
     w = start_worker("learner", workdir, config, inputs=inputs)
     try:
         w.expect("ready", 120, "starting up")
@@ -271,7 +272,7 @@ def test_a_timed_worker_reads_only_its_inputs_read_only_as_nobody(tmp_path):
                object_name="FastPipeline")  # fmt: skip
         with pytest.raises(WorkerFailed) as failed:
             w.expect("loaded", 60, "running the attack")
-        assert w.unavailable == [] and w.cgroup is not None
+        assert w.unavailable == [] and w.box.cgroup is not None
     finally:
         w.close()
     found = json.loads(str(failed.value).split("REPORT ", 1)[1])

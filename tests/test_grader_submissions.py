@@ -36,7 +36,7 @@ def _submission(name: str) -> Path:
     return broken if broken.exists() else SUBMISSIONS / f"{name}.ipynb"
 
 
-SPEC = "smoke"  # the CPU grading spec, as learners get it (grader/lesson2.py)
+SPEC = "smoke"  # the CPU grading spec, as learners get it (grader/assignments/lesson2/checks.py)
 
 
 def _env(root: Path) -> dict:

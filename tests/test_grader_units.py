@@ -11,9 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from grader import assignments, gate, pipeline_checks, targets
+from grader import assignments, gate, targets
+from grader.assignments.lesson2 import pipeline_checks
+from grader.assignments.lesson2.checks import (
+    SETUP_SOURCE,
+    check_augmentation,
+    check_contract,
+    check_hidden,
+)
 from grader.audit import EpochAudit
-from grader.lesson2 import SETUP_SOURCE, check_augmentation, check_contract, check_hidden
 from grader.notebook import NotebookError, read_notebook, solution_ids, solution_sources, to_python
 from grader.quiet import PREFIX, quiet
 
@@ -274,7 +280,7 @@ def test_instructor_targets_are_read_once_before_learner_code(tmp_path, monkeypa
     monkeypatch.setenv("EFFKIT_GRADER_TARGETS", str(path))
     from grader.probe import ProbeSession
 
-    with ProbeSession("grader.lesson1_probes", [("setup", "")], [], []):
+    with ProbeSession("grader.assignments.lesson1.probes", [("setup", "")], [], []):
         pass  # starting a sandboxed worker takes the snapshot first
     path.write_text(json.dumps({"lesson2": {"cpu": {"target": 1.01, "floor": 1.0}}}))
     assert targets.target_for("lesson2", "CPU test").target == 3.0
@@ -302,3 +308,39 @@ def test_the_speed_gate_refuses_effkit_s_own_answer_from_the_source():
     lesson2 = assignments.get("lesson2")
     src = "from effkit.workloads.cifar.pipelines import DevicePipeline as FastPipeline\n"
     assert "DevicePipeline, the reference answer" in cells.gate_problem(lesson2, [("fast_pipeline", src)])
+
+
+def test_the_core_names_no_assignment():
+    """A new lesson plugs in as a package under grader/assignments/ without touching the core:
+    no core module imports an assignment's modules, and the registry lists none by name."""
+    import ast
+    import re
+
+    core = Path(assignments.__file__).parents[1]
+    pattern = re.compile(r"grader\.assignments\.(\w+)")
+    offenders = []
+    for path in [*core.glob("*.py"), core / "assignments" / "__init__.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names = [m.group(0) for m in pattern.finditer(node.value)]
+            offenders += [f"{path.name}: {n}" for n in names
+                          if (m := pattern.match(n)) and m.group(1) in assignments.known()]  # fmt: skip
+    assert offenders == []
+    assert assignments.known() == sorted(p.parent.name for p in core.glob("assignments/*/__init__.py"))
+
+
+def test_every_assignment_package_defines_a_consistent_assignment():
+    for aid in assignments.known():
+        a = assignments.get(aid)
+        assert a.id == aid and a.probes.startswith(f"grader.assignments.{aid}.")
+        if a.performance_cell:  # timed: its runtime, targets and calibration live in its package
+            assert a.runtime_module.startswith(f"grader.assignments.{aid}.") and a.targets
+            assert {"cpu", "gpu"} <= set(a.targets)
+            assert list((Path(assignments.__file__).parent / aid / "calibration").glob(f"{aid}-*.json"))
+    with pytest.raises(ValueError, match="unknown assignment 'lesson99'.*lesson1"):
+        assignments.get("lesson99")

@@ -13,7 +13,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import assignments, lesson1
+from grader import assignments
+from grader.assignments.lesson1 import checks as lesson1
 from grader.cells import grade_cells
 from grader.notebook import solution_sources
 
@@ -61,7 +62,7 @@ def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells
     assert set(graded) == set(A.cell_checks)
     for (
         gid
-    ) in graded:  # the test cells only ask the grader; the answer key lives in grader/lesson1.py
+    ) in graded:  # the test cells only ask the grader; the answer key lives in grader/assignments/lesson1/checks.py
         assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
     exercise = nbformat.read(EXERCISE, as_version=4)
     text = "\n".join(c.source for c in exercise.cells)

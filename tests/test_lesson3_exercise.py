@@ -8,7 +8,9 @@ import nbformat
 import pytest
 import torch
 
-from grader import assignments, bert_grading, lesson3
+from grader import assignments
+from grader.assignments.lesson3 import checks as lesson3
+from grader.assignments.lesson3 import runtime as bert_grading
 from grader.notebook import read_notebook, solution_ids, solution_sources
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +45,7 @@ def test_setup_cell_matches_the_assignment():
     nb = nbformat.read(SOURCE, as_version=4)
     setup = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
     assert setup.source == lesson3.SETUP_SOURCE
-    assert assignments.for_notebook("lesson3").runtime_module == "grader.bert_grading"
+    assert assignments.for_notebook("lesson3").runtime_module == "grader.assignments.lesson3.runtime"
 
 
 def test_reference_solution_passes_every_check(ref, capsys):
@@ -207,8 +209,8 @@ def test_timed_workers_tokenize_with_the_parents_tokenizer(tmp_path, monkeypatch
     tokenizer had its weights scored with other token ids (a reference solution lost 24 pp in one
     run). The parent ships its tokenizer in the inputs; a worker building the recipe there (its
     own empty cache, as in the sandbox) must end up with exactly the parent's vocabulary."""
-    from grader import bert_grading
-    from grader.lesson3 import ASSIGNMENT
+    from grader.assignments.lesson3 import runtime as bert_grading
+    from grader.assignments.lesson3.checks import ASSIGNMENT
     from grader.worker import seed_caches
 
     spec = ASSIGNMENT.specs["tiny"]

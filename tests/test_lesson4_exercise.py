@@ -10,8 +10,8 @@ import nbformat
 import pytest
 import torch
 
-from grader import accum_checks as ac
 from grader import assignments
+from grader.assignments.lesson4 import accum_checks as ac
 from grader.cells import grade_cells
 from grader.notebook import solution_sources
 

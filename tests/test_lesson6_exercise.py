@@ -14,15 +14,15 @@ import pytest
 import torch
 
 from grader import assignments
-from grader import lesson6_task as task_module
+from grader.assignments.lesson6 import task as task_module
 from grader.cells import grade_cells
-from grader.lesson6_faults import incomplete
+from grader.assignments.lesson6.faults import incomplete
 from grader.notebook import solution_sources
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson6" / "lesson6.ipynb"
 EXERCISE = ROOT / "exercises" / "lesson6" / "lesson6.ipynb"
-POINTS = {"test_resume": 4, "test_torn": 2, "test_best": 2, "test_quiz": 2}
+POINTS = {"test_resume": 4, "test_torn": 2, "test_best": 2, "test_overhead": 2, "test_quiz": 2}
 A = assignments.get("lesson6")
 
 
@@ -66,8 +66,8 @@ IN_PLACE = (
     "        torch.save(obj, path)",
 )
 NO_RNG = [("        torch.set_rng_state(state[\"rng\"])\n", "")]
-NO_POSITION = [("epoch, start, best_loss, bad, done = (state[k]", "epoch, _, best_loss, bad, done = (state[k]")]
-LAST_NOT_BEST = [("    task.model.load_state_dict(torch.load(best_path, weights_only=True))\n", "")]
+LAST_NOT_BEST_EVERY_STEP = [("    task.model.load_state_dict(torch.load(best_path, weights_only=True))\n", ""),
+                            ("            if index + 1 == save_at:\n", "            if True:  # every step\n")]
 
 
 # -- fast: structure, the task, the watcher's tear ----------------------------------------------
@@ -92,7 +92,7 @@ def test_the_reference_run_stops_early_and_its_best_is_not_its_last():
 
 
 def test_tear_cuts_a_finished_save_and_plants_a_renamed_one(tmp_path):
-    from grader.lesson6_faults import IN_MODIFY, IN_MOVED_TO, SaveWatcher, tear
+    from grader.assignments.lesson6.faults import IN_MODIFY, IN_MOVED_TO, SaveWatcher, tear
 
     torch.save({"w": torch.arange(1000.0)}, tmp_path / "last.pt")
     assert not incomplete(tmp_path / "last.pt")
@@ -106,7 +106,7 @@ def test_tear_cuts_a_finished_save_and_plants_a_renamed_one(tmp_path):
 
 
 def test_the_save_watcher_kills_on_the_first_write_once_armed(tmp_path):
-    from grader.lesson6_faults import SaveWatcher
+    from grader.assignments.lesson6.faults import SaveWatcher
 
     killed = []
     watcher = SaveWatcher(tmp_path, lambda: killed.append(True))
@@ -137,6 +137,7 @@ def test_reference_solution_gets_full_marks(reference):
     assert points == sum(POINTS.values()), {g: (v.reason, v.lines) for g, v in verdicts.items()}
     lines = " | ".join(verdicts["test_resume"].lines)
     assert "killed before step" in lines and "killed during a save" in lines and "finished" in lines
+    assert "limit 2.0x" in verdicts["test_overhead"].lines[-1], verdicts["test_overhead"].lines
     assert not [f for f in report["flags"] if "outside its working directory" in f], report["flags"]
 
 
@@ -149,10 +150,12 @@ def test_the_untouched_stub_scores_nothing():
 @pytest.mark.slow
 @pytest.mark.parametrize("name, edits, points, hints", [
     ("torch.save straight to the final name", [IN_PLACE], 2,
-     {"test_torn": "os.replace", "test_resume": "restarted", "test_best": "never finished"}),
+     {"test_torn": "os.replace", "test_resume": "restarted", "test_best": "never finished",
+      "test_overhead": "survives the kills"}),
     ("the torch RNG state not restored", NO_RNG, 4,
-     {"test_resume": "RNG state", "test_best": "neither the best nor the last"}),
-    ("the last weights kept, not the best", LAST_NOT_BEST, 8, {"test_best": "Save the best weights"}),
+     {"test_resume": "RNG state", "test_best": "neither the best nor the last", "test_overhead": "survives"}),
+    ("saving every step, keeping the last weights", LAST_NOT_BEST_EVERY_STEP, 8,
+     {"test_best": "Save the best weights", "test_overhead": "not every step"}),
 ])  # fmt: skip
 def test_plausible_mistakes_score_what_they_deserve_with_a_hint(name, edits, points, hints):
     got, verdicts, _ = _score(SOLUTION, train=_mutate(*edits))

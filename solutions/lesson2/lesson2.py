@@ -123,7 +123,7 @@ check_my_work("test_augmentation", "lesson2.ipynb")
 # (or run `python -m grader check lesson2.ipynb` in a terminal).
 
 # %% nbgrader={"grade": true, "grade_id": "test_speed", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
-from grader.lesson2 import grade_performance
+from grader.assignments.lesson2.checks import grade_performance
 
 grade_performance()
 

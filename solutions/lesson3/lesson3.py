@@ -155,7 +155,7 @@ check_my_work("test_scaler", "lesson3.ipynb")
 # running this cell** (or run `python -m grader check lesson3.ipynb` in a terminal).
 
 # %% nbgrader={"grade": true, "grade_id": "test_speed", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
-from grader.lesson3 import grade_performance
+from grader.assignments.lesson3.checks import grade_performance
 
 grade_performance()
 

@@ -40,7 +40,9 @@
 # steps mid-epoch, in the middle of a save, and while early stopping counts its patience — restarting
 # it each time. Then it compares your final weights with its own, bit for bit (4 points), checks
 # that the restart after the kill mid-save did not load or lose to a torn file (2 points), and that
-# the weights you kept are the best epoch's (2 points). The quiz is worth 2 points.
+# the weights you kept are the best epoch's (2 points). Then it times your `train` (no kills, cut to
+# 3 epochs) against its own loop without any checkpoint, interleaved: your run may take at most 2x as
+# long (2 points) — judged only when your run survived the kills. The quiz is worth 2 points.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
@@ -48,7 +50,7 @@ import os
 
 import torch
 
-from grader.lesson6_task import Task
+from grader.assignments.lesson6.task import Task
 
 # %% nbgrader={"grade": false, "grade_id": "train", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def train(task, ckpt_dir):
@@ -116,6 +118,12 @@ from grader.check import check_my_work
 
 check_my_work("test_best", "lesson6.ipynb")
 
+
+# %% nbgrader={"grade": true, "grade_id": "test_overhead", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_overhead", "lesson6.ipynb")
+
 # %% [markdown]
 # ## Quiz
 #
@@ -153,7 +161,7 @@ check_my_work("test_quiz", "lesson6.ipynb")
 # %%
 import tempfile
 
-from grader.lesson6_task import reference_run, single_thread
+from grader.assignments.lesson6.task import reference_run, single_thread
 
 
 class Crash(Exception):

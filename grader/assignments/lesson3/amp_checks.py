@@ -8,7 +8,7 @@ gradients), `SpyScaler` (a real, enabled CPU ``GradScaler`` that logs the order 
 ``reference_update``: the step a correct fp32 implementation makes (forward, backward, clip at
 ``max_grad_norm``, SGD), to compare the learner's *parameter update* with.
 
-**When to use it.** By :mod:`grader.lesson3`'s checks, in the learner's kernel (milliseconds).
+**When to use it.** By :mod:`grader.assignments.lesson3.checks`'s checks, in the learner's kernel (milliseconds).
 
 **Expected gain.** Messages that say what happened ("the optimizer saw gradients of norm 0.00024,
 expected 1.0: you clipped before unscaling") instead of "wrong answer"; no reading of source code,

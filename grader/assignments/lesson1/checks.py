@@ -3,7 +3,7 @@
 **What it does.** The learner writes ``measure_throughput(trainer, steps, warmup)``,
 ``data_wait_share(trainer, steps)`` and ``name_bottleneck(trainer)`` (plus the quiz answers).
 Each check runs them in a sandboxed worker (:mod:`grader.probe`) on a `RemoteTrainer`
-(:mod:`grader.lesson1_probes`) whose every batch and every forward pass *waits for this process*.
+(:mod:`grader.assignments.lesson1.probes`) whose every batch and every forward pass *waits for this process*.
 `DeviceServer` chooses the costs (secret, random per call: data and compute time per step, a cold
 start on the first batch) and records when each request arrived and was answered, so the grader
 knows the true throughput of the steps after the warm-up and the true share of time spent waiting
@@ -33,6 +33,7 @@ from __future__ import annotations
 import statistics
 import time
 
+from grader.assignments import Assignment
 from grader.cells import CheckFailed, Context, expect, stub_reason
 from grader.quiz import quiz_check
 
@@ -55,7 +56,7 @@ import torch
 
 from effkit.measure import DataWaitSplit, device_name, sync
 from effkit.workloads import cifar
-from grader.lesson1 import BOTTLENECKS, TOLERANCE"""
+from grader.assignments.lesson1.checks import BOTTLENECKS, TOLERANCE"""
 
 QUIZ_KEY = {  # question -> the right choice; the notebook only holds the questions
     "q1": "b",  # median-of-pairs interval: where the typical A/B ratio lies, with stated coverage
@@ -217,3 +218,10 @@ check_quiz = quiz_check(QUIZ_KEY)
 
 CELL_CHECKS = {"test_throughput": check_throughput, "test_data_wait": check_data_wait,
                "test_bottleneck": check_bottleneck, "test_quiz": check_quiz}  # fmt: skip
+
+
+ASSIGNMENT = Assignment(id="lesson1", notebook="lesson1", object_name="measure_throughput",
+                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
+                        runtime_module="", timeout_s=180, probes="grader.assignments.lesson1.probes",
+                        names=("measure_throughput", "data_wait_share", "name_bottleneck"),
+                        cell_checks=CELL_CHECKS)  # fmt: skip

@@ -5,7 +5,7 @@ parent's micro-batches (plain lists of token ids and labels) into tensors, calls
 ``train_accumulated(model, optimizer, micro_batches, accum_steps)`` and returns raw tensor bytes:
 the parameters before, the gradient recorded at each optimizer step (at most ``MAX_STEPS``), and
 the parameters after. No reference and no verdict exist in this process: the parent recomputes
-every window's float64 gradient itself (:mod:`grader.lesson4`).
+every window's float64 gradient itself (:mod:`grader.assignments.lesson4.checks`).
 
 **When to use it.** Named as lesson 4's probe module; run in :mod:`grader.probe_worker`.
 
@@ -16,7 +16,7 @@ every window's float64 gradient itself (:mod:`grader.lesson4`).
 
 from __future__ import annotations
 
-from grader import accum_checks as ac
+from grader.assignments.lesson4 import accum_checks as ac
 from grader.channel import tensor_msg
 from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
 

@@ -8,7 +8,7 @@ answer (the correctness contract is judged by the parent, out of this process: s
 builds one clean trainer per repeat for the shared initial weights, keeps the held-out set in
 memory, and evaluates the weights each worker saved.
 
-**When to use it.** Named as ``runtime_module`` by :mod:`grader.lesson2`; never imported by
+**When to use it.** Named as ``runtime_module`` by :mod:`grader.assignments.lesson2.checks`; never imported by
 learner-facing code.
 
 **Expected gain.** The learner's pipeline runs inside the *unchanged* naive recipe: any speedup is

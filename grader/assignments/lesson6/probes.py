@@ -1,6 +1,6 @@
 """Lesson 6, worker side: run the learner's ``train(task, ckpt_dir)`` on the grader's task.
 
-**What it does.** ``probe_run`` builds :class:`grader.lesson6_task.Task` from the parent's seed,
+**What it does.** ``probe_run`` builds :class:`grader.assignments.lesson6.task.Task` from the parent's seed,
 with a hook that, before every training step, tells the parent which batch comes next and waits
 for its go-ahead (so the parent can SIGKILL the worker *between* steps at a moment it drew), then
 calls the learner's ``train`` with the checkpoint folder that survives restarts
@@ -22,7 +22,7 @@ import os
 import torch
 
 from grader.channel import tensor_msg
-from grader.lesson6_task import MAX_EPOCHS, Task, reference_loop
+from grader.assignments.lesson6.task import MAX_EPOCHS, Task, reference_loop
 from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
 
 

@@ -10,7 +10,7 @@ the grader's own run of that length. It fails only when the whole interval of th
 time ratio lies beyond ``LIMIT`` (:func:`effkit.abtest.verdict`), and it is judged only for a run
 that resumed correctly (``test_resume``): the overhead of a broken checkpoint means nothing.
 
-**When to use it.** Lesson 6's fifth cell check, after :func:`grader.lesson6.run_scenario`.
+**When to use it.** Lesson 6's fifth cell check, after :func:`grader.assignments.lesson6.checks.run_scenario`.
 
 **Expected gain.** "Save every step" fails with its measured cost; saving once or twice per epoch
 passes whatever the machine's speed, since both runs share it.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from effkit.abtest import compare, verdict
 from grader.cells import CheckFailed, Context, expect
-from grader.lesson6_task import reference_run
+from grader.assignments.lesson6.task import reference_run
 from grader.probe import ProbeSession
 
 LIMIT = 2.0  # the protected run may take at most this many times the unprotected one
@@ -45,7 +45,9 @@ def _clear(folder: Path) -> None:
 
 
 def check_overhead(ctx: Context) -> None:
-    from grader import lesson6  # the scenario and its helpers (lesson6 imports this module)
+    from grader.assignments.lesson6 import (
+        checks as lesson6,
+    )  # the scenario (it imports this module)
 
     sc = lesson6.run_scenario(ctx)
     expect(not sc.problem, sc.problem)

@@ -8,7 +8,7 @@ out: types, dtypes, shapes, device, ``len()``, normalisation with ``CIFAR_MEAN``
 every sample exactly once per epoch, labels aligned with their images, each image an exact 32x32
 crop of its 4-pixel zero-padded source (mirrored or not), reshuffling and augmentation spread.
 
-**When to use it.** In the notebook's test cells (``grader.lesson2.check_*``) and ``grader check``.
+**When to use it.** In the notebook's test cells (``grader.assignments.lesson2.checks.check_*``) and ``grader check``.
 
 **Expected gain.** Bugs found in milliseconds, on a 96-image set, with the exact pixel at fault -
 before the learner spends minutes on a timed run.
@@ -19,51 +19,17 @@ loops forever is stopped with a clear message instead of hanging the notebook.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import math
-import signal
 import tempfile
-import threading
 
 import numpy as np
 import torch
 
+from grader.timelimit import CHECK_SECONDS, CheckTimeout, expect, time_limit  # noqa: F401  (re-exported)
+
 PAD = 4
-CHECK_SECONDS = 20
-
-
-class CheckTimeout(BaseException):  # BaseException: a learner's `except Exception` cannot eat it
-    pass
-
-
-@contextlib.contextmanager
-def time_limit(seconds: float, what: str):
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGALRM"):
-        yield
-        return
-
-    def stop(signum, frame):
-        raise CheckTimeout(what)
-
-    old = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    except CheckTimeout as err:
-        raise TimeoutError(
-            f"{err} did not finish within {seconds:.0f} s, so the check was stopped. An infinite "
-            "loop? (e.g. a while-loop that never reaches the last, partial batch)"
-        ) from None
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def expect(ok: bool, message: str) -> None:
-    if not ok:
-        raise AssertionError(message)
 
 
 @functools.lru_cache(maxsize=1)

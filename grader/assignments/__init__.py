@@ -1,12 +1,15 @@
-"""The assignments the grader knows: what to extract, what to measure, with which settings.
+"""The assignments the grader knows: one package per exercise, apart from the grader's core.
 
-**What it does.** An `Assignment` names its notebook, the object the learner's solution cells must
-define, the ``grade_id`` of the performance test cell, the trusted setup code run before the
-solution cells, the runtime module the measurement processes import, and its grading specs (one
-per device kind). ``get`` and ``for_notebook`` look assignments up with clear errors.
+**What it does.** Each package ``grader/assignments/<id>/`` defines ``ASSIGNMENT``, an `Assignment`
+naming its notebook, the solution objects, the trusted setup code, its correctness checks (run by
+the parent on plain data from a sandboxed worker: ``probes`` is the worker side, ``cell_checks``
+the parent side), its optional timed protocol (``runtime_module``, ``specs``, ``speed_gate``), its
+speedup ``targets`` per device class and its gate calibrations (``calibration/``). ``get`` and
+``for_notebook`` look assignments up with clear errors; ``known`` finds the packages.
 
-**When to use it.** Adding an exercise that is graded on speed: define an `Assignment` in its own
-module (see :mod:`grader.lesson2`) and register it in ``_MODULES``.
+**When to use it.** Adding an exercise: copy ``lesson4/`` (out-of-kernel checks only) or
+``lesson2/`` (checks + a timed, accuracy-gated speedup). Nothing in the core changes: the
+sandbox, supervisor, protocol, gate, nbgrader integration, reports and CLI stay as they are.
 
 **Expected gain.** One protocol, many exercises.
 
@@ -18,11 +21,10 @@ from __future__ import annotations
 
 import importlib
 import os
+import pkgutil
 from dataclasses import dataclass, field
 
 from grader.protocol import GradingSpec
-
-_MODULES = {"lesson2": "grader.lesson2", "lesson3": "grader.lesson3"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,9 @@ class Assignment:
     # effkit's own answer: solution sources naming it earn no speed points (checked by the parent
     # on the source text; the worker's ``reuses_reference`` is a second, reported line)
     reference_names: tuple[str, ...] = ()
+    # speedup targets per device class (grader.targets: "target" full points, "floor" none);
+    # instructors override them in course/grader_targets.json
+    targets: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def kernel_free(self) -> bool:
@@ -73,46 +78,19 @@ class Assignment:
         return self.specs[name]
 
 
-def _lesson1() -> Assignment:
-    from grader import lesson1
-
-    return Assignment(id="lesson1", notebook="lesson1", object_name="measure_throughput",
-                      performance_cell=None, setup_cell="setup", setup_source=lesson1.SETUP_SOURCE,
-                      runtime_module="", timeout_s=180, probes="grader.lesson1_probes",
-                      names=("measure_throughput", "data_wait_share", "name_bottleneck"),
-                      cell_checks=lesson1.CELL_CHECKS)  # fmt: skip
-
-
-def _lesson4() -> Assignment:
-    from grader import lesson4
-
-    return Assignment(id="lesson4", notebook="lesson4", object_name="train_accumulated",
-                      performance_cell=None, setup_cell="setup", setup_source=lesson4.SETUP_SOURCE,
-                      runtime_module="", timeout_s=120, probes="grader.lesson4_probes",
-                      names=lesson4.NAMES, cell_checks=lesson4.CELL_CHECKS)  # fmt: skip
-
-
-def _lesson6() -> Assignment:
-    from grader import lesson6
-
-    return Assignment(id="lesson6", notebook="lesson6", object_name="train", performance_cell=None,
-                      setup_cell="setup", setup_source=lesson6.SETUP_SOURCE, runtime_module="", timeout_s=180,
-                      probes="grader.lesson6_probes", names=lesson6.NAMES, cell_checks=lesson6.CELL_CHECKS)  # fmt: skip
-
-
-_OUT_OF_KERNEL = {"lesson1": _lesson1, "lesson4": _lesson4, "lesson6": _lesson6}
-
-
 def get(assignment_id: str) -> Assignment:
-    if assignment_id in _OUT_OF_KERNEL:
-        return _OUT_OF_KERNEL[assignment_id]()
-    if assignment_id not in _MODULES:
+    """The assignment ``assignment_id``: the ``ASSIGNMENT`` of package ``grader.assignments.<id>``."""
+    if assignment_id not in known():
         raise ValueError(f"unknown assignment {assignment_id!r}; the grader knows {known()}")
-    return importlib.import_module(_MODULES[assignment_id]).ASSIGNMENT
+    assignment = importlib.import_module(f"{__name__}.{assignment_id}").ASSIGNMENT
+    if not isinstance(assignment, Assignment) or assignment.id != assignment_id:
+        raise TypeError(f"grader/assignments/{assignment_id}/ must define ASSIGNMENT = Assignment(id={assignment_id!r}, ...)")
+    return assignment
 
 
 def known() -> list[str]:
-    return sorted([*_MODULES, *_OUT_OF_KERNEL])
+    """Every package under ``grader/assignments/`` (found, not listed: a new lesson touches no core file)."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.ispkg)
 
 
 def for_notebook(stem: str) -> Assignment:

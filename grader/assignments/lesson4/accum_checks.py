@@ -9,7 +9,7 @@ whole window in float64 — the big batch the accumulation must reproduce — an
 ``wrong_*`` functions compute what the usual mistakes produce, so a failed check can name the
 mistake it sees. `RecordingSGD` (worker side) records the gradient each time it steps.
 
-**When to use it.** By :mod:`grader.lesson4_probes` (worker) and :mod:`grader.lesson4` (parent).
+**When to use it.** By :mod:`grader.assignments.lesson4.probes` (worker) and :mod:`grader.assignments.lesson4.checks` (parent).
 
 **Expected gain.** A correct accumulation matches to ~1e-7; each mistake misses by >= 5%.
 

@@ -5,7 +5,7 @@ accum_steps)``: one optimizer step per window of ``accum_steps`` consecutive mic
 last window may be shorter), each step's gradient that of the mean loss over **every real token
 of the window**. Each check draws its own micro-batches (uneven token counts: long and short
 micro-batches alternate, padding labelled ``IGNORE``) and model seed, runs the learner's function
-in the sandboxed worker (:mod:`grader.lesson4_probes`) and gets back the gradient recorded at each
+in the sandboxed worker (:mod:`grader.assignments.lesson4.probes`) and gets back the gradient recorded at each
 optimizer step. This process then walks its own float64 trajectory: at each window it computes
 the full-batch reference gradient, compares the recorded one with it (relative error <= 1e-4;
 each usual mistake misses by >= 5%), and steps on with *its* gradient. When a gradient misses,
@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import torch
 
-from grader import accum_checks as ac
+from grader.assignments import Assignment
+from grader.assignments.lesson4 import accum_checks as ac
 from grader.cells import CheckFailed, Context, expect, stub_reason
 from grader.channel import ChannelError, tensor_from
 from grader.quiz import quiz_check
@@ -44,7 +45,7 @@ SETUP_SOURCE = """\
 import torch
 import torch.nn.functional as F
 
-from grader.accum_checks import IGNORE"""
+from grader.assignments.lesson4.accum_checks import IGNORE"""
 
 QUIZ_KEY = {  # the notebook holds only the questions
     "q1": "c",  # effective batch = micro-batch x accumulation steps x ranks
@@ -169,3 +170,9 @@ def check_last_window(ctx: Context) -> None:
 CELL_CHECKS = {"test_full_windows": check_full_windows, "test_last_window": check_last_window,
                "test_quiz": quiz_check(QUIZ_KEY)}  # fmt: skip
 NAMES = ("train_accumulated",)
+
+
+ASSIGNMENT = Assignment(id="lesson4", notebook="lesson4", object_name="train_accumulated",
+                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
+                        runtime_module="", timeout_s=120, probes="grader.assignments.lesson4.probes",
+                        names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip

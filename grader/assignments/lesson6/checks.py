@@ -1,6 +1,6 @@
 """Lesson 6 - never lose a run: a crash-safe training loop graded by fault injection.
 
-**What it does.** The learner writes ``train(task, ckpt_dir)`` (see :mod:`grader.lesson6_task`):
+**What it does.** The learner writes ``train(task, ckpt_dir)`` (see :mod:`grader.assignments.lesson6.task`):
 resume from ``ckpt_dir`` if a checkpoint is there, train with early stopping, save at least once
 per epoch, and end with the *best* weights in ``task.model``. One grading draws a seed and kill
 moments, computes its own uninterrupted run in this process (no learner code; one thread,
@@ -10,7 +10,7 @@ state folder (:func:`grader.sandbox.launch` ``state_dir``) and kills them:
 1. between two steps in the middle of epoch 3 (the parent withholds the go-ahead the worker asks
    for before each step, and kills its cgroup);
 2. in the middle of the first save after the best epoch, while early stopping counts its patience
-   (:class:`grader.lesson6_faults.SaveWatcher`: the first write into the folder);
+   (:class:`grader.assignments.lesson6.faults.SaveWatcher`: the first write into the folder);
 
 and lets the third worker finish; its final weights come back as raw tensor bytes. Each restart
 must resume without raising, at most one epoch behind where the killed worker was.
@@ -21,7 +21,7 @@ must resume without raising, at most one epoch behind where the killed worker wa
   complete checkpoint and never loads the torn one;
 * ``test_best`` (2): the final weights are the best epoch's, not the last's;
 * ``test_overhead`` (2): checkpointing costs at most ``LIMIT`` x the unprotected run's time,
-  timed A/B (:mod:`grader.lesson6_overhead`);
+  timed A/B (:mod:`grader.assignments.lesson6.overhead`);
 * ``test_quiz`` (2).
 
 **When to use it.** Through :mod:`grader.cells`.
@@ -41,10 +41,11 @@ from pathlib import Path
 
 import torch
 
+from grader.assignments import Assignment
 from grader.cells import CheckFailed, Context, expect, stub_reason
 from grader.channel import ChannelError, tensor_from
-from grader.lesson6_faults import SaveWatcher, kill_now, tear
-from grader.lesson6_task import Task, reference_run
+from grader.assignments.lesson6.faults import SaveWatcher, kill_now, tear
+from grader.assignments.lesson6.task import Task, reference_run
 from grader.quiz import quiz_check
 
 CALL_SECONDS = 60.0
@@ -57,7 +58,7 @@ import os
 
 import torch
 
-from grader.lesson6_task import Task"""
+from grader.assignments.lesson6.task import Task"""
 
 QUIZ_KEY = {  # the notebook holds only the questions
     "q1": "a",  # sqrt(2 x 30 s x 24 h) = 2277 s, about 38 minutes
@@ -312,7 +313,7 @@ def check_best(ctx: Context) -> None:
 
 
 def _overhead(ctx: Context) -> None:
-    from grader.lesson6_overhead import check_overhead
+    from grader.assignments.lesson6.overhead import check_overhead
 
     check_overhead(ctx)
 
@@ -320,3 +321,6 @@ def _overhead(ctx: Context) -> None:
 CELL_CHECKS = {"test_resume": check_resume, "test_torn": check_torn, "test_best": check_best,
                "test_overhead": _overhead, "test_quiz": quiz_check(QUIZ_KEY)}  # fmt: skip
 NAMES = ("train",)
+ASSIGNMENT = Assignment(id="lesson6", notebook="lesson6", object_name="train", performance_cell=None,
+                        setup_cell="setup", setup_source=SETUP_SOURCE, runtime_module="", timeout_s=180,
+                        probes="grader.assignments.lesson6.probes", names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip

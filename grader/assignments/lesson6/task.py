@@ -9,8 +9,8 @@ torch RNG matters), and a small training set with noisy labels that overfits wit
 is the canonical uninterrupted loop the parent runs itself: every epoch, evaluate; stop after
 ``PATIENCE`` epochs without a strictly lower validation loss; keep the best weights.
 
-**When to use it.** Worker side by :mod:`grader.lesson6_probes`, parent side by
-:mod:`grader.lesson6`, and in the exercise notebook's setup cell.
+**When to use it.** Worker side by :mod:`grader.assignments.lesson6.probes`, parent side by
+:mod:`grader.assignments.lesson6.checks`, and in the exercise notebook's setup cell.
 
 **Expected gain.** One definition of the run: a resumed run equals the reference bit for bit
 only if it restores everything the future of the run depends on.

@@ -6,7 +6,7 @@ an optimizer, a policy and a scaler) kept in this worker under a key; ``probe_st
 learner's ``amp_train_step`` once on it and returns the parameters after the step (raw tensor
 bytes), the returned loss, whether the gradients were cleared, and what the grader's spies saw
 (matmul dtypes under autocast, scaler calls, the loss scale, the optimizer's gradient norm). The
-parent recomputes every update from the parameters before it (:mod:`grader.lesson3`); the spy
+parent recomputes every update from the parameters before it (:mod:`grader.assignments.lesson3.checks`); the spy
 records are observations, flagged by the tamper evidence if learner code reaches them.
 
 **When to use it.** Named as lesson 3's probe module; run in :mod:`grader.probe_worker`.
@@ -23,7 +23,7 @@ import math
 import torch
 
 from effkit.amp import AmpPolicy, DeviceCaps
-from grader import amp_checks as probe
+from grader.assignments.lesson3 import amp_checks as probe
 from grader.channel import tensor_msg
 from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
 

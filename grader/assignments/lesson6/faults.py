@@ -9,7 +9,7 @@ save is left the way a crash mid-write leaves it: if the save finished before th
 its final name, writes half of it under the temporary name. `incomplete` says whether a file is
 a complete ``torch.save`` archive, reading only its zip structure (never unpickling it).
 
-**When to use it.** From :mod:`grader.lesson6`.
+**When to use it.** From :mod:`grader.assignments.lesson6.checks`.
 
 **Expected gain.** Kills that land inside a save on every grading, decided by the parent alone.
 

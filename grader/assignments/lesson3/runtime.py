@@ -6,11 +6,11 @@ effkit's ``default_train_step`` for the baseline, or the learner's precision
 ``amp_train_step`` - with the step wrapped in a `StepAudit`; ``model_of`` exposes the network,
 ``reuses_reference`` refuses ``default_train_step`` handed in as the answer (the behaviour checks
 are judged by the parent, out of this process: ``Assignment.speed_gate``). In the *parent*:
-`GraderData` writes the grader's fresh training sets (secret seeds, :mod:`grader.text_data`),
+`GraderData` writes the grader's fresh training sets (secret seeds, :mod:`grader.assignments.lesson3.text_data`),
 builds one clean trainer per repeat (shared initial weights, and the held-out set, which it
 encodes and then deletes from disk before any learner code runs), and evaluates saved weights.
 
-**When to use it.** Named as ``runtime_module`` by :mod:`grader.lesson3`; never imported by
+**When to use it.** Named as ``runtime_module`` by :mod:`grader.assignments.lesson3.checks`; never imported by
 learner-facing code.
 
 **Expected gain.** Only the precision and the step change between A and B: same data, order,
@@ -33,8 +33,8 @@ import torch
 from effkit.amp import DeviceCaps
 from effkit.workloads import bert
 from effkit.workloads.bert.trainer import default_train_step
-from grader.lesson3 import reference_reason
-from grader.text_data import grader_sentences, write_text_set
+from grader.assignments.lesson3.checks import reference_reason
+from grader.assignments.lesson3.text_data import grader_sentences, write_text_set
 
 # Imported at module level on purpose: the worker snapshots these modules' functions before any
 # learner code runs, so replacing one of them from a solution cell is detected and reported.

@@ -1,0 +1,13 @@
+"""Lesson 2 - feed the accelerator: a faster input pipeline, graded on its measured speedup.
+
+``ASSIGNMENT`` is built on first use (``checks``), so the worker importing ``probes`` loads no
+parent-side code.
+"""
+
+
+def __getattr__(name: str):
+    if name == "ASSIGNMENT":
+        from grader.assignments.lesson2.checks import ASSIGNMENT
+
+        return ASSIGNMENT
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

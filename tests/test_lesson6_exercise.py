@@ -15,8 +15,8 @@ import torch
 
 from grader import assignments
 from grader.assignments.lesson6 import task as task_module
-from grader.cells import grade_cells
 from grader.assignments.lesson6.faults import incomplete
+from grader.cells import grade_cells
 from grader.notebook import solution_sources
 
 ROOT = Path(__file__).resolve().parents[1]

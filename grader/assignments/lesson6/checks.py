@@ -42,10 +42,10 @@ from pathlib import Path
 import torch
 
 from grader.assignments import Assignment
-from grader.cells import CheckFailed, Context, expect, stub_reason
-from grader.channel import ChannelError, tensor_from
 from grader.assignments.lesson6.faults import SaveWatcher, kill_now, tear
 from grader.assignments.lesson6.task import Task, reference_run
+from grader.cells import CheckFailed, Context, expect, stub_reason
+from grader.channel import ChannelError, tensor_from
 from grader.quiz import quiz_check
 
 CALL_SECONDS = 60.0

@@ -26,8 +26,8 @@ import shutil
 from pathlib import Path
 
 from effkit.abtest import compare, verdict
-from grader.cells import CheckFailed, Context, expect
 from grader.assignments.lesson6.task import reference_run
+from grader.cells import CheckFailed, Context, expect
 from grader.probe import ProbeSession
 
 LIMIT = 2.0  # the protected run may take at most this many times the unprotected one

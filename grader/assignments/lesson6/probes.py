@@ -21,8 +21,8 @@ import os
 
 import torch
 
-from grader.channel import tensor_msg
 from grader.assignments.lesson6.task import MAX_EPOCHS, Task, reference_loop
+from grader.channel import tensor_msg
 from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
 
 

@@ -52,7 +52,7 @@ def load_gate(assignment_id: str, spec, device_class: str) -> tuple[gates.Gate, 
     name = f"{assignment_id}-{spec.calibration_name}-{device_class}"
     try:
         cal = gates.Calibration.load(name)
-        return gates.Gate(spec.repeats, cal.sd_pair_pp), name, []
+        return gates.Gate.from_calibration(spec.repeats, cal), name, []
     except FileNotFoundError:
         note = (f"the accuracy gate is not calibrated for {name}; using a conservative "
                 f"{FALLBACK_SD_PAIR_PP} pp per-pair SD (instructors: python -m grader calibrate)")  # fmt: skip

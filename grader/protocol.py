@@ -259,6 +259,10 @@ def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec,
                     raise WorkerFailed(f"your code left {len(escaped)} process(es) running outside the worker's "
                                        "process group, where the grader cannot stop them: your code is not timed "
                                        "(speed check 0)", kind="escaped", role="learner")  # fmt: skip
+                left = b.box.left_session() if w is b else []
+                if left and not any(f.startswith(LEFT_SESSION) for f in out.flags):  # reported, no effect
+                    out.flags.append(f"{LEFT_SESSION} (pids {left[:4]}); it was stopped with your worker "
+                                     "whenever the baseline was timed, and killed with it")  # fmt: skip
                 out.chunks.append((w.role, r, c, t_end - t_go))
                 seconds[w.role, r] = seconds.get((w.role, r), 0.0) + t_end - t_go
                 if last:
@@ -267,6 +271,9 @@ def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec,
         for role in ("baseline", "learner"):
             out.runs.append(Timing(role, r, seconds[role, r], spec.n_train * spec.epochs))
             progress(f"  run {r + 1}/{spec.repeats} {role:8s} {seconds[role, r]:6.2f} s")
+
+
+LEFT_SESSION = "your code started a process that left the worker's session"
 
 
 def _rel(data, path: Path) -> str:

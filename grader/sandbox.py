@@ -119,6 +119,18 @@ class Sandbox:
                 pass
         return out
 
+    def left_session(self) -> list[int]:
+        """Members that called ``setsid()`` (or were started in a new session): stopped with the
+        worker only because the freezer / tree walk still finds them. Reported, never trusted."""
+        out = []
+        for pid in self.members():
+            try:
+                if pid != self.proc.pid and os.getsid(pid) != self.proc.pid:
+                    out.append(pid)
+            except ProcessLookupError:
+                pass
+        return out
+
     def pause(self) -> None:
         if self.proc.poll() is not None and not self.members():
             return
@@ -303,6 +315,32 @@ def launch(
     if cores:
         os.sched_setaffinity(proc.pid, cores)
     return Sandbox(proc, cgroup, unavailable, workdir)
+
+
+class StateFolder:
+    """A folder that outlives the workers of one grading (for ``launch(state_dir=...)``: a worker
+    killed and restarted must find its checkpoints again). Where the grader is root it is its own
+    size-limited tmpfs, so a learner cannot fill the parent's disk or ``/dev/shm`` through it, and
+    it costs serialisation, not the disk's mood; elsewhere a private temporary folder, and
+    ``unavailable`` says so. ``close()`` unmounts and removes it (idempotent)."""
+
+    def __init__(self, size_mb: int = 128):
+        self.path = Path(tempfile.mkdtemp(prefix="effkit-state-"))
+        self.path.chmod(0o700)
+        self.unavailable: list[str] = []
+        self.mounted = False
+        if is_root() and shutil.which("mount"):
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0700", "tmpfs",
+                                   str(self.path)], capture_output=True, text=True)  # fmt: skip
+            self.mounted = done.returncode == 0
+        if not self.mounted:
+            self.unavailable.append("a size limit on the checkpoint folder (it is on the grader's disk)")
+
+    def close(self) -> None:
+        if self.mounted:
+            subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
+            self.mounted = False
+        shutil.rmtree(self.path, ignore_errors=True)
 
 
 def _kept_under_tmp() -> list[Path]:

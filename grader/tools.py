@@ -76,7 +76,7 @@ def gate_sim(calibration: str = "lesson2-smoke-cpu", repeats: int | None = None,
     if repeats is None:
         a = assignments.get(calibration.split("-")[0])
         repeats = a.specs[name].repeats if name in a.specs else 3
-    g = gate.Gate(repeats, cal.sd_pair_pp)
+    g = gate.Gate.from_calibration(repeats, cal)
     results = [gate.simulate(g, drop_pp=drop_pp, trials=trials),
                gate.simulate(g, drop_pp=drop_pp, trials=trials, residuals_pp=cal.differences_pp)]  # fmt: skip
     print(f"calibration {cal.name}: {cal.pairs} measured pairs on {cal.device}; per-run SD "

@@ -170,6 +170,7 @@ return float(pid)""") as s:
         )
         child = int(r.data["value"])
         assert child in s.box.members() and os.getsid(child) == child  # escaped the session ...
+        assert s.box.left_session() == [child]  # (the parent sees it too)
         assert any("processes left running" in f for f in s.evidence)
         s.box.pause()  # ... but not the freezer
         state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -330,3 +331,23 @@ return float(open(os.path.join(d, 'ckpt')).read()) + 100 * os.path.exists('/tmp/
     assert (state / "ckpt").read_text() == "42"
     if is_root():
         assert (state / "ckpt").stat().st_uid == 65534 and state.stat().st_uid == 65534
+
+
+@ROOT_ONLY
+def test_a_state_folder_is_size_limited_and_gone_after_close():
+    """Lesson 6's checkpoint folder outlives its workers: it must not be a way to fill the disk."""
+    import errno
+
+    from grader.sandbox import StateFolder
+
+    folder = StateFolder(size_mb=1)
+    try:
+        assert folder.mounted and folder.unavailable == []
+        (folder.path / "small").write_bytes(b"x" * 1000)
+        with pytest.raises(OSError) as full:
+            (folder.path / "big").write_bytes(b"x" * (2 << 20))
+        assert full.value.errno == errno.ENOSPC
+    finally:
+        folder.close()
+    assert not folder.path.exists()
+    folder.close()  # idempotent

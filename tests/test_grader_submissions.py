@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SUBMISSIONS = ROOT / "tests" / "submissions"
 LESSON2 = assignments.get("lesson2")
 # student -> submission graded through nbgrader in one batch
-STUDENTS = {"ada": "correct", "tom": "tamper_time", "lee": "locked_edit", "ray": "raises",
+STUDENTS = {"eve": "timed_escape", "tom": "tamper_time", "lee": "locked_edit", "ray": "raises",
             "ivy": "infinite_loop", "mal": "malformed"}  # fmt: skip
 
 
@@ -96,12 +96,33 @@ def test_autograde_ran_and_reports_the_cohort(course):
     assert (root / "course" / "reports" / "lesson2_cohort.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_correct_solution_gets_full_marks(course):
+def _baseline_seconds(report: dict) -> float:
+    import statistics
+
+    return statistics.median(x["seconds"] for x in report["runs"] if x["role"] == "baseline")
+
+
+def test_a_timed_workers_attacks_change_nothing_and_the_escape_is_flagged(course):
+    """eve's pipeline is the correct one (the instructor cycle grades the plain reference); at import,
+    in every worker, it overwrites the training inputs, looks for the baseline's weights, writes the
+    targets file and starts a process in a new session that spins whenever its worker is paused,
+    i.e. while the baseline is timed."""
     root, _ = course
-    assert _cell_scores(root)["ada"] == {"test_contract": 3, "test_augmentation": 2, "test_speed": 5, "test_quiz": 2}
-    report = _report(root, "ada")
-    assert report["gate"]["passed"] and report["speedup"] >= report["target"]["target"]
+    report, tom = _report(root, "eve"), _report(root, "tom")
+    scores = _cell_scores(root)["eve"]
+    assert {k: scores[k] for k in ("test_contract", "test_augmentation", "test_quiz")} == {
+        "test_contract": 3, "test_augmentation": 2, "test_quiz": 2}  # fmt: skip
     assert "CPU" in report["device"] and report["target"]["device_class"] == "cpu"
+    assert report["target"]["source"] == "default" and not (root / "course" / "grader_targets.json").exists()
+    if any(f.startswith("protection unavailable here (timed worker)") for f in report["flags"]):
+        assert report["points"] == 0  # no cgroup: a process outside the group is refused, not frozen
+        return
+    # the inputs were read-only and the baseline was not slowed: the gate passed on untouched
+    # weights, and its timed runs took what tom's (the same baseline, same batch) took
+    assert report["gate"]["passed"] and scores["test_speed"] == report["points"] == 5, report["problems"]
+    assert _baseline_seconds(report) < 1.4 * _baseline_seconds(tom)
+    assert report["speedup"] < 3.0
+    assert any("left the worker's session" in f for f in report["flags"]), report["flags"]
 
 
 def test_clock_and_grader_tampering_is_flagged_and_has_no_effect(course):
@@ -113,7 +134,7 @@ def test_clock_and_grader_tampering_is_flagged_and_has_no_effect(course):
     for name in ("time.perf_counter", "time.time", "time.monotonic", "grader.protocol._clock", "grader.perf.grade"):
         assert name in flags
     # the measured speed is the real one: a 10x slower clock would have made it ~10x larger
-    assert report["speedup"] < 3 * _report(root, "ada")["speedup"]
+    assert report["speedup"] < 5.0  # the reference measures ~1.7-2.2x here
     # the kernel's patched grade_performance returned 5.0; the grader's own output replaced it
     assert "== effkit grader" in _outputs(root, "tom", "test_speed")
 
@@ -142,7 +163,7 @@ def test_an_infinite_loop_times_out_per_check(course):
 def test_a_malformed_notebook_leaves_the_gradebook_intact(course):
     root, run = course
     scores = _cell_scores(root)
-    assert "mal" not in scores and {"ada", "tom", "lee", "ray", "ivy"} <= set(scores)
+    assert "mal" not in scores and {"eve", "tom", "lee", "ray", "ivy"} <= set(scores)
     assert not (root / "course" / "autograded" / "mal").exists()
     check = subprocess.run([sys.executable, "-m", "grader", "check", str(_submission("malformed")),
                             "--assignment", "lesson2"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip

@@ -2,6 +2,7 @@
 
 import json
 import os
+import statistics
 import sys
 import warnings
 from pathlib import Path
@@ -68,12 +69,26 @@ def test_calibrated_gate_meets_the_error_rate_requirements(spec):
     """Monte Carlo with the paired accuracy noise measured on real baseline runs (calibration)."""
     s = assignments.get("lesson2").specs[spec]
     cal = gate.Calibration.load(f"lesson2-{s.calibration_name}-cpu")
-    g = gate.Gate(s.repeats, cal.sd_pair_pp)
+    g = gate.Gate.from_calibration(s.repeats, cal)
     assert cal.pairs >= 10 and g.powered
     for res in (gate.simulate(g, trials=40_000, seed=1),
                 gate.simulate(g, trials=40_000, seed=2, residuals_pp=cal.differences_pp)):  # fmt: skip
         assert res.false_fail < 0.01, res
         assert res.false_pass < 0.05, res
+
+
+def test_a_heavy_tailed_calibration_raises_the_threshold_only_as_far_as_correct_work_allows():
+    """A normal model with the measured SD let a real 1.5 pp drop pass in 7% of resampled gradings
+    when one pair in 30 was an outlier; the measured shape must set the threshold then."""
+    residuals = tuple([0.0] * 14 + [0.1] * 7 + [-0.1] * 7 + [1.7, -0.6])
+    sd = statistics.stdev(residuals)
+    normal, shaped = gate.Gate(2, sd), gate.Gate(2, sd, residuals_pp=residuals)
+    assert gate.simulate(normal, trials=40_000, residuals_pp=residuals).false_pass > 0.05
+    res = gate.simulate(shaped, trials=40_000, seed=3, residuals_pp=residuals)
+    assert shaped.threshold_pp > normal.threshold_pp and res.false_pass < 0.05 and res.false_fail < 0.01
+    assert gate.simulate(shaped, trials=40_000, seed=4).false_fail < 0.01  # and under the normal model
+    wild = tuple([0.0] * 10 + [3.0, -3.0, 2.5, -2.5])  # too wild for both rates: favour correct work
+    assert gate.Gate(2, statistics.stdev(wild), residuals_pp=wild).threshold_pp <= gate.Gate(2, statistics.stdev(wild)).threshold_pp
 
 
 def test_gate_simulation_detects_an_underpowered_gate():

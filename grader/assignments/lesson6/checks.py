@@ -33,8 +33,6 @@ must resume without raising, at most one epoch behind where the killed worker wa
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +45,7 @@ from grader.assignments.lesson6.task import Task, reference_run
 from grader.cells import CheckFailed, Context, expect, stub_reason
 from grader.channel import ChannelError, tensor_from
 from grader.quiz import quiz_check
+from grader.sandbox import StateFolder
 
 CALL_SECONDS = 60.0
 MIN_EPOCHS = 6  # seeds whose run stops earlier leave too little room between the kills
@@ -92,6 +91,7 @@ class Scenario:
     final: dict | None = None
     problem: str = ""  # why the run could not be judged (learner-facing)
     state: Path | None = None  # the checkpoint folder, kept for test_overhead
+    folder: StateFolder | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -191,11 +191,12 @@ def run_scenario(ctx: Context) -> Scenario:
         ("save", (ref["best_epoch"] + 1) * SPE),
         ("end", 0),
     ]
-    # tmpfs where there is one: saves cost serialisation, not the disk's mood (timed in test_overhead)
-    shm = Path("/dev/shm")
-    state = Path(tempfile.mkdtemp(prefix="effkit-lesson6-", dir=shm if shm.is_dir() else None))
-    sc.state = state
-    weakref.finalize(ctx.session, shutil.rmtree, state, True)  # also when test_overhead is not run
+    # Its own size-limited tmpfs (as root): saves cost serialisation, and cannot fill the disk.
+    folder = StateFolder()
+    state = sc.state = folder.path
+    sc.folder = folder
+    sc.notes += [f"protection unavailable here: {u}" for u in folder.unavailable]
+    weakref.finalize(ctx.session, folder.close)  # also when test_overhead is not run
     ctx.session.close()  # the next worker starts with the state folder
     ctx.session.state_dir = state
     try:
@@ -231,6 +232,8 @@ def _equal(a: dict, b: dict) -> bool:
 
 
 def _story(ctx: Context, sc: Scenario) -> None:
+    for note in sc.notes:
+        ctx.ok(note)
     for k, life in enumerate(sc.lives, 1):
         start = "from scratch" if not life.first else f"resumed at step {life.first}"
         ctx.ok(

@@ -86,7 +86,7 @@ def check_overhead(ctx: Context) -> None:
         result = compare(unprotected, protected, warmup=1, min_pairs=PAIRS, max_pairs=PAIRS)
     finally:
         bare.close()
-        shutil.rmtree(sc.state, ignore_errors=True)
+        sc.folder.close()
     expect(not mismatched, f"timed without kills for {EPOCHS} epochs (task.max_epochs), your train did not end with "
            "the weights of the grader's run: the run must be the same whether or not it is killed")  # fmt: skip
     slowdown, low, high = 1 / result.ratio, 1 / result.ci_high, 1 / result.ci_low

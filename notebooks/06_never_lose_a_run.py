@@ -26,7 +26,7 @@
 # 5. measure what a save costs and choose the interval from the failure rate (Young/Daly);
 # 6. preview `torch.distributed.checkpoint` for sharded state.
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU): about 1 min in `cpu` (51 s), 13 s in
+# **Run time** (measured on a 2-core AMD EPYC VM, no GPU): about 1.2 min in `cpu` (71 s), 13 s in
 # `smoke`, measured with nothing else running; `gpu`: not measured yet (no GPU here).
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
@@ -72,7 +72,7 @@ SIZES = {
     "smoke": dict(depth=10, width=8, n_train=640, n_val=256, batch=64, epochs=2, seeds=(0,),
                   target=0.25, es_train=320, es_epochs=6, patience=1, kills=4, pairs=6,
                   burst_steps=2, resume_steps=6),
-    "cpu": dict(depth=10, width=8, n_train=3200, n_val=1000, batch=64, epochs=5, seeds=(0, 1),
+    "cpu": dict(depth=10, width=8, n_train=3200, n_val=1000, batch=64, epochs=5, seeds=(0, 1, 2),
                 target=0.85, es_train=640, es_epochs=25, patience=3, kills=10, pairs=8,
                 burst_steps=6, resume_steps=30),
     "gpu": dict(depth=18, width=64, n_train=50000, n_val=5000, batch=256, epochs=8, seeds=(0, 1, 2),

@@ -368,6 +368,16 @@ class CheckpointManager:
         self._last_save_time = time.monotonic()
         return is_best
 
+    def restore_best(self, model: nn.Module, **kwargs: Any) -> Progress:
+        """Load ``best.pt``'s weights into ``model`` (e.g. when early stopping fires).
+
+        RNG states are left alone (``restore_rng=False``): the run is over, and its random
+        streams belong to the last step, not the best one. Raises :class:`CheckpointError` if
+        there is no best checkpoint (``keep_best=False``, or no metric was ever passed).
+        """
+        kwargs.setdefault("restore_rng", False)
+        return load_checkpoint(self.best_path, model, **kwargs)
+
     def resume(self, model: nn.Module, **kwargs: Any) -> Progress:
         """Load ``last.pt`` if it exists (see :func:`load_checkpoint`), else a fresh Progress."""
         if not self.last_path.exists():

@@ -47,6 +47,7 @@ class ProbeSession:
         self.box: Sandbox | None = None
         self.end: Endpoint | None = None
         self.worker_uid: int | None = None
+        self.state_dir: Path | None = None  # see launch(state_dir=...): outlives each worker
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -59,7 +60,8 @@ class ProbeSession:
             )  # noqa: SIM115
             self.log.close()
             self.box = launch("grader.probe_worker", [str(evt_w), str(cmd_r)], pass_fds=(evt_w, cmd_r),
-                              limits=self.limits, env_extra=env, log_path=Path(self.log.name))  # fmt: skip
+                              limits=self.limits, env_extra=env, log_path=Path(self.log.name),
+                              state_dir=self.state_dir)  # fmt: skip
         finally:
             os.close(evt_w)
             os.close(cmd_r)

@@ -17,8 +17,10 @@ code; a quiz checks understanding, it is not an exam.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from grader.cells import Context, expect, stub_reason
+if TYPE_CHECKING:  # the parent's side only: workers import probe_quiz without nbformat (~1.5 s)
+    from grader.cells import Context
 
 QUIZ_CELL = "quiz"  # grade id of the solution cell holding QUIZ_ANSWERS
 
@@ -33,6 +35,8 @@ def probe_quiz(worker):
 
 def quiz_check(key: dict[str, str]) -> Callable[[Context], None]:
     """Parent side: a cell check that passes when every answer matches ``key``."""
+
+    from grader.cells import expect, stub_reason
 
     def check_quiz(ctx: Context) -> None:
         r = ctx.session.call("quiz", 30)

@@ -50,6 +50,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 NOBODY = 65534
 _swept = False
 EXPOSED_AT = "/tmp/grader-inputs"  # where a worker sees the folder ``launch(expose=...)`` gives it
+STATE_AT = "/tmp/work/state"  # where it sees ``launch(state_dir=...)``: inside its working directory
 # What the worker may keep: variables torch and OpenMP read, never the grader's configuration.
 ENV_KEEP = ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS",
             "CUDA_VISIBLE_DEVICES", "EFFKIT_PROFILE", "EFFKIT_DATA", "TOKENIZERS_PARALLELISM")  # fmt: skip
@@ -207,13 +208,19 @@ def launch(
     env_extra: dict | None = None,
     cores: list[int] | None = None,
     expose: Path | None = None,
+    state_dir: Path | None = None,
 ) -> Sandbox:
     """Start ``python -I -m module args`` sandboxed (see module doc); learner code must run only
     after this returns (the worker waits for the parent's first command).
 
     ``expose``: a folder of the parent's the worker may read (the grader's training inputs), shown
     read-only at ``EXPOSED_AT`` where the machine allows it; its path reaches the worker as
-    ``$EFFKIT_GRADER_DATA``. Nothing else of the parent's is visible."""
+    ``$EFFKIT_GRADER_DATA``. Nothing else of the parent's is visible.
+
+    ``state_dir``: an empty folder the parent created for this grading that outlives the worker
+    (lesson 6 kills and restarts workers that must find their checkpoints again): handed to the
+    worker's user (``nobody``), shown read-write at ``STATE_AT``, its path in
+    ``$EFFKIT_GRADER_STATE``. The parent must treat everything in it as the learner's."""
     unavailable: list[str] = []
     root = is_root()
     env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
@@ -231,11 +238,16 @@ def launch(
         # clone, say): carry those folders across the new /tmp, read-only to the worker, with the
         # hidden course folders inside them still hidden (--rbind keeps those tmpfs mounts).
         keep = _kept_under_tmp()
-        if keep or expose:
+        if state_dir:
+            os.chown(state_dir, NOBODY, NOBODY)
+            os.chmod(state_dir, 0o700)
+        if keep or expose or state_dir:
             mounts.append("mkdir -p /mnt && mount -t tmpfs -o size=1m tmpfs /mnt")
             mounts += [f"mkdir /mnt/k{i} && mount --rbind {_q(p)} /mnt/k{i}" for i, p in enumerate(keep)]
         if expose:
             mounts.append(f"mkdir /mnt/expose && mount --bind {_q(expose)} /mnt/expose")
+        if state_dir:
+            mounts.append(f"mkdir /mnt/state && mount --bind {_q(state_dir)} /mnt/state")
         mounts += [f"mount -t tmpfs -o size={limits.tmp_mb}m,mode=1777 tmpfs /tmp",
                    f"mount -t tmpfs -o size={min(limits.tmp_mb, 64)}m,mode=1777 tmpfs /dev/shm"]  # fmt: skip
         mounts += [f"mkdir -p {_q(p)} && mount --rbind /mnt/k{i} {_q(p)}" for i, p in enumerate(keep)]
@@ -246,6 +258,9 @@ def launch(
         mounts.append(
             f"mkdir -m 700 /tmp/work && chown {NOBODY}:{NOBODY} /tmp/work && cd /tmp/work"
         )
+        if state_dir:  # after /tmp/work exists, so the folder is inside the working directory
+            mounts.append(f"mkdir {STATE_AT} && mount --bind /mnt/state {STATE_AT}")
+            env["EFFKIT_GRADER_STATE"] = STATE_AT
         drop = f"setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups --no-new-privs --inh-caps=-all"
         script = " && ".join(mounts) + " && exec " + drop + " " + " ".join(_q(a) for a in py)
         argv = ["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", script]
@@ -260,6 +275,9 @@ def launch(
         if expose:
             unavailable.append("read-only view of the grader's inputs (the worker could change them)")
             env["EFFKIT_GRADER_DATA"] = str(expose)
+        if state_dir:  # a link, so the folder is inside the working directory here too
+            (workdir / "state").symlink_to(Path(state_dir).resolve(), target_is_directory=True)
+            env["EFFKIT_GRADER_STATE"] = str(workdir / "state")
         argv, cwd = py, str(workdir)
     cgroup = None
     name = f"w{os.getpid()}-{uuid.uuid4().hex[:8]}"  # the prefix names us: see sweep_stale_cgroups

@@ -309,6 +309,30 @@ def test_a_dead_gradings_frozen_workers_are_swept_and_live_ones_kept():
         stale.remove()
 
 
+def test_a_state_dir_outlives_the_worker_and_only_it_is_shared(tmp_path):
+    """launch(state_dir=...) (lesson 6: checkpoints that survive a SIGKILLed worker): the folder is
+    the worker's own (inside its working directory, owned by its user); what one worker writes there
+    the next one reads; its private /tmp/work is still fresh each time."""
+    state = tmp_path / "state"
+    state.mkdir()
+    write = """d = os.environ['EFFKIT_GRADER_STATE']
+open(os.path.join(d, 'ckpt'), 'w').write('42')
+open('/tmp/work/private', 'w').write('x')
+return float(d.startswith(os.getcwd()))"""
+    read = """d = os.environ['EFFKIT_GRADER_STATE']
+return float(open(os.path.join(d, 'ckpt')).read()) + 100 * os.path.exists('/tmp/work/private')"""
+    for body, want in ((write, 1.0), (read, 42.0)):
+        session = _session(body)
+        session.state_dir = state
+        with session as s:
+            r = s.call("throughput", 30, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0)
+        assert r.ok and r.data["value"] == want, r
+        assert not [f for f in s.evidence if "outside its working directory" in f], s.evidence
+    assert (state / "ckpt").read_text() == "42"
+    if is_root():
+        assert (state / "ckpt").stat().st_uid == 65534 and state.stat().st_uid == 65534
+
+
 @ROOT_ONLY
 def test_a_state_folder_is_size_limited_and_gone_after_close():
     """Lesson 6's checkpoint folder outlives its workers: it must not be a way to fill the disk."""

@@ -23,8 +23,10 @@ import importlib
 import os
 import pkgutil
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from grader.protocol import GradingSpec
+if TYPE_CHECKING:  # annotations only: importing grader.protocol (nbformat, jsonschema) costs every
+    from grader.protocol import GradingSpec  # probe worker ~1.5 s at start-up, once per restart
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,156 @@
+"""Fault injection for lesson 6: kill a sandboxed worker between steps or in the middle of a save.
+
+**What it does.** `SaveWatcher` watches the grading's state folder with Linux inotify from a thread
+of the *parent* process; once armed, the first write into the folder (a save beginning) makes it
+SIGKILL the worker at once, then kill its whole cgroup. It records the file being written and
+every event, so the parent can tell what the kill interrupted. `tear` makes sure the interrupted
+save is left the way a crash mid-write leaves it: if the save finished before the kill landed
+(a race the kill can lose), the parent truncates that file, or, when it was already renamed onto
+its final name, writes half of it under the temporary name. `incomplete` says whether a file is
+a complete ``torch.save`` archive, reading only its zip structure (never unpickling it).
+
+**When to use it.** From :mod:`grader.assignments.lesson6.checks`.
+
+**Expected gain.** Kills that land inside a save on every grading, decided by the parent alone.
+
+**Pitfalls.** Linux only (inotify via ctypes); elsewhere `SaveWatcher.available` is False and the
+save kill is skipped (reported).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import signal
+import struct
+import threading
+import zipfile
+from pathlib import Path
+
+IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE = 0x2, 0x8, 0x80, 0x100
+_EVENT = struct.Struct("iIII")
+
+
+def incomplete(path: Path) -> bool:
+    """True when ``path`` is not a complete zip archive (what ``torch.save`` writes)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip() is not None
+    except (zipfile.BadZipFile, OSError, EOFError):
+        return True
+
+
+class SaveWatcher:
+    def __init__(self, directory: Path, kill) -> None:
+        self.directory, self._kill = directory, kill
+        self.events: list[tuple[int, str]] = []
+        self.fired: str | None = None  # the file being written when the worker was killed
+        self.armed = False
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._fd = -1
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            self._fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            mask = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE
+            if self._fd < 0 or libc.inotify_add_watch(self._fd, bytes(directory), mask) < 0:
+                raise OSError(ctypes.get_errno(), "inotify")
+        except (OSError, AttributeError):
+            self.close()
+        self._thread = threading.Thread(target=self._watch, daemon=True, name="lesson6-watcher")
+        if self.available:
+            self._thread.start()
+
+    @property
+    def available(self) -> bool:
+        return self._fd >= 0
+
+    def arm(self) -> None:
+        """Kill at the next write. Called while the worker waits for the parent's go-ahead, so every
+        write it made before is already queued: drained here, never mistaken for the next save."""
+        with self._lock:
+            self._read(fire=False)
+            self.armed = True
+
+    def _read(self, fire: bool) -> None:
+        try:
+            data = os.read(self._fd, 1 << 16)
+        except (BlockingIOError, OSError):
+            return
+        offset = 0
+        while offset + _EVENT.size <= len(data):
+            _, mask, _, length = _EVENT.unpack_from(data, offset)
+            name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
+            offset += _EVENT.size + length
+            text = name.decode(errors="replace")
+            self.events.append((mask, text))
+            if fire and self.armed and mask & IN_MODIFY and self.fired is None:
+                self.armed = False
+                self.fired = text
+                with contextlib.suppress(Exception):  # the main thread may be closing it too
+                    self._kill()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set() and self._fd >= 0:
+            try:
+                ready, _, _ = select.select([self._fd], [], [], 0.05)
+            except (OSError, ValueError):  # closed under us
+                return
+            if ready:
+                with self._lock:
+                    self._read(fire=True)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread_started():
+            self._thread.join(timeout=30)  # a kill in progress waits for the tree to die
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        self._fd = -1
+
+    def _thread_started(self) -> bool:
+        return hasattr(self, "_thread") and self._thread.ident is not None
+
+    def renamed_to(self) -> str | None:
+        """The final name the interrupted file was renamed onto (if the rename happened)."""
+        seen = False
+        for mask, name in self.events:
+            seen = seen or name == self.fired
+            if seen and mask & IN_MOVED_TO and name != self.fired:
+                return name
+        return None
+
+
+def kill_now(box) -> None:
+    """SIGKILL the worker itself first (no delay), then everything in its cgroup/tree."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(box.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):  # the session may be closing (and removing) it at once
+        box.kill()
+
+
+def tear(directory: Path, watcher: SaveWatcher) -> str:
+    """Leave the interrupted save torn; returns what the kill (or the parent) left, for the report."""
+    name = watcher.fired
+    if name is None:
+        return ""
+    path = directory / name
+    if path.is_file() and incomplete(path):
+        return f"the kill landed mid-save: {name} left incomplete ({path.stat().st_size:,} bytes)"
+    if path.is_file():  # its bytes were all written when the kill landed (not renamed, or in place)
+        size = path.stat().st_size
+        os.truncate(path, size // 2)
+        return f"{name} was written but the grader cut it to {size // 2:,} bytes, as a kill mid-write leaves it"
+    final = watcher.renamed_to()
+    if final and (directory / final).is_file():  # renamed already: plant the torn temporary file
+        data = (directory / final).read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+        with contextlib.suppress(OSError):
+            stat = directory.stat()
+            os.chown(path, stat.st_uid, stat.st_gid)
+        return (f"the save finished before the kill landed; the grader left half of it as {name}, "
+                "as a kill mid-write would")  # fmt: skip
+    return f"the kill interrupted a write to {name}"

@@ -1,0 +1,75 @@
+"""Lesson 6, worker side: run the learner's ``train(task, ckpt_dir)`` on the grader's task.
+
+**What it does.** ``probe_run`` builds :class:`grader.assignments.lesson6.task.Task` from the parent's seed,
+with a hook that, before every training step, tells the parent which batch comes next and waits
+for its go-ahead (so the parent can SIGKILL the worker *between* steps at a moment it drew), then
+calls the learner's ``train`` with the checkpoint folder that survives restarts
+(``$EFFKIT_GRADER_STATE``) and returns the final weights as raw tensor bytes. ``probe_timed`` is
+the same without the hook (the parent times it), and ``probe_bare`` the unprotected loop with no
+learner code on the stack, for the overhead comparison. No reference and no verdict exist here.
+
+**When to use it.** Named as lesson 6's probe module; run in :mod:`grader.probe_worker`.
+
+**Expected gain.** The parent decides when the run dies; the worker only reports.
+
+**Pitfalls.** Everything returned is a claim; the parent compares it with its own run.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from grader.assignments.lesson6.task import MAX_EPOCHS, Task, reference_loop
+from grader.channel import tensor_msg
+from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+
+
+class _Parent:
+    """Before each step: tell the parent the (epoch, batch) about to run; wait for its go."""
+
+    def __init__(self, worker):
+        self._chan = worker.chan
+
+    def __call__(self, epoch: int, index: int) -> None:
+        self._chan.send({"event": "dev", "kind": "step", "epoch": epoch, "index": index})
+        reply = self._chan.receive()
+        if not reply or reply.get("cmd") != "dev_ok":
+            raise RuntimeError("the grader went away")
+
+
+def _weights(model) -> tuple[dict, list[bytes]]:
+    metas, blobs = {}, []
+    for name, tensor in model.state_dict().items():
+        meta, raw = tensor_msg(tensor)
+        metas[name] = meta
+        blobs.append(raw)
+    return {"weights": metas}, blobs
+
+
+def _train(worker, seed: int, hook, max_epochs: int = MAX_EPOCHS):
+    fn = worker.ns.get("train")
+    if not callable(fn):
+        raise NameError("your solution cells define no function 'train'")
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    task = worker.watch(Task(seed, hook, max_epochs))
+    fn(task, os.environ["EFFKIT_GRADER_STATE"])
+    return _weights(task.model)
+
+
+def probe_run(worker, seed: int):
+    return _train(worker, seed, _Parent(worker))
+
+
+def probe_timed(worker, seed: int, max_epochs: int):
+    """The same call, shortened, timed by the parent (which answers every go-ahead at once)."""
+    return _train(worker, seed, _Parent(worker), max_epochs)
+
+
+def probe_bare(worker, seed: int, max_epochs: int):
+    """The same run with no checkpoints at all, in a worker with no learner code: the baseline."""
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    return _weights(reference_loop(Task(seed, _Parent(worker), max_epochs))["task"].model)

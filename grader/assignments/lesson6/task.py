@@ -1,0 +1,156 @@
+"""Lesson 6's training task: the run the learner makes crash-safe, shared by worker and parent.
+
+**What it does.** `Task(seed)` builds, from the grader's seed alone, a bag-of-words text
+classifier (an ``EmbeddingBag`` of 20k tokens: big weights, cheap steps, so a save takes long
+enough to be interrupted), SGD with momentum, a warm-up + cosine schedule, dropout (so the global
+torch RNG matters), and a small training set with noisy labels that overfits within a few epochs
+(so early stopping fires). The learner's ``train(task, ckpt_dir)`` drives it through
+``task.batches(epoch, start)``, ``task.train_step(x, y)`` and ``task.evaluate()``; `reference_run`
+is the canonical uninterrupted loop the parent runs itself: every epoch, evaluate; stop after
+``PATIENCE`` epochs without a strictly lower validation loss; keep the best weights.
+
+**When to use it.** Worker side by :mod:`grader.assignments.lesson6.probes`, parent side by
+:mod:`grader.assignments.lesson6.checks`, and in the exercise notebook's setup cell.
+
+**Expected gain.** One definition of the run: a resumed run equals the reference bit for bit
+only if it restores everything the future of the run depends on.
+
+**Pitfalls.** Bit equality needs the same thread count (1) and deterministic kernels on both
+sides: `reference_run` sets them, the sandboxed worker runs with ``OMP_NUM_THREADS=1``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from effkit.schedules import warmup_cosine
+
+VOCAB, DIM, HIDDEN, CLASSES, LENGTH = 20_000, 64, 64, 4, 12
+N_TRAIN, N_VAL, BATCH = 192, 512, 16
+MAX_EPOCHS, PATIENCE = 30, 2
+LR, LABEL_NOISE, SIGNAL_TOKENS = 0.05, 0.3, 3
+
+
+def _data(gen: torch.Generator, n: int, noise: float) -> tuple[torch.Tensor, torch.Tensor]:
+    labels = torch.randint(0, CLASSES, (n,), generator=gen)
+    tokens = torch.randint(CLASSES * 50, VOCAB, (n, LENGTH), generator=gen)
+    # A few tokens name the class (tokens 50*c .. 50*c+49); the rest is noise to memorise.
+    signal = labels[:, None] * 50 + torch.randint(0, 50, (n, SIGNAL_TOKENS), generator=gen)
+    tokens[:, :SIGNAL_TOKENS] = signal
+    flip = torch.rand(n, generator=gen) < noise
+    labels = torch.where(flip, torch.randint(0, CLASSES, (n,), generator=gen), labels)
+    return tokens, labels
+
+
+class Classifier(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.EmbeddingBag(VOCAB, DIM, mode="mean")
+        self.dropout = nn.Dropout(0.2)
+        self.hidden = nn.Linear(DIM, HIDDEN)
+        self.out = nn.Linear(HIDDEN, CLASSES)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.out(F.relu(self.hidden(self.dropout(self.embed(tokens)))))
+
+
+class Task:
+    """The run to make crash-safe. Everything is rebuilt identically from ``seed`` on restart."""
+
+    steps_per_epoch = N_TRAIN // BATCH
+    max_epochs = MAX_EPOCHS
+    patience = PATIENCE
+
+    def __init__(self, seed: int, hook=None, max_epochs: int = MAX_EPOCHS) -> None:
+        self.seed = seed
+        self.max_epochs = max_epochs  # the LR schedule keeps its MAX_EPOCHS length
+        gen = torch.Generator().manual_seed(seed)
+        self._x, self._y = _data(gen, N_TRAIN, LABEL_NOISE)
+        self._val_x, self._val_y = _data(gen, N_VAL, 0.0)
+        torch.manual_seed(seed)  # the model's initial weights, then dropout's stream
+        self.model = Classifier()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=LR, momentum=0.9)
+        self.scheduler = warmup_cosine(
+            self.optimizer, MAX_EPOCHS * self.steps_per_epoch, self.steps_per_epoch
+        )
+        self._hook = hook
+        self._at = (0, 0)
+
+    def batches(self, epoch: int, start: int = 0):
+        """Batches ``start, start + 1, ...`` of ``epoch``; the order depends on (seed, epoch) only."""
+        order = torch.randperm(
+            N_TRAIN, generator=torch.Generator().manual_seed(self.seed * 1000 + epoch)
+        )
+        for index in range(start, self.steps_per_epoch):
+            self._at = (epoch, index)
+            idx = order[index * BATCH : (index + 1) * BATCH]
+            yield self._x[idx], self._y[idx]
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        """One optimizer step (forward with dropout, backward, SGD, LR schedule)."""
+        if self._hook is not None:
+            self._hook(*self._at)
+        self.model.train()
+        loss = F.cross_entropy(self.model(x), y)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.scheduler.step()
+        return float(loss.detach())
+
+    def evaluate(self) -> float:
+        """Validation loss (eval mode: no dropout, no RNG drawn)."""
+        self.model.eval()
+        with torch.no_grad():
+            loss = float(F.cross_entropy(self.model(self._val_x), self._val_y))
+        self.model.train()
+        return loss
+
+
+@contextlib.contextmanager
+def single_thread():
+    """One thread and deterministic kernels, as in the sandboxed worker; restored afterwards."""
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+
+
+def weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def reference_loop(task: Task) -> dict:
+    """The canonical uninterrupted loop: evaluate every epoch, stop after ``patience`` epochs
+    without a strictly lower validation loss. Returns best and last weights and the history."""
+    best, best_loss, bad, losses = None, float("inf"), 0, []
+    for epoch in range(task.max_epochs):
+        for x, y in task.batches(epoch):
+            task.train_step(x, y)
+        loss = task.evaluate()
+        losses.append(loss)
+        if loss < best_loss:
+            best, best_loss, bad = weights(task.model), loss, 0
+        else:
+            bad += 1
+            if bad >= task.patience:
+                break
+    return {"task": task, "best": best, "last": weights(task.model), "losses": losses,
+            "best_epoch": losses.index(best_loss), "epochs": len(losses),
+            "stopped": bad >= task.patience}  # fmt: skip
+
+
+def reference_run(seed: int, max_epochs: int = MAX_EPOCHS) -> dict:
+    """`reference_loop` on a fresh task, one thread, deterministic kernels (as in the worker)."""
+    with single_thread():
+        out = reference_loop(Task(seed, max_epochs=max_epochs))
+    del out["task"]
+    return out

@@ -1,0 +1,188 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 6 — Never lose a run: exercise
+#
+# Make a training loop crash-safe. Write `train(task, ckpt_dir)`:
+#
+# * `task` is a `Task` (built in the setup cell): `task.model`, `task.optimizer` (SGD with
+#   momentum), `task.scheduler` (warm-up + cosine, stepped per optimizer step),
+#   `task.batches(epoch, start=0)` yields the batches `start, start + 1, ...` of `epoch` (the order
+#   depends only on the task's seed and the epoch), `task.train_step(x, y)` runs one optimizer step
+#   (its dropout draws from the global torch RNG), `task.evaluate()` returns the validation loss,
+#   and `task.steps_per_epoch`, `task.max_epochs`, `task.patience`.
+# * Train epoch after epoch; after each epoch, evaluate. **Early stopping:** an epoch improves when
+#   its validation loss is strictly lower than the best so far; stop after `task.patience` epochs in
+#   a row without improvement (or after `task.max_epochs`). When you return, `task.model` must hold
+#   the weights of the **best** epoch.
+# * `ckpt_dir` is a folder that survives crashes. Your process can be killed **at any moment** —
+#   between two steps, in the middle of an epoch, in the middle of writing a file — and `train` is
+#   then called again, in a fresh process, on a freshly built `Task`. It must continue where the
+#   killed run was and end with **exactly** the weights an uninterrupted run would have, bit for
+#   bit. Save at least once per epoch: a restart may lose at most one epoch of steps.
+# * Use `torch.save` / `torch.load(..., weights_only=True)` and the `os` module; write the
+#   checkpointing yourself (`effkit.resume` is the lesson's reference answer).
+#
+# **How it is graded.** Outside your notebook: the grader computes its own uninterrupted run, then
+# runs your `train` in a sandboxed process and SIGKILLs it three times at moments it draws — between
+# steps mid-epoch, in the middle of a save, and while early stopping counts its patience — restarting
+# it each time. Then it compares your final weights with its own, bit for bit (4 points), checks
+# that the restart after the kill mid-save did not load or lose to a torn file (2 points), and that
+# the weights you kept are the best epoch's (2 points). Then it times your `train` (no kills, cut to
+# 3 epochs) against its own loop without any checkpoint, interleaved: your run may take at most 2x as
+# long (2 points) — judged only when your run survived the kills. The quiz is worth 2 points.
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import math
+import os
+
+import torch
+
+from grader.assignments.lesson6.task import Task
+
+# %% nbgrader={"grade": false, "grade_id": "train", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def train(task, ckpt_dir):
+    """Train `task` with early stopping, resuming from `ckpt_dir`; leave the best weights in task.model."""
+    ### BEGIN SOLUTION
+    last_path, best_path = os.path.join(ckpt_dir, "last.pt"), os.path.join(ckpt_dir, "best.pt")
+
+    def save(obj, path):
+        tmp = path + ".tmp"  # same folder: os.replace is atomic only within one file system
+        with open(tmp, "wb") as file:
+            torch.save(obj, file)
+            file.flush()
+            os.fsync(file.fileno())  # the bytes are on disk before the name points at them
+        os.replace(tmp, path)
+
+    epoch, start, best_loss, bad, done = 0, 0, math.inf, 0, False
+    if os.path.exists(last_path):
+        state = torch.load(last_path, weights_only=True)
+        task.model.load_state_dict(state["model"])
+        task.optimizer.load_state_dict(state["optimizer"])
+        task.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng"])
+        epoch, start, best_loss, bad, done = (state[k] for k in ("epoch", "start", "best_loss", "bad", "done"))
+
+    def checkpoint(epoch, start):
+        save({"model": task.model.state_dict(), "optimizer": task.optimizer.state_dict(),
+              "scheduler": task.scheduler.state_dict(), "rng": torch.get_rng_state(), "epoch": epoch,
+              "start": start, "best_loss": best_loss, "bad": bad, "done": done}, last_path)
+
+    # Once per epoch (a save costs a full copy of model and momentum; a crash loses at most an
+    # epoch), in its middle: the next batch's position is part of the state. A kill after the
+    # evaluation and before the next save repeats the evaluation: it is deterministic, no harm.
+    save_at = task.steps_per_epoch // 2
+    while not done and epoch < task.max_epochs:
+        for index, (x, y) in enumerate(task.batches(epoch, start), start):
+            task.train_step(x, y)
+            if index + 1 == save_at:
+                checkpoint(epoch, index + 1)
+        loss = task.evaluate()
+        if loss < best_loss:
+            best_loss, bad = loss, 0
+            save(task.model.state_dict(), best_path)
+        else:
+            bad += 1
+            done = bad >= task.patience
+        epoch, start = epoch + 1, 0
+    task.model.load_state_dict(torch.load(best_path, weights_only=True))
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_resume", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_resume", "lesson6.ipynb")
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_torn", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_torn", "lesson6.ipynb")
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_best", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_best", "lesson6.ipynb")
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_overhead", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_overhead", "lesson6.ipynb")
+
+# %% [markdown]
+# ## Quiz
+#
+# Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., "q3": ..., "q4": ...}`.
+# The grader checks your answers outside this notebook.
+#
+# 1. A checkpoint takes 30 s to write and your job fails about once every 24 hours. Young's rule says
+#    to save about every: (a) 38 minutes; (b) 3 hours; (c) 30 seconds.
+# 2. To resume a run with dropout and a shuffling sampler bit for bit, the checkpoint does **not**
+#    need: (a) the RNG states; (b) the epoch and the position in it; (c) the validation set.
+# 3. Why write a checkpoint to a temporary file and then `os.replace` it onto its name?
+#    (a) it is faster than writing in place; (b) a crash in the middle of the write leaves the old,
+#    complete checkpoint in place; (c) it compresses the file.
+# 4. Early stopping with patience 3 fires after epoch 10. The model to keep is: (a) epoch 10's;
+#    (b) epoch 7's, saved when its validation loss was the best; (c) the average of epochs 7-10.
+
+# %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+QUIZ_ANSWERS = {"q1": "a", "q2": "c", "q3": "b", "q4": "b"}
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_quiz", "lesson6.ipynb")
+
+# %% [markdown]
+# ## Your turn: crash it yourself (not graded)
+#
+# A hook given to `Task` runs before every step: raise from it to "crash" your run at step 30, then
+# call `train` again on a fresh task, as the grader does, and compare with an uninterrupted run.
+# Then break your `train` on purpose — skip `torch.set_rng_state`, or restart the epoch at batch 0 —
+# and watch the weights differ.
+
+# %%
+import tempfile
+
+from grader.assignments.lesson6.task import reference_run, single_thread
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_at(step):
+    def hook(epoch, index):
+        if epoch * Task.steps_per_epoch + index == step:
+            raise Crash(f"crashed before step {step}")
+    return hook
+
+
+folder = tempfile.mkdtemp()
+with single_thread():
+    try:
+        train(Task(seed=0, hook=crash_at(30)), folder)
+    except Crash as crash:
+        print(crash)
+    task = Task(seed=0)
+    train(task, folder)
+reference = reference_run(0)["best"]
+same = all(torch.equal(task.model.state_dict()[k], reference[k]) for k in reference)
+print(f"resumed run equals the uninterrupted one bit for bit: {same}")

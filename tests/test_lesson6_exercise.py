@@ -1,0 +1,164 @@
+"""Lesson 6's exercise, graded out of the kernel by fault injection: the grader kills the learner's
+sandboxed worker between steps and in the middle of a save, restarts it, and compares the final
+weights bit for bit with its own uninterrupted run.
+
+One grading per submission (module-scoped): each starts three or four sandboxed workers.
+"""
+
+import random
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from grader import assignments
+from grader.assignments.lesson6 import task as task_module
+from grader.assignments.lesson6.faults import incomplete
+from grader.cells import grade_cells
+from grader.notebook import solution_sources
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "lesson6" / "lesson6.ipynb"
+EXERCISE = ROOT / "exercises" / "lesson6" / "lesson6.ipynb"
+POINTS = {"test_resume": 4, "test_torn": 2, "test_best": 2, "test_overhead": 2, "test_quiz": 2}
+A = assignments.get("lesson6")
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def _cells(path: Path, **replace: str) -> list[tuple[str, str]]:
+    ids = [_grade_id(c) for c in nbformat.read(SOLUTION, as_version=4).cells
+           if c.metadata.get("nbgrader", {}).get("solution")]  # fmt: skip
+    cells = [(c.grade_id, c.source) for c in solution_sources(nbformat.read(path, as_version=4), ids)]
+    return [(gid, replace.get(gid, src)) for gid, src in cells]
+
+
+def _reference_train() -> str:
+    return dict(_cells(SOLUTION))["train"]
+
+
+def _mutate(*edits: tuple[str, str]) -> str:
+    """The reference answer with one plausible mistake (each edit must apply)."""
+    source = _reference_train()
+    for old, new in edits:
+        assert old in source, old
+        source = source.replace(old, new)
+    return source
+
+
+def _score(path: Path = SOLUTION, seed: int = 1, **replace: str):
+    verdicts, report = grade_cells(A, _cells(path, **replace), seed=seed)
+    points = sum(POINTS[g] for g, v in verdicts.items() if v.passed)
+    return points, verdicts, report
+
+
+IN_PLACE = (
+    """        tmp = path + ".tmp"  # same folder: os.replace is atomic only within one file system
+        with open(tmp, "wb") as file:
+            torch.save(obj, file)
+            file.flush()
+            os.fsync(file.fileno())  # the bytes are on disk before the name points at them
+        os.replace(tmp, path)""",
+    "        torch.save(obj, path)",
+)
+NO_RNG = [("        torch.set_rng_state(state[\"rng\"])\n", "")]
+LAST_NOT_BEST_EVERY_STEP = [("    task.model.load_state_dict(torch.load(best_path, weights_only=True))\n", ""),
+                            ("            if index + 1 == save_at:\n", "            if True:  # every step\n")]
+
+
+# -- fast: structure, the task, the watcher's tear ----------------------------------------------
+
+
+def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
+    nb = nbformat.read(SOLUTION, as_version=4)
+    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
+    assert cells["setup"].source == A.setup_source
+    graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
+    assert graded == POINTS and set(graded) == set(A.cell_checks)
+    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
+    assert "BEGIN SOLUTION" not in text and "os.fsync" not in text and '"q2": "c"' not in text
+
+
+def test_the_reference_run_stops_early_and_its_best_is_not_its_last():
+    ref = task_module.reference_run(3)
+    assert ref["stopped"] and ref["epochs"] - ref["best_epoch"] - 1 == task_module.PATIENCE
+    assert any(not torch.equal(ref["best"][k], ref["last"][k]) for k in ref["best"])
+    again = task_module.reference_run(3)
+    assert all(torch.equal(again["best"][k], ref["best"][k]) for k in ref["best"]), "deterministic"
+
+
+def test_tear_cuts_a_finished_save_and_plants_a_renamed_one(tmp_path):
+    from grader.assignments.lesson6.faults import IN_MODIFY, IN_MOVED_TO, SaveWatcher, tear
+
+    torch.save({"w": torch.arange(1000.0)}, tmp_path / "last.pt")
+    assert not incomplete(tmp_path / "last.pt")
+    watcher = SaveWatcher.__new__(SaveWatcher)
+    watcher.fired, watcher.events = "last.pt", [(IN_MODIFY, "last.pt")]
+    assert "cut it" in tear(tmp_path, watcher) and incomplete(tmp_path / "last.pt")
+    torch.save({"w": torch.arange(1000.0)}, tmp_path / "best.pt")
+    watcher.fired, watcher.events = "best.pt.tmp", [(IN_MODIFY, "best.pt.tmp"), (IN_MOVED_TO, "best.pt")]
+    assert "half of it" in tear(tmp_path, watcher)
+    assert incomplete(tmp_path / "best.pt.tmp") and not incomplete(tmp_path / "best.pt")
+
+
+def test_the_save_watcher_kills_on_the_first_write_once_armed(tmp_path):
+    from grader.assignments.lesson6.faults import SaveWatcher
+
+    killed = []
+    watcher = SaveWatcher(tmp_path, lambda: killed.append(True))
+    try:
+        (tmp_path / "before.pt").write_bytes(b"x")  # not armed: no kill
+        watcher.arm()
+        (tmp_path / "during.pt").write_bytes(b"y" * 1000)
+        for _ in range(100):
+            if killed:
+                break
+            time.sleep(0.01)
+    finally:
+        watcher.close()
+    assert killed == [True] and watcher.fired == "during.pt"
+
+
+# -- gradings (three or four sandboxed workers each) --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return _score(SOLUTION, seed=random.Random(7).randrange(1 << 30))
+
+
+@pytest.mark.slow
+def test_reference_solution_gets_full_marks(reference):
+    points, verdicts, report = reference
+    assert points == sum(POINTS.values()), {g: (v.reason, v.lines) for g, v in verdicts.items()}
+    lines = " | ".join(verdicts["test_resume"].lines)
+    assert "killed before step" in lines and "killed during a save" in lines and "finished" in lines
+    assert "limit 2.0x" in verdicts["test_overhead"].lines[-1], verdicts["test_overhead"].lines
+    assert not [f for f in report["flags"] if "outside its working directory" in f], report["flags"]
+
+
+# The untouched stub (0 points, NotImplementedError named in every cell's feedback) is graded by the
+# instructor cycle (tests/test_instructor_cycle.py): not graded twice in CI.
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, edits, points, hints", [
+    ("torch.save straight to the final name", [IN_PLACE], 2,
+     {"test_torn": "os.replace", "test_resume": "restarted", "test_best": "never finished",
+      "test_overhead": "survives the kills"}),
+    ("the torch RNG state not restored", NO_RNG, 4,
+     {"test_resume": "RNG state", "test_best": "neither the best nor the last", "test_overhead": "survives"}),
+    ("saving every step, keeping the last weights", LAST_NOT_BEST_EVERY_STEP, 8,
+     {"test_best": "Save the best weights", "test_overhead": "not every step"}),
+])  # fmt: skip
+def test_plausible_mistakes_score_what_they_deserve_with_a_hint(name, edits, points, hints):
+    got, verdicts, _ = _score(SOLUTION, train=_mutate(*edits))
+    failed = {g: v.reason for g, v in verdicts.items() if not v.passed}
+    assert got == points, (name, failed)
+    assert set(failed) == set(hints), (name, failed)
+    for gid, hint in hints.items():
+        assert hint in failed[gid], (name, gid, failed[gid])

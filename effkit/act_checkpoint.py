@@ -23,6 +23,22 @@ forward, so an extra forward adds ~1/3).
 * The forward is run twice: side effects in forward (counters, BatchNorm running stats, prints)
   happen twice.
 * Under ``torch.no_grad()`` nothing is saved anyway, so the wrapper calls the plain forward.
+* ``use_reentrant=True`` (the old default) gives **no gradient** to a block's parameters when
+  none of its tensor inputs requires grad (e.g. the first block fed raw data): always pass
+  ``use_reentrant=False``, as everything here does.
+
+**Selective checkpointing** (``save_ops=``, PyTorch's SAC,
+``torch.utils.checkpoint.create_selective_checkpoint_contexts``): inside a checkpointed block,
+keep the outputs of the ops named (by default the matmuls, :data:`MATMUL_OPS`, expensive to
+recompute) and recompute the rest (pointwise ops: cheap in FLOPs, big in bytes). It lands
+between "save everything" and "checkpoint the block": more memory than a full checkpoint, less
+recompute. Pitfall: SAC runs a Python dispatch mode over every op of the block, which on a CPU
+with small tensors can cost as much as the recompute it avoids: measure.
+
+**The sqrt(n) rule** (Chen et al. 2016, arXiv:1604.06174): cut n blocks into ~sqrt(n)
+segments and checkpoint each segment (:func:`sqrt_segments`, :func:`run_segments`). Forward
+keeps only the ~sqrt(n) segment inputs; backward rebuilds one segment at a time, so the peak is
+~sqrt(n) inputs + one segment's activations: O(sqrt(n)) memory for one extra forward.
 
 Design: :func:`checkpoint_modules` *replaces the forward* of the chosen modules (an instance
 attribute) instead of inserting wrapper modules into the tree. The module tree, the
@@ -33,21 +49,44 @@ the unwrapped model, and :func:`uncheckpoint_modules` undoes it by deleting the 
 
 from __future__ import annotations
 
+import functools
+import inspect
+import math
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+)
 
 __all__ = [
+    "MATMUL_OPS",
     "checkpoint_modules",
     "is_checkpointed",
     "peak_cuda_memory",
+    "run_segments",
     "saved_activation_bytes",
+    "selective_context",
+    "sqrt_segments",
     "uncheckpoint_modules",
 ]
+
+# Ops whose outputs selective checkpointing keeps by default: the matmuls (and attention, a
+# fused pair of matmuls), by ATen name. F.linear runs as addmm (with bias) or mm.
+MATMUL_OPS = frozenset({
+    "mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+})  # fmt: skip
+
+# SAC keeps its cache outside autograd's saved tensors; since torch 2.12 it can route it through
+# the saved_tensors_hooks in scope (so saved_activation_bytes sees it, and no FutureWarning).
+_ROUTE_SAC = "respect_saved_tensors_hooks" in inspect.signature(checkpoint).parameters
 
 Selector = type | tuple[type, ...] | Callable[[str, nn.Module], bool]
 
@@ -55,6 +94,37 @@ Selector = type | tuple[type, ...] | Callable[[str, nn.Module], bool]
 # module's __dict__ so that copy.deepcopy rebinds it to the copy (a closure over the original
 # bound method would make a deep-copied model silently run the *original* module's weights).
 _INNER = "_effkit_inner_forward"
+_SAVE = "_effkit_save_ops"
+
+
+def _op_name(op: Any) -> str:
+    packet = getattr(op, "overloadpacket", None)
+    return getattr(packet, "__name__", str(op))
+
+
+def selective_context(save_ops: Iterable[str] = MATMUL_OPS) -> Callable[[], Any]:
+    """A ``context_fn`` for ``checkpoint``: save the outputs of ``save_ops`` (ATen names such as
+    ``"addmm"``, ``"gelu"``), recompute every other op of the block in backward."""
+    names = frozenset(save_ops)
+
+    def policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        if _op_name(op) in names:
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    return functools.partial(create_selective_checkpoint_contexts, policy)
+
+
+def _checkpoint(fn: Callable[..., Any], *args: Any, save_ops: Iterable[str] | None = None,
+                **kwargs: Any) -> Any:  # fmt: skip
+    # use_reentrant=False: supports kwargs, inputs that don't require grad and
+    # torch.autograd.grad; it is also the variant PyTorch recommends going forward.
+    extra: dict[str, Any] = {}
+    if save_ops is not None:
+        extra["context_fn"] = selective_context(save_ops)
+        if _ROUTE_SAC:
+            extra["respect_saved_tensors_hooks"] = True
+    return checkpoint(fn, *args, use_reentrant=False, **extra, **kwargs)
 
 
 def _checkpointed_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
@@ -62,9 +132,7 @@ def _checkpointed_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     if not torch.is_grad_enabled():
         # Nothing would be saved for backward: skip checkpoint's bookkeeping.
         return inner(*args, **kwargs)
-    # use_reentrant=False: supports kwargs, inputs that don't require grad and
-    # torch.autograd.grad; it is also the variant PyTorch recommends going forward.
-    return checkpoint(inner, *args, use_reentrant=False, **kwargs)
+    return _checkpoint(inner, *args, save_ops=self.__dict__.get(_SAVE), **kwargs)
 
 
 def is_checkpointed(module: nn.Module) -> bool:
@@ -86,12 +154,15 @@ def _as_predicate(selector: Selector) -> Callable[[str, nn.Module], bool]:
     )
 
 
-def checkpoint_modules(model: nn.Module, predicate_or_types: Selector) -> int:
+def checkpoint_modules(model: nn.Module, predicate_or_types: Selector,
+                       save_ops: Iterable[str] | None = None) -> int:  # fmt: skip
     """Checkpoint every submodule selected by a class / tuple of classes / ``pred(name, mod)``.
 
-    Returns the number of modules newly wrapped. Idempotent: already-wrapped modules are
-    skipped, and so are descendants of a selected module (nested checkpoints would recompute
-    the inner part twice for no memory gain). Raises ``ValueError`` if nothing matches.
+    ``save_ops``: selective checkpointing, keep these ops' outputs (e.g. :data:`MATMUL_OPS`);
+    ``None`` recomputes the whole block. Returns the number of modules newly wrapped.
+    Idempotent: already-wrapped modules are skipped, and so are descendants of a selected module
+    (nested checkpoints would recompute the inner part twice for no memory gain). Raises
+    ``ValueError`` if nothing matches.
     """
     predicate = _as_predicate(predicate_or_types)
     wrapped = matched = 0
@@ -107,6 +178,7 @@ def checkpoint_modules(model: nn.Module, predicate_or_types: Selector) -> int:
             # An instance attribute shadows the class's forward; nn.Module.__call__ (and thus
             # hooks) works as before. Keep a forward that was already patched by someone else.
             setattr(module, _INNER, module.__dict__.get("forward"))
+            setattr(module, _SAVE, None if save_ops is None else frozenset(save_ops))
             module.forward = types.MethodType(_checkpointed_forward, module)
             wrapped += 1
     if matched == 0:
@@ -124,11 +196,47 @@ def uncheckpoint_modules(model: nn.Module) -> int:
     for module in model.modules():
         if is_checkpointed(module):
             inner = module.__dict__.pop(_INNER)
+            module.__dict__.pop(_SAVE, None)
             del module.forward  # the class's forward becomes visible again
             if inner is not None:
                 module.forward = inner
             restored += 1
     return restored
+
+
+def sqrt_segments(n_blocks: int, segments: int | None = None) -> list[range]:
+    """Contiguous segments of ``range(n_blocks)``: ``round(sqrt(n))`` of them by default
+    (Chen et al. 2016), the first ones one block longer when ``n`` does not divide evenly."""
+    if n_blocks < 1:
+        raise ValueError(f"need at least one block, got {n_blocks}")
+    k = min(n_blocks, segments or max(1, round(math.sqrt(n_blocks))))
+    size, extra = divmod(n_blocks, k)
+    out, start = [], 0
+    for i in range(k):
+        stop = start + size + (i < extra)
+        out.append(range(start, stop))
+        start = stop
+    return out
+
+
+def run_segments(
+    blocks: Sequence[nn.Module], x: torch.Tensor, segments: Sequence[range]
+) -> torch.Tensor:
+    """Run ``x`` through ``blocks``, each segment checkpointed as one unit (only its input is
+    kept; backward recomputes the segment). Unlike ``torch.utils.checkpoint.checkpoint_sequential``
+    the last segment is checkpointed too, and segments are explicit ranges."""
+
+    def run(segment: range) -> Callable[[torch.Tensor], torch.Tensor]:
+        def forward(h: torch.Tensor) -> torch.Tensor:
+            for i in segment:
+                h = blocks[i](h)
+            return h
+
+        return forward
+
+    for segment in segments:
+        x = _checkpoint(run(segment), x) if torch.is_grad_enabled() else run(segment)(x)
+    return x
 
 
 def saved_activation_bytes(fn: Callable[[], Any]) -> int:
@@ -144,7 +252,9 @@ def saved_activation_bytes(fn: Callable[[], Any]) -> int:
 
     With non-reentrant checkpointing the recompute's tensors are not saved during forward; the
     checkpointed block's inputs are (checkpoint saves them to replay the block), so they are
-    counted. Works on any device; nothing is copied.
+    counted. Tensors that selective checkpointing keeps are counted when the block was wrapped
+    here (torch >= 2.12 routes them through these hooks). Works on any device; nothing is
+    copied.
     """
     storages: dict[tuple[str, int], int] = {}
 

@@ -32,7 +32,7 @@ LESSONS: tuple[Lesson, ...] = (
     _lesson(2, "feed_the_accelerator", "Feed the accelerator: the input pipeline", "ready"),
     _lesson(3, "mixed_precision", "Mixed precision", "ready"),
     _lesson(4, "bigger_batches", "Bigger batches, safely: accumulation and LR scaling", "ready"),
-    _lesson(5, "activation_checkpointing", "Memory for compute: activation checkpointing"),
+    _lesson(5, "activation_checkpointing", "Memory for compute: activation checkpointing", "ready"),
     _lesson(6, "never_lose_a_run", "Schedules, early stopping and checkpoint/resume", "ready"),
     _lesson(7, "dynamic_padding", "Dynamic padding and length bucketing"),
     _lesson(8, "peft_lora", "Parameter-efficient fine-tuning: LoRA"),

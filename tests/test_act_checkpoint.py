@@ -9,11 +9,21 @@ import torch
 from torch import nn
 
 from effkit.act_checkpoint import (
+    MATMUL_OPS,
     checkpoint_modules,
     is_checkpointed,
     peak_cuda_memory,
+    run_segments,
     saved_activation_bytes,
+    sqrt_segments,
     uncheckpoint_modules,
+)
+from effkit.checkpoint_plan import (
+    CheckpointPlan,
+    PlanError,
+    apply_plan,
+    plan_bytes,
+    plan_for_budget,
 )
 
 TIGHT = {"atol": 1e-12, "rtol": 1e-12}
@@ -203,3 +213,99 @@ def test_an_already_patched_forward_is_kept_and_restored():
     assert len(calls) == 2  # forward + recompute in backward, both through the patch
     uncheckpoint_modules(model)
     assert model[1].forward is logging_forward
+
+
+# -- selective checkpointing, sqrt(n) segments, plans ------------------------------------------
+
+
+def test_selective_checkpointing_keeps_the_matmuls_and_matches_gradients(recwarn):
+    # Linear -> GELU -> Linear, d -> d: a block keeps its input and both Linear outputs (the
+    # second one is the next block's input: one storage, counted once), so n blocks keep
+    # 2n + 1 batch x d tensors, between full checkpointing (n) and none (3n).
+    n_blocks, batch, d = 6, 16, 32
+    unit = batch * d * 8
+    x = torch.randn(batch, d, dtype=torch.float64)
+    plain = mlp_blocks(n_blocks, d)
+    selective = mlp_blocks(n_blocks, d)
+    assert checkpoint_modules(selective, lambda name, m: name.isdigit(), save_ops=MATMUL_OPS) == 6
+    assert saved_activation_bytes(lambda: selective(x).sum()) == (2 * n_blocks + 1) * unit
+    # Saving the pointwise op instead (GELU) keeps GELU's outputs and recomputes the matmuls.
+    pointwise = mlp_blocks(n_blocks, d)
+    checkpoint_modules(pointwise, lambda name, m: name.isdigit(), save_ops={"gelu"})
+    assert saved_activation_bytes(lambda: pointwise(x).sum()) == (2 * n_blocks) * unit
+    xg = x.clone().requires_grad_()
+    expected = grads_after_backward(plain, xg)
+    torch.testing.assert_close(grads_after_backward(selective, xg), expected, **TIGHT)
+    torch.testing.assert_close(grads_after_backward(pointwise, xg), expected, **TIGHT)
+    assert not [w for w in recwarn if issubclass(w.category, FutureWarning)], [
+        str(w.message) for w in recwarn
+    ]
+    uncheckpoint_modules(selective)
+    assert saved_activation_bytes(lambda: selective(x).sum()) == 3 * n_blocks * unit
+
+
+@pytest.mark.parametrize(
+    "n, expected", [(1, [1]), (4, [2, 2]), (9, [3, 3, 3]), (10, [4, 3, 3]), (16, [4] * 4)]
+)
+def test_sqrt_segments_cut_n_blocks_into_about_sqrt_n_contiguous_segments(n, expected):
+    segments = sqrt_segments(n)
+    assert [len(s) for s in segments] == expected
+    assert [i for s in segments for i in s] == list(range(n))
+    assert [len(s) for s in sqrt_segments(7, segments=2)] == [4, 3]
+    with pytest.raises(ValueError):
+        sqrt_segments(0)
+
+
+def test_run_segments_keeps_only_segment_inputs_and_matches_gradients():
+    n_blocks, batch, d = 9, 8, 16
+    unit = batch * d * 8
+    x = torch.randn(batch, d, dtype=torch.float64)
+    blocks = mlp_blocks(n_blocks, d)
+    segments = sqrt_segments(n_blocks)
+    # The three segment inputs (the first one is x itself: data, not a parameter).
+    assert saved_activation_bytes(lambda: run_segments(blocks, x, segments).sum()) == 3 * unit
+    x.requires_grad_()
+    blocks.zero_grad()
+    run_segments(blocks, x, segments).pow(2).sum().backward()
+    got = {n: p.grad.clone() for n, p in blocks.named_parameters()}
+    blocks.zero_grad()
+    blocks(x).pow(2).sum().backward()
+    torch.testing.assert_close(got, {n: p.grad for n, p in blocks.named_parameters()}, **TIGHT)
+
+
+def test_plans_travel_as_plain_data_and_bad_ones_say_why():
+    plan = CheckpointPlan.from_data(
+        {"blocks": [3, 1, 1], "save": ["mm", "addmm"]}, 4, frozenset({"mm", "addmm"})
+    )
+    assert plan == CheckpointPlan((1, 3), ("addmm", "mm"))
+    assert CheckpointPlan.from_data(plan.to_data(), 4) == plan
+    assert (
+        CheckpointPlan.everything(3).describe(3)
+        == "every block of 3 checkpointed, recomputed whole"
+    )
+    for bad, why in [([1, 2], "a plan is a dict"), ({"blocks": [4]}, "blocks 0..3"),
+                     ({"blocks": [True]}, "ints"), ({"blocks": [0], "save": "mm"}, "list of op names"),
+                     ({"blocks": [0], "save": ["sin"]}, "never runs"), ({"blockz": []}, "a plan is")]:  # fmt: skip
+        with pytest.raises(PlanError, match=why):
+            CheckpointPlan.from_data(bad, 4, frozenset({"mm", "addmm"}))
+
+
+def test_plan_for_budget_checkpoints_the_fewest_blocks_that_fit():
+    n_blocks, batch, d = 6, 16, 32
+    unit = batch * d * 8
+    blocks = mlp_blocks(n_blocks, d)
+    x = torch.randn(batch, d, dtype=torch.float64)
+    assert plan_bytes(blocks, x, CheckpointPlan()) == 3 * n_blocks * unit
+    assert plan_bytes(blocks, x, CheckpointPlan.everything(n_blocks)) == n_blocks * unit
+    assert not any(is_checkpointed(m) for m in blocks.modules())  # measured on a copy
+    # Each checkpointed block saves 2 units: a budget of 13 units needs 3 blocks.
+    plan = plan_for_budget(blocks, x, 13 * unit)
+    assert len(plan.blocks) == 3 and plan_bytes(blocks, x, plan) == 12 * unit
+    assert plan_for_budget(blocks, x, 18 * unit) == CheckpointPlan()
+    with pytest.raises(PlanError, match="even with every block"):
+        plan_for_budget(blocks, x, 5 * unit)
+    xg = x.clone().requires_grad_()
+    expected = grads_after_backward(blocks, xg)
+    apply_plan(blocks, plan)
+    assert sum(is_checkpointed(m) for m in blocks.modules()) == 3
+    torch.testing.assert_close(grads_after_backward(blocks, xg), expected, **TIGHT)

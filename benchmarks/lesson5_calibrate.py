@@ -1,0 +1,67 @@
+"""Calibration of lesson 5's timed cells (test_speed, test_least_recompute): several gradings per plan.
+
+Usage (from the repository root, machine otherwise quiet): ``python benchmarks/lesson5_calibrate.py N [PLAN ...]``
+grades the reference planner and three others (checkpoint everything, one block more than needed, every block
+keeping its matmuls) N times each on seeds 200.., and prints per grading: verdicts, rounds, step times, the plan's
+ratio over "checkpoint everything" with its interval, and its share of the grader's plan's gain. The figures in
+grader/README.md (lesson 5) come from it.
+"""
+
+import re
+import sys
+import time
+
+import nbformat
+
+from grader import assignments
+from grader.cells import grade_cells
+from grader.notebook import solution_sources
+
+A = assignments.get("lesson5")
+sol = nbformat.read("solutions/lesson5/lesson5.ipynb", as_version=4)
+ids = [
+    c.metadata["nbgrader"]["grade_id"]
+    for c in sol.cells
+    if c.metadata.get("nbgrader", {}).get("solution")
+]
+base = [(c.grade_id, c.source) for c in solution_sources(sol, ids)]
+PLANS = {
+    "reference": None,
+    "everything": 'def plan_checkpointing(blocks, x, budget_bytes):\n    return {"blocks": list(range(len(blocks))), "save": None}',
+    "one block too many": """def plan_checkpointing(blocks, x, budget_bytes):
+    for k in range(len(blocks) + 1):
+        plan = {"blocks": list(range(k)), "save": None}
+        if saved_activation_bytes(lambda: checkpointed_forward(blocks, x, plan).sum()) <= budget_bytes:
+            return {"blocks": list(range(min(len(blocks), k + 1))), "save": None}""",
+    "selective, every block": 'def plan_checkpointing(blocks, x, budget_bytes):\n    return {"blocks": list(range(len(blocks))), "save": ["addmm", "_scaled_dot_product_flash_attention_for_cpu"]}',
+}
+n, names = int(sys.argv[1]), sys.argv[2:] or list(PLANS)
+for name in names:
+    src = PLANS[name]
+    cells = [(g, src if (g == "plan_checkpointing" and src) else s) for g, s in base]
+    for i in range(n):
+        t = time.time()
+        v, _ = grade_cells(A, cells, only=["test_speed", "test_least_recompute"], seed=200 + i)
+        text = " | ".join(
+            v["test_speed"].lines
+            + [v["test_speed"].reason, v["test_least_recompute"].reason]
+            + v["test_least_recompute"].lines
+        )
+        rounds = re.findall(r"\((\d+) interleaved rounds", text)
+        ms = re.findall(
+            r"everything (\d+) ms/step, your plan (\d+) ms, the grader's plan \(.*?\) (\d+) ms",
+            text,
+        )
+        yours = re.findall(r"(\d\.\d\dx, interval \d\.\d\d-\d\.\d\d)", text)
+        share = re.findall(r"recovered (\d+)% of the", text)
+        gr = re.findall(
+            r"(?:grader's plan's gain \(|gained over checkpointing everything \(.*? vs |grader's plan ran )(\d\.\d\d)x",
+            text,
+        )
+        print(
+            f"{name:24} seed {200 + i}: speed {'PASS' if v['test_speed'].passed else 'fail'} least {'PASS' if v['test_least_recompute'].passed else 'fail'}"
+            f" rounds={rounds[:1]} ms(all/yours/grader)={ms[:1]} yours={yours[:1]} share={share[:1]} grader={gr[:1]} {time.time() - t:.1f}s",
+            flush=True,
+        )
+        if not ms:
+            print("   ", text[:300])

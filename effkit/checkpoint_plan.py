@@ -1,0 +1,147 @@
+"""Checkpointing plans: which blocks to checkpoint and what to keep inside them, as plain data.
+
+**What it does.** A `CheckpointPlan` names the blocks of a stack (an ``nn.ModuleList`` /
+``nn.Sequential`` run in order) to checkpoint and, optionally, the ops whose outputs those blocks
+keep (selective checkpointing, ``save``). It travels as JSON, ``{"blocks": [1, 3], "save":
+["addmm", "mm"]}`` (``save: null``: recompute the whole block). `apply_plan` puts a plan on a
+stack with :func:`effkit.act_checkpoint.checkpoint_modules`; `plan_bytes` measures what one
+forward keeps for backward under a plan (on a copy: the stack you pass is left alone);
+`plan_for_budget` finds a plan that fits a byte budget while checkpointing as few blocks as it
+can.
+
+**When to use it.** When activations do not fit: decide what to checkpoint from measured
+bytes, instead of checkpointing everything and paying one extra forward of every block.
+
+**Expected gain.** Same gradients; memory down to the budget; recompute only where it buys the
+bytes you need. Checkpointing k of n equal blocks costs about k/n of one extra forward, so a
+budget that needs half the blocks checkpointed costs half as much recompute as "everything".
+
+**Pitfalls / trade-offs.** `plan_for_budget` is greedy: blocks that save the most bytes first,
+all blocks assumed to cost the same to recompute (true for a stack of identical layers, not for
+a network whose stages differ). The bytes are "kept at the end of forward"; during backward one
+checkpointed block's intermediates live again for a moment (the recompute's working set). A
+selective plan's time depends on the hardware (SAC's dispatch overhead): time it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from effkit.act_checkpoint import checkpoint_modules, saved_activation_bytes, uncheckpoint_modules
+
+__all__ = [
+    "CheckpointPlan",
+    "PlanError",
+    "apply_plan",
+    "plan_bytes",
+    "plan_for_budget",
+    "run_blocks",
+]
+
+MAX_SAVE_OPS = 32
+
+
+class PlanError(ValueError):
+    """A plan that cannot be applied; the message says why."""
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    blocks: tuple[int, ...] = ()  # indices of the blocks to checkpoint, sorted, no repeats
+    save: tuple[str, ...] | None = None  # selective: ATen op names kept; None: recompute all
+
+    @classmethod
+    def everything(cls, n_blocks: int) -> CheckpointPlan:
+        return cls(tuple(range(n_blocks)))
+
+    @classmethod
+    def from_data(cls, data: object, n_blocks: int, allowed_ops: frozenset[str] | None = None) -> CheckpointPlan:  # fmt: skip
+        """Validate plain data (e.g. parsed JSON) into a plan for a stack of ``n_blocks``."""
+        if not isinstance(data, dict) or not set(data) <= {"blocks", "save"}:
+            raise PlanError(
+                f'a plan is a dict {{"blocks": [...], "save": None or [...]}}, got {data!r:.120}'
+            )
+        blocks = data.get("blocks", [])
+        if not isinstance(blocks, list | tuple) or not all(type(i) is int for i in blocks):
+            raise PlanError(f'"blocks" must be a list of block indices (ints), got {blocks!r:.120}')
+        bad = [i for i in blocks if not 0 <= i < n_blocks]
+        if bad:
+            raise PlanError(f'"blocks" names {bad[:5]}, but the stack has blocks 0..{n_blocks - 1}')
+        save = data.get("save")
+        if save is not None:
+            if not isinstance(save, list | tuple) or not all(isinstance(op, str) for op in save):
+                raise PlanError(
+                    f'"save" must be None or a list of op names (str), got {save!r:.120}'
+                )
+            if len(save) > MAX_SAVE_OPS:
+                raise PlanError(f'"save" lists {len(save)} ops; at most {MAX_SAVE_OPS}')
+            unknown = sorted(set(save) - allowed_ops) if allowed_ops is not None else []
+            if unknown:
+                raise PlanError(f'"save" names ops this stack never runs: {unknown[:5]}; '
+                                f"its ops: {sorted(allowed_ops)}")  # fmt: skip
+            save = tuple(sorted(set(save)))
+        return cls(tuple(sorted(set(blocks))), save)
+
+    def to_data(self) -> dict:
+        return {"blocks": list(self.blocks), "save": None if self.save is None else list(self.save)}
+
+    def describe(self, n_blocks: int) -> str:
+        if not self.blocks:
+            return "no block checkpointed"
+        which = "every block" if len(self.blocks) == n_blocks else f"blocks {list(self.blocks)}"
+        kept = (
+            "recomputed whole"
+            if self.save is None
+            else f"keeping {', '.join(self.save) or 'nothing'}"
+        )
+        return f"{which} of {n_blocks} checkpointed, {kept}"
+
+
+def run_blocks(blocks: Sequence[nn.Module], x: torch.Tensor) -> torch.Tensor:
+    """The stack's forward: each block in order."""
+    for block in blocks:
+        x = block(x)
+    return x
+
+
+def apply_plan(blocks: nn.Module, plan: CheckpointPlan) -> nn.Module:
+    """Checkpoint ``blocks[i]`` for every ``i`` in the plan (undoing any earlier plan first)."""
+    uncheckpoint_modules(blocks)
+    if plan.blocks:
+        chosen = {str(i) for i in plan.blocks}
+        checkpoint_modules(blocks, lambda name, _m: name in chosen, save_ops=plan.save)
+    return blocks
+
+
+def plan_bytes(blocks: nn.Module, x: torch.Tensor, plan: CheckpointPlan) -> int:
+    """Bytes one forward of ``x`` through a copy of ``blocks`` under ``plan`` keeps for backward."""
+    stack = apply_plan(copy.deepcopy(blocks), plan)
+    return saved_activation_bytes(lambda: run_blocks(stack, x).sum())
+
+
+def plan_for_budget(blocks: nn.Module, x: torch.Tensor, budget_bytes: int,
+                    save: Sequence[str] | None = None) -> CheckpointPlan:  # fmt: skip
+    """The plan with the fewest checkpointed blocks whose measured bytes fit ``budget_bytes``.
+
+    Greedy: blocks sorted by the bytes checkpointing each one alone saves, most first; blocks
+    are added until the measured total fits. Raises `PlanError` when even every block does not.
+    """
+    n = len(blocks)
+    save_t = None if save is None else tuple(save)
+    plain = plan_bytes(blocks, x, CheckpointPlan())
+    if plain <= budget_bytes:
+        return CheckpointPlan((), save_t)
+    gain = {i: plain - plan_bytes(blocks, x, CheckpointPlan((i,), save_t)) for i in range(n)}
+    order = sorted(range(n), key=lambda i: -gain[i])
+    for k in range(1, n + 1):
+        plan = CheckpointPlan(tuple(sorted(order[:k])), save_t)
+        if plan_bytes(blocks, x, plan) <= budget_bytes:
+            return plan
+    raise PlanError(
+        f"even with every block checkpointed the forward keeps more than {budget_bytes:,} bytes"
+    )

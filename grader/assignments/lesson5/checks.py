@@ -1,0 +1,175 @@
+"""Lesson 5 - activation checkpointing, graded out of the kernel: gradients, bytes and time.
+
+**What it does.** The learner writes ``checkpointed_forward(blocks, x, plan)`` (run ``x`` through
+the blocks, checkpointing those the plan names, selectively when it names ops to save) and
+``plan_checkpointing(blocks, x, budget_bytes)`` (choose a plan, as plain data, that fits the
+budget with as little recompute as possible).
+
+* ``test_gradients`` (3 points): in the sandboxed worker (:mod:`grader.assignments.lesson5.probes`) the
+  learner's forward runs on the grader's seeded stack (dropout on) and batch (no
+  ``requires_grad``: the reentrant trap), under two plans drawn per grading (some blocks; every
+  block keeping its matmuls). The worker returns output and gradients as raw tensor bytes; this
+  process computes the plain stack's own and compares (relative error <= 1e-5). A miss is named:
+  missing gradients (``use_reentrant=True``), the gradients of a recompute without the RNG state
+  (recomputed here to match), blocks the forward counts show were not checkpointed.
+* ``test_budget`` (2 points): two budgets drawn per grading (a loose one, 55-65% of the plain
+  stack's activations, and a tight one, 8-15%). The worker returns the learner's plan **as
+  JSON**; this process validates it (`effkit.checkpoint_plan.CheckpointPlan.from_data`: block
+  indices, op names the stack really runs), applies it with effkit's implementation to *its own*
+  stack and measures the bytes kept for backward itself (``saved_activation_bytes``).
+* ``test_speed`` (2 points) and ``test_least_recompute`` (1 point): the plan for the loose
+  budget, timed once in this process against "checkpoint everything" and against the grader's
+  own plan (`plan_for_budget`: the fewest blocks that fit), interleaved rounds, one thread,
+  medians with order-statistic intervals (`ckpt_checks.time_plans`). ``test_speed``: the
+  learner's plan is faster than "everything" (its interval above 1). ``test_least_recompute``:
+  it recovers at least 80% of the grader's plan's measured gain (a plan with one block more than
+  needed recovers ~60%).
+* ``test_quiz`` (2 points).
+
+**Trust.** Saved bytes measured *inside* a worker that ran learner code are forgeable (it can
+patch the hooks), and so would be any timing it reported: no byte count and no time crosses from
+the worker. The plan is data; bytes and time are produced here, where no learner code ran, on the
+parent's own stack. Gradients cross as raw bytes and are checked against this process's own
+reference, so forging them means computing them. The worker's forward counts are claims that
+can only *deny* points (an honest forward that ignores its plan is told so); they never earn any.
+
+The budget and speed checks live in :mod:`grader.assignments.lesson5.plan_checks`.
+
+**Pitfalls.** The timing runs in the grading process (nbgrader's, or ``grader check``'s): keep
+the machine otherwise quiet, as for lessons 2-3. Calibration figures: ``grader/README.md``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from effkit.act_checkpoint import MATMUL_OPS
+from effkit.checkpoint_plan import CheckpointPlan
+from grader.assignments import Assignment
+from grader.assignments.lesson5 import ckpt_checks as cc
+from grader.assignments.lesson5.plan_checks import (
+    CALL_SECONDS,
+    _refuse_reference,
+    check_budget,
+    check_least_recompute,
+    check_speed,
+)
+from grader.cells import CheckFailed, Context, expect, stub_reason
+from grader.channel import ChannelError, tensor_from
+from grader.quiz import quiz_check
+
+TOLERANCE = 1e-5  # relative gradient error: checkpointing changes no arithmetic
+MATCH = 1e-4  # "your gradient is what this mistake gives"
+
+SETUP_SOURCE = """\
+import functools
+
+import torch
+from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts, CheckpointPolicy
+
+from effkit.act_checkpoint import saved_activation_bytes"""
+
+QUIZ_KEY = {  # the notebook holds only the questions
+    "q1": "b",  # mixed-precision Adam: ~16 bytes per parameter -> 16 GB for 1B
+    "q2": "b",  # use_reentrant=True, input without requires_grad: no gradients for the block
+    "q3": "a",  # keep matmuls: more memory than full checkpointing, fewer FLOPs recomputed
+    "q4": "b",  # activations ~ input size: sqrt(16) = 4 segments
+}
+
+
+def _tensor(meta, raw: bytes, what: str) -> torch.Tensor:
+    try:
+        return tensor_from(meta if isinstance(meta, dict) else {}, raw)
+    except ChannelError as err:
+        raise CheckFailed(f"the worker sent a malformed {what} ({err})") from err
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
+
+
+def _forward_plans(ctx: Context, ops: frozenset[str]) -> list[CheckpointPlan]:
+    some = sorted(
+        {0, *ctx.rng.sample(range(1, cc.N_BLOCKS), 2)}
+    )  # block 0: fed data, the reentrant trap
+    return [
+        CheckpointPlan(tuple(some)),
+        CheckpointPlan(tuple(range(cc.N_BLOCKS)), tuple(sorted(MATMUL_OPS & ops))),
+    ]
+
+
+def _diagnose(data: dict, got: torch.Tensor, seed: int, rng_seed: int, plan: CheckpointPlan) -> str:
+    missing = data.get("missing") or []
+    if missing:
+        return (f"{len(missing)} parameters got no gradient (e.g. {str(missing[0])[:40]}): with use_reentrant=True "
+                "a checkpointed block whose input does not require grad (block 0 is fed data) passes no gradient "
+                "to its parameters. Use checkpoint(..., use_reentrant=False)")  # fmt: skip
+    _, no_rng = cc.reference_grads(seed, rng_seed, plan, preserve_rng_state=False)
+    if _rel(got, no_rng) < MATCH:
+        return (
+            "they are exactly the gradients of a recompute that draws new dropout masks: keep "
+            "preserve_rng_state=True (the default) so the recompute replays the forward's random numbers"
+        )
+    return "check that every block runs exactly once in forward, in order, on the previous block's output"
+
+
+def _plan_calls_hint(data: dict, plan: CheckpointPlan) -> str:
+    fwd, total = data.get("forward_calls"), data.get("calls")
+    if not (isinstance(fwd, list) and isinstance(total, list) and len(total) == cc.N_BLOCKS):
+        return ""
+    if not any(isinstance(c, int) and c > 0 for c in total):
+        return ""  # blocks called through .forward: hooks cannot see them
+    skipped = [i for i in plan.blocks if total[i] == fwd[i]]
+    extra = [i for i in range(cc.N_BLOCKS) if i not in plan.blocks and total[i] != fwd[i]]
+    if skipped:
+        return (f"the gradients are right, but blocks {skipped} of the plan ran only in forward: they were not "
+                "checkpointed (a checkpointed block runs again in backward)")  # fmt: skip
+    if extra:
+        return f"the gradients are right, but blocks {extra} are not in the plan and were recomputed in backward"
+    return ""
+
+
+def check_gradients(ctx: Context) -> None:
+    _refuse_reference(ctx)
+    seed = ctx.rng.randrange(1 << 20)
+    ops = cc.ops_in(cc.build_stack(seed), cc.draw_batch(seed + 1)[0])
+    for plan in _forward_plans(ctx, ops):
+        rng_seed = ctx.rng.randrange(1 << 20)
+        shown = f"checkpointed_forward(blocks, x, {plan.to_data()})"
+        r = ctx.session.call(
+            "forward", CALL_SECONDS, seed=seed, rng_seed=rng_seed, plan=plan.to_data()
+        )
+        if not r.ok:
+            raise CheckFailed(stub_reason(r.failure) or f"{shown} {r.failure}")
+        expect(len(r.blobs) == 2, "the worker's answer was malformed")
+        out = _tensor(r.data.get("out"), r.blobs[0], "output")
+        got = _tensor(r.data.get("grads"), r.blobs[1], "gradient")
+        want_out, want = cc.reference_grads(seed, rng_seed)
+        expect(
+            got.shape == want.shape and out.shape == want_out.shape,
+            "the worker's answer was malformed",
+        )
+        err = _rel(got, want)
+        if not err <= TOLERANCE:
+            why = _diagnose(r.data, got, seed, rng_seed, plan)
+            raise CheckFailed(
+                f"{shown}: the gradients differ from the plain stack's by {err:.1%}: {why}."
+            )
+        expect(_rel(out, want_out) <= TOLERANCE, f"{shown}: the gradients are right but the output differs from "
+                                                 "the plain stack's: return the last block's output")  # fmt: skip
+        hint = _plan_calls_hint(r.data, plan)
+        expect(not hint, f"{shown}: {hint}")
+        ctx.ok(
+            f"{plan.describe(cc.N_BLOCKS)}: gradients equal to the plain stack's (relative error {err:.0e})"
+        )
+
+
+CELL_CHECKS = {"test_gradients": check_gradients, "test_budget": check_budget, "test_speed": check_speed,
+               "test_least_recompute": check_least_recompute, "test_quiz": quiz_check(QUIZ_KEY)}  # fmt: skip
+NAMES = ("checkpointed_forward", "plan_checkpointing")
+
+
+ASSIGNMENT = Assignment(id="lesson5", notebook="lesson5", object_name="plan_checkpointing",
+                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
+                        runtime_module="", timeout_s=180, probes="grader.assignments.lesson5.probes",
+                        names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip

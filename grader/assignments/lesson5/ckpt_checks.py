@@ -1,0 +1,185 @@
+"""Lesson 5's shared pieces: the grader's transformer stack, its batches, references and timing.
+
+**What it does.** `build_stack` makes a stack of pre-norm transformer blocks (dropout on) whose
+weights follow from a seed alone, so the grader's process and the learner's worker build the same
+one; `draw_batch` the batch (embeddings, no ``requires_grad``: the first block is fed data, where
+``use_reentrant=True`` loses gradients). `reference_grads` runs the plain stack (or, to name a
+mistake, a checkpointed one without the RNG state) and returns its gradients; `ops_in` lists the
+ATen ops a forward runs (the names a plan may ``save``); `time_plans` times plans in this process,
+interleaved, with effkit's order-statistic intervals.
+
+**When to use it.** By :mod:`grader.assignments.lesson5.probes` (worker) and :mod:`grader.assignments.lesson5.checks` (parent).
+
+**Expected gain.** Gradients compared to ~1e-6; memory and time of a plan measured only where no
+learner code ran.
+
+**Pitfalls.** Everything the worker returns is a claim: the parent compares gradients with its own
+and measures plans itself, with effkit's implementation, on its own copy of the stack.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.checkpoint import checkpoint
+
+from effkit.abtest import median_ci, median_ci_coverage
+from effkit.checkpoint_plan import CheckpointPlan, apply_plan, run_blocks
+
+N_BLOCKS, DIM, HEADS, DROPOUT = 6, 64, 4, 0.1
+_clock = time.perf_counter  # captured at import (the parent's own clock)
+BATCH, SEQ = 4, 128
+
+
+class Block(nn.Module):
+    """Pre-norm transformer layer: causal self-attention, a 4x MLP, residuals, dropout."""
+
+    def __init__(self, dim: int = DIM, heads: int = HEADS, dropout: float = DROPOUT):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        qkv = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.drop(self.proj(attn.transpose(1, 2).reshape(b, t, d)))
+        return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
+
+
+def build_stack(seed: int, n_blocks: int = N_BLOCKS) -> nn.ModuleList:
+    g = torch.Generator().manual_seed(seed)
+    stack = nn.ModuleList(Block() for _ in range(n_blocks))
+    with torch.no_grad():
+        for name, p in stack.named_parameters():
+            if name.endswith("weight") and p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5)
+            elif name.endswith("bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+    return stack
+
+
+def draw_batch(seed: int, batch: int = BATCH, seq: int = SEQ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input embeddings, loss weights): the loss is ``(output * weights).sum()``."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, seq, DIM, generator=g), torch.randn(batch, seq, DIM, generator=g) / (
+        batch * seq
+    )
+
+
+def flat_grads(stack: nn.Module) -> tuple[torch.Tensor, list[str]]:
+    """All gradients in one vector (zeros where missing), and the names of the missing ones."""
+    missing = [n for n, p in stack.named_parameters() if p.grad is None]
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1)
+                      for p in stack.parameters()])  # fmt: skip
+    return flat, missing
+
+
+@contextmanager
+def threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def reference_grads(seed: int, rng_seed: int, plan: CheckpointPlan | None = None,
+                    preserve_rng_state: bool = True) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(output, flat gradients) of the plain stack; with ``plan``: checkpointed by hand, for
+    naming a mistake (``preserve_rng_state=False``: the recompute draws new dropout masks)."""
+    stack = build_stack(seed)
+    x, w = draw_batch(seed + 1)
+    with threads(1):  # the worker runs one thread: same reduction order, same numbers
+        torch.manual_seed(rng_seed)
+        h = x
+        for i, block in enumerate(stack):
+            if plan is not None and i in plan.blocks:
+                h = checkpoint(block, h, use_reentrant=False, preserve_rng_state=preserve_rng_state)
+            else:
+                h = block(h)
+        (h * w).sum().backward()
+    return h.detach(), flat_grads(stack)[0]
+
+
+class _OpCensus(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.add(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def ops_in(stack: nn.Module, x: torch.Tensor) -> frozenset[str]:
+    """ATen op names one forward of ``stack`` runs (what a selective plan may name)."""
+    census = _OpCensus()
+    with census:
+        run_blocks(stack, x).sum()
+    return frozenset(census.names)
+
+
+def time_plans(stack: nn.Module, x: torch.Tensor, plans: dict[str, CheckpointPlan], rounds: int,
+               steps: int, max_rounds: int | None = None, settled=None) -> dict[str, dict]:  # fmt: skip
+    """Interleaved timing of forward + backward under each plan, in this process.
+
+    Each round runs every plan once (``steps`` steps), in an order that rotates and reverses from
+    round to round; per round, each plan's time is divided by the first plan's (the baseline).
+    Returns per plan: the median ratio baseline-time / plan-time (> 1: faster than the baseline),
+    its order-statistic interval, the interval's real coverage, the median seconds per step and
+    the rounds run. After ``rounds`` rounds, while ``settled(result)`` is false, another
+    ``rounds`` are added, up to ``max_rounds`` (a noisy machine buys more rounds, a quiet one
+    none).
+    """
+    stacks = {name: apply_plan(build_copy(stack), plan) for name, plan in plans.items()}
+    names = list(plans)
+
+    def run(name: str) -> float:
+        net = stacks[name]
+        t0 = _clock()
+        for _ in range(steps):
+            net.zero_grad(set_to_none=True)
+            run_blocks(net, x).sum().backward()
+        return (_clock() - t0) / steps
+
+    def summary() -> dict[str, dict]:
+        out = {}
+        for name in names:
+            ratios = [b / s for b, s in zip(seconds[names[0]], seconds[name], strict=True)]
+            low, high = median_ci(ratios)
+            out[name] = {"ratio": statistics.median(ratios), "low": low, "high": high, "rounds": len(ratios),
+                         "coverage": median_ci_coverage(len(ratios)), "step_s": statistics.median(seconds[name])}  # fmt: skip
+        return out
+
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    with threads(1):  # one thread: a busy second core disturbs one timed thread far less
+        for name in names:  # warm-up: allocator, first-call costs
+            run(name)
+        r = 0
+        while True:
+            for _ in range(rounds):
+                order = names[r % len(names) :] + names[: r % len(names)]
+                for name in order if r % 2 == 0 else reversed(order):
+                    seconds[name].append(run(name))
+                r += 1
+            result = summary()
+            if settled is None or settled(result) or r + rounds > (max_rounds or rounds):
+                return result
+
+
+def build_copy(stack: nn.Module) -> nn.Module:
+    import copy
+
+    return copy.deepcopy(stack)

@@ -1,0 +1,191 @@
+"""Lesson 5, parent side: the learner's plan, measured and timed where no learner code ran.
+
+**What it does.** ``check_budget``: the planner is called in the worker with budgets drawn here;
+only its plan comes back (JSON), validated by `CheckpointPlan.from_data`, applied with effkit's
+implementation to this process's own stack and measured here (`plan_bytes`). ``check_speed`` and
+``check_least_recompute`` read one timing per grading (`ckpt_checks.time_plans`, cached on the
+session): the learner's loose-budget plan against "checkpoint everything" and the grader's own
+plan (`plan_for_budget`), interleaved, one thread; more rounds only while the verdict is unclear.
+
+**When to use it.** Through :mod:`grader.assignments.lesson5.checks` (its ``CELL_CHECKS``).
+
+**Expected gain.** No byte count and no time from a process that ran learner code.
+
+**Pitfalls.** The timing runs in the grading process: keep the machine otherwise quiet
+(calibration figures: ``grader/README.md``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from effkit.checkpoint_plan import CheckpointPlan, PlanError, plan_bytes, plan_for_budget
+from grader.assignments.lesson5 import ckpt_checks as cc
+from grader.cells import CheckFailed, Context, expect, stub_reason
+
+CALL_SECONDS = 60.0
+LOOSE, TIGHT = (0.55, 0.65), (0.08, 0.15)  # budgets, as fractions of the plain stack's bytes
+ROUNDS, STEPS = 11, 1  # timed rounds (11: the interval drops the extreme ratio on each side)
+MAX_ROUNDS = 44  # on a noisy machine, 11 more rounds at a time until the intervals clear 1
+# Share of the grader's plan's measured gain over "checkpoint everything" that earns
+# test_least_recompute (calibrated: README); a share within SHARE_MARGIN of it buys more rounds.
+MIN_SHARE, SHARE_MARGIN = 0.8, 0.1
+
+REFERENCE_NAMES = ("plan_for_budget", "apply_plan", "checkpoint_modules", "run_segments")
+
+
+def _refuse_reference(ctx: Context) -> None:
+    source = "\n".join(src for _, src in ctx.session.cells)
+    used = [n for n in REFERENCE_NAMES if n in source]
+    if used:
+        raise CheckFailed(
+            f"your solution uses effkit's {used[0]}, the lesson's reference answer: write it "
+            "yourself with torch.utils.checkpoint"
+        )
+
+
+def _budgets(ctx: Context, plain: int) -> dict[str, int]:
+    return {
+        name: int(plain * ctx.rng.uniform(*bounds))
+        for name, bounds in (("loose", LOOSE), ("tight", TIGHT))
+    }
+
+
+def _learner_plan(ctx: Context, seed: int, budget: int, ops: frozenset[str]) -> CheckpointPlan:
+    r = ctx.session.call("plan", CALL_SECONDS, seed=seed, budget_bytes=budget)
+    if not r.ok:
+        raise CheckFailed(
+            stub_reason(r.failure) or f"plan_checkpointing(blocks, x, {budget:,}) {r.failure}"
+        )
+    try:
+        return CheckpointPlan.from_data(r.data.get("plan"), cc.N_BLOCKS, ops)
+    except PlanError as err:
+        raise CheckFailed(
+            f"plan_checkpointing(blocks, x, {budget:,}) returned a plan the grader cannot apply: {err}"
+        ) from None
+
+
+def _fitting_plan(ctx: Context, name: str) -> tuple[object, torch.Tensor, CheckpointPlan, int, int]:
+    """(stack, x, the learner's plan, its measured bytes, the budget) for the ``name`` budget."""
+    seed = ctx.rng.randrange(1 << 20)
+    stack, (x, _) = cc.build_stack(seed), cc.draw_batch(seed + 1)
+    plain = plan_bytes(stack, x, CheckpointPlan())
+    budget = _budgets(ctx, plain)[name]
+    plan = _learner_plan(ctx, seed, budget, cc.ops_in(stack, x))
+    kept = plan_bytes(stack, x, plan)
+    if kept > budget:
+        advice = ("the plain stack" if not plan.blocks else
+                  "checkpoint more blocks" if plan.save is None else
+                  "checkpoint more blocks, or keep fewer ops")  # fmt: skip
+        raise CheckFailed(f"budget {budget / 2**20:.2f} MiB ({budget / plain:.0%} of the plain stack's {plain / 2**20:.2f}"
+                          f" MiB): your plan ({plan.describe(cc.N_BLOCKS)}) keeps {kept / 2**20:.2f} MiB, measured by "
+                          f"the grader on its own copy — over budget" + ("" if not plan.blocks else f"; {advice}")
+                          + ". Measure what each block keeps (saved_activation_bytes) and plan from it.")  # fmt: skip
+    return stack, x, plan, kept, budget
+
+
+def check_budget(ctx: Context) -> None:
+    _refuse_reference(ctx)
+    for name in ("loose", "tight"):
+        _, _, plan, kept, budget = _fitting_plan(ctx, name)
+        ctx.ok(f"{name} budget {budget / 2**20:.2f} MiB: your plan ({plan.describe(cc.N_BLOCKS)}) keeps "
+               f"{kept / 2**20:.2f} MiB (measured by the grader)")  # fmt: skip
+
+
+def _timing(ctx: Context) -> dict:
+    """Time the learner's loose-budget plan once per grading (both speed cells read it). Cached
+    on the parent's session object: a failure (over budget, a bad plan) is cached too."""
+    cache = ctx.session.__dict__.setdefault("_lesson5_timing", {})
+    if not cache:
+        try:
+            stack, x, plan, _, budget = _fitting_plan(ctx, "loose")
+        except CheckFailed as err:
+            cache["failed"] = f"no speed credit: {err}"
+            raise
+        best = plan_for_budget(stack, x, budget)
+        plans = {
+            "everything": CheckpointPlan.everything(cc.N_BLOCKS),
+            "yours": plan,
+            "grader": best,
+        }
+
+        def settled(t: dict) -> bool:
+            """The grader's plan clear of 1; unless the plan is a known one, its interval clear
+            of 1 and its share of the grader's gain clear of the threshold by 0.1 too."""
+            if not t["grader"]["low"] > 1.0:
+                return False
+            if plan in (best, plans["everything"]):
+                return True
+            share = (t["yours"]["ratio"] - 1) / (t["grader"]["ratio"] - 1)
+            clear = not t["yours"]["low"] <= 1.0 <= t["yours"]["high"]
+            return clear and abs(share - MIN_SHARE) >= SHARE_MARGIN
+
+        cache.update(
+            plan=plan,
+            best=best,
+            t=cc.time_plans(stack, x, plans, ROUNDS, STEPS, MAX_ROUNDS, settled),
+        )
+    if "failed" in cache:
+        raise CheckFailed(cache["failed"])
+    t, plan, best = cache["t"], cache["plan"], cache["best"]
+    ctx.lines.append(f"  timed here ({t['yours']['rounds']} interleaved rounds, one thread): checkpoint everything "
+                     f"{t['everything']['step_s'] * 1e3:.0f} ms/step, your plan {t['yours']['step_s'] * 1e3:.0f} ms, "
+                     f"the grader's plan ({best.describe(cc.N_BLOCKS)}) {t['grader']['step_s'] * 1e3:.0f} ms")  # fmt: skip
+    return cache
+
+
+def _interval(r: dict) -> str:
+    return f"{r['ratio']:.2f}x, interval {r['low']:.2f}-{r['high']:.2f} covering the median {r['coverage']:.0%} of the time"
+
+
+def check_speed(ctx: Context) -> None:
+    """Faster than checkpointing every block: the plan's interval lies above 1."""
+    _refuse_reference(ctx)
+    timing = _timing(ctx)
+    plan, best, yours, grader = (
+        timing["plan"],
+        timing["best"],
+        timing["t"]["yours"],
+        timing["t"]["grader"],
+    )
+    if plan == CheckpointPlan.everything(cc.N_BLOCKS):
+        raise CheckFailed(f"your plan checkpoints every block: it fits, but recomputes all of them. The budget needed "
+                          f"{len(best.blocks)} blocks: the grader's plan ran {grader['ratio']:.2f}x as fast as "
+                          "checkpointing everything. Checkpoint only what the budget needs.")  # fmt: skip
+    expect(yours["low"] > 1.0, f"your plan ({plan.describe(cc.N_BLOCKS)}) was not measurably faster than checkpointing "
+                               f"every block: {_interval(yours)}"
+                               + ("; keeping ops selectively adds a dispatch cost per op that the recompute it "
+                                  "saves does not pay back here" if plan.save is not None else ""))  # fmt: skip
+    ctx.ok(f"your plan ran {_interval(yours)} as fast as checkpointing every block")
+
+
+def check_least_recompute(ctx: Context) -> None:
+    """At least MIN_SHARE of the gain the grader's own plan (fewest blocks) measured over
+    checkpointing everything, in the same interleaved rounds."""
+    _refuse_reference(ctx)
+    timing = _timing(ctx)
+    plan, best, yours, grader = (
+        timing["plan"],
+        timing["best"],
+        timing["t"]["yours"],
+        timing["t"]["grader"],
+    )
+    gain = grader["ratio"] - 1
+    if (
+        grader["low"] <= 1.0
+    ):  # the timing could not show the grader's own plan faster: judge by structure
+        expect(len(plan.blocks) <= len(best.blocks) and plan.save == best.save,
+               f"your plan ({plan.describe(cc.N_BLOCKS)}) checkpoints more than the grader's ({best.describe(cc.N_BLOCKS)}) "
+               "(the timing here was inconclusive): recompute only what the budget needs")  # fmt: skip
+        ctx.ok(
+            f"your plan recomputes no more than the grader's (timing inconclusive: {_interval(grader)})"
+        )
+        return
+    share = (yours["ratio"] - 1) / gain
+    expect(share >= MIN_SHARE,
+           f"your plan ({plan.describe(cc.N_BLOCKS)}) recovered {max(share, 0):.0%} of the speed the grader's plan "
+           f"({best.describe(cc.N_BLOCKS)}) gained over checkpointing everything ({_interval(yours)} vs "
+           f"{grader['ratio']:.2f}x); at least {MIN_SHARE:.0%} earns this point: recompute only what the budget needs")  # fmt: skip
+    ctx.ok(
+        f"your plan recovered {share:.0%} of the grader's plan's gain ({grader['ratio']:.2f}x over everything)"
+    )

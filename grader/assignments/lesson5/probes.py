@@ -1,0 +1,76 @@
+"""Lesson 5, worker side: the learner's checkpointed forward and planner on the grader's stack.
+
+**What it does.** ``probe_forward`` builds the seeded transformer stack and batch
+(:mod:`grader.ckpt_checks`), seeds the RNG, calls the learner's ``checkpointed_forward(blocks, x,
+plan)`` with the parent's plan, back-propagates the parent's loss and returns raw tensor bytes:
+the output and every gradient (zeros where a parameter got none, whose names are listed), plus how
+many times each block's forward ran (a checkpointed block runs again in backward). ``probe_plan``
+calls ``plan_checkpointing(blocks, x, budget_bytes)`` and returns its plan as plain JSON. No
+reference and no verdict exist in this process: the parent recomputes the gradients and measures
+the plan itself, on its own copy of the stack (:mod:`grader.assignments.lesson5.checks`).
+
+**When to use it.** Named as lesson 5's probe module; run in :mod:`grader.probe_worker`.
+
+**Expected gain.** Gradients judged out of the learner's kernel; plans travel as data, never as
+code or measurements.
+
+**Pitfalls.** Everything returned is a claim (the forward counts too: they only explain a
+failure, never earn a point); the parent treats it so.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from grader.assignments.lesson5 import ckpt_checks as cc
+from grader.channel import tensor_msg
+from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+
+
+def _learner(worker, name: str):
+    fn = worker.ns.get(name)
+    if not callable(fn):
+        raise NameError(f"your solution cells define no function {name!r}")
+    return fn
+
+
+def probe_forward(worker, seed: int, rng_seed: int, plan: dict):
+    fn = _learner(worker, "checkpointed_forward")
+    stack = worker.watch(cc.build_stack(seed))
+    x, w = cc.draw_batch(seed + 1)
+    calls = [0] * len(stack)
+    for i, block in enumerate(stack):
+        block.register_forward_pre_hook(lambda _m, _a, i=i: calls.__setitem__(i, calls[i] + 1))
+    torch.manual_seed(rng_seed)
+    out = fn(stack, x, json.loads(json.dumps(plan)))  # a fresh copy: the parent's plan stays intact
+    if not isinstance(out, torch.Tensor) or out.shape != x.shape:
+        raise TypeError(f"checkpointed_forward must return the stack's output, a tensor of shape {tuple(x.shape)}; "
+                        f"got {type(out).__name__} {tuple(getattr(out, 'shape', ()))}")  # fmt: skip
+    if not out.requires_grad:
+        raise RuntimeError("the output of checkpointed_forward does not require grad: no gradient can reach the "
+                           "blocks' parameters (use_reentrant=True with an input that does not require grad?)")  # fmt: skip
+    forward_calls = list(calls)
+    (out * w).sum().backward()
+    grads, missing = cc.flat_grads(stack)
+    out_meta, out_raw = tensor_msg(out)
+    grad_meta, grad_raw = tensor_msg(grads)
+    msg = {"out": out_meta, "grads": grad_meta, "missing": missing[:50], "forward_calls": forward_calls,
+           "calls": list(calls)}  # fmt: skip
+    return msg, [out_raw, grad_raw]
+
+
+def probe_plan(worker, seed: int, budget_bytes: int):
+    fn = _learner(worker, "plan_checkpointing")
+    stack = worker.watch(cc.build_stack(seed))
+    x, _ = cc.draw_batch(seed + 1)
+    plan = fn(stack, x, budget_bytes)
+    try:
+        text = json.dumps(plan)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"plan_checkpointing must return plain data (a dict of lists of ints and strings), "
+                        f"got {plan!r:.100} ({err})") from None  # fmt: skip
+    if len(text) > 10_000:
+        raise ValueError("the plan is too long (over 10,000 characters as JSON)")
+    return {"plan": json.loads(text)}, []

@@ -1,0 +1,506 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 5 — Memory for compute: activation checkpointing
+#
+# **Goal:** fit training into less memory by keeping fewer activations and recomputing them in
+# backward — and pay as little recompute as the memory budget allows. We will:
+#
+# 1. look at what autograd keeps for backward (`saved_tensors_hooks`);
+# 2. take the memory of training apart: parameters, gradients, optimizer state (~16 bytes per
+#    parameter for mixed-precision Adam) and activations, which grow with batch × sequence ×
+#    layers;
+# 3. checkpoint whole blocks (`use_reentrant=False`), measure the bytes saved and the time paid;
+# 4. cut a deep stack into √n segments (Chen et al. 2016);
+# 5. checkpoint *selectively*: keep the matmuls, recompute the cheap pointwise ops (PyTorch's
+#    selective activation checkpointing), and see what dropout's random numbers need;
+# 6. see why, on a GPU, checkpointing plus a bigger micro-batch can be a *speed* win.
+#
+# **Run time** (measured on a 2-core AMD EPYC VM, no GPU): about 40 s in `cpu` (38 s), 10 s in
+# `smoke`, measured with nothing else running; `gpu`: not measured yet (no GPU here).
+#
+# **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
+# `smoke` (tests only: its numbers show the code runs, not what is true). On a CPU we measure
+# memory as the bytes autograd keeps (exact, counted tensor by tensor); GPU memory figures
+# (`torch.cuda.max_memory_allocated`) appear only when a GPU exists. You will predict twice and
+# plan your own checkpointing in *Your turn*. The quiz and the graded exercise are in
+# `exercises/lesson5/`.
+
+# %%
+# %matplotlib inline
+import copy
+import math
+import warnings
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from matplotlib.patches import FancyArrowPatch, Rectangle
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from tqdm.auto import tqdm
+
+from effkit import lesson
+from effkit.act_checkpoint import (
+    MATMUL_OPS,
+    checkpoint_modules,
+    peak_cuda_memory,
+    run_segments,
+    saved_activation_bytes,
+    sqrt_segments,
+)
+from effkit.checkpoint_plan import CheckpointPlan, apply_plan, plan_bytes, plan_for_budget
+from effkit.measure import device_name
+
+# %%
+PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
+DEVICE = lesson.device()
+DEVICE_NAME = device_name(DEVICE)
+SIZES = {
+    "smoke": dict(dim=64, heads=4, layers=4, batch=4, seq=64, deep=16, pairs=6, steps=1,
+                  grid_batch=(1, 2, 4), grid_seq=(32, 64), grid_layers=(2, 4)),
+    "cpu": dict(dim=128, heads=4, layers=8, batch=8, seq=256, deep=36, pairs=6, steps=1,
+                grid_batch=(1, 2, 4, 8), grid_seq=(64, 128, 256), grid_layers=(2, 4, 8)),
+    "gpu": dict(dim=768, heads=12, layers=12, batch=8, seq=1024, deep=64, pairs=8, steps=3,
+                grid_batch=(1, 2, 4, 8), grid_seq=(256, 512, 1024), grid_layers=(4, 8, 12)),
+}[PROFILE]
+print(f"profile {PROFILE!r} on {DEVICE_NAME}")
+
+
+class Block(nn.Module):
+    """A pre-norm transformer layer: causal self-attention, then an MLP (4x wide), residuals."""
+
+    def __init__(self, dim, heads, dropout=0.1):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.drop(self.proj(attn.transpose(1, 2).reshape(b, t, d)))
+        return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
+
+
+def stack(layers=SIZES["layers"], dropout=0.1, seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(*[Block(SIZES["dim"], SIZES["heads"], dropout) for _ in range(layers)]).to(DEVICE)
+
+
+def batch(b=SIZES["batch"], t=SIZES["seq"], seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(b, t, SIZES["dim"], generator=gen).to(DEVICE)  # embeddings from below
+
+
+model, x = stack(), batch()
+tokens = x.shape[0] * x.shape[1]
+n_params = sum(p.numel() for p in model.parameters())
+print(f"{SIZES['layers']} blocks of width {SIZES['dim']}: {n_params / 1e6:.2f} M parameters;"
+      f" a batch of {x.shape[0]} x {x.shape[1]} = {tokens:,} tokens")
+
+# %% [markdown]
+# ## 1. What autograd keeps
+#
+# To compute gradients, backward needs some of forward's tensors: a `Linear` needs its input
+# (for the weight's gradient), GELU needs its input, LayerNorm its input and statistics,
+# dropout its mask. Autograd stores them when forward runs, and they stay alive until backward
+# has used them. `torch.autograd.graph.saved_tensors_hooks` lets us see each one as it is saved.
+
+# %%
+saved = []
+
+
+def pack(t):
+    saved.append((tuple(t.shape), str(t.dtype).removeprefix("torch."), t.numel() * t.element_size()))
+    return t
+
+
+one_block = stack(layers=1)
+with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    out = one_block(x)
+print(f"one block, input {tuple(x.shape)}: autograd saved {len(saved)} tensors")
+for shape, dtype, nbytes in saved[:14]:
+    print(f"  {str(shape):24} {dtype:8} {nbytes / 2**10:9.1f} KiB")
+print("  ... (parameters and views of them are saved too: they are not activations)")
+
+# %% [markdown]
+# Some of those are the weights (a `Linear` saves its weight for the input's gradient) and some
+# share storage. `effkit.act_checkpoint.saved_activation_bytes` counts what is really
+# *activation* memory: distinct storages, parameters excluded.
+#
+# **Predict.** How many bytes does one block keep per token, at this width in float32? (A block
+# of width *d* computes tensors of width d, 3d and 4d; 4 bytes a number.)
+
+# %%
+GUESS_BYTES_PER_TOKEN = None  # your guess, e.g. 5000
+
+# %%
+per_block = saved_activation_bytes(lambda: one_block(x).sum())
+bytes_per_token = per_block / tokens
+lesson.check_guess(GUESS_BYTES_PER_TOKEN, bytes_per_token, "bytes one block keeps per token", "{:,.0f}")
+print(f"= {bytes_per_token / 4 / SIZES['dim']:.1f} numbers of width d per token (d = {SIZES['dim']})")
+
+# %% [markdown]
+# ## 2. The memory anatomy of training
+#
+# Four things share the accelerator's memory:
+#
+# * **parameters** and **gradients**: one number each per parameter;
+# * **optimizer state**: Adam keeps two (first and second moments). In mixed precision the usual
+#   bill is 16 bytes per parameter: bf16/fp16 weights (2) and gradients (2), an fp32 master copy
+#   (4) and fp32 moments (4 + 4) (Rajbhandari et al., ZeRO). Our fp32 training: 4 + 4 + 8 = 16 too;
+# * **activations**: what autograd keeps, growing with **batch × sequence × layers**.
+#
+# Measured, not assumed: one AdamW step on our stack, then every tensor counted.
+
+# %%
+opt_model = stack()
+opt = torch.optim.AdamW(opt_model.parameters(), lr=1e-3)
+opt_model(x).pow(2).mean().backward()
+opt.step()
+
+
+def tensor_bytes(tensors):
+    return sum(t.numel() * t.element_size() for t in tensors if torch.is_tensor(t))
+
+
+anatomy = {
+    "parameters": tensor_bytes(opt_model.parameters()),
+    "gradients": tensor_bytes(p.grad for p in opt_model.parameters()),
+    "optimizer state": tensor_bytes(v for s in opt.state.values() for v in s.values() if v.dim() > 0),
+    "activations": saved_activation_bytes(lambda: opt_model(x).sum()),
+}
+for name, nbytes in anatomy.items():
+    print(f"{name:16} {nbytes / 2**20:9.2f} MiB  ({nbytes / n_params:6.1f} bytes per parameter)")
+static = anatomy["parameters"] + anatomy["gradients"] + anatomy["optimizer state"]
+print(f"parameters + gradients + Adam: {static / n_params:.1f} bytes per parameter; activations at"
+      f" batch {x.shape[0]} x {x.shape[1]}: {anatomy['activations'] / static:.1f}x all of that")
+opt_model = opt = None  # free them
+
+# %% [markdown]
+# How do activations grow? Measured over a grid of batch sizes, sequence lengths and depths
+# (forward passes only: cheap).
+
+# %%
+grid = []
+cells = [(b, t, n) for b in SIZES["grid_batch"] for t in SIZES["grid_seq"] for n in SIZES["grid_layers"]]
+for b, t, n in tqdm(cells, desc="activation grid"):
+    net, xb = stack(layers=n), batch(b, t)
+    grid.append((b, t, n, saved_activation_bytes(lambda: net(xb).sum())))  # noqa: B023
+per_token_layer = [m / (b * t * n) for b, t, n, m in grid]
+spread = max(per_token_layer) / min(per_token_layer)
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
+for n in SIZES["grid_layers"]:
+    pts = sorted((b * t, m / 2**20) for b, t, nn_, m in grid if nn_ == n)
+    ax1.plot(*zip(*pts, strict=True), "o-", label=f"{n} layers")
+ax1.set(xlabel="tokens per batch (batch x sequence)", ylabel="saved activations (MiB)",
+        title=f"Activations grow with batch x seq x layers — {DEVICE_NAME}")
+ax1.legend(fontsize=8)
+ax2.bar(list(anatomy), [v / 2**20 for v in anatomy.values()],
+        color=["tab:blue", "tab:orange", "tab:purple", "tab:red"])
+ax2.set(ylabel="MiB", title=f"Training memory, batch {x.shape[0]} x {x.shape[1]}, {SIZES['layers']} layers")
+plt.tight_layout()
+plt.show()
+print(f"bytes per token per layer over the grid: {min(per_token_layer):,.0f} to {max(per_token_layer):,.0f}"
+      f" ({spread:.2f}x apart): " + ("linear in batch x sequence x layers" if spread < 1.1 else
+                                     "not exactly linear (see which cells differ)"))
+
+# %% [markdown]
+# ## 3. Checkpoint the blocks
+#
+# **Activation checkpointing** keeps only each checkpointed block's *input*; in backward it runs
+# the block's forward again to rebuild what it needs, then its backward. Memory: from "every
+# intermediate" to "one input" per block. Price: one more forward of each checkpointed block.
+
+# %%
+fig, ax = plt.subplots(figsize=(10, 2.8))
+for i in range(4):
+    ax.add_patch(Rectangle((i * 1.6, 1.6), 1.3, 0.6, color="tab:blue", alpha=0.85))
+    ax.text(i * 1.6 + 0.65, 1.9, f"block {i + 1}\nforward", ha="center", va="center", color="white", fontsize=8)
+    ax.add_patch(Rectangle((i * 1.6, 1.1), 0.3, 0.35, color="tab:green"))  # the kept input
+    ax.add_patch(Rectangle((6.6 - i * 1.6 + 0.2, 0.1), 0.6, 0.6, color="tab:orange", alpha=0.85))
+    ax.text(6.6 - i * 1.6 + 0.5, 0.4, "re-\nforward", ha="center", va="center", fontsize=7, color="white")
+    ax.add_patch(Rectangle((6.6 - i * 1.6 + 0.85, 0.1), 0.6, 0.6, color="tab:red", alpha=0.85))
+    ax.text(6.6 - i * 1.6 + 1.15, 0.4, "back-\nward", ha="center", va="center", fontsize=7, color="white")
+ax.add_patch(FancyArrowPatch((0.15, 1.1), (6.8, 0.75), arrowstyle="->", mutation_scale=10, color="tab:green"))
+ax.text(0.4, 1.25, "kept: block inputs only", fontsize=8, color="tab:green")
+ax.set(xlim=(-0.2, 8.8), ylim=(0, 2.4), title="Checkpointed blocks: forward keeps inputs, backward recomputes one block at a time")
+ax.axis("off")
+plt.show()
+
+# %%
+checkpointed = copy.deepcopy(model)
+checkpoint_modules(checkpointed, Block)  # each Block's forward now runs under checkpoint(use_reentrant=False)
+plain_bytes = saved_activation_bytes(lambda: model(x).sum())
+ckpt_bytes = saved_activation_bytes(lambda: checkpointed(x).sum())
+
+
+def grads(net, seed=0):
+    net.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)  # the same dropout masks for both
+    net(x).pow(2).mean().backward()
+    return torch.cat([p.grad.reshape(-1) for p in net.parameters()])
+
+
+grad_gap = float((grads(checkpointed) - grads(model)).abs().max())
+print(f"kept for backward: plain {plain_bytes / 2**20:.2f} MiB, every block checkpointed"
+      f" {ckpt_bytes / 2**20:.2f} MiB ({plain_bytes / ckpt_bytes:.0f}x less)")
+print(f"largest gradient difference, checkpointed vs plain (dropout on, same seed): {grad_gap:.1e}")
+
+# %% [markdown]
+# **The `use_reentrant` trap.** The older, *reentrant* checkpoint gives no gradient to a block's
+# parameters when none of the block's inputs requires grad — exactly the first block of a model
+# fed with data. `use_reentrant=False` (what `effkit` always passes, and PyTorch's recommended
+# variant) has no such hole.
+
+# %%
+first = stack(layers=2)  # block 0 checkpointed, block 1 plain: backward runs, silently
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    first[1](checkpoint(first[0], x, use_reentrant=True)).pow(2).mean().backward()
+block0 = list(first[0].parameters())
+missing = sum(p.grad is None for p in block0)
+print(f"use_reentrant=True, input without requires_grad: {missing} of {len(block0)} parameters of block 0"
+      " got no gradient" + (f" (PyTorch warned: {caught[0].message})" if caught else ""))
+first.zero_grad(set_to_none=True)
+first[1](checkpoint(first[0], x, use_reentrant=False)).pow(2).mean().backward()
+print(f"use_reentrant=False: {sum(p.grad is None for p in block0)} without a gradient")
+
+# %% [markdown]
+# **Predict.** Checkpointing every block re-runs every block's forward once more. How many
+# times slower is a training step (forward + backward) with every block checkpointed? (Backward
+# costs about twice a forward.)
+
+# %%
+GUESS_SLOWDOWN = None  # your guess, e.g. 1.3
+
+
+# %%
+def step(net, xb=x):
+    def run():
+        for _ in range(SIZES["steps"]):
+            net.zero_grad(set_to_none=True)
+            net(xb).pow(2).mean().backward()
+        return SIZES["steps"] * xb.shape[0] * xb.shape[1]
+    return run
+
+
+ckpt_ab = lesson.ab("plain vs every block checkpointed", step(model), step(checkpointed),
+                    pairs=SIZES["pairs"], a_label="plain", b_label="checkpointed", unit="tokens/s", dev=DEVICE)
+lesson.check_guess(GUESS_SLOWDOWN, 1 / ckpt_ab.ratio, "step time, checkpointed / plain", "{:.2f}x")
+
+# %% [markdown]
+# ## 4. The √n rule
+#
+# Checkpointing every block keeps *n* inputs. Chen et al. (2016) go further: cut the *n* layers
+# into *k* segments and checkpoint each **segment**. Forward keeps *k* segment inputs; backward
+# rebuilds one segment at a time, so for a moment that segment's intermediates live too. If a
+# layer keeps *a* bytes and its input is *i* bytes, the peak is ≈ *k·i + (n/k)·a*, smallest at
+# *k* = √(n·a/i): **√n** segments when a layer's activations are about its input's size (Chen's
+# layers: one op each), all for one extra forward. Measured on a deep MLP (Linear + GELU layers):
+
+# %%
+deep = nn.Sequential(*[nn.Sequential(nn.Linear(SIZES["dim"], SIZES["dim"]), nn.GELU())
+                       for _ in range(SIZES["deep"])]).to(DEVICE)
+n = SIZES["deep"]
+segment_peaks = {}
+for k in tqdm(range(1, n + 1), desc="segments"):
+    segments = sqrt_segments(n, segments=k)
+    kept = saved_activation_bytes(lambda: run_segments(deep, x, segments).sum())  # noqa: B023
+    longest = max(segments, key=len)
+    working = saved_activation_bytes(lambda: deep[longest.start:longest.stop](x).sum())  # noqa: B023
+    segment_peaks[k] = (kept, working)
+best_k = min(segment_peaks, key=lambda k: sum(segment_peaks[k]))
+sqrt_k = len(sqrt_segments(n))
+a_over_i = saved_activation_bytes(lambda: deep[0](x).sum()) / (x.numel() * x.element_size())
+block_a_over_i = per_block / (x.numel() * x.element_size())  # one transformer block of section 1
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 3.6))
+ks = list(segment_peaks)
+ax.plot(ks, [segment_peaks[k][0] / 2**20 for k in ks], "s--", label="kept after forward (segment inputs)")
+ax.plot(ks, [segment_peaks[k][1] / 2**20 for k in ks], "^--", label="one segment rebuilt in backward")
+ax.plot(ks, [sum(segment_peaks[k]) / 2**20 for k in ks], "o-", color="black", label="peak ≈ sum")
+ax.axvline(math.sqrt(n * a_over_i), color="gray", ls=":", label=f"√(n·a/i) = {math.sqrt(n * a_over_i):.1f}")
+ax.set(xlabel="segments k", ylabel="MiB", title=f"{n} layers cut into k checkpointed segments — measured")
+ax.legend(fontsize=8)
+plt.show()
+plain_deep = saved_activation_bytes(lambda: deep(x).sum())
+print(f"{n} Linear+GELU layers (a/i = {a_over_i:.1f}): plain keeps {plain_deep / 2**20:.1f} MiB; lowest measured"
+      f" peak at k = {best_k} ({sum(segment_peaks[best_k]) / 2**20:.2f} MiB); √n segments (k = {sqrt_k}):"
+      f" {sum(segment_peaks[sqrt_k]) / 2**20:.2f} MiB; every layer its own segment (k = {n}):"
+      f" {sum(segment_peaks[n]) / 2**20:.2f} MiB")
+print(f"A transformer block (section 1) keeps a/i = {block_a_over_i:.1f} inputs' worth: by the formula above,"
+      f" √(n·a/i) >= n while n <= {block_a_over_i:.0f} blocks, so for stacks that shallow the formula puts the"
+      " lowest peak at one segment per block (not measured here for transformer blocks).")
+
+# %% [markdown]
+# ## 5. Selective checkpointing: keep the matmuls, recompute the rest
+#
+# Not every op costs the same to redo. The matmuls hold nearly all the FLOPs; LayerNorm, GELU,
+# dropout and the residual adds are cheap to recompute but produce as many bytes. PyTorch's
+# *selective activation checkpointing* (`torch.utils.checkpoint.create_selective_checkpoint_contexts`)
+# lets a policy say, op by op, "save" or "recompute". `checkpoint_modules(..., save_ops=MATMUL_OPS)`
+# keeps the outputs of `mm`/`addmm`/attention and recomputes everything else. Korthikanti et al.
+# (2022) did this by hand for Megatron's attention: recomputing only the memory-hungry,
+# FLOP-cheap parts recovered most of the memory for a few percent of time.
+
+# %%
+selective = copy.deepcopy(model)
+checkpoint_modules(selective, Block, save_ops=MATMUL_OPS)
+backwards = copy.deepcopy(model)  # the wrong way round: keep pointwise outputs, recompute matmuls
+checkpoint_modules(backwards, Block, save_ops={"gelu", "native_layer_norm", "add", "native_dropout"})
+memory = {"plain": plain_bytes, "save matmuls\n(selective)": saved_activation_bytes(lambda: selective(x).sum()),
+          "save pointwise\n(recompute matmuls)": saved_activation_bytes(lambda: backwards(x).sum()),
+          "checkpoint\neverything": ckpt_bytes}
+for name, nbytes in memory.items():
+    print(f"{name.replace(chr(10), ' '):36} keeps {nbytes / 2**20:8.2f} MiB")
+sel_gap = float((grads(selective) - grads(model)).abs().max())
+print(f"selective: largest gradient difference vs plain {sel_gap:.1e}")
+sel_ab = lesson.ab("every block checkpointed vs selective (save matmuls)", step(checkpointed), step(selective),
+                   pairs=SIZES["pairs"], a_label="checkpoint everything", b_label="selective", unit="tokens/s",
+                   dev=DEVICE)
+wrong_ab = lesson.ab("save matmuls vs save pointwise (recompute matmuls)", step(selective), step(backwards),
+                     pairs=SIZES["pairs"], a_label="save matmuls", b_label="save pointwise", unit="tokens/s",
+                     dev=DEVICE)
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
+ax1.bar(list(memory), [v / 2**20 for v in memory.values()], color=["tab:gray", "tab:green", "tab:red", "tab:blue"])
+ax1.set(ylabel="kept for backward (MiB)", title=f"What each policy keeps — {DEVICE_NAME}")
+ax1.tick_params(axis="x", labelsize=8)
+lesson.plot_ab({"checkpointed\n/ plain": ckpt_ab, "selective\n/ checkpointed": sel_ab,
+                "save pointwise\n/ save matmuls": wrong_ab}, "Speed ratios (B/A)", ax=ax2)
+plt.tight_layout()
+plt.show()
+print(f"selective vs checkpoint everything: {sel_ab.verdict}")
+print(f"save pointwise (recompute the matmuls) vs save matmuls: {wrong_ab.verdict}")
+
+# %% [markdown]
+# **Dropout on recompute.** The recompute must draw the *same* dropout masks as the forward, or
+# backward differentiates a different network. `checkpoint` stashes the RNG state before the
+# block and restores it for the recompute (`preserve_rng_state=True`, the default; it costs a
+# little time). Turn it off and the gradients are wrong:
+
+# %%
+def grads_no_rng(net, seed=0):
+    net.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    h = x
+    for block in net:
+        h = checkpoint(block, h, use_reentrant=False, preserve_rng_state=False)
+    h.pow(2).mean().backward()
+    return torch.cat([p.grad.reshape(-1) for p in net.parameters()])
+
+
+reference = grads(model)
+rng_gap = float((grads_no_rng(model) - reference).norm() / reference.norm())
+print(f"preserve_rng_state=False with dropout 0.1: gradient off by {rng_gap:.0%} (relative norm);"
+      f" with the default: {grad_gap:.1e} (largest difference)")
+
+# %% [markdown]
+# ## 6. On a GPU: memory measured by the allocator — and checkpointing as a *speed* win
+#
+# On a GPU, `torch.cuda.max_memory_allocated` measures the real peak (forward *and* backward,
+# workspaces included), so it also shows the recompute's working set. And checkpointing can make
+# training *faster*: a GPU that is under-used at the batch that fits runs faster per sample at a
+# bigger one (lesson 4), so "checkpoint + a 4x bigger micro-batch" can beat "plain + a small
+# micro-batch" in tokens/s despite the recompute, when the small batch left the GPU idle.
+
+# %%
+if DEVICE.type == "cuda":
+    gpu_peak = {name: peak_cuda_memory(lambda net=net: net(x).pow(2).mean().backward(), DEVICE)
+                for name, net in (("plain", model), ("checkpointed", checkpointed))}
+    print(", ".join(f"{k}: peak {v / 2**20:,.0f} MiB" for k, v in gpu_peak.items()), f"on {DEVICE_NAME}")
+    small, big = x[: max(1, x.shape[0] // 4)], batch(4 * max(1, x.shape[0] // 4))
+    big_ab = lesson.ab("plain at batch b vs checkpointed at 4b", step(model, small), step(checkpointed, big),
+                       pairs=SIZES["pairs"], a_label=f"plain, batch {small.shape[0]}",
+                       b_label=f"checkpointed, batch {big.shape[0]}", unit="tokens/s", dev=DEVICE)
+    gpu_line = f"checkpointed at 4x the batch vs plain: {big_ab.verdict}"
+else:
+    gpu_line = "no GPU here: no GPU memory or speed figure (run this lesson with a GPU to see them)"
+    print(gpu_line)
+
+# %% [markdown]
+# ## Your turn
+#
+# A memory budget: `MY_BUDGET` of the plain model's activations. `plan_for_budget` checkpoints the
+# fewest blocks whose measured bytes fit; try a selective plan too (`save=MATMUL_OPS`), and
+# compare both with "checkpoint everything" in time. Which is cheapest at 50%? At 10%?
+
+# %%
+MY_BUDGET = 0.5  # your turn: a fraction of the plain model's activations
+budget = int(MY_BUDGET * plain_bytes)
+my_plan = plan_for_budget(model, x, budget)
+mine = apply_plan(copy.deepcopy(model), my_plan)
+print(f"budget {budget / 2**20:.2f} MiB: {my_plan.describe(len(model))}, keeps"
+      f" {plan_bytes(model, x, my_plan) / 2**20:.2f} MiB"
+      f" (everything checkpointed: {plan_bytes(model, x, CheckpointPlan.everything(len(model))) / 2**20:.2f} MiB)")
+plan_ab = lesson.ab("checkpoint everything vs your plan", step(checkpointed), step(mine), pairs=SIZES["pairs"],
+                    a_label="checkpoint everything", b_label="your plan", unit="tokens/s", dev=DEVICE)
+
+# %% [markdown]
+# ## Summary
+
+# %% tags=["summary"]
+print(f"Summary — lesson 5, profile {PROFILE!r}, measured on {DEVICE_NAME}")
+print(f"* one block keeps {bytes_per_token:,.0f} bytes per token; activations over the grid:"
+      f" {min(per_token_layer):,.0f}-{max(per_token_layer):,.0f} bytes per token per layer")
+print(f"* parameters + gradients + AdamW state: {static / n_params:.1f} bytes per parameter;"
+      f" activations at batch {x.shape[0]} x {x.shape[1]}: {anatomy['activations'] / static:.1f}x that")
+print(f"* every block checkpointed: {plain_bytes / 2**20:.2f} -> {ckpt_bytes / 2**20:.2f} MiB kept,"
+      f" gradients equal to {grad_gap:.0e}")
+print(f"* its step time: {ckpt_ab.verdict}")
+print(f"* segments ({n} layers, a/i = {a_over_i:.1f}): lowest measured peak at k = {best_k};"
+      f" √(n·a/i) = {math.sqrt(n * a_over_i):.1f}, √n = {math.sqrt(n):.1f}")
+print(f"* selective (save matmuls) keeps {memory['save matmuls' + chr(10) + '(selective)'] / 2**20:.2f} MiB;"
+      f" vs checkpoint everything: {sel_ab.verdict}")
+print(f"* save pointwise instead (recompute matmuls): {wrong_ab.verdict}")
+print(f"* recompute without the RNG state: gradients off by {rng_gap:.0%}")
+print(f"* your plan at {MY_BUDGET:.0%}: {my_plan.describe(len(model))}; vs everything: {plan_ab.verdict}")
+print(f"* GPU: {gpu_line}")
+
+# %% [markdown]
+# ### Quiz and exercise
+#
+# The quiz and the graded exercise are in `exercises/lesson5/`: write a checkpointed forward that
+# gets the plain model's gradients, and a planner that fits a memory budget the grader sets with
+# as little recompute as possible. The grader applies your plan to its own copy of the model,
+# measures the bytes and times it against "checkpoint everything" — outside your notebook.
+#
+# ### References
+#
+# * T. Chen, B. Xu, C. Zhang, C. Guestrin, *Training Deep Nets with Sublinear Memory Cost*, 2016,
+#   [arXiv:1604.06174](https://arxiv.org/abs/1604.06174) — checkpointing and the √n segments.
+# * V. Korthikanti et al., *Reducing Activation Recomputation in Large Transformer Models*, 2022,
+#   [arXiv:2205.05198](https://arxiv.org/abs/2205.05198) — selective recomputation of attention.
+# * PyTorch: [`torch.utils.checkpoint`](https://pytorch.org/docs/stable/checkpoint.html)
+#   (`use_reentrant`, `preserve_rng_state`, `create_selective_checkpoint_contexts`) and the blog
+#   post [Current and New Activation Checkpointing Techniques in PyTorch](https://pytorch.org/blog/activation-checkpointing-techniques/);
+#   [saved tensors hooks](https://pytorch.org/tutorials/intermediate/autograd_saved_tensors_hooks_tutorial.html).
+# * S. Rajbhandari et al., *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*,
+#   2019, [arXiv:1910.02054](https://arxiv.org/abs/1910.02054) — the 16 bytes per parameter of
+#   mixed-precision Adam.
+#
+# ### What to try next
+#
+# * Run the lesson on a GPU: compare `max_memory_allocated` with the saved bytes, and find the
+#   batch at which "checkpoint + bigger batch" overtakes "plain".
+# * Lesson 11 shards parameters, gradients and optimizer state (ZeRO/FSDP): the other three parts
+#   of the memory bill.

@@ -1,0 +1,223 @@
+"""Lesson 5's exercise, graded out of the kernel: gradients vs the grader's own plain stack, the
+plan's bytes and time measured only in the grader's process (the plan crosses as JSON).
+
+Each grading starts one sandboxed worker (~3-5 s here); the timed checks add ~3 s. Wrong
+submissions replace one solution cell and are graded on the cells that cell can change (the
+planner: budget and speed; the forward: gradients); the other cells are the reference's, whose
+full marks the first grading shows.
+"""
+
+import json
+import random
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from effkit.checkpoint_plan import CheckpointPlan
+from grader import assignments
+from grader.assignments.lesson5 import ckpt_checks as cc
+from grader.assignments.lesson5.plan_checks import LOOSE
+from grader.cells import CellVerdict, Context, grade_cells
+from grader.notebook import solution_sources
+from grader.probe import CallResult
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "lesson5" / "lesson5.ipynb"
+EXERCISE = ROOT / "exercises" / "lesson5" / "lesson5.ipynb"
+POINTS = {
+    "test_gradients": 3,
+    "test_budget": 2,
+    "test_speed": 2,
+    "test_least_recompute": 1,
+    "test_quiz": 2,
+}
+PLAN_CELLS = ["test_budget", "test_speed", "test_least_recompute"]
+A = assignments.get("lesson5")
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def _cells(path: Path, **replace: str) -> list[tuple[str, str]]:
+    ids = [_grade_id(c) for c in nbformat.read(SOLUTION, as_version=4).cells
+           if c.metadata.get("nbgrader", {}).get("solution")]  # fmt: skip
+    cells = [
+        (c.grade_id, c.source) for c in solution_sources(nbformat.read(path, as_version=4), ids)
+    ]
+    return [(gid, replace.get(gid, src)) for gid, src in cells]
+
+
+def _grade(path: Path, only=None, seed: int = 1, **replace: str):
+    verdicts, report = grade_cells(A, _cells(path, **replace), only=only, seed=seed)
+    return verdicts, report
+
+
+def _points(verdicts) -> int:
+    return sum(POINTS[g] for g, v in verdicts.items() if v.passed)
+
+
+# -- fast: structure and the grader's own references --------------------------------------------
+
+
+def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
+    nb = nbformat.read(SOLUTION, as_version=4)
+    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
+    assert cells["setup"].source == A.setup_source
+    graded = {
+        gid: c.metadata.nbgrader["points"]
+        for gid, c in cells.items()
+        if c.metadata.nbgrader["grade"]
+    }
+    assert graded == POINTS and set(graded) == set(A.cell_checks)
+    for gid in graded:
+        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
+    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
+    assert "BEGIN SOLUTION" not in text and '"q3": "a"' not in text and "MUST_SAVE" not in text
+
+
+def test_the_grader_references_see_the_mistakes_they_name():
+    """A recompute without the RNG state really changes the gradients (dropout is on), and the
+    loose budget needs some blocks but not all: neither 'nothing' nor 'everything' is the answer."""
+    _, plain = cc.reference_grads(5, 9)
+    _, ckpt = cc.reference_grads(5, 9, CheckpointPlan((0, 2)))
+    _, no_rng = cc.reference_grads(5, 9, CheckpointPlan((0, 2)), preserve_rng_state=False)
+    assert torch.equal(ckpt, plain)
+    assert (no_rng - plain).norm() / plain.norm() > 0.05
+    from effkit.checkpoint_plan import plan_bytes, plan_for_budget
+
+    stack, (x, _) = cc.build_stack(5), cc.draw_batch(6)
+    plain_bytes = plan_bytes(stack, x, CheckpointPlan())
+    loose = plan_for_budget(stack, x, int(plain_bytes * LOOSE[0]))
+    assert 0 < len(loose.blocks) < cc.N_BLOCKS
+
+
+def test_a_recompute_without_the_rng_state_is_named():
+    """The parent's diagnosis, in process (the sandbox path is the same as use_reentrant's below):
+    a forward checkpointed with preserve_rng_state=False gives gradients the check refuses, and
+    recomputing that mistake itself, the parent names it."""
+    from torch.utils.checkpoint import checkpoint
+
+    from grader.assignments.lesson5.checks import TOLERANCE, _diagnose, _rel
+
+    seed, rng_seed, plan = 11, 12, CheckpointPlan((0, 3, 4))
+    stack, (x, w) = cc.build_stack(seed), cc.draw_batch(seed + 1)
+    with cc.threads(1):
+        torch.manual_seed(rng_seed)
+        h = x
+        for i, block in enumerate(stack):
+            h = (
+                checkpoint(block, h, use_reentrant=False, preserve_rng_state=False)
+                if i in plan.blocks
+                else block(h)
+            )
+        (h * w).sum().backward()
+    got, missing = cc.flat_grads(stack)
+    assert not missing and _rel(got, cc.reference_grads(seed, rng_seed)[1]) > TOLERANCE
+    assert "new dropout masks" in _diagnose({"missing": []}, got, seed, rng_seed, plan)
+
+
+# -- gradings (each one sandboxed worker) -------------------------------------------------------
+
+EVERYTHING = """def plan_checkpointing(blocks, x, budget_bytes):
+    return {"blocks": list(range(len(blocks))), "save": None}"""
+
+POINTWISE = """def plan_checkpointing(blocks, x, budget_bytes):
+    # keep the cheap pointwise outputs, recompute the matmuls: the wrong way round
+    return {"blocks": list(range(len(blocks))), "save": ["gelu", "native_layer_norm", "add", "mul"]}"""
+
+REENTRANT = """def checkpointed_forward(blocks, x, plan):
+    for i, block in enumerate(blocks):
+        x = checkpoint(block, x, use_reentrant=True) if i in plan["blocks"] else block(x)
+    return x"""
+
+ONE_TOO_MANY = """def plan_checkpointing(blocks, x, budget_bytes):
+    for k in range(len(blocks) + 1):
+        plan = {"blocks": list(range(k)), "save": None}
+        if saved_activation_bytes(lambda: checkpointed_forward(blocks, x, plan).sum()) <= budget_bytes:
+            return {"blocks": list(range(min(k + 1, len(blocks)))), "save": None}  # one more, to be safe"""
+
+FORGED = """import effkit.act_checkpoint
+def plan_checkpointing(blocks, x, budget_bytes):
+    effkit.act_checkpoint.saved_activation_bytes = lambda fn: 0  # "it fits": so checkpoint nothing
+    return {"blocks": [], "save": None}"""
+
+
+@pytest.mark.slow
+def test_reference_solution_gets_full_marks_and_the_stub_none():
+    verdicts, report = _grade(SOLUTION)
+    assert _points(verdicts) == sum(POINTS.values()), {g: v.reason for g, v in verdicts.items()}
+    assert not report["flags"], report["flags"]
+    verdicts, _ = _grade(EXERCISE)
+    assert _points(verdicts) == 0 and all(
+        "NotImplementedError" in v.reason for v in verdicts.values()
+    ), verdicts
+
+
+class PlanOnly:
+    """What the parent receives from a worker for the plan cells: the planner's answer as plain
+    data. Here the planner runs in the test's process (no sandbox: the sandboxed path is covered
+    by the gradings above and below), which keeps these gradings to the parent's own work."""
+
+    def __init__(self, planner_source: str):
+        self.ns: dict = {}
+        exec(A.setup_source, self.ns)  # noqa: S102 - the exercise's own cells, in a test
+        forward = dict(_cells(SOLUTION))["checkpointed_forward"]
+        exec(forward + "\n" + planner_source, self.ns)  # noqa: S102
+        self.cells, self.load_errors = [("plan_checkpointing", planner_source)], []
+
+    def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
+        assert probe == "plan"
+        stack, (x, _) = cc.build_stack(args["seed"]), cc.draw_batch(args["seed"] + 1)
+        plan = self.ns["plan_checkpointing"](stack, x, args["budget_bytes"])
+        return CallResult(True, {"plan": json.loads(json.dumps(plan))})
+
+
+def _grade_plan(planner_source: str, seed: int = 1) -> dict[str, CellVerdict]:
+    """The plan cells exactly as grade_cells runs them, on PlanOnly's data."""
+    session, rng, verdicts = PlanOnly(planner_source), random.Random(seed), {}
+    for gid in PLAN_CELLS:
+        ctx = Context(session, rng)
+        try:
+            A.cell_checks[gid](ctx)
+            verdicts[gid] = CellVerdict(gid, True, ctx.lines)
+        except AssertionError as err:
+            verdicts[gid] = CellVerdict(gid, False, ctx.lines, str(err))
+    return verdicts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, source, points, hint", [
+    ("checkpoint everything", EVERYTHING, 2, "checkpoints every block: it fits, but recomputes all of them"),
+    ("one block more than needed", ONE_TOO_MANY, 4, "recompute only what the budget needs"),
+    ("save pointwise, recompute matmuls", POINTWISE, 0, "over budget"),
+])  # fmt: skip
+def test_plausible_planner_mistakes_score_what_they_deserve_with_a_hint(name, source, points, hint):
+    """Budget 2 + speed 2 + least recompute 1 on the plan cells (the forward and the quiz are the
+    reference's: 5 more)."""
+    verdicts = _grade_plan(source)
+    failed = [v for v in verdicts.values() if not v.passed]
+    assert _points(verdicts) == points, (name, {g: v.reason for g, v in verdicts.items()})
+    assert failed and any(hint in v.reason for v in failed), (name, [v.reason for v in failed])
+
+
+@pytest.mark.slow
+def test_use_reentrant_true_loses_the_gradients_and_is_told_why():
+    verdicts, _ = _grade(SOLUTION, only=["test_gradients"], checkpointed_forward=REENTRANT)
+    reason = verdicts["test_gradients"].reason
+    assert not verdicts["test_gradients"].passed and "use_reentrant=False" in reason, reason
+
+
+@pytest.mark.slow
+def test_checkpointing_nothing_on_a_forged_measurement_earns_nothing_and_is_flagged():
+    """The planner patches effkit's byte counter in its own process, so "nothing" seems to fit:
+    the grader never asks the worker for bytes, measures the plan itself and finds it over
+    budget (no speed credit either); the patch is reported."""
+    verdicts, report = _grade(SOLUTION, only=PLAN_CELLS, plan_checkpointing=FORGED)
+    assert _points(verdicts) == 0, {g: v.reason for g, v in verdicts.items()}
+    assert all("over budget" in v.reason for v in verdicts.values()), [
+        v.reason for v in verdicts.values()
+    ]
+    assert any("saved_activation_bytes" in f for f in report["flags"]), report["flags"]

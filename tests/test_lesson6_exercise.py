@@ -5,6 +5,7 @@ weights bit for bit with its own uninterrupted run.
 One grading per submission (module-scoped): each starts three or four sandboxed workers.
 """
 
+import os
 import random
 import time
 from pathlib import Path
@@ -103,6 +104,28 @@ def test_tear_cuts_a_finished_save_and_plants_a_renamed_one(tmp_path):
     watcher.fired, watcher.events = "best.pt.tmp", [(IN_MODIFY, "best.pt.tmp"), (IN_MOVED_TO, "best.pt")]
     assert "half of it" in tear(tmp_path, watcher)
     assert incomplete(tmp_path / "best.pt.tmp") and not incomplete(tmp_path / "best.pt")
+
+
+def test_tear_never_follows_a_link_or_opens_a_fifo_the_learner_planted(tmp_path):
+    """The state folder is the learner's and the parent runs as root: a checkpoint name made a
+    symlink would have let `tear` truncate any file, or copy half of one where the learner reads."""
+    from grader.assignments.lesson6.faults import IN_MODIFY, IN_MOVED_TO, SaveWatcher, tear
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the grader's file " * 100)
+    state = tmp_path / "state"
+    state.mkdir()
+    watcher = SaveWatcher.__new__(SaveWatcher)
+    (state / "last.pt").symlink_to(secret)
+    watcher.fired, watcher.events = "last.pt", [(IN_MODIFY, "last.pt")]
+    assert "left alone" in tear(state, watcher) and incomplete(state / "last.pt")
+    (state / "best.pt").symlink_to(secret)  # renamed onto a link: never read through it
+    watcher.fired, watcher.events = "best.pt.tmp", [(IN_MODIFY, "best.pt.tmp"), (IN_MOVED_TO, "best.pt")]
+    assert "interrupted" in tear(state, watcher) and not (state / "best.pt.tmp").exists()
+    os.mkfifo(state / "fifo.pt")  # an open would block forever without O_NONBLOCK
+    watcher.fired, watcher.events = "fifo.pt", [(IN_MODIFY, "fifo.pt")]
+    assert "left alone" in tear(state, watcher) and incomplete(state / "fifo.pt")
+    assert secret.read_text() == "the grader's file " * 100
 
 
 def test_the_save_watcher_kills_on_the_first_write_once_armed(tmp_path):

@@ -24,6 +24,7 @@ import ctypes
 import os
 import select
 import signal
+import stat
 import struct
 import threading
 import zipfile
@@ -33,12 +34,33 @@ IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE = 0x2, 0x8, 0x80, 0x100
 _EVENT = struct.Struct("iIII")
 
 
-def incomplete(path: Path) -> bool:
-    """True when ``path`` is not a complete zip archive (what ``torch.save`` writes)."""
+def open_regular(path: Path, flags: int = os.O_RDONLY) -> int:
+    """A descriptor for ``path`` only if it is itself a regular file. The state folder is the
+    learner's: a name there may be a symlink to any file (the parent runs as root), a FIFO that
+    blocks an open, or a device. ``O_NOFOLLOW`` refuses the link, ``O_NONBLOCK`` the FIFO's wait,
+    ``fstat`` everything that is not a plain file."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path.name} is not a regular file")
+    return fd
+
+
+def _whole_zip(fh) -> bool:
     try:
-        with zipfile.ZipFile(path) as archive:
-            return archive.testzip() is not None
+        with zipfile.ZipFile(fh) as archive:
+            return archive.testzip() is None
     except (zipfile.BadZipFile, OSError, EOFError):
+        return False
+
+
+def incomplete(path: Path) -> bool:
+    """True when ``path`` is not a complete zip archive (what ``torch.save`` writes), or not a
+    regular file of its own (a link, a FIFO): read through a checked descriptor, never unpickled."""
+    try:
+        with os.fdopen(open_regular(path), "rb") as fh:
+            return not _whole_zip(fh)
+    except OSError:
         return True
 
 
@@ -133,24 +155,39 @@ def kill_now(box) -> None:
 
 
 def tear(directory: Path, watcher: SaveWatcher) -> str:
-    """Leave the interrupted save torn; returns what the kill (or the parent) left, for the report."""
+    """Leave the interrupted save torn; returns what the kill (or the parent) left, for the report.
+    Every file operation goes through :func:`open_regular` (or ``O_EXCL | O_NOFOLLOW`` to create):
+    a name the learner turned into a link or a FIFO is left alone, never followed."""
     name = watcher.fired
     if name is None:
         return ""
     path = directory / name
-    if path.is_file() and incomplete(path):
-        return f"the kill landed mid-save: {name} left incomplete ({path.stat().st_size:,} bytes)"
-    if path.is_file():  # its bytes were all written when the kill landed (not renamed, or in place)
-        size = path.stat().st_size
-        os.truncate(path, size // 2)
+    try:
+        fh = os.fdopen(open_regular(path, os.O_RDWR), "r+b")
+    except OSError:
+        fh = None
+    if fh is not None:
+        with fh:
+            size = os.fstat(fh.fileno()).st_size
+            if not _whole_zip(fh):
+                return f"the kill landed mid-save: {name} left incomplete ({size:,} bytes)"
+            os.ftruncate(fh.fileno(), size // 2)  # its bytes were all written when the kill landed
         return f"{name} was written but the grader cut it to {size // 2:,} bytes, as a kill mid-write leaves it"
+    if os.path.lexists(path):
+        return f"the kill interrupted a write to {name} (not a regular file: left alone)"
     final = watcher.renamed_to()
-    if final and (directory / final).is_file():  # renamed already: plant the torn temporary file
-        data = (directory / final).read_bytes()
-        path.write_bytes(data[: len(data) // 2])
+    if not final:
+        return f"the kill interrupted a write to {name}"
+    try:  # renamed already: plant the torn temporary file
+        with os.fdopen(open_regular(directory / final), "rb") as src:
+            data = src.read()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return f"the kill interrupted a write to {name}"
+    with os.fdopen(fd, "wb") as out:
+        out.write(data[: len(data) // 2])
         with contextlib.suppress(OSError):
-            stat = directory.stat()
-            os.chown(path, stat.st_uid, stat.st_gid)
-        return (f"the save finished before the kill landed; the grader left half of it as {name}, "
-                "as a kill mid-write would")  # fmt: skip
-    return f"the kill interrupted a write to {name}"
+            info = os.stat(directory)
+            os.fchown(out.fileno(), info.st_uid, info.st_gid)
+    return (f"the save finished before the kill landed; the grader left half of it as {name}, "
+            "as a kill mid-write would")  # fmt: skip

@@ -215,3 +215,20 @@ def test_same_verdict_with_a_busy_core():
     summary = tools.stress("lesson2", times=3, busy=1, spec_name=SPEC)
     assert summary["same_verdict"], summary["verdicts"]
     assert summary["verdicts"] == [(5.0, True)], summary["verdicts"]
+
+
+def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
+    """The source check sees names only (`reference_names`); the behaviour check sees batches:
+    effkit's DevicePipeline reached through getattr is still the reference answer."""
+    from grader.cells import gate_problem
+
+    source = read_notebook(ROOT / "solutions" / "lesson2" / "lesson2.ipynb")
+    cells = [(c.grade_id, c.source) for c in solution_sources(read_notebook(SUBMISSIONS / "correct.ipynb"),
+                                                              solution_ids(source))]  # fmt: skip
+    hidden = ("import importlib\n_m = importlib.import_module('effkit.workloads.cifar.' + 'pipe' + 'lines')\n"
+              "FastPipeline = getattr(_m, 'Device' + 'Pipeline')\n")  # fmt: skip
+    sneaky = [(g, hidden if g == "fast_pipeline" else s) for g, s in cells]
+    assert "DevicePipeline" not in hidden
+    assert gate_problem(LESSON2, cells) == ""  # a learner's own device pipeline is not the reference
+    problem = gate_problem(LESSON2, sneaky)
+    assert problem.startswith("not_the_reference:") and "bit-identical to effkit's DevicePipeline" in problem

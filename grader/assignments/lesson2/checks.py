@@ -192,9 +192,38 @@ def cell_augmentation(ctx) -> None:
     hidden(remote(ctx), ctx.lines, data_seed=ctx.rng.randrange(1 << 20), seed=ctx.rng.randrange(1 << 20))
 
 
+REFERENCE_REUSED = ("your pipeline's batches are bit-identical to effkit's DevicePipeline (the reference answer) "
+                    "for the same data and seed: write your own pipeline to earn the performance points")
+
+
+def same_batches(mine, ref) -> bool:
+    import torch
+
+    return len(mine) == len(ref) and all(
+        len(a) == len(b) and all(torch.equal(xa, xb) and torch.equal(ya, yb) for (xa, ya), (xb, yb) in zip(a, b, strict=True))
+        for a, b in zip(mine, ref, strict=True)
+    )  # fmt: skip
+
+
+def cell_not_the_reference(ctx) -> None:
+    """Speed gate only (no notebook cell, no points of its own): two epochs bit-identical to
+    effkit's ``DevicePipeline`` for the same data and seed are the reference answer, however the
+    solution reached it (``getattr(module, "Device" + "Pipeline")``, a subclass, a verbatim copy);
+    the source-text check (``reference_names``) sees only the name. An independent pipeline
+    draws its randomness differently: one differing pixel is enough."""
+    from effkit.workloads.cifar.pipelines import DevicePipeline
+
+    n, bs = 96, 32
+    data_seed, seed = ctx.rng.randrange(1 << 20), ctx.rng.randrange(1 << 20)
+    _, mine, _ = remote(ctx)(n, data_seed, bs, seed, 2)
+    _, ref, _ = local(DevicePipeline)(n, data_seed, bs, seed, 2)
+    expect(not same_batches(mine, ref), REFERENCE_REUSED)
+    _ok("your batches are your own (not DevicePipeline's for the same seed)", ctx.lines)
+
+
 QUIZ_KEY = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}  # the notebook holds only the questions
 CELL_CHECKS = {"test_contract": cell_contract, "test_augmentation": cell_augmentation,
-               "test_quiz": quiz_check(QUIZ_KEY)}
+               "test_quiz": quiz_check(QUIZ_KEY), "not_the_reference": cell_not_the_reference}
 
 
 def grade_performance(notebook: str = "lesson2.ipynb") -> float | None:
@@ -233,6 +262,6 @@ ASSIGNMENT = Assignment(
     probes="grader.assignments.lesson2.probes",
     names=("FastPipeline",),
     cell_checks=CELL_CHECKS,
-    speed_gate=("test_contract",),
+    speed_gate=("test_contract", "not_the_reference"),
     reference_names=("DevicePipeline",),
 )

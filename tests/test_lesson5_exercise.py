@@ -14,13 +14,13 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
+from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
 
 from effkit.checkpoint_plan import CheckpointPlan
 from grader import assignments
 from grader.assignments.lesson5 import ckpt_checks as cc
 from grader.assignments.lesson5.plan_checks import LOOSE
 from grader.cells import CellVerdict, Context, grade_cells
-from grader.notebook import solution_sources
 from grader.probe import CallResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,12 +42,7 @@ def _grade_id(cell) -> str | None:
 
 
 def _cells(path: Path, **replace: str) -> list[tuple[str, str]]:
-    ids = [_grade_id(c) for c in nbformat.read(SOLUTION, as_version=4).cells
-           if c.metadata.get("nbgrader", {}).get("solution")]  # fmt: skip
-    cells = [
-        (c.grade_id, c.source) for c in solution_sources(nbformat.read(path, as_version=4), ids)
-    ]
-    return [(gid, replace.get(gid, src)) for gid, src in cells]
+    return solution_cells(SOLUTION, path, **replace)
 
 
 def _grade(path: Path, only=None, seed: int = 1, **replace: str):

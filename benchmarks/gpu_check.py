@@ -103,17 +103,27 @@ def lesson_cache(out: Path, sst2: Path, cifar: Path) -> Path:
 
 
 # Executes one notebook with nbclient (kernel from the current environment); --read-only only
-# reads and validates it (dry run).
+# reads and validates it (dry run). Each cell's printed output and seconds are appended to
+# DST's ``.outputs.txt`` as soon as the cell finishes, so a step killed at its time limit
+# still shows how far it got and where the time went.
 _EXECUTE = """
-import sys, nbformat
-src, dst = sys.argv[1], sys.argv[2]
+import sys, time, pathlib, nbformat
+src, dst = sys.argv[1], pathlib.Path(sys.argv[2])
 nb = nbformat.read(src, as_version=4)
 nbformat.validate(nb)
 if '--read-only' not in sys.argv:
     from nbclient import NotebookClient
-    NotebookClient(nb, timeout=1200, kernel_name='python3', resources={'metadata': {'path': '.'}}).execute()
-import pathlib; pathlib.Path(dst).parent.mkdir(parents=True, exist_ok=True)
-nbformat.write(nb, dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    log = dst.with_suffix('.outputs.txt').open('w')
+    clock = [time.perf_counter()]
+    def on_cell_executed(cell, cell_index, **_):
+        now = time.perf_counter()
+        text = ''.join(o.get('text', '') or o.get('data', {}).get('text/plain', '') + chr(10)
+                       for o in cell.get('outputs', []) if o.get('output_type') != 'error')
+        log.write(f'--- cell {cell_index} ({now - clock[0]:.1f} s)' + chr(10) + text)
+        log.flush(); clock[0] = now
+    NotebookClient(nb, timeout=1200, kernel_name='python3', resources={'metadata': {'path': '.'}},
+                   on_cell_executed=on_cell_executed).execute()
 """
 
 

@@ -87,6 +87,13 @@ MATMUL_OPS = frozenset({
 # SAC keeps its cache outside autograd's saved tensors; since torch 2.12 it can route it through
 # the saved_tensors_hooks in scope (so saved_activation_bytes sees it, and no FutureWarning).
 _ROUTE_SAC = "respect_saved_tensors_hooks" in inspect.signature(checkpoint).parameters
+# Selective blocks that ran while saved_activation_bytes was counting, on a torch whose SAC
+# cache bypasses the hooks: their kept tensors are invisible, so the count would be too low.
+_UNCOUNTED: list[int] = []
+
+
+class UncountedSaves(RuntimeError):
+    """Selective checkpointing ran during a byte count on a torch (< 2.12) that hides what it keeps."""
 
 Selector = type | tuple[type, ...] | Callable[[str, nn.Module], bool]
 
@@ -124,6 +131,8 @@ def _checkpoint(fn: Callable[..., Any], *args: Any, save_ops: Iterable[str] | No
         extra["context_fn"] = selective_context(save_ops)
         if _ROUTE_SAC:
             extra["respect_saved_tensors_hooks"] = True
+        elif _UNCOUNTED:  # a count is running and cannot see this block's cache
+            _UNCOUNTED[-1] += 1
     return checkpoint(fn, *args, use_reentrant=False, **extra, **kwargs)
 
 
@@ -253,8 +262,9 @@ def saved_activation_bytes(fn: Callable[[], Any]) -> int:
     With non-reentrant checkpointing the recompute's tensors are not saved during forward; the
     checkpointed block's inputs are (checkpoint saves them to replay the block), so they are
     counted. Tensors that selective checkpointing keeps are counted when the block was wrapped
-    here (torch >= 2.12 routes them through these hooks). Works on any device; nothing is
-    copied.
+    here (torch >= 2.12 routes them through these hooks); on an older torch such a block makes
+    the count raise `UncountedSaves` rather than return too little. Works on any device;
+    nothing is copied.
     """
     storages: dict[tuple[str, int], int] = {}
 
@@ -263,10 +273,22 @@ def saved_activation_bytes(fn: Callable[[], Any]) -> int:
         if not (base.is_leaf and base.requires_grad):
             storage = tensor.untyped_storage()
             storages[(str(tensor.device), storage.data_ptr())] = storage.nbytes()
-        return tensor
+        # A detached alias (same storage, no graph): handing back ``tensor`` itself would tie an
+        # op's saved *output* to its own graph node, a cycle inside autograd that gc cannot
+        # see, so a forward that is never backpropagated would keep everything it saved.
+        return tensor.detach()
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        fn()
+    _UNCOUNTED.append(0)
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            fn()
+    finally:
+        hidden = _UNCOUNTED.pop()
+    if hidden:  # a wrong (too low) number is worse than none
+        raise UncountedSaves(
+            f"{hidden} selectively checkpointed block(s) ran: torch {torch.__version__} keeps their"
+            " saved tensors outside saved_tensors_hooks, so they cannot be counted (torch >= 2.12 can)"
+        )
     return sum(storages.values())
 
 

@@ -167,6 +167,29 @@ def test_saved_activation_bytes_drop_by_the_analytic_factor():
     assert ckpt_bytes / plain_bytes == pytest.approx(1 / 3, rel=0.01)
 
 
+def test_saved_activation_bytes_frees_what_the_forward_saved():
+    # An op that saves its own *output* (exp, gelu's tanh form, layer norm's statistics, SDPA)
+    # ties that tensor to its graph node when a pack hook hands the tensor itself back: a
+    # cycle inside autograd that Python's gc cannot see. The forward measured here is never
+    # backpropagated, so every byte it saved would stay allocated for good (on an H100 the
+    # lesson's planner ran out of 80 GB this way). Nothing the forward saved may outlive it.
+    import weakref
+
+    x = torch.randn(64, 64, requires_grad=True)
+    outputs = []
+
+    def forward():
+        y = (x @ x).exp()  # exp saves its output
+        outputs.append(weakref.ref(y))
+        return y.sum()
+
+    assert saved_activation_bytes(forward) > 0
+    import gc
+
+    gc.collect()
+    assert outputs[0]() is None, "a saved output outlived the measured forward (reference cycle)"
+
+
 def test_saved_activation_bytes_dedupes_shared_storage():
     x = torch.randn(8, 8, dtype=torch.float64, requires_grad=True)
     y = x * 2  # 512 bytes, saved below through two views of one storage
@@ -309,3 +332,21 @@ def test_plan_for_budget_checkpoints_the_fewest_blocks_that_fit():
     apply_plan(blocks, plan)
     assert sum(is_checkpointed(m) for m in blocks.modules()) == 3
     torch.testing.assert_close(grads_after_backward(blocks, xg), expected, **TIGHT)
+
+
+def test_a_selective_block_the_hooks_cannot_see_stops_the_count(monkeypatch):
+    # Before torch 2.12, selective checkpointing keeps its tensors outside saved_tensors_hooks:
+    # counting would silently report "checkpoint everything" bytes (seen on an H100 with torch
+    # 2.11). The count must refuse instead, and still work for whole-block checkpointing.
+    import effkit.act_checkpoint as ac
+
+    monkeypatch.setattr(ac, "_ROUTE_SAC", False)
+    x = torch.randn(8, 16, dtype=torch.float64)
+    whole = mlp_blocks(3, 16)
+    checkpoint_modules(whole, lambda name, m: name.isdigit())
+    assert saved_activation_bytes(lambda: whole(x).sum()) > 0
+    selective = mlp_blocks(3, 16)
+    checkpoint_modules(selective, lambda name, m: name.isdigit(), save_ops=MATMUL_OPS)
+    with pytest.raises(ac.UncountedSaves, match="cannot be counted"):
+        saved_activation_bytes(lambda: selective(x).sum())
+    assert ac._UNCOUNTED == []

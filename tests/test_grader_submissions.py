@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SUBMISSIONS = ROOT / "tests" / "submissions"
 LESSON2 = assignments.get("lesson2")
 # student -> submission graded through nbgrader in one batch
-STUDENTS = {"eve": "timed_escape", "tom": "tamper_time", "lee": "locked_edit", "ray": "raises",
-            "ivy": "infinite_loop", "mal": "malformed"}  # fmt: skip
+# eve carries both timed attacks (kernel-side tampering, worker-side escape): one timed grading, not two
+STUDENTS = {"eve": "timed_escape", "lee": "locked_edit", "ray": "raises", "ivy": "infinite_loop",
+            "mal": "malformed"}  # fmt: skip
 
 
 def _submission(name: str) -> Path:
@@ -96,19 +97,13 @@ def test_autograde_ran_and_reports_the_cohort(course):
     assert (root / "course" / "reports" / "lesson2_cohort.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def _baseline_seconds(report: dict) -> float:
-    import statistics
-
-    return statistics.median(x["seconds"] for x in report["runs"] if x["role"] == "baseline")
-
-
 def test_a_timed_workers_attacks_change_nothing_and_the_escape_is_flagged(course):
     """eve's pipeline is the correct one (the instructor cycle grades the plain reference); at import,
     in every worker, it overwrites the training inputs, looks for the baseline's weights, writes the
     targets file and starts a process in a new session that spins whenever its worker is paused,
     i.e. while the baseline is timed."""
     root, _ = course
-    report, tom = _report(root, "eve"), _report(root, "tom")
+    report = _report(root, "eve")
     scores = _cell_scores(root)["eve"]
     assert {k: scores[k] for k in ("test_contract", "test_augmentation", "test_quiz")} == {
         "test_contract": 3, "test_augmentation": 2, "test_quiz": 2}  # fmt: skip
@@ -118,25 +113,25 @@ def test_a_timed_workers_attacks_change_nothing_and_the_escape_is_flagged(course
         assert report["points"] == 0  # no cgroup: a process outside the group is refused, not frozen
         return
     # the inputs were read-only and the baseline was not slowed: the gate passed on untouched
-    # weights, and its timed runs took what tom's (the same baseline, same batch) took
+    # weights, and the speed-up is the reference's (1.9-2.2x on this CPU); a spinner sharing the
+    # baseline's pinned core would have halved the baseline's speed, i.e. about doubled it
     assert report["gate"]["passed"] and scores["test_speed"] == report["points"] == 5, report["problems"]
-    assert _baseline_seconds(report) < 1.4 * _baseline_seconds(tom)
     assert report["speedup"] < 3.0
     assert any("left the worker's session" in f for f in report["flags"]), report["flags"]
 
 
 def test_clock_and_grader_tampering_is_flagged_and_has_no_effect(course):
     root, _ = course
-    report = _report(root, "tom")
-    # tom's pipeline is the correct one: full marks, whatever the kernel's patched function said
-    assert _cell_scores(root)["tom"]["test_speed"] == report["points"] == 5
+    report = _report(root, "eve")
+    # eve's pipeline is the correct one: full marks, whatever the kernel's patched function said
+    assert _cell_scores(root)["eve"]["test_speed"] == report["points"] == 5
     flags = " ".join(report["flags"])
     for name in ("time.perf_counter", "time.time", "time.monotonic", "grader.protocol._clock", "grader.perf.grade"):
         assert name in flags
     # the measured speed is the real one: a 10x slower clock would have made it ~10x larger
     assert report["speedup"] < 5.0  # the reference measures ~1.7-2.2x here
     # the kernel's patched grade_performance returned 5.0; the grader's own output replaced it
-    assert "== effkit grader" in _outputs(root, "tom", "test_speed")
+    assert "== effkit grader" in _outputs(root, "eve", "test_speed")
 
 
 def test_edited_locked_cells_are_restored_by_nbgrader(course):
@@ -163,7 +158,7 @@ def test_an_infinite_loop_times_out_per_check(course):
 def test_a_malformed_notebook_leaves_the_gradebook_intact(course):
     root, run = course
     scores = _cell_scores(root)
-    assert "mal" not in scores and {"eve", "tom", "lee", "ray", "ivy"} <= set(scores)
+    assert "mal" not in scores and {"eve", "lee", "ray", "ivy"} <= set(scores)
     assert not (root / "course" / "autograded" / "mal").exists()
     check = subprocess.run([sys.executable, "-m", "grader", "check", str(_submission("malformed")),
                             "--assignment", "lesson2"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip

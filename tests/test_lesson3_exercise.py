@@ -274,3 +274,64 @@ def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
     assert problem.startswith("test_step: your amp_train_step uses effkit's default_train_step"), problem
     assert "not_the_reference: effkit's own answer ran when the grader called your functions " \
            "(AmpPolicy.make_scaler, choose_precision, default_train_step)" in problem  # fmt: skip
+
+
+# -- the accuracy gate's calibration is keyed like the targets: cpu-fp32 on a CPU without bf16 --
+def _no_targets_file(monkeypatch, tmp_path, native_bf16: bool):
+    import effkit.amp
+
+    monkeypatch.setenv("EFFKIT_GRADER_TARGETS", str(tmp_path / "no-overrides.json"))
+    monkeypatch.setattr(effkit.amp, "cpu_native_bf16", lambda cpuinfo=None: native_bf16)
+
+
+def test_the_gate_calibration_is_keyed_like_the_targets_row(monkeypatch, tmp_path):
+    """Lesson 3's targets distinguish a CPU without native bf16 (row cpu-fp32); its gate must too,
+    so an EPYC calibration never replaces the AMX Xeon's. Without one, cpu-fp32 falls back to the
+    cpu calibration and the report says so. (The cpu-fp32 file here is a test fixture in a temporary
+    folder, not a measurement.)"""
+    import shutil
+
+    from grader import gate, perf
+
+    lesson3_cal = tmp_path / "assignments" / "lesson3" / "calibration"
+    lesson3_cal.mkdir(parents=True)
+    shutil.copy(gate.calibration_dir("lesson3-smoke-cpu") / "lesson3-smoke-cpu.json", lesson3_cal)
+    gate.Calibration.from_runs("lesson3-smoke-cpu-fp32", "test fixture", [0.9, 0.95, 1.0], [0.8, 0.95, 1.0]).save(lesson3_cal)
+    monkeypatch.setattr(gate, "ASSIGNMENTS_DIR", tmp_path / "assignments")
+
+    def graded(assignment_id="lesson3") -> dict:
+        return perf.grade(assignments.get(assignment_id), [], 5.0, device="cpu", spec_name="smoke",
+                          progress=lambda *_: None).report  # fmt: skip
+
+    _no_targets_file(monkeypatch, tmp_path, native_bf16=False)
+    r = graded()
+    assert (r["target"]["table"], r["gate_calibration"]) == ("cpu-fp32", "lesson3-smoke-cpu-fp32")
+    assert not any("calibration" in f for f in r["flags"])
+    (lesson3_cal / "lesson3-smoke-cpu-fp32.json").unlink()
+    r = graded()
+    assert r["gate_calibration"] == "lesson3-smoke-cpu"
+    assert any("no calibration lesson3-smoke-cpu-fp32" in f and "using lesson3-smoke-cpu" in f for f in r["flags"])
+    _no_targets_file(monkeypatch, tmp_path, native_bf16=True)
+    r = graded()
+    assert (r["target"]["table"], r["gate_calibration"]) == ("cpu", "lesson3-smoke-cpu") and not r["flags"]
+
+
+def test_calibrating_on_a_cpu_without_bf16_writes_the_cpu_fp32_calibration(monkeypatch, tmp_path):
+    """`python -m grader calibrate` names what it measured by the same row: on an AVX2-only CPU it
+    must not overwrite lesson3-smoke-cpu (measured with bf16 on an AMX Xeon). The protocol is
+    replaced by recorded pairs: only the name is under test."""
+    import grader.protocol
+    from grader import tools
+
+    def measured(assignment, cells, spec, device, **_):
+        runs = [grader.protocol.Timing(role, r, 1.0, 8, acc) for r in range(spec.repeats)
+                for role, acc in (("baseline", 0.9 + 0.01 * r), ("learner", 0.9 + 0.01 * r))]  # fmt: skip
+        return grader.protocol.Measurement(device="cpu", spec=spec, runs=runs)
+
+    monkeypatch.setattr(grader.protocol, "measure", measured)
+    _no_targets_file(monkeypatch, tmp_path, native_bf16=False)
+    assert tools.calibrate("lesson3", "smoke", pairs=3, chunk=3, device="cpu", save=False)["calibration"]["name"] == \
+        "lesson3-smoke-cpu-fp32"  # fmt: skip
+    _no_targets_file(monkeypatch, tmp_path, native_bf16=True)
+    assert tools.calibrate("lesson3", "smoke", pairs=3, chunk=3, device="cpu", save=False)["calibration"]["name"] == \
+        "lesson3-smoke-cpu"  # fmt: skip

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 from grader import gate as gates
 from grader.protocol import Measurement, WorkerFailed, measure
-from grader.targets import Target, target_for
+from grader.targets import NO_NATIVE_BF16, Target, target_for
 
 FALLBACK_SD_PAIR_PP = 1.0  # used (and flagged) when no calibration exists for a device class
 
@@ -48,15 +48,24 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def load_gate(assignment_id: str, spec, device_class: str) -> tuple[gates.Gate, str, list[str]]:
-    name = f"{assignment_id}-{spec.calibration_name}-{device_class}"
+def load_gate(assignment_id: str, spec, table: str) -> tuple[gates.Gate, str, list[str]]:
+    """The gate for the targets row ``table`` (device class, or ``cpu-fp32``: see
+    :func:`grader.targets.table_for`). ``cpu-fp32`` falls back to the ``cpu`` calibration when it
+    has none of its own (said in the report): its noise was measured with bf16 on a CPU that has
+    it, a wider gate than fp32's on one without."""
+    name = f"{assignment_id}-{spec.calibration_name}-{table}"
+    notes = []
+    if table == NO_NATIVE_BF16 and not (gates.calibration_dir(name) / f"{name}.json").is_file():
+        fallback = f"{assignment_id}-{spec.calibration_name}-cpu"
+        notes.append(f"the accuracy gate has no calibration {name} (a CPU without native bf16); using {fallback}")
+        name = fallback
     try:
         cal = gates.Calibration.load(name)
-        return gates.Gate.from_calibration(spec.repeats, cal), name, []
+        return gates.Gate.from_calibration(spec.repeats, cal), name, notes
     except FileNotFoundError:
         note = (f"the accuracy gate is not calibrated for {name}; using a conservative "
                 f"{FALLBACK_SD_PAIR_PP} pp per-pair SD (instructors: python -m grader calibrate)")  # fmt: skip
-        return gates.Gate(spec.repeats, FALLBACK_SD_PAIR_PP), "fallback", [note]
+        return gates.Gate(spec.repeats, FALLBACK_SD_PAIR_PP), "fallback", [*notes, note]
 
 
 def grade(assignment, cells: list[tuple[str, str]], max_points: float, *, device: str | None = None,
@@ -67,7 +76,7 @@ def grade(assignment, cells: list[tuple[str, str]], max_points: float, *, device
     name = device_name(device)
     target = target_for(assignment.id, name)
     spec = assignment.spec(device, spec_name)
-    gate, calibration, notes = load_gate(assignment.id, spec, target.device_class)
+    gate, calibration, notes = load_gate(assignment.id, spec, target.table or target.device_class)
     progress(f"Measuring on {name}: baseline vs your code, {spec.repeats} paired runs ...")
     if not cells:
         m = Measurement(device=name, spec=spec)

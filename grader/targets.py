@@ -116,15 +116,23 @@ def default_targets(assignment: str) -> dict[str, dict[str, float]]:
     return table
 
 
+def table_for(assignment: str, device_name: str) -> str:
+    """The row of ``assignment``'s tables for this device: its class, or ``cpu-fp32`` on a CPU
+    without native bf16 when the assignment has such a row. Targets and the accuracy gate's
+    calibration are both keyed by it (:func:`grader.perf.load_gate`)."""
+    cls = device_class(device_name)
+    if cls == "cpu" and NO_NATIVE_BF16 in default_targets(assignment):
+        from effkit.amp import cpu_native_bf16  # the grader times on this machine's CPU
+
+        return "cpu" if cpu_native_bf16() else NO_NATIVE_BF16
+    return cls
+
+
 def target_for(assignment: str, device_name: str, overrides_file: Path | None = None) -> Target:
     """The target for ``assignment`` on ``device_name``, instructor overrides applied."""
     defaults = default_targets(assignment)
     cls = device_class(device_name)
-    table = cls
-    if cls == "cpu" and NO_NATIVE_BF16 in defaults:
-        from effkit.amp import cpu_native_bf16  # the grader times on this machine's CPU
-
-        table = "cpu" if cpu_native_bf16() else NO_NATIVE_BF16
+    table = table_for(assignment, device_name)
     entry = dict(defaults[table])
     overrides, source = load_overrides(overrides_file) if overrides_file else snapshot_overrides()
     custom = overrides.get(assignment, {}).get(table, {})

@@ -44,7 +44,7 @@ def calibrate(assignment_id: str = "lesson2", spec_name: str | None = None, pair
     from effkit.measure import device_name
     from grader.perf import default_device
     from grader.protocol import measure
-    from grader.targets import device_class
+    from grader.targets import table_for
 
     a = assignments.get(assignment_id)
     device = device or default_device()
@@ -63,7 +63,8 @@ def calibrate(assignment_id: str = "lesson2", spec_name: str | None = None, pair
         print(f"  {len(base)}/{pairs} pairs; differences so far (pp): "
               + " ".join(f"{100 * (b - x):+.2f}" for x, b in zip(base, ref, strict=True)), flush=True)  # fmt: skip
     name = device_name(device)
-    cal = gate.Calibration.from_runs(f"{a.id}-{spec.calibration_name}-{device_class(name)}", name, base, ref)
+    # keyed like the targets: "cpu-fp32" on a CPU without native bf16 (lesson 3), else the device class
+    cal = gate.Calibration.from_runs(f"{a.id}-{spec.calibration_name}-{table_for(a.id, name)}", name, base, ref)
     if save:
         print(f"saved {cal.save()}")
     return {"calibration": dataclasses.asdict(cal), "speed_ratios": ratios}

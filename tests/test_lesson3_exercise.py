@@ -182,7 +182,8 @@ def _out_of_kernel(replace: dict[str, str] | None = None):
 def test_out_of_kernel_reference_passes_the_stub_fails_and_a_scaler_mistake_is_named():
     verdicts, report = _out_of_kernel()
     assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
-    assert set(verdicts) == {"test_policy", "test_step", "test_scaler", "test_quiz"} and not report["flags"]
+    assert set(verdicts) == {"test_policy", "test_step", "test_scaler", "test_quiz", "not_the_reference"}
+    assert not report["flags"]
     nb = read_notebook(RELEASE)
     cells = [(c.grade_id, c.source) for c in solution_sources(nb, solution_ids(read_notebook(SOURCE)))]
     from grader.cells import grade_cells
@@ -213,3 +214,124 @@ def test_timed_workers_tokenize_with_the_parents_tokenizer(tmp_path, monkeypatch
     worker = bert_grading.build_trainer(None, bert_grading.StepAudit(), str(data.train_dirs[0]),
                                         "cpu", data.seeds[0], spec.profile, hooks)  # fmt: skip
     assert worker.tokenizer.get_vocab() == data.trainers[0].tokenizer.get_vocab()
+
+
+# effkit's own answers, reached without naming them (the source check sees names only).
+HIDDEN_REFERENCE = """\
+import importlib
+_amp = importlib.import_module("effkit." + "amp")
+_trainer = importlib.import_module("effkit.workloads.bert." + "trainer")
+def choose_policy(caps):
+    return getattr(_amp, "choose_" + "precision")(caps.type, caps=caps)
+def make_scaler(policy):
+    return policy.make_scaler()
+amp_train_step = getattr(_trainer, "default_" + "train_step")
+"""
+
+
+def test_effkits_answers_are_seen_running_whatever_the_route():
+    """The worker-side watch (lesson 3's probes, run here in process: no sandbox needed to see what
+    it reports) names effkit's answers by their code objects: getattr, a partial, a closure all
+    count; the reference solution and a verbatim copy of default_train_step (what the exercise asks
+    the learner to write) do not."""
+    import functools
+    import importlib
+    import inspect
+    import types
+
+    from effkit.workloads.bert.trainer import default_train_step
+    from grader.assignments.lesson3 import probes
+
+    def ran(ns: dict) -> list[str]:
+        worker = types.SimpleNamespace(ns=ns, watch=lambda obj: obj)
+        names = set(probes.probe_policy(worker)[0]["reference_ran"])
+        names |= set(probes.probe_setup(worker, "k", 7, "bf16", "learner_choice", "adamw")[0]["reference_ran"])
+        return sorted(names | set(probes.probe_step(worker, "k", 7)[0]["reference_ran"]))
+
+    assert ran(_namespace()) == []
+    hidden = _namespace()
+    exec(HIDDEN_REFERENCE, hidden)  # noqa: S102
+    assert ran(hidden) == ["AmpPolicy.make_scaler", "choose_precision", "default_train_step"]
+    inner = getattr(importlib.import_module("effkit.workloads.bert.trainer"), "default_" + "train_step")
+    closure = (lambda f: lambda *a: f(*a))(inner)
+    for step in (functools.partial(inner), closure):
+        assert ran(_namespace() | {"amp_train_step": step}) == ["default_train_step"]
+    copy = _namespace()
+    exec(inspect.getsource(default_train_step), copy)  # noqa: S102
+    assert ran(copy | {"amp_train_step": copy["default_train_step"]}) == []
+
+
+def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
+    """The source check sees names only (``reference_names``); the speed gate's ``not_the_reference``
+    sees effkit's answers run inside the learner's functions (in the sandboxed worker, judged here)."""
+    from grader.cells import gate_problem
+
+    nb = read_notebook(SOURCE)
+    cells = [(c.grade_id, HIDDEN_REFERENCE if c.grade_id == "policy_and_scaler" else c.source)
+             for c in solution_sources(nb, solution_ids(nb)) if c.grade_id != "amp_step"]  # fmt: skip
+    assert "default_train_step" not in HIDDEN_REFERENCE and "choose_precision" not in HIDDEN_REFERENCE
+    problem = gate_problem(assignments.get("lesson3"), cells)
+    assert problem.startswith("test_step: your amp_train_step uses effkit's default_train_step"), problem
+    assert "not_the_reference: effkit's own answer ran when the grader called your functions " \
+           "(AmpPolicy.make_scaler, choose_precision, default_train_step)" in problem  # fmt: skip
+
+
+# -- the accuracy gate's calibration is keyed like the targets: cpu-fp32 on a CPU without bf16 --
+def _no_targets_file(monkeypatch, tmp_path, native_bf16: bool):
+    import effkit.amp
+
+    monkeypatch.setenv("EFFKIT_GRADER_TARGETS", str(tmp_path / "no-overrides.json"))
+    monkeypatch.setattr(effkit.amp, "cpu_native_bf16", lambda cpuinfo=None: native_bf16)
+
+
+def test_the_gate_calibration_is_keyed_like_the_targets_row(monkeypatch, tmp_path):
+    """Lesson 3's targets distinguish a CPU without native bf16 (row cpu-fp32); its gate must too,
+    so an EPYC calibration never replaces the AMX Xeon's. Without one, cpu-fp32 falls back to the
+    cpu calibration and the report says so. (The cpu-fp32 file here is a test fixture in a temporary
+    folder, not a measurement.)"""
+    import shutil
+
+    from grader import gate, perf
+
+    lesson3_cal = tmp_path / "assignments" / "lesson3" / "calibration"
+    lesson3_cal.mkdir(parents=True)
+    shutil.copy(gate.calibration_dir("lesson3-smoke-cpu") / "lesson3-smoke-cpu.json", lesson3_cal)
+    gate.Calibration.from_runs("lesson3-smoke-cpu-fp32", "test fixture", [0.9, 0.95, 1.0], [0.8, 0.95, 1.0]).save(lesson3_cal)
+    monkeypatch.setattr(gate, "ASSIGNMENTS_DIR", tmp_path / "assignments")
+
+    def graded(assignment_id="lesson3") -> dict:
+        return perf.grade(assignments.get(assignment_id), [], 5.0, device="cpu", spec_name="smoke",
+                          progress=lambda *_: None).report  # fmt: skip
+
+    _no_targets_file(monkeypatch, tmp_path, native_bf16=False)
+    r = graded()
+    assert (r["target"]["table"], r["gate_calibration"]) == ("cpu-fp32", "lesson3-smoke-cpu-fp32")
+    assert not any("calibration" in f for f in r["flags"])
+    (lesson3_cal / "lesson3-smoke-cpu-fp32.json").unlink()
+    r = graded()
+    assert r["gate_calibration"] == "lesson3-smoke-cpu"
+    assert any("no calibration lesson3-smoke-cpu-fp32" in f and "using lesson3-smoke-cpu" in f for f in r["flags"])
+    _no_targets_file(monkeypatch, tmp_path, native_bf16=True)
+    r = graded()
+    assert (r["target"]["table"], r["gate_calibration"]) == ("cpu", "lesson3-smoke-cpu") and not r["flags"]
+
+
+def test_calibrating_on_a_cpu_without_bf16_writes_the_cpu_fp32_calibration(monkeypatch, tmp_path):
+    """`python -m grader calibrate` names what it measured by the same row: on an AVX2-only CPU it
+    must not overwrite lesson3-smoke-cpu (measured with bf16 on an AMX Xeon). The protocol is
+    replaced by recorded pairs: only the name is under test."""
+    import grader.protocol
+    from grader import tools
+
+    def measured(assignment, cells, spec, device, **_):
+        runs = [grader.protocol.Timing(role, r, 1.0, 8, acc) for r in range(spec.repeats)
+                for role, acc in (("baseline", 0.9 + 0.01 * r), ("learner", 0.9 + 0.01 * r))]  # fmt: skip
+        return grader.protocol.Measurement(device="cpu", spec=spec, runs=runs)
+
+    monkeypatch.setattr(grader.protocol, "measure", measured)
+    _no_targets_file(monkeypatch, tmp_path, native_bf16=False)
+    assert tools.calibrate("lesson3", "smoke", pairs=3, chunk=3, device="cpu", save=False)["calibration"]["name"] == \
+        "lesson3-smoke-cpu-fp32"  # fmt: skip
+    _no_targets_file(monkeypatch, tmp_path, native_bf16=True)
+    assert tools.calibrate("lesson3", "smoke", pairs=3, chunk=3, device="cpu", save=False)["calibration"]["name"] == \
+        "lesson3-smoke-cpu"  # fmt: skip

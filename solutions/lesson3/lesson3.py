@@ -70,7 +70,8 @@ print(f"{device_name('cpu')}: fp32 {fp32 * 1e3:.2f} ms, bf16 {bf16 * 1e3:.2f} ms
 # `make_scaler(policy)` returns a `torch.amp.GradScaler(policy.device_type, enabled=...)` that is
 # **enabled only for fp16**: fp16's small range underflows small gradients to zero unless the loss is
 # scaled up first; for bf16 and fp32, loss scaling only costs time. (Yes, `effkit.amp` does this
-# for you; write it yourself once.)
+# for you - `choose_precision`, `AmpPolicy.make_scaler` - but handing those in earns no performance
+# points: write it yourself once.)
 
 # %% nbgrader={"grade": false, "grade_id": "policy_and_scaler", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def choose_policy(caps):
@@ -150,8 +151,10 @@ check_my_work("test_scaler", "lesson3.ipynb")
 # `choose_policy`, `make_scaler` and `amp_train_step` (B), in fresh processes it controls, on its own
 # data, interleaved A B B A ..., and evaluates the trained weights itself on sentences your code never
 # sees. Full points at the target speedup for your device (the report names it), partial credit down
-# to a floor; none if accuracy drops more than 0.5 pp below the baseline or your step fails the
-# checks above. Only your two solution cells travel to the measurement. **Save the notebook before
+# to a floor; none if accuracy drops more than 0.5 pp below the baseline, your step fails the
+# checks above, or effkit's own answers (`choose_precision`, `AmpPolicy.make_scaler`,
+# `default_train_step`) run inside your functions, named or not. Only your two solution cells travel
+# to the measurement. **Save the notebook before
 # running this cell** (or run `python -m grader check lesson3.ipynb` in a terminal).
 
 # %% nbgrader={"grade": true, "grade_id": "test_speed", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}

@@ -291,6 +291,7 @@ def grade_performance(notebook: str = "lesson3.ipynb") -> float | None:
 class _Remote:
     def __init__(self, ctx):
         self.ctx, self.n = ctx, 0
+        self.ran: set[str] = set()  # effkit's own answers seen running inside learner code
 
     def call(self, probe_name: str, what: str, **args):
         from grader.cells import stub_reason
@@ -299,6 +300,8 @@ class _Remote:
         if not r.ok:
             hint = next((h for key, h in _SCALER_HINTS if key in r.failure), "")
             raise AssertionError(stub_reason(r.failure) or f"{what}: amp_train_step {r.failure}{hint}")
+        ran = r.data.get("reference_ran") if isinstance(r.data, dict) else None
+        self.ran |= {str(n)[:40] for n in ran} if isinstance(ran, list) else set()
         return r
 
     def setup(self, seed: int, mode: str, scaler: str, optimizer: str) -> tuple[str, torch.Tensor]:
@@ -348,10 +351,14 @@ def _judge_update(seed, batch_seed, before, data, after, what) -> None:
                                         "(optimizer.zero_grad()), or the next step adds to them")  # fmt: skip
 
 
-def _refuse_reference(ctx) -> None:
+STEP_REFUSED = "your amp_train_step uses effkit's default_train_step, the reference answer: write your own"
+
+
+def _refuse_reference(ctx, remote: _Remote | None = None) -> None:
+    """By name in the source, or (``remote``) by behaviour: its code ran inside the learner's step."""
     source = "\n".join(src for _, src in ctx.session.cells)
-    expect("default_train_step" not in source,
-           "your amp_train_step uses effkit's default_train_step, the reference answer: write your own")
+    expect("default_train_step" not in source, STEP_REFUSED)
+    expect(remote is None or "default_train_step" not in remote.ran, STEP_REFUSED + " (it ran inside your step)")
 
 
 def cell_policy(ctx) -> None:
@@ -375,6 +382,7 @@ def cell_step(ctx) -> None:
     remote = _Remote(ctx)
     key, before = remote.setup(0, "bf16", "policy", "spy")
     data, after = remote.step(key, 0, "bf16 step")
+    _refuse_reference(ctx, remote)
     _judge_update(0, 0, before, data, after, "bf16 step")
     kinds = {dt for dt, on in data["seen"]}
     expect(any(on for _, on in data["seen"]) and "bfloat16" in kinds,
@@ -388,6 +396,7 @@ def cell_scaler(ctx) -> None:
     remote = _Remote(ctx)
     key, p0 = remote.setup(1, "fp16", "spy", "spy")
     data, p1 = remote.step(key, 1, "fp16 step")
+    _refuse_reference(ctx, remote)
     _judge_update(1, 1, p0, data, p1, "fp16 step")
     scale = data["scale"]
     nan, p2 = remote.step(key, 1, "a step with NaN gradients", poison=True)
@@ -426,10 +435,33 @@ def cell_scaler(ctx) -> None:
     ctx.ok("hidden: fp32 steps on other seeds, 8 AdamW steps lower the loss, your fp16 scaler skips a NaN step")
 
 
+REFERENCE_RAN = ("effkit's own answer ran when the grader called your functions ({}): that is the reference "
+                 "answer, however it is reached; write your own choose_policy, make_scaler and amp_train_step "
+                 "to earn the performance points")  # fmt: skip
+
+
+def cell_not_the_reference(ctx) -> None:
+    """Speed gate only (no notebook cell, no points of its own): effkit's ``choose_precision``,
+    ``AmpPolicy.make_scaler`` or ``default_train_step`` running inside the learner's functions is
+    the reference answer, however the solution reached it (``getattr(module, "default_" +
+    "train_step")``, ``importlib``, a partial, a closure); the source check sees only names.
+    The worker reports which of them started (their code objects, watched by the grader's probe
+    while it calls learner code): a claim that can only deny the points. Unlike lesson 2's
+    batches, a correct answer *behaves* exactly like the reference (the same update to the bit),
+    so a verbatim copy of effkit's few lines is an independent answer here, not a refusal."""
+    remote = _Remote(ctx)
+    remote.call("policy", "choose_policy / make_scaler")
+    seed = ctx.rng.randrange(100, 1000)
+    key, _ = remote.setup(seed, "bf16", "learner_choice", "adamw")
+    remote.step(key, seed, "a bf16 step with your policy and scaler")
+    expect(not remote.ran, REFERENCE_RAN.format(", ".join(sorted(remote.ran))))
+    ctx.ok("your policy, scaler and step are your own (effkit's answers never ran inside them)")
+
+
 QUIZ_KEY = {"q1": "b", "q2": "a", "q3": "b", "q4": "c"}  # the notebook holds only the questions
 CELL_CHECKS = {"test_policy": cell_policy, "test_step": cell_step, "test_scaler": cell_scaler,
-               "test_quiz": quiz_check(QUIZ_KEY)}
+               "test_quiz": quiz_check(QUIZ_KEY), "not_the_reference": cell_not_the_reference}
 ASSIGNMENT = dataclasses.replace(ASSIGNMENT, probes="grader.assignments.lesson3.probes",
                                  names=("choose_policy", "make_scaler", "amp_train_step"), cell_checks=CELL_CHECKS,
-                                 speed_gate=("test_policy", "test_step", "test_scaler"),
+                                 speed_gate=("test_policy", "test_step", "test_scaler", "not_the_reference"),
                                  reference_names=("default_train_step",))  # fmt: skip

@@ -7,7 +7,12 @@ learner's ``amp_train_step`` once on it and returns the parameters after the ste
 bytes), the returned loss, whether the gradients were cleared, and what the grader's spies saw
 (matmul dtypes under autocast, scaler calls, the loss scale, the optimizer's gradient norm). The
 parent recomputes every update from the parameters before it (:mod:`grader.assignments.lesson3.checks`); the spy
-records are observations, flagged by the tamper evidence if learner code reaches them.
+records are observations, flagged by the tamper evidence if learner code reaches them. Every
+call into learner code also reports which of effkit's own answers to this exercise ran inside it
+(``reference_ran``: ``default_train_step``, ``choose_precision``, ``AmpPolicy.make_scaler``), seen
+by their code objects, so any route to them counts (a name built with ``getattr``, ``importlib``, a
+``functools.partial``, a closure); the parent refuses speed points on it. It is a claim that can only
+deny points: a worker that hides it gains what an independent answer would.
 
 **When to use it.** Named as lesson 3's probe module; run in :mod:`grader.probe_worker`.
 
@@ -18,7 +23,9 @@ records are observations, flagged by the tamper evidence if learner code reaches
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 
 import torch
 
@@ -34,6 +41,42 @@ CASES = (
     dict(type="cpu", name="old CPU", bf16=False, fp16=False),
 )
 _SCENARIOS: dict[str, dict] = {}
+
+
+def _reference_code() -> dict:
+    """effkit's own answers to the three solution functions, by code object *identity* (code objects
+    compare equal by content: a copy compiled at the same line would match an equality lookup)."""
+    from effkit.amp import choose_precision
+    from effkit.workloads.bert.trainer import default_train_step
+
+    named = {"default_train_step": default_train_step, "choose_precision": choose_precision,
+             "AmpPolicy.make_scaler": AmpPolicy.make_scaler}  # fmt: skip
+    return {id(fn.__code__): (fn.__code__, name) for name, fn in named.items()}
+
+
+_REFERENCE = _reference_code()  # taken when the worker imports this module, before any learner code
+
+
+class _ReferenceWatch:
+    """A profile function (this thread only, ~1 us per Python call) noting reference code that starts."""
+
+    def __init__(self):
+        self.ran: set[str] = set()
+
+    def __call__(self, frame, event, arg):
+        if event == "call":
+            code, name = _REFERENCE.get(id(frame.f_code), (None, ""))
+            if code is frame.f_code:
+                self.ran.add(name)
+
+    @contextlib.contextmanager
+    def watching(self):
+        previous = sys.getprofile()
+        sys.setprofile(self)
+        try:
+            yield
+        finally:
+            sys.setprofile(previous)
 
 
 def _fn(worker, name: str):
@@ -52,30 +95,39 @@ def _repr(value) -> str:
 
 def probe_policy(worker):
     choose, make = _fn(worker, "choose_policy"), _fn(worker, "make_scaler")
+    watch = _ReferenceWatch()
     cases = []
     for caps in CASES:
-        got = choose(DeviceCaps(**caps))
+        with watch.watching():
+            got = choose(DeviceCaps(**caps))
         ok = type(got) is AmpPolicy
         cases.append({"is_policy": ok, "device_type": str(got.device_type) if ok else "",
                       "mode": str(got.mode) if ok else "", "repr": _repr(got)})  # fmt: skip
     scalers = []
     for mode in ("bf16", "off", "fp16"):
-        s = make(AmpPolicy("cpu", mode))
+        with watch.watching():
+            s = make(AmpPolicy("cpu", mode))
         ok = isinstance(s, torch.amp.GradScaler)
         scalers.append({"mode": mode, "is_scaler": ok, "enabled": bool(s.is_enabled()) if ok else None,
                         "repr": _repr(s)})  # fmt: skip
-    return {"cases": cases, "scalers": scalers}, []
+    return {"cases": cases, "scalers": scalers, "reference_ran": sorted(watch.ran)}, []
 
 
 def probe_setup(worker, key: str, seed: int, mode: str, scaler: str, optimizer: str):
     model = probe.ProbeModel(seed)
+    watch = _ReferenceWatch()
     if scaler == "learner_choice":  # the learner's own policy and scaler for a CPU with bf16
-        policy = _fn(worker, "choose_policy")(DeviceCaps("cpu", "cpu", bf16=True))
-        scale = _fn(worker, "make_scaler")(policy)
+        with watch.watching():
+            policy = _fn(worker, "choose_policy")(DeviceCaps("cpu", "cpu", bf16=True))
+            scale = _fn(worker, "make_scaler")(policy)
+    elif scaler == "learner":
+        policy = AmpPolicy("cpu", mode)
+        with watch.watching():
+            scale = _fn(worker, "make_scaler")(policy)
     else:
         policy = AmpPolicy("cpu", mode)
         scale = {"spy": probe.SpyScaler, "off": lambda: torch.amp.GradScaler("cpu", enabled=False),
-                 "policy": policy.make_scaler, "learner": lambda: _fn(worker, "make_scaler")(policy)}[scaler]()  # fmt: skip
+                 "policy": policy.make_scaler}[scaler]()  # fmt: skip
     opt = {"spy": lambda: probe.SpyOptimizer(model.parameters()),
            "adamw": lambda: torch.optim.AdamW(model.parameters(), lr=1e-2),
            "sgd": lambda: torch.optim.SGD(model.parameters(), lr=0.1)}[optimizer]()  # fmt: skip
@@ -84,7 +136,8 @@ def probe_setup(worker, key: str, seed: int, mode: str, scaler: str, optimizer: 
     worker.watch(opt)
     meta, raw = tensor_msg(probe.flat_params(model))
     enabled = isinstance(scale, torch.amp.GradScaler) and scale.is_enabled()
-    return {"params": meta, "scale": float(scale.get_scale()) if enabled else None}, [raw]
+    return {"params": meta, "scale": float(scale.get_scale()) if enabled else None,
+            "reference_ran": sorted(watch.ran)}, [raw]  # fmt: skip
 
 
 def probe_step(worker, key: str, batch_seed: int, poison: bool = False):
@@ -93,7 +146,9 @@ def probe_step(worker, key: str, batch_seed: int, poison: bool = False):
     model.poison = poison
     model.seen.clear()
     calls = len(getattr(scaler, "calls", []))
-    loss = _fn(worker, "amp_train_step")(model, probe.probe_batch(batch_seed), opt, policy, scaler, 1.0)
+    step, batch, watch = _fn(worker, "amp_train_step"), probe.probe_batch(batch_seed), _ReferenceWatch()
+    with watch.watching():
+        loss = step(model, batch, opt, policy, scaler, 1.0)
     if isinstance(loss, bool) or not isinstance(loss, int | float):
         kind = type(loss).__name__
         loss_out = {"type": kind, "value": None}
@@ -111,4 +166,5 @@ def probe_step(worker, key: str, batch_seed: int, poison: bool = False):
         "scale": float(scaler.get_scale()) if enabled else None,
         "norm": opt.step_norms[-1] if isinstance(opt, probe.SpyOptimizer) and opt.step_norms else None,
         "optimizer_steps": len(opt.step_norms) if isinstance(opt, probe.SpyOptimizer) else None,
+        "reference_ran": sorted(watch.ran),
     }, [raw]

@@ -260,6 +260,24 @@ def test_effkits_answers_are_seen_running_whatever_the_route():
     exec(inspect.getsource(default_train_step), copy)  # noqa: S102
     assert ran(copy | {"amp_train_step": copy["default_train_step"]}) == []
 
+    # Taking the watch down to run the reference unseen, or running it in a thread: still seen.
+    def unwatched(*args):
+        import sys
+
+        sys.setprofile(None)
+        return inner(*args)
+
+    def threaded(*args):
+        import threading
+
+        out = []
+        t = threading.Thread(target=lambda: out.append(inner(*args)))
+        t.start(), t.join()
+        return out[0]
+
+    assert ran(_namespace() | {"amp_train_step": unwatched}) == [probes.WATCH_REMOVED]
+    assert ran(_namespace() | {"amp_train_step": threaded}) == ["default_train_step"]
+
 
 def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
     """The source check sees names only (``reference_names``); the speed gate's ``not_the_reference``

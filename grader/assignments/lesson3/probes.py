@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+import threading
 
 import torch
 
@@ -57,8 +58,14 @@ def _reference_code() -> dict:
 _REFERENCE = _reference_code()  # taken when the worker imports this module, before any learner code
 
 
+WATCH_REMOVED = "(the grader's watch, removed by your code)"
+
+
 class _ReferenceWatch:
-    """A profile function (this thread only, ~1 us per Python call) noting reference code that starts."""
+    """A profile function (~1 us per Python call) noting reference code that starts, in this thread
+    and in threads started while it watches. Learner code that takes the watch down (to run the
+    reference unseen) is reported as if the reference ran: the watch is evidence, so hiding it
+    counts against the hider."""
 
     def __init__(self):
         self.ran: set[str] = set()
@@ -71,12 +78,16 @@ class _ReferenceWatch:
 
     @contextlib.contextmanager
     def watching(self):
-        previous = sys.getprofile()
+        previous, previous_threads = sys.getprofile(), threading.getprofile()
         sys.setprofile(self)
+        threading.setprofile(self)
         try:
             yield
         finally:
+            if sys.getprofile() is not self or threading.getprofile() is not self:
+                self.ran.add(WATCH_REMOVED)
             sys.setprofile(previous)
+            threading.setprofile(previous_threads)
 
 
 def _fn(worker, name: str):

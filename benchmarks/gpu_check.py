@@ -19,8 +19,8 @@ so its accuracies only show that training works: 94% on real CIFAR-10 cannot be 
 offline; BERT trains from scratch when no local ``bert-base-uncased`` weights exist (the bench
 says so). Everything lands in ``benchmarks/results/<device-slug>/``.
 
-Measured on an H100 (``benchmarks/results/nvidia-h100-80gb-hbm3/``): bench-cifar 199 s, lessons 1 and
-3 99 s and 56 s; bench-bert and lesson 2 each need more than 4 minutes. Under a per-call limit, run
+Measured on an H100 (``benchmarks/results/nvidia-h100-80gb-hbm3/``): bench-cifar 199 s, lessons 1, 3, 4,
+5 and 6 99, 56, 223, 70 and 129 s; bench-bert and lesson 2 each need more than 4 minutes. Under a per-call limit, run
 the check in parts with ``--only`` (``summary.json`` keeps the rows of earlier parts).
 
 ``--dry-run`` runs the same plan on a CPU at tiny sizes: the benchmark steps for real on tiny

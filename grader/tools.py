@@ -93,39 +93,40 @@ def gate_sim(calibration: str = "lesson2-smoke-cpu", repeats: int | None = None,
 LEARNER_RUN = """
 import sys, time
 t0 = time.perf_counter()
-from effkit.workloads import cifar
-from effkit.workloads.common import train_to_target
-from grader.tools import reference_cells
 from grader import assignments
-ns = {}
+from grader.tools import reference_cells
+a = assignments.get(sys.argv[2])
+runtime = a.runtime()
+ns = None
 if sys.argv[1] == "solution":
-    a = assignments.get("lesson2")
+    ns = {}
     for _, src in [*a.trusted_cells(), *reference_cells(a)]:
         exec(src, ns)
 t1 = time.perf_counter()
-trainer = cifar.build("naive", "smoke", pipeline=ns.get("FastPipeline"))
-res = train_to_target(trainer, eval_every=trainer.eval_every, progress=False)
-print(f"{time.perf_counter() - t0:.2f} {time.perf_counter() - t1:.2f} {res.accuracy:.4f}")
+acc = runtime.learner_run(ns)
+print(f"{time.perf_counter() - t0:.2f} {time.perf_counter() - t1:.2f} {acc:.4f}")
 """
 
 
 def budget(assignment_id: str = "lesson2", spec_name: str | None = None) -> dict:
-    """Grading cost vs the learner's own two smoke runs (naive, then with their pipeline), each
-    a fresh ``python`` process running ``build`` + ``train_to_target``, as a learner would."""
-    from effkit.workloads import cifar
-
-    cifar.prepare_data("smoke")  # the learner's data exist already when they run
+    """Grading cost vs the learner's own two smoke runs (the recipe as given, then with their
+    solution), each a fresh ``python`` process running the assignment runtime's ``learner_run``,
+    as a learner would. Assignments whose runtime has no ``learner_run`` are refused."""
+    a = assignments.get(assignment_id)
+    if a.performance_cell is None or not hasattr(a.runtime(), "learner_run"):
+        raise ValueError(f"budget: {assignment_id} has no timed grading with a learner_run to compare against")
+    a.runtime().prepare_learner_data()  # the learner's data exist already when they run
     runs = {}
     for which in ("baseline", "solution"):
         # Same CPU priority as the grader's workers, so both sides see the machine alike.
-        out = subprocess.run([sys.executable, "-c", LEARNER_RUN, which], capture_output=True, text=True,
-                             check=True, start_new_session=True,
+        out = subprocess.run([sys.executable, "-c", LEARNER_RUN, which, assignment_id], capture_output=True,
+                             text=True, check=True, start_new_session=True,
                              preexec_fn=lambda: boost_priority(os.getpid()))  # fmt: skip
         wall, in_process, acc = (float(v) for v in out.stdout.split()[-3:])
         runs[which] = {"wall_s": wall, "without_imports_s": in_process, "accuracy": acc}
         print(f"  learner's {which} run: {wall:.1f} s ({in_process:.1f} s after imports)", flush=True)
     t0 = time.perf_counter()
-    nb = str(course.source_notebook(assignment_id, assignments.get(assignment_id).notebook))
+    nb = str(course.source_notebook(assignment_id, a.notebook))
     cmd = [sys.executable, "-m", "grader", "perf", nb, "--assignment", assignment_id]
     subprocess.run(cmd + (["--spec", spec_name] if spec_name else []), capture_output=True, check=True)
     grading = time.perf_counter() - t0

@@ -359,3 +359,20 @@ def test_every_assignment_package_defines_a_consistent_assignment():
             assert list((Path(assignments.__file__).parent / aid / "calibration").glob(f"{aid}-*.json"))
     with pytest.raises(ValueError, match="unknown assignment 'lesson99'.*lesson1"):
         assignments.get("lesson99")
+
+
+def test_budget_compares_each_timed_assignment_with_its_own_learner_runs():
+    """`grader budget` used to time the learner's *CIFAR* runs whatever the assignment (lesson 3's
+    BERT grading came out 5.2x "the learner's runs" of another lesson): every timed assignment's
+    runtime must say what its learner runs, and an untimed one is refused with a clear error."""
+    from grader import tools
+
+    timed = [a for a in map(assignments.get, assignments.known()) if a.performance_cell]
+    assert timed, "no timed assignment found"
+    for a in timed:
+        runtime = a.runtime()
+        assert callable(getattr(runtime, "learner_run", None)), a.id
+        assert callable(getattr(runtime, "prepare_learner_data", None)), a.id
+    untimed = next(a for a in map(assignments.get, assignments.known()) if not a.performance_cell)
+    with pytest.raises(ValueError, match="no timed grading"):
+        tools.budget(untimed.id)

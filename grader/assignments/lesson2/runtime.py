@@ -108,3 +108,16 @@ class GraderData:
             raise InvalidWeights(f"the trained weights do not fit the recipe's model: {err}") from err
         trainer.test_set = self.eval_set
         return float(trainer.evaluate())
+
+
+def prepare_learner_data() -> None:
+    cifar.prepare_data("smoke")
+
+
+def learner_run(ns: dict | None) -> float:
+    """What the learner runs themselves (``grader budget``): the naive smoke recipe, with the
+    solution's ``FastPipeline`` when ``ns`` (its namespace) is given. Returns the accuracy."""
+    from effkit.workloads.common import train_to_target
+
+    trainer = cifar.build("naive", "smoke", pipeline=(ns or {}).get("FastPipeline"))
+    return train_to_target(trainer, eval_every=trainer.eval_every, progress=False).accuracy

@@ -204,3 +204,21 @@ class GraderData:
         except Exception as err:  # unpickling refused, wrong keys or shapes
             raise InvalidWeights(f"the trained weights do not fit the recipe's model: {err}") from err
         return float(trainer.evaluate("dev"))
+
+
+def prepare_learner_data() -> None:
+    bert.prepare_data("smoke")
+
+
+def learner_run(ns: dict | None) -> float:
+    """What the learner runs themselves (``grader budget``): the naive BERT smoke recipe in fp32,
+    or with the solution's policy, scaler and step when ``ns`` (its namespace) is given."""
+    from effkit.workloads.common import train_to_target
+
+    if not ns:
+        trainer = bert.build("naive", "smoke", precision="off")
+    else:
+        policy = ns["choose_policy"](DeviceCaps.detect("cpu"))
+        trainer = bert.build("naive", "smoke", precision=policy.mode, train_step=ns["amp_train_step"])
+        trainer.scaler = ns["make_scaler"](trainer.policy)
+    return train_to_target(trainer, eval_every=trainer.eval_every, progress=False).accuracy

@@ -15,7 +15,7 @@ off its own evaluation curve (a task it solves before half its run is redrawn: t
 gets there). Then the recipe trains on the same task and passes when it reaches the target
 within ``BUDGET`` samples on at least ``MIN_HITS`` (2) tasks, and its total wall time to the
 target on those is at most ``MAX_TIME_RATIO`` x the baseline's (same tasks, alternating runs, one
-thread). Two of three because per task the reference missed 1 of 13 calibration tasks, by 0.3 pp. Runs stop at the
+thread). Two of three, so that one unlucky task does not fail a correct recipe. Runs stop at the
 target, so accuracy cannot be traded for speed. A miss is explained by comparing the recipe with
 the linear rule (LR not scaled, square-root scaled, above the rule) and by its warm-up.
 
@@ -24,8 +24,10 @@ the linear rule (LR not scaled, square-root scaled, above the rule) and by its w
 **Expected gain.** An unscaled LR misses the target within the budget; the scaled LR with no
 warm-up blows up the sharp first steps and misses it too (calibration in ``grader/README.md``).
 
-**Pitfalls.** Calibrated on one task family (micro-batch 16, base LR 0.0125, 8 micro-batches per
-step): ``MIN_ACCUM``/``MAX_ACCUM`` keep the effective batch near it. A grading costs ~15-20 s (six runs of ~2.5 s).
+**Pitfalls.** Calibrated on one task family (micro-batch 16, base LR 0.0125, 16 micro-batches per
+step): ``MIN_ACCUM``/``MAX_ACCUM`` keep the effective batch near it. At 8 micro-batches per step
+a scaled LR without warm-up reached the target on some tasks (0.1-0.5 pp short on many others):
+warm-up only matters when the scaled LR is well past the first steps' stability edge. A grading costs ~15-20 s (six runs of ~2.5 s).
 """
 
 from __future__ import annotations
@@ -36,15 +38,15 @@ from grader.assignments.lesson4 import recipe_task as rt
 from grader.cells import CheckFailed, Context, expect, stub_reason
 
 CALL_SECONDS = 30.0
-MIN_ACCUM, MAX_ACCUM = 8, 32  # 128 to 512 samples per step: past ~128 this task's samples to target grow
+MIN_ACCUM, MAX_ACCUM = 16, 32  # 256 to 512 samples per step (calibrated at 256: there both mistakes miss by pp)
 MAX_LR = 10.0
 SEEDS = 3
-MIN_HITS = 2  # tasks on which the recipe must reach the target: the reference misses ~1 task in 13
+MIN_HITS = 2  # tasks on which the recipe must reach the target (one unlucky task forgiven)
 BASE_RUN = 49152  # samples the baseline trains to set the target (the recipe's BUDGET is 65536)
 GATE_PP = 0.5  # the target: the baseline's held-out accuracy after BASE_RUN samples, minus this
 MIN_SHARE = 0.5  # a task the baseline solves before this share of BASE_RUN is redrawn
 MAX_DRAWS = 8
-MAX_TIME_RATIO = 1.0
+MAX_TIME_RATIO = 1.25  # "no slower", less the spread measured for the reference (0.84-1.19x): see grader/README.md
 KEYS = ("accum_steps", "lr", "warmup_steps")
 
 
@@ -54,7 +56,7 @@ def _int(value) -> bool:
 
 def validate(answer) -> tuple[int, float, int]:
     """The learner's answer as (accum_steps, lr, warmup_steps), or CheckFailed saying what is wrong."""
-    shape = '{"accum_steps": 8, "lr": 0.1, "warmup_steps": 32}'
+    shape = '{"accum_steps": 16, "lr": 0.2, "warmup_steps": 64}'
     if isinstance(answer, dict) and set(answer) == {"not_json"}:
         raise CheckFailed(f"choose_recipe returned a {answer['not_json']}, not plain data: return a dict like {shape}")
     expect(isinstance(answer, dict), f"choose_recipe returned {type(answer).__name__}: return a dict like {shape}")
@@ -104,8 +106,8 @@ def _why(accum: int, lr: float, warmup: int, runs: list[rt.Run]) -> str:
     if lr > 1.25 * linear:
         return f"your LR {lr:g} is above the linear rule's {linear:g} (base_lr x {batch // rt.MICRO_BATCH}): scale linearly"
     if accum > MIN_ACCUM:
-        return (f"batch {batch} is past this task's critical batch (around {rt.MICRO_BATCH * MIN_ACCUM}): "
-                "a bigger batch there costs samples; try fewer micro-batches per step")
+        return (f"batch {batch} may be past this task's critical batch: a bigger batch there costs samples; "
+                f"try {MIN_ACCUM} micro-batches per step")
     return f"LR {lr:g} (linear rule: {linear:g}) with {warmup} warm-up steps did not get there: check both"
 
 

@@ -1,10 +1,15 @@
-"""Lesson 4's exercise, graded out of the kernel by gradient equality with the grader's own float64
-full-batch reference, on micro-batches of uneven token counts the grader draws itself.
+"""Lesson 4's exercise, graded out of the kernel. Part (a): gradient equality with the grader's own
+float64 full-batch reference, on micro-batches of uneven token counts the grader draws itself.
+Part (b): the learner's big-batch recipe, trained and timed by the grader on its own tasks.
 
-Each grading starts one sandboxed worker (~2-3 s); the checks themselves take well under a second.
+Each grading starts one sandboxed worker (~2-3 s); part (a)'s checks take well under a second,
+part (b)'s ~15-20 s (six training runs), so only the reference's grading runs it through a worker;
+the two mistakes are judged in this process on two tasks drawn once (``recipe_tasks``).
 """
 
+import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -13,12 +18,16 @@ from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
 
 from grader import assignments
 from grader.assignments.lesson4 import accum_checks as ac
-from grader.cells import grade_cells
+from grader.assignments.lesson4 import probes
+from grader.assignments.lesson4 import recipe_checks as rc
+from grader.assignments.lesson4 import recipe_task as rt
+from grader.cells import CheckFailed, grade_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson4" / "lesson4.ipynb"
 EXERCISE = ROOT / "exercises" / "lesson4" / "lesson4.ipynb"
-POINTS = {"test_full_windows": 4, "test_last_window": 2, "test_quiz": 2}
+POINTS = {"test_full_windows": 4, "test_last_window": 2, "test_recipe": 4, "test_quiz": 2}
+PART_A = [gid for gid in POINTS if gid != "test_recipe"]  # part (a) mistakes: no part (b) training
 A = assignments.get("lesson4")
 
 
@@ -30,8 +39,8 @@ def _cells(path: Path, **replace: str) -> list[tuple[str, str]]:
     return solution_cells(SOLUTION, path, **replace)
 
 
-def _score(path: Path, seed: int = 1, **replace: str):
-    verdicts, report = grade_cells(A, _cells(path, **replace), seed=seed)
+def _score(path: Path, seed: int = 1, only: list[str] | None = None, **replace: str):
+    verdicts, report = grade_cells(A, _cells(path, **replace), seed=seed, only=only)
     points = sum(POINTS[g] for g, v in verdicts.items() if v.passed)
     return points, verdicts, report
 
@@ -125,7 +134,8 @@ def train_accumulated(model, optimizer, micro_batches, accum_steps):
 @pytest.mark.slow
 def test_reference_solution_gets_full_marks_and_the_stub_none():
     points, verdicts, report = _score(SOLUTION)
-    assert points == sum(POINTS.values()), verdicts
+    assert points == sum(POINTS.values()), {g: v.reason for g, v in verdicts.items()}
+    assert any("wall time to it" in line for line in verdicts["test_recipe"].lines), verdicts["test_recipe"].lines
     assert not [f for f in report["flags"] if "replaced" in f or "frames" in f], report["flags"]
     points, verdicts, _ = _score(EXERCISE)
     assert points == 0 and all("NotImplementedError" in v.reason for v in verdicts.values()), verdicts
@@ -141,7 +151,7 @@ def test_reference_solution_gets_full_marks_and_the_stub_none():
 ])  # fmt: skip
 def test_plausible_mistakes_score_what_they_deserve_with_a_hint(name, source, points, hint):
     """Quiz right in every case (2 points); the full-windows cell (4) only when the windows are."""
-    got, verdicts, _ = _score(SOLUTION, train_accumulated=source)
+    got, verdicts, _ = _score(SOLUTION, only=PART_A, train_accumulated=source)
     failed = [v for v in verdicts.values() if not v.passed]
     assert got == points, (name, {g: v.reason for g, v in verdicts.items()})
     assert failed and all(hint in v.reason for v in failed), (name, [v.reason for v in failed])
@@ -156,6 +166,63 @@ def test_forged_records_earn_nothing_and_are_flagged():
     size = sum(p.numel() for p in model.parameters())
     for _ in range(-(-len(micro_batches) // accum_steps)):
         optimizer.recorded.append(torch.full((size,), 1e-3))"""
-    points, verdicts, report = _score(SOLUTION, train_accumulated=forged)
+    points, verdicts, report = _score(SOLUTION, only=PART_A, train_accumulated=forged)
     assert points == 2, {g: v.reason for g, v in verdicts.items()}  # the quiz only
     assert "RecordingSGD: step" in " | ".join(report["flags"]), report["flags"]
+
+
+# -- part (b): the recipe -----------------------------------------------------------------------
+
+GOOD = {"accum_steps": 16, "lr": 0.2, "warmup_steps": 64}
+
+
+@pytest.mark.parametrize("answer, message", [
+    ([16, 0.2, 64], "return a dict like"),
+    ({"accum_steps": 8, "lr": 0.1}, "expected exactly"),
+    ({**GOOD, "momentum": 0.9}, "expected exactly"),
+    ({**GOOD, "accum_steps": 16.0}, "accum_steps must be an int"),
+    ({**GOOD, "accum_steps": True}, "accum_steps must be an int"),
+    ({**GOOD, "accum_steps": 8}, "16 to 32 micro-batches"),
+    ({**GOOD, "lr": "0.1"}, "lr must be a number"),
+    ({**GOOD, "lr": 0}, "finite number in (0,"),
+    ({**GOOD, "lr": 1e6}, "finite number in (0,"),
+    ({**GOOD, "warmup_steps": -1}, f"0 to {rt.BUDGET // 256}"),
+    ({**GOOD, "warmup_steps": 3.5}, "warmup_steps must be an int"),
+    ({"not_json": "Tensor"}, "returned a Tensor, not plain data"),
+])  # fmt: skip
+def test_malformed_recipes_are_refused_with_what_is_wrong(answer, message):
+    with pytest.raises(CheckFailed, match=None) as err:
+        rc.validate(answer)
+    assert message in str(err.value), str(err.value)
+
+
+def test_a_good_recipe_is_read_and_only_plain_data_leaves_the_worker():
+    assert rc.validate(GOOD) == (16, 0.2, 64)
+    worker = SimpleNamespace(ns={"choose_recipe": lambda **kw: {**GOOD, "lr": torch.tensor(0.1)}})
+    data, blobs = probes.probe_recipe(worker, 16, 16, 0.0125, rt.BUDGET)
+    assert data == {"recipe": {"not_json": "dict"}} and blobs == []
+    worker.ns["choose_recipe"] = lambda **kw: {**GOOD, "lr": float("nan")}
+    assert probes.probe_recipe(worker, 16, 16, 0.0125, rt.BUDGET)[0] == {"recipe": {"not_json": "dict"}}
+
+
+@pytest.fixture(scope="module")
+def recipe_tasks():
+    """Two tasks drawn the way a grading draws its three (seeded here), to keep CI short: a
+    mistake that misses both fails a grading whatever the third does (at most one miss allowed)."""
+    ctx = SimpleNamespace(rng=random.Random(4))
+    return [rc._draw_task(ctx) for _ in range(rc.SEEDS - rc.MIN_HITS + 1)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, recipe, hint", [
+    ("LR not scaled", (16, rt.BASE_LR, 64), "your LR was not scaled with the batch"),
+    ("no warm-up", (16, 16 * rt.BASE_LR, 0), "Ramp the LR up over the first steps: warm-up"),
+])  # fmt: skip
+def test_an_unscaled_lr_and_no_warmup_miss_the_target_and_say_why(recipe_tasks, name, recipe, hint):
+    """Judged as ``check_recipe`` judges: the grader's runs of the recipe on the grader's tasks."""
+    accum, lr, warmup = recipe
+    runs = [(target, base, rt.run(seed, accum, lr, warmup, target=target)) for seed, target, base in recipe_tasks]
+    assert not any(r.samples for _, _, r in runs), [(t, r.best) for t, _, r in runs]
+    with pytest.raises(CheckFailed) as err:
+        rc.judge(accum, lr, warmup, runs)
+    assert "missed within the budget" in str(err.value) and hint in str(err.value), (name, str(err.value))

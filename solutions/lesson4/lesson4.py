@@ -79,6 +79,46 @@ from grader.check import check_my_work
 check_my_work("test_last_window", "lesson4.ipynb")
 
 # %% [markdown]
+# ## Part (b): a bigger batch that keeps up
+#
+# Your model fits only **16 samples per forward/backward** (the memory cap). The run everyone
+# starts with trains at batch 16 with the LR tuned for it, `base_lr`. You want a **bigger
+# effective batch** (16 to 32 micro-batches per optimizer step, accumulated) that still reaches
+# the same accuracy **within the same sample budget** and **no slower in wall time**.
+#
+# Write `choose_recipe(micro_batch, base_batch, base_lr, budget_samples)` returning plain data:
+# `{"accum_steps": int, "lr": float, "warmup_steps": int}` (the peak LR of a linear warm-up over
+# `warmup_steps` optimizer steps followed by a cosine decay; SGD with momentum 0.9).
+#
+# **How it is graded.** Your function only *chooses*; the grader trains. It calls
+# `choose_recipe` in a separate process, checks the answer (types and ranges), and then trains
+# **its own** model with your recipe, on a task it draws for each grading (a small ReLU network
+# whose head starts with large logits, fresh teacher-labelled data, effkit's `GradAccumulator` and
+# `warmup_cosine`). The baseline (batch 16, `base_lr`) trains 49,152 samples; the target is its
+# held-out accuracy there minus 0.5 pp. Your recipe passes (4 points) when, on at least two of
+# three such tasks, it reaches the target within `budget_samples` (81,920) samples, and its wall
+# time to the target is at most 1.25x the baseline's (the grader times both runs itself, one after
+# the other, on one thread). An LR that was not scaled with the batch, or a scaled LR without
+# warm-up, misses the target, and the feedback says which.
+
+# %% nbgrader={"grade": false, "grade_id": "choose_recipe", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def choose_recipe(micro_batch, base_batch, base_lr, budget_samples):
+    """Effective batch (as micro-batches per step), peak LR and warm-up steps for SGD."""
+    ### BEGIN SOLUTION
+    accum_steps = 16
+    batch = micro_batch * accum_steps
+    lr = base_lr * batch / base_batch  # linear scaling rule (Goyal et al. 2017)
+    warmup_steps = budget_samples // batch // 5  # a fifth of the steps: the first ones are the sharp ones
+    return {"accum_steps": accum_steps, "lr": lr, "warmup_steps": warmup_steps}
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_recipe", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_recipe", "lesson4.ipynb")
+
+# %% [markdown]
 # ## Quiz
 #
 # Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., "q3": ..., "q4": ...}`.

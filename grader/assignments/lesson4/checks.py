@@ -15,6 +15,8 @@ tokens, an unnormalised sum, gradients not zeroed) and names the one that matche
 * ``test_full_windows`` (4 points): 6 micro-batches in windows of 3, 8 in windows of 4;
 * ``test_last_window`` (2 points): 7 in windows of 3 and 5 in windows of 2 — a short last
   window that must be stepped too (the classic ``(i + 1) % accum_steps == 0`` loop drops it);
+* ``test_recipe`` (4 points, part b): a big-batch recipe trained and timed by the grader itself
+  (:mod:`grader.assignments.lesson4.recipe_checks`);
 * ``test_quiz`` (2 points).
 
 **When to use it.** Through :mod:`grader.cells` (nbgrader autograde, ``grader check``,
@@ -33,6 +35,7 @@ import torch
 
 from grader.assignments import Assignment
 from grader.assignments.lesson4 import accum_checks as ac
+from grader.assignments.lesson4.recipe_checks import check_recipe
 from grader.cells import CheckFailed, Context, expect, stub_reason
 from grader.channel import ChannelError, tensor_from
 from grader.quiz import quiz_check
@@ -168,8 +171,8 @@ def check_last_window(ctx: Context) -> None:
 
 
 CELL_CHECKS = {"test_full_windows": check_full_windows, "test_last_window": check_last_window,
-               "test_quiz": quiz_check(QUIZ_KEY)}  # fmt: skip
-NAMES = ("train_accumulated",)
+               "test_recipe": check_recipe, "test_quiz": quiz_check(QUIZ_KEY)}  # fmt: skip
+NAMES = ("train_accumulated", "choose_recipe")
 
 
 ASSIGNMENT = Assignment(id="lesson4", notebook="lesson4", object_name="train_accumulated",

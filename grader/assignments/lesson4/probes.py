@@ -16,6 +16,8 @@ every window's float64 gradient itself (:mod:`grader.assignments.lesson4.checks`
 
 from __future__ import annotations
 
+import json
+
 from grader.assignments.lesson4 import accum_checks as ac
 from grader.channel import tensor_msg
 from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
@@ -36,3 +38,19 @@ def probe_train(worker, seed: int, micro_batches: list, accum_steps: int):
     msg = {"init": init_meta, "steps": len(optimizer.recorded), "grads": [m for m, _ in grads],
            "after": after_meta}  # fmt: skip
     return msg, [init_raw, *(raw for _, raw in grads), after_raw]
+
+
+def probe_recipe(worker, micro_batch: int, base_batch: int, base_lr: float, budget_samples: int):
+    """Part (b): the learner's ``choose_recipe`` answer, as plain JSON data (the parent validates it).
+
+    Only JSON-able values cross: anything else is sent as its type name, which the parent refuses.
+    """
+    fn = worker.ns.get("choose_recipe")
+    if not callable(fn):
+        raise NameError("your solution cells define no function 'choose_recipe'")
+    answer = fn(micro_batch=micro_batch, base_batch=base_batch, base_lr=base_lr, budget_samples=budget_samples)
+    try:
+        plain = json.loads(json.dumps(answer, allow_nan=False))
+    except (TypeError, ValueError):
+        plain = {"not_json": type(answer).__name__}
+    return {"recipe": plain}, []

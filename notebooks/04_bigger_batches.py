@@ -588,9 +588,12 @@ print(f"* the effective batch 256 of section 3 is {side} the measured noise scal
 # %% [markdown]
 # ### Quiz and exercise
 #
-# The quiz and the graded exercise are in `exercises/lesson4/`: write one optimizer step per
+# The quiz and the graded exercise are in `exercises/lesson4/`: (a) write one optimizer step per
 # accumulation window over micro-batches of uneven token counts — including the short last
-# window — and the grader compares your gradients with its own float64 full-batch reference.
+# window — and the grader compares your gradients with its own float64 full-batch reference;
+# (b) under a memory cap of 16 samples per forward/backward, choose the effective batch, LR and
+# warm-up of a bigger-batch recipe: the grader trains it on its own task and checks that it
+# reaches the baseline's accuracy within the same sample budget, about as fast.
 #
 # ### References
 #

@@ -80,7 +80,8 @@ def grade_cells(assignment, cells: list[tuple[str, str]], only: list[str] | None
     session = ProbeSession(
         assignment.probes, assignment.trusted_cells(), plain, list(assignment.names)
     )
-    if seed is None and os.environ.get(TEST_SEED_ENV):  # the repository's own tests only (see TEST_SEED_ENV)
+    fixed = seed is None and bool(os.environ.get(TEST_SEED_ENV))  # the repository's tests only (TEST_SEED_ENV)
+    if fixed:
         seed = int(os.environ[TEST_SEED_ENV])
     rng = random.Random(seed if seed is not None else random.SystemRandom().getrandbits(64))
     verdicts: dict[str, CellVerdict] = {}
@@ -97,7 +98,11 @@ def grade_cells(assignment, cells: list[tuple[str, str]], only: list[str] | None
     finally:
         session.close()
     errors = [f"{e['cell']}: {e['message']}" for e in session.load_errors]
-    report = {"flags": list(session.evidence), "unavailable": list(session.unavailable),
+    unavailable = list(session.unavailable)
+    if fixed:  # said in every graded cell's output, so a course that sets it by mistake sees it
+        unavailable.append(f"secret draws: {TEST_SEED_ENV} fixes the checks' tasks and data (for the "
+                           "repository's tests only; a learner could know them)")  # fmt: skip
+    report = {"flags": list(session.evidence), "unavailable": unavailable,
               "worker_uid": session.worker_uid, "cell_errors": errors}  # fmt: skip
     return verdicts, report
 

@@ -106,6 +106,7 @@ def test_feedback_html_shows_the_graders_report(cycle, aid):
     assert "output_error" in weak_html and "NotImplementedError" in weak_html  # why it scored 0
     ref_html = (root / "course" / "feedback" / "ref" / aid / f"{aid}.html").read_text()
     assert "output_error" not in ref_html
+    assert "EFFKIT_GRADER_TEST_SEED fixes the checks" in ref_html  # a seeded grading says so
     try:
         a = assignments.get(aid)
     except ValueError:

@@ -118,9 +118,11 @@ def interleave(a, b, device, *, warmup: int = 2, pairs: int = DEFAULT_PAIRS,
                     coverage=median_ci_coverage(len(ratios), confidence))
 
 
-def measure_throughput(mod, profile, data, device, seed, burst_s, pairs, progress) -> dict:
-    naive = mod.build("naive", profile, data_dir=data, device=device, seed=seed)
-    opt = mod.build("optimized", profile, data_dir=data, device=device, seed=seed)
+def measure_throughput(mod, profile, data, device, seed, burst_s, pairs, progress,
+                       hooks=None) -> dict:
+    hooks = hooks or {}
+    naive = mod.build("naive", profile, data_dir=data, device=device, seed=seed, **hooks)
+    opt = mod.build("optimized", profile, data_dir=data, device=device, seed=seed, **hooks)
     k_naive = _calibrate(naive, burst_s)
     _pause(naive)
     k_opt = _calibrate(opt, burst_s)
@@ -160,7 +162,10 @@ def measure_throughput(mod, profile, data, device, seed, burst_s, pairs, progres
 
 
 def run(workload: str, profile: str, data: str | None, out: Path, *, device=None, seed=0,
-        burst_s: float = 1.0, pairs: int = DEFAULT_PAIRS, progress: bool = True) -> dict:
+        burst_s: float = 1.0, pairs: int = DEFAULT_PAIRS, progress: bool = True,
+        hooks: dict | None = None) -> dict:
+    """``hooks`` go to both recipes' ``build`` (e.g. ``{"model": "scratch"}`` for BERT)."""
+    hooks = hooks or {}
     mod = workloads.get(workload)
     if profile not in mod.PROFILES:
         raise ValueError(f"unknown profile {profile!r}; choose one of {sorted(mod.PROFILES)}")
@@ -169,11 +174,11 @@ def run(workload: str, profile: str, data: str | None, out: Path, *, device=None
     data_dir = mod.prepare_data(profile, data)
     print(f"[effkit.bench] {workload}/{profile} on {name}, data {data_dir}", flush=True)
     print("1/3 throughput A/B (interleaved, warm-up discarded)", flush=True)
-    tp = measure_throughput(mod, profile, data_dir, device, seed, burst_s, pairs, progress)
+    tp = measure_throughput(mod, profile, data_dir, device, seed, burst_s, pairs, progress, hooks)
     runs = {}
     for i, recipe in enumerate(("naive", "optimized"), start=2):
         print(f"{i}/3 {recipe}: full run to target", flush=True)
-        trainer = mod.build(recipe, profile, data_dir=data_dir, device=device, seed=seed)
+        trainer = mod.build(recipe, profile, data_dir=data_dir, device=device, seed=seed, **hooks)
         # Both recipes run their whole schedule: the accuracy delta then compares finished
         # recipes, not a run stopped at the target against one that kept improving. The time to
         # target is read from the same run (first evaluation at or above the target).
@@ -246,7 +251,9 @@ def _fmt(v, spec=".1f", none="—"):
 
 def table(result: dict) -> str:
     head = result.get("headline") or headline(result)
-    rows = [f"{result['workload']} / {result['profile']} on {result['device']}",
+    weights = (result["recipes"].get("naive", {}).get("config") or {}).get("model")
+    rows = [f"{result['workload']} / {result['profile']} on {result['device']}"
+            + (f", {weights}" if weights else ""),
             f"HEADLINE: {head['what']}: {_fmt(head['value'], '.2f')}x "
             f"(Δacc {result['accuracy_delta_pp']:+.2f} pp)",
             f"{'recipe':<10} {'samples/s':>10} {'tokens/s':>10} {'t→target s':>10} "
@@ -319,7 +326,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --against: the throughput A/B only, no full runs (ablation rows)")
     p.add_argument("--burst", type=float, default=1.0, help="seconds per timed burst")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--model", default=None,
+                   help="bert only: weights to start from: a folder, a hub name, 'packaged' (the "
+                        "course's all-MiniLM-L6-v2) or 'scratch' (default: the profile's choice)")
     args = p.parse_args(argv)
+    if args.model and args.workload != "bert":
+        p.error("--model applies to the bert workload only")
+    model_hooks = {"model": args.model} if args.model else {}
     try:
         if args.against:
             if args.workload != "bert":
@@ -328,11 +341,11 @@ def main(argv: list[str] | None = None) -> int:
 
             peer.run(args.profile, args.data, args.out, device=args.device, seed=args.seed,
                      pairs=args.pairs, progress=not args.quiet,
-                     hooks={"compile": True} if args.compile else None,
+                     hooks={**model_hooks, **({"compile": True} if args.compile else {})},
                      full_run=not args.ab_only)
             return 0
         run(args.workload, args.profile, args.data, args.out, device=args.device, seed=args.seed,
-            burst_s=args.burst, pairs=args.pairs, progress=not args.quiet)
+            burst_s=args.burst, pairs=args.pairs, progress=not args.quiet, hooks=model_hooks)
     except (ValueError, FileNotFoundError) as e:
         print(f"effkit.bench: error: {e}", file=sys.stderr)
         return 2

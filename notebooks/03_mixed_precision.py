@@ -304,7 +304,7 @@ GUESS_BERT_SPEEDUP = None  # your guess
 bert_fp32 = bert.build("naive", PROFILE, precision="off")
 bert_low = bert.build("naive", PROFILE, precision=LOW_NAME)
 k = SIZES["bert_steps"]
-bert_ab = lesson.ab(f"naive BERT ({bert.PROFILES[PROFILE].hidden} wide): fp32 vs {LOW_NAME}",
+bert_ab = lesson.ab(f"naive BERT ({bert_fp32.describe()['hidden']} wide): fp32 vs {LOW_NAME}",
                     lambda: bert_fp32.train_steps(k).samples,
                     lambda: bert_low.train_steps(k).samples, pairs=SIZES["pairs"],
                     a_label="fp32", b_label=LOW_NAME, unit="sentences/s")

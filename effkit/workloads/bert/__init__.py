@@ -2,9 +2,12 @@
 
 **What it does.** ``build(recipe, profile)`` returns a ``Trainer`` (see
 :mod:`effkit.workloads.common`) that trains ``transformers``' ``BertForSequenceClassification`` on
-SST-2: pretrained ``bert-base-uncased`` on GPUs, a small from-scratch BERT with a WordPiece
-tokenizer trained on SST-2 on CPUs and offline. ``prepare_data(profile)`` makes sure the data
-exists (GLUE TSVs from a folder or the hub, or synthetic ones in the same format for ``smoke``).
+SST-2: pretrained ``bert-base-uncased`` on GPUs where its weights exist, else the packaged
+all-MiniLM-L6-v2 (the ``cpu`` profile's choice; :mod:`effkit.workloads.bert.pretrained`), else a
+small from-scratch BERT with a WordPiece tokenizer trained on SST-2 (``smoke``, and a loud note
+wherever pretrained weights were wanted). ``build(..., model=...)`` picks other weights.
+``prepare_data(profile)`` makes sure the data exists (GLUE TSVs from a folder or the hub, or
+synthetic ones in the same format for ``smoke``).
 
 **When to use it.** The course's text workload: lessons on padding, bucketing, tokenization,
 mixed precision (``build("naive", ..., precision=..., train_step=...)``) and batch-size scaling.

@@ -118,8 +118,10 @@ def run(profile: str, data: str | None, out: Path, *, device=None, seed: int = 0
     data_dir = bert.prepare_data(profile, data)
     print(f"[effkit.bench] bert/{profile}: optimized vs HF Trainer on {name}", flush=True)
     hooks = dict(hooks or {})
+    same = {k: v for k, v in hooks.items() if k == "model"}  # both sides start from the same weights
     opt = bert.build("optimized", profile, data_dir=data_dir, device=device, seed=seed, **hooks)
-    hf_model = bert.build("optimized", profile, data_dir=data_dir, device=device, seed=seed).model
+    hf_model = bert.build("optimized", profile, data_dir=data_dir, device=device, seed=seed,
+                          **same).model
     tmp = Path(tempfile.mkdtemp(prefix="hf-trainer-"))
     _, collator, make = _hf_parts(opt, device, seed, tmp)
     # HF's length-grouped sampler sorts each mega-batch of ``mult`` batches longest first, so a
@@ -179,7 +181,7 @@ def run(profile: str, data: str | None, out: Path, *, device=None, seed: int = 0
                           **hooks)
     full_opt.stop_at_target = False
     opt_run = train_to_target(full_opt, progress=False, device_label=name)
-    judge = bert.build("optimized", profile, data_dir=data_dir, device=device, seed=seed)
+    judge = bert.build("optimized", profile, data_dir=data_dir, device=device, seed=seed, **same)
     trainer = make(judge.model, judge.total_steps)
     sync(device)
     t0 = time.perf_counter()

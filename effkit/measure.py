@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import platform
 import re
-import resource
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
+
+from effkit.peak_memory import peak_memory_bytes, reset_peak_memory  # noqa: F401  (re-exported)
 
 # Dense (no sparsity) peak FLOP/s per precision, by exact GPU model. Sources: NVIDIA datasheets
 # (H100/H200 SXM, PCIe and NVL, A100, A10, L4, L40, L40S, V100, T4) and the Ada / Ampere GeForce
@@ -164,43 +163,6 @@ def cost_to_target(seconds: float, dollars_per_hour: float) -> float:
     if seconds < 0 or dollars_per_hour < 0:
         raise ValueError("seconds and dollars_per_hour must be non-negative")
     return seconds / 3600.0 * dollars_per_hour
-
-
-def _vm_hwm_bytes() -> int | None:
-    """The process's resident-set high-water mark (Linux), which ``reset_peak_memory`` can reset."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024  # reported in kB
-    except OSError:
-        pass
-    return None
-
-
-def peak_memory_bytes(device: torch.device | str = "cpu") -> int:
-    """Peak memory: CUDA's allocator peak on GPUs, the process's peak RSS on CPU (since the last
-    ``reset_peak_memory`` where Linux allows resetting it, else since the process started)."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(dev))
-    hwm = _vm_hwm_bytes()
-    if hwm is not None:
-        return hwm
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if sys.platform == "darwin" else rss * 1024)  # Linux reports KiB
-
-
-def reset_peak_memory(device: torch.device | str = "cpu") -> None:
-    """Start a new peak: CUDA's allocator statistics, or the RSS high-water mark on Linux (without
-    it, two recipes measured in one process would both report the first one's peak)."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
-        return
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # "5" resets VmHWM to the current RSS
-    except OSError:
-        pass
 
 
 class StepTimer:

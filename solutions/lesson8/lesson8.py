@@ -46,7 +46,7 @@
 # and B only, trainable count, merge; 2 points: injection). Your recipe comes back as data: the
 # grader fine-tunes with peft itself, measures the gradient + AdamW state bytes (budget: 5% of full
 # fine-tuning's) and the held-out accuracy against its own full fine-tuning on the same task (no
-# more than 3 points below) (3 points).
+# more than 5 points below) (3 points).
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import torch

@@ -47,7 +47,7 @@ from grader.quiz import quiz_check
 TOLERANCE = 1e-5  # relative error against peft: the same arithmetic
 CALL_SECONDS = 30
 MEMORY_SHARE = 0.05  # gradient + optimizer bytes allowed, as a share of full fine-tuning's
-MARGIN = 0.03  # accuracy below full fine-tuning's allowed (held-out 1,000 sentences); calibrated
+MARGIN = 0.05  # accuracy below full fine-tuning's allowed (held-out 1,000 sentences); calibrated: grader/README.md
 SETUP_SOURCE = """\
 import torch
 from torch import nn"""

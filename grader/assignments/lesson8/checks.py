@@ -107,8 +107,8 @@ def check_layer(ctx: Context) -> None:
     trainable = r.data.get("trainable") if isinstance(r.data.get("trainable"), dict) else {}
     frozen_base = not any(n.startswith("base") for n in trainable) and "base.weight" not in (r.data.get("got_grad") or [])
     expect(frozen_base, f"{shown}: the base layer's parameters require grad ({sorted(trainable)}): freeze them "
-                        "(base.weight.requires_grad_(False)); otherwise AdamW keeps two states for every "
-                        "frozen-to-be weight and LoRA saves nothing")  # fmt: skip
+                        "(base.requires_grad_(False)); otherwise the base gets gradients and two AdamW states "
+                        "per weight, and LoRA saves nothing")  # fmt: skip
     count, want = sum(int(v) for v in trainable.values() if isinstance(v, int)), rank * (base.in_features + base.out_features)
     expect(count == want, f"{shown}: {count:,} trainable parameters, expected r * (in + out) = {want:,}")
     for key in ("grad_a", "grad_b"):

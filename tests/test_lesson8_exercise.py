@@ -165,7 +165,7 @@ def test_recipe_mistakes_earn_nothing_with_a_hint(name):
 def test_validation_refuses_bools_nan_and_bad_names():
     good = {"target_modules": ["query"], "r": 8, "lora_alpha": 16, "lr": 1e-3}
     assert checks.validate(good)["r"] == 8
-    for bad in ({**good, "r": True}, {**good, "lr": 0.5}, {**good, "target_modules": ["a b"]},
+    for bad in ({**good, "r": True}, {**good, "lr": 0.5}, {**good, "lr": float("nan")}, {**good, "target_modules": ["a b"]},
                 {**good, "extra": 1}, {**good, "target_modules": []}, {"not_json": "Tensor"}):
         with pytest.raises(CheckFailed):
             checks.validate(bad)

@@ -162,9 +162,9 @@ check_my_work("test_quiz", "lesson8.ipynb")
 from peft import LoraConfig, get_peft_model
 from transformers import BertConfig, BertModel
 
-torch.manual_seed(0)
 cfg = BertConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128)
 ids = torch.randint(0, 100, (2, 12))
+torch.manual_seed(0)  # the same base weights for both
 mine = inject_lora(BertModel(cfg).eval(), ["query", "value"], r=4, alpha=8)
 torch.manual_seed(0)
 theirs = get_peft_model(BertModel(cfg).eval(), LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"]))

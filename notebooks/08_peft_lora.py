@@ -25,8 +25,8 @@
 # 5. merge the adapters into the weights for inference with zero overhead — measured;
 # 6. name the next step on a GPU: QLoRA.
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU, with other jobs running: load average
-# 4-5): about 4.1 min in `cpu` (247 s), 11 s in `smoke`.
+# **Run time** (measured on a 2-core AMD EPYC VM, no GPU, with other jobs running): about 2.5 min in
+# `cpu` (149 s at load average 1.7-2.5; 247 s at 4-5), 9 s in `smoke`.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one), `smoke`
 # (tests only: a 2-layer encoder on synthetic sentences; its numbers show the code runs, not what

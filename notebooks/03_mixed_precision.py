@@ -61,6 +61,18 @@ SIZES = {
 }[PROFILE]
 print(f"profile {PROFILE!r} on {DEVICE_NAME}")
 
+
+# %% [markdown]
+# **Where the data comes from.** The `cpu` and `gpu` profiles train on real SST-2 and CIFAR-10.
+# Offline (or to use a copy you already have), point `EFFKIT_SST2_DIR` at a folder with GLUE
+# SST-2's `train.tsv`/`dev.tsv`/`test.tsv` and `EFFKIT_CIFAR_DIR` at one holding
+# `cifar-10-batches-py/` — in the shell before `jupyter lab`, or in the cell below with
+# `os.environ[...] = ...` before anything loads. `smoke` generates synthetic data in both formats.
+
+# %%
+for workload, source in lesson.data_location(PROFILE).items():
+    print(f"{workload:9} <- {source}")
+
 # %% [markdown]
 # ## 1. fp16 or bf16?
 #

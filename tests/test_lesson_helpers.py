@@ -116,3 +116,25 @@ def test_ab_adds_pairs_until_the_interval_is_tight_or_the_cap(monkeypatch):
 
     result = lesson.ab("jitter", jittery, jittery, pairs=6, max_pairs=9, quiet=True)
     assert result.pairs == 9  # ran past the 6 asked for, stopped at the cap
+
+
+def test_data_location_names_the_folder_a_learner_points_at(monkeypatch, tmp_path):
+    monkeypatch.setenv("EFFKIT_DATA", str(tmp_path / "cache"))  # an empty cache
+    monkeypatch.delenv("EFFKIT_SST2_DIR", raising=False)
+    monkeypatch.delenv("EFFKIT_CIFAR_DIR", raising=False)
+    assert "synthetic" in lesson.data_location("smoke")["SST-2"]
+    offline = lesson.data_location("cpu")
+    assert "EFFKIT_SST2_DIR" in offline["SST-2"] and "SYNTHETIC" in offline["CIFAR-10"]
+    assert "EFFKIT_CIFAR_DIR" in lesson.data_location("gpu")["CIFAR-10"]
+    monkeypatch.setenv("EFFKIT_SST2_DIR", str(tmp_path / "sst2"))
+    assert str(tmp_path / "sst2") in lesson.data_location("cpu")["SST-2"]
+
+
+def test_the_sst2_env_var_is_where_the_cpu_profile_reads_its_tsvs(monkeypatch, tmp_path):
+    from effkit.workloads.bert.data import make_synthetic_sst2
+    from effkit.workloads.bert.profiles import prepare_data
+
+    folder = make_synthetic_sst2(tmp_path / "tsvs", 40, 20)
+    monkeypatch.setenv("EFFKIT_SST2_DIR", str(folder))
+    monkeypatch.setenv("EFFKIT_DATA", str(tmp_path / "cache"))
+    assert prepare_data("cpu") == folder

@@ -58,6 +58,16 @@ QUIZ_KEY = {  # the notebook holds only the questions
     "q3": "a",  # B starts at zero: the model starts exactly as the pretrained one
     "q4": "b",  # merge: W + (alpha/r) B A, zero inference overhead
 }
+QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
+    "q1": {"a": "4 bytes are the fp32 weights alone; gradients and AdamW's two states add 12 more",
+           "b": "8 bytes cover weights and gradients, not AdamW's two states"},
+    "q2": {"a": "the frozen base matmuls still run in full; LoRA adds small matmuls on top",
+           "c": "frozen layers still run forward; they only skip weight gradients and optimizer states"},
+    "q3": {"b": "A does get gradients once B moves; B = 0 makes the adapted model start exactly as the pretrained one",
+           "c": "the merge adds (alpha/r) B A to W; biases are untouched either way"},
+    "q4": {"a": "after merging, the adapter is folded into W: no extra matmuls remain",
+           "c": "the merged model has exactly the base model's shapes, so it costs the same"},
+}
 
 
 def _tensors(r) -> dict[str, torch.Tensor]:
@@ -224,7 +234,7 @@ def check_recipe(ctx: Context) -> None:
 
 
 CELL_CHECKS = {"test_layer": check_layer, "test_inject": check_inject, "test_recipe": check_recipe,
-               "test_quiz": quiz_check(QUIZ_KEY)}  # fmt: skip
+               "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
 NAMES = ("LoRALinear", "inject_lora", "lora_recipe")
 
 

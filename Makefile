@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.effkit-installed
 DEMO_ARGS ?=
 SST2 ?= ../shared/data/sst2
 
-.PHONY: setup browser demo test lint lab exercises notebooks site bench gpu-check clean
+.PHONY: setup browser demo test lint lab exercises notebooks site bench dashboard gpu-check clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "effkit needs Python >= 3.10"'
@@ -54,6 +54,9 @@ exercises: $(STAMP)  ## regenerate the student versions in exercises/ from solut
 bench: $(STAMP)  ## both workloads' smoke A/B (time-to-target with evaluations on the clock)
 	$(BIN)/python -m effkit.bench bert --profile smoke --out runs/bench/bert
 	$(BIN)/python -m effkit.bench cifar --profile smoke --out runs/bench/cifar
+
+dashboard: $(STAMP)  ## every recorded run's cost to target side by side -> runs/dashboard/index.html
+	$(BIN)/python -m effkit.dashboard benchmarks/results runs --out runs/dashboard
 
 # On a CUDA machine (offline is fine): gpu profiles, the HF Trainer peer benchmark, every lesson
 # under EFFKIT_PROFILE=gpu, grading, stress and calibrate -> benchmarks/results/<device>/.

@@ -103,3 +103,24 @@ def test_the_idle_recipe_has_no_workers_running_while_the_other_is_timed():
     naive.resume()
     assert len(multiprocessing.active_children()) == 2  # and they come back when it resumes
     naive.pause()
+
+
+def test_the_dashboard_reads_a_real_bench_result_and_counts_evaluations(bert_result, tmp_path):
+    from effkit import dashboard
+
+    out, res = bert_result
+    page = dashboard.main([str(out), "--out", str(tmp_path / "dash"), "--price-per-hour", "2.0"])
+    text = page.read_text()
+    assert res["device"] in text and "naive" in text and "optimized" in text
+    assert (tmp_path / "dash" / "cost_to_target.png").stat().st_size > 5_000
+    assert (tmp_path / "dash" / "accuracy_vs_time.png").stat().st_size > 5_000
+    for row in dashboard.rows(dashboard.find_results([out]), price_per_hour=2.0):
+        rec = res["recipes"][row["recipe"]]
+        if rec["time_to_target_s"] is None:
+            assert row["seconds_to_target"] is None and "not reached" in text
+            continue
+        assert row["seconds_to_target"] == rec["time_to_target_s"]
+        evals = rec["time_to_target_s"] - rec["time_to_target_train_only_s"]
+        assert row["eval_seconds_to_target"] == pytest.approx(evals) and evals > 0
+        assert row["cost"] == pytest.approx(rec["time_to_target_s"] / 3600 * 2.0)
+        assert row["samples_to_target"] % rec["config"]["batch_size"] == 0

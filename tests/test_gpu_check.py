@@ -58,3 +58,14 @@ def test_dry_run_passes_on_a_cpu(tmp_path):
     for wl in ("cifar", "bert"):
         res = json.loads((tmp_path / wl / "result.json").read_text())
         assert res["headline"]["value"] is None or res["headline"]["value"] > 0
+
+
+def test_a_grading_writes_its_report_into_a_folder_nothing_created(tmp_path):
+    """Every `grade-*` step of the first H100 run crashed here (FileNotFoundError after grading)."""
+    from grader.__main__ import main
+
+    out = tmp_path / "grading" / "deeper" / "lesson1.json"
+    stub = ROOT / "exercises" / "lesson1" / "lesson1.ipynb"
+    assert main(["check", str(stub), "--assignment", "lesson1", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["assignment"] == "lesson1" and report["total"] == 0 < report["max_total"]

@@ -72,11 +72,14 @@ def plan(out: Path, sst2: Path, cifar: Path, dry: bool) -> list[dict]:
         argv = [PY, "-c", _EXECUTE, str(nb), str(out / "lessons" / nb.name)]
         steps.append({"name": f"lesson-{nb.stem}", "argv": argv + (["--read-only"] if dry else []),
                       "env": {"EFFKIT_PROFILE": "gpu", **cache}})
-    graded = sorted((ROOT / "solutions").glob("lesson*/lesson*.ipynb"))
-    graded.append(ROOT / "tests" / "submissions" / "no_faster.ipynb")
-    for nb in graded:
+    # (notebook, assignment): named explicitly, since a submission's file name need not be the
+    # assignment's notebook name (no_faster.ipynb is a lesson 2 submission)
+    graded = [(nb, nb.parent.name) for nb in sorted((ROOT / "solutions").glob("lesson*/lesson*.ipynb"))]
+    graded.append((ROOT / "tests" / "submissions" / "no_faster.ipynb", "lesson2"))
+    for nb, assignment in graded:
         name = f"grade-{nb.parent.name}-{nb.stem}"
-        argv = [PY, "-m", "grader", "check", str(nb), "--json", str(out / "grading" / f"{name}.json")]
+        argv = [PY, "-m", "grader", "check", str(nb), "--assignment", assignment,
+                "--json", str(out / "grading" / f"{name}.json")]
         steps.append({"name": name, "argv": argv, "env": cache})
     steps.append({"name": "grader-stress", "argv": [PY, "-m", "grader", "stress", "--times", "3",
                                                     "--json", str(out / "stress.json")], "env": cache})

@@ -69,3 +69,22 @@ def test_a_grading_writes_its_report_into_a_folder_nothing_created(tmp_path):
     assert main(["check", str(stub), "--assignment", "lesson1", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["assignment"] == "lesson1" and report["total"] == 0 < report["max_total"]
+
+
+def test_every_grading_step_names_an_assignment_that_owns_its_notebook(tmp_path):
+    """`grade-submissions-no_faster` exited 2 on the H100: no assignment has a notebook called
+    'no_faster'. Each grading step resolves its assignment exactly as `grader check` does."""
+    from grader import assignments, course
+    from grader.notebook import read_notebook, solution_ids
+
+    mod = _gpu_check()
+    gradings = [s for s in mod.plan(tmp_path, tmp_path / "sst2", tmp_path / "c", dry=False)
+                if s["name"].startswith("grade-")]
+    assert gradings
+    for s in gradings:
+        argv = s["argv"]
+        notebook = Path(argv[argv.index("check") + 1])
+        given = argv[argv.index("--assignment") + 1] if "--assignment" in argv else None
+        a = assignments.get(given) if given else assignments.for_notebook(notebook.stem)
+        source = read_notebook(course.source_notebook(a.id, a.notebook))
+        assert solution_ids(read_notebook(notebook)) == solution_ids(source), s["name"]

@@ -61,9 +61,10 @@ def table(summary: dict) -> str:
     for r in summary["steps"]:
         result = r.get("verdict", "") + ("" if r.get("as_expected", True) else " **NOT AS EXPECTED**")
         if r["rc"] == 124:
-            result = f"stopped at its limit ({r['limit_s']:.0f} s) " + result
-        lines.append(f"| `{r['name']}` | {r['suite']} {r['part']} | {r['rc']} | {result.strip()} | "
-                     f"{r['seconds']:.0f} | {r['planned_s']} |")
+            result = f"stopped at its limit ({r.get('limit_s', '?')} s) " + result
+        # rows kept from an earlier summary.json may predate suites and parts
+        lines.append(f"| `{r['name']}` | {r.get('suite', '')} {r.get('part', '')} | {r['rc']} | "
+                     f"{result.strip()} | {r['seconds']:.0f} | {r.get('planned_s', '')} |")
     return "\n".join(lines)
 
 

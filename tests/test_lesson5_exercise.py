@@ -114,6 +114,45 @@ def test_a_recompute_without_the_rng_state_is_named():
     assert "new dropout masks" in _diagnose({"missing": []}, got, seed, rng_seed, plan)
 
 
+class _PlanOnlySession:
+    """The parent's view of a worker that answers the planner call with a fixed plan."""
+
+    def __init__(self, plan: dict):
+        self.cells, self.plan = [("plan_checkpointing", "")], plan
+
+    def call(self, name, timeout_s, **kwargs):
+        assert name == "plan"
+        return CallResult(ok=True, data={"plan": self.plan})
+
+
+def test_plans_are_timed_on_the_device_the_grading_runs_on(monkeypatch):
+    """On the H100 lesson 5's speed checks ran on the CPU, one thread: the timing must follow the
+    grading's device (a CUDA machine times on its GPU, synchronised, more steps per round)."""
+    from grader.assignments.lesson5 import plan_checks
+
+    seen = {}
+
+    def fake_time_plans(stack, x, plans, rounds, steps, max_rounds, settled, device="cpu"):
+        seen.update(device=device, steps=steps)
+        row = {"ratio": 1.5, "low": 1.2, "high": 1.8, "rounds": rounds, "coverage": 0.99, "step_s": 0.01}
+        return {name: dict(row) for name in plans}
+
+    monkeypatch.setattr(plan_checks, "grading_device", lambda: "cuda")
+    monkeypatch.setattr(cc, "time_plans", fake_time_plans)
+    ctx = Context(_PlanOnlySession({"blocks": [0, 1, 2], "save": None}), random.Random(3))
+    plan_checks.check_speed(ctx)
+    assert seen == {"device": "cuda", "steps": plan_checks.CUDA_STEPS}
+    assert any("cuda" in line and "one CPU thread" not in line for line in ctx.lines)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_time_plans_times_on_the_gpu():
+    stack, (x, _) = cc.build_stack(5), cc.draw_batch(6)
+    t = cc.time_plans(stack, x, {"everything": CheckpointPlan.everything(cc.N_BLOCKS),
+                                 "none": CheckpointPlan()}, 3, 2, device="cuda")
+    assert t["none"]["step_s"] > 0 and t["none"]["ratio"] > 0 and next(stack.parameters()).device.type == "cpu"
+
+
 # -- gradings (each one sandboxed worker) -------------------------------------------------------
 
 EVERYTHING = """def plan_checkpointing(blocks, x, budget_bytes):

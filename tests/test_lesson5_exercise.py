@@ -114,6 +114,38 @@ def test_a_recompute_without_the_rng_state_is_named():
     assert "new dropout masks" in _diagnose({"missing": []}, got, seed, rng_seed, plan)
 
 
+def test_the_reference_forward_runs_on_a_torch_without_respect_saved_tensors_hooks():
+    """torch < 2.12 has no `respect_saved_tensors_hooks` and hands unknown keywords to the block
+    (on the H100's torch 2.11: "Block.forward() got an unexpected keyword argument"): the reference
+    must detect the argument, not assume it. Its forward runs here against a `checkpoint` with the
+    old signature; the gradients are the plain stack's."""
+    from torch.utils import checkpoint as ckpt
+
+    from grader.assignments.lesson5.checks import SETUP_SOURCE, TOLERANCE, _rel
+
+    def old_checkpoint(function, *args, use_reentrant=None, context_fn=ckpt.noop_context_fn,
+                       determinism_check="default", debug=False, **kwargs):
+        # torch < 2.12: preserve_rng_state is popped, every other keyword goes to the function
+        preserve = kwargs.pop("preserve_rng_state", True)
+        return ckpt.checkpoint(lambda *a: function(*a, **kwargs), *args, use_reentrant=use_reentrant,
+                               context_fn=context_fn, determinism_check=determinism_check,
+                               debug=debug, preserve_rng_state=preserve)
+
+    ns: dict = {}
+    exec(SETUP_SOURCE, ns)
+    ns["checkpoint"] = old_checkpoint
+    exec(dict(_cells(SOLUTION))["checkpointed_forward"], ns)
+    seed, rng_seed = 21, 22
+    stack, (x, w) = cc.build_stack(seed), cc.draw_batch(seed + 1)
+    ops = sorted(cc.ops_in(stack, x) & {"addmm", "mm"})
+    with cc.threads(1):
+        torch.manual_seed(rng_seed)
+        out = ns["checkpointed_forward"](stack, x, {"blocks": list(range(cc.N_BLOCKS)), "save": ops})
+        (out * w).sum().backward()
+    got, missing = cc.flat_grads(stack)
+    assert not missing and _rel(got, cc.reference_grads(seed, rng_seed)[1]) <= TOLERANCE
+
+
 class _PlanOnlySession:
     """The parent's view of a worker that answers the planner call with a fixed plan."""
 

@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.effkit-installed
 DEMO_ARGS ?=
 SST2 ?= ../shared/data/sst2
 
-.PHONY: setup browser demo test lint lab exercises notebooks site bench gpu-check gpu-check-lessons clean
+.PHONY: setup browser demo test test-oldest-torch lint lab exercises notebooks site bench gpu-check gpu-check-lessons clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "effkit needs Python >= 3.10"'
@@ -32,6 +32,11 @@ browser:
 test: $(STAMP) browser  ## lint + the whole test suite (what CI runs)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+# The exercise tests on the oldest torch pyproject.toml declares, in a second venv
+# (.venv-oldest-torch: torch X.Y from the registry, ~3 GB, built once; ~4 min in all here).
+test-oldest-torch:
+	$(PYTHON) tests/oldest_torch.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -7,6 +7,7 @@ planner: budget and speed; the forward: gradients); the other cells are the refe
 full marks the first grading shows.
 """
 
+import inspect
 import json
 import random
 from pathlib import Path
@@ -190,6 +191,10 @@ def test_time_plans_times_on_the_gpu():
 EVERYTHING = """def plan_checkpointing(blocks, x, budget_bytes):
     return {"blocks": list(range(len(blocks))), "save": None}"""
 
+# torch >= 2.12 lets saved_activation_bytes count what selective checkpointing keeps; on an
+# older torch the grader says it cannot check a selective plan's bytes (tests/oldest_torch.py)
+SAC_COUNTED = "respect_saved_tensors_hooks" in inspect.signature(torch.utils.checkpoint.checkpoint).parameters
+
 POINTWISE = """def plan_checkpointing(blocks, x, budget_bytes):
     # keep the cheap pointwise outputs, recompute the matmuls: the wrong way round
     return {"blocks": list(range(len(blocks))), "save": ["gelu", "native_layer_norm", "add", "mul"]}"""
@@ -258,7 +263,8 @@ def _grade_plan(planner_source: str, seed: int = 1) -> dict[str, CellVerdict]:
 @pytest.mark.parametrize("name, source, points, hint", [
     ("checkpoint everything", EVERYTHING, 2, "checkpoints every block: it fits, but recomputes all of them"),
     ("one block more than needed", ONE_TOO_MANY, 4, "recompute only what the budget needs"),
-    ("save pointwise, recompute matmuls", POINTWISE, 0, "over budget"),
+    ("save pointwise, recompute matmuls", POINTWISE, 0,
+     "over budget" if SAC_COUNTED else "cannot count what selective checkpointing keeps"),
 ])  # fmt: skip
 def test_plausible_planner_mistakes_score_what_they_deserve_with_a_hint(name, source, points, hint):
     """Budget 2 + speed 2 + least recompute 1 on the plan cells (the forward and the quiz are the

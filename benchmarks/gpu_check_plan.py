@@ -36,6 +36,7 @@ PLANNED_S = {
     "bench-bert": 420,  # not measured: killed at 250 s from scratch; the pretrained encoder stops earlier
     "calibrate-lesson2": 300,  # not measured: 6 pairs = two of lesson 2's 3-pair gradings (170 s each)
     "calibrate-lesson3": 300,  # not measured: as lesson 2, if lesson 3's grading meets its 3 minutes
+    "calibrate-lesson5": 200,  # not measured: 8 gradings of the two timed cells (lesson 5's whole: 35 s)
     "grade-lesson1-lesson1": 24,
     "grade-lesson2-lesson2": 170,
     "grade-submissions-no_faster": 170,  # not measured: a lesson 2 grading
@@ -95,6 +96,10 @@ def steps(out: Path, sst2: Path, cifar: Path, cache: Path, dry: bool) -> list[di
         plan.append({"name": f"calibrate-{aid}", "assignment": aid, "env": env,
                      "argv": [PY, "-m", "grader", "calibrate", "--assignment", aid, *sizes,
                               "--json", str(out / "calibrate" / f"{aid}.json")]})
+    # lesson 5's timed cells (test_speed, test_least_recompute) time on the grading's device: its
+    # calibration grades four planners on the GPU (figures in the log; grader/README.md, lesson 5)
+    plan.append({"name": "calibrate-lesson5", "assignment": "lesson5", "env": env,
+                 "argv": [PY, "benchmarks/lesson5_calibrate.py", *(["1", "everything"] if dry else ["2"])]})
     for name, nb, aid, expect in _graded():
         if dry and expect == "zero":
             continue  # the dry run grades a stub in every grading step already (below)

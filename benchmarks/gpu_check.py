@@ -87,6 +87,8 @@ def run_steps(steps: list[dict], out: Path, step_timeout: float | None = None) -
         later = sum(x["planned_s"] for x in steps[i + 1:])
         limit = step_timeout or max(s["planned_s"], gpu_check_plan.PART_S - (t0 - start) - later)
         print(f"[gpu-check] {s['name']} (plan {s['planned_s']} s, limit {limit:.0f} s) ...", flush=True)
+        if "--json" in s["argv"]:  # an earlier run's report must not stand in for this one's
+            Path(s["argv"][s["argv"].index("--json") + 1]).unlink(missing_ok=True)
         with log.open("w") as fh:
             try:
                 rc = subprocess.run(s["argv"], cwd=ROOT, env=dict(env, **s.get("env", {})),

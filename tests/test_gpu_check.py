@@ -133,3 +133,15 @@ def test_every_grading_step_names_an_assignment_that_owns_its_notebook(tmp_path)
         a = assignments.get(given) if given else assignments.for_notebook(notebook.stem)
         source = read_notebook(course.source_notebook(a.id, a.notebook))
         assert solution_ids(read_notebook(notebook)) == solution_ids(source), s["name"]
+
+
+def test_a_grading_that_writes_nothing_is_not_judged_on_an_earlier_report(tmp_path):
+    mod = _gpu_check()
+    report = tmp_path / "grading" / "grade-x.json"
+    report.parent.mkdir()
+    report.write_text(json.dumps({"total": 12, "max_total": 12, "cells": []}))  # a previous run's
+    step = {"name": "grade-x", "suite": "check", "part": 1, "planned_s": 5, "expect": "full",
+            "assignment": "lesson1", "argv": [mod.sys.executable, "-c", "raise SystemExit(1)",
+                                              "--json", str(report)]}
+    (row,) = mod.run_steps([step], tmp_path)
+    assert row["rc"] == 1 and row["as_expected"] is False and row["verdict"] == "no report written"

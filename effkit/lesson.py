@@ -15,6 +15,11 @@ the committed notebooks.
 
 **Pitfalls.** Order-statistic intervals need >= 6 pairs to cover the median ~95% of the time
 (3 pairs: 75%): `ab()` refuses fewer than 6 unless asked, and always states the real coverage.
+With 6 pairs the interval is the [min, max] of the ratios, often wide on a busy machine: `ab()`
+keeps adding pairs (up to ``max_pairs``, twice ``pairs`` by default, none in smoke) until the interval's
+half-width is within ``rel_ci`` of the ratio, and when it is still wider than a factor of
+``WIDE`` it says "no evidence either way" rather than "no clear difference". In the ``smoke``
+profile every verdict says it is not evidence: the sizes are tiny on purpose.
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ from pathlib import Path
 
 import torch
 
-from effkit.abtest import ABResult, compare, verdict
+from effkit.abtest import ABResult, Verdict, compare, verdict
 from effkit.measure import device_name
 
 PROFILES = ("smoke", "cpu", "gpu")
 MIN_PAIRS = 6  # the fewest pairs whose [x_(1), x_(n)] interval covers the median >= 95%
+WIDE = 2.0  # an interval whose ends differ by more than this factor supports no conclusion
+SMOKE_NOTE = "smoke profile: tiny sizes to test the notebook runs — not evidence"
 
 
 def profile() -> str:
@@ -53,6 +60,8 @@ def ab(
     b: Callable[[], object],
     *,
     pairs: int = MIN_PAIRS,
+    max_pairs: int | None = None,
+    rel_ci: float = 0.10,
     a_label: str = "A",
     b_label: str = "B",
     unit: str = "samples/s",
@@ -60,10 +69,12 @@ def ab(
     dev: torch.device | None = None,
     quiet: bool = False,
 ) -> ABResult:
-    """`compare(a, b)` for exactly ``pairs`` pairs with a progress bar; prints the verdict.
+    """`compare(a, b)` for ``pairs`` pairs, then more (up to ``max_pairs``, default 2 x ``pairs``)
+    until the interval is tight (half-width <= ``rel_ci`` of the ratio); prints the verdict.
 
     Each callable does one burst of work and returns its sample count. The result carries the
-    verdict as ``result.verdict`` (see `effkit.abtest.verdict`).
+    verdict as ``result.verdict`` (see `effkit.abtest.verdict`), reworded as "no evidence either
+    way" when the interval is wider than a factor ``WIDE``, and marked as not evidence in smoke.
     """
     from tqdm.auto import tqdm
 
@@ -71,20 +82,78 @@ def ab(
         raise ValueError(f"{pairs} pairs: an interval from < {MIN_PAIRS} pairs covers the median"
                          " less than 95% of the time; use more pairs, shorter bursts")
     dev = dev or device()
-    bar = tqdm(total=pairs, desc=name, unit="pair")
+    if max_pairs is None:  # smoke is never evidence: adding pairs there would only cost CI time
+        max_pairs = pairs if profile() == "smoke" else 2 * pairs
+    max_pairs = max(pairs, max_pairs)
+    bar = tqdm(total=max_pairs, desc=name, unit="pair")
 
     def tick(done: int, ratio: float) -> None:
         bar.update(1)
         bar.set_postfix(ratio=f"{ratio:.2f}x")
 
-    result = compare(a, b, device=dev, min_pairs=pairs, max_pairs=pairs, progress=tick)
+    result = compare(a, b, device=dev, min_pairs=pairs, max_pairs=max_pairs, rel_ci=rel_ci, progress=tick)
     bar.close()
-    result.verdict = verdict(result, a_label, b_label, threshold)  # type: ignore[attr-defined]
+    result.verdict = lesson_verdict(result, a_label, b_label, threshold)  # type: ignore[attr-defined]
     if not quiet:
         print(f"{name}, on {device_name(dev)}: {a_label} {result.a_median:,.0f} {unit},"
               f" {b_label} {result.b_median:,.0f} {unit} (medians)")
         print(f"  -> {result.verdict}")
     return result
+
+
+def data_location(chosen: str | None = None) -> dict[str, str]:
+    """Where each workload's data comes from in profile ``chosen`` — printed, nothing downloaded.
+
+    Offline, the cpu/gpu profiles need the data on disk: point ``$EFFKIT_SST2_DIR`` at a folder of
+    SST-2 TSVs and ``$EFFKIT_CIFAR_DIR`` at one holding ``cifar-10-batches-py/``.
+    """
+    from effkit.workloads.bert.data import cache_root
+    from effkit.workloads.bert.profiles import get_profile as bert_profile
+    from effkit.workloads.cifar.data import data_home, has_cifar
+    from effkit.workloads.cifar.profiles import get_profile as cifar_profile
+
+    chosen = chosen or profile()
+    found = {}
+    if bert_profile(chosen).data == "synthetic":
+        found["SST-2"] = "synthetic sentences in GLUE's format, generated into the cache (smoke)"
+    elif os.environ.get("EFFKIT_SST2_DIR"):
+        found["SST-2"] = f"$EFFKIT_SST2_DIR = {os.environ['EFFKIT_SST2_DIR']}"
+    elif all((cache_root() / "sst2" / f"{s}.tsv").is_file() for s in ("train", "dev", "test")):
+        found["SST-2"] = f"the cache, {cache_root() / 'sst2'}"
+    else:
+        found["SST-2"] = ("a download from the Hugging Face hub on first use (needs internet; offline:"
+                          " set EFFKIT_SST2_DIR to a folder of train/dev/test.tsv)")
+    kind = cifar_profile(chosen).data
+    real = data_home() / "real"
+    if kind == "synthetic":
+        found["CIFAR-10"] = "synthetic images in CIFAR-10's format, generated into the cache (smoke)"
+    elif os.environ.get("EFFKIT_CIFAR_DIR"):
+        found["CIFAR-10"] = f"$EFFKIT_CIFAR_DIR = {os.environ['EFFKIT_CIFAR_DIR']}"
+    elif has_cifar(real):
+        found["CIFAR-10"] = f"the cache, {real}"
+    elif kind == "real-or-synthetic":
+        found["CIFAR-10"] = ("a SYNTHETIC stand-in (no real CIFAR-10 found: set EFFKIT_CIFAR_DIR for"
+                             " real images; accuracies on it say nothing about CIFAR-10)")
+    else:
+        found["CIFAR-10"] = ("a torchvision download on first use (needs internet; offline: set"
+                             " EFFKIT_CIFAR_DIR)")
+    return found
+
+
+def lesson_verdict(result: ABResult, a_label: str = "A", b_label: str = "B",
+                   threshold: float = 1.0) -> Verdict:
+    """`effkit.abtest.verdict`, saying "no evidence either way" for a uselessly wide interval and
+    "not evidence" in the smoke profile."""
+    said = verdict(result, a_label, b_label, threshold)
+    sentence = said.sentence
+    if said.word == "no clear difference" and result.ci_high > WIDE * result.ci_low:
+        sentence = (f"no evidence either way about {b_label} vs {a_label}: the interval"
+                    f" {result.ci_low:.2f}-{result.ci_high:.2f} (median {result.ratio:.2f}x, covering it"
+                    f" {result.coverage:.0%} of the time over {result.pairs} pairs) is too wide to say"
+                    " anything — the machine was too noisy or the bursts too short")
+    if profile() == "smoke":
+        sentence = f"{sentence} [{SMOKE_NOTE}]"
+    return Verdict(said.word, sentence)
 
 
 def plot_ab(results: dict[str, ABResult], title: str, ax=None):

@@ -132,13 +132,20 @@ def peak_flops(name: str, precision: str = "bf16", device_type: str = "cuda") ->
     return PEAK_FLOPS[model].get(precision) if model else None
 
 
-def run_precision(policy_mode: str, device_type: str = "cuda") -> str:
-    """The precision whose peak an MFU must use, from an AMP policy mode ("bf16", "fp16", "off")."""
+def run_precision(policy_mode: str, device_type: str = "cuda", ops: str = "matmul") -> str:
+    """The precision whose peak an MFU must use, from an AMP policy mode ("bf16", "fp16", "off")
+    and what dominates the FLOPs: ``ops="matmul"`` (transformers) or ``"conv"`` (CNNs). On CUDA an
+    "fp32" run is TF32 on tensor cores where PyTorch allows it: convolutions by default
+    (``torch.backends.cudnn.allow_tf32`` is True), matmuls only when asked for
+    (``torch.set_float32_matmul_precision("high")``)."""
+    if ops not in ("matmul", "conv"):
+        raise ValueError(f"ops must be 'matmul' or 'conv', not {ops!r}")
     if policy_mode in ("bf16", "fp16"):
         return policy_mode
-    if device_type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
-        return "tf32"  # fp32 matmuls run on tensor cores in TF32
-    return "fp32"
+    if device_type != "cuda":
+        return "fp32"
+    tf32 = torch.backends.cudnn.allow_tf32 if ops == "conv" else torch.backends.cuda.matmul.allow_tf32
+    return "tf32" if tf32 else "fp32"
 
 
 def mfu(flops_per_sample: float, samples_per_s: float, peak: float | None) -> float | None:

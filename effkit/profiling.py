@@ -11,6 +11,9 @@ goes, to see *which* operators or copies dominate inside a step.
 
 **Pitfalls.** The first steps include one-off costs — that is what ``wait`` and ``warmup`` skip.
 Profiling adds overhead: never quote throughput measured under the profiler.
+The ``ProfilerStep#N`` wrapper and ``record_function`` ranges are not operators: their *self* time is
+the step's time outside every operator (Python, waiting for data), so ``top_ops`` leaves them out and
+``outside_ops_ms`` reports that time on its own — ranking the wrapper first would name no bottleneck.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from torch.profiler import ProfilerActivity, profile, schedule
 class ProfileResult:
     trace: Path  # Chrome-trace JSON: open in ui.perfetto.dev or TensorBoard
     table: str  # the top operators by self time
-    top_ops: list[tuple[str, float]]  # (operator, self time in ms), descending
+    top_ops: list[tuple[str, float]]  # (operator, self time in ms), descending; no wrappers
+    outside_ops_ms: float = 0.0  # self time of the step wrappers: Python, data wait, not operators
 
 
 def profile_steps(
@@ -63,6 +67,21 @@ def profile_steps(
     averages = prof.key_averages()
     table = averages.table(sort_by=sort_key, row_limit=row_limit)
     attr = "self_device_time_total" if use_cuda else "self_cpu_time_total"
-    ranked = sorted(averages, key=lambda e: getattr(e, attr, 0.0), reverse=True)
+    ranges = _annotation_names(trace)
+    wrappers = [e for e in averages if e.key.startswith("ProfilerStep") or e.key in ranges]
+    ops = [e for e in averages if e not in wrappers]
+    ranked = sorted(ops, key=lambda e: getattr(e, attr, 0.0), reverse=True)
     top = [(e.key, getattr(e, attr, 0.0) / 1e3) for e in ranked[:row_limit]]
-    return ProfileResult(trace=trace, table=table, top_ops=top)
+    outside = sum(e.self_cpu_time_total for e in wrappers) / 1e3
+    return ProfileResult(trace=trace, table=table, top_ops=top, outside_ops_ms=outside)
+
+
+def _annotation_names(trace: Path) -> set[str]:
+    """Names of ``record_function`` ranges (category ``user_annotation`` in the Chrome trace)."""
+    import json
+
+    try:
+        events = json.loads(trace.read_text()).get("traceEvents", [])
+    except (OSError, ValueError):
+        return set()
+    return {e.get("name", "") for e in events if e.get("cat") == "user_annotation"}

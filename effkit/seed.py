@@ -51,7 +51,9 @@ def rng_state() -> dict:
         "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available():
+    # A process forked after CUDA started cannot touch CUDA at all (not even to read its RNG):
+    # it has no CUDA RNG to save, so it saves the host RNGs only.
+    if torch.cuda.is_available() and not torch.cuda._is_in_bad_fork():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 

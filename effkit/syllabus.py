@@ -35,7 +35,7 @@ LESSONS: tuple[Lesson, ...] = (
     _lesson(5, "activation_checkpointing", "Memory for compute: activation checkpointing", "ready"),
     _lesson(6, "never_lose_a_run", "Schedules, early stopping and checkpoint/resume", "ready"),
     _lesson(7, "dynamic_padding", "Dynamic padding and length bucketing"),
-    _lesson(8, "peft_lora", "Parameter-efficient fine-tuning: LoRA"),
+    _lesson(8, "peft_lora", "Parameter-efficient fine-tuning: LoRA", "ready"),
     _lesson(9, "distillation", "Knowledge distillation"),
     _lesson(10, "profiling", "Profiling: find the next bottleneck"),
     _lesson(11, "ddp_zero", "Data parallelism: DDP and ZeRO/FSDP"),

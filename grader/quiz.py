@@ -4,7 +4,8 @@
 a solution cell, ``QUIZ_ANSWERS = {"q1": "b", ...}``. ``probe_quiz`` (run in the sandboxed worker)
 returns those answers as short plain strings and nothing else; ``quiz_check(key)`` (run in the
 parent) compares them with the key, which lives in the assignment's grader module and never in the
-notebook, and names the questions to revisit.
+notebook, and for each wrong answer says why the chosen option is wrong (``why``: question ->
+option -> one sentence), so a quiz teaches rather than only scores.
 
 **When to use it.** Any assignment: re-export ``probe_quiz`` from its probes module, add
 ``"test_quiz": quiz_check(KEY)`` to its ``CELL_CHECKS``, and a ``quiz`` solution cell plus a
@@ -33,8 +34,25 @@ def probe_quiz(worker):
     return {"answers": {str(k)[:20]: str(v)[:20] for k, v in list(answers.items())[:20]}}, []
 
 
-def quiz_check(key: dict[str, str]) -> Callable[[Context], None]:
-    """Parent side: a cell check that passes when every answer matches ``key``."""
+def quiz_feedback(key: dict[str, str], answers: dict[str, str],
+                  why: dict[str, dict[str, str]] | None = None) -> list[str]:
+    """One line per wrong answer: the question, the option chosen and why it is wrong."""
+    lines = []
+    for q, right in key.items():
+        chosen = str(answers.get(q, "")).strip().lower()
+        if chosen == right:
+            continue
+        if not chosen:
+            lines.append(f"{q}: no answer")
+            continue
+        reason = (why or {}).get(q, {}).get(chosen)
+        lines.append(f"{q}: ({chosen}) — {reason}" if reason else f"{q}: ({chosen}) is not the best choice; revisit it")
+    return lines
+
+
+def quiz_check(key: dict[str, str], why: dict[str, dict[str, str]] | None = None) -> Callable[[Context], None]:
+    """Parent side: a cell check that passes when every answer matches ``key``; a wrong answer
+    gets ``why[question][option]`` as its feedback."""
 
     from grader.cells import expect, stub_reason
 
@@ -44,9 +62,8 @@ def quiz_check(key: dict[str, str]) -> Callable[[Context], None]:
         expect(r.ok, stub_reason(stub[0]["message"] if stub else r.failure)
                or f"reading QUIZ_ANSWERS {r.failure}")  # fmt: skip
         answers = r.data.get("answers", {})
-        wrong = [q for q in key if str(answers.get(q, "")).strip().lower() != key[q]]
-        expect(not wrong, f"{len(key) - len(wrong)} of {len(key)} answers right; revisit "
-                          + ", ".join(wrong))  # fmt: skip
+        wrong = quiz_feedback(key, answers, why)
+        expect(not wrong, f"{len(key) - len(wrong)} of {len(key)} answers right. " + "; ".join(wrong))
         ctx.ok(f"all {len(key)} answers right")
 
     return check_quiz

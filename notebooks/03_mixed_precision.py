@@ -34,6 +34,7 @@
 
 # %%
 # %matplotlib inline
+import math
 import re
 from pathlib import Path
 
@@ -59,6 +60,18 @@ SIZES = {
                 pairs=8),
 }[PROFILE]
 print(f"profile {PROFILE!r} on {DEVICE_NAME}")
+
+
+# %% [markdown]
+# **Where the data comes from.** The `cpu` and `gpu` profiles train on real SST-2 and CIFAR-10.
+# Offline (or to use a copy you already have), point `EFFKIT_SST2_DIR` at a folder with GLUE
+# SST-2's `train.tsv`/`dev.tsv`/`test.tsv` and `EFFKIT_CIFAR_DIR` at one holding
+# `cifar-10-batches-py/` — in the shell before `jupyter lab`, or in the cell below with
+# `os.environ[...] = ...` before anything loads. `smoke` generates synthetic data in both formats.
+
+# %%
+for workload, source in lesson.data_location(PROFILE).items():
+    print(f"{workload:9} <- {source}")
 
 # %% [markdown]
 # ## 1. fp16 or bf16?
@@ -261,7 +274,11 @@ print(f"fp16: {values.to(torch.float16).tolist()}   bf16: {values.to(torch.bfloa
 # ## 4. When does it pay?
 #
 # 16-bit math is faster only where the hardware has 16-bit units for the op *and* the op is big
-# enough for arithmetic, not casts and memory traffic, to dominate. Measure, A/B: first a
+# enough for arithmetic, not casts and memory traffic, to dominate. Small ops on a GPU are
+# **overhead-bound**: a kernel launch costs a few microseconds whatever its size, so a 256-wide
+# matmul is all launch and autocast's cast kernels add launches — 16 bits can make it *slower*.
+# (On a GPU, "fp32" here means full fp32 matmuls: PyTorch enables TF32 for matmuls only when asked,
+# `torch.set_float32_matmul_precision("high")` — a third option between the two measured here.) Measure, A/B: first a
 # matrix multiplication (forward and backward, as in a linear layer) at growing sizes, fp32
 # against autocast in this device's 16-bit type.
 
@@ -310,6 +327,27 @@ bert_ab = lesson.ab(f"naive BERT ({bert_fp32.describe()['hidden']} wide): fp32 v
                     a_label="fp32", b_label=LOW_NAME, unit="sentences/s")
 lesson.check_guess(GUESS_BERT_SPEEDUP, bert_ab.ratio, "BERT 16-bit speed-up", "{:.2f}x")
 
+# %% [markdown]
+# Speed is half the question: does 16-bit training learn as well? Both trainers started from the
+# same seed (same weights, same batches) and the A/B trained each for the same number of steps,
+# so their held-out accuracies now differ only by precision — and by test-set noise: on `n`
+# sentences an accuracy `p` has a standard error `sqrt(p(1-p)/n)` (the interval below adds both
+# variances: conservative, as both models are scored on the same sentences). One seed only: training noise
+# across seeds is not covered (the lesson 3 exercise's grader pairs several runs for that).
+
+# %%
+n_eval = len(bert_fp32.eval_sets[bert_fp32.eval_split])
+acc = {"fp32": bert_fp32.evaluate(), LOW_NAME: bert_low.evaluate()}
+delta = acc[LOW_NAME] - acc["fp32"]
+se = math.sqrt(sum(p * (1 - p) for p in acc.values()) / n_eval)
+steps_each = (bert_ab.pairs + 1) * k  # one warm-up burst, then one burst per pair
+accuracy_line = (f"held-out accuracy after the same {steps_each} training steps: fp32 {acc['fp32']:.1%}, {LOW_NAME} {acc[LOW_NAME]:.1%} on {n_eval} sentences;"
+                 f" difference {100 * delta:+.1f} pp, 95% test-set interval"
+                 f" {100 * (delta - 1.96 * se):+.1f} to {100 * (delta + 1.96 * se):+.1f} pp — "
+                 + ("no loss this test set can show" if delta + 1.96 * se >= 0 else
+                    f"{LOW_NAME} measurably lost accuracy here"))
+print(accuracy_line)
+
 # %%
 bars = {f"linear {w}\n{LOW_NAME} vs fp32": r for w, r in sweep.items()}
 bars[f"naive BERT\n{LOW_NAME} vs fp32"] = bert_ab
@@ -324,6 +362,12 @@ else:
 if costs:
     where += f"; it cost time at width {', '.join(map(str, costs))}"
 print(f"On {DEVICE_NAME}: {where}.")
+small_costs = [w for w in costs if w < max(SIZES["widths"])]
+if DEVICE.type == "cuda" and small_costs:
+    print(f"At width {', '.join(map(str, small_costs))} the GPU is *overhead-bound*: each op finishes in"
+          " microseconds, so the time goes to launching kernels and to autocast's extra cast kernels,"
+          " not to arithmetic — 16-bit units cannot help and the casts cost. Fewer, fused kernels"
+          " (torch.compile, CUDA graphs) are the fix for that regime, not a smaller dtype.")
 print(f"Naive BERT: {bert_ab.verdict}")
 if here.mode != "off" and bert_ab.verdict.word == "slower":
     print(f"choose_precision(..., 'auto') picked {here.mode} for this device, and the A/B says"
@@ -365,6 +409,7 @@ print(f"* linear layers: {where}")
 for width, result in sweep.items():
     print(f"  - width {width}: {result.verdict}")
 print(f"* naive BERT {LOW_NAME} vs fp32: {bert_ab.verdict}")
+print(f"* {accuracy_line}")
 
 # %% [markdown]
 # ### Quiz and exercise
@@ -389,5 +434,5 @@ print(f"* naive BERT {LOW_NAME} vs fp32: {bert_ab.verdict}")
 # ### What to try next
 #
 # * Add `channels_last` to a conv net and measure again (`model.to(memory_format=...)`).
-# * Check that 16-bit training reaches the same accuracy: `train_to_target` on both BERT
-#   trainers.
+# * Check accuracy over whole runs and several seeds: `train_to_target` on both BERT trainers
+#   (the cell in section 4 compares one seed after a few steps).

@@ -432,13 +432,14 @@ print(f"preserve_rng_state=False with dropout 0.1: gradient off by {rng_gap:.0%}
       f" with the default: {grad_gap:.1e} (largest difference)")
 
 # %% [markdown]
-# ## 6. On a GPU: memory measured by the allocator — and checkpointing as a *speed* win
+# ## 6. On a GPU: memory measured by the allocator — and can checkpointing be a *speed* win?
 #
 # On a GPU, `torch.cuda.max_memory_allocated` measures the real peak (forward *and* backward,
-# workspaces included), so it also shows the recompute's working set. And checkpointing can make
-# training *faster*: a GPU that is under-used at the batch that fits runs faster per sample at a
-# bigger one (lesson 4), so "checkpoint + a 4x bigger micro-batch" can beat "plain + a small
-# micro-batch" in tokens/s despite the recompute, when the small batch left the GPU idle.
+# workspaces included), so it also shows the recompute's working set. The argument for a speed
+# win: a GPU that is under-used at the batch that fits runs faster per sample at a bigger one
+# (lesson 4), so "checkpoint + a 4x bigger micro-batch" *might* beat "plain + a small micro-batch"
+# in tokens/s despite the recompute — but only if the small batch left the GPU idle. Whether it
+# does here is a measurement, not a rule: the cell below says which way it went.
 
 # %%
 if DEVICE.type == "cuda":
@@ -449,7 +450,11 @@ if DEVICE.type == "cuda":
     big_ab = lesson.ab("plain at batch b vs checkpointed at 4b", step(model, small), step(checkpointed, big),
                        pairs=SIZES["pairs"], a_label=f"plain, batch {small.shape[0]}",
                        b_label=f"checkpointed, batch {big.shape[0]}", unit="tokens/s", dev=DEVICE)
-    gpu_line = f"checkpointed at 4x the batch vs plain: {big_ab.verdict}"
+    outcome = {"faster": "here the bigger batch paid for the recompute",
+               "slower": "here it did not: the small batch already kept the GPU busy, so the recompute"
+                         " is pure cost"}.get(big_ab.verdict.word, "here no difference could be shown")
+    gpu_line = f"checkpointed at 4x the batch vs plain: {big_ab.verdict} — {outcome}"
+    print(gpu_line)
 else:
     gpu_line = "no GPU here: no GPU memory or speed figure (run this lesson with a GPU to see them)"
     print(gpu_line)

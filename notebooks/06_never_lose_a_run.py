@@ -36,6 +36,7 @@
 
 # %%
 # %matplotlib inline
+import copy
 import os
 import random
 import signal
@@ -121,8 +122,11 @@ def constant(optimizer, total_steps, warmup_steps):
     return LambdaLR(optimizer, lambda step: 1.0)
 
 
-SCHEDULES = {"constant LR 0.05": (constant, 0.05), "warm-up + cosine, peak 0.2": (warmup_cosine, 0.2),
-             "one-cycle, peak 0.2": (one_cycle, 0.2)}
+# Same peak LR for all three, so only the schedule's *shape* differs. (Each shape's best LR may
+# differ too: comparing each at its own tuned LR is a search — lesson 12.)
+PEAK_LR = 0.2
+SCHEDULES = {f"constant LR {PEAK_LR}": (constant, PEAK_LR), f"warm-up + cosine, peak {PEAK_LR}": (warmup_cosine, PEAK_LR),
+             f"one-cycle, peak {PEAK_LR}": (one_cycle, PEAK_LR)}
 
 
 def train_schedule(schedule, peak, seed, bar):
@@ -185,7 +189,7 @@ for name, times in reached.items():
     shown = ", ".join("not reached" if t is None else f"{t:.1f} s" for t in times)
     print(f"{name:28} final accuracy {', '.join(f'{run[-1][1]:.1%}' for run in curves[name]):14}"
           f" time to {TARGET:.0%}: {shown}")
-base = reached["constant LR 0.05"]
+base = reached[f"constant LR {PEAK_LR}"]
 for name in list(SCHEDULES)[1:]:
     mine = reached[name]
     if None not in mine and all(t is None for t in base):
@@ -314,12 +318,23 @@ print(f"file: {path.stat().st_size / 1024:.0f} KiB")
 GUESS_TORN = None  # your guess: a number of kills
 
 # %%
+# The saving child is *forked*, and a forked process cannot use CUDA: on a GPU it would die at
+# its first save and no kill would be measured. So it saves host copies — what a GPU job writes
+# anyway (a checkpoint is copied to host memory first).
+cpu_payload = torch.load(path, weights_only=True, map_location="cpu")
+cpu_net = copy.deepcopy(net).cpu()
+cpu_opt = torch.optim.SGD(cpu_net.parameters(), lr=0.1, momentum=0.9)
+cpu_opt.load_state_dict(opt.state_dict())
+cpu_sched = warmup_cosine(cpu_opt, 100, 10)
+cpu_sched.load_state_dict(sched.state_dict())
+
+
 def save_in_place(path):
-    torch.save(payload, path)  # the usual one-liner: truncates, then writes
+    torch.save(cpu_payload, path)  # the usual one-liner: truncates, then writes
 
 
 def save_atomic(path):
-    save_checkpoint(path, net, optimizer=opt, scheduler=sched, epoch=0, step=1)
+    save_checkpoint(path, cpu_net, optimizer=cpu_opt, scheduler=cpu_sched, epoch=0, step=1)
 
 
 def kill_during_saves(save, path, rng):
@@ -336,7 +351,10 @@ def kill_during_saves(save, path, rng):
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     try:
-        load_checkpoint(path, net, restore_rng=False) if save is save_atomic else torch.load(path, weights_only=True)
+        if save is save_atomic:
+            load_checkpoint(path, cpu_net, restore_rng=False)
+        else:
+            torch.load(path, weights_only=True)
         return False
     except Exception:  # CheckpointError, or torch's zip reader on a torn file
         return True
@@ -363,7 +381,9 @@ lesson.check_guess(GUESS_TORN, torn["torch.save in place"], "torn checkpoints fr
 # of an uninterrupted run. We train `resume_steps` steps with dropout-free ResNet on shuffled
 # data (`ResumableRandomSampler`: the order depends only on seed and epoch), once straight
 # through, once killed half-way and resumed; then twice more, forgetting first the sampler's
-# position, then the RNG that draws the data order of a `randperm`-based loader.
+# position, then the global torch RNG. The data order does not depend on that RNG here (the
+# sampler derives it from seed and epoch); what does is the `torch.rand` draw every step that
+# stands in for dropout — forget the RNG and the resumed run draws different "dropout" noise.
 
 # %%
 def run(steps, ckpt=None, stop_at=None, keep_position=True, keep_rng=True):

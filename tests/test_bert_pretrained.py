@@ -76,3 +76,15 @@ def test_a_profile_whose_weights_are_missing_trains_from_scratch_and_says_it(mon
     assert "NO PRETRAINED WEIGHTS" in capfd.readouterr().out
     # the cpu profile's own targets follow the weights it got
     assert bert.PROFILES["cpu"].lr_and_target("scratch") == (5e-4, 0.77)
+
+
+def test_the_half_precision_copy_fits_a_transfer_and_trains_with_fp32_master_weights(tmp_path, offline):
+    import torch
+
+    folder = pretrained.export_half(tmp_path / "minilm-fp16")
+    size = sum(f.stat().st_size for f in folder.iterdir())
+    assert size < 64 * 2**20, size  # the GPU machine takes at most 64 MiB per call
+    assert (folder / "SOURCE_SHA256").read_text().split()[0] == pretrained.WEIGHTS_SHA256
+    trainer = bert.build("optimized", "smoke", model=str(folder), max_train_samples=64)
+    assert "named" in trainer.describe()["model"] or str(folder) in trainer.describe()["model"]
+    assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}

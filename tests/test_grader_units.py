@@ -376,3 +376,38 @@ def test_budget_compares_each_timed_assignment_with_its_own_learner_runs():
     untimed = next(a for a in map(assignments.get, assignments.known()) if not a.performance_cell)
     with pytest.raises(ValueError, match="no timed grading"):
         tools.budget(untimed.id)
+
+
+def test_a_wrong_quiz_answer_is_told_why_its_option_is_wrong():
+    from grader.quiz import quiz_feedback
+
+    key = {"q1": "b", "q2": "a", "q3": "c"}
+    why = {"q1": {"a": "a is the spread, not the interval"}}
+    lines = quiz_feedback(key, {"q1": "a", "q2": "A ", "q3": ""}, why)
+    assert lines == ["q1: (a) — a is the spread, not the interval", "q3: no answer"]
+    assert quiz_feedback(key, {"q1": "c", "q2": "a", "q3": "c"}, why) == [
+        "q1: (c) is not the best choice; revisit it"]
+
+
+def test_every_quiz_explains_each_wrong_option():
+    import importlib
+    import pkgutil
+
+    import grader.assignments as assignments
+
+    quizzes = 0
+    for info in pkgutil.iter_modules(assignments.__path__):
+        try:
+            checks = importlib.import_module(f"grader.assignments.{info.name}.checks")
+        except ModuleNotFoundError:
+            continue
+        key = getattr(checks, "QUIZ_KEY", None)
+        if key is None:
+            continue
+        quizzes += 1
+        why = getattr(checks, "QUIZ_WHY", {})
+        for q, right in key.items():
+            explained = set(why.get(q, {}))
+            assert explained >= set("abc") - {right}, f"{info.name} {q}: no feedback for {set('abc') - {right} - explained}"
+            assert right not in explained, f"{info.name} {q}: feedback written for the right answer"
+    assert quizzes >= 7

@@ -165,11 +165,20 @@ def test_profiler_writes_a_trace_perfetto_can_open(tmp_path):
 
     lin = torch.nn.Linear(32, 32)
     x = torch.randn(8, 32)
-    res = profile_steps(lambda: lin(x).sum().backward(), tmp_path, wait=1, warmup=1, active=2)
+
+    def step():
+        with torch.profiler.record_function("my_range"):
+            lin(x).sum().backward()
+        time.sleep(0.02)  # outside every operator, as a DataLoader wait is
+
+    res = profile_steps(step, tmp_path, wait=1, warmup=1, active=2)
     trace = json.loads(res.trace.read_text())
     assert "traceEvents" in trace and len(trace["traceEvents"]) > 0
     names = [name for name, _ in res.top_ops]
     assert any("addmm" in n or "mm" in n for n in names), names
+    # the step wrapper and user ranges are not operators: the sleep is reported outside them
+    assert not any(n.startswith("ProfilerStep") or n == "my_range" for n in names), names
+    assert res.outside_ops_ms >= 2 * 20 * 0.9, res.outside_ops_ms
 
 
 def _peak_covers_a_tensor_and_resets(expected_mode):

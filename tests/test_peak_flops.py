@@ -72,6 +72,16 @@ def test_mfu_of_an_fp32_run_divides_by_the_fp32_peak():
         assert run_precision("off", "cuda") == "tf32" and run_precision("off", "cpu") == "fp32"
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
+    # cuDNN runs fp32 convolutions in TF32 by default: a CNN's "fp32" MFU uses the TF32 peak
+    saved_conv = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = True
+        assert run_precision("off", "cuda", ops="conv") == "tf32"
+        assert run_precision("off", "cpu", ops="conv") == "fp32"
+        torch.backends.cudnn.allow_tf32 = False
+        assert run_precision("off", "cuda", ops="conv") == "fp32"
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved_conv
     a100 = "NVIDIA A100-SXM4-80GB"
     fp32 = mfu(1e9, 1e4, peak_flops(a100, precision="fp32"))
     assert fp32 == pytest.approx(1e13 / 19.5e12)

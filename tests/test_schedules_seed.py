@@ -58,3 +58,15 @@ def test_seed_everything_validates_and_enables_determinism():
     assert torch.are_deterministic_algorithms_enabled()
     seed_everything(0)
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_rng_state_in_a_process_forked_after_cuda_started_saves_the_host_rngs(monkeypatch):
+    # lesson 6 forks a saving child; on a GPU the child cannot touch CUDA, not even its RNG state
+    def no_cuda_after_fork():
+        raise RuntimeError("Cannot re-initialize CUDA in forked subprocess")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", no_cuda_after_fork)
+    state = rng_state()
+    assert "cuda" not in state and {"python", "numpy", "torch"} <= set(state)

@@ -165,5 +165,7 @@ def train_to_target(
 def _peak(trainer: Trainer, dev: torch.device) -> float | None:
     """The device's dense peak in the precision this trainer ran (None off CUDA or unknown)."""
     policy = getattr(trainer, "policy", None)
-    precision = run_precision(getattr(policy, "mode", "off"), dev.type)
+    model = getattr(trainer, "model", None)
+    convs = model is not None and any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+    precision = run_precision(getattr(policy, "mode", "off"), dev.type, "conv" if convs else "matmul")
     return peak_flops(device_name(dev), precision=precision, device_type=dev.type)

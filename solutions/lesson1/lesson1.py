@@ -122,6 +122,13 @@ check_my_work("test_data_wait", "lesson1.ipynb")
 # most of its time waiting for data, else `"compute"` (`BOTTLENECKS` holds both names). Decide from
 # your measurement, not from the trainer's type or settings.
 #
+# Which measurement? Here the pipeline prepares each batch in the training process itself, so the
+# time inside `next()` *is* its whole cost and `data_wait_share` from part 2 is a fair witness.
+# With DataLoader worker processes it is not: workers prepare batches in parallel and steal CPU
+# from the step without showing up inside `next()` — lesson 1 (section 4) measured the timer
+# seeing far less than the A/B that removes the pipeline. There, time steps on one cached batch
+# against steps over the pipeline and take `1 - 1/ratio` as the share lost.
+#
 # **How it is graded.** On an input-bound and on a compute-bound trainer built as in part 2 (and, in
 # hidden tests, another pair with another batch size, in the other order): both must be named right,
 # so an answer that never changes scores nothing. A wrong name is asked twice more and the majority

@@ -179,9 +179,11 @@ grade_performance()
 # 3. On a CPU without AMX or AVX512-BF16 (AVX2 only), autocast to bf16 usually:
 #    (a) runs about 2x faster; (b) runs slower, because bf16 is emulated: fp32 is the right choice;
 #    (c) fails with an error.
-# 4. Under `torch.autocast`, what stays in fp32?
+# 4. Under `torch.autocast` **on a CUDA GPU**, what stays in fp32?
 #    (a) nothing; (b) only the input batch; (c) the master weights and optimizer state, and
 #    precision-sensitive ops such as softmax, layer norm and the loss.
+#    (CPU autocast keeps fewer ops in fp32 — on a CPU the lesson printed softmax and layer norm
+#    coming out in 16 bits — so the answer is about CUDA's op lists.)
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION

@@ -36,7 +36,8 @@ HEADER = "sentence\tlabel"
 GET_DATA_HINT = (
     "Get GLUE SST-2 (https://dl.fbaipublicfiles.com/glue/data/SST-2.zip, or `datasets` "
     "load_dataset('glue', 'sst2')) as train.tsv/dev.tsv/test.tsv with header 'sentence<TAB>label', "
-    "or use profile='smoke', which generates synthetic data in that format."
+    "or use profile='smoke', which generates synthetic data in that format. Lessons and "
+    "benchmarks find a folder of those TSVs through $EFFKIT_SST2_DIR."
 )
 
 

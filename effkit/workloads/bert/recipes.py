@@ -80,8 +80,11 @@ def _make_model(spec: BertProfile, train_texts: list[str], attn: str | None, mod
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
         try:
+            # fp32 master weights whatever the file stores: transformers 5 loads a half-precision
+            # checkpoint (the fp16 copy carried to a GPU machine) as fp16 by default, and AdamW
+            # updates on fp16 weights lose small steps; autocast gives the speed instead
             model = BertForSequenceClassification.from_pretrained(
-                choice.source, num_labels=2, **attn_kw
+                choice.source, num_labels=2, dtype=torch.float32, **attn_kw
             )
         finally:
             hf_logging.set_verbosity(verbosity)

@@ -22,6 +22,7 @@ works. Build once per measurement: ``train_steps`` advances the schedule.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -78,8 +79,12 @@ def prepare_data(profile: str, data_dir: str | Path | None = None) -> Path:
     gpu expect CIFAR-10 there. ``data_dir`` None: the cache (``$EFFKIT_DATA/cifar`` or
     ``~/.cache/effkit/cifar``): smoke generates, cpu uses ``real/`` if present else a larger
     synthetic set, gpu downloads real CIFAR-10 into ``real/`` (a clear error when offline).
+    cpu and gpu read ``$EFFKIT_CIFAR_DIR`` (a folder holding ``cifar-10-batches-py/``) when no
+    ``data_dir`` is given.
     """
     p = get_profile(profile)
+    if data_dir is None and p.data != "synthetic":
+        data_dir = os.environ.get("EFFKIT_CIFAR_DIR") or None
     if data_dir is not None:
         root = Path(data_dir).expanduser()
         if p.data == "synthetic" and not has_cifar(root):

@@ -41,8 +41,8 @@ MANIFEST = "effkit_synthetic.json"  # marks (and checksums) a synthetic dataset
 HOW_TO_GET = (
     'To get real CIFAR-10, run on a machine with internet access: python -c "import torchvision; '
     "torchvision.datasets.CIFAR10('DIR', download=True)\", then pass the folder that contains "
-    f"{BASE_FOLDER}/ as data_dir (--data DIR). Offline, use the 'smoke' profile, which generates "
-    "a synthetic dataset in the same format."
+    f"{BASE_FOLDER}/ as data_dir (--data DIR; lessons: set $EFFKIT_CIFAR_DIR). Offline, use the "
+    "'smoke' profile, which generates a synthetic dataset in the same format."
 )
 
 

@@ -64,6 +64,16 @@ QUIZ_KEY = {  # question -> the right choice; the notebook only holds the questi
     "q3": "a",  # warm-up excluded: first steps pay one-off costs (allocations, workers starting)
     "q4": "b",  # sync before reading the clock: GPU work is asynchronous
 }
+QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
+    "q1": {"a": "that is the spread of all pairs; the interval is narrower, from order statistics around the median, with its coverage stated",
+           "c": "no mean and no standard deviation: timing noise is skewed, so the median of pairs and an order-statistic interval are used"},
+    "q2": {"a": "faster matmuls do not help while the accelerator sits idle waiting for the next batch",
+           "b": "the optimizer step is part of compute; 70% of the time is spent waiting for data"},
+    "q3": {"b": "warm-up steps are usually slower, not faster: they pay allocations, worker start-up and lazy initialisation",
+           "c": "the LR schedule does not change how long a step takes"},
+    "q4": {"a": "synchronising frees no memory",
+           "c": "the data loader is unrelated: without a sync the clock stops when the kernels are launched, not finished"},
+}
 
 
 class DeviceServer:
@@ -213,7 +223,7 @@ def check_bottleneck(ctx: Context) -> None:
     ctx.ok("input-bound and compute-bound trainers named right (each twice)")
 
 
-check_quiz = quiz_check(QUIZ_KEY)
+check_quiz = quiz_check(QUIZ_KEY, QUIZ_WHY)
 
 
 CELL_CHECKS = {"test_throughput": check_throughput, "test_data_wait": check_data_wait,

@@ -222,8 +222,18 @@ def cell_not_the_reference(ctx) -> None:
 
 
 QUIZ_KEY = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}  # the notebook holds only the questions
+QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
+    "q1": {"a": "the timer measures what it says — time inside next(); the workers' CPU time simply is not spent there",
+           "c": "it applies the same random crops and flips: the grader checks that the augmentation is unchanged"},
+    "q2": {"a": "the optimizer step is the same for both pipelines",
+           "b": "evaluation is outside the training loop being measured"},
+    "q3": {"b": "pairing and a large held-out set make grading slower, not faster; they are there for statistical power",
+           "c": "accuracy does vary between runs (initial weights, data order): that is why runs are paired"},
+    "q4": {"a": "they change when bytes move, not the numbers computed",
+           "c": "the model is unchanged; only the copies become asynchronous"},
+}
 CELL_CHECKS = {"test_contract": cell_contract, "test_augmentation": cell_augmentation,
-               "test_quiz": quiz_check(QUIZ_KEY), "not_the_reference": cell_not_the_reference}
+               "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY), "not_the_reference": cell_not_the_reference}
 
 
 def grade_performance(notebook: str = "lesson2.ipynb") -> float | None:

@@ -461,8 +461,18 @@ def cell_not_the_reference(ctx) -> None:
 
 
 QUIZ_KEY = {"q1": "b", "q2": "a", "q3": "b", "q4": "c"}  # the notebook holds only the questions
+QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
+    "q1": {"a": "bf16 has fewer mantissa bits (7) than fp16 (10); its advantage is fp32's 8-bit exponent range",
+           "c": "bf16 trains fine on hardware with bf16 units (A100, H100, TPUs, recent CPUs)"},
+    "q2": {"b": "clipping before backward clips nothing, and skipping unscale_ clips scaled gradients",
+           "c": "without scaling, small fp16 gradients underflow to zero"},
+    "q3": {"a": "without native bf16 units the CPU converts to and from fp32 around each op: no faster arithmetic",
+           "c": "it runs — emulated, and usually slower"},
+    "q4": {"a": "the master weights, optimizer state and CUDA's fp32-listed ops (softmax, layer norm, losses) stay in fp32",
+           "b": "inputs are cast per op; weights, optimizer state and precision-sensitive ops stay in fp32"},
+}
 CELL_CHECKS = {"test_policy": cell_policy, "test_step": cell_step, "test_scaler": cell_scaler,
-               "test_quiz": quiz_check(QUIZ_KEY), "not_the_reference": cell_not_the_reference}
+               "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY), "not_the_reference": cell_not_the_reference}
 ASSIGNMENT = dataclasses.replace(ASSIGNMENT, probes="grader.assignments.lesson3.probes",
                                  names=("choose_policy", "make_scaler", "amp_train_step"), cell_checks=CELL_CHECKS,
                                  speed_gate=("test_policy", "test_step", "test_scaler", "not_the_reference"),

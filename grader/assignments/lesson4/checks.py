@@ -56,6 +56,16 @@ QUIZ_KEY = {  # the notebook holds only the questions
     "q3": "a",  # linear scaling for SGD: LR x k; warm-up for the early steps
     "q4": "b",  # past the critical batch, a bigger batch stops cutting the steps to target
 }
+QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
+    "q1": {"a": "16 is one micro-batch on one GPU; multiply by 8 accumulation steps and 4 ranks",
+           "b": "128 is one GPU's window (8 x 16); the 4 ranks average their gradients too"},
+    "q2": {"a": "a per-micro-batch mean weighs a 5-token micro-batch's tokens as much as the 100-token one's",
+           "c": "each micro-batch then contributes a full mean: the window counts its short micro-batches too much"},
+    "q3": {"b": "with 4x the batch there are 4x fewer steps: unchanged LR covers a quarter of the distance",
+           "c": "square-root scaling is a heuristic for adaptive optimizers; for SGD, linear scaling with warm-up is the first setting"},
+    "q4": {"a": "halving holds only well below the critical batch, where the gradient estimate is noisy",
+           "c": "the final accuracy need not drop; what is lost is sample efficiency"},
+}
 
 HINTS = {
     "micro_mean": "it is the per-micro-batch mean divided by the number of micro-batches: each micro-batch "
@@ -171,7 +181,7 @@ def check_last_window(ctx: Context) -> None:
 
 
 CELL_CHECKS = {"test_full_windows": check_full_windows, "test_last_window": check_last_window,
-               "test_recipe": check_recipe, "test_quiz": quiz_check(QUIZ_KEY)}  # fmt: skip
+               "test_recipe": check_recipe, "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
 NAMES = ("train_accumulated", "choose_recipe")
 
 

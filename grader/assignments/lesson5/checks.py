@@ -75,6 +75,16 @@ QUIZ_KEY = {  # the notebook holds only the questions
     "q3": "a",  # keep matmuls: more memory than full checkpointing, fewer FLOPs recomputed
     "q4": "b",  # activations ~ input size: sqrt(16) = 4 segments
 }
+QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
+    "q1": {"a": "4 GB holds only fp32 weights; gradients and Adam's two moments come on top (~16 bytes per parameter)",
+           "c": "64 GB is 64 bytes per parameter: four times what mixed-precision Adam keeps"},
+    "q2": {"a": "reentrant checkpointing only tracks gradients through inputs that require them: the block's parameters get none",
+           "c": "it saves memory and raises no error: the missing gradients are silent"},
+    "q3": {"b": "keeping the matmul outputs keeps more memory than keeping only block inputs",
+           "c": "it keeps the matmul outputs as well as the inputs: more memory"},
+    "q4": {"a": "one segment keeps only its input but recomputes the whole network's activations at once in backward",
+           "c": "16 segments keep 16 boundary activations: no better than about sqrt(16) segments"},
+}
 
 
 def _tensor(meta, raw: bytes, what: str) -> torch.Tensor:
@@ -165,7 +175,7 @@ def check_gradients(ctx: Context) -> None:
 
 
 CELL_CHECKS = {"test_gradients": check_gradients, "test_budget": check_budget, "test_speed": check_speed,
-               "test_least_recompute": check_least_recompute, "test_quiz": quiz_check(QUIZ_KEY)}  # fmt: skip
+               "test_least_recompute": check_least_recompute, "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
 NAMES = ("checkpointed_forward", "plan_checkpointing")
 
 

@@ -65,6 +65,16 @@ QUIZ_KEY = {  # the notebook holds only the questions
     "q3": "b",  # write to a temporary file, fsync, rename: the old file survives a crash
     "q4": "b",  # the best epoch's weights, saved when they happened
 }
+QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
+    "q1": {"b": "Young: sqrt(2 x 30 s x 86,400 s) = 2,277 s, about 38 minutes; 3 hours loses too much work per failure",
+           "c": "saving every 30 s spends half the time writing checkpoints"},
+    "q2": {"a": "without the RNG states, dropout and shuffling draw different numbers after the resume",
+           "b": "without the position the resumed epoch repeats or skips batches"},
+    "q3": {"a": "it is not faster: it adds an fsync and a rename",
+           "c": "os.replace compresses nothing; it swaps a complete file in atomically"},
+    "q4": {"a": "epoch 10 is patience epochs past the best: its validation loss was worse",
+           "c": "averaging weights is a different technique (SWA), not what early stopping keeps"},
+}
 
 SPE = Task.steps_per_epoch
 
@@ -322,7 +332,7 @@ def _overhead(ctx: Context) -> None:
 
 
 CELL_CHECKS = {"test_resume": check_resume, "test_torn": check_torn, "test_best": check_best,
-               "test_overhead": _overhead, "test_quiz": quiz_check(QUIZ_KEY)}  # fmt: skip
+               "test_overhead": _overhead, "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
 NAMES = ("train",)
 ASSIGNMENT = Assignment(id="lesson6", notebook="lesson6", object_name="train", performance_cell=None,
                         setup_cell="setup", setup_source=SETUP_SOURCE, runtime_module="", timeout_s=180,

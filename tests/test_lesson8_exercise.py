@@ -1,0 +1,171 @@
+"""Lesson 8's exercise, graded out of the kernel: a LoRA layer and its injection against peft's own
+numbers, a recipe the grader fine-tunes itself (memory measured, accuracy against its own full
+fine-tuning).
+
+The reference's layer, injection and quiz are graded once through the sandboxed worker (~10 s);
+its recipe, its full marks and the stub's 0 are the instructor cycle's (tests/test_instructor_cycle.py).
+Wrong submissions are graded in this process on their cell data: the probe functions the worker
+would run, then the parent's checks on what they return (the sandboxed path is the reference's).
+The recipe mistakes cost one full fine-tuning of the grader's task (~20 s, cached) and one LoRA run.
+"""
+
+import random
+from pathlib import Path
+
+import nbformat
+import pytest
+from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
+
+from grader import assignments
+from grader.assignments.lesson8 import checks
+from grader.assignments.lesson8 import probes as lesson8_probes
+from grader.cells import CellVerdict, CheckFailed, Context, grade_cells
+from grader.probe import CallResult
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "lesson8" / "lesson8.ipynb"
+EXERCISE = ROOT / "exercises" / "lesson8" / "lesson8.ipynb"
+POINTS = {"test_layer": 3, "test_inject": 2, "test_recipe": 3, "test_quiz": 2}
+A = assignments.get("lesson8")
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def _reference_cells(**replace: str) -> list[tuple[str, str]]:
+    return solution_cells(SOLUTION, SOLUTION, **replace)
+
+
+class InProcess:
+    """What a worker would answer, computed here from the cells (the sandboxed path is the reference's)."""
+
+    def __init__(self, cells: list[tuple[str, str]]):
+        self.ns: dict = {}
+        exec(A.setup_source, self.ns)  # noqa: S102  (repository test code, not a learner's)
+        for _, source in cells:
+            exec(source, self.ns)  # noqa: S102
+
+    def watch(self, obj):
+        return obj
+
+    def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
+        try:
+            data, blobs = getattr(lesson8_probes, f"probe_{probe}")(self, **args)
+        except Exception as err:  # noqa: BLE001  (a raising cell is that check's failure)
+            return CallResult(False, failure=f"raised {type(err).__name__}: {err}")
+        return CallResult(True, data, blobs)
+
+
+def _grade_in_process(cells, only: list[str], seed: int = 1) -> dict[str, CellVerdict]:
+    session, verdicts = InProcess(cells), {}
+    for gid in only:
+        ctx = Context(session, random.Random(seed))
+        try:
+            A.cell_checks[gid](ctx)
+            verdicts[gid] = CellVerdict(gid, True, ctx.lines)
+        except CheckFailed as err:
+            verdicts[gid] = CellVerdict(gid, False, ctx.lines, str(err))
+    return verdicts
+
+
+# -- fast: structure -----------------------------------------------------------------------------
+
+
+def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
+    nb = nbformat.read(SOLUTION, as_version=4)
+    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
+    assert cells["setup"].source == A.setup_source
+    graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
+    assert graded == POINTS and set(graded) == set(A.cell_checks)
+    for gid in graded:
+        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
+    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
+    assert "BEGIN SOLUTION" not in text and '"q3": "a"' not in text and "kaiming_uniform_" not in text
+
+
+def test_the_reference_layer_passes_in_process_and_peft_agrees_with_itself():
+    """The in-process path gives the reference's verdicts (so the mistakes below are judged the same way)."""
+    verdicts = _grade_in_process(_reference_cells(), ["test_layer", "test_inject"], seed=3)
+    assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
+
+
+# -- the sandboxed path: the reference's layer, injection and quiz -------------------------------
+
+
+@pytest.mark.slow
+def test_reference_layer_injection_and_quiz_get_full_marks_in_the_sandbox():
+    verdicts, _ = grade_cells(A, _reference_cells(), only=["test_layer", "test_inject", "test_quiz"], seed=1)
+    assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
+
+
+# -- plausible mistakes in code -------------------------------------------------------------------
+
+_LAYER = solution_cells(SOLUTION, SOLUTION)
+_LAYER_SRC = dict(_LAYER)["lora_linear"]
+_INJECT_SRC = dict(_LAYER)["inject_lora"]
+
+CODE_MISTAKES = {
+    # scale by alpha, not alpha / r: the update's size then grows with the rank
+    "alpha_not_over_r": ({"lora_linear": _LAYER_SRC.replace("self.scaling = base, r, alpha / r",
+                                                            "self.scaling = base, r, alpha")},
+                         {"test_layer": False, "test_inject": True}, "scale the adapter's output by alpha / r"),
+    # the adapters' own base frozen, the rest of the model (embeddings, LayerNorms, other layers) not
+    "model_not_frozen": ({"inject_lora": _INJECT_SRC.replace("    model.requires_grad_(False)\n", "")},
+                         {"test_layer": True, "test_inject": False}, "freeze the whole model first"),
+    # the layer leaves its base trainable: the whole point of LoRA lost
+    "base_not_frozen": ({"lora_linear": _LAYER_SRC.replace("        base.requires_grad_(False)\n", "")},
+                        {"test_layer": False}, "freeze them"),
+    # both matrices random: the adapted model no longer starts as the pretrained one
+    "b_not_zero": ({"lora_linear": _LAYER_SRC.replace("torch.zeros(base.out_features, r)",
+                                                      "torch.randn(base.out_features, r)")},
+                   {"test_layer": False, "test_inject": False}, "initialise lora_B to zeros"),
+    # merged weight without the scale
+    "merge_unscaled": ({"lora_linear": _LAYER_SRC.replace("self.base.weight + self.scaling * self.lora_B",
+                                                          "self.base.weight + self.lora_B")},
+                       {"test_layer": False, "test_inject": True}, "merge_and_unload"),
+}
+
+
+@pytest.mark.parametrize("name", CODE_MISTAKES)
+def test_code_mistakes_fail_the_cells_they_break_with_a_hint(name):
+    replace, expected, hint = CODE_MISTAKES[name]
+    for gid, src in replace.items():
+        assert src != dict(_LAYER)[gid], f"{name}: the mistake did not change the cell"
+    verdicts = _grade_in_process(_reference_cells(**replace), list(expected), seed=5)
+    assert {g: v.passed for g, v in verdicts.items()} == expected, {g: v.reason for g, v in verdicts.items()}
+    failed = " ".join(v.reason for v in verdicts.values() if not v.passed)
+    assert hint in failed, failed
+
+
+# -- plausible mistakes in the recipe (the grader trains them itself) ------------------------------
+
+RECIPE_MISTAKES = {
+    # full fine-tuning's LR for the adapters: they barely move in 80 steps
+    "full_finetuning_lr": ('{"target_modules": ["query", "value"], "r": 8, "lora_alpha": 16, "lr": 5e-5}',
+                           "is a full fine-tuning LR"),
+    # training the word embeddings whole "to help": their gradients and AdamW state blow the budget
+    "embeddings_trained": ('{"target_modules": ["query", "value"], "r": 8, "lora_alpha": 16, "lr": 1e-3, '
+                           '"modules_to_save": ["word_embeddings"]}', "over the 5% budget"),
+    # not data: refused before anything trains
+    "not_json": ("object()", "must return a dict of plain values"),
+    "unknown_target": ('{"target_modules": ["q_proj"], "r": 8, "lora_alpha": 16, "lr": 1e-3}', "peft refused"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", RECIPE_MISTAKES)
+def test_recipe_mistakes_earn_nothing_with_a_hint(name):
+    answer, hint = RECIPE_MISTAKES[name]
+    source = f"def lora_recipe():\n    import json\n    return {answer}\n"
+    verdict = _grade_in_process(_reference_cells(lora_recipe=source), ["test_recipe"], seed=7)["test_recipe"]
+    assert not verdict.passed and hint in verdict.reason, verdict.reason
+
+
+def test_validation_refuses_bools_nan_and_bad_names():
+    good = {"target_modules": ["query"], "r": 8, "lora_alpha": 16, "lr": 1e-3}
+    assert checks.validate(good)["r"] == 8
+    for bad in ({**good, "r": True}, {**good, "lr": 0.5}, {**good, "lr": float("nan")}, {**good, "target_modules": ["a b"]},
+                {**good, "extra": 1}, {**good, "target_modules": []}, {"not_json": "Tensor"}):
+        with pytest.raises(CheckFailed):
+            checks.validate(bad)

@@ -4,7 +4,7 @@ pyproject.toml declares ``torch>=X.Y`` (= ``effkit.MIN_TORCH``); CI's main venv 
 torch, the GPU machines ship their own (2.11 on the H100). This builds a second venv,
 ``.venv-oldest-torch/``, with ``torch==X.Y.*`` and the torchvision pip pairs with it (the
 registry's usual wheels, CUDA builds that also run on a CPU) plus the course extra, once (a stamp
-names the floor it was built for), then runs the exercise tests there: every reference graded to
+names the floor and the pyproject.toml it was built for), then runs the exercise tests there: every reference graded to
 full marks, the stubs to 0, each wrong submission as it deserves, on that torch.
 
     python tests/oldest_torch.py            # build if needed, then test
@@ -36,14 +36,18 @@ def floor() -> str:
 
 
 def build(version: str) -> None:
-    if STAMP.is_file() and STAMP.read_text() == version:
+    import hashlib
+
+    # rebuilt when the floor or pyproject.toml (the course extra it installs) changes
+    key = f"{version} {hashlib.sha256((ROOT / 'pyproject.toml').read_bytes()).hexdigest()[:16]}"
+    if STAMP.is_file() and STAMP.read_text() == key:
         return
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
     pip = [str(VENV / "bin" / "python"), "-m", "pip", "install", "-q"]
     subprocess.run(pip + ["--upgrade", "pip"], check=True)
     subprocess.run(pip + [f"torch=={version}.*", "torchvision", "-e", f"{ROOT}[course]", "pytest>=8",
                           "pytest-timeout>=2.3"], check=True, cwd=ROOT)  # fmt: skip
-    STAMP.write_text(version)
+    STAMP.write_text(key)
 
 
 def main(argv: list[str]) -> int:

@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.effkit-installed
 DEMO_ARGS ?=
 SST2 ?= ../shared/data/sst2
 
-.PHONY: setup browser demo test lint lab exercises notebooks site bench dashboard gpu-check clean
+.PHONY: setup browser demo test test-oldest-torch lint lab exercises notebooks site bench dashboard gpu-check gpu-check-lessons clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "effkit needs Python >= 3.10"'
@@ -33,6 +33,11 @@ test: $(STAMP) browser  ## lint + the whole test suite (what CI runs)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
+# The exercise tests on the oldest torch pyproject.toml declares, in a second venv
+# (.venv-oldest-torch: torch X.Y from the registry, ~3 GB, built once; ~4 min in all here).
+test-oldest-torch:
+	$(PYTHON) tests/oldest_torch.py
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
@@ -58,11 +63,23 @@ bench: $(STAMP)  ## both workloads' smoke A/B (time-to-target with evaluations o
 dashboard: $(STAMP)  ## every recorded run's cost to target side by side -> runs/dashboard/index.html
 	$(BIN)/python -m effkit.dashboard benchmarks/results runs --out runs/dashboard
 
-# On a CUDA machine (offline is fine): gpu profiles, the HF Trainer peer benchmark, every lesson
-# under EFFKIT_PROFILE=gpu, grading, stress and calibrate -> benchmarks/results/<device>/.
-# About 25 min on one H100. `benchmarks/gpu_check.py --dry-run` is the CPU rehearsal CI runs.
+# On a CUDA machine (offline is fine): the gpu profiles, the HF Trainer peer, GPU calibration and
+# every grading (reference full marks, stub 0, no_faster refused) -> benchmarks/results/<device>/
+# (summary.json + a README table). Planned per step in benchmarks/gpu_check_plan.py and cut into
+# parts of <= 9 min each: under a 10-minute call limit run `make gpu-check-1`, `gpu-check-2`, ...
+# (`python benchmarks/gpu_check.py --list` prints them). `make gpu-check-lessons[-N]`: every lesson
+# under EFFKIT_PROFILE=gpu. `benchmarks/gpu_check.py --dry-run` is the CPU rehearsal CI runs.
 gpu-check: $(STAMP)
 	$(BIN)/python benchmarks/gpu_check.py --sst2 $(SST2)
+
+gpu-check-lessons: $(STAMP)
+	$(BIN)/python benchmarks/gpu_check.py --sst2 $(SST2) --suite lessons
+
+gpu-check-lessons-%: $(STAMP)
+	$(BIN)/python benchmarks/gpu_check.py --sst2 $(SST2) --suite lessons --part $*
+
+gpu-check-%: $(STAMP)
+	$(BIN)/python benchmarks/gpu_check.py --sst2 $(SST2) --part $*
 
 clean:
 	rm -rf runs course .pytest_cache .ruff_cache docs/_src docs/_build

@@ -7,7 +7,6 @@ notebook, an unknown assignment, a baseline that failed).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -47,7 +46,7 @@ def _perf(args) -> int:
         return 2
     print(result.feedback)
     if args.json:
-        Path(args.json).write_text(json.dumps(result.report | {"points": result.points}, indent=1))
+        course.write_report(args.json, result.report | {"points": result.points})
     return 0
 
 
@@ -108,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return generate(args.assignments, check=args.check)
     from grader import tools
+    from grader.course import write_report
 
     if args.command == "gate-sim":
         results = tools.gate_sim(args.calibration, args.repeats, args.trials, args.drop)
@@ -115,12 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "calibrate":
         out = tools.calibrate(args.assignment, args.spec, args.pairs, args.chunk, save=not args.no_save)
         if args.json:
-            Path(args.json).write_text(json.dumps(out, indent=1))
+            write_report(args.json, out)
         return 0
     if args.command == "budget":
         out = tools.budget(args.assignment, args.spec)
         if args.json:
-            Path(args.json).write_text(json.dumps(out, indent=1))
+            write_report(args.json, out)
         return 0
     summary = tools.stress(args.assignment, args.times, args.busy, args.spec, args.json)
     return 0 if summary["same_verdict"] else 1

@@ -167,7 +167,7 @@ def check(path: str | Path, *, assignment_id: str | None = None, json_out: str |
         report = {"notebook": str(path), "assignment": assignment.id, "cells": rows, "total": total,
                   "max_total": out_of, "notes": notes, "performance": perf.report if perf else None,
                   "out_of_kernel": cell_report}  # fmt: skip
-        Path(json_out).write_text(json.dumps(report, indent=1))
+        course.write_report(json_out, report)
     return 0
 
 

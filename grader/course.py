@@ -44,3 +44,14 @@ def source_notebook(assignment: str, notebook: str, root: Path | None = None) ->
 
 def release_notebook(assignment: str, notebook: str, root: Path | None = None) -> Path:
     return (root or course_root()) / RELEASE_DIR / assignment / f"{notebook}.ipynb"
+
+
+def write_report(path: str | Path, report: object) -> Path:
+    """Write a ``--json`` report, creating its folder: callers (``make gpu-check``, CI, a learner
+    typing ``--json out/x.json``) name a path in a folder nothing else creates."""
+    import json
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1, default=str))
+    return path

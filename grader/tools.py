@@ -20,13 +20,11 @@ the device class, grading spec and workload version they were measured with.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from grader import assignments, course, gate
 from grader.notebook import read_notebook, solution_ids, solution_sources
@@ -172,5 +170,5 @@ def stress(assignment_id: str = "lesson2", times: int = 10, busy: int = 1, spec_
           f"{summary['same_verdict']}; speedup {summary['speedup_min']:.2f}-{summary['speedup_max']:.2f}x "
           f"(median {summary['speedup_median']:.2f}x)")
     if out:
-        Path(out).write_text(json.dumps(summary, indent=1, default=str))
+        course.write_report(out, summary)
     return summary

@@ -51,3 +51,24 @@ def test_readme_quickstart_is_two_commands_and_ci_calls_the_test_command():
     commands = [ln for ln in block.splitlines() if ln.strip() and not ln.startswith("#")]
     assert commands == ["make demo", "make test"]
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_declared_torch_floor_is_the_one_effkit_enforces(monkeypatch):
+    """pyproject's `torch>=X.Y` is effkit.MIN_TORCH (what `make test-oldest-torch` installs);
+    below it `import effkit` fails saying why, a CUDA build's local tag and newer minors pass."""
+    import importlib.metadata
+
+    import pytest
+
+    import effkit
+
+    (floor,) = [d for d in _pyproject()["project"]["dependencies"] if d.startswith("torch")]
+    assert floor == "torch>={}.{}".format(*effkit.MIN_TORCH)
+    for found, ok in (("2.4.1+cu121", False), ("2.5.1", False), ("2.6.0", True),
+                      ("2.11.0+cu130", True), ("2.15.0+cu132", True)):
+        monkeypatch.setattr(importlib.metadata, "version", lambda _name, found=found: found)
+        if ok:
+            effkit._check_torch()
+        else:
+            with pytest.raises(ImportError, match=f"needs torch >= 2.6, found torch {re.escape(found)}"):
+                effkit._check_torch()

@@ -19,8 +19,8 @@ budget with as little recompute as possible).
   stack and measures the bytes kept for backward itself (``saved_activation_bytes``).
 * ``test_speed`` (2 points) and ``test_least_recompute`` (1 point): the plan for the loose
   budget, timed once in this process against "checkpoint everything" and against the grader's
-  own plan (`plan_for_budget`: the fewest blocks that fit), interleaved rounds, one thread,
-  medians with order-statistic intervals (`ckpt_checks.time_plans`). ``test_speed``: the
+  own plan (`plan_for_budget`: the fewest blocks that fit), interleaved rounds on the grading's
+  device (one CPU thread, or the GPU of a CUDA machine), medians with order-statistic intervals (`ckpt_checks.time_plans`). ``test_speed``: the
   learner's plan is faster than "everything" (its interval above 1). ``test_least_recompute``:
   it recovers at least 80% of the grader's plan's measured gain (a plan with one block more than
   needed recovers ~60%).

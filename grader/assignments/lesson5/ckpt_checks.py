@@ -132,8 +132,10 @@ def ops_in(stack: nn.Module, x: torch.Tensor) -> frozenset[str]:
 
 
 def time_plans(stack: nn.Module, x: torch.Tensor, plans: dict[str, CheckpointPlan], rounds: int,
-               steps: int, max_rounds: int | None = None, settled=None) -> dict[str, dict]:  # fmt: skip
-    """Interleaved timing of forward + backward under each plan, in this process.
+               steps: int, max_rounds: int | None = None, settled=None,
+               device: str = "cpu") -> dict[str, dict]:  # fmt: skip
+    """Interleaved timing of forward + backward under each plan, in this process, on ``device``
+    (the grading's device: on a CUDA machine the plans are timed on the GPU, synchronised).
 
     Each round runs every plan once (``steps`` steps), in an order that rotates and reverses from
     round to round; per round, each plan's time is divided by the first plan's (the baseline).
@@ -143,15 +145,20 @@ def time_plans(stack: nn.Module, x: torch.Tensor, plans: dict[str, CheckpointPla
     ``rounds`` are added, up to ``max_rounds`` (a noisy machine buys more rounds, a quiet one
     none).
     """
-    stacks = {name: apply_plan(build_copy(stack), plan) for name, plan in plans.items()}
+    stacks = {name: apply_plan(build_copy(stack), plan).to(device) for name, plan in plans.items()}
     names = list(plans)
+    x = x.to(device)
+    # CUDA runs asynchronously: wait for the device before reading the clock, on both ends
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
 
     def run(name: str) -> float:
         net = stacks[name]
+        sync()
         t0 = _clock()
         for _ in range(steps):
             net.zero_grad(set_to_none=True)
             run_blocks(net, x).sum().backward()
+        sync()
         return (_clock() - t0) / steps
 
     def summary() -> dict[str, dict]:
@@ -164,7 +171,7 @@ def time_plans(stack: nn.Module, x: torch.Tensor, plans: dict[str, CheckpointPla
         return out
 
     seconds: dict[str, list[float]] = {name: [] for name in names}
-    with threads(1):  # one thread: a busy second core disturbs one timed thread far less
+    with threads(1):  # on a CPU, one thread: a busy second core disturbs one timed thread far less
         for name in names:  # warm-up: allocator, first-call costs
             run(name)
         r = 0

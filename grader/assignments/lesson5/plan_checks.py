@@ -5,7 +5,8 @@ only its plan comes back (JSON), validated by `CheckpointPlan.from_data`, applie
 implementation to this process's own stack and measured here (`plan_bytes`). ``check_speed`` and
 ``check_least_recompute`` read one timing per grading (`ckpt_checks.time_plans`, cached on the
 session): the learner's loose-budget plan against "checkpoint everything" and the grader's own
-plan (`plan_for_budget`), interleaved, one thread; more rounds only while the verdict is unclear.
+plan (`plan_for_budget`), interleaved, on the grading's device (one CPU thread, or the GPU of a
+CUDA machine); more rounds only while the verdict is unclear.
 
 **When to use it.** Through :mod:`grader.assignments.lesson5.checks` (its ``CELL_CHECKS``).
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from effkit.act_checkpoint import UncountedSaves
 from effkit.checkpoint_plan import CheckpointPlan, PlanError, plan_bytes, plan_for_budget
 from grader.assignments.lesson5 import ckpt_checks as cc
 from grader.cells import CheckFailed, Context, expect, stub_reason
@@ -26,12 +28,23 @@ from grader.cells import CheckFailed, Context, expect, stub_reason
 CALL_SECONDS = 60.0
 LOOSE, TIGHT = (0.55, 0.65), (0.08, 0.15)  # budgets, as fractions of the plain stack's bytes
 ROUNDS, STEPS = 11, 1  # timed rounds (11: the interval drops the extreme ratio on each side)
+# A step of the grader's small stack is a few milliseconds of kernel launches on a GPU: time ten
+# per round there, so launch jitter averages out within a round (not calibrated on a GPU yet).
+CUDA_STEPS = 10
 MAX_ROUNDS = 44  # on a noisy machine, 11 more rounds at a time until the intervals clear 1
 # Share of the grader's plan's measured gain over "checkpoint everything" that earns
 # test_least_recompute (calibrated: README); a share within SHARE_MARGIN of it buys more rounds.
 MIN_SHARE, SHARE_MARGIN = 0.8, 0.1
 
 REFERENCE_NAMES = ("plan_for_budget", "apply_plan", "checkpoint_modules", "run_segments")
+
+
+def grading_device() -> str:
+    """Where the plans are timed: the device this grading runs on (the GPU of a CUDA machine, as
+    lessons 2-3's timed gradings), so a GPU grading judges GPU speed, not one CPU thread's."""
+    from grader.perf import default_device
+
+    return default_device()
 
 
 def _refuse_reference(ctx: Context) -> None:
@@ -72,7 +85,14 @@ def _fitting_plan(ctx: Context, name: str) -> tuple[object, torch.Tensor, Checkp
     plain = plan_bytes(stack, x, CheckpointPlan())
     budget = _budgets(ctx, plain)[name]
     plan = _learner_plan(ctx, seed, budget, cc.ops_in(stack, x))
-    kept = plan_bytes(stack, x, plan)
+    try:
+        kept = plan_bytes(stack, x, plan)
+    except UncountedSaves:  # torch < 2.12: what SAC keeps bypasses the hooks that count bytes
+        raise CheckFailed(f"this grader runs torch {torch.__version__}, which cannot count what selective "
+                          f"checkpointing keeps (torch >= 2.12 can): your plan ({plan.describe(cc.N_BLOCKS)}) "
+                          "cannot be checked against the budget here, so it earns no budget or speed points "
+                          "on this grader. Plan whole blocks (\"save\": None), or have it graded on torch "
+                          ">= 2.12.") from None  # fmt: skip
     if kept > budget:
         advice = ("the plain stack" if not plan.blocks else
                   "checkpoint more blocks" if plan.save is None else
@@ -120,15 +140,19 @@ def _timing(ctx: Context) -> dict:
             clear = not t["yours"]["low"] <= 1.0 <= t["yours"]["high"]
             return clear and abs(share - MIN_SHARE) >= SHARE_MARGIN
 
+        device = grading_device()
+        steps = CUDA_STEPS if device.startswith("cuda") else STEPS
         cache.update(
             plan=plan,
             best=best,
-            t=cc.time_plans(stack, x, plans, ROUNDS, STEPS, MAX_ROUNDS, settled),
+            device=device,
+            t=cc.time_plans(stack, x, plans, ROUNDS, steps, MAX_ROUNDS, settled, device=device),
         )
     if "failed" in cache:
         raise CheckFailed(cache["failed"])
     t, plan, best = cache["t"], cache["plan"], cache["best"]
-    ctx.lines.append(f"  timed here ({t['yours']['rounds']} interleaved rounds, one thread): checkpoint everything "
+    where = "one CPU thread" if cache["device"] == "cpu" else cache["device"]
+    ctx.lines.append(f"  timed here ({t['yours']['rounds']} interleaved rounds, {where}): checkpoint everything "
                      f"{t['everything']['step_s'] * 1e3:.0f} ms/step, your plan {t['yours']['step_s'] * 1e3:.0f} ms, "
                      f"the grader's plan ({best.describe(cc.N_BLOCKS)}) {t['grader']['step_s'] * 1e3:.0f} ms")  # fmt: skip
     return cache

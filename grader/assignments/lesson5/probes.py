@@ -21,12 +21,36 @@ failure, never earn a point); the parent treats it so.
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import torch
 
 from grader.assignments.lesson5 import ckpt_checks as cc
 from grader.channel import tensor_msg
 from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+
+
+def _warm_up_checkpoint() -> None:
+    """The first ``checkpoint`` call imports ``torch._dynamo``; on torch 2.6 that import writes a
+    generated module into a temporary folder, which the worker's audit would blame on the
+    learner's code (their call was on the stack). The grader makes the first calls itself, plain
+    and selective, here at import: before the audit hook, before any learner code."""
+    from torch.utils.checkpoint import (
+        CheckpointPolicy,
+        checkpoint,
+        create_selective_checkpoint_contexts,
+    )
+
+    def policy(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    x = torch.ones(2, requires_grad=True)
+    selective = partial(create_selective_checkpoint_contexts, policy)
+    checkpoint(torch.sin, x, use_reentrant=False).sum().backward()
+    checkpoint(torch.sin, x, use_reentrant=False, context_fn=selective).sum().backward()
+
+
+_warm_up_checkpoint()
 
 
 def _learner(worker, name: str):

@@ -67,7 +67,7 @@ def load_gate(assignment_id: str, spec, table: str, device: str | None = None) -
         name = fallback
     try:
         cal = gates.Calibration.load(name)
-        if device is not None and cal.device != device and cal.sd_pair_pp < FALLBACK_SD_PAIR_PP:
+        if device is not None and _model(cal.device) != _model(device) and cal.sd_pair_pp < FALLBACK_SD_PAIR_PP:
             notes.append(f"the accuracy gate's calibration {name} was measured on {cal.device}, not this "
                          f"{device}: its per-pair SD {cal.sd_pair_pp:.2f} pp widened to {FALLBACK_SD_PAIR_PP} pp "
                          "(instructors: python -m grader calibrate on this machine)")  # fmt: skip
@@ -77,6 +77,14 @@ def load_gate(assignment_id: str, spec, table: str, device: str | None = None) -
         note = (f"the accuracy gate is not calibrated for {name}; using a conservative "
                 f"{FALLBACK_SD_PAIR_PP} pp per-pair SD (instructors: python -m grader calibrate)")  # fmt: skip
         return gates.Gate(spec.repeats, FALLBACK_SD_PAIR_PP), "fallback", [*notes, note]
+
+
+def _model(device: str) -> str:
+    """The device's model, without effkit.measure.device_name's thread count: accuracy noise
+    depends on the kernels a model runs, not on how many threads run them."""
+    import re
+
+    return re.sub(r" \(\d+ threads?\)$", "", device)
 
 
 def grade(assignment, cells: list[tuple[str, str]], max_points: float, *, device: str | None = None,

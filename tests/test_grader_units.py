@@ -104,7 +104,7 @@ def test_a_calibration_from_another_device_is_widened_not_trusted(tmp_path, monk
     cal.save(tmp_path)
     monkeypatch.setattr(gate, "calibration_dir", lambda name: tmp_path)
     spec = assignments.get("lesson3").specs["smoke"]
-    own, _, notes = perf.load_gate("lesson9", spec, "cpu", "CPU Some Xeon (2 threads)")
+    own, _, notes = perf.load_gate("lesson9", spec, "cpu", "CPU Some Xeon (16 threads)")  # same model
     assert not notes and not own.decide([-1.0, -1.0]).passed
     other, name, notes = perf.load_gate("lesson9", spec, "cpu", "CPU AMD EPYC (2 threads)")
     assert "widened" in name and any("measured on CPU Some Xeon" in n for n in notes), notes

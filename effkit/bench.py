@@ -221,6 +221,8 @@ def _assemble(workload, profile, name, tp, runs) -> dict:
         "device": name,
         "torch": torch.__version__,
         "python": platform.python_version(),
+        "cpu": _cpu_features(),
+        "transformers": _version("transformers"),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "recipes": recipes,
         "speedup": tp["speedup"],
@@ -354,3 +356,19 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _cpu_features() -> dict:
+    """The CPU's vector ISA and bf16 units (recorded with every result: CPU figures depend on them)."""
+    from effkit.amp import cpu_features
+
+    return cpu_features()
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None

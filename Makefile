@@ -42,7 +42,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 lab: $(STAMP)  ## JupyterLab on the course, nbgrader extensions enabled
-	$(BIN)/jupyter lab --notebook-dir=.
+	$(BIN)/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root)
 
 notebooks: $(STAMP)  ## rebuild the lesson notebooks (and their README) from notebooks/*.py
 	$(BIN)/python -m effkit.lesson build

@@ -56,6 +56,40 @@ def cpu_native_bf16(cpuinfo: str | None = None) -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
+def cpu_features(cpuinfo: str | None = None) -> dict:
+    """What this CPU offers for training, to print and record beside every CPU figure.
+
+    ``torch_capability``: the widest vector ISA torch's own kernels dispatch to
+    (``torch.backends.cpu.get_cpu_capability()``: "DEFAULT", "AVX2", "AVX512", ...); ``flags``:
+    the bf16-relevant kernel flags present (``amx_bf16``, ``avx512_bf16``, ``avx512f``, ``avx2``);
+    ``native_bf16``: :func:`cpu_native_bf16`. A cloud VM can move to another host between two
+    runs (the course's 2-core "AMD EPYC" was AVX2-only, later AVX512-BF16, under one model name),
+    so a result names its CPU's features, not just its model.
+    """
+    if cpuinfo is None:
+        try:
+            with open(CPUINFO_PATH) as f:
+                cpuinfo = f.read()
+        except OSError:
+            cpuinfo = ""
+    present: set[str] = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith(("flags", "Features")):
+            present.update(line.split(":", 1)[-1].split())
+    wanted = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
+    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "unknown")()
+    return {"torch_capability": capability, "flags": [f for f in wanted if f in present],
+            "native_bf16": cpu_native_bf16(cpuinfo or None)}
+
+
+def describe_cpu(features: dict | None = None) -> str:
+    """One line for a figure's caption, e.g. "AVX512 kernels; avx512_bf16: native bf16"."""
+    f = features or cpu_features()
+    bf16 = [x for x in f["flags"] if x.endswith("bf16")]
+    return (f"{f['torch_capability']} kernels; " +
+            (f"{', '.join(bf16)}: native bf16" if f["native_bf16"] else "no AMX / AVX512-BF16: bf16 emulated"))
+
+
 def cuda_native_bf16(capability: tuple[int, int]) -> bool:
     """bf16 tensor cores exist from compute capability 8.0 (Ampere) on.
 

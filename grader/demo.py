@@ -115,6 +115,10 @@ def summary(results: dict[str, dict], grades: list[dict]) -> str:
             f"{r['accuracy_delta_pp']:>+9.2f}")
     lines.append("interval: order-statistic interval of the median per-pair ratio; cover: its real "
                  "coverage")
+    for wl, r in results.items():  # what each column counts, and where the whole runs disagree
+        lines += [f"{wl}: {line}" for line in bench.counted(r)[1:]]
+    lines.append("samples/s: interleaved A/B bursts after warm-up; t→target: the two whole runs from scratch, "
+                 "one after the other, every evaluation counted (a change in load between them lands there alone)")
     if grades:
         lines += ["", f"{'exercise':<22}{'points':>12}  notes"]
         for g in grades:

@@ -48,11 +48,17 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def load_gate(assignment_id: str, spec, table: str) -> tuple[gates.Gate, str, list[str]]:
+def load_gate(assignment_id: str, spec, table: str, device: str | None = None) -> tuple[gates.Gate, str, list[str]]:
     """The gate for the targets row ``table`` (device class, or ``cpu-fp32``: see
     :func:`grader.targets.table_for`). ``cpu-fp32`` falls back to the ``cpu`` calibration when it
     has none of its own (said in the report): its noise was measured with bf16 on a CPU that has
-    it, a wider gate than fp32's on one without."""
+    it, a wider gate than fp32's on one without.
+
+    A calibration measured on another device model (``device``, e.g. an AMX Xeon's, used on an
+    EPYC) says nothing about this one's noise: reduced-precision kernels differ between CPUs, so
+    a recipe that matched fp32 to the last example on one can differ by several examples on the
+    other. Its per-pair SD is then widened to at least :data:`FALLBACK_SD_PAIR_PP` (flagged), so
+    correct work is never failed on noise the calibration never saw."""
     name = f"{assignment_id}-{spec.calibration_name}-{table}"
     notes = []
     if table == NO_NATIVE_BF16 and not (gates.calibration_dir(name) / f"{name}.json").is_file():
@@ -61,11 +67,24 @@ def load_gate(assignment_id: str, spec, table: str) -> tuple[gates.Gate, str, li
         name = fallback
     try:
         cal = gates.Calibration.load(name)
+        if device is not None and _model(cal.device) != _model(device) and cal.sd_pair_pp < FALLBACK_SD_PAIR_PP:
+            notes.append(f"the accuracy gate's calibration {name} was measured on {cal.device}, not this "
+                         f"{device}: its per-pair SD {cal.sd_pair_pp:.2f} pp widened to {FALLBACK_SD_PAIR_PP} pp "
+                         "(instructors: python -m grader calibrate on this machine)")  # fmt: skip
+            return gates.Gate(spec.repeats, FALLBACK_SD_PAIR_PP), f"{name} (widened)", notes
         return gates.Gate.from_calibration(spec.repeats, cal), name, notes
     except FileNotFoundError:
         note = (f"the accuracy gate is not calibrated for {name}; using a conservative "
                 f"{FALLBACK_SD_PAIR_PP} pp per-pair SD (instructors: python -m grader calibrate)")  # fmt: skip
         return gates.Gate(spec.repeats, FALLBACK_SD_PAIR_PP), "fallback", [*notes, note]
+
+
+def _model(device: str) -> str:
+    """The device's model, without effkit.measure.device_name's thread count: accuracy noise
+    depends on the kernels a model runs, not on how many threads run them."""
+    import re
+
+    return re.sub(r" \(\d+ threads?\)$", "", device)
 
 
 def grade(assignment, cells: list[tuple[str, str]], max_points: float, *, device: str | None = None,
@@ -76,7 +95,7 @@ def grade(assignment, cells: list[tuple[str, str]], max_points: float, *, device
     name = device_name(device)
     target = target_for(assignment.id, name)
     spec = assignment.spec(device, spec_name)
-    gate, calibration, notes = load_gate(assignment.id, spec, target.table or target.device_class)
+    gate, calibration, notes = load_gate(assignment.id, spec, target.table or target.device_class, name)
     progress(f"Measuring on {name}: baseline vs your code, {spec.repeats} paired runs ...")
     if not cells:
         m = Measurement(device=name, spec=spec)

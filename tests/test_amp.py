@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from effkit import amp
 from effkit.amp import AmpPolicy, DeviceCaps, choose_precision
 
 H100 = DeviceCaps("cuda", "NVIDIA H100 80GB HBM3", bf16=True, fp16=True)
@@ -104,3 +105,17 @@ def test_both_workloads_resolve_precision_through_the_one_policy(monkeypatch):
     monkeypatch.setattr(amp, "cpu_native_bf16", lambda cpuinfo=None: True)
     assert cifar_recipes.resolve_precision(torch.device("cpu"), "auto").mode == "bf16"
     assert choose_precision("cpu", "auto").mode == "bf16"
+
+
+def test_cpu_features_name_the_bf16_units_from_the_kernel_flags():
+    """The course's CPU moved from an AVX2-only EPYC to one with AVX512-BF16 under the same model
+    name: results record the flags, and the bf16 verdict follows them."""
+    avx2 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n"
+    bf16 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16\n"
+    a, b = amp.cpu_features(avx2), amp.cpu_features(bf16)
+    assert a["flags"] == ["avx2"] and not a["native_bf16"]
+    assert b["flags"] == ["avx512_bf16", "avx512f", "avx2"] and b["native_bf16"]
+    assert "bf16 emulated" in amp.describe_cpu(a) and "avx512_bf16: native bf16" in amp.describe_cpu(b)
+    here = amp.cpu_features()
+    assert here["torch_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert here["native_bf16"] == amp.cpu_native_bf16()

@@ -91,6 +91,26 @@ def test_a_heavy_tailed_calibration_raises_the_threshold_only_as_far_as_correct_
     assert gate.Gate(2, statistics.stdev(wild), residuals_pp=wild).threshold_pp <= gate.Gate(2, statistics.stdev(wild)).threshold_pp
 
 
+def test_a_calibration_from_another_device_is_widened_not_trusted(tmp_path, monkeypatch):
+    """Lesson 3's gate was calibrated on an AMX Xeon, where bf16 matched fp32 to the last example
+    (SD 0.03 pp); on an AVX512-BF16 EPYC the reference's paired mean reached -1.00 pp against a
+    -0.56 pp gate. A calibration names its device: on another one its SD is widened to the
+    fallback's, flagged, and that reference difference passes; on its own device it is used."""
+    from grader import perf
+
+    diffs = [0.0] * 23 + [-0.1667]
+    cal = gate.Calibration.from_runs("lesson9-smoke-cpu", "CPU Some Xeon (2 threads)", [0.5] * 24,
+                                     [0.5 + d / 100 for d in diffs])  # fmt: skip
+    cal.save(tmp_path)
+    monkeypatch.setattr(gate, "calibration_dir", lambda name: tmp_path)
+    spec = assignments.get("lesson3").specs["smoke"]
+    own, _, notes = perf.load_gate("lesson9", spec, "cpu", "CPU Some Xeon (16 threads)")  # same model
+    assert not notes and not own.decide([-1.0, -1.0]).passed
+    other, name, notes = perf.load_gate("lesson9", spec, "cpu", "CPU AMD EPYC (2 threads)")
+    assert "widened" in name and any("measured on CPU Some Xeon" in n for n in notes), notes
+    assert other.sd_pair_pp == perf.FALLBACK_SD_PAIR_PP and other.decide([-1.0, -1.0]).passed
+
+
 def test_gate_simulation_detects_an_underpowered_gate():
     res = gate.simulate(gate.Gate(repeats=1, sd_pair_pp=2.0), trials=20_000)
     assert not res.ok()

@@ -293,3 +293,27 @@ def test_checkpointing_nothing_on_a_forged_measurement_earns_nothing_and_is_flag
         v.reason for v in verdicts.values()
     ]
     assert any("saved_activation_bytes" in f for f in report["flags"]), report["flags"]
+
+
+def _inconclusive_timing(stack, x, plans, *args, **kwargs):
+    """What time_plans returns on a machine too noisy for its round and time caps: every interval
+    straddles 1 (the grader's own plan could not be shown faster)."""
+    row = {"ratio": 1.05, "low": 0.9, "high": 1.3, "rounds": 88, "coverage": 0.99, "step_s": 0.05}
+    return {name: dict(row, ratio=1.0 if name == "everything" else row["ratio"]) for name in plans}
+
+
+def test_a_busy_machine_never_costs_the_reference_its_speed_points(monkeypatch):
+    """The reference's plan does the grader's plan's work (as many identical blocks): it is timed
+    once, not twice and compared with itself (the noise that failed it under load, 1.20x with an
+    interval down to 0.94); and when noise hides even the grader's own plan's gain, the speed
+    cells judge by structure, so the reference keeps its points and 'everything' still earns none."""
+    planner = dict(_cells(SOLUTION))["plan_checkpointing"]
+    verdicts = _grade_plan(planner)
+    assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
+    assert any("the same work, timed once" in line for line in verdicts["test_speed"].lines)
+    monkeypatch.setattr(cc, "time_plans", _inconclusive_timing)
+    verdicts = _grade_plan(planner)
+    assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
+    assert any("timing inconclusive" in line for line in verdicts["test_speed"].lines)
+    verdicts = _grade_plan(EVERYTHING)
+    assert not verdicts["test_speed"].passed and not verdicts["test_least_recompute"].passed

@@ -133,7 +133,7 @@ def ops_in(stack: nn.Module, x: torch.Tensor) -> frozenset[str]:
 
 def time_plans(stack: nn.Module, x: torch.Tensor, plans: dict[str, CheckpointPlan], rounds: int,
                steps: int, max_rounds: int | None = None, settled=None,
-               device: str = "cpu") -> dict[str, dict]:  # fmt: skip
+               time_cap_s: float | None = None, device: str = "cpu") -> dict[str, dict]:  # fmt: skip
     """Interleaved timing of forward + backward under each plan, in this process, on ``device``
     (the grading's device: on a CUDA machine the plans are timed on the GPU, synchronised).
 
@@ -142,8 +142,8 @@ def time_plans(stack: nn.Module, x: torch.Tensor, plans: dict[str, CheckpointPla
     Returns per plan: the median ratio baseline-time / plan-time (> 1: faster than the baseline),
     its order-statistic interval, the interval's real coverage, the median seconds per step and
     the rounds run. After ``rounds`` rounds, while ``settled(result)`` is false, another
-    ``rounds`` are added, up to ``max_rounds`` (a noisy machine buys more rounds, a quiet one
-    none).
+    ``rounds`` are added, up to ``max_rounds`` or until ``time_cap_s`` seconds of timing have
+    passed (a noisy machine buys more rounds, a quiet one none; the cap bounds a grading's time).
     """
     stacks = {name: apply_plan(build_copy(stack), plan).to(device) for name, plan in plans.items()}
     names = list(plans)
@@ -174,7 +174,7 @@ def time_plans(stack: nn.Module, x: torch.Tensor, plans: dict[str, CheckpointPla
     with threads(1):  # on a CPU, one thread: a busy second core disturbs one timed thread far less
         for name in names:  # warm-up: allocator, first-call costs
             run(name)
-        r = 0
+        r, t_start = 0, _clock()
         while True:
             for _ in range(rounds):
                 order = names[r % len(names) :] + names[: r % len(names)]
@@ -182,7 +182,8 @@ def time_plans(stack: nn.Module, x: torch.Tensor, plans: dict[str, CheckpointPla
                     seconds[name].append(run(name))
                 r += 1
             result = summary()
-            if settled is None or settled(result) or r + rounds > (max_rounds or rounds):
+            out_of_time = time_cap_s is not None and _clock() - t_start > time_cap_s
+            if settled is None or settled(result) or out_of_time or r + rounds > (max_rounds or rounds):
                 return result
 
 

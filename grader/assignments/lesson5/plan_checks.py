@@ -31,7 +31,9 @@ ROUNDS, STEPS = 11, 1  # timed rounds (11: the interval drops the extreme ratio 
 # A step of the grader's small stack is a few milliseconds of kernel launches on a GPU: time ten
 # per round there, so launch jitter averages out within a round (not calibrated on a GPU yet).
 CUDA_STEPS = 10
-MAX_ROUNDS = 44  # on a noisy machine, 11 more rounds at a time until the intervals clear 1
+# On a noisy machine, 11 more rounds at a time until the verdicts are clear (see ``settled``), up
+# to MAX_ROUNDS or TIME_CAP_S of timing, whichever comes first (a busy core doubles step times).
+MAX_ROUNDS, TIME_CAP_S = 88, 25.0
 # Share of the grader's plan's measured gain over "checkpoint everything" that earns
 # test_least_recompute (calibrated: README); a share within SHARE_MARGIN of it buys more rounds.
 MIN_SHARE, SHARE_MARGIN = 0.8, 0.1
@@ -123,18 +125,22 @@ def _timing(ctx: Context) -> dict:
             cache["failed"] = f"no speed credit: {err}"
             raise
         best = plan_for_budget(stack, x, budget)
-        plans = {
-            "everything": CheckpointPlan.everything(cc.N_BLOCKS),
-            "yours": plan,
-            "grader": best,
-        }
+        # The grader's blocks are identical, so a plan with as many blocks as the grader's, saving
+        # the same ops, does the same work: it is timed once, as the grader's plan. Timing one plan
+        # twice and comparing the two would only measure noise, which is what lost the reference
+        # its points on a busy machine (the two timings of the same plan, 1.20x vs 1.23x).
+        same_work = len(plan.blocks) == len(best.blocks) and plan.save == best.save
+        plans = {"everything": CheckpointPlan.everything(cc.N_BLOCKS), "grader": best}
+        if not same_work:
+            plans["yours"] = plan
 
         def settled(t: dict) -> bool:
-            """The grader's plan clear of 1; unless the plan is a known one, its interval clear
-            of 1 and its share of the grader's gain clear of the threshold by 0.1 too."""
+            """The grader's plan clear of 1; unless the plan does the grader's or everything's work,
+            its interval clear of 1 and its share of the grader's gain clear of MIN_SHARE by
+            SHARE_MARGIN too."""
             if not t["grader"]["low"] > 1.0:
                 return False
-            if plan in (best, plans["everything"]):
+            if same_work or plan == plans["everything"]:
                 return True
             share = (t["yours"]["ratio"] - 1) / (t["grader"]["ratio"] - 1)
             clear = not t["yours"]["low"] <= 1.0 <= t["yours"]["high"]
@@ -142,12 +148,11 @@ def _timing(ctx: Context) -> dict:
 
         device = grading_device()
         steps = CUDA_STEPS if device.startswith("cuda") else STEPS
-        cache.update(
-            plan=plan,
-            best=best,
-            device=device,
-            t=cc.time_plans(stack, x, plans, ROUNDS, steps, MAX_ROUNDS, settled, device=device),
-        )
+        t = cc.time_plans(stack, x, plans, ROUNDS, steps, MAX_ROUNDS, settled, TIME_CAP_S,
+                          device=device)  # fmt: skip
+        if same_work:
+            t["yours"] = dict(t["grader"], same_work=True)
+        cache.update(plan=plan, best=best, device=device, t=t)
     if "failed" in cache:
         raise CheckFailed(cache["failed"])
     t, plan, best = cache["t"], cache["plan"], cache["best"]
@@ -176,11 +181,19 @@ def check_speed(ctx: Context) -> None:
         raise CheckFailed(f"your plan checkpoints every block: it fits, but recomputes all of them. The budget needed "
                           f"{len(best.blocks)} blocks: the grader's plan ran {grader['ratio']:.2f}x as fast as "
                           "checkpointing everything. Checkpoint only what the budget needs.")  # fmt: skip
+    if grader["low"] <= 1.0 and plan.save is None and len(plan.blocks) <= len(best.blocks):
+        # The timing could not show even the grader's own plan faster (a machine too noisy for
+        # MAX_ROUNDS / TIME_CAP_S): noise is not the learner's fault, so judge by structure, as
+        # test_least_recompute does - no more whole blocks recomputed than the grader's plan.
+        ctx.ok(f"your plan recomputes no more blocks than the grader's (timing inconclusive on this machine: "
+               f"{_interval(grader)})")  # fmt: skip
+        return
     expect(yours["low"] > 1.0, f"your plan ({plan.describe(cc.N_BLOCKS)}) was not measurably faster than checkpointing "
                                f"every block: {_interval(yours)}"
                                + ("; keeping ops selectively adds a dispatch cost per op that the recompute it "
                                   "saves does not pay back here" if plan.save is not None else ""))  # fmt: skip
-    ctx.ok(f"your plan ran {_interval(yours)} as fast as checkpointing every block")
+    same = " (as many blocks as the grader's plan: the same work, timed once)" if yours.get("same_work") else ""
+    ctx.ok(f"your plan ran {_interval(yours)} as fast as checkpointing every block{same}")
 
 
 def check_least_recompute(ctx: Context) -> None:

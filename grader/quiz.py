@@ -33,8 +33,13 @@ def probe_quiz(worker):
     return {"answers": {str(k)[:20]: str(v)[:20] for k, v in list(answers.items())[:20]}}, []
 
 
-def quiz_check(key: dict[str, str]) -> Callable[[Context], None]:
-    """Parent side: a cell check that passes when every answer matches ``key``."""
+def quiz_check(key: dict[str, str], feedback: dict[str, dict[str, str]] | None = None
+               ) -> Callable[[Context], None]:
+    """Parent side: a cell check that passes when every answer matches ``key``.
+
+    ``feedback`` (question -> choice -> one sentence) says why a wrong choice is wrong, so a
+    learner who picked it learns something rather than only which question to revisit.
+    """
 
     from grader.cells import expect, stub_reason
 
@@ -44,9 +49,12 @@ def quiz_check(key: dict[str, str]) -> Callable[[Context], None]:
         expect(r.ok, stub_reason(stub[0]["message"] if stub else r.failure)
                or f"reading QUIZ_ANSWERS {r.failure}")  # fmt: skip
         answers = r.data.get("answers", {})
-        wrong = [q for q in key if str(answers.get(q, "")).strip().lower() != key[q]]
+        chosen = {q: str(answers.get(q, "")).strip().lower() for q in key}
+        wrong = [q for q in key if chosen[q] != key[q]]
+        why = [f"{q} ({chosen[q] or 'no answer'}): {(feedback or {}).get(q, {})[chosen[q]]}"
+               for q in wrong if chosen[q] in (feedback or {}).get(q, {})]
         expect(not wrong, f"{len(key) - len(wrong)} of {len(key)} answers right; revisit "
-                          + ", ".join(wrong))  # fmt: skip
+                          + ", ".join(wrong) + ("" if not why else ". " + " ".join(why)))  # fmt: skip
         ctx.ok(f"all {len(key)} answers right")
 
     return check_quiz

@@ -221,3 +221,14 @@ def test_a_hidden_pipeline_costs_the_next_forward_pass_not_next(monkeypatch):
     for kind in ("data", "compute", "compute", "data", "compute"):
         server({"kind": kind, "n": 8})
     assert asked == pytest.approx([0.001, 0.035, 0.005, 0.001, 0.035])
+
+
+@pytest.mark.slow
+def test_a_wrong_quiz_choice_is_told_why_it_is_wrong():
+    wrong = 'QUIZ_ANSWERS = {"q1": "a", "q2": "c", "q3": "a", "q4": "b"}'
+    verdicts, _ = _grade(_cells(SOLUTION, quiz=wrong), only=["test_quiz"])
+    v = verdicts["test_quiz"]
+    assert not v.passed and "revisit q1" in v.reason, v.reason
+    assert lesson1.QUIZ_FEEDBACK["q1"]["a"] in v.reason, v.reason
+    for question, choices in lesson1.QUIZ_FEEDBACK.items():  # feedback only for wrong choices
+        assert lesson1.QUIZ_KEY[question] not in choices and choices, question

@@ -230,7 +230,19 @@ def check_bottleneck(ctx: Context) -> None:
            " named right (each twice)")
 
 
-check_quiz = quiz_check(QUIZ_KEY)
+QUIZ_FEEDBACK = {  # why each wrong choice is wrong: shown to a learner who picked it
+    "q1": {"a": "that is the [min, max] of the ratios; the interval is an order-statistic interval"
+                " for the median, and it says how often it covers it",
+           "c": "no mean or standard deviation: medians of paired ratios, robust to a burst of load"},
+    "q2": {"a": "matmul precision speeds up compute, and compute is only 30% of this loop",
+           "b": "the optimizer step is part of compute, 30% of this loop: the data wait is 70%"},
+    "q3": {"b": "warm-up steps are usually slower (allocations, worker start-up), not faster",
+           "c": "a learning-rate warm-up changes what is learned, not how long a step takes"},
+    "q4": {"a": "synchronising frees nothing: it waits for queued GPU work to finish",
+           "c": "the data loader runs on the CPU; sync waits for the GPU's queued kernels"},
+}
+
+check_quiz = quiz_check(QUIZ_KEY, QUIZ_FEEDBACK)
 
 
 CELL_CHECKS = {"test_throughput": check_throughput, "test_data_wait": check_data_wait,

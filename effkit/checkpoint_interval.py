@@ -94,3 +94,29 @@ def steps_between_saves(interval_s: float, step_s: float) -> int:
     if not (step_s > 0 and interval_s > 0):
         raise ValueError(f"need positive interval_s and step_s, got {interval_s}, {step_s}")
     return max(1, round(interval_s / step_s))
+
+
+def mtbf_for_interval(interval_s: float, save_s: float) -> float:
+    """The MTBF for which ``interval_s`` is Young-optimal: Young's rule solved for M."""
+    if not (interval_s > 0 and save_s > 0):
+        raise ValueError(f"need positive interval_s and save_s, got {interval_s}, {save_s}")
+    return interval_s**2 / (2 * save_s)
+
+
+def readable_duration(seconds: float) -> str:
+    """Seconds in the unit that keeps two significant digits visible ("0.4 s", "12 min", "3.1 d").
+
+    Why: a fixed unit printed an MTBF of half a second as "0.00 h" — a sentence that is false.
+    """
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"need a finite, non-negative duration, got {seconds!r}")
+    for unit, size, limit in (("ms", 1e-3, 1.0), ("s", 1.0, 120.0), ("min", 60.0, 7200.0),
+                              ("h", 3600.0, 172800.0)):
+        if seconds < limit:
+            return f"{seconds / size:.2g} {unit}" if seconds / size < 10 else f"{seconds / size:.0f} {unit}"
+    return f"{seconds / 86400:.2g} d" if seconds < 864000 else f"{seconds / 86400:.0f} d"
+
+
+def young_holds(save_s: float, mtbf_s: float) -> bool:
+    """Young's first-order rule assumes a save is short beside the MTBF (here: < 1/10 of it)."""
+    return save_s < 0.1 * mtbf_s

@@ -148,9 +148,9 @@ def lesson_verdict(result: ABResult, a_label: str = "A", b_label: str = "B",
     sentence = said.sentence
     if said.word == "no clear difference" and result.ci_high > WIDE * result.ci_low:
         sentence = (f"no evidence either way about {b_label} vs {a_label}: the interval"
-                    f" {result.ci_low:.2f}-{result.ci_high:.2f} (median {result.ratio:.2f}x, covering it"
-                    f" {result.coverage:.0%} of the time over {result.pairs} pairs) is too wide to say"
-                    " anything — the machine was too noisy or the bursts too short")
+                    f" {result.ci_low:.2f}-{result.ci_high:.2f} (ratio {result.ratio:.2f}x, covering the"
+                    f" median {result.coverage:.0%} of the time over {result.pairs} pairs) is too wide to"
+                    " say anything — the machine was too noisy or the bursts too short")
     if profile() == "smoke":
         sentence = f"{sentence} [{SMOKE_NOTE}]"
     return Verdict(said.word, sentence)
@@ -177,8 +177,21 @@ def plot_ab(results: dict[str, ABResult], title: str, ax=None):
     return ax
 
 
+def summary_header(number: int, device_label: str, extra: str = "") -> str:
+    """The first line of a lesson's summary cell; in smoke, a second line saying it is not evidence.
+
+    Every summary prints measured numbers; a smoke run's numbers come from tiny sizes chosen to
+    test that the notebook runs, so the header says so before any of them is read as a result.
+    """
+    line = f"Summary — lesson {number}, profile {profile()!r}, measured on {device_label}{extra}"
+    if profile() == "smoke":
+        line += f"\n[{SMOKE_NOTE}: no figure below supports a conclusion; run the cpu or gpu profile]"
+    return line
+
+
 def check_guess(guess: float | None, measured: float, what: str, fmt: str = "{:.2f}") -> None:
-    """Print a learner's prediction next to the measurement (or a reminder to write one)."""
+    """Print a learner's prediction next to the measurement (or a reminder to write one);
+    in smoke the line says the measurement is not evidence."""
     shown = fmt.format(measured)
     if guess is None:
         line = f"{what}: measured {shown}. (No guess written: set it above, then re-run.)"
@@ -186,6 +199,8 @@ def check_guess(guess: float | None, measured: float, what: str, fmt: str = "{:.
         off = measured / guess if guess else float("inf")
         line = (f"{what}: you guessed {fmt.format(guess)}, measured {shown}"
                 f" ({off:.2g}x your guess)")
+    if profile() == "smoke":
+        line += f" [{SMOKE_NOTE}]"
     print(line)
 
 

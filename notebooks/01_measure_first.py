@@ -565,7 +565,7 @@ print(f"optimized CIFAR ({precision}): {opt_sps:.0f} images/s on {DEVICE_NAME},"
 # ## Summary
 
 # %% tags=["summary"]
-print(f"Summary — lesson 1, profile {PROFILE!r}, measured on {DEVICE_NAME}")
+print(lesson.summary_header(1, DEVICE_NAME))
 print(f"* throughput: naive CIFAR {cifar_sps:.0f} images/s; naive BERT {bert_sps:.0f}"
       f" sentences/s = {bert_tps:.0f} real tokens/s ({pad_share:.0%} of tokens are padding)")
 print(f"* batch {big} vs {small}: {batch_ab.verdict}")

@@ -420,7 +420,7 @@ print(f"num_workers={MY_WORKERS}, prefetch_factor={MY_PREFETCH}: {mine:.0f} imag
 # ## Summary
 
 # %% tags=["summary"]
-print(f"Summary — lesson 2, profile {PROFILE!r}, measured on {DEVICE_NAME}")
+print(lesson.summary_header(2, DEVICE_NAME))
 print(f"* naive recipe, 2-worker DataLoader: {loader_ab.a_median:.0f} images/s (one-epoch"
       f" bursts of {SIZES['ab_images']} images)")
 print(f"* tuned DataLoader ({tuned_desc}): {loader_ab.verdict}")

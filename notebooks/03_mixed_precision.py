@@ -398,7 +398,7 @@ mine = lesson.ab(f"{MY_WIDTH}x{MY_WIDTH} linear layer: fp32 vs {LOW_NAME}",
 # %% tags=["summary"]
 low_ops = [name for name, out in outputs.items() if out.dtype == LOW]
 fp32_ops = [name for name, out in outputs.items() if out.dtype == torch.float32]
-print(f"Summary — lesson 3, profile {PROFILE!r}, measured on {DEVICE_NAME}")
+print(lesson.summary_header(3, DEVICE_NAME))
 print(f"* auto precision here: {here.mode}; a simulated T4 gets fp16 + GradScaler")
 print(f"* autocast {LOW}: {', '.join(low_ops)} in 16 bits; {', '.join(fp32_ops)} in fp32")
 print(f"* tiny fp16 gradients: {zero_plain:.0%} zero unscaled,"

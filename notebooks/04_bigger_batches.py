@@ -575,7 +575,7 @@ print(f"effective batch {128 * MY_ACCUM}, LR {MY_LR:.3g}: final accuracy {mine[-
 # ## Summary
 
 # %% tags=["summary"]
-print(f"Summary — lesson 4, profile {PROFILE!r}, measured on {DEVICE_NAME}")
+print(lesson.summary_header(4, DEVICE_NAME))
 print(f"* throughput: {throughput[small]:,.0f} samples/s at batch {small}, {throughput[large]:,.0f}"
       f" at {large} ({gain:.1f}x)")
 print("* " + (f"first doubling not shown to gain >10%: {flat}" if flat else

@@ -481,7 +481,7 @@ plan_ab = lesson.ab("checkpoint everything vs your plan", step(checkpointed), st
 # ## Summary
 
 # %% tags=["summary"]
-print(f"Summary — lesson 5, profile {PROFILE!r}, measured on {DEVICE_NAME}")
+print(lesson.summary_header(5, DEVICE_NAME))
 print(f"* one block keeps {bytes_per_token:,.0f} bytes per token; activations over the grid:"
       f" {min(per_token_layer):,.0f}-{max(per_token_layer):,.0f} bytes per token per layer")
 print(f"* parameters + gradients + AdamW state: {static / n_params:.1f} bytes per parameter;"

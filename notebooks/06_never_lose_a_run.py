@@ -53,7 +53,15 @@ from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
 from effkit import lesson
-from effkit.checkpoint_interval import daly_interval, overhead, steps_between_saves, young_interval
+from effkit.checkpoint_interval import (
+    daly_interval,
+    mtbf_for_interval,
+    overhead,
+    readable_duration,
+    steps_between_saves,
+    young_holds,
+    young_interval,
+)
 from effkit.early_stopping import EarlyStopping
 from effkit.measure import device_name, sync
 from effkit.resume import CheckpointManager, load_checkpoint, save_checkpoint
@@ -562,16 +570,19 @@ with tqdm(total=SIZES["epochs"] * (SIZES["n_train"] // SIZES["batch"]), desc="yo
 hit = time_to_target(mine)
 print(f"one-cycle, peak {MY_PEAK}, warm-up {MY_WARMUP_FRAC:.0%}: final accuracy {mine[-1][1]:.1%}, time to"
       f" {TARGET:.0%}: {'not reached' if hit is None else f'{hit:.1f} s'}")
-mtbf_for_100 = (100 * step_s) ** 2 / (2 * save_s)  # Young's rule solved for M
-mtbf_text = (f"{mtbf_for_100:.1f} s" if mtbf_for_100 < 120 else f"{mtbf_for_100 / 60:.1f} min" if mtbf_for_100 < 7200
-             else f"{mtbf_for_100 / 3600:.1f} h")
-print(f"saving every 100 steps is Young-optimal here for an MTBF of {mtbf_text}")
+mtbf_for_100 = mtbf_for_interval(100 * step_s, save_s)
+if young_holds(save_s, mtbf_for_100):
+    print(f"saving every 100 steps is Young-optimal here for an MTBF of {readable_duration(mtbf_for_100)}")
+else:  # Young's first-order rule needs saves much shorter than the MTBF: say it does not apply
+    print(f"saving every 100 steps would be Young-optimal only for an MTBF of {readable_duration(mtbf_for_100)},"
+          f" barely {mtbf_for_100 / save_s:.1f} saves long, where Young's first-order rule does not hold:"
+          " on any real machine 100 steps is far too often to save")
 
 # %% [markdown]
 # ## Summary
 
 # %% tags=["summary"]
-print(f"Summary — lesson 6, profile {PROFILE!r}, measured on {DEVICE_NAME}")
+print(lesson.summary_header(6, DEVICE_NAME))
 for name, times in reached.items():
     shown = ", ".join("not reached" if t is None else f"{t:.1f} s" for t in times)
     print(f"* {name}: time to {TARGET:.0%} validation accuracy {shown} ({len(times)} seed(s))")

@@ -397,7 +397,7 @@ mine_ab = lesson.ab("training step: LoRA (q, v, r=8) vs yours", trainer(lora(enc
 # ## Summary
 
 # %% tags=["summary"]
-print(f"Summary — lesson 8, profile {PROFILE!r}, measured on {DEVICE_NAME}; encoder: {ENCODER.note}")
+print(lesson.summary_header(8, DEVICE_NAME, f"; encoder: {ENCODER.note}"))
 print(f"* LoRA r=8 on query and value trains {trainable:,} of {total:,} parameters ({trainable / total:.2%})")
 print(f"* gradients + AdamW state: {grad_opt['full fine-tuning'] / 2**20:.0f} MiB full vs"
       f" {grad_opt['LoRA r=8 (q, v)'] / 2**20:.2f} MiB LoRA (measured); with weights:"

@@ -11,8 +11,11 @@ from torch import nn
 from effkit.checkpoint_interval import (
     daly_interval,
     expected_wall_time,
+    mtbf_for_interval,
     overhead,
+    readable_duration,
     steps_between_saves,
+    young_holds,
     young_interval,
 )
 from effkit.resume import CheckpointError, CheckpointManager
@@ -75,3 +78,17 @@ def test_restore_best_loads_the_best_weights_not_the_last(tmp_path):
     progress = manager.restore_best(model)
     assert torch.equal(model.weight, weights[1]) and progress.step == 1 and progress.metric == 0.5
     assert torch.equal(torch.get_rng_state(), rng_before), "restoring the best must not rewind RNGs"
+
+
+def test_a_short_mtbf_is_never_printed_as_zero_hours():
+    # lesson 6 on an H100 printed "an MTBF of 0.00 h": a 10 ms step, a 170.7 ms save
+    mtbf = mtbf_for_interval(100 * 10e-3, 170.7e-3)
+    assert young_interval(170.7e-3, mtbf) == pytest.approx(100 * 10e-3)
+    assert readable_duration(mtbf) == "2.9 s" and young_holds(170.7e-3, mtbf)
+    # a save as long as the MTBF: Young's first-order rule says nothing, and the lesson says so
+    assert not young_holds(0.1, mtbf_for_interval(100 * 1e-3, 0.1))
+    for seconds in (4e-4, 0.5, 2.34, 119, 600, 3 * 3600, 3 * 86400, 400 * 86400):
+        number, unit = readable_duration(seconds).split()
+        size = {"ms": 1e-3, "s": 1, "min": 60, "h": 3600, "d": 86400}[unit]
+        assert float(number) * size == pytest.approx(seconds, rel=0.05), (seconds, number, unit)
+    assert young_holds(30, 86400)

@@ -134,6 +134,17 @@ def test_a_fixed_bottleneck_and_the_compute_share_fail():
 
 
 @pytest.mark.slow
+def test_a_bottleneck_named_from_the_data_wait_share_fails():
+    """Lesson 1 shows a data-wait timer undercounts a pipeline whose workers share the model's cores;
+    the old reference decided from it. One input-bound trainer hides its pipeline time there."""
+    from_share = ('def name_bottleneck(trainer):\n'
+                  '    return "input pipeline" if data_wait_share(trainer, steps=5) > 0.5 else "compute"')
+    verdicts, _ = _grade(_cells(SOLUTION, name_bottleneck=from_share), only=["test_bottleneck"])
+    v = verdicts["test_bottleneck"]
+    assert not v.passed and "data-wait timer cannot see it" in v.reason, v.reason
+
+
+@pytest.mark.slow
 def test_in_process_forgery_is_flagged_and_earns_nothing():
     """Clock patching, a method planted on the grader's trainer, frames walked: reported as flags,
     and the made-up figure still fails (the parent's record has no steps)."""
@@ -199,3 +210,25 @@ def test_device_server_records_the_truth():
     assert 0.4 < share < 0.75  # the cold start is data time too
     thr = server.throughput(warmup=1)
     assert 16 / 0.08 < thr < 16 / 0.055
+
+
+def test_a_hidden_pipeline_costs_the_next_forward_pass_not_next(monkeypatch):
+    """Workers preparing batches slow the model, not ``next()``: a step on a batch fetched once
+    pays nothing extra. The waits asked for are recorded instead of slept (no timing in the test)."""
+    asked = []
+    monkeypatch.setattr(lesson1.time, "sleep", asked.append)
+    server = lesson1.DeviceServer(data_s=0.001, compute_s=0.005, hidden_s=0.03)
+    for kind in ("data", "compute", "compute", "data", "compute"):
+        server({"kind": kind, "n": 8})
+    assert asked == pytest.approx([0.001, 0.035, 0.005, 0.001, 0.035])
+
+
+@pytest.mark.slow
+def test_a_wrong_quiz_choice_is_told_why_it_is_wrong():
+    wrong = 'QUIZ_ANSWERS = {"q1": "a", "q2": "c", "q3": "a", "q4": "b"}'
+    verdicts, _ = _grade(_cells(SOLUTION, quiz=wrong), only=["test_quiz"])
+    v = verdicts["test_quiz"]
+    assert not v.passed and "3 of 4 answers right" in v.reason, v.reason
+    assert f'q1: (a) — {lesson1.QUIZ_WHY["q1"]["a"]}' in v.reason, v.reason
+    for question, choices in lesson1.QUIZ_WHY.items():  # feedback only for wrong choices
+        assert lesson1.QUIZ_KEY[question] not in choices and choices, question

@@ -360,3 +360,17 @@ def test_calibrating_on_a_cpu_without_bf16_writes_the_cpu_fp32_calibration(monke
     _no_targets_file(monkeypatch, tmp_path, native_bf16=True)
     assert tools.calibrate("lesson3", "smoke", pairs=3, chunk=3, device="cpu", save=False)["calibration"]["name"] == \
         "lesson3-smoke-cpu"  # fmt: skip
+
+
+def test_gpu_targets_never_ask_more_than_the_lessons_own_gpu_run_measured():
+    """A target above what lesson 3 measured on that GPU would take points from a correct policy
+    (the H100 target was 2.5x against a measured 1.35x, interval 1.11-1.65)."""
+    from grader.assignments.lesson3.checks import TARGETS
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    outputs = {"h100": results / "nvidia-h100-80gb-hbm3" / "lessons" / "03_mixed_precision.outputs.txt"}
+    for device, path in outputs.items():
+        found = re.search(r"Naive BERT: .*?: ([\d.]+)x, interval ([\d.]+)-([\d.]+)", path.read_text())
+        assert found, f"{path}: no naive BERT verdict"
+        low = float(found.group(2))
+        assert TARGETS[device]["floor"] <= TARGETS[device]["target"] <= low, (device, TARGETS[device], low)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -63,6 +64,19 @@ def test_check_guess_prints_guess_and_measurement(capsys):
     assert "you guessed 25%, measured 50% (2x your guess)" in capsys.readouterr().out
 
 
+def test_smoke_summaries_and_guesses_say_they_are_not_evidence(monkeypatch, capsys):
+    monkeypatch.setenv("EFFKIT_PROFILE", "cpu")
+    assert lesson.SMOKE_NOTE not in lesson.summary_header(3, "CPU x")
+    lesson.check_guess(0.25, 0.5, "share", "{:.0%}")
+    assert lesson.SMOKE_NOTE not in capsys.readouterr().out
+    monkeypatch.setenv("EFFKIT_PROFILE", "smoke")
+    head = lesson.summary_header(3, "CPU x", "; extra")
+    assert head.startswith("Summary — lesson 3, profile 'smoke', measured on CPU x; extra")
+    assert lesson.SMOKE_NOTE in head.splitlines()[1]
+    lesson.check_guess(0.25, 0.5, "share", "{:.0%}")
+    assert lesson.SMOKE_NOTE in capsys.readouterr().out
+
+
 def test_peak_names_its_precision_and_source():
     peak, source = lesson.peak_flops_for(torch.device("cpu"), "fp32")
     assert "fp32" in source
@@ -99,6 +113,8 @@ def test_a_uselessly_wide_interval_is_called_no_evidence_and_smoke_is_never_evid
     monkeypatch.setenv("EFFKIT_PROFILE", "cpu")
     wide = lesson.lesson_verdict(_result([0.03, 0.4, 0.7, 0.8, 3.0, 26.71]), "A", "B")
     assert wide.word == "no clear difference" and wide.sentence.startswith("no evidence either way")
+    # the same coverage phrase as every verdict: tests/test_notebooks.py finds verdicts by it
+    assert re.search(r"covering the median (\d+)% of the time over 6 pairs", wide.sentence), wide.sentence
     tight = lesson.lesson_verdict(_result([0.95, 0.98, 1.0, 1.01, 1.02, 1.04]), "A", "B")
     assert tight.sentence.startswith("no clear difference") and "not evidence" not in tight.sentence
     monkeypatch.setenv("EFFKIT_PROFILE", "smoke")

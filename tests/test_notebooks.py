@@ -25,6 +25,7 @@ pytest.importorskip("jupytext")
 from lesson_runs import executed  # noqa: E402
 
 from effkit import lesson_build  # noqa: E402
+from effkit.lesson import SMOKE_NOTE  # noqa: E402
 from effkit.syllabus import ready  # noqa: E402
 
 NOTEBOOKS = lesson_build.NOTEBOOKS
@@ -131,6 +132,7 @@ def test_lesson_shape(slug):
     assert nb.cells[turn + 1].cell_type == "code", "a code cell follows 'Your turn'"
     summary = [c for c in nb.cells if "summary" in c.metadata.get("tags", [])]
     assert len(summary) == 1 and summary[0].cell_type == "code", "one code cell tagged 'summary'"
+    assert "lesson.summary_header(" in summary[0].source, "head the summary with lesson.summary_header"
     assert "### References" in markdown and "https://" in markdown, "cite sources"
     exercise = f"exercises/{LESSONS[slug].assignment}/"
     assert "quiz" in markdown.lower() and exercise in markdown, f"point to the quiz in {exercise}"
@@ -172,5 +174,6 @@ def test_lesson_runs_in_the_smoke_profile(slug, record_property):
     summary = next(c for c in code if "summary" in c.metadata.get("tags", []))
     printed = _text(summary)
     assert printed.startswith("Summary"), f"{slug}: the summary cell printed {printed[:200]!r}"
+    assert SMOKE_NOTE in printed.splitlines()[1], f"{slug}: a smoke summary must say it is not evidence"
     assert "CPU" in printed or "GPU" in printed or "NVIDIA" in printed, "name the device"
     assert re.search(r"\d", printed) and "nan" not in printed.lower(), printed

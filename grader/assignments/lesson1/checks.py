@@ -15,7 +15,10 @@ or name; the parent compares it with its own record:
   (and its cold start) or counting batches fails with a hint;
 * **data-wait share** within ±0.15 of the recorded share, on an input-bound trainer (data 2-4x
   the compute time, share 67-80%) and a compute-bound one (3-12%), in random order;
-* **bottleneck** named right on both, so always answering one name fails;
+* **bottleneck** named right on both, so always answering one name fails — and on an input-bound
+  trainer whose pipeline cost is *hidden* (its time is spent while the model computes, as
+  DataLoader workers take the model's cores: `next()` returns at once), so deciding from a
+  data-wait share, which lesson 1 shows undercounts, fails too;
 * **quiz**: answers compared with the key in this module (never in the notebook).
 
 **When to use it.** Through :mod:`grader.cells` (nbgrader autograde, ``grader check``,
@@ -77,10 +80,16 @@ QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
 
 
 class DeviceServer:
-    """The learner trainer's "device": each request waits ``data_s`` or ``compute_s`` here."""
+    """The learner trainer's "device": each request waits ``data_s`` or ``compute_s`` here.
 
-    def __init__(self, data_s: float, compute_s: float, cold_s: float = 0.0):
-        self.data_s, self.compute_s, self.cold_s = data_s, compute_s, cold_s
+    ``hidden_s``: pipeline time paid during the *next* forward pass after a batch was served
+    (workers preparing batches on the cores the model computes on): a step on a batch fetched once
+    does not pay it, and a data-wait timer does not see it.
+    """
+
+    def __init__(self, data_s: float, compute_s: float, cold_s: float = 0.0, hidden_s: float = 0.0):
+        self.data_s, self.compute_s, self.cold_s, self.hidden_s = data_s, compute_s, cold_s, hidden_s
+        self._owed = 0.0  # hidden pipeline time the next forward pass pays
         self.events: list[tuple[str, int, float, float]] = []  # kind, samples, arrived, answered
 
     def __call__(self, msg: dict) -> dict:
@@ -89,9 +98,10 @@ class DeviceServer:
         if kind not in ("data", "compute") or not isinstance(n, int) or not 0 < n <= 4096:
             raise CheckFailed(f"malformed request from the worker: {str(msg)[:80]}")
         t0 = time.perf_counter()
-        cost = self.data_s if kind == "data" else self.compute_s
+        cost = self.data_s if kind == "data" else self.compute_s + self._owed
         if kind == "data" and not any(e[0] == "data" for e in self.events):
             cost += self.cold_s
+        self._owed = self.hidden_s if kind == "data" else 0.0
         time.sleep(cost)
         self.events.append((kind, n, t0, time.perf_counter()))
         return {}
@@ -115,9 +125,11 @@ class DeviceServer:
         return sum(1 for e in self.events if e[0] == "data")
 
 
-def _server(ctx: Context, truth: str = "compute", cold_steps: int = 0) -> DeviceServer:
+def _server(ctx: Context, truth: str = "compute", cold_steps: int = 0, hidden: bool = False) -> DeviceServer:
     compute = ctx.rng.uniform(*COMPUTE_S)
     data = compute * ctx.rng.uniform(*(INPUT_BOUND if truth == "input pipeline" else COMPUTE_BOUND))
+    if hidden:  # the pipeline's time moves into the forward pass; next() costs what a prefetch does
+        return DeviceServer(compute * ctx.rng.uniform(*COMPUTE_BOUND), compute, hidden_s=data)
     return DeviceServer(data, compute, COLD_FACTOR * cold_steps * (data + compute))
 
 
@@ -204,23 +216,28 @@ def check_data_wait(ctx: Context) -> None:
 
 
 def check_bottleneck(ctx: Context) -> None:
-    order = list(BOTTLENECKS) * 2  # both kinds, twice, in random order: a fixed answer fails
+    # both kinds, twice, in random order: a fixed answer fails; one input-bound trainer hides its
+    # pipeline's time in the forward pass: a data-wait share misses it
+    order = [("input pipeline", False), ("input pipeline", True), ("compute", False), ("compute", False)]
     ctx.rng.shuffle(order)
-    for truth in order:
+    for truth, hidden in order:
         names = []
         while len(names) < RETRIES and (not names or names[0] != truth):
-            data = _call(
-                ctx, "bottleneck", _server(ctx, truth), "name_bottleneck(trainer)", batch_size=32
-            )
+            data = _call(ctx, "bottleneck", _server(ctx, truth, hidden=hidden),
+                         "name_bottleneck(trainer)", batch_size=32)  # fmt: skip
             value = data.get("value") if data.get("type") == "str" else None
             expect(isinstance(value, str) and value.strip().lower() in BOTTLENECKS,
                    f"expected name_bottleneck(trainer) to return one of {BOTTLENECKS}, got "
                    f"{data.get('repr', value)!r}")  # fmt: skip
             names.append(value.strip().lower())
         name = max(BOTTLENECKS, key=names.count)
+        hint = (" Its batches arrive at once: the pipeline's time is spent while the model computes"
+                " (as DataLoader workers share its cores), where a data-wait timer cannot see it —"
+                " time steps with and without the pipeline instead." if hidden else "")
         expect(name == truth, f"on a trainer whose {'data' if truth != 'compute' else 'compute'} dominates "
-                              f"each step, expected {truth!r}, got {name!r}")  # fmt: skip
-    ctx.ok("input-bound and compute-bound trainers named right (each twice)")
+                              f"each step, expected {truth!r}, got {name!r}.{hint}")  # fmt: skip
+    ctx.ok("input-bound (one with its pipeline's cost hidden from next()) and compute-bound trainers"
+           " named right (each twice)")
 
 
 check_quiz = quiz_check(QUIZ_KEY, QUIZ_WHY)

@@ -61,10 +61,14 @@ SPECS = {
 # on the 2-core AMX course machine the reference solution measured grading medians of
 # 1.25-1.60x (11 gradings, median 1.49x; single chunk pairs 1.15-2.14x), an fp32 "no faster"
 # submission 1.01x (chunk pairs 0.96-1.05x). GPU: estimates - bf16 (fp16 + scaler on a T4) tensor-core
-# matmuls against fp32 ones, until measured.
+# matmuls against fp32 ones, until measured. H100: lesson 3's one run there (2026-11-22,
+# benchmarks/results/nvidia-h100-80gb-hbm3/lessons/03_mixed_precision.outputs.txt) measured naive BERT
+# bf16 vs fp32 at 1.35x, interval 1.11-1.65: the target is that interval's lower end, so a correct
+# policy is not asked for more than that run showed (the old 2.5x estimate was beyond its interval).
+# Not yet calibrated on the grading spec itself: `python -m grader calibrate` on an H100 replaces it.
 TARGETS = {
     "cpu": {"target": 1.25, "floor": 1.1},
-    "h100": {"target": 2.5, "floor": 1.3},
+    "h100": {"target": 1.1, "floor": 1.0},
     "a100": {"target": 2.0, "floor": 1.2},
     "l4": {"target": 1.8, "floor": 1.15},
     "t4": {"target": 1.8, "floor": 1.15},

@@ -13,9 +13,11 @@ row). This is the HF Trainer's ``group_by_length`` (``LengthGroupedSampler``: me
 batches sorted by length) plus a token budget, which keeps the tokens per step, hence memory and
 step time, roughly constant where a fixed sequence count does not.
 
-**Expected gain.** On SST-2 (~11 tokens on average, max ~70) dynamic padding alone removes most
-of pad-to-128's padding; bucketing then takes the padding share from ~40 % (random batches,
-padded to their own longest) down to a few percent, close to a full sort.
+**Expected gain.** Measured on SST-2's 61,109 training sentences with the MiniLM tokenizer (mean
+13.3 tokens, median 10, max 66), share of computed tokens that are padding, widths rounded up to
+a multiple of 8: pad-to-128 89.6 %; random batches of 32 padded to their own longest 69.5 %;
+bucketed (this module, batch 32) 22.9 %; token budget 1024 21.0 %; a full sort 20.1 %. Most of
+what remains is the rounding to 8, which SST-2's short rows pay for dearly.
 
 **Pitfalls.** A full sort is not a sampler: every epoch sees the same batches in the same order,
 and batches correlate with content (short reviews together). Keep mega-batches shuffled and the

@@ -1,0 +1,81 @@
+"""Lesson 7's grader-side checks on a learner's bucketing batch sampler, from its outputs only.
+
+The learner's function runs in the sandboxed worker; what comes back is JSON (lists of index
+lists per (distribution, seed, epoch)). Everything here runs in the grader's process on those
+lists and on length distributions drawn here from a secret seed, so a submission cannot tune
+itself to the distributions it is graded on. Not yet wired into an ``ASSIGNMENT`` (see the
+lesson 7 report): these are the sampler checks the assignment will score.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from effkit.length_buckets import padded_width, padding_share, sorted_padding_share
+
+# How far above a full sort's padding share a sampler may land (sorting within 50-batch
+# mega-batches lands within ~0.01-0.03 on SST-2-like lengths; random batches ~0.3 above).
+PADDING_SLACK = 0.06
+
+
+def secret_lengths(secret: int) -> list[np.ndarray]:
+    """Length distributions drawn per grading: SST-2-like skew, uniform, and bimodal."""
+    rng = np.random.default_rng(secret)
+    n = int(rng.integers(1500, 2500))
+    skewed = np.clip(rng.lognormal(2.2, 0.6, n).astype(int) + 2, 3, 70)
+    uniform = rng.integers(4, 120, int(rng.integers(800, 1500)))
+    bimodal = np.concatenate([rng.integers(5, 15, n // 2), rng.integers(60, 100, n // 3)])
+    return [skewed, uniform, rng.permutation(bimodal)]
+
+
+def parse_batches(raw, n: int) -> list[list[int]]:
+    """Validate JSON-decoded output: a list of non-empty lists of ints in [0, n)."""
+    if not isinstance(raw, list) or not all(isinstance(b, list) and b for b in raw):
+        raise ValueError("the sampler must return a list of non-empty lists of indices")
+    for b in raw:
+        if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n for i in b):
+            raise ValueError(f"indices must be ints in [0, {n})")
+    return raw
+
+
+def coverage_problem(batches: list[list[int]], n: int) -> str | None:
+    """None if every index appears exactly once; else a message that teaches."""
+    seen = np.bincount(np.fromiter((i for b in batches for i in b), dtype=np.int64), minlength=n)
+    missing, doubled = int((seen == 0).sum()), int((seen > 1).sum())
+    if missing:
+        return (f"{missing} of {n} indices never appear in the epoch: did the last, partial batch "
+                "get dropped? Every example must be seen once per epoch.")
+    if doubled:
+        return f"{doubled} indices appear more than once in one epoch."
+    return None
+
+
+def budget_problem(lengths: np.ndarray, batches: list[list[int]], max_tokens: int) -> str | None:
+    """None if every batch of more than one row fits rows x padded width <= max_tokens."""
+    over = [b for b in batches if len(b) > 1 and len(b) * padded_width(lengths[b].max()) > max_tokens]
+    if over:
+        worst = max(len(b) * padded_width(lengths[b].max()) for b in over)
+        return (f"{len(over)} batches exceed the token budget of {max_tokens} (worst {worst}) counted "
+                "as rows x width padded to a multiple of 8: size batches by tokens, not rows.")
+    return None
+
+
+def padding_problem(lengths: np.ndarray, batches: list[list[int]], batch_size: int) -> str | None:
+    """None if the padding share is within PADDING_SLACK of a full sort's."""
+    share, optimum = padding_share(lengths, batches), sorted_padding_share(lengths, batch_size)
+    if share > optimum + PADDING_SLACK:
+        return (f"padding share {share:.1%} against {optimum:.1%} for a full sort: group examples "
+                "of similar length (sort within mega-batches) before slicing batches.")
+    return None
+
+
+def randomness_problem(epochs: dict[tuple[int, int], list[list[int]]]) -> str | None:
+    """None if batches (as sets) or their order differ across epochs and across seeds."""
+    keys = sorted(epochs)
+    firsts = {k: [tuple(sorted(b)) for b in epochs[k]] for k in keys}
+    for a in keys:
+        for b in keys:
+            if a < b and firsts[a] == firsts[b]:
+                return (f"seed/epoch {a} and {b} give identical batches in identical order: a full "
+                        "sort is not a sampler. Shuffle before grouping and shuffle the batch order.")
+    return None

@@ -80,7 +80,7 @@ def teacher(seed: int) -> nn.Sequential:
     net = mlp(TEACHER_LAYERS, seed + 1)
     opt = torch.optim.Adam(net.parameters(), lr=LR)
     g = torch.Generator().manual_seed(seed + 2)
-    with _OneThread():
+    with _OneThread(), torch.enable_grad():  # trained on first use, maybe from inside a no_grad block
         for _ in range(TEACHER_EPOCHS):
             for idx in torch.randperm(N_TEACHER, generator=g).split(128):
                 opt.zero_grad()
@@ -107,8 +107,9 @@ def train_student(seed: int, temperature: float, alpha: float, layers: int, init
     net = student(seed, layers, init)
     with _OneThread():
         start = time.perf_counter()
+        big = teacher(seed)
         with torch.no_grad():
-            cached = teacher(seed)(data["x"])  # the teacher's logits, once: no augmentation here
+            cached = big(data["x"])  # the teacher's logits, once: no augmentation here
         opt = torch.optim.Adam(net.parameters(), lr=LR)
         g = torch.Generator().manual_seed(seed + 4)
         for _ in range(EPOCHS):

@@ -159,3 +159,13 @@ def test_validation_refuses_bools_nan_and_unknown_inits():
                 {"not_json": "Tensor"}):  # fmt: skip
         with pytest.raises(CheckFailed):
             recipe_checks.validate(bad)
+
+
+def test_a_scratch_student_trains_even_when_the_teacher_is_first_built_under_no_grad():
+    import torch
+
+    from grader.assignments.lesson9 import kd_task
+
+    with torch.no_grad():  # teacher and student train on first use: neither may inherit the caller's no_grad
+        run = kd_task.train_student(987, 4.0, 0.9, 1, "scratch")
+    assert 0.0 <= run["acc"] <= 1.0 and run["seconds"] > 0

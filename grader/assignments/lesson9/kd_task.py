@@ -105,7 +105,7 @@ def train_student(seed: int, temperature: float, alpha: float, layers: int, init
     """Train the student of a recipe on the labelled set; its held-out accuracy and seconds."""
     data = task_data(seed)
     net = student(seed, layers, init)
-    with _OneThread():
+    with _OneThread(), torch.enable_grad():
         start = time.perf_counter()
         big = teacher(seed)
         with torch.no_grad():

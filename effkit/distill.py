@@ -27,6 +27,8 @@ few points better than label-only training, closing part of the gap to the teach
 * Forgetting ``T**2`` makes the soft term vanish as ``T`` grows.
 * Precompute teacher logits once if the data has no random augmentation: saves the teacher
   forward in every epoch.
+* A student initialised from the teacher's layers (:func:`student_from_teacher`, every other
+  layer as DistilBERT) starts far ahead of one from scratch; it must share the teacher's width.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["Distiller", "kd_loss", "teacher_logits"]
+__all__ = ["Distiller", "kd_loss", "layer_map", "student_from_teacher", "teacher_logits"]
 
 
 def _check_hyperparameters(temperature: float, alpha: float) -> None:
@@ -160,3 +162,39 @@ class Distiller:
             temperature=self.temperature,
             alpha=self.alpha,
         )
+
+
+def layer_map(teacher_layers: int, student_layers: int) -> list[int]:
+    """Which teacher layers a shallower student keeps: evenly spaced from the first.
+
+    ``layer_map(6, 3) == [0, 2, 4]`` (every other layer, as DistilBERT took from BERT-base);
+    ``layer_map(4, 1) == [0]``.
+    """
+    if not 1 <= student_layers <= teacher_layers:
+        raise ValueError(f"a student needs 1 to {teacher_layers} layers, got {student_layers}")
+    return [round(i * teacher_layers / student_layers) for i in range(student_layers)]
+
+
+def student_from_teacher(teacher: nn.Module, student_layers: int) -> nn.Module:
+    """A Hugging Face BERT-style teacher cut to ``student_layers`` encoder layers (DistilBERT's init).
+
+    Deep-copies the teacher (embeddings, pooler and classifier head included) and keeps the
+    layers ``layer_map`` picks from ``model.<base>.encoder.layer``; the config's
+    ``num_hidden_layers`` is updated so the student saves and reloads as what it is.
+    """
+    import copy
+
+    student = copy.deepcopy(teacher)
+    base = getattr(student, getattr(student, "base_model_prefix", ""), student)
+    layers = getattr(getattr(base, "encoder", None), "layer", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise TypeError(f"{type(teacher).__name__} has no encoder.layer list (a BERT-style model is needed)")
+    keep = layer_map(len(layers), student_layers)
+    base.encoder.layer = nn.ModuleList(layers[i] for i in keep)
+    for new_index, layer in enumerate(base.encoder.layer):  # attention caches index layers by position
+        attention = getattr(getattr(layer, "attention", None), "self", None)
+        if attention is not None and hasattr(attention, "layer_idx"):
+            attention.layer_idx = new_index
+    student.config.num_hidden_layers = student_layers
+    student.requires_grad_(True).train()
+    return student

@@ -176,3 +176,36 @@ def test_teacher_returning_a_tuple_is_rejected():
 
     with pytest.raises(TypeError, match="expected a tensor of logits"):
         teacher_logits(TupleTeacher(), torch.zeros(1, 2))
+
+
+def test_layer_map_keeps_every_other_layer():
+    from effkit.distill import layer_map
+
+    assert layer_map(6, 3) == [0, 2, 4] and layer_map(12, 6) == [0, 2, 4, 6, 8, 10]
+    assert layer_map(4, 1) == [0] and layer_map(4, 4) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="a student needs 1 to 4 layers"):
+        layer_map(4, 5)
+
+
+def test_student_from_teacher_copies_every_other_layer_and_leaves_the_teacher_alone():
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from effkit.distill import student_from_teacher
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=4, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=16, num_labels=2)  # fmt: skip
+    teacher = BertForSequenceClassification(config).eval().requires_grad_(False)
+    student = student_from_teacher(teacher, 2)
+    assert len(student.bert.encoder.layer) == 2 and student.config.num_hidden_layers == 2
+    assert teacher.config.num_hidden_layers == 4 and len(teacher.bert.encoder.layer) == 4
+    for kept, source in zip(student.bert.encoder.layer, (teacher.bert.encoder.layer[i] for i in (0, 2)), strict=True):
+        for a, b in zip(kept.parameters(), source.parameters(), strict=True):
+            assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()  # copied, not shared
+    ids = torch.randint(0, 50, (3, 8))
+    student.train()
+    student(input_ids=ids, labels=torch.tensor([0, 1, 0])).loss.backward()
+    assert all(p.grad is not None for p in student.parameters() if p.requires_grad)
+    assert all(p.grad is None and not p.requires_grad for p in teacher.parameters())
+    with pytest.raises(TypeError, match="encoder.layer"):
+        student_from_teacher(nn.Linear(2, 2), 1)

@@ -1,0 +1,183 @@
+"""Lesson 9 - knowledge distillation, graded out of the kernel: the loss on the grader's logits, a recipe trained here.
+
+**What it does.** The learner writes ``distillation_loss(student_logits, teacher_logits, labels,
+temperature, alpha)`` (Hinton et al. 2015: ``alpha * T^2 * KL(p_teacher^T || p_student^T) +
+(1 - alpha) * CE(student, labels)``, KL averaged per sample) and ``distillation_recipe()`` (plain
+data: temperature, mixing weight, student depth and initialisation).
+
+* ``test_loss_value`` (3 points) and ``test_loss_gradient`` (2 points): each grading draws its own
+  logits (batch, classes, scale), labels, temperatures and mixing weights; the sandboxed worker
+  (:mod:`grader.assignments.lesson9.probes`) runs the learner's loss on them in float64 and returns
+  each value and its gradient with respect to the student's logits as raw tensor bytes. This
+  process compares them with ``effkit.distill.kd_loss`` on the same numbers (relative error
+  <= ``TOLERANCE``). A miss is explained by recomputing the usual mistakes here (no T^2, KL
+  arguments reversed, softmax where log-softmax is needed, mean over classes, alpha on the wrong
+  term, the hard term softened) and naming the one that matches.
+* ``test_recipe`` (3 points, :mod:`grader.assignments.lesson9.recipe_checks`): the recipe crosses
+  as JSON; the grader trains the student itself on its own small task.
+* ``test_quiz`` (2 points).
+
+**Trust.** The worker's values and gradients are claims compared with numbers computed here; the
+recipe's accuracy and speed are produced in this process only.
+
+**Pitfalls.** Temperatures are drawn from 2 to 5: at T = 1 a missing T^2 would not show.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from effkit.distill import kd_loss
+from grader.assignments import Assignment
+from grader.assignments.lesson9.recipe_checks import check_recipe
+from grader.cells import CheckFailed, Context, expect, stub_reason
+from grader.channel import ChannelError, tensor_from
+from grader.quiz import quiz_check
+
+TOLERANCE = 1e-6  # float64 both sides: the same arithmetic, summed in another order
+MATCH = 1e-6
+CALL_SECONDS = 30
+SETUP_SOURCE = """\
+import torch
+import torch.nn.functional as F"""
+
+QUIZ_KEY = {  # the notebook holds only the questions
+    "q1": "b",  # soft-target gradients scale as 1/T^2: multiply by T^2
+    "q2": "c",  # the teacher's logits can be cached once when inputs are not augmented
+    "q3": "a",  # a 3-of-6-layer student: about half the encoder's compute per token
+    "q4": "b",  # distillation makes inference cheaper, not training
+}
+
+HINTS = {
+    "no_t2": "it is the loss without the T^2 factor on the soft term. Soft-target gradients shrink as 1/T^2; "
+             "multiply the KL by temperature ** 2 so the soft term keeps its weight when T changes",
+    "reversed": "it is KL(student || teacher): the arguments are reversed. F.kl_div(input, target) computes "
+                "KL(target || input) and wants the *student's* log-probabilities as input and the teacher's "
+                "distribution as target",
+    "softmax_input": "it passes probabilities (softmax) where F.kl_div expects log-probabilities: use "
+                     "F.log_softmax(student_logits / T, dim=-1) as its input",
+    "softmax_both_log_target": "it passes the student's softmax (not log_softmax) as F.kl_div's input: the "
+                               "input must be log-probabilities",
+    "mean_reduction": "it averages the KL over classes too (reduction='mean'): use reduction='batchmean', the "
+                      "KL per sample averaged over the batch",
+    "alpha_swapped": "alpha weighs the wrong term: alpha multiplies the soft (KL) term, 1 - alpha the "
+                     "cross-entropy with the labels",
+    "soft_ce": "the hard term uses the softened logits (student / T): the cross-entropy with the labels uses "
+               "the student's plain logits",
+}  # fmt: skip
+
+
+def mistakes(s: torch.Tensor, t: torch.Tensor, y: torch.Tensor, temp: float, alpha: float) -> dict[str, torch.Tensor]:
+    """What the usual mistakes give on these numbers, by name (the names are the hints' keys)."""
+    log_s, log_t = F.log_softmax(s / temp, -1), F.log_softmax(t / temp, -1)
+    kl = F.kl_div(log_s, log_t, reduction="batchmean", log_target=True)
+    ce = F.cross_entropy(s, y)
+    soft = temp**2
+    return {
+        "no_t2": alpha * kl + (1 - alpha) * ce,
+        "reversed": alpha * soft * F.kl_div(log_t, log_s, reduction="batchmean", log_target=True) + (1 - alpha) * ce,
+        "softmax_input": alpha * soft * F.kl_div(log_s.exp(), log_t.exp(), reduction="batchmean") + (1 - alpha) * ce,
+        "softmax_both_log_target": alpha * soft * F.kl_div(log_s.exp(), log_t, reduction="batchmean", log_target=True)
+        + (1 - alpha) * ce,
+        "mean_reduction": alpha * soft * F.kl_div(log_s, log_t, reduction="mean", log_target=True) + (1 - alpha) * ce,
+        "alpha_swapped": (1 - alpha) * soft * kl + alpha * ce,
+        "soft_ce": alpha * soft * kl + (1 - alpha) * F.cross_entropy(s / temp, y),
+    }
+
+
+def draw_cases(ctx: Context, count: int = 4) -> list[dict]:
+    """Logits, labels, temperature and alpha per case; alpha 1 once (the soft term alone)."""
+    cases = []
+    for i in range(count):
+        n, c = ctx.rng.randint(4, 9), ctx.rng.randint(3, 10)
+        scale = ctx.rng.choice((1.0, 3.0, 6.0))
+        cases.append({"student": [[ctx.rng.gauss(0, scale) for _ in range(c)] for _ in range(n)],
+                      "teacher": [[ctx.rng.gauss(0, scale) for _ in range(c)] for _ in range(n)],
+                      "labels": [ctx.rng.randrange(c) for _ in range(n)],
+                      "temperature": float(ctx.rng.choice((2.0, 3.0, 4.0, 5.0))),
+                      "alpha": 1.0 if i == 0 else float(ctx.rng.choice((0.3, 0.5, 0.7, 0.9)))})  # fmt: skip
+    return cases
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    if a.shape != b.shape:
+        return float("inf")
+    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
+
+
+def _results(ctx: Context, cases: list[dict]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    r = ctx.session.call("loss", CALL_SECONDS, cases=cases)
+    if not r.ok:
+        raise CheckFailed(stub_reason(r.failure) or f"distillation_loss(...) {r.failure}")
+    metas = r.data.get("tensors")
+    expect(isinstance(metas, list) and len(metas) == 2 * len(cases) == len(r.blobs), "the worker's answer was malformed")
+    try:
+        tensors = [tensor_from(m if isinstance(m, dict) else {}, raw) for m, raw in zip(metas, r.blobs, strict=True)]
+    except ChannelError as err:
+        raise CheckFailed(f"the worker sent a malformed tensor ({err})") from err
+    return list(zip(tensors[::2], tensors[1::2], strict=True))
+
+
+def _reference(case: dict) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    s = torch.tensor(case["student"], dtype=torch.float64, requires_grad=True)
+    t = torch.tensor(case["teacher"], dtype=torch.float64)
+    y = torch.tensor(case["labels"])
+    value = kd_loss(s, t, y, case["temperature"], case["alpha"])
+    (grad,) = torch.autograd.grad(value, s)
+    wrong = {}
+    with warnings.catch_warnings():  # reduction="mean" warns that it is not the KL: that is the mistake
+        warnings.simplefilter("ignore", UserWarning)
+        wrong_values = mistakes(s, t, y, case["temperature"], case["alpha"])
+    for name, v in wrong_values.items():
+        wrong[name] = torch.autograd.grad(v, s, retain_graph=True)[0]
+        wrong[name + ":value"] = v.detach().reshape(1)
+    return value.detach().reshape(1), grad, wrong
+
+
+def _diagnose(got: torch.Tensor, wrong: dict[str, torch.Tensor], what: str) -> str:
+    for name in HINTS:
+        key = name + ":value" if what == "value" else name
+        if _rel(got, wrong[key]) < MATCH:
+            return HINTS[name]
+    return ("check each piece: log_softmax of both logits divided by T, F.kl_div(student_log_probs, teacher_probs, "
+            "reduction='batchmean') times T^2 and alpha, plus (1 - alpha) times F.cross_entropy(student_logits, labels)")
+
+
+def _shown(case: dict) -> str:
+    n, c = len(case["student"]), len(case["student"][0])
+    return f"logits {n} x {c}, T={case['temperature']:g}, alpha={case['alpha']:g}"
+
+
+def _check(ctx: Context, what: str) -> None:
+    cases = draw_cases(ctx)
+    for case, (value, grad) in zip(cases, _results(ctx, cases), strict=True):
+        want_value, want_grad, wrong = _reference(case)
+        got, want = (value, want_value) if what == "value" else (grad, want_grad)
+        err = _rel(got, want)
+        if not err <= TOLERANCE:
+            shown = f"{got.item():.6g} vs the grader's {want.item():.6g}" if what == "value" else f"off by {err:.1%}"
+            raise CheckFailed(f"distillation_loss on the grader's {_shown(case)}: the {what} is {shown}: "
+                              f"{_diagnose(got, wrong, what)}.")  # fmt: skip
+        ctx.ok(f"{_shown(case)}: {what} equal to the grader's reference (relative error {err:.0e})")
+
+
+def check_value(ctx: Context) -> None:
+    _check(ctx, "value")
+
+
+def check_gradient(ctx: Context) -> None:
+    _check(ctx, "gradient")
+
+
+CELL_CHECKS = {"test_loss_value": check_value, "test_loss_gradient": check_gradient, "test_recipe": check_recipe,
+               "test_quiz": quiz_check(QUIZ_KEY)}  # fmt: skip
+NAMES = ("distillation_loss", "distillation_recipe")
+
+
+ASSIGNMENT = Assignment(id="lesson9", notebook="lesson9", object_name="distillation_loss",
+                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
+                        runtime_module="", timeout_s=120, probes="grader.assignments.lesson9.probes",
+                        names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip

@@ -1,0 +1,62 @@
+"""Lesson 9, worker side: the learner's distillation loss on the grader's logits, and the recipe as JSON.
+
+**What it does.** ``probe_loss`` turns the parent's logits and labels (plain lists) into float64
+tensors, calls the learner's ``distillation_loss(student_logits, teacher_logits, labels,
+temperature, alpha)`` once per case and returns raw tensor bytes: each loss value and its
+gradient with respect to the student's logits. ``probe_recipe`` returns ``distillation_recipe()``
+as JSON (anything else as its type name, which the parent refuses). No reference and no verdict
+exist in this process: the parent recomputes everything itself (:mod:`grader.assignments.lesson9.checks`).
+
+**When to use it.** Named as lesson 9's probe module; run in :mod:`grader.probe_worker`.
+
+**Expected gain.** The loss judged out of the learner's kernel, on logits it never saw.
+
+**Pitfalls.** Everything returned is a claim; the parent only compares it with its own numbers.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from grader.channel import tensor_msg
+from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+
+
+def _learner(worker, name: str):
+    fn = worker.ns.get(name)
+    if not callable(fn):
+        raise NameError(f"your solution cells define no function {name!r}")
+    return fn
+
+
+def probe_loss(worker, cases: list):
+    fn = _learner(worker, "distillation_loss")
+    metas, blobs = [], []
+    for case in cases:
+        student = torch.tensor(case["student"], dtype=torch.float64, requires_grad=True)
+        teacher = torch.tensor(case["teacher"], dtype=torch.float64)
+        labels = torch.tensor(case["labels"], dtype=torch.int64)
+        loss = fn(student, teacher, labels, case["temperature"], case["alpha"])
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            got = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+            raise TypeError(f"distillation_loss must return a scalar tensor (one number), got {got}")
+        if not loss.requires_grad:
+            raise TypeError("distillation_loss returned a tensor with no gradient: compute it from the student's "
+                            "logits with torch operations (no .item(), no .detach())")  # fmt: skip
+        (grad,) = torch.autograd.grad(loss.reshape(()), student)
+        for t in (loss.detach().reshape(1), grad):
+            meta, raw = tensor_msg(t.double())
+            metas.append(meta)
+            blobs.append(raw)
+    return {"tensors": metas}, blobs
+
+
+def probe_recipe(worker):
+    answer = _learner(worker, "distillation_recipe")()
+    try:
+        plain = json.loads(json.dumps(answer, allow_nan=False))
+    except (TypeError, ValueError):
+        plain = {"not_json": type(answer).__name__}
+    return {"recipe": plain}, []

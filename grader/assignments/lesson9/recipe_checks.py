@@ -1,0 +1,95 @@
+"""Lesson 9 part (b): a distillation recipe (temperature, mixing weight, student), trained by the grader.
+
+**What it does.** The learner's ``distillation_recipe()`` returns plain data, ``{"temperature":
+float, "alpha": float, "student_layers": int, "student_init": "teacher" | "scratch"}``; the
+sandboxed worker sends it as JSON and ``validate`` refuses anything else with a message. Then
+**this process** trains on its own task (:mod:`kd_task`: a 4-hidden-layer MLP teacher trained on
+16,384 samples of a random-oracle task; a student of ``student_layers`` hidden layers trained on
+512 labelled samples, 30 epochs, Adam, the teacher's logits cached once): the recipe's student,
+and the same student (same depth, same initialisation, same samples and steps) on labels alone
+(alpha 0). No learner code runs while anything trains or is timed.
+
+``test_recipe`` (3 points) passes when, over ``SEEDS`` (3) tasks drawn per grading, the
+recipe's student beats the labels-only student by at least ``MARGIN`` held-out accuracy on
+average, and is measurably faster at inference than the teacher: the 95% interval of the
+interleaved speed ratio (``effkit.abtest.compare``, one thread) lies above 1 on the first task.
+
+**When to use it.** Registered in ``checks.CELL_CHECKS``; run by :mod:`grader.cells`.
+
+**Expected gain.** Calibrated on this CPU (``grader/README.md``, lesson 9): distillation at T = 4,
+alpha 0.9 beats labels alone by ~6 pp; a teacher-deep student is not faster.
+
+**Pitfalls.** A grading costs ~15 s (three teachers ~8 s, six students ~3 s, timing ~2 s).
+"""
+
+from __future__ import annotations
+
+import math
+
+from grader.assignments.lesson9 import kd_task as kt
+from grader.cells import CheckFailed, Context, expect, stub_reason
+
+CALL_SECONDS = 30
+SEEDS = 3
+MARGIN = 0.03  # mean held-out accuracy over labels alone; calibration: grader/README.md (lesson 9)
+KEYS = ("temperature", "alpha", "student_layers", "student_init")
+INITS = ("teacher", "scratch")
+
+
+def validate(recipe) -> tuple[float, float, int, str]:
+    shape = '{"temperature": 4.0, "alpha": 0.9, "student_layers": 2, "student_init": "teacher"}'
+    expect(isinstance(recipe, dict) and "not_json" not in recipe,
+           f"distillation_recipe() must return a dict of plain values like {shape}, got {recipe!r:.80}")  # fmt: skip
+    expect(set(recipe) == set(KEYS), f"distillation_recipe() returned the keys {sorted(recipe)}; expected exactly "
+                                     f"{list(KEYS)}, e.g. {shape}")  # fmt: skip
+    temp, alpha, layers, init = (recipe[k] for k in KEYS)
+    number = (int, float)
+    expect(isinstance(temp, number) and not isinstance(temp, bool) and math.isfinite(temp) and 0 < temp <= 100,
+           f"temperature must be a number in (0, 100], got {temp!r}")  # fmt: skip
+    expect(isinstance(alpha, number) and not isinstance(alpha, bool) and 0 <= alpha <= 1,
+           f"alpha must be a number in [0, 1], got {alpha!r}")  # fmt: skip
+    expect(isinstance(layers, int) and not isinstance(layers, bool) and 1 <= layers <= kt.TEACHER_LAYERS,
+           f"student_layers must be an int from 1 to {kt.TEACHER_LAYERS} (the teacher's depth), got {layers!r}")
+    expect(init in INITS, f"student_init must be one of {list(INITS)}, got {init!r}")
+    return float(temp), float(alpha), layers, init
+
+
+def _why(temp: float, alpha: float) -> str:
+    if alpha == 0:
+        return "alpha 0 is training on labels alone: the teacher is never used. Give the soft term most of the weight"
+    if temp < 1:
+        return f"T = {temp:g} sharpens the teacher's distribution instead of softening it: use T > 1 (2 to 8 is usual)"
+    if alpha < 0.5:
+        return f"alpha {alpha:g} leaves the 512 hard labels most of the weight: the teacher's soft targets carry more"
+    return f"try a higher temperature (T = {temp:g} now) or more weight on the soft term"
+
+
+def check_recipe(ctx: Context) -> None:
+    r = ctx.session.call("recipe", CALL_SECONDS)
+    if not r.ok:
+        raise CheckFailed(stub_reason(r.failure) or f"distillation_recipe() {r.failure}")
+    temp, alpha, layers, init = validate(r.data.get("recipe"))
+    ctx.ok(f"recipe: T = {temp:g}, alpha = {alpha:g}, student of {layers} hidden layers from {init} "
+           f"(teacher: {kt.TEACHER_LAYERS})")
+    gaps, lines, first = [], [], None
+    for i in range(SEEDS):
+        seed = ctx.rng.randrange(1 << 20)
+        mine = kt.train_student(seed, temp, alpha, layers, init)
+        base = kt.train_student(seed, 1.0, 0.0, layers, init)
+        teacher_acc = kt.accuracy(kt.teacher(seed), *(kt.task_data(seed)[k] for k in ("x_test", "y_test")))
+        gaps.append(mine["acc"] - base["acc"])
+        lines.append(f"task {i + 1}: teacher {teacher_acc:.1%}, labels alone {base['acc']:.1%}, yours {mine['acc']:.1%}")
+        first = first or (seed, mine["net"])
+    gap = sum(gaps) / len(gaps)
+    report = "; ".join(lines)
+    expect(gap >= MARGIN, f"{report}. Your student beat the same student on labels alone by {gap * 100:+.1f} pp on "
+                          f"average, less than the {MARGIN * 100:.0f} pp required: {_why(temp, alpha)}.")  # fmt: skip
+    ctx.ok(f"{report}: {gap * 100:+.1f} pp over labels alone on average (>= {MARGIN * 100:.0f} pp; "
+           f"{kt.N_LABELLED} labelled samples x {kt.EPOCHS} epochs for both)")
+    ab = kt.inference_ab(*first)
+    expect(ab.ci_low > 1.0, f"inference: your student runs at {ab.ratio:.2f}x the teacher's speed (95% interval "
+                            f"{ab.ci_low:.2f}-{ab.ci_high:.2f}x, {ab.pairs} interleaved pairs, one thread): not "
+                            f"measurably faster. A student as deep as the teacher saves nothing at inference; "
+                            f"keep fewer layers (DistilBERT keeps every other one)")  # fmt: skip
+    ctx.ok(f"inference: {ab.ratio:.2f}x the teacher's speed (95% interval {ab.ci_low:.2f}-{ab.ci_high:.2f}x, "
+           f"{ab.pairs} interleaved pairs, one thread, grader's measurement)")

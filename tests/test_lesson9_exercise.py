@@ -1,0 +1,171 @@
+"""Lesson 9's exercise, graded out of the kernel: the distillation loss against the grader's reference on its
+own logits, a recipe the grader trains itself (its own teacher and student).
+
+The reference's loss and quiz are graded once through the sandboxed worker; its recipe, its full marks and
+the stub's 0 are the instructor cycle's (tests/test_instructor_cycle.py). Wrong submissions are graded in
+this process on their cell data: the probe functions the worker would run, then the parent's checks on
+what they return (the sandboxed path is the reference's).
+"""
+
+import random
+from pathlib import Path
+
+import nbformat
+import pytest
+from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
+
+from grader import assignments
+from grader.assignments.lesson9 import probes as lesson9_probes
+from grader.assignments.lesson9 import recipe_checks
+from grader.cells import CellVerdict, CheckFailed, Context, grade_cells
+from grader.probe import CallResult
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "lesson9" / "lesson9.ipynb"
+EXERCISE = ROOT / "exercises" / "lesson9" / "lesson9.ipynb"
+POINTS = {"test_loss_value": 3, "test_loss_gradient": 2, "test_recipe": 3, "test_quiz": 2}
+A = assignments.get("lesson9")
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def _reference_cells(**replace: str) -> list[tuple[str, str]]:
+    return solution_cells(SOLUTION, SOLUTION, **replace)
+
+
+class InProcess:
+    """What a worker would answer, computed here from the cells (the sandboxed path is the reference's)."""
+
+    def __init__(self, cells: list[tuple[str, str]]):
+        self.ns: dict = {}
+        exec(A.setup_source, self.ns)  # noqa: S102  (repository test code, not a learner's)
+        for _, source in cells:
+            exec(source, self.ns)  # noqa: S102
+
+    def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
+        try:
+            data, blobs = getattr(lesson9_probes, f"probe_{probe}")(self, **args)
+        except Exception as err:  # noqa: BLE001  (a raising cell is that check's failure)
+            return CallResult(False, failure=f"raised {type(err).__name__}: {err}")
+        return CallResult(True, data, blobs)
+
+
+def _grade_in_process(cells, only: list[str], seed: int = 1) -> dict[str, CellVerdict]:
+    session, verdicts = InProcess(cells), {}
+    for gid in only:
+        ctx = Context(session, random.Random(seed))
+        try:
+            A.cell_checks[gid](ctx)
+            verdicts[gid] = CellVerdict(gid, True, ctx.lines)
+        except CheckFailed as err:
+            verdicts[gid] = CellVerdict(gid, False, ctx.lines, str(err))
+    return verdicts
+
+
+def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
+    nb = nbformat.read(SOLUTION, as_version=4)
+    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
+    assert cells["setup"].source == A.setup_source
+    graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
+    assert graded == POINTS and set(graded) == set(A.cell_checks)
+    for gid in graded:
+        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
+    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
+    assert "BEGIN SOLUTION" not in text and '"q2": "c"' not in text and "batchmean\", log_target" not in text
+
+
+@pytest.mark.slow
+def test_reference_loss_and_quiz_get_full_marks_in_the_sandbox():
+    verdicts, _ = grade_cells(A, _reference_cells(), only=["test_loss_value", "test_loss_gradient", "test_quiz"],
+                              seed=1)  # fmt: skip
+    assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
+
+
+# -- plausible mistakes in the loss ---------------------------------------------------------------
+
+_LOSS = dict(_reference_cells())["distillation_loss"]
+_RIGHT_RETURN = "return alpha * temperature**2 * soft + (1 - alpha) * hard"
+_RIGHT_KL = "F.kl_div(student_log_probs, teacher_log_probs, reduction=\"batchmean\", log_target=True)"
+
+LOSS_MISTAKES = {
+    # the T^2 factor forgotten: the soft term fades as T grows
+    "no_t_squared": (_LOSS.replace(_RIGHT_RETURN, "return alpha * soft + (1 - alpha) * hard"), "T^2 factor"),
+    # KL(student || teacher): F.kl_div's arguments swapped
+    "reversed_kl": (_LOSS.replace(_RIGHT_KL, "F.kl_div(teacher_log_probs, student_log_probs, reduction=\"batchmean\", "
+                                             "log_target=True)"), "arguments are reversed"),
+    # probabilities where F.kl_div wants log-probabilities
+    "softmax_not_log_softmax": (_LOSS.replace(_RIGHT_KL, "F.kl_div(F.softmax(student_logits / temperature, dim=-1), "
+                                                         "F.softmax(teacher_logits / temperature, dim=-1), "
+                                                         "reduction=\"batchmean\")"), "log-probabilities"),
+    # averaged over classes too
+    "mean_over_classes": (_LOSS.replace('reduction="batchmean"', 'reduction="mean"'), "batchmean"),
+}
+
+
+def test_the_reference_loss_passes_in_process():
+    verdicts = _grade_in_process(_reference_cells(), ["test_loss_value", "test_loss_gradient"], seed=3)
+    assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
+
+
+@pytest.mark.parametrize("name", LOSS_MISTAKES)
+def test_loss_mistakes_fail_value_and_gradient_with_the_hint_that_names_them(name):
+    source, hint = LOSS_MISTAKES[name]
+    assert source != _LOSS, f"{name}: the mistake did not change the cell"
+    verdicts = _grade_in_process(_reference_cells(distillation_loss=source), ["test_loss_value", "test_loss_gradient"],
+                                 seed=5)  # fmt: skip
+    for v in verdicts.values():
+        assert not v.passed and hint in v.reason, v.reason
+
+
+def test_a_loss_without_a_gradient_is_refused():
+    source = _LOSS.replace(_RIGHT_RETURN, f"return torch.tensor(float({_RIGHT_RETURN[7:]}))")
+    verdict = _grade_in_process(_reference_cells(distillation_loss=source), ["test_loss_gradient"])["test_loss_gradient"]
+    assert not verdict.passed and "no gradient" in verdict.reason, verdict.reason
+
+
+# -- recipes: the grader trains them itself --------------------------------------------------------
+
+RECIPES = {
+    # the reference recipe: passes on the grader's own runs
+    "reference": ('{"temperature": 4.0, "alpha": 0.9, "student_layers": 2, "student_init": "teacher"}', True, "pp over"),
+    # labels alone: no distillation, no margin
+    "labels_alone": ('{"temperature": 4.0, "alpha": 0.0, "student_layers": 2, "student_init": "teacher"}', False,
+                     "alpha 0 is training on labels alone"),
+    # a student as deep as the teacher: distils fine, saves nothing at inference
+    "as_deep_as_the_teacher": ('{"temperature": 4.0, "alpha": 0.9, "student_layers": 4, "student_init": "teacher"}',
+                               False, "not measurably faster"),
+    # not data: refused before anything trains
+    "not_json": ("object()", False, "must return a dict of plain values"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", RECIPES)
+def test_recipes_are_scored_on_the_graders_own_runs(name):
+    answer, passes, words = RECIPES[name]
+    source = f"def distillation_recipe():\n    return {answer}\n"
+    verdict = _grade_in_process(_reference_cells(distillation_recipe=source), ["test_recipe"], seed=7)["test_recipe"]
+    text = verdict.reason if not verdict.passed else " ".join(verdict.lines)
+    assert verdict.passed == passes and words in text, text
+
+
+def test_validation_refuses_bools_nan_and_unknown_inits():
+    good = {"temperature": 4.0, "alpha": 0.9, "student_layers": 2, "student_init": "teacher"}
+    assert recipe_checks.validate(good) == (4.0, 0.9, 2, "teacher")
+    for bad in ({**good, "student_layers": True}, {**good, "alpha": 1.5}, {**good, "temperature": float("nan")},
+                {**good, "student_init": "pretrained"}, {**good, "student_layers": 5}, {**good, "extra": 1},
+                {"not_json": "Tensor"}):  # fmt: skip
+        with pytest.raises(CheckFailed):
+            recipe_checks.validate(bad)
+
+
+def test_a_scratch_student_trains_even_when_the_teacher_is_first_built_under_no_grad():
+    import torch
+
+    from grader.assignments.lesson9 import kd_task
+
+    with torch.no_grad():  # teacher and student train on first use: neither may inherit the caller's no_grad
+        run = kd_task.train_student(987, 4.0, 0.9, 1, "scratch")
+    assert 0.0 <= run["acc"] <= 1.0 and run["seconds"] > 0

@@ -50,6 +50,16 @@ QUIZ_KEY = {  # the notebook holds only the questions
     "q3": "a",  # a 3-of-6-layer student: about half the encoder's compute per token
     "q4": "b",  # distillation makes inference cheaper, not training
 }
+QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
+    "q1": {"a": "a KL divergence is never negative already; T² restores the soft term's gradient scale, which shrinks as 1/T²",
+           "c": "the softmax already normalises over the classes; T² compensates the 1/T² shrink of the soft gradients"},
+    "q2": {"a": "with fixed inputs and a frozen teacher its logits never change: running it every step repeats the same work",
+           "b": "dropout makes the targets noisy, and it still costs a teacher forward every step"},
+    "q3": {"b": "an encoder layer's compute is per layer: with the width unchanged, 3 of 6 layers is about half",
+           "c": "a quarter would need a narrower student too; depth alone halves the layers' compute"},
+    "q4": {"a": "each distillation step costs more (a teacher forward, or a cache lookup), not less",
+           "c": "the hard-label term usually stays (the alpha mix); the teacher's targets came from labelled training too"},
+}
 
 HINTS = {
     "no_t2": "it is the loss without the T^2 factor on the soft term. Soft-target gradients shrink as 1/T^2; "
@@ -173,7 +183,7 @@ def check_gradient(ctx: Context) -> None:
 
 
 CELL_CHECKS = {"test_loss_value": check_value, "test_loss_gradient": check_gradient, "test_recipe": check_recipe,
-               "test_quiz": quiz_check(QUIZ_KEY)}  # fmt: skip
+               "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
 NAMES = ("distillation_loss", "distillation_recipe")
 
 

@@ -209,7 +209,8 @@ def test_device_server_records_the_truth():
     share = server.data_share()
     assert 0.4 < share < 0.75  # the cold start is data time too
     thr = server.throughput(warmup=1)
-    assert 16 / 0.08 < thr < 16 / 0.055
+    # two steps of 30 ms asked for: a busy machine only oversleeps (a lower figure), never under
+    assert 16 / 0.2 < thr < 16 / 0.055
 
 
 def test_a_hidden_pipeline_costs_the_next_forward_pass_not_next(monkeypatch):

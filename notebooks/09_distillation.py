@@ -23,10 +23,10 @@
 # 5. train students with distillation and on labels alone, over seeds: how much of the gap closes;
 # 6. time the student's inference against the teacher's and count their memory.
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU, with other jobs running): 698 s in `cpu`
-# at load average 8-12 (514 s at load 3.1-3.9 for a first version whose students trained twice as
-# long; the teacher's fine-tuning alone takes ~100 s), 32 s in `smoke` at load 3.4 (121 s at load 12).
-# Over the 5-minute target under load: not yet re-measured on a quiet machine.
+# **Run time** (measured on a 2-core AMD EPYC VM, no GPU, with other jobs running): 317 s in `cpu`
+# at load average 2.3-3.8 (a test suite and two other jobs beside it; the process got ~one core:
+# expect less on a quiet machine; the teacher's fine-tuning alone takes ~100 s), 32 s in `smoke`
+# at load 3.4.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one), `smoke`
 # (tests only: a 2-layer teacher, a 1-layer student, synthetic sentences; its numbers show the code

@@ -11,13 +11,18 @@ would report the first one's peak.
 
 **Expected gain.** None by itself: it makes two recipes' memory comparable.
 
-**Pitfalls.** The sampler can miss a spike shorter than its interval (a few ms); it reads the
+**Pitfalls.** Freed memory that the allocator keeps (glibc's heap) stays resident: a reset first
+collects garbage and hands freed heap pages back (``malloc_trim``), else a run would inherit the
+last run's leftovers and its own allocations could land in them unseen. The sampler can miss a spike shorter than its interval (a few ms); it reads the
 current resident set on every ``peak_memory_bytes`` call, so what is alive at that moment counts.
 RSS includes the interpreter and libraries (~hundreds of MiB): compare recipes, not absolute sizes.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import os
 import resource
 import sys
@@ -75,6 +80,17 @@ class _RssSampler:
 _sampler: _RssSampler | None = None
 
 
+def _return_freed_heap() -> None:
+    """Give freed heap pages back to the OS, so the resident set a new peak starts from is live
+    memory: glibc keeps freed chunks mapped (and a later run's allocations reuse them unseen)."""
+    gc.collect()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError, TypeError):
+        pass  # not glibc (macOS, musl): nothing to trim this way
+
+
 def _kernel_reset_works() -> bool:
     """Reset VmHWM through clear_refs and check that the kernel really did it."""
     try:
@@ -94,6 +110,7 @@ def reset_peak_memory(device: torch.device | str = "cpu") -> str:
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
         return "cuda"
+    _return_freed_heap()
     if _sampler is None and _kernel_reset_works():
         return "kernel"
     if _current_rss_bytes() is None:

@@ -362,7 +362,7 @@ for t in (1.0, 2.0, 4.0):
 # ## Summary
 
 # %% tags=["summary"]
-print(f"Summary — lesson 9, profile {PROFILE!r}, measured on {DEVICE_NAME}; encoder: {ENCODER.note}")
+print(lesson.summary_header(9, DEVICE_NAME, f"; encoder: {ENCODER.note}"))
 print(f"* teacher: {teacher.config.num_hidden_layers} layers, {teacher_acc:.1%} ± {teacher_err:.1%} after"
       f" {SIZES['teacher_steps']} steps of {SIZES['batch']} ({SIZES['seq']} tokens)")
 print(f"* soft targets: the less likely class gets {minority[1]:.1%} at T=1, {minority[4]:.1%} at T=4")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 import tempfile
 
@@ -46,8 +47,13 @@ def probe_export(worker, model: dict, calibration: dict):
     path = os.path.join(work, "model.onnx")
     try:
         fn(net, calib, path)
+        return _read(path)
     finally:
         tempfile.tempdir = before
+        shutil.rmtree(work, ignore_errors=True)  # no litter where the worker (or a test) runs
+
+
+def _read(path: str):
     try:
         info = os.lstat(path)
     except FileNotFoundError:

@@ -8,8 +8,8 @@ ONNX); bytes protobuf cannot parse; a model ``onnx.checker`` rejects; any tensor
 standard ONNX domain (custom ops, contrib ops, Python ops), local functions and control-flow
 subgraphs; inputs and outputs other than ``features`` float32 ``[batch, dim]`` and ``logits``
 float32 ``[batch, classes]`` with a free batch dimension. ``session(raw)`` then opens the bytes
-in onnxruntime from memory (no path, so no relative file can be resolved), one thread, no custom
-op library registered.
+in onnxruntime from memory, one thread, no custom op library registered (onnxruntime would
+resolve a bytes-loaded model's external data against the working directory: hence the refusal above).
 
 **When to use it.** By :mod:`grader.assignments.lesson13.checks`, in the grader's process only.
 

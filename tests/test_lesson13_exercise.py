@@ -104,6 +104,20 @@ SUBMISSIONS = {
     # the input named "input" (torch.onnx's default is the argument's name): the grader cannot feed it
     "wrong_input_name": (_EXPORT.replace('input_names=["features"]', 'input_names=["input"]').replace(
         '{"features": inputs', '{"input": inputs'), {g: False for g in GRADED}, "input_names=['features']"),
+    # another model: a linear classifier trained on the calibration rows, exported validly; fast, and
+    # the task's oracle is linear, but it is not the grader's model: refused on agreement
+    "another_model": ("def export_for_slo(model, calibration, path):\n"
+                      "    x, y = calibration\n"
+                      "    torch.manual_seed(0)\n"
+                      "    small = torch.nn.Linear(x.shape[1], 8)\n"
+                      "    opt = torch.optim.Adam(small.parameters(), lr=1e-2)\n"
+                      "    for _ in range(300):\n"
+                      "        opt.zero_grad()\n"
+                      "        torch.nn.functional.cross_entropy(small(x), y).backward()\n"
+                      "        opt.step()\n"
+                      "    torch.onnx.export(small.eval(), (x[:2],), path, input_names=['features'], "
+                      "output_names=['logits'], dynamic_shapes=({0: 'batch'},), dynamo=True, external_data=False)\n",
+                      {"test_artifact": True, "test_accuracy": False, "test_latency": False}, "not for another one"),
     # torch.save: a pickle in a zip, refused before anything opens it
     "pickled_model": ("def export_for_slo(model, calibration, path):\n    torch.save(model, path)\n",
                       {g: False for g in GRADED}, "never unpickles"),

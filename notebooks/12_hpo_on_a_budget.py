@@ -25,10 +25,9 @@
 # 6. run trials in parallel through one study in a shared storage (SQLite here; a database or a
 #    journal file across machines).
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU, with other jobs running): about 3 min in
-# `cpu` (174 s at load average 2.2-5.1, of which ~60 s the two parallel workers contending for the
-# cores and the SQLite file; 65 s for a first version with 2 search seeds instead of 5), 14-18 s in
-# `smoke`. The summary's last line prints this run's own time.
+# **Run time** (measured on a 2-core AMD EPYC VM, no GPU, with other jobs running): about 2.5 min in
+# `cpu` (140 s at load average 3.6-4.5; the two parallel workers alone 23 s of it), 17-18 s in
+# `smoke` (the test harness's run: 17 s). The summary's last line prints this run's own time.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (the same sizes: the task is
 # a small MLP, a GPU buys nothing here), `smoke` (tests only: a coarse grid, tiny budgets; its
@@ -120,8 +119,9 @@ def epoch_of(batch_size):
     trial = task.trial({"lr": 0.05, "batch_size": batch_size, "weight_decay": 1e-4}, seed=7)
 
     def run():
-        trial.step()  # one epoch and the validation pass after it: what a search pays per epoch
-        return len(task.x)
+        for _ in range(3):  # three epochs per burst (each with the validation pass a search pays for)
+            trial.step()
+        return 3 * len(task.x)
     return run
 
 

@@ -96,7 +96,20 @@ class Search:
         return False
 '''
 _OUTSIDE = _REF.replace('FloatDistribution(dim["low"], dim["high"]', 'FloatDistribution(dim["low"], 10 * dim["high"]')
-_PRUNE_ALL = _REF.replace("if t.should_prune():", "if True:")
+_PRUNE_ALL = '''
+class Search:
+    """Random configurations, every trial stopped after its first epoch: all exploration, no answer."""
+    def __init__(self, space, budget, max_epochs, seed):
+        self.rng, self.space = random.Random(seed), space
+    def ask(self, trial):
+        s = self.space
+        return {"lr": math.exp(self.rng.uniform(math.log(s["lr"]["low"]), math.log(s["lr"]["high"]))),
+                "batch_size": self.rng.choice(s["batch_size"]["choices"]),
+                "weight_decay": math.exp(self.rng.uniform(math.log(s["weight_decay"]["low"]),
+                                                          math.log(s["weight_decay"]["high"])))}
+    def report(self, trial, epoch, score):
+        return True
+'''
 
 POLICIES = {
     # Optuna TPE + successive halving: within the margin of the grid, most of the budget saved
@@ -111,7 +124,7 @@ POLICIES = {
     "outside_the_space": (_OUTSIDE, {"test_search": (False, "outside the search space"),
                                      "test_pruning": (False, "outside the search space")}),
     # every trial stopped after its first epoch: nothing complete, nothing to choose
-    "stops_everything": (_PRUNE_ALL, {"test_search": (False, "no trial ran to the end"),
+    "stops_everything": ("import math\nimport random\n" + _PRUNE_ALL, {"test_search": (False, "no trial ran to the end"),
                                       "test_pruning": (False, "no trial ran to the end")}),
 }  # fmt: skip
 

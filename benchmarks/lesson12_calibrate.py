@@ -1,6 +1,6 @@
 """Calibrate lesson 12's search checks: the reference policy and plausible mistakes over several secret tasks.
 
-Usage: ``python benchmarks/lesson12_calibrate.py [--only NAME ...] SEED [SEED ...]``
+Usage: ``python benchmarks/lesson12_calibrate.py SEED [SEED ...] [--only NAME ...]``
 
 Each seed is one grading's draws (``random.Random(seed)``: task, trial seeds, final seeds), graded in this
 process on the policy's cell source (the probe functions the worker would run, then the parent's

@@ -228,14 +228,14 @@ print(f"the grid reached its own best after {grid_ledger.epochs} epochs ({grid_l
       f"'saved': the share of the same trials' unpruned cost that the pruner's stops saved")
 print(f"every method ran with the same sampler seeds 0-{S['search_seeds'] - 1} on the same task; a search whose first "
       f"trial lands near the best reaches the target at {task.max_epochs} epochs, whatever its pruner")
-out = Path("runs/lesson12")  # for the course's cost-to-target dashboard: python -m effkit.dashboard runs/lesson12
+out = Path("..") / "runs" / "lesson12"  # the repository's runs/, which the cost-to-target dashboard reads
 out.mkdir(parents=True, exist_ok=True)
 (out / "searches.json").write_text(json.dumps({
     "workload": "lesson12-hpo", "profile": PROFILE, "device": DEVICE_NAME,
     "recipes": {"grid": grid_ledger.as_recipe(TARGET), **{n: lg[0].as_recipe(TARGET) for n, lg in searches.items()}}},
     indent=1))
-print(f"wrote {out / 'searches.json'}: `python -m effkit.dashboard {out} --out runs/dashboard` plots each search's "
-      "cost to target beside the course's other runs")
+print(f"wrote {(out / 'searches.json').resolve()}: `make dashboard` (python -m effkit.dashboard) plots each "
+      "search's cost to target beside the course's other runs")
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 4))

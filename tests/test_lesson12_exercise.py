@@ -159,7 +159,9 @@ def test_only_json_crosses_and_a_stop_is_one_bool():
 
     w = Worker()
     lesson12_probes.probe_start(w, space=hpo_task.SPACE, budget=1, max_epochs=9, seed=0)
-    assert lesson12_probes.probe_ask(w, trial=0)[0] == {"config": {"not_json": "dict"}}
+    assert lesson12_probes.probe_ask(w, trial=0)[0] == {"config": {"not_json": "lr = object"}}
+    with pytest.raises(CheckFailed, match="lr = object: convert numpy numbers"):
+        search_checks.validate({"not_json": "lr = object"})
     assert lesson12_probes.probe_report(w, trial=0, epoch=1, score=0.5)[0] == {"stop": True}
 
 

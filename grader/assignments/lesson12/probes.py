@@ -29,6 +29,12 @@ def _plain(value):
     try:
         return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError):
+        if isinstance(value, dict):  # name the culprit: a numpy int from np.random.choice is the usual one
+            for key, item in value.items():
+                try:
+                    json.dumps(item, allow_nan=False)
+                except (TypeError, ValueError):
+                    return {"not_json": f"{str(key)[:40]} = {type(item).__name__}"}
         return {"not_json": type(value).__name__}
 
 

@@ -74,7 +74,10 @@ def _number(value) -> bool:
 def validate(config) -> dict:
     """The configuration as plain floats and ints, or CheckFailed saying what is wrong."""
     shape = '{"lr": 0.05, "batch_size": 64, "weight_decay": 1e-4}'
-    expect(isinstance(config, dict) and "not_json" not in config,
+    if isinstance(config, dict) and "not_json" in config:
+        raise CheckFailed(f"ask() must return a dict of plain values like {shape} (or None to end the search); "
+                          f"yours held {str(config['not_json'])[:80]}: convert numpy numbers with int() / float()")
+    expect(isinstance(config, dict),
            f"ask() must return a dict of plain values like {shape} (or None to end the search), "
            f"got {config!r:.80}")  # fmt: skip
     expect(set(config) == set(ht.SPACE), f"ask() returned the keys {sorted(config)}; expected exactly "

@@ -48,7 +48,8 @@
 # loop exactly (`study.ask(distributions)`, `trial.report(score, epoch)`, `trial.should_prune()`,
 # `study.tell(...)`); a hand-written successive halving works too.
 #
-# **How it is graded** (outside your notebook). The grader draws a task of its own, creates your
+# **How it is graded** (outside your notebook). The grader draws a task of its own (the lesson's
+# task family, `effkit.hpo.TuningTask`, with a seed you cannot know), creates your
 # `Search` in a separate process, and runs the loop above: it trains and evaluates every trial
 # itself; only your configurations and stop decisions cross. When the budget is spent it
 # **chooses**, among complete trials, the configuration with the best mean validation accuracy at

@@ -238,19 +238,22 @@ print(f"wrote {(out / 'searches.json').resolve()}: `make dashboard` (python -m e
       "search's cost to target beside the course's other runs")
 
 # %%
-fig, ax = plt.subplots(figsize=(8, 4))
-for (name, ledgers), colour in zip(searches.items(), plt.cm.tab10.colors, strict=False):
-    curve = ledgers[0].curve
-    if curve:
-        ax.step([e for e, _, _ in curve], [b for _, _, b in curve], where="post", label=name, color=colour)
-ax.step([e for e, _, _ in grid_ledger.curve], [b for _, _, b in grid_ledger.curve], where="post", color="black",
-        ls=":", label="grid (in grid order)")
-ax.axhline(TARGET, color="grey", ls="--", lw=0.8)
-ax.axvline(S["budget"], color="grey", lw=0.8)
-ax.set(xscale="log", xlabel=f"epochs paid for (1 epoch = {len(task.x):,} samples, ~{per_epoch * 1000:.0f} ms here)",
-       ylabel="best complete trial (validation)", ylim=(max(0.0, TARGET - 0.25), grid_ledger.best + 0.03),
-       title=f"Cost to target, search seed 0 — {DEVICE_NAME}")
-ax.legend(fontsize=8, loc="lower right")
+fig, axes = plt.subplots(2, 3, figsize=(11, 5.5), sharex=True, sharey=True)
+for ax, r, (name, ledgers), colour in zip(axes.flat, rows, searches.items(), plt.cm.tab10.colors, strict=False):
+    for ledger in ledgers:  # one line per search seed: the spread is the searches' own luck
+        points = [(0, 0.0)] + [(e, b) for e, _, b in ledger.curve] + [(ledger.epochs, ledger.best)]
+        ax.step(*zip(*points, strict=True), where="post", color=colour, alpha=0.8, lw=1.2)
+    ax.axhline(TARGET, color="grey", ls="--", lw=0.8)
+    reached = f"median {r['median_epochs']:.0f} epochs" if r["hits"] else "never"
+    ax.set_title(f"{name}: target {r['hits']}/{len(ledgers)}, {reached}", fontsize=9)
+for ax in axes[-1]:
+    ax.set_xlabel(f"epochs paid for (x {len(task.x):,} samples)")
+for ax in axes[:, 0]:
+    ax.set_ylabel("best complete trial\n(validation)")
+top_score = max([grid_ledger.best] + [lg.best for ledgers in searches.values() for lg in ledgers])
+axes[0][0].set(xlim=(0, S["budget"]), ylim=(max(0.0, TARGET - 0.12), top_score + 0.01))
+fig.suptitle(f"Cost to target ({TARGET:.1%}, dashed): {S['search_seeds']} searches per method, {S['budget']} epochs "
+             f"each; the grid needs {grid_ledger.epochs} — {DEVICE_NAME}", fontsize=10)
 plt.tight_layout()
 plt.show()
 

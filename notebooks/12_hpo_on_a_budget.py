@@ -25,9 +25,10 @@
 # 6. run trials in parallel through one study in a shared storage (SQLite here; a database or a
 #    journal file across machines).
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU, with other jobs running): about 2.5 min in
-# `cpu` (140 s at load average 3.6-4.5; the two parallel workers alone 23 s of it), 17-18 s in
-# `smoke` (the test harness's run: 17 s). The summary's last line prints this run's own time.
+# **Run time** (measured on a 2-core AMD EPYC VM, no GPU, with other jobs running): 1 to 2.5 min in
+# `cpu` (60 s executed by nbclient at load average 1.9-3.1; 140 s at 3.6-4.5, the two parallel
+# workers alone 23 s of it), 17-39 s in `smoke` (the test harness's runs at load ~3-5). The
+# summary's last line prints this run's own time.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (the same sizes: the task is
 # a small MLP, a GPU buys nothing here), `smoke` (tests only: a coarse grid, tiny budgets; its

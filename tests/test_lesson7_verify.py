@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from effkit.length_buckets import _split_by_budget, bucket_batches
+from effkit.length_buckets import split_by_budget, bucket_batches
 from grader.assignments.lesson7.verify import (
     budget_problem,
     coverage_problem,
@@ -16,7 +16,7 @@ from grader.assignments.lesson7.verify import (
 def fully_sorted(lengths, batch_size=None, max_tokens=None, seed=0, epoch=0):
     order = np.argsort(lengths, kind="stable")
     if max_tokens:
-        return [b.tolist() for b in _split_by_budget(order, np.asarray(lengths), max_tokens, 8)]
+        return [b.tolist() for b in split_by_budget(order, np.asarray(lengths), max_tokens, 8)]
     order = order.tolist()
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 

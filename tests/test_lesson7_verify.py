@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from effkit.length_buckets import split_by_budget, bucket_batches
+from effkit.length_buckets import bucket_batches, split_by_budget
 from grader.assignments.lesson7.verify import (
     budget_problem,
     coverage_problem,

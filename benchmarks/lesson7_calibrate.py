@@ -20,8 +20,8 @@ from grader.assignments.lesson7 import speed_task as st  # noqa: E402
 seeds = [int(s) for s in sys.argv[1:]] or [11, 12, 13, 14, 15]
 for seed in seeds:
     lengths = st.task_data(seed)["lengths"]
-    arms = {"bucketed": [bucket_batches(lengths, batch_size=st.BATCH, seed=seed, epoch=e) for e in range(st.PAIRS + 1)],
-            "random dyn-pad": st.random_epochs(seed + 99, len(lengths), st.PAIRS + 1)}
+    arms = {"bucketed": [bucket_batches(lengths, batch_size=st.BATCH, seed=seed, epoch=e) for e in range(st.MAX_PAIRS + 1)],
+            "random dyn-pad": st.random_epochs(seed + 99, len(lengths), st.MAX_PAIRS + 1)}
     for name, epochs in arms.items():
         r = st.train_ab(seed, epochs)
         ab = r["ab"]

@@ -144,12 +144,3 @@ def test_speed_passes_for_the_reference_and_refuses_a_sampler_that_drops_rows():
     source, _ = MISTAKES["drops_the_last_batch"]
     bad = _grade_in_process(_reference_cells(bucket_batches=source), ["test_speed"], seed=7)["test_speed"]
     assert not bad.passed and "not timed" in bad.reason, bad.reason
-
-
-@pytest.mark.slow
-def test_unbucketed_dynamic_padding_is_not_fast_enough():
-    source = ("def bucket_batches(lengths, batch_size=None, max_tokens=None, seed=0, epoch=0):\n"
-              "    order = np.random.default_rng([seed, epoch]).permutation(len(lengths)).tolist()\n"
-              "    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]\n")
-    verdict = _grade_in_process(_reference_cells(bucket_batches=source), ["test_speed"], seed=7)["test_speed"]
-    assert not verdict.passed and "not measurably" in verdict.reason, verdict.reason

@@ -25,9 +25,10 @@
 #    (`effkit.lesson` A/B verdicts);
 # 5. name the step beyond: packing sequences with per-sequence attention.
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU, with other jobs running): 2 to 5 min in
-# `cpu` (123 s at load average 1.1-3.2 with 2-step *Your turn* bursts, 284 s at 2.9-3.9 with 6-step
-# ones; they are 4 steps now; the summary's last line gives your run's), 12 s in `smoke`.
+# **Run time** (measured on a 2-core AMD EPYC VM, no GPU, with other jobs running): about 2 min in
+# `cpu` (112 s at load average 2.6; a run with longer *Your turn* bursts took 284 s at 2.9-3.9: the
+# A/Bs add pairs while their intervals are wide; the summary's last line gives your run's), 13 s in
+# `smoke`.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one), `smoke`
 # (tests only: a 2-layer encoder on synthetic sentences; its numbers show the code runs, not what

@@ -40,8 +40,8 @@
 # gets back — coverage (2 points), sizes and budget (2), padding against a full sort (2), randomness
 # (2). Then (2 points) it trains **its own** small encoder on its own task with your batches (batch
 # size 32, 7 to 11 epochs) against random batches padded to the maximum length, epochs interleaved
-# and timed: the interval of your speed-up must lie above 1.5x, with held-out accuracy within 3
-# points of the random batches'.
+# and timed: the interval of your speed-up must lie above 1x (measurably faster), with held-out
+# accuracy within 3 points of the random batches'.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import numpy as np

@@ -38,7 +38,10 @@ from grader.cells import CheckFailed, Context, expect, stub_reason
 from grader.quiz import quiz_check
 
 CALL_SECONDS = 30
-SPEED_FLOOR = 1.5  # interval low end over pad-to-max; calibration: grader/README.md (lesson 7)
+# The interval's low end over pad-to-max must clear 1: measurably faster, as the issue asks. A 1.5x
+# floor (to fail unbucketed dynamic padding here too) failed the reference once in 10 calibration
+# runs under load (low end 1.12); unbucketed padding already loses test_padding, deterministically.
+SPEED_FLOOR = 1.0  # calibration: grader/README.md (lesson 7)
 ACC_MARGIN = 0.03  # held-out accuracy below the random baseline's allowed
 SETUP_SOURCE = """\
 import numpy as np"""
@@ -161,7 +164,7 @@ def check_speed(ctx: Context) -> None:
              f"{ab.ci_low:.2f}-{ab.ci_high:.2f}x covering the median {ab.coverage:.0%} of the time, {ab.pairs} "
              f"interleaved epochs each, one thread; {r['tokens_mine'] / r['tokens_random']:.0%} of its computed tokens)")
     expect(ab.ci_low > SPEED_FLOOR, f"the grader's encoder trained with your batches ran at {shown}: not measurably "
-                                    f"above {SPEED_FLOOR}x. Group rows of similar length so each batch pads little")
+                                    f"faster than padding to the maximum. Group rows of similar length so each batch pads little")
     ctx.ok(f"training speed: {shown}")
     drop = r["acc_random"] - r["acc_mine"]
     expect(drop <= ACC_MARGIN, f"held-out accuracy {r['acc_mine']:.1%} with your batches against {r['acc_random']:.1%} "

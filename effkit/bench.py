@@ -404,9 +404,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
 
 def _cpu_features() -> dict:
     """The CPU's vector ISA and bf16 units (recorded with every result: CPU figures depend on them)."""
@@ -422,3 +419,7 @@ def _version(package: str) -> str | None:
         return version(package)
     except PackageNotFoundError:
         return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -38,7 +38,7 @@ def padded_width(longest: int, multiple: int = 8) -> int:
     return -(-int(longest) // multiple) * multiple
 
 
-def _split_by_budget(part: np.ndarray, lengths: np.ndarray, max_tokens: int, multiple: int) -> list[np.ndarray]:
+def split_by_budget(part: np.ndarray, lengths: np.ndarray, max_tokens: int, multiple: int) -> list[np.ndarray]:
     """Greedy cut of a length-sorted run into batches whose padded size rows x width <= budget."""
     batches: list[np.ndarray] = []
     start = 0
@@ -87,7 +87,7 @@ def bucket_batches(
         if batch_size is not None:
             batches.extend(part[i : i + batch_size] for i in range(0, len(part), batch_size))
         else:
-            batches.extend(_split_by_budget(part, lengths, max_tokens, multiple))
+            batches.extend(split_by_budget(part, lengths, max_tokens, multiple))
     rng.shuffle(batches)
     return [b.tolist() for b in batches]
 

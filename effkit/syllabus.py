@@ -34,12 +34,12 @@ LESSONS: tuple[Lesson, ...] = (
     _lesson(4, "bigger_batches", "Bigger batches, safely: accumulation and LR scaling", "ready"),
     _lesson(5, "activation_checkpointing", "Memory for compute: activation checkpointing", "ready"),
     _lesson(6, "never_lose_a_run", "Schedules, early stopping and checkpoint/resume", "ready"),
-    _lesson(7, "dynamic_padding", "Dynamic padding and length bucketing"),
+    _lesson(7, "dynamic_padding", "Dynamic padding and length bucketing", "ready"),
     _lesson(8, "peft_lora", "Parameter-efficient fine-tuning: LoRA", "ready"),
     _lesson(9, "distillation", "Knowledge distillation", "ready"),
     _lesson(10, "profiling", "Profiling: find the next bottleneck"),
     _lesson(11, "ddp_zero", "Data parallelism: DDP and ZeRO/FSDP"),
-    _lesson(12, "budgeted_hpo", "Hyperparameter search on a budget"),
+    _lesson(12, "hpo_on_a_budget", "Hyperparameter search on a budget", "ready"),
     _lesson(13, "quantized_inference", "Quantized inference under a latency SLO", "ready"),
 )
 

@@ -165,7 +165,7 @@ def test_plans_are_timed_on_the_device_the_grading_runs_on(monkeypatch):
 
     seen = {}
 
-    def fake_time_plans(stack, x, plans, rounds, steps, max_rounds, settled, device="cpu"):
+    def fake_time_plans(stack, x, plans, rounds, steps, max_rounds, settled, time_cap_s=None, device="cpu"):
         seen.update(device=device, steps=steps)
         row = {"ratio": 1.5, "low": 1.2, "high": 1.8, "rounds": rounds, "coverage": 0.99, "step_s": 0.01}
         return {name: dict(row) for name in plans}

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from effkit.length_buckets import _split_by_budget, bucket_batches
+from effkit.length_buckets import bucket_batches, split_by_budget
 from grader.assignments.lesson7.verify import (
     budget_problem,
     coverage_problem,
@@ -16,7 +16,7 @@ from grader.assignments.lesson7.verify import (
 def fully_sorted(lengths, batch_size=None, max_tokens=None, seed=0, epoch=0):
     order = np.argsort(lengths, kind="stable")
     if max_tokens:
-        return [b.tolist() for b in _split_by_budget(order, np.asarray(lengths), max_tokens, 8)]
+        return [b.tolist() for b in split_by_budget(order, np.asarray(lengths), max_tokens, 8)]
     order = order.tolist()
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
@@ -78,3 +78,17 @@ def test_random_unbucketed_batches_fail_on_padding():
         order = np.random.default_rng([seed, epoch]).permutation(len(lengths)).tolist()
         return [order[i : i + (batch_size or 4)] for i in range(0, len(order), batch_size or 4)]
     assert any("padding share" in p for p in findings(random_batches))
+
+
+def test_batches_of_one_row_have_no_padding_and_are_refused_as_underfilled():
+    from grader.assignments.lesson7.verify import order_problem, size_problem
+
+    lengths = secret_lengths(7)[0]
+    singles = [[i] for i in np.random.default_rng(0).permutation(len(lengths)).tolist()]
+    assert padding_problem(lengths, singles, 32) is None  # padding alone would pass them
+    assert "batches where about" in size_problem(lengths, singles, 32, None)
+    assert "batches where about" in size_problem(lengths, singles, None, 1024)
+    good = bucket_batches(lengths, batch_size=32, seed=1)
+    assert size_problem(lengths, good, 32, None) is None and order_problem(lengths, good) is None
+    by_length = sorted(good, key=lambda b: lengths[b].mean())
+    assert "batch order follows length" in order_problem(lengths, by_length)

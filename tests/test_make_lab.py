@@ -13,7 +13,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_make_lab_allows_root_only_for_root():
-    cmd = subprocess.run(["make", "-n", "lab"], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout.strip().splitlines()[-1]  # fmt: skip
-    assert "jupyter lab" in cmd
+    # under `make test` (as in CI) the child make inherits MAKELEVEL and prints "make[1]: Leaving
+    # directory" last: pick the recipe's own line, not the last one
+    out = subprocess.run(["make", "--no-print-directory", "-n", "lab"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    lines = [line for line in out.splitlines() if "jupyter lab" in line]
+    assert len(lines) == 1, out
+    cmd = lines[0]
     assert ("--allow-root" in cmd) == (os.getuid() == 0), cmd

@@ -50,8 +50,11 @@
 # back: the grader applies it to its own copy of the stack with effkit's implementation and
 # measures the bytes itself (2 points: a loose and a tight budget). Then it times your plan for the
 # loose budget against "checkpoint every block" and against its own plan, interleaved, on its own
-# clock: faster than checkpointing everything (2 points), and at least 80% of the speed the
-# grader's plan gains over it (1 point: recompute no more than the budget needs).
+# clock: faster than checkpointing everything (2 points). One more point for recomputing no more
+# than the budget needs: a whole-block plan may checkpoint no more blocks than the grader's own
+# (its blocks are identical, so the count *is* the recompute — a timing this small is too noisy to
+# judge it); a plan that also saves ops inside blocks must gain at least 80% of the speed the
+# grader's plan gains over checkpointing everything, timed.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import functools

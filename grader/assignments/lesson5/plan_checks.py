@@ -142,8 +142,10 @@ def _timing(ctx: Context) -> dict:
                 return False
             if same_work or plan == plans["everything"]:
                 return True
-            share = (t["yours"]["ratio"] - 1) / (t["grader"]["ratio"] - 1)
             clear = not t["yours"]["low"] <= 1.0 <= t["yours"]["high"]
+            if plan.save is None and best.save is None:
+                return clear  # no share to settle: whole-block plans are judged by their count
+            share = (t["yours"]["ratio"] - 1) / (t["grader"]["ratio"] - 1)
             return clear and abs(share - MIN_SHARE) >= SHARE_MARGIN
 
         device = grading_device()
@@ -208,9 +210,20 @@ def check_least_recompute(ctx: Context) -> None:
         timing["t"]["grader"],
     )
     gain = grader["ratio"] - 1
-    if (
-        grader["low"] <= 1.0
-    ):  # the timing could not show the grader's own plan faster: judge by structure
+    if plan.save is None and best.save is None:
+        # Whole-block plans on identical blocks: the recompute a plan adds is its extra blocks, an
+        # exact count. One block more than needed costs a few percent of a step, which a busy
+        # machine's noise can hide or invert (a timed share of 152% was seen): judge the count, and
+        # report the timing as what it bought.
+        timed = (f"timed here: yours {_interval(yours)}, the grader's {grader['ratio']:.2f}x over "
+                 "checkpointing everything")  # fmt: skip
+        expect(len(plan.blocks) <= len(best.blocks),
+               f"your plan ({plan.describe(cc.N_BLOCKS)}) recomputes {len(plan.blocks)} whole blocks where "
+               f"{len(best.blocks)} fit the budget (the grader's plan: {best.describe(cc.N_BLOCKS)}); every extra "
+               f"block is a forward pass repeated in backward ({timed}): recompute only what the budget needs")  # fmt: skip
+        ctx.ok(f"your plan recomputes no more blocks than the budget needs ({len(plan.blocks)}; {timed})")
+        return
+    if grader["low"] <= 1.0:  # the timing could not show the grader's own plan faster: judge by structure
         expect(len(plan.blocks) <= len(best.blocks) and plan.save == best.save,
                f"your plan ({plan.describe(cc.N_BLOCKS)}) checkpoints more than the grader's ({best.describe(cc.N_BLOCKS)}) "
                "(the timing here was inconclusive): recompute only what the budget needs")  # fmt: skip

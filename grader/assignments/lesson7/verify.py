@@ -3,15 +3,14 @@
 The learner's function runs in the sandboxed worker; what comes back is JSON (lists of index
 lists per (distribution, seed, epoch)). Everything here runs in the grader's process on those
 lists and on length distributions drawn here from a secret seed, so a submission cannot tune
-itself to the distributions it is graded on. Not yet wired into an ``ASSIGNMENT`` (see the
-lesson 7 report): these are the sampler checks the assignment will score.
+itself to the distributions it is graded on. :mod:`grader.assignments.lesson7.checks` scores them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from effkit.length_buckets import padded_width, padding_share, sorted_padding_share
+from effkit.length_buckets import padded_width, padding_share, sorted_padding_share, split_by_budget
 
 # How far above a full sort's padding share a sampler may land (sorting within 50-batch
 # mega-batches lands within ~0.01-0.03 on SST-2-like lengths; random batches ~0.3 above).
@@ -60,9 +59,35 @@ def budget_problem(lengths: np.ndarray, batches: list[list[int]], max_tokens: in
     return None
 
 
-def padding_problem(lengths: np.ndarray, batches: list[list[int]], batch_size: int) -> str | None:
+def size_problem(lengths: np.ndarray, batches: list[list[int]], batch_size: int | None,
+                 max_tokens: int | None) -> str | None:
+    """None if batches are as full as asked: at most ``batch_size`` rows and at most 10% more batches
+    than needed (batch size), or at most 10% more batches than a full sort's greedy cut (budget).
+    Without it, batches of one row would have no padding at all."""
+    if batch_size is not None:
+        big = max(len(b) for b in batches)
+        if big > batch_size:
+            return f"a batch has {big} rows, more than batch_size={batch_size}."
+        need = -(-len(lengths) // batch_size)
+    else:
+        need = len(split_by_budget(np.argsort(lengths, kind="stable"), lengths, max_tokens, 8))
+    if len(batches) > 1.1 * need + 1:
+        return (f"{len(batches)} batches where about {need} are enough: fill each batch up to the "
+                "batch size (or the token budget); smaller batches mean more, slower steps.")
+    return None
+
+
+def optimum_share(lengths: np.ndarray, batch_size: int | None, max_tokens: int | None) -> float:
+    """Padding share of a full length sort sliced by batch size, or cut greedily by the budget."""
+    if batch_size is not None:
+        return sorted_padding_share(lengths, batch_size)
+    return padding_share(lengths, split_by_budget(np.argsort(lengths, kind="stable"), lengths, max_tokens, 8))
+
+
+def padding_problem(lengths: np.ndarray, batches: list[list[int]], batch_size: int | None,
+                    max_tokens: int | None = None) -> str | None:
     """None if the padding share is within PADDING_SLACK of a full sort's."""
-    share, optimum = padding_share(lengths, batches), sorted_padding_share(lengths, batch_size)
+    share, optimum = padding_share(lengths, batches), optimum_share(lengths, batch_size, max_tokens)
     if share > optimum + PADDING_SLACK:
         return (f"padding share {share:.1%} against {optimum:.1%} for a full sort: group examples "
                 "of similar length (sort within mega-batches) before slicing batches.")
@@ -78,4 +103,20 @@ def randomness_problem(epochs: dict[tuple[int, int], list[list[int]]]) -> str | 
             if a < b and firsts[a] == firsts[b]:
                 return (f"seed/epoch {a} and {b} give identical batches in identical order: a full "
                         "sort is not a sampler. Shuffle before grouping and shuffle the batch order.")
+    return None
+
+
+def order_problem(lengths: np.ndarray, batches: list[list[int]]) -> str | None:
+    """None unless the batch order follows length: a rank correlation beyond 0.5 and beyond 4
+    standard errors of a random order's (1/sqrt(n - 1)), so a shuffled order fails about once in
+    30,000 answers. Short batches first and long ones last is a curriculum nobody asked for."""
+    if len(batches) < 8:
+        return None
+    limit = max(0.5, 4 / np.sqrt(len(batches) - 1))
+    means = np.array([lengths[b].mean() for b in batches])
+    ranks = np.argsort(np.argsort(means, kind="stable"), kind="stable")
+    rho = float(np.corrcoef(np.arange(len(batches)), ranks)[0, 1])
+    if abs(rho) > limit:
+        return (f"the batch order follows length (rank correlation {rho:+.2f} between a batch's position and "
+                "its mean length): shuffle the order of the batches after grouping.")
     return None

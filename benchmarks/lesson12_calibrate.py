@@ -1,0 +1,100 @@
+"""Calibrate lesson 12's search checks: the reference policy and plausible mistakes over several secret tasks.
+
+Usage: ``python benchmarks/lesson12_calibrate.py SEED [SEED ...] [--only NAME ...]``
+
+Each seed is one grading's draws (``random.Random(seed)``: task, trial seeds, final seeds), graded in this
+process on the policy's cell source (the probe functions the worker would run, then the parent's
+checks): per policy, the gap of its chosen configuration below the grid's best (pp, held out, mean of 3
+fresh seeds), the share of budget saved by pruning, and both verdicts at the committed MARGIN and
+MIN_SAVED. One thread per run (deterministic per seed); the seconds printed are this machine's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from grader import assignments  # noqa: E402
+from grader.assignments.lesson12 import probes  # noqa: E402
+from grader.cells import CheckFailed, Context  # noqa: E402
+from grader.probe import CallResult  # noqa: E402
+from grader.tools import reference_cells  # noqa: E402
+
+A = assignments.get("lesson12")
+
+WRONG = {  # the mistakes tests/test_lesson12_exercise.py grades, as (name, search cell source)
+    "no_pruning": lambda ref: ref.replace("if t.should_prune():", "if False:"),
+    "weight_decay_grid": lambda ref: '''
+class Search:
+    """A grid over weight decay at SGD's default learning rate: the budget spent on one axis."""
+    def __init__(self, space, budget, max_epochs, seed):
+        self.grid = [10 ** (-6 + 5 * i / 15) for i in range(16)]
+    def ask(self, trial):
+        return {"lr": 1e-3, "batch_size": 64, "weight_decay": self.grid[trial % len(self.grid)]}
+    def report(self, trial, epoch, score):
+        return False
+''',
+}
+
+
+class InProcess:
+    """What a worker would answer, computed here from the cells (repository code, not a learner's)."""
+
+    def __init__(self, cells: list[tuple[str, str]]):
+        self.ns: dict = {}
+        self.load_errors: list = []
+        exec(A.setup_source, self.ns)  # noqa: S102
+        for _, source in cells:
+            exec(source, self.ns)  # noqa: S102
+
+    def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
+        try:
+            data, blobs = getattr(probes, f"probe_{probe}")(self, **args)
+        except Exception as err:  # noqa: BLE001
+            return CallResult(False, failure=f"raised {type(err).__name__}: {err}")
+        return CallResult(True, data, blobs)
+
+
+def grade(cells, seed: int) -> dict:
+    session = InProcess(cells)
+    out = {}
+    for gid in ("test_search", "test_pruning"):
+        ctx = Context(session, random.Random(seed))
+        try:
+            A.cell_checks[gid](ctx)
+            out[gid] = (True, ctx.lines)
+        except CheckFailed as err:
+            out[gid] = (False, str(err))
+    return out, session.lesson12_outcome
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("seeds", type=int, nargs="+")
+    ap.add_argument("--only", nargs="*", default=None)
+    args = ap.parse_args()
+    ref = dict(reference_cells(A))
+    policies = {"reference": ref["search"], **{k: f(ref["search"]) for k, f in WRONG.items()}}
+    for seed in args.seeds:
+        for name, source in policies.items():
+            if args.only and name not in args.only:
+                continue
+            cells = [(g, source if g == "search" else s) for g, s in ref.items()]
+            start = time.perf_counter()
+            verdicts, outcome = grade(cells, seed)
+            run = outcome.run
+            gap = next((line for line in outcome.lines if "below the grid" in line), "no choice")
+            print(f"seed {seed} {name:18s} search {verdicts['test_search'][0]!s:5s} pruning "
+                  f"{verdicts['test_pruning'][0]!s:5s} saved {run.saved:5.1%} trials {len(run.trials):3d} "
+                  f"| {gap.split(': ')[-1] if 'below' in gap else gap} | {time.perf_counter() - start:.1f} s",
+                  flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

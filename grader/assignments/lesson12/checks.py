@@ -1,0 +1,58 @@
+"""Lesson 12 - a hyperparameter search under a fixed budget, graded out of the kernel.
+
+**What it does.** The learner writes a search *policy*, ``class Search`` with ``ask(trial)`` (the
+next configuration, plain JSON, or None) and ``report(trial, epoch, score)`` (True to stop that
+trial now); Optuna's ask-and-tell interface fits it. The grader drives the loop, trains and
+evaluates every trial itself on a task it draws per grading, and charges each epoch to the
+budget (:mod:`grader.assignments.lesson12.search_checks`).
+
+* ``test_search`` (4 points): the chosen configuration's held-out accuracy against the best of the
+  grader's own exhaustive grid search.
+* ``test_pruning`` (3 points): the budget saved by stopping trials, against the same trials run to
+  the end, with the search still good.
+* ``test_quiz`` (2 points).
+
+**Trust.** Only configurations (validated against the space) and stop bools cross from the
+worker; accuracies, costs and the choice are computed here.
+
+**Pitfalls.** One search serves both graded cells.
+"""
+
+from __future__ import annotations
+
+from grader.assignments import Assignment
+from grader.assignments.lesson12.search_checks import check_pruning, check_search
+from grader.quiz import quiz_check
+
+SETUP_SOURCE = "import optuna"  # the learner may use Optuna's ask-and-tell (or write successive halving by hand)
+
+QUIZ_KEY = {  # the notebook holds only the questions
+    "q1": "b",  # successive halving, eta 3: 27 at 1 epoch -> 9 at 3 -> 3 at 9
+    "q2": "b",  # a gap inside the seed noise is no winner: re-run both on new seeds
+    "q3": "a",  # a grid gives the important axis only as many values as its own grid line
+    "q4": "b",  # early rungs favour fast starters; Hyperband's brackets hedge
+    "q5": "b",  # one study in a shared storage, every worker's trials seen by the sampler
+}
+QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
+    "q1": {"a": "9 is how many survive the first rung (27 / 3) and train to 3 epochs; a third of those reach 9",
+           "c": "one would be left after a further rung; with eta = 3, 9 -> 3 survive to the 9-epoch rung"},
+    "q2": {"a": "a 0.4 pp gap is smaller than the ±1 pp a single config moves between seeds: the order can flip "
+                "on a re-run, so 'higher' is noise",
+           "c": "the batch size says nothing about which result is real; only more seeds shrink the noise"},
+    "q3": {"b": "a trial costs the same whether its point came from a grid or a random draw",
+           "c": "grid points are independent trials and parallelise perfectly; the waste is in coverage"},
+    "q4": {"a": "successive halving costs far less than the grid: most trials stop after the first rung",
+           "c": "ASHA (Optuna's SuccessiveHalvingPruner) is asynchronous and built for parallel workers"},
+    "q5": {"a": "separate in-memory studies cannot see each other's trials: each sampler and pruner learns from "
+                "a fraction of the results, and pruners compare against too few trials",
+           "c": "n_jobs threads share one machine (and Python's GIL); it is no way to add machines"},
+}  # fmt: skip
+
+CELL_CHECKS = {"test_search": check_search, "test_pruning": check_pruning,
+               "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
+NAMES = ("Search",)
+
+ASSIGNMENT = Assignment(id="lesson12", notebook="lesson12", object_name="Search",
+                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
+                        runtime_module="", timeout_s=120, probes="grader.assignments.lesson12.probes",
+                        names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip

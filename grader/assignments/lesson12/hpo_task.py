@@ -1,0 +1,87 @@
+"""Lesson 12: the grader's own tuning task, a small MLP whose held-out accuracy depends on its hyperparameters.
+
+**What it does.** ``task(seed)`` is :class:`effkit.hpo.TuningTask` drawn from ``seed`` (the same
+task the lesson searches, with a secret seed per grading): a random-oracle classification problem
+with label noise, 2,048 training samples, 2,048 validation samples (what a search sees, epoch by
+epoch) and 4,096 held-out ones (what only the final verdict uses). ``Trial`` trains its MLP with
+SGD + momentum for one epoch per ``step()`` at a configuration of ``SPACE`` (learning rate, batch
+size, weight decay), seeded per trial, and returns the validation accuracy after that epoch.
+``grid_search(seed)`` is the grader's exhaustive search: every point of ``GRID`` trained
+``MAX_EPOCHS`` epochs, the best by validation accuracy. ``test_accuracy(seed, config, seeds)`` retrains a configuration on fresh seeds and
+measures it on the held-out set: the number a choice is judged by.
+
+**When to use it.** By :mod:`grader.assignments.lesson12.search_checks`, in the grader's process
+only: no learner code runs here.
+
+**Expected gain.** An epoch costs a few milliseconds on one thread, so a search of ~150 epochs and
+the grid's 1,080 run in a grading's time.
+
+**Pitfalls.** One thread for every run (deterministic per seed). The LR that works depends on the
+batch size (SGD's noise scale) and the task: no fixed LR is safe, which is what makes the search matter.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+
+from effkit import hpo
+
+MAX_EPOCHS = 9  # a trial that is never stopped trains this many epochs (Hyperband's R)
+SPACE = hpo.SPACE  # what a search may choose; the notebook shows the same
+GRID = {  # the grader's exhaustive search: 8 x 5 x 3 = 120 configurations
+    "lr": [10 ** (-3 + 0.5 * i) for i in range(8)],  # 1e-3 ... 3.16 (clipped to 3.0)
+    "batch_size": [32, 64, 128, 256, 512],
+    "weight_decay": [1e-6, 1e-4, 1e-2],
+}
+
+
+def grid_configs() -> list[dict]:
+    lrs = [min(v, SPACE["lr"]["high"]) for v in GRID["lr"]]
+    return [{"lr": lr, "batch_size": b, "weight_decay": wd}
+            for lr, b, wd in itertools.product(lrs, GRID["batch_size"], GRID["weight_decay"])]  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4)
+def task(task_seed: int) -> hpo.TuningTask:
+    """Task ``task_seed``: effkit's tuning task at its default sizes (2,048 / 2,048 / 4,096 samples)."""
+    return hpo.TuningTask(task_seed, max_epochs=MAX_EPOCHS)
+
+
+CLASSES = task(0).classes
+
+
+def Trial(task_seed: int, config: dict, seed: int) -> hpo.Trial:  # noqa: N802  (reads as the class it builds)
+    """One configuration on task ``task_seed``, trained one epoch per ``step()`` (trial seed ``seed``)."""
+    return task(task_seed).trial(config, seed)
+
+
+def full_run(task_seed: int, config: dict, seed: int) -> tuple[list[float], float]:
+    """MAX_EPOCHS epochs: the validation curve and the held-out accuracy at the end."""
+    trial = Trial(task_seed, config, seed)
+    curve = [trial.step() for _ in range(MAX_EPOCHS)]
+    return curve, trial.test_accuracy()
+
+
+@functools.lru_cache(maxsize=4)
+def grid_search(task_seed: int) -> tuple[dict, float, int]:
+    """The grader's exhaustive search: (best config by final validation accuracy, its validation
+    accuracy, epochs it cost)."""
+    best, best_val = None, -1.0
+    configs = grid_configs()
+    for i, config in enumerate(configs):
+        curve, _ = full_run(task_seed, config, seed=task_seed * 1000 + i)
+        if curve[-1] > best_val:
+            best, best_val = config, curve[-1]
+    return best, best_val, len(configs) * MAX_EPOCHS
+
+
+def test_accuracy(task_seed: int, config: dict, seeds: list[int]) -> float:
+    """Mean held-out accuracy of ``config`` retrained on each of ``seeds`` (the seed noise averaged)."""
+    return _test_accuracy(task_seed, json.dumps(config, sort_keys=True), tuple(seeds))
+
+
+@functools.lru_cache(maxsize=16)
+def _test_accuracy(task_seed: int, config: str, seeds: tuple[int, ...]) -> float:
+    return sum(full_run(task_seed, json.loads(config), s)[1] for s in seeds) / len(seeds)

@@ -1,0 +1,244 @@
+"""Lesson 12: a search under a fixed budget, driven and trained by the grader, the learner's policy only choosing.
+
+**What it does.** The grader draws a task (:mod:`hpo_task`) and runs an ask-and-tell loop against
+the learner's ``Search`` in the sandboxed worker (:mod:`probes`): ``ask(trial)`` returns the next
+configuration (plain JSON, validated against ``hpo_task.SPACE``); **this process** trains that
+trial one epoch at a time, charges each epoch to the budget (``BUDGET`` epochs), and after each
+epoch tells the policy the validation accuracy it measured and asks ``report(...)`` whether to
+stop the trial. A trial that reaches ``MAX_EPOCHS`` is complete. The search ends when the budget
+is spent, when ``ask`` returns None, or after ``MAX_TRIALS`` trials. The grader then chooses, as
+Optuna's ``best_trial`` does, among *complete* trials only: the configuration with the best mean
+final validation accuracy (a configuration proposed again runs on a new seed and is averaged).
+
+* ``test_search`` (4 points): the chosen configuration, retrained on ``FINAL_SEEDS`` fresh seeds,
+  must reach a mean held-out accuracy at most ``MARGIN`` below that of the best configuration of
+  the grader's own exhaustive grid search (``hpo_task.grid_search``: 120 configurations, ~7x the
+  budget), retrained on the same seeds.
+* ``test_pruning`` (3 points): the same search must have passed ``test_search`` *and* spent at
+  least ``MIN_SAVED`` less than the same trials would have cost run to the end (the search without
+  pruning): saving budget by throwing away the answer is not a saving.
+
+**When to use it.** Registered in ``checks.CELL_CHECKS``; run by :mod:`grader.cells`.
+
+**Expected gain.** Calibrated on this CPU (``grader/README.md``, lesson 12).
+
+**Pitfalls.** One search serves both cells (cached on the probe session). The policy's own time is
+capped (``POLICY_SECONDS`` in all) so a slow policy fails instead of stalling a grading. A grading
+costs ~15-20 s, most of it the grid (1,080 epochs).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+
+from grader.assignments.lesson12 import hpo_task as ht
+from grader.cells import CheckFailed, Context, expect, stub_reason
+
+BUDGET = 150  # epochs the search may spend (the grid costs 1,080)
+MAX_TRIALS = 200
+CALL_SECONDS = 20
+POLICY_SECONDS = 30.0  # the policy's decisions, all calls together, on the parent's clock
+FINAL_SEEDS = 3
+MARGIN = 0.02  # held-out accuracy below the grid's best; calibration: grader/README.md (lesson 12)
+MIN_SAVED = 0.3  # share of the unpruned cost of the same trials; calibration: grader/README.md
+
+
+@dataclass
+class SearchRun:
+    task_seed: int
+    trials: list[dict] = field(default_factory=list)  # config, scores, status
+    spent: int = 0
+    policy_seconds: float = 0.0
+    train_seconds: float = 0.0
+    ended: str = ""
+    failure: str = ""  # a refused answer: the search stopped there
+
+    @property
+    def unpruned_cost(self) -> int:
+        """What the same trials cost had none been stopped (the search without pruning): a stopped
+        trial charged its full MAX_EPOCHS; one cut by the budget only what it ran (no decision of yours)."""
+        return self.spent + sum(ht.MAX_EPOCHS - len(t["scores"]) for t in self.trials if t["status"] == "stopped")
+
+    @property
+    def saved(self) -> float:
+        return 1.0 - self.spent / self.unpruned_cost if self.spent else 0.0
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def validate(config) -> dict:
+    """The configuration as plain floats and ints, or CheckFailed saying what is wrong."""
+    shape = '{"lr": 0.05, "batch_size": 64, "weight_decay": 1e-4}'
+    if isinstance(config, dict) and "not_json" in config:
+        raise CheckFailed(f"ask() must return a dict of plain values like {shape} (or None to end the search); "
+                          f"yours held {str(config['not_json'])[:80]}: convert numpy numbers with int() / float()")
+    expect(isinstance(config, dict),
+           f"ask() must return a dict of plain values like {shape} (or None to end the search), "
+           f"got {config!r:.80}")  # fmt: skip
+    expect(set(config) == set(ht.SPACE), f"ask() returned the keys {sorted(config)}; expected exactly "
+                                         f"{sorted(ht.SPACE)}, e.g. {shape}")  # fmt: skip
+    out = {}
+    for name, dim in ht.SPACE.items():
+        value = config[name]
+        if dim["type"] == "categorical":
+            expect(isinstance(value, int) and not isinstance(value, bool) and value in dim["choices"],
+                   f"{name} = {value!r} is not one of the search space's choices {dim['choices']}")  # fmt: skip
+            out[name] = int(value)
+        else:
+            expect(_number(value) and dim["low"] <= value <= dim["high"],
+                   f"{name} = {value!r} is outside the search space [{dim['low']:g}, {dim['high']:g}]: a search "
+                   f"only chooses inside the space it was given")  # fmt: skip
+            out[name] = float(value)
+    return out
+
+
+def _call(ctx: Context, run: SearchRun, probe: str, what: str, **args) -> dict:
+    start = time.perf_counter()
+    r = ctx.session.call(probe, CALL_SECONDS, **args)
+    run.policy_seconds += time.perf_counter() - start
+    if not r.ok:
+        stub = [e for e in ctx.session.load_errors if e.get("cell") == "search"]
+        raise CheckFailed(stub_reason(stub[0]["message"] if stub else r.failure) or f"{what} {r.failure}")
+    expect(run.policy_seconds <= POLICY_SECONDS,
+           f"your policy took {run.policy_seconds:.0f} s to decide (at most {POLICY_SECONDS:.0f} s in all): "
+           f"a search policy must be cheap next to the trials it runs")  # fmt: skip
+    return r.data
+
+
+def run_search(ctx: Context, task_seed: int) -> SearchRun:
+    """The ask-and-tell loop: the policy chooses, this process trains, measures and charges."""
+    run = SearchRun(task_seed)
+    _call(ctx, run, "start", "Search(...)", space=ht.SPACE, budget=BUDGET, max_epochs=ht.MAX_EPOCHS,
+          seed=ctx.rng.randrange(1 << 30))  # fmt: skip
+    while run.spent < BUDGET and len(run.trials) < MAX_TRIALS:
+        n = len(run.trials)
+        answer = _call(ctx, run, "ask", f"ask({n})", trial=n).get("config")
+        if answer is None:
+            run.ended = "ask() returned None"
+            break
+        try:
+            config = validate(answer)
+        except CheckFailed as err:
+            raise CheckFailed(f"trial {n}: {err}") from err
+        record = {"config": config, "scores": [], "status": "running"}
+        run.trials.append(record)
+        start = time.perf_counter()
+        trial = ht.Trial(task_seed, config, seed=ctx.rng.randrange(1 << 30))
+        run.train_seconds += time.perf_counter() - start
+        for epoch in range(1, ht.MAX_EPOCHS + 1):
+            if run.spent >= BUDGET:
+                record["status"] = "cut by the budget"
+                break
+            start = time.perf_counter()
+            score = trial.step()
+            run.train_seconds += time.perf_counter() - start
+            run.spent += 1
+            record["scores"].append(score)
+            stop = _call(ctx, run, "report", f"report({n}, {epoch}, ...)", trial=n, epoch=epoch, score=score)
+            if epoch == ht.MAX_EPOCHS:
+                record["status"] = "complete"
+            elif stop.get("stop") is True:
+                record["status"] = "stopped"
+                break
+    run.ended = run.ended or ("budget spent" if run.spent >= BUDGET else f"{MAX_TRIALS} trials")
+    return run
+
+
+def choose(run: SearchRun) -> tuple[dict, float, int] | None:
+    """Among complete trials: the configuration with the best mean final validation accuracy."""
+    finals: dict[str, list[float]] = {}
+    for t in run.trials:
+        if t["status"] == "complete":
+            finals.setdefault(json.dumps(t["config"], sort_keys=True), []).append(t["scores"][-1])
+    if not finals:
+        return None
+    key = max(finals, key=lambda k: sum(finals[k]) / len(finals[k]))
+    return json.loads(key), sum(finals[key]) / len(finals[key]), len(finals[key])
+
+
+def _shown(config: dict) -> str:
+    return f"lr {config['lr']:.3g}, batch {config['batch_size']}, weight decay {config['weight_decay']:.2g}"
+
+
+@dataclass
+class Outcome:
+    run: SearchRun
+    passed: bool
+    message: str
+    lines: list[str]
+
+
+def _why(run: SearchRun, chosen: dict | None) -> str:
+    complete = sum(t["status"] == "complete" for t in run.trials)
+    lrs = {round(t["config"]["lr"], 12) for t in run.trials}
+    if chosen is None:
+        return ("no trial ran to the end, so there is nothing to choose: let the best trials finish "
+                f"(report() returning False up to epoch {ht.MAX_EPOCHS})")
+    if len(lrs) == 1:
+        return (f"every trial used the learning rate {next(iter(lrs)):.3g}: the learning rate is the axis that "
+                "matters most; a grid over the others cannot make up for it. Search it on a log scale")
+    if complete <= 1:
+        return "only one trial ran to the end: stop the weak ones early, but let several promising ones finish"
+    return (f"your search tried {len(run.trials)} configurations; explore more of them cheaply (stop the weak "
+            "ones after an epoch or two) and sample the learning rate on a log scale")
+
+
+def evaluate(ctx: Context) -> Outcome:
+    """Run (once per probe session) the learner's search and judge its choice; cached for both cells."""
+    cached = getattr(ctx.session, "lesson12_outcome", None)
+    if cached is not None:
+        return cached
+    task_seed = ctx.rng.randrange(1 << 20)
+    run = run_search(ctx, task_seed)
+    counts = {s: sum(t["status"] == s for t in run.trials) for s in ("complete", "stopped", "cut by the budget")}
+    lines = [f"your search: {len(run.trials)} trials ({counts['complete']} complete, {counts['stopped']} stopped, "
+             f"{counts['cut by the budget']} cut by the budget), {run.spent} of {BUDGET} epochs ({run.ended}); "
+             f"training {run.train_seconds:.1f} s, your policy's decisions {run.policy_seconds:.1f} s"]  # fmt: skip
+    picked = choose(run)
+    grid_best, grid_val, grid_cost = ht.grid_search(task_seed)
+    seeds = [ctx.rng.randrange(1 << 30) for _ in range(FINAL_SEEDS)]
+    grid_test = ht.test_accuracy(task_seed, grid_best, seeds)
+    lines.append(f"the grader's grid: {len(ht.grid_configs())} configurations, {grid_cost} epochs; its best "
+                 f"({_shown(grid_best)}) scores {grid_test:.1%} held out (mean of {FINAL_SEEDS} fresh seeds)")
+    if picked is None:
+        outcome = Outcome(run, False, f"{lines[0]}. {_why(run, None)}.", lines)
+    else:
+        config, val, runs = picked
+        mine = ht.test_accuracy(task_seed, config, seeds)
+        gap = grid_test - mine
+        lines.append(f"your choice ({_shown(config)}; validation {val:.1%} over {runs} run(s)) scores {mine:.1%} "
+                     f"held out on the same seeds: {gap * 100:+.1f} pp below the grid's best (at most "
+                     f"{MARGIN * 100:.0f} pp), for {run.spent / grid_cost:.0%} of the grid's cost")  # fmt: skip
+        passed = gap <= MARGIN
+        message = "; ".join(lines) + ("" if passed else f". {_why(run, config)}.")
+        outcome = Outcome(run, passed, message, lines)
+    ctx.session.lesson12_outcome = outcome
+    return outcome
+
+
+def check_search(ctx: Context) -> None:
+    outcome = evaluate(ctx)
+    expect(outcome.passed, outcome.message)
+    for line in outcome.lines:
+        ctx.ok(line)
+
+
+def check_pruning(ctx: Context) -> None:
+    outcome = evaluate(ctx)
+    run = outcome.run
+    expect(outcome.passed, "pruning saves budget only when the search still finds a good configuration, and this "
+                           f"one did not: {outcome.message}")  # fmt: skip
+    stopped = sum(t["status"] == "stopped" for t in run.trials)
+    saving = (f"{run.spent} epochs spent where the same {len(run.trials)} trials, none stopped, would cost "
+              f"{run.unpruned_cost}: {run.saved:.0%} saved by stopping {stopped} of them early")
+    expect(run.saved >= MIN_SAVED,
+           f"{saving}, less than the {MIN_SAVED:.0%} required. "
+           + ("Your search never stopped a trial: " if stopped == 0 else "")
+           + "compare each trial after an epoch or two with the others at the same epoch and stop the weak "
+             "ones (successive halving, or Optuna's MedianPruner / SuccessiveHalvingPruner)")  # fmt: skip
+    ctx.ok(saving)

@@ -1,0 +1,185 @@
+"""Lesson 7 - length bucketing, graded out of the kernel: the sampler's batches judged here, then timed here.
+
+**What it does.** The learner writes ``bucket_batches(lengths, batch_size=None, max_tokens=None,
+seed=0, epoch=0)``: one epoch of index batches, by a row count or by a token budget (rows x the
+batch's longest length rounded up to a multiple of 8). Per grading this process draws three length
+distributions (:func:`verify.secret_lengths`: SST-2-like skew, uniform, bimodal), batch sizes,
+budgets and seeds; the sandboxed worker (:mod:`grader.assignments.lesson7.probes`) runs the
+sampler on them and returns the batches as JSON lists; everything below runs here on those lists.
+
+* ``test_coverage`` (2 points): every index exactly once per epoch (:func:`verify.coverage_problem`).
+* ``test_budget`` (2 points): at most ``batch_size`` rows, the token budget respected, and batches
+  filled (no more than 10% more batches than needed) (:func:`verify.size_problem`, ``budget_problem``).
+* ``test_padding`` (2 points): padding share within ``verify.PADDING_SLACK`` of a full sort's.
+* ``test_randomness`` (2 points): batches differ across seeds and epochs, and their order does
+  not follow length (``randomness_problem``, ``order_problem``): a fully sorted order fails.
+* ``test_speed`` (2 points): the grader trains its own small encoder on its own task
+  (:mod:`speed_task`) with the learner's batches (validated: every sample once per epoch, at most
+  32 rows) against random batches padded to the maximum length, epochs interleaved and timed by
+  ``effkit.abtest.compare``; passes when the 95%-level interval of the throughput ratio lies above
+  ``SPEED_FLOOR`` and held-out accuracy is within ``ACC_MARGIN`` of the baseline's.
+* ``test_quiz`` (2 points).
+
+**Trust.** Only index lists cross; the parent validates each index, computes every share itself,
+and trains, times and evaluates with no learner code running.
+
+**Pitfalls.** ``effkit.length_buckets.bucket_batches`` is the lesson's reference answer.
+Calibration: ``grader/README.md`` (lesson 7), ``benchmarks/lesson7_calibrate.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from grader.assignments import Assignment
+from grader.assignments.lesson7 import speed_task as st
+from grader.assignments.lesson7 import verify as v
+from grader.cells import CheckFailed, Context, expect, stub_reason
+from grader.quiz import quiz_check
+
+CALL_SECONDS = 30
+# The interval's low end over pad-to-max must clear 1: measurably faster, as the issue asks. A 1.5x
+# floor (to fail unbucketed dynamic padding here too) failed the reference once in 10 calibration
+# runs under load (low end 1.12); unbucketed padding already loses test_padding, deterministically.
+SPEED_FLOOR = 1.0  # calibration: grader/README.md (lesson 7)
+ACC_MARGIN = 0.03  # held-out accuracy below the random baseline's allowed
+SETUP_SOURCE = """\
+import numpy as np"""
+
+QUIZ_KEY = {  # the notebook holds only the questions
+    "q1": "b",  # padding share = padded tokens / computed tokens
+    "q2": "c",  # a token budget keeps tokens per step (memory, time) steady
+    "q3": "a",  # multiples of 8: tensor-core tile shapes
+    "q4": "b",  # shuffle within mega-batches and the batch order
+}
+QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
+    "q1": {"a": "padding is counted against what the model computes (rows x padded width), not against the real tokens",
+           "c": "attention masks hide padding from the result, not from the arithmetic: padded positions are still computed"},
+    "q2": {"a": "a budget does not change the learning rate; it changes how many rows a batch holds",
+           "b": "a budget groups nothing by itself: without sorting, one long row still sets the whole batch's width"},
+    "q3": {"b": "rounding to 8 adds padding; it pays only because tensor cores work on tiles of multiples of 8",
+           "c": "the attention mask works for any width; 8 is about the matrix units' tile shapes"},
+    "q4": {"a": "a full sort gives the same batches in the same order every epoch: short reviews always together, first",
+           "c": "dropping short sequences loses data; every example must be seen once per epoch"},
+}
+
+
+def _requests(ctx: Context) -> tuple[list[np.ndarray], list[dict]]:
+    """Per distribution: a batch-size run and a budget run, each for (seed a, epoch 0), (a, 1), (b, 0)."""
+    dists = v.secret_lengths(ctx.rng.randrange(1 << 32))
+    seeds = (ctx.rng.randrange(1 << 20), ctx.rng.randrange(1 << 20))
+    requests = []
+    for d, lengths in enumerate(dists):
+        for mode in ({"batch_size": ctx.rng.choice((16, 32, 64))}, {"max_tokens": ctx.rng.choice((512, 1024, 2048))}):
+            for seed, epoch in ((seeds[0], 0), (seeds[0], 1), (seeds[1], 0)):
+                requests.append({"dist": d, "lengths": [int(x) for x in lengths], "batch_size": mode.get("batch_size"),
+                                 "max_tokens": mode.get("max_tokens"), "seed": seed, "epoch": epoch})
+    return dists, requests
+
+
+def _answers(ctx: Context, requests: list[dict]) -> list[list[list[int]]]:
+    r = ctx.session.call("batches", CALL_SECONDS, requests=requests)
+    if not r.ok:
+        raise CheckFailed(stub_reason(r.failure) or f"bucket_batches(...) {r.failure}")
+    answers = r.data.get("answers")
+    expect(isinstance(answers, list) and len(answers) == len(requests), "the worker's answer was malformed")
+    out = []
+    for req, raw in zip(requests, answers, strict=True):
+        if isinstance(raw, str):
+            raise CheckFailed(f"bucket_batches({_shown(req)}) returned {raw[:80]}: return a list of lists of indices")
+        try:
+            out.append(v.parse_batches(raw, len(req["lengths"])))
+        except ValueError as err:
+            raise CheckFailed(f"bucket_batches({_shown(req)}): {err}") from err
+    return out
+
+
+def _shown(req: dict) -> str:
+    mode = f"batch_size={req['batch_size']}" if req.get("batch_size") else f"max_tokens={req['max_tokens']}"
+    return f"{len(req['lengths'])} lengths, {mode}, seed={req['seed']}, epoch={req['epoch']}"
+
+
+def _graded(ctx: Context):
+    dists, requests = _requests(ctx)
+    return dists, requests, _answers(ctx, requests)
+
+
+def check_coverage(ctx: Context) -> None:
+    _, requests, answers = _graded(ctx)
+    for req, batches in zip(requests, answers, strict=True):
+        problem = v.coverage_problem(batches, len(req["lengths"]))
+        expect(problem is None, f"bucket_batches({_shown(req)}): {problem}")
+    ctx.ok(f"{len(requests)} epochs on 3 length distributions drawn for this grading: every index exactly once")
+
+
+def check_budget(ctx: Context) -> None:
+    dists, requests, answers = _graded(ctx)
+    for req, batches in zip(requests, answers, strict=True):
+        lengths = dists[req["dist"]]
+        problem = v.size_problem(lengths, batches, req["batch_size"], req["max_tokens"])
+        if problem is None and req["max_tokens"]:
+            problem = v.budget_problem(lengths, batches, req["max_tokens"])
+        expect(problem is None, f"bucket_batches({_shown(req)}): {problem}")
+    ctx.ok("every batch within its batch size or token budget (rows x longest rounded up to 8), batches filled")
+
+
+def check_padding(ctx: Context) -> None:
+    dists, requests, answers = _graded(ctx)
+    for req, batches in zip(requests, answers, strict=True):
+        lengths = dists[req["dist"]]
+        problem = v.padding_problem(lengths, batches, req["batch_size"], req["max_tokens"])
+        expect(problem is None, f"bucket_batches({_shown(req)}): {problem}")
+        if req["epoch"] == 0 and req["seed"] == requests[0]["seed"]:
+            ctx.ok(f"{_shown(req)}: padding {v.padding_share(lengths, batches):.1%}, a full sort's "
+                   f"{v.optimum_share(lengths, req['batch_size'], req['max_tokens']):.1%}")
+
+
+def check_randomness(ctx: Context) -> None:
+    dists, requests, answers = _graded(ctx)
+    groups: dict[tuple, dict] = {}
+    for req, batches in zip(requests, answers, strict=True):
+        groups.setdefault((req["dist"], req["batch_size"], req["max_tokens"]), {})[(req["seed"], req["epoch"])] = batches
+    for epochs in groups.values():  # the same batches every epoch first: the more basic mistake
+        problem = v.randomness_problem(epochs)
+        expect(problem is None, problem or "")
+    for req, batches in zip(requests, answers, strict=True):
+        problem = v.order_problem(dists[req["dist"]], batches)
+        expect(problem is None, f"bucket_batches({_shown(req)}): {problem}")
+    ctx.ok("batches differ across epochs and seeds; their order does not follow length")
+
+
+def check_speed(ctx: Context) -> None:
+    seed = ctx.rng.randrange(1 << 20)
+    lengths = st.task_data(seed)["lengths"]
+    learner_seed = ctx.rng.randrange(1 << 20)
+    requests = [{"lengths": [int(x) for x in lengths], "batch_size": st.BATCH, "max_tokens": None,
+                 "seed": learner_seed, "epoch": e} for e in range(st.MAX_PAIRS + 1)]  # fmt: skip
+    epochs = _answers(ctx, requests)
+    for req, batches in zip(requests, epochs, strict=True):
+        problem = v.coverage_problem(batches, len(lengths)) or v.size_problem(lengths, batches, st.BATCH, None)
+        expect(problem is None, f"not timed: bucket_batches({_shown(req)}) on the grader's training set: {problem}")
+    r = st.train_ab(seed, epochs)
+    ab = r["ab"]
+    shown = (f"{ab.ratio:.2f}x the samples per second of random batches padded to {st.MAX_LEN} (interval "
+             f"{ab.ci_low:.2f}-{ab.ci_high:.2f}x covering the median {ab.coverage:.0%} of the time, {ab.pairs} "
+             f"interleaved epochs each, one thread; {r['tokens_mine'] / r['tokens_random']:.0%} of its computed tokens)")
+    expect(ab.ci_low > SPEED_FLOOR, f"the grader's encoder trained with your batches ran at {shown}: not measurably "
+                                    f"faster than padding to the maximum. Group rows of similar length so each batch pads little")
+    ctx.ok(f"training speed: {shown}")
+    drop = r["acc_random"] - r["acc_mine"]
+    expect(drop <= ACC_MARGIN, f"held-out accuracy {r['acc_mine']:.1%} with your batches against {r['acc_random']:.1%} "
+                               f"with random ones after {r['epochs']} epochs: more than {ACC_MARGIN:.0%} lost. Batches "
+                               "that always hold the same rows, in the same order, train worse: keep them random")
+    ctx.ok(f"held-out accuracy {r['acc_mine']:.1%} (random batches: {r['acc_random']:.1%}, same samples, same epochs)")
+
+
+CELL_CHECKS = {"test_coverage": check_coverage, "test_budget": check_budget, "test_padding": check_padding,
+               "test_randomness": check_randomness, "test_speed": check_speed,
+               "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
+NAMES = ("bucket_batches",)
+
+
+ASSIGNMENT = Assignment(id="lesson7", notebook="lesson7", object_name="bucket_batches",
+                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
+                        runtime_module="", timeout_s=120, probes="grader.assignments.lesson7.probes",
+                        names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip

@@ -1,0 +1,50 @@
+"""Lesson 7, worker side: the learner's batch sampler on the grader's lengths, answers as JSON.
+
+**What it does.** ``probe_batches`` calls the learner's ``bucket_batches(lengths, batch_size=...,
+max_tokens=..., seed=..., epoch=...)`` once per request (lengths as a plain list of ints) and
+returns each answer as a list of lists of Python ints. Anything that is not such a list (a
+generator is listed first; numpy integers become ints) is returned as its type name, which the
+parent refuses. No check and no reference exist in this process: the parent judges the lists
+(:mod:`grader.assignments.lesson7.checks`).
+
+**When to use it.** Named as lesson 7's probe module; run in :mod:`grader.probe_worker`.
+
+**Expected gain.** The sampler judged out of the learner's kernel, on lengths it never saw.
+
+**Pitfalls.** Everything returned is a claim; the parent validates every index itself.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+
+MAX_INDICES = 200_000  # per answer: far above any request; a runaway answer is cut and refused
+
+
+def _plain(answer) -> list | str:
+    try:
+        batches = list(answer)
+        out, count = [], 0
+        for batch in batches:
+            row = [int(i) if isinstance(i, numbers.Integral) and not isinstance(i, bool) else None for i in batch]
+            count += len(row)
+            if None in row or count > MAX_INDICES:
+                return f"not a list of index lists ({type(answer).__name__} holding {type(batch).__name__})"
+            out.append(row)
+        return out
+    except TypeError:
+        return f"not a list of index lists ({type(answer).__name__})"
+
+
+def probe_batches(worker, requests: list):
+    fn = worker.ns.get("bucket_batches")
+    if not callable(fn):
+        raise NameError("your solution cells define no function 'bucket_batches'")
+    answers = []
+    for req in requests:
+        answer = fn(list(req["lengths"]), batch_size=req.get("batch_size"), max_tokens=req.get("max_tokens"),
+                    seed=req["seed"], epoch=req["epoch"])
+        answers.append(_plain(answer))
+    return {"answers": answers}, []

@@ -1,0 +1,156 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 12 — Hyperparameter search on a budget: exercise
+#
+# You get **150 epochs** of training to tune a small classifier. The grader's own exhaustive grid
+# (120 configurations, 9 epochs each) costs 1,080. Write the search *policy* that spends your 150
+# well: which configuration to try next, and which running trial to stop.
+#
+# ## The loop the grader runs
+#
+# ```
+# search = Search(space, budget=150, max_epochs=9, seed=...)
+# while epochs spent < 150:
+#     config = search.ask(trial)             # you: the next configuration (or None: done)
+#     for epoch in 1 .. 9:                   # the grader trains the trial, one epoch at a time
+#         score = validation accuracy after this epoch   (the grader measures it)
+#         stop = search.report(trial, epoch, score)       # you: True stops this trial now
+#         if stop: break
+# ```
+#
+# Every epoch costs 1 from the budget, whether the trial ends up complete or stopped; a trial
+# still running when the budget is spent is cut. A trial that reaches epoch 9 is **complete**.
+#
+# The search space (the same dict is passed to `Search` as `space`):
+#
+# | name | type | range |
+# | --- | --- | --- |
+# | `lr` | float, log scale | 0.001 to 3.0 (SGD, momentum 0.9) |
+# | `batch_size` | categorical | 32, 64, 128, 256, 512 |
+# | `weight_decay` | float, log scale | 1e-6 to 0.1 |
+#
+# `ask(trial)` returns a plain dict such as `{"lr": 0.05, "batch_size": 64, "weight_decay": 1e-4}`,
+# with every value inside the space; `trial` counts 0, 1, 2, ... . `report(trial, epoch, score)`
+# returns `True` to stop the trial (ignored at epoch 9). Optuna's ask-and-tell interface fits this
+# loop exactly (`study.ask(distributions)`, `trial.report(score, epoch)`, `trial.should_prune()`,
+# `study.tell(...)`); a hand-written successive halving works too.
+#
+# **How it is graded** (outside your notebook). The grader draws a task of its own (the lesson's
+# task family, `effkit.hpo.TuningTask`, with a seed you cannot know), creates your
+# `Search` in a separate process, and runs the loop above: it trains and evaluates every trial
+# itself; only your configurations and stop decisions cross. When the budget is spent it
+# **chooses**, among complete trials, the configuration with the best mean validation accuracy at
+# epoch 9 (proposing a configuration again runs it on a new seed, and the runs are averaged).
+#
+# * `test_search` (4 points): the chosen configuration, retrained on 3 fresh seeds, must score a
+#   held-out accuracy at most **2 points** below the best configuration of the grader's exhaustive
+#   grid, retrained on the same seeds.
+# * `test_pruning` (3 points): with the search still passing `test_search`, it must have spent at
+#   least **30% less** than the same trials would have cost run to the end (no pruning).
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import optuna
+
+# %% nbgrader={"grade": false, "grade_id": "search", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class Search:
+    """Chooses configurations (ask) and stops weak trials (report); the grader trains them."""
+
+    def __init__(self, space, budget, max_epochs, seed):
+        ### BEGIN SOLUTION
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.max_epochs = max_epochs
+        self.distributions = {}
+        for name, dim in space.items():
+            if dim["type"] == "categorical":
+                self.distributions[name] = optuna.distributions.CategoricalDistribution(dim["choices"])
+            else:
+                self.distributions[name] = optuna.distributions.FloatDistribution(dim["low"], dim["high"],
+                                                                                  log=dim.get("log", False))
+        # TPE proposes; successive halving (ASHA) stops a trial that is not in the top third of the
+        # trials that reached the same rung (1, 3 epochs)
+        self.study = optuna.create_study(
+            direction="maximize",
+            sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=10),
+            pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3),
+        )
+        self.running = {}
+        ### END SOLUTION
+
+    def ask(self, trial):
+        ### BEGIN SOLUTION
+        self.running[trial] = self.study.ask(self.distributions)
+        return dict(self.running[trial].params)
+        ### END SOLUTION
+
+    def report(self, trial, epoch, score):
+        ### BEGIN SOLUTION
+        t = self.running[trial]
+        t.report(score, epoch)
+        if epoch == self.max_epochs:
+            self.study.tell(t, score)
+            return False
+        if t.should_prune():
+            self.study.tell(t, state=optuna.trial.TrialState.PRUNED)
+            return True
+        return False
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_search", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_search", "lesson12.ipynb")
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_pruning", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_pruning", "lesson12.ipynb")
+
+# %% [markdown]
+# ## Quiz
+#
+# Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., ..., "q5": ...}`.
+# The grader checks your answers outside this notebook.
+#
+# 1. Successive halving with reduction factor 3 starts 27 configurations at 1 epoch, keeps the
+#    best third at each rung and trains the survivors 3 times longer. How many reach 9 epochs?
+#    (a) 9; (b) 3; (c) 1.
+# 2. Two configurations score 71.2% and 71.6% validation accuracy; re-running one configuration on
+#    other seeds moves it by about ±1 point. (a) Choose the 71.6% one; (b) neither is a winner yet:
+#    re-run both on new seeds and compare the means (or take either); (c) choose the one with the
+#    smaller batch.
+# 3. Why does random search usually beat a grid of the same number of trials when one
+#    hyperparameter matters much more than the others (Bergstra & Bengio, 2012)? (a) a 3 x 3 grid
+#    tries only 3 values of the important one, 9 random trials try 9; (b) a random trial trains
+#    faster; (c) a grid cannot run in parallel.
+# 4. The risk of stopping trials after their first epoch is that (a) it costs more than the grid;
+#    (b) it favours configurations that start fast (a large learning rate) over ones that end best,
+#    which Hyperband hedges with brackets that start later; (c) it cannot run in parallel.
+# 5. A team runs trials on 8 machines. With Optuna they (a) run an in-memory study per machine and
+#    compare the bests at the end; (b) point every worker at one study in a shared storage (an RDB
+#    URL such as `postgresql://...`, or a journal file), so the sampler and the pruner see every
+#    trial; (c) set `n_jobs=8` in `study.optimize`.
+
+# %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+QUIZ_ANSWERS = {"q1": "b", "q2": "b", "q3": "a", "q4": "b", "q5": "b"}
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_quiz", "lesson12.ipynb")

@@ -1,0 +1,191 @@
+"""Lesson 12's exercise, graded out of the kernel: a search policy that only chooses configurations and stops
+trials, while the grader trains, measures and charges every epoch itself.
+
+The reference's full marks through the sandbox and the stub's 0 are the instructor cycle's
+(tests/test_instructor_cycle.py). Here every policy is graded in this process on its cell data: the probe
+functions the worker would run, then the parent's checks on what they return (the sandboxed path is the
+reference's). All share one task seed, so the grader's grid (the costly part) runs once per test process.
+"""
+
+import random
+from pathlib import Path
+
+import nbformat
+import pytest
+from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
+
+from grader import assignments
+from grader.assignments.lesson12 import hpo_task, search_checks
+from grader.assignments.lesson12 import probes as lesson12_probes
+from grader.cells import CellVerdict, CheckFailed, Context
+from grader.probe import CallResult
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "lesson12" / "lesson12.ipynb"
+EXERCISE = ROOT / "exercises" / "lesson12" / "lesson12.ipynb"
+POINTS = {"test_search": 4, "test_pruning": 3, "test_quiz": 2}
+A = assignments.get("lesson12")
+SEED = 1  # one grading's draws for every policy here (task, trial seeds, final seeds)
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def _reference_cells(**replace: str) -> list[tuple[str, str]]:
+    return solution_cells(SOLUTION, SOLUTION, **replace)
+
+
+class InProcess:
+    """What a worker would answer, computed here from the cells (the sandboxed path is the reference's)."""
+
+    def __init__(self, cells: list[tuple[str, str]]):
+        self.ns: dict = {}
+        self.load_errors: list = []
+        exec(A.setup_source, self.ns)  # noqa: S102  (repository test code, not a learner's)
+        for gid, source in cells:
+            try:
+                exec(source, self.ns)  # noqa: S102
+            except Exception as err:  # noqa: BLE001  (a raising cell is recorded, as the worker does)
+                self.load_errors.append({"cell": gid, "message": f"{type(err).__name__}: {err}"})
+
+    def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
+        try:
+            data, blobs = getattr(lesson12_probes, f"probe_{probe}")(self, **args)
+        except Exception as err:  # noqa: BLE001  (a raising cell is that check's failure)
+            return CallResult(False, failure=f"raised {type(err).__name__}: {err}")
+        return CallResult(True, data, blobs)
+
+
+def _grade(search_source: str | None = None, only=("test_search", "test_pruning")) -> dict[str, CellVerdict]:
+    cells = _reference_cells(**({"search": search_source} if search_source else {}))
+    session, verdicts = InProcess(cells), {}
+    for gid in only:
+        ctx = Context(session, random.Random(SEED))
+        try:
+            A.cell_checks[gid](ctx)
+            verdicts[gid] = CellVerdict(gid, True, ctx.lines)
+        except CheckFailed as err:
+            verdicts[gid] = CellVerdict(gid, False, ctx.lines, str(err))
+    return verdicts
+
+
+def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
+    nb = nbformat.read(SOLUTION, as_version=4)
+    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
+    assert cells["setup"].source == A.setup_source
+    graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
+    assert graded == POINTS and set(graded) == set(A.cell_checks)
+    for gid in graded:
+        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
+    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
+    assert "BEGIN SOLUTION" not in text and '"q2": "b"' not in text and "self.study.tell(t, score)" not in text
+
+
+# -- policies: the grader runs the search, trains every trial and judges the choice ------------------
+
+_REF = dict(_reference_cells())["search"]
+_WEIGHT_DECAY_GRID = '''
+class Search:
+    """A grid over weight decay at SGD's default learning rate: the whole budget spent on one axis."""
+    def __init__(self, space, budget, max_epochs, seed):
+        self.grid = [10 ** (-6 + 5 * i / 15) for i in range(16)]
+    def ask(self, trial):
+        return {"lr": 1e-3, "batch_size": 64, "weight_decay": self.grid[trial % len(self.grid)]}
+    def report(self, trial, epoch, score):
+        return False
+'''
+_OUTSIDE = _REF.replace('FloatDistribution(dim["low"], dim["high"]', 'FloatDistribution(dim["low"], 10 * dim["high"]')
+_PRUNE_ALL = '''
+class Search:
+    """Random configurations, every trial stopped after its first epoch: all exploration, no answer."""
+    def __init__(self, space, budget, max_epochs, seed):
+        self.rng, self.space = random.Random(seed), space
+    def ask(self, trial):
+        s = self.space
+        return {"lr": math.exp(self.rng.uniform(math.log(s["lr"]["low"]), math.log(s["lr"]["high"]))),
+                "batch_size": self.rng.choice(s["batch_size"]["choices"]),
+                "weight_decay": math.exp(self.rng.uniform(math.log(s["weight_decay"]["low"]),
+                                                          math.log(s["weight_decay"]["high"])))}
+    def report(self, trial, epoch, score):
+        return True
+'''
+
+POLICIES = {
+    # Optuna TPE + successive halving: within the margin of the grid, most of the budget saved
+    "reference": (_REF, {"test_search": (True, "below the grid's best"), "test_pruning": (True, "saved by stopping")}),
+    # the same TPE never stopping a trial: a good choice, nothing saved
+    "no_pruning": (_REF.replace("if t.should_prune():", "if False:"),
+                   {"test_search": (True, "below the grid's best"), "test_pruning": (False, "never stopped a trial")}),
+    # a grid over the axis that matters least, at a learning rate far too small
+    "weight_decay_grid": (_WEIGHT_DECAY_GRID, {"test_search": (False, "the learning rate is the axis that matters"),
+                                               "test_pruning": (False, "only when the search still finds")}),
+    # learning rates sampled from a range ten times too wide: refused at the first one outside
+    "outside_the_space": (_OUTSIDE, {"test_search": (False, "outside the search space"),
+                                     "test_pruning": (False, "outside the search space")}),
+    # every trial stopped after its first epoch: nothing complete, nothing to choose
+    "stops_everything": ("import math\nimport random\n" + _PRUNE_ALL, {"test_search": (False, "no trial ran to the end"),
+                                      "test_pruning": (False, "no trial ran to the end")}),
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", POLICIES)
+def test_policies_are_scored_on_the_graders_own_search(name):
+    source, expected = POLICIES[name]
+    assert name == "reference" or source != _REF, f"{name}: the mistake did not change the cell"
+    verdicts = _grade(source)
+    for gid, (passes, words) in expected.items():
+        v = verdicts[gid]
+        text = v.reason if not v.passed else " ".join(v.lines)
+        assert v.passed == passes and words in text, (gid, text)
+
+
+def test_validation_refuses_bools_nan_unknown_keys_and_off_grid_choices():
+    good = {"lr": 0.05, "batch_size": 64, "weight_decay": 1e-4}
+    assert search_checks.validate(good) == good
+    for bad in ({**good, "batch_size": True}, {**good, "batch_size": 48}, {**good, "batch_size": 64.0},
+                {**good, "lr": float("nan")}, {**good, "lr": 0.0}, {**good, "weight_decay": 1.0},
+                {**good, "momentum": 0.9}, {"lr": 0.05}, {"not_json": "Tensor"}, [0.05, 64, 1e-4]):  # fmt: skip
+        with pytest.raises(CheckFailed):
+            search_checks.validate(bad)
+
+
+def test_only_json_crosses_and_a_stop_is_one_bool():
+    class Worker:
+        ns = {"Search": type("Search", (), {"__init__": lambda self, **kw: None,
+                                            "ask": lambda self, trial: {"lr": object()},
+                                            "report": lambda self, trial, epoch, score: "yes"})}  # fmt: skip
+
+    w = Worker()
+    lesson12_probes.probe_start(w, space=hpo_task.SPACE, budget=1, max_epochs=9, seed=0)
+    assert lesson12_probes.probe_ask(w, trial=0)[0] == {"config": {"not_json": "lr = object"}}
+    with pytest.raises(CheckFailed, match="lr = object: convert numpy numbers"):
+        search_checks.validate({"not_json": "lr = object"})
+    assert lesson12_probes.probe_report(w, trial=0, epoch=1, score=0.5)[0] == {"stop": True}
+
+
+def test_a_budget_cut_is_not_counted_as_pruning():
+    run = search_checks.SearchRun(task_seed=0, spent=12)
+    run.trials = [{"config": {}, "scores": [0.5] * 9, "status": "complete"},
+                  {"config": {}, "scores": [0.5] * 3, "status": "cut by the budget"}]  # fmt: skip
+    assert run.unpruned_cost == 12 and run.saved == 0.0
+    run.trials.append({"config": {}, "scores": [0.5], "status": "stopped"})
+    run.spent = 13
+    assert run.unpruned_cost == 21 and run.saved == pytest.approx(1 - 13 / 21)
+
+
+def test_a_trial_trains_even_when_started_under_no_grad():
+    import torch
+
+    with torch.no_grad():
+        trial = hpo_task.Trial(987, {"lr": 0.1, "batch_size": 256, "weight_decay": 1e-4}, seed=1)
+        scores = [trial.step() for _ in range(2)]
+    assert scores[-1] > 1.0 / hpo_task.CLASSES + 0.1, scores
+
+
+def test_a_slow_policy_fails_on_the_parents_clock(monkeypatch):
+    monkeypatch.setattr(search_checks, "POLICY_SECONDS", 0.3)
+    slow = _REF.replace("def ask(self, trial):", "def ask(self, trial):\n        import time\n        time.sleep(0.2)")
+    verdict = _grade(slow, only=("test_search",))["test_search"]
+    assert not verdict.passed and "your policy took" in verdict.reason, verdict.reason

@@ -40,7 +40,7 @@ LESSONS: tuple[Lesson, ...] = (
     _lesson(10, "profiling", "Profiling: find the next bottleneck"),
     _lesson(11, "ddp_zero", "Data parallelism: DDP and ZeRO/FSDP"),
     _lesson(12, "hpo_on_a_budget", "Hyperparameter search on a budget", "ready"),
-    _lesson(13, "quantized_inference", "Quantized inference under a latency SLO"),
+    _lesson(13, "quantized_inference", "Quantized inference under a latency SLO", "ready"),
 )
 
 

@@ -58,7 +58,9 @@ class Endpoint:
                 raise ChannelError("the process closed the channel (it exited or crashed)", "crash")
             self.buf += chunk
 
-    def receive(self, timeout_s: float) -> tuple[dict, list[bytes]]:
+    def receive(self, timeout_s: float, max_blob: int = MAX_BLOB) -> tuple[dict, list[bytes]]:
+        """The next message; a blob announced larger than ``max_blob`` is refused before it is read
+        (a learner's file handed over whole: the caller sets its own cap)."""
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self.buf:
             if len(self.buf) > MAX_LINE:
@@ -72,11 +74,11 @@ class Endpoint:
         if not isinstance(msg, dict):
             raise ChannelError(f"garbage on the grader's channel: {line[:80]!r}", "protocol")
         sizes = msg.pop("_blobs", [])
-        if not (
-            isinstance(sizes, list)
-            and all(isinstance(n, int) and 0 <= n <= MAX_BLOB for n in sizes)
-        ):
+        if not (isinstance(sizes, list) and all(isinstance(n, int) and 0 <= n for n in sizes)):
             raise ChannelError("malformed blob sizes", "protocol")
+        cap = min(max_blob, MAX_BLOB)
+        if any(n > cap for n in sizes):
+            raise ChannelError(f"a blob of {max(sizes)} bytes, more than the {cap} allowed", "too_big")
         blobs = []
         for n in sizes:
             while len(self.buf) < n:

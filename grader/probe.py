@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.channel import ChannelError, Endpoint
+from grader.channel import MAX_BLOB, ChannelError, Endpoint
 from grader.sandbox import Limits, Sandbox, launch
 
 
@@ -120,8 +120,9 @@ class ProbeSession:
         self.close()
 
     # -- calls ----------------------------------------------------------------------------------
-    def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
-        """Run ``probe`` in the worker; ``serve(request) -> reply`` answers its requests."""
+    def call(self, probe: str, timeout_s: float, serve=None, max_blob: int = MAX_BLOB, **args) -> CallResult:
+        """Run ``probe`` in the worker; ``serve(request) -> reply`` answers its requests; a result
+        carrying a blob over ``max_blob`` bytes is refused unread (and the worker stopped)."""
         if self.box is None:
             try:
                 self.start()
@@ -132,7 +133,7 @@ class ProbeSession:
         try:
             self.end.send({"cmd": "call", "probe": probe, "args": args})
             while True:
-                msg, blobs = self.end.receive(max(0.01, deadline - time.monotonic()))
+                msg, blobs = self.end.receive(max(0.01, deadline - time.monotonic()), max_blob)
                 kind = msg.get("event")
                 if kind == "dev" and serve is not None:
                     self.end.send({"cmd": "dev_ok", **serve(msg)})
@@ -149,7 +150,9 @@ class ProbeSession:
             oom = self.box.cgroup is not None and self.box.cgroup.oom_killed()
             forks = self.box.cgroup is not None and self.box.cgroup.pids_exhausted()
             self.close()  # kills the whole tree; the next call starts a fresh worker
-            if err.kind == "timeout":
+            if err.kind == "too_big":
+                why = f"sent more than the grader accepts: {err}"
+            elif err.kind == "timeout":
                 why = f"did not return within {timeout_s:.0f} s (an infinite loop?); the grader stopped it"
             elif oom:
                 why = f"ran out of memory (limit {self.limits.memory_mb} MB) and was killed"

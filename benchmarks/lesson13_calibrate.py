@@ -1,0 +1,71 @@
+"""Calibrate lesson 13's targets: accuracy drop, agreement and P95 ratio of three submissions per task seed.
+
+    python benchmarks/lesson13_calibrate.py 1 2 3 4 5 6
+
+For each grading seed it runs the grader's own checks (grader/assignments/lesson13/checks.py) in this
+process on the reference export (int8 except the head), the fp32 model exported unchanged, and every
+layer quantized, and prints each verdict line: the held-out accuracy against the fp32 baseline's, the
+agreement, and the P95 ratio with its interval. No sandbox here: the figures are the parent's, which
+is where the grader measures them too.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from exercise_cells import solution_cells  # noqa: E402
+
+from effkit.measure import device_name  # noqa: E402
+from grader import assignments  # noqa: E402
+from grader.assignments.lesson13 import probes  # noqa: E402
+from grader.cells import CheckFailed, Context  # noqa: E402
+from grader.probe import CallResult  # noqa: E402
+
+A = assignments.get("lesson13")
+SOLUTION = ROOT / "solutions" / "lesson13" / "lesson13.ipynb"
+EXPORT = dict(solution_cells(SOLUTION, SOLUTION))["export_for_slo"]
+QUANTIZE = 'quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8, nodes_to_exclude=[head, head + "_MatMul"])'
+VARIANTS = {
+    "reference": EXPORT,
+    "fp32_unchanged": EXPORT.replace('fp32_path = path + ".fp32.onnx"', "fp32_path = path").replace(QUANTIZE, "return"),
+    "quantize_everything": EXPORT.replace(QUANTIZE, "quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8)"),
+}
+
+
+class InProcess:
+    def __init__(self, source: str):
+        self.ns: dict = {}
+        exec(A.setup_source, self.ns)  # noqa: S102  (repository code)
+        exec(source, self.ns)  # noqa: S102
+
+    def call(self, probe, timeout_s, serve=None, max_blob=None, **args):
+        data, blobs = getattr(probes, f"probe_{probe}")(self, **args)
+        return CallResult(True, data, blobs)
+
+
+def main(seeds: list[int]) -> None:
+    print(f"device: {device_name('cpu')}; load {os.getloadavg()}; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")  # fmt: skip
+    for seed in seeds:
+        for name, source in VARIANTS.items():
+            session, rng, start = InProcess(source), random.Random(seed), time.perf_counter()
+            for gid in ("test_artifact", "test_accuracy", "test_latency"):
+                ctx = Context(session, rng)
+                try:
+                    A.cell_checks[gid](ctx)
+                    print(f"seed {seed} {name:20s} {gid:14s} pass {' '.join(ctx.lines).strip()}")
+                except CheckFailed as err:
+                    print(f"seed {seed} {name:20s} {gid:14s} FAIL {str(err)[:400]}")
+            print(f"seed {seed} {name:20s} {time.perf_counter() - start:.1f} s; load {os.getloadavg()[0]:.2f}",
+                  flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main([int(s) for s in sys.argv[1:]] or [1, 2, 3])

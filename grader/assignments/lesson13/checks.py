@@ -1,0 +1,217 @@
+"""Lesson 13 - quantized inference under a latency SLO, graded out of the kernel on the grader's own server.
+
+**What it does.** Per grading the parent draws a task, trains its own fp32 classifier on it
+(:mod:`slo_task`: an MLP with three hidden layers of 512 and a few massive activations feeding its
+head), exports it to ONNX itself (the baseline) and sends the weights as plain data to the
+sandboxed worker, where the learner's ``export_for_slo(model, calibration, path)`` writes an ONNX
+file. Only that file's bytes come back (capped before they are read). Then, in this process:
+
+* ``test_artifact`` (2 points): the bytes pass :func:`artifact.validate` (no pickle, no external
+  data, standard operators only, ``features`` -> ``logits`` with a free batch dimension) and run
+  in onnxruntime on a few rows with finite outputs of the right shape.
+* ``test_accuracy`` (3 points): on the held-out set (``N_TEST`` rows that never left this
+  process) the artifact's accuracy is at most ``MAX_DROP`` below the fp32 baseline's, and its
+  predictions agree with the baseline's on at least ``MIN_AGREEMENT`` of the rows (the SLO is for
+  *this* model: a different model trained on the calibration rows does not count).
+* ``test_latency`` (3 points): only when the first two pass; the grader's closed-loop load
+  generator (:mod:`serve`) times both sessions at batch 1, one thread, interleaved; the low end of
+  the interval of the P95 ratio (baseline / yours) must reach ``TARGET``.
+* ``test_quiz`` (2 points).
+
+**Trust.** No learner code runs in this process; the file is data, validated before onnxruntime
+opens it from memory; the clock, the data and the baseline are the parent's.
+
+**Pitfalls.** One grading is shared by the three cells (cached per probe session): the file is
+exported, validated and timed once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import tempfile
+import warnings
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from grader.assignments import Assignment
+from grader.assignments.lesson13 import artifact, serve, slo_task
+from grader.cells import CheckFailed, Context, expect, stub_reason
+from grader.quiz import quiz_check
+
+MAX_DROP = 0.01  # held-out accuracy below the fp32 baseline's; calibration: grader/README.md (lesson 13)
+MIN_AGREEMENT = 0.97  # top-1 agreement with the fp32 baseline
+QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "QuantizeLinear", "QLinearMatMul", "ConvInteger")
+TARGET = 1.5  # the P95 ratio's interval must start at or above this; calibration: grader/README.md (lesson 13)
+CALL_SECONDS = 90
+SETUP_SOURCE = """\
+import torch
+import onnx
+import onnxruntime as ort
+from onnxruntime.quantization import QuantType, quantize_dynamic"""
+
+QUIZ_KEY = {  # the notebook holds only the questions
+    "q1": "b",  # P95 = the latency 95% of requests stay under
+    "q2": "c",  # per-tensor activation scale set by the outlier
+    "q3": "a",  # batching trades latency for throughput
+    "q4": "b",  # warm-up, many requests, interleaved
+}
+QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
+    "q1": {"a": "that is the mean; a mean hides the slow tail an SLO is about",
+           "c": "95% of the time budget says nothing about single requests: P95 is a percentile of the latencies"},
+    "q2": {"a": "int8 weights of the head are per-tensor too, but weights have no outliers here: the input does",
+           "b": "dynamic quantization needs no calibration data: it measures each input's range at run time"},
+    "q3": {"b": "a batch of 32 takes longer than one request, and a request may wait for the batch to fill",
+           "c": "batching changes both: more requests per second, each waiting longer"},
+    "q4": {"a": "the first requests pay for allocation and caches, and 20 requests give no stable P95 (one slow "
+                "request moves it)",
+           "c": "a neighbour's job or a frequency change between the two blocks would be charged to one model"},
+}
+
+
+@dataclass
+class Grading:
+    problem: str = ""  # why the artifact is refused ('' when it is served)
+    lines: list[str] = field(default_factory=list)
+    accuracy_problem: str | None = None
+    base: object = None
+    mine: object = None
+    x_test: np.ndarray | None = None
+
+
+_GRADINGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def _quiet():
+    """torch.onnx and onnxruntime.quantization log and warn: nbgrader zeroes a cell with stderr."""
+    level = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(level)
+
+
+def export_fp32(net: torch.nn.Module) -> bytes:
+    """The baseline: the fp32 model exported by torch.onnx (dynamo, the default), as bytes."""
+    with tempfile.TemporaryDirectory() as d, _quiet():
+        path = os.path.join(d, "fp32.onnx")
+        torch.onnx.export(net, (torch.zeros(2, slo_task.DIM),), path, input_names=[artifact.INPUT],
+                          output_names=[artifact.OUTPUT], dynamic_shapes=({0: "batch"},), dynamo=True,
+                          external_data=False)  # fmt: skip
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def _run(ctx: Context) -> Grading:
+    g = Grading()
+    seed, count, scale = ctx.rng.randrange(1 << 20), ctx.rng.randint(*slo_task.PLANTED), ctx.rng.choice(slo_task.SCALES)
+    net = slo_task.with_massive_activations(slo_task.train(seed), seed, count, scale)
+    data = slo_task.draw(seed)
+    calib = {"x": slo_task.tensor_plain(data["x_calib"]), "y": slo_task.tensor_plain(data["y_calib"])}
+    r = ctx.session.call("export", CALL_SECONDS, max_blob=artifact.MAX_BYTES, model=slo_task.to_plain(net),
+                         calibration=calib)  # fmt: skip
+    if not r.ok:
+        g.problem = stub_reason(r.failure) or f"export_for_slo(model, calibration, path) {r.failure}"
+        return g
+    if r.data.get("file") != "ok" or len(r.blobs) != 1:
+        g.problem = f"export_for_slo wrote no usable file at `path`: {str(r.data.get('file'))[:120]}"
+        return g
+    raw = r.blobs[0]
+    try:
+        checked = artifact.validate(raw, slo_task.DIM, slo_task.CLASSES)
+        with _quiet():
+            g.mine = artifact.session(raw)
+            out = g.mine.run([artifact.OUTPUT], {artifact.INPUT: data["x_test"][:3].numpy()})[0]
+            one = g.mine.run([artifact.OUTPUT], {artifact.INPUT: data["x_test"][:1].numpy()})[0]
+    except CheckFailed as err:
+        g.problem = str(err)
+        return g
+    except Exception as err:  # noqa: BLE001  (onnxruntime refusing the file is the file's problem)
+        g.problem = f"onnxruntime could not run your model: {type(err).__name__}: {str(err)[:200]}"
+        return g
+    shapes = (np.shape(out), np.shape(one))
+    if shapes != ((3, slo_task.CLASSES), (1, slo_task.CLASSES)) or not np.isfinite(out).all():
+        g.problem = f"your model's logits for 3 and 1 rows have shapes {shapes} (or are not finite)"
+        return g
+    ops = ", ".join(f"{k} x{v}" for k, v in sorted(checked.ops.items()))
+    g.lines.append(f"  ok  a valid ONNX file of {len(raw) / 1024:.0f} KiB, standard operators only ({ops})")
+    g.base = artifact.session(export_fp32(net))
+    x, y = data["x_test"].numpy(), data["y_test"].numpy()
+    g.x_test = x
+    with _quiet():
+        acc_base, acc_mine = serve.accuracy(g.base, x, y), serve.accuracy(g.mine, x, y)
+        pred_base = np.concatenate([g.base.run(None, {artifact.INPUT: x[i:i + 512]})[0].argmax(1) for i in range(0, len(x), 512)])
+        pred_mine = np.concatenate([g.mine.run(None, {artifact.INPUT: x[i:i + 512]})[0].argmax(1) for i in range(0, len(x), 512)])
+    agree = float((pred_base == pred_mine).mean())
+    drop = acc_base - acc_mine
+    report = (f"held-out accuracy {acc_mine:.1%} against the fp32 model's {acc_base:.1%} ({len(y)} rows the grader "
+              f"kept; drop {drop * 100:+.2f} pp), same prediction on {agree:.1%} of them")  # fmt: skip
+    quantized = any(op in checked.ops for op in QUANTIZED_OPS)
+    if drop > MAX_DROP or agree < MIN_AGREEMENT:
+        limits = f"the SLO allows a drop of at most {MAX_DROP * 100:.0f} pp and asks for >= {MIN_AGREEMENT:.0%} same predictions"
+        if quantized:
+            why = ("measure your quantized model against the fp32 one on the calibration set, layer by layer: the "
+                   "head's input has a few huge activations, and quantize_dynamic gives that whole input one int8 "
+                   "scale, which rounds every other value to zero. Keep the sensitive layer in fp32 (nodes_to_exclude)")
+        else:
+            why = ("your model holds no quantized operator and does not predict what the fp32 model predicts: the "
+                   "SLO is for this model, quantized, not for another one")
+        g.accuracy_problem = f"{report}: {limits}. {why[0].upper()}{why[1:]}"
+    else:
+        g.lines.append(f"  ok  {report} (<= {MAX_DROP * 100:.0f} pp, >= {MIN_AGREEMENT:.0%} agreement)")
+    return g
+
+
+def _grading(ctx: Context) -> Grading:
+    if ctx.session not in _GRADINGS:
+        _GRADINGS[ctx.session] = _run(ctx)
+    return _GRADINGS[ctx.session]
+
+
+def check_artifact(ctx: Context) -> None:
+    g = _grading(ctx)
+    expect(not g.problem, g.problem)
+    ctx.lines += g.lines[:1]
+
+
+def check_accuracy(ctx: Context) -> None:
+    g = _grading(ctx)
+    expect(not g.problem, f"no accuracy without a valid model: {g.problem}")
+    expect(g.accuracy_problem is None, g.accuracy_problem or "")
+    ctx.lines += g.lines[1:2]
+
+
+def check_latency(ctx: Context) -> None:
+    g = _grading(ctx)
+    expect(not g.problem, f"no latency points without a valid model: {g.problem}")
+    expect(g.accuracy_problem is None, "no latency points: your model missed the accuracy target (test_accuracy)")
+    with _quiet():
+        ab = serve.latency_ab(g.base, g.mine, g.x_test)
+    (b50, b95, b99), (m50, m95, m99) = ab.baseline_ms, ab.candidate_ms
+    report = (f"batch 1, one thread, closed loop, {ab.rounds} interleaved rounds of {serve.PER_ROUND} requests "
+              f"each: fp32 P50/P95/P99 {b50:.3f}/{b95:.3f}/{b99:.3f} ms, yours {m50:.3f}/{m95:.3f}/{m99:.3f} ms; "
+              f"P95 ratio {ab.ratio:.2f}x (interval {ab.ci_low:.2f}-{ab.ci_high:.2f}x, covers the median "
+              f"{ab.coverage:.0%} of the time)")  # fmt: skip
+    expect(ab.ci_low >= TARGET, f"{report}: the SLO asks for a P95 at least {TARGET:g}x lower than the fp32 "
+                                "model's, with the whole interval. An fp32 export is the baseline itself; int8 "
+                                "weights (quantize_dynamic) cut the bytes every request reads by 4x")  # fmt: skip
+    ctx.ok(f"{report} (>= {TARGET:g}x)")
+
+
+CELL_CHECKS = {"test_artifact": check_artifact, "test_accuracy": check_accuracy, "test_latency": check_latency,
+               "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
+NAMES = ("export_for_slo",)
+
+ASSIGNMENT = Assignment(id="lesson13", notebook="lesson13", object_name="export_for_slo",
+                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
+                        runtime_module="", timeout_s=180, probes="grader.assignments.lesson13.probes",
+                        names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip

@@ -1,0 +1,126 @@
+"""Lesson 13: the grader's own classifier, trained per grading, and the plain data the worker gets.
+
+**What it does.** ``draw(seed)`` draws a classification task (a random linear oracle over ``DIM``
+standard-normal features, ``CLASSES`` classes): a training set, a small *calibration* set handed to
+the learner, and a held-out set that never leaves the grader's memory. ``train(seed)`` trains an
+MLP of three hidden layers of ``WIDTH`` on it (one thread, seconds). ``with_massive_activations``
+then widens the last hidden layer by a few units that carry a huge constant (``scale``, drawn per
+grading) and cancels them in the head's bias: the function is unchanged, but the head's input now
+has the "massive activations" large language models show (Sun et al. 2024; the reason LLM.int8()
+and SmoothQuant exist), so quantizing the head's input per tensor wipes out every other unit.
+``to_plain`` / ``from_plain`` move the weights as base64 raw float32 bytes (JSON, never a pickle).
+
+**When to use it.** By :mod:`grader.assignments.lesson13.checks` (parent) and
+:mod:`grader.assignments.lesson13.probes` (worker: ``build`` + ``from_plain`` only).
+
+**Expected gain.** A model whose int8 speed-up is real (three 512-wide matmuls at batch 1) and
+whose accuracy punishes quantizing without measuring (calibration in ``grader/README.md``).
+
+**Pitfalls.** The planted units make the fp32 logits differ from the unplanted net's by ~1e-4
+(float rounding of the cancelled constant); the grader's baseline is the planted fp32 model itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+DIM, CLASSES, WIDTH, HIDDEN_LAYERS = 64, 8, 512, 3
+N_TRAIN, N_CALIB, N_TEST = 8192, 512, 4096
+EPOCHS, BATCH, LR = 4, 128, 1e-3
+PLANTED = (2, 6)  # how many massive-activation units, drawn per grading
+SCALES = (2048.0, 4096.0)  # their constant value, drawn per grading (a power of two)
+
+
+def draw(seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    oracle = torch.randn(DIM, CLASSES, generator=g) / math.sqrt(DIM)
+    x = torch.randn(N_TRAIN + N_CALIB + N_TEST, DIM, generator=g)
+    y = (x @ oracle).argmax(1)
+    a, b = N_TRAIN, N_TRAIN + N_CALIB
+    return {"x": x[:a], "y": y[:a], "x_calib": x[a:b], "y_calib": y[a:b], "x_test": x[b:], "y_test": y[b:]}
+
+
+def build(widths: list[int]) -> nn.Sequential:
+    """An MLP with these layer widths (input first, classes last), ReLU between layers."""
+    layers: list[nn.Module] = []
+    for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+        layers += [nn.Linear(fan_in, fan_out)] + ([nn.ReLU()] if i < len(widths) - 2 else [])
+    return nn.Sequential(*layers)
+
+
+def widths_of(net: nn.Sequential) -> list[int]:
+    linears = [m for m in net if isinstance(m, nn.Linear)]
+    return [linears[0].in_features] + [m.out_features for m in linears]
+
+
+def train(seed: int) -> nn.Sequential:
+    data = draw(seed)
+    torch.manual_seed(seed + 1)
+    net = build([DIM] + [WIDTH] * HIDDEN_LAYERS + [CLASSES])
+    opt = torch.optim.Adam(net.parameters(), lr=LR)
+    g = torch.Generator().manual_seed(seed + 2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.enable_grad():
+            for _ in range(EPOCHS):
+                for idx in torch.randperm(N_TRAIN, generator=g).split(BATCH):
+                    opt.zero_grad()
+                    F.cross_entropy(net(data["x"][idx]), data["y"][idx]).backward()
+                    opt.step()
+    finally:
+        torch.set_num_threads(threads)
+    return net.eval().requires_grad_(False)
+
+
+def with_massive_activations(net: nn.Sequential, seed: int, count: int, scale: float) -> nn.Sequential:
+    """The same function with ``count`` constant units of value ``scale`` feeding the head."""
+    linears = [m for m in net if isinstance(m, nn.Linear)]
+    last, head = linears[-2], linears[-1]
+    g = torch.Generator().manual_seed(seed + 3)
+    widths = widths_of(net)
+    widths[-2] += count
+    out = build(widths)
+    new = [m for m in out if isinstance(m, nn.Linear)]
+    with torch.no_grad():
+        for dst, src in zip(new[:-2], linears[:-2], strict=True):
+            dst.load_state_dict(src.state_dict())
+        w = last.out_features
+        new[-2].weight.zero_()
+        new[-2].weight[:w] = last.weight
+        new[-2].bias.fill_(scale)  # zero weights, bias `scale`: after the ReLU, exactly `scale`
+        new[-2].bias[:w] = last.bias
+        new[-1].weight[:, :w] = head.weight
+        new[-1].weight[:, w:] = torch.randn(head.out_features, count, generator=g) * 0.5
+        new[-1].bias.copy_(head.bias - new[-1].weight[:, w:].sum(1) * scale)  # cancels them in fp32
+    return out.eval().requires_grad_(False)
+
+
+def to_plain(net: nn.Module) -> dict:
+    return {"widths": widths_of(net), "tensors": {k: {"shape": list(v.shape), "b64": base64.b64encode(
+        v.detach().float().contiguous().numpy().tobytes()).decode()} for k, v in net.state_dict().items()}}  # fmt: skip
+
+
+def from_plain(plain: dict) -> nn.Sequential:
+    net = build([int(w) for w in plain["widths"]])
+    state = {}
+    for k, t in plain["tensors"].items():
+        raw = bytearray(base64.b64decode(t["b64"]))
+        state[k] = torch.frombuffer(raw, dtype=torch.float32).reshape(t["shape"]).clone()
+    net.load_state_dict(state, strict=True)
+    return net.eval()
+
+
+def tensor_plain(t: torch.Tensor) -> dict:
+    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+            "b64": base64.b64encode(t.contiguous().numpy().tobytes()).decode()}  # fmt: skip
+
+
+def tensor_unplain(p: dict) -> torch.Tensor:
+    dtype = {"float32": torch.float32, "int64": torch.int64}[p["dtype"]]
+    return torch.frombuffer(bytearray(base64.b64decode(p["b64"])), dtype=dtype).reshape(p["shape"]).clone()

@@ -1,0 +1,121 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 13 — Quantized inference under a latency SLO: exercise
+#
+# The grader owns a classifier and a service-level objective (SLO) for it:
+#
+# * **latency**: served one request at a time (batch 1, one CPU thread), its **P95 latency** must be
+#   at least **1.5x lower** than the fp32 model's, measured by the grader in the same run;
+# * **accuracy**: on rows only the grader holds, at most **1 point** below the fp32 model's, and
+#   the same prediction as the fp32 model on at least 97% of them (it must be *this* model).
+#
+# Write `export_for_slo(model, calibration, path)`. It receives the grader's fp32 `torch.nn.Module`
+# (an MLP: 64 features in, 8 logits out), a calibration set `calibration = (inputs, labels)` (512
+# rows, float32 and int64) and a file path; it must **write an ONNX file at `path`**:
+#
+# * one input named `"features"`, float32, shape `[batch, 64]` with a **free batch dimension**;
+#   one output named `"logits"`, float32, `[batch, 8]`;
+# * standard ONNX operators only, in one file (no external data, no custom ops). Export with
+#   `torch.onnx.export(..., dynamo=True)`; quantize with `onnxruntime.quantization.quantize_dynamic`.
+#
+# The model is built like many real ones: a **few activations in it are huge** (LLMs show such
+# "massive activations"). Quantizing blindly may cost more accuracy than the SLO allows: use the
+# calibration set to measure your quantized model against the fp32 one before you hand it in, and
+# keep a layer in fp32 where it matters (`nodes_to_exclude`). Mind that `quantize_dynamic` rewrites
+# a `Gemm` node `name` into a `MatMul` named `name + "_MatMul"` plus an `Add`.
+#
+# **How it is graded.** Outside your notebook. The grader trains the model on a task it draws, runs
+# your function in a separate process and takes **only the file**: it refuses anything that is not
+# a valid ONNX model of standard operators (a pickle, external data, a custom op, the wrong names or
+# shapes), then serves it in onnxruntime in its own process, where none of your code runs. It
+# measures accuracy on its held-out rows (3 points) and, only if that passes, times your model and
+# its own fp32 export interleaved, batch 1, P50/P95/P99 over thousands of requests after a warm-up
+# (3 points); a valid file earns 2 points.
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import torch
+import onnx
+import onnxruntime as ort
+from onnxruntime.quantization import QuantType, quantize_dynamic
+
+# %% nbgrader={"grade": false, "grade_id": "export_for_slo", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def export_for_slo(model, calibration, path):
+    """Write an ONNX file at ``path`` that meets the grader's P95 latency SLO within its accuracy budget."""
+    ### BEGIN SOLUTION
+    inputs, labels = calibration
+    fp32_path = path + ".fp32.onnx"
+    torch.onnx.export(model.eval(), (inputs[:2],), fp32_path, input_names=["features"], output_names=["logits"],
+                      dynamic_shapes=({0: "batch"},), dynamo=True, external_data=False)
+
+    def predictions(onnx_path):
+        session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+        return session.run(["logits"], {"features": inputs.numpy()})[0].argmax(1)
+
+    reference = predictions(fp32_path)
+    # int8 weights for every matmul but the head: its input carries the few huge activations, and
+    # dynamic quantization gives a whole input tensor one scale, so the other values would round to 0
+    head = [n.name for n in onnx.load(fp32_path).graph.node if n.op_type in ("Gemm", "MatMul")][-1]
+    quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8, nodes_to_exclude=[head, head + "_MatMul"])
+    agreement = (predictions(path) == reference).mean()
+    accuracy = (predictions(path) == labels.numpy()).mean()
+    print(f"int8 except the head: {agreement:.1%} same predictions as fp32, calibration accuracy {accuracy:.1%}")
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_artifact", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_artifact", "lesson13.ipynb")
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_accuracy", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_accuracy", "lesson13.ipynb")
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_latency", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_latency", "lesson13.ipynb")
+
+# %% [markdown]
+# ## Quiz
+#
+# Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., "q3": ..., "q4": ...}`.
+# The grader checks your answers outside this notebook.
+#
+# 1. An SLO says "P95 latency ≤ 20 ms". It means (a) the mean latency is at most 20 ms; (b) at least
+#    95% of requests finish within 20 ms; (c) 95% of the serving time is spent in requests under 20 ms.
+# 2. Dynamic int8 quantization of the grader's head costs accuracy because (a) the head's weights
+#    have outliers; (b) it was calibrated on too few rows; (c) the head's input gets one scale for the
+#    whole tensor, set by the few huge activations, so every other value rounds to zero.
+# 3. Serving batches of 32 instead of single requests (a) raises throughput, but a request waits for
+#    its batch and for the whole batch's compute, so its latency rises; (b) lowers every request's
+#    latency; (c) changes neither.
+# 4. To compare two models' P95 on a shared machine: (a) time 20 requests of each right after
+#    loading; (b) warm both up, time many requests of each in alternating blocks (A B B A ...) and
+#    give the ratio of their P95s an interval; (c) time all of A's requests, then all of B's.
+
+# %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_quiz", "lesson13.ipynb")

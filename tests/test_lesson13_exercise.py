@@ -1,0 +1,202 @@
+"""Lesson 13's exercise, graded out of the kernel: an ONNX file the grader validates as untrusted input,
+serves in onnxruntime in its own process, and times against its own fp32 export.
+
+The reference's full marks and the stub's 0 go through the sandbox in the instructor cycle
+(tests/test_instructor_cycle.py). Wrong submissions are graded in this process on their cell data: the
+probe the worker would run, then the parent's checks on the bytes it returns (the sandboxed path is the
+reference's). The validation of hostile files needs no model: small ONNX graphs built here.
+"""
+
+import os
+import pickle
+import random
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
+from onnx import TensorProto, helper
+
+from grader import assignments
+from grader.assignments.lesson13 import artifact
+from grader.assignments.lesson13 import probes as lesson13_probes
+from grader.cells import CellVerdict, CheckFailed, Context
+from grader.channel import ChannelError, Endpoint
+from grader.probe import CallResult
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "lesson13" / "lesson13.ipynb"
+EXERCISE = ROOT / "exercises" / "lesson13" / "lesson13.ipynb"
+POINTS = {"test_artifact": 2, "test_accuracy": 3, "test_latency": 3, "test_quiz": 2}
+GRADED = ["test_artifact", "test_accuracy", "test_latency"]
+A = assignments.get("lesson13")
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def _reference_cells(**replace: str) -> list[tuple[str, str]]:
+    return solution_cells(SOLUTION, SOLUTION, **replace)
+
+
+class InProcess:
+    """What a worker would answer, computed here from the cells (the sandboxed path is the reference's)."""
+
+    def __init__(self, cells: list[tuple[str, str]]):
+        self.ns: dict = {}
+        exec(A.setup_source, self.ns)  # noqa: S102  (repository test code, not a learner's)
+        for _, source in cells:
+            exec(source, self.ns)  # noqa: S102
+
+    def call(self, probe: str, timeout_s: float, serve=None, max_blob: int = 1 << 40, **args) -> CallResult:
+        try:
+            data, blobs = getattr(lesson13_probes, f"probe_{probe}")(self, **args)
+        except Exception as err:  # noqa: BLE001  (a raising cell is that check's failure)
+            return CallResult(False, failure=f"raised {type(err).__name__}: {err}")
+        if any(len(b) > max_blob for b in blobs):
+            return CallResult(False, failure="sent more than the grader accepts")
+        return CallResult(True, data, blobs)
+
+
+def _grade_in_process(cells, only: list[str], seed: int = 1) -> dict[str, CellVerdict]:
+    session, verdicts, rng = InProcess(cells), {}, random.Random(seed)
+    for gid in only:
+        ctx = Context(session, rng)
+        try:
+            A.cell_checks[gid](ctx)
+            verdicts[gid] = CellVerdict(gid, True, ctx.lines)
+        except CheckFailed as err:
+            verdicts[gid] = CellVerdict(gid, False, ctx.lines, str(err))
+    return verdicts
+
+
+def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
+    nb = nbformat.read(SOLUTION, as_version=4)
+    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
+    assert cells["setup"].source == A.setup_source
+    graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
+    assert graded == POINTS and set(graded) == set(A.cell_checks)
+    for gid in graded:
+        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
+    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
+    assert "BEGIN SOLUTION" not in text and '"q2": "c"' not in text and "nodes_to_exclude=[head" not in text
+
+
+# -- plausible wrong submissions, graded on the grader's own model and server ----------------------
+
+_EXPORT = dict(_reference_cells())["export_for_slo"]
+_QUANTIZE = 'quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8, nodes_to_exclude=[head, head + "_MatMul"])'
+assert _QUANTIZE in _EXPORT
+
+SUBMISSIONS = {
+    # the reference: int8 everywhere but the head
+    "reference": (_EXPORT, {"test_artifact": True, "test_accuracy": True, "test_latency": True}, "P95 ratio"),
+    # the fp32 model exported as it is: valid and accurate, but it *is* the baseline: no speed points
+    "fp32_unchanged": (_EXPORT.replace('fp32_path = path + ".fp32.onnx"', "fp32_path = path").replace(
+        _QUANTIZE, "return"), {"test_artifact": True, "test_accuracy": True, "test_latency": False},
+        "An fp32 export is the baseline itself"),
+    # every matmul quantized, the head too: its input's massive activations wipe out the rest
+    "quantize_everything": (_EXPORT.replace(_QUANTIZE, "quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8)"),
+                            {"test_artifact": True, "test_accuracy": False, "test_latency": False},
+                            "huge activations"),
+    # the input named "input" (torch.onnx's default is the argument's name): the grader cannot feed it
+    "wrong_input_name": (_EXPORT.replace('input_names=["features"]', 'input_names=["input"]').replace(
+        '{"features": inputs', '{"input": inputs'), {g: False for g in GRADED}, "input_names=['features']"),
+    # another model: a linear classifier trained on the calibration rows, exported validly; fast, and
+    # the task's oracle is linear, but it is not the grader's model: refused on agreement
+    "another_model": ("def export_for_slo(model, calibration, path):\n"
+                      "    x, y = calibration\n"
+                      "    torch.manual_seed(0)\n"
+                      "    small = torch.nn.Linear(x.shape[1], 8)\n"
+                      "    opt = torch.optim.Adam(small.parameters(), lr=1e-2)\n"
+                      "    for _ in range(300):\n"
+                      "        opt.zero_grad()\n"
+                      "        torch.nn.functional.cross_entropy(small(x), y).backward()\n"
+                      "        opt.step()\n"
+                      "    torch.onnx.export(small.eval(), (x[:2],), path, input_names=['features'], "
+                      "output_names=['logits'], dynamic_shapes=({0: 'batch'},), dynamo=True, external_data=False)\n",
+                      {"test_artifact": True, "test_accuracy": False, "test_latency": False}, "not for another one"),
+    # torch.save: a pickle in a zip, refused before anything opens it
+    "pickled_model": ("def export_for_slo(model, calibration, path):\n    torch.save(model, path)\n",
+                      {g: False for g in GRADED}, "never unpickles"),
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in SUBMISSIONS if n != "reference"])
+def test_wrong_submissions_earn_what_they_deserve_with_a_hint(name):
+    source, passes, words = SUBMISSIONS[name]
+    verdicts = _grade_in_process(_reference_cells(export_for_slo=source), GRADED, seed=7)
+    assert {g: v.passed for g, v in verdicts.items()} == passes, {g: v.reason for g, v in verdicts.items()}
+    failed = [v.reason for v in verdicts.values() if not v.passed]
+    assert words in failed[0], failed[0]
+
+
+# -- the file as untrusted input: each class refused before onnxruntime opens it -------------------
+
+DIM, CLASSES = 4, 3
+
+
+def _model(input_name="features", batch="batch", domain="", external=False) -> bytes:
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [DIM, CLASSES], np.ones(DIM * CLASSES, np.float32).tolist())
+    if external:
+        weight = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[DIM, CLASSES])
+        weight.data_location = TensorProto.EXTERNAL
+        weight.external_data.add(key="location", value="../../etc/passwd")
+    node = helper.make_node("MatMul", [input_name, "w"], ["logits"], domain=domain)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [batch, DIM])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, CLASSES])], [weight])
+    opsets = [helper.make_opsetid("", 20)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    return helper.make_model(graph, opset_imports=opsets).SerializeToString()
+
+
+def test_a_valid_small_model_passes_and_runs_from_memory():
+    checked = artifact.validate(_model(), DIM, CLASSES)
+    assert checked.ops == {"MatMul": 1}
+    out = artifact.session(_model()).run(["logits"], {"features": np.ones((2, DIM), np.float32)})[0]
+    assert out.shape == (2, CLASSES) and float(out[0, 0]) == DIM
+
+
+@pytest.mark.parametrize("raw, words", [
+    (b"", "1 byte to"),
+    (b"\0" * (artifact.MAX_BYTES + 1), "1 byte to"),
+    (pickle.dumps({"w": [1.0]}), "a Python pickle"),
+    (b"PK\x03\x04" + b"\0" * 64, "zip archive"),
+    ((30).to_bytes(8, "little") + b'{"w": {"dtype": "F32"}}      ' + b"\0" * 16, "safetensors"),
+    (b"\xff\xfe this is not a protobuf", "not an ONNX protobuf"),
+    (_model(external=True), "external data"),
+    (_model(domain="com.example.custom"), "outside the standard ONNX domain"),
+    (_model(input_name="input"), "input_names=['features']"),
+    (_model(batch=1), "fixed batch size"),
+])  # fmt: skip
+def test_hostile_or_malformed_files_are_refused_with_the_reason(raw, words):
+    with pytest.raises(CheckFailed, match=None) as err:
+        artifact.validate(raw, DIM, CLASSES)
+    assert words in str(err.value), str(err.value)
+
+
+def test_an_oversized_file_is_refused_before_its_bytes_are_read():
+    r, w = os.pipe()
+    try:
+        os.write(w, b'{"event": "result", "data": {}, "_blobs": [%d]}\n' % (artifact.MAX_BYTES + 1))
+        with pytest.raises(ChannelError) as err:
+            Endpoint(r, w).receive(5, max_blob=artifact.MAX_BYTES)
+        assert err.value.kind == "too_big"
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_link_instead_of_a_file_is_not_followed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    source = "def export_for_slo(model, calibration, path):\n    os.symlink('/etc/hostname', path)\n"
+    worker = InProcess([("export_for_slo", "import os\n" + source)])
+    from grader.assignments.lesson13 import slo_task
+
+    net = slo_task.build([DIM, 8, CLASSES])
+    calib = {"x": slo_task.tensor_plain(slo_task.draw(1)["x_calib"][:4]),
+             "y": slo_task.tensor_plain(slo_task.draw(1)["y_calib"][:4])}  # fmt: skip
+    data, blobs = lesson13_probes.probe_export(worker, slo_task.to_plain(net), calib)
+    assert "not a regular file" in data["file"] and blobs == []

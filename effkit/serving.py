@@ -39,6 +39,7 @@ class LoadResult:
     batches: list[int]  # size of every batch served (warm-up included)
     seconds: float  # wall time from the first arrival to the last answer
     served_rate: float  # requests answered per second over the run
+    busy: float  # share of the run's wall time the server spent serving (its utilisation, measured)
 
     def percentiles(self, qs: Sequence[float] = (50, 95, 99)) -> tuple[float, ...]:
         """Latency percentiles in milliseconds."""
@@ -88,6 +89,7 @@ def open_loop(serve: Callable[[dict], object], feeds: Sequence[dict], rate: floa
     arrivals = poisson_arrivals(rate, count, seed)
     answered = np.empty(count)
     batches: list[int] = []
+    serving = 0.0
     start = _clock()
     due = arrivals + start  # wall-clock arrival of each request
     head = 0  # first request not yet served
@@ -100,11 +102,14 @@ def open_loop(serve: Callable[[dict], object], feeds: Sequence[dict], rate: floa
         tail = head + 1
         while tail < count and tail - head < max_batch and due[tail] <= now:
             tail += 1
+        began = _clock()
         serve(concat_feeds([feeds[i % len(feeds)] for i in range(head, tail)]))
-        answered[head:tail] = _clock()
+        answered[head:tail] = done = _clock()
+        serving += done - began
         batches.append(tail - head)
         head = tail
     latencies = answered - due
     seconds = float(answered[-1] - start)
     return LoadResult(rate=rate, latencies=latencies[warmup:], batches=batches, seconds=seconds,
-                      served_rate=count / seconds if seconds > 0 else float("inf"))
+                      served_rate=count / seconds if seconds > 0 else float("inf"),
+                      busy=serving / seconds if seconds > 0 else 1.0)

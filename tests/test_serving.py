@@ -32,6 +32,7 @@ def test_a_light_load_sees_about_the_service_time():
     assert len(result.latencies) == 55
     assert SERVICE_S * 1e3 <= p50 < 4 * SERVICE_S * 1e3  # never below the service time itself
     assert result.mean_batch == 1
+    assert 0.02 < result.busy < 0.5  # 40/s x ~2-3 ms: the server idles most of the time
 
 
 def test_past_capacity_the_queue_shows_in_the_latency():
@@ -40,6 +41,7 @@ def test_past_capacity_the_queue_shows_in_the_latency():
     result = open_loop(fixed_cost_server([]), FEEDS, rate=1000.0, count=200, warmup=0)
     assert result.percentiles()[1] > 25 * SERVICE_S * 1e3
     assert result.served_rate < 600
+    assert result.busy > 0.9  # past capacity the server never idles after the first arrival
 
 
 def test_batching_serves_the_same_load_with_a_short_queue():

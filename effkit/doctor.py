@@ -17,7 +17,8 @@ changing anything: fix the first finding, measure again (the next bottleneck mov
 **Pitfalls.** The profiler adds overhead per operator: shares are taken *within* the profiled step
 (both sides inflated alike), and ``step_ms_unprofiled`` is the number to quote. On a CPU a sync
 costs almost nothing (nothing runs asynchronously); it is flagged by count, since the same code on
-a GPU stalls the launch queue at each one. fp32 is flagged only where the hardware has bf16 units.
+a GPU stalls the launch queue at each one. Likewise a per-tensor optimizer loop is flagged by its
+operator count: on this CPU ``foreach`` saved little, on a GPU every operator is a kernel launch. fp32 is flagged only where the hardware has bf16 units.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ OVERHEAD_MATMUL = 0.1  # or this small a share of the step in matmul/conv, with 
 OVERHEAD_OPS = 50  # operators dispatched per step
 MATMUL_SHARE = 0.3  # matmul/conv self time in fp32 on bf16 hardware
 PADDING_SHARE = 0.3  # padded positions of the batches
-OPTIMIZER_SHARE = 0.2  # optimizer range, with a per-tensor loop (foreach/fused off)
+OPTIMIZER_SHARE = 0.1  # optimizer range, with a per-tensor loop (foreach/fused off)
 OPTIMIZER_TENSORS = 8  # below this many parameter tensors a foreach kernel has little to batch
+OPTIMIZER_OPS_PER_TENSOR = 4  # operators per parameter tensor: the loop's measured signature
 MEMORY_SHARE = 0.85  # peak memory of the limit given
 LABELS = ("data", "sync", "overhead", "precision", "padding", "optimizer", "memory", "none")
 
@@ -82,13 +84,13 @@ def diagnose(profile: dict) -> list[Finding]:
                              "keep metrics on the device and read them every N steps", 10))  # fmt: skip
 
     ops, matmul = float(_get(profile, "ops_per_step")), float(_get(profile, "matmul_ms")) / step
-    calls = float(_get(profile, "matmul_calls_per_step"))
-    per_call = float(_get(profile, "matmul_ms")) * 1e3 / calls if calls else float("inf")
+    per_call = profile.get("matmul_us_median")
+    per_call = float("inf") if per_call is None else float(per_call)
     tiny = per_call < OVERHEAD_MATMUL_US or matmul < OVERHEAD_MATMUL
     if tiny and ops >= OVERHEAD_OPS and data < DATA_SHARE:
         found.append(Finding("overhead", "launch/overhead-bound: many small operators", max(0.0, 1.0 - matmul - data),
                              f"{ops:.0f} operators per step; the matmuls/convolutions that do the work take "
-                             f"{per_call:.0f} µs per call and {matmul:.0%} of the step (batch "
+                             f"{per_call:.0f} µs per call (median) and {matmul:.0%} of the step (batch "
                              f"{profile.get('batch_size')}): fixed per-operator costs rule",
                              "a bigger batch (accumulate if memory says no), fused or compiled operators", 4))  # fmt: skip
 
@@ -107,11 +109,14 @@ def diagnose(profile: dict) -> list[Finding]:
 
     opt = profile.get("optimizer") or {}
     opt_share = float(ranges.get("optimizer", 0.0)) / step
-    looped = not opt.get("foreach") and not opt.get("fused")
-    if looped and opt_share >= OPTIMIZER_SHARE and int(opt.get("param_tensors", 0)) >= OPTIMIZER_TENSORS:
+    tensors = int(opt.get("param_tensors") or 0)
+    opt_ops = float((profile.get("ops_per_step_by_range") or {}).get("optimizer", 0.0))
+    looped = not opt.get("foreach") and not opt.get("fused") and tensors >= OPTIMIZER_TENSORS
+    if looped and opt_ops >= OPTIMIZER_OPS_PER_TENSOR * tensors and opt_share >= OPTIMIZER_SHARE:
         found.append(Finding("optimizer", "per-tensor optimizer loop", opt_share / 2,
-                             f"{opt.get('name', 'the optimizer')} takes {opt_share:.0%} of the step over "
-                             f"{opt.get('param_tensors')} parameter tensors, one at a time (foreach and fused off)",
+                             f"{opt.get('name', 'the optimizer')} runs {opt_ops:.0f} operators per step over "
+                             f"{tensors} parameter tensors, one tensor at a time (foreach and fused off), "
+                             f"{opt_share:.0%} of the step; on a GPU each operator is a kernel launch",
                              "foreach=True (or fused=True where supported)", 10))  # fmt: skip
 
     peak, limit = profile.get("memory_peak_bytes"), profile.get("memory_limit_bytes")

@@ -90,8 +90,8 @@ def planted_step(plants: tuple[str, ...] | list[str] = (), seed: int = 0) -> Tra
         if not texts:
             return ids[lo:lo + batch], mask[lo:lo + batch], labels[lo:lo + batch]
         rows = []
-        for text in texts[lo:lo + batch]:  # the whole document tokenised, then truncated
-            tokens = _tokenize(text)[:LENGTH]
+        for text, n_tok in zip(texts[lo:lo + batch], lengths[lo:lo + batch], strict=True):
+            tokens = _tokenize(text)[:n_tok]  # the whole document tokenised, then truncated
             rows.append(torch.tensor(tokens + [0] * (LENGTH - len(tokens))))
         x = torch.stack(rows)
         return x, x.ne(0), labels[lo:lo + batch]
@@ -130,16 +130,17 @@ def cifar_step(recipe: str, seed: int = 0) -> TrainStep:
                      batch_size=t.cfg.batch_size, scheduler=t.scheduler, name=f"cifar:{recipe}")  # fmt: skip
 
 
-def profile_named(name: str, **kw) -> dict:
+def profile_named(name: str, seed: int = 0, **kw) -> dict:
     """Profile ``cifar:<recipe>`` or ``plant:<a>+<b>`` (``plant:clean``) on one thread."""
     kind, _, what = name.partition(":")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         if kind == "cifar":
-            return profile_training(cifar_step(what), **kw)
+            return profile_training(cifar_step(what, seed), **kw)
         if kind == "plant":
-            return profile_training(planted_step(tuple(p for p in what.split("+") if p and p != "clean")), **kw)
+            plants = tuple(p for p in what.split("+") if p and p != "clean")
+            return profile_training(planted_step(plants, seed), **kw)
     finally:
         torch.set_num_threads(threads)
     raise ValueError(f"unknown workload {name!r}: use cifar:naive, cifar:optimized or plant:<a>+<b>")

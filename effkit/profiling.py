@@ -221,7 +221,7 @@ def summarize_events(events, steps: int, on_gpu: bool = False) -> dict:
     ranges = {r: 0.0 for r in RANGES}
     dispatched, in_range = 0, {r: 0 for r in RANGES}
     self_us: dict[str, list[float]] = {}
-    syncs, matmul_us, matmul_calls = 0, 0.0, 0
+    syncs, matmul_us, matmul_calls = 0, 0.0, []
     for e in events:
         name = e.name
         if name.startswith("step/") and name[5:] in ranges:
@@ -243,8 +243,9 @@ def summarize_events(events, steps: int, on_gpu: bool = False) -> dict:
         row[0] += e.self_cpu_time_total
         row[1] += 1
         if name in MATMUL_OPS:  # on a GPU the kernels' time, not their launches'
-            matmul_us += getattr(e, "self_device_time_total", 0.0) if on_gpu else e.self_cpu_time_total
-            matmul_calls += 1
+            us = getattr(e, "self_device_time_total", 0.0) if on_gpu else e.self_cpu_time_total
+            matmul_us += us
+            matmul_calls.append(us)
         if not nested:  # no operator above it: dispatched from Python or by autograd's engine
             dispatched += 1
             if owner in in_range:
@@ -260,5 +261,7 @@ def summarize_events(events, steps: int, on_gpu: bool = False) -> dict:
         "top_ops": [[k, v[0] * per / 1e3, v[1] * per] for k, v in top],
         "syncs_per_step": syncs * per,
         "matmul_ms": matmul_us * per / 1e3,
-        "matmul_calls_per_step": matmul_calls * per,
+        "matmul_calls_per_step": len(matmul_calls) * per,
+        # the median call, not the mean: a call the OS descheduled (a busy machine) does not move it
+        "matmul_us_median": sorted(matmul_calls)[len(matmul_calls) // 2] if matmul_calls else None,
     }

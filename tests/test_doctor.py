@@ -9,7 +9,8 @@ from effkit.doctor_plants import PLANTS, format_table, planted_step, validate
 from effkit.profiling import profile_training
 
 CLEAN = {"step_ms": 10.0, "step_ms_unprofiled": 8.0, "batch_size": 32, "syncs_per_step": 0, "ops_per_step": 200,
-         "matmul_ms": 4.0, "matmul_calls_per_step": 27, "compute_dtype": "float32", "bf16_hardware": False, "padding_share": 0.0,
+         "ops_per_step_by_range": {"data": 3, "forward": 30, "backward": 100, "optimizer": 60, "other": 0},
+         "matmul_ms": 4.0, "matmul_calls_per_step": 27, "matmul_us_median": 150.0, "compute_dtype": "float32", "bf16_hardware": False, "padding_share": 0.0,
          "ranges_ms": {"data": 0.2, "forward": 3.0, "backward": 5.0, "optimizer": 1.5, "other": 0.0},
          "optimizer": {"name": "Adam", "foreach": True, "fused": None, "param_tensors": 27},
          "memory_peak_bytes": None, "memory_limit_bytes": None}  # fmt: skip
@@ -34,11 +35,14 @@ def test_each_rule_fires_on_its_evidence_and_only_then():
     assert _labels(_with(ranges_ms={"data": 4.0}))[0] == "data"
     assert _labels(_with(syncs_per_step=6))[0] == "sync"
     assert _labels(_with(syncs_per_step=1))[0] == "none"  # one loss.item() per step is tolerated
-    assert _labels(_with(matmul_ms=0.5))[0] == "overhead"  # 19 µs per matmul: fixed costs
-    assert _labels(_with(matmul_ms=2.0, matmul_calls_per_step=10))[0] == "none"  # 200 µs per matmul
+    assert _labels(_with(matmul_us_median=18.0))[0] == "overhead"  # 18 µs per matmul: fixed costs
+    assert _labels(_with(matmul_ms=0.5, matmul_us_median=None))[0] == "overhead"  # 5% of the step in matmuls
+    assert _labels(_with(matmul_us_median=18.0, ops_per_step=20))[0] == "none"  # a few operators: no overhead
     assert _labels(_with(padding_share=0.45))[0] == "padding"
-    assert _labels(_with(optimizer={"foreach": False}, ranges_ms={"optimizer": 3.0}))[0] == "optimizer"
-    assert _labels(_with(optimizer={"foreach": False}))[0] == "none"  # a cheap loop is no bottleneck
+    looped = {"optimizer": {"foreach": False}, "ops_per_step_by_range": {"optimizer": 243}}
+    assert _labels(_with(**looped, ranges_ms={"optimizer": 2.0}))[0] == "optimizer"
+    assert _labels(_with(**looped, ranges_ms={"optimizer": 0.5}))[0] == "none"  # a cheap loop is no bottleneck
+    assert _labels(_with(optimizer={"foreach": False}, ranges_ms={"optimizer": 2.0}))[0] == "none"  # few ops
     assert _labels(_with(ranges_ms={"optimizer": 3.0}))[0] == "none"  # already foreach
     assert _labels(_with(matmul_ms=6.0))[0] == "none"  # fp32 on hardware without bf16 units is right
     assert _labels(_with(matmul_ms=6.0, bf16_hardware=True))[0] == "precision"

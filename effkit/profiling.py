@@ -189,7 +189,8 @@ def profile_training(step: TrainStep, *, wait: int = 1, warmup: int = 2, active:
     unprofiled = sorted(times)[len(times) // 2]
     dtype = _compute_dtype(step, step._last)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-    with profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=active),
+    # repeat=1: one cycle; with repeat=0 the next cycle would start (and clear the events) at the last step()
+    with profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
                  profile_memory=False) as prof:  # fmt: skip
         batches = []  # measured after the profiler stops: its own ops would count as the step's
         for i in range(wait + warmup + active):
@@ -199,6 +200,8 @@ def profile_training(step: TrainStep, *, wait: int = 1, warmup: int = 2, active:
             prof.step()
     paddings = [float(step.padding(b)) for b in batches] if step.padding is not None else []
     data = summarize_events(prof.events(), active, on_gpu=ProfilerActivity.CUDA in activities)
+    if not data["step_ms"]:
+        raise RuntimeError("the profiler recorded no step: check the schedule (wait, warmup, active)")
     if bf16_hardware is None:
         cuda = torch.cuda.is_available()  # bf16 tensor cores from Ampere on (is_bf16_supported says yes on a T4)
         bf16_hardware = cuda_native_bf16(torch.cuda.get_device_capability()) if cuda else cpu_native_bf16()
@@ -221,7 +224,7 @@ def summarize_events(events, steps: int, on_gpu: bool = False) -> dict:
     ranges = {r: 0.0 for r in RANGES}
     dispatched, in_range = 0, {r: 0 for r in RANGES}
     self_us: dict[str, list[float]] = {}
-    syncs, matmul_us, matmul_calls = 0, 0.0, []
+    syncs, sync_us, matmul_us, matmul_calls = 0, 0.0, 0.0, []
     for e in events:
         name = e.name
         if name.startswith("step/") and name[5:] in ranges:
@@ -235,8 +238,9 @@ def summarize_events(events, steps: int, on_gpu: bool = False) -> dict:
             if parent.name.startswith("step/"):
                 owner = parent.name[5:]
             parent = parent.cpu_parent
-        if name in SYNC_OPS or (name in SYNC_CALLS and not nested):
-            syncs += owner != "optimizer"  # optimizers .item() their host-side step counts: no device sync
+        if (name in SYNC_OPS or (name in SYNC_CALLS and not nested)) and owner != "optimizer":
+            syncs += 1  # (optimizers .item() their host-side step counts: no device sync)
+            sync_us += e.time_range.elapsed_us()
         if name in SYNC_CALLS:
             continue
         row = self_us.setdefault(name, [0.0, 0])
@@ -260,6 +264,7 @@ def summarize_events(events, steps: int, on_gpu: bool = False) -> dict:
         "ops_per_step_by_range": {r: v * per for r, v in in_range.items()},
         "top_ops": [[k, v[0] * per / 1e3, v[1] * per] for k, v in top],
         "syncs_per_step": syncs * per,
+        "sync_ms": sync_us * per / 1e3,  # wall time inside the syncs: on a GPU, the wait for the queue
         "matmul_ms": matmul_us * per / 1e3,
         "matmul_calls_per_step": len(matmul_calls) * per,
         # the median call, not the mean: a call the OS descheduled (a busy machine) does not move it

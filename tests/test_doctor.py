@@ -8,7 +8,7 @@ from effkit import doctor
 from effkit.doctor_plants import PLANTS, format_table, planted_step, validate
 from effkit.profiling import profile_training
 
-CLEAN = {"step_ms": 10.0, "step_ms_unprofiled": 8.0, "batch_size": 32, "syncs_per_step": 0, "ops_per_step": 200,
+CLEAN = {"step_ms": 10.0, "step_ms_unprofiled": 8.0, "batch_size": 32, "syncs_per_step": 0, "sync_ms": 0.0, "ops_per_step": 200,
          "ops_per_step_by_range": {"data": 3, "forward": 30, "backward": 100, "optimizer": 60, "other": 0},
          "matmul_ms": 4.0, "matmul_calls_per_step": 27, "matmul_us_median": 150.0, "compute_dtype": "float32", "bf16_hardware": False, "padding_share": 0.0,
          "ranges_ms": {"data": 0.2, "forward": 3.0, "backward": 5.0, "optimizer": 1.5, "other": 0.0},
@@ -50,7 +50,7 @@ def test_each_rule_fires_on_its_evidence_and_only_then():
 
 
 def test_findings_are_ranked_by_what_their_fix_may_save():
-    both = _with(ranges_ms={"data": 5.0}, padding_share=0.35, syncs_per_step=4)
+    both = _with(ranges_ms={"data": 5.0}, padding_share=0.35, syncs_per_step=4, sync_ms=0.1)
     labels = _labels(both)
     assert labels[0] == "data" and set(labels) == {"data", "padding", "sync"}
     shares = [f.share for f in doctor.diagnose(both)]
@@ -59,9 +59,10 @@ def test_findings_are_ranked_by_what_their_fix_may_save():
 
 
 def test_the_profile_is_plain_data_and_counts_syncs_outside_the_optimizer():
-    p = profile_training(planted_step(("sync",)), active=2, warmup=1, timed=3)
+    p = profile_training(planted_step(("sync",)), wait=0, active=2, warmup=1, timed=3)
     assert json.loads(json.dumps(p)) == p
     assert p["syncs_per_step"] == pytest.approx(5)  # 4 NaN checks + loss.item(); Adam's step counts excluded
+    assert 0 < p["sync_ms"] < p["step_ms"]
     assert p["ranges_ms"]["forward"] > 0 and p["ranges_ms"]["backward"] > 0 and p["ops_per_step"] > 50
     assert p["compute_dtype"] == "float32" and p["optimizer"]["foreach"] is True
 

@@ -50,6 +50,7 @@
 #   "ops_per_step_by_range": {"data": 3.0, "forward": 30.0, ...},
 #   "top_ops": [["aten::mm", 2.1, 18.0], ...],   # [name, self ms per step, calls per step]
 #   "syncs_per_step": 0.0,           # device-to-host reads (.item(), bool(t)) outside the optimizer
+#   "sync_ms": 0.0,                  # time spent inside them per step
 #   "matmul_ms": 4.3,                # self time in matmul/conv operators per step
 #   "matmul_calls_per_step": 27.0,
 #   "matmul_us_median": 160.0,       # the median matmul/conv call's self time, in µs
@@ -80,7 +81,7 @@ def diagnose(profile):
     if data >= 0.25:
         found["data"] = data
     if profile.get("syncs_per_step", 0) >= 1.5:  # one loss.item() per step is tolerable; more is a habit
-        found["sync"] = 0.02
+        found["sync"] = profile.get("sync_ms", 0.0) / step  # small on a CPU: it ranks last
     per_call_us = profile.get("matmul_us_median") or math.inf
     matmul = profile.get("matmul_ms", 0.0) / step
     if (per_call_us < 50 or matmul < 0.1) and profile.get("ops_per_step", 0) >= 50 and data < 0.25:

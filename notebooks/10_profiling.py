@@ -35,7 +35,6 @@
 # %matplotlib inline
 import json
 import tempfile
-import time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -72,7 +71,7 @@ fig, ax = plt.subplots(figsize=(10, 2.4))
 parts = [("wait", 1, "#dddddd"), ("warmup", 2, "#f6d7a7"), ("active", 3, "#9ecae1")]
 x = 0.0
 for name, n, color in parts:
-    for i in range(n):
+    for _ in range(n):
         ax.add_patch(FancyBboxPatch((x + 0.05, 1.1), 0.9, 0.6, boxstyle="round,pad=0.02", fc=color, ec="gray"))
         ax.text(x + 0.5, 1.4, f"{name}\nstep", ha="center", va="center", fontsize=8)
         x += 1

@@ -73,3 +73,14 @@ def test_validation_names_every_single_plant_and_no_false_alarm_on_the_clean_ste
     text = format_table(table)
     assert table["total"] == len(PLANTS) + 1
     assert table["correct"] == table["total"], text
+
+
+def test_the_command_line_prints_the_diagnosis_and_writes_the_plain_profiles(tmp_path, capsys):
+    out = tmp_path / "profiles.json"
+    assert doctor.main(["plant:overhead", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "plant:overhead" in printed and "1. [overhead]" in printed and "lesson 4" in printed
+    saved = json.loads(out.read_text())
+    assert [f.label for f in doctor.diagnose(saved[0])][0] == "overhead"
+    with pytest.raises(ValueError, match="unknown workload"):
+        doctor.main(["mnist:naive"])

@@ -4,6 +4,12 @@
 under ``torch.profiler`` with a schedule, writes a Chrome-trace JSON that opens in Perfetto
 (https://ui.perfetto.dev) or TensorBoard's profiler plugin, and returns the top operators.
 
+``profile_training(TrainStep(...))`` does the same for a training step split into
+``record_function`` ranges (data, forward, backward, optimizer, other) and returns *plain data*
+(a JSON dict: per-range ms per step, operators dispatched per step, syncs, matmul time, the
+optimizer's settings, padding share, the step time measured without the profiler), the input of
+:func:`effkit.doctor.diagnose`.
+
 **When to use it.** After the coarse measurements (throughput, data-wait share) say *where* time
 goes, to see *which* operators or copies dominate inside a step.
 
@@ -188,7 +194,10 @@ def profile_training(step: TrainStep, *, wait: int = 1, warmup: int = 2, active:
         times.append((time.perf_counter() - t0) * 1e3)
     unprofiled = sorted(times)[len(times) // 2]
     dtype = _compute_dtype(step, step._last)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    if cuda:  # the peak of these steps, not of whatever ran before them
+        torch.cuda.reset_peak_memory_stats()
     # repeat=1: one cycle; with repeat=0 the next cycle would start (and clear the events) at the last step()
     with profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
                  profile_memory=False) as prof:  # fmt: skip
@@ -202,8 +211,7 @@ def profile_training(step: TrainStep, *, wait: int = 1, warmup: int = 2, active:
     data = summarize_events(prof.events(), active, on_gpu=ProfilerActivity.CUDA in activities)
     if not data["step_ms"]:
         raise RuntimeError("the profiler recorded no step: check the schedule (wait, warmup, active)")
-    if bf16_hardware is None:
-        cuda = torch.cuda.is_available()  # bf16 tensor cores from Ampere on (is_bf16_supported says yes on a T4)
+    if bf16_hardware is None:  # bf16 tensor cores from Ampere on (is_bf16_supported says yes on a T4)
         bf16_hardware = cuda_native_bf16(torch.cuda.get_device_capability()) if cuda else cpu_native_bf16()
     data.update(
         name=step.name, batch_size=step.batch_size, step_ms_unprofiled=unprofiled,
@@ -212,7 +220,7 @@ def profile_training(step: TrainStep, *, wait: int = 1, warmup: int = 2, active:
         optimizer=_optimizer_info(step.optimizer),
         padding_share=sum(paddings) / len(paddings) if paddings else None,
         memory_peak_bytes=torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
-        memory_limit_bytes=step.memory_limit_bytes,
+        memory_limit_bytes=step.memory_limit_bytes or (torch.cuda.get_device_properties(0).total_memory if cuda else None),
     )  # fmt: skip
     return data
 

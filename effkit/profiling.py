@@ -4,6 +4,12 @@
 under ``torch.profiler`` with a schedule, writes a Chrome-trace JSON that opens in Perfetto
 (https://ui.perfetto.dev) or TensorBoard's profiler plugin, and returns the top operators.
 
+``profile_training(TrainStep(...))`` does the same for a training step split into
+``record_function`` ranges (data, forward, backward, optimizer, other) and returns *plain data*
+(a JSON dict: per-range ms per step, operators dispatched per step, syncs, matmul time, the
+optimizer's settings, padding share, the step time measured without the profiler), the input of
+:func:`effkit.doctor.diagnose`.
+
 **When to use it.** After the coarse measurements (throughput, data-wait share) say *where* time
 goes, to see *which* operators or copies dominate inside a step.
 
@@ -85,3 +91,190 @@ def _annotation_names(trace: Path) -> set[str]:
     except (OSError, ValueError):
         return set()
     return {e.get("name", "") for e in events if e.get("cat") == "user_annotation"}
+
+
+# -- a training step profiled range by range, summarised as plain data (the doctor's input) --------
+
+RANGES = ("data", "forward", "backward", "optimizer", "other")  # record_function names, "step/<name>"
+SYNC_OPS = ("aten::_local_scalar_dense",)  # what .item() / bool(t) / .tolist() run: a device-to-host copy
+SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize")  # explicit syncs, CUDA runtime events
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+              "aten::convolution", "aten::_convolution", "aten::mkldnn_convolution", "aten::cudnn_convolution",
+              "aten::convolution_backward", "aten::_scaled_dot_product_flash_attention",
+              "aten::_scaled_dot_product_efficient_attention")  # fmt: skip
+
+
+@dataclass
+class TrainStep:
+    """One training step in parts, so each part runs in its own ``record_function`` range.
+
+    ``next_batch()`` -> batch; ``loss(batch)`` -> scalar loss (forward); the doctor runs
+    ``backward``, ``optimizer.step()`` + ``zero_grad`` (+ ``scheduler.step()``), then ``after(loss)``
+    (the user's per-step extras: logging, metrics) in the range "other". ``padding(batch)`` -> share
+    of padded positions (text), ``memory_limit_bytes``: the budget activations must fit in.
+    """
+
+    next_batch: Callable[[], object]
+    loss: Callable[[object], torch.Tensor]
+    optimizer: torch.optim.Optimizer
+    model: torch.nn.Module
+    batch_size: int
+    scheduler: object = None
+    after: Callable[[torch.Tensor], object] | None = None
+    padding: Callable[[object], float] | None = None
+    memory_limit_bytes: int | None = None
+    name: str = "step"
+
+    def run(self) -> None:
+        from torch.profiler import record_function
+
+        with record_function("step/data"):
+            batch = self.next_batch()
+        with record_function("step/forward"):
+            loss = self.loss(batch)
+        with record_function("step/backward"):
+            loss.backward()
+        with record_function("step/optimizer"):
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.scheduler is not None:
+                self.scheduler.step()
+        with record_function("step/other"):
+            if self.after is not None:
+                self.after(loss)
+        self._last = batch
+
+
+def _compute_dtype(step: TrainStep, batch) -> str:
+    """The dtype most Linear / Conv / attention outputs have in one forward (autocast shows here)."""
+    seen: dict[str, int] = {}
+
+    def hook(_module, _inputs, output):
+        if isinstance(output, torch.Tensor) and output.is_floating_point():
+            key = str(output.dtype).replace("torch.", "")
+            seen[key] = seen.get(key, 0) + 1
+
+    kinds = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.MultiheadAttention)
+    handles = [m.register_forward_hook(hook) for m in step.model.modules() if isinstance(m, kinds)]
+    try:
+        with torch.no_grad():
+            step.loss(batch)
+    finally:
+        for h in handles:
+            h.remove()
+    return max(seen, key=seen.get) if seen else "unknown"
+
+
+def _optimizer_info(opt: torch.optim.Optimizer) -> dict:
+    group = opt.param_groups[0] if opt.param_groups else {}
+    return {"name": type(opt).__name__, "foreach": group.get("foreach"), "fused": group.get("fused"),
+            "param_tensors": sum(len(g["params"]) for g in opt.param_groups)}  # fmt: skip
+
+
+def profile_training(step: TrainStep, *, wait: int = 1, warmup: int = 2, active: int = 5,
+                     timed: int = 9, bf16_hardware: bool | None = None) -> dict:  # fmt: skip
+    """Profile ``active`` steps of ``step`` (after ``wait`` + ``warmup``) and return plain data.
+
+    Also times ``timed`` steps *without* the profiler first: ``step_ms_unprofiled`` is the number
+    to quote; ``profiler_overhead`` = profiled / unprofiled step time (never quote throughput
+    under the profiler). Everything returned is JSON: per-range ms per step, dispatched operators
+    per step, the top operators by self time, syncs per step, the compute dtype, the optimizer's
+    settings, the padding share, memory.
+    """
+    import time
+
+    from effkit.amp import cpu_native_bf16, cuda_native_bf16
+
+    for _ in range(2):  # one-off costs (allocator, lazy init) out of the unprofiled timing
+        step.run()
+    times = []
+    for _ in range(timed):  # the median: one step slowed by a neighbour's job does not move it
+        t0 = time.perf_counter()
+        step.run()
+        times.append((time.perf_counter() - t0) * 1e3)
+    unprofiled = sorted(times)[len(times) // 2]
+    dtype = _compute_dtype(step, step._last)
+    cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    if cuda:  # the peak of these steps, not of whatever ran before them
+        torch.cuda.reset_peak_memory_stats()
+    # repeat=1: one cycle; with repeat=0 the next cycle would start (and clear the events) at the last step()
+    with profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
+                 profile_memory=False) as prof:  # fmt: skip
+        batches = []  # measured after the profiler stops: its own ops would count as the step's
+        for i in range(wait + warmup + active):
+            step.run()
+            if i >= wait + warmup:
+                batches.append(step._last)
+            prof.step()
+    paddings = [float(step.padding(b)) for b in batches] if step.padding is not None else []
+    data = summarize_events(prof.events(), active, on_gpu=ProfilerActivity.CUDA in activities)
+    if not data["step_ms"]:
+        raise RuntimeError("the profiler recorded no step: check the schedule (wait, warmup, active)")
+    if bf16_hardware is None:  # bf16 tensor cores from Ampere on (is_bf16_supported says yes on a T4)
+        bf16_hardware = cuda_native_bf16(torch.cuda.get_device_capability()) if cuda else cpu_native_bf16()
+    data.update(
+        name=step.name, batch_size=step.batch_size, step_ms_unprofiled=unprofiled,
+        profiler_overhead=data["step_ms"] / unprofiled if unprofiled > 0 else None,
+        compute_dtype=dtype, bf16_hardware=bool(bf16_hardware),
+        optimizer=_optimizer_info(step.optimizer),
+        padding_share=sum(paddings) / len(paddings) if paddings else None,
+        memory_peak_bytes=torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
+        memory_limit_bytes=step.memory_limit_bytes or (torch.cuda.get_device_properties(0).total_memory if cuda else None),
+    )  # fmt: skip
+    return data
+
+
+def summarize_events(events, steps: int, on_gpu: bool = False) -> dict:
+    """Plain per-step figures from the profiler's events (``prof.events()`` of the active window)."""
+    per = 1.0 / max(1, steps)
+    step_us = [e.time_range.elapsed_us() for e in events if e.name.startswith("ProfilerStep#")]
+    ranges = {r: 0.0 for r in RANGES}
+    dispatched, in_range = 0, {r: 0 for r in RANGES}
+    self_us: dict[str, list[float]] = {}
+    syncs, sync_us, matmul_us, matmul_calls = 0, 0.0, 0.0, []
+    for e in events:
+        name = e.name
+        if name.startswith("step/") and name[5:] in ranges:
+            ranges[name[5:]] += e.time_range.elapsed_us()
+            continue
+        if not name.startswith("aten::") and name not in SYNC_CALLS:
+            continue
+        nested, owner, parent = False, None, e.cpu_parent
+        while parent is not None:  # the whole ancestry: under another operator? in which range?
+            nested = nested or parent.name.startswith("aten::")
+            if parent.name.startswith("step/"):
+                owner = parent.name[5:]
+            parent = parent.cpu_parent
+        if (name in SYNC_OPS or (name in SYNC_CALLS and not nested)) and owner != "optimizer":
+            syncs += 1  # (optimizers .item() their host-side step counts: no device sync)
+            sync_us += e.time_range.elapsed_us()
+        if name in SYNC_CALLS:
+            continue
+        row = self_us.setdefault(name, [0.0, 0])
+        row[0] += e.self_cpu_time_total
+        row[1] += 1
+        if name in MATMUL_OPS:  # on a GPU the kernels' time, not their launches'
+            us = getattr(e, "self_device_time_total", 0.0) if on_gpu else e.self_cpu_time_total
+            matmul_us += us
+            matmul_calls.append(us)
+        if not nested:  # no operator above it: dispatched from Python or by autograd's engine
+            dispatched += 1
+            if owner in in_range:
+                in_range[owner] += 1
+    top = sorted(self_us.items(), key=lambda kv: kv[1][0], reverse=True)[:12]
+    step_ms = (sum(step_us) / len(step_us) / 1e3) if step_us else sum(ranges.values()) * per / 1e3
+    return {
+        "steps": steps,
+        "step_ms": step_ms,
+        "ranges_ms": {r: v * per / 1e3 for r, v in ranges.items()},
+        "ops_per_step": dispatched * per,
+        "ops_per_step_by_range": {r: v * per for r, v in in_range.items()},
+        "top_ops": [[k, v[0] * per / 1e3, v[1] * per] for k, v in top],
+        "syncs_per_step": syncs * per,
+        "sync_ms": sync_us * per / 1e3,  # wall time inside the syncs: on a GPU, the wait for the queue
+        "matmul_ms": matmul_us * per / 1e3,
+        "matmul_calls_per_step": len(matmul_calls) * per,
+        # the median call, not the mean: a call the OS descheduled (a busy machine) does not move it
+        "matmul_us_median": sorted(matmul_calls)[len(matmul_calls) // 2] if matmul_calls else None,
+    }

@@ -1,0 +1,189 @@
+"""Planted bottlenecks for the doctor: a small text classifier whose step can be broken on purpose.
+
+**What it does.** :func:`planted_step` builds a :class:`~effkit.profiling.TrainStep` for a small
+token classifier (embedding, residual MLP blocks with LayerNorm, masked mean pooling; foreach Adam;
+pre-tokenised batches sliced from memory: on this CPU it is compute-bound) and plants any of:
+
+* ``data``: tokenises raw text in Python, sample by sample, in the step (the whole document, then
+  truncates);
+* ``sync``: a NaN check per block (``bool(torch.isfinite(h).all())``) and ``loss.item()`` per step;
+* ``overhead``: batch 2 instead of 32, so every operator is tiny;
+* ``padding``: random lengths padded to the maximum instead of full-length sequences;
+* ``optimizer``: Adam with ``foreach=False`` (a Python loop over the parameter tensors).
+
+:func:`validate` profiles each plant alone, pairs of them, the clean step and the course's optimized
+CIFAR recipe, and tabulates planted versus the doctor's first finding; :func:`profile_named` profiles
+``cifar:naive`` / ``cifar:optimized`` (smoke profile) or ``plant:<a>+<b>``.
+
+**When to use it.** ``python -m effkit.doctor --validate``; the lesson and the grader use the same plants.
+
+**Expected gain.** Evidence that the doctor's rules name what was planted, on this machine.
+
+**Pitfalls.** One thread for everything (the machine is shared): figures are per-thread.
+``precision`` and ``memory`` cannot be planted on a CPU without bf16 units or a memory limit; their
+rules are tested on plain data only.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+
+import torch
+from torch import nn
+
+from effkit.profiling import TrainStep, profile_training
+
+PLANTS = ("data", "sync", "overhead", "padding", "optimizer")
+PAIRS = (("data", "sync"), ("data", "padding"), ("sync", "optimizer"), ("padding", "optimizer"),
+         ("sync", "padding"), ("data", "optimizer"), ("overhead", "sync"))  # fmt: skip
+VOCAB, LENGTH, DIM, BLOCKS, CLASSES = 512, 32, 32, 4, 4
+WORDS = ["".join(random.Random(i).choices(string.ascii_lowercase, k=5)) for i in range(VOCAB - 2)]
+TOKEN = {w: i + 2 for i, w in enumerate(WORDS)}  # 0: padding, 1: unknown
+
+
+class TextNet(nn.Module):
+    def __init__(self, nan_checks: bool = False):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, DIM)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.LayerNorm(DIM), nn.Linear(DIM, 4 * DIM), nn.GELU(),
+                                                  nn.Linear(4 * DIM, DIM)) for _ in range(BLOCKS))  # fmt: skip
+        self.head = nn.Linear(DIM, CLASSES)
+        self.nan_checks = nan_checks
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        for block in self.blocks:
+            h = h + block(h)
+            if self.nan_checks and not bool(torch.isfinite(h).all()):  # a sync per block
+                raise FloatingPointError("non-finite activations")
+        m = mask.unsqueeze(-1).to(h.dtype)
+        return self.head((h * m).sum(1) / m.sum(1).clamp_min(1.0))
+
+
+def _tokenize(text: str) -> list[int]:
+    return [TOKEN.get(w.strip(".,;!?").lower(), 1) for w in text.split()]
+
+
+def planted_step(plants: tuple[str, ...] | list[str] = (), seed: int = 0) -> TrainStep:
+    """The small text classifier's step with ``plants`` (names from PLANTS) broken on purpose."""
+    unknown = set(plants) - set(PLANTS)
+    if unknown:
+        raise ValueError(f"unknown plant(s) {sorted(unknown)}; choose from {PLANTS}")
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    batch = 2 if "overhead" in plants else 32
+    n = 64 * batch
+    lengths = [rng.randint(4, LENGTH) if "padding" in plants else LENGTH for _ in range(n)]
+    labels = torch.randint(0, CLASSES, (n,))
+    ids = torch.zeros(n, LENGTH, dtype=torch.long)
+    for i, n_tok in enumerate(lengths):
+        ids[i, :n_tok] = torch.randint(2, VOCAB, (n_tok,))
+    mask = ids.ne(0)
+    texts = [" ".join(rng.choice(WORDS).upper() + "," for _ in range(32 * LENGTH)) for _ in range(n)] \
+        if "data" in plants else []  # fmt: skip
+    state = {"i": 0}
+
+    def next_batch():
+        lo = state["i"] % (n // batch) * batch
+        state["i"] += 1
+        if not texts:
+            return ids[lo:lo + batch], mask[lo:lo + batch], labels[lo:lo + batch]
+        rows = []
+        for text, n_tok in zip(texts[lo:lo + batch], lengths[lo:lo + batch], strict=True):
+            tokens = _tokenize(text)[:n_tok]  # the whole document tokenised, then truncated
+            rows.append(torch.tensor(tokens + [0] * (LENGTH - len(tokens))))
+        x = torch.stack(rows)
+        return x, x.ne(0), labels[lo:lo + batch]
+
+    model = TextNet(nan_checks="sync" in plants)
+    loss_fn = nn.CrossEntropyLoss()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach="optimizer" not in plants)
+    history = []
+
+    def after(loss):
+        if "sync" in plants:
+            history.append(loss.item())
+
+    def padding(b):
+        return 1.0 - float(b[1].float().mean())
+
+    return TrainStep(next_batch=next_batch, loss=lambda b: loss_fn(model(b[0], b[1]), b[2]), optimizer=opt,
+                     model=model, batch_size=batch, after=after, padding=padding,
+                     name="plant:" + ("+".join(plants) or "clean"))  # fmt: skip
+
+
+def cifar_step(recipe: str, seed: int = 0) -> TrainStep:
+    """A course CIFAR recipe (smoke profile) as a TrainStep: its batches, loss, optimizer, schedule."""
+    from effkit.workloads import cifar
+
+    t = cifar.build(recipe, "smoke", device="cpu", seed=seed)
+    if hasattr(t, "_init_whitening"):
+        t._init_whitening()
+
+    def loss(b):
+        x = b[0].contiguous(memory_format=t.memory_format)
+        with t.policy.autocast():
+            return t.loss_fn(t.forward(x), b[1])
+
+    return TrainStep(next_batch=t._next_batch, loss=loss, optimizer=t.optimizer, model=t.model,
+                     batch_size=t.cfg.batch_size, scheduler=t.scheduler, name=f"cifar:{recipe}")  # fmt: skip
+
+
+def profile_named(name: str, seed: int = 0, **kw) -> dict:
+    """Profile ``cifar:<recipe>`` or ``plant:<a>+<b>`` (``plant:clean``) on one thread."""
+    kind, _, what = name.partition(":")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        if kind == "cifar":
+            return profile_training(cifar_step(what, seed), **kw)
+        if kind == "plant":
+            plants = tuple(p for p in what.split("+") if p and p != "clean")
+            return profile_training(planted_step(plants, seed), **kw)
+    finally:
+        torch.set_num_threads(threads)
+    raise ValueError(f"unknown workload {name!r}: use cifar:naive, cifar:optimized or plant:<a>+<b>")
+
+
+def validate(quick: bool = False) -> dict:
+    """Planted versus diagnosed: each plant alone, the clean step, then (unless ``quick``) pairs and
+    the optimized CIFAR recipe. A case is right when the doctor's first finding is one of the plants
+    (or "none" when nothing was planted); ``found_all`` also asks every plant to be found."""
+    from effkit.doctor import diagnose
+
+    cases = [("plant:clean", ())] + [(f"plant:{p}", (p,)) for p in PLANTS]
+    if not quick:
+        cases += [(f"plant:{a}+{b}", (a, b)) for a, b in PAIRS] + [("cifar:optimized", ())]
+    rows = []
+    for name, planted in cases:
+        profile = profile_named(name)
+        findings = diagnose(profile)
+        labels = [f.label for f in findings]
+        expected = set(planted) or {"none"}
+        rows.append({"case": name, "planted": sorted(expected), "first": labels[0], "all": labels,
+                     "right": labels[0] in expected, "found_all": expected <= set(labels),
+                     "step_ms": round(profile["step_ms_unprofiled"], 2)})  # fmt: skip
+    return {"rows": rows, "correct": sum(r["right"] for r in rows), "total": len(rows),
+            "found_all": sum(r["found_all"] for r in rows)}  # fmt: skip
+
+
+def format_table(table: dict) -> str:
+    """The confusion table (planted rows x first-finding columns) and the per-case list, as Markdown."""
+    labels = sorted({x for r in table["rows"] for x in r["planted"] + [r["first"]]})
+    counts: dict[tuple[str, str], int] = {}
+    for r in table["rows"]:
+        key = ("+".join(r["planted"]), r["first"])
+        counts[key] = counts.get(key, 0) + 1
+    planted = list(dict.fromkeys("+".join(r["planted"]) for r in table["rows"]))
+    lines = ["| planted \\ first finding | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    for p in planted:
+        lines.append(f"| {p} | " + " | ".join(str(counts.get((p, c), "")) for c in labels) + " |")
+    lines += ["", "| case | step ms (unprofiled) | findings, ranked | first right | all planted found |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    for r in table["rows"]:
+        lines.append(f"| {r['case']} | {r['step_ms']} | {', '.join(r['all'])} | {'yes' if r['right'] else 'NO'} | "
+                     f"{'yes' if r['found_all'] else 'no'} |")  # fmt: skip
+    lines.append(f"\nfirst finding right in {table['correct']} of {table['total']} cases; every plant found in "
+                 f"{table['found_all']} of {table['total']}")  # fmt: skip
+    return "\n".join(lines)

@@ -1,0 +1,108 @@
+"""Lesson 10 - profiling: name the bottleneck from plain profile data, graded out of the kernel.
+
+**What it does.** Per grading the parent draws ``CASES`` training steps of the course's small
+text classifier (:mod:`effkit.doctor_plants`): every label once (``none``: nothing planted) and a
+few more, in a secret order, each with a secret data seed. **This process** plants the bottleneck,
+profiles each step itself (``effkit.profiling.profile_training``: torch.profiler with a schedule
+and ranges) and sends only the plain profile (a JSON dict, its case name removed) to the sandboxed
+worker, where the learner's ``diagnose(profile)`` returns a label (:mod:`probes`).
+
+* ``test_diagnose`` (5 points): at least ``PASS_AT`` of the ``CASES`` labels equal what was
+  planted. Any answer that is not one of ``LABELS`` counts as wrong and is named in the feedback.
+* ``test_quiz`` (2 points).
+
+**Trust.** No learner code runs here; the profiles, the planted truth and the count are the parent's.
+
+**Pitfalls.** Profiling is timing: every figure moves run to run on a busy machine. The plants are
+strong (calibrated with ``python -m effkit.doctor --validate``: grader/README.md, lesson 10), and
+one miss in ``CASES`` is allowed so that a sound rule is not failed by one noisy profile.
+"""
+
+from __future__ import annotations
+
+from grader.assignments import Assignment
+from grader.cells import CheckFailed, Context, expect, stub_reason
+from grader.quiz import quiz_check
+
+LABELS = ("data", "sync", "overhead", "padding", "optimizer", "none")
+CASES = 8  # every label once, and two more drawn
+PASS_AT = 7
+CALL_SECONDS = 30
+SETUP_SOURCE = "import math"
+
+QUIZ_KEY = {  # the notebook holds only the questions
+    "q1": "b",  # wait + warmup steps are dropped: first steps pay one-off costs
+    "q2": "c",  # self time vs total time
+    "q3": "a",  # never quote throughput under the profiler
+    "q4": "b",  # on a GPU .item() waits for every queued kernel
+    "q5": "c",  # the next bottleneck moves: re-profile after each fix
+}
+QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
+    "q1": {"a": "the profiler records the warm-up steps too (and drops them): it does not make them cheaper",
+           "c": "the schedule only chooses which steps are recorded; it does not change the step"},
+    "q2": {"a": "total time includes everything the operator called: a wrapper like aten::linear would look as "
+                "costly as the matmul inside it",
+           "b": "call counts say how often, not how long: a thousand 2 µs ops can cost less than one convolution"},
+    "q3": {"b": "the profiler adds a cost per operator, so a step with many small operators slows down more "
+                "than one with a few big ones: the overhead is not a constant factor",
+           "c": "a Chrome trace is exported after the steps ran; the slowdown is the recording itself"},
+    "q4": {"a": "the value is small; the cost is waiting for every kernel queued before it to finish",
+           "c": "the CPU also reads it, but the cost on a GPU is the stall: the launch queue drains"},
+    "q5": {"a": "a fix moves time elsewhere: what was second is now first, and the doctor's ranking changes",
+           "b": "throughput alone cannot say why: only a profile splits the step again"},
+}  # fmt: skip
+
+
+def draw_cases(rng) -> list[tuple[str, int]]:
+    """(label, data seed) per case: every label once plus CASES - len(LABELS) drawn, shuffled."""
+    labels = list(LABELS) + [rng.choice(LABELS[:-1]) for _ in range(CASES - len(LABELS))]
+    rng.shuffle(labels)
+    return [(label, rng.randrange(1 << 30)) for label in labels]
+
+
+def profile_case(label: str, seed: int) -> dict:
+    """The parent's own profile of a planted step, as the plain data the learner sees."""
+    from effkit.doctor_plants import profile_named
+
+    profile = profile_named(f"plant:{'clean' if label == 'none' else label}", seed=seed)
+    profile.pop("name", None)  # the case name would say what was planted
+    return profile
+
+
+def grade_labels(truth: list[str], answers) -> tuple[int, list[str]]:
+    """How many answers equal the truth, and one line per wrong one (answers are untrusted)."""
+    if not isinstance(answers, list) or len(answers) != len(truth):
+        raise CheckFailed(f"the grader expected {len(truth)} labels back and got "
+                          f"{len(answers) if isinstance(answers, list) else type(answers).__name__}")  # fmt: skip
+    right, wrong = 0, []
+    for i, (want, got) in enumerate(zip(truth, answers, strict=True), 1):
+        shown = str(got)[:40] if isinstance(got, str) else type(got).__name__
+        if isinstance(got, str) and got == want:
+            right += 1
+        elif not isinstance(got, str) or got not in LABELS:
+            wrong.append(f"case {i}: {shown!r} is not one of {', '.join(LABELS)}")
+        else:
+            wrong.append(f"case {i}: you said {got!r}, the grader planted {want!r}")
+    return right, wrong
+
+
+def check_diagnose(ctx: Context) -> None:
+    cases = draw_cases(ctx.rng)
+    profiles = [profile_case(label, seed) for label, seed in cases]
+    r = ctx.session.call("diagnose", CALL_SECONDS, profiles=profiles)
+    stub = [e for e in ctx.session.load_errors if e.get("cell") == "diagnose"]
+    expect(r.ok, stub_reason(stub[0]["message"] if stub else r.failure) or f"diagnose {r.failure}")
+    truth = [label for label, _ in cases]
+    right, wrong = grade_labels(truth, r.data.get("labels"))
+    summary = f"{right} of {len(truth)} planted bottlenecks named (at least {PASS_AT} needed)"
+    expect(right >= PASS_AT, f"{summary}. " + "; ".join(wrong[:8]))
+    ctx.ok(summary + ("" if not wrong else f"; missed: {'; '.join(wrong)}"))
+
+
+CELL_CHECKS = {"test_diagnose": check_diagnose, "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}
+NAMES = ("diagnose",)
+
+ASSIGNMENT = Assignment(id="lesson10", notebook="lesson10", object_name="diagnose",
+                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
+                        runtime_module="", timeout_s=120, probes="grader.assignments.lesson10.probes",
+                        names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip

@@ -1,0 +1,330 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 10 — Profiling: find the next bottleneck
+#
+# **Goal:** stop guessing where a training step's time goes. We will:
+#
+# 1. profile a few steps with `torch.profiler` the way it is meant to be used: a *schedule*
+#    (skip, warm up, record), `record_function` ranges for data / forward / backward / optimizer,
+#    the `key_averages` table sorted by *self* time, and a Chrome trace (drawn here as a timeline);
+# 2. measure what the profiler itself costs, interleaved A/B, and never quote a throughput under it;
+# 3. run the **bottleneck doctor** (`effkit.doctor`) on a step with two planted bottlenecks, fix the
+#    first one, and watch the *next* one come up; then on the course's CIFAR recipes;
+# 4. see the GPU-only views (kernel gaps, the CUDA memory snapshot) as code that runs on a GPU.
+#
+# **Run time** (measured on a 2-core AMD EPYC VM, no GPU, with other jobs running): about 2.8 min in
+# `cpu` (168 s at load average 6-7; the imports alone took 52 s there), 38 s in `smoke` at load ~4.5.
+#
+# **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one: the same
+# steps, with the CUDA activity recorded as well), `smoke` (tests only: fewer steps and pairs; its
+# numbers show the code runs, not what is true). Every step runs on **one CPU thread**. The quiz and
+# the graded exercise (write the doctor's judgement yourself) are in `exercises/lesson10/`.
+
+# %%
+# %matplotlib inline
+import json
+import tempfile
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.patches import FancyBboxPatch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from effkit import doctor, lesson
+from effkit.doctor_plants import planted_step, profile_named
+from effkit.measure import device_name
+from effkit.profiling import profile_training
+
+# %%
+PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
+RECIPES = ("cifar:naive", "cifar:optimized")
+SIZES = {"smoke": dict(active=3, pairs=6, steps_per_burst=2, recipe_steps=dict(wait=0, warmup=1, active=1, timed=1)),
+         "cpu": dict(active=5, pairs=8, steps_per_burst=4, recipe_steps=dict(active=5)),
+         "gpu": dict(active=5, pairs=8, steps_per_burst=4, recipe_steps=dict(active=5))}[PROFILE]  # fmt: skip
+torch.set_num_threads(1)  # one thread: the machine is shared, and figures per thread compare
+CPU_NAME = device_name("cpu")
+work = Path(tempfile.mkdtemp(prefix="lesson10-"))
+print(f"profile {PROFILE!r}; {CPU_NAME}; CUDA: {torch.cuda.is_available()}")
+
+# %% [markdown]
+# ## 1. What a profiler schedule records
+#
+# A step is data → forward → backward → optimizer (→ whatever else you do: logging, metrics). The
+# profiler's `schedule(wait, warmup, active)` skips the first steps (one-off costs: allocations,
+# lazy initialisation), records `warmup` steps and throws them away (the profiler's own start-up),
+# and keeps `active` steps. `record_function("step/data")` names a range in the trace.
+
+# %%
+fig, ax = plt.subplots(figsize=(10, 2.4))
+parts = [("wait", 1, "#dddddd"), ("warmup", 2, "#f6d7a7"), ("active", 3, "#9ecae1")]
+x = 0.0
+for name, n, color in parts:
+    for _ in range(n):
+        ax.add_patch(FancyBboxPatch((x + 0.05, 1.1), 0.9, 0.6, boxstyle="round,pad=0.02", fc=color, ec="gray"))
+        ax.text(x + 0.5, 1.4, f"{name}\nstep", ha="center", va="center", fontsize=8)
+        x += 1
+ax.text(3.0, 1.95, "only the active steps reach the table and the trace", ha="center", fontsize=9)
+x = 0.0
+for name, w, color in [("data", 0.6, "#fdae6b"), ("forward", 1.2, "#6baed6"), ("backward", 2.0, "#3182bd"),
+                       ("optimizer", 0.7, "#74c476"), ("other", 0.3, "#bcbddc")]:  # fmt: skip
+    ax.add_patch(FancyBboxPatch((x + 0.02, 0.2), w - 0.04, 0.5, boxstyle="round,pad=0.02", fc=color, ec="gray"))
+    ax.text(x + w / 2, 0.45, f'record_function\n"step/{name}"', ha="center", va="center", fontsize=7)
+    x += w
+ax.text(x + 0.1, 0.45, "<- one active step, split into ranges", va="center", fontsize=9)
+ax.set(xlim=(0, 7.5), ylim=(0, 2.2), title="torch.profiler: schedule(wait=1, warmup=2, active=3) and ranges")
+ax.axis("off")
+plt.show()
+
+# %% [markdown]
+# Our patient: a small text classifier (embedding, 4 residual MLP blocks, masked mean pooling,
+# Adam) whose step has **two bottlenecks planted** (`effkit.doctor_plants`): it tokenises raw text
+# in Python inside the step, and it checks every block's activations for NaNs with
+# `bool(torch.isfinite(h).all())` and logs `loss.item()`. First by hand, with `torch.profiler`.
+#
+# **Predict.** What share of the step goes to *data* (tokenising 32 documents of ~1,000 words in
+# Python), against the model's forward + backward + Adam on 32 x 32 tokens?
+
+# %%
+GUESS_DATA_SHARE = None  # your guess, a fraction, e.g. 0.2
+
+# %%
+step = planted_step(("data", "sync"), seed=0)
+trace_path = work / "trace.json"
+with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else []),
+             schedule=schedule(wait=1, warmup=2, active=SIZES["active"]),
+             on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path))) as prof:  # fmt: skip
+    for _ in range(1 + 2 + SIZES["active"]):
+        step.run()  # data, forward, backward, optimizer, other: each in its record_function range
+        prof.step()
+print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+print(f"Chrome trace: {trace_path} ({trace_path.stat().st_size / 2**20:.1f} MiB) — open it in "
+      "https://ui.perfetto.dev or chrome://tracing")
+
+# %% [markdown]
+# Read the table by **Self CPU** (an operator's own time, without what it called): `aten::linear`
+# has a large *total* but almost no self time, the `aten::addmm` inside it does the work. The
+# `step/...` rows are our ranges: their self time is Python outside every operator, so the
+# tokenising shows up as `step/data`'s self time. Perfetto is not available offline, so here is
+# the trace drawn from its JSON events (the same `user_annotation` ranges Perfetto shows):
+
+# %%
+events = json.loads(trace_path.read_text())["traceEvents"]
+ranges = [e for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("step/")]
+t0 = min(e["ts"] for e in ranges)
+colors = {"data": "#fdae6b", "forward": "#6baed6", "backward": "#3182bd", "optimizer": "#74c476", "other": "#bcbddc"}
+ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("dur", 0) > 0]
+fig, ax = plt.subplots(figsize=(11, 2.6))
+for name, color in colors.items():  # one broken_barh per row: thousands of bars in one call
+    spans = [((e["ts"] - t0) / 1e3, e["dur"] / 1e3) for e in ranges if e["name"] == f"step/{name}"]
+    ax.broken_barh(spans, (0.7, 0.6), facecolors=color)
+ax.broken_barh([((e["ts"] - t0) / 1e3, e["dur"] / 1e3) for e in ops], (-0.25, 0.5), facecolors="#636363")
+ax.set(yticks=[0, 1], yticklabels=["operators", "ranges"], xlabel="ms since the first recorded step",
+       title=f"Chrome trace of {SIZES['active']} active steps (CPU thread): gaps between operators are Python")
+ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()], labels=list(colors),
+          ncol=5, loc="upper right", fontsize=8)  # fmt: skip
+plt.show()
+
+# %% [markdown]
+# The same numbers as plain data: `effkit.profiling.profile_training` runs the schedule above and
+# returns per-range milliseconds per step, the operators dispatched per step, the syncs
+# (`aten::_local_scalar_dense`: what `.item()` and `bool(tensor)` run), the matmul time and the
+# median matmul call, the optimizer's settings, the padding share. It also times steps *without*
+# the profiler first.
+
+# %%
+patient = profile_training(planted_step(("data", "sync"), seed=0), active=SIZES["active"])
+split = {k: v / patient["step_ms"] for k, v in patient["ranges_ms"].items()}
+print("share of the profiled step: " + ", ".join(f"{k} {v:.0%}" for k, v in split.items()))
+print(f"{patient['syncs_per_step']:.0f} syncs and {patient['ops_per_step']:.0f} operators per step; "
+      f"{patient['step_ms_unprofiled']:.1f} ms per step unprofiled (median), {patient['step_ms']:.1f} ms profiled")
+lesson.check_guess(GUESS_DATA_SHARE, split["data"], "share of the step in data", "{:.0%}")
+
+# %% [markdown]
+# ## 2. What the profiler costs
+#
+# Recording every operator costs time per operator, so a step of many small operators slows down
+# more than one of a few big ones: the overhead is not a constant factor, and a throughput measured
+# under the profiler is no throughput at all. Measure it: the same steps with and without the
+# profiler recording, interleaved.
+#
+# **Predict.** How much slower is this step under the profiler (recording CPU operators)?
+
+# %%
+GUESS_PROFILER_SLOWDOWN = None  # your guess, e.g. 1.3 (times slower)
+
+# %%
+clean = planted_step((), seed=1)
+burst = SIZES["steps_per_burst"]
+
+
+def plain_steps():
+    for _ in range(burst):
+        clean.run()
+    return burst
+
+
+def profiled_steps():
+    with profile(activities=[ProfilerActivity.CPU]):
+        for _ in range(burst):
+            clean.run()
+    return burst
+
+
+for _ in range(2):
+    plain_steps()  # warm-up outside the comparison
+overhead_ab = lesson.ab("steps without vs with the profiler recording", plain_steps, profiled_steps,
+                        pairs=SIZES["pairs"], a_label="unprofiled", b_label="profiled", unit="steps/s",
+                        dev=torch.device("cpu"))  # fmt: skip
+lesson.check_guess(GUESS_PROFILER_SLOWDOWN, 1 / overhead_ab.ratio, "slowdown under the profiler", "{:.2f}x")
+
+# %% [markdown]
+# ## 3. The bottleneck doctor
+#
+# `effkit.doctor.diagnose(profile)` is a pure function of that plain data: each rule reads measured
+# figures and, when they pass its threshold, names a bottleneck with its evidence, the share of the
+# step its fix may save (an upper bound) and the lesson that teaches the fix; the findings are
+# ranked by that share. The rules, calibrated on planted bottlenecks (`python -m effkit.doctor
+# --validate`, table in the README):
+#
+# | finding | evidence | fix (lesson) |
+# | --- | --- | --- |
+# | data | the data range's share of the step | workers, prefetch, on-device augmentation (2) |
+# | sync | device-to-host reads per step outside the optimizer | keep metrics on the device (1, 10) |
+# | overhead | many operators, median matmul call of a few µs | bigger batch, fused/compiled ops (4) |
+# | precision | fp32 matmuls on hardware with bf16 units | bf16 autocast (3) |
+# | padding | share of padded token positions | per-batch padding, buckets (7) |
+# | optimizer | one tensor at a time: operators per parameter tensor | `foreach=True` / `fused=True` (10) |
+# | memory | peak against a given limit | activation checkpointing (5) |
+#
+# On a CPU nothing runs asynchronously, so a sync costs little more than its own operator: it is
+# flagged by count and ranked by that small measured cost; on a GPU each one drains the launch queue.
+
+# %%
+print(doctor.report(patient))
+
+# %% [markdown]
+# Fix the first finding (tokenise once, before training: the batches are sliced from memory) and
+# profile again. The next bottleneck is the one that was second, or one that was not listed at all.
+
+# %%
+fixed_once = profile_training(planted_step(("sync",), seed=0), active=SIZES["active"])
+print(doctor.report(fixed_once))
+fixed_twice = profile_training(planted_step((), seed=0), active=SIZES["active"])
+print(doctor.report(fixed_twice))
+print(f"unprofiled median step: {patient['step_ms_unprofiled']:.1f} ms -> {fixed_once['step_ms_unprofiled']:.1f} ms "
+      f"-> {fixed_twice['step_ms_unprofiled']:.1f} ms (single medians, not an A/B: see the interval above for how "
+      "much one step moves on this machine)")
+
+# %% [markdown]
+# The course's own CIFAR recipes (smoke size: synthetic images; the optimized recipe's data is
+# already on the device, its step is convolutions):
+
+# %%
+recipes = {}
+for name in RECIPES:
+    recipes[name] = profile_named(name, **SIZES["recipe_steps"])
+    print(doctor.report(recipes[name]))
+
+# %% [markdown]
+# ## 4. On a GPU: kernel gaps and the memory snapshot
+#
+# Two views exist only with CUDA. **Kernel gaps**: in the trace, the GPU row shows each kernel; the
+# white space between kernels is time the GPU waited for the CPU to launch the next one (launch-
+# bound steps, syncs). Holistic Trace Analysis (HTA) computes the idle time per step from the same
+# trace. **The memory snapshot**: `torch.cuda.memory._record_memory_history()` records every
+# allocation with its stack; the pickle it dumps opens at https://pytorch.org/memory_viz and shows
+# activations growing through the forward and freed in the backward (lesson 5).
+
+# %%
+if torch.cuda.is_available():
+    net = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)]).cuda()
+    x = torch.randn(256, 1024, device="cuda")
+    torch.cuda.memory._record_memory_history(max_entries=100_000)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as gpu_prof:
+        for _ in range(3):
+            with record_function("step/forward"):
+                loss = net(x).square().mean()
+            with record_function("step/backward"):
+                loss.backward()
+        torch.cuda.synchronize()
+    snapshot = work / "memory_snapshot.pickle"
+    torch.cuda.memory._dump_snapshot(str(snapshot))
+    torch.cuda.memory._record_memory_history(enabled=None)
+    kernels = sorted((e for e in gpu_prof.events() if e.device_type.name == "CUDA"), key=lambda e: e.time_range.start)
+    gaps = [b.time_range.start - a.time_range.end for a, b in zip(kernels, kernels[1:], strict=False)]
+    busy = sum(e.time_range.elapsed_us() for e in kernels)
+    span = kernels[-1].time_range.end - kernels[0].time_range.start if kernels else 0
+    print(f"{len(kernels)} kernels, GPU busy {busy / max(span, 1):.0%} of their span; largest gap "
+          f"{max(gaps, default=0):.0f} µs; memory snapshot: {snapshot} (open it at https://pytorch.org/memory_viz)")
+else:
+    print("No CUDA device here: the kernel-gap and memory-snapshot cell did not run (it runs as written on a GPU).")
+
+# %% [markdown]
+# ## Your turn
+#
+# Hand the doctor a step of your own: wrap your loader, loss, model and optimizer in
+# `effkit.profiling.TrainStep` (below, the clean classifier with a change of yours: try
+# `batch_size` 4, `foreach=False`, or a `.item()` in `after`), profile it and read the findings.
+# Then fix the first finding and profile again.
+
+# %%
+mine_step = planted_step(("optimizer",), seed=2)  # your turn: plant, or build a TrainStep of your own
+mine = profile_training(mine_step, active=SIZES["active"])
+print(doctor.report(mine))
+
+# %% [markdown]
+# ## Summary
+
+# %% tags=["summary"]
+print(lesson.summary_header(10, CPU_NAME))
+first = doctor.diagnose(patient)
+print(f"* patient (data + sync planted): {patient['step_ms_unprofiled']:.1f} ms per step unprofiled; data "
+      f"{split['data']:.0%} of the profiled step, {patient['syncs_per_step']:.0f} syncs per step")
+print(f"* doctor, ranked: {', '.join(f.label for f in first)}; after fixing data: "
+      f"{', '.join(f.label for f in doctor.diagnose(fixed_once))}; after fixing both: "
+      f"{', '.join(f.label for f in doctor.diagnose(fixed_twice))}")
+print(f"* profiler cost: {overhead_ab.verdict}")
+for name, p in recipes.items():
+    print(f"* {name}: {p['step_ms_unprofiled']:.0f} ms per step; doctor: "
+          f"{', '.join(f.label for f in doctor.diagnose(p))}")
+
+# %% [markdown]
+# ### Quiz and exercise
+#
+# The quiz and the graded exercise are in `exercises/lesson10/`: write `diagnose(profile)` yourself.
+# The grader plants bottlenecks in training steps you never see, profiles them itself and hands
+# your function only the plain profile; it counts how many you name right.
+#
+# ### References
+#
+# * PyTorch, [torch.profiler](https://pytorch.org/docs/stable/profiler.html) (schedule,
+#   `record_function`, `key_averages`, `export_chrome_trace`) and the
+#   [profiler recipe](https://pytorch.org/tutorials/recipes/recipes/profiler_recipe.html).
+# * [Perfetto UI](https://ui.perfetto.dev) (opens the Chrome trace); PyTorch,
+#   [Holistic Trace Analysis](https://hta.readthedocs.io) (idle time, kernel gaps, from the same traces).
+# * PyTorch, [Understanding CUDA memory usage](https://pytorch.org/docs/stable/torch_cuda_memory.html)
+#   (`_record_memory_history`, the snapshot viewer at https://pytorch.org/memory_viz).
+# * PyTorch, [Performance tuning guide](https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html)
+#   (syncs, `foreach`/`fused` optimizers, DataLoader workers).
+# * H. He, [Making Deep Learning Go Brrrr From First Principles](https://horace.io/brrr_intro.html)
+#   (compute-, memory- and overhead-bound).
+#
+# ### What to try next
+#
+# * Run `python -m effkit.doctor cifar:naive cifar:optimized --json profiles.json` and read the JSON.
+# * Plant a pair (`planted_step(("padding", "optimizer"))`) and check the ranking against the
+#   README's validation table.
+# * On a GPU: the same doctor with CUDA activity recorded, and the memory snapshot of lesson 5's
+#   checkpointed model.

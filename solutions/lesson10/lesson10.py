@@ -1,0 +1,142 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+
+# %% [markdown]
+# # Lesson 10 — Profiling: find the next bottleneck: exercise
+#
+# Write the **bottleneck doctor's** judgement yourself: a function `diagnose(profile)` that reads
+# a profile of a few training steps (plain data, below) and names the bottleneck.
+#
+# **How it is graded** (outside your notebook). The grader builds 8 training steps of a small
+# text classifier (the lesson's `effkit.doctor_plants`), plants a bottleneck in most of them in
+# an order and with data you cannot know, profiles every step **itself** with `torch.profiler`,
+# and hands your `diagnose` only the resulting dict, in a separate process. Each label is one
+# of:
+#
+# | label | planted as | lesson |
+# | --- | --- | --- |
+# | `"data"` | raw text tokenised in Python, sample by sample, inside the step | 2 |
+# | `"sync"` | `bool(tensor)` NaN checks in the forward and `loss.item()` every step | 1, 10 |
+# | `"overhead"` | batch 2 instead of 32: every operator tiny | 4 |
+# | `"padding"` | random lengths padded to the maximum | 7 |
+# | `"optimizer"` | `Adam(foreach=False)`: a Python loop over the parameter tensors | 10 |
+# | `"none"` | nothing planted | |
+#
+# Every label appears at least once. `test_diagnose` (5 points) needs at least **7 of the 8**
+# labels right. Return a plain string; anything else counts as wrong.
+#
+# ## The profile you get
+#
+# ```python
+# {
+#   "steps": 5,                      # profiled (active) steps the figures average over
+#   "step_ms": 14.2,                 # mean step time under the profiler
+#   "step_ms_unprofiled": 10.1,      # median step time without it (the number to quote)
+#   "profiler_overhead": 1.41,       # step_ms / step_ms_unprofiled
+#   "ranges_ms": {"data": 0.1, "forward": 4.2, "backward": 7.9, "optimizer": 1.8, "other": 0.0},
+#   "ops_per_step": 234.0,           # operators dispatched per step (not counting those inside others)
+#   "ops_per_step_by_range": {"data": 3.0, "forward": 30.0, ...},
+#   "top_ops": [["aten::mm", 2.1, 18.0], ...],   # [name, self ms per step, calls per step]
+#   "syncs_per_step": 0.0,           # device-to-host reads (.item(), bool(t)) outside the optimizer
+#   "sync_ms": 0.0,                  # time spent inside them per step
+#   "matmul_ms": 4.3,                # self time in matmul/conv operators per step
+#   "matmul_calls_per_step": 27.0,
+#   "matmul_us_median": 160.0,       # the median matmul/conv call's self time, in µs
+#   "batch_size": 32,
+#   "compute_dtype": "float32",      # dtype of the Linear outputs
+#   "bf16_hardware": False,
+#   "optimizer": {"name": "Adam", "foreach": True, "fused": None, "param_tensors": 27},
+#   "padding_share": 0.0,            # share of padded token positions in the profiled batches
+#   "memory_peak_bytes": None, "memory_limit_bytes": None,
+# }
+# ```
+#
+# Use **shares of the step** (a range's ms divided by `step_ms`), not milliseconds: the grader's
+# machine may be faster or slower than yours, and busy. When two things look wrong, name the one
+# whose fix saves the most time.
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import math
+
+# %% nbgrader={"grade": false, "grade_id": "diagnose", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def diagnose(profile):
+    """The bottleneck's label: "data", "sync", "overhead", "padding", "optimizer" or "none"."""
+    ### BEGIN SOLUTION
+    step = max(profile["step_ms"], 1e-9)
+    ranges = profile["ranges_ms"]
+    found = {}  # label -> share of the step its fix may save
+    data = ranges.get("data", 0.0) / step
+    if data >= 0.25:
+        found["data"] = data
+    if profile.get("syncs_per_step", 0) >= 1.5:  # one loss.item() per step is tolerable; more is a habit
+        found["sync"] = profile.get("sync_ms", 0.0) / step  # small on a CPU: it ranks last
+    per_call_us = profile.get("matmul_us_median") or math.inf
+    matmul = profile.get("matmul_ms", 0.0) / step
+    if (per_call_us < 50 or matmul < 0.1) and profile.get("ops_per_step", 0) >= 50 and data < 0.25:
+        found["overhead"] = 1.0 - matmul - data  # tiny matmuls: fixed per-operator costs rule
+    padding = profile.get("padding_share") or 0.0
+    if padding >= 0.3:
+        found["padding"] = padding * (ranges.get("forward", 0.0) + ranges.get("backward", 0.0)) / step
+    opt = profile.get("optimizer") or {}
+    opt_share = ranges.get("optimizer", 0.0) / step
+    tensors = opt.get("param_tensors") or 0
+    opt_ops = profile["ops_per_step_by_range"].get("optimizer", 0.0)
+    looped = not opt.get("foreach") and not opt.get("fused") and tensors >= 8
+    if looped and opt_ops >= 4 * tensors and opt_share >= 0.1:  # one small operator after another per tensor
+        found["optimizer"] = opt_share / 2
+    return max(found, key=found.get) if found else "none"
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_diagnose", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_diagnose", "lesson10.ipynb")
+
+# %% [markdown]
+# ## Quiz
+#
+# Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., ..., "q5": ...}`.
+# The grader checks your answers outside this notebook.
+#
+# 1. `torch.profiler.schedule(wait=1, warmup=2, active=5)`: why skip and warm up before recording?
+#    (a) the profiler makes warm-up steps cheaper; (b) the first steps pay one-off costs
+#    (allocations, lazy initialisation, the profiler's own start-up) that would distort the
+#    average; (c) the schedule changes what the step computes.
+# 2. In `prof.key_averages().table(...)`, which column ranks where the time *goes*?
+#    (a) CPU total, since it includes everything an operator called; (b) the number of calls;
+#    (c) self CPU (or self CUDA) time: an operator's own time, without its children.
+# 3. A step runs at 1,000 samples/s with the profiler on and 1,400 without. What do you report?
+#    (a) 1,400 samples/s, measured without the profiler; use the profile only for *shares*;
+#    (b) 1,000 × 1.4, since the profiler's overhead is a constant factor; (c) 1,000, since the
+#    Chrome trace export slows the step.
+# 4. Why does one `loss.item()` per step hurt on a GPU, when reading one number is cheap?
+#    (a) copying 4 bytes is slow; (b) the CPU must wait until every kernel queued before it has
+#    finished, so it cannot queue the next step's kernels ahead: the GPU idles at each step;
+#    (c) `.item()` copies the whole tensor to the CPU.
+# 5. You fixed the doctor's first finding and the step is 30% faster. What next?
+#    (a) stop: the other findings were ranked below, so they were never real; (b) measure
+#    throughput only; (c) profile again: the shares have changed, and the next bottleneck may be
+#    one that was not even listed before.
+
+# %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b", "q5": "c"}
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_quiz", "lesson10.ipynb")

@@ -1,0 +1,86 @@
+"""The bottleneck doctor: its rules on plain data, and planted bottlenecks named on this machine."""
+
+import json
+
+import pytest
+
+from effkit import doctor
+from effkit.doctor_plants import PLANTS, format_table, planted_step, validate
+from effkit.profiling import profile_training
+
+CLEAN = {"step_ms": 10.0, "step_ms_unprofiled": 8.0, "batch_size": 32, "syncs_per_step": 0, "sync_ms": 0.0, "ops_per_step": 200,
+         "ops_per_step_by_range": {"data": 3, "forward": 30, "backward": 100, "optimizer": 60, "other": 0},
+         "matmul_ms": 4.0, "matmul_calls_per_step": 27, "matmul_us_median": 150.0, "compute_dtype": "float32", "bf16_hardware": False, "padding_share": 0.0,
+         "ranges_ms": {"data": 0.2, "forward": 3.0, "backward": 5.0, "optimizer": 1.5, "other": 0.0},
+         "optimizer": {"name": "Adam", "foreach": True, "fused": None, "param_tensors": 27},
+         "memory_peak_bytes": None, "memory_limit_bytes": None}  # fmt: skip
+
+
+def _with(**changes) -> dict:
+    p = json.loads(json.dumps(CLEAN))
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(p.get(key), dict):
+            p[key].update(value)
+        else:
+            p[key] = value
+    return p
+
+
+def _labels(p: dict) -> list[str]:
+    return [f.label for f in doctor.diagnose(p)]
+
+
+def test_each_rule_fires_on_its_evidence_and_only_then():
+    assert _labels(CLEAN) == ["none"]
+    assert _labels(_with(ranges_ms={"data": 4.0}))[0] == "data"
+    assert _labels(_with(syncs_per_step=6))[0] == "sync"
+    assert _labels(_with(syncs_per_step=1))[0] == "none"  # one loss.item() per step is tolerated
+    assert _labels(_with(matmul_us_median=18.0))[0] == "overhead"  # 18 µs per matmul: fixed costs
+    assert _labels(_with(matmul_ms=0.5, matmul_us_median=None))[0] == "overhead"  # 5% of the step in matmuls
+    assert _labels(_with(matmul_us_median=18.0, ops_per_step=20))[0] == "none"  # a few operators: no overhead
+    assert _labels(_with(padding_share=0.45))[0] == "padding"
+    looped = {"optimizer": {"foreach": False}, "ops_per_step_by_range": {"optimizer": 243}}
+    assert _labels(_with(**looped, ranges_ms={"optimizer": 2.0}))[0] == "optimizer"
+    assert _labels(_with(**looped, ranges_ms={"optimizer": 0.5}))[0] == "none"  # a cheap loop is no bottleneck
+    assert _labels(_with(optimizer={"foreach": False}, ranges_ms={"optimizer": 2.0}))[0] == "none"  # few ops
+    assert _labels(_with(ranges_ms={"optimizer": 3.0}))[0] == "none"  # already foreach
+    assert _labels(_with(matmul_ms=6.0))[0] == "none"  # fp32 on hardware without bf16 units is right
+    assert _labels(_with(matmul_ms=6.0, bf16_hardware=True))[0] == "precision"
+    assert _labels(_with(memory_peak_bytes=9e9, memory_limit_bytes=10e9)) == ["memory"]
+
+
+def test_findings_are_ranked_by_what_their_fix_may_save():
+    both = _with(ranges_ms={"data": 5.0}, padding_share=0.35, syncs_per_step=4, sync_ms=0.1)
+    labels = _labels(both)
+    assert labels[0] == "data" and set(labels) == {"data", "padding", "sync"}
+    shares = [f.share for f in doctor.diagnose(both)]
+    assert shares == sorted(shares, reverse=True)
+    assert "lesson 2" in doctor.diagnose(both)[0].line() and "50%" in doctor.diagnose(both)[0].line()
+
+
+def test_the_profile_is_plain_data_and_counts_syncs_outside_the_optimizer():
+    p = profile_training(planted_step(("sync",)), wait=0, active=2, warmup=1, timed=3)
+    assert json.loads(json.dumps(p)) == p
+    assert p["syncs_per_step"] == pytest.approx(5)  # 4 NaN checks + loss.item(); Adam's step counts excluded
+    assert 0 < p["sync_ms"] < p["step_ms"]
+    assert p["ranges_ms"]["forward"] > 0 and p["ranges_ms"]["backward"] > 0 and p["ops_per_step"] > 50
+    assert p["compute_dtype"] == "float32" and p["optimizer"]["foreach"] is True
+
+
+@pytest.mark.slow
+def test_validation_names_every_single_plant_and_no_false_alarm_on_the_clean_step():
+    table = validate(quick=True)
+    text = format_table(table)
+    assert table["total"] == len(PLANTS) + 1
+    assert table["correct"] == table["total"], text
+
+
+def test_the_command_line_prints_the_diagnosis_and_writes_the_plain_profiles(tmp_path, capsys):
+    out = tmp_path / "profiles.json"
+    assert doctor.main(["plant:overhead", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "plant:overhead" in printed and "1. [overhead]" in printed and "lesson 4" in printed
+    saved = json.loads(out.read_text())
+    assert [f.label for f in doctor.diagnose(saved[0])][0] == "overhead"
+    with pytest.raises(ValueError, match="unknown workload"):
+        doctor.main(["mnist:naive"])

@@ -21,9 +21,11 @@ from effkit.profiling import profile_steps
 
 
 def _work(units: int) -> int:
-    """A fixed amount of CPU work (not a wall-clock spin): load slows A and B alike."""
+    """A fixed amount of CPU work (not a wall-clock spin): load slows A and B alike. A unit is ~10 ms:
+    calls of ~2 ms (the old size) were shorter than the scheduler's time slice, so one preemption on a
+    busy machine decided a pair, and the two A/B tests failed in CI beside four other jobs (load 4-8)."""
     x = 0
-    for i in range(units * 20_000):
+    for i in range(units * 200_000):
         x += i
     return 1
 

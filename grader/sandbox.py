@@ -209,6 +209,7 @@ def launch(
     cores: list[int] | None = None,
     expose: Path | None = None,
     state_dir: Path | None = None,
+    loopback: bool = False,
 ) -> Sandbox:
     """Start ``python -I -m module args`` sandboxed (see module doc); learner code must run only
     after this returns (the worker waits for the parent's first command).
@@ -234,6 +235,10 @@ def launch(
         mounts = [
             f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(hidden)}" for hidden in hidden_paths()
         ]
+        if loopback and shutil.which("ip"):  # this namespace's lo only: nothing outside is reachable
+            mounts.insert(0, "ip link set lo up")
+        elif loopback:
+            unavailable.append("loopback inside the worker's network namespace (no `ip` command)")
         # The code the worker runs (this repository, the venv) may itself live under /tmp (a CI
         # clone, say): carry those folders across the new /tmp, read-only to the worker, with the
         # hidden course folders inside them still hidden (--rbind keeps those tmpfs mounts).

@@ -29,6 +29,7 @@ loopback (inside ``unshare -n`` it is down until brought up).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import faulthandler
 import multiprocessing as mp
@@ -36,6 +37,7 @@ import os
 import pickle
 import resource
 import socket
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -60,7 +62,8 @@ def _rank_main(fn, rank, world_size, args, backend, port, timeout_s, queue, thre
     torch.set_num_threads(threads)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))  # what torchrun sets  # fmt: skip
-    faulthandler.dump_traceback_later(max(1.0, timeout_s - 2))  # a stuck rank shows where, on stderr
+    with contextlib.suppress(AttributeError, ValueError, OSError):  # a stuck rank shows where, on the
+        faulthandler.dump_traceback_later(max(1.0, timeout_s - 2), file=sys.__stderr__)  # real stderr (not Jupyter's)
     try:
         dist.init_process_group(backend, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))  # fmt: skip
@@ -158,10 +161,12 @@ def zero_bytes_per_rank(n_params: int, world_size: int, stage: int, param_bytes:
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     """Bytes of tensors in ``optimizer.state`` on this rank (Adam: exp_avg, exp_avg_sq, step).
-    ``ZeroRedundancyOptimizer`` keeps only its shard's state in its local optimizer."""
+    ``ZeroRedundancyOptimizer`` keeps only its shard's state in its local optimizer; it assigns
+    *whole* parameter tensors to ranks, so one dominant layer leaves the shards uneven."""
     inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer wraps a local one
-    return sum(t.numel() * t.element_size() for state in inner.state.values()
-               for t in state.values() if torch.is_tensor(t))  # fmt: skip
+    local = [t.to_local() if hasattr(t, "to_local") else t  # FSDP2's state is DTensors: the local shard
+             for state in inner.state.values() for t in state.values() if torch.is_tensor(t)]  # fmt: skip
+    return sum(t.numel() * t.element_size() for t in local)
 
 
 def param_bytes(module: torch.nn.Module) -> int:

@@ -7,7 +7,8 @@ in a fresh process session with a minimal environment and, where the machine all
   ``/dev/shm`` (the worker's only writable places: a disk-filling learner hits ENOSPC in *its*
   tmpfs, which vanishes with it) and empty tmpfs over the grader's private folders (the course
   directory: gradebook, submissions, reports, targets; ``solutions/``; the parent's data folder);
-* no network (``unshare -n``: only a down loopback);
+* no network (``unshare -n``: only a down loopback; ``loopback=True`` brings that namespace's own
+  loopback up, for processes of one sandbox talking to each other: lesson 11's gloo ranks);
 * an unprivileged user (``setpriv`` to ``nobody`` with no capabilities, no new privileges) when
   the grader runs as root, so nothing owned by the grader is writable;
 * ``RLIMIT_FSIZE`` (no file larger than the cap) and no core dumps, everywhere;

@@ -199,3 +199,33 @@ def _cmdline(pid: str) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
     except OSError:
         return ""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not is_root(), reason="needs root: the sandbox's network namespace")
+def test_the_loopback_brought_up_reaches_only_the_sandbox_itself():
+    """With ``loopback=True`` a worker can talk to itself, not to the grader's host: a port the parent
+    listens on at 127.0.0.1 is refused from inside (another namespace's loopback)."""
+    import errno
+    import socket
+
+    from grader.assignments.lesson1 import checks as lesson1
+    from grader.probe import ProbeSession
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        body = f"""import socket
+own = socket.socket(); own.bind(('127.0.0.1', 0)); own.listen(1)
+socket.create_connection(own.getsockname(), timeout=2).close()
+try:
+    socket.create_connection(('127.0.0.1', {port}), timeout=2)
+    return 0.0
+except OSError as err:
+    return float(err.errno or -1)"""
+        src = "def measure_throughput(trainer, steps, warmup):\n" + "\n".join("    " + ln for ln in body.splitlines())
+        with ProbeSession("grader.assignments.lesson1.probes", [("setup", "import os\n")], [("measure_throughput", src)],
+                          ["measure_throughput"], loopback=True) as s:  # fmt: skip
+            r = s.call("throughput", 30, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0)
+    assert r.ok and r.data["value"] == errno.ECONNREFUSED, (r.failure, r.data)

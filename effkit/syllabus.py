@@ -38,7 +38,7 @@ LESSONS: tuple[Lesson, ...] = (
     _lesson(8, "peft_lora", "Parameter-efficient fine-tuning: LoRA", "ready"),
     _lesson(9, "distillation", "Knowledge distillation", "ready"),
     _lesson(10, "profiling", "Profiling: find the next bottleneck", "ready"),
-    _lesson(11, "ddp_zero", "Data parallelism: DDP and ZeRO/FSDP"),
+    _lesson(11, "ddp_zero", "Data parallelism: DDP and ZeRO/FSDP", "ready"),
     _lesson(12, "hpo_on_a_budget", "Hyperparameter search on a budget", "ready"),
     _lesson(13, "quantized_inference", "Quantized inference under a latency SLO", "ready"),
 )

@@ -78,7 +78,8 @@ def grade_cells(assignment, cells: list[tuple[str, str]], only: list[str] | None
     """Run the assignment's cell checks on the learner's ``cells`` (grade_id, source)."""
     plain = [(gid, to_python(src)[0]) for gid, src in cells]
     session = ProbeSession(
-        assignment.probes, assignment.trusted_cells(), plain, list(assignment.names)
+        assignment.probes, assignment.trusted_cells(), plain, list(assignment.names),
+        loopback=assignment.loopback,
     )
     fixed = seed is None and bool(os.environ.get(TEST_SEED_ENV))  # the repository's tests only (TEST_SEED_ENV)
     if fixed:

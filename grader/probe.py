@@ -37,9 +37,11 @@ class CallResult:
 
 class ProbeSession:
     def __init__(self, probes: str, setup: list[tuple[str, str]], cells: list[tuple[str, str]],
-                 names: list[str], limits: Limits | None = None, startup_timeout_s: float = 120.0):  # fmt: skip
+                 names: list[str], limits: Limits | None = None, startup_timeout_s: float = 120.0,
+                 loopback: bool = False):  # fmt: skip
         self.probes, self.setup, self.cells, self.names = probes, setup, cells, names
         self.limits, self.startup_timeout_s = limits or Limits(), startup_timeout_s
+        self.loopback = loopback  # see launch(loopback=...): ranks of one worker talking over TCP
         self.evidence: list[str] = []
         self.unavailable: list[str] = []
         self.load_errors: list[dict] = []
@@ -61,7 +63,7 @@ class ProbeSession:
             self.log.close()
             self.box = launch("grader.probe_worker", [str(evt_w), str(cmd_r)], pass_fds=(evt_w, cmd_r),
                               limits=self.limits, env_extra=env, log_path=Path(self.log.name),
-                              state_dir=self.state_dir)  # fmt: skip
+                              state_dir=self.state_dir, loopback=self.loopback)  # fmt: skip
         finally:
             os.close(evt_w)
             os.close(cmd_r)

@@ -7,7 +7,8 @@ in a fresh process session with a minimal environment and, where the machine all
   ``/dev/shm`` (the worker's only writable places: a disk-filling learner hits ENOSPC in *its*
   tmpfs, which vanishes with it) and empty tmpfs over the grader's private folders (the course
   directory: gradebook, submissions, reports, targets; ``solutions/``; the parent's data folder);
-* no network (``unshare -n``: only a down loopback);
+* no network (``unshare -n``: only a down loopback; ``loopback=True`` brings that namespace's own
+  loopback up, for processes of one sandbox talking to each other: lesson 11's gloo ranks);
 * an unprivileged user (``setpriv`` to ``nobody`` with no capabilities, no new privileges) when
   the grader runs as root, so nothing owned by the grader is writable;
 * ``RLIMIT_FSIZE`` (no file larger than the cap) and no core dumps, everywhere;
@@ -209,6 +210,7 @@ def launch(
     cores: list[int] | None = None,
     expose: Path | None = None,
     state_dir: Path | None = None,
+    loopback: bool = False,
 ) -> Sandbox:
     """Start ``python -I -m module args`` sandboxed (see module doc); learner code must run only
     after this returns (the worker waits for the parent's first command).
@@ -234,6 +236,10 @@ def launch(
         mounts = [
             f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(hidden)}" for hidden in hidden_paths()
         ]
+        if loopback and shutil.which("ip"):  # this namespace's lo only: nothing outside is reachable
+            mounts.insert(0, "ip link set lo up")
+        elif loopback:
+            unavailable.append("loopback inside the worker's network namespace (no `ip` command)")
         # The code the worker runs (this repository, the venv) may itself live under /tmp (a CI
         # clone, say): carry those folders across the new /tmp, read-only to the worker, with the
         # hidden course folders inside them still hidden (--rbind keeps those tmpfs mounts).

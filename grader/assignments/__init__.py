@@ -45,6 +45,8 @@ class Assignment:
     probes: str = ""
     names: tuple[str, ...] = ()
     cell_checks: dict = field(default_factory=dict)
+    # the worker's private network namespace gets its loopback up (lesson 11: gloo ranks in one sandbox)
+    loopback: bool = False
     # grade_ids of the cell checks that must pass for speed to count; run by the parent through
     # grader.cells before any timed worker starts (never a verdict from inside a timed worker)
     speed_gate: tuple[str, ...] = ()

@@ -1,0 +1,187 @@
+"""Data parallelism on one machine: launch N ranks, predict the all-reduce, size ZeRO's shards.
+
+**What it does.**
+
+* :func:`run_ranks` runs ``fn(rank, world_size, *args)`` on ``world_size`` processes, each with
+  the default process group already up (``gloo`` on CPU; ``nccl`` where every rank has a GPU), the
+  way ``torchrun --standalone --nproc-per-node N script.py`` + ``init_process_group`` leave it, and
+  returns every rank's return value. It forks (so functions defined in a notebook work) and tears
+  every rank down if one fails, so a crashed rank cannot leave its peer hanging in a collective.
+* :func:`ring_allreduce_seconds` is the ring all-reduce cost model: every rank sends and receives
+  ``2 (N - 1) / N`` times the buffer (a reduce-scatter, then an all-gather), plus ``2 (N - 1)``
+  latencies. :func:`time_allreduce` measures the same thing inside a rank.
+* :func:`zero_bytes_per_rank` is ZeRO's memory arithmetic (Rajbhandari et al., 2020, fig. 1): which
+  of parameters, gradients and optimizer state each stage shards across ``N`` ranks.
+* :func:`optimizer_state_bytes`, :func:`param_bytes` and :func:`rss_mb` measure what a rank holds.
+
+**When to use it.** Teaching and testing data parallelism on a CPU (the lesson, its exercise, the
+unit tests); on a real cluster use ``torchrun`` directly, the code inside ``fn`` is the same.
+
+**Expected gain.** DDP over N ranks divides the per-step compute by N and adds one all-reduce of the
+gradients per optimizer step, overlapped with the backward pass (gradient buckets). ZeRO-1/2/3
+divide the optimizer state / + gradients / + parameters by N at the cost of more communication.
+
+**Pitfalls.** On a shared 2-core CPU two ranks compete with everything else: measured scaling says
+more about the machine than about DDP. ``fork`` copies the parent: keep ``OMP_NUM_THREADS`` small
+and build no process group in the parent. ``nccl`` needs one GPU per rank; ``gloo`` needs a working
+loopback (inside ``unshare -n`` it is down until brought up).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import faulthandler
+import multiprocessing as mp
+import os
+import pickle
+import resource
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["free_port", "optimizer_state_bytes", "param_bytes", "ring_allreduce_seconds", "rss_mb",
+           "run_ranks", "time_allreduce", "zero_bytes_per_rank", "ZERO_STAGES"]  # fmt: skip
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (the rendezvous port; a race is possible but rare)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(fn, rank, world_size, args, backend, port, timeout_s, queue, threads) -> None:
+    # Before any op: a child forked from a parent whose OpenMP pool ran hangs in its first parallel
+    # region; one thread per rank never enters one (and N ranks on N cores want one each anyway).
+    torch.set_num_threads(threads)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))  # what torchrun sets  # fmt: skip
+    with contextlib.suppress(AttributeError, ValueError, OSError):  # a stuck rank shows where, on the
+        faulthandler.dump_traceback_later(max(1.0, timeout_s - 2), file=sys.__stderr__)  # real stderr (not Jupyter's)
+    try:
+        dist.init_process_group(backend, rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s))  # fmt: skip
+        out = fn(rank, world_size, *args)
+        # plain pickle: the queue's own pickler would send tensors as shared-memory handles, which
+        # need this process alive until the parent reads them (it is about to exit)
+        queue.put((rank, True, pickle.dumps(out)))
+    except BaseException as err:  # noqa: BLE001  (reported to the parent, which stops every rank)
+        queue.put((rank, False, "".join(traceback.format_exception(type(err), err, err.__traceback__))[-3000:]))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_ranks(fn: Callable, world_size: int = 2, args: tuple = (), backend: str = "gloo",
+              timeout_s: float = 120.0, start_method: str = "fork", threads: int = 1) -> list:  # fmt: skip
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` processes with the default process
+    group up; return the ranks' return values in rank order. A rank that raises, or a run longer
+    than ``timeout_s``, stops every rank and raises ``RuntimeError`` with the rank's traceback;
+    a stuck rank also prints its stack on stderr. Each rank uses ``threads`` intra-op threads."""
+    if start_method == "fork":  # DDP's constructor imports torch._dynamo (seconds): once here, shared
+        import torch._dynamo  # noqa: F401  by every forked rank instead of paid by each
+    ctx = mp.get_context(start_method)
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_rank_main, args=(fn, r, world_size, args, backend, port, timeout_s, queue, threads),
+                         daemon=True) for r in range(world_size)]  # fmt: skip
+    for p in procs:
+        p.start()
+    results: dict[int, object] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(results) < world_size:
+            try:
+                rank, ok, out = queue.get(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+            except Exception:  # noqa: BLE001  (queue.Empty: check the clock and the ranks)
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"ranks did not finish within {timeout_s:.0f} s") from None
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead and queue.empty():
+                    raise RuntimeError(f"rank {procs.index(dead[0])} died (exit code {dead[0].exitcode})") from None
+                continue
+            if not ok:
+                raise RuntimeError(f"rank {rank} raised:\n{out}")
+            results[rank] = pickle.loads(out)  # noqa: S301  (our own ranks' return values)
+    finally:
+        for p in procs:
+            p.join(timeout=5 if len(results) == world_size else 0.1)
+            if p.is_alive():  # a rank stuck in a collective its failed peer never joins
+                p.kill()
+                p.join()
+    return [results[r] for r in range(world_size)]
+
+
+def ring_allreduce_seconds(nbytes: float, world_size: int, bandwidth_bytes_s: float,
+                           latency_s: float = 0.0) -> float:  # fmt: skip
+    """Ring all-reduce time: each rank sends (and receives) ``2 (N-1)/N * nbytes`` and waits
+    ``2 (N-1)`` message latencies (reduce-scatter then all-gather). 0 for one rank."""
+    if world_size <= 1:
+        return 0.0
+    steps = 2 * (world_size - 1)
+    return steps / world_size * nbytes / bandwidth_bytes_s + steps * latency_s
+
+
+def time_allreduce(nbytes: int, repeats: int = 10, dtype: torch.dtype = torch.float32) -> list[float]:
+    """Inside a rank: seconds per ``all_reduce`` of an ``nbytes`` buffer, ``repeats`` times (one
+    warm-up first; a barrier before each so every rank starts together)."""
+    x = torch.ones(max(1, nbytes // torch.tensor([], dtype=dtype).element_size()), dtype=dtype)
+    dist.all_reduce(x)
+    times = []
+    for _ in range(repeats):
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(x)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+# ZeRO stage -> which of (parameters, gradients, optimizer state) are sharded over the ranks.
+ZERO_STAGES = {0: (False, False, False), 1: (False, False, True), 2: (False, True, True), 3: (True, True, True)}
+
+
+def zero_bytes_per_rank(n_params: int, world_size: int, stage: int, param_bytes: float = 2,
+                        grad_bytes: float = 2, optim_bytes: float = 12) -> dict[str, float]:  # fmt: skip
+    """Model-state bytes each rank holds under ZeRO ``stage`` (0 = plain DDP). Defaults are the
+    paper's mixed-precision Adam: 2 (fp16 weights) + 2 (fp16 grads) + 12 (fp32 master weights, m, v)
+    bytes per parameter. Activations, buffers and fragmentation come on top."""
+    shard_p, shard_g, shard_o = ZERO_STAGES[stage]
+    out = {"params": n_params * param_bytes / (world_size if shard_p else 1),
+           "grads": n_params * grad_bytes / (world_size if shard_g else 1),
+           "optimizer": n_params * optim_bytes / (world_size if shard_o else 1)}  # fmt: skip
+    out["total"] = sum(out.values())
+    return out
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of tensors in ``optimizer.state`` on this rank (Adam: exp_avg, exp_avg_sq, step).
+    ``ZeroRedundancyOptimizer`` keeps only its shard's state in its local optimizer; it assigns
+    *whole* parameter tensors to ranks, so one dominant layer leaves the shards uneven."""
+    inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer wraps a local one
+    local = [t.to_local() if hasattr(t, "to_local") else t  # FSDP2's state is DTensors: the local shard
+             for state in inner.state.values() for t in state.values() if torch.is_tensor(t)]  # fmt: skip
+    return sum(t.numel() * t.element_size() for t in local)
+
+
+def param_bytes(module: torch.nn.Module) -> int:
+    """Bytes of the parameters this rank stores locally (an FSDP2 DTensor counts its local shard)."""
+    total = 0
+    for p in module.parameters():
+        local = p.to_local() if hasattr(p, "to_local") else p
+        total += local.numel() * local.element_size()
+    return total
+
+
+def rss_mb(peak: bool = False) -> float:
+    """This process's resident memory now (``/proc/self/statm``), or its peak (``ru_maxrss``). After
+    a fork the peak includes pages inherited from the parent: compare differences, not levels."""
+    if peak:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20

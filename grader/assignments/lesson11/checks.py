@@ -1,0 +1,180 @@
+"""Lesson 11 - a data-parallel training function, run on 2 gloo ranks and judged by the parent.
+
+**What it does.** The learner writes ``train_ddp(rank, world_size, model, dataset, config)``. The
+worker (:mod:`probes`) runs it on 2 forked gloo ranks on data and initial weights drawn from this
+grading's seeds; each rank sends back what its dataset served, how many gradient all-reduces the
+grader's DDP hook counted, and its final weights as raw float64 bytes. **This process** then:
+
+* ``test_weights`` (4 points): every rank served its share (``epochs x N / world`` samples), DDP
+  synchronised at least once per optimizer step, and every rank's weights equal, within
+  ``ddp_task.TOL``, the parent's own single-process run over the same global batches (rank 0's
+  initial weights, each step's micro-batches taken from what both ranks served).
+* ``test_sampler`` (3 points): in every epoch the ranks' samples are disjoint and cover the data
+  exactly once, and each epoch's order differs from the previous one (``set_epoch``).
+* ``test_no_sync`` (2 points): with ``test_weights`` passing, exactly one gradient all-reduce per
+  optimizer step on every rank (``no_sync`` on the accumulation micro-batches).
+* ``test_quiz`` (2 points).
+
+**When to use it.** Registered in ``CELL_CHECKS``; run by :mod:`grader.cells`.
+
+**Expected gain.** One training run (~5 s: two ranks forking, 16 micro-batches each) serves all
+three cells.
+
+**Pitfalls.** Every rank's claims are untrusted: the reference is recomputed here from the claimed
+indices, so a rank that lies about what it served must also produce the weights that lie implies,
+and the weights of each rank are compared, not reported as a verdict.
+"""
+
+from __future__ import annotations
+
+from grader.assignments import Assignment
+from grader.assignments.lesson11 import ddp_task as task
+from grader.cells import CheckFailed, Context, expect, stub_reason
+from grader.quiz import quiz_check
+
+CALL_SECONDS = 60
+
+
+def _run(ctx: Context) -> dict:
+    """One training run per grading, shared by the three cells (cached on the probe session)."""
+    cached = getattr(ctx.session, "lesson11_run", None)
+    if cached is not None:
+        return cached
+    data_seed, init_seed = ctx.rng.randrange(1 << 30), ctx.rng.randrange(1 << 30)
+    r = ctx.session.call("train", CALL_SECONDS, data_seed=data_seed, init_seed=init_seed, config=dict(task.CONFIG))
+    run = {"data_seed": data_seed, "init_seed": init_seed, "ok": r.ok, "failure": r.failure, "ranks": [], "weights": []}
+    if r.ok:
+        ranks = r.data.get("ranks")
+        run["ranks"] = ranks if isinstance(ranks, list) and len(ranks) == task.WORLD else []
+        run["weights"] = list(r.blobs[: task.WORLD])
+        if not run["ranks"] or len(run["weights"]) != task.WORLD:
+            run.update(ok=False, failure="the worker's answer had the wrong shape")
+    ctx.session.lesson11_run = run
+    return run
+
+
+def _served(run: dict) -> list[list[int]]:
+    """Each rank's served indices, validated as plain ints in range (a claim refused otherwise)."""
+    errors = [str(c.get("error") if isinstance(c, dict) else "no claims") for c in run["ranks"]]
+    errors = [e for e in errors if e and e != "None"]
+    if errors:  # every rank's, so a rank's timeout is seen next to the peer that never joined
+        raise CheckFailed(stub_reason(errors[0]) or "; ".join(e[:300] for e in errors))
+    out = []
+    for rank, claims in enumerate(run["ranks"]):
+        served = claims.get("served")
+        expect(isinstance(served, list) and all(type(i) is int and 0 <= i < task.N for i in served),
+               f"rank {rank}'s record of served samples is not a list of indices in [0, {task.N})")  # fmt: skip
+        out.append(served)
+    return out
+
+
+def _allreduces(run: dict) -> list[int]:
+    counts = [c.get("allreduces") for c in run["ranks"]]
+    expect(all(type(c) is int and c >= 0 for c in counts), "a rank's all-reduce count is not a count")
+    return counts
+
+
+def check_weights(ctx: Context) -> None:
+    run = _run(ctx)
+    expect(run["ok"], stub_reason(run["failure"]) or f"training failed: {run['failure']}")
+    served = _served(run)
+    want = task.per_rank_samples()
+    for rank, s in enumerate(served):
+        expect(len(s) == want,
+               f"rank {rank} served {len(s)} samples in {task.CONFIG['epochs']} epochs; its share is {want} "
+               f"({task.N} samples / {task.WORLD} ranks per epoch): does each rank read only its shard "
+               "(DistributedSampler), and did you train every epoch?")  # fmt: skip
+    ctx.ok(f"each rank served its share: {want} samples over {task.CONFIG['epochs']} epochs")
+    steps = task.optimizer_steps()
+    counts = _allreduces(run)
+    expect(min(counts) >= steps,
+           f"the grader's DDP hook counted {counts} gradient all-reduces for {steps} optimizer steps: wrap the "
+           "model in DistributedDataParallel and let its backward synchronise the gradients")  # fmt: skip
+    x, y = task.data(run["data_seed"])
+    ref = task.reference(x, y, run["init_seed"], served)
+    start = task.model(run["init_seed"]).state_dict()
+    moved = max(float((ref[k] - start[k]).abs().max()) for k in ref)
+    for rank, raw in enumerate(run["weights"]):
+        got = task.from_bytes(raw)
+        expect(got is not None, f"rank {rank} returned {len(raw)} bytes of weights, not the model's parameters")
+        err = max(float((got[k] - ref[k]).abs().max()) for k in ref)
+        expect(err == err and err <= task.TOL,
+               f"rank {rank}'s final weights differ from one process trained on the same global batches by "
+               f"{err:.2e} (tolerance {task.TOL:g}; training moved them by {moved:.2f}): check the loss scaling "
+               "under accumulation, that every rank starts from the same weights, and the optimizer recipe")  # fmt: skip
+    ctx.ok(f"every rank's weights equal one process over the same global batches (max difference <= {task.TOL:g})")
+
+
+def check_sampler(ctx: Context) -> None:
+    run = _run(ctx)
+    expect(run["ok"], stub_reason(run["failure"]) or f"training failed: {run['failure']}")
+    served = _served(run)
+    per_epoch = task.N // task.WORLD
+    epochs = task.CONFIG["epochs"]
+    for rank, s in enumerate(served):
+        expect(len(s) == epochs * per_epoch,
+               f"rank {rank} served {len(s)} samples; {epochs} epochs of its shard are {epochs * per_epoch}")
+    for e in range(epochs):
+        chunk = [s[e * per_epoch:(e + 1) * per_epoch] for s in served]
+        seen = sorted(i for c in chunk for i in c)
+        twice = sorted({i for i in seen if seen.count(i) > 1})
+        expect(not twice, f"epoch {e}: samples {twice[:5]} were served more than once across the ranks "
+                          "(each rank must read a disjoint shard: DistributedSampler)")  # fmt: skip
+        expect(seen == list(range(task.N)), f"epoch {e}: {task.N - len(set(seen))} samples were never served")
+    ctx.ok(f"every epoch, each of the {task.N} samples was served exactly once across the {task.WORLD} ranks")
+    for rank, s in enumerate(served):
+        for e in range(1, epochs):
+            expect(s[e * per_epoch:(e + 1) * per_epoch] != s[(e - 1) * per_epoch:e * per_epoch],
+                   f"rank {rank} served epoch {e} in the same order as epoch {e - 1}: call "
+                   "sampler.set_epoch(epoch) at the start of each epoch")  # fmt: skip
+    ctx.ok("each epoch was reshuffled (set_epoch)")
+
+
+def check_no_sync(ctx: Context) -> None:
+    check_weights(Context(ctx.session, ctx.rng))  # the count only means something for a correct run
+    steps, counts = task.optimizer_steps(), _allreduces(_run(ctx))
+    expect(counts == [steps] * task.WORLD,
+           f"the grader's DDP hook counted {counts} gradient all-reduces on the ranks for {steps} optimizer "
+           f"steps of {task.CONFIG['accumulation']} micro-batches: one per optimizer step is enough; skip "
+           "the others with `with model.no_sync():` on every micro-batch but the last")  # fmt: skip
+    ctx.ok(f"one gradient all-reduce per optimizer step ({steps} in all on each rank)")
+
+
+SETUP_SOURCE = """import contextlib
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler"""
+
+QUIZ_KEY = {  # the notebook holds only the questions
+    "q1": "b",  # ring all-reduce: each rank moves 2 (N-1)/N of the buffer
+    "q2": "c",  # without set_epoch every epoch repeats the first one's order
+    "q3": "a",  # ZeRO-1 shards the optimizer state: 12 psi / N
+    "q4": "b",  # DDP overlaps bucket all-reduces with the rest of backward
+    "q5": "c",  # gloo on CPU, nccl on GPUs
+}
+QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
+    "q1": {"a": "that is a naive all-reduce through one rank (the root receives N-1 buffers); the ring sends "
+                "2 (N-1)/N of the buffer from every rank, whatever N",
+           "c": "each rank sends its buffer in N chunks around the ring twice (reduce-scatter, all-gather): "
+                "2 (N-1)/N of it, not N times it"},
+    "q2": {"a": "the ranks still read disjoint shards: DistributedSampler splits whatever permutation it draws",
+           "b": "nothing fails: the sampler silently draws the same permutation (seed + epoch, epoch stuck at 0)"},
+    "q3": {"b": "sharding gradients too is ZeRO-2; ZeRO-1 keeps full gradients on every rank",
+           "c": "sharding parameters too is ZeRO-3 (FSDP's FULL_SHARD); ZeRO-1 keeps full parameters"},
+    "q4": {"a": "DDP starts a bucket's all-reduce as soon as its gradients are ready, during backward, not after",
+           "c": "buckets are about overlap and fewer, larger messages; every rank still holds every gradient"},
+    "q5": {"a": "NCCL needs CUDA tensors and one GPU per rank; on CPU tensors it refuses",
+           "b": "MPI exists but needs a PyTorch built with it; gloo ships with every build and runs on CPU"},
+}  # fmt: skip
+
+CELL_CHECKS = {"test_weights": check_weights, "test_sampler": check_sampler, "test_no_sync": check_no_sync,
+               "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
+NAMES = ("train_ddp",)
+
+ASSIGNMENT = Assignment(id="lesson11", notebook="lesson11", object_name="train_ddp",
+                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
+                        runtime_module="", timeout_s=120, probes="grader.assignments.lesson11.probes",
+                        names=NAMES, cell_checks=CELL_CHECKS, loopback=True)  # fmt: skip

@@ -1,0 +1,90 @@
+"""Lesson 11: the grader's data-parallel task, and the single-process reference only the parent runs.
+
+**What it does.** ``data(seed)`` draws a small classification set (``N`` rows, float64) and
+``model(seed)`` a float64 MLP; ``CONFIG`` is the training recipe the learner's ``train_ddp`` must
+follow on each of ``WORLD`` ranks (per-rank batch, accumulation, epochs, SGD with momentum).
+``reference(x, y, init_seed, served, config)`` is the single-process run over the same global
+batches: optimizer step ``k`` averages the loss over the micro-batches both ranks served for it.
+``to_bytes`` / ``from_bytes`` move a state dict as raw float64 bytes in the parent's key order.
+
+**When to use it.** The worker side (:mod:`probes`) builds the data and the per-rank models from
+the seeds; the parent (:mod:`checks`) recomputes the reference from what the ranks claim to have
+served. No learner code ever runs in the process that calls ``reference``.
+
+**Expected gain.** float64 makes DDP's averaged gradients and the one-process mean agree to ~1e-12:
+any mistake (wrong averaging, a missing sample, a rank that trains alone) is far outside ``TOL``.
+
+**Pitfalls.** Rank ``r`` starts from ``model(init_seed + r)``: different inits on purpose, because DDP
+broadcasts rank 0's weights when it wraps the model; the reference starts from rank 0's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+WORLD = 2
+N, D, HIDDEN, CLASSES = 128, 8, 16, 4
+CONFIG = {"epochs": 2, "batch_size": 8, "accumulation": 2, "lr": 0.05, "momentum": 0.9}
+TOL = 1e-8  # max |difference| of any weight; float64 DDP vs one process differ by ~1e-15
+
+
+def per_rank_samples(config: dict = CONFIG) -> int:
+    """Samples one rank serves in all epochs when every sample is seen once per epoch."""
+    return config["epochs"] * N // WORLD
+
+
+def optimizer_steps(config: dict = CONFIG) -> int:
+    return per_rank_samples(config) // config["batch_size"] // config["accumulation"]
+
+
+def data(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(N, D, generator=g, dtype=torch.float64)
+    w = torch.randn(D, CLASSES, generator=g, dtype=torch.float64)
+    y = (x @ w + 0.5 * torch.randn(N, CLASSES, generator=g, dtype=torch.float64)).argmax(1)
+    return x, y
+
+
+def model(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(D, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, CLASSES)).double()
+
+
+def shapes() -> dict[str, tuple[int, ...]]:
+    return {k: tuple(v.shape) for k, v in model(0).state_dict().items()}
+
+
+def to_bytes(state: dict) -> bytes:
+    """The parameters in ``shapes()`` order as raw little-endian float64 (never a pickle)."""
+    return b"".join(state[k].detach().to(torch.float64).contiguous().numpy().astype("<f8").tobytes() for k in shapes())
+
+
+def from_bytes(raw: bytes) -> dict[str, torch.Tensor] | None:
+    """The state dict back from ``to_bytes``' layout, or None when the size is wrong."""
+    sizes = {k: int(np.prod(s)) for k, s in shapes().items()}
+    if len(raw) != 8 * sum(sizes.values()):
+        return None
+    flat, out, at = np.frombuffer(raw, dtype="<f8"), {}, 0
+    for k, s in shapes().items():
+        out[k] = torch.from_numpy(flat[at:at + sizes[k]].copy()).reshape(s)
+        at += sizes[k]
+    return out
+
+
+def reference(x, y, init_seed: int, served: list[list[int]], config: dict = CONFIG) -> dict[str, torch.Tensor]:
+    """One process, rank 0's initial weights, micro-batch ``k`` = every rank's ``k``-th batch of
+    ``served`` together; the loss of each is divided by ``accumulation`` and the optimizer steps
+    every ``accumulation`` micro-batches (what DDP's averaged, accumulated gradient equals)."""
+    net = model(init_seed)
+    opt = torch.optim.SGD(net.parameters(), lr=config["lr"], momentum=config["momentum"])
+    b, acc = config["batch_size"], config["accumulation"]
+    for k in range(len(served[0]) // b):
+        idx = [i for rank in served for i in rank[k * b:(k + 1) * b]]
+        (F.cross_entropy(net(x[idx]), y[idx]) / acc).backward()
+        if (k + 1) % acc == 0:
+            opt.step()
+            opt.zero_grad()
+    return net.state_dict()

@@ -1,0 +1,133 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 11 — Data parallelism: exercise
+#
+# Turn a single-process training loop into a correct **data-parallel** one. Write
+# `train_ddp(rank, world_size, model, dataset, config)`. The grader runs it on **2 ranks** (2
+# processes on a CPU, the default `gloo` process group already up, as `torchrun` plus
+# `dist.init_process_group("gloo")` would leave it) and hands each rank:
+#
+# * `model`: an MLP (float64). **Each rank gets different initial weights**: make every rank start
+#   from rank 0's (DDP does that when it wraps the model);
+# * `dataset`: a map-style dataset of `(features, label)` pairs, the same on every rank (128 rows);
+# * `config`: `{"epochs": 2, "batch_size": 8, "accumulation": 2, "lr": 0.05, "momentum": 0.9}`;
+#   `batch_size` is **per rank**.
+#
+# Train with `torch.optim.SGD(lr, momentum)` on `F.cross_entropy` (mean over the batch), for
+# `config["epochs"]` epochs, stepping the optimizer once every `accumulation` micro-batches of each
+# rank. Requirements:
+#
+# * each rank reads only **its shard**, every sample once per epoch across the ranks, **reshuffled
+#   every epoch** (a `DistributedSampler` with `shuffle=True`, and `set_epoch`); keep the
+#   `DataLoader`'s `num_workers=0` (the grader records what the dataset serves);
+# * the gradients are averaged across the ranks by **`DistributedDataParallel`**, and **only once per
+#   optimizer step** (`no_sync()` on the other micro-batches);
+# * the accumulated gradient must equal the gradient of the mean loss over the whole window;
+# * return the trained model (or `None`: the grader then reads the `model` it passed).
+#
+# **How it is graded.** Outside your notebook, on data and initial weights the grader draws. Each
+# rank sends back the indices its dataset served, the number of gradient all-reduces a
+# communication hook the grader puts on every DDP counted, and its final weights (raw bytes). The
+# grader then trains **one process** itself over the same global batches (each step's micro-batches
+# = what both ranks served for it, rank 0's initial weights) and compares:
+#
+# * `test_weights` (4 points): every rank's weights equal that one-process run (max difference
+#   1e-8), having served its share of the data;
+# * `test_sampler` (3 points): every epoch, each sample served exactly once across the ranks, in a
+#   new order each epoch;
+# * `test_no_sync` (2 points): exactly one gradient all-reduce per optimizer step, on a run that
+#   passes `test_weights`.
+#
+# To try it yourself: `from effkit.data_parallel import run_ranks` runs a function on 2 gloo ranks
+# from this notebook (see the lesson).
+
+# %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import contextlib
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+# %% nbgrader={"grade": false, "grade_id": "train_ddp", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def train_ddp(rank, world_size, model, dataset, config):
+    """Trains `model` on this rank's shard of `dataset`, gradients averaged by DDP; returns it."""
+    ### BEGIN SOLUTION
+    ddp = DDP(model)  # broadcasts rank 0's weights, then all-reduces gradients in buckets during backward
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)
+    loader = DataLoader(dataset, batch_size=config["batch_size"], sampler=sampler)
+    opt = torch.optim.SGD(ddp.parameters(), lr=config["lr"], momentum=config["momentum"])
+    acc = config["accumulation"]
+    for epoch in range(config["epochs"]):
+        sampler.set_epoch(epoch)  # a new permutation each epoch, the same on every rank
+        for i, (x, y) in enumerate(loader):
+            last = (i + 1) % acc == 0
+            with contextlib.nullcontext() if last else ddp.no_sync():  # all-reduce on the last only
+                (F.cross_entropy(ddp(x), y) / acc).backward()
+            if last:
+                opt.step()
+                opt.zero_grad()
+    return model
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_weights", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_weights", "lesson11.ipynb")
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_sampler", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_sampler", "lesson11.ipynb")
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_no_sync", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_no_sync", "lesson11.ipynb")
+
+# %% [markdown]
+# ## Quiz
+#
+# Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., ..., "q5": ...}`.
+# The grader checks your answers outside this notebook.
+#
+# 1. A ring all-reduce of a B-byte gradient buffer over N ranks: each rank sends about (a) (N - 1) B;
+#    (b) 2 (N - 1) / N x B, so the time per rank barely grows with N; (c) N x B.
+# 2. A DDP job forgets `sampler.set_epoch(epoch)`. (a) The ranks read overlapping shards; (b) it
+#    raises an error at the second epoch; (c) every epoch visits the samples in the first epoch's
+#    order.
+# 3. ZeRO stage 1 (`ZeroRedundancyOptimizer`) on N ranks divides by N (a) the optimizer state
+#    (Adam's moments, the fp32 master weights); (b) the optimizer state and the gradients; (c) the
+#    optimizer state, the gradients and the parameters.
+# 4. DDP puts gradients in ~25 MB buckets so that (a) the all-reduce can start after the whole
+#    backward pass; (b) a bucket's all-reduce starts as soon as its gradients are ready, overlapping
+#    with the rest of the backward pass; (c) each rank keeps only its bucket of the gradients.
+# 5. Which backend for which job? (a) NCCL everywhere; (b) MPI on CPU, gloo on GPU; (c) gloo for CPU
+#    tensors, NCCL for GPU tensors (one GPU per rank).
+
+# %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
+### BEGIN SOLUTION
+QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b", "q5": "c"}
+### END SOLUTION
+
+# %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_quiz", "lesson11.ipynb")

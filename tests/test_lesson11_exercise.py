@@ -1,0 +1,231 @@
+"""Lesson 11's exercise, graded out of the kernel: the learner's train_ddp on 2 gloo ranks, judged by the parent.
+
+The reference's full marks through the sandbox and the stub's 0 are the instructor cycle's
+(tests/test_instructor_cycle.py). Here every submission is graded in this process on its cell data: the probe
+the worker would run (it forks the 2 ranks from here), then the parent's checks on what comes back. One
+sandboxed grading proves that a process a rank leaves behind dies with the grading.
+"""
+
+import os
+import random
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
+
+from grader import assignments
+from grader.assignments.lesson11 import ddp_task
+from grader.assignments.lesson11 import probes as lesson11_probes
+from grader.cells import CellVerdict, CheckFailed, Context, grade_cells
+from grader.probe import CallResult
+from grader.sandbox import is_root
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = ROOT / "solutions" / "lesson11" / "lesson11.ipynb"
+EXERCISE = ROOT / "exercises" / "lesson11" / "lesson11.ipynb"
+POINTS = {"test_weights": 4, "test_sampler": 3, "test_no_sync": 2, "test_quiz": 2}
+A = assignments.get("lesson11")
+GRADED = ("test_weights", "test_sampler", "test_no_sync")
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def _reference_cells(**replace: str) -> list[tuple[str, str]]:
+    return solution_cells(SOLUTION, SOLUTION, **replace)
+
+
+class InProcess:
+    """What a worker would answer, computed here from the cells (the sandboxed path is the reference's)."""
+
+    def __init__(self, cells: list[tuple[str, str]]):
+        self.ns: dict = {}
+        exec(A.setup_source, self.ns)  # noqa: S102  (repository test code, not a learner's)
+        for _, source in cells:
+            exec(source, self.ns)  # noqa: S102
+
+    def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
+        try:
+            data, blobs = getattr(lesson11_probes, f"probe_{probe}")(self, **args)
+        except Exception as err:  # noqa: BLE001  (a raising probe is that check's failure)
+            return CallResult(False, failure=f"raised {type(err).__name__}: {err}")
+        return CallResult(True, data, blobs)
+
+
+def _grade(source: str | None = None) -> dict[str, CellVerdict]:
+    session = InProcess(_reference_cells(**({"train_ddp": source} if source else {})))
+    rng, verdicts = random.Random(11), {}
+    for gid in GRADED:
+        ctx = Context(session, rng)
+        try:
+            A.cell_checks[gid](ctx)
+            verdicts[gid] = CellVerdict(gid, True, ctx.lines)
+        except CheckFailed as err:
+            verdicts[gid] = CellVerdict(gid, False, ctx.lines, str(err))
+    return verdicts
+
+
+def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
+    nb = nbformat.read(SOLUTION, as_version=4)
+    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
+    assert cells["setup"].source == A.setup_source
+    graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
+    assert graded == POINTS and set(graded) == set(A.cell_checks)
+    for gid in graded:
+        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
+    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
+    assert "BEGIN SOLUTION" not in text and '"q2": "c"' not in text and "ddp.no_sync()" not in text
+
+
+# -- submissions: the ranks train, the parent recomputes one process over what they served -------
+
+_REF = dict(_reference_cells())["train_ddp"]
+_READS_EVERYTHING = '''
+def train_ddp(rank, world_size, model, dataset, config):
+    """Each rank trains alone on the whole global batch (both shards, read from the tensors) and
+    writes its own shard into the dataset's record: right weights, right record, no DDP."""
+    samplers = [DistributedSampler(dataset, num_replicas=world_size, rank=r, shuffle=True) for r in range(world_size)]
+    for p in model.parameters():  # rank 0's initial weights: one broadcast, no DDP
+        dist.broadcast(p.data, 0)
+    opt = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=config["momentum"])
+    b, acc = config["batch_size"], config["accumulation"]
+    for epoch in range(config["epochs"]):
+        orders = []
+        for s in samplers:
+            s.set_epoch(epoch)
+            orders.append(list(s))
+        dataset.served += orders[rank]
+        for k in range(len(orders[0]) // b):
+            idx = [i for o in orders for i in o[k * b:(k + 1) * b]]
+            (F.cross_entropy(model(dataset.x[idx]), dataset.y[idx]) / acc).backward()
+            if (k + 1) % acc == 0:
+                opt.step()
+                opt.zero_grad()
+    return model
+'''
+_LIAR = _REF.replace("    return model\n", """    if rank == 1:  # rank 1 reports weights it did not compute
+        with torch.no_grad():
+            next(model.parameters()).add_(1e-3)
+    return model
+""")
+
+SUBMISSIONS = {  # name: (train_ddp source, which of test_weights / test_sampler / test_no_sync pass, words)
+    "reference": (_REF, (True, True, True), "one gradient all-reduce per optimizer step"),
+    # a plain shuffling DataLoader: every rank reads the whole dataset, twice the work and duplicates
+    "no_distributed_sampler": (_REF.replace("loader = DataLoader(dataset, batch_size=config[\"batch_size\"], sampler=sampler)",
+                                            "loader = DataLoader(dataset, batch_size=config[\"batch_size\"], shuffle=True)"),
+                               (False, False, False), "its share is 128"),
+    # the same permutation every epoch: right weights for the order used, but no reshuffle
+    "no_set_epoch": (_REF.replace("sampler.set_epoch(epoch)", "pass"), (True, False, True), "call sampler.set_epoch"),
+    # an all-reduce on every micro-batch: right weights, twice the communication
+    "no_no_sync": (_REF.replace("contextlib.nullcontext() if last else ddp.no_sync()", "contextlib.nullcontext()"),
+                   (True, True, False), "counted [16, 16] gradient all-reduces"),
+    # the accumulated gradient is the sum over the window, not its mean
+    "loss_not_scaled": (_REF.replace(" / acc).backward()", ").backward()"), (False, True, False),
+                        "check the loss scaling"),
+    # no DDP: each rank trains its own shard from its own initial weights
+    "no_ddp": (_REF.replace("ddp = DDP(model)", "ddp = model").replace(
+        "contextlib.nullcontext() if last else ddp.no_sync()", "contextlib.nullcontext()"),
+        (False, True, False), "counted [0, 0]"),
+    # threat: a rank that lies about its weights
+    "rank_lies_about_weights": (_LIAR, (False, True, False), "rank 1's final weights differ"),
+    # threat: ranks reading each other's data and training alone, the record forged to look sharded
+    "reads_the_other_ranks_data": (_READS_EVERYTHING, (False, True, False), "DistributedDataParallel"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SUBMISSIONS)
+def test_submissions_are_scored_as_they_deserve(name):
+    source, passes, words = SUBMISSIONS[name]
+    assert name == "reference" or source != _REF, f"{name}: the mistake did not change the cell"
+    verdicts = _grade(source)
+    got = tuple(verdicts[g].passed for g in GRADED)
+    texts = {g: verdicts[g].reason if not verdicts[g].passed else " ".join(verdicts[g].lines) for g in GRADED}
+    assert got == passes, texts
+    assert any(words in t for t in texts.values()), texts
+
+
+def test_the_stub_scores_nothing_and_says_why():
+    verdicts = _grade("def train_ddp(rank, world_size, model, dataset, config):\n    raise NotImplementedError()\n")
+    assert not any(v.passed for v in verdicts.values())
+    assert "NotImplementedError" in verdicts["test_weights"].reason
+
+
+def test_a_rank_that_never_joins_is_killed_and_both_fail(monkeypatch):
+    monkeypatch.setattr(lesson11_probes, "RANK_SECONDS", 4.0)
+    hang = _REF.replace("    ddp = DDP(model)", "    if rank == 1:\n        import time\n        time.sleep(600)\n"
+                                               "    ddp = DDP(model)")  # fmt: skip
+    t0 = time.monotonic()
+    verdict = _grade(hang)["test_weights"]
+    assert time.monotonic() - t0 < 30
+    assert not verdict.passed and "did not finish" in verdict.reason, verdict.reason
+
+
+def test_claims_are_validated_before_any_reference_is_computed():
+    run = {"ok": True, "failure": "", "data_seed": 0, "init_seed": 0, "weights": [b"", b""],
+           "ranks": [{"served": [0, 1, "2"], "allreduces": 8}, {"served": [True], "allreduces": 8}]}  # fmt: skip
+    ctx = Context(None, random.Random(0))
+    ctx.session = type("S", (), {"lesson11_run": run})()
+    with pytest.raises(CheckFailed, match="rank 0's record"):
+        A.cell_checks["test_sampler"](ctx)
+    run["ranks"][0]["served"] = list(range(64)) * 2
+    run["ranks"][1] = {"served": list(range(64, 128)) * 2, "allreduces": "8"}
+    with pytest.raises(CheckFailed, match="not a count"):
+        A.cell_checks["test_weights"](ctx)
+    assert ddp_task.from_bytes(b"\0" * 7) is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not is_root(), reason="needs root: the sandbox's cgroup and namespaces")
+def test_in_the_sandbox_ranks_talk_over_their_own_loopback_and_nothing_outlives_the_grading():
+    marker = f"{random.randrange(10**9)}"
+    leaver = _REF.replace("    return model\n", f"""    if rank == 0:  # a process that leaves the session and would outlive the grading
+        import subprocess
+        subprocess.Popen(["sleep", "6{marker}"], start_new_session=True)
+    return model
+""")
+    cells = _reference_cells(train_ddp=leaver)
+    verdicts, report = grade_cells(A, cells, only=["test_weights", "test_no_sync"], seed=3)
+    assert verdicts["test_weights"].passed and verdicts["test_no_sync"].passed, verdicts
+    left = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).endswith(f"6{marker}")]
+    assert left == [], "a rank's process outlived the grading"
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not is_root(), reason="needs root: the sandbox's network namespace")
+def test_the_loopback_brought_up_reaches_only_the_sandbox_itself():
+    """With ``loopback=True`` a worker can talk to itself, not to the grader's host: a port the parent
+    listens on at 127.0.0.1 is refused from inside (another namespace's loopback)."""
+    import errno
+    import socket
+
+    from grader.assignments.lesson1 import checks as lesson1
+    from grader.probe import ProbeSession
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        body = f"""import socket
+own = socket.socket(); own.bind(('127.0.0.1', 0)); own.listen(1)
+socket.create_connection(own.getsockname(), timeout=2).close()
+try:
+    socket.create_connection(('127.0.0.1', {port}), timeout=2)
+    return 0.0
+except OSError as err:
+    return float(err.errno or -1)"""
+        src = "def measure_throughput(trainer, steps, warmup):\n" + "\n".join("    " + ln for ln in body.splitlines())
+        with ProbeSession("grader.assignments.lesson1.probes", [("setup", "import os\n")], [("measure_throughput", src)],
+                          ["measure_throughput"], loopback=True) as s:  # fmt: skip
+            r = s.call("throughput", 30, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0)
+    assert r.ok and r.data["value"] == errno.ECONNREFUSED, (r.failure, r.data)

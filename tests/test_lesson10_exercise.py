@@ -13,13 +13,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import InProcess, grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
 
 from grader import assignments
 from grader.assignments.lesson10 import checks
 from grader.assignments.lesson10 import probes as lesson10_probes
 from grader.cells import CellVerdict, CheckFailed, Context
-from grader.probe import CallResult
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson10" / "lesson10.ipynb"
@@ -33,27 +32,6 @@ def _grade_id(cell) -> str | None:
     return cell.metadata.get("nbgrader", {}).get("grade_id")
 
 
-class InProcess:
-    """What a worker would answer, computed here from the cells (the sandboxed path is the reference's)."""
-
-    def __init__(self, cells: list[tuple[str, str]]):
-        self.ns: dict = {}
-        self.load_errors: list = []
-        exec(A.setup_source, self.ns)  # noqa: S102  (repository test code, not a learner's)
-        for gid, source in cells:
-            try:
-                exec(source, self.ns)  # noqa: S102
-            except Exception as err:  # noqa: BLE001
-                self.load_errors.append({"cell": gid, "message": f"{type(err).__name__}: {err}"})
-
-    def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
-        try:
-            data, blobs = getattr(lesson10_probes, f"probe_{probe}")(self, **args)
-        except Exception as err:  # noqa: BLE001
-            return CallResult(False, failure=f"raised {type(err).__name__}: {err}")
-        return CallResult(True, data, blobs)
-
-
 @pytest.fixture(scope="module")
 def profiled():
     """The grader's profiles of SEED's cases, measured once (profile_case is the costly part)."""
@@ -65,12 +43,7 @@ def profiled():
 
 def _grade(diagnose_source: str | None = None) -> CellVerdict:
     cells = solution_cells(SOLUTION, SOLUTION, **({"diagnose": diagnose_source} if diagnose_source else {}))
-    ctx = Context(InProcess(cells), random.Random(SEED))
-    try:
-        A.cell_checks["test_diagnose"](ctx)
-        return CellVerdict("test_diagnose", True, ctx.lines)
-    except CheckFailed as err:
-        return CellVerdict("test_diagnose", False, ctx.lines, str(err))
+    return grade_in_process(A, InProcess(A, lesson10_probes, cells), ["test_diagnose"], random.Random(SEED))["test_diagnose"]
 
 
 def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
@@ -142,7 +115,7 @@ def test_submissions_score_what_they_deserve(profiled, name):
 
 def test_the_stub_is_named_as_a_stub():
     stub = "def diagnose(profile):\n    raise NotImplementedError()\n"
-    ctx = Context(InProcess(solution_cells(SOLUTION, SOLUTION, diagnose=stub)), random.Random(SEED))
+    ctx = Context(InProcess(A, lesson10_probes, solution_cells(SOLUTION, SOLUTION, diagnose=stub)), random.Random(SEED))
     ctx.session.call = lambda probe, timeout_s, **kw: InProcess.call(ctx.session, probe, timeout_s, profiles=[{}])
     with pytest.raises(CheckFailed, match="NotImplementedError"):
         import unittest.mock as um

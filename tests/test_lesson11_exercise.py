@@ -13,13 +13,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import InProcess, grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
 
 from grader import assignments
 from grader.assignments.lesson11 import ddp_task
 from grader.assignments.lesson11 import probes as lesson11_probes
 from grader.cells import CellVerdict, CheckFailed, Context, grade_cells
-from grader.probe import CallResult
 from grader.sandbox import is_root
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,34 +37,9 @@ def _reference_cells(**replace: str) -> list[tuple[str, str]]:
     return solution_cells(SOLUTION, SOLUTION, **replace)
 
 
-class InProcess:
-    """What a worker would answer, computed here from the cells (the sandboxed path is the reference's)."""
-
-    def __init__(self, cells: list[tuple[str, str]]):
-        self.ns: dict = {}
-        exec(A.setup_source, self.ns)  # noqa: S102  (repository test code, not a learner's)
-        for _, source in cells:
-            exec(source, self.ns)  # noqa: S102
-
-    def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
-        try:
-            data, blobs = getattr(lesson11_probes, f"probe_{probe}")(self, **args)
-        except Exception as err:  # noqa: BLE001  (a raising probe is that check's failure)
-            return CallResult(False, failure=f"raised {type(err).__name__}: {err}")
-        return CallResult(True, data, blobs)
-
-
 def _grade(source: str | None = None) -> dict[str, CellVerdict]:
-    session = InProcess(_reference_cells(**({"train_ddp": source} if source else {})))
-    rng, verdicts = random.Random(11), {}
-    for gid in GRADED:
-        ctx = Context(session, rng)
-        try:
-            A.cell_checks[gid](ctx)
-            verdicts[gid] = CellVerdict(gid, True, ctx.lines)
-        except CheckFailed as err:
-            verdicts[gid] = CellVerdict(gid, False, ctx.lines, str(err))
-    return verdicts
+    session = InProcess(A, lesson11_probes, _reference_cells(**({"train_ddp": source} if source else {})))
+    return grade_in_process(A, session, GRADED, random.Random(11))
 
 
 def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():

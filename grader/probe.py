@@ -50,6 +50,7 @@ class ProbeSession:
         self.end: Endpoint | None = None
         self.worker_uid: int | None = None
         self.state_dir: Path | None = None  # see launch(state_dir=...): outlives each worker
+        self.netns: int | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -76,6 +77,7 @@ class ProbeSession:
         except ChannelError as err:
             raise ChannelError(f"{err}; worker output:\n{self.log_tail()}", err.kind) from err
         self.worker_uid = ready.get("uid")
+        self.netns = _netns(self.box.pid)  # the worker's own namespace, before any learner code ran
         self.end.send({"cmd": "load", "probes": self.probes, "setup": self.setup, "cells": self.cells,
                        "names": self.names})  # fmt: skip
         try:
@@ -107,6 +109,22 @@ class ProbeSession:
         if getattr(self, "log", None) is not None:
             Path(self.log.name).unlink(missing_ok=True)
             self.log = None
+
+    def loopback_bytes(self) -> int | None:
+        """Bytes sent so far over the loopback of the network namespace the worker started in, as
+        the kernel counts them (``/proc/<worker>/net/dev``): evidence no process of the sandbox can
+        write, only add to by sending. Starts the worker if none runs. None when there is no worker
+        (its cells did not load: the next ``call`` says why) or when it has left the namespace it
+        started in (then nothing it sends is measured: the caller refuses the run)."""
+        if self.box is None:
+            try:
+                self.start()
+            except ChannelError:
+                self.close()
+                return None
+        if self.netns is None or _netns(self.box.pid) != self.netns:
+            return None
+        return loopback_tx_bytes(self.box.pid)
 
     def log_tail(self, lines: int = 8) -> str:
         try:
@@ -163,3 +181,23 @@ class ProbeSession:
             if forks:
                 why += f"; it hit the limit of {self.limits.pids} processes"
             return CallResult(False, failure=why)
+
+
+def _netns(pid) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def loopback_tx_bytes(pid="self") -> int | None:
+    """Bytes ``lo`` has sent in ``pid``'s network namespace (on a loopback every byte sent is also
+    received, so this is the traffic between the namespace's processes), or None if unreadable."""
+    try:
+        for line in Path(f"/proc/{pid}/net/dev").read_text().splitlines():
+            name, _, fields = line.partition(":")
+            if name.strip() == "lo":
+                return int(fields.split()[8])  # receive: 8 fields, then transmit bytes
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

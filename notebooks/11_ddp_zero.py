@@ -494,7 +494,8 @@ print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s")
 # The quiz and the graded exercise are in `exercises/lesson11/`: turn a single-process training
 # loop into `train_ddp(rank, world_size, model, dataset, config)`. The grader runs it on 2 gloo ranks
 # and compares every rank's weights with its own one-process run over the same global batches,
-# checks that every sample is read once per epoch and reshuffled, and counts the all-reduces.
+# checks that every sample is read once per epoch and reshuffled, and counts the all-reduces from the
+# bytes the kernel saw the ranks send each other.
 #
 # ### References
 #

@@ -6,13 +6,17 @@ reference test); lessons 10 and 11 use them, the older lesson tests still carry 
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import nbformat
 
 from grader.cells import CellVerdict, CheckFailed, Context
 from grader.notebook import solution_ids, solution_sources
-from grader.probe import CallResult
+from grader.probe import CallResult, loopback_tx_bytes
 
 
 def solution_cells(source: Path, path: Path, **replace: str) -> list[tuple[str, str]]:
@@ -25,8 +29,12 @@ def solution_cells(source: Path, path: Path, **replace: str) -> list[tuple[str, 
 class InProcess:
     """What a worker would answer, computed here from the cells: ``probes.probe_<name>(self, ...)``."""
 
-    def __init__(self, assignment, probes, cells: list[tuple[str, str]]):
+    def __init__(self, assignment, probes, cells: list[tuple[str, str]], own_netns: bool = False):
         self.probes, self.ns, self.load_errors = probes, {}, []
+        # own_netns (root only): each call runs in a forked child with a network namespace of its
+        # own and its loopback up, as in the sandbox, so loopback_bytes counts that call alone
+        self.own_netns = own_netns and os.geteuid() == 0 and shutil.which("ip") is not None
+        self.wire = 0
         exec(assignment.setup_source, self.ns)  # noqa: S102  (repository test code, not a learner's)
         for gid, source in cells:
             try:
@@ -34,12 +42,68 @@ class InProcess:
             except Exception as err:  # noqa: BLE001  (a raising cell is recorded, as the worker does)
                 self.load_errors.append({"cell": gid, "message": f"{type(err).__name__}: {err}"})
 
+    def loopback_bytes(self) -> int | None:
+        """The loopback's byte counter, as the sandbox's parent reads it: the calls' own (own_netns),
+        else this process's namespace's, where other traffic meanwhile would count too."""
+        return self.wire if self.own_netns else loopback_tx_bytes()
+
     def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
+        if self.own_netns:
+            return self._call_in_own_netns(probe, timeout_s, serve, **args)
+        return self._call(probe, timeout_s, serve, **args)
+
+    def _call_in_own_netns(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: its own namespace, the call, then JSON and the blobs back
+            code = 1
+            try:
+                os.close(r)
+                _unshare_net()
+                subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+                before = loopback_tx_bytes()
+                got = self._call(probe, timeout_s, serve, **args)
+                head = {"ok": got.ok, "data": got.data, "failure": got.failure,
+                        "wire": loopback_tx_bytes() - before, "sizes": [len(b) for b in got.blobs]}  # fmt: skip
+                with os.fdopen(w, "wb") as out:
+                    out.write(json.dumps(head).encode() + b"\n" + b"".join(got.blobs))
+                code = 0
+            except BaseException:  # noqa: BLE001  (said on stderr; the parent then fails to read)
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            raw = f.read()
+        os.waitpid(pid, 0)
+        line, _, rest = raw.partition(b"\n")
+        if not line:
+            raise RuntimeError("the call in its own network namespace failed: see the captured stderr")
+        head = json.loads(line)
+        self.wire += head["wire"]
+        blobs, at = [], 0
+        for n in head["sizes"]:
+            blobs.append(rest[at:at + n])
+            at += n
+        return CallResult(head["ok"], head["data"], blobs, head["failure"])
+
+    def _call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
         try:
             data, blobs = getattr(self.probes, f"probe_{probe}")(self, **args)
         except Exception as err:  # noqa: BLE001  (a raising probe is that check's failure)
             return CallResult(False, failure=f"raised {type(err).__name__}: {err}")
         return CallResult(True, data, blobs)
+
+
+def _unshare_net() -> None:
+    """unshare(CLONE_NEWNET) for this process (os.unshare is Python >= 3.12's)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x40000000) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
 
 
 def grade_in_process(assignment, session, grade_ids, rng) -> dict[str, CellVerdict]:

@@ -39,17 +39,19 @@
 # * return the trained model (or `None`: the grader then reads the `model` it passed).
 #
 # **How it is graded.** Outside your notebook, on data and initial weights the grader draws. Each
-# rank sends back the indices its dataset served, the number of gradient all-reduces a
-# communication hook the grader puts on every DDP counted, and its final weights (raw bytes). The
-# grader then trains **one process** itself over the same global batches (each step's micro-batches
-# = what both ranks served for it, rank 0's initial weights) and compares:
+# rank sends back the indices its dataset served and its final weights (raw bytes); the grader
+# reads how many bytes the ranks sent each other from the kernel's counter of their (private)
+# loopback, which it converts to gradient all-reduces' worth (the model is 213 KB, so the gradients
+# are most of the traffic). It then trains **one process** itself over the same global batches
+# (each step's micro-batches = what both ranks served for it, rank 0's initial weights) and compares:
 #
 # * `test_weights` (4 points): every rank's weights equal that one-process run (max difference
-#   1e-8), having served its share of the data;
+#   1e-8), having served its share of the data and sent at least one all-reduce's worth of
+#   gradients per optimizer step;
 # * `test_sampler` (3 points): every epoch, each sample served exactly once across the ranks, in a
 #   new order each epoch;
-# * `test_no_sync` (2 points): exactly one gradient all-reduce per optimizer step, on a run that
-#   passes `test_weights`.
+# * `test_no_sync` (2 points): one gradient all-reduce's worth of traffic per optimizer step, on a
+#   run that passes `test_weights` (every all-reduce counts, inside DDP or not).
 #
 # To try it yourself: `from effkit.data_parallel import run_ranks` runs a function on 2 gloo ranks
 # from this notebook (see the lesson).

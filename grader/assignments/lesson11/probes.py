@@ -2,21 +2,20 @@
 
 **What it does.** ``probe_train`` forks ``WORLD`` rank processes (they stay in this sandbox: same
 cgroup, same namespaces, killed with it). Each brings up the default gloo process group (a
-``FileStore`` in a private folder, TCP over the namespace's own loopback), wraps
-``DistributedDataParallel.__init__`` so every DDP model gets the grader's counting communication
-hook (one count per gradient all-reduce, i.e. per backward pass whose last bucket is reduced),
-builds the rank's model from ``init_seed + rank`` and a :class:`RecordingDataset` that notes every
-index it serves, calls ``train_ddp(rank, world_size, model, dataset, config)`` and writes three
-claims to the folder: the indices served (JSON), the all-reduce count, and the trained weights as raw
-float64 bytes. This process waits for both ranks (killing them at the deadline) and returns the
-claims plus one weights blob per rank. Nothing is judged here.
+``FileStore`` in a private folder, TCP over the namespace's own loopback), builds the rank's model
+from ``init_seed + rank`` and a :class:`RecordingDataset` that notes every index it serves, calls
+``train_ddp(rank, world_size, model, dataset, config)`` and writes two claims to the folder: the
+indices served (JSON) and the trained weights as raw float64 bytes. This process waits for both
+ranks (killing them at the deadline) and returns the claims plus one weights blob per rank. Nothing
+is judged here, and nothing here counts the communication: the parent reads the kernel's loopback
+counters of this sandbox around the call (a count kept in a rank's process could be forged).
 
 **When to use it.** Named as lesson 11's probe module; run in :mod:`grader.probe_worker`.
 
 **Expected gain.** Real DDP over a real process group, graded without trusting any rank.
 
-**Pitfalls.** Everything returned is a claim: a rank runs learner code and can forge its record,
-its count and its weights; the parent recomputes the reference from the claimed indices
+**Pitfalls.** Everything returned is a claim: a rank runs learner code and can forge its record
+and its weights; the parent recomputes the reference from the claimed indices
 (:mod:`checks`). ``num_workers > 0`` would serve in other processes, unrecorded: the spec says 0.
 """
 
@@ -53,40 +52,19 @@ class RecordingDataset:
         return self.x[i], self.y[i]
 
 
-def _count_allreduces(counter: list[int]) -> None:
-    """Every DDP built from now on gets a comm hook that counts its gradient all-reduces."""
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-    from torch.nn.parallel import DistributedDataParallel
-
-    original = DistributedDataParallel.__init__
-
-    def hook(state, bucket):
-        if bucket.is_last():  # one synchronising backward = one all-reduce of the gradients
-            counter[0] += 1
-        return allreduce_hook(None, bucket)
-
-    def init(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        self.register_comm_hook(None, hook)
-
-    DistributedDataParallel.__init__ = init
-
-
 def _rank(worker, rank: int, folder: str, data_seed: int, init_seed: int, config: dict) -> None:
     import datetime
 
     import torch
     import torch.distributed as dist
 
-    claims: dict = {"served": [], "allreduces": 0, "error": ""}
+    claims: dict = {"served": [], "error": ""}
     weights = b""
     try:
         torch.set_num_threads(1)
         store = dist.FileStore(os.path.join(folder, "store"), ddp_task.WORLD)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=ddp_task.WORLD,
                                 timeout=datetime.timedelta(seconds=RANK_SECONDS))  # fmt: skip
-        counter = [0]
-        _count_allreduces(counter)
         x, y = ddp_task.data(data_seed)
         dataset = RecordingDataset(x, y)
         model = ddp_task.model(init_seed + rank)
@@ -102,7 +80,7 @@ def _rank(worker, rank: int, folder: str, data_seed: int, init_seed: int, config
         if missing:
             raise KeyError(f"the returned model has no parameter {missing[0]} of shape {ddp_task.shapes()[missing[0]]}")
         weights = ddp_task.to_bytes(state)
-        claims.update(served=[int(i) for i in dataset.served][:10_000], allreduces=int(counter[0]))
+        claims.update(served=[int(i) for i in dataset.served][:10_000])
     except BaseException as err:  # noqa: BLE001  (the rank's failure is reported, as a claim)
         claims["error"] = f"rank {rank}: {type(err).__name__}: {str(err)[:300]}"
         claims["traceback"] = "".join(traceback.format_exception(type(err), err, err.__traceback__))[-1500:]

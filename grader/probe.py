@@ -78,6 +78,10 @@ class ProbeSession:
             raise ChannelError(f"{err}; worker output:\n{self.log_tail()}", err.kind) from err
         self.worker_uid = ready.get("uid")
         self.netns = _netns(self.box.pid)  # the worker's own namespace, before any learner code ran
+        if self.loopback and self.netns is not None and self.netns == _netns("self"):
+            note = "a network namespace of the worker's own: its loopback traffic is counted with the host's"
+            if note not in self.unavailable:
+                self.unavailable.append(note)
         self.end.send({"cmd": "load", "probes": self.probes, "setup": self.setup, "cells": self.cells,
                        "names": self.names})  # fmt: skip
         try:

@@ -12,10 +12,14 @@ step is stopped). The calibration of an assignment runs before its gradings (the
 it saves).
 
 ``--dry-run`` (CI, CPU) runs the same steps through the same code at tiny sizes: benchmarks on
-tiny synthetic data, each grading on a stand-in (the untouched stub, under the step's own file
-name and ``--assignment``, graded into the step's own report path), ``grader calibrate`` on the
+tiny synthetic data; the gradings of ``DRY_GRADED`` on a stand-in (the untouched stub, under the
+step's own file name and ``--assignment``, graded into the step's own report path: a plain
+assignment, a timed one that reads the calibrated gate, a file named unlike its assignment) and
+every other grading step's notebook read and matched to its assignment's graded cells (each
+assignment's stub and reference are graded in CI by ``tests/test_instructor_cycle.py``, so a
+second stub grading per step here cost ~15 s each and tested nothing new), ``grader calibrate`` on the
 ``tiny`` spec without saving, the first lesson step's nbclient execution on a one-cell stand-in
-and every other lesson read and validated (CI executes every lesson in its smoke profile in
+and every other lesson read and validated in one step (CI executes every lesson in its smoke profile in
 ``tests/test_notebooks.py``).
 """
 
@@ -51,6 +55,20 @@ PLANNED_S = {
     "lesson-05_activation_checkpointing": 70,
     "lesson-06_never_lose_a_run": 129,
 }
+DRY_GRADED = ("grade-lesson1-lesson1", "grade-lesson2-lesson2", "grade-submissions-no_faster")
+# In the dry run every other grading step's notebook is read, in one process, and each graded cell
+# matched to a check of its assignment (or its timed performance cell).
+VALIDATE = """import sys, nbformat
+from grader import assignments
+args, bad = sys.argv[1:], []
+for nb, aid in zip(args[::2], args[1::2]):
+    a = assignments.get(aid)
+    cells = nbformat.read(nb, as_version=4).cells
+    graded = {c.metadata['nbgrader']['grade_id'] for c in cells if c.metadata.get('nbgrader', {}).get('grade')}
+    unchecked = sorted(graded - set(a.cell_checks) - {a.performance_cell})
+    bad += [f'{nb}: graded cells {unchecked} have no check in {aid}'] if unchecked or not graded else []
+    print(f'{nb}: {len(graded)} graded cells, each checked by {aid}')
+sys.exit('\\n'.join(bad) or 0)"""
 STUB_S = 15  # an untouched stub's grading: 6-10 s on the course's 2-core CPU (not measured on a GPU)
 UNTIMED_S = 240  # a step nothing has timed yet (a new lesson or assignment)
 TIMED = ("lesson2", "lesson3")  # assignments whose grading times a recipe: GPU gate + targets
@@ -100,21 +118,32 @@ def steps(out: Path, sst2: Path, cifar: Path, cache: Path, dry: bool) -> list[di
     # calibration grades four planners on the GPU (figures in the log; grader/README.md, lesson 5)
     plan.append({"name": "calibrate-lesson5", "assignment": "lesson5", "env": env,
                  "argv": [PY, "benchmarks/lesson5_calibrate.py", *(["1", "everything"] if dry else ["2"])]})
+    validate = []
     for name, nb, aid, expect in _graded():
         if dry and expect == "zero":
             continue  # the dry run grades a stub in every grading step already (below)
+        if dry and name not in DRY_GRADED:  # read and matched to its assignment (see module doc)
+            validate += [str(nb), aid]
+            continue
         if dry:  # the stub, under the step's own file name: same argv, same report path
             nb = _stand_in(out / "dry-notebooks" / name / nb.name, ROOT / "exercises" / aid / f"{aid}.ipynb")
             expect = "zero"
         plan.append({"name": name, "expect": expect, "assignment": aid, "env": env,
                      "argv": [PY, "-m", "grader", "check", str(nb), "--assignment", aid,
                               "--json", str(out / "grading" / f"{name}.json")]})
+    if validate:
+        plan.append({"name": "validate-gradings", "argv": [PY, "-c", VALIDATE, *validate]})
     for step in plan:
         step["suite"] = "check"
-    for i, nb in enumerate(sorted((ROOT / "notebooks").glob("*.ipynb"))):
+    lessons = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    for i, nb in enumerate(lessons):
         argv = [PY, "-c", EXECUTE, str(nb), str(out / "lessons" / nb.name)]
-        if dry:  # one kernel runs the stand-in; the other lessons are read and validated (CI budget)
-            argv.append("--read-only" if i else "--stand-in")
+        if dry and i:  # one kernel runs the stand-in; the others are read and validated at once (CI budget)
+            plan.append({"name": "validate-lessons", "suite": "lessons", "env": {"EFFKIT_PROFILE": "gpu", **env},
+                         "argv": [PY, "-c", READ_ALL, *map(str, lessons[1:])]})  # fmt: skip
+            break
+        if dry:
+            argv.append("--stand-in")
         plan.append({"name": f"lesson-{nb.stem}", "suite": "lessons", "argv": argv,
                      "env": {"EFFKIT_PROFILE": "gpu", **env}})
     for step in plan:
@@ -151,6 +180,10 @@ def parts(plan: list[dict], suite: str) -> list[list[dict]]:
 # step killed at its time limit still shows how far it got and where the time went.
 # Dry run: --stand-in executes, the same way, a one-cell stand-in that prints the profile and
 # data folder the lesson would see; --read-only only reads and validates the lesson.
+READ_ALL = """import sys, nbformat
+for path in sys.argv[1:]:
+    nbformat.validate(nbformat.read(path, as_version=4))
+    print(path, 'read and valid')"""
 EXECUTE = """
 import os, sys, time, pathlib, nbformat
 src, dst = sys.argv[1], pathlib.Path(sys.argv[2])

@@ -65,30 +65,36 @@ def test_each_part_fits_a_ten_minute_call_and_calibrates_before_it_grades(tmp_pa
 
 
 def test_parts_run_separately_and_one_summary_keeps_them_all(tmp_path):
-    """A lease with a per-call limit runs the check part by part; summary.json and the README
-    table keep every part, and hand-written README text around the table survives."""
+    """A lease with a per-call limit runs the check part by part (here: step by step, the dry
+    run's lessons fit one part); summary.json and the README table keep every run's steps, and
+    hand-written README text around the table survives."""
     mod = _gpu_check()
     (tmp_path / "README.md").write_text("# notes by hand\n")
-    assert mod.main(["--dry-run", "--out", str(tmp_path), "--suite", "lessons", "--part", "2"]) == 0
+    assert mod.main(["--dry-run", "--out", str(tmp_path), "--suite", "lessons", "--part", "1",
+                     "--only", "validate-lessons"]) == 0  # fmt: skip
     assert mod.main(["--dry-run", "--out", str(tmp_path), "--suite", "lessons", "--part", "1",
                      "--only", "lesson-01"]) == 0
     rows = json.loads((tmp_path / "summary.json").read_text())["steps"]
     names = [r["name"] for r in rows]
-    assert names[-1] == "lesson-01_measure_first" and len(names) == len(set(names)) >= 2
+    assert names == ["validate-lessons", "lesson-01_measure_first"]
     assert all(r["suite"] == "lessons" and r["rc"] == 0 for r in rows)
     printed = (tmp_path / "lessons" / "01_measure_first.outputs.txt").read_text()
     assert printed.count("--- cell") == 1 and "gpu" in printed  # the stand-in ran in a kernel
     readme = (tmp_path / "README.md").read_text()
-    assert readme.startswith("# notes by hand") and readme.count("| `lesson-") == len(rows)
+    assert readme.startswith("# notes by hand") and all(readme.count(f"| `{n}`") == 1 for n in names)
     assert mod.main(["--dry-run", "--out", str(tmp_path), "--only", "no-such-step"]) == 2
 
 
 @pytest.mark.slow
 def test_dry_run_passes_on_a_cpu(tmp_path):
-    """The real code path of every step at tiny sizes: a grading per grading step (a stub under the
-    step's own file name and --assignment) that writes its report where the step says, a
-    calibration, a lesson execution. It fails on the plan the first H100 run crashed on."""
+    """The real code path of every kind of step at tiny sizes: three gradings (a stub under the
+    step's own file name and --assignment) that write their reports where the steps say, every
+    other grading step's notebook matched to its assignment, a calibration, a lesson execution.
+    It fails on the plan the first H100 run crashed on."""
+    from grader import assignments
+
     mod = _gpu_check()
+    gpu_check_plan = mod.gpu_check_plan
     assert mod.main(["--dry-run", "--out", str(tmp_path), "--suite", "all"]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["dry_run"] and not summary["failed"], summary
@@ -97,12 +103,17 @@ def test_dry_run_passes_on_a_cpu(tmp_path):
     for wl in ("cifar", "bert"):
         res = json.loads((tmp_path / wl / "result.json").read_text())
         assert res["headline"]["value"] is None or res["headline"]["value"] > 0
-    gradings = [r for r in summary["steps"] if r["name"].startswith("grade-")]
-    assert {r["name"] for r in gradings} >= {"grade-submissions-no_faster", "grade-lesson2-lesson2"}
+    gradings = [r for r in summary["steps"] if r["name"].startswith("grade-") and "as_expected" in r]
+    assert {r["name"] for r in gradings} == set(gpu_check_plan.DRY_GRADED)
+    validated = (tmp_path / "logs" / "validate-gradings.log").read_text()
+    for aid in assignments.known():
+        assert f"grade-{aid}-{aid}" in gpu_check_plan.DRY_GRADED or f"each checked by {aid}\n" in validated
     for r in gradings:
         report = json.loads((tmp_path / "grading" / f"{r['name']}.json").read_text())
         assert r["as_expected"] and report["total"] == 0 < report["max_total"], r
     assert json.loads((tmp_path / "calibrate" / "lesson2.json").read_text())["speed_ratios"]
+    read = (tmp_path / "logs" / "validate-lessons.log").read_text()
+    assert all(f"{nb.name} read and valid" in read for nb in sorted((ROOT / "notebooks").glob("*.ipynb"))[1:])
 
 
 def test_a_grading_writes_its_report_into_a_folder_nothing_created(tmp_path):

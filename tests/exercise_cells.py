@@ -2,7 +2,8 @@
 ``grade_id`` is a solution cell of the instructor's source notebook (`grader.notebook.solution_ids`).
 Shared by the out-of-kernel exercise tests. ``InProcess`` and ``grade_in_process`` grade cells the
 way a sandboxed worker would answer them, in this process (the sandboxed path is each lesson's
-reference test); lessons 10 and 11 use them, the older lesson tests still carry their own copies."""
+reference test); the tests of lessons 7 to 13 use them (lesson 5's keeps its own planner-only
+session)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ from grader.notebook import solution_ids, solution_sources
 from grader.probe import CallResult, loopback_tx_bytes
 
 
+def grade_id(cell) -> str | None:
+    """A notebook cell's nbgrader ``grade_id``, None for a cell without one."""
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
 def solution_cells(source: Path, path: Path, **replace: str) -> list[tuple[str, str]]:
     """(grade_id, source) of ``path``'s solution cells; ``replace`` swaps a cell's source by id."""
     ids = solution_ids(nbformat.read(source, as_version=4))
@@ -29,7 +35,10 @@ def solution_cells(source: Path, path: Path, **replace: str) -> list[tuple[str, 
 class InProcess:
     """What a worker would answer, computed here from the cells: ``probes.probe_<name>(self, ...)``."""
 
-    def __init__(self, assignment, probes, cells: list[tuple[str, str]], own_netns: bool = False):
+    def __init__(self, assignment, probes, cells: list[tuple[str, str]], own_netns: bool = False,
+                 strict: bool = False):  # fmt: skip
+        """strict: a raising cell raises here (a test's own cells must load) instead of being
+        recorded in ``load_errors`` as the worker records it."""
         self.probes, self.ns, self.load_errors = probes, {}, []
         # own_netns (root only): each call runs in a forked child with a network namespace of its
         # own and its loopback up, as in the sandbox, so loopback_bytes counts that call alone
@@ -40,6 +49,8 @@ class InProcess:
             try:
                 exec(source, self.ns)  # noqa: S102
             except Exception as err:  # noqa: BLE001  (a raising cell is recorded, as the worker does)
+                if strict:
+                    raise
                 self.load_errors.append({"cell": gid, "message": f"{type(err).__name__}: {err}"})
 
     def loopback_bytes(self) -> int | None:
@@ -47,10 +58,19 @@ class InProcess:
         else this process's namespace's, where other traffic meanwhile would count too."""
         return self.wire if self.own_netns else loopback_tx_bytes()
 
-    def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
+    def watch(self, obj, *parts: str) -> object:
+        """The worker's hand-over of ``obj`` to learner code (it watches for planted functions): ``obj``."""
+        return obj
+
+    def call(self, probe: str, timeout_s: float, serve=None, max_blob: int | None = None, **args) -> CallResult:
+        """``probes.probe_<probe>(self, **args)``; a result with a blob over ``max_blob`` bytes is refused."""
         if self.own_netns:
-            return self._call_in_own_netns(probe, timeout_s, serve, **args)
-        return self._call(probe, timeout_s, serve, **args)
+            got = self._call_in_own_netns(probe, timeout_s, serve, **args)
+        else:
+            got = self._call(probe, timeout_s, serve, **args)
+        if got.ok and max_blob is not None and any(len(b) > max_blob for b in got.blobs):
+            return CallResult(False, failure="sent more than the grader accepts")
+        return got
 
     def _call_in_own_netns(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
         r, w = os.pipe()

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import InProcess, grade_id, grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
 
 from grader import assignments
 from grader.assignments.lesson12 import hpo_task, search_checks
 from grader.assignments.lesson12 import probes as lesson12_probes
-from grader.cells import CellVerdict, CheckFailed, Context
-from grader.probe import CallResult
+from grader.cells import CellVerdict, CheckFailed
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson12" / "lesson12.ipynb"
@@ -28,51 +27,21 @@ A = assignments.get("lesson12")
 SEED = 1  # one grading's draws for every policy here (task, trial seeds, final seeds)
 
 
-def _grade_id(cell) -> str | None:
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
-
-
 def _reference_cells(**replace: str) -> list[tuple[str, str]]:
     return solution_cells(SOLUTION, SOLUTION, **replace)
 
 
-class InProcess:
-    """What a worker would answer, computed here from the cells (the sandboxed path is the reference's)."""
-
-    def __init__(self, cells: list[tuple[str, str]]):
-        self.ns: dict = {}
-        self.load_errors: list = []
-        exec(A.setup_source, self.ns)  # noqa: S102  (repository test code, not a learner's)
-        for gid, source in cells:
-            try:
-                exec(source, self.ns)  # noqa: S102
-            except Exception as err:  # noqa: BLE001  (a raising cell is recorded, as the worker does)
-                self.load_errors.append({"cell": gid, "message": f"{type(err).__name__}: {err}"})
-
-    def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
-        try:
-            data, blobs = getattr(lesson12_probes, f"probe_{probe}")(self, **args)
-        except Exception as err:  # noqa: BLE001  (a raising cell is that check's failure)
-            return CallResult(False, failure=f"raised {type(err).__name__}: {err}")
-        return CallResult(True, data, blobs)
-
-
 def _grade(search_source: str | None = None, only=("test_search", "test_pruning")) -> dict[str, CellVerdict]:
+    """``only``'s checks on the reference cells (``search`` swapped), each drawing from a fresh
+    ``random.Random(SEED)``; a raising cell is recorded, as the worker does."""
     cells = _reference_cells(**({"search": search_source} if search_source else {}))
-    session, verdicts = InProcess(cells), {}
-    for gid in only:
-        ctx = Context(session, random.Random(SEED))
-        try:
-            A.cell_checks[gid](ctx)
-            verdicts[gid] = CellVerdict(gid, True, ctx.lines)
-        except CheckFailed as err:
-            verdicts[gid] = CellVerdict(gid, False, ctx.lines, str(err))
-    return verdicts
+    session = InProcess(A, lesson12_probes, cells)
+    return {gid: grade_in_process(A, session, [gid], random.Random(SEED))[gid] for gid in only}
 
 
 def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
     nb = nbformat.read(SOLUTION, as_version=4)
-    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
+    cells = {grade_id(c): c for c in nb.cells if grade_id(c)}
     assert cells["setup"].source == A.setup_source
     graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
     assert graded == POINTS and set(graded) == set(A.cell_checks)

@@ -15,15 +15,14 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
-from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import InProcess, grade_id, grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
 from onnx import TensorProto, helper
 
 from grader import assignments
 from grader.assignments.lesson13 import artifact
 from grader.assignments.lesson13 import probes as lesson13_probes
-from grader.cells import CellVerdict, CheckFailed, Context
+from grader.cells import CellVerdict, CheckFailed
 from grader.channel import ChannelError, Endpoint
-from grader.probe import CallResult
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson13" / "lesson13.ipynb"
@@ -33,48 +32,19 @@ GRADED = ["test_artifact", "test_accuracy", "test_latency"]
 A = assignments.get("lesson13")
 
 
-def _grade_id(cell) -> str | None:
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
-
-
 def _reference_cells(**replace: str) -> list[tuple[str, str]]:
     return solution_cells(SOLUTION, SOLUTION, **replace)
 
 
-class InProcess:
-    """What a worker would answer, computed here from the cells (the sandboxed path is the reference's)."""
-
-    def __init__(self, cells: list[tuple[str, str]]):
-        self.ns: dict = {}
-        exec(A.setup_source, self.ns)  # noqa: S102  (repository test code, not a learner's)
-        for _, source in cells:
-            exec(source, self.ns)  # noqa: S102
-
-    def call(self, probe: str, timeout_s: float, serve=None, max_blob: int = 1 << 40, **args) -> CallResult:
-        try:
-            data, blobs = getattr(lesson13_probes, f"probe_{probe}")(self, **args)
-        except Exception as err:  # noqa: BLE001  (a raising cell is that check's failure)
-            return CallResult(False, failure=f"raised {type(err).__name__}: {err}")
-        if any(len(b) > max_blob for b in blobs):
-            return CallResult(False, failure="sent more than the grader accepts")
-        return CallResult(True, data, blobs)
-
-
 def _grade_in_process(cells, only: list[str], seed: int = 1) -> dict[str, CellVerdict]:
-    session, verdicts, rng = InProcess(cells), {}, random.Random(seed)
-    for gid in only:
-        ctx = Context(session, rng)
-        try:
-            A.cell_checks[gid](ctx)
-            verdicts[gid] = CellVerdict(gid, True, ctx.lines)
-        except CheckFailed as err:
-            verdicts[gid] = CellVerdict(gid, False, ctx.lines, str(err))
-    return verdicts
+    """``only``'s checks on ``cells``, all drawing from one ``random.Random(seed)`` in order."""
+    session = InProcess(A, lesson13_probes, cells, strict=True)
+    return grade_in_process(A, session, only, random.Random(seed))
 
 
 def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
     nb = nbformat.read(SOLUTION, as_version=4)
-    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
+    cells = {grade_id(c): c for c in nb.cells if grade_id(c)}
     assert cells["setup"].source == A.setup_source
     graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
     assert graded == POINTS and set(graded) == set(A.cell_checks)
@@ -192,7 +162,7 @@ def test_an_oversized_file_is_refused_before_its_bytes_are_read():
 def test_a_link_instead_of_a_file_is_not_followed(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     source = "def export_for_slo(model, calibration, path):\n    os.symlink('/etc/hostname', path)\n"
-    worker = InProcess([("export_for_slo", "import os\n" + source)])
+    worker = InProcess(A, lesson13_probes, [("export_for_slo", "import os\n" + source)], strict=True)
     from grader.assignments.lesson13 import slo_task
 
     net = slo_task.build([DIM, 8, CLASSES])

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import InProcess, grade_id, grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
 
 from grader import assignments
 from grader.assignments.lesson7 import probes as lesson7_probes
-from grader.cells import CellVerdict, CheckFailed, Context, grade_cells
-from grader.probe import CallResult
+from grader.cells import CellVerdict, grade_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson7" / "lesson7.ipynb"
@@ -28,46 +27,19 @@ SAMPLER_CELLS = ["test_coverage", "test_budget", "test_padding", "test_randomnes
 A = assignments.get("lesson7")
 
 
-def _grade_id(cell) -> str | None:
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
-
-
 def _reference_cells(**replace: str) -> list[tuple[str, str]]:
     return solution_cells(SOLUTION, SOLUTION, **replace)
 
 
-class InProcess:
-    """What a worker would answer, computed here from the cells (the sandboxed path is the reference's)."""
-
-    def __init__(self, cells: list[tuple[str, str]]):
-        self.ns: dict = {}
-        exec(A.setup_source, self.ns)  # noqa: S102  (repository test code, not a learner's)
-        for _, source in cells:
-            exec(source, self.ns)  # noqa: S102
-
-    def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
-        try:
-            data, blobs = getattr(lesson7_probes, f"probe_{probe}")(self, **args)
-        except Exception as err:  # noqa: BLE001  (a raising cell is that check's failure)
-            return CallResult(False, failure=f"raised {type(err).__name__}: {err}")
-        return CallResult(True, data, blobs)
-
-
 def _grade_in_process(cells, only: list[str], seed: int = 1) -> dict[str, CellVerdict]:
-    session, verdicts, rng = InProcess(cells), {}, random.Random(seed)
-    for gid in only:
-        ctx = Context(session, rng)
-        try:
-            A.cell_checks[gid](ctx)
-            verdicts[gid] = CellVerdict(gid, True, ctx.lines)
-        except CheckFailed as err:
-            verdicts[gid] = CellVerdict(gid, False, ctx.lines, str(err))
-    return verdicts
+    """``only``'s checks on ``cells``, all drawing from one ``random.Random(seed)`` in order."""
+    session = InProcess(A, lesson7_probes, cells, strict=True)
+    return grade_in_process(A, session, only, random.Random(seed))
 
 
 def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
     nb = nbformat.read(SOLUTION, as_version=4)
-    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
+    cells = {grade_id(c): c for c in nb.cells if grade_id(c)}
     assert cells["setup"].source == A.setup_source
     graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
     assert graded == POINTS and set(graded) == set(A.cell_checks)

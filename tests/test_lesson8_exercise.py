@@ -14,13 +14,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import InProcess, grade_id, grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
 
 from grader import assignments
 from grader.assignments.lesson8 import checks
 from grader.assignments.lesson8 import probes as lesson8_probes
-from grader.cells import CellVerdict, CheckFailed, Context, grade_cells
-from grader.probe import CallResult
+from grader.cells import CellVerdict, CheckFailed, grade_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson8" / "lesson8.ipynb"
@@ -29,44 +28,14 @@ POINTS = {"test_layer": 3, "test_inject": 2, "test_recipe": 3, "test_quiz": 2}
 A = assignments.get("lesson8")
 
 
-def _grade_id(cell) -> str | None:
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
-
-
 def _reference_cells(**replace: str) -> list[tuple[str, str]]:
     return solution_cells(SOLUTION, SOLUTION, **replace)
 
 
-class InProcess:
-    """What a worker would answer, computed here from the cells (the sandboxed path is the reference's)."""
-
-    def __init__(self, cells: list[tuple[str, str]]):
-        self.ns: dict = {}
-        exec(A.setup_source, self.ns)  # noqa: S102  (repository test code, not a learner's)
-        for _, source in cells:
-            exec(source, self.ns)  # noqa: S102
-
-    def watch(self, obj):
-        return obj
-
-    def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
-        try:
-            data, blobs = getattr(lesson8_probes, f"probe_{probe}")(self, **args)
-        except Exception as err:  # noqa: BLE001  (a raising cell is that check's failure)
-            return CallResult(False, failure=f"raised {type(err).__name__}: {err}")
-        return CallResult(True, data, blobs)
-
-
 def _grade_in_process(cells, only: list[str], seed: int = 1) -> dict[str, CellVerdict]:
-    session, verdicts = InProcess(cells), {}
-    for gid in only:
-        ctx = Context(session, random.Random(seed))
-        try:
-            A.cell_checks[gid](ctx)
-            verdicts[gid] = CellVerdict(gid, True, ctx.lines)
-        except CheckFailed as err:
-            verdicts[gid] = CellVerdict(gid, False, ctx.lines, str(err))
-    return verdicts
+    """``only``'s checks on ``cells``, each drawing from a fresh ``random.Random(seed)``."""
+    session = InProcess(A, lesson8_probes, cells, strict=True)
+    return {gid: grade_in_process(A, session, [gid], random.Random(seed))[gid] for gid in only}
 
 
 # -- fast: structure -----------------------------------------------------------------------------
@@ -74,7 +43,7 @@ def _grade_in_process(cells, only: list[str], seed: int = 1) -> dict[str, CellVe
 
 def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
     nb = nbformat.read(SOLUTION, as_version=4)
-    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
+    cells = {grade_id(c): c for c in nb.cells if grade_id(c)}
     assert cells["setup"].source == A.setup_source
     graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
     assert graded == POINTS and set(graded) == set(A.cell_checks)

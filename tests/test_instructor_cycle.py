@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,9 @@ def cycle(tmp_path_factory):
             folder = root / "course" / "submitted" / student / aid
             folder.mkdir(parents=True)
             shutil.copy(source / aid / f"{aid}.ipynb", folder / f"{aid}.ipynb")
+        t0 = time.perf_counter()
         logs[aid] = _run(root, "-m", "grader", "autograde", aid).stdout
+        print(f"[instructor cycle] autograde {aid} (reference + stub): {time.perf_counter() - t0:.0f} s")  # -s shows it
     _run(root, "-m", "nbgrader", "generate_feedback", "*", "--force")
     _run(root, "-m", "nbgrader", "export", f"--to={root / 'course' / 'grades.csv'}")
     return root, logs

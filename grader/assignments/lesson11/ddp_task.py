@@ -53,7 +53,7 @@ def allreduces(loopback_bytes: int) -> float:
     A ring all-reduce of ``B`` bytes has every rank send ``2 (W-1)/W x B`` (reduce-scatter, then
     all-gather): ``2 (W-1) B`` in all; DDP's constructor first broadcasts rank 0's ``B`` bytes of
     weights. Calibrated on this machine's gloo (2 ranks, 2048 hidden, 8 and 16 all-reduces per run):
-    7,295 and 14,153 KB sent, i.e. 8.06 and 16.11 by this formula."""
+    3,648 and 7,077 KB sent, i.e. 8.06 and 16.11 by this formula."""
     b = param_bytes()
     return max(0.0, (loopback_bytes - b) / (2 * (WORLD - 1) * b))
 

@@ -3,7 +3,7 @@
 Shared by the out-of-kernel exercise tests. ``InProcess`` and ``grade_in_process`` grade cells the
 way a sandboxed worker would answer them, in this process (the sandboxed path is each lesson's
 reference test); the tests of lessons 7 to 13 use them (lesson 5's keeps its own planner-only
-session)."""
+session, graded through grade_in_process)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
 
 from effkit.checkpoint_plan import CheckpointPlan
 from grader import assignments
@@ -248,15 +248,7 @@ class PlanOnly:
 
 def _grade_plan(planner_source: str, seed: int = 1) -> dict[str, CellVerdict]:
     """The plan cells exactly as grade_cells runs them, on PlanOnly's data."""
-    session, rng, verdicts = PlanOnly(planner_source), random.Random(seed), {}
-    for gid in PLAN_CELLS:
-        ctx = Context(session, rng)
-        try:
-            A.cell_checks[gid](ctx)
-            verdicts[gid] = CellVerdict(gid, True, ctx.lines)
-        except AssertionError as err:
-            verdicts[gid] = CellVerdict(gid, False, ctx.lines, str(err))
-    return verdicts
+    return grade_in_process(A, PlanOnly(planner_source), PLAN_CELLS, random.Random(seed))
 
 
 @pytest.mark.slow

@@ -18,7 +18,10 @@
 # The grader owns a classifier and a service-level objective (SLO) for it:
 #
 # * **latency**: served one request at a time (batch 1, one CPU thread), its **P95 latency** must be
-#   at least **1.5x lower** than the fp32 model's, measured by the grader in the same run;
+#   lower than the fp32 model's by at least half of what int8 weights buy on the grading machine
+#   (geometrically: `sqrt(g)` times lower, where `g` is the speed-up of the grader's own int8 model
+#   in the same run, and never less than 1.2x). int8's gain at batch 1 depends on the CPU: 1.5x to
+#   2.4x on the machines this course was calibrated on, so the bar is set per machine, per run;
 # * **accuracy**: on rows only the grader holds, at most **1 point** below the fp32 model's, and
 #   the same prediction as the fp32 model on at least 97% of them (it must be *this* model).
 #
@@ -41,9 +44,9 @@
 # your function in a separate process and takes **only the file**: it refuses anything that is not
 # a valid ONNX model of standard operators (a pickle, external data, a custom op, the wrong names or
 # shapes), then serves it in onnxruntime in its own process, where none of your code runs. It
-# measures accuracy on its held-out rows (3 points) and, only if that passes, times your model and
-# its own fp32 export interleaved, batch 1, P50/P95/P99 over thousands of requests after a warm-up
-# (3 points); a valid file earns 2 points.
+# measures accuracy on its held-out rows (3 points) and, only if that passes, times your model, its
+# own fp32 export and its own int8 model interleaved, batch 1, P50/P95/P99 over thousands of requests
+# after a warm-up (3 points); a valid file earns 2 points.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import torch

@@ -14,8 +14,14 @@ file. Only that file's bytes come back (capped before they are read). Then, in t
   predictions agree with the baseline's on at least ``MIN_AGREEMENT`` of the rows (the SLO is for
   *this* model: a different model trained on the calibration rows does not count).
 * ``test_latency`` (3 points): only when the first two pass; the grader's closed-loop load
-  generator (:mod:`serve`) times both sessions at batch 1, one thread, interleaved; the low end of
-  the interval of the P95 ratio (baseline / yours) must reach ``TARGET``.
+  generator (:mod:`serve`) times three sessions at batch 1, one thread, interleaved in one run: the
+  fp32 baseline, yours, and the grader's own int8 model (:func:`quantize_own`: every matmul but the
+  head, what the lesson teaches). The SLO is set from this machine, in this run: the low end of the
+  interval of your P95 ratio (baseline / yours) must reach the geometric midpoint between the fp32
+  model and the low end of the grader's int8 model's interval (``sqrt(own low)``), never less than
+  ``FLOOR``. A fixed
+  ratio does not transfer: int8's gain at batch 1 depends on the CPU and its load (2.4x on the
+  calibration host, 1.47x for the same file on a CI host).
 * ``test_quiz`` (2 points).
 
 **Trust.** No learner code runs in this process; the file is data, validated before onnxruntime
@@ -47,7 +53,7 @@ from grader.quiz import quiz_check
 MAX_DROP = 0.01  # held-out accuracy below the fp32 baseline's; calibration: grader/README.md (lesson 13)
 MIN_AGREEMENT = 0.97  # top-1 agreement with the fp32 baseline
 QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "QuantizeLinear", "QLinearMatMul", "ConvInteger")
-TARGET = 1.5  # the P95 ratio's interval must start at or above this; calibration: grader/README.md (lesson 13)
+FLOOR = 1.2  # the SLO's P95 ratio is never below this (the fp32 export's interval ends at <= 1.04x); grader/README.md
 CALL_SECONDS = 90
 SETUP_SOURCE = """\
 import torch
@@ -80,6 +86,7 @@ class Grading:
     lines: list[str] = field(default_factory=list)
     accuracy_problem: str | None = None
     base: object = None
+    fp32: bytes = b""  # the baseline's own export, which the grader also quantizes itself for the SLO
     mine: object = None
     x_test: np.ndarray | None = None
 
@@ -108,6 +115,21 @@ def export_fp32(net: torch.nn.Module) -> bytes:
                           output_names=[artifact.OUTPUT], dynamic_shapes=({0: "batch"},), dynamo=True,
                           external_data=False)  # fmt: skip
         with open(path, "rb") as f:
+            return f.read()
+
+
+def quantize_own(fp32: bytes) -> bytes:
+    """The grader's own int8 model: dynamic int8 weights for every matmul but the head (the lesson's answer)."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as d, _quiet():
+        src, dst = os.path.join(d, "fp32.onnx"), os.path.join(d, "int8.onnx")
+        with open(src, "wb") as f:
+            f.write(fp32)
+        head = [n.name for n in onnx.load_model_from_string(fp32).graph.node if n.op_type in ("Gemm", "MatMul")][-1]
+        quantize_dynamic(src, dst, weight_type=QuantType.QInt8, nodes_to_exclude=[head, head + "_MatMul"])
+        with open(dst, "rb") as f:
             return f.read()
 
 
@@ -144,7 +166,8 @@ def _run(ctx: Context) -> Grading:
         return g
     ops = ", ".join(f"{k} x{v}" for k, v in sorted(checked.ops.items()))
     g.lines.append(f"  ok  a valid ONNX file of {len(raw) / 1024:.0f} KiB, standard operators only ({ops})")
-    g.base = artifact.session(export_fp32(net))
+    g.fp32 = export_fp32(net)
+    g.base = artifact.session(g.fp32)
     x, y = data["x_test"].numpy(), data["y_test"].numpy()
     g.x_test = x
     with _quiet():
@@ -195,17 +218,20 @@ def check_latency(ctx: Context) -> None:
     expect(not g.problem, f"no latency points without a valid model: {g.problem}")
     expect(g.accuracy_problem is None, "no latency points: your model missed the accuracy target (test_accuracy)")
     with _quiet():
-        ab = serve.latency_ab(g.base, g.mine, g.x_test)
+        own = artifact.session(quantize_own(g.fp32))
+        ab, ref = serve.latency_compare(g.base, [g.mine, own], g.x_test)
+    need = max(FLOOR, ref.ci_low**0.5)  # the low end: noise in the grader's own timing never raises the bar
     (b50, b95, b99), (m50, m95, m99) = ab.baseline_ms, ab.candidate_ms
     report = (f"batch 1, one thread, closed loop, {ab.rounds} interleaved rounds of {serve.PER_ROUND} requests "
-              f"each: fp32 P50/P95/P99 {b50:.3f}/{b95:.3f}/{b99:.3f} ms, yours {m50:.3f}/{m95:.3f}/{m99:.3f} ms; "
-              f"P95 ratio {ab.ratio:.2f}x (interval {ab.ci_low:.2f}-{ab.ci_high:.2f}x, covers the median "
-              f"{ab.coverage:.0%} of the time)")  # fmt: skip
-    expect(ab.ci_low >= TARGET, f"{report}: the SLO asks for a P95 at least {TARGET:g}x lower than the fp32 "
-                                "model's, with the whole interval. An fp32 export is the baseline itself; int8 "
-                                "weights (quantize_dynamic) cut the bytes every request reads by 4x")  # fmt: skip
-    ctx.ok(f"{report} (>= {TARGET:g}x)")
-
+              f"each: fp32 P50/P95/P99 {b50:.3f}/{b95:.3f}/{b99:.3f} ms, yours {m50:.3f}/{m95:.3f}/{m99:.3f} ms, "
+              f"the grader's int8 model's P95 {ref.candidate_ms[1]:.3f} ms; your P95 ratio {ab.ratio:.2f}x "
+              f"(interval {ab.ci_low:.2f}-{ab.ci_high:.2f}x, covers the median {ab.coverage:.0%} of the time), "
+              f"the grader's int8 model's {ref.ratio:.2f}x (interval {ref.ci_low:.2f}-{ref.ci_high:.2f}x); the SLO on "
+              f"this machine: >= {need:.2f}x (the geometric midpoint between fp32 and the low end of the grader's int8 "
+              f"model's interval, never below {FLOOR:g}x)")  # fmt: skip
+    expect(ab.ci_low >= need, f"{report}: your whole interval must reach it. An fp32 export is the baseline itself; "
+                              "int8 weights (quantize_dynamic) cut the bytes every request reads by 4x")  # fmt: skip
+    ctx.ok(report)
 
 CELL_CHECKS = {"test_artifact": check_artifact, "test_accuracy": check_accuracy, "test_latency": check_latency,
                "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip

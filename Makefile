@@ -31,7 +31,7 @@ browser:
 
 test: $(STAMP) browser  ## lint + the whole test suite (what CI runs)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python tests/lanes.py
 
 # The exercise tests on the oldest torch pyproject.toml declares, in a second venv
 # (.venv-oldest-torch: torch X.Y from the registry, ~3 GB, built once; ~4 min in all here).

@@ -6,3 +6,21 @@ import os
 # step ran ~3x slower); PASSIVE makes timing tests, notebook kernels (they inherit this
 # environment) and the grader's workers behave on a busy machine. An explicit setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# Test files whose gradings or figures time something (an A/B ratio, a latency, a sleep-based
+# device): tests/lanes.py runs them one at a time with the last core to themselves, and the rest
+# of the suite beside them on the other core. The instructor cycle marks its timed exercises itself.
+TIMED_FILES = {
+    "test_bench.py", "test_clock.py", "test_demo.py", "test_gpu_check.py", "test_grader_submissions.py",
+    "test_lesson1_exercise.py", "test_lesson3_exercise.py", "test_lesson4_exercise.py", "test_lesson5_exercise.py",
+    "test_lesson6_exercise.py", "test_lesson7_exercise.py", "test_lesson9_exercise.py", "test_lesson10_exercise.py",
+    "test_lesson13_exercise.py", "test_measure.py", "test_serving.py",
+}  # fmt: skip
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    for item in items:
+        if item.path.name in TIMED_FILES:
+            item.add_marker(pytest.mark.timed)

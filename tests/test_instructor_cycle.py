@@ -4,6 +4,11 @@ generate_assignment -> two submissions per exercise (the reference solution and 
 student version) -> autograde (performance cells filled in by the grader) -> generate_feedback ->
 export. Everything happens in a temporary course root, so the repository's own course/ and
 exercises/ are never touched.
+
+Two courses, built only when a selected test needs one: the exercises whose grading times
+something (``TIMED``: marked ``timed``, run in the suite's timed lane, tests/lanes.py) and the
+rest (lessons 8, 11, 12: memory, bytes on the wire and epochs are counted, never timed), which the
+untimed lane grades on the other core at the same time.
 """
 
 import csv
@@ -23,6 +28,9 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").is_file())
+UNTIMED = ("lesson8", "lesson11", "lesson12")  # graded on counts (bytes, epochs, memory), not on a clock
+TIMED = tuple(aid for aid in EXERCISES if aid not in UNTIMED)
+PARAMS = [pytest.param(aid, marks=[pytest.mark.timed] if aid in TIMED else []) for aid in EXERCISES]
 
 
 def _env(root: Path) -> dict:
@@ -41,14 +49,31 @@ def _run(root: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProc
 
 
 @pytest.fixture(scope="module")
-def cycle(tmp_path_factory):
+def courses(tmp_path_factory):
+    built: dict[bool, tuple[Path, dict]] = {}
+
+    def course(aid: str) -> tuple[Path, dict]:
+        timed = aid in TIMED
+        if timed not in built:
+            built[timed] = _cycle(tmp_path_factory, TIMED if timed else UNTIMED)
+        return built[timed]
+
+    return course
+
+
+@pytest.fixture
+def cycle(courses, aid):
+    return courses(aid)
+
+
+def _cycle(tmp_path_factory, exercises) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("course")
     shutil.copytree(ROOT / "solutions", root / "solutions")
     logs = {}
     # One nbgrader process for every assignment where nbgrader takes a glob ("*"): each start
     # costs ~5 s on the CI machine, twice per exercise otherwise.
     _run(root, "-m", "nbgrader", "generate_assignment", "*", "--force")
-    for aid in EXERCISES:
+    for aid in exercises:
         for student, source in (("ref", root / "solutions"), ("weak", root / "exercises")):
             folder = root / "course" / "submitted" / student / aid
             folder.mkdir(parents=True)
@@ -79,7 +104,7 @@ def test_every_ready_lesson_has_an_exercise():
                          "lesson7", "lesson8", "lesson9"]
 
 
-@pytest.mark.parametrize("aid", EXERCISES)
+@pytest.mark.parametrize("aid", PARAMS)
 def test_exercises_are_generated_from_solutions(cycle, aid):
     """exercises/ must be exactly what `nbgrader generate_assignment` makes of solutions/."""
     import nbformat
@@ -96,7 +121,7 @@ def test_exercises_are_generated_from_solutions(cycle, aid):
     assert "BEGIN SOLUTION" not in text and "HIDDEN" not in text
 
 
-@pytest.mark.parametrize("aid", EXERCISES)
+@pytest.mark.parametrize("aid", PARAMS)
 def test_reference_gets_full_marks_and_untouched_version_nothing(cycle, aid):
     root, logs = cycle
     grades = _grades(root)
@@ -104,7 +129,7 @@ def test_reference_gets_full_marks_and_untouched_version_nothing(cycle, aid):
     assert grades[(aid, "weak")] == 0, logs[aid][-3000:]
 
 
-@pytest.mark.parametrize("aid", EXERCISES)
+@pytest.mark.parametrize("aid", PARAMS)
 def test_feedback_html_shows_the_graders_report(cycle, aid):
     root, _ = cycle
     weak_html = (root / "course" / "feedback" / "weak" / aid / f"{aid}.html").read_text()

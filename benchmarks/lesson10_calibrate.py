@@ -4,10 +4,21 @@
 (``checks.draw_cases``), profiles them in this process (``checks.profile_case``) and prints, per grading,
 how many labels the reference solution and effkit's doctor get right, and every miss with its profile's
 key figures. PASS_AT must sit below the reference's worst grading.
+
+``python benchmarks/lesson10_calibrate.py --step [--busy N] 1 2 3`` calibrates part (b) instead: per seed it
+grades ``test_fast_step_equal`` and ``test_fast_step_speed`` through the sandbox, as a grading does
+(``grader.cells.grade_cells``), for the reference ``fast_step``, a batched step that keeps the other slow
+habits (``.tolist()`` / ``.item()`` per sample, a float64 sum, a Python loop over the parameters) and the
+half-fix that keeps the per-sample loop; ``--busy N`` keeps N more processes spinning meanwhile, each in a
+session of its own (as other jobs on the machine: in the grader's session they would share its autogroup).
+``step_checks.TARGET`` must sit well below the reference's lowest interval and above the half-fix's.
 """
 
+import os
 import random
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,6 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from exercise_cells import solution_cells  # noqa: E402
 
 from effkit import doctor  # noqa: E402
+from effkit.measure import device_name  # noqa: E402
 from grader.assignments.lesson10 import checks  # noqa: E402
 
 SOLUTION = ROOT / "solutions" / "lesson10" / "lesson10.ipynb"
@@ -44,5 +56,73 @@ def main(seeds: list[int]) -> None:
     print(f"reference's worst grading: {worst}/{checks.CASES}; PASS_AT = {checks.PASS_AT}")
 
 
+_HEAD = "import torch\nimport torch.nn.functional as F\n\n\ndef fast_step(model, inputs, targets, lr, weight_decay):\n"
+STEP_VARIANTS = {  # fast_step sources besides the reference (which is read from the solution notebook)
+    # the batched forward and backward, every other habit of the original kept
+    "batched_other_habits_kept": _HEAD + """    params = list(model.parameters())
+    x = torch.tensor(inputs.tolist())
+    y = torch.tensor([int(t.item()) for t in targets])
+    losses = F.cross_entropy(model(x), y, reduction="none")
+    grads = torch.autograd.grad(losses.mean(), params)
+    total = sum(v.item() for v in losses)
+    with torch.no_grad():
+        for p, g in zip(params, grads):
+            p -= lr * (g.double().float() + weight_decay * p)
+    return total / len(inputs)
+""",
+    # the per-sample loop kept; the list round trips, the float64 sum and .item() per sample removed
+    "per_sample_loop_kept": _HEAD + """    params = list(model.parameters())
+    grads = [torch.zeros_like(p) for p in params]
+    total = 0.0
+    for i in range(len(inputs)):
+        loss = F.cross_entropy(model(inputs[i : i + 1]), targets[i : i + 1])
+        for g, s in zip(grads, torch.autograd.grad(loss, params)):
+            g += s
+        total = total + loss.detach()
+    with torch.no_grad():
+        for p, g in zip(params, grads):
+            p -= lr * (g / len(inputs) + weight_decay * p)
+    return float(total) / len(inputs)
+""",
+}
+
+
+def main_step(seeds: list[int], busy: int) -> None:
+    from grader import assignments
+    from grader.assignments.lesson10 import step_checks
+    from grader.cells import grade_cells
+
+    a = assignments.get("lesson10")
+    variants = {"reference": None, **STEP_VARIANTS}
+    print(f"device: {device_name('cpu')}; load {os.getloadavg()}; busy processes {busy}; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; TARGET {step_checks.TARGET}x")  # fmt: skip
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(busy)]
+    try:
+        for seed in seeds:
+            for name, source in variants.items():
+                cells = solution_cells(SOLUTION, SOLUTION, **({"fast_step": source} if source else {}))
+                start = time.perf_counter()
+                verdicts, _ = grade_cells(a, cells, only=["test_fast_step_equal", "test_fast_step_speed"], seed=seed)
+                said = {g: "pass" if v.passed else "FAIL" for g, v in verdicts.items()}
+                speed = verdicts["test_fast_step_speed"]
+                line = speed.lines[-1] if speed.passed else speed.reason
+                print(f"seed {seed} {name}: {said}, {time.perf_counter() - start:.1f} s\n    {line[:240]}", flush=True)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    print(f"load {os.getloadavg()}")
+
+
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]] or [1, 2, 3])
+    args = sys.argv[1:]
+    if "--step" in args:
+        args.remove("--step")
+        busy = 0
+        if "--busy" in args:
+            at = args.index("--busy")
+            busy = int(args[at + 1])
+            del args[at : at + 2]
+        main_step([int(a) for a in args] or [1, 2, 3], busy)
+    else:
+        main([int(a) for a in args] or [1, 2, 3])

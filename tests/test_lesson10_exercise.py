@@ -1,5 +1,6 @@
 """Lesson 10's exercise, graded out of the kernel: the learner's ``diagnose`` sees only plain profiles the
-grader measured itself, of steps in which the grader planted bottlenecks.
+grader measured itself, of steps in which the grader planted bottlenecks; part (b): the learner's
+``fast_step`` held to the original slow step's result and timed against it.
 
 The reference's full marks through the sandbox and the stub's 0 are the instructor cycle's
 (tests/test_instructor_cycle.py). Here every submission is graded in this process on its cell data: the probe
@@ -23,7 +24,7 @@ from grader.cells import CellVerdict, CheckFailed, Context
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson10" / "lesson10.ipynb"
 EXERCISE = ROOT / "exercises" / "lesson10" / "lesson10.ipynb"
-POINTS = {"test_diagnose": 5, "test_quiz": 2}
+POINTS = {"test_diagnose": 5, "test_fast_step_equal": 2, "test_fast_step_speed": 3, "test_quiz": 2}
 A = assignments.get("lesson10")
 SEED = 1
 
@@ -150,3 +151,175 @@ def test_the_probe_hands_each_case_a_fresh_copy_and_returns_short_strings():
     data, blobs = lesson10_probes.probe_diagnose(worker, profiles=[{"step_ms": 1.0}, {"step_ms": 2.0}])
     assert [s["step_ms"] for s in seen] == [1.0, 2.0] and blobs == []
     assert data == {"labels": ["data" * 10, "data" * 10]} and type(data["labels"][0]) is str
+
+
+# -- part (b): the slow step to fix ---------------------------------------------------------------
+
+from grader.assignments.lesson10 import slow_step as step_task  # noqa: E402
+from grader.assignments.lesson10 import step_checks  # noqa: E402
+from grader.channel import tensor_msg  # noqa: E402
+from grader.probe import CallResult  # noqa: E402
+
+STEP_CELLS = ["test_fast_step_equal", "test_fast_step_speed"]
+_FAST = dict(solution_cells(SOLUTION, SOLUTION))["fast_step"]
+_BATCH = "model(inputs), targets"
+_STUB = "def fast_step(model, inputs, targets, lr, weight_decay):\n    raise NotImplementedError()\n"
+# the per-sample loop kept (the list round trips, the float64 sum and .item() per sample gone): correct, ~1.2x
+_LOOP_KEPT = """import torch
+import torch.nn.functional as F
+
+
+def fast_step(model, inputs, targets, lr, weight_decay):
+    params = list(model.parameters())
+    grads = [torch.zeros_like(p) for p in params]
+    total = 0.0
+    for i in range(len(inputs)):
+        loss = F.cross_entropy(model(inputs[i : i + 1]), targets[i : i + 1])
+        for g, s in zip(grads, torch.autograd.grad(loss, params)):
+            g += s
+        total = total + loss.detach()
+    with torch.no_grad():
+        for p, g in zip(params, grads):
+            p -= lr * (g / len(inputs) + weight_decay * p)
+    return float(total) / len(inputs)
+"""
+
+STEP_SUBMISSIONS = {  # name: (fast_step source, {cell: passes}, words in the failing cells' reasons)
+    "reference": (_FAST, {"test_fast_step_equal": True, "test_fast_step_speed": True}, ""),
+    "untouched_stub": (_STUB, {"test_fast_step_equal": False, "test_fast_step_speed": False}, "NotImplementedError"),
+    # fast, but an off-by-one drops the batch's last sample: a different update, so no speed points either
+    "drops_a_sample": (_FAST.replace(_BATCH, "model(inputs[:-1]), targets[:-1]"),
+                       {"test_fast_step_equal": False, "test_fast_step_speed": False}, "every sample"),
+    # fast, with the learning rate of the notebook's try-it cell instead of the one given
+    "hard_coded_lr": (_FAST.replace("lr=lr,", "lr=0.1,"),
+                      {"test_fast_step_equal": False, "test_fast_step_speed": False}, "the learning rate"),
+    "per_sample_loop_kept": (_LOOP_KEPT, {"test_fast_step_equal": True, "test_fast_step_speed": False},
+                             "one sample at a time"),
+}  # fmt: skip
+
+
+@pytest.fixture
+def baseline_in_process(monkeypatch):
+    """The baseline worker (grader code only) answered in this process, as InProcess answers the learner's."""
+    class Baseline(InProcess):
+        def close(self):
+            pass
+
+    monkeypatch.setattr(step_checks, "baseline_session", lambda session: Baseline(A, lesson10_probes, []))
+
+
+def _grade_step(source: str):
+    cells = solution_cells(SOLUTION, SOLUTION, fast_step=source)
+    return grade_in_process(A, InProcess(A, lesson10_probes, cells), STEP_CELLS, random.Random(SEED))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", STEP_SUBMISSIONS)
+def test_fast_step_submissions_score_what_they_deserve(baseline_in_process, name):
+    source, want, words = STEP_SUBMISSIONS[name]
+    assert name == "reference" or source != _FAST, f"{name}: the mistake did not change the cell"
+    verdicts = _grade_step(source)
+    got = {gid: v.passed for gid, v in verdicts.items()}
+    reasons = {gid: v.reason for gid, v in verdicts.items() if not v.passed}
+    assert got == want, reasons
+    assert all(words in reason for reason in reasons.values()), reasons
+    points = sum(POINTS[gid] for gid, passed in got.items() if passed)
+    print(f"{name}: {points} of 5 points; " + " | ".join(v.reason or v.lines[-1] for v in verdicts.values()))
+
+
+def test_the_notebook_shows_the_graders_own_slow_step():
+    import inspect
+
+    nb = nbformat.read(SOLUTION, as_version=4)
+    shown = next(c.source for c in nb.cells if c.cell_type == "markdown" and "def slow_step(" in c.source)
+    assert inspect.getsource(step_task.slow_step) in shown
+    # and the original is what it says: the same update as one batched step, slowly
+    task = step_task.Task(seed=3, batch=16, steps=2)
+    slow, _ = step_task.run(step_task.slow_step, task, 0.1, 0.01)
+    ns: dict = {}
+    exec(_FAST, ns)  # noqa: S102  (the repository's reference)
+    fast, _ = step_task.run(ns["fast_step"], task, 0.1, 0.01)
+    moved = (step_task.flat(slow) - step_task.flat(task.model())).norm()
+    assert moved > 0 and (step_task.flat(fast) - step_task.flat(slow)).norm() / moved < 1e-5
+
+
+def test_untrusted_step_results_are_refused_by_shape_and_compared_with_the_parents_own_run():
+    spec = {"seed": 5, "batch": 16, "lr": 0.1, "weight_decay": 0.01}
+    init, want, losses = step_checks.reference(spec, 2)
+    meta, raw = tensor_msg(want)
+    honest = CallResult(True, {"weights": meta, "losses": list(losses)}, [raw])
+    assert step_checks.mismatch(honest, init, want, losses, 2) == ""
+    as_f64 = tensor_msg(want.double())
+    cases = {
+        "could not read the weights": CallResult(True, {"weights": meta, "losses": losses}, [raw[:-4]]),
+        "float64": CallResult(True, {"weights": as_f64[0], "losses": losses}, [as_f64[1]]),
+        "not a tensor": CallResult(True, {"weights": "a list of floats", "losses": losses}, [raw]),
+        "did not move": CallResult(True, {"weights": tensor_msg(init)[0], "losses": losses}, [tensor_msg(init)[1]]),
+        "not finite": CallResult(True, {"weights": meta, "losses": losses}, [tensor_msg(want * float("nan"))[1]]),
+        "returned str": CallResult(True, {"weights": meta, "losses": [losses[0], "returned str"]}, [raw]),
+        "expected 2 losses": CallResult(True, {"weights": meta, "losses": losses[:1]}, [raw]),
+    }  # fmt: skip
+    for words, result in cases.items():
+        said = step_checks.mismatch(result, init, want, losses, 2)
+        assert said and (words in said or (words == "not a tensor" and "could not read" in said)), (words, said)
+
+
+def test_the_probe_reads_the_model_itself_and_turns_odd_losses_into_sentences():
+    def as_float64(model, inputs, targets, lr, weight_decay):
+        model.double()  # the weights would no longer be the grader's float32 numbers
+        return 0.0
+
+    worker = type("W", (), {"ns": {"fast_step": as_float64}})()
+    with pytest.raises(TypeError, match="float64"):
+        lesson10_probes.probe_fast_step(worker, seed=1, batch=8, steps=1, lr=0.1, weight_decay=0.0)
+
+    class Loud(float):
+        pass
+
+    import torch
+
+    assert lesson10_probes._plain_loss(torch.tensor(2.5)) == 2.5
+    assert lesson10_probes._plain_loss(Loud(1.0)) == "returned Loud"
+    assert lesson10_probes._plain_loss([1.0]) == "returned list"
+
+
+# A slow step that tampers: it replaces the worker's clocks (so that, were the worker believed, its
+# step would look 100x faster) and, during its timed calls, raises the nice value of every other
+# process of its user (the grader's baseline worker among them), which would slow the baseline on a
+# busy machine. Through the real sandbox: the clock patch is flagged and changes nothing, the renice
+# is seen before the next baseline call and refuses the speed points.
+_TAMPERS = _LOOP_KEPT.replace("def fast_step(", """import os
+import time
+
+_real = time.perf_counter
+time.perf_counter = lambda: _real() / 100
+time.monotonic = lambda: _real() / 100
+
+
+def _renice_the_others():
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == os.getuid():
+                    os.setpriority(os.PRIO_PROCESS, int(pid), 19)
+            except OSError:
+                pass
+
+
+def fast_step(""").replace("    params = list(model.parameters())\n", "    _renice_the_others()\n    params = list(model.parameters())\n", 1)
+
+
+@pytest.mark.slow
+def test_through_the_sandbox_a_step_that_patches_the_clock_and_renices_the_baseline_earns_no_speed():
+    import os
+
+    from grader.cells import grade_cells
+
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox's separate user and freezer need root")
+    verdicts, report = grade_cells(A, solution_cells(SOLUTION, SOLUTION, fast_step=_TAMPERS), only=STEP_CELLS,
+                                   seed=SEED)  # fmt: skip
+    assert verdicts["test_fast_step_equal"].passed, verdicts["test_fast_step_equal"].reason
+    speed = verdicts["test_fast_step_speed"]
+    assert not speed.passed and "priority or cores changed" in speed.reason, speed.reason
+    assert any("time.perf_counter" in flag for flag in report["flags"]), report["flags"]

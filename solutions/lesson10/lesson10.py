@@ -66,6 +66,9 @@
 # Use **shares of the step** (a range's ms divided by `step_ms`), not milliseconds: the grader's
 # machine may be faster or slower than yours, and busy. When two things look wrong, name the one
 # whose fix saves the most time.
+#
+# **Part (b)**, further down: fix a slow training step. The grader holds your step to the original's
+# result and times it against the original.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
@@ -104,6 +107,94 @@ def diagnose(profile):
 from grader.check import check_my_work
 
 check_my_work("test_diagnose", "lesson10.ipynb")
+
+# %% [markdown]
+# ## Part (b), your turn: a slow training step to fix
+#
+# Below is a training step that is **correct and slow**: one step of SGD with weight decay on the
+# mean cross-entropy of a batch, for a small MLP (32 → 64 → 64 → 10). It is the grader's own code
+# (`grader/assignments/lesson10/slow_step.py`), shown here exactly:
+#
+# ```python
+# def slow_step(model, inputs, targets, lr, weight_decay):
+#     """One SGD step with weight decay on the mean cross-entropy of the batch; returns the mean loss."""
+#     params = list(model.parameters())
+#     grads = [torch.zeros(p.shape, dtype=torch.float64) for p in params]  # float64 where float32 does
+#     total = 0.0
+#     for i in range(len(inputs)):  # one sample at a time: hundreds of tiny operators per step
+#         x = torch.tensor(inputs[i].tolist()).unsqueeze(0)  # to a Python list and back: a new tensor
+#         y = torch.tensor([int(targets[i].item())])  # .item(): a host read per sample
+#         loss = F.cross_entropy(model(x), y)
+#         for g, sample_grad in zip(grads, torch.autograd.grad(loss, params), strict=True):
+#             g += sample_grad.double()
+#         total += loss.item()  # and another
+#     with torch.no_grad():
+#         for p, g in zip(params, grads, strict=True):  # a Python loop over the parameters, small operators each
+#             update = (g / len(inputs)).float() + weight_decay * p
+#             p -= lr * update
+#     return total / len(inputs)
+# ```
+#
+# Profile it (or just read it: every bottleneck of part (a) but padding is in there), then write
+# `fast_step(model, inputs, targets, lr, weight_decay)` that makes **the same update** faster and
+# returns the batch's mean loss as a float. `inputs` is a float32 tensor `[batch, 32]`, `targets`
+# an int64 tensor `[batch]`; update the model's parameters in place.
+#
+# **How it is graded** (outside your notebook; your step runs in a separate process on one CPU
+# thread, the original in the grader's own):
+#
+# * `test_fast_step_equal` (2 points): the grader draws a model, a batch size, the learning rate and
+#   the weight decay, runs the original step 3 times itself, and your step 3 times on the same
+#   batches. Your weights must match its weights to within 1e-3 of the update (float32 instead of a
+#   float64 sum is fine: ~1e-6), and each loss you return its loss.
+# * `test_fast_step_speed` (3 points): the grader times 8 of your steps against 8 of the original's,
+#   alternating (A B B A ...), 6 pairs, each pair on a fresh task whose result it checks too. The
+#   interval of the median speed-up must start at **3x** or above (a step that keeps the
+#   per-sample loop reaches ~1.2x).
+
+# %% nbgrader={"grade": false, "grade_id": "fast_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
+import torch
+import torch.nn.functional as F
+
+
+def fast_step(model, inputs, targets, lr, weight_decay):
+    """slow_step's update, fast: one SGD step with weight decay on the batch's mean cross-entropy."""
+    ### BEGIN SOLUTION
+    loss = F.cross_entropy(model(inputs), targets)  # the whole batch in one forward: its mean loss
+    # plain SGD keeps no state between steps, so a fresh optimizer per step makes the same update;
+    # foreach=True: a few multi-tensor operators instead of a Python loop over the parameters
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, weight_decay=weight_decay, foreach=True)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.item()  # one host read per step instead of two per sample
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_fast_step_equal", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_fast_step_equal", "lesson10.ipynb")
+
+# %% nbgrader={"grade": true, "grade_id": "test_fast_step_speed", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_fast_step_speed", "lesson10.ipynb")
+
+# %% [markdown]
+# Try it before you ask the grader (not graded): the same task, both steps, timed interleaved.
+
+# %%
+from effkit.abtest import compare
+from grader.assignments.lesson10.slow_step import Task, flat, run, slow_step
+
+task = Task(seed=0, batch=64, steps=3)
+torch.set_num_threads(1)
+slow_model, slow_losses = run(slow_step, task, 0.1, 0.01)
+fast_model, fast_losses = run(fast_step, task, 0.1, 0.01)
+update = (flat(slow_model) - flat(task.model())).norm()
+print(f"weights differ by {float((flat(fast_model) - flat(slow_model)).norm() / update):.1e} of the update")
+print(compare(lambda: run(slow_step, task, 0.1, 0.01), lambda: run(fast_step, task, 0.1, 0.01), min_pairs=6, max_pairs=6))
 
 # %% [markdown]
 # ## Quiz

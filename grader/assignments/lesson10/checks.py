@@ -1,4 +1,4 @@
-"""Lesson 10 - profiling: name the bottleneck from plain profile data, graded out of the kernel.
+"""Lesson 10 - profiling: name the bottleneck from plain profile data; (b) fix a slow step. Out of the kernel.
 
 **What it does.** Per grading the parent draws ``CASES`` training steps of the course's small
 text classifier (:mod:`effkit.doctor_plants`): every label once (``none``: nothing planted) and a
@@ -9,6 +9,10 @@ worker, where the learner's ``diagnose(profile)`` returns a label (:mod:`probes`
 
 * ``test_diagnose`` (5 points): at least ``PASS_AT`` of the ``CASES`` labels equal what was
   planted. Any answer that is not one of ``LABELS`` counts as wrong and is named in the feedback.
+* ``test_fast_step_equal`` (2 points, part b): the learner's ``fast_step`` ends with the weights
+  and losses of the original slow step, run by this process on a task it draws (:mod:`step_checks`).
+* ``test_fast_step_speed`` (3 points, part b): timed against the original here, interleaved; the
+  interval of the speed-up must start at ``step_checks.TARGET``.
 * ``test_quiz`` (2 points).
 
 **Trust.** No learner code runs here; the profiles, the planted truth and the count are the parent's.
@@ -21,6 +25,7 @@ one miss in ``CASES`` is allowed so that a sound rule is not failed by one noisy
 from __future__ import annotations
 
 from grader.assignments import Assignment
+from grader.assignments.lesson10 import step_checks
 from grader.cells import CheckFailed, Context, expect, stub_reason
 from grader.quiz import quiz_check
 
@@ -99,8 +104,9 @@ def check_diagnose(ctx: Context) -> None:
     ctx.ok(summary + ("" if not wrong else f"; missed: {'; '.join(wrong)}"))
 
 
-CELL_CHECKS = {"test_diagnose": check_diagnose, "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}
-NAMES = ("diagnose",)
+CELL_CHECKS = {"test_diagnose": check_diagnose, "test_fast_step_equal": step_checks.check_equal,
+               "test_fast_step_speed": step_checks.check_speed, "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
+NAMES = ("diagnose", "fast_step")
 
 ASSIGNMENT = Assignment(id="lesson10", notebook="lesson10", object_name="diagnose",
                         performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,

@@ -1,10 +1,17 @@
-"""Lesson 10, worker side: the learner's ``diagnose(profile)`` on plain profile data, one label per case.
+"""Lesson 10, worker side: the learner's ``diagnose(profile)`` on plain profile data, one label per case;
+part (b): the learner's ``fast_step`` trained on a task drawn from the parent's seed.
 
 **What it does.** ``probe_diagnose(profiles)`` calls the learner's ``diagnose`` on each profile (a
 JSON dict the parent measured: per-range times, operator counts, syncs, dtypes, padding share ...)
 and returns one short string per case: the label, or why there is none ("raised ...", "returned
 <type>"). Nothing is profiled here and nothing is judged here: the parent planted the bottlenecks,
 profiled the steps itself and compares the labels with what it planted.
+
+``probe_fast_step(seed, batch, steps, lr, weight_decay)`` builds the task of that seed
+(:mod:`slow_step`: initial weights and batches from the seed alone), runs the learner's step on
+each batch and returns the losses it returned (as floats, or why not) and the model's parameters
+afterwards as raw float32 bytes. The parent times the call on its own clock and compares the
+weights with its own run of the original step.
 
 **When to use it.** Named as lesson 10's probe module; run in :mod:`grader.probe_worker`.
 
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import copy
 
+from grader.channel import tensor_msg
 from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
 
 MAX_LABEL = 40
@@ -41,3 +49,55 @@ def probe_diagnose(worker, profiles: list):
         labels.append(str.__getitem__(label, slice(0, MAX_LABEL)) if isinstance(label, str)
                       else f"returned {type(label).__name__}"[:MAX_LABEL])  # fmt: skip
     return {"labels": labels}, []
+
+
+def probe_fast_step(worker, seed: int, batch: int, steps: int, lr: float, weight_decay: float):
+    import torch
+
+    from grader.assignments.lesson10 import slow_step as task
+
+    fn = worker.ns.get("fast_step")
+    if not callable(fn):
+        raise NameError("your solution cells define no function 'fast_step'")
+    torch.set_num_threads(1)  # as the parent's own run of the original step
+    model, losses = task.run(fn, task.Task(seed, batch, steps), lr, weight_decay)
+    weights = task.flat(model)  # the grader's own reading of the model it handed over
+    if weights.dtype != torch.float32 or weights.numel() != task.numel():
+        raise TypeError(f"after your steps the model holds {weights.numel()} {weights.dtype} numbers, expected "
+                        f"{task.numel()} float32: update the parameters in place, keep their dtype")  # fmt: skip
+    meta, raw = tensor_msg(weights)
+    return {"losses": [_plain_loss(v) for v in losses], "weights": meta}, [raw]
+
+
+def _plain_loss(value):
+    """A returned loss as a float, or a short sentence saying what it was instead."""
+    import torch
+
+    if type(value) in (float, int):
+        return float(value)
+    if type(value) is torch.Tensor and value.numel() == 1:
+        return float(torch.Tensor.item(value.detach()))
+    return f"returned {type(value).__name__}"[:MAX_LABEL]
+
+
+def probe_slow_step(worker, seed: int, batch: int, steps: int, lr: float, weight_decay: float):
+    """The original step on the same task, in a worker that holds no learner code: the timed baseline."""
+    import torch
+
+    from grader.assignments.lesson10 import slow_step as task
+
+    torch.set_num_threads(1)
+    model, losses = task.run(task.slow_step, task.Task(seed, batch, steps), lr, weight_decay)
+    meta, raw = tensor_msg(task.flat(model))
+    return {"losses": losses, "weights": meta}, [raw]
+
+
+def probe_shield(worker):
+    """Make this (baseline) worker non-dumpable before any timing: a process of the learner's, which
+    runs as the same user, can then no longer ptrace it or write its memory (PR_SET_DUMPABLE = 0)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(4, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
+    return {"dumpable": libc.prctl(3, 0, 0, 0, 0)}, []  # PR_GET_DUMPABLE: what the kernel now says

@@ -1,0 +1,212 @@
+"""Lesson 10 (b), parent side: the learner's ``fast_step`` held to the original's result, then timed against it.
+
+**What it does.** ``check_equal`` (``test_fast_step_equal``) draws a task (seed, batch size, learning
+rate, weight decay) per grading, runs the original :func:`slow_step.slow_step` **here** for
+``EQUAL_STEPS`` steps and the learner's step in the sandboxed worker on the same seed, and compares
+the weights the worker sends back (raw float32 bytes) and its losses with this process's own run.
+``check_speed`` (``test_fast_step_speed``) times, interleaved (ABBA, :func:`effkit.abtest.compare`,
+on this process's clock), ``TIMED_STEPS`` of the original step in a sandboxed worker that holds no
+learner code (A) against as many of the learner's in its own worker (B), one CPU thread each, each
+pair on a task of its own; the worker not being timed is frozen. Every timed call of B must end
+with the weights of this process's own run of that task. It passes when the interval of the
+median speed-up starts at ``TARGET`` or above.
+
+**When to use it.** Lesson 10's cell checks (:mod:`checks`).
+
+**Expected gain.** No figure a worker states is believed: the reference weights and every clock
+reading are this process's. Both sides pay the same round trip and the same thaw and freeze; both
+workers sit in cgroups and sessions of their own, so load elsewhere on the machine hits them alike
+(timing A in this process instead let two busy processes of the grader's session lift a no-faster
+step from 1.1x to 2.7x).
+
+**Pitfalls.** Both workers run as the same user, so the learner's could signal, renice or ptrace
+the baseline: it is frozen while the baseline starts, the baseline makes itself non-dumpable (no
+ptrace) before any timing, and a changed priority or core set of its threads refuses the speed
+points; a stopped or killed baseline fails the call. ``TARGET`` and ``TOLERANCE`` are
+calibrated in grader/README.md (lesson 10), with ``benchmarks/lesson10_calibrate.py --step``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+from effkit.abtest import compare
+from grader.assignments.lesson10 import slow_step as task
+from grader.cells import CheckFailed, Context, expect, stub_reason
+from grader.channel import ChannelError, tensor_from
+from grader.probe import ProbeSession
+
+EQUAL_STEPS = 3  # steps of the equality check: enough for a wrong update to compound
+TIMED_STEPS = 8  # steps per timed call: ~0.4 s of the original; the call's fixed ~10 ms is small beside it
+PAIRS = 6  # [min, max] of 6 pairs covers the median 97% of the time
+TARGET = 3.0  # the interval's low end: the reference's lowest was 9.0x, the per-sample loop's highest high end 1.5x
+TOLERANCE = 1e-3  # relative error of the update: float32 vs the float64 sum ~1e-6, mistakes >= 3e-2
+LOSS_TOLERANCE = 1e-4  # relative error of each returned loss (honest ~1e-7)
+CALL_SECONDS = 30.0
+
+
+def draw(rng) -> dict:
+    """A task and its hyperparameters, secret per grading (the step must use the ones it is given)."""
+    return {"seed": rng.randrange(1 << 30), "batch": rng.choice((48, 64, 80)),
+            "lr": round(rng.uniform(0.05, 0.2), 4), "weight_decay": round(rng.uniform(0.005, 0.02), 4)}  # fmt: skip
+
+
+@contextlib.contextmanager
+def one_thread():
+    """The parent's run on one thread, as the worker's: the comparison is of the steps, not of thread pools."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def reference(spec: dict, steps: int) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
+    """This process's own run of the original step: (initial weights, final weights, losses)."""
+    t = task.Task(spec["seed"], spec["batch"], steps)
+    with one_thread():
+        model, losses = task.run(task.slow_step, t, spec["lr"], spec["weight_decay"])
+    return task.flat(t.model()), task.flat(model), losses
+
+
+def call_learner(ctx: Context, spec: dict, steps: int):
+    """One call of the learner's step in the worker: the CallResult, or CheckFailed saying why not."""
+    r = ctx.session.call("fast_step", CALL_SECONDS, steps=steps, **spec)
+    if not r.ok:
+        stub = [e for e in ctx.session.load_errors if e.get("cell") == "fast_step"]
+        raise CheckFailed(stub_reason(stub[0]["message"] if stub else r.failure) or f"fast_step {r.failure}")
+    return r
+
+
+def mismatch(r, init: torch.Tensor, want: torch.Tensor, losses: list[float], steps: int) -> str:
+    """Why the worker's answer is not the original step's result ('' when it is). Everything here is
+    untrusted: the weights are rebuilt from bytes of a known dtype and size, the losses must be floats."""
+    try:
+        got = tensor_from(r.data.get("weights") if isinstance(r.data.get("weights"), dict) else {},
+                          r.blobs[0] if len(r.blobs) == 1 else b"")  # fmt: skip
+    except ChannelError as err:
+        return f"the grader could not read the weights back ({err})"
+    if got.dtype != torch.float32 or got.shape != want.shape:
+        return f"the model's parameters came back as {got.dtype} {list(got.shape)}, expected float32 {list(want.shape)}"
+    if not torch.isfinite(got).all():
+        return "the weights after your steps are not finite (NaN or inf)"
+    update = (want - init).norm()
+    error = float((got - want).norm() / update)
+    if error > TOLERANCE:
+        moved = float((got - init).norm() / update)
+        hint = (" (the weights did not move: does your step update the model's parameters in place?)" if moved < 1e-6
+                else ": the learning rate and weight decay given, every sample, the mean loss")  # fmt: skip
+        return (f"after {steps} step{'s' if steps > 1 else ''} your weights differ from the original step's by {error:.1e} of the update "
+                f"(allowed {TOLERANCE:.0e}){hint}")  # fmt: skip
+    said = r.data.get("losses")
+    if not isinstance(said, list) or len(said) != steps:
+        return f"expected {steps} losses back (one per step), got {str(said)[:60]}"
+    for i, (got_loss, want_loss) in enumerate(zip(said, losses, strict=True), 1):
+        if not isinstance(got_loss, float) or abs(got_loss - want_loss) > LOSS_TOLERANCE * abs(want_loss):
+            shown = f"{got_loss:.6g}" if isinstance(got_loss, float) else str(got_loss)[:40]
+            return (f"step {i} returned the loss {shown}, the original step's mean loss is {want_loss:.6g}: "
+                    "return the batch's mean cross-entropy as a float")  # fmt: skip
+    return ""
+
+
+def check_equal(ctx: Context) -> None:
+    spec = draw(ctx.rng)
+    init, want, losses = reference(spec, EQUAL_STEPS)
+    r = call_learner(ctx, spec, EQUAL_STEPS)
+    problem = mismatch(r, init, want, losses, EQUAL_STEPS)
+    shown = f"fast_step on a batch of {spec['batch']}, lr {spec['lr']}, weight decay {spec['weight_decay']}"
+    expect(not problem, f"{shown}: {problem}")
+    ctx.ok(f"{shown}: after {EQUAL_STEPS} steps the same weights and losses as the original step")
+
+
+def baseline_session(session):
+    """A sandboxed worker that holds the grader's code only (no learner cell): where A runs. The
+    tests, which grade in process, replace it with an in-process one."""
+    return ProbeSession(session.probes, session.setup, [], [])
+
+
+def _paused(session, frozen: bool) -> None:
+    box = getattr(session, "box", None)  # None in process, or after a failed call closed the worker
+    if box is not None:
+        box.pause() if frozen else box.resume()
+
+
+def _sched(session) -> dict:
+    """{thread id: (nice, cores)} of a worker's threads: what another process of the same user could
+    change to slow it down (a priority, cores) and that outlives the change."""
+    box = getattr(session, "box", None)
+    out = {}
+    for tid in os.listdir(f"/proc/{box.pid}/task") if box is not None else []:
+        try:
+            with open(f"/proc/{box.pid}/task/{tid}/stat") as f:
+                nice = int(f.read().rpartition(")")[2].split()[16])  # field 19, after the command name
+            out[int(tid)] = (nice, tuple(sorted(os.sched_getaffinity(int(tid)))))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _timed(session, probe: str, spec: dict):
+    """One timed call: the worker thawed for it and frozen again, both inside the time measured,
+    so each side pays the same; the other side's worker stays frozen meanwhile."""
+    _paused(session, False)
+    try:
+        r = session.call(probe, CALL_SECONDS, steps=TIMED_STEPS, **spec)
+    finally:
+        _paused(session, True)
+    return r
+
+
+def check_speed(ctx: Context) -> None:
+    base = draw(ctx.rng)
+    seeds = [ctx.rng.randrange(1 << 30) for _ in range(PAIRS + 1)]  # a task per pair (the first: warm-up)
+    # one untimed step first (it starts the worker if none runs): a step that changes the result
+    # is refused before any timing, a correct one pays its first-call costs here
+    first = base | {"seed": ctx.rng.randrange(1 << 30)}
+    problem = mismatch(call_learner(ctx, first, 1), *reference(first, 1), 1)
+    expect(not problem, f"{problem}. Speed counts only for the original step's result (see test_fast_step_equal)")
+    bare, runs = baseline_session(ctx.session), {"a": [], "b": []}
+    try:
+        # the learner's worker frozen while the baseline starts and shields itself (non-dumpable: no
+        # ptrace from a process of the same user); any later change of its priority or cores is seen
+        _paused(ctx.session, True)
+        if isinstance(bare, ProbeSession):  # (in process, the tests', there is no process to shield)
+            shield = bare.call("shield", CALL_SECONDS)
+            expect(shield.ok and shield.data.get("dumpable") == 0,
+                   f"the grader's baseline worker could not start ({shield.failure}): a grader bug, report it")  # fmt: skip
+        _paused(bare, True)
+        before = _sched(bare)
+
+        def original():
+            now = _sched(bare)
+            expect(all(now.get(t, v) == v for t, v in before.items()), "the grader's baseline worker had its "
+                   "priority or cores changed while yours ran: no speed points")  # fmt: skip
+            r = _timed(bare, "slow_step", base | {"seed": seeds[len(runs["a"])]})
+            expect(r.ok, f"the grader's baseline worker failed ({r.failure}): it runs no code of yours; if your "
+                   "step does not reach it, report it")  # fmt: skip
+            runs["a"].append(r)
+
+        def yours():
+            r = _timed(ctx.session, "fast_step", base | {"seed": seeds[len(runs["b"])]})
+            if not r.ok:
+                raise CheckFailed(f"fast_step {r.failure}")
+            runs["b"].append(r)
+
+        result = compare(original, yours, warmup=1, min_pairs=PAIRS, max_pairs=PAIRS)
+    finally:
+        _paused(ctx.session, False)
+        bare.close()
+    for i, (seed, r) in enumerate(zip(seeds, runs["b"], strict=True)):  # the parent's own runs, after the timing
+        problem = mismatch(r, *reference(base | {"seed": seed}, TIMED_STEPS), TIMED_STEPS)
+        expect(not problem, f"timed call {i + 1}: {problem}. Speed counts only for the original step's result "
+               "(see test_fast_step_equal)")  # fmt: skip
+    shown = (f"your step is {result.ratio:.1f}x as fast as the original (interval {result.ci_low:.1f}-"
+             f"{result.ci_high:.1f}x, covering the median {result.coverage:.0%} of the time over {result.pairs} "
+             f"pairs of {TIMED_STEPS} steps, each in its own worker on one CPU thread, timed by the grader)")  # fmt: skip
+    expect(result.ci_low >= TARGET, f"{shown}: the interval must start at {TARGET:g}x or above. Profile it: "
+           "is the step still one sample at a time?")  # fmt: skip
+    ctx.ok(f"{shown}; target {TARGET:g}x")

@@ -75,6 +75,22 @@ def test_validation_names_every_single_plant_and_no_false_alarm_on_the_clean_ste
     assert table["correct"] == table["total"], text
 
 
+@pytest.mark.slow
+def test_the_course_bert_recipes_naive_pads_and_optimized_is_clean(tmp_path, monkeypatch):
+    """The doctor on the course's own BERT recipes (smoke profile, synthetic SST-2 in the real TSV format):
+    the naive recipe pads every row to max_length, which the doctor must name first; the optimized one
+    (dynamic padding, bucketing, fused AdamW) must get "no clear bottleneck"."""
+    from effkit.doctor_plants import profile_named
+
+    monkeypatch.setenv("EFFKIT_DATA", str(tmp_path))
+    naive, optimized = profile_named("bert:naive"), profile_named("bert:optimized")
+    first = [f for f in doctor.diagnose(naive)][0]
+    assert first.label == "padding" and naive["padding_share"] > 0.5, doctor.report(naive)
+    assert first.lesson == 7
+    assert [f.label for f in doctor.diagnose(optimized)] == ["none"], doctor.report(optimized)
+    assert optimized["padding_share"] < 0.3
+
+
 def test_the_command_line_prints_the_diagnosis_and_writes_the_plain_profiles(tmp_path, capsys):
     out = tmp_path / "profiles.json"
     assert doctor.main(["plant:overhead", "--json", str(out)]) == 0

@@ -38,7 +38,7 @@ class CallResult:
 class ProbeSession:
     def __init__(self, probes: str, setup: list[tuple[str, str]], cells: list[tuple[str, str]],
                  names: list[str], limits: Limits | None = None, startup_timeout_s: float = 120.0,
-                 loopback: bool = False):  # fmt: skip
+                 loopback: bool = False, grader_only: bool = False):  # fmt: skip
         self.probes, self.setup, self.cells, self.names = probes, setup, cells, names
         self.limits, self.startup_timeout_s = limits or Limits(), startup_timeout_s
         self.loopback = loopback  # see launch(loopback=...): ranks of one worker talking over TCP
@@ -51,6 +51,9 @@ class ProbeSession:
         self.worker_uid: int | None = None
         self.state_dir: Path | None = None  # see launch(state_dir=...): outlives each worker
         self.netns: int | None = None
+        if grader_only and cells:
+            raise ValueError("a grader-only session runs no learner cell")  # its uid is the baseline's
+        self.grader_only = grader_only  # see launch(grader_only=...)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -64,7 +67,8 @@ class ProbeSession:
             self.log.close()
             self.box = launch("grader.probe_worker", [str(evt_w), str(cmd_r)], pass_fds=(evt_w, cmd_r),
                               limits=self.limits, env_extra=env, log_path=Path(self.log.name),
-                              state_dir=self.state_dir, loopback=self.loopback)  # fmt: skip
+                              state_dir=self.state_dir, loopback=self.loopback,
+                              grader_only=self.grader_only)  # fmt: skip
         finally:
             os.close(evt_w)
             os.close(cmd_r)

@@ -10,7 +10,11 @@ in a fresh process session with a minimal environment and, where the machine all
 * no network (``unshare -n``: only a down loopback; ``loopback=True`` brings that namespace's own
   loopback up, for processes of one sandbox talking to each other: lesson 11's gloo ranks);
 * an unprivileged user (``setpriv`` to ``nobody`` with no capabilities, no new privileges) when
-  the grader runs as root, so nothing owned by the grader is writable;
+  the grader runs as root, so nothing owned by the grader is writable; a worker that runs **no
+  learner code** (a timed baseline: ``launch(grader_only=True)``) gets another unprivileged uid,
+  ``GRADER_ONLY``, so the kernel refuses a learner's process every way to slow it down or read it
+  (``kill``/``SIGSTOP``, ``setpriority``, ``sched_setaffinity``, ``ptrace``, ``/proc/<pid>/mem``:
+  all need the same uid or a capability, and workers hold none);
 * ``RLIMIT_FSIZE`` (no file larger than the cap) and no core dumps, everywhere;
 * a cgroup (v1 ``pids``/``memory``/``freezer`` or v2) holding the process and all it starts:
   ``pids.max`` stops a fork bomb, the memory limit an allocation bomb (the kernel kills inside
@@ -49,6 +53,7 @@ from grader.cgroups import Cgroup, sweep_stale_cgroups
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NOBODY = 65534
+GRADER_ONLY = 65533  # the uid of workers that hold no learner code (no passwd entry needed: setpriv takes numbers)
 _swept = False
 EXPOSED_AT = "/tmp/grader-inputs"  # where a worker sees the folder ``launch(expose=...)`` gives it
 STATE_AT = "/tmp/work/state"  # where it sees ``launch(state_dir=...)``: inside its working directory
@@ -211,6 +216,7 @@ def launch(
     expose: Path | None = None,
     state_dir: Path | None = None,
     loopback: bool = False,
+    grader_only: bool = False,
 ) -> Sandbox:
     """Start ``python -I -m module args`` sandboxed (see module doc); learner code must run only
     after this returns (the worker waits for the parent's first command).
@@ -222,7 +228,10 @@ def launch(
     ``state_dir``: an empty folder the parent created for this grading that outlives the worker
     (lesson 6 kills and restarts workers that must find their checkpoints again): handed to the
     worker's user (``nobody``), shown read-write at ``STATE_AT``, its path in
-    ``$EFFKIT_GRADER_STATE``. The parent must treat everything in it as the learner's."""
+    ``$EFFKIT_GRADER_STATE``. The parent must treat everything in it as the learner's.
+
+    ``grader_only``: the worker will run the grader's code only (a timed baseline): it runs as
+    ``GRADER_ONLY``, not ``nobody``, so no learner process can signal, renice, re-pin or trace it."""
     unavailable: list[str] = []
     root = is_root()
     env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
@@ -231,6 +240,7 @@ def launch(
     boot = f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); import runpy; runpy.run_module({module!r}, run_name='__main__')"
     py = [sys.executable, "-I", "-c", boot, *args]
     workdir = None
+    uid = GRADER_ONLY if grader_only else NOBODY
     if root and shutil.which("unshare") and shutil.which("setpriv"):
         # Hide first: a course folder under /tmp (tests) disappears from view with the new /tmp.
         mounts = [
@@ -245,7 +255,7 @@ def launch(
         # hidden course folders inside them still hidden (--rbind keeps those tmpfs mounts).
         keep = _kept_under_tmp()
         if state_dir:
-            os.chown(state_dir, NOBODY, NOBODY)
+            os.chown(state_dir, uid, uid)
             os.chmod(state_dir, 0o700)
         if keep or expose or state_dir:
             mounts.append("mkdir -p /mnt && mount -t tmpfs -o size=1m tmpfs /mnt")
@@ -262,18 +272,20 @@ def launch(
                           f"&& mount -o remount,bind,ro {EXPOSED_AT}")  # fmt: skip
             env["EFFKIT_GRADER_DATA"] = EXPOSED_AT
         mounts.append(
-            f"mkdir -m 700 /tmp/work && chown {NOBODY}:{NOBODY} /tmp/work && cd /tmp/work"
+            f"mkdir -m 700 /tmp/work && chown {uid}:{uid} /tmp/work && cd /tmp/work"
         )
         if state_dir:  # after /tmp/work exists, so the folder is inside the working directory
             mounts.append(f"mkdir {STATE_AT} && mount --bind /mnt/state {STATE_AT}")
             env["EFFKIT_GRADER_STATE"] = STATE_AT
-        drop = f"setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups --no-new-privs --inh-caps=-all"
+        drop = f"setpriv --reuid={uid} --regid={uid} --clear-groups --no-new-privs --inh-caps=-all"
         script = " && ".join(mounts) + " && exec " + drop + " " + " ".join(_q(a) for a in py)
         argv = ["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", script]
         env["HOME"] = "/tmp/work"
         cwd = "/"
     else:
         unavailable += ["unprivileged user (not root)", "network isolation (unshare -n needs root)",
+                        "a user of its own for the grader's baseline worker (not root): a learner's process could "
+                        "signal or renice it",
                         "private /tmp tmpfs and hidden course folders (unshare -m needs root)"]  # fmt: skip
         workdir = Path(tempfile.mkdtemp(prefix="effkit-worker-"))
         workdir.chmod(0o700)

@@ -201,7 +201,8 @@ def start_worker(role: str, workdir: Path, config: dict, cpu_cores: int | None =
     try:
         box = launch("grader.worker", [json.dumps(config), str(evt_w), str(cmd_r)],
                      pass_fds=(evt_w, cmd_r), limits=Limits(memory_mb=8192, pids=256),
-                     log_path=log_path, env_extra=env, cores=cores, expose=inputs)  # fmt: skip
+                     log_path=log_path, env_extra=env, cores=cores, expose=inputs,
+                     grader_only=role == "baseline")  # fmt: skip
     finally:
         os.close(evt_w)
         os.close(cmd_r)

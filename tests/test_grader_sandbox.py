@@ -354,3 +354,44 @@ def test_a_state_folder_is_size_limited_and_gone_after_close():
         folder.close()
     assert not folder.path.exists()
     folder.close()  # idempotent
+
+
+@ROOT_ONLY
+def test_a_learners_worker_cannot_signal_renice_repin_or_read_a_grader_only_worker():
+    """A timed baseline (lessons 2, 3, 6, 10) is slowed by anything that stops, deprioritises or
+    re-pins it while the learner's side looks fast. It runs as another unprivileged uid than the
+    learner's worker, so the kernel refuses all of it; the same calls on the learner's own child
+    succeed, so the test can fail."""
+    import signal
+
+    baseline = ProbeSession("grader.assignments.lesson1.probes", SETUP, [], [], grader_only=True)
+    with pytest.raises(ValueError, match="no learner cell"):
+        ProbeSession("grader.assignments.lesson1.probes", SETUP, [("measure_throughput", "x = 1")], [],
+                     grader_only=True)  # fmt: skip
+    baseline.start()
+    try:
+        assert baseline.worker_uid not in (None, 0, 65534)
+        target = baseline.box.pid
+        # one letter per attempt (the probe returns at most 100 characters): D done, P refused
+        # (EPERM / EACCES / EIO), X anything else; baseline first, then the worker's own child
+        r, _ = _run(f"""import subprocess
+mine = subprocess.Popen(['sleep', '30'])
+out = ''
+for pid in ({target}, mine.pid):
+    for call in (lambda: os.kill(pid, {int(signal.SIGSTOP)}), lambda: os.kill(pid, {int(signal.SIGCONT)}),
+                 lambda: os.setpriority(os.PRIO_PROCESS, pid, 19), lambda: os.sched_setaffinity(pid, {{0}}),
+                 lambda: open(f'/proc/{{pid}}/mem', 'rb').read(1)):
+        try:
+            call()
+            out += 'D'
+        except OSError as err:
+            out += 'P' if err.errno in (1, 5, 13) else 'X'
+mine.kill()
+return out""")
+        assert r.ok, r.failure
+        said = r.data.get("value")
+        assert said[:5] == "PPPPP", f"stop, cont, renice, repin, /proc/mem of the baseline: {said}"
+        assert said[5:9] == "DDDD", f"the same on the worker's own child must work: {said}"
+        assert os.getpriority(os.PRIO_PROCESS, target) == 0  # nothing got through
+    finally:
+        baseline.close()

@@ -300,8 +300,7 @@ def _renice_the_others():
     for pid in os.listdir("/proc"):
         if pid.isdigit() and int(pid) != os.getpid():
             try:
-                if os.stat(f"/proc/{pid}").st_uid == os.getuid():
-                    os.setpriority(os.PRIO_PROCESS, int(pid), 19)
+                os.setpriority(os.PRIO_PROCESS, int(pid), 19)  # every process it can reach
             except OSError:
                 pass
 
@@ -321,5 +320,8 @@ def test_through_the_sandbox_a_step_that_patches_the_clock_and_renices_the_basel
                                    seed=SEED)  # fmt: skip
     assert verdicts["test_fast_step_equal"].passed, verdicts["test_fast_step_equal"].reason
     speed = verdicts["test_fast_step_speed"]
-    assert not speed.passed and "priority or cores changed" in speed.reason, speed.reason
+    # the renice never reaches the baseline (another uid: grader.sandbox.GRADER_ONLY) and the
+    # patched clock is the worker's own: the half-fixed step is judged on its real speed (~1.1x)
+    assert not speed.passed and "must start at" in speed.reason, speed.reason
+    assert "priority or cores changed" not in speed.reason
     assert any("time.perf_counter" in flag for flag in report["flags"]), report["flags"]

@@ -19,10 +19,12 @@ workers sit in cgroups and sessions of their own, so load elsewhere on the machi
 (timing A in this process instead let two busy processes of the grader's session lift a no-faster
 step from 1.1x to 2.7x).
 
-**Pitfalls.** Both workers run as the same user, so the learner's could signal, renice or ptrace
-the baseline: it is frozen while the baseline starts, the baseline makes itself non-dumpable (no
-ptrace) before any timing, and a changed priority or core set of its threads refuses the speed
-points; a stopped or killed baseline fails the call. ``TARGET`` and ``TOLERANCE`` are
+**Pitfalls.** Where the grader is root the baseline runs as a uid of its own
+(``grader.sandbox.GRADER_ONLY``), so the kernel refuses the learner's worker every signal, renice,
+re-pin or ptrace of it. Elsewhere both run as the grader's user, hence the belt and braces kept
+here: the learner's worker is frozen while the baseline starts, the baseline makes itself
+non-dumpable (no ptrace) before any timing, and a changed priority or core set of its threads
+refuses the speed points; a stopped or killed baseline fails the call. ``TARGET`` and ``TOLERANCE`` are
 calibrated in grader/README.md (lesson 10), with ``benchmarks/lesson10_calibrate.py --step``.
 """
 
@@ -126,7 +128,7 @@ def check_equal(ctx: Context) -> None:
 def baseline_session(session):
     """A sandboxed worker that holds the grader's code only (no learner cell): where A runs. The
     tests, which grade in process, replace it with an in-process one."""
-    return ProbeSession(session.probes, session.setup, [], [])
+    return ProbeSession(session.probes, session.setup, [], [], grader_only=True)
 
 
 def _paused(session, frozen: bool) -> None:

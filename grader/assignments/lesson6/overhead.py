@@ -62,7 +62,7 @@ def check_overhead(ctx: Context) -> None:
         "the grader lost its checkpoint folder (a grader bug)",
     )
     probes = ctx.session.probes
-    bare = ProbeSession(probes, ctx.session.setup, [], [])  # grader code only: no learner cell
+    bare = ProbeSession(probes, ctx.session.setup, [], [], grader_only=True)  # no learner cell: a uid of its own
     ok = lambda msg: {}  # noqa: E731 - the go-ahead, at once: both runs pay the same messages
     mismatched: list[str] = []
     want = reference_run(sc.seed, EPOCHS)  # what the shortened run must end with

@@ -53,7 +53,8 @@ from grader.quiz import quiz_check
 MAX_DROP = 0.01  # held-out accuracy below the fp32 baseline's; calibration: grader/README.md (lesson 13)
 MIN_AGREEMENT = 0.97  # top-1 agreement with the fp32 baseline
 QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "QuantizeLinear", "QLinearMatMul", "ConvInteger")
-FLOOR = 1.2  # the SLO's P95 ratio is never below this (the fp32 export's interval ends at <= 1.04x); grader/README.md
+FLOOR = 1.25  # the SLO's P95 ratio is never below this: between fp32's highest interval end (1.13x) and the
+# reference's lowest start (1.41x) in 20 gradings beside a busy core; grader/README.md (lesson 13)
 CALL_SECONDS = 90
 SETUP_SOURCE = """\
 import torch

@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from exercise_cells import solution_cells  # noqa: E402
+from lesson10_steps import HEAD as _HEAD  # noqa: E402
+from lesson10_steps import PER_SAMPLE_LOOP_KEPT  # noqa: E402
 
 from effkit import doctor  # noqa: E402
 from effkit.measure import device_name  # noqa: E402
@@ -56,7 +58,6 @@ def main(seeds: list[int]) -> None:
     print(f"reference's worst grading: {worst}/{checks.CASES}; PASS_AT = {checks.PASS_AT}")
 
 
-_HEAD = "import torch\nimport torch.nn.functional as F\n\n\ndef fast_step(model, inputs, targets, lr, weight_decay):\n"
 STEP_VARIANTS = {  # fast_step sources besides the reference (which is read from the solution notebook)
     # the batched forward and backward, every other habit of the original kept
     "batched_other_habits_kept": _HEAD + """    params = list(model.parameters())
@@ -70,20 +71,7 @@ STEP_VARIANTS = {  # fast_step sources besides the reference (which is read from
             p -= lr * (g.double().float() + weight_decay * p)
     return total / len(inputs)
 """,
-    # the per-sample loop kept; the list round trips, the float64 sum and .item() per sample removed
-    "per_sample_loop_kept": _HEAD + """    params = list(model.parameters())
-    grads = [torch.zeros_like(p) for p in params]
-    total = 0.0
-    for i in range(len(inputs)):
-        loss = F.cross_entropy(model(inputs[i : i + 1]), targets[i : i + 1])
-        for g, s in zip(grads, torch.autograd.grad(loss, params)):
-            g += s
-        total = total + loss.detach()
-    with torch.no_grad():
-        for p, g in zip(params, grads):
-            p -= lr * (g / len(inputs) + weight_decay * p)
-    return float(total) / len(inputs)
-""",
+    "per_sample_loop_kept": PER_SAMPLE_LOOP_KEPT,  # tests/lesson10_steps.py, as the exercise tests grade it
 }
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from exercise_cells import InProcess, grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
+from lesson10_steps import PER_SAMPLE_LOOP_KEPT  # noqa: E402
 
 from grader import assignments
 from grader.assignments.lesson10 import checks
@@ -164,25 +165,7 @@ STEP_CELLS = ["test_fast_step_equal", "test_fast_step_speed"]
 _FAST = dict(solution_cells(SOLUTION, SOLUTION))["fast_step"]
 _BATCH = "model(inputs), targets"
 _STUB = "def fast_step(model, inputs, targets, lr, weight_decay):\n    raise NotImplementedError()\n"
-# the per-sample loop kept (the list round trips, the float64 sum and .item() per sample gone): correct, ~1.2x
-_LOOP_KEPT = """import torch
-import torch.nn.functional as F
-
-
-def fast_step(model, inputs, targets, lr, weight_decay):
-    params = list(model.parameters())
-    grads = [torch.zeros_like(p) for p in params]
-    total = 0.0
-    for i in range(len(inputs)):
-        loss = F.cross_entropy(model(inputs[i : i + 1]), targets[i : i + 1])
-        for g, s in zip(grads, torch.autograd.grad(loss, params)):
-            g += s
-        total = total + loss.detach()
-    with torch.no_grad():
-        for p, g in zip(params, grads):
-            p -= lr * (g / len(inputs) + weight_decay * p)
-    return float(total) / len(inputs)
-"""
+_LOOP_KEPT = PER_SAMPLE_LOOP_KEPT  # tests/lesson10_steps.py: correct, ~1.2x
 
 STEP_SUBMISSIONS = {  # name: (fast_step source, {cell: passes}, words in the failing cells' reasons)
     "reference": (_FAST, {"test_fast_step_equal": True, "test_fast_step_speed": True}, ""),

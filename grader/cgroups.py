@@ -121,6 +121,19 @@ class Cgroup:
         except (OSError, AttributeError, ValueError, IndexError):
             return False
 
+    def memory_bytes(self) -> tuple[int, int] | None:
+        """(usage now, peak usage since the group was made) in bytes, as the kernel charges them to
+        the group and its descendants (v1 ``memory.usage_in_bytes`` / ``max_usage_in_bytes``; v2
+        ``memory.current`` / ``memory.peak``), or None without a memory controller. Only root can
+        reset these files: a member can add to them by touching pages, never take away."""
+        d = self.dirs.get("memory")
+        names = ("memory.current", "memory.peak") if self.v2 else ("memory.usage_in_bytes", "memory.max_usage_in_bytes")
+        try:
+            now, peak = (int((d / name).read_text().split()[0]) for name in names)
+        except (OSError, TypeError, ValueError, IndexError):
+            return None
+        return now, peak
+
     def pids_exhausted(self) -> bool:
         d = self.dirs.get("pids")
         try:

@@ -38,10 +38,12 @@ class CallResult:
 class ProbeSession:
     def __init__(self, probes: str, setup: list[tuple[str, str]], cells: list[tuple[str, str]],
                  names: list[str], limits: Limits | None = None, startup_timeout_s: float = 120.0,
-                 loopback: bool = False, grader_only: bool = False):  # fmt: skip
+                 loopback: bool = False, grader_only: bool = False, join: ProbeSession | None = None):  # fmt: skip
         self.probes, self.setup, self.cells, self.names = probes, setup, cells, names
         self.limits, self.startup_timeout_s = limits or Limits(), startup_timeout_s
         self.loopback = loopback  # see launch(loopback=...): ranks of one worker talking over TCP
+        self.join = join  # another session whose network namespace this worker joins (launch(netns=...))
+        self.netns_fd: int | None = None  # this worker's namespace, held open from before any learner code
         self.evidence: list[str] = []
         self.unavailable: list[str] = []
         self.load_errors: list[dict] = []
@@ -51,6 +53,7 @@ class ProbeSession:
         self.worker_uid: int | None = None
         self.state_dir: Path | None = None  # see launch(state_dir=...): outlives each worker
         self.netns: int | None = None
+        self.memory_at_setup: int | None = None  # see memory_growth
         if grader_only and cells:
             raise ValueError("a grader-only session runs no learner cell")  # its uid is the baseline's
         self.grader_only = grader_only  # see launch(grader_only=...)
@@ -68,7 +71,7 @@ class ProbeSession:
             self.box = launch("grader.probe_worker", [str(evt_w), str(cmd_r)], pass_fds=(evt_w, cmd_r),
                               limits=self.limits, env_extra=env, log_path=Path(self.log.name),
                               state_dir=self.state_dir, loopback=self.loopback,
-                              grader_only=self.grader_only)  # fmt: skip
+                              grader_only=self.grader_only, netns=self._join_path())  # fmt: skip
         finally:
             os.close(evt_w)
             os.close(cmd_r)
@@ -82,6 +85,10 @@ class ProbeSession:
             raise ChannelError(f"{err}; worker output:\n{self.log_tail()}", err.kind) from err
         self.worker_uid = ready.get("uid")
         self.netns = _netns(self.box.pid)  # the worker's own namespace, before any learner code ran
+        if self.loopback and self.netns is not None and self.netns != _netns("self"):
+            self.netns_fd = os.open(f"/proc/{self.box.pid}/ns/net", os.O_RDONLY)
+        if self.join is not None and (self.netns is None or self.netns != self.join.netns):
+            raise ChannelError("the worker did not start in the namespace it was to join", "protocol")
         if self.loopback and self.netns is not None and self.netns == _netns("self"):
             note = "a network namespace of the worker's own: its loopback traffic is counted with the host's"
             if note not in self.unavailable:
@@ -89,6 +96,14 @@ class ProbeSession:
         self.end.send({"cmd": "load", "probes": self.probes, "setup": self.setup, "cells": self.cells,
                        "names": self.names})  # fmt: skip
         try:
+            setup, _ = self.end.receive(self.startup_timeout_s)
+            if setup.get("event") != "setup_loaded":
+                raise ChannelError(f"unexpected answer to load: {str(setup)[:80]}", "protocol")
+            # the kernel's charge with torch, the probes and the setup cell loaded and no learner cell
+            # run yet: memory_growth's zero
+            got = self.box.cgroup.memory_bytes() if self.box.cgroup is not None else None
+            self.memory_at_setup = got[0] if got else None
+            self.end.send({"cmd": "cells"})
             loaded, _ = self.end.receive(self.startup_timeout_s)
         except ChannelError as err:
             raise ChannelError(f"{err}; worker output:\n{self.log_tail()}", err.kind) from err
@@ -97,6 +112,13 @@ class ProbeSession:
         self.load_errors = loaded.get("errors", [])
         self.defined = loaded.get("defined", [])
         self._note(loaded.get("evidence", []))
+
+    def _join_path(self) -> str | None:
+        if self.join is None:
+            return None
+        if self.join.netns_fd is None:
+            raise ChannelError("the session to join holds no network namespace of its own", "protocol")
+        return f"/proc/{os.getpid()}/fd/{self.join.netns_fd}"
 
     def _note(self, evidence) -> None:
         for item in evidence if isinstance(evidence, list) else []:
@@ -111,6 +133,9 @@ class ProbeSession:
                 pass
         if self.box is not None:
             self.box.close()
+        if self.netns_fd is not None:
+            os.close(self.netns_fd)
+            self.netns_fd = None
         if self.end is not None:
             self.end.close()
         self.box = self.end = None
@@ -133,6 +158,17 @@ class ProbeSession:
         if self.netns is None or _netns(self.box.pid) != self.netns:
             return None
         return loopback_tx_bytes(self.box.pid)
+
+    def memory_growth(self) -> int | None:
+        """Peak bytes the kernel charged to the sandbox's memory cgroup above its charge once torch, the
+        probes and the setup cell had loaded, before any learner cell ran: what the cells and every
+        call since allocated at their worst moment, every process of the sandbox together (a page touched at load and reused
+        later counts; pages shared between processes count once). Evidence no sandboxed process
+        can lower. None without a memory cgroup or a worker."""
+        if self.box is None or self.box.cgroup is None or self.memory_at_setup is None:
+            return None
+        got = self.box.cgroup.memory_bytes()
+        return None if got is None else got[1] - self.memory_at_setup
 
     def log_tail(self, lines: int = 8) -> str:
         try:

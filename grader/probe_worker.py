@@ -144,6 +144,11 @@ class Worker:
         for name, source in cmd["setup"]:
             exec(compile(source, f"<setup {name}>", "exec"), self.ns)  # noqa: S102 - the grader's own locked cell
         self.before = snapshot()
+        # the parent reads the sandbox's memory charge now, the last moment no learner code has run
+        # (lesson 11's budget counts from here), and answers before any learner cell starts
+        self.chan.send({"event": "setup_loaded"})
+        if (self.chan.receive() or {}).get("cmd") != "cells":
+            raise SystemExit(0)
         sys.addaudithook(_audit_filtered)
         for name, source in cmd["cells"]:
             filename = f"<cell {name}>"

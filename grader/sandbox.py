@@ -217,6 +217,7 @@ def launch(
     state_dir: Path | None = None,
     loopback: bool = False,
     grader_only: bool = False,
+    netns: str | None = None,
 ) -> Sandbox:
     """Start ``python -I -m module args`` sandboxed (see module doc); learner code must run only
     after this returns (the worker waits for the parent's first command).
@@ -231,7 +232,12 @@ def launch(
     ``$EFFKIT_GRADER_STATE``. The parent must treat everything in it as the learner's.
 
     ``grader_only``: the worker will run the grader's code only (a timed baseline): it runs as
-    ``GRADER_ONLY``, not ``nobody``, so no learner process can signal, renice, re-pin or trace it."""
+    ``GRADER_ONLY``, not ``nobody``, so no learner process can signal, renice, re-pin or trace it.
+
+    ``netns``: a path to another sandboxed worker's network namespace (its loopback up; best an open
+    descriptor of the parent's, ``/proc/<parent>/fd/<n>``, which no exiting worker can turn into
+    someone else's) that this one joins instead of making its own: ranks of one job in sandboxes
+    and cgroups of their own that still reach each other, and nothing else (lesson 11 (b))."""
     unavailable: list[str] = []
     root = is_root()
     env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
@@ -246,7 +252,9 @@ def launch(
         mounts = [
             f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(hidden)}" for hidden in hidden_paths()
         ]
-        if loopback and shutil.which("ip"):  # this namespace's lo only: nothing outside is reachable
+        if netns is not None:
+            pass  # the other worker's namespace: its loopback is up already, nothing more is reachable
+        elif loopback and shutil.which("ip"):  # this namespace's lo only: nothing outside is reachable
             mounts.insert(0, "ip link set lo up")
         elif loopback:
             unavailable.append("loopback inside the worker's network namespace (no `ip` command)")
@@ -280,6 +288,8 @@ def launch(
         drop = f"setpriv --reuid={uid} --regid={uid} --clear-groups --no-new-privs --inh-caps=-all"
         script = " && ".join(mounts) + " && exec " + drop + " " + " ".join(_q(a) for a in py)
         argv = ["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", script]
+        if netns is not None:
+            argv = ["nsenter", f"--net={netns}", *[a for a in argv if a != "--net"]]
         env["HOME"] = "/tmp/work"
         cwd = "/"
     else:

@@ -17,7 +17,7 @@ import pytest
 from exercise_cells import InProcess, grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
 
 from grader import assignments
-from grader.assignments.lesson11 import ddp_task
+from grader.assignments.lesson11 import ddp_task, memory_task
 from grader.assignments.lesson11 import probes as lesson11_probes
 from grader.cells import CellVerdict, CheckFailed, Context, grade_cells
 from grader.sandbox import is_root
@@ -25,7 +25,7 @@ from grader.sandbox import is_root
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson11" / "lesson11.ipynb"
 EXERCISE = ROOT / "exercises" / "lesson11" / "lesson11.ipynb"
-POINTS = {"test_weights": 4, "test_sampler": 3, "test_no_sync": 2, "test_quiz": 2}
+POINTS = {"test_weights": 4, "test_sampler": 3, "test_no_sync": 2, "test_memory_budget": 3, "test_quiz": 2}
 A = assignments.get("lesson11")
 GRADED = ("test_weights", "test_sampler", "test_no_sync")
 
@@ -53,6 +53,7 @@ def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells
         assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
     text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
     assert "BEGIN SOLUTION" not in text and '"q2": "c"' not in text and "ddp.no_sync()" not in text
+    assert "fully_shard(layer)" not in text
 
 
 # -- submissions: the ranks train, the parent recomputes one process over what they served -------
@@ -221,3 +222,70 @@ except OSError as err:
                           ["measure_throughput"], loopback=True) as s:  # fmt: skip
             r = s.call("throughput", 30, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0)
     assert r.ok and r.data["value"] == errno.ECONNREFUSED, (r.failure, r.data)
+
+
+# -- part (b): a per-rank memory budget, the kernel's count of the sandbox ----------------------
+
+
+def _sharded_claims_ctx(forms, growth):
+    run = {"ok": True, "failure": "", "data_seed": 1, "init_seed": 2, "form_seed": 3, "growth": growth,
+           "ranks": [{"forms": forms, "error": ""}] * 2}  # fmt: skip
+    ctx = Context(None, random.Random(0))
+    ctx.session = type("S", (), {"lesson11_sharded": run})()
+    return ctx
+
+
+def test_the_budget_judges_the_kernels_count_and_a_fingerprint_the_parent_recomputes():
+    want = memory_task.fingerprint(memory_task.reference(2, 1), 3)
+    params = memory_task.parameters()
+    assert params == 18_927_364
+    with pytest.raises(CheckFailed, match="could not be read back"):
+        A.cell_checks["test_memory_budget"](_sharded_claims_ctx(want[:-1], [0, 0]))
+    with pytest.raises(CheckFailed, match="could not be read back"):
+        A.cell_checks["test_memory_budget"](_sharded_claims_ctx([1] * len(want), [0, 0]))  # ints, not floats
+    with pytest.raises(CheckFailed, match="differ from one process"):
+        A.cell_checks["test_memory_budget"](_sharded_claims_ctx([v + 1e-3 for v in want], [0, 0]))
+    with pytest.raises(CheckFailed, match="unmeasured"):  # no cgroup: never a rank's own figure
+        A.cell_checks["test_memory_budget"](_sharded_claims_ctx(want, [None, 9 * params]))
+    with pytest.raises(CheckFailed, match="rank 1's = 16.0 bytes per parameter and rank"):  # the worse rank's
+        A.cell_checks["test_memory_budget"](_sharded_claims_ctx(want, [8 * params, 16 * params]))
+    ctx = _sharded_claims_ctx([v + 1e-7 for v in want], [14 * params, 13 * params])
+    A.cell_checks["test_memory_budget"](ctx)
+    assert "rank 0's = 14.0 bytes per parameter" in ctx.lines[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not is_root(), reason="needs root: the sandbox's memory cgroup")
+def test_in_the_sandbox_only_sharded_recipes_fit_and_the_count_cannot_be_lowered():
+    """Through the real sandbox (~6 s a grading): ZeRO-1 with bucket views fits; DDP with bucket views
+    does not; resetting every counter a rank can reach changes nothing; memory the cells took at load
+    is counted. The reference (FSDP2) gets its points in the instructor cycle."""
+    from lesson11_sharded import ATTACKS, VARIANTS  # tests/ is on sys.path
+
+    def grade(source):
+        cells = [c for c in _reference_cells() if c[0] != "train_sharded"] + [("train_sharded", source)]
+        return grade_cells(A, cells, only=["test_memory_budget"], seed=5)[0]["test_memory_budget"]
+
+    def per_param(verdict):
+        return float(re.search(r"= ([0-9.]+) bytes per parameter and rank", verdict.reason + " ".join(verdict.lines))[1])
+
+    fits = grade(VARIANTS["zero_view"])
+    assert fits.passed, fits.reason
+    assert 12 <= per_param(fits) <= memory_task.BUDGET - 0.5
+    over = grade(VARIANTS["ddp_view"])
+    assert not over.passed and per_param(over) >= memory_task.BUDGET + 1.5, over.reason
+    reset = grade(ATTACKS["reset_counters"])
+    assert not reset.passed and per_param(reset) >= memory_task.BUDGET + 1.5, reset.reason
+    ballast = grade(ATTACKS["ballast_at_load"])
+    assert not ballast.passed and per_param(ballast) >= per_param(fits) + 3.5, ballast.reason
+
+
+def test_a_rank_joins_only_a_namespace_the_grader_holds_open():
+    """Part (b)'s second rank enters the first one's network namespace through a descriptor this
+    process opened before any learner code ran, never through a pid an exiting worker could free."""
+    from grader.channel import ChannelError
+    from grader.probe import ProbeSession
+
+    never_started = ProbeSession(A.probes, [], [], [], loopback=True)
+    with pytest.raises(ChannelError, match="holds no network namespace"):
+        ProbeSession(A.probes, [], [], [], loopback=True, join=never_started)._join_path()

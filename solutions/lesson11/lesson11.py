@@ -62,6 +62,8 @@ import contextlib
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
@@ -103,6 +105,63 @@ check_my_work("test_sampler", "lesson11.ipynb")
 from grader.check import check_my_work
 
 check_my_work("test_no_sync", "lesson11.ipynb")
+
+# %% [markdown]
+# ## Part (b) — fit a per-rank memory budget
+#
+# Write `train_sharded(rank, world_size, model, batches, config)`. The grader runs it on the same 2
+# gloo ranks and hands each rank:
+#
+# * `model`: a deep MLP, **float32**, 18.9 M parameters (32 hidden layers of 768), the **same
+#   initial weights** on every rank;
+# * `batches`: this rank's list of `(x, y)` micro-batches, one per optimizer step (16 rows each);
+# * `config`: `{"steps": 3, "lr": 0.001}`.
+#
+# Train with `torch.optim.Adam(lr=config["lr"])` (its other defaults) on `F.cross_entropy` (mean
+# over the batch): one optimizer step per micro-batch, the gradients averaged across the ranks, so
+# that every rank ends with the weights **one process** would reach on the global batch (both
+# ranks' `k`-th micro-batches together). Return the model (or `None`).
+#
+# **The budget: 14.5 bytes per parameter on each rank**, at the peak, as the kernel charges memory.
+# Do the arithmetic first (the lesson's section 4, "ZeRO: shard what every rank holds"): what does
+# plain DDP with Adam hold per parameter on each rank, and which of those copies does sharding
+# remove?
+#
+# **How it is graded.** Outside your notebook, each rank as `torchrun` would start it: a process of
+# its own, here a sandboxed worker of its own (its own memory cgroup; the two share one private
+# network namespace, so gloo reaches the other rank and nothing else). The grader reads the
+# kernel's peak charge of each rank's sandbox above what it held once torch and the setup cell had
+# loaded (before any of your cells ran), divided by the parameter count; the larger of the two
+# ranks must fit. Each rank sends back a fingerprint of its final weights (bilinear forms `u' W v`
+# with random `u`, `v` per tensor), which the grader compares with its own one-process Adam run.
+#
+# * `test_memory_budget` (3 points): every rank's weights equal the one-process run (tolerance
+#   1e-5 in RMS), and each rank's peak is within the budget.
+#
+# Each rank's freed memory goes back to the kernel (the grader fixes glibc's mmap threshold), so
+# the peak follows the tensors alive at the worst moment, not every buffer ever allocated.
+
+# %% nbgrader={"grade": false, "grade_id": "train_sharded", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def train_sharded(rank, world_size, model, batches, config):
+    """Trains `model` with Adam on 2 ranks, parameters, gradients and Adam's moments each sharded in halves."""
+    ### BEGIN SOLUTION
+    for layer in model:  # FSDP2: one unit per layer, so only one layer is ever gathered in full
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.Adam(model.parameters(), lr=config["lr"])  # built on the shards: half the moments
+    for x, y in batches:
+        F.cross_entropy(model(x), y).backward()  # gradients reduce-scattered (averaged) into shards
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return model
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_memory_budget", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+from grader.check import check_my_work
+
+check_my_work("test_memory_budget", "lesson11.ipynb")
 
 # %% [markdown]
 # ## Quiz

@@ -16,6 +16,11 @@ forge downwards, converted to all-reduces' worth by ``ddp_task.allreduces``. The
 * ``test_no_sync`` (2 points): with ``test_weights`` passing, one gradient all-reduce's worth of
   traffic per optimizer step (within half an all-reduce: ``no_sync`` on the accumulation
   micro-batches; without it the ranks send twice as much).
+* ``test_memory_budget`` (3 points, part (b)): the learner's ``train_sharded`` (Adam, an 18.9M-parameter
+  MLP) runs with each rank a sandboxed worker of its own (:func:`_sharded_run`); every rank's weights'
+  fingerprint equals the parent's one-process run, and each rank's peak as the kernel charged its
+  cgroup is within ``memory_task.BUDGET`` bytes per parameter (only sharded optimizer state with
+  bucket views, or FSDP2, fits).
 * ``test_quiz`` (2 points).
 
 **When to use it.** Registered in ``CELL_CHECKS``; run by :mod:`grader.cells`.
@@ -30,9 +35,14 @@ and the weights of each rank are compared, not reported as a verdict.
 
 from __future__ import annotations
 
+import threading
+
 from grader.assignments import Assignment
 from grader.assignments.lesson11 import ddp_task as task
+from grader.assignments.lesson11 import memory_task as mem
 from grader.cells import CheckFailed, Context, expect, stub_reason
+from grader.channel import ChannelError
+from grader.probe import ProbeSession
 from grader.quiz import quiz_check
 
 CALL_SECONDS = 60
@@ -153,11 +163,88 @@ def check_no_sync(ctx: Context) -> None:
     ctx.ok(f"one gradient all-reduce per optimizer step: {_traffic(run)} for {steps} steps")
 
 
+def _sharded_run(ctx: Context) -> dict:
+    """Part (b)'s one run per grading: each rank a sandboxed worker of its own (its own memory cgroup,
+    one shared network namespace), started by this process like ``torchrun`` starts processes; the
+    ranks' fingerprints, and each rank's peak as the kernel charged it."""
+    cached = getattr(ctx.session, "lesson11_sharded", None)
+    if cached is not None:
+        return cached
+    seeds = {name: ctx.rng.randrange(1 << 30) for name in ("data_seed", "init_seed", "form_seed")}
+    port, base, sessions = 20_000 + ctx.rng.randrange(20_000), ctx.session, []
+    results: list = [None] * mem.WORLD
+    run = {**seeds, "ok": False, "failure": "", "ranks": [], "growth": []}
+    try:
+        for rank in range(mem.WORLD):
+            sessions.append(ProbeSession(base.probes, base.setup, base.cells, base.names, base.limits,
+                                         loopback=True, join=sessions[0] if rank else None))  # fmt: skip
+            sessions[-1].start()
+
+        def call(rank: int) -> None:
+            results[rank] = sessions[rank].call("train_rank", CALL_SECONDS, rank=rank, port=port, **seeds)
+
+        threads = [threading.Thread(target=call, args=(r,)) for r in range(mem.WORLD)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        run["growth"] = [s.memory_growth() for s in sessions]
+        failed = [r for r in results if not r.ok]
+        run.update(ok=not failed, failure=failed[0].failure if failed else "",
+                   ranks=[r.data if r.ok else {} for r in results])  # fmt: skip
+    except ChannelError as err:
+        run["failure"] = f"your solution cells did not load ({err})"
+    finally:
+        for s in sessions:
+            base._note(s.evidence)
+            base.unavailable += [u for u in s.unavailable if u not in base.unavailable]
+            s.close()
+    ctx.session.lesson11_sharded = run
+    return run
+
+
+def check_memory_budget(ctx: Context) -> None:
+    run = _sharded_run(ctx)
+    expect(run["ok"], stub_reason(run["failure"]) or f"training failed: {run['failure']}")
+    errors = [str(c.get("error")) for c in run["ranks"] if isinstance(c, dict) and c.get("error")]
+    expect(not errors and all(isinstance(c, dict) for c in run["ranks"]),
+           stub_reason(errors[0]) if errors else "a rank sent no claims")  # fmt: skip
+    want = mem.fingerprint(mem.reference(run["init_seed"], run["data_seed"]), run["form_seed"])
+    worst = 0.0
+    for rank, claims in enumerate(run["ranks"]):
+        got = claims.get("forms")
+        expect(isinstance(got, list) and len(got) == len(want) and all(type(v) is float for v in got),
+               f"rank {rank}'s weights could not be read back")  # fmt: skip
+        err = max(abs(a - b) for a, b in zip(got, want, strict=True))
+        expect(err == err and err <= mem.TOL,
+               f"rank {rank}'s final weights differ from one process's Adam over the global batch (both ranks' "
+               f"micro-batches of each step) by {err:.1e} in RMS (tolerance {mem.TOL:g}): average the gradients "
+               "across the ranks, one optimizer step per micro-batch, Adam with config['lr']")  # fmt: skip
+        worst = max(worst, err)
+    ctx.ok(f"every rank's weights equal one process's Adam over the global batch ({worst:.1e} RMS apart at "
+           f"most; tolerance {mem.TOL:g})")  # fmt: skip
+    expect(len(run["growth"]) == mem.WORLD and None not in run["growth"],
+           "the grader could not read the kernel's memory count of every rank's sandbox (no memory cgroup on "
+           "this machine): the budget is unmeasured, so it cannot be awarded here")  # fmt: skip
+    worst = max(range(mem.WORLD), key=lambda r: run["growth"][r])
+    per = run["growth"][worst] / mem.parameters()
+    figure = (f"peak {' and '.join(f'{g / 2**20:.0f}' for g in run['growth'])} MiB on ranks "
+              f"{' and '.join(map(str, range(mem.WORLD)))}: rank {worst}'s = {per:.1f} bytes per parameter and rank "
+              f"(the kernel's count; budget {mem.BUDGET:g})")  # fmt: skip
+    expect(per <= mem.BUDGET,
+           f"{figure}. Every rank holds its whole copy: parameters 4 + gradients 4 + DDP's bucket copy 4 + Adam's "
+           "moments 8 = 20 bytes per parameter. Shard the optimizer state (ZeroRedundancyOptimizer) and let the "
+           "gradients live in DDP's buckets (gradient_as_bucket_view=True), or shard everything (fully_shard)")  # fmt: skip
+    ctx.ok(figure)
+
+
 SETUP_SOURCE = """import contextlib
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler"""
 
@@ -184,8 +271,8 @@ QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
 }  # fmt: skip
 
 CELL_CHECKS = {"test_weights": check_weights, "test_sampler": check_sampler, "test_no_sync": check_no_sync,
-               "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
-NAMES = ("train_ddp",)
+               "test_memory_budget": check_memory_budget, "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
+NAMES = ("train_ddp", "train_sharded")
 
 ASSIGNMENT = Assignment(id="lesson11", notebook="lesson11", object_name="train_ddp",
                         performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,

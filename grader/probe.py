@@ -101,8 +101,7 @@ class ProbeSession:
                 raise ChannelError(f"unexpected answer to load: {str(setup)[:80]}", "protocol")
             # the kernel's charge with torch, the probes and the setup cell loaded and no learner cell
             # run yet: memory_growth's zero
-            got = self.box.cgroup.memory_bytes() if self.box.cgroup is not None else None
-            self.memory_at_setup = got[0] if got else None
+            self.memory_at_setup = self._memory()[0]
             self.end.send({"cmd": "cells"})
             loaded, _ = self.end.receive(self.startup_timeout_s)
         except ChannelError as err:
@@ -117,6 +116,8 @@ class ProbeSession:
         if self.join is None:
             return None
         if self.join.netns_fd is None:
+            if self.join.netns is not None and self.join.netns == _netns("self"):
+                return None  # no namespaces here (not root): both workers are on the host's loopback
             raise ChannelError("the session to join holds no network namespace of its own", "protocol")
         return f"/proc/{os.getpid()}/fd/{self.join.netns_fd}"
 
@@ -164,11 +165,27 @@ class ProbeSession:
         probes and the setup cell had loaded, before any learner cell ran: what the cells and every
         call since allocated at their worst moment, every process of the sandbox together (a page touched at load and reused
         later counts; pages shared between processes count once). Evidence no sandboxed process
-        can lower. None without a memory cgroup or a worker."""
-        if self.box is None or self.box.cgroup is None or self.memory_at_setup is None:
+        can lower. Without a memory cgroup (not root): the worker process's own VmHWM instead, children
+        not counted, noted in ``unavailable``. None without a worker."""
+        if self.box is None or self.memory_at_setup is None:
             return None
-        got = self.box.cgroup.memory_bytes()
-        return None if got is None else got[1] - self.memory_at_setup
+        peak = self._memory()[1]
+        return None if peak is None else peak - self.memory_at_setup
+
+    def _memory(self) -> tuple[int | None, int | None]:
+        """(now, peak) bytes: the sandbox's memory cgroup, else (no root) the worker process's own
+        VmRSS / VmHWM, which its code could reset (``/proc/self/clear_refs``): said in ``unavailable``."""
+        got = self.box.cgroup.memory_bytes() if self.box.cgroup is not None else None
+        if got is not None:
+            return got
+        note = "a memory cgroup per worker: memory read from the worker process's VmHWM, which it could reset"
+        if note not in self.unavailable:
+            self.unavailable.append(note)
+        try:
+            fields = dict(line.split(":", 1) for line in Path(f"/proc/{self.box.pid}/status").read_text().splitlines())
+            return int(fields["VmRSS"].split()[0]) << 10, int(fields["VmHWM"].split()[0]) << 10
+        except (OSError, KeyError, ValueError, IndexError):
+            return None, None
 
     def log_tail(self, lines: int = 8) -> str:
         try:

@@ -224,8 +224,8 @@ def check_memory_budget(ctx: Context) -> None:
     ctx.ok(f"every rank's weights equal one process's Adam over the global batch ({worst:.1e} RMS apart at "
            f"most; tolerance {mem.TOL:g})")  # fmt: skip
     expect(len(run["growth"]) == mem.WORLD and None not in run["growth"],
-           "the grader could not read the kernel's memory count of every rank's sandbox (no memory cgroup on "
-           "this machine): the budget is unmeasured, so it cannot be awarded here")  # fmt: skip
+           "the grader could not read every rank's memory (neither a memory cgroup nor the worker's "
+           "/proc status): the budget is unmeasured, so it cannot be awarded here")  # fmt: skip
     worst = max(range(mem.WORLD), key=lambda r: run["growth"][r])
     per = run["growth"][worst] / mem.parameters()
     figure = (f"peak {' and '.join(f'{g / 2**20:.0f}' for g in run['growth'])} MiB on ranks "

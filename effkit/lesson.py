@@ -5,7 +5,8 @@
 `effkit.abtest.compare` with a progress bar and prints `effkit.abtest.verdict`'s sentence, so a
 lesson never words a conclusion its interval does not support. `plot_ab()` draws one bar per A/B
 (never medians from different A/Bs side by side). `check_guess()` closes a "predict, then
-measure" cell. `peak_flops_for()` names the peak an MFU is divided by, precision included.
+measure" cell, `written_answer()` an "in your own words" cell. `peak_flops_for()` names the peak
+an MFU is divided by, precision included.
 ``python -m effkit.lesson build [--check]`` converts the jupytext sources ``notebooks/*.py`` into
 the committed notebooks.
 
@@ -202,6 +203,41 @@ def check_guess(guess: float | None, measured: float, what: str, fmt: str = "{:.
     if profile() == "smoke":
         line += f" [{SMOKE_NOTE}]"
     print(line)
+
+
+def _plain(text: str) -> str:
+    """Lowercase, hyphens as spaces, runs of whitespace as one space: "All-reduce" ~ "all reduce"."""
+    return " ".join(text.lower().replace("-", " ").split())
+
+
+def written_answer(answer: str, key_points: dict[str, tuple[str, ...]], min_words: int = 12) -> list[str]:
+    """Print which key points a learner's written answer mentions; return those points.
+
+    A point counts as mentioned when any of its phrases starts a word of the answer, ignoring case,
+    hyphens and line breaks ("pad" matches "padding" and "Padded", not "keypad"). Fewer than
+    ``min_words`` words: a reminder to write the answer, and ``[]`` — never an error, since CI runs
+    the lessons with ``ANSWER`` left empty. A keyword self-check for the learner, not a grade.
+    """
+    if not isinstance(answer, str):
+        raise TypeError(f"written_answer: the answer must be a str (your ANSWER = \"\"\"...\"\"\"),"
+                        f" got {type(answer).__name__}")
+    for point, phrases in key_points.items():
+        if isinstance(phrases, str) or not all(isinstance(p, str) for p in phrases):
+            raise TypeError(f"written_answer: key point {point!r} needs a tuple of str phrases,"
+                            f" got {phrases!r} (one phrase: write ({phrases!r},))")
+    words = len(answer.split())
+    if words < min_words:
+        print(f"Write your answer (2-3 sentences) in the ANSWER string above, then run this cell"
+              f" again ({words} words so far).")
+        return []
+    text = _plain(answer)
+    mentioned = [point for point, phrases in key_points.items()
+                 if any(re.search(r"(?<!\w)" + re.escape(_plain(p)), text) for p in phrases)]
+    for point in key_points:
+        print(f"✓ you mention: {point}" if point in mentioned else f"· a full answer also says: {point}")
+    print("(A self-check against the key points, by keywords — not a grade: reread the lesson for any"
+          " point you missed.)")
+    return mentioned
 
 
 # FLOP per cycle per core, dense, by precision: fp32 with AVX-512 is 2 FMA units x 16 lanes x 2;

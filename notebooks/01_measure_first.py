@@ -562,6 +562,28 @@ print(f"optimized CIFAR ({precision}): {opt_sps:.0f} images/s on {DEVICE_NAME},"
       f" {opt_sps / cifar_sps:.1f}x the naive recipe's images/s (different models!)")
 
 # %% [markdown]
+# ### In your own words
+#
+# Section 4 measured the input pipeline's cost twice: with a timer around `next()` and with an A/B
+# against training on one fixed batch. Explain in 2–3 sentences why the two measurements can
+# disagree: what can the data-wait timer not see, and why does the A/B see it?
+#
+# Write your answer in `ANSWER` and run the cell: it lists which key points your answer mentions —
+# a keyword self-check, not a grade.
+
+# %%
+ANSWER = """
+"""
+MENTIONED = lesson.written_answer(ANSWER, {
+    "a data-wait timer counts only the time the loop is blocked in `next()`":
+        ("only the time", "only counts", "only measures", "block", "inside next"),
+    "the DataLoader's workers run in parallel on the same CPU cores and take them from the model":
+        ("same core", "same cpu", "in parallel", "steal", "compet"),
+    "the A/B removes the pipeline entirely: it sees all of its cost, worker start-up included":
+        ("without the pipeline", "no pipeline", "whole cost", "start up", "startup"),
+})
+
+# %% [markdown]
 # ## Summary
 
 # %% tags=["summary"]

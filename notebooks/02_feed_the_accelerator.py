@@ -417,6 +417,28 @@ print(f"num_workers={MY_WORKERS}, prefetch_factor={MY_PREFETCH}: {mine:.0f} imag
       f" loader alone on {DEVICE_NAME} (sweep best: {sweep[best_workers]:.0f})")
 
 # %% [markdown]
+# ### In your own words
+#
+# Section 3 A/B'd the naive `DataLoader` against `DevicePipeline` (the whole dataset on the device,
+# augmented a batch at a time there) with training running. Explain in 2–3 sentences what work
+# `DevicePipeline` takes out of each step and each epoch, and why the accuracy should not change.
+#
+# Write your answer in `ANSWER` and run the cell: it lists which key points your answer mentions —
+# a keyword self-check, not a grade.
+
+# %%
+ANSWER = """
+"""
+MENTIONED = lesson.written_answer(ANSWER, {
+    "per-image Python (PIL crops and flips) becomes one indexing op on a whole batch":
+        ("per image", "pil", "python", "one indexing", "whole batch"),
+    "no worker processes compete with the model for the cores or start up every epoch":
+        ("worker", "core", "start up", "startup", "process"),
+    "the same augmentation (random crops, flips, each image once an epoch): the same training":
+        ("same augmentation", "same crops", "same random", "once per epoch", "same distribution"),
+})
+
+# %% [markdown]
 # ## Summary
 
 # %% tags=["summary"]

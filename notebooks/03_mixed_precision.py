@@ -393,6 +393,29 @@ mine = lesson.ab(f"{MY_WIDTH}x{MY_WIDTH} linear layer: fp32 vs {LOW_NAME}",
                  pairs=SIZES["pairs"], a_label="fp32", b_label=LOW_NAME, unit="rows/s")
 
 # %% [markdown]
+# ### In your own words
+#
+# Section 4 A/B'd fp32 against autocast on matmuls of growing width and on the naive BERT. Explain
+# in 2–3 sentences why 16-bit autocast speeds up a large matmul but can leave a small, overhead-
+# bound model no faster (or slower): what must the hardware have, and what does a small op spend
+# its time on?
+#
+# Write your answer in `ANSWER` and run the cell: it lists which key points your answer mentions —
+# a keyword self-check, not a grade.
+
+# %%
+ANSWER = """
+"""
+MENTIONED = lesson.written_answer(ANSWER, {
+    "16 bits pay only where the hardware has fast 16-bit units (tensor cores, AMX)":
+        ("tensor core", "amx", "16 bit unit", "bf16 unit", "native"),
+    "a large matmul is compute-bound: its arithmetic dominates, so faster arithmetic shows":
+        ("compute bound", "arithmetic", "flop", "dominat", "math"),
+    "a small op is overhead-bound: launches, casts and memory traffic cost as much as its math":
+        ("launch", "cast", "memory traffic", "python", "fixed cost"),
+})
+
+# %% [markdown]
 # ## Summary
 
 # %% tags=["summary"]

@@ -572,6 +572,28 @@ print(f"effective batch {128 * MY_ACCUM}, LR {MY_LR:.3g}: final accuracy {mine[-
       f" samples to {TARGET:.0%}: {samples_to_target(mine)}")
 
 # %% [markdown]
+# ### In your own words
+#
+# Section 2 compared the gradient of `loss.mean() / accum_steps` with a float64 full-batch
+# reference, on micro-batches of uneven token counts. Explain in 2–3 sentences why the per-micro-
+# batch mean gets the gradient wrong, when it happens to be right, and what normalisation fixes it.
+#
+# Write your answer in `ANSWER` and run the cell: it lists which key points your answer mentions —
+# a keyword self-check, not a grade.
+
+# %%
+ANSWER = """
+"""
+MENTIONED = lesson.written_answer(ANSWER, {
+    "the full batch gives every real token the same weight":
+        ("every token", "each token", "equal", "same weight", "mean over all"),
+    "per-micro-batch means over-weight tokens of small micro-batches (right at equal counts)":
+        ("small micro", "fewer tokens", "over weight", "overweight", "same number"),
+    "each micro-batch's summed loss is divided by the whole window's token count":
+        ("whole window", "window's", "total", "n_window", "sum"),
+})
+
+# %% [markdown]
 # ## Summary
 
 # %% tags=["summary"]

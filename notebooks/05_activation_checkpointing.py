@@ -478,6 +478,29 @@ plan_ab = lesson.ab("checkpoint everything vs your plan", step(checkpointed), st
                     a_label="checkpoint everything", b_label="your plan", unit="tokens/s", dev=DEVICE)
 
 # %% [markdown]
+# ### In your own words
+#
+# Section 3 measured the bytes autograd keeps and the step time with every block checkpointed, and
+# section 5 a selective plan. Explain in 2–3 sentences why checkpointing cuts activation memory but
+# slows the step, and why keeping the matmuls' outputs while recomputing the rest saves most of the
+# memory for less recompute.
+#
+# Write your answer in `ANSWER` and run the cell: it lists which key points your answer mentions —
+# a keyword self-check, not a grade.
+
+# %%
+ANSWER = """
+"""
+MENTIONED = lesson.written_answer(ANSWER, {
+    "a checkpointed block keeps only its input; its intermediates are freed after forward":
+        ("only its input", "only the input", "input", "free", "discard"),
+    "backward re-runs the block's forward to rebuild them: extra compute":
+        ("re run", "rerun", "again", "extra forward", "second forward"),
+    "the matmuls hold most of the FLOPs; pointwise ops are cheap to redo but take as many bytes":
+        ("flop", "cheap", "pointwise", "elementwise", "expensive"),
+})
+
+# %% [markdown]
 # ## Summary
 
 # %% tags=["summary"]

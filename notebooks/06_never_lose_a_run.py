@@ -579,6 +579,29 @@ else:  # Young's first-order rule needs saves much shorter than the MTBF: say it
           " on any real machine 100 steps is far too often to save")
 
 # %% [markdown]
+# ### In your own words
+#
+# Section 4 resumed a killed run from a complete checkpoint, then without the sampler's position
+# and without the RNG state; section 3 killed processes in the middle of saves. Explain in 2–3
+# sentences what each missing piece changes in the resumed run, and why only an atomic write never
+# leaves a torn checkpoint.
+#
+# Write your answer in `ANSWER` and run the cell: it lists which key points your answer mentions —
+# a keyword self-check, not a grade.
+
+# %%
+ANSWER = """
+"""
+MENTIONED = lesson.written_answer(ANSWER, {
+    "without the sampler's position the resumed run replays or skips batches":
+        ("replay", "skip", "same batches", "data order", "repeat"),
+    "without the RNG state the random draws (dropout, augmentation) differ":
+        ("random", "dropout", "generator", "noise", "draw"),
+    "an atomic write renames a finished temporary file: a kill leaves the old file or the new":
+        ("rename", "replace", "temporary", "old or the new", "half"),
+})
+
+# %% [markdown]
 # ## Summary
 
 # %% tags=["summary"]

@@ -307,6 +307,29 @@ mine_ab = lesson.ab(f"training: bucketed by {B} rows vs a budget of {MY_BUDGET} 
                     a_label=f"{B} rows", b_label=f"{MY_BUDGET} tokens", dev=DEVICE)
 
 # %% [markdown]
+# ### In your own words
+#
+# Section 4 timed training on random batches padded to the maximum against bucketed batches.
+# Explain in 2–3 sentences why bucketing by length reduces the padding the model computes on, why
+# that padding costs time even though the attention mask keeps it out of the result, and what
+# bucketing costs in randomness.
+#
+# Write your answer in `ANSWER` and run the cell: it lists which key points your answer mentions —
+# a keyword self-check, not a grade.
+
+# %%
+ANSWER = """
+"""
+MENTIONED = lesson.written_answer(ANSWER, {
+    "rows of similar length share a batch, so its width stays close to every row's length":
+        ("similar length", "same length", "longest row", "sort", "group"),
+    "padded positions are still computed (projections, feed-forward, attention), then thrown away":
+        ("still", "thrown away", "wasted", "flop", "matmul"),
+    "grouped batches are less random (not i.i.d.), changing the gradient noise; shuffling helps":
+        ("i.i.d", "iid", "gradient noise", "shuffl", "correlat"),
+})
+
+# %% [markdown]
 # ## Summary
 
 # %% tags=["summary"]

@@ -394,6 +394,29 @@ mine_ab = lesson.ab("training step: LoRA (q, v, r=8) vs yours", trainer(lora(enc
                     dev=DEVICE)
 
 # %% [markdown]
+# ### In your own words
+#
+# Sections 2 and 4 measured what LoRA saves in memory and in step time. Explain in 2–3 sentences
+# why freezing the pretrained weights cuts gradient and optimizer memory so much but speeds a
+# training step up far less, and why merging the adapters makes inference cost what the base model
+# costs.
+#
+# Write your answer in `ANSWER` and run the cell: it lists which key points your answer mentions —
+# a keyword self-check, not a grade.
+
+# %%
+ANSWER = """
+"""
+MENTIONED = lesson.written_answer(ANSWER, {
+    "frozen weights need no gradients and no AdamW moments: only the adapters (and head) do":
+        ("frozen", "no gradient", "optimizer state", "adam", "moment"),
+    "a step still runs the whole model forward and backpropagates through every layer":
+        ("whole model", "every layer", "activation gradient", "still runs", "forward"),
+    "merging folds B·A into W: an ordinary weight matrix, no extra matmuls":
+        ("fold", "into w", "no extra", "ordinary weight", "single matrix"),
+})
+
+# %% [markdown]
 # ## Summary
 
 # %% tags=["summary"]

@@ -359,6 +359,29 @@ for t in (1.0, 2.0, 4.0):
           f" {abs(mine_value - reference) / max(reference, 1e-12):.1e}")
 
 # %% [markdown]
+# ### In your own words
+#
+# Sections 3–5 cached the teacher's logits and trained students with distillation and on labels
+# alone. Explain in 2–3 sentences what a student learns from the teacher's temperature-softened
+# outputs that one-hot labels do not give it, and why the teacher's logits could be computed once
+# instead of in every step.
+#
+# Write your answer in `ANSWER` and run the cell: it lists which key points your answer mentions —
+# a keyword self-check, not a grade.
+
+# %%
+ANSWER = """
+"""
+MENTIONED = lesson.written_answer(ANSWER, {
+    "softened probabilities say how wrong each other class is: more than a one-hot label says":
+        ("dark knowledge", "other class", "how wrong", "similar", "relative"),
+    "the teacher is frozen and the sentences are not augmented, so its logits never change":
+        ("frozen", "not augmented", "no augmentation", "never change", "same input"),
+    "caching removes a teacher forward pass from every training step":
+        ("forward", "teacher pass", "run the teacher", "running the teacher", "inference"),
+})
+
+# %% [markdown]
 # ## Summary
 
 # %% tags=["summary"]

@@ -285,6 +285,28 @@ mine = profile_training(mine_step, active=SIZES["active"])
 print(doctor.report(mine))
 
 # %% [markdown]
+# ### In your own words
+#
+# Section 3's doctor ranked the planted bottlenecks; once the tokenising moved out of the step, a
+# different finding came first. Explain in 2–3 sentences why fixing one bottleneck brings up the
+# next, and why a finding's share of the step is only an upper bound on what its fix saves.
+#
+# Write your answer in `ANSWER` and run the cell: it lists which key points your answer mentions —
+# a keyword self-check, not a grade.
+
+# %%
+ANSWER = """
+"""
+MENTIONED = lesson.written_answer(ANSWER, {
+    "the step is a sum of parts: without the largest, the others are a bigger share of less time":
+        ("sum", "shorter", "bigger share", "larger share", "remaining"),
+    "the next bottleneck was there all along, ranked lower or below its rule's threshold":
+        ("all along", "already", "threshold", "hidden", "second"),
+    "a fix may not remove all of that time: some stays, overlaps other work, or the fix costs":
+        ("overlap", "not all", "not remove", "at most", "new cost"),
+})
+
+# %% [markdown]
 # ## Summary
 
 # %% tags=["summary"]

@@ -472,6 +472,28 @@ def uneven(rank, world):
 print(f"each rank's global mean: {dp.run_ranks(uneven, 2)}; the true mean is {sum([1, 2, 3, 10, 20, 30, 40, 50]) / 8}")
 
 # %% [markdown]
+# ### In your own words
+#
+# Section 4 measured per-rank memory and step time of plain DDP, `ZeroRedundancyOptimizer` and
+# FSDP2's `fully_shard`. Explain in 2–3 sentences why ZeRO/FSDP reduce the memory each rank holds,
+# and what each costs in communication compared with DDP's all-reduce.
+#
+# Write your answer in `ANSWER` and run the cell: it lists which key points your answer mentions —
+# a keyword self-check, not a grade.
+
+# %%
+ANSWER = """
+"""
+MENTIONED = lesson.written_answer(ANSWER, {
+    "plain DDP keeps the whole model, its gradients and the optimizer state on every rank":
+        ("every rank", "replicat", "redundan", "full copy", "duplicat"),
+    "ZeRO shards optimizer state (stage 1), gradients (2) and parameters (3, FSDP) over the ranks":
+        ("shard", "1/n", "partition", "split", "divide"),
+    "stages 1-2 cost about an all-reduce; FSDP also all-gathers parameters in forward and backward":
+        ("gather", "allgather", "reduce scatter", "1.5", "more communication"),
+})
+
+# %% [markdown]
 # ## Summary
 
 # %% tags=["summary"]

@@ -347,6 +347,29 @@ parallel_line = (f"{S['workers']} workers, one study in {db}: {len(shared.trials
 print(parallel_line)
 
 # %% [markdown]
+# ### In your own words
+#
+# Sections 2–5 gave every search the same epoch budget, then re-ran the top configurations on new
+# seeds. Explain in 2–3 sentences why a pruned search can examine more configurations than random
+# search on that budget, what stopping trials early risks, and why seed noise limits which winner
+# you can claim.
+#
+# Write your answer in `ANSWER` and run the cell: it lists which key points your answer mentions —
+# a keyword self-check, not a grade.
+
+# %%
+ANSWER = """
+"""
+MENTIONED = lesson.written_answer(ANSWER, {
+    "pruning stops weak trials after a few epochs, and the epochs saved pay for more trials":
+        ("weak", "bad", "poor", "saved", "more trials"),
+    "an early score can mispredict the final one, so a slow starter may be pruned":
+        ("slow", "late", "mispredict", "early score", "wrong"),
+    "one run per trial: differences smaller than the seed-to-seed spread name no winner":
+        ("spread", "overlap", "variance", "interval", "chance"),
+})
+
+# %% [markdown]
 # ## Summary
 
 # %% tags=["summary"]

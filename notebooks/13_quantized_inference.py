@@ -438,6 +438,29 @@ mine_p50, mine_p95, mine_p99 = pct(latencies({"yours": onnx_server(mine)}, SIZES
 print(f"yours: accuracy {mine_acc:.1%}, batch-1 P50 {mine_p50:.1f} ms, P95 {mine_p95:.1f} ms, P99 {mine_p99:.1f} ms")
 
 # %% [markdown]
+# ### In your own words
+#
+# Sections 3 and 5 measured int8 against fp32 one request at a time and under open-loop load
+# against the SLO. Explain in 2–3 sentences why int8 weights can make a single request faster on
+# this CPU and what they risk, and why a configuration's P95 under open-loop load can sit far above
+# its lone-request P95.
+#
+# Write your answer in `ANSWER` and run the cell: it lists which key points your answer mentions —
+# a keyword self-check, not a grade.
+
+# %%
+ANSWER = """
+"""
+MENTIONED = lesson.written_answer(ANSWER, {
+    "at batch 1 the matmuls are bound by memory traffic, and int8 weights are 4x fewer bytes":
+        ("memory", "bytes", "bandwidth", "4x", "smaller weights"),
+    "rounding error in every layer may change predictions, so accuracy must be measured":
+        ("rounding", "accuracy", "error", "precision", "prediction"),
+    "under open-loop load requests wait in a queue that grows steeply as the rate nears capacity":
+        ("queue", "wait", "capacity", "utilis", "utiliz"),
+})
+
+# %% [markdown]
 # ## Summary
 
 # %% tags=["summary"]

@@ -9,11 +9,13 @@ prints: `effkit.lesson` (verdict wording, smoke), `tests/test_notebooks.py` (smo
 
 from __future__ import annotations
 
+import ast
 import re
 
 import pytest
 
 from effkit import lesson_build
+from effkit.syllabus import ready
 
 RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
     ("01_measure_first", r"evaluation excluded",
@@ -52,6 +54,45 @@ def test_every_lesson_summary_and_verdict_is_computed_not_typed():
     """A conclusion word typed into a print ("is faster", "no clear difference") would not follow
     the interval; lessons print `result.verdict` (effkit.lesson) instead."""
     typed = re.compile(r"print\(f?\"[^\"]*\b(is|are|was) (faster|slower)\b|print\(f?\"[^\"]*no clear difference")
-    for path in sorted(lesson_build.NOTEBOOKS.glob("0*.py")):
+    for path in sorted(lesson_build.NOTEBOOKS.glob("[01][0-9]_*.py")):
         hits = [ln for ln in path.read_text().splitlines() if typed.search(ln)]
         assert not hits, f"{path.name}: typed conclusions {hits}"
+
+
+def _cells(source: str) -> list[str]:
+    """A jupytext percent source split into cells, each starting at its ``# %%`` line."""
+    return ["# %%" + cell for cell in re.split(r"^# %%", source, flags=re.M)[1:]]
+
+
+def _written_answer_call(cell: str) -> ast.Call | None:
+    calls = [node for node in ast.walk(ast.parse(cell)) if isinstance(node, ast.Call)
+             and getattr(node.func, "attr", getattr(node.func, "id", None)) == "written_answer"]
+    return calls[0] if len(calls) == 1 else None
+
+
+@pytest.mark.parametrize("slug", [lesson.slug for lesson in ready()])
+def test_every_lesson_asks_for_its_mechanism_in_the_learners_own_words(slug):
+    """One "In your own words" question before the summary, answered in an ``ANSWER`` left empty
+    (CI runs the lessons unattended) and self-checked by `effkit.lesson.written_answer` against at
+    least 3 key points, each with at least 2 phrases."""
+    cells = _cells(_source(slug))
+    asks = [i for i, cell in enumerate(cells) if re.search(r"^# ### In your own words$", cell, re.M)]
+    assert len(asks) == 1, f"notebooks/{slug}.py: {len(asks)} '### In your own words' headings"
+    ask = asks[0]
+    question = " ".join(line.removeprefix("#").strip() for line in cells[ask].splitlines()[1:])
+    assert cells[ask].startswith("# %% [markdown]") and "2–3 sentences" in question, question
+    summary = next(i for i, cell in enumerate(cells) if cell.startswith('# %% tags=["summary"]'))
+    assert ask < summary, f"notebooks/{slug}.py: the question comes before the summary"
+    code = cells[ask + 1]
+    assert not code.startswith("# %% [markdown]"), "a code cell follows the question"
+    call = _written_answer_call(code)
+    assert call is not None, f"notebooks/{slug}.py: the cell after the question calls written_answer("
+    answer = next((node.value for node in ast.parse(code).body if isinstance(node, ast.Assign)
+                   and [getattr(t, "id", None) for t in node.targets] == ["ANSWER"]), None)
+    assert isinstance(answer, ast.Constant) and answer.value.strip() == "", "ANSWER ships empty"
+    assert isinstance(call.args[0], ast.Name) and call.args[0].id == "ANSWER"
+    points = ast.literal_eval(call.args[1])  # a dict literal: {point: (phrase, ...)}
+    assert len(points) >= 3, f"notebooks/{slug}.py: {len(points)} key points, want >= 3"
+    for point, phrases in points.items():
+        assert isinstance(phrases, tuple) and 2 <= len(phrases) <= 5, (point, phrases)
+        assert all(isinstance(p, str) and p == p.lower() and p.strip() for p in phrases), phrases

@@ -154,3 +154,31 @@ def test_the_sst2_env_var_is_where_the_cpu_profile_reads_its_tsvs(monkeypatch, t
     monkeypatch.setenv("EFFKIT_SST2_DIR", str(folder))
     monkeypatch.setenv("EFFKIT_DATA", str(tmp_path / "cache"))
     assert prepare_data("cpu") == folder
+
+
+POINTS = {"padding is still computed": ("computed", "wasted"),
+          "similar lengths share a batch": ("similar length", "same length"),
+          "batches are less random": ("i.i.d", "shuffl")}
+
+
+def test_written_answer_asks_for_an_answer_and_names_the_points_it_mentions(capsys):
+    for unanswered in ("", "\n", "Padding is wasted."):  # the lessons run in CI with ANSWER empty
+        assert lesson.written_answer(unanswered, POINTS) == []
+        printed = capsys.readouterr().out
+        assert "ANSWER" in printed and "2-3 sentences" in printed and len(printed.splitlines()) == 1
+    answer = """Bucketing puts SIMILAR-LENGTH rows in one batch, so less of it is padding;
+    the padded positions are still Computed, then wasted behind the mask."""
+    assert lesson.written_answer(answer, POINTS) == ["padding is still computed",
+                                                     "similar lengths share a batch"]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:3] == ["✓ you mention: padding is still computed",
+                         "✓ you mention: similar lengths share a batch",
+                         "· a full answer also says: batches are less random"]
+    assert len(lines) == 4 and "not a grade" in lines[3]
+    # a phrase starts a word: "computed" is not found inside "precomputed" alone
+    assert lesson.written_answer("precomputed " * 12, POINTS) == []
+    assert lesson.written_answer(" ".join(["word"] * 11), POINTS, min_words=11) == []
+    with pytest.raises(TypeError, match="must be a str"):
+        lesson.written_answer(None, POINTS)
+    with pytest.raises(TypeError, match="tuple of str"):
+        lesson.written_answer("a " * 20, {"a point": "wasted"})  # ("wasted") is a str, not a tuple

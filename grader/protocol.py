@@ -11,8 +11,8 @@ its held-out evaluation set in memory only, and drives the workers over dedicate
    initial weights (saved by the parent). The runs advance one epoch at a time, interleaved
    A B B A A B ..., each epoch ("chunk") timed by the parent's ``perf_counter`` (captured at
    import) from sending the command to receiving "done"; the first chunk includes building the
-   pipeline, so no work can hide in a constructor. The idle worker's process group is
-   SIGSTOPped, so it cannot steal CPU from the one being timed;
+   pipeline, so no work can hide in a constructor. The idle worker is frozen (its cgroup's
+   freezer; SIGSTOP to its process tree without one), so it cannot steal CPU from the one being timed;
 4. the parent loads each run's saved weights into a clean model and evaluates them on its own
    held-out set, then applies the accuracy gate (:mod:`grader.gate`) and the speed credit
    (:mod:`grader.targets`).

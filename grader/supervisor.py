@@ -3,7 +3,8 @@
 **What it does.** ``start_worker`` launches ``python -m grader.worker`` in its own session with two
 dedicated pipes (commands in, JSON events out) and its output in a log file. `Worker` sends
 commands, waits for events with a deadline (timestamping arrivals with the parent's own clock),
-SIGSTOPs / SIGCONTs the worker's whole process group between timed chunks, and kills the group on
+freezes and thaws the worker between timed chunks (its cgroup's freezer; SIGSTOP / SIGCONT to its
+process tree without one), and kills the group on
 close. Anything unexpected - an error event, a timeout, a crash, garbage on the pipe - becomes a
 `WorkerFailed` with a message for the learner.
 

@@ -19,7 +19,7 @@ over the event pipe for the parent to evaluate in a process where no learner cod
 believed; it only says when it starts and finishes, and what the pipeline yielded.
 
 **Pitfalls.** Learner code shares this process, so it *could* forge events; the design makes that
-pointless (parent-side clock, parent-side evaluation, the idle worker is SIGSTOPped).
+pointless (parent-side clock, parent-side evaluation, the idle worker is frozen).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from grader.assignments.lesson11 import ddp_task as task
 from grader.assignments.lesson11 import memory_task as mem
 from grader.cells import CheckFailed, Context, expect, stub_reason
 from grader.channel import ChannelError
-from grader.probe import ProbeSession
+from grader.probe import CallResult, ProbeSession
 from grader.quiz import quiz_check
 
 CALL_SECONDS = 60
@@ -181,7 +181,10 @@ def _sharded_run(ctx: Context) -> dict:
             sessions[-1].start()
 
         def call(rank: int) -> None:
-            results[rank] = sessions[rank].call("train_rank", CALL_SECONDS, rank=rank, port=port, **seeds)
+            try:
+                results[rank] = sessions[rank].call("train_rank", CALL_SECONDS, rank=rank, port=port, **seeds)
+            except (OSError, ValueError) as err:  # a pipe the worker broke: its failure, not the grader's
+                results[rank] = CallResult(False, failure=f"rank {rank}'s worker broke its channel ({err})")
 
         threads = [threading.Thread(target=call, args=(r,)) for r in range(mem.WORLD)]
         for t in threads:

@@ -26,9 +26,9 @@
 #    `ZeroRedundancyOptimizer` (ZeRO-1) and FSDP2's `fully_shard` (ZeRO-3), and save a sharded
 #    checkpoint with `torch.distributed.checkpoint`.
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU, with other jobs running): about 1 min in
-# `cpu` (59 s at load average ~5), 15-51 s in `smoke` (the test harness's runs at load 3-8). The
-# summary's last line prints this run's own time.
+# **Run time** (measured on a 2-core AMD EPYC VM, no GPU): about 35 s in `cpu` (33 s on a quiet
+# machine; 59 s at load average ~5 before the per-rank memory cell), 15-51 s in `smoke` (the test
+# harness's runs at load 3-8). The summary's last line prints this run's own time.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (the same code with `gloo`:
 # the NCCL lines are shown, not run, since one GPU gives one rank), `smoke` (tests only: tiny sizes,
@@ -593,6 +593,8 @@ print(f"* scaling efficiency of 2 ranks: {efficiency:.0%} (range {ratios[0] / 2:
 fsdp_state = max(m["FSDP2 fully_shard (ZeRO-3)"]["optimizer"] for m in mem)
 print(f"* largest rank: ZeRO-1 optimizer state {zero_state / ddp_state:.0%} of DDP's; FSDP2 parameters "
       f"{fsdp_params / mem[0]['DDP + Adam']['params']:.0%}, optimizer state {fsdp_state / ddp_state:.0%} of DDP's; DCP wrote {sum(f.endswith('.distcp') for f in files)} shards")
+print(f"* each rank's peak memory per parameter, the kernel's count ({n_params / 1e6:.2f}M parameters): "
+      + ", ".join(f"{r} {v:.1f} B (arithmetic {ARITHMETIC[r]})" for r, v in per_rank.items()))
 print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s")
 
 # %% [markdown]

@@ -12,6 +12,8 @@ habits (``.tolist()`` / ``.item()`` per sample, a float64 sum, a Python loop ove
 half-fix that keeps the per-sample loop; ``--busy N`` keeps N more processes spinning meanwhile, each in a
 session of its own (as other jobs on the machine: in the grader's session they would share its autogroup).
 ``step_checks.TARGET`` must sit well below the reference's lowest interval and above the half-fix's.
+``--only reference`` grades one submission only (``--step --busy 1 --only reference $(seq 1001 1100)``: a
+busy-core failure rate).
 """
 
 import os
@@ -75,13 +77,15 @@ STEP_VARIANTS = {  # fast_step sources besides the reference (which is read from
 }
 
 
-def main_step(seeds: list[int], busy: int) -> None:
+def main_step(seeds: list[int], busy: int, only: str | None = None) -> None:
     from grader import assignments
     from grader.assignments.lesson10 import step_checks
     from grader.cells import grade_cells
 
     a = assignments.get("lesson10")
     variants = {"reference": None, **STEP_VARIANTS}
+    if only is not None:  # one submission, many gradings: a busy-core failure rate
+        variants = {only: variants[only]}
     print(f"device: {device_name('cpu')}; load {os.getloadavg()}; busy processes {busy}; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; TARGET {step_checks.TARGET}x")  # fmt: skip
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(busy)]
@@ -111,6 +115,11 @@ if __name__ == "__main__":
             at = args.index("--busy")
             busy = int(args[at + 1])
             del args[at : at + 2]
-        main_step([int(a) for a in args] or [1, 2, 3], busy)
+        only = None
+        if "--only" in args:
+            at = args.index("--only")
+            only = args[at + 1]
+            del args[at : at + 2]
+        main_step([int(a) for a in args] or [1, 2, 3], busy, only)
     else:
         main([int(a) for a in args] or [1, 2, 3])

@@ -4,10 +4,14 @@ Usage (from the repository root, machine otherwise quiet): ``python benchmarks/l
 grades the reference planner and three others (checkpoint everything, one block more than needed, every block
 keeping its matmuls) N times each on seeds 200.., and prints per grading: verdicts, rounds, step times, the plan's
 ratio over "checkpoint everything" with its interval, and its share of the grader's plan's gain. The figures in
-grader/README.md (lesson 5) come from it.
+grader/README.md (lesson 5) come from it. ``--first S`` starts the seeds at S; ``--busy K`` keeps K spinning
+processes running meanwhile (a busy-core failure rate: ``--busy 1 --first 1001 300 reference``).
 """
 
+import atexit
+import os
 import re
+import subprocess
 import sys
 import time
 
@@ -35,13 +39,25 @@ PLANS = {
             return {"blocks": list(range(min(len(blocks), k + 1))), "save": None}""",
     "selective, every block": 'def plan_checkpointing(blocks, x, budget_bytes):\n    return {"blocks": list(range(len(blocks))), "save": ["addmm", "_scaled_dot_product_flash_attention_for_cpu"]}',
 }
-n, names = int(sys.argv[1]), sys.argv[2:] or list(PLANS)
+args = sys.argv[1:]
+first = busy = 0
+for flag in ("--first", "--busy"):
+    if flag in args:
+        at = args.index(flag)
+        value = int(args.pop(at + 1))
+        args.pop(at)
+        first, busy = (value, busy) if flag == "--first" else (first, value)
+first = first or 200
+n, names = int(args[0]), args[1:] or list(PLANS)
+print(f"load {os.getloadavg()}; busy processes {busy}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
+hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(busy)]
+atexit.register(lambda: [hog.kill() for hog in hogs])  # also on Ctrl-C: the hogs sit in sessions of their own
 for name in names:
     src = PLANS[name]
     cells = [(g, src if (g == "plan_checkpointing" and src) else s) for g, s in base]
     for i in range(n):
         t = time.time()
-        v, _ = grade_cells(A, cells, only=["test_speed", "test_least_recompute"], seed=200 + i)
+        v, _ = grade_cells(A, cells, only=["test_speed", "test_least_recompute"], seed=first + i)
         text = " | ".join(
             v["test_speed"].lines
             + [v["test_speed"].reason, v["test_least_recompute"].reason]
@@ -59,9 +75,13 @@ for name in names:
             text,
         )
         print(
-            f"{name:24} seed {200 + i}: speed {'PASS' if v['test_speed'].passed else 'fail'} least {'PASS' if v['test_least_recompute'].passed else 'fail'}"
+            f"{name:24} seed {first + i}: speed {'PASS' if v['test_speed'].passed else 'fail'} least {'PASS' if v['test_least_recompute'].passed else 'fail'}"
             f" rounds={rounds[:1]} ms(all/yours/grader)={ms[:1]} yours={yours[:1]} share={share[:1]} grader={gr[:1]} {time.time() - t:.1f}s",
             flush=True,
         )
         if not ms:
             print("   ", text[:300])
+for hog in hogs:
+    hog.kill()
+    hog.wait()
+print(f"load {os.getloadavg()}")

@@ -13,7 +13,7 @@ steps with a given step function and returns the losses and the final weights.
 learner's step, or this one as the timed baseline) and :mod:`step_checks` (the parent runs this one
 for its own reference).
 
-**Expected gain.** On one CPU thread the batched step is ~20x faster (the calibration in
+**Expected gain.** On one CPU thread the batched step is ~15-25x faster (the calibration in
 grader/README.md, lesson 10); the per-sample loop is most of it.
 
 **Pitfalls.** Everything is drawn from ``torch.Generator`` objects, never the global RNG, so a

@@ -3,8 +3,8 @@
 Run: ``OMP_WAIT_POLICY=PASSIVE taskset -c 0 .venv/bin/python benchmarks/lesson10_drift.py [--activation relu] [N]``.
 
 Draws ``N`` tasks exactly as a grading does (``step_checks.draw``, from ``random.Random(0)``), trains
-each ``TIMED_STEPS`` steps with the original and with the repository's reference ``fast_step`` (one
-batched forward and backward, ``SGD(foreach=True)``), on one thread, and prints the distribution of
+each ``TIMED_STEPS`` steps with the original and with the reference ``fast_step`` read from the
+solution notebook (one batched forward and backward, ``SGD(foreach=True)``), on one thread, and prints the distribution of
 ``|w_fast - w_slow| / |w_slow - w_init|``: the number ``step_checks.TOLERANCE`` must sit above for
 every task, since a grading checks 8 tasks and a correct step may fail none of them. Tasks whose
 drift passes 1e-4 are printed with their spec (a regression test can replay them).
@@ -17,37 +17,37 @@ in the two steps, and the gap compounds.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 import time
+from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from exercise_cells import solution_cells  # noqa: E402
 
 from effkit.measure import device_name  # noqa: E402
 from grader.assignments.lesson10 import slow_step as task  # noqa: E402
 from grader.assignments.lesson10 import step_checks  # noqa: E402
 
 
-def batched_step(model, inputs, targets, lr, weight_decay):
-    """The reference solution's step (solutions/lesson10/lesson10.py)."""
-    loss = F.cross_entropy(model(inputs), targets)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, weight_decay=weight_decay, foreach=True)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-    return loss.item()
+def reference_step():
+    """The solution notebook's ``fast_step``: what the drift is measured for is what the grader grades."""
+    solution = ROOT / "solutions" / "lesson10" / "lesson10.ipynb"
+    ns: dict = {}
+    exec(dict(solution_cells(solution, solution))["fast_step"], ns)  # noqa: S102  (the repository's reference)
+    return ns["fast_step"]
 
 
-def drift(spec: dict, steps: int) -> float:
+def drift(spec: dict, steps: int, fast_step) -> float:
     t = task.Task(spec["seed"], spec["batch"], steps)
     init = task.flat(t.model())
     slow, _ = task.run(task.slow_step, t, spec["lr"], spec["weight_decay"])
-    fast, _ = task.run(batched_step, t, spec["lr"], spec["weight_decay"])
+    fast, _ = task.run(fast_step, t, spec["lr"], spec["weight_decay"])
     want = task.flat(slow)
     return float((task.flat(fast) - want).norm() / (want - init).norm())
 
@@ -61,12 +61,12 @@ def main() -> None:
         shape = task._shape_model
         task._shape_model = lambda: nn.Sequential(*(nn.ReLU() if isinstance(m, nn.GELU) else m for m in shape()))
     torch.set_num_threads(1)
-    rng, errors, start = random.Random(0), [], time.perf_counter()
+    fast_step, rng, errors, start = reference_step(), random.Random(0), [], time.perf_counter()
     print(f"device: {device_name('cpu')}; torch {torch.__version__}; activation {args.activation}; "
           f"{step_checks.TIMED_STEPS} steps per task; TOLERANCE {step_checks.TOLERANCE:g}", flush=True)
     for i in range(args.n):
         spec = step_checks.draw(rng)
-        errors.append(drift(spec, step_checks.TIMED_STEPS))
+        errors.append(drift(spec, step_checks.TIMED_STEPS, fast_step))
         if errors[-1] > 1e-4:
             print(f"  task {i}: {spec}: {errors[-1]:.2e} of the update", flush=True)
     errors.sort()

@@ -18,22 +18,21 @@ failure's reason, seconds. Lessons whose timed grading is the performance cell (
 """
 
 import argparse
-import atexit
 import math
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import nbformat
+import spinning
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from exercise_cells import solution_cells  # noqa: E402
 
 from grader import assignments  # noqa: E402
 from grader.cells import grade_cells  # noqa: E402
-from grader.notebook import solution_sources  # noqa: E402
 
 
 def upper_bound(failures: int, n: int, confidence: float = 0.95) -> float:
@@ -48,12 +47,6 @@ def upper_bound(failures: int, n: int, confidence: float = 0.95) -> float:
     return hi
 
 
-def reference_cells(lesson: str) -> list[tuple[str, str]]:
-    sol = nbformat.read(ROOT / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
-    ids = [c.metadata["nbgrader"]["grade_id"] for c in sol.cells if c.metadata.get("nbgrader", {}).get("solution")]
-    return [(c.grade_id, c.source) for c in solution_sources(sol, ids)]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("lesson", help="assignment id, e.g. lesson7")
@@ -66,13 +59,12 @@ def main() -> None:
     unknown = set(args.cells) - set(assignment.cell_checks)
     if unknown:
         ap.error(f"{args.lesson} has no cell check {sorted(unknown)}; it has {sorted(assignment.cell_checks)}")
-    cells = reference_cells(args.lesson)
+    solution = ROOT / "solutions" / args.lesson / f"{args.lesson}.ipynb"
+    cells = solution_cells(solution, solution)
     print(f"{args.lesson} {args.cells}: {args.times} gradings of the reference, seeds {args.first}.., busy "
           f"processes {args.busy}; load {os.getloadavg()}; {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}",
           flush=True)  # fmt: skip
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-            for _ in range(args.busy)]  # fmt: skip
-    atexit.register(lambda: [hog.kill() for hog in hogs])  # also on Ctrl-C: the hogs sit in sessions of their own
+    spinning.start(args.busy)
     failed, seconds = [], []
     for i in range(args.times):
         seed, t0 = args.first + i, time.perf_counter()

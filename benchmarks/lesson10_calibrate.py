@@ -18,7 +18,6 @@ busy-core failure rate).
 
 import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+import spinning  # noqa: E402
 from exercise_cells import solution_cells  # noqa: E402
 from lesson10_steps import HEAD as _HEAD  # noqa: E402
 from lesson10_steps import PER_SAMPLE_LOOP_KEPT  # noqa: E402
@@ -88,7 +88,7 @@ def main_step(seeds: list[int], busy: int, only: str | None = None) -> None:
         variants = {only: variants[only]}
     print(f"device: {device_name('cpu')}; load {os.getloadavg()}; busy processes {busy}; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; TARGET {step_checks.TARGET}x")  # fmt: skip
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(busy)]
+    hogs = spinning.start(busy)
     try:
         for seed in seeds:
             for name, source in variants.items():
@@ -100,9 +100,7 @@ def main_step(seeds: list[int], busy: int, only: str | None = None) -> None:
                 line = speed.lines[-1] if speed.passed else speed.reason
                 print(f"seed {seed} {name}: {said}, {time.perf_counter() - start:.1f} s\n    {line[:240]}", flush=True)
     finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
+        spinning.stop(hogs)
     print(f"load {os.getloadavg()}")
 
 

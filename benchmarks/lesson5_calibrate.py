@@ -8,14 +8,13 @@ grader/README.md (lesson 5) come from it. ``--first S`` starts the seeds at S; `
 processes running meanwhile (a busy-core failure rate: ``--busy 1 --first 1001 300 reference``).
 """
 
-import atexit
 import os
 import re
-import subprocess
 import sys
 import time
 
 import nbformat
+import spinning
 
 from grader import assignments
 from grader.cells import grade_cells
@@ -50,8 +49,7 @@ for flag in ("--first", "--busy"):
 first = first or 200
 n, names = int(args[0]), args[1:] or list(PLANS)
 print(f"load {os.getloadavg()}; busy processes {busy}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
-hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(busy)]
-atexit.register(lambda: [hog.kill() for hog in hogs])  # also on Ctrl-C: the hogs sit in sessions of their own
+hogs = spinning.start(busy)
 for name in names:
     src = PLANS[name]
     cells = [(g, src if (g == "plan_checkpointing" and src) else s) for g, s in base]
@@ -81,7 +79,5 @@ for name in names:
         )
         if not ms:
             print("   ", text[:300])
-for hog in hogs:
-    hog.kill()
-    hog.wait()
+spinning.stop(hogs)
 print(f"load {os.getloadavg()}")

@@ -66,19 +66,24 @@ def main() -> None:
           flush=True)  # fmt: skip
     spinning.start(args.busy)
     failed, seconds = [], []
-    for i in range(args.times):
-        seed, t0 = args.first + i, time.perf_counter()
-        verdicts, _ = grade_cells(assignment, cells, only=args.cells, seed=seed)
-        seconds.append(time.perf_counter() - t0)
-        ok = all(verdicts[c].passed for c in args.cells)
-        if not ok:
-            failed.append(seed)
-        shown = " ".join(f"{c} {'PASS' if verdicts[c].passed else 'FAIL'}" for c in args.cells)
-        detail = " | ".join(line for c in args.cells for line in [*verdicts[c].lines, verdicts[c].reason or ""] if line)
-        print(f"{i + 1:4d} seed {seed}: {shown} {seconds[-1]:.1f}s | {detail}", flush=True)
-        if (i + 1) % 25 == 0:
-            print(f"     load {os.getloadavg()}; {len(failed)} failed so far", flush=True)
+    try:
+        for i in range(args.times):
+            seed, t0 = args.first + i, time.perf_counter()
+            verdicts, _ = grade_cells(assignment, cells, only=args.cells, seed=seed)
+            seconds.append(time.perf_counter() - t0)
+            if not all(verdicts[c].passed for c in args.cells):
+                failed.append(seed)
+            shown = " ".join(f"{c} {'PASS' if verdicts[c].passed else 'FAIL'}" for c in args.cells)
+            detail = " | ".join(line for c in args.cells for line in [*verdicts[c].lines, verdicts[c].reason or ""]
+                                if line)  # fmt: skip
+            print(f"{i + 1:4d} seed {seed}: {shown} {seconds[-1]:.1f}s | {detail}", flush=True)
+            if (i + 1) % 25 == 0:
+                print(f"     load {os.getloadavg()}; {len(failed)} failed so far", flush=True)
+    except (KeyboardInterrupt, SystemExit):  # stopped early (Ctrl-C, kill): count the gradings that finished
+        print(f"stopped after {len(seconds)} gradings; the next seed is {args.first + len(seconds)}", flush=True)
     n = len(seconds)
+    if not n:
+        return
     print(f"{n} gradings, {len(failed)} failed {failed}; 95% upper bound of the failure rate "
           f"{upper_bound(len(failed), n):.2%}; {min(seconds):.1f}-{max(seconds):.1f} s a grading (median "
           f"{sorted(seconds)[n // 2]:.1f}); load {os.getloadavg()}; {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")  # fmt: skip

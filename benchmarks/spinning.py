@@ -6,6 +6,7 @@ unpinned, as another user's job would be: the scheduler, not the campaign, decid
 """
 
 import atexit
+import signal
 import subprocess
 import sys
 
@@ -15,6 +16,8 @@ def start(n: int) -> list[subprocess.Popen]:
     so the terminal's SIGINT does not reach them)."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(n)]
     atexit.register(stop, hogs)
+    # `kill PID` (SIGTERM) would skip atexit and leave the hogs spinning: make it an orderly exit
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     return hogs
 
 

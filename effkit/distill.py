@@ -176,7 +176,7 @@ def layer_map(teacher_layers: int, student_layers: int) -> list[int]:
 
 
 def student_from_teacher(teacher: nn.Module, student_layers: int) -> nn.Module:
-    """A Hugging Face BERT-style teacher cut to ``student_layers`` encoder layers (DistilBERT's init).
+    """A Hugging Face BERT-style teacher cut to ``student_layers`` encoder layers (DistilBERT's layer choice).
 
     Deep-copies the teacher (embeddings, pooler and classifier head included) and keeps the
     layers ``layer_map`` picks from ``model.<base>.encoder.layer``; the config's

@@ -14,8 +14,9 @@ changing anything: fix the first finding, measure again (the next bottleneck mov
 
 **Expected gain.** Each finding states its own (an upper bound from the profile).
 
-**Pitfalls.** The profiler adds overhead per operator: shares are taken *within* the profiled step
-(both sides inflated alike), and ``step_ms_unprofiled`` is the number to quote. On a CPU a sync
+**Pitfalls.** The profiler adds overhead per operator: shares are taken *within* the profiled step,
+where ranges of many small operators grow more than ranges of a few big ones (read shares as
+approximate), and ``step_ms_unprofiled`` is the number to quote. On a CPU a sync
 costs almost nothing (nothing runs asynchronously); it is flagged by count, since the same code on
 a GPU stalls the launch queue at each one. Likewise a per-tensor optimizer loop is flagged by its
 operator count (with a floor on its time share): what ``foreach`` saves on a CPU varies with tensor sizes

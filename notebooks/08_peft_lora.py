@@ -127,8 +127,11 @@ plt.show()
 #
 # With AdamW in fp32, every *trained* parameter costs 4 bytes of weight, 4 of gradient and 8 of
 # optimizer state (first and second moments): **16 bytes**. A *frozen* parameter costs its 4 bytes
-# of weight only. (Activations come on top and LoRA does not shrink them: backward still needs
-# each layer's input to pass gradients down to the adapters below.)
+# of weight only. (Activations come on top, and LoRA shrinks them little: backward still needs the
+# inputs of every nonlinearity — GELU, softmax, layer norm — and of every adapted layer to pass
+# gradients down to the adapters below; only a frozen linear layer's input can be dropped, since the
+# gradient it passes down needs its weight, not its input. This lesson does not measure
+# activations; lesson 5 does.)
 #
 # **Predict.** With rank 8 on the query and value projections of every layer (plus the 2-way head),
 # what share of the encoder's parameters does LoRA train, in percent?
@@ -187,8 +190,10 @@ plt.show()
 # Each adapted `in x out` layer adds `r · (in + out)` parameters: linear in the rank. Hu et al.
 # adapted only the attention's query and value projections and found r = 1-8 enough on their
 # tasks; later work (QLoRA) adapts every linear layer. `alpha` sets the update's scale as
-# `alpha / r`: with it fixed, doubling the rank does not double the update's size, so a learning rate
-# found at one rank transfers to another. A common choice is `alpha = 2r`.
+# `alpha / r`. Hu et al. fixed `alpha` while varying `r` and report that this spared them retuning
+# the learning rate. A common choice today, and this lesson's, is `alpha = 2r`, which fixes
+# `alpha / r` instead; whether a learning rate then transfers across ranks is not measured here
+# (see *What to try next*).
 
 # %%
 layers_n, width = full_model.config.num_hidden_layers, full_model.config.hidden_size
@@ -197,16 +202,24 @@ target_sets = {"query, value": (["query", "value"], 2 * (width + width)),
                "query, key, value, attention output": (["query", "key", "value", "attention.output.dense"],
                                                        4 * (width + width)),
                "every linear layer": (["query", "key", "value", "dense"], 4 * 2 * width + 2 * (width + inner))}
+def trainable_numel(model, keep):
+    return sum(p.numel() for n, p in model.named_parameters() if p.requires_grad and keep(n))
+
+
 rows = []
 for name, (targets, per_rank) in target_sets.items():
     for r in (1, 8, 64):
-        counted = lora(encoder(), targets, r, 2 * r).get_nb_trainable_parameters()[0]
-        rows.append((name, r, counted, r * per_rank * layers_n))
-head = sum(p.numel() for n, p in full_model.named_parameters() if "classifier" in n or "pooler" in n)
-print(f"{'targets':38} {'r':>3} {'peft counts':>12} {'r(in+out) x layers':>19}  share")
-for name, r, counted, arithmetic in rows:
-    print(f"{name:38} {r:3d} {counted:12,} {arithmetic:19,}  {counted / n_params:6.2%}")
-print(f"(peft's count adds the classifier head and pooler it trains: {head:,} parameters)")
+        adapted = lora(encoder(), targets, r, 2 * r)
+        rows.append((name, r, adapted.get_nb_trainable_parameters()[0], r * per_rank * layers_n,
+                     trainable_numel(adapted, lambda n: "lora_" not in n),  # the classifier: peft trains a copy of it
+                     trainable_numel(adapted, lambda n: "lora_" in n and "pooler" in n)))  # "dense" matches the pooler's too
+print(f"{'targets':38} {'r':>3} {'peft counts':>12} {'r(in+out) x layers':>19} {'classifier':>10} "
+      f"{'pooler LoRA':>11}  share")
+for name, r, counted, arithmetic, head, pooler in rows:
+    print(f"{name:38} {r:3d} {counted:12,} {arithmetic:19,} {head:10,} {pooler:11,}  {counted / n_params:6.2%}")
+adds_up = all(counted == arithmetic + head + pooler for _, _, counted, arithmetic, head, pooler in rows)
+print(f"peft's count = the arithmetic + the classifier it trains (task_type SEQ_CLS) + a LoRA on the pooler's "
+      f"dense layer where the targets name 'dense': {'every row' if adds_up else 'NOT every row: see the columns'}")
 
 # %% [markdown]
 # ## 4. Step time: what LoRA saves and what it does not

@@ -19,7 +19,8 @@
 # 1. fine-tune the teacher: the pretrained encoder on SST-2;
 # 2. see what the temperature does to the teacher's soft targets, and why the loss has a `T²`;
 # 3. cache the teacher's logits once instead of running it in every step — measured;
-# 4. build a 3-layer student from every other teacher layer (as DistilBERT) and one from scratch;
+# 4. build a 3-layer student from every other layer of the fine-tuned teacher (DistilBERT took
+#    every other layer of the pre-trained BERT) and one from scratch;
 # 5. train students with distillation and on labels alone, over seeds: how much of the gap closes;
 # 6. time the student's inference against the teacher's and count their memory.
 #
@@ -166,8 +167,8 @@ plt.show()
 
 # %% [markdown]
 # **Predict.** For SST-2 sentences the fine-tuned teacher is usually confident. At `T = 4`, what
-# will the teacher's average probability of its *less likely* class be, in percent (at `T = 1` it
-# is a few percent)?
+# will the teacher's average probability of its *less likely* class be, in percent? (The cell below
+# prints it at `T = 1` too.)
 
 # %%
 GUESS_MINORITY_PERCENT_AT_T4 = None  # your guess, e.g. 20.0
@@ -254,10 +255,13 @@ print(cache_line)
 # ## 4. and 5. Students: from the teacher's layers or from scratch, distilled or on labels alone
 #
 # DistilBERT (Sanh et al. 2019) initialised its 6-layer student from every other layer of the
-# 12-layer BERT: the student starts with weights that already compute useful features.
-# `effkit.distill.student_from_teacher` does that for any BERT-style model (`layer_map` picks the
-# layers: here `layer_map(6, 3) == [0, 2, 4]`). The alternative is the same architecture with fresh
-# weights. Each student trains the same steps on the same subset (the sample budget), with the
+# *pre-trained* 12-layer BERT: the student starts with weights that already compute useful features.
+# `effkit.distill.student_from_teacher` keeps every other layer the same way for any BERT-style model
+# (`layer_map` picks the layers: here `layer_map(6, 3) == [0, 2, 4]`), but copies them from the
+# *fine-tuned* teacher here, classifier head included. So every "from the teacher" student, even one
+# trained on labels alone, starts with some of the teacher's SST-2 knowledge: distilled against
+# labels alone compares like with like, while "from the teacher" against "from scratch" mixes
+# pre-training with task fine-tuning. The alternative is the same architecture with fresh weights. Each student trains the same steps on the same subset (the sample budget), with the
 # distillation loss (`T = 4`, `alpha = 0.9`) or on labels alone (`alpha = 0`).
 
 # %%
@@ -275,9 +279,12 @@ for seed, init, alpha in tqdm(plan, desc="training students"):
 
 
 def gap_line(init, seeds):
-    """Distilled minus labels-alone accuracy, over seeds, with the binomial half-width of a difference."""
+    """Distilled minus labels-alone accuracy, over seeds, with the binomial half-width of a difference.
+
+    Every seed is scored on the same held-out rows, so the rows' sampling error is shared by all
+    seeds: averaging seeds does not shrink it (no division by sqrt(seeds))."""
     diffs = [runs[(s, init, ALPHA)][1] - runs[(s, init, 0.0)][1] for s in seeds]
-    err = max(math.hypot(runs[(s, init, ALPHA)][2], runs[(s, init, 0.0)][2]) for s in seeds) / math.sqrt(len(seeds))
+    err = max(math.hypot(runs[(s, init, ALPHA)][2], runs[(s, init, 0.0)][2]) for s in seeds)
     mean = sum(diffs) / len(diffs)
     labels_only = sum(runs[(s, init, 0.0)][1] for s in seeds) / len(seeds)
     gap = teacher_acc - labels_only

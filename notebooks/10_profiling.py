@@ -149,7 +149,8 @@ split = {k: v / patient["step_ms"] for k, v in patient["ranges_ms"].items()}
 print("share of the profiled step: " + ", ".join(f"{k} {v:.0%}" for k, v in split.items()))
 print(f"{patient['syncs_per_step']:.0f} syncs and {patient['ops_per_step']:.0f} operators per step; "
       f"{patient['step_ms_unprofiled']:.1f} ms per step unprofiled (median), {patient['step_ms']:.1f} ms profiled")
-lesson.check_guess(GUESS_DATA_SHARE, split["data"], "share of the step in data", "{:.0%}")
+lesson.check_guess(GUESS_DATA_SHARE, split["data"], "share of the profiled step in data (section 2: the profiler "
+                   "inflates ranges of many small operators more)", "{:.0%}")
 
 # %% [markdown]
 # ## 2. What the profiler costs
@@ -319,7 +320,8 @@ print(f"* doctor, ranked: {', '.join(f.label for f in first)}; after fixing data
       f"{', '.join(f.label for f in doctor.diagnose(fixed_twice))}")
 print(f"* profiler cost: {overhead_ab.verdict}")
 for name, p in recipes.items():
-    print(f"* {name}: {p['step_ms_unprofiled']:.0f} ms per step; doctor: "
+    print(f"* {name} (smoke-size recipe, synthetic images, whatever the profile): "
+          f"{p['step_ms_unprofiled']:.0f} ms per step; doctor: "
           f"{', '.join(f.label for f in doctor.diagnose(p))}")
 
 # %% [markdown]

@@ -491,9 +491,10 @@ for recipe, measured in per_rank.items():
     print(f"  {recipe:22s} larger rank's peak growth {measured:5.1f} bytes per parameter "
           f"(arithmetic {ARITHMETIC[recipe]}; {measured * n_params / 2**20:6.1f} MiB)")
 above = [per_rank[r] - ARITHMETIC[r] for r in ARITHMETIC]
-print(f"every recipe sits {min(above):.1f} to {max(above):.1f} bytes per parameter above its arithmetic "
-      f"({min(above) * n_params / 2**20:.0f}-{max(above) * n_params / 2**20:.0f} MiB: gloo's buffers, the inputs, "
-      "the allocator's slack), a cost that shrinks per parameter as the model grows; ordered as the arithmetic: "
+print(f"measured minus arithmetic: {min(above):+.1f} to {max(above):+.1f} bytes per parameter "
+      f"({min(above) * n_params / 2**20:+.0f} to {max(above) * n_params / 2**20:+.0f} MiB: gloo's buffers, the inputs, "
+      "the allocator's slack; fixed costs, expected to shrink per parameter as the model grows, which one model "
+      "size does not measure); ordered as the arithmetic: "
       f"{'yes' if sorted(per_rank, key=per_rank.get) == sorted(ARITHMETIC, key=ARITHMETIC.get) else 'no'}")
 fig, ax = plt.subplots(figsize=(7, 2.8))
 ax.barh(list(per_rank), list(per_rank.values()), color="tab:blue", label="measured (the kernel's count)")

@@ -145,9 +145,11 @@ print(epoch_line)
 # the bad trials so far and samples where the ratio favours the good. The **pruners** stop a trial
 # between epochs: the *median* pruner when its score is below the median of earlier trials at the
 # same epoch; *successive halving* (Jamieson & Talwalkar 2016; asynchronous: ASHA, Li et al. 2020)
-# keeps only the top 1/η of the trials at each rung (1, 3, 9 epochs for η = 3); *Hyperband* (Li et
-# al. 2018) runs several successive halvings that start at different rungs, hedging against a first
-# epoch that predicts badly.
+# keeps only the top 1/η of the trials at each rung (1, 3, 9 epochs for η = 3, as drawn below); *Hyperband*
+# (Li et al. 2018) runs several successive halvings that start at different rungs, hedging against a
+# first epoch that predicts badly. The "TPE + SHA" search below uses Optuna's defaults, which differ
+# from the drawing: `SuccessiveHalvingPruner()` keeps the top quarter (η = 4) and picks its first
+# rung itself (`min_resource="auto"`).
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 2.6))
@@ -263,8 +265,9 @@ plt.show()
 #
 # A search maximises a *validation* score of *one* training run per trial; the run's seed (the
 # initial weights, the order of the batches) moves that score too. Before choosing, re-run the top
-# configurations on new seeds and compare them on the held-out set: when their intervals overlap,
-# there is no winner, and any of them is as good a choice as this budget can tell.
+# configurations on new seeds and compare them on the held-out set: when the interval of their
+# *difference* contains 0, this budget cannot name a winner, and any of them is as good a choice as
+# it can tell. (Two intervals that overlap can still differ measurably: read the difference's.)
 #
 # **Predict.** By how many points does the held-out accuracy of one configuration vary between seeds
 # (its standard deviation)?

@@ -2,7 +2,7 @@
 
 Each entry is a claim a review of lessons 1-6 found false, as it was written, with why it was
 false. The checks read the jupytext sources (fast, no execution): each pattern matched the text
-of commit 4ce9d9f and matches nothing today. The class-level guards live next to the code that
+of commit 4ce9d9f (lessons 1-6) or 7ba263b (lessons 7-13) and matches nothing today. The class-level guards live next to the code that
 prints: `effkit.lesson` (verdict wording, smoke), `tests/test_notebooks.py` (smoke summaries),
 `tests/test_checkpoint_interval.py` (durations), `tests/test_measure.py` (profiler wrappers).
 """
@@ -37,6 +37,20 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
      "the data order does not use the global RNG here: the ablation removes the dropout stand-in's"),
     ("06_never_lose_a_run", r'/ 3600:\.\d+f\} h"',
      "a fixed unit printed a 2.9 s MTBF as '0.00 h': effkit.checkpoint_interval.readable_duration"),
+    # lessons 7-13, reviewed against their own code (patterns match the text of commit 7ba263b)
+    ("07_dynamic_padding", r"padded to `max_length = 64`",
+     "the gpu profile cuts at 128 and the guess is checked against the profile's own max_length"),
+    ("08_peft_lora", r"classifier head and pooler it trains",
+     "peft (task_type SEQ_CLS) trains a copy of the classifier only; the pooler stays frozen unless 'dense' puts a"
+     " LoRA on it: the gap is now counted per row"),
+    ("09_distillation", r"for s in seeds\) / math\.sqrt\(len\(seeds\)\)",
+     "every seed is scored on the same held-out rows: their sampling error does not shrink with more seeds"),
+    ("12_hpo_on_a_budget", r"when their intervals overlap,\s*\n#\s*there is no winner",
+     "overlapping intervals can still differ measurably: the interval of the difference decides"),
+    ("13_quantized_inference", r"embeddings, 30,522 x 384, stay fp32",
+     "quantize_dynamic's default op types include Gather: the embedding table is quantized too (read from the file)"),
+    ("13_quantized_inference", r"products are bound by memory traffic",
+     "32 tokens do 32 multiply-adds per weight; whether bytes or integer arithmetic makes int8 faster is not measured"),
 ]
 
 

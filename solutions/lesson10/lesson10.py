@@ -210,7 +210,7 @@ print(compare(lambda: run(slow_step, task, 0.1, 0.01), lambda: run(fast_step, ta
 #    (a) CPU total, since it includes everything an operator called; (b) the number of calls;
 #    (c) self CPU (or self CUDA) time: an operator's own time, without its children.
 # 3. A step runs at 1,000 samples/s with the profiler on and 1,400 without. What do you report?
-#    (a) 1,400 samples/s, measured without the profiler; use the profile only for *shares*;
+#    (a) 1,400 samples/s, measured without the profiler; use the profile for where the time goes;
 #    (b) 1,000 × 1.4, since the profiler's overhead is a constant factor; (c) 1,000, since the
 #    Chrome trace export slows the step.
 # 4. Why does one `loss.item()` per step hurt on a GPU, when reading one number is cheap?

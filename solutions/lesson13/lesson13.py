@@ -106,9 +106,9 @@ check_my_work("test_latency", "lesson13.ipynb")
 # 2. Dynamic int8 quantization of the grader's head costs accuracy because (a) the head's weights
 #    have outliers; (b) it was calibrated on too few rows; (c) the head's input gets one scale for the
 #    whole tensor, set by the few huge activations, so every other value rounds to zero.
-# 3. Serving batches of 32 instead of single requests (a) raises throughput, but a request waits for
-#    its batch and for the whole batch's compute, so its latency rises; (b) lowers every request's
-#    latency; (c) changes neither.
+# 3. Serving batches of 32 instead of single requests (a) can raise throughput (one pass over the
+#    weights serves 32 requests), but a request waits for its batch and for the whole batch's compute,
+#    so its latency rises; (b) lowers every request's latency; (c) changes neither.
 # 4. To compare two models' P95 on a shared machine: (a) time 20 requests of each right after
 #    loading; (b) warm both up, time many requests of each in alternating blocks (A B B A ...) and
 #    give the ratio of their P95s an interval; (c) time all of A's requests, then all of B's.

@@ -241,11 +241,12 @@ start = time.perf_counter()
 quantize_dynamic(fp32_path, int8_path, weight_type=QuantType.QInt8)
 quantize_seconds = time.perf_counter() - start
 int8_session = ort.InferenceSession(int8_path, options, providers=["CPUExecutionProvider"])
-weights, largest = {}, None  # the int8 file's stored tensors by element type, read from the file itself
-for tensor in onnx.load(int8_path).graph.initializer:
-    kind, nbytes = onnx.TensorProto.DataType.Name(tensor.data_type).lower(), onnx.numpy_helper.to_array(tensor).nbytes
+stored = [(onnx.numpy_helper.to_array(t).nbytes, t.name, list(t.dims), onnx.TensorProto.DataType.Name(t.data_type).lower())
+          for t in onnx.load(int8_path).graph.initializer]  # the int8 file's tensors, read from the file itself
+weights = {}  # bytes by element type
+for nbytes, _, _, kind in stored:
     weights[kind] = weights.get(kind, 0) + nbytes
-    largest = max(largest or (0, "", [], ""), (nbytes, tensor.name, list(tensor.dims), kind))
+largest = max(stored)
 sizes_line = (f"file sizes: fp32 {os.path.getsize(fp32_path) / 2**20:.0f} MiB, int8 "
               f"{os.path.getsize(int8_path) / 2**20:.0f} MiB (quantized in {quantize_seconds:.1f} s; its tensors: "
               + ", ".join(f"{kind} {n / 2**20:.1f} MiB" for kind, n in sorted(weights.items(), key=lambda kv: -kv[1])

@@ -41,6 +41,7 @@ import gpu_check_plan  # noqa: E402
 import gpu_check_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+MIN_STEP_S = 20  # under --deadline, a step is not started with less time than this left
 
 
 def device_slug() -> str:
@@ -72,10 +73,13 @@ def lesson_cache(out: Path, sst2: Path, cifar: Path) -> Path:
     return cache
 
 
-def run_steps(steps: list[dict], out: Path, step_timeout: float | None = None) -> list[dict]:
+def run_steps(steps: list[dict], out: Path, step_timeout: float | None = None,
+              deadline: float | None = None) -> list[dict]:
     """Run ``steps`` (one part, or any selection) in order. A step's limit is ``step_timeout``,
     else what the part has left of PART_S after the plans of the steps still to come (never less
-    than its own plan)."""
+    than its own plan), and never past ``deadline`` (a ``time.perf_counter()`` instant): a step
+    that would start with under ``MIN_STEP_S`` left is not run, so a lease's last call still ends
+    with its summary written."""
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
@@ -86,6 +90,12 @@ def run_steps(steps: list[dict], out: Path, step_timeout: float | None = None) -
         t0 = time.perf_counter()
         later = sum(x["planned_s"] for x in steps[i + 1:])
         limit = step_timeout or max(s["planned_s"], gpu_check_plan.PART_S - (t0 - start) - later)
+        if deadline is not None:
+            if deadline - t0 < MIN_STEP_S:
+                print(f"[gpu-check] deadline: {len(steps) - i} step(s) not run: "
+                      + ", ".join(x["name"] for x in steps[i:]), flush=True)
+                break
+            limit = min(limit, deadline - t0)
         print(f"[gpu-check] {s['name']} (plan {s['planned_s']} s, limit {limit:.0f} s) ...", flush=True)
         if "--json" in s["argv"]:  # an earlier run's report must not stand in for this one's
             Path(s["argv"][s["argv"].index("--json") + 1]).unlink(missing_ok=True)
@@ -129,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="run only the steps whose name matches this regex")
     p.add_argument("--step-timeout", type=float, default=None, help="seconds per step (exit 124); "
                    "default: what the part has left")
+    p.add_argument("--deadline", type=float, default=None, help="seconds from now after which no "
+                   "step runs (a running one is stopped): the summary is still written")
     args = p.parse_args(argv)
+    deadline = None if args.deadline is None else time.perf_counter() + args.deadline
     import torch
 
     dry = args.dry_run
@@ -169,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     for suite in ("check", "lessons"):  # part by part: each part's limits count from its start
         for part in sorted({s["part"] for s in chosen if s["suite"] == suite}):
             rows += run_steps([s for s in chosen if (s["suite"], s["part"]) == (suite, part)],
-                              out, args.step_timeout)
+                              out, args.step_timeout, deadline)
     meta = {"device": device_slug(), "torch": torch.__version__, "dry_run": dry, "sst2": str(sst2),
             "cifar_data": "synthetic CIFAR-10 in the official format, "
                           + ("tiny" if dry else "full size (50,000 + 10,000): accuracies only "

@@ -156,3 +156,14 @@ def test_a_grading_that_writes_nothing_is_not_judged_on_an_earlier_report(tmp_pa
                                               "--json", str(report)]}
     (row,) = mod.run_steps([step], tmp_path)
     assert row["rc"] == 1 and row["as_expected"] is False and row["verdict"] == "no report written"
+
+
+def test_a_deadline_stops_the_running_step_and_skips_the_rest(tmp_path):
+    mod = _gpu_check()
+    sleep = [mod.sys.executable, "-c", "import time; time.sleep(60)"]
+    steps = [{"name": f"s{i}", "suite": "check", "part": 1, "planned_s": 60, "argv": sleep}
+             for i in range(3)]
+    t0 = mod.time.perf_counter()
+    rows = mod.run_steps(steps, tmp_path, deadline=t0 + mod.MIN_STEP_S + 3)
+    assert [r["name"] for r in rows] == ["s0"] and rows[0]["rc"] == 124
+    assert mod.time.perf_counter() - t0 < mod.MIN_STEP_S + 15

@@ -54,6 +54,16 @@ from grader.cgroups import Cgroup, sweep_stale_cgroups
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NOBODY = 65534
 GRADER_ONLY = 65533  # the uid of workers that hold no learner code (no passwd entry needed: setpriv takes numbers)
+# What getpass.getuser() answers in a worker: a uid without a passwd entry (GRADER_ONLY) makes it
+# raise KeyError, and torch 2.11 asks it when use_deterministic_algorithms imports inductor's config
+# (lesson 6's baseline failed so on an H100 image).
+USER_NAMES = {NOBODY: "nobody", GRADER_ONLY: "effkit-grader"}
+# `ip link set lo up` without the `ip` command (GPU images ship no iproute2: lesson 11's ranks found
+# no interface for 127.0.0.1 on an H100): SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP, run as root
+# inside the worker's new network namespace. The kernel gives lo 127.0.0.1 and ::1 once it is up.
+LOOPBACK_UP = ("import fcntl, socket, struct; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+               "f = struct.unpack('16sH22x', fcntl.ioctl(s, 0x8913, struct.pack('16sH22x', b'lo', 0)))[1]; "
+               "fcntl.ioctl(s, 0x8914, struct.pack('16sH22x', b'lo', f | 1))")
 _swept = False
 EXPOSED_AT = "/tmp/grader-inputs"  # where a worker sees the folder ``launch(expose=...)`` gives it
 STATE_AT = "/tmp/work/state"  # where it sees ``launch(state_dir=...)``: inside its working directory
@@ -254,10 +264,8 @@ def launch(
         ]
         if netns is not None:
             pass  # the other worker's namespace: its loopback is up already, nothing more is reachable
-        elif loopback and shutil.which("ip"):  # this namespace's lo only: nothing outside is reachable
-            mounts.insert(0, "ip link set lo up")
-        elif loopback:
-            unavailable.append("loopback inside the worker's network namespace (no `ip` command)")
+        elif loopback:  # this namespace's lo only: nothing outside is reachable
+            mounts.insert(0, f"{_q(sys.executable)} -I -S -c {_q(LOOPBACK_UP)}")
         # The code the worker runs (this repository, the venv) may itself live under /tmp (a CI
         # clone, say): carry those folders across the new /tmp, read-only to the worker, with the
         # hidden course folders inside them still hidden (--rbind keeps those tmpfs mounts).
@@ -291,6 +299,7 @@ def launch(
         if netns is not None:
             argv = ["nsenter", f"--net={netns}", *[a for a in argv if a != "--net"]]
         env["HOME"] = "/tmp/work"
+        env["USER"] = env["LOGNAME"] = USER_NAMES[uid]
         cwd = "/"
     else:
         unavailable += ["unprivileged user (not root)", "network isolation (unshare -n needs root)",

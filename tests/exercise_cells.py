@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -18,6 +18,7 @@ import nbformat
 from grader.cells import CellVerdict, CheckFailed, Context
 from grader.notebook import solution_ids, solution_sources
 from grader.probe import CallResult, loopback_tx_bytes
+from grader.sandbox import LOOPBACK_UP
 
 
 def grade_id(cell) -> str | None:
@@ -42,7 +43,7 @@ class InProcess:
         self.probes, self.ns, self.load_errors = probes, {}, []
         # own_netns (root only): each call runs in a forked child with a network namespace of its
         # own and its loopback up, as in the sandbox, so loopback_bytes counts that call alone
-        self.own_netns = own_netns and os.geteuid() == 0 and shutil.which("ip") is not None
+        self.own_netns = own_netns and os.geteuid() == 0
         self.wire = 0
         exec(assignment.setup_source, self.ns)  # noqa: S102  (repository test code, not a learner's)
         for gid, source in cells:
@@ -80,7 +81,7 @@ class InProcess:
             try:
                 os.close(r)
                 _unshare_net()
-                subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+                subprocess.run([sys.executable, "-I", "-S", "-c", LOOPBACK_UP], check=True)
                 before = loopback_tx_bytes()
                 got = self._call(probe, timeout_s, serve, **args)
                 head = {"ok": got.ok, "data": got.data, "failure": got.failure,

@@ -357,6 +357,23 @@ def test_a_state_folder_is_size_limited_and_gone_after_close():
 
 
 @ROOT_ONLY
+def test_a_worker_whose_uid_has_no_passwd_entry_can_still_ask_its_user_name(tmp_path):
+    """getpass.getuser() in the grader-only worker (uid 65533, no passwd entry) raised KeyError: torch
+    2.11 asks it when use_deterministic_algorithms imports inductor's config, and lesson 6's baseline
+    failed so on an H100 image. The stdlib's timeit runs the statement in the sandboxed worker."""
+    from grader.sandbox import launch
+
+    for grader_only, name in ((True, "effkit-grader"), (False, "nobody")):
+        log = tmp_path / f"{name}.log"
+        box = launch("timeit", ["-n1", "-r1", "-s", "import getpass", f"assert getpass.getuser() == {name!r}"],
+                     pass_fds=(), log_path=log, grader_only=grader_only)  # fmt: skip
+        try:
+            assert box.proc.wait(timeout=60) == 0, log.read_text()
+        finally:
+            box.close()
+
+
+@ROOT_ONLY
 def test_a_learners_worker_cannot_signal_renice_repin_or_read_a_grader_only_worker():
     """A timed baseline (lessons 2, 3, 6, 10) is slowed by anything that stops, deprioritises or
     re-pins it while the learner's side looks fast. It runs as another unprivileged uid than the

@@ -55,8 +55,8 @@ class Context:
 
 
 def expect(ok: bool, message: str) -> None:
-    if not ok:
-        raise CheckFailed(message)
+    if not ok:  # a failure the learner cannot read is a grader bug: say so rather than nothing
+        raise CheckFailed(message or "failed, and the grader gave no reason: a grader bug, report it")
 
 
 def stub_reason(failure: str) -> str:

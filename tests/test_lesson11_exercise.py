@@ -19,7 +19,7 @@ from exercise_cells import InProcess, grade_in_process, solution_cells  # noqa: 
 from grader import assignments
 from grader.assignments.lesson11 import ddp_task, memory_task
 from grader.assignments.lesson11 import probes as lesson11_probes
-from grader.cells import CellVerdict, CheckFailed, Context, grade_cells
+from grader.cells import CellVerdict, CheckFailed, Context, expect, grade_cells
 from grader.sandbox import is_root
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -232,9 +232,9 @@ except OSError as err:
 # -- part (b): a per-rank memory budget, the kernel's count of the sandbox ----------------------
 
 
-def _sharded_claims_ctx(forms, growth):
+def _sharded_claims_ctx(forms, growth, error=""):
     run = {"ok": True, "failure": "", "data_seed": 1, "init_seed": 2, "form_seed": 3, "growth": growth,
-           "ranks": [{"forms": forms, "error": ""}] * 2}  # fmt: skip
+           "ranks": [{"forms": forms, "error": error}] * 2}  # fmt: skip
     ctx = Context(None, random.Random(0))
     ctx.session = type("S", (), {"lesson11_sharded": run})()
     return ctx
@@ -257,6 +257,17 @@ def test_the_budget_judges_the_kernels_count_and_a_fingerprint_the_parent_recomp
     ctx = _sharded_claims_ctx([v + 1e-7 for v in want], [14 * params, 13 * params])
     A.cell_checks["test_memory_budget"](ctx)
     assert "rank 0's = 14.0 bytes per parameter" in ctx.lines[-1]
+
+
+def test_a_ranks_error_is_the_budget_cells_reason():
+    """On an H100 the ranks' gloo error reached the learner as an empty reason ("CheckFailed: ")."""
+    gloo = "RuntimeError: [enforce fail] Unable to find interface for: [127.0.0.1]"
+    with pytest.raises(CheckFailed, match=r"Unable to find interface for: \[127"):
+        A.cell_checks["test_memory_budget"](_sharded_claims_ctx([], [0, 0], error=gloo))
+    with pytest.raises(CheckFailed, match="NotImplementedError"):  # a stub still says what to do
+        A.cell_checks["test_memory_budget"](_sharded_claims_ctx([], [0, 0], error="NotImplementedError: "))
+    with pytest.raises(CheckFailed, match="no reason: a grader bug"):  # and no check can fail silently
+        expect(False, "")
 
 
 @pytest.mark.slow

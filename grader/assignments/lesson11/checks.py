@@ -211,7 +211,7 @@ def check_memory_budget(ctx: Context) -> None:
     expect(run["ok"], stub_reason(run["failure"]) or f"training failed: {run['failure']}")
     errors = [str(c.get("error")) for c in run["ranks"] if isinstance(c, dict) and c.get("error")]
     expect(not errors and all(isinstance(c, dict) for c in run["ranks"]),
-           stub_reason(errors[0]) if errors else "a rank sent no claims")  # fmt: skip
+           (stub_reason(errors[0]) or "; ".join(errors)) if errors else "a rank sent no claims")  # fmt: skip
     want = mem.fingerprint(mem.reference(run["init_seed"], run["data_seed"]), run["form_seed"])
     worst = 0.0
     for rank, claims in enumerate(run["ranks"]):

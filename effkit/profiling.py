@@ -194,7 +194,11 @@ def profile_training(step: TrainStep, *, wait: int = 1, warmup: int = 2, active:
         times.append((time.perf_counter() - t0) * 1e3)
     unprofiled = sorted(times)[len(times) // 2]
     dtype = _compute_dtype(step, step._last)
-    cuda = torch.cuda.is_available()
+    # the step's device, not the machine's: a CPU step on a CUDA host launches no kernels, so its
+    # matmuls' device time reads 0 ms and every step looks overhead-bound (lesson 10's planted CPU
+    # cases on an H100: the reference named 4 of 8)
+    first = next(iter([*step.model.parameters(), *step.model.buffers()]), None)
+    cuda = first is not None and first.device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     if cuda:  # the peak of these steps, not of whatever ran before them
         torch.cuda.reset_peak_memory_stats()
@@ -219,7 +223,7 @@ def profile_training(step: TrainStep, *, wait: int = 1, warmup: int = 2, active:
         compute_dtype=dtype, bf16_hardware=bool(bf16_hardware),
         optimizer=_optimizer_info(step.optimizer),
         padding_share=sum(paddings) / len(paddings) if paddings else None,
-        memory_peak_bytes=torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None,
+        memory_peak_bytes=torch.cuda.max_memory_allocated() if cuda else None,
         memory_limit_bytes=step.memory_limit_bytes or (torch.cuda.get_device_properties(0).total_memory if cuda else None),
     )  # fmt: skip
     return data

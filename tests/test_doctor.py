@@ -100,3 +100,22 @@ def test_the_command_line_prints_the_diagnosis_and_writes_the_plain_profiles(tmp
     assert [f.label for f in doctor.diagnose(saved[0])][0] == "overhead"
     with pytest.raises(ValueError, match="unknown workload"):
         doctor.main(["mnist:naive"])
+
+
+def test_a_cpu_step_on_a_cuda_host_is_profiled_as_a_cpu_step(monkeypatch):
+    """On an H100 host lesson 10's planted steps (CPU tensors) were profiled as GPU steps: their matmuls'
+    device time read 0 ms, every step looked overhead-bound and the reference named 4 of 8. Here a
+    stand-in torch says CUDA is available; any CUDA call the profile then makes fails."""
+    import types
+
+    import torch
+
+    import effkit.profiling as profiling
+
+    shim = types.SimpleNamespace(**{k: getattr(torch, k) for k in dir(torch) if not k.startswith("__")})
+    shim.cuda = types.SimpleNamespace(is_available=lambda: True)
+    monkeypatch.setattr(profiling, "torch", shim)
+    p = profiling.profile_training(planted_step(()), wait=0, active=2, warmup=1, timed=3)
+    assert p["matmul_ms"] > 0.1 * p["step_ms"] and p["matmul_us_median"] > 0
+    assert p["memory_peak_bytes"] is None and p["memory_limit_bytes"] is None
+    assert doctor.diagnose(p)[0].label == "none"

@@ -184,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += run_steps([s for s in chosen if (s["suite"], s["part"]) == (suite, part)],
                               out, args.step_timeout, deadline)
     meta = {"device": device_slug(), "torch": torch.__version__, "dry_run": dry, "sst2": str(sst2),
+            "outside_declared": gpu_check_report.outside_declared(ROOT / "pyproject.toml"),
             "cifar_data": "synthetic CIFAR-10 in the official format, "
                           + ("tiny" if dry else "full size (50,000 + 10,000): accuracies only "
                              "show training works; 94% on real CIFAR-10 is not verified")}

@@ -38,6 +38,33 @@ def grading_verdict(step: dict, report_path: Path) -> dict:
             "verdict": f"{total:g} / {out_of:g} (expected {EXPECTED[step['expect']]})"}
 
 
+def outside_declared(pyproject: Path, extras: tuple[str, ...] = ("course",)) -> list[str]:
+    """Installed packages that miss what ``pyproject.toml`` declares (runtime + ``extras``): a GPU
+    image's own torch, transformers or onnxruntime may be older than the course was tested with,
+    and a failure there says little about the course (lesson 13's int8 export failed inside
+    onnxruntime 1.30's quantizer on an H100 image; 1.32, the declared minimum, passes)."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        return ["(versions not checked: this Python has no tomllib to read pyproject.toml)"]
+    project = tomllib.loads(pyproject.read_text())["project"]
+    declared = project["dependencies"] + [r for e in extras for r in project["optional-dependencies"][e]]
+    out = []
+    for req in map(Requirement, declared):
+        try:
+            have = importlib.metadata.version(req.name)
+        except importlib.metadata.PackageNotFoundError:
+            out.append(f"{req.name} missing (declared {req.specifier})")
+            continue
+        if not req.specifier.contains(have, prereleases=True):
+            out.append(f"{req.name} {have} (declared {req.specifier})")
+    return out
+
+
 def summarise(out: Path, rows: list[dict], meta: dict) -> dict:
     """Merge ``rows`` into ``out/summary.json`` (earlier rows of other steps kept), write it and
     the README table; return the summary."""
@@ -55,7 +82,9 @@ def summarise(out: Path, rows: list[dict], meta: dict) -> dict:
 
 def table(summary: dict) -> str:
     lines = [f"`make gpu-check` summary on **{summary['device']}** (torch {summary['torch']}"
-             + (", CPU dry run at tiny sizes" if summary["dry_run"] else "") + f"): "
+             + (", CPU dry run at tiny sizes" if summary["dry_run"] else "")
+             + (f"; **outside the declared versions:** {', '.join(summary['outside_declared'])}"
+                if summary.get("outside_declared") else "") + f"): "
              f"{len(summary['steps']) - len(summary['failed'])}/{len(summary['steps'])} steps passed.",
              "", "| step | suite, part | exit | result | seconds | planned s |", "| --- | --- | --- | --- | --- | --- |"]
     for r in summary["steps"]:

@@ -167,3 +167,18 @@ def test_a_deadline_stops_the_running_step_and_skips_the_rest(tmp_path):
     rows = mod.run_steps(steps, tmp_path, deadline=t0 + mod.MIN_STEP_S + 3)
     assert [r["name"] for r in rows] == ["s0"] and rows[0]["rc"] == 124
     assert mod.time.perf_counter() - t0 < mod.MIN_STEP_S + 15
+
+
+def test_the_summary_names_packages_outside_the_declared_versions(tmp_path):
+    """The H100 image's onnxruntime 1.30 (declared: >= 1.32) failed lesson 13's export: the summary
+    must say when a run is outside what the course declares."""
+    mod = _gpu_check()
+    report = mod.gpu_check_report
+    assert report.outside_declared(ROOT / "pyproject.toml") == []  # this venv: what `make setup` installs
+    fake = tmp_path / "pyproject.toml"
+    fake.write_text('[project]\ndependencies = ["torch>=99", "no-such-package-x>=1"]\n'
+                    '[project.optional-dependencies]\ncourse = ["numpy<1"]\n')
+    got = report.outside_declared(fake)
+    assert [g.split()[0] for g in got] == ["torch", "no-such-package-x", "numpy"] and "missing" in got[1]
+    summary = {"device": "d", "torch": "t", "dry_run": False, "steps": [], "failed": [], "outside_declared": got}
+    assert "outside the declared versions:** torch" in report.table(summary)

@@ -41,13 +41,20 @@ PLANNED_S = {
     "calibrate-lesson2": 300,  # not measured: 6 pairs = two of lesson 2's 3-pair gradings (170 s each)
     "calibrate-lesson3": 300,  # not measured: as lesson 2, if lesson 3's grading meets its 3 minutes
     "calibrate-lesson5": 200,  # not measured: 8 gradings of the two timed cells (lesson 5's whole: 35 s)
-    "grade-lesson1-lesson1": 24,
+    "grade-lesson1-lesson1": 25,
     "grade-lesson2-lesson2": 170,
     "grade-submissions-no_faster": 170,  # not measured: a lesson 2 grading
     "grade-lesson3-lesson3": 180,  # the issue's ceiling: it gave no verdict in 420 s on landed main
+    # 2026-11-26 (third lease): measured with a second lane of gradings beside each on the same H100
     "grade-lesson4-lesson4": 47,
     "grade-lesson5-lesson5": 35,
-    "grade-lesson6-lesson6": 74,
+    "grade-lesson6-lesson6": 70,
+    "grade-lesson7-lesson7": 40,
+    "grade-lesson9-lesson9": 40,
+    "grade-lesson10-lesson10": 60,
+    "grade-lesson11-lesson11": 110,  # its ranks failed at once there (no loopback): more once they train
+    "grade-lesson12-lesson12": 50,
+    "grade-lesson13-lesson13": 45,  # its export failed early there (onnxruntime 1.30): more once it serves
     "lesson-01_measure_first": 99,
     "lesson-02_feed_the_accelerator": 360,  # not measured: killed at 235 s after 22 cells
     "lesson-03_mixed_precision": 56,
@@ -69,7 +76,7 @@ for nb, aid in zip(args[::2], args[1::2]):
     bad += [f'{nb}: graded cells {unchecked} have no check in {aid}'] if unchecked or not graded else []
     print(f'{nb}: {len(graded)} graded cells, each checked by {aid}')
 sys.exit('\\n'.join(bad) or 0)"""
-STUB_S = 15  # an untouched stub's grading: 6-10 s on the course's 2-core CPU (not measured on a GPU)
+STUB_S = 30  # an untouched stub's grading: 10-33 s on an H100 (2026-11-26, another grading beside it; lesson 11's 103 s)
 UNTIMED_S = 240  # a step nothing has timed yet (a new lesson or assignment)
 TIMED = ("lesson2", "lesson3")  # assignments whose grading times a recipe: GPU gate + targets
 

@@ -79,7 +79,7 @@ def grade_cells(assignment, cells: list[tuple[str, str]], only: list[str] | None
     plain = [(gid, to_python(src)[0]) for gid, src in cells]
     session = ProbeSession(
         assignment.probes, assignment.trusted_cells(), plain, list(assignment.names),
-        loopback=assignment.loopback,
+        loopback=assignment.loopback, cpu_only=assignment.cpu_only,
     )
     fixed = seed is None and bool(os.environ.get(TEST_SEED_ENV))  # the repository's tests only (TEST_SEED_ENV)
     if fixed:

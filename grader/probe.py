@@ -38,10 +38,12 @@ class CallResult:
 class ProbeSession:
     def __init__(self, probes: str, setup: list[tuple[str, str]], cells: list[tuple[str, str]],
                  names: list[str], limits: Limits | None = None, startup_timeout_s: float = 120.0,
-                 loopback: bool = False, grader_only: bool = False, join: ProbeSession | None = None):  # fmt: skip
+                 loopback: bool = False, grader_only: bool = False, join: ProbeSession | None = None,
+                 cpu_only: bool = False):  # fmt: skip
         self.probes, self.setup, self.cells, self.names = probes, setup, cells, names
         self.limits, self.startup_timeout_s = limits or Limits(), startup_timeout_s
         self.loopback = loopback  # see launch(loopback=...): ranks of one worker talking over TCP
+        self.cpu_only = cpu_only  # see Assignment.cpu_only: the worker sees no GPU
         self.join = join  # another session whose network namespace this worker joins (launch(netns=...))
         self.netns_fd: int | None = None  # this worker's namespace, held open from before any learner code
         self.evidence: list[str] = []
@@ -63,6 +65,8 @@ class ProbeSession:
         evt_r, evt_w = os.pipe()
         cmd_r, cmd_w = os.pipe()
         env = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+        if self.cpu_only:  # set before the worker starts, so before torch or any learner code asks CUDA
+            env["CUDA_VISIBLE_DEVICES"] = ""
         try:
             self.log = tempfile.NamedTemporaryFile(
                 prefix="effkit-probe-", suffix=".log", delete=False

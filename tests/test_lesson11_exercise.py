@@ -187,6 +187,24 @@ def test_in_the_sandbox_ranks_talk_over_their_own_loopback_and_nothing_outlives_
     assert left == [], "a rank's process outlived the grading"
 
 
+@pytest.mark.slow
+def test_every_rank_of_both_parts_runs_where_the_task_is_specified_on_the_cpu():
+    """The ranks are gloo ranks whose budget is host memory. On an H200 the reference's `fully_shard`
+    put its shards on cuda:0 (FSDP2's default mesh follows the machine's accelerator) while the
+    grader's batches stayed on the CPU: 0/3. Each rank of part (a) and of part (b) must see no GPU:
+    the submission below fails unless it does (on a CPU host too, so the check runs in CI)."""
+    guard = ("    import os\n    if os.environ.get('CUDA_VISIBLE_DEVICES') != '' or torch.cuda.is_available():\n"
+             "        raise RuntimeError(f\"this rank sees a GPU: {os.environ.get('CUDA_VISIBLE_DEVICES')!r}\")\n")
+    cells = dict(_reference_cells())
+    for name in ("train_ddp", "train_sharded"):
+        assert cells[name].count("### BEGIN SOLUTION\n") == 1
+        cells[name] = cells[name].replace("### BEGIN SOLUTION\n", "### BEGIN SOLUTION\n" + guard)
+    verdicts, _ = grade_cells(A, list(cells.items()), only=["test_weights", "test_memory_budget"], seed=3)
+    assert verdicts["test_weights"].passed, verdicts["test_weights"].reason
+    assert "sees a GPU" not in verdicts["test_memory_budget"].reason, verdicts["test_memory_budget"].reason
+    assert verdicts["test_memory_budget"].passed or not is_root(), verdicts["test_memory_budget"].reason
+
+
 def _cmdline(pid: str) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()

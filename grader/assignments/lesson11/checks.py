@@ -177,7 +177,8 @@ def _sharded_run(ctx: Context) -> dict:
     try:
         for rank in range(mem.WORLD):
             sessions.append(ProbeSession(base.probes, base.setup, base.cells, base.names, base.limits,
-                                         loopback=True, join=sessions[0] if rank else None))  # fmt: skip
+                                         loopback=True, join=sessions[0] if rank else None,
+                                         cpu_only=base.cpu_only))  # fmt: skip
             sessions[-1].start()
 
         def call(rank: int) -> None:
@@ -280,4 +281,4 @@ NAMES = ("train_ddp", "train_sharded")
 ASSIGNMENT = Assignment(id="lesson11", notebook="lesson11", object_name="train_ddp",
                         performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
                         runtime_module="", timeout_s=120, probes="grader.assignments.lesson11.probes",
-                        names=NAMES, cell_checks=CELL_CHECKS, loopback=True)  # fmt: skip
+                        names=NAMES, cell_checks=CELL_CHECKS, loopback=True, cpu_only=True)  # fmt: skip

@@ -371,16 +371,20 @@ for psi, n in ((7.5e9, 64), (sum(p.numel() for p in mlp().parameters()), 2)):
 
 # %% [markdown]
 # Now measured: Adam (fp32 here: 8 bytes of state per parameter) under plain DDP, under
-# `ZeroRedundancyOptimizer`, and FSDP2's `fully_shard` (which runs on gloo and CPU in this torch):
+# `ZeroRedundancyOptimizer`, and FSDP2's `fully_shard` (which runs on gloo and CPU in this torch,
+# on a mesh named `"cpu"`: its default mesh follows the machine's accelerator, so on a GPU host it
+# would move the shards to `cuda:0` while the batches stay on the CPU):
 # the bytes of optimizer state and of parameters each rank holds, and the step time. Watch the
 # balance: `ZeroRedundancyOptimizer` assigns *whole parameter tensors* to ranks, FSDP2 shards every
 # tensor along its first dimension.
 
 # %%
 def memory_and_time(rank, world):
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
+    cpu = init_device_mesh("cpu", (world,))
     x, y = torch.randn(S["batch"], 64), torch.randint(10, (S["batch"],))
     out = {}
     for name in ("DDP + Adam", "ZeRO-1 (ZeroRedundancyOptimizer)", "FSDP2 fully_shard (ZeRO-3)"):
@@ -388,8 +392,8 @@ def memory_and_time(rank, world):
         if name.startswith("FSDP2"):
             for layer in model:
                 if isinstance(layer, nn.Linear):
-                    fully_shard(layer)
-            fully_shard(model)
+                    fully_shard(layer, mesh=cpu)
+            fully_shard(model, mesh=cpu)
             opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         else:
             model = DDP(model)
@@ -451,6 +455,7 @@ def _status_bytes(field):
 def rank_peak(rank, world, recipe, width, layers):
     import ctypes
 
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -464,10 +469,11 @@ def rank_peak(rank, world, recipe, width, layers):
                           nn.Linear(width, 10))  # fmt: skip
     params = sum(p.numel() for p in model.parameters())
     if recipe.startswith("FSDP2"):
+        cpu = init_device_mesh("cpu", (world,))
         for layer in model:
             if isinstance(layer, nn.Linear):
-                fully_shard(layer)
-        net = fully_shard(model)
+                fully_shard(layer, mesh=cpu)
+        net = fully_shard(model, mesh=cpu)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     else:
         net = DDP(model, gradient_as_bucket_view=recipe != "DDP")
@@ -517,13 +523,15 @@ plt.show()
 # %%
 def save_and_load(rank, world, folder):
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
+    cpu = init_device_mesh("cpu", (world,))
     model = mlp(seed=0)
-    fully_shard(model)
+    fully_shard(model, mesh=cpu)
     dcp.save({"model": model.state_dict()}, checkpoint_id=folder)
     fresh = mlp(seed=1)
-    fully_shard(fresh)
+    fully_shard(fresh, mesh=cpu)
     state = {"model": fresh.state_dict()}
     dcp.load(state, checkpoint_id=folder)
     fresh.load_state_dict(state["model"])

@@ -146,10 +146,13 @@ def train_sharded(rank, world_size, model, batches, config):
     """Trains `model` with Adam, one step per micro-batch of `batches`, gradients averaged across the ranks,
     within 14.5 bytes per parameter on this rank; returns it."""
     ### BEGIN SOLUTION
+    from torch.distributed.device_mesh import init_device_mesh
+
+    cpu = init_device_mesh("cpu", (world_size,))  # the default mesh follows the machine's GPU, the batches don't
     for layer in model:  # FSDP2: one unit per layer, so only one layer is ever gathered in full
         if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
+            fully_shard(layer, mesh=cpu)
+    fully_shard(model, mesh=cpu)
     opt = torch.optim.Adam(model.parameters(), lr=config["lr"])  # built on the shards: half the moments
     for x, y in batches:
         F.cross_entropy(model(x), y).backward()  # gradients reduce-scattered (averaged) into shards

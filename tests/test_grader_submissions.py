@@ -166,17 +166,29 @@ def test_a_malformed_notebook_leaves_the_gradebook_intact(course):
 
 
 # -- the protocol directly (no kernel): speed and accuracy verdicts ----------------------------
-def _grade(name: str):
+def _cells(name: str) -> list[tuple[str, str]]:
     nb = read_notebook(SUBMISSIONS / f"{name}.ipynb")
     source = read_notebook(ROOT / "solutions" / "lesson2" / "lesson2.ipynb")
-    cells = [(c.grade_id, c.source) for c in solution_sources(nb, solution_ids(source))]
-    return grade(LESSON2, cells, 5.0, spec_name=SPEC, progress=lambda _: None).report
+    return [(c.grade_id, c.source) for c in solution_sources(nb, solution_ids(source))]
+
+
+def _grade(name: str):
+    return grade(LESSON2, _cells(name), 5.0, spec_name=SPEC, progress=lambda _: None).report
 
 
 def test_correct_but_no_faster_gets_no_performance_points():
     r = _grade("no_faster")
     assert r["points"] == 0 and not r["problems"] and r["gate"]["passed"]
     assert r["speedup"] < r["target"]["floor"]
+
+
+def test_correct_but_no_faster_earns_every_other_point():
+    """What `gpu_check`'s step grade-submissions-no_faster expects of it ("correctness only: no speed
+    points"); on an H200 it got 5/12, not 7: its quiz was still the stub."""
+    from grader.cells import grade_cells
+
+    verdicts, _ = grade_cells(LESSON2, _cells("no_faster"))
+    assert verdicts and all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
 
 
 def test_an_accuracy_drop_gets_no_performance_points_and_says_why():

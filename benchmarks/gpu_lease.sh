@@ -8,9 +8,10 @@
 #          (carry [".whl", ".sst2"]; timeout_s about END + 50)
 #
 # Each lane runs `gpu_check.py --only PATTERN --deadline` per pattern, in order, so the patterns
-# that matter most go first. Two lanes share the one GPU: say so beside any time they measure. A
-# second call while the machine is still warm (30 s) skips the setup. Used on 2026-11-26
-# (benchmarks/results/nvidia-h100-80gb-hbm3/README.md, third lease).
+# that matter most go first. A step may use all the time its lane has left (a fixed 240 s cut both
+# calibrations of the H200 lease short). Two lanes share the one GPU: say so beside any time they
+# measure. A second call while the machine is still warm (30 s) skips the setup. Used on 2026-11-26
+# (benchmarks/results/nvidia-h100-80gb-hbm3/README.md, third lease; benchmarks/results/nvidia-h200/).
 set -u
 T0=$(date +%s); END=$1; LANE_A=$2; LANE_B=$3
 export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -35,7 +36,7 @@ lane(){ out=$1; shift
     l=$(left); [ $l -lt 40 ] && { say "$out: no time for $pat"; continue; }
     say "$out: $pat (deadline ${l}s)"
     log=$out.$(echo "$pat" | tr -c 'a-z0-9' _).log
-    $PY benchmarks/gpu_check.py --sst2 .sst2 --out $out --only "$pat" --step-timeout 240 --deadline $(( l - 10 )) > $log 2>&1
+    $PY benchmarks/gpu_check.py --sst2 .sst2 --out $out --only "$pat" --step-timeout $(( l - 10 )) --deadline $(( l - 10 )) > $log 2>&1
     rc=$?; grep '^\[gpu-check\]' $log; [ $rc -gt 1 ] && { say "exit $rc:"; tail -8 $log; }
   done; }
 lane /tmp/gcA $LANE_A > $OUT/laneA.txt 2>&1 &

@@ -38,13 +38,13 @@ PLANNED_S = {
     "bench-cifar": 199,
     "peer-hf-trainer": 300,  # not measured whole: its A/B halves took 60 s and 240 s (compile)
     "bench-bert": 420,  # not measured: killed at 250 s from scratch; the pretrained encoder stops earlier
-    "calibrate-lesson2": 300,  # not measured: 6 pairs = two of lesson 2's 3-pair gradings (170 s each)
-    "calibrate-lesson3": 300,  # not measured: as lesson 2, if lesson 3's grading meets its 3 minutes
+    "calibrate-lesson2": 300,  # H200 beside another lane: its 6 pairs' runs done in 240 s, cut before its summary
+    "calibrate-lesson3": 540,  # not measured: no pair in 240 s on an H200 (from-scratch BERT, another lane beside)
     "calibrate-lesson5": 200,  # not measured: 8 gradings of the two timed cells (lesson 5's whole: 35 s)
     "grade-lesson1-lesson1": 25,
     "grade-lesson2-lesson2": 170,
     "grade-submissions-no_faster": 170,  # not measured: a lesson 2 grading
-    "grade-lesson3-lesson3": 180,  # the issue's ceiling: it gave no verdict in 420 s on landed main
+    "grade-lesson3-lesson3": 420,  # not measured: no verdict in 420 s on an H100, nor its first run in 240 s on an H200
     # 2026-11-26 (third lease): measured with a second lane of gradings beside each on the same H100
     "grade-lesson4-lesson4": 47,
     "grade-lesson5-lesson5": 35,
@@ -52,9 +52,9 @@ PLANNED_S = {
     "grade-lesson7-lesson7": 40,
     "grade-lesson9-lesson9": 40,
     "grade-lesson10-lesson10": 60,
-    "grade-lesson11-lesson11": 110,  # its ranks failed at once there (no loopback): more once they train
+    "grade-lesson11-lesson11": 45,  # H200: 33 s with part (b) failing at once (fixed since); part (a) trained
     "grade-lesson12-lesson12": 50,
-    "grade-lesson13-lesson13": 45,  # its export failed early there (onnxruntime 1.30): more once it serves
+    "grade-lesson13-lesson13": 45,  # H200 with onnxruntime 1.32: 29 s, full marks
     "lesson-01_measure_first": 99,
     "lesson-02_feed_the_accelerator": 360,  # not measured: killed at 235 s after 22 cells
     "lesson-03_mixed_precision": 56,

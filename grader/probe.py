@@ -65,8 +65,6 @@ class ProbeSession:
         evt_r, evt_w = os.pipe()
         cmd_r, cmd_w = os.pipe()
         env = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-        if self.cpu_only:  # set before the worker starts, so before torch or any learner code asks CUDA
-            env["CUDA_VISIBLE_DEVICES"] = ""
         try:
             self.log = tempfile.NamedTemporaryFile(
                 prefix="effkit-probe-", suffix=".log", delete=False
@@ -75,7 +73,8 @@ class ProbeSession:
             self.box = launch("grader.probe_worker", [str(evt_w), str(cmd_r)], pass_fds=(evt_w, cmd_r),
                               limits=self.limits, env_extra=env, log_path=Path(self.log.name),
                               state_dir=self.state_dir, loopback=self.loopback,
-                              grader_only=self.grader_only, netns=self._join_path())  # fmt: skip
+                              grader_only=self.grader_only, netns=self._join_path(),
+                              no_gpu=self.cpu_only)  # fmt: skip
         finally:
             os.close(evt_w)
             os.close(cmd_r)

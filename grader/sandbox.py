@@ -38,6 +38,7 @@ learner's laptop only ``-I``, the private folder, rlimits and the /proc walk app
 
 from __future__ import annotations
 
+import glob
 import os
 import resource
 import shutil
@@ -64,6 +65,10 @@ USER_NAMES = {NOBODY: "nobody", GRADER_ONLY: "effkit-grader"}
 LOOPBACK_UP = ("import fcntl, socket, struct; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
                "f = struct.unpack('16sH22x', fcntl.ioctl(s, 0x8913, struct.pack('16sH22x', b'lo', 0)))[1]; "
                "fcntl.ioctl(s, 0x8914, struct.pack('16sH22x', b'lo', f | 1))")
+# NVIDIA's device nodes (nvidia0.., nvidiactl, nvidia-uvm, the nvidia-caps folder): a worker launched
+# with no_gpu=True sees /dev/null in their place. CUDA_VISIBLE_DEVICES alone is the worker's own to
+# change before CUDA starts, and memory a worker keeps on a GPU is memory its cgroup never counts.
+GPU_NODES = "/dev/nvidia*"
 _swept = False
 EXPOSED_AT = "/tmp/grader-inputs"  # where a worker sees the folder ``launch(expose=...)`` gives it
 STATE_AT = "/tmp/work/state"  # where it sees ``launch(state_dir=...)``: inside its working directory
@@ -228,6 +233,7 @@ def launch(
     loopback: bool = False,
     grader_only: bool = False,
     netns: str | None = None,
+    no_gpu: bool = False,
 ) -> Sandbox:
     """Start ``python -I -m module args`` sandboxed (see module doc); learner code must run only
     after this returns (the worker waits for the parent's first command).
@@ -247,11 +253,18 @@ def launch(
     ``netns``: a path to another sandboxed worker's network namespace (its loopback up; best an open
     descriptor of the parent's, ``/proc/<parent>/fd/<n>``, which no exiting worker can turn into
     someone else's) that this one joins instead of making its own: ranks of one job in sandboxes
-    and cgroups of their own that still reach each other, and nothing else (lesson 11 (b))."""
+    and cgroups of their own that still reach each other, and nothing else (lesson 11 (b)).
+
+    ``no_gpu``: the worker sees no GPU (``CUDA_VISIBLE_DEVICES=""``, and as root ``GPU_NODES`` replaced
+    by ``/dev/null`` in its mount namespace): for tasks specified on the CPU whose budget is host
+    memory (lesson 11), where device memory would be memory no cgroup counts."""
     unavailable: list[str] = []
     root = is_root()
     env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
     env.update(env_extra or {})
+    nodes = sorted(glob.glob(GPU_NODES)) if no_gpu else []
+    if no_gpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # -I ignores it; harmless, documents intent
     boot = f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); import runpy; runpy.run_module({module!r}, run_name='__main__')"
     py = [sys.executable, "-I", "-c", boot, *args]
@@ -262,6 +275,8 @@ def launch(
         mounts = [
             f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(hidden)}" for hidden in hidden_paths()
         ]
+        mounts += [f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(n)}" if os.path.isdir(n) else
+                   f"mount --bind /dev/null {_q(n)}" for n in nodes]  # fmt: skip
         if netns is not None:
             pass  # the other worker's namespace: its loopback is up already, nothing more is reachable
         elif loopback:  # this namespace's lo only: nothing outside is reachable
@@ -312,6 +327,8 @@ def launch(
         if expose:
             unavailable.append("read-only view of the grader's inputs (the worker could change them)")
             env["EFFKIT_GRADER_DATA"] = str(expose)
+        if nodes:
+            unavailable.append("the GPU hidden from the worker (only CUDA_VISIBLE_DEVICES, which it could change)")
         if state_dir:  # a link, so the folder is inside the working directory here too
             (workdir / "state").symlink_to(Path(state_dir).resolve(), target_is_directory=True)
             env["EFFKIT_GRADER_STATE"] = str(workdir / "state")

@@ -115,6 +115,41 @@ except OSError as err:
 
 
 @ROOT_ONLY
+def test_a_worker_without_gpu_cannot_reach_the_gpus_device_nodes(monkeypatch):
+    """Lesson 11's ranks are budgeted in host memory: memory kept on a GPU is memory no cgroup counts.
+    CUDA_VISIBLE_DEVICES is the worker's own to change before CUDA starts, so the device nodes
+    themselves are replaced. No GPU here: a stand-in node (a character device, /dev/zero's numbers)
+    and a stand-in caps folder, outside the /tmp the worker gets."""
+    import shutil
+    import stat
+
+    from grader import sandbox
+
+    stand_in = Path("/run") / f"effkit-test-gpu-{os.getpid()}"
+    try:
+        (stand_in / "nvidia-caps").mkdir(parents=True)
+        (stand_in / "nvidia-caps" / "cap1").write_text("x")
+        os.mknod(stand_in / "nvidia0", 0o666 | stat.S_IFCHR, os.makedev(1, 5))
+        os.chmod(stand_in / "nvidia0", 0o666)
+        monkeypatch.setattr(sandbox, "GPU_NODES", str(stand_in / "nvidia*"))
+        body = f"""import os
+seen = len(open('{stand_in}/nvidia0', 'rb').read(4))
+try:
+    seen += 10 * len(os.listdir('{stand_in}/nvidia-caps'))
+except OSError:
+    pass
+return float(seen + 100 * (os.environ.get('CUDA_VISIBLE_DEVICES') == ''))"""
+        src = "def measure_throughput(trainer, steps, warmup):\n" + "\n".join("    " + ln for ln in body.splitlines())
+        for cpu_only, want in ((True, 100.0), (False, 14.0)):  # hidden; and what an ordinary worker sees
+            with ProbeSession("grader.assignments.lesson1.probes", SETUP, [("measure_throughput", src)],
+                              ["measure_throughput"], cpu_only=cpu_only) as s:  # fmt: skip
+                r = s.call("throughput", 30, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0)
+            assert r.ok and r.data["value"] == want, (cpu_only, r.failure, r.data)
+    finally:
+        shutil.rmtree(stand_in, ignore_errors=True)
+
+
+@ROOT_ONLY
 def test_filling_the_disk_hits_the_workers_own_limit():
     r, _ = _run(
         """chunk = b'x' * (1 << 20)

@@ -47,9 +47,10 @@ class Assignment:
     cell_checks: dict = field(default_factory=dict)
     # the worker's private network namespace gets its loopback up (lesson 11: gloo ranks in one sandbox)
     loopback: bool = False
-    # the workers see no GPU (CUDA_VISIBLE_DEVICES=""): the task is specified on the CPU (lesson 11: gloo
-    # ranks whose budget is host memory), and on a GPU host FSDP2's default mesh would put the shards
-    # on cuda:0 while the grader's batches stay on the CPU (an H200 graded the reference 0/3)
+    # the workers see no GPU (launch(no_gpu=True)): the task is specified on the CPU (lesson 11: gloo
+    # ranks whose budget is host memory, which GPU memory would escape), and on a GPU host FSDP2's
+    # default mesh would put the shards on cuda:0 while the grader's batches stay on the CPU (an H200
+    # graded the reference 0/3)
     cpu_only: bool = False
     # grade_ids of the cell checks that must pass for speed to count; run by the parent through
     # grader.cells before any timed worker starts (never a verdict from inside a timed worker)

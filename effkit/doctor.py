@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 # thresholds: a share of the profiled step time unless said otherwise; calibrated with --validate
 DATA_SHARE = 0.25  # time waiting for the next batch
 SYNCS_PER_STEP = 1.5  # more than the one loss.item() a logger may allow itself
-OVERHEAD_MATMUL_US = 50.0  # matmul/conv calls this short are mostly fixed cost (dispatch, launch)
+OVERHEAD_MATMUL_US = 50.0  # the work's matmul/conv calls this short are mostly fixed cost (dispatch, launch)
 OVERHEAD_MATMUL = 0.1  # or this small a share of the step in matmul/conv, with many operators
 OVERHEAD_OPS = 50  # operators dispatched per step
 MATMUL_SHARE = 0.3  # matmul/conv self time in fp32 on bf16 hardware
@@ -85,13 +85,16 @@ def diagnose(profile: dict) -> list[Finding]:
                              "keep metrics on the device and read them every N steps", 10))  # fmt: skip
 
     ops, matmul = float(_get(profile, "ops_per_step")), float(_get(profile, "matmul_ms")) / step
-    per_call = profile.get("matmul_us_median")
+    # the calls that do the work (time-weighted median), not the typical call: profiles saved before it existed
+    # fall back to the plain median
+    per_call = profile.get("matmul_us_work", profile.get("matmul_us_median"))
     per_call = float("inf") if per_call is None else float(per_call)
     tiny = per_call < OVERHEAD_MATMUL_US or matmul < OVERHEAD_MATMUL
     if tiny and ops >= OVERHEAD_OPS and data < DATA_SHARE:
         found.append(Finding("overhead", "launch/overhead-bound: many small operators", max(0.0, 1.0 - matmul - data),
                              f"{ops:.0f} operators per step; the matmuls/convolutions that do the work take "
-                             f"{per_call:.0f} µs per call (median) and {matmul:.0%} of the step (batch "
+                             f"{per_call:.0f} µs per call (half their time in calls this short or shorter) and "
+                             f"{matmul:.0%} of the step (batch "
                              f"{profile.get('batch_size')}): fixed per-operator costs rule",
                              "a bigger batch (accumulate if memory says no), fused or compiled operators", 4))  # fmt: skip
 

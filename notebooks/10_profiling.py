@@ -139,8 +139,9 @@ plt.show()
 # %% [markdown]
 # The same numbers as plain data: `effkit.profiling.profile_training` runs the schedule above and
 # returns per-range milliseconds per step, the operators dispatched per step, the syncs
-# (`aten::_local_scalar_dense`: what `.item()` and `bool(tensor)` run), the matmul time and the
-# median matmul call, the optimizer's settings, the padding share. It also times steps *without*
+# (`aten::_local_scalar_dense`: what `.item()` and `bool(tensor)` run), the matmul time, the
+# median matmul call and the call that half the matmul time is spent in (`matmul_us_work`: the calls
+# that do the work), the optimizer's settings, the padding share. It also times steps *without*
 # the profiler first.
 
 # %%
@@ -203,7 +204,7 @@ lesson.check_guess(GUESS_PROFILER_SLOWDOWN, 1 / overhead_ab.ratio, "slowdown und
 # | --- | --- | --- |
 # | data | the data range's share of the step | workers, prefetch, on-device augmentation (2) |
 # | sync | device-to-host reads per step outside the optimizer | keep metrics on the device (1, 10) |
-# | overhead | many operators, median matmul call of a few µs | bigger batch, fused/compiled ops (4) |
+# | overhead | many operators, and the matmul calls that do the work under 50 µs each | bigger batch, fused/compiled ops (4) |
 # | precision | fp32 matmuls on hardware with bf16 units | bf16 autocast (3) |
 # | padding | share of padded token positions | per-batch padding, buckets (7) |
 # | optimizer | one tensor at a time: operators per parameter tensor | `foreach=True` / `fused=True` (10) |

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from effkit import doctor
-from effkit.doctor_plants import PLANTS, format_table, planted_step, validate
-from effkit.profiling import profile_training
+from effkit.doctor_plants import format_table, planted_step, plants_here, validate
+from effkit.profiling import profile_training, work_median
 
 CLEAN = {"step_ms": 10.0, "step_ms_unprofiled": 8.0, "batch_size": 32, "syncs_per_step": 0, "sync_ms": 0.0, "ops_per_step": 200,
          "ops_per_step_by_range": {"data": 3, "forward": 30, "backward": 100, "optimizer": 60, "other": 0},
@@ -38,6 +38,9 @@ def test_each_rule_fires_on_its_evidence_and_only_then():
     assert _labels(_with(matmul_us_median=18.0))[0] == "overhead"  # 18 µs per matmul: fixed costs
     assert _labels(_with(matmul_ms=0.5, matmul_us_median=None))[0] == "overhead"  # 5% of the step in matmuls
     assert _labels(_with(matmul_us_median=18.0, ops_per_step=20))[0] == "none"  # a few operators: no overhead
+    # a few big convolutions do the work beside many small calls: the work's calls decide, not the typical call
+    assert _labels(_with(matmul_us_median=30.0, matmul_us_work=9400.0))[0] == "none"
+    assert _labels(_with(matmul_us_median=150.0, matmul_us_work=28.0))[0] == "overhead"
     assert _labels(_with(padding_share=0.45))[0] == "padding"
     looped = {"optimizer": {"foreach": False}, "ops_per_step_by_range": {"optimizer": 243}}
     assert _labels(_with(**looped, ranges_ms={"optimizer": 2.0}))[0] == "optimizer"
@@ -64,14 +67,45 @@ def test_the_profile_is_plain_data_and_counts_syncs_outside_the_optimizer():
     assert p["syncs_per_step"] == pytest.approx(5)  # 4 NaN checks + loss.item(); Adam's step counts excluded
     assert 0 < p["sync_ms"] < p["step_ms"]
     assert p["ranges_ms"]["forward"] > 0 and p["ranges_ms"]["backward"] > 0 and p["ops_per_step"] > 50
-    assert p["compute_dtype"] == "float32" and p["optimizer"]["foreach"] is True
+    assert p["compute_dtype"] == ("bfloat16" if "precision" in plants_here() else "float32")
+    assert p["optimizer"]["foreach"] is True
+    assert p["matmul_us_work"] >= p["matmul_us_median"] > 0
+
+
+def test_the_work_median_is_the_call_that_half_the_time_is_spent_in():
+    cifar_like = [30.0] * 30 + [9000.0] * 4  # the typical call is small; the time is in the four big ones
+    assert work_median(cifar_like) == 9000.0 and sorted(cifar_like)[len(cifar_like) // 2] == 30.0
+    assert work_median([10.0, 10.0, 10.0]) == 10.0 and work_median([]) is None
+    assert work_median([1.0, 2.0, 3.0, 4.0]) == 3.0  # 1+2+3 = 6 >= half of 10
+
+
+def test_the_clean_step_runs_in_the_courses_precision_and_fp32_is_planted_only_on_bf16_units(monkeypatch):
+    """On an AVX512-BF16 CPU an fp32 clean step was itself a bottleneck (bf16 autocast: 1.14-1.22x faster): the
+    doctor said "precision" on it, and lesson 10's "nothing planted" cases carried a real finding."""
+    import effkit.amp as amp
+    import effkit.doctor_plants as dp
+    from effkit.profiling import _compute_dtype
+
+    for units in (False, True):
+        monkeypatch.setattr(amp, "cpu_native_bf16", lambda units=units: units)
+        monkeypatch.setattr(dp, "cpu_native_bf16", lambda units=units: units)
+        clean = planted_step(())
+        batch = clean.next_batch()
+        assert _compute_dtype(clean, batch) == ("bfloat16" if units else "float32")
+        if units:
+            assert "precision" in dp.plants_here()
+            assert _compute_dtype(planted_step(("precision",)), batch) == "float32"
+        else:
+            assert "precision" not in dp.plants_here()
+            with pytest.raises(ValueError, match="bf16 units"):
+                planted_step(("precision",))
 
 
 @pytest.mark.slow
 def test_validation_names_every_single_plant_and_no_false_alarm_on_the_clean_step():
     table = validate(quick=True)
     text = format_table(table)
-    assert table["total"] == len(PLANTS) + 1
+    assert table["total"] == len(plants_here()) + 1
     assert table["correct"] == table["total"], text
 
 

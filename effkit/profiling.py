@@ -24,6 +24,8 @@ the step's time outside every operator (Python, waiting for data), so ``top_ops`
 
 from __future__ import annotations
 
+import statistics
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,7 +238,9 @@ def summarize_events(events, steps: int, on_gpu: bool = False) -> dict:
     ranges = {r: 0.0 for r in RANGES}
     dispatched, in_range = 0, {r: 0 for r in RANGES}
     self_us: dict[str, list[float]] = {}
-    syncs, sync_us, matmul_us, matmul_calls = 0, 0.0, 0.0, []
+    syncs, sync_us, matmul_us, matmul_calls, matmul_starts = 0, 0.0, 0.0, [], []
+    # where each step begins: its data range comes first (ProfilerStep# events are not always among the events)
+    step_starts = sorted(e.time_range.start for e in events if e.name == "step/" + RANGES[0])
     for e in events:
         name = e.name
         if name.startswith("step/") and name[5:] in ranges:
@@ -262,6 +266,7 @@ def summarize_events(events, steps: int, on_gpu: bool = False) -> dict:
             us = getattr(e, "self_device_time_total", 0.0) if on_gpu else e.self_cpu_time_total
             matmul_us += us
             matmul_calls.append(us)
+            matmul_starts.append(e.time_range.start)  # the CPU op's start, on GPU too: which step it is in
         if not nested:  # no operator above it: dispatched from Python or by autograd's engine
             dispatched += 1
             if owner in in_range:
@@ -281,8 +286,25 @@ def summarize_events(events, steps: int, on_gpu: bool = False) -> dict:
         "matmul_calls_per_step": len(matmul_calls) * per,
         # the median call, not the mean: a call the OS descheduled (a busy machine) does not move it
         "matmul_us_median": sorted(matmul_calls)[len(matmul_calls) // 2] if matmul_calls else None,
-        "matmul_us_work": work_median(matmul_calls),
+        "matmul_us_work": work_median(per_position(matmul_calls, matmul_starts, step_starts)),
     }
+
+
+def per_position(calls_us: list[float], starts: list[float], step_starts: list[float]) -> list[float]:
+    """Each call's median over the profiled steps, position by position: the steps run the same operators in the
+    same order, so a call the OS descheduled in one step (a 3 ms time slice on a busy core, 100x a small matmul) is
+    outvoted by the same call in the other steps. Unchanged when the steps' call counts differ or there is one step."""
+    if len(step_starts) < 2 or not calls_us:
+        return calls_us
+    by_step: list[list[float]] = [[] for _ in step_starts]
+    for start, us in sorted(zip(starts, calls_us, strict=True)):
+        k = bisect_right(step_starts, start) - 1
+        if k < 0:
+            return calls_us
+        by_step[k].append(us)
+    if any(len(s) != len(by_step[0]) for s in by_step):
+        return calls_us
+    return [statistics.median(column) for column in zip(*by_step, strict=True)]
 
 
 def work_median(calls_us: list[float]) -> float | None:
@@ -291,6 +313,7 @@ def work_median(calls_us: list[float]) -> float | None:
     The calls that *do the work*: a CIFAR step's few big convolutions sit beside many small ones (the
     head, bias gradients), so the plain median (by count) read 32 µs on a step whose convolutions took
     66% of its time (AVX512-BF16 EPYC), and the doctor called that compute-bound step overhead-bound.
+    Weighting by time also weights preemption: pass the calls through :func:`per_position` first.
     """
     if not calls_us:
         return None

@@ -6,7 +6,7 @@ import pytest
 
 from effkit import doctor
 from effkit.doctor_plants import format_table, planted_step, plants_here, validate
-from effkit.profiling import profile_training, work_median
+from effkit.profiling import per_position, profile_training, work_median
 
 CLEAN = {"step_ms": 10.0, "step_ms_unprofiled": 8.0, "batch_size": 32, "syncs_per_step": 0, "sync_ms": 0.0, "ops_per_step": 200,
          "ops_per_step_by_range": {"data": 3, "forward": 30, "backward": 100, "optimizer": 60, "other": 0},
@@ -77,6 +77,23 @@ def test_the_work_median_is_the_call_that_half_the_time_is_spent_in():
     assert work_median(cifar_like) == 9000.0 and sorted(cifar_like)[len(cifar_like) // 2] == 30.0
     assert work_median([10.0, 10.0, 10.0]) == 10.0 and work_median([]) is None
     assert work_median([1.0, 2.0, 3.0, 4.0]) == 3.0  # 1+2+3 = 6 >= half of 10
+
+
+def test_a_call_descheduled_in_one_step_does_not_make_a_small_step_look_like_work():
+    """A busy core hands out ~3 ms time slices: three landing inside 28 µs matmuls would make one of them the work
+    median of an overhead-bound step (5 steps x 45 calls: 7.1 ms of matmuls) and hide its overhead."""
+    step = [28.0] * 40 + [60.0] * 5
+    calls = step * 5
+    for k, i in ((0, 7), (2, 20), (4, 33)):  # descheduled in steps 1, 3 and 5
+        calls[k * 45 + i] = 3000.0
+    starts = [k * 1000.0 + i for k in range(5) for i in range(45)]
+    steps = [k * 1000.0 for k in range(5)]
+    assert work_median(calls) == 3000.0  # what the pooled calls would say
+    assert per_position(calls, starts, steps) == step and work_median(per_position(calls, starts, steps)) == 28.0
+    assert per_position(calls[:-1], starts[:-1], steps) == calls[:-1]  # uneven steps: unchanged
+    assert per_position(calls, starts, steps[:1]) == calls  # one step: unchanged
+    p = _with(matmul_us_median=28.0, matmul_us_work=work_median(per_position(calls, starts, steps)))
+    assert _labels(p)[0] == "overhead"
 
 
 def test_the_clean_step_runs_in_the_courses_precision_and_fp32_is_planted_only_on_bf16_units(monkeypatch):

@@ -165,10 +165,14 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
         data = runtime.GraderData(workdir, spec, device)  # writes sets while workers import
         _readable(inputs)
         out.phases_s["data"] = _clock() - t_start
+        # Said as each phase ends (seconds since the grading began): a grading stopped from outside
+        # (a lease, a job limit) writes no report, and its log must still say where the time went.
+        progress(f"  {out.phases_s['data']:6.1f} s  the grader's data and initial weights are ready")
         for w in workers.values():
             w.expect("ready", spec.startup_timeout_s, "starting up")
             w.pause()
         out.phases_s["startup"] = _clock() - t_start
+        progress(f"  {out.phases_s['startup']:6.1f} s  both workers are ready")
         a, b = workers["baseline"], workers["learner"]
         plain = []
         for name, source in cells:  # the worker is plain Python, not IPython: drop magics, say so
@@ -199,6 +203,8 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
         # Audit problems do not stop the protocol: the runs and the grader's own evaluation still
         # happen, so the report shows everything that is wrong (e.g. skipped training AND accuracy).
         out.phases_s["warmup"] = _clock() - t_start
+        progress(f"  {out.phases_s['warmup']:6.1f} s  warm-up done (baseline {out.warmup_s['baseline']:.1f} s, "
+                 f"yours {out.warmup_s['learner']:.1f} s); now the timed runs")  # fmt: skip
         _timed_runs(out, a, b, data, spec, progress)
         out.phases_s["runs"] = _clock() - t_start
         for w in workers.values():

@@ -154,6 +154,8 @@ def stress(assignment_id: str = "lesson2", times: int = 10, busy: int = 1, spec_
             x = results[-1]
             print(f"  grading {i + 1}/{times}: {x['points']:g} points, speedup {x['speedup'] or 0:.2f}x, "
                   f"accuracy {x['acc_diff_pp'] or 0:+.2f} pp, {x['seconds']:.0f} s", flush=True)
+            for problem in x["problems"]:  # a lost point says why in the log, not only in the JSON
+                print(f"    {problem}", flush=True)
     finally:
         for h in hogs:
             h.kill()

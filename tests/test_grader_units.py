@@ -431,3 +431,29 @@ def test_every_quiz_explains_each_wrong_option():
             assert explained >= set("abc") - {right}, f"{info.name} {q}: no feedback for {set('abc') - {right} - explained}"
             assert right not in explained, f"{info.name} {q}: feedback written for the right answer"
     assert quizzes >= 7
+
+
+def test_a_stress_grading_that_loses_points_says_why_in_the_log(monkeypatch, capsys):
+    """A 300-grading campaign is read from its log: on 2026-11-27 one grading of 201 read only
+    "0 points ... accuracy -0.83 pp", the reason left in a JSON written at the very end."""
+    import types
+
+    import grader.perf
+    from grader import tools
+
+    said = "the accuracy gate failed: paired mean -0.83 pp, below the gate -0.69 pp"
+    reports = iter([{"speedup": 1.9, "gate": {"passed": True, "mean_diff_pp": 0.1}, "problems": [], "device": "cpu"},
+                    {"speedup": 1.8, "gate": {"passed": False, "mean_diff_pp": -0.83}, "problems": [said],
+                     "device": "cpu"}])  # fmt: skip
+
+    def fake_grade(*_, **__):
+        report = next(reports)
+        return types.SimpleNamespace(points=0.0 if report["problems"] else 5.0, report=report)
+
+    monkeypatch.setattr(grader.perf, "grade", fake_grade)
+    monkeypatch.setattr(tools, "reference_cells", lambda a: [])
+    summary = tools.stress("lesson2", times=2, busy=0)
+    lines = capsys.readouterr().out.splitlines()
+    assert not summary["same_verdict"]
+    assert lines[1].startswith("  grading 2/2: 0 points") and said in lines[2], lines
+    assert not any(said in line for line in lines[:1])

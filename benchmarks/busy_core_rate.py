@@ -18,7 +18,6 @@ failure's reason, seconds. Lessons whose timed grading is the performance cell (
 """
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -33,18 +32,7 @@ from exercise_cells import solution_cells  # noqa: E402
 
 from grader import assignments  # noqa: E402
 from grader.cells import grade_cells  # noqa: E402
-
-
-def upper_bound(failures: int, n: int, confidence: float = 0.95) -> float:
-    """One-sided Clopper-Pearson upper bound of a failure rate (bisection on the binomial CDF)."""
-    if failures >= n:
-        return 1.0
-    lo, hi = failures / n, 1.0
-    for _ in range(60):
-        p = (lo + hi) / 2
-        cdf = sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(failures + 1))
-        lo, hi = (p, hi) if cdf > 1 - confidence else (lo, p)
-    return hi
+from grader.gate import upper_bound  # noqa: E402
 
 
 def main() -> None:

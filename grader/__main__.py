@@ -1,4 +1,4 @@
-"""Command line: ``python -m grader {check,perf,autograde,generate,gate-sim,calibrate,budget,stress}``.
+"""Command line: ``python -m grader {check,perf,autograde,generate,gate-sim,calibrate,calibrate-gradings,budget,stress}``.
 
 Exit status 0 when grading ran, whatever the score; 2 when it could not run (a malformed
 notebook, an unknown assignment, a baseline that failed).
@@ -79,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--chunk", type=int, default=4)
     s.add_argument("--no-save", action="store_true")
     s.add_argument("--json")
+    s = sub.add_parser("calibrate-gradings", help="set the accuracy gate from stress gradings' paired means")
+    s.add_argument("calibration", help="e.g. lesson2-smoke-cpu")
+    s.add_argument("reports", nargs="+", help="JSON reports of `stress` on the calibration's device")
+    s.add_argument("--no-save", action="store_true")
     s = sub.add_parser("budget", help="grading cost vs the learner's own two smoke runs")
     s.add_argument("--assignment", default="lesson2")
     s.add_argument("--spec")
@@ -116,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         out = tools.calibrate(args.assignment, args.spec, args.pairs, args.chunk, save=not args.no_save)
         if args.json:
             write_report(args.json, out)
+        return 0
+    if args.command == "calibrate-gradings":
+        tools.calibrate_gradings(args.calibration, args.reports, save=not args.no_save)
         return 0
     if args.command == "budget":
         out = tools.budget(args.assignment, args.spec)

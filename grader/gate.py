@@ -15,12 +15,16 @@ with a real 1.5 pp drop pass in < 4%, provided correct work still fails in < 1% 
 ``simulate`` checks the error rates by Monte Carlo: a correct optimisation (true difference 0)
 must fail in < 1% of gradings and a real 1.5 pp drop must pass in < 5%.
 
-A few dozen pairs cannot show a 1% tail (lesson 2's gate, set from 30 pairs, failed 2 of 300
-correct gradings). With the paired means of at least :data:`MIN_GRADINGS` whole gradings of a
-correct solution (``python -m grader calibrate-gradings``, from ``stress`` runs), the threshold
-comes from them instead, free of any model: just below the lowest, so that correct work fails in
-< 1% of gradings with 95% confidence (the lowest of n draws has a Beta(1, n) tail: 0.99^299 < 0.05);
-a real drop passing is bounded by the count of means above threshold + drop (Clopper-Pearson).
+A few dozen pairs cannot show a 1% tail: lesson 2's gate, set from 30 pairs at -0.69 pp, failed
+2 of 300 correct gradings. With the paired means of at least :data:`MIN_GRADINGS` whole gradings
+of a correct solution (``python -m grader calibrate-gradings``, from ``stress`` runs) the gate
+takes **a second look** instead, and no model: its threshold is the highest point of a 0.05 pp
+grid, at most the -0.5 pp tolerance, below which correct gradings fall in < 5% (95% Clopper-
+Pearson bound). A grading below it trains ``repeats`` more pairs on fresh data (training sets,
+seeds, initial weights and held-out set, so the second look is independent of the first) and
+fails only if that mean is below the threshold too: correct work fails in < 0.05^2 = 0.25% of
+gradings, and a real drop that reaches the threshold in a fraction q of gradings passes in
+1 - (1 - q)^2, both bounded from the counts.
 
 **When to use it.** Every performance grade; ``python -m grader gate-sim`` prints the rates.
 
@@ -43,8 +47,9 @@ from pathlib import Path
 
 BOOTSTRAP_TRIALS = 20_000
 MIN_RESIDUALS = 10  # fewer measured pairs say too little about the shape: normal model only
-MIN_GRADINGS = 299  # the lowest of n correct gradings bounds the false-fail rate < 1% (95%) once 0.99^n < 0.05
-GRID_PP = 0.05  # a gradings-based threshold sits on this grid, strictly below their lowest mean
+MIN_GRADINGS = 100  # enough to bound a 5% tail: 0 of 100 below a threshold puts it under 2.9% (95%)
+RECHECK_RATE = 0.05  # at most this share of correct gradings (95% bound) needs the second look
+GRID_PP = 0.05  # a gradings-based threshold sits on this grid
 ASSIGNMENTS_DIR = Path(__file__).with_name("assignments")
 
 
@@ -129,7 +134,7 @@ class Gate:
     # (often heavy-tailed) shape, not only for a normal with their SD
     residuals_pp: tuple[float, ...] = ()
     # means of `repeats` pairs from whole gradings of a correct solution: with MIN_GRADINGS of
-    # them the threshold is set by them, not by a model of the pairs
+    # them they set the threshold, and a grading below it takes a second, independent look
     grading_means_pp: tuple[float, ...] = ()
 
     @classmethod
@@ -139,12 +144,31 @@ class Gate:
 
     @property
     def from_gradings(self) -> bool:
+        """Set by measured gradings; then a grading below the threshold takes a second look."""
         return len(self.grading_means_pp) >= MIN_GRADINGS
 
     def gradings_rates(self, drop_pp: float | None = None) -> tuple[int, int, int]:
         """(gradings, correct ones below the threshold, ones that a real ``drop_pp`` drop would pass)."""
         t, means, drop = self.threshold_pp, self.grading_means_pp, self.drop_pp if drop_pp is None else drop_pp
         return len(means), sum(m < t for m in means), sum(m - drop >= t for m in means)
+
+    def gradings_bounds(self, drop_pp: float | None = None) -> tuple[float, float]:
+        """95% upper bounds of (false fail, false pass) with the second look: correct work must fall
+        below twice, independently; a real drop passes if either look reaches the threshold."""
+        n, below, passed = self.gradings_rates(drop_pp)
+        return upper_bound(below, n) ** 2, 1 - (1 - upper_bound(passed, n)) ** 2
+
+    @functools.cached_property
+    def _gradings_threshold(self) -> float:
+        """The highest grid point, at most -tolerance, with correct gradings below it in < RECHECK_RATE."""
+        means, k = self.grading_means_pp, 0
+        while upper_bound(sum(m < -self.tolerance_pp - k * GRID_PP for m in means), len(means)) > RECHECK_RATE:
+            k += 1  # ends below the lowest mean at the latest: 0 of >= 59 bounds the rate under 5%
+        return round(-self.tolerance_pp - k * GRID_PP, 6)
+
+    def needs_second_look(self, diffs_pp: list[float]) -> bool:
+        """The first ``repeats`` pairs fell below a gradings-set threshold: train as many more."""
+        return self.from_gradings and len(diffs_pp) == self.repeats and not self.decide(diffs_pp).passed
 
     @functools.cached_property
     def _bootstrap_means(self) -> list[float]:
@@ -166,8 +190,8 @@ class Gate:
         "Confidently worse than the tolerance" (-tolerance - z * se), unless that would let a real
         ``drop_pp`` drop pass in 5% or more of gradings; then just high enough that it does not.
         """
-        if self.from_gradings:  # on the grid, strictly below the lowest correct grading
-            return GRID_PP * math.floor(min(self.grading_means_pp) / GRID_PP - 1e-9)
+        if self.from_gradings:
+            return self._gradings_threshold
         strict = -(self.tolerance_pp + self.z * self.se_pp)
         if self.se_pp > self.max_se_pp:  # too noisy to promise both rates: favour correct work
             return strict
@@ -188,27 +212,37 @@ class Gate:
 
     @property
     def powered(self) -> bool:
-        if self.from_gradings:  # a real drop must pass in < 5% of gradings, with 95% confidence
-            n, _, passed = self.gradings_rates()
-            return upper_bound(passed, n) < 0.05
+        if self.from_gradings:  # both rates, with the second look, at 95% confidence
+            false_fail, false_pass = self.gradings_bounds()
+            return false_fail < 0.01 and false_pass < 0.05
         return self.se_pp <= self.max_se_pp
 
     def decide(self, diffs_pp: list[float]) -> GateVerdict:
-        mean = statistics.fmean(diffs_pp) if diffs_pp else float("nan")
-        passed = mean == mean and mean >= self.threshold_pp
-        if not passed and mean == mean:
-            why = (f"your accuracy is {mean:+.2f} pp vs the baseline (mean of {len(diffs_pp)} paired "
-                   f"runs on the grader's held-out set), below the gate at {self.threshold_pp:+.2f} pp "
-                   f"(the -{self.tolerance_pp} pp tolerance, widened by the measured run-to-run noise: "
-                   + (f"below every one of {len(self.grading_means_pp)} gradings of a correct solution)"
-                      if self.from_gradings else f"SE {self.se_pp:.2f} pp)"))
-        elif not passed:
+        r, t = self.repeats, self.threshold_pp
+        second = self.from_gradings and len(diffs_pp) == 2 * r
+        looks = [statistics.fmean(x) for x in ([diffs_pp[:r], diffs_pp[r:]] if second else [diffs_pp]) if x]
+        mean = looks[-1] if looks else float("nan")  # the look that is scored: the second, once taken
+        passed = any(m >= t for m in looks)
+        noise = (f"a correct pipeline falls below it in {self.gradings_rates()[1]} of {len(self.grading_means_pp)} "
+                 "measured gradings" if self.from_gradings else
+                 f"the -{self.tolerance_pp} pp tolerance, widened by the measured run-to-run noise, SE {self.se_pp:.2f} pp")  # fmt: skip
+        if not looks:
             why = "no accuracy could be measured"
+        elif second and not passed:
+            why = (f"your accuracy is {looks[0]:+.2f} pp vs the baseline in {r} paired runs and {looks[1]:+.2f} pp in "
+                   f"{r} more on fresh data (the grader's held-out sets): both below the gate at {t:+.2f} pp ({noise}, "
+                   f"twice in a row in < {self.gradings_bounds()[0]:.2%})")  # fmt: skip
+        elif not passed:
+            why = (f"your accuracy is {mean:+.2f} pp vs the baseline (mean of {len(diffs_pp)} paired runs on the "
+                   f"grader's held-out set), below the gate at {t:+.2f} pp ({noise})")  # fmt: skip
+        elif second and looks[0] < t:
+            why = (f"accuracy {looks[0]:+.2f} pp vs the baseline in {r} paired runs, below the gate ({t:+.2f} pp); "
+                   f"{looks[1]:+.2f} pp in {r} more on fresh data: within it")  # fmt: skip
         else:
-            why = f"accuracy {mean:+.2f} pp vs the baseline: within the gate ({self.threshold_pp:+.2f} pp)"
+            why = f"accuracy {mean:+.2f} pp vs the baseline: within the gate ({t:+.2f} pp)"
         # Symmetric to the fail threshold: flag only gains that noise does not explain.
-        high = mean > max(HIGH_FLAG_PP, -self.threshold_pp)
-        return GateVerdict(passed, mean, self.threshold_pp, self.se_pp, high, why)
+        high = mean > max(HIGH_FLAG_PP, -t)
+        return GateVerdict(passed, mean, t, self.se_pp, high, why, tuple(looks))
 
 
 @dataclass(frozen=True)
@@ -219,6 +253,7 @@ class GateVerdict:
     se_pp: float
     suspiciously_high: bool
     message: str
+    look_means_pp: tuple[float, ...] = ()  # one mean per look: the second only after the first fell below
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -265,10 +300,11 @@ def simulate(
         method = f"normal, sd {gate.sd_pair_pp:.3f} pp"
     fails = passes = 0
     t = gate.threshold_pp
+    looks = 2 if gate.from_gradings else 1  # the second look: fail only when both fall below
     for _ in range(trials):
-        noise = sum(draw() for _ in range(gate.repeats)) / gate.repeats
-        fails += noise < t
-        passes += noise - drop_pp >= t
+        noise = [sum(draw() for _ in range(gate.repeats)) / gate.repeats for _ in range(looks)]
+        fails += all(x < t for x in noise)
+        passes += any(x - drop_pp >= t for x in noise)
     return SimResult(gate.repeats, t, fails / trials, passes / trials, drop_pp, trials, method)
 
 

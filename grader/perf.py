@@ -103,7 +103,8 @@ def grade(assignment, cells: list[tuple[str, str]], max_points: float, *, device
                           "(with its nbgrader metadata) in the notebook")  # fmt: skip
     else:
         try:
-            m = measure(assignment, cells, spec, device, progress=progress, gate_verdicts=gate_verdicts)
+            m = measure(assignment, cells, spec, device, progress=progress, gate_verdicts=gate_verdicts,
+                        second_look=gate.needs_second_look)  # fmt: skip
         except WorkerFailed as err:
             raise GradingError(f"the grader could not run the baseline: {err}\n{err.detail}") from err
     m.device = name
@@ -169,7 +170,9 @@ def feedback_text(r: dict) -> str:
     lines = [f"== effkit grader: {r['assignment']} performance ==",
              f"device     {r['device']}  (class {r['device_class']})"]  # fmt: skip
     spec = r["spec"]
-    lines.append(f"protocol   {spec['repeats']} paired runs of {spec['epochs']} epochs x "
+    pairs = sum(x["role"] == "baseline" for x in r["runs"])
+    second = f" (+{pairs - spec['repeats']} on fresh data: the gate's second look)" if pairs > spec["repeats"] else ""
+    lines.append(f"protocol   {spec['repeats']} paired runs{second} of {spec['epochs']} epochs x "
                  f"{spec['n_train']} samples of the grader's own data, {spec.get('chunks_per_epoch', 2)} chunks per epoch "
                  "interleaved ABBA; warm-up excluded; timed by the grader")  # fmt: skip
     for role, label in (("baseline", "baseline"), ("learner", "yours")):
@@ -180,7 +183,8 @@ def feedback_text(r: dict) -> str:
                          f"samples/s)   runs: " + " ".join(f"{s:.2f}" for s in secs))  # fmt: skip
     if r["speedup"] is not None:
         ratios = r["speed_ratios"]
-        lines.append(f"speedup    {r['speedup']:.2f}x (median of {len(ratios)} back-to-back chunk pairs, range {min(ratios):.2f}-"
+        of = " of the second look" if second else ""
+        lines.append(f"speedup    {r['speedup']:.2f}x (median of {len(ratios)} back-to-back chunk pairs{of}, range {min(ratios):.2f}-"
                      f"{max(ratios):.2f}); target {t['target']:.2f}x, floor {t['floor']:.2f}x ({t['source']})")  # fmt: skip
         if t.get("table") == "cpu-fp32":
             lines.append("note       this CPU has no native bf16 (no AMX / AVX512-BF16): fp32 is the right policy "
@@ -191,9 +195,11 @@ def feedback_text(r: dict) -> str:
         accs = [(x["role"], x["accuracy"]) for x in r["runs"] if x["accuracy"] is not None]
         base = _median([a for role, a in accs if role == "baseline"]) * 100
         mine = _median([a for role, a in accs if role == "learner"]) * 100
+        looks = g.get("look_means_pp") or []
+        mean = (" then ".join(f"{m:+.2f}" for m in looks) + " pp (two looks)" if len(looks) > 1
+                else f"{g['mean_diff_pp']:+.2f} pp")  # fmt: skip
         lines.append(f"accuracy   baseline {base:.2f}%, yours {mine:.2f}% on the grader's held-out set; "
-                     f"paired mean {g['mean_diff_pp']:+.2f} pp, gate {g['threshold_pp']:+.2f} pp: "
-                     + ("pass" if g["passed"] else "FAIL"))  # fmt: skip
+                     f"paired mean {mean}, gate {g['threshold_pp']:+.2f} pp: " + ("pass" if g["passed"] else "FAIL"))  # fmt: skip
     for p in r["problems"]:
         lines.append(f"problem    {p}")
     if r["error"] and r["error"]["detail"]:

@@ -15,7 +15,11 @@ its held-out evaluation set in memory only, and drives the workers over dedicate
    freezer; SIGSTOP to its process tree without one), so it cannot steal CPU from the one being timed;
 4. the parent loads each run's saved weights into a clean model and evaluates them on its own
    held-out set, then applies the accuracy gate (:mod:`grader.gate`) and the speed credit
-   (:mod:`grader.targets`).
+   (:mod:`grader.targets`);
+5. when the gate asks for it (a gate set by measured gradings, and a first look below it),
+   ``repeats`` more paired runs on fresh data (``GraderData.add_look``: new training sets, seeds,
+   initial weights and held-out set, written while both workers are frozen), in the same workers.
+   Then the second look alone is scored, accuracy and speed.
 
 Speed is the time for a fixed amount of work: ``epochs`` passes over ``n_train`` samples, each
 epoch proven complete by the audit (:mod:`grader.audit`). The speedup is the median over the
@@ -92,6 +96,9 @@ class Measurement:
     flags: list[str] = field(default_factory=list)  # reported, no effect on points
     error: WorkerFailed | None = None
     phases_s: dict = field(default_factory=dict)
+    # After a second look, its runs alone are scored (speed and accuracy): code that behaves one way
+    # in the first look and another in the second gains nothing from the first.
+    scored_from: int = 0
 
     def pairs(self) -> list[tuple[Timing, Timing]]:
         a = {t.repeat: t for t in self.runs if t.role == "baseline"}
@@ -100,8 +107,8 @@ class Measurement:
 
     def speed_ratios(self) -> list[float]:
         """time_A / time_B for each pair of chunks (same run, same epoch, back to back)."""
-        a = {(r, k): s for role, r, k, s in self.chunks if role == "baseline"}
-        b = {(r, k): s for role, r, k, s in self.chunks if role == "learner"}
+        a = {(r, k): s for role, r, k, s in self.chunks if role == "baseline" and r >= self.scored_from}
+        b = {(r, k): s for role, r, k, s in self.chunks if role == "learner" and r >= self.scored_from}
         return [a[key] / b[key] for key in sorted(a) if key in b]
 
     def speedup(self) -> float:
@@ -120,8 +127,12 @@ def _private_dir() -> Path:
 
 
 def measure(assignment, cells: list[tuple[str, str]], spec: GradingSpec, device: str,
-            progress=print, gate_verdicts: dict | None = None) -> Measurement:  # fmt: skip
+            progress=print, gate_verdicts: dict | None = None, second_look=None) -> Measurement:  # fmt: skip
     """Run the protocol for ``cells`` (name, source) of the learner; see the module docstring.
+
+    ``second_look(diffs_pp) -> bool`` (the accuracy gate's ``needs_second_look``) is asked after the
+    first ``repeats`` pairs were evaluated; when it says so, ``repeats`` more paired runs follow on
+    fresh data (``GraderData.add_look``), in the same workers.
 
     Raises :class:`WorkerFailed` only when the *baseline* fails (the grader could not run);
     anything the learner's code does wrong ends up in ``Measurement.error`` / ``.problems``.
@@ -132,11 +143,11 @@ def measure(assignment, cells: list[tuple[str, str]], spec: GradingSpec, device:
     # cost the timed grading, so that cell never travels to a timed worker.
     cells = [(name, source) for name, source in cells if name != QUIZ_CELL]
     with boosted_self():  # our own work (data, evaluation) at the workers' priority when allowed
-        return _measure(assignment, cells, spec, device, progress, gate_verdicts)
+        return _measure(assignment, cells, spec, device, progress, gate_verdicts, second_look)
 
 
 def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
-             gate_verdicts: dict | None = None) -> Measurement:  # fmt: skip
+             gate_verdicts: dict | None = None, second_look=None) -> Measurement:  # fmt: skip
     import shutil
 
     from grader.cells import gate_problem
@@ -205,19 +216,22 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
         out.phases_s["warmup"] = _clock() - t_start
         progress(f"  {out.phases_s['warmup']:6.1f} s  warm-up done (baseline {out.warmup_s['baseline']:.1f} s, "
                  f"yours {out.warmup_s['learner']:.1f} s); now the timed runs")  # fmt: skip
-        _timed_runs(out, a, b, data, spec, progress)
+        _timed_runs(out, a, b, data, spec, progress, range(spec.repeats))
         out.phases_s["runs"] = _clock() - t_start
-        for w in workers.values():
-            w.close()
-        out.problems += weights_problems(data, spec.repeats, out.flags)
-        for t in out.runs:
-            try:
-                t.accuracy = data.evaluate(data.weights_path(t.role, t.repeat), t.repeat)
-            except runtime.InvalidWeights as err:
-                if t.role == "baseline":
-                    raise
-                out.problems.append(f"run {t.repeat + 1}: {err}")
+        _evaluate(out, data, runtime, range(spec.repeats))
         out.phases_s["evaluation"] = _clock() - t_start
+        diffs = out.accuracy_diffs_pp()
+        if second_look is not None and not out.problems and second_look(diffs):
+            # Below the gate: a second, independent look (fresh data) before any points are lost.
+            progress(f"  your accuracy is {sum(diffs) / len(diffs):+.2f} pp vs the baseline after {spec.repeats} "
+                     f"paired runs, below the gate: {spec.repeats} more on fresh data before deciding")  # fmt: skip
+            more = data.add_look()  # both workers are frozen while the parent writes it
+            _readable(inputs)
+            _timed_runs(out, a, b, data, spec, progress, more)
+            out.phases_s["second_look_runs"] = _clock() - t_start
+            _evaluate(out, data, runtime, more)
+            out.scored_from = more.start
+            out.phases_s["second_look"] = _clock() - t_start
         return out
     except WorkerFailed as err:
         if err.role == "baseline":
@@ -231,8 +245,22 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec, progress) -> None:
-    """``repeats`` paired runs of ``epochs`` epochs, advanced in chunks of 1/``chunks_per_epoch``
+def _evaluate(out: Measurement, data, runtime, repeats: range) -> None:
+    """The parent's checks of the learner's weights, then its own evaluation of both sides' runs."""
+    out.problems += weights_problems(data, repeats, out.flags)
+    for t in out.runs:
+        if t.repeat not in repeats:
+            continue
+        try:
+            t.accuracy = data.evaluate(data.weights_path(t.role, t.repeat), t.repeat)
+        except runtime.InvalidWeights as err:
+            if t.role == "baseline":
+                raise
+            out.problems.append(f"run {t.repeat + 1}: {err}")
+
+
+def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec, progress, repeats: range) -> None:
+    """Paired runs ``repeats`` of ``epochs`` epochs, advanced in chunks of 1/``chunks_per_epoch``
     epoch, interleaved A B B A A B ...
 
     Chunk ``c`` of run ``r`` is the same work on both sides (the first also builds the recipe, the
@@ -243,7 +271,7 @@ def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec,
     parts = spec.chunks_per_epoch
     seconds: dict[tuple[str, int], float] = {}
     i = 0
-    for r in range(spec.repeats):
+    for r in repeats:
         begin = {"data_dir": _rel(data, data.train_dirs[r]), "seed": data.seeds[r], "hooks": hooks,
                  "profile": spec.profile, "init_path": _rel(data, data.init_paths[r])}  # fmt: skip
         for c in range(spec.epochs * parts):
@@ -276,7 +304,7 @@ def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec,
             i += 1
         for role in ("baseline", "learner"):
             out.runs.append(Timing(role, r, seconds[role, r], spec.n_train * spec.epochs))
-            progress(f"  run {r + 1}/{spec.repeats} {role:8s} {seconds[role, r]:6.2f} s")
+            progress(f"  run {r + 1}/{repeats.stop} {role:8s} {seconds[role, r]:6.2f} s")
 
 
 LEFT_SESSION = "your code started a process that left the worker's session"
@@ -310,7 +338,7 @@ def _collect(out: Measurement, role: str, done: dict, warmup: bool) -> None:
             out.flags.append(note)
 
 
-def weights_problems(data, repeats: int, flags: list[str] | None = None) -> list[str]:
+def weights_problems(data, repeats: range, flags: list[str] | None = None) -> list[str]:
     """Parent-side checks of the learner's saved weights before they are evaluated: a plain file
     (no link: a learner could point it at the baseline's), different from the baseline's weights of
     the same run, and moved away from the shared initial weights (training happened)."""
@@ -320,7 +348,7 @@ def weights_problems(data, repeats: int, flags: list[str] | None = None) -> list
     import torch
 
     problems, flags = [], flags if flags is not None else []
-    for r in range(repeats):
+    for r in repeats:
         path = data.weights_path("learner", r)
         try:
             st = os.lstat(path)

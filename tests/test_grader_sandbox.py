@@ -256,15 +256,15 @@ def test_the_parent_refuses_linked_baseline_and_untrained_weights(tmp_path):
     torch.save({"w": torch.ones(3)}, Data.weights_path("baseline", 0))
     learner = Data.weights_path("learner", 0)
     torch.save({"w": torch.full((3,), 0.5)}, learner)
-    assert weights_problems(Data, 1) == []
+    assert weights_problems(Data, range(1)) == []
     torch.save({"w": torch.ones(3)}, learner)
     flags = []
-    assert weights_problems(Data, 1, flags) == [] and "bit-identical to the baseline's" in flags[0]
+    assert weights_problems(Data, range(1), flags) == [] and "bit-identical to the baseline's" in flags[0]
     torch.save(init, learner)
-    assert "never moved" in weights_problems(Data, 1)[0]
+    assert "never moved" in weights_problems(Data, range(1))[0]
     learner.unlink()
     learner.symlink_to(Data.weights_path("baseline", 0))
-    assert "is a link" in weights_problems(Data, 1)[0]
+    assert "is a link" in weights_problems(Data, range(1))[0]
 
 
 # -- the timed workers (grader.supervisor.start_worker): the same sandbox, plus read-only inputs --

@@ -17,7 +17,7 @@ import pytest
 
 from grader import assignments
 from grader.notebook import read_notebook, solution_ids, solution_sources
-from grader.perf import grade
+from grader.perf import feedback_text, grade
 
 pytestmark = pytest.mark.slow
 
@@ -198,9 +198,17 @@ def test_correct_but_no_faster_earns_every_other_point():
 
 
 def test_an_accuracy_drop_gets_no_performance_points_and_says_why():
-    r = _grade("accuracy_drop")
+    said: list[str] = []
+    r = _grade("accuracy_drop", said.append)
     assert r["points"] == 0 and not r["gate"]["passed"]
     assert "below the gate" in " ".join(r["problems"]) and r["gate"]["mean_diff_pp"] < -5
+    # lesson 2's gate is set by measured gradings: below it, a second look on fresh data, scored alone
+    repeats = r["spec"]["repeats"]
+    assert len(r["accuracy_diffs_pp"]) == 2 * repeats and len(r["gate"]["look_means_pp"]) == 2, r["gate"]
+    assert all(d < -5 for d in r["accuracy_diffs_pp"]) and "both below the gate" in r["gate"]["message"]
+    assert len(r["speed_ratios"]) == repeats * r["spec"]["epochs"] * r["spec"]["chunks_per_epoch"]
+    assert any("more on fresh data before deciding" in line for line in said), said
+    assert "the gate's second look" in feedback_text(r)
 
 
 def test_skipped_training_and_hard_coded_accuracy_are_caught():

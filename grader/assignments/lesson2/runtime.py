@@ -75,14 +75,21 @@ class GraderData:
         self.seeds: list[int] = []
         self.init_paths: list[Path] = []
         self.trainers = []
+        self.eval_sets = []  # one held-out set per look (grader.gate's second look is independent)
+        self.add_look()
+
+    def add_look(self) -> range:
+        """``spec.repeats`` more paired runs on fresh data: training sets, seeds, initial weights
+        and a held-out set of their own. Returns the new runs' indices."""
+        spec, first = self.spec, len(self.train_dirs)
         hooks = dict(spec.hooks, epochs=spec.epochs)
-        for r in range(spec.repeats):
+        for r in range(first, first + spec.repeats):
             path = write_train_set(self.inputs / f"train{r}", spec.n_train, secrets.randbits(31))
             seed = secrets.randbelow(2**31)
             # A clean trainer per repeat (no learner code in this process): its initial weights are
             # shared by both workers, so run r of A and B differ only in the input pipeline; later
             # it evaluates the weights both workers saved.
-            trainer = cifar.build("naive", spec.profile, data_dir=path, device=device, seed=seed, **hooks)
+            trainer = cifar.build("naive", spec.profile, data_dir=path, device=self.device, seed=seed, **hooks)
             init = self.inputs / f"init{r}.pt"
             torch.save({k: v.detach().cpu() for k, v in trainer.model.state_dict().items()}, init)
             self.train_dirs.append(path)
@@ -91,7 +98,8 @@ class GraderData:
             self.trainers.append(trainer)
         images, labels = grader_images(spec.n_eval, secrets.randbits(31))  # never written to disk
         held_out = types.SimpleNamespace(data=images, targets=labels.tolist())
-        self.eval_set = DeviceTestSet(held_out, device)
+        self.eval_sets.append(DeviceTestSet(held_out, self.device))
+        return range(first, first + spec.repeats)
 
     def weights_path(self, role: str, r: int) -> Path:
         return self.workdir / f"{role}-{r}.pt"  # written by the parent from the worker's pipe
@@ -106,7 +114,7 @@ class GraderData:
             raise InvalidWeights(f"no trained weights were saved ({path.name})") from err
         except Exception as err:  # unpickling refused, wrong keys or shapes
             raise InvalidWeights(f"the trained weights do not fit the recipe's model: {err}") from err
-        trainer.test_set = self.eval_set
+        trainer.test_set = self.eval_sets[r // self.spec.repeats]
         return float(trainer.evaluate())
 
 

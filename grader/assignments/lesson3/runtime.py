@@ -150,13 +150,20 @@ class GraderData:
         self.inputs = self.workdir / "inputs"
         self.inputs.mkdir(mode=0o755, parents=True, exist_ok=True)
         self.warmup_dir = write_text_set(self.inputs / "warmup", grader_sentences(spec.n_warmup, secrets.randbits(31)))
-        held_out = grader_sentences(spec.n_eval, secrets.randbits(31))
         self.train_dirs: list[Path] = []
         self.seeds: list[int] = []
         self.init_paths: list[Path] = []
         self.trainers = []
+        self.add_look()
+
+    def add_look(self) -> range:
+        """``spec.repeats`` more paired runs on fresh data: training texts, seeds, initial weights
+        and a held-out set of their own (grader.gate's second look is independent of the first).
+        Returns the new runs' indices."""
+        spec, first = self.spec, len(self.train_dirs)
+        held_out = grader_sentences(spec.n_eval, secrets.randbits(31))
         hooks = dict(spec.hooks, epochs=spec.epochs, max_train_samples=spec.n_train)
-        for r in range(spec.repeats):
+        for r in range(first, first + spec.repeats):
             train = grader_sentences(spec.n_train, secrets.randbits(31))
             path = write_text_set(self.inputs / f"train{r}", train)
             seed = secrets.randbelow(2**31)
@@ -164,10 +171,11 @@ class GraderData:
             # texts (hence the same tokenizer and model shapes) with the held-out set as its dev
             # split: its initial weights are shared by both workers, and it later evaluates the
             # weights both saved. Its folder is deleted right away: learner code runs only after
-            # this constructor returns, and never sees the held-out sentences.
+            # this constructor returns, and never sees the held-out sentences (a second look builds
+            # its trainers while both workers are frozen, in the parent's private folder).
             private = write_text_set(self.workdir / f"eval{r}", train, held_out)
             try:
-                trainer = bert.build("naive", spec.profile, data_dir=private, device=device, seed=seed,
+                trainer = bert.build("naive", spec.profile, data_dir=private, device=self.device, seed=seed,
                                      precision="off", eval_split="dev", **hooks)  # fmt: skip
             finally:
                 shutil.rmtree(private, ignore_errors=True)
@@ -178,6 +186,7 @@ class GraderData:
             self.seeds.append(seed)
             self.init_paths.append(init)
             self.trainers.append(trainer)
+        return range(first, first + spec.repeats)
 
     def _share_tokenizer(self, trainer, profile: str) -> None:
         """Give the workers this trainer's tokenizer (in ``inputs/effkit-cache``, which each worker

@@ -222,7 +222,7 @@ class Gate:
         second = self.from_gradings and len(diffs_pp) == 2 * r
         looks = [statistics.fmean(x) for x in ([diffs_pp[:r], diffs_pp[r:]] if second else [diffs_pp]) if x]
         mean = looks[-1] if looks else float("nan")  # the look that is scored: the second, once taken
-        passed = any(m >= t for m in looks)
+        passed = mean >= t  # (taken only after a first look below t)
         noise = (f"a correct pipeline falls below it in {self.gradings_rates()[1]} of {len(self.grading_means_pp)} "
                  "measured gradings" if self.from_gradings else
                  f"the -{self.tolerance_pp} pp tolerance, widened by the measured run-to-run noise, SE {self.se_pp:.2f} pp")  # fmt: skip

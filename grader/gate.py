@@ -50,6 +50,7 @@ MIN_RESIDUALS = 10  # fewer measured pairs say too little about the shape: norma
 MIN_GRADINGS = 100  # enough to bound a 5% tail: 0 of 100 below a threshold puts it under 2.9% (95%)
 RECHECK_RATE = 0.05  # at most this share of correct gradings (95% bound) needs the second look
 GRID_PP = 0.05  # a gradings-based threshold sits on this grid
+EPS_PP = 1e-9  # float rounding: 100 * (2950/3000 - 2964/3000) and its pair averaged -0.5000000000000004, not -0.5
 ASSIGNMENTS_DIR = Path(__file__).with_name("assignments")
 
 
@@ -150,7 +151,7 @@ class Gate:
     def gradings_rates(self, drop_pp: float | None = None) -> tuple[int, int, int]:
         """(gradings, correct ones below the threshold, ones that a real ``drop_pp`` drop would pass)."""
         t, means, drop = self.threshold_pp, self.grading_means_pp, self.drop_pp if drop_pp is None else drop_pp
-        return len(means), sum(m < t for m in means), sum(m - drop >= t for m in means)
+        return len(means), sum(m < t - EPS_PP for m in means), sum(m - drop >= t - EPS_PP for m in means)
 
     def gradings_bounds(self, drop_pp: float | None = None) -> tuple[float, float]:
         """95% upper bounds of (false fail, false pass) with the second look: correct work must fall
@@ -162,7 +163,7 @@ class Gate:
     def _gradings_threshold(self) -> float:
         """The highest grid point, at most -tolerance, with correct gradings below it in < RECHECK_RATE."""
         means, k = self.grading_means_pp, 0
-        while upper_bound(sum(m < -self.tolerance_pp - k * GRID_PP for m in means), len(means)) > RECHECK_RATE:
+        while upper_bound(sum(m < -self.tolerance_pp - k * GRID_PP - EPS_PP for m in means), len(means)) > RECHECK_RATE:
             k += 1  # ends below the lowest mean at the latest: 0 of >= 59 bounds the rate under 5%
         return round(-self.tolerance_pp - k * GRID_PP, 6)
 
@@ -222,7 +223,7 @@ class Gate:
         second = self.from_gradings and len(diffs_pp) == 2 * r
         looks = [statistics.fmean(x) for x in ([diffs_pp[:r], diffs_pp[r:]] if second else [diffs_pp]) if x]
         mean = looks[-1] if looks else float("nan")  # the look that is scored: the second, once taken
-        passed = mean >= t  # (taken only after a first look below t)
+        passed = mean >= t - EPS_PP  # (a second look is taken only after a first one below t)
         noise = (f"a correct pipeline falls below it in {self.gradings_rates()[1]} of {len(self.grading_means_pp)} "
                  "measured gradings" if self.from_gradings else
                  f"the -{self.tolerance_pp} pp tolerance, widened by the measured run-to-run noise, SE {self.se_pp:.2f} pp")  # fmt: skip

@@ -12,7 +12,7 @@ needed so that a real 1.5 pp drop still fails in 96% of gradings (a margin under
 Measured differences are not always normal (one +1.7 pp pair among 30 on the EPYC): with the
 calibration's residuals the threshold is raised further, if needed, until resampled gradings
 with a real 1.5 pp drop pass in < 4%, provided correct work still fails in < 1% of them.
-``simulate`` checks the error rates by Monte Carlo: a correct optimisation (true difference 0)
+``grader.gate_sim.simulate`` checks the error rates by Monte Carlo: a correct optimisation (true difference 0)
 must fail in < 1% of gradings and a real 1.5 pp drop must pass in < 5%.
 
 A few dozen pairs cannot show a 1% tail: lesson 2's gate, set from 30 pairs at -0.69 pp, failed
@@ -258,55 +258,6 @@ class GateVerdict:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class SimResult:
-    repeats: int
-    threshold_pp: float
-    false_fail: float  # P(fail | true difference 0)
-    false_pass: float  # P(pass | true difference -drop_pp)
-    drop_pp: float
-    trials: int
-    method: str
-
-    def ok(self, max_false_fail: float = 0.01, max_false_pass: float = 0.05) -> bool:
-        return self.false_fail < max_false_fail and self.false_pass < max_false_pass
-
-
-def simulate(
-    gate: Gate,
-    *,
-    drop_pp: float = 1.5,
-    trials: int = 200_000,
-    seed: int = 0,
-    residuals_pp: list[float] | tuple[float, ...] = (),
-) -> SimResult:
-    """Monte Carlo error rates of ``gate``. With ``residuals_pp`` (measured paired differences),
-    resample them centred (a bootstrap, keeping their real shape); else draw normals."""
-    rng = random.Random(seed)
-    if residuals_pp:
-        centre = statistics.fmean(residuals_pp)
-        pool = [r - centre for r in residuals_pp]
-
-        def draw() -> float:
-            return rng.choice(pool)
-
-        method = f"bootstrap of {len(pool)} measured paired differences"
-    else:
-
-        def draw() -> float:
-            return rng.gauss(0.0, gate.sd_pair_pp)
-
-        method = f"normal, sd {gate.sd_pair_pp:.3f} pp"
-    fails = passes = 0
-    t = gate.threshold_pp
-    looks = 2 if gate.from_gradings else 1  # the second look: fail only when both fall below
-    for _ in range(trials):
-        noise = [sum(draw() for _ in range(gate.repeats)) / gate.repeats for _ in range(looks)]
-        fails += all(x < t for x in noise)
-        passes += any(x - drop_pp >= t for x in noise)
-    return SimResult(gate.repeats, t, fails / trials, passes / trials, drop_pp, trials, method)
 
 
 def upper_bound(failures: int, n: int, confidence: float = 0.95) -> float:

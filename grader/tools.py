@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from grader import assignments, course, gate
+from grader.gate_sim import SimResult, simulate
 from grader.notebook import read_notebook, solution_ids, solution_sources
 from grader.supervisor import boost_priority
 
@@ -71,22 +72,22 @@ def calibrate(assignment_id: str = "lesson2", spec_name: str | None = None, pair
 
 
 def gate_sim(calibration: str = "lesson2-smoke-cpu", repeats: int | None = None, trials: int = 200_000,
-             drop_pp: float = 1.5) -> list[gate.SimResult]:  # fmt: skip
+             drop_pp: float = 1.5) -> list[SimResult]:  # fmt: skip
     cal = gate.Calibration.load(calibration)
     name = calibration.split("-")[1] if calibration.count("-") >= 2 else None
     if repeats is None:
         a = assignments.get(calibration.split("-")[0])
         repeats = a.specs[name].repeats if name in a.specs else 3
     g = gate.Gate.from_calibration(repeats, cal)
-    models = [gate.simulate(g, drop_pp=drop_pp, trials=trials),
-              gate.simulate(g, drop_pp=drop_pp, trials=trials, residuals_pp=cal.differences_pp)]  # fmt: skip
+    models = [simulate(g, drop_pp=drop_pp, trials=trials),
+              simulate(g, drop_pp=drop_pp, trials=trials, residuals_pp=cal.differences_pp)]  # fmt: skip
     print(f"calibration {cal.name}: {cal.pairs} measured pairs on {cal.device}; per-run SD "
           f"{cal.sd_run_pp:.3f} pp, paired SD {cal.sd_pair_pp:.3f} pp, mean {cal.mean_pair_pp:+.3f} pp")
     print(f"gate: {repeats} paired runs, SE {g.se_pp:.3f} pp, fail below {g.threshold_pp:+.3f} pp")
     deciding = models
     if g.from_gradings:  # measured error rates (95% upper bounds) outrank models of a few dozen pairs
         n, below, passed = g.gradings_rates(drop_pp)
-        deciding = [gate.SimResult(repeats, g.threshold_pp, *g.gradings_bounds(drop_pp), drop_pp, n,
+        deciding = [SimResult(repeats, g.threshold_pp, *g.gradings_bounds(drop_pp), drop_pp, n,
                                    f"{n} measured gradings ({cal.gradings_source}): {below} below the gate (each "
                                    f"takes a second look), {passed} that a -{drop_pp} pp drop would pass; 95% upper "
                                    "bounds with the second look")]  # fmt: skip

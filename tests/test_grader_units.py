@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from grader import assignments, gate, targets
+from grader import assignments, gate, gate_sim, targets
 from grader.assignments.lesson2 import pipeline_checks
 from grader.assignments.lesson2.checks import (
     SETUP_SOURCE,
@@ -83,8 +83,8 @@ def test_calibrated_gate_meets_the_error_rate_requirements(spec):
     # (one of 160 gradings on 2026-11-27 took a needless second look for that)
     on_the_line = [100 * (2950 / 3000 - 2964 / 3000), 100 * (2949 / 3000 - 2965 / 3000)]
     assert sum(on_the_line) / 2 < -0.5 and not g.needs_second_look(on_the_line) and g.decide(on_the_line).passed
-    for res in (gate.simulate(g, trials=40_000, seed=1),
-                gate.simulate(g, trials=40_000, seed=2, residuals_pp=cal.differences_pp)):  # fmt: skip
+    for res in (gate_sim.simulate(g, trials=40_000, seed=1),
+                gate_sim.simulate(g, trials=40_000, seed=2, residuals_pp=cal.differences_pp)):  # fmt: skip
         assert res.ok(), res
 
 
@@ -173,10 +173,10 @@ def test_a_heavy_tailed_calibration_raises_the_threshold_only_as_far_as_correct_
     residuals = tuple([0.0] * 14 + [0.1] * 7 + [-0.1] * 7 + [1.7, -0.6])
     sd = statistics.stdev(residuals)
     normal, shaped = gate.Gate(2, sd), gate.Gate(2, sd, residuals_pp=residuals)
-    assert gate.simulate(normal, trials=40_000, residuals_pp=residuals).false_pass > 0.05
-    res = gate.simulate(shaped, trials=40_000, seed=3, residuals_pp=residuals)
+    assert gate_sim.simulate(normal, trials=40_000, residuals_pp=residuals).false_pass > 0.05
+    res = gate_sim.simulate(shaped, trials=40_000, seed=3, residuals_pp=residuals)
     assert shaped.threshold_pp > normal.threshold_pp and res.false_pass < 0.05 and res.false_fail < 0.01
-    assert gate.simulate(shaped, trials=40_000, seed=4).false_fail < 0.01  # and under the normal model
+    assert gate_sim.simulate(shaped, trials=40_000, seed=4).false_fail < 0.01  # and under the normal model
     wild = tuple([0.0] * 10 + [3.0, -3.0, 2.5, -2.5])  # too wild for both rates: favour correct work
     assert gate.Gate(2, statistics.stdev(wild), residuals_pp=wild).threshold_pp <= gate.Gate(2, statistics.stdev(wild)).threshold_pp
 
@@ -202,7 +202,7 @@ def test_a_calibration_from_another_device_is_widened_not_trusted(tmp_path, monk
 
 
 def test_gate_simulation_detects_an_underpowered_gate():
-    res = gate.simulate(gate.Gate(repeats=1, sd_pair_pp=2.0), trials=20_000)
+    res = gate_sim.simulate(gate.Gate(repeats=1, sd_pair_pp=2.0), trials=20_000)
     assert not res.ok()
 
 

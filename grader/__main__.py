@@ -129,7 +129,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             write_report(args.json, out)
         return 0
-    summary = tools.stress(args.assignment, args.times, args.busy, args.spec, args.json)
+    try:
+        summary = tools.stress(args.assignment, args.times, args.busy, args.spec, args.json)
+    except KeyboardInterrupt as stop:  # SIGINT or SIGTERM: the JSON already holds every finished grading
+        print(f"stress stopped ({stop or 'interrupted'})" + (f"; finished gradings are in {args.json}" if args.json else ""))
+        return 130
     return 0 if summary["same_verdict"] else 1
 
 

@@ -184,44 +184,70 @@ def budget(assignment_id: str = "lesson2", spec_name: str | None = None) -> dict
     return {"runs": runs, "grading_s": grading, "ratio": grading / two, "ratio_in_process": grading / two_inproc}
 
 
+def _stop_campaign(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def stress(assignment_id: str = "lesson2", times: int = 10, busy: int = 1, spec_name: str | None = None,
            out: str | None = None) -> dict:  # fmt: skip
+    """Grade the reference ``times`` times beside ``busy`` spinning processes. ``out`` (JSON) is
+    rewritten after every grading, so a campaign stopped early keeps each grading it finished.
+    SIGTERM and SIGINT stop it through the ``finally`` clauses that end the workers and the
+    spinning processes (a shell's background job ignores SIGINT, so both are set here)."""
+    import signal
+    import threading
+
     from grader.perf import grade
 
+    if times < 1:
+        raise ValueError(f"stress: times must be at least 1, not {times}")
     a = assignments.get(assignment_id)
     cells = reference_cells(a)
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers = {sig: signal.signal(sig, _stop_campaign) for sig in (signal.SIGTERM, signal.SIGINT)}
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
-    results = []
+    results, summary = [], None
     try:
         for i in range(times):
             t0 = time.perf_counter()
             r = grade(a, cells, 5.0, spec_name=spec_name, progress=lambda _: None)
             rep = r.report
+            looks = (rep["gate"] or {}).get("look_means_pp") or []
             results.append({"points": r.points, "speedup": rep["speedup"], "gate": (rep["gate"] or {}).get("passed"),
                             "acc_diff_pp": (rep["gate"] or {}).get("mean_diff_pp"), "problems": rep["problems"],
-                            "acc_diffs_pp": rep["accuracy_diffs_pp"],
-                            "seconds": time.perf_counter() - t0})  # fmt: skip
+                            "acc_diffs_pp": rep["accuracy_diffs_pp"], "look_means_pp": looks,
+                            "phases_s": rep.get("phases_s"), "seconds": time.perf_counter() - t0})  # fmt: skip
             x = results[-1]
+            second = f" (second look; the first {looks[0]:+.2f} pp)" if len(looks) > 1 else ""
             print(f"  grading {i + 1}/{times}: {x['points']:g} points, speedup {x['speedup'] or 0:.2f}x, "
-                  f"accuracy {x['acc_diff_pp'] or 0:+.2f} pp, {x['seconds']:.0f} s", flush=True)
+                  f"accuracy {x['acc_diff_pp'] or 0:+.2f} pp{second}, {x['seconds']:.0f} s", flush=True)
             for problem in x["problems"]:  # a lost point says why in the log, not only in the JSON
                 print(f"    {problem}", flush=True)
+            summary = _stress_summary(a.id, times, busy, rep, results)
+            if out:
+                course.write_report(out, summary)
     finally:
         for h in hogs:
             h.kill()
             h.wait()
-    speedups = [x["speedup"] for x in results if x["speedup"]]
-    summary = {
-        "times": times, "busy_processes": busy, "device": rep["device"], "assignment": a.id,
-        "spec": rep["spec"]["name"], "repeats": rep["spec"]["repeats"], "table": rep["target"].get("table"),
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    print(f"{len(results)} gradings with {busy} busy core(s) on {summary['device']}: same verdict every time: "
+          f"{summary['same_verdict']}; speedup {summary['speedup_min']:.2f}-{summary['speedup_max']:.2f}x "
+          f"(median {summary['speedup_median']:.2f}x)")
+    return summary
+
+
+def _stress_summary(assignment_id: str, times: int, busy: int, rep: dict, results: list[dict]) -> dict:
+    speedups = [x["speedup"] for x in results if x["speedup"]] or [float("nan")]
+    return {
+        "times": times, "done": len(results), "busy_processes": busy, "device": rep["device"],
+        "assignment": assignment_id, "spec": rep["spec"]["name"], "repeats": rep["spec"]["repeats"],
+        "table": rep["target"].get("table"),
         "verdicts": sorted({(x["points"], x["gate"]) for x in results}, key=str),
         "same_verdict": len({(x["points"], x["gate"]) for x in results}) == 1,
+        "second_looks": sum(len(x["look_means_pp"]) > 1 for x in results),
         "speedup_min": min(speedups), "speedup_median": statistics.median(speedups),
         "speedup_max": max(speedups), "results": results,
     }  # fmt: skip
-    print(f"{times} gradings with {busy} busy core(s) on {summary['device']}: same verdict every time: "
-          f"{summary['same_verdict']}; speedup {summary['speedup_min']:.2f}-{summary['speedup_max']:.2f}x "
-          f"(median {summary['speedup_median']:.2f}x)")
-    if out:
-        course.write_report(out, summary)
-    return summary

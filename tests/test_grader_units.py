@@ -550,3 +550,41 @@ def test_a_stress_grading_that_loses_points_says_why_in_the_log(monkeypatch, cap
     assert lines[1].startswith("  grading 2/2: 0 points") and said in lines[2], lines
     assert not any(said in line for line in lines[:1])
     assert summary["repeats"] == 2 and summary["results"][1]["acc_diffs_pp"] == [-0.9, -0.77]  # calibrate-gradings reads these
+
+
+def test_a_stopped_stress_campaign_keeps_its_finished_gradings(tmp_path, monkeypatch, capsys):
+    """On 2026-11-27 a 300-grading campaign stopped with SIGTERM lost its JSON (written only at
+    the end) and left a worker frozen; SIGINT did nothing (a shell's background job ignores it).
+    Now each grading is saved as it ends, a second look is said in the log, and SIGTERM stops
+    the campaign through its ``finally`` clauses."""
+    import signal
+    import time
+    import types
+
+    import grader.perf
+    from grader import tools
+
+    real = {"device": "cpu", "spec": {"name": "smoke", "repeats": 2}, "target": {}, "problems": [], "speedup": 1.9}
+    first = {"gate": {"passed": True, "mean_diff_pp": 0.1, "look_means_pp": [-0.62, 0.1]},
+             "accuracy_diffs_pp": [-0.6, -0.64, 0.0, 0.2], **real}  # fmt: skip
+    calls = []
+
+    def fake_grade(*_, **__):
+        calls.append(1)
+        if len(calls) == 2:  # stopped from outside during the second grading
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+            raise AssertionError("SIGTERM did not stop the campaign")
+        return types.SimpleNamespace(points=5.0, report=first)
+
+    monkeypatch.setattr(grader.perf, "grade", fake_grade)
+    monkeypatch.setattr(tools, "reference_cells", lambda a: [])
+    before = signal.getsignal(signal.SIGTERM)
+    out = tmp_path / "campaign.json"
+    with pytest.raises(KeyboardInterrupt):
+        tools.stress("lesson2", times=3, busy=1, out=str(out))
+    assert signal.getsignal(signal.SIGTERM) is before  # handlers restored
+    saved = json.loads(out.read_text())
+    assert saved["done"] == 1 and saved["times"] == 3 and saved["second_looks"] == 1
+    assert saved["results"][0]["acc_diffs_pp"] == [-0.6, -0.64, 0.0, 0.2]
+    assert "(second look; the first -0.62 pp)" in capsys.readouterr().out

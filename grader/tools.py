@@ -233,14 +233,15 @@ def stress(assignment_id: str = "lesson2", times: int = 10, busy: int = 1, spec_
             h.wait()
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+    spread = (f"speedup {summary['speedup_min']:.2f}-{summary['speedup_max']:.2f}x (median "
+              f"{summary['speedup_median']:.2f}x)" if summary["speedup_median"] else "no speedup measured")
     print(f"{len(results)} gradings with {busy} busy core(s) on {summary['device']}: same verdict every time: "
-          f"{summary['same_verdict']}; speedup {summary['speedup_min']:.2f}-{summary['speedup_max']:.2f}x "
-          f"(median {summary['speedup_median']:.2f}x)")
+          f"{summary['same_verdict']}; {spread}")
     return summary
 
 
 def _stress_summary(assignment_id: str, times: int, busy: int, rep: dict, results: list[dict]) -> dict:
-    speedups = [x["speedup"] for x in results if x["speedup"]] or [float("nan")]
+    speedups = [x["speedup"] for x in results if x["speedup"]] or [None]  # None, not NaN: the report is JSON
     return {
         "times": times, "done": len(results), "busy_processes": busy, "device": rep["device"],
         "assignment": assignment_id, "spec": rep["spec"]["name"], "repeats": rep["spec"]["repeats"],

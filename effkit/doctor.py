@@ -22,7 +22,7 @@ a GPU stalls the launch queue at each one. Likewise a per-tensor optimizer loop 
 operator count (with a floor on its time share): what ``foreach`` saves on a CPU varies with tensor sizes
 (from nothing to ~2x in a quick test on this busy 2-core machine), while on a GPU every operator is a launch. fp32 is flagged only where the hardware has bf16 units.
 The overhead rule reads microseconds per call, and a shared core inflates them: the overhead plant's
-matmuls (26-28 us alone, 2-core EPYC) read 43-52 us in 1 of 4 profiles beside a benchmark using both
+matmuls (26-28 us alone, 2-core EPYC) read 43-52 us in 5 of 24 profiles beside a benchmark using both
 cores, where the rule's line is 50 us. Profile on a quiet core; a "none" under load is not evidence.
 """
 

@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         from grader.autograde import generate
 
         return generate(args.assignments, check=args.check)
-    from grader import tools
+    from grader import gate, tools
     from grader.course import write_report
 
     if args.command == "gate-sim":
@@ -122,8 +122,9 @@ def main(argv: list[str] | None = None) -> int:
             write_report(args.json, out)
         return 0
     if args.command == "calibrate-gradings":
-        tools.calibrate_gradings(args.calibration, args.reports, save=not args.no_save)
-        return 0
+        cal = tools.calibrate_gradings(args.calibration, args.reports, save=not args.no_save)
+        g = gate.Gate.from_calibration(cal.grading_repeats, cal)
+        return 1 if g.from_gradings and not g.powered else 0
     if args.command == "budget":
         out = tools.budget(args.assignment, args.spec)
         if args.json:

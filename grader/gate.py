@@ -159,6 +159,15 @@ class Gate:
         n, below, passed = self.gradings_rates(drop_pp)
         return upper_bound(below, n) ** 2, 1 - (1 - upper_bound(passed, n)) ** 2
 
+    def gradings_to_power(self, limit: int = 10_000) -> int | None:
+        """How many gradings, with no more below the gate or above it by a drop than now, would
+        show both rates (the threshold held where it is); None beyond ``limit``."""
+        _, below, passed = self.gradings_rates()
+        for n in range(max(len(self.grading_means_pp), MIN_GRADINGS), limit + 1):
+            if upper_bound(below, n) ** 2 < 0.01 and 1 - (1 - upper_bound(passed, n)) ** 2 < 0.05:
+                return n
+        return None
+
     @functools.cached_property
     def _gradings_threshold(self) -> float:
         """The highest grid point, at most -tolerance, with correct gradings below it in < RECHECK_RATE."""

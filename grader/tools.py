@@ -103,7 +103,8 @@ def gate_sim(calibration: str = "lesson2-smoke-cpu", repeats: int | None = None,
 def calibrate_gradings(calibration: str, stress_reports: list[str], save: bool = True) -> gate.Calibration:
     """Add the paired accuracy means of ``stress`` gradings (JSON reports of the reference
     solution, each grading the mean of the spec's ``repeats`` pairs) to ``calibration``. Only
-    gradings on the calibration's device model and spec count; every one counts, failed or not."""
+    gradings on the calibration's device model and spec count; every one counts, failed or not. A gate
+    the gradings would set without showing both error rates (``Gate.powered``) is not saved."""
     from grader.perf import _model
 
     cal = gate.Calibration.load(calibration)
@@ -132,6 +133,18 @@ def calibrate_gradings(calibration: str, stress_reports: list[str], save: bool =
     print(f"{cal.name}: {len(means)} gradings of {cal.grading_repeats} paired runs, lowest {min(means):+.3f} pp; "
           + (f"gate now {g.threshold_pp:+.2f} pp" if g.from_gradings else
              f"fewer than {gate.MIN_GRADINGS}: the gate stays {g.threshold_pp:+.2f} pp (set by its pairs)"))  # fmt: skip
+    if g.from_gradings and not g.powered:
+        # e.g. lesson 3: one correct grading at +2.17 pp among 100 bounds a real 1.5 pp drop's pass
+        # rate at 9.1%, not < 5%; saving would swap a gate for one that promises less
+        n, below, passed = g.gradings_rates()
+        false_fail, false_pass = g.gradings_bounds()
+        more = g.gradings_to_power()
+        print(f"  not powered: {below} of {n} below the gate and {passed} at or above it + {g.drop_pp} pp bound false "
+              f"fails at {false_fail:.2%} (< 1% asked) and false passes at {false_pass:.2%} (< 5% asked), with the "
+              "second look; " + (f"about {more} gradings with no more such means would show both" if more else
+                                 "more gradings alone will not show both")  # fmt: skip
+              + "; the calibration is not saved")
+        return cal
     if save:
         print(f"saved {cal.save()}")
     return cal

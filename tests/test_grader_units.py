@@ -161,6 +161,15 @@ def test_calibrate_gradings_takes_only_matching_complete_stress_reports(tmp_path
         bad.write_text(json.dumps(report | change))
         with pytest.raises(ValueError, match=error):
             tools.calibrate_gradings("lesson2-smoke-cpu", [str(bad)], save=False)
+    # gradings whose upper tail would let a real 1.5 pp drop pass too often: reported, not saved
+    saved = gate.Calibration.load("lesson2-smoke-cpu")
+    capsys.readouterr()
+    high = report | {"results": rows[:98] + [{"acc_diff_pp": 2.17}] * 2}  # 2 of 100: up to 12%
+    good.write_text(json.dumps(high))
+    assert tools.calibrate_gradings("lesson2-smoke-cpu", [str(good)]).grading_means_pp[-1] == 2.17
+    said = capsys.readouterr().out
+    assert "not powered" in said and "not saved" in said and "about " in said, said
+    assert gate.Calibration.load("lesson2-smoke-cpu") == saved
     other = tmp_path / "three.json"
     other.write_text(json.dumps(report | {"repeats": 3}))
     with pytest.raises(ValueError, match="mix gradings"):

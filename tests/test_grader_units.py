@@ -88,6 +88,23 @@ def test_calibrated_gate_meets_the_error_rate_requirements(spec):
         assert res.ok(), res
 
 
+def test_every_shipped_gate_set_by_gradings_is_powered_and_used():
+    """A calibration's grading means decide its gate only if they show both rates (`calibrate-gradings`
+    refuses to save them otherwise) and only for gradings of the spec's own number of pairs (else the
+    model decides, silently): both are checked on every calibration shipped."""
+    checked = []
+    for path in sorted(gate.ASSIGNMENTS_DIR.glob("*/calibration/*.json")):
+        cal = gate.Calibration.load(path.stem, path.parent)
+        if not cal.grading_means_pp:
+            continue
+        assignment_id, spec_name, _ = cal.name.split("-", 2)
+        spec = assignments.get(assignment_id).specs[spec_name]
+        g = gate.Gate.from_calibration(spec.repeats, cal)
+        assert g.from_gradings and g.powered, (cal.name, g.gradings_rates(), g.gradings_bounds())
+        checked.append(cal.name)
+    assert "lesson2-smoke-cpu" in checked, checked
+
+
 def test_enough_measured_gradings_set_a_gate_with_a_second_look():
     """With >= 100 gradings of a correct solution the threshold is the highest 0.05 pp step, at
     most -0.5 pp, that correct gradings fall below in < 5% (95% bound); below it a grading takes a

@@ -116,7 +116,7 @@ def device_name(device: torch.device | str = "cpu") -> str:
         except OSError:
             pass
         threads = torch.get_num_threads()
-        return f"CPU {model} ({threads} threads)"
+        return f"CPU {model} ({threads} thread{'' if threads == 1 else 's'})"
     return dev.type
 
 

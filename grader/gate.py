@@ -20,11 +20,11 @@ A few dozen pairs cannot show a 1% tail: lesson 2's gate, set from 30 pairs at -
 of a correct solution (``python -m grader calibrate-gradings``, from ``stress`` runs, saved
 only when they show both rates below) the gate takes **a second look** instead, and no model:
 its threshold is the highest point of a 0.05 pp grid, at most the -0.5 pp tolerance, below which
-correct gradings fall in < 5% (95% Clopper-Pearson bound). A grading below it trains ``repeats`` more pairs on fresh data (training sets,
-seeds, initial weights and held-out set, so the second look is independent of the first) and
-fails only if that mean is below the threshold too: correct work fails in < 0.05^2 = 0.25% of
-gradings, and a real drop that reaches the threshold in a fraction q of gradings passes in
-1 - (1 - q)^2, both bounded from the counts.
+correct gradings fall in < 5% (95% Clopper-Pearson bound). A grading below it trains ``repeats``
+more pairs on fresh data (training sets, seeds, initial weights and held-out set, so the second
+look is independent of the first) and fails only if that mean is below the threshold too:
+correct work fails in < 0.05^2 = 0.25% of gradings, and a real drop that reaches the threshold
+in a fraction q of gradings passes in 1 - (1 - q)^2, both bounded from the counts.
 
 **When to use it.** Every performance grade; ``python -m grader gate-sim`` prints the rates.
 

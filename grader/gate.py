@@ -250,8 +250,9 @@ class Gate:
                    f"{looks[1]:+.2f} pp in {r} more on fresh data: within it")  # fmt: skip
         else:
             why = f"accuracy {mean:+.2f} pp vs the baseline: within the gate ({t:+.2f} pp)"
-        # Symmetric to the fail threshold: flag only gains that noise does not explain.
-        high = mean > max(HIGH_FLAG_PP, -t)
+        # Symmetric to the fail threshold, rounding included: flag only gains that noise does not
+        # explain (pairs at +1.00 and 0.00 pp averaged +0.5000000000000004 and were flagged).
+        high = mean > max(HIGH_FLAG_PP, -t) + EPS_PP
         return GateVerdict(passed, mean, t, self.se_pp, high, why, tuple(looks))
 
 

@@ -83,6 +83,10 @@ def test_calibrated_gate_meets_the_error_rate_requirements(spec):
     # (one of 160 gradings on 2026-11-27 took a needless second look for that)
     on_the_line = [100 * (2950 / 3000 - 2964 / 3000), 100 * (2949 / 3000 - 2965 / 3000)]
     assert sum(on_the_line) / 2 < -0.5 and not g.needs_second_look(on_the_line) and g.decide(on_the_line).passed
+    # and exactly +0.5 pp is not flagged as unusually high (correct lesson-3 gradings were: pairs at
+    # 306/600 - 300/600 = +1.0000000000000009 pp and 0.00 pp)
+    above = [100 * (306 / 600 - 300 / 600), 0.0]
+    assert sum(above) / 2 > 0.5 and not g.decide(above).suspiciously_high and g.decide([1.2, 0.0]).suspiciously_high
     for res in (gate_sim.simulate(g, trials=40_000, seed=1),
                 gate_sim.simulate(g, trials=40_000, seed=2, residuals_pp=cal.differences_pp)):  # fmt: skip
         assert res.ok(), res

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.channel import MAX_BLOB, ChannelError, Endpoint
+from grader.channel import MAX_BLOB, ChannelError, Endpoint, widen
 from grader.sandbox import Limits, Sandbox, launch
 
 
@@ -64,6 +64,7 @@ class ProbeSession:
     def start(self) -> None:
         evt_r, evt_w = os.pipe()
         cmd_r, cmd_w = os.pipe()
+        widen(evt_r)  # tensors and files come back this way: 1 MiB a read
         env = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
         try:
             self.log = tempfile.NamedTemporaryFile(

@@ -21,12 +21,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from grader.channel import ChannelError, PipeReader, widen
 
 if TYPE_CHECKING:
     from grader.sandbox import Sandbox
@@ -35,6 +36,7 @@ _clock = time.perf_counter  # captured at import; this process never runs learne
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PRIORITY_NICE = -10  # for the measured processes, when permitted (see boost_priority)
 MAX_BLOB_BYTES = 2 << 30  # weights a worker may send back (bert-base in fp32 is ~440 MB)
+MAX_EVENT_BYTES = 16 << 20  # one JSON event line (error events carry a traceback)
 
 
 class WorkerFailed(RuntimeError):
@@ -57,9 +59,11 @@ class Worker:
     evt_fd: int
     cmd_fd: int
     log_path: Path
-    buffer: bytes = b""
     stopped: bool = False
     closed: bool = False
+
+    def __post_init__(self) -> None:
+        self.reader = PipeReader(self.evt_fd, clock=_clock)
 
     @property
     def proc(self) -> subprocess.Popen:
@@ -80,41 +84,32 @@ class Worker:
         os.write(self.cmd_fd, data)
         return t
 
-    def _fill(self, done, deadline: float, timeout_s: float, what: str) -> None:
-        """Read the event pipe into ``buffer`` until ``done()`` or the deadline."""
-        while not done():
-            left = deadline - _clock()
-            if left <= 0:
-                raise WorkerFailed(
-                    f"the {self.role} did not finish {what} within {timeout_s:.0f} s "
-                    f"(an infinite loop, or far slower than the baseline); stopped it",
-                    kind="timeout", role=self.role,
-                )
-            ready, _, _ = select.select([self.evt_fd], [], [], min(left, 1.0))
-            if ready:
-                chunk = os.read(self.evt_fd, 1 << 20)
-                if not chunk:
-                    code = self.proc.wait(timeout=10)
-                    raise WorkerFailed(
-                        f"the {self.role} process died during {what} (exit code {code}); "
-                        f"last output:\n{self.log_tail()}",
-                        kind="crash", role=self.role,
-                    )
-                self.buffer += chunk
+    def _read(self, what: str, timeout_s: float, read):
+        """``read(deadline)`` on the event pipe, its failures told as the learner should read them."""
+        try:
+            return read(_clock() + timeout_s)
+        except ChannelError as err:
+            if err.kind == "timeout":
+                raise WorkerFailed(f"the {self.role} did not finish {what} within {timeout_s:.0f} s "
+                                   f"(an infinite loop, or far slower than the baseline); stopped it",
+                                   kind="timeout", role=self.role) from None  # fmt: skip
+            if err.kind == "crash":
+                code = self.proc.wait(timeout=10)
+                raise WorkerFailed(f"the {self.role} process died during {what} (exit code {code}); "
+                                   f"last output:\n{self.log_tail()}", kind="crash", role=self.role) from None  # fmt: skip
+            raise WorkerFailed(f"the {self.role} process broke the grader's pipe: {err}", kind="protocol",
+                               role=self.role) from None  # fmt: skip
 
-    def blob(self, n: object, timeout_s: float, what: str) -> bytes:
+    def blob(self, n: object, timeout_s: float, what: str) -> bytearray:
         """The ``n`` raw bytes that follow an event on the pipe (the worker's weights)."""
         if not isinstance(n, int) or isinstance(n, bool) or not 0 < n <= MAX_BLOB_BYTES:
             raise WorkerFailed(f"the {self.role} announced {n!r} bytes of weights (at most "
                                f"{MAX_BLOB_BYTES >> 20} MiB): refused", kind="protocol", role=self.role)  # fmt: skip
-        self._fill(lambda: len(self.buffer) >= n, _clock() + timeout_s, timeout_s, what)
-        data, self.buffer = self.buffer[:n], self.buffer[n:]
-        return data
+        return self._read(what, timeout_s, lambda deadline: self.reader.blob(n, deadline))
 
     def event(self, timeout_s: float, what: str) -> tuple[dict, float]:
         """Next JSON event and the parent's clock when it arrived."""
-        self._fill(lambda: b"\n" in self.buffer, _clock() + timeout_s, timeout_s, what)
-        line, self.buffer = self.buffer.split(b"\n", 1)
+        line = self._read(what, timeout_s, lambda deadline: self.reader.line(deadline, max_line=MAX_EVENT_BYTES))
         t = _clock()
         try:
             event = json.loads(line)
@@ -188,6 +183,7 @@ def start_worker(role: str, workdir: Path, config: dict, cpu_cores: int | None =
 
     evt_r, evt_w = os.pipe()
     cmd_r, cmd_w = os.pipe()
+    widen(evt_r)  # weights come back this way: 1 MiB a read
     log_path = workdir / f"{role}.log"
     # OpenMP threads that spin at barriers collapse when another process takes one of their cores:
     # on this 2-core machine with 3-4 other jobs, a training step ran 3x slower with the default

@@ -1,0 +1,94 @@
+"""The grader's pipes carry weights of bert-base size in seconds, and many events in linear time.
+
+The writer is a separate process, as a worker is (``benchmarks/channel_bench.py``). On main 8a3ab40
+the parent grew an immutable ``bytes`` per pipe read: 55 MB took 11 s, 110 MB 43 s, and 440 MB
+(bert-base in fp32) never arrived within a grading's 240 s (lesson 3 on an H200: 9/14).
+"""
+
+import fcntl
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader import channel, supervisor
+
+ROOT = Path(__file__).resolve().parents[1]
+BERT_BASE_BYTES = 440 * 10**6
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("channel_bench", ROOT / "benchmarks" / "channel_bench.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("reader", ["worker", "endpoint"])
+def test_a_bert_base_sized_blob_crosses_in_under_ten_seconds(reader):
+    # 30 s of deadline: the quadratic reader fails here by timing out, not by hanging the suite.
+    seconds, ok = _bench().send(BERT_BASE_BYTES, reader, timeout_s=30)
+    assert ok, "the bytes that arrived are not the bytes sent"
+    assert seconds < 10, f"440 MB took {seconds:.1f} s"
+
+
+EVENTS = r"""
+import os, sys
+out = os.fdopen(int(sys.argv[1]), "wb", buffering=0)
+line = b'{"event": "step", "loss": 0.123456789, "pad": "' + b"x" * 60 + b'"}\n'
+out.write(line * int(sys.argv[2]))
+"""
+
+
+def test_many_events_in_one_burst_are_read_in_linear_time():
+    # 200,000 events (~20 MB) written at once into a pipe widened to 1 MiB, as the grader's are: a
+    # reader that re-copies what is left after each line moves ~100 GB here; a linear one, 20 MB.
+    n = 200_000
+    r, w = os.pipe()
+    fcntl.fcntl(r, 1031, 1 << 20)  # F_SETPIPE_SZ
+    child = subprocess.Popen([sys.executable, "-c", EVENTS, str(w), str(n)], pass_fds=(w,))
+    os.close(w)
+    try:
+        worker = supervisor.Worker("learner", None, r, -1, Path(os.devnull))
+        t0 = time.perf_counter()
+        for _ in range(n):
+            event, _ = worker.event(30, "reporting its steps")
+        seconds = time.perf_counter() - t0
+    finally:
+        child.kill()
+        os.close(r)
+    assert event["event"] == "step" and len(event["pad"]) == 60
+    assert seconds < 15, f"{n} events took {seconds:.1f} s"
+
+
+def test_a_line_without_end_is_refused_at_its_cap_and_a_short_blob_is_a_crash():
+    r, w = os.pipe()
+    os.write(w, b"x" * 4096)
+    reader = channel.PipeReader(r)
+    with pytest.raises(channel.ChannelError) as err:
+        reader.line(time.monotonic() + 5, max_line=1024)
+    assert err.value.kind == "protocol"
+    os.write(w, b"\n" + b"ab")
+    os.close(w)
+    reader = channel.PipeReader(r)
+    assert reader.line(time.monotonic() + 5) == b""  # the rest of the refused line was left unread
+    with pytest.raises(channel.ChannelError) as err:
+        reader.blob(5, time.monotonic() + 5)
+    assert err.value.kind == "crash"
+    os.close(r)
+
+
+def test_a_blob_that_never_comes_times_out_on_the_deadline():
+    r, w = os.pipe()
+    worker = supervisor.Worker("learner", None, r, -1, Path(os.devnull))
+    t0 = time.perf_counter()
+    with pytest.raises(supervisor.WorkerFailed) as err:
+        worker.blob(1000, 0.5, "sending the weights of run 1")
+    assert err.value.kind == "timeout"
+    assert time.perf_counter() - t0 < 3
+    os.close(r)
+    os.close(w)

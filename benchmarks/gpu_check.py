@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sst2", type=Path, help="folder with SST-2 train/dev/test.tsv (required on GPU)")
     p.add_argument("--out", type=Path, help="default: benchmarks/results/<device-slug>/")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes: the same steps, same code")
+    p.add_argument("--rehearse", action="store_true", help="CPU, the gpu spec's sizes, a few steps "
+                   "(benchmarks/gpu_rehearsal.py)")
     p.add_argument("--suite", choices=("check", "lessons", "all"), default="check")
     p.add_argument("--part", type=int, help="run only this part of the suite (<= 9 min planned)")
     p.add_argument("--list", action="store_true", help="print the parts and their plans, run nothing")
@@ -146,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     dry = args.dry_run
+    if args.rehearse:  # the gpu spec's sizes on the CPU, in fresh processes like every other step
+        return subprocess.call([sys.executable, str(ROOT / "benchmarks" / "gpu_rehearsal.py")])
     if args.list:
         tmp = Path(os.environ.get("TMPDIR", "/tmp")) / "gpu-check-list"
         list_parts(plan(tmp, tmp / "sst2", tmp / "cifar", dry=False))

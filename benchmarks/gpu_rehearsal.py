@@ -1,0 +1,75 @@
+"""The GPU gradings at the GPU spec's sizes, on the CPU: every boundary crossed once before a GPU sees it.
+
+A grading at GPU size fails on things no tiny CPU profile exercises: weights of hundreds of MB
+crossing a pipe (lesson 3's reference earned 9/14 on an H200 because 440 MB never arrived), memory
+limits, time limits. This runs the timed protocol with the ``gpu`` spec's model (a 12 x 768 BERT,
+from scratch: the hub is offline here) and batch shapes, but only a few steps, so each boundary -
+worker start, warm-up, timed chunks, weight transfer, the parent's checks, evaluation, report -
+is crossed once on the CPU.
+
+    python benchmarks/gpu_rehearsal.py            # or: make gpu-rehearsal
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from grader import assignments, protocol, supervisor  # noqa: E402
+from grader.notebook import read_notebook, solution_ids, solution_sources  # noqa: E402
+
+
+def reference_cells(assignment_id: str) -> list[tuple[str, str]]:
+    nb = read_notebook(ROOT / "solutions" / assignment_id / f"{assignment_id}.ipynb")
+    return [(c.grade_id, c.source) for c in solution_sources(nb, solution_ids(nb))]
+
+
+def lesson3_spec() -> protocol.GradingSpec:
+    """The gpu spec's model and batch size, one repeat of 8 sentences (2 steps) in 2 timed chunks."""
+    gpu = assignments.get("lesson3").specs["gpu"]
+    hooks = dict(gpu.hooks, batch_size=4, model="scratch")  # 4 rows of 128 tokens: ~2 s a step here
+    return dataclasses.replace(gpu, name="rehearse-gpu", n_train=8, n_eval=16, n_warmup=4, repeats=1,
+                               chunks_per_epoch=2, hooks=hooks, cpu_cores=1)  # fmt: skip
+
+
+def rehearse_lesson3(progress=print) -> dict:
+    """One lesson-3 measurement at GPU model size; returns what crossed and how long each phase took."""
+    sizes: list[int] = []
+    blob = supervisor.Worker.blob
+
+    def counted(self, n, timeout_s, what):
+        out = blob(self, n, timeout_s, what)
+        sizes.append(len(out))
+        return out
+
+    supervisor.Worker.blob = counted
+    try:
+        t0 = time.perf_counter()
+        m = protocol.measure(assignments.get("lesson3"), reference_cells("lesson3"), lesson3_spec(), "cpu",
+                             progress=progress)  # fmt: skip
+    finally:
+        supervisor.Worker.blob = blob
+    return {"seconds": time.perf_counter() - t0, "error": str(m.error) if m.error else None,
+            "problems": m.problems, "blob_bytes": sizes, "phases_s": m.phases_s,
+            "runs": [(t.role, t.seconds, t.accuracy) for t in m.runs]}  # fmt: skip
+
+
+def main() -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
+    out = rehearse_lesson3()
+    mb = [f"{n / 1e6:.0f} MB" for n in out["blob_bytes"]]
+    print(f"lesson 3 at the gpu spec's model size: {out['seconds']:.0f} s; blobs received: {', '.join(mb) or 'none'}; "
+          f"error: {out['error']}; problems: {out['problems']}")  # fmt: skip
+    ok = out["error"] is None and not out["problems"] and all(acc is not None for _, _, acc in out["runs"])
+    print("rehearsal " + ("passed" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,7 +19,11 @@ its held-out evaluation set in memory only, and drives the workers over dedicate
 5. when the gate asks for it (a gate set by measured gradings, and a first look below it),
    ``repeats`` more paired runs on fresh data (``GraderData.add_look``: new training sets, seeds,
    initial weights and held-out set, written while both workers are frozen), in the same workers.
-   Then the second look alone is scored, accuracy and speed.
+   Then the second look alone is scored, accuracy and speed;
+6. the work is checked (:mod:`grader.replay`): a run's training set and initial weights are shown
+   to the workers only at its first chunk, both commit their training state at the end of every
+   chunk, and the parent compares the learner's chunk updates with the baseline's and with replays
+   of chunks it draws afterwards, in the baseline worker. A failed check: no speed points.
 
 Speed is the time for a fixed amount of work: ``epochs`` passes over ``n_train`` samples, each
 epoch proven complete by the audit (:mod:`grader.audit`). The speedup is the median over the

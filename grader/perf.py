@@ -157,6 +157,7 @@ def decide(m: Measurement, target: Target, gate: gates.Gate, max_points: float, 
         "error": ({"kind": m.error.kind, "message": str(m.error), "detail": m.error.detail}
                   if m.error else None),  # fmt: skip
         "phases_s": m.phases_s,
+        "work_checks": m.work_checks,
     }
     return PerfResult(points, max_points, feedback_text(report), report)
 

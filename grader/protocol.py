@@ -19,7 +19,11 @@ its held-out evaluation set in memory only, and drives the workers over dedicate
 5. when the gate asks for it (a gate set by measured gradings, and a first look below it),
    ``repeats`` more paired runs on fresh data (``GraderData.add_look``: new training sets, seeds,
    initial weights and held-out set, written while both workers are frozen), in the same workers.
-   Then the second look alone is scored, accuracy and speed.
+   Then the second look alone is scored, accuracy and speed;
+6. the work is checked (:mod:`grader.replay`): a run's training set and initial weights are shown
+   to the workers only at its first chunk, both commit their training state at the end of every
+   chunk, and the parent compares the learner's chunk updates with the baseline's and with replays
+   of chunks it draws afterwards, in the baseline worker. A failed check: no speed points.
 
 Speed is the time for a fixed amount of work: ``epochs`` passes over ``n_train`` samples, each
 epoch proven complete by the audit (:mod:`grader.audit`). The speedup is the median over the
@@ -42,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.notebook import to_python
+from grader.replay import Commits, Reveal, check_work
 from grader.supervisor import Worker, WorkerFailed, _clock, boosted_self, start_worker
 
 __all__ = ["GradingSpec", "Measurement", "Timing", "WorkerFailed", "measure"]
@@ -96,6 +101,7 @@ class Measurement:
     flags: list[str] = field(default_factory=list)  # reported, no effect on points
     error: WorkerFailed | None = None
     phases_s: dict = field(default_factory=dict)
+    work_checks: list[dict] = field(default_factory=list)  # grader.replay's figures, per chunk checked
     # After a second look, its runs alone are scored (speed and accuracy): code that behaves one way
     # in the first look and another in the second gains nothing from the first.
     scored_from: int = 0
@@ -165,16 +171,18 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
         out.phases_s["total"] = _clock() - t_start
         return out
     workdir = _private_dir()
-    inputs = workdir / "inputs"  # GraderData writes the training inputs here; workers read them
+    inputs = workdir / "inputs"  # GraderData writes the training inputs here (private) ...
     inputs.mkdir(mode=0o755)
+    reveal = Reveal(inputs, workdir / "exposed")  # ... and workers read what is shown of them here
+    commits = Commits(workdir / "commits")
     workers: dict[str, Worker] = {}
     try:
         for role in ("baseline", "learner"):
             workers[role] = start_worker(role, workdir, {
                 "assignment_module": assignment.runtime_module, "device": device, "role": role},
-                cpu_cores=spec.cpu_cores if device == "cpu" else None, inputs=inputs)  # fmt: skip
+                cpu_cores=spec.cpu_cores if device == "cpu" else None, inputs=reveal.exposed)  # fmt: skip
         data = runtime.GraderData(workdir, spec, device)  # writes sets while workers import
-        _readable(inputs)
+        reveal.show_shared(data)  # a run's training set and initial weights: at its first chunk
         out.phases_s["data"] = _clock() - t_start
         # Said as each phase ends (seconds since the grading began): a grading stopped from outside
         # (a lease, a job limit) writes no report, and its log must still say where the time went.
@@ -216,7 +224,7 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
         out.phases_s["warmup"] = _clock() - t_start
         progress(f"  {out.phases_s['warmup']:6.1f} s  warm-up done (baseline {out.warmup_s['baseline']:.1f} s, "
                  f"yours {out.warmup_s['learner']:.1f} s); now the timed runs")  # fmt: skip
-        _timed_runs(out, a, b, data, spec, progress, range(spec.repeats))
+        _timed_runs(out, a, b, data, spec, progress, range(spec.repeats), reveal, commits)
         out.phases_s["runs"] = _clock() - t_start
         _evaluate(out, data, runtime, range(spec.repeats))
         out.phases_s["evaluation"] = _clock() - t_start
@@ -226,12 +234,19 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
             progress(f"  your accuracy is {sum(diffs) / len(diffs):+.2f} pp vs the baseline after {spec.repeats} "
                      f"paired runs, below the gate: {spec.repeats} more on fresh data before deciding")  # fmt: skip
             more = data.add_look()  # both workers are frozen while the parent writes it
-            _readable(inputs)
-            _timed_runs(out, a, b, data, spec, progress, more)
+            reveal.show_shared(data)
+            _timed_runs(out, a, b, data, spec, progress, more, reveal, commits)
             out.phases_s["second_look_runs"] = _clock() - t_start
             _evaluate(out, data, runtime, more)
             out.scored_from = more.start
             out.phases_s["second_look"] = _clock() - t_start
+        b.close()  # done with learner code: the replays need the baseline worker alone
+        scored = sorted({t.repeat for t in out.runs if t.repeat >= out.scored_from})
+        if scored and not out.problems:
+            out.problems += check_work(out, data, commits, a, reveal, spec, scored,
+                                       lambda r: _begin_of(data, spec, r), spec.startup_timeout_s)  # fmt: skip
+            out.phases_s["work_check"] = _clock() - t_start
+            progress(f"  {out.phases_s['work_check']:6.1f} s  the timed chunks' work checked")
         return out
     except WorkerFailed as err:
         if err.role == "baseline":
@@ -259,21 +274,32 @@ def _evaluate(out: Measurement, data, runtime, repeats: range) -> None:
             out.problems.append(f"run {t.repeat + 1}: {err}")
 
 
-def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec, progress, repeats: range) -> None:
+def _begin_of(data, spec: GradingSpec, r: int) -> dict:
+    return {"data_dir": _rel(data, data.train_dirs[r]), "seed": data.seeds[r], "profile": spec.profile,
+            "hooks": dict(spec.hooks, epochs=spec.epochs), "init_path": _rel(data, data.init_paths[r])}  # fmt: skip
+
+
+def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec, progress, repeats: range,
+                reveal: Reveal, commits: Commits) -> None:  # fmt: skip
     """Paired runs ``repeats`` of ``epochs`` epochs, advanced in chunks of 1/``chunks_per_epoch``
     epoch, interleaved A B B A A B ...
 
     Chunk ``c`` of run ``r`` is the same work on both sides (the first also builds the recipe, the
     last also audits and saves); the two sides do it back to back, so load that changes over
-    seconds hits both halves of each pair alike.
+    seconds hits both halves of each pair alike. Run ``r``'s training set and initial weights are
+    shown to the workers just before its first chunk, and every chunk ends with a commit of the
+    training state (:mod:`grader.replay`).
     """
-    hooks = dict(spec.hooks, epochs=spec.epochs)
+    import io
+
+    import torch
+
     parts = spec.chunks_per_epoch
     seconds: dict[tuple[str, int], float] = {}
     i = 0
     for r in repeats:
-        begin = {"data_dir": _rel(data, data.train_dirs[r]), "seed": data.seeds[r], "hooks": hooks,
-                 "profile": spec.profile, "init_path": _rel(data, data.init_paths[r])}  # fmt: skip
+        begin = _begin_of(data, spec, r)
+        reveal.show_run(data, r)  # both workers are frozen: from now on, only timed chunks run
         for c in range(spec.epochs * parts):
             last = c == spec.epochs * parts - 1
             for w in ((a, b) if i % 2 == 0 else (b, a)):  # ABBA: linear drift cancels
@@ -281,12 +307,20 @@ def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec,
                 limit = (spec.startup_timeout_s if not base else
                          spec.min_timeout_s + spec.timeout_factor * max(base))  # fmt: skip
                 t_go = w.send(cmd="chunk", begin=begin if c == 0 else None, part=[c % parts, parts],
-                              finish=last, send_weights=last)  # fmt: skip
+                              finish=last, send_weights=True)  # fmt: skip
                 event, t_end = w.expect("done" if last else "chunk_done", limit,
                                         f"epoch {c // parts + 1} of run {r + 1}")  # fmt: skip
-                if last:  # off the clock: the weights arrive over the pipe, written by us alone
-                    blob = w.blob(event.get("nbytes"), limit, f"sending the weights of run {r + 1}")
-                    data.weights_path(w.role, r).write_bytes(blob)
+                # Off the clock: the committed state arrives over the pipe; the weights file is ours.
+                blob = w.blob(event.get("nbytes"), limit, f"sending the weights of run {r + 1}")
+                try:
+                    state = commits.add(w.role, r, c, blob)
+                except Exception as err:  # noqa: BLE001 - refused by weights_only or its shape
+                    raise WorkerFailed(f"the {w.role} sent a training state the grader cannot read "
+                                       f"({type(err).__name__})", kind="protocol", role=w.role) from err  # fmt: skip
+                if last:
+                    buffer = io.BytesIO()
+                    torch.save(state["model"], buffer)
+                    data.weights_path(w.role, r).write_bytes(buffer.getvalue())
                 w.pause()
                 escaped = b.escaped()
                 if escaped:  # a process nothing stops could steal the core while A is timed
@@ -313,12 +347,6 @@ LEFT_SESSION = "your code started a process that left the worker's session"
 def _rel(data, path: Path) -> str:
     """``path`` as the worker names it: relative to the inputs folder it sees read-only."""
     return str(Path(path).relative_to(data.inputs))
-
-
-def _readable(folder: Path) -> None:
-    """The workers run as another user where the grader is root: let them read the inputs."""
-    for p in [folder, *folder.rglob("*")]:
-        p.chmod(0o755 if p.is_dir() else 0o644)
 
 
 def _collect(out: Measurement, role: str, done: dict, warmup: bool) -> None:

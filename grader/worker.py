@@ -25,7 +25,6 @@ pointless (parent-side clock, parent-side evaluation, the idle worker is frozen)
 from __future__ import annotations
 
 import importlib
-import io
 import json
 import linecache
 import os
@@ -37,10 +36,12 @@ import traceback
 import types
 from pathlib import Path
 
+from grader.replay import load_state, training_state
+
 TIME_FUNCTIONS = ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
                   "monotonic_ns", "process_time")  # fmt: skip
 WATCHED_PREFIXES = ("effkit", "grader")
-GRADER_MODULES = ("grader.audit", "grader.gate", "grader.notebook", "grader.perf", "grader.protocol",
+GRADER_MODULES = ("grader.audit", "grader.gate", "grader.notebook", "grader.perf", "grader.protocol", "grader.replay",
                   "grader.quiet", "grader.supervisor", "grader.targets", "grader.timelimit")  # fmt: skip
 
 
@@ -179,18 +180,51 @@ class Worker:
         if bad:
             raise Diverged(f"training diverged: NaN/inf in the weights ({bad[0]}, ...) in epoch "
                            f"{self.epoch + (j < parts - 1)}, i.e. the loss became NaN. " + audit.nan_hint())  # fmt: skip
-        if not cmd.get("finish"):
-            self.channel.send("chunk_done", epoch=self.epoch)
-            return
-        audit.finish(trainer.pipeline, self.epoch)
-        # Learner code also runs *during* training (the pipeline): look for tampering again.
-        report = {"audit": audit.report(), "steps": self.steps, "replaced": replaced(self.before)}
+        report = {"epoch": self.epoch}
+        if cmd.get("finish"):
+            audit.finish(trainer.pipeline, self.epoch)
+            # Learner code also runs *during* training (the pipeline): look for tampering again.
+            report = {"audit": audit.report(), "steps": self.steps, "replaced": replaced(self.before)}
+        event = "done" if cmd.get("finish") else "chunk_done"
         if not cmd.get("send_weights"):
-            self.channel.send("done", **report)
+            self.channel.send(event, **report)
             return
-        buffer = io.BytesIO()  # the weights go back over the pipe: no file the learner could swap
-        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
-        self.channel.send_bytes("done", buffer.getvalue(), **report)
+        # The training state at the end of every timed chunk goes back over the pipe (no file the
+        # learner could swap), still on the clock: grader.replay checks the work it reflects.
+        self.channel.send_bytes(event, training_state(trainer), **report)
+
+    def replay(self, cmd: dict) -> None:
+        """Chunk ``chunk`` of a run again, through the reference path, from a committed state
+        (``begin["init_path"]``): only ever in the baseline worker, where no learner code ran."""
+        import warnings
+
+        from effkit.measure import sync
+
+        if self.learner_object is not None:
+            raise RuntimeError("replays run only in a grader-only worker")
+        begin = dict(cmd["begin"])
+        start = begin.pop("init_path")
+        self._begin(begin)
+        trainer = self.trainer
+        state = load_state(Path(os.environ["EFFKIT_GRADER_DATA"]) / start)
+        self.model.load_state_dict(state["model"])
+        own = trainer.optimizer.state_dict()  # its hyper-parameters are the recipe's, not committed ones
+        own["state"] = state["optimizer"]
+        trainer.optimizer.load_state_dict(own)
+        c, parts = cmd["chunk"], cmd["parts"]
+        spe = trainer.steps_per_epoch
+        j, first = c % parts, (c // parts) * spe + round((c % parts) * spe / parts)
+        n = min(round((j + 1) * spe / parts) - round(j * spe / parts), trainer.total_steps - first)
+        with warnings.catch_warnings():  # the schedule to where chunk c starts
+            warnings.simplefilter("ignore")
+            for _ in range(first):
+                trainer.scheduler.step()
+        if hasattr(trainer, "step"):
+            trainer.step = first
+        if n > 0:
+            trainer.train_steps(n)
+            sync(self.device)
+        self.channel.send_bytes("replayed", training_state(trainer))
 
     def _begin(self, spec: dict) -> None:
         import torch
@@ -219,6 +253,8 @@ class Worker:
                     self.load(cmd)
                 elif cmd["cmd"] == "chunk":
                     self.chunk(cmd)
+                elif cmd["cmd"] == "replay":
+                    self.replay(cmd)
                 else:
                     raise ValueError(f"unknown command {cmd['cmd']!r}")
             except Diverged as err:

@@ -253,3 +253,12 @@ def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
     assert gate_problem(LESSON2, cells) == ""  # a learner's own device pipeline is not the reference
     problem = gate_problem(LESSON2, sneaky)
     assert problem.startswith("not_the_reference:") and "bit-identical to effkit's DevicePipeline" in problem
+
+
+def test_training_off_the_clock_then_no_op_timed_steps_earns_no_speed_points():
+    """Issue 41: the timed worker trains where nothing is timed (the grader's sets and initial weights
+    if it can read them before its runs, else its own data) and makes every timed step a no-op.
+    The parent ties the weights to work done in the timed chunks: no speed points, and it says why."""
+    r = _grade("timed_forgery")
+    assert r["points"] == 0, (r["speedup"], r["problems"])
+    assert "timed chunk" in " ".join(r["problems"]), r["problems"]

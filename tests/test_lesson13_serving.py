@@ -216,3 +216,28 @@ def test_a_graph_that_answers_right_only_at_the_accuracy_shape_earns_no_accuracy
     assert got == {"test_artifact": True, "test_accuracy": False, "test_latency": False}, {
         g: v.reason for g, v in verdicts.items()}
     assert "batch 1" in verdicts["test_accuracy"].reason, verdicts["test_accuracy"].reason
+
+
+def test_every_timed_answer_is_compared_with_the_same_rows_accuracy_answer():
+    from grader.assignments.lesson13 import serve, server
+
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((50, 8)).astype(np.float32)
+    idx = server.plan(3, 50, rounds=2, per_round=10, warmup=5)
+    assert len(idx) == 25 and not np.array_equal(idx, server.plan(4, 50, 2, 10, 5)), "the rows depend on the seed"
+    assert serve.answers_problem(logits, idx, logits[idx].copy()) == ""
+    for k, spoil in ((7, lambda row: row[::-1]), (24, lambda row: row * np.nan), (0, lambda row: row + 1e-2)):
+        answers = logits[idx].copy()
+        answers[k] = spoil(answers[k])
+        said = serve.answers_problem(logits, idx, answers)
+        assert said.startswith("1 of the 25 requests") and f"request {k}" in said, said
+
+
+def test_a_server_answer_of_another_size_is_not_read():
+    from grader.assignments.lesson13 import serve
+    from grader.probe import CallResult
+
+    good = CallResult(True, {}, [np.zeros((3, 8), np.float32).tobytes()])
+    assert serve.floats(good, 0, (3, 8)).shape == (3, 8)
+    assert serve.floats(good, 0, (4, 8)) is None and serve.floats(good, 1, (3, 8)) is None
+    assert serve.floats(CallResult(False, {}, good.blobs), 0, (3, 8)) is None

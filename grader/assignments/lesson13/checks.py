@@ -4,36 +4,36 @@
 (:mod:`slo_task`: an MLP with three hidden layers of 512 and a few massive activations feeding its
 head), exports it to ONNX itself (the baseline) and sends the weights as plain data to the
 sandboxed worker, where the learner's ``export_for_slo(model, calibration, path)`` writes an ONNX
-file. Only that file's bytes come back (capped before they are read). Then, in this process:
+file. Only that file's bytes come back (capped before they are read). This process never parses
+them: a second sandboxed worker that runs grader code only (:mod:`server`, ``grader_only``, a
+deadline per call) validates, opens and runs the file and returns raw logits and times:
 
-* ``test_artifact`` (2 points): the bytes pass :func:`artifact.validate` (no pickle, no external
-  data, standard operators only, ``features`` -> ``logits`` with a free batch dimension) and run
-  in onnxruntime on a few rows with finite outputs of the right shape.
-* ``test_accuracy`` (3 points): on the held-out set (``N_TEST`` rows that never left this
-  process) the artifact's accuracy is at most ``MAX_DROP`` below the fp32 baseline's, and its
-  predictions agree with the baseline's on at least ``MIN_AGREEMENT`` of the rows (the SLO is for
-  *this* model: a different model trained on the calibration rows does not count).
-* ``test_latency`` (3 points): only when the first two pass; the grader's closed-loop load
-  generator (:mod:`serve`) times three sessions at batch 1, one thread, interleaved in one run: the
-  fp32 baseline, yours, and the grader's own int8 model (:func:`quantize_own`: every matmul but the
-  head, what the lesson teaches). The SLO is set from this machine, in this run: the low end of the
-  interval of your P95 ratio (baseline / yours) must reach the geometric midpoint between the fp32
-  model and the low end of the grader's int8 model's interval (``sqrt(own low)``), never less than
-  ``FLOOR``. A fixed
-  ratio does not transfer: int8's gain at batch 1 depends on the CPU and its load (2.4x on the
-  calibration host, 1.47x for the same file on a CI host).
+* ``test_artifact`` (2 points): the bytes pass :func:`artifact.validate` (an allow-list over every
+  field: no external data, standard operators only, ``features`` -> ``logits`` with a free batch
+  dimension) and answer 3 rows and 1 row with finite logits of the right shape.
+* ``test_accuracy`` (3 points): every held-out row (``N_TEST``; the labels never leave this process)
+  sent as one batch-1 request, the shape that is timed; the accuracy is at most ``MAX_DROP`` below
+  the fp32 baseline's and the predictions agree with the baseline's on at least ``MIN_AGREEMENT``
+  of the rows (the SLO is for *this* model, not one trained on the calibration rows).
+* ``test_latency`` (3 points): only when the first two pass; the server's closed-loop load
+  generator times three sessions at batch 1, one thread, interleaved in one run, on rows drawn
+  here: the fp32 baseline, yours, and the grader's own int8 model (:func:`quantize_own`: every
+  matmul but the head). **Every** timed answer of yours must equal your accuracy answer for that
+  row (:func:`serve.answers_problem`). The low end of the interval of your P95 ratio (baseline /
+  yours) must reach the geometric midpoint between fp32 and the low end of the grader's int8
+  model's interval (``sqrt(own low)``), never less than ``FLOOR``: int8's gain at batch 1 depends
+  on the CPU and its load (2.4x on the calibration host, 1.47x for the same file on a CI host).
 * ``test_quiz`` (2 points).
 
-**Trust.** No learner code runs in this process; the file is data, validated before onnxruntime
-opens it from memory; the clock, the data and the baseline are the parent's.
+**Trust.** No learner code runs in this process and no learner byte is parsed here; the labels, the
+rows timed and the baseline are the parent's; the times are the server's (see :mod:`server`).
 
 **Pitfalls.** One grading is shared by the three cells (cached per probe session): the file is
-exported, validated and timed once.
+exported, validated and timed once; the server lives from ``test_artifact`` to ``test_latency``.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import io
 import logging
@@ -141,18 +141,6 @@ def quantize_own(fp32: bytes) -> bytes:
             return f.read()
 
 
-def _b64(data) -> str:
-    return base64.b64encode(data if isinstance(data, bytes) else np.ascontiguousarray(data, np.float32).tobytes()).decode()
-
-
-def _floats(r, i: int, shape: tuple, dtype=np.float32) -> np.ndarray | None:
-    """Blob ``i`` of a server answer as an array of the shape the parent asked for (None otherwise)."""
-    want = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    if not r.ok or len(r.blobs) <= i or len(r.blobs[i]) != want:
-        return None
-    return np.frombuffer(r.blobs[i], dtype).reshape(shape)
-
-
 def server_session() -> ProbeSession:
     """The sandboxed worker that alone parses and runs the learner's file: grader code only, its own uid."""
     return ProbeSession(SERVER, [], [], [], grader_only=True)
@@ -187,22 +175,22 @@ def _run(ctx: Context) -> Grading:
 def _serve(g: Grading, raw: bytes, x: np.ndarray, y: np.ndarray, net) -> None:
     """Validation, 3 rows and 1 row, then every held-out row as a batch-1 request: all in the server."""
     dim, classes = slo_task.DIM, slo_task.CLASSES
-    r = g.server.call("open", OPEN_SECONDS, model=_b64(raw), rows=_b64(x[:3]), dim=dim, classes=classes)
+    r = g.server.call("open", OPEN_SECONDS, model=serve.b64(raw), rows=serve.b64(x[:3]), dim=dim, classes=classes)
     if not r.ok:
         g.problem = f"the grader's server opened your model and asked it for 3 rows, then 1 row: it {r.failure}"
         return
     if r.data.get("problem"):
         g.problem = str(r.data["problem"])[:1500]
         return
-    three, one = _floats(r, 0, (3, classes)), _floats(r, 1, (1, classes))
+    three, one = serve.floats(r, 0, (3, classes)), serve.floats(r, 1, (1, classes))
     if three is None or one is None or not np.isfinite(three).all():
         g.problem = f"your model's logits for 3 and 1 rows have shapes {str(r.data.get('shapes'))[:80]} (or are not finite)"
         return
     ops = {str(k)[:40]: v for k, v in dict(r.data.get("ops") or {}).items() if isinstance(v, int)}
     g.lines.append(f"  ok  a valid ONNX file of {len(raw) / 1024:.0f} KiB, standard operators only "
                    f"({', '.join(f'{k} x{v}' for k, v in sorted(ops.items()))})")  # fmt: skip
-    r = g.server.call("requests", ACCURACY_SECONDS, max_blob=len(x) * classes * 4, x=_b64(x), dim=dim, classes=classes)
-    g.logits = _floats(r, 0, (len(x), classes))
+    r = g.server.call("requests", ACCURACY_SECONDS, max_blob=len(x) * classes * 4, x=serve.b64(x), dim=dim, classes=classes)
+    g.logits = serve.floats(r, 0, (len(x), classes))
     if g.logits is None:
         g.accuracy_problem = (f"the grader asked your model for the {len(x)} held-out rows one request at a time "
                               f"(batch 1, as it is timed): it {r.failure or 'sent an answer of the wrong size'}")  # fmt: skip
@@ -271,12 +259,12 @@ def check_latency(ctx: Context) -> None:
 def _latency(g: Grading, seed: int) -> str:
     rounds, per_round, warmup, classes = serve.ROUNDS, serve.PER_ROUND, serve.WARMUP, slo_task.CLASSES
     try:
-        r = g.server.call("latency", LATENCY_SECONDS, base=_b64(g.fp32), own=_b64(quantize_own(g.fp32)), seed=seed,
+        r = g.server.call("latency", LATENCY_SECONDS, base=serve.b64(g.fp32), own=serve.b64(quantize_own(g.fp32)), seed=seed,
                           rounds=rounds, per_round=per_round, warmup=warmup, classes=classes)  # fmt: skip
     finally:
         g.server.close()
     idx = server.plan(seed, len(g.x_test), rounds, per_round, warmup)
-    times, outs = _floats(r, 0, (3, rounds, per_round), np.float64), _floats(r, 1, (3, len(idx), classes))
+    times, outs = serve.floats(r, 0, (3, rounds, per_round), np.float64), serve.floats(r, 1, (3, len(idx), classes))
     expect(times is not None and outs is not None and np.isfinite(times).all() and (times > 0).all(),
            f"the grader's server did not time your model: it {r.failure or 'sent times of the wrong size'}")
     wrong = serve.answers_problem(g.logits, idx, outs[1])

@@ -22,6 +22,7 @@ of every latency, for both sessions alike. One thread per session, as the SLO is
 
 from __future__ import annotations
 
+import base64
 import statistics
 from dataclasses import dataclass
 
@@ -71,3 +72,15 @@ def answers_problem(accuracy_logits: np.ndarray, idx: np.ndarray, answers: np.nd
     return (f"{int(bad.sum())} of the {len(idx)} requests the grader timed were answered otherwise than the same "
             f"row one request at a time in the accuracy check (first: request {int(np.flatnonzero(bad)[0])}): "
             "a model must give the same answer whenever it is asked")  # fmt: skip
+
+
+def b64(data) -> str:
+    return base64.b64encode(data if isinstance(data, bytes) else np.ascontiguousarray(data, np.float32).tobytes()).decode()
+
+
+def floats(r, i: int, shape: tuple, dtype=np.float32) -> np.ndarray | None:
+    """Blob ``i`` of a server answer as an array of the shape the parent asked for (None otherwise)."""
+    want = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if not r.ok or len(r.blobs) <= i or len(r.blobs[i]) != want:
+        return None
+    return np.frombuffer(r.blobs[i], dtype).reshape(shape)

@@ -6,8 +6,8 @@
 For each grading seed it runs the grader's own checks (grader/assignments/lesson13/checks.py) in this
 process on the reference export (int8 except the head), the fp32 model exported unchanged, and every
 layer quantized, and prints each verdict line: the held-out accuracy against the fp32 baseline's, the
-agreement, and the P95 ratio with its interval. No sandbox here: the figures are the parent's, which
-is where the grader measures them too.
+agreement, and the P95 ratio with its interval. The learner's export runs in this process; the file
+is served and timed in the grader's own sandboxed server, as in a grading (root: namespaces, cgroups).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Lesson 13's exercise, graded out of the kernel: an ONNX file the grader validates as untrusted input,
-serves in onnxruntime in its own process, and times against its own fp32 export.
+serves in onnxruntime in a sandboxed grader-only worker, and times against its own fp32 export.
 
 The reference's full marks and the stub's 0 go through the sandbox in the instructor cycle
 (tests/test_instructor_cycle.py). Wrong submissions are graded in this process on their cell data: the

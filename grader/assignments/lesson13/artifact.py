@@ -1,26 +1,28 @@
-"""Lesson 13: the learner's ONNX file, validated as untrusted input before anything loads it.
+"""Lesson 13: the learner's ONNX file, validated as untrusted input before anything runs it.
 
-**What it does.** ``validate(raw, dim, classes)`` takes the bytes the worker sent (the parent
-capped their size before reading them: ``MAX_BYTES``) and refuses, with a message that says why:
-a pickle, a ``torch.save`` zip or a safetensors file (the grader never unpickles and serves only
-ONNX); bytes protobuf cannot parse; a model ``onnx.checker`` rejects; any tensor stored as
-*external data* (onnxruntime would read a file the learner named); any operator outside the
-standard ONNX domain (custom ops, contrib ops, Python ops), local functions and control-flow
-subgraphs; inputs and outputs other than ``features`` float32 ``[batch, dim]`` and ``logits``
-float32 ``[batch, classes]`` with a free batch dimension. ``session(raw)`` then opens the bytes
-in onnxruntime from memory, one thread, no custom op library registered (onnxruntime would
-resolve a bytes-loaded model's external data against the working directory: hence the refusal above).
+**What it does.** ``validate(raw, dim, classes)`` refuses, with a message that says why: a pickle, a
+``torch.save`` zip or a safetensors file; bytes protobuf cannot parse; then it walks **every** field
+of the parsed ``ModelProto`` against an allow-list (``ALLOWED``: per message type, the fields that
+may be set; ``_values``: the values some of them may take) and refuses anything else by its field
+path, never by its value: external data, data segments, string tensors, sparse tensors, subgraphs,
+functions, training info, fields this onnx does not know (another parser might), operators or
+opset imports outside the standard domain. Then ``onnx.checker`` and the interface: ``features``
+float32 ``[batch, dim]`` -> ``logits`` float32 ``[batch, classes]``, free batch. ``Checked.clean``
+is the checked model re-serialized without doc strings and metadata: the only bytes onnxruntime gets.
+``session(raw)`` opens bytes in onnxruntime from memory, one thread, no custom op library.
 
-**When to use it.** By :mod:`grader.assignments.lesson13.checks`, in the grader's process only.
+**When to use it.** In lesson 13's sandboxed server (:mod:`grader.assignments.lesson13.server`),
+never in the grader's own process: a parser bug or a slow graph then costs one worker.
 
-**Expected gain.** A learner's file is data: nothing in it can run code or reach a file here.
+**Expected gain.** Nothing in a learner's file reaches a file or runs code; the refusal says which
+field, not what the grader has.
 
-**Pitfalls.** onnxruntime's own parser still reads the bytes (after these checks); a crash in it
-would end this grading, not leak anything (grader/README.md, lesson 13, limits).
+**Pitfalls.** A new ONNX feature is refused until it is added to ``ALLOWED`` on purpose.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from grader.cells import CheckFailed, expect
@@ -28,12 +30,34 @@ from grader.cells import CheckFailed, expect
 MAX_BYTES = 8 << 20  # the fp32 model is ~2.2 MB; int8 ~0.6 MB
 STANDARD_DOMAINS = ("", "ai.onnx")
 INPUT, OUTPUT = "features", "logits"
+_STRINGS = {"metadata_props", "doc_string"}  # free text: allowed, then stripped before onnxruntime
+ALLOWED = {  # message type -> the fields that may be set; every other field is refused
+    "onnx.ModelProto": {"ir_version", "opset_import", "producer_name", "producer_version", "domain",
+                        "model_version", "graph"} | _STRINGS,
+    "onnx.OperatorSetIdProto": {"domain", "version"},
+    "onnx.GraphProto": {"node", "name", "initializer", "input", "output", "value_info"} | _STRINGS,
+    "onnx.NodeProto": {"input", "output", "name", "op_type", "domain", "attribute"} | _STRINGS,
+    "onnx.AttributeProto": {"name", "type", "f", "i", "s", "t", "floats", "ints", "strings", "tensors",
+                            "doc_string"},
+    "onnx.TensorProto": {"dims", "data_type", "float_data", "int32_data", "int64_data", "double_data",
+                         "uint64_data", "raw_data", "name", "doc_string", "data_location"},
+    "onnx.ValueInfoProto": {"name", "type"} | _STRINGS,
+    "onnx.TypeProto": {"tensor_type", "denotation"},
+    "onnx.TypeProto.Tensor": {"elem_type", "shape"},
+    "onnx.TensorShapeProto": {"dim"},
+    "onnx.TensorShapeProto.Dimension": {"dim_value", "dim_param", "denotation"},
+    "onnx.StringStringEntryProto": {"key", "value"},
+}  # fmt: skip
+# numeric element types only (no STRING: variable-length data, no use here)
+_DTYPES = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 16}
+_ATTR_TYPES = {1, 2, 3, 4, 6, 7, 8, 9}  # FLOAT INT STRING TENSOR FLOATS INTS STRINGS TENSORS
 
 
 @dataclass
 class Checked:
     model: object  # onnx.ModelProto
     ops: dict[str, int]  # op type -> count
+    clean: bytes = b""  # what onnxruntime is given: the checked model, doc strings and metadata stripped
 
 
 def _kind(raw: bytes) -> str:
@@ -46,17 +70,62 @@ def _kind(raw: bytes) -> str:
     return ""
 
 
-def _tensors(graph):
-    """Every tensor stored in ``graph``: initializers, sparse ones, constants in attributes."""
-    yield from graph.initializer
-    for sparse in graph.sparse_initializer:
-        yield sparse.values
-        yield sparse.indices
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                yield attr.t
-            yield from attr.tensors
+@functools.cache
+def _max_opset() -> int:
+    import onnx
+
+    return onnx.defs.onnx_opset_version()
+
+
+def _values(kind: str, name: str, value) -> bool:
+    """The values an allowed field may take, where not every value is safe."""
+    if kind == "onnx.TensorProto":
+        return value == 0 if name == "data_location" else name != "data_type" or value in _DTYPES
+    if kind == "onnx.NodeProto" and name == "domain":
+        return value in STANDARD_DOMAINS
+    if kind == "onnx.OperatorSetIdProto":
+        return value in STANDARD_DOMAINS if name == "domain" else 1 <= value <= _max_opset()
+    if kind == "onnx.AttributeProto" and name == "type":
+        return value in _ATTR_TYPES
+    return True
+
+
+def _repeated(fd) -> bool:
+    # protobuf >= 6 has is_repeated and dropped label; older versions have only label (3: repeated)
+    return fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == 3
+
+
+def refused_field(msg, path: str = "model") -> str:
+    """The path of the first field of ``msg`` outside the allow-list ('' when every field is allowed)."""
+    from google.protobuf import unknown_fields
+
+    kind = msg.DESCRIPTOR.full_name
+    if len(unknown_fields.UnknownFieldSet(msg)):
+        return f"{path}.<a field number this grader's ONNX does not know>"
+    for fd, value in msg.ListFields():
+        if fd.name not in ALLOWED.get(kind, ()):
+            return f"{path}.{fd.name}"
+        items = list(value) if _repeated(fd) else [value]
+        for i, item in enumerate(items):
+            where = f"{path}.{fd.name}" + (f"[{i}]" if _repeated(fd) else "")
+            if fd.message_type is not None:
+                bad = refused_field(item, where)
+                if bad:
+                    return bad
+            elif not _values(kind, fd.name, item):
+                named = fd.enum_type.values_by_number.get(item) if fd.enum_type is not None else None
+                return f"{where} = {named.name}" if named is not None else f"{where} to a value it does not allow"
+    return ""
+
+
+def _strip(msg) -> None:
+    """Doc strings and metadata removed everywhere: free text onnxruntime has no need to read."""
+    for fd, value in msg.ListFields():
+        if fd.name in _STRINGS:
+            msg.ClearField(fd.name)
+        elif fd.message_type is not None:
+            for item in value if _repeated(fd) else [value]:
+                _strip(item)
 
 
 def _dims(value_info) -> list:
@@ -76,18 +145,15 @@ def validate(raw: bytes, dim: int, classes: int) -> Checked:
     except Exception as err:  # noqa: BLE001  (any parse error is the file's)
         raise CheckFailed(f"the file is not an ONNX protobuf ({type(err).__name__}): write the model with "
                              "torch.onnx.export or onnx.save") from None  # fmt: skip
+    bad = refused_field(model)
+    expect(not bad, f"the model sets {bad}: the grader does not serve that. It serves tensors stored inline (no "
+                    "external data: onnx.save(..., save_as_external_data=False)) and operators and opsets of the "
+                    "standard ONNX domain (those outside the standard ONNX domain: custom, contrib and Python ops, "
+                    "are refused; onnxruntime.quantization.quantize_dynamic writes standard ones: "
+                    "DynamicQuantizeLinear, MatMulInteger); no sparse tensors, string tensors, subgraphs (If, Loop, "
+                    "Scan), local functions or training info")  # fmt: skip
+    expect(model.ir_version <= onnx.IR_VERSION, f"the model's IR version {model.ir_version} is newer than the grader's")
     graph = model.graph
-    external = [t.name for t in _tensors(graph) if t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data)]
-    expect(not external, f"tensors stored as external data ({', '.join(external[:3])}): onnxruntime would read "
-                         "files next to the model. Save the model as one file (onnx.save(..., "
-                         "save_as_external_data=False)); it is small enough")  # fmt: skip
-    expect(not model.functions, "the model defines local functions: only plain standard ONNX operators are served")
-    nested = [n.op_type for n in graph.node if any(a.type in (a.GRAPH, a.GRAPHS) for a in n.attribute)]
-    expect(not nested, f"control flow with subgraphs ({', '.join(sorted(set(nested)))}): a classifier needs none")
-    foreign = sorted({f"{n.domain}::{n.op_type}" for n in graph.node if n.domain not in STANDARD_DOMAINS})
-    expect(not foreign, f"operators outside the standard ONNX domain ({', '.join(foreign[:4])}): custom, contrib "
-                        "and Python ops are refused; onnxruntime.quantization.quantize_dynamic writes standard "
-                        "ones (DynamicQuantizeLinear, MatMulInteger)")  # fmt: skip
     try:
         onnx.checker.check_model(model)
     except Exception as err:  # noqa: BLE001
@@ -112,7 +178,10 @@ def validate(raw: bytes, dim: int, classes: int) -> Checked:
     ops: dict[str, int] = {}
     for n in graph.node:
         ops[n.op_type] = ops.get(n.op_type, 0) + 1
-    return Checked(model, ops)
+    clean = onnx.ModelProto()
+    clean.CopyFrom(model)
+    _strip(clean)
+    return Checked(model, ops, clean.SerializeToString())
 
 
 def session(raw: bytes):

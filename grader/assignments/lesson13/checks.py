@@ -4,31 +4,32 @@
 (:mod:`slo_task`: an MLP with three hidden layers of 512 and a few massive activations feeding its
 head), exports it to ONNX itself (the baseline) and sends the weights as plain data to the
 sandboxed worker, where the learner's ``export_for_slo(model, calibration, path)`` writes an ONNX
-file. Only that file's bytes come back (capped before they are read). Then, in this process:
+file. Only that file's bytes come back (capped before they are read). This process never parses
+them: a second sandboxed worker that runs grader code only (:mod:`server`, ``grader_only``, a
+deadline per call) validates, opens and runs the file and returns raw logits and times:
 
-* ``test_artifact`` (2 points): the bytes pass :func:`artifact.validate` (no pickle, no external
-  data, standard operators only, ``features`` -> ``logits`` with a free batch dimension) and run
-  in onnxruntime on a few rows with finite outputs of the right shape.
-* ``test_accuracy`` (3 points): on the held-out set (``N_TEST`` rows that never left this
-  process) the artifact's accuracy is at most ``MAX_DROP`` below the fp32 baseline's, and its
-  predictions agree with the baseline's on at least ``MIN_AGREEMENT`` of the rows (the SLO is for
-  *this* model: a different model trained on the calibration rows does not count).
-* ``test_latency`` (3 points): only when the first two pass; the grader's closed-loop load
-  generator (:mod:`serve`) times three sessions at batch 1, one thread, interleaved in one run: the
-  fp32 baseline, yours, and the grader's own int8 model (:func:`quantize_own`: every matmul but the
-  head, what the lesson teaches). The SLO is set from this machine, in this run: the low end of the
-  interval of your P95 ratio (baseline / yours) must reach the geometric midpoint between the fp32
-  model and the low end of the grader's int8 model's interval (``sqrt(own low)``), never less than
-  ``FLOOR``. A fixed
-  ratio does not transfer: int8's gain at batch 1 depends on the CPU and its load (2.4x on the
-  calibration host, 1.47x for the same file on a CI host).
+* ``test_artifact`` (2 points): the bytes pass :func:`artifact.validate` (an allow-list over every
+  field: no external data, standard operators only, ``features`` -> ``logits`` with a free batch
+  dimension) and answer 3 rows and 1 row with finite logits of the right shape.
+* ``test_accuracy`` (3 points): every held-out row (``N_TEST``; the labels never leave this process)
+  sent as one batch-1 request, the shape that is timed; the accuracy is at most ``MAX_DROP`` below
+  the fp32 baseline's and the predictions agree with the baseline's on at least ``MIN_AGREEMENT``
+  of the rows (the SLO is for *this* model, not one trained on the calibration rows).
+* ``test_latency`` (3 points): only when the first two pass; the server's closed-loop load
+  generator times three sessions at batch 1, one thread, interleaved in one run, on rows drawn
+  here: the fp32 baseline, yours, and the grader's own int8 model (:func:`quantize_own`: every
+  matmul but the head). **Every** timed answer of yours must equal your accuracy answer for that
+  row (:func:`serve.answers_problem`). The low end of the interval of your P95 ratio (baseline /
+  yours) must reach the geometric midpoint between fp32 and the low end of the grader's int8
+  model's interval (``sqrt(own low)``), never less than ``FLOOR``: int8's gain at batch 1 depends
+  on the CPU and its load (2.4x on the calibration host, 1.47x for the same file on a CI host).
 * ``test_quiz`` (2 points).
 
-**Trust.** No learner code runs in this process; the file is data, validated before onnxruntime
-opens it from memory; the clock, the data and the baseline are the parent's.
+**Trust.** No learner code runs in this process and no learner byte is parsed here; the labels, the
+rows timed and the baseline are the parent's; the times are the server's (see :mod:`server`).
 
 **Pitfalls.** One grading is shared by the three cells (cached per probe session): the file is
-exported, validated and timed once.
+exported, validated and timed once; the server lives from ``test_artifact`` to ``test_latency``.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ import numpy as np
 import torch
 
 from grader.assignments import Assignment
-from grader.assignments.lesson13 import artifact, serve, slo_task
+from grader.assignments.lesson13 import artifact, serve, server, slo_task
 from grader.cells import CheckFailed, Context, expect, stub_reason
+from grader.probe import ProbeSession
 from grader.quiz import quiz_check
 
 MAX_DROP = 0.01  # held-out accuracy below the fp32 baseline's; calibration: grader/README.md (lesson 13)
@@ -56,6 +58,10 @@ QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "QuantizeLinear", "QL
 FLOOR = 1.25  # the SLO's P95 ratio is never below this: between fp32's highest interval end (1.13x) and the
 # reference's lowest start (1.41x) in 20 gradings beside a busy core; grader/README.md (lesson 13)
 CALL_SECONDS = 90
+# the server's deadlines (parent's clock): opening and 4 rows, 4,096 batch-1 requests, the timed run (~3 x
+# 14,600 requests of ~0.1 ms); a graph that runs longer is stopped there and fails its cell
+OPEN_SECONDS, ACCURACY_SECONDS, LATENCY_SECONDS = 60, 60, 240
+SERVER = "grader.assignments.lesson13.server"
 SETUP_SOURCE = """\
 import torch
 import onnx
@@ -86,10 +92,11 @@ class Grading:
     problem: str = ""  # why the artifact is refused ('' when it is served)
     lines: list[str] = field(default_factory=list)
     accuracy_problem: str | None = None
-    base: object = None
     fp32: bytes = b""  # the baseline's own export, which the grader also quantizes itself for the SLO
-    mine: object = None
+    server: ProbeSession | None = None  # the sandboxed worker serving the learner's file (grader code only)
+    logits: np.ndarray | None = None  # the learner's answer to every held-out row, one request each
     x_test: np.ndarray | None = None
+    latency: tuple[bool, str] | None = None  # test_latency's verdict, once timed
 
 
 _GRADINGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -134,6 +141,11 @@ def quantize_own(fp32: bytes) -> bytes:
             return f.read()
 
 
+def server_session() -> ProbeSession:
+    """The sandboxed worker that alone parses and runs the learner's file: grader code only, its own uid."""
+    return ProbeSession(SERVER, [], [], [], grader_only=True)
+
+
 def _run(ctx: Context) -> Grading:
     g = Grading()
     seed, count, scale = ctx.rng.randrange(1 << 20), ctx.rng.randint(*slo_task.PLANTED), ctx.rng.choice(slo_task.SCALES)
@@ -148,38 +160,56 @@ def _run(ctx: Context) -> Grading:
     if r.data.get("file") != "ok" or len(r.blobs) != 1:
         g.problem = f"export_for_slo wrote no usable file at `path`: {str(r.data.get('file'))[:120]}"
         return g
-    raw = r.blobs[0]
-    try:
-        checked = artifact.validate(raw, slo_task.DIM, slo_task.CLASSES)
-        with _quiet():
-            g.mine = artifact.session(raw)
-            out = g.mine.run([artifact.OUTPUT], {artifact.INPUT: data["x_test"][:3].numpy()})[0]
-            one = g.mine.run([artifact.OUTPUT], {artifact.INPUT: data["x_test"][:1].numpy()})[0]
-    except CheckFailed as err:
-        g.problem = str(err)
-        return g
-    except Exception as err:  # noqa: BLE001  (onnxruntime refusing the file is the file's problem)
-        g.problem = f"onnxruntime could not run your model: {type(err).__name__}: {str(err)[:200]}"
-        return g
-    shapes = (np.shape(out), np.shape(one))
-    if shapes != ((3, slo_task.CLASSES), (1, slo_task.CLASSES)) or not np.isfinite(out).all():
-        g.problem = f"your model's logits for 3 and 1 rows have shapes {shapes} (or are not finite)"
-        return g
-    ops = ", ".join(f"{k} x{v}" for k, v in sorted(checked.ops.items()))
-    g.lines.append(f"  ok  a valid ONNX file of {len(raw) / 1024:.0f} KiB, standard operators only ({ops})")
-    g.fp32 = export_fp32(net)
-    g.base = artifact.session(g.fp32)
+    raw = r.blobs[0]  # the learner's bytes: only the sandboxed server ever parses them
     x, y = data["x_test"].numpy(), data["y_test"].numpy()
-    g.x_test = x
-    with _quiet():
-        acc_base, acc_mine = serve.accuracy(g.base, x, y), serve.accuracy(g.mine, x, y)
-        pred_base = np.concatenate([g.base.run(None, {artifact.INPUT: x[i:i + 512]})[0].argmax(1) for i in range(0, len(x), 512)])
-        pred_mine = np.concatenate([g.mine.run(None, {artifact.INPUT: x[i:i + 512]})[0].argmax(1) for i in range(0, len(x), 512)])
+    g.server, g.x_test = server_session(), x
+    weakref.finalize(g, g.server.close)
+    try:
+        _serve(g, raw, x, y, net)
+    finally:
+        if g.problem or g.accuracy_problem is not None:
+            g.server.close()
+    return g
+
+
+def _serve(g: Grading, raw: bytes, x: np.ndarray, y: np.ndarray, net) -> None:
+    """Validation, 3 rows and 1 row, then every held-out row as a batch-1 request: all in the server."""
+    dim, classes = slo_task.DIM, slo_task.CLASSES
+    r = g.server.call("open", OPEN_SECONDS, model=serve.b64(raw), rows=serve.b64(x[:3]), dim=dim, classes=classes)
+    if not r.ok:
+        g.problem = f"the grader's server opened your model and asked it for 3 rows, then 1 row: it {r.failure}"
+        return
+    if r.data.get("problem"):
+        g.problem = str(r.data["problem"])[:1500]
+        return
+    three, one = serve.floats(r, 0, (3, classes)), serve.floats(r, 1, (1, classes))
+    if three is None or one is None or not np.isfinite(three).all():
+        g.problem = f"your model's logits for 3 and 1 rows have shapes {str(r.data.get('shapes'))[:80]} (or are not finite)"
+        return
+    ops = {str(k)[:40]: v for k, v in dict(r.data.get("ops") or {}).items() if isinstance(v, int)}
+    g.lines.append(f"  ok  a valid ONNX file of {len(raw) / 1024:.0f} KiB, standard operators only "
+                   f"({', '.join(f'{k} x{v}' for k, v in sorted(ops.items()))})")  # fmt: skip
+    r = g.server.call("requests", ACCURACY_SECONDS, max_blob=len(x) * classes * 4, x=serve.b64(x), dim=dim, classes=classes)
+    g.logits = serve.floats(r, 0, (len(x), classes))
+    if g.logits is None:
+        g.accuracy_problem = (f"the grader asked your model for the {len(x)} held-out rows one request at a time "
+                              f"(batch 1, as it is timed): it {r.failure or 'sent an answer of the wrong size'}")  # fmt: skip
+        return
+    g.fp32 = export_fp32(net)
+    with _quiet():  # the parent's own model on its own bytes
+        base = artifact.session(g.fp32)
+        pred_base = np.concatenate([base.run(None, {artifact.INPUT: x[i:i + 512]})[0].argmax(1) for i in range(0, len(x), 512)])
+    answered = np.isfinite(g.logits).all(1)
+    pred_mine = np.where(answered, g.logits.argmax(1), -1)
+    acc_base, acc_mine = float((pred_base == y).mean()), float((pred_mine == y).mean())
     agree = float((pred_base == pred_mine).mean())
     drop = acc_base - acc_mine
     report = (f"held-out accuracy {acc_mine:.1%} against the fp32 model's {acc_base:.1%} ({len(y)} rows the grader "
-              f"kept; drop {drop * 100:+.2f} pp), same prediction on {agree:.1%} of them")  # fmt: skip
-    quantized = any(op in checked.ops for op in QUANTIZED_OPS)
+              f"kept, each one request at batch 1, as served and timed; drop {drop * 100:+.2f} pp), same prediction "
+              f"on {agree:.1%} of them")  # fmt: skip
+    if not answered.all():
+        report += f"; {int((~answered).sum())} answers were not {classes} finite logits"
+    quantized = any(op in ops for op in QUANTIZED_OPS)
     if drop > MAX_DROP or agree < MIN_AGREEMENT:
         limits = f"the SLO allows a drop of at most {MAX_DROP * 100:.0f} pp and asks for >= {MIN_AGREEMENT:.0%} same predictions"
         if quantized:
@@ -192,7 +222,6 @@ def _run(ctx: Context) -> Grading:
         g.accuracy_problem = f"{report}: {limits}. {why[0].upper()}{why[1:]}"
     else:
         g.lines.append(f"  ok  {report} (<= {MAX_DROP * 100:.0f} pp, >= {MIN_AGREEMENT:.0%} agreement)")
-    return g
 
 
 def _grading(ctx: Context) -> Grading:
@@ -218,9 +247,29 @@ def check_latency(ctx: Context) -> None:
     g = _grading(ctx)
     expect(not g.problem, f"no latency points without a valid model: {g.problem}")
     expect(g.accuracy_problem is None, "no latency points: your model missed the accuracy target (test_accuracy)")
-    with _quiet():
-        own = artifact.session(quantize_own(g.fp32))
-        ab, ref = serve.latency_compare(g.base, [g.mine, own], g.x_test)
+    if g.latency is None:  # the server is gone after one timed run: its verdict is kept
+        try:
+            g.latency = (True, _latency(g, ctx.rng.randrange(1 << 30)))  # the rows of every request, drawn here
+        except CheckFailed as err:
+            g.latency = (False, str(err))
+    expect(g.latency[0], g.latency[1])
+    ctx.ok(g.latency[1])
+
+
+def _latency(g: Grading, seed: int) -> str:
+    rounds, per_round, warmup, classes = serve.ROUNDS, serve.PER_ROUND, serve.WARMUP, slo_task.CLASSES
+    try:
+        r = g.server.call("latency", LATENCY_SECONDS, base=serve.b64(g.fp32), own=serve.b64(quantize_own(g.fp32)), seed=seed,
+                          rounds=rounds, per_round=per_round, warmup=warmup, classes=classes)  # fmt: skip
+    finally:
+        g.server.close()
+    idx = server.plan(seed, len(g.x_test), rounds, per_round, warmup)
+    times, outs = serve.floats(r, 0, (3, rounds, per_round), np.float64), serve.floats(r, 1, (3, len(idx), classes))
+    expect(times is not None and outs is not None and np.isfinite(times).all() and (times > 0).all(),
+           f"the grader's server did not time your model: it {r.failure or 'sent times of the wrong size'}")
+    wrong = serve.answers_problem(g.logits, idx, outs[1])
+    expect(not wrong, f"no latency points: {wrong}")
+    ab, ref = serve.judge(times)
     need = max(FLOOR, ref.ci_low**0.5)  # the low end: noise in the grader's own timing never raises the bar
     (b50, b95, b99), (m50, m95, m99) = ab.baseline_ms, ab.candidate_ms
     report = (f"batch 1, one thread, closed loop, {ab.rounds} interleaved rounds of {serve.PER_ROUND} requests "
@@ -232,7 +281,8 @@ def check_latency(ctx: Context) -> None:
               f"model's interval, never below {FLOOR:g}x)")  # fmt: skip
     expect(ab.ci_low >= need, f"{report}: your whole interval must reach it. An fp32 export is the baseline itself; "
                               "int8 weights (quantize_dynamic) cut the bytes every request reads by 4x")  # fmt: skip
-    ctx.ok(report)
+    return report
+
 
 CELL_CHECKS = {"test_artifact": check_artifact, "test_accuracy": check_accuracy, "test_latency": check_latency,
                "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip

@@ -1,19 +1,20 @@
-"""Lesson 13: the grader's own server, accuracy and load generator (closed loop, batch 1).
+"""Lesson 13, parent side of the grader's server: the load plan, and the judgement of what it sent back.
 
-**What it does.** ``accuracy(session, x, y)`` evaluates a session on the held-out set.
-``latency_compare(baseline, candidates, requests)`` is a closed-loop load generator: one request at
-a time, batch 1, each request's latency taken with the parent's clock around ``session.run``. After
-a warm-up of every session it runs ``ROUNDS`` rounds of ``PER_ROUND`` requests per session in
-A B C / C B A order, so drift on a shared machine hits all alike; per round it takes each session's P95
-and the ratio baseline / candidate (> 1: the candidate is faster), then the median ratio and its
-distribution-free interval (``effkit.abtest.median_ci``, real coverage from
-``median_ci_coverage``), plus pooled P50/P95/P99 per session.
+**What it does.** The closed-loop load generator runs in the sandboxed server
+(:mod:`grader.assignments.lesson13.server`: one batch-1 request at a time, each timed around
+``session.run``; after a warm-up, ``ROUNDS`` rounds of ``PER_ROUND`` requests per session in
+A B C / C B A order, on rows drawn per grading). Here, from the raw times it returns,
+``judge(times)`` takes each round's P95 per session and the ratio baseline / candidate (> 1: the
+candidate is faster), the median ratio and its distribution-free interval
+(``effkit.abtest.median_ci``, real coverage from ``median_ci_coverage``), plus pooled P50/P95/P99.
+``answers_problem`` compares **every** timed answer of the learner's model with its answer to the
+same row in the accuracy pass (the same request, batch 1): a model that answers otherwise when timed
+gets no latency points.
 
-**When to use it.** By :mod:`grader.assignments.lesson13.checks`, after ``artifact.validate``; no
-learner code runs in this process.
+**When to use it.** By :mod:`grader.assignments.lesson13.checks`; no learner code runs here.
 
 **Expected gain.** A P95 ratio that is the same verdict run after run (calibration in
-``grader/README.md``, lesson 13).
+``grader/README.md``, lesson 13), on answers that were checked.
 
 **Pitfalls.** At batch 1 these models take tens of microseconds: Python's call overhead is part
 of every latency, for both sessions alike. One thread per session, as the SLO is stated.
@@ -21,8 +22,8 @@ of every latency, for both sessions alike. One thread per session, as the SLO is
 
 from __future__ import annotations
 
+import base64
 import statistics
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +31,7 @@ import numpy as np
 from effkit.abtest import median_ci, median_ci_coverage
 
 ROUNDS, PER_ROUND, WARMUP = 24, 600, 200  # 16 x 300 left identical models 1.5x vs 1.9x apart in one run
-_clock = time.perf_counter
+TOLERANCE = 1e-4  # the same row through the same session: onnxruntime answers it bit for bit
 
 
 @dataclass
@@ -44,54 +45,42 @@ class LatencyAB:
     candidate_ms: tuple[float, float, float]
 
 
-def accuracy(sess, x: np.ndarray, y: np.ndarray, batch: int = 256) -> float:
-    right = 0
-    for i in range(0, len(x), batch):
-        logits = sess.run(["logits"], {"features": x[i : i + batch]})[0]
-        right += int((np.asarray(logits).argmax(1) == y[i : i + batch]).sum())
-    return right / len(x)
-
-
-def _requests(sess, rows: np.ndarray) -> list[float]:
-    out = []
-    for row in rows:
-        t0 = _clock()
-        sess.run(["logits"], {"features": row})
-        out.append(_clock() - t0)
-    return out
-
-
-def _pct(values: list[float]) -> tuple[float, float, float]:
-    p50, p95, p99 = np.percentile(np.asarray(values) * 1e3, [50, 95, 99])
+def _pct(values: np.ndarray) -> tuple[float, float, float]:
+    p50, p95, p99 = np.percentile(values * 1e3, [50, 95, 99])
     return float(p50), float(p95), float(p99)
 
 
-def latency_compare(baseline, candidates: list, x: np.ndarray, rounds: int = ROUNDS, per_round: int = PER_ROUND,
-                    warmup: int = WARMUP) -> list[LatencyAB]:  # fmt: skip
-    """Each candidate against the baseline, all timed in one run: rounds in A B C / C B A order."""
-    sessions = [baseline, *candidates]
-    rows = [x[i : i + 1] for i in range(len(x))]
-    pick = [rows[i % len(rows)] for i in range(max(warmup, per_round))]
-    for sess in sessions:
-        _requests(sess, pick[:warmup])
-    pooled: list[list[float]] = [[] for _ in sessions]
-    p95s: list[list[float]] = [[] for _ in sessions]
-    for r in range(rounds):
-        batch = [rows[(r * per_round + i) % len(rows)] for i in range(per_round)]
-        order = range(len(sessions)) if r % 2 == 0 else reversed(range(len(sessions)))
-        for i in order:  # drift on a shared machine hits every session alike
-            times = _requests(sessions[i], batch)
-            pooled[i] += times
-            p95s[i].append(float(np.percentile(times, 95)))
+def judge(times: np.ndarray) -> list[LatencyAB]:
+    """Each candidate (sessions 1...) against the baseline (session 0); ``times`` [session, round, request] s."""
+    p95s = np.percentile(times, 95, axis=2)
     out = []
-    for i in range(1, len(sessions)):
-        ratios = [a / b for a, b in zip(p95s[0], p95s[i], strict=True)]
+    for i in range(1, len(times)):
+        ratios = list(p95s[0] / p95s[i])
         lo, hi = median_ci(ratios)
         out.append(LatencyAB(statistics.median(ratios), lo, hi, median_ci_coverage(len(ratios)), len(ratios),
-                             _pct(pooled[0]), _pct(pooled[i])))  # fmt: skip
+                             _pct(times[0].ravel()), _pct(times[i].ravel())))  # fmt: skip
     return out
 
 
-def latency_ab(baseline, candidate, x: np.ndarray, rounds: int = ROUNDS, per_round: int = PER_ROUND,
-               warmup: int = WARMUP) -> LatencyAB:  # fmt: skip
-    return latency_compare(baseline, [candidate], x, rounds, per_round, warmup)[0]
+def answers_problem(accuracy_logits: np.ndarray, idx: np.ndarray, answers: np.ndarray) -> str:
+    """'' when every timed answer equals the accuracy pass's answer to the same row; else what differs."""
+    want = accuracy_logits[idx]
+    bad = ~np.all(np.isclose(answers, want, rtol=TOLERANCE, atol=TOLERANCE), axis=1)
+    bad |= answers.argmax(1) != want.argmax(1)
+    if not bad.any():
+        return ""
+    return (f"{int(bad.sum())} of the {len(idx)} requests the grader timed were answered otherwise than the same "
+            f"row one request at a time in the accuracy check (first: request {int(np.flatnonzero(bad)[0])}): "
+            "a model must give the same answer whenever it is asked")  # fmt: skip
+
+
+def b64(data) -> str:
+    return base64.b64encode(data if isinstance(data, bytes) else np.ascontiguousarray(data, np.float32).tobytes()).decode()
+
+
+def floats(r, i: int, shape: tuple, dtype=np.float32) -> np.ndarray | None:
+    """Blob ``i`` of a server answer as an array of the shape the parent asked for (None otherwise)."""
+    want = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if not r.ok or len(r.blobs) <= i or len(r.blobs[i]) != want:
+        return None
+    return np.frombuffer(r.blobs[i], dtype).reshape(shape)

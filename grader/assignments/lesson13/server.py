@@ -1,0 +1,95 @@
+"""Lesson 13, the grader's server: the only process that parses or runs a learner's ONNX file.
+
+**What it does.** The probe module of a *grader-only* sandboxed worker (``ProbeSession(...,
+grader_only=True)``: no learner cell, a uid of its own, private tmpfs, no network, memory and pids
+cgroup, a deadline per call kept by the parent). ``probe_open`` validates the bytes
+(:func:`artifact.validate`, the allow-list) and opens the checked copy in onnxruntime, then answers
+3 rows and 1 row; ``probe_requests`` answers every held-out row as one batch-1 request (the accuracy
+pass); ``probe_latency`` times the parent's fp32 model, the learner's and the parent's int8 model
+with the same request loop, interleaved, on rows drawn from a seed (:func:`plan`). Every answer goes
+back as raw float32 bytes, every time as raw float64: the parent judges them, it never gets a verdict.
+
+**When to use it.** By :mod:`grader.assignments.lesson13.checks`; ``plan`` on both sides.
+
+**Expected gain.** A hostile or endless graph costs one sandboxed worker, never the grader; accuracy
+and latency are measured on the same requests (batch 1) and every timed answer is compared.
+
+**Pitfalls.** The worker runs the learner's graph, so what it sends is evidence, not truth: an
+onnxruntime exploit could forge times (grader/README.md, lesson 13, residual).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import numpy as np
+
+from grader.assignments.lesson13 import artifact
+from grader.cells import CheckFailed
+
+_STATE: dict = {}  # this worker's sessions and held-out rows, kept between the parent's calls
+_clock = time.perf_counter
+
+
+def plan(seed: int, rows: int, rounds: int, per_round: int, warmup: int) -> np.ndarray:
+    """Row indices of every request: ``warmup`` first, then ``rounds`` x ``per_round``, drawn from ``seed``."""
+    return np.random.default_rng(seed).integers(0, rows, warmup + rounds * per_round)
+
+
+def _array(b64: str, cols: int) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(b64), np.float32).reshape(-1, cols).copy()
+
+
+def answer(sess, x: np.ndarray, idx, classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """One batch-1 request per index: (seconds each, logits each; NaN where the answer was no [1, classes])."""
+    times = np.empty(len(idx))
+    outs = np.full((len(idx), classes), np.nan, np.float32)
+    for k, i in enumerate(idx):
+        row = x[i : i + 1]
+        t0 = _clock()
+        out = sess.run([artifact.OUTPUT], {artifact.INPUT: row})[0]
+        times[k] = _clock() - t0
+        if np.shape(out) == (1, classes):
+            outs[k] = out[0]
+    return times, outs
+
+
+def probe_open(worker, model: str, rows: str, dim: int, classes: int):
+    raw = base64.b64decode(model)
+    try:
+        checked = artifact.validate(raw, dim, classes)
+    except CheckFailed as err:
+        return {"problem": str(err)}, []
+    try:
+        sess = _STATE["mine"] = artifact.session(checked.clean)
+        x = _array(rows, dim)
+        outs = [sess.run([artifact.OUTPUT], {artifact.INPUT: x[:n]})[0] for n in (3, 1)]
+    except Exception as err:  # noqa: BLE001  (onnxruntime refusing the file is the file's problem)
+        return {"problem": f"onnxruntime could not run your model: {type(err).__name__}: {str(err)[:200]}"}, []
+    shapes = [list(np.shape(o)) for o in outs]
+    blobs = [np.ascontiguousarray(o, np.float32).tobytes() if np.shape(o) == (n, classes) else b""
+             for o, n in zip(outs, (3, 1), strict=True)]  # fmt: skip
+    return {"ops": checked.ops, "shapes": shapes}, blobs
+
+
+def probe_requests(worker, x: str, dim: int, classes: int):
+    _STATE["x"] = _array(x, dim)
+    _, outs = answer(_STATE["mine"], _STATE["x"], range(len(_STATE["x"])), classes)
+    return {"rows": len(outs)}, [outs.tobytes()]
+
+
+def probe_latency(worker, base: str, own: str, seed: int, rounds: int, per_round: int, warmup: int, classes: int):
+    """The three sessions, one request loop, rounds in A B C / C B A order: drift hits all alike."""
+    sessions = [artifact.session(base64.b64decode(base)), _STATE["mine"], artifact.session(base64.b64decode(own))]
+    x = _STATE["x"]
+    idx = plan(seed, len(x), rounds, per_round, warmup)
+    times = np.empty((len(sessions), rounds, per_round))
+    outs = np.empty((len(sessions), len(idx), classes), np.float32)
+    for s, sess in enumerate(sessions):
+        outs[s, :warmup] = answer(sess, x, idx[:warmup], classes)[1]
+    for r in range(rounds):
+        at = warmup + r * per_round
+        for s in range(len(sessions)) if r % 2 == 0 else reversed(range(len(sessions))):
+            times[s, r], outs[s, at : at + per_round] = answer(sessions[s], x, idx[at : at + per_round], classes)
+    return {"requests": len(idx)}, [times.tobytes(), outs.tobytes()]

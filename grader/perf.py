@@ -128,6 +128,8 @@ def decide(m: Measurement, target: Target, gate: gates.Gate, max_points: float, 
     if not reasons and verdict is not None:
         if not verdict.passed:
             reasons.append("no performance points: " + verdict.message)
+        elif m.work_problems:
+            reasons += m.work_problems
         else:
             credit = target.credit(speedup)
     flags = list(m.flags) + notes
@@ -158,6 +160,7 @@ def decide(m: Measurement, target: Target, gate: gates.Gate, max_points: float, 
                   if m.error else None),  # fmt: skip
         "phases_s": m.phases_s,
         "work_checks": m.work_checks,
+        "work_problems": m.work_problems,
     }
     return PerfResult(points, max_points, feedback_text(report), report)
 

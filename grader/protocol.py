@@ -102,6 +102,9 @@ class Measurement:
     error: WorkerFailed | None = None
     phases_s: dict = field(default_factory=dict)
     work_checks: list[dict] = field(default_factory=list)  # grader.replay's figures, per chunk checked
+    # Said only when the accuracy gate passed: a pipeline that trains wrongly also changes its
+    # weights unlike the reference, and the gate's verdict is the explanation a learner can act on.
+    work_problems: list[str] = field(default_factory=list)
     # After a second look, its runs alone are scored (speed and accuracy): code that behaves one way
     # in the first look and another in the second gains nothing from the first.
     scored_from: int = 0
@@ -243,8 +246,8 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
         b.close()  # done with learner code: the replays need the baseline worker alone
         scored = sorted({t.repeat for t in out.runs if t.repeat >= out.scored_from})
         if scored and not out.problems:
-            out.problems += check_work(out, data, commits, a, reveal, spec, scored,
-                                       lambda r: _begin_of(data, spec, r), spec.startup_timeout_s)  # fmt: skip
+            out.work_problems = check_work(out, data, commits, a, reveal, spec, scored,
+                                           lambda r: _begin_of(data, spec, r), spec.startup_timeout_s)  # fmt: skip
             out.phases_s["work_check"] = _clock() - t_start
             progress(f"  {out.phases_s['work_check']:6.1f} s  the timed chunks' work checked")
         return out
@@ -310,8 +313,10 @@ def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec,
                               finish=last, send_weights=True)  # fmt: skip
                 event, t_end = w.expect("done" if last else "chunk_done", limit,
                                         f"epoch {c // parts + 1} of run {r + 1}")  # fmt: skip
-                # Off the clock: the committed state arrives over the pipe; the weights file is ours.
+                # On the clock until its last byte: a worker that runs while it sends could work
+                # ahead of its next chunk, unseen. The weights file is written by us alone.
                 blob = w.blob(event.get("nbytes"), limit, f"sending the weights of run {r + 1}")
+                t_end = _clock()
                 try:
                     state = commits.add(w.role, r, c, blob)
                 except Exception as err:  # noqa: BLE001 - refused by weights_only or its shape

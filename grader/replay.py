@@ -9,8 +9,9 @@ from this grading's initial weights (the idea of Jia et al., "Proof-of-Learning"
    chunk starts (hard links from the parent's private ``inputs/`` into the ``exposed/`` folder they
    read, made while both are frozen). Frozen between chunks, no worker can work on them off the clock.
 2. `Commits`: both workers send their training state (model and optimizer state, raw
-   ``torch.save`` bytes, loaded with ``weights_only=True``) at the end of every timed chunk, before
-   the parent stops that chunk's clock: the same cost on both sides.
+   ``torch.save`` bytes, loaded with ``weights_only=True``) at the end of every timed chunk; the
+   chunk's clock stops when the last byte has arrived (the sending worker runs meanwhile, so the
+   transfer must be timed work): the same cost on both sides.
 3. `check_work`: the parent compares each learner chunk's weight update with the baseline's update
    of the same chunk (its size, every chunk; its direction too for the first chunk, where both start
    from the same weights), then draws chunks after the fact (``SystemRandom``) and has the baseline
@@ -97,7 +98,7 @@ def _cpu(obj):
 
 def load_state(blob_or_path) -> dict:
     """A committed state, refused unless it is ``{"model": {name: tensor}, "optimizer": {...}}``."""
-    src = io.BytesIO(blob_or_path) if isinstance(blob_or_path, bytes) else blob_or_path
+    src = io.BytesIO(blob_or_path) if isinstance(blob_or_path, bytes | bytearray) else blob_or_path
     state = torch.load(src, map_location="cpu", weights_only=True)
     if not (isinstance(state, dict) and isinstance(state.get("model"), dict) and isinstance(state.get("optimizer"), dict)
             and all(torch.is_tensor(v) for v in state["model"].values())):  # fmt: skip

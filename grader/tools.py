@@ -55,8 +55,8 @@ def calibrate(assignment_id: str = "lesson2", spec_name: str | None = None, pair
     while len(base) < pairs:
         # A fresh grading (new eval set, new data) every `chunk` pairs, like real gradings.
         m = measure(a, cells, dataclasses.replace(spec, repeats=min(chunk, pairs - len(base))), device)
-        if m.error or m.problems:
-            raise RuntimeError(f"reference solution failed: {m.error or m.problems}")
+        if m.error or m.problems or m.work_problems:
+            raise RuntimeError(f"reference solution failed: {m.error or m.problems or m.work_problems}")
         for ta, tb in m.pairs():
             base.append(ta.accuracy)
             ref.append(tb.accuracy)

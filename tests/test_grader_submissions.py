@@ -176,6 +176,18 @@ def _grade(name: str, progress=lambda _: None):
     return grade(LESSON2, _cells(name), 5.0, spec_name=SPEC, progress=progress).report
 
 
+def _gate_has_a_second_look() -> bool:
+    """Whether this host grades lesson 2 with the gate its measured gradings set (two looks)."""
+    from effkit.measure import device_name
+    from grader.perf import load_gate
+    from grader.targets import target_for
+
+    name = device_name("cpu")
+    target = target_for("lesson2", name)
+    gate, _, _ = load_gate("lesson2", LESSON2.spec("cpu", SPEC), target.table or target.device_class, name)
+    return gate.from_gradings
+
+
 def test_correct_but_no_faster_gets_no_performance_points():
     said: list[str] = []
     r = _grade("no_faster", said.append)
@@ -202,8 +214,15 @@ def test_an_accuracy_drop_gets_no_performance_points_and_says_why():
     r = _grade("accuracy_drop", said.append)
     assert r["points"] == 0 and not r["gate"]["passed"]
     assert "below the gate" in " ".join(r["problems"]) and r["gate"]["mean_diff_pp"] < -5
-    # lesson 2's gate is set by measured gradings: below it, a second look on fresh data, scored alone
     repeats = r["spec"]["repeats"]
+    if not _gate_has_a_second_look():
+        # Another CPU than the one lesson 2's gradings were measured on (an AMX Xeon, say): the gate
+        # is the widened single-look model (its report says so); one look, scored as it is.
+        assert len(r["accuracy_diffs_pp"]) == repeats and len(r["gate"]["look_means_pp"]) == 1, r["gate"]
+        assert not any("more on fresh data" in line for line in said), said
+        assert any("was measured on" in f and "widened" in f for f in r["flags"]), r["flags"]
+        return
+    # lesson 2's gate is set by measured gradings: below it, a second look on fresh data, scored alone
     assert len(r["accuracy_diffs_pp"]) == 2 * repeats and len(r["gate"]["look_means_pp"]) == 2, r["gate"]
     assert all(d < -5 for d in r["accuracy_diffs_pp"]) and "both below the gate" in r["gate"]["message"]
     assert len(r["speed_ratios"]) == repeats * r["spec"]["epochs"] * r["spec"]["chunks_per_epoch"]

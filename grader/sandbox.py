@@ -43,6 +43,7 @@ learner's laptop only ``-I``, the private folder, rlimits and the /proc walk app
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import resource
@@ -354,7 +355,7 @@ def launch(
         # A namespace of each kind per sandbox: its own processes only (--pid, --mount-proc: a fresh
         # /proc), its own SysV IPC and POSIX queues (--ipc), no network; --kill-child: if unshare
         # dies, the namespace's init and with it every process inside does too.
-        argv = ["unshare", "--mount", "--net", "--ipc", "--pid", "--fork", "--kill-child", "--mount-proc",
+        argv = ["unshare", "--mount", "--net", "--ipc", "--pid", "--fork", *_kill_child(), "--mount-proc",
                 "--propagation", "private", "sh", "-c", script]  # fmt: skip
         if netns is not None:
             argv = ["nsenter", f"--net={netns}", *[a for a in argv if a != "--net"]]
@@ -441,6 +442,14 @@ class StateFolder:
             subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
             self.mounted = False
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+@functools.cache
+def _kill_child() -> list[str]:
+    """``--kill-child`` where this unshare has it (util-linux >= 2.32; older GPU images may not):
+    without it the cgroup kill, or the session's, still ends the namespace's processes."""
+    done = subprocess.run(["unshare", "--help"], capture_output=True, text=True)
+    return ["--kill-child"] if "--kill-child" in done.stdout else []
 
 
 def _kept_under_tmp() -> list[Path]:

@@ -3,13 +3,13 @@
 ``mark TOKEN SECONDS``: walk the whole filesystem (not /proc, /sys) and try to create a file in every
 directory (``os.access`` alone misses nothing the kernel refuses, but the create attempt is what
 counts); leave a file ``effkit-mark-TOKEN`` in each one that took it, a SysV shared-memory segment
-and message queue keyed from TOKEN; print one JSON line (each writable directory with the mount it
+message queue and semaphores keyed from TOKEN, a POSIX message queue; print one JSON line (each writable directory with the mount it
 lies on), then stay alive SECONDS so that another sandbox can look for it.
 
 ``probe PID SECRET`` (TOKEN in ``$EFFKIT_TEST_TOKEN``: neither is in its own command line and
 environment both): what this sandbox can see of another one started with ``mark TOKEN``
 and ``SECRET`` in its environment (its host PID): its /proc entries, any process whose command line
-names TOKEN, any environment holding SECRET, any file it marked, its SysV objects. One JSON line.
+names TOKEN, any environment holding SECRET, any file it marked, its SysV and POSIX IPC objects. One JSON line.
 """
 
 import ctypes
@@ -72,10 +72,18 @@ def _key(token: str) -> int:
     return zlib.crc32(token.encode()) & 0x7FFFFFFF
 
 
+def queue_name(token: str) -> bytes:
+    return f"/effkit-{token[:16]}".encode()
+
+
 def _sysv(token: str, create: bool) -> dict:
+    """SysV shared memory, message queue and semaphores, and a POSIX message queue, for TOKEN."""
     libc = ctypes.CDLL(None, use_errno=True)
     flags = 0o1666 if create else 0o666  # IPC_CREAT | rw for all (another grading's nobody)
-    return {"shm": libc.shmget(_key(token), 4096, flags) >= 0, "msg": libc.msgget(_key(token), flags) >= 0}
+    mq_flags = os.O_RDWR | (os.O_CREAT if create else 0)
+    return {"shm": libc.shmget(_key(token), 4096, flags) >= 0, "msg": libc.msgget(_key(token), flags) >= 0,
+            "sem": libc.semget(_key(token), 1, flags) >= 0,
+            "mq": libc.mq_open(queue_name(token), mq_flags, 0o666, None) >= 0}  # fmt: skip
 
 
 def mark(token: str, seconds: float) -> dict:

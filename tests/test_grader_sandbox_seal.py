@@ -4,10 +4,11 @@ A real sandbox (``sandbox.launch``) runs ``tests/sandbox_walk.py``, which walks 
 from inside and tries to create a file in every directory: each one that takes it must be a
 size-limited tmpfs of that sandbox (or the grading's own state folder), and what was written there
 must be gone once the sandbox is closed. Two sandboxes at once must not see each other's processes,
-environments, memory, root, files or SysV objects. Needs root; elsewhere the report lists these
+environments, memory, root, files or IPC objects (SysV, POSIX queues). Needs root; elsewhere the report lists these
 protections as unavailable (``test_grader_sandbox.py``).
 """
 
+import ctypes
 import json
 import os
 import subprocess
@@ -17,9 +18,11 @@ import zlib
 from pathlib import Path
 
 import pytest
+from sandbox_walk import queue_name  # tests/ is on sys.path
 
 from grader.sandbox import STATE_AT, StateFolder, is_root, launch
 
+IPC = ("shm", "msg", "sem", "mq")  # SysV shared memory, queues, semaphores; a POSIX message queue
 pytestmark = pytest.mark.skipif(not is_root(), reason="needs root: reported as unavailable instead")
 
 
@@ -50,12 +53,19 @@ def _dev(path: Path) -> str:
     return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
 
 
-def _sysv_keys() -> set[str]:
-    keys = set()
-    for kind in ("shm", "msg"):
+def _ipc_left(token: str) -> list[str]:
+    """The IPC objects a walk with ``token`` made that exist in the grader's IPC namespace."""
+    key = str(zlib.crc32(token.encode()) & 0x7FFFFFFF)
+    left = []
+    for kind in ("shm", "msg", "sem"):
         with open(f"/proc/sysvipc/{kind}") as f:
-            keys |= {line.split()[0] for line in f.readlines()[1:]}
-    return keys
+            left += [kind for line in f.readlines()[1:] if line.split()[0] == key]
+    libc = ctypes.CDLL(None, use_errno=True)
+    mq = libc.mq_open(queue_name(token), os.O_RDONLY, 0, None)
+    if mq >= 0:
+        libc.mq_close(mq)
+        left.append("mq")
+    return left
 
 
 def _clean_host(token: str, dirs) -> None:
@@ -65,7 +75,8 @@ def _clean_host(token: str, dirs) -> None:
         if with_mark.is_file() and not with_mark.is_symlink():
             with_mark.unlink()
     key = str(zlib.crc32(token.encode()) & 0x7FFFFFFF)
-    subprocess.run(["ipcrm", "-M", key, "-Q", key], capture_output=True)
+    subprocess.run(["ipcrm", "-M", key, "-Q", key, "-S", key], capture_output=True)
+    ctypes.CDLL(None).mq_unlink(queue_name(token))
 
 
 def test_every_place_a_worker_can_write_is_its_own_bounded_tmpfs_and_gone_after_close(tmp_path):
@@ -92,9 +103,8 @@ def test_every_place_a_worker_can_write_is_its_own_bounded_tmpfs_and_gone_after_
         assert shared == [], f"writable and not the sandbox's own: {[w[:4] for w in shared]}"
         left = [w[0] for w in writable if os.path.lexists(Path(w[0]) / f"effkit-mark-{token}")]
         assert left == [], f"outlived the sandbox: {left}"
-        key = str(zlib.crc32(token.encode()) & 0x7FFFFFFF)
-        assert key not in _sysv_keys(), "a SysV object outlived the sandbox"
-        assert report["sysv"] == {"shm": True, "msg": True}  # made inside, so the check can fail
+        assert _ipc_left(token) == [], "IPC objects outlived the sandbox"
+        assert report["sysv"] == dict.fromkeys(IPC, True)  # made inside, so the check can fail
     finally:
         _clean_host(token, [w[0] for w in writable])
         state.close()
@@ -118,7 +128,7 @@ def test_two_gradings_at_once_cannot_see_or_touch_each_other(tmp_path):
         assert seen["leaked"] == [], f"the other grading's environment was readable: {seen}"
         assert all(seen[k].startswith("refused") for k in ("environ", "mem", "root", "signal")), seen
         assert seen["marks"] == [], f"a file the other grading wrote: {seen['marks']}"
-        assert seen["sysv"] == {"shm": False, "msg": False}, "the other grading's SysV objects"
+        assert seen["sysv"] == dict.fromkeys(IPC, False), f"the other grading's IPC objects: {seen['sysv']}"
     finally:
         other.close()
         _clean_host(token, marked)

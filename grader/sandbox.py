@@ -7,6 +7,11 @@ in a fresh process session with a minimal environment and, where the machine all
   ``/dev/shm`` (the worker's only writable places: a disk-filling learner hits ENOSPC in *its*
   tmpfs, which vanishes with it) and empty tmpfs over the grader's private folders (the course
   directory: gradebook, submissions, reports, targets; ``solutions/``; the parent's data folder);
+  every other mount is then made read-only in that namespace (:mod:`grader.seal`), so no host
+  folder (``/var/tmp``, ``/run/lock``, any world-writable one) is shared or outlives the grading;
+* PID and IPC namespaces of its own (``--pid --fork --mount-proc``, ``--ipc``): the worker sees
+  only its own grading's processes and SysV/POSIX IPC, never another grading's (same ``nobody``
+  uid) environment, memory or root. ``proc`` is then ``unshare``; ``Sandbox.pid`` is the worker;
 * no network (``unshare -n``: only a down loopback; ``loopback=True`` brings that namespace's own
   loopback up, for processes of one sandbox talking to each other: lesson 11's gloo ranks);
 * an unprivileged user (``setpriv`` to ``nobody`` with no capabilities, no new privileges) when
@@ -38,6 +43,7 @@ learner's laptop only ``-I``, the private folder, rlimits and the /proc walk app
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import resource
@@ -46,6 +52,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,8 +96,14 @@ def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
-def _preexec(limits: Limits):
+def _preexec(limits: Limits, cgroup: Cgroup | None = None, cores: list[int] | None = None):
     def apply() -> None:
+        # In the child, before exec: `unshare --fork` starts the worker at once, and a cgroup or
+        # core set given to its pid afterwards would miss that child.
+        if cgroup is not None:
+            cgroup.add(os.getpid())
+        if cores:
+            os.sched_setaffinity(0, cores)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_mb << 20, limits.file_mb << 20))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if os.environ.get("EFFKIT_SANDBOX_NPROC"):  # fallback fork-bomb brake without cgroups
@@ -116,10 +129,22 @@ class Sandbox:
     cgroup: Cgroup | None
     unavailable: list[str] = field(default_factory=list)
     workdir: Path | None = None  # only when there is no private tmpfs (then created by us)
+    uid: int | None = None  # the worker's uid where it runs in a PID namespace of its own
+    _worker: int | None = None
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        """The worker's own process, numbered as the grader sees it. In a PID namespace ``proc`` is
+        ``unshare``; its child, the namespace's init (a root shell), starts the worker, the first
+        descendant running as the worker's uid (learner processes come later, deeper)."""
+        if self.uid is None:
+            return self.proc.pid
+        deadline = time.monotonic() + 60
+        while self._worker is None and self.proc.poll() is None and time.monotonic() < deadline:
+            self._worker = next((p for p in descendants(self.proc.pid) if _uid(p) == self.uid), None)
+            if self._worker is None:
+                time.sleep(0.005)
+        return self._worker or self.proc.pid
 
     def members(self) -> list[int]:
         if self.cgroup is not None:
@@ -179,6 +204,16 @@ class Sandbox:
             self.cgroup.remove()
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _uid(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _signal_tree(pid: int, sig: int) -> None:
@@ -269,6 +304,7 @@ def launch(
     boot = f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); import runpy; runpy.run_module({module!r}, run_name='__main__')"
     py = [sys.executable, "-I", "-c", boot, *args]
     workdir = None
+    pidns = False
     uid = GRADER_ONLY if grader_only else NOBODY
     if root and shutil.which("unshare") and shutil.which("setpriv"):
         # Hide first: a course folder under /tmp (tests) disappears from view with the new /tmp.
@@ -308,11 +344,22 @@ def launch(
         if state_dir:  # after /tmp/work exists, so the folder is inside the working directory
             mounts.append(f"mkdir {STATE_AT} && mount --bind /mnt/state {STATE_AT}")
             env["EFFKIT_GRADER_STATE"] = STATE_AT
+        # Last, as root: every other mount of the namespace read-only (the host's /var/tmp, /run/lock
+        # and any world-writable folder; see grader/seal.py): the worker writes only its own tmpfs.
+        own = ["/tmp", "/dev/shm", *([STATE_AT] if state_dir else [])]
+        mounts.append(" ".join(_q(a) for a in [sys.executable, "-I", "-S", REPO_ROOT / "grader" / "seal.py", *own]))
         drop = f"setpriv --reuid={uid} --regid={uid} --clear-groups --no-new-privs --inh-caps=-all"
-        script = " && ".join(mounts) + " && exec " + drop + " " + " ".join(_q(a) for a in py)
-        argv = ["unshare", "--mount", "--net", "--propagation", "private", "sh", "-c", script]
+        # No `exec`: the shell stays the PID namespace's init (root, unreachable to the worker's
+        # uid) and reaps the orphans a learner leaves; `exit` keeps sh from exec'ing the last command.
+        script = " && ".join(mounts) + " && " + drop + " " + " ".join(_q(a) for a in py) + "; exit $?"
+        # A namespace of each kind per sandbox: its own processes only (--pid, --mount-proc: a fresh
+        # /proc), its own SysV IPC and POSIX queues (--ipc), no network; --kill-child: if unshare
+        # dies, the namespace's init and with it every process inside does too.
+        argv = ["unshare", "--mount", "--net", "--ipc", "--pid", "--fork", *_kill_child(), "--mount-proc",
+                "--propagation", "private", "sh", "-c", script]  # fmt: skip
         if netns is not None:
             argv = ["nsenter", f"--net={netns}", *[a for a in argv if a != "--net"]]
+        pidns = True
         env["HOME"] = "/tmp/work"
         env["USER"] = env["LOGNAME"] = USER_NAMES[uid]
         cwd = "/"
@@ -320,7 +367,11 @@ def launch(
         unavailable += ["unprivileged user (not root)", "network isolation (unshare -n needs root)",
                         "a user of its own for the grader's baseline worker (not root): a learner's process could "
                         "signal or renice it",
-                        "private /tmp tmpfs and hidden course folders (unshare -m needs root)"]  # fmt: skip
+                        "private /tmp tmpfs and hidden course folders (unshare -m needs root)",
+                        "a read-only view of the host's files: its world-writable folders (/var/tmp, ...) are "
+                        "shared with other gradings and outlive this one (needs root)",
+                        "a PID and IPC namespace of its own (needs root): processes and SysV/POSIX IPC of other "
+                        "gradings are visible"]  # fmt: skip
         workdir = Path(tempfile.mkdtemp(prefix="effkit-worker-"))
         workdir.chmod(0o700)
         env["HOME"] = str(workdir)
@@ -360,15 +411,11 @@ def launch(
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 pass_fds=pass_fds, start_new_session=True, cwd=cwd, env=env,
-                                preexec_fn=_preexec(limits))  # fmt: skip
+                                preexec_fn=_preexec(limits, cgroup, cores))  # fmt: skip
     finally:
         if log_path:
             log.close()
-    if cgroup is not None:
-        cgroup.add(proc.pid)  # before the parent sends any learner code
-    if cores:
-        os.sched_setaffinity(proc.pid, cores)
-    return Sandbox(proc, cgroup, unavailable, workdir)
+    return Sandbox(proc, cgroup, unavailable, workdir, uid if pidns else None)
 
 
 class StateFolder:
@@ -395,6 +442,14 @@ class StateFolder:
             subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
             self.mounted = False
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+@functools.cache
+def _kill_child() -> list[str]:
+    """``--kill-child`` where this unshare has it (util-linux >= 2.32; older GPU images may not):
+    without it the cgroup kill, or the session's, still ends the namespace's processes."""
+    done = subprocess.run(["unshare", "--help"], capture_output=True, text=True)
+    return ["--kill-child"] if "--kill-child" in done.stdout else []
 
 
 def _kept_under_tmp() -> list[Path]:

@@ -206,7 +206,7 @@ return float(pid)""") as s:
         r = s.call(
             "throughput", 30, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0
         )
-        child = int(r.data["value"])
+        child = _host_pid(s.box, int(r.data["value"]))  # the worker sees its own PID namespace's numbers
         assert child in s.box.members() and os.getsid(child) == child  # escaped the session ...
         assert s.box.left_session() == [child]  # (the parent sees it too)
         assert any("processes left running" in f for f in s.evidence)
@@ -221,6 +221,19 @@ return float(pid)""") as s:
         not Path(f"/proc/{child}").exists()
         or Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
     )
+
+
+def _host_pid(box, pid: int) -> int:
+    """The grader's number for a process the worker knows as ``pid`` (the last field of NSpid is
+    its number in the innermost namespace); ``pid`` itself without a PID namespace."""
+    for member in box.members():
+        try:
+            nspid = next(ln for ln in Path(f"/proc/{member}/status").read_text().splitlines() if ln.startswith("NSpid:"))
+        except (OSError, StopIteration):
+            continue
+        if len(nspid.split()) > 2 and int(nspid.split()[-1]) == pid:
+            return member
+    return pid
 
 
 def test_descendants_walk_finds_grandchildren():
@@ -425,9 +438,9 @@ def test_a_learners_worker_cannot_signal_renice_repin_or_read_a_grader_only_work
         assert baseline.worker_uid not in (None, 0, 65534)
         target = baseline.box.pid
         # one letter per attempt (the probe returns at most 100 characters): D done, P refused
-        # (EPERM / EACCES / EIO), X anything else; baseline first, then the worker's own child
-        r, _ = _run(f"""import subprocess
-mine = subprocess.Popen(['sleep', '30'])
+        # (EPERM / EACCES / EIO), S no such process (ESRCH / ENOENT: not in the worker's PID
+        # namespace), X anything else; baseline first, then the worker's own child
+        attempts = f"""
 out = ''
 for pid in ({target}, mine.pid):
     for call in (lambda: os.kill(pid, {int(signal.SIGSTOP)}), lambda: os.kill(pid, {int(signal.SIGCONT)}),
@@ -437,13 +450,23 @@ for pid in ({target}, mine.pid):
             call()
             out += 'D'
         except OSError as err:
-            out += 'P' if err.errno in (1, 5, 13) else 'X'
-mine.kill()
-return out""")
+            out += 'P' if err.errno in (1, 5, 13) else 'S' if err.errno in (2, 3) else 'X'
+mine.kill()"""
+        r, _ = _run("import subprocess\nmine = subprocess.Popen(['sleep', '30'])" + attempts + "\nreturn out")
         assert r.ok, r.failure
         said = r.data.get("value")
-        assert said[:5] == "PPPPP", f"stop, cont, renice, repin, /proc/mem of the baseline: {said}"
+        assert said[:5] == "SSSSS", f"stop, cont, renice, repin, /proc/mem of the baseline: {said}"
         assert said[5:9] == "DDDD", f"the same on the worker's own child must work: {said}"
+        # The uid alone still refuses all five where the baseline's pid is visible (the grader's PID
+        # namespace): a learner's uid, no capabilities, in the host's namespace.
+        import subprocess
+        import sys
+
+        host = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--no-new-privs",
+                               "--inh-caps=-all", sys.executable, "-I", "-c",
+                               "import os, subprocess\nmine = subprocess.Popen(['sleep', '30'])" + attempts + "\nprint(out)"],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert host.stdout[:5] == "PPPPP" and host.stdout[5:9] == "DDDD", (host.stdout, host.stderr)
         assert os.getpriority(os.PRIO_PROCESS, target) == 0  # nothing got through
     finally:
         baseline.close()

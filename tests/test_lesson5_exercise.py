@@ -309,3 +309,29 @@ def test_a_busy_machine_never_costs_the_reference_its_speed_points(monkeypatch):
     assert any("timing inconclusive" in line for line in verdicts["test_speed"].lines)
     verdicts = _grade_plan(EVERYTHING)
     assert not verdicts["test_speed"].passed and not verdicts["test_least_recompute"].passed
+
+
+KEEPS_AND_RERUNS = """def checkpointed_forward(blocks, x, plan):
+    # keeps every block's activations, then re-runs each planned block under no_grad in backward
+    # (a hook on its output), so a counter of forward calls sees the recompute checkpointing does
+    for i, block in enumerate(blocks):
+        inp, x = x, block(x)
+        if i in plan["blocks"] and x.requires_grad:
+            def rerun(grad, block=block, inp=inp.detach()):
+                with torch.no_grad():
+                    block(inp)
+                return grad
+            x.register_hook(rerun)
+    return x"""
+
+
+@pytest.mark.slow
+def test_a_forward_that_keeps_its_activations_and_fakes_the_recompute_loses_the_gradient_points():
+    """Issue 41, class 8: the 'recomputed' verdict counted forward calls, which this forward
+    produces itself (right gradients, right counts, no memory released). The grader judges the
+    effect instead: the kernel's peak charge of the worker's cgroup during a step it sizes itself,
+    against the activation bytes it measured on its own copy of the stack."""
+    verdicts, report = _grade(SOLUTION, only=["test_gradients"], checkpointed_forward=KEEPS_AND_RERUNS)
+    reason = verdicts["test_gradients"].reason
+    assert not verdicts["test_gradients"].passed, verdicts["test_gradients"].lines
+    assert "activation" in reason and "released" in reason, reason

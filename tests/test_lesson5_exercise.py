@@ -335,3 +335,17 @@ def test_a_forward_that_keeps_its_activations_and_fakes_the_recompute_loses_the_
     reason = verdicts["test_gradients"].reason
     assert not verdicts["test_gradients"].passed, verdicts["test_gradients"].lines
     assert "activation" in reason and "released" in reason, reason
+
+
+LOOKS_FOR_A_GPU = """import os
+def checkpointed_forward(blocks, x, plan):
+    raise RuntimeError(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}")"""
+
+
+@pytest.mark.slow
+def test_the_forward_runs_where_no_gpu_can_hold_its_activations():
+    """GPU memory is memory no cgroup counts: activations parked there (a saved_tensors_hooks pack
+    to cuda) would look released. The worker is started without a GPU (on a GPU host its device
+    nodes are replaced too: test_grader_sandbox's cpu_only test); here, what the forward sees."""
+    verdicts, _ = _grade(SOLUTION, only=["test_gradients"], checkpointed_forward=LOOKS_FOR_A_GPU)
+    assert "CUDA_VISIBLE_DEVICES=''" in verdicts["test_gradients"].reason, verdicts["test_gradients"].reason

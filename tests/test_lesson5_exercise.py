@@ -349,3 +349,20 @@ def test_the_forward_runs_where_no_gpu_can_hold_its_activations():
     nodes are replaced too: test_grader_sandbox's cpu_only test); here, what the forward sees."""
     verdicts, _ = _grade(SOLUTION, only=["test_gradients"], checkpointed_forward=LOOKS_FOR_A_GPU)
     assert "CUDA_VISIBLE_DEVICES=''" in verdicts["test_gradients"].reason, verdicts["test_gradients"].reason
+
+
+def test_memory_moved_to_swap_still_counts_on_cgroup_v1(tmp_path):
+    """madvise(MADV_PAGEOUT) moves a process's own pages to swap where a host has some: on cgroup v1
+    the memory figures leave them out (v2 workers get no swap: memory.swap.max 0), so the worker's
+    memory is read as memory + swap ("memsw") wherever the kernel accounts it."""
+    from grader.cgroups import Cgroup
+
+    box = object.__new__(Cgroup)
+    box.v2, box.dirs = False, {"memory": tmp_path}
+    for name, value in (("usage_in_bytes", 100), ("max_usage_in_bytes", 200),
+                        ("memsw.usage_in_bytes", 150), ("memsw.max_usage_in_bytes", 300)):  # fmt: skip
+        (tmp_path / f"memory.{name}").write_text(f"{value}\n")
+    assert box.memory_bytes() == (150, 300)
+    for name in ("memsw.usage_in_bytes", "memsw.max_usage_in_bytes"):  # no swap accounting: memory alone
+        (tmp_path / f"memory.{name}").unlink()
+    assert box.memory_bytes() == (100, 200)

@@ -199,8 +199,8 @@ def _check_released(ctx: Context, seed: int) -> None:
     mib += f"backward, this plan {kept / 2**20:.0f} MiB (batch {shape[0]}x{shape[1]}, measured by the grader)"
     expect(growth <= limit, f"{plan.describe(cc.N_BLOCKS)}: the gradients are right, but the activations were not "
                             f"released: the worker's memory grew by {mib}. A checkpointed block keeps only its input "
-                            "and torch.utils.checkpoint recomputes the rest in backward; running a block again "
-                            "whose activations you kept recomputes nothing and saves no memory")  # fmt: skip
+                            "and torch.utils.checkpoint recomputes the rest in backward, one block at a time; "
+                            "running a block again whose activations you kept saves no memory")  # fmt: skip
     ctx.ok(f"{passed}; activations released: the worker's memory grew by {mib}")
 
 

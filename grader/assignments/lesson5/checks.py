@@ -121,7 +121,7 @@ def _forward_plans(ctx: Context, ops: frozenset[str]) -> list[CheckpointPlan]:
 
 
 def _diagnose(data: dict, got: torch.Tensor, seed: int, rng_seed: int, plan: CheckpointPlan,
-              shape: tuple[int, int]) -> str:  # fmt: skip
+              shape: tuple[int, int] = (cc.BATCH, cc.SEQ)) -> str:  # fmt: skip
     missing = data.get("missing") or []
     if missing:
         return (f"{len(missing)} parameters got no gradient (e.g. {str(missing[0])[:40]}): with use_reentrant=True "

@@ -69,8 +69,8 @@ TOLERANCE = 1e-5  # relative gradient error: checkpointing changes no arithmetic
 MATCH = 1e-4  # "your gradient is what this mistake gives"
 # The memory step passes when the worker's peak growth is at most what the plan keeps plus this
 # share of what checkpointing frees (plain - plan), i.e. it released at least half. Measured here
-# (2 cores, no GPU): the reference grows by 0.30-0.32 of the plain stack's bytes, a forward that
-# keeps its activations and re-runs blocks under no_grad by 1.17; the limit sits at ~0.53.
+# (2 cores, no GPU, busy): the reference grows by 0.29-0.35 of the plain stack's bytes, a forward
+# that keeps its activations and re-runs blocks under no_grad by 1.17-1.23; the limit is ~0.53.
 RELEASED = 0.5
 
 SETUP_SOURCE = """\
@@ -220,5 +220,5 @@ NAMES = ("checkpointed_forward", "plan_checkpointing")
 
 ASSIGNMENT = Assignment(id="lesson5", notebook="lesson5", object_name="plan_checkpointing",
                         performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
-                        runtime_module="", timeout_s=180, probes="grader.assignments.lesson5.probes", cpu_only=True,
-                        names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip
+                        runtime_module="", timeout_s=180, probes="grader.assignments.lesson5.probes",
+                        names=NAMES, cell_checks=CELL_CHECKS, cpu_only=True)  # fmt: skip

@@ -59,9 +59,9 @@ def _return_freed_memory() -> None:
     ``M_MMAP_THRESHOLD``, which also stops its dynamic raise), so the cgroup's peak follows the
     bytes live at once. With glibc's default the heap keeps freed activations: an honest
     checkpointed step peaked at 0.62 of the plain stack's activation bytes instead of 0.26-0.35
-    (nearly all of the memory step's activations are 512 KiB or more). Calibration, not a defence: learner code may
-    change it back, which can only raise its own peak. Set at import, before the parent reads the
-    worker's memory zero, before any learner code."""
+    (nearly all of the memory step's activations are 512 KiB or more). Calibration, not a defence:
+    learner code may change it back, which can only raise its own peak. Set at import, before the
+    parent reads the worker's memory zero, before any learner code."""
     import ctypes
 
     try:  # the process's own symbols (dlopen(NULL)): libc's, with no ldconfig subprocess

@@ -5,9 +5,9 @@ weights follow from a seed alone, so the grader's process and the learner's work
 one; `draw_batch` the batch (embeddings, no ``requires_grad``: the first block is fed data, where
 ``use_reentrant=True`` loses gradients), `memory_shape` the large one of the memory step.
 `reference_grads` runs the plain stack (or, to name a mistake, a checkpointed one without the RNG
-state) and returns its gradients; `ops_in` lists the
-ATen ops a forward runs (the names a plan may ``save``); `time_plans` times plans in this process,
-interleaved, with effkit's order-statistic intervals.
+state) and returns its gradients; `ops_in` lists the ATen ops a forward runs (the names a plan may
+``save``); `time_plans` times plans in this process, interleaved, with effkit's order-statistic
+intervals.
 
 **When to use it.** By :mod:`grader.assignments.lesson5.probes` (worker) and :mod:`grader.assignments.lesson5.checks` (parent).
 

@@ -125,14 +125,19 @@ class Cgroup:
         """(usage now, peak usage since the group was made) in bytes, as the kernel charges them to
         the group and its descendants (v1 ``memory.usage_in_bytes`` / ``max_usage_in_bytes``; v2
         ``memory.current`` / ``memory.peak``), or None without a memory controller. Only root can
-        reset these files: a member can add to them by touching pages, never take away."""
+        reset these files: a member can add to them by touching pages, never take away. v1 with swap
+        accounting: memory + swap (``memory.memsw.*``), since a member may push its own pages to swap
+        (``MADV_PAGEOUT``) and the plain figures leave those out (v2 groups get no swap at all)."""
         d = self.dirs.get("memory")
-        names = ("memory.current", "memory.peak") if self.v2 else ("memory.usage_in_bytes", "memory.max_usage_in_bytes")
-        try:
-            now, peak = (int((d / name).read_text().split()[0]) for name in names)
-        except (OSError, TypeError, ValueError, IndexError):
-            return None
-        return now, peak
+        v1 = ("memory.usage_in_bytes", "memory.max_usage_in_bytes")
+        choices = [("memory.current", "memory.peak")] if self.v2 else [tuple(n.replace(".", ".memsw.", 1) for n in v1), v1]
+        for names in choices:
+            try:
+                now, peak = (int((d / name).read_text().split()[0]) for name in names)
+            except (OSError, TypeError, ValueError, IndexError):
+                continue
+            return now, peak
+        return None
 
     def pids_exhausted(self) -> bool:
         d = self.dirs.get("pids")

@@ -309,3 +309,60 @@ def test_a_busy_machine_never_costs_the_reference_its_speed_points(monkeypatch):
     assert any("timing inconclusive" in line for line in verdicts["test_speed"].lines)
     verdicts = _grade_plan(EVERYTHING)
     assert not verdicts["test_speed"].passed and not verdicts["test_least_recompute"].passed
+
+
+KEEPS_AND_RERUNS = """def checkpointed_forward(blocks, x, plan):
+    # keeps every block's activations, then re-runs each planned block under no_grad in backward
+    # (a hook on its output), so a counter of forward calls sees the recompute checkpointing does
+    for i, block in enumerate(blocks):
+        inp, x = x, block(x)
+        if i in plan["blocks"] and x.requires_grad:
+            def rerun(grad, block=block, inp=inp.detach()):
+                with torch.no_grad():
+                    block(inp)
+                return grad
+            x.register_hook(rerun)
+    return x"""
+
+
+@pytest.mark.slow
+def test_a_forward_that_keeps_its_activations_and_fakes_the_recompute_loses_the_gradient_points():
+    """Issue 41, class 8: the 'recomputed' verdict counted forward calls, which this forward
+    produces itself (right gradients, right counts, no memory released). The grader judges the
+    effect instead: the kernel's peak charge of the worker's cgroup during a step it sizes itself,
+    against the activation bytes it measured on its own copy of the stack."""
+    verdicts, report = _grade(SOLUTION, only=["test_gradients"], checkpointed_forward=KEEPS_AND_RERUNS)
+    reason = verdicts["test_gradients"].reason
+    assert not verdicts["test_gradients"].passed, verdicts["test_gradients"].lines
+    assert "activation" in reason and "released" in reason, reason
+
+
+LOOKS_FOR_A_GPU = """import os
+def checkpointed_forward(blocks, x, plan):
+    raise RuntimeError(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}")"""
+
+
+@pytest.mark.slow
+def test_the_forward_runs_where_no_gpu_can_hold_its_activations():
+    """GPU memory is memory no cgroup counts: activations parked there (a saved_tensors_hooks pack
+    to cuda) would look released. The worker is started without a GPU (on a GPU host its device
+    nodes are replaced too: test_grader_sandbox's cpu_only test); here, what the forward sees."""
+    verdicts, _ = _grade(SOLUTION, only=["test_gradients"], checkpointed_forward=LOOKS_FOR_A_GPU)
+    assert "CUDA_VISIBLE_DEVICES=''" in verdicts["test_gradients"].reason, verdicts["test_gradients"].reason
+
+
+def test_memory_moved_to_swap_still_counts_on_cgroup_v1(tmp_path):
+    """madvise(MADV_PAGEOUT) moves a process's own pages to swap where a host has some: on cgroup v1
+    the memory figures leave them out (v2 workers get no swap: memory.swap.max 0), so the worker's
+    memory is read as memory + swap ("memsw") wherever the kernel accounts it."""
+    from grader.cgroups import Cgroup
+
+    box = object.__new__(Cgroup)
+    box.v2, box.dirs = False, {"memory": tmp_path}
+    for name, value in (("usage_in_bytes", 100), ("max_usage_in_bytes", 200),
+                        ("memsw.usage_in_bytes", 150), ("memsw.max_usage_in_bytes", 300)):  # fmt: skip
+        (tmp_path / f"memory.{name}").write_text(f"{value}\n")
+    assert box.memory_bytes() == (150, 300)
+    for name in ("memsw.usage_in_bytes", "memsw.max_usage_in_bytes"):  # no swap accounting: memory alone
+        (tmp_path / f"memory.{name}").unlink()
+    assert box.memory_bytes() == (100, 200)

@@ -11,7 +11,10 @@ budget with as little recompute as possible).
   block keeping its matmuls). The worker returns output and gradients as raw tensor bytes; this
   process computes the plain stack's own and compares (relative error <= 1e-5). A miss is named:
   missing gradients (``use_reentrant=True``), the gradients of a recompute without the RNG state
-  (recomputed here to match), blocks the forward counts show were not checkpointed.
+  (recomputed here to match), blocks the forward counts show were not checkpointed. Then the
+  *effect*: one more step, every block checkpointed, on a batch drawn large enough (~220-270 MiB
+  of plain activations) that the worker's peak memory, as the kernel charges its cgroup, shows
+  whether the activations were released (at least half of what checkpointing frees, RELEASED).
 * ``test_budget`` (2 points): two budgets drawn per grading (a loose one, 55-65% of the plain
   stack's activations, and a tight one, 8-15%). The worker returns the learner's plan **as
   JSON**; this process validates it (`effkit.checkpoint_plan.CheckpointPlan.from_data`: block
@@ -31,7 +34,11 @@ patch the hooks), and so would be any timing it reported: no byte count and no t
 the worker. The plan is data; bytes and time are produced here, where no learner code ran, on the
 parent's own stack. Gradients cross as raw bytes and are checked against this process's own
 reference, so forging them means computing them. The worker's forward counts are claims that
-can only *deny* points (an honest forward that ignores its plan is told so); they never earn any.
+can only *deny* points (an honest forward that ignores its plan is told so); they never earn any:
+a forward that keeps its activations and re-runs blocks under ``no_grad`` in backward produces the
+right counts, so "recomputed" is judged by memory released instead, read by this process from the
+worker's cgroup (a peak since before any learner cell ran: memory taken at load counts, and no
+sandboxed process can lower it). The worker sees no GPU (``cpu_only``), whose memory no cgroup counts.
 
 The budget and speed checks live in :mod:`grader.assignments.lesson5.plan_checks`.
 
@@ -44,7 +51,7 @@ from __future__ import annotations
 import torch
 
 from effkit.act_checkpoint import MATMUL_OPS
-from effkit.checkpoint_plan import CheckpointPlan
+from effkit.checkpoint_plan import CheckpointPlan, plan_bytes
 from grader.assignments import Assignment
 from grader.assignments.lesson5 import ckpt_checks as cc
 from grader.assignments.lesson5.plan_checks import (
@@ -60,6 +67,11 @@ from grader.quiz import quiz_check
 
 TOLERANCE = 1e-5  # relative gradient error: checkpointing changes no arithmetic
 MATCH = 1e-4  # "your gradient is what this mistake gives"
+# The memory step passes when the worker's peak growth is at most what the plan keeps plus this
+# share of what checkpointing frees (plain - plan), i.e. it released at least half. Measured here
+# (2 cores, no GPU, busy): the reference grows by 0.29-0.35 of the plain stack's bytes, a forward
+# that keeps its activations and re-runs blocks under no_grad by 1.17-1.23; the limit is ~0.53.
+RELEASED = 0.5
 
 SETUP_SOURCE = """\
 import functools
@@ -108,13 +120,14 @@ def _forward_plans(ctx: Context, ops: frozenset[str]) -> list[CheckpointPlan]:
     ]
 
 
-def _diagnose(data: dict, got: torch.Tensor, seed: int, rng_seed: int, plan: CheckpointPlan) -> str:
+def _diagnose(data: dict, got: torch.Tensor, seed: int, rng_seed: int, plan: CheckpointPlan,
+              shape: tuple[int, int] = (cc.BATCH, cc.SEQ)) -> str:  # fmt: skip
     missing = data.get("missing") or []
     if missing:
         return (f"{len(missing)} parameters got no gradient (e.g. {str(missing[0])[:40]}): with use_reentrant=True "
                 "a checkpointed block whose input does not require grad (block 0 is fed data) passes no gradient "
                 "to its parameters. Use checkpoint(..., use_reentrant=False)")  # fmt: skip
-    _, no_rng = cc.reference_grads(seed, rng_seed, plan, preserve_rng_state=False)
+    _, no_rng = cc.reference_grads(seed, rng_seed, plan, preserve_rng_state=False, shape=shape)
     if _rel(got, no_rng) < MATCH:
         return (
             "they are exactly the gradients of a recompute that draws new dropout masks: keep "
@@ -139,39 +152,65 @@ def _plan_calls_hint(data: dict, plan: CheckpointPlan) -> str:
     return ""
 
 
+def _forward(ctx: Context, seed: int, plan: CheckpointPlan, shape: tuple[int, int]) -> str:
+    """One learner forward + backward in the worker on a batch of ``shape``, its output and
+    gradients compared with this process's plain stack; returns what passed."""
+    rng_seed = ctx.rng.randrange(1 << 20)
+    shown = f"checkpointed_forward(blocks, x, {plan.to_data()})"
+    r = ctx.session.call("forward", CALL_SECONDS, seed=seed, rng_seed=rng_seed, plan=plan.to_data(),
+                         batch=shape[0], seq=shape[1])  # fmt: skip
+    if not r.ok:
+        raise CheckFailed(stub_reason(r.failure) or f"{shown} {r.failure}")
+    expect(len(r.blobs) == 2, "the worker's answer was malformed")
+    out = _tensor(r.data.get("out"), r.blobs[0], "output")
+    got = _tensor(r.data.get("grads"), r.blobs[1], "gradient")
+    want_out, want = cc.reference_grads(seed, rng_seed, shape=shape)
+    expect(got.shape == want.shape and out.shape == want_out.shape, "the worker's answer was malformed")
+    err = _rel(got, want)
+    if not err <= TOLERANCE:
+        why = _diagnose(r.data, got, seed, rng_seed, plan, shape)
+        raise CheckFailed(f"{shown}: the gradients differ from the plain stack's by {err:.1%}: {why}.")
+    expect(_rel(out, want_out) <= TOLERANCE, f"{shown}: the gradients are right but the output differs from "
+                                             "the plain stack's: return the last block's output")  # fmt: skip
+    hint = _plan_calls_hint(r.data, plan)
+    expect(not hint, f"{shown}: {hint}")
+    return f"{plan.describe(cc.N_BLOCKS)}: gradients equal to the plain stack's (relative error {err:.0e})"
+
+
+def _check_released(ctx: Context, seed: int) -> None:
+    """Checkpointing judged by its effect, not by events learner code can produce (a counter of
+    forward calls is satisfied by re-running a block whose activations were kept): one more step,
+    every block checkpointed, on a batch drawn here so large that activations dominate; the
+    worker's memory is the kernel's peak charge of its cgroup since before any learner cell ran
+    (`ProbeSession.memory_growth`), which no sandboxed process can lower. The plain stack's
+    activation bytes and the plan's are measured here, on this process's own stack."""
+    shape, plan = cc.memory_shape(ctx.rng), CheckpointPlan.everything(cc.N_BLOCKS)
+    passed = _forward(ctx, seed, plan, shape)
+    growth = getattr(ctx.session, "memory_growth", lambda: None)()
+    expect(growth is not None, f"{plan.describe(cc.N_BLOCKS)}: the grader could not read the worker's memory, "
+                               "so it cannot see whether the activations were released")  # fmt: skip
+    # every saved tensor of a block is a fixed number of bytes per token (27,840 plain, 1,536 with
+    # every block checkpointed, at any batch and length): measured on the small batch and scaled
+    stack, (x, _) = cc.build_stack(seed), cc.draw_batch(seed + 1)
+    per_token = shape[0] * shape[1] / (cc.BATCH * cc.SEQ)
+    plain, kept = (round(plan_bytes(stack, x, p) * per_token) for p in (CheckpointPlan(), plan))
+    limit = kept + RELEASED * (plain - kept)
+    mib = f"{growth / 2**20:.0f} MiB at its peak; the plain stack keeps {plain / 2**20:.0f} MiB of activations for "
+    mib += f"backward, this plan {kept / 2**20:.0f} MiB (batch {shape[0]}x{shape[1]}, measured by the grader)"
+    expect(growth <= limit, f"{plan.describe(cc.N_BLOCKS)}: the gradients are right, but the activations were not "
+                            f"released: the worker's memory grew by {mib}. A checkpointed block keeps only its input "
+                            "and torch.utils.checkpoint recomputes the rest in backward, one block at a time; "
+                            "running a block again whose activations you kept saves no memory")  # fmt: skip
+    ctx.ok(f"{passed}; activations released: the worker's memory grew by {mib}")
+
+
 def check_gradients(ctx: Context) -> None:
     _refuse_reference(ctx)
     seed = ctx.rng.randrange(1 << 20)
     ops = cc.ops_in(cc.build_stack(seed), cc.draw_batch(seed + 1)[0])
     for plan in _forward_plans(ctx, ops):
-        rng_seed = ctx.rng.randrange(1 << 20)
-        shown = f"checkpointed_forward(blocks, x, {plan.to_data()})"
-        r = ctx.session.call(
-            "forward", CALL_SECONDS, seed=seed, rng_seed=rng_seed, plan=plan.to_data()
-        )
-        if not r.ok:
-            raise CheckFailed(stub_reason(r.failure) or f"{shown} {r.failure}")
-        expect(len(r.blobs) == 2, "the worker's answer was malformed")
-        out = _tensor(r.data.get("out"), r.blobs[0], "output")
-        got = _tensor(r.data.get("grads"), r.blobs[1], "gradient")
-        want_out, want = cc.reference_grads(seed, rng_seed)
-        expect(
-            got.shape == want.shape and out.shape == want_out.shape,
-            "the worker's answer was malformed",
-        )
-        err = _rel(got, want)
-        if not err <= TOLERANCE:
-            why = _diagnose(r.data, got, seed, rng_seed, plan)
-            raise CheckFailed(
-                f"{shown}: the gradients differ from the plain stack's by {err:.1%}: {why}."
-            )
-        expect(_rel(out, want_out) <= TOLERANCE, f"{shown}: the gradients are right but the output differs from "
-                                                 "the plain stack's: return the last block's output")  # fmt: skip
-        hint = _plan_calls_hint(r.data, plan)
-        expect(not hint, f"{shown}: {hint}")
-        ctx.ok(
-            f"{plan.describe(cc.N_BLOCKS)}: gradients equal to the plain stack's (relative error {err:.0e})"
-        )
+        ctx.ok(_forward(ctx, seed, plan, (cc.BATCH, cc.SEQ)))
+    _check_released(ctx, seed)
 
 
 CELL_CHECKS = {"test_gradients": check_gradients, "test_budget": check_budget, "test_speed": check_speed,
@@ -182,4 +221,4 @@ NAMES = ("checkpointed_forward", "plan_checkpointing")
 ASSIGNMENT = Assignment(id="lesson5", notebook="lesson5", object_name="plan_checkpointing",
                         performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
                         runtime_module="", timeout_s=180, probes="grader.assignments.lesson5.probes",
-                        names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip
+                        names=NAMES, cell_checks=CELL_CHECKS, cpu_only=True)  # fmt: skip

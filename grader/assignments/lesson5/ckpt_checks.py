@@ -3,10 +3,11 @@
 **What it does.** `build_stack` makes a stack of pre-norm transformer blocks (dropout on) whose
 weights follow from a seed alone, so the grader's process and the learner's worker build the same
 one; `draw_batch` the batch (embeddings, no ``requires_grad``: the first block is fed data, where
-``use_reentrant=True`` loses gradients). `reference_grads` runs the plain stack (or, to name a
-mistake, a checkpointed one without the RNG state) and returns its gradients; `ops_in` lists the
-ATen ops a forward runs (the names a plan may ``save``); `time_plans` times plans in this process,
-interleaved, with effkit's order-statistic intervals.
+``use_reentrant=True`` loses gradients), `memory_shape` the large one of the memory step.
+`reference_grads` runs the plain stack (or, to name a mistake, a checkpointed one without the RNG
+state) and returns its gradients; `ops_in` lists the ATen ops a forward runs (the names a plan may
+``save``); `time_plans` times plans in this process, interleaved, with effkit's order-statistic
+intervals.
 
 **When to use it.** By :mod:`grader.assignments.lesson5.probes` (worker) and :mod:`grader.assignments.lesson5.checks` (parent).
 
@@ -35,6 +36,9 @@ from effkit.checkpoint_plan import CheckpointPlan, apply_plan, run_blocks
 N_BLOCKS, DIM, HEADS, DROPOUT = 6, 64, 4, 0.1
 _clock = time.perf_counter  # captured at import (the parent's own clock)
 BATCH, SEQ = 4, 128
+# The memory step's batch (`memory_shape`): tokens drawn per grading so the plain stack keeps
+# ~220-270 MiB of activations for backward, far above what a worker's load moves.
+MEMORY_TOKENS, MEMORY_SEQS = (8192, 10240), (256, 512)
 
 
 class Block(nn.Module):
@@ -77,6 +81,12 @@ def draw_batch(seed: int, batch: int = BATCH, seq: int = SEQ) -> tuple[torch.Ten
     )
 
 
+def memory_shape(rng) -> tuple[int, int]:
+    """(batch, sequence) of the memory step, drawn per grading from the parent's ``rng``."""
+    seq = rng.choice(MEMORY_SEQS)
+    return rng.randint(*MEMORY_TOKENS) // seq, seq
+
+
 def flat_grads(stack: nn.Module) -> tuple[torch.Tensor, list[str]]:
     """All gradients in one vector (zeros where missing), and the names of the missing ones."""
     missing = [n for n, p in stack.named_parameters() if p.grad is None]
@@ -96,11 +106,13 @@ def threads(n: int):
 
 
 def reference_grads(seed: int, rng_seed: int, plan: CheckpointPlan | None = None,
-                    preserve_rng_state: bool = True) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(output, flat gradients) of the plain stack; with ``plan``: checkpointed by hand, for
-    naming a mistake (``preserve_rng_state=False``: the recompute draws new dropout masks)."""
+                    preserve_rng_state: bool = True, shape: tuple[int, int] = (BATCH, SEQ),
+                    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(output, flat gradients) of the plain stack on a batch of ``shape``; with ``plan``:
+    checkpointed by hand, for naming a mistake (``preserve_rng_state=False``: the recompute draws
+    new dropout masks)."""
     stack = build_stack(seed)
-    x, w = draw_batch(seed + 1)
+    x, w = draw_batch(seed + 1, *shape)
     with threads(1):  # the worker runs one thread: same reduction order, same numbers
         torch.manual_seed(rng_seed)
         h = x

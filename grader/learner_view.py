@@ -33,11 +33,11 @@ STAGE = "/mnt"  # where the view is built before it is moved over the repository
 # timed worker's audit and data), then per lesson: the package, its probes, the timed runtime and the
 # task modules those import. Parent-side modules (checks, references, keys) are never listed.
 _CORE = ("grader", "grader.worker", "grader.probe_worker", "grader.learner_view", "grader.proctree",
-         "grader.channel", "grader.quiz", "grader.audit", "grader.data", "grader.timelimit",
+         "grader.channel", "grader.quiz", "grader.audit", "grader.data",
          "grader.assignments")  # fmt: skip
 _LESSONS = {
     "lesson1": ("probes", "task"),
-    "lesson2": ("probes", "pipeline_checks", "runtime"),
+    "lesson2": ("probes", "probe_data", "runtime"),
     "lesson3": ("probes", "amp_checks", "runtime", "text_data"),
     "lesson4": ("probes", "accum_task"),
     "lesson5": ("probes", "ckpt_checks"),
@@ -78,7 +78,9 @@ def other_grader_copies(root: Path = REPO_ROOT) -> list[Path]:
 def view_mounts(root: Path = REPO_ROOT) -> list[str]:
     """Shell commands (root, inside the worker's private mount namespace, after the course folders
     are hidden) that leave at ``root`` only the allow-listed view. ``root`` stays on ``sys.path``."""
-    q = shlex.quote
+    def q(arg) -> str:
+        return shlex.quote(str(arg))
+
     cmds = [f"mount -t tmpfs -o size=1k,mode=0 tmpfs {q(p)}" for p in other_grader_copies(root)]
     cmds.append(f"mkdir -p {STAGE} && mount -t tmpfs -o size=8m,mode=0755 tmpfs {STAGE}")
     files: dict[Path, list[Path]] = {}

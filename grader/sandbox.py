@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.cgroups import Cgroup, sweep_stale_cgroups
+from grader.learner_view import view_mounts
+from grader.proctree import descendants
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NOBODY = 65534
@@ -189,25 +191,6 @@ def _signal_tree(pid: int, sig: int) -> None:
             pass
 
 
-def descendants(root: int) -> list[int]:
-    """Every live process whose ancestry reaches ``root`` (a /proc walk; orphans re-parented to a
-    subreaper above us are found through it, see ``become_subreaper``)."""
-    parent: dict[int, int] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                parent[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    out, frontier = [], {root}
-    while frontier:
-        kids = {p for p, pp in parent.items() if pp in frontier and p not in out and p != root}
-        out += sorted(kids)
-        frontier = kids
-    return out
-
-
 def become_subreaper() -> bool:
     """Make this process the reaper of orphaned descendants, so a double-forked learner process
     stays in our /proc walk (Linux prctl PR_SET_CHILD_SUBREAPER)."""
@@ -277,6 +260,7 @@ def launch(
         ]
         mounts += [f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(n)}" if os.path.isdir(n) else
                    f"mount --bind /dev/null {_q(n)}" for n in nodes]  # fmt: skip
+        mounts += view_mounts()  # the repository as the worker sees it: effkit, the venv, worker-side grader code
         if netns is not None:
             pass  # the other worker's namespace: its loopback is up already, nothing more is reachable
         elif loopback:  # this namespace's lo only: nothing outside is reachable
@@ -320,7 +304,9 @@ def launch(
         unavailable += ["unprivileged user (not root)", "network isolation (unshare -n needs root)",
                         "a user of its own for the grader's baseline worker (not root): a learner's process could "
                         "signal or renice it",
-                        "private /tmp tmpfs and hidden course folders (unshare -m needs root)"]  # fmt: skip
+                        "private /tmp tmpfs and hidden course folders (unshare -m needs root)",
+                        "the grader's own code hidden from the worker (unshare -m needs root): it can import and "
+                        "read the checks and answer keys"]  # fmt: skip
         workdir = Path(tempfile.mkdtemp(prefix="effkit-worker-"))
         workdir.chmod(0o700)
         env["HOME"] = str(workdir)

@@ -29,7 +29,6 @@ import io
 import json
 import linecache
 import os
-import pkgutil
 import shutil
 import sys
 import time
@@ -40,15 +39,17 @@ from pathlib import Path
 TIME_FUNCTIONS = ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
                   "monotonic_ns", "process_time")  # fmt: skip
 WATCHED_PREFIXES = ("effkit", "grader")
-GRADER_MODULES = ("grader.audit", "grader.gate", "grader.notebook", "grader.perf", "grader.protocol",
-                  "grader.quiet", "grader.supervisor", "grader.targets", "grader.timelimit")  # fmt: skip
 
 
-def assignment_modules(runtime_module: str) -> list[str]:
-    """Every module of the assignment package that ``runtime_module`` belongs to (its checks, its
-    probes): imported before learner code so that replacing their functions is detected too."""
-    package = importlib.import_module(runtime_module.rpartition(".")[0])
-    return [f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__) if not m.ispkg]
+def watched_modules(runtime_module: str) -> list[str]:
+    """The grader modules this worker imports before learner code, so that replacing any of their
+    functions is detected: the worker-side core and the runtime's own assignment package. Nothing
+    else of the grader is in the worker's view (:mod:`grader.learner_view`)."""
+    from grader.learner_view import WORKER_MODULES
+
+    package = runtime_module.rpartition(".")[0] + "."
+    return [m for m in WORKER_MODULES if m.startswith(package) or not m.startswith("grader.assignments.")
+            if m not in ("grader.worker", "grader.probe_worker")]  # fmt: skip
 
 
 class Diverged(RuntimeError):
@@ -125,7 +126,7 @@ class Worker:
     def __init__(self, config: dict, channel: Channel):
         self.config = config
         self.channel = channel
-        for name in (*GRADER_MODULES, *assignment_modules(config["assignment_module"])):
+        for name in watched_modules(config["assignment_module"]):
             importlib.import_module(name)  # so that replacing any of their functions is detected
         self.assignment = importlib.import_module(config["assignment_module"])
         import torch  # noqa: F401  (imported here so the parent sees import time as start-up)

@@ -135,7 +135,8 @@ PARENT_ONLY = {*((f"grader.assignments.{lesson}", "__getattr__") for lesson in l
 
 def test_every_module_a_worker_imports_is_in_the_view():
     """From the worker entry points, every assignment's probes, timed runtime and trusted setup cell:
-    every grader module reached is listed (else the worker fails to import it in a grading)."""
+    every grader module reached is listed (else the worker fails to import it in a grading), and
+    every listed module is reached."""
     from grader import assignments
 
     roots = {"grader.worker", "grader.probe_worker"}
@@ -155,6 +156,7 @@ def test_every_module_a_worker_imports_is_in_the_view():
         parts = name.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts))] + sorted(_grader_imports(name))
     assert sorted(seen - set(WORKER_MODULES)) == []
+    assert sorted(set(WORKER_MODULES) - seen) == []  # and nothing a worker does not need
 
 
 def test_no_module_in_the_view_holds_an_answer_or_a_check():

@@ -28,6 +28,7 @@ import torch
 
 from grader.assignments import Assignment
 from grader.assignments.lesson3 import amp_checks as probe
+from grader.assignments.lesson3.runtime import reuses_reference as reference_reason
 from grader.protocol import GradingSpec
 from grader.quiet import quiet
 from grader.quiz import quiz_check
@@ -101,32 +102,6 @@ CASES = (  # (caps, expected mode, why)
     (dict(type="cuda", name="Tesla T4", bf16=False, fp16=True), "fp16", "a T4 (fp16 only)"),
     (dict(type="cpu", name="old CPU", bf16=False, fp16=False), "off", "a CPU without bf16"),
 )
-
-
-def _names(code) -> set[str]:
-    """Every global/attribute name a code object (and the functions nested in it) refers to."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if hasattr(const, "co_names"):
-            names |= _names(const)
-    return names
-
-
-def reference_reason(fn) -> str:
-    """A reason to refuse ``fn`` when it *is* (or calls) effkit's ``default_train_step``, else ''."""
-    from effkit.workloads.bert.trainer import default_train_step
-
-    inner = getattr(fn, "func", fn)  # functools.partial
-    if inner is default_train_step:
-        return ("your amp_train_step is effkit's default_train_step, the reference answer: write "
-                "your own step to earn these points")  # fmt: skip
-    call = vars(type(inner)).get("__call__")  # a callable object: look at its __call__
-    code = getattr(inner, "__code__", None) or getattr(call, "__code__", None)
-    names = _names(code) if code is not None else set()
-    aliases = getattr(inner, "__globals__", {})  # `from ... import default_train_step as mine`
-    if "default_train_step" in names or any(aliases.get(n) is default_train_step for n in names):
-        return "your amp_train_step calls effkit's default_train_step, the reference answer: write your own"
-    return ""
 
 
 def _ok(text: str) -> None:

@@ -28,6 +28,7 @@ import torch
 
 from grader.assignments import Assignment
 from grader.assignments.lesson3 import amp_checks as probe
+from grader.assignments.lesson3.amp_reference import reference_update
 from grader.assignments.lesson3.runtime import reuses_reference as reference_reason
 from grader.protocol import GradingSpec
 from grader.quiet import quiet
@@ -162,7 +163,7 @@ def _check_update(step, policy, scaler, seed: int, what: str, model=None, optimi
     model = model or probe.ProbeModel(seed)
     optimizer = optimizer or probe.SpyOptimizer(model.parameters())
     batch = probe.probe_batch(seed)
-    want, want_loss = probe.reference_update(model, batch, 1.0)
+    want, want_loss = reference_update(model, batch, 1.0)
     before = probe.flat_params(model)
     loss = _call(step, model, batch, optimizer, policy, scaler, what)
     expect(math.isfinite(loss), f"{what}: expected a finite loss, got {loss}")
@@ -313,7 +314,7 @@ def _model_at(params: torch.Tensor, seed: int) -> probe.ProbeModel:
 
 def _judge_update(seed, batch_seed, before, data, after, what) -> None:
     """The parent's reference step from ``before``; the worker's ``after`` must match it."""
-    want, want_loss = probe.reference_update(_model_at(before, seed), probe.probe_batch(batch_seed), 1.0)
+    want, want_loss = reference_update(_model_at(before, seed), probe.probe_batch(batch_seed), 1.0)
     loss = data["loss"]["value"]
     expect(loss is not None and math.isfinite(loss), f"{what}: expected a finite loss, got {data['loss'].get('repr')}")
     expect(abs(loss - want_loss) <= 0.03 * abs(want_loss) + 1e-3,

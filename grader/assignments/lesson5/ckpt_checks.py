@@ -3,8 +3,8 @@
 **What it does.** `build_stack` makes a stack of pre-norm transformer blocks (dropout on) whose
 weights follow from a seed alone, so the grader's process and the learner's worker build the same
 one; `draw_batch` the batch (embeddings, no ``requires_grad``: the first block is fed data, where
-``use_reentrant=True`` loses gradients). `reference_grads` runs the plain stack (or, to name a
-mistake, a checkpointed one without the RNG state) and returns its gradients; `ops_in` lists the
+``use_reentrant=True`` loses gradients); the plain stack's gradients (the answer) are computed by
+:mod:`.ckpt_reference`, which the worker cannot see (:mod:`grader.learner_view`); `ops_in` lists the
 ATen ops a forward runs (the names a plan may ``save``); `time_plans` times plans in this process,
 interleaved, with effkit's order-statistic intervals.
 
@@ -27,7 +27,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.checkpoint import checkpoint
 
 from effkit.abtest import median_ci, median_ci_coverage
 from effkit.checkpoint_plan import CheckpointPlan, apply_plan, run_blocks
@@ -93,24 +92,6 @@ def threads(n: int):
         yield
     finally:
         torch.set_num_threads(before)
-
-
-def reference_grads(seed: int, rng_seed: int, plan: CheckpointPlan | None = None,
-                    preserve_rng_state: bool = True) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(output, flat gradients) of the plain stack; with ``plan``: checkpointed by hand, for
-    naming a mistake (``preserve_rng_state=False``: the recompute draws new dropout masks)."""
-    stack = build_stack(seed)
-    x, w = draw_batch(seed + 1)
-    with threads(1):  # the worker runs one thread: same reduction order, same numbers
-        torch.manual_seed(rng_seed)
-        h = x
-        for i, block in enumerate(stack):
-            if plan is not None and i in plan.blocks:
-                h = checkpoint(block, h, use_reentrant=False, preserve_rng_state=preserve_rng_state)
-            else:
-                h = block(h)
-        (h * w).sum().backward()
-    return h.detach(), flat_grads(stack)[0]
 
 
 class _OpCensus(TorchDispatchMode):

@@ -175,3 +175,21 @@ def test_no_module_in_the_view_holds_an_answer_or_a_check():
             found |= {f"{name}.{n}" for n in names
                       if n.startswith(("reference", "wrong_", "check_")) or "KEY" in n or n == "ASSIGNMENT"}  # fmt: skip
     assert sorted(found - residual) == []
+
+
+def test_a_python_installation_inside_the_repository_is_carried_into_the_view(monkeypatch, tmp_path):
+    """The instructor's server keeps its venv in the repository (``make setup``: ``.venv``): the view
+    must carry it whole, or the worker has no Python; one outside stays where it is."""
+    for name in WORKER_MODULES:
+        path = module_file(name, tmp_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    (tmp_path / "effkit").mkdir()
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    monkeypatch.setattr(learner_view.sys, "prefix", str(tmp_path / ".venv"))
+    cmds = learner_view.view_mounts(tmp_path)
+    stage = learner_view.STAGE
+    assert f"mkdir -p {stage}/.venv && mount --rbind {tmp_path / '.venv'} {stage}/.venv" in cmds
+    assert f"mkdir -p {stage}/effkit && mount --rbind {tmp_path / 'effkit'} {stage}/effkit" in cmds
+    assert cmds[-1] == f"mount --move {stage} {tmp_path}"
+    assert not any("/checks.py" in c or "/tests" in c or ".git" in c for c in cmds)

@@ -8,6 +8,7 @@ everything a worker imports is listed, and nothing listed holds an answer.
 """
 
 import ast
+import json
 
 import pytest
 
@@ -193,3 +194,38 @@ def test_a_python_installation_inside_the_repository_is_carried_into_the_view(mo
     assert f"mkdir -p {stage}/effkit && mount --rbind {tmp_path / 'effkit'} {stage}/effkit" in cmds
     assert cmds[-1] == f"mount --move {stage} {tmp_path}"
     assert not any("/checks.py" in c or "/tests" in c or ".git" in c for c in cmds)
+
+
+TIMED_ATTACK = """
+import importlib, json
+_got = []
+for _name in MODULES:
+    try:
+        importlib.import_module(_name)
+        _got.append(_name)
+    except BaseException:
+        pass
+raise RuntimeError("REPORT " + json.dumps(_got))
+"""
+
+
+@ROOT_ONLY
+def test_a_timed_learner_worker_cannot_import_the_graders_checking_modules(tmp_path):
+    """Lessons 2-3's timed worker: it used to import the gate, the protocol and the whole assignment
+    package (its checks too) itself, before any learner code ran."""
+    from grader.supervisor import WorkerFailed, start_worker
+
+    workdir = tmp_path / "grading"
+    workdir.mkdir(mode=0o700)
+    (workdir / "inputs").mkdir(mode=0o755)
+    config = {"assignment_module": "grader.assignments.lesson2.runtime", "device": "cpu", "role": "learner"}
+    w = start_worker("learner", workdir, config, inputs=workdir / "inputs")
+    try:
+        w.expect("ready", 120, "starting up")
+        w.send(cmd="load", cells=[("attack", TIMED_ATTACK.replace("MODULES", repr(PARENT_SIDE)))],
+               object_name="FastPipeline")  # fmt: skip
+        with pytest.raises(WorkerFailed) as failed:
+            w.expect("loaded", 60, "running the attack")
+    finally:
+        w.close()
+    assert json.loads(str(failed.value).split("REPORT ", 1)[1].splitlines()[0]) == []

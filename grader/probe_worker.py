@@ -119,7 +119,7 @@ class Worker:
         ]
         if extra:
             out.append(f"threads left running by your code: {', '.join(extra[:4])}")
-        from grader.sandbox import descendants
+        from grader.proctree import descendants
 
         kids = descendants(os.getpid())
         if kids:

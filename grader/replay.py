@@ -27,13 +27,14 @@ work between them fail the size check on every chunk.
 
 from __future__ import annotations
 
-import io
 import os
 import random
 import shutil
 from pathlib import Path
 
 import torch
+
+from grader.commit import load_state
 
 # Bounds, calibrated on honest and forged gradings (grader/README.md "timed work" row).
 # Measured on this 2-core host (lesson 2 smoke, 2 gradings of the reference pipeline): size ratios
@@ -77,33 +78,6 @@ class Reveal:
     def show_run(self, data, r: int) -> None:
         self.show(Path(data.train_dirs[r]))
         self.show(Path(data.init_paths[r]))
-
-
-def training_state(trainer) -> bytes:
-    """What a worker commits: its model's state and its optimizer's per-parameter state."""
-    state = {"model": {k: v.detach().cpu() for k, v in trainer.model.state_dict().items()},
-             "optimizer": _cpu(trainer.optimizer.state_dict()["state"])}  # fmt: skip
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.getvalue()
-
-
-def _cpu(obj):
-    if torch.is_tensor(obj):
-        return obj.detach().cpu()
-    if isinstance(obj, dict):
-        return {k: _cpu(v) for k, v in obj.items()}
-    return obj
-
-
-def load_state(blob_or_path) -> dict:
-    """A committed state, refused unless it is ``{"model": {name: tensor}, "optimizer": {...}}``."""
-    src = io.BytesIO(blob_or_path) if isinstance(blob_or_path, bytes | bytearray) else blob_or_path
-    state = torch.load(src, map_location="cpu", weights_only=True)
-    if not (isinstance(state, dict) and isinstance(state.get("model"), dict) and isinstance(state.get("optimizer"), dict)
-            and all(torch.is_tensor(v) for v in state["model"].values())):  # fmt: skip
-        raise ValueError("not a training state")
-    return state
 
 
 class Commits:

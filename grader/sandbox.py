@@ -58,6 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.cgroups import Cgroup, sweep_stale_cgroups
+from grader.learner_view import view_mounts
+from grader.proctree import descendants
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NOBODY = 65534
@@ -224,25 +226,6 @@ def _signal_tree(pid: int, sig: int) -> None:
             pass
 
 
-def descendants(root: int) -> list[int]:
-    """Every live process whose ancestry reaches ``root`` (a /proc walk; orphans re-parented to a
-    subreaper above us are found through it, see ``become_subreaper``)."""
-    parent: dict[int, int] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                parent[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    out, frontier = [], {root}
-    while frontier:
-        kids = {p for p, pp in parent.items() if pp in frontier and p not in out and p != root}
-        out += sorted(kids)
-        frontier = kids
-    return out
-
-
 def become_subreaper() -> bool:
     """Make this process the reaper of orphaned descendants, so a double-forked learner process
     stays in our /proc walk (Linux prctl PR_SET_CHILD_SUBREAPER)."""
@@ -313,6 +296,8 @@ def launch(
         ]
         mounts += [f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(n)}" if os.path.isdir(n) else
                    f"mount --bind /dev/null {_q(n)}" for n in nodes]  # fmt: skip
+        if not grader_only:  # the repository as a learner's worker sees it: effkit, the venv, worker-side grader code
+            mounts += view_mounts()
         if netns is not None:
             pass  # the other worker's namespace: its loopback is up already, nothing more is reachable
         elif loopback:  # this namespace's lo only: nothing outside is reachable
@@ -371,7 +356,9 @@ def launch(
                         "a read-only view of the host's files: its world-writable folders (/var/tmp, ...) are "
                         "shared with other gradings and outlive this one (needs root)",
                         "a PID and IPC namespace of its own (needs root): processes and SysV/POSIX IPC of other "
-                        "gradings are visible"]  # fmt: skip
+                        "gradings are visible",
+                        "the grader's own code hidden from the worker (unshare -m needs root): it can import and "
+                        "read the checks and answer keys"]  # fmt: skip
         workdir = Path(tempfile.mkdtemp(prefix="effkit-worker-"))
         workdir.chmod(0o700)
         env["HOME"] = str(workdir)

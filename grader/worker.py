@@ -24,6 +24,7 @@ pointless (parent-side clock, parent-side evaluation, the idle worker is frozen)
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import linecache
@@ -36,18 +37,31 @@ import traceback
 import types
 from pathlib import Path
 
-from grader.replay import load_state, training_state
+from grader.commit import load_state, training_state
 
 TIME_FUNCTIONS = ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
                   "monotonic_ns", "process_time")  # fmt: skip
 WATCHED_PREFIXES = ("effkit", "grader")
-GRADER_MODULES = ("grader.audit", "grader.gate", "grader.notebook", "grader.perf", "grader.protocol", "grader.replay",
+# The parent's modules: watched too where the machine cannot hide them from the worker (no root, no
+# view: they are importable, so replacing their functions is reported as before); absent otherwise.
+GRADER_MODULES = ("grader.audit", "grader.gate", "grader.notebook", "grader.perf", "grader.protocol",
                   "grader.quiet", "grader.supervisor", "grader.targets", "grader.timelimit")  # fmt: skip
 
 
+def watched_modules(runtime_module: str) -> list[str]:
+    """The grader modules this worker imports before learner code, so that replacing any of their
+    functions is detected: the worker-side core and the runtime's own assignment package. Nothing
+    else of the grader is in the worker's view (:mod:`grader.learner_view`)."""
+    from grader.learner_view import WORKER_MODULES
+
+    package = runtime_module.rpartition(".")[0] + "."
+    return [m for m in WORKER_MODULES if m.startswith(package) or not m.startswith("grader.assignments.")
+            if m not in ("grader.worker", "grader.probe_worker")]  # fmt: skip
+
+
 def assignment_modules(runtime_module: str) -> list[str]:
-    """Every module of the assignment package that ``runtime_module`` belongs to (its checks, its
-    probes): imported before learner code so that replacing their functions is detected too."""
+    """Every module of the runtime's assignment package this worker can find (its checks too where
+    nothing hides them): imported before learner code so that replacing their functions is detected."""
     package = importlib.import_module(runtime_module.rpartition(".")[0])
     return [f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__) if not m.ispkg]
 
@@ -126,8 +140,11 @@ class Worker:
     def __init__(self, config: dict, channel: Channel):
         self.config = config
         self.channel = channel
-        for name in (*GRADER_MODULES, *assignment_modules(config["assignment_module"])):
+        for name in watched_modules(config["assignment_module"]):
             importlib.import_module(name)  # so that replacing any of their functions is detected
+        for name in (*GRADER_MODULES, *assignment_modules(config["assignment_module"])):
+            with contextlib.suppress(ModuleNotFoundError):  # not in this worker's view: nothing to replace
+                importlib.import_module(name)
         self.assignment = importlib.import_module(config["assignment_module"])
         import torch  # noqa: F401  (imported here so the parent sees import time as start-up)
 

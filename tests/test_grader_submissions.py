@@ -126,8 +126,13 @@ def test_clock_and_grader_tampering_is_flagged_and_has_no_effect(course):
     # eve's pipeline is the correct one: full marks, whatever the kernel's patched function said
     assert _cell_scores(root)["eve"]["test_speed"] == report["points"] == 5
     flags = " ".join(report["flags"])
-    for name in ("time.perf_counter", "time.time", "time.monotonic", "grader.protocol._clock", "grader.perf.grade"):
+    for name in ("time.perf_counter", "time.time", "time.monotonic"):
         assert name in flags
+    # the grader's own modules could not even be imported in the worker (grader.learner_view), so
+    # their replacements never happened; where the machine cannot hide them they are flagged instead
+    hidden = not any("grader's own code" in f for f in flags)
+    for name in ("grader.protocol._clock", "grader.perf.grade"):
+        assert (name in flags) != hidden
     # the measured speed is the real one: a 10x slower clock would have made it ~10x larger
     assert report["speedup"] < 5.0  # the reference measures ~1.7-2.2x here
     # the kernel's patched grade_performance returned 5.0; the grader's own output replaced it

@@ -20,6 +20,7 @@ from exercise_cells import grade_in_process, solution_cells  # noqa: E402  (test
 from effkit.checkpoint_plan import CheckpointPlan
 from grader import assignments
 from grader.assignments.lesson5 import ckpt_checks as cc
+from grader.assignments.lesson5 import ckpt_reference
 from grader.assignments.lesson5.plan_checks import LOOSE
 from grader.cells import CellVerdict, Context, grade_cells
 from grader.probe import CallResult
@@ -77,9 +78,9 @@ def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells
 def test_the_grader_references_see_the_mistakes_they_name():
     """A recompute without the RNG state really changes the gradients (dropout is on), and the
     loose budget needs some blocks but not all: neither 'nothing' nor 'everything' is the answer."""
-    _, plain = cc.reference_grads(5, 9)
-    _, ckpt = cc.reference_grads(5, 9, CheckpointPlan((0, 2)))
-    _, no_rng = cc.reference_grads(5, 9, CheckpointPlan((0, 2)), preserve_rng_state=False)
+    _, plain = ckpt_reference.reference_grads(5, 9)
+    _, ckpt = ckpt_reference.reference_grads(5, 9, CheckpointPlan((0, 2)))
+    _, no_rng = ckpt_reference.reference_grads(5, 9, CheckpointPlan((0, 2)), preserve_rng_state=False)
     assert torch.equal(ckpt, plain)
     assert (no_rng - plain).norm() / plain.norm() > 0.05
     from effkit.checkpoint_plan import plan_bytes, plan_for_budget
@@ -111,7 +112,7 @@ def test_a_recompute_without_the_rng_state_is_named():
             )
         (h * w).sum().backward()
     got, missing = cc.flat_grads(stack)
-    assert not missing and _rel(got, cc.reference_grads(seed, rng_seed)[1]) > TOLERANCE
+    assert not missing and _rel(got, ckpt_reference.reference_grads(seed, rng_seed)[1]) > TOLERANCE
     assert "new dropout masks" in _diagnose({"missing": []}, got, seed, rng_seed, plan)
 
 
@@ -144,7 +145,7 @@ def test_the_reference_forward_runs_on_a_torch_without_respect_saved_tensors_hoo
         out = ns["checkpointed_forward"](stack, x, {"blocks": list(range(cc.N_BLOCKS)), "save": ops})
         (out * w).sum().backward()
     got, missing = cc.flat_grads(stack)
-    assert not missing and _rel(got, cc.reference_grads(seed, rng_seed)[1]) <= TOLERANCE
+    assert not missing and _rel(got, ckpt_reference.reference_grads(seed, rng_seed)[1]) <= TOLERANCE
 
 
 class _PlanOnlySession:

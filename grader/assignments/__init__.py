@@ -9,7 +9,9 @@ speedup ``targets`` per device class and its gate calibrations (``calibration/``
 
 **When to use it.** Adding an exercise: copy ``lesson4/`` (out-of-kernel checks only) or
 ``lesson2/`` (checks + a timed, accuracy-gated speedup). Nothing in the core changes: the
-sandbox, supervisor, protocol, gate, nbgrader integration, reports and CLI stay as they are.
+sandbox, supervisor, protocol, gate, nbgrader integration, reports and CLI stay as they are;
+only the modules its workers import are added to ``grader.learner_view`` (the view a learner's
+worker sees: a test names any that are missing).
 
 **Expected gain.** One protocol, many exercises.
 

@@ -36,7 +36,7 @@ import torch
 
 from effkit.measure import DataWaitSplit, device_name, sync
 from effkit.workloads import cifar
-from grader.assignments.lesson1.checks import BOTTLENECKS, TOLERANCE
+from grader.assignments.lesson1.task import BOTTLENECKS, TOLERANCE
 
 
 # %% [markdown]

@@ -47,7 +47,7 @@
 import torch
 import torch.nn.functional as F
 
-from grader.assignments.lesson4.accum_checks import IGNORE
+from grader.assignments.lesson4.accum_task import IGNORE
 
 # %% nbgrader={"grade": false, "grade_id": "train_accumulated", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def train_accumulated(model, optimizer, micro_batches, accum_steps):

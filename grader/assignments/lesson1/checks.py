@@ -37,11 +37,10 @@ import statistics
 import time
 
 from grader.assignments import Assignment
+from grader.assignments.lesson1.task import BOTTLENECKS, TOLERANCE  # the setup cell's (worker side)
 from grader.cells import CheckFailed, Context, expect, stub_reason
 from grader.quiz import quiz_check
 
-BOTTLENECKS = ("input pipeline", "compute")
-TOLERANCE = 0.25  # learner's samples/s / grader's must lie in [1 - TOLERANCE, 1 + TOLERANCE]
 SHARE_TOLERANCE = 0.15  # |learner's data-wait share - the recorded share|
 CALLS = 3
 RETRIES = 3
@@ -59,7 +58,7 @@ import torch
 
 from effkit.measure import DataWaitSplit, device_name, sync
 from effkit.workloads import cifar
-from grader.assignments.lesson1.checks import BOTTLENECKS, TOLERANCE"""
+from grader.assignments.lesson1.task import BOTTLENECKS, TOLERANCE"""
 
 QUIZ_KEY = {  # question -> the right choice; the notebook only holds the questions
     "q1": "b",  # median-of-pairs interval: where the typical A/B ratio lies, with stated coverage

@@ -26,7 +26,7 @@ import stat
 import tempfile
 
 from grader.assignments.lesson13 import slo_task
-from grader.assignments.lesson13.artifact import MAX_BYTES
+from grader.assignments.lesson13.slo_task import MAX_BYTES
 from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
 
 

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 DIM, CLASSES, WIDTH, HIDDEN_LAYERS = 64, 8, 512, 3
+MAX_BYTES = 8 << 20  # largest model file accepted (the fp32 model is ~2.2 MB; int8 ~0.6 MB)
 N_TRAIN, N_CALIB, N_TEST = 8192, 512, 4096
 EPOCHS, BATCH, LR = 4, 128, 1e-3
 PLANTED = (2, 6)  # how many massive-activation units, drawn per grading

@@ -1,7 +1,7 @@
 """Lesson 2, worker side: run the learner's ``FastPipeline`` on a probe dataset, return raw tensors.
 
 **What it does.** ``probe_epochs`` builds the learner's pipeline on the grader's probe dataset
-(pixels that encode their origin, :func:`grader.assignments.lesson2.pipeline_checks.probe_dataset`, re-created by the
+(pixels that encode their origin, :func:`grader.assignments.lesson2.probe_data.probe_dataset`, re-created by the
 parent from the same seed), asks ``len()``, iterates ``epochs`` epochs and returns every batch as
 dtype + shape + device + raw bytes, plus the dataset's pixels and labels afterwards (to prove it
 was left untouched). The parent decodes and judges all of it (:mod:`grader.assignments.lesson2.checks`); nothing
@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from grader.assignments.lesson2.pipeline_checks import probe_dataset
+from grader.assignments.lesson2.probe_data import probe_dataset
 from grader.channel import tensor_msg
 from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
 

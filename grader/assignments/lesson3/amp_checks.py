@@ -4,9 +4,9 @@
 scaler, max_grad_norm)``: `ProbeModel` (a tiny Hugging-Face-shaped classifier that records the
 dtype of its matmul output and whether autocast was on, and can be *poisoned* to produce NaN
 gradients), `SpyScaler` (a real, enabled CPU ``GradScaler`` that logs the order of its calls),
-`SpyOptimizer` (plain SGD that records the gradient norm it was stepped with), and
-``reference_update``: the step a correct fp32 implementation makes (forward, backward, clip at
-``max_grad_norm``, SGD), to compare the learner's *parameter update* with.
+`SpyOptimizer` (plain SGD that records the gradient norm it was stepped with). The step a correct
+fp32 implementation makes, to compare the learner's *parameter update* with, is the parent's
+(:mod:`.amp_reference`: the learner's worker cannot see it, :mod:`grader.learner_view`).
 
 **When to use it.** By :mod:`grader.assignments.lesson3.checks`'s checks, in the learner's kernel (milliseconds).
 
@@ -112,20 +112,6 @@ SpyOptimizer([torch.zeros(1, requires_grad=True)])
 
 def flat_params(model) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
-
-
-def reference_update(start: ProbeModel, batch: dict, max_grad_norm: float) -> tuple[torch.Tensor, float]:
-    """(parameter change, loss) of a correct float64 step from ``start``'s weights: clip, then SGD."""
-    model = ProbeModel().double()
-    model.load_state_dict(start.state_dict())
-    before = flat_params(model)
-    loss = model(**batch).loss
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    with torch.no_grad():
-        for p in model.parameters():
-            p -= LR * p.grad
-    return (flat_params(model) - before).float(), float(loss.detach())
 
 
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:

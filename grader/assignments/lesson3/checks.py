@@ -28,6 +28,8 @@ import torch
 
 from grader.assignments import Assignment
 from grader.assignments.lesson3 import amp_checks as probe
+from grader.assignments.lesson3.amp_reference import reference_update
+from grader.assignments.lesson3.runtime import reuses_reference as reference_reason
 from grader.protocol import GradingSpec
 from grader.quiet import quiet
 from grader.quiz import quiz_check
@@ -103,32 +105,6 @@ CASES = (  # (caps, expected mode, why)
 )
 
 
-def _names(code) -> set[str]:
-    """Every global/attribute name a code object (and the functions nested in it) refers to."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if hasattr(const, "co_names"):
-            names |= _names(const)
-    return names
-
-
-def reference_reason(fn) -> str:
-    """A reason to refuse ``fn`` when it *is* (or calls) effkit's ``default_train_step``, else ''."""
-    from effkit.workloads.bert.trainer import default_train_step
-
-    inner = getattr(fn, "func", fn)  # functools.partial
-    if inner is default_train_step:
-        return ("your amp_train_step is effkit's default_train_step, the reference answer: write "
-                "your own step to earn these points")  # fmt: skip
-    call = vars(type(inner)).get("__call__")  # a callable object: look at its __call__
-    code = getattr(inner, "__code__", None) or getattr(call, "__code__", None)
-    names = _names(code) if code is not None else set()
-    aliases = getattr(inner, "__globals__", {})  # `from ... import default_train_step as mine`
-    if "default_train_step" in names or any(aliases.get(n) is default_train_step for n in names):
-        return "your amp_train_step calls effkit's default_train_step, the reference answer: write your own"
-    return ""
-
-
 def _ok(text: str) -> None:
     print(f"  ok  {text}")
 
@@ -187,7 +163,7 @@ def _check_update(step, policy, scaler, seed: int, what: str, model=None, optimi
     model = model or probe.ProbeModel(seed)
     optimizer = optimizer or probe.SpyOptimizer(model.parameters())
     batch = probe.probe_batch(seed)
-    want, want_loss = probe.reference_update(model, batch, 1.0)
+    want, want_loss = reference_update(model, batch, 1.0)
     before = probe.flat_params(model)
     loss = _call(step, model, batch, optimizer, policy, scaler, what)
     expect(math.isfinite(loss), f"{what}: expected a finite loss, got {loss}")
@@ -338,7 +314,7 @@ def _model_at(params: torch.Tensor, seed: int) -> probe.ProbeModel:
 
 def _judge_update(seed, batch_seed, before, data, after, what) -> None:
     """The parent's reference step from ``before``; the worker's ``after`` must match it."""
-    want, want_loss = probe.reference_update(_model_at(before, seed), probe.probe_batch(batch_seed), 1.0)
+    want, want_loss = reference_update(_model_at(before, seed), probe.probe_batch(batch_seed), 1.0)
     loss = data["loss"]["value"]
     expect(loss is not None and math.isfinite(loss), f"{what}: expected a finite loss, got {data['loss'].get('repr')}")
     expect(abs(loss - want_loss) <= 0.03 * abs(want_loss) + 1e-3,

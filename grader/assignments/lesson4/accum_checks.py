@@ -1,15 +1,14 @@
-"""Lesson 4's shared pieces: the token model, the grader's micro-batches and its float64 reference.
+"""Lesson 4, parent side: the grader's micro-batches, its float64 reference and the mistakes' gradients.
 
-**What it does.** `TokenModel` is a small next-token model whose weights follow from a seed alone
-(drawn from a private generator), so the grader's process and the learner's worker build the
-same one. `make_micro_batches` draws micro-batches of uneven *real-token* counts (padding is
-labelled ``IGNORE``), alternating long and short ones so that a per-micro-batch mean cannot
+**What it does.** `make_micro_batches` draws micro-batches of uneven *real-token* counts (padding
+is labelled ``IGNORE``), alternating long and short ones so that a per-micro-batch mean cannot
 match the window mean by luck. `reference_grad` is the gradient of the mean token loss over a
-whole window in float64 — the big batch the accumulation must reproduce — and the
-``wrong_*`` functions compute what the usual mistakes produce, so a failed check can name the
-mistake it sees. `RecordingSGD` (worker side) records the gradient each time it steps.
+whole window in float64 — the big batch the accumulation must reproduce — and the ``wrong_*``
+functions compute what the usual mistakes produce, so a failed check can name the mistake it sees.
+The model and the recording optimizer are :mod:`.accum_task`'s (the worker's side, re-exported).
 
-**When to use it.** By :mod:`grader.assignments.lesson4.probes` (worker) and :mod:`grader.assignments.lesson4.checks` (parent).
+**When to use it.** By :mod:`grader.assignments.lesson4.checks` (parent) only: the learner's worker
+never sees this module (:mod:`grader.learner_view`), so it cannot copy the reference.
 
 **Expected gain.** A correct accumulation matches to ~1e-7; each mistake misses by >= 5%.
 
@@ -23,58 +22,20 @@ import random
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-VOCAB, DIM = 32, 12
-IGNORE = -100
-LR = 0.5
+from grader.assignments.lesson4.accum_task import (  # noqa: F401  (re-exported for the parent's checks)
+    DIM,
+    IGNORE,
+    LR,
+    VOCAB,
+    RecordingSGD,
+    TokenModel,
+    flat_grads,
+    flat_params,
+    tensors,
+)
+
 MIN_GAP = 0.05  # the per-micro-batch mean must miss the reference by at least this much
-
-
-class TokenModel(nn.Module):
-    """tokens (rows, length) -> logits (rows, length, VOCAB); weights from ``seed`` alone."""
-
-    def __init__(self, seed: int, dtype: torch.dtype = torch.float32):
-        super().__init__()
-        self.embed = nn.Embedding(VOCAB, DIM)
-        self.hidden = nn.Linear(DIM, DIM)
-        self.out = nn.Linear(DIM, VOCAB)
-        g = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for p in self.parameters():
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
-        self.to(dtype)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.out(torch.tanh(self.hidden(self.embed(tokens))))
-
-
-def flat_params(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1).clone() for p in model.parameters()])
-
-
-def flat_grads(model: nn.Module) -> torch.Tensor:
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).clone()
-                      for p in model.parameters()])  # fmt: skip
-
-
-class RecordingSGD(torch.optim.SGD):
-    """Plain SGD that records the flat gradient it steps with (worker side)."""
-
-    def __init__(self, params, lr: float = LR):
-        self.recorded: list[torch.Tensor] = []
-        super().__init__(params, lr=lr)
-
-    def step(self, closure=None):
-        grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).clone()
-                 for g in self.param_groups for p in g["params"]]  # fmt: skip
-        self.recorded.append(torch.cat(grads))
-        return super().step(closure)
-
-
-# torch patches an optimizer class's ``step`` (profiling hooks) when its first instance is made:
-# do it at import, so the grader's worker does not mistake that patch for tampering.
-RecordingSGD([torch.zeros(1, requires_grad=True)])
 
 
 def make_micro_batches(rng: random.Random, count: int) -> list[tuple[list, list]]:
@@ -90,10 +51,6 @@ def make_micro_batches(rng: random.Random, count: int) -> list[tuple[list, list]
             row[real:] = [IGNORE] * (length - real)
         out.append((x, y))
     return out
-
-
-def tensors(micro_batches) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [(torch.tensor(x, dtype=torch.int64), torch.tensor(y, dtype=torch.int64)) for x, y in micro_batches]
 
 
 def windows(items: list, accum_steps: int) -> list[list]:

@@ -48,7 +48,7 @@ SETUP_SOURCE = """\
 import torch
 import torch.nn.functional as F
 
-from grader.assignments.lesson4.accum_checks import IGNORE"""
+from grader.assignments.lesson4.accum_task import IGNORE"""
 
 QUIZ_KEY = {  # the notebook holds only the questions
     "q1": "c",  # effective batch = micro-batch x accumulation steps x ranks

@@ -5,7 +5,8 @@ parent's micro-batches (plain lists of token ids and labels) into tensors, calls
 ``train_accumulated(model, optimizer, micro_batches, accum_steps)`` and returns raw tensor bytes:
 the parameters before, the gradient recorded at each optimizer step (at most ``MAX_STEPS``), and
 the parameters after. No reference and no verdict exist in this process: the parent recomputes
-every window's float64 gradient itself (:mod:`grader.assignments.lesson4.checks`).
+every window's float64 gradient itself (:mod:`grader.assignments.lesson4.checks`), from a module
+this worker cannot see (:mod:`grader.learner_view`).
 
 **When to use it.** Named as lesson 4's probe module; run in :mod:`grader.probe_worker`.
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import json
 
-from grader.assignments.lesson4 import accum_checks as ac
+from grader.assignments.lesson4 import accum_task as ac
 from grader.channel import tensor_msg
 from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
 

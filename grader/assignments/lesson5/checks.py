@@ -54,6 +54,7 @@ from effkit.act_checkpoint import MATMUL_OPS
 from effkit.checkpoint_plan import CheckpointPlan, plan_bytes
 from grader.assignments import Assignment
 from grader.assignments.lesson5 import ckpt_checks as cc
+from grader.assignments.lesson5.ckpt_reference import reference_grads
 from grader.assignments.lesson5.plan_checks import (
     CALL_SECONDS,
     _refuse_reference,
@@ -127,7 +128,7 @@ def _diagnose(data: dict, got: torch.Tensor, seed: int, rng_seed: int, plan: Che
         return (f"{len(missing)} parameters got no gradient (e.g. {str(missing[0])[:40]}): with use_reentrant=True "
                 "a checkpointed block whose input does not require grad (block 0 is fed data) passes no gradient "
                 "to its parameters. Use checkpoint(..., use_reentrant=False)")  # fmt: skip
-    _, no_rng = cc.reference_grads(seed, rng_seed, plan, preserve_rng_state=False, shape=shape)
+    _, no_rng = reference_grads(seed, rng_seed, plan, preserve_rng_state=False, shape=shape)
     if _rel(got, no_rng) < MATCH:
         return (
             "they are exactly the gradients of a recompute that draws new dropout masks: keep "
@@ -164,7 +165,7 @@ def _forward(ctx: Context, seed: int, plan: CheckpointPlan, shape: tuple[int, in
     expect(len(r.blobs) == 2, "the worker's answer was malformed")
     out = _tensor(r.data.get("out"), r.blobs[0], "output")
     got = _tensor(r.data.get("grads"), r.blobs[1], "gradient")
-    want_out, want = cc.reference_grads(seed, rng_seed, shape=shape)
+    want_out, want = reference_grads(seed, rng_seed, shape=shape)
     expect(got.shape == want.shape and out.shape == want_out.shape, "the worker's answer was malformed")
     err = _rel(got, want)
     if not err <= TOLERANCE:

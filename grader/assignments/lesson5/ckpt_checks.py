@@ -3,11 +3,11 @@
 **What it does.** `build_stack` makes a stack of pre-norm transformer blocks (dropout on) whose
 weights follow from a seed alone, so the grader's process and the learner's worker build the same
 one; `draw_batch` the batch (embeddings, no ``requires_grad``: the first block is fed data, where
-``use_reentrant=True`` loses gradients), `memory_shape` the large one of the memory step.
-`reference_grads` runs the plain stack (or, to name a mistake, a checkpointed one without the RNG
-state) and returns its gradients; `ops_in` lists the ATen ops a forward runs (the names a plan may
-``save``); `time_plans` times plans in this process, interleaved, with effkit's order-statistic
-intervals.
+``use_reentrant=True`` loses gradients), `memory_shape` the large one of the memory step; the
+plain stack's gradients (the answer) are computed by :mod:`.ckpt_reference`, which the worker
+cannot see (:mod:`grader.learner_view`); `ops_in` lists the ATen ops a forward runs (the names a
+plan may ``save``); `time_plans` times plans in this process, interleaved, with effkit's
+order-statistic intervals.
 
 **When to use it.** By :mod:`grader.assignments.lesson5.probes` (worker) and :mod:`grader.assignments.lesson5.checks` (parent).
 
@@ -28,7 +28,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.checkpoint import checkpoint
 
 from effkit.abtest import median_ci, median_ci_coverage
 from effkit.checkpoint_plan import CheckpointPlan, apply_plan, run_blocks
@@ -103,26 +102,6 @@ def threads(n: int):
         yield
     finally:
         torch.set_num_threads(before)
-
-
-def reference_grads(seed: int, rng_seed: int, plan: CheckpointPlan | None = None,
-                    preserve_rng_state: bool = True, shape: tuple[int, int] = (BATCH, SEQ),
-                    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(output, flat gradients) of the plain stack on a batch of ``shape``; with ``plan``:
-    checkpointed by hand, for naming a mistake (``preserve_rng_state=False``: the recompute draws
-    new dropout masks)."""
-    stack = build_stack(seed)
-    x, w = draw_batch(seed + 1, *shape)
-    with threads(1):  # the worker runs one thread: same reduction order, same numbers
-        torch.manual_seed(rng_seed)
-        h = x
-        for i, block in enumerate(stack):
-            if plan is not None and i in plan.blocks:
-                h = checkpoint(block, h, use_reentrant=False, preserve_rng_state=preserve_rng_state)
-            else:
-                h = block(h)
-        (h * w).sum().backward()
-    return h.detach(), flat_grads(stack)[0]
 
 
 class _OpCensus(TorchDispatchMode):

@@ -1,0 +1,40 @@
+"""Lesson 2, the worker's side of the contract checks: the probe dataset whose pixels encode their origin.
+
+**What it does.** ``probe_dataset(n, seed)`` is a torchvision CIFAR10 (transform=None) whose pixels
+say where they came from (red = source row, green = source column, blue = image id, all >= 1 so
+the zero padding stands out). The learner's worker builds its pipeline over it; the parent decodes
+what came out (:mod:`.pipeline_checks`, which this worker cannot see: :mod:`grader.learner_view`).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import tempfile
+
+import numpy as np
+
+
+@functools.lru_cache(maxsize=1)
+def _template_dataset():
+    from effkit.workloads.cifar.data import load_cifar, make_synthetic_cifar
+
+    root = tempfile.mkdtemp(prefix="effkit-probe-")
+    make_synthetic_cifar(root, n_train=5, n_test=1, seed=0)
+    return load_cifar(root, train=True)
+
+
+def probe_dataset(n: int, seed: int = 0):
+    """A torchvision CIFAR10 (transform=None) of ``n`` <= 250 images encoding their origin."""
+    if n > 250:
+        raise ValueError("probe datasets hold at most 250 images")
+    rows, cols = np.mgrid[0:32, 0:32]
+    images = np.empty((n, 32, 32, 3), np.uint8)
+    images[..., 0] = 10 + 7 * rows
+    images[..., 1] = 10 + 7 * cols
+    images[..., 2] = (1 + np.arange(n))[:, None, None]
+    rng = np.random.default_rng(seed)
+    labels = rng.permutation(np.arange(n) % 10).tolist()
+    ds = copy.copy(_template_dataset())
+    ds.data, ds.targets = images, labels
+    return ds

@@ -1,0 +1,232 @@
+"""The grader's own answers, attacked from inside a learner's worker (issue 41, class 9).
+
+A learner's ``choose_recipe`` (lesson 4's probe worker, sandboxed exactly as in a grading) tries to
+import every grader module that is not worker-side, to read their sources, the repository's
+``tests/``, ``solutions/`` and ``.git``, and any other copy of the grader the import system knows;
+it returns what it got as JSON. The static tests keep ``grader.learner_view.WORKER_MODULES`` honest:
+everything a worker imports is listed, and nothing listed holds an answer.
+"""
+
+import ast
+import json
+
+import pytest
+
+from grader import learner_view
+from grader.learner_view import REPO_ROOT, WORKER_MODULES, module_file
+from grader.probe import ProbeSession
+from grader.sandbox import is_root
+
+ROOT_ONLY = pytest.mark.skipif(not is_root(), reason="needs root: reported as unavailable instead")
+ALL_MODULES = sorted(
+    ".".join(p.relative_to(REPO_ROOT).with_suffix("").parts).removesuffix(".__init__")
+    for p in (REPO_ROOT / "grader").rglob("*.py")
+)
+PARENT_SIDE = [m for m in ALL_MODULES if m not in WORKER_MODULES]
+# the reference results a learner would copy, by the name the parent computes them under
+ANSWER_NAMES = ("reference_grad", "wrong_grads", "QUIZ_KEY", "quiz_check_key", "check_accumulation")
+
+ATTACK = """
+def choose_recipe(micro_batch, base_batch, base_lr, budget_samples):
+    import importlib, os, sys
+    from pathlib import Path
+    got = {"imported": [], "answers": [], "read": [], "listed": [], "copies": []}
+    for name in MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except BaseException:
+            continue
+        got["imported"].append(name)
+    for name, mod in list(sys.modules.items()):  # whatever is loaded, by any route
+        got["answers"] += [f"{name}.{a}" for a in ANSWERS if name.startswith("grader") and hasattr(mod, a)]
+    for path in FILES:
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+            got["read"].append(path)
+        except OSError:
+            pass
+    for path in DIRS:
+        try:
+            os.listdir(path)
+            got["listed"].append(path)
+        except OSError:
+            try:
+                open(path, "rb").close()  # a worktree's .git is a file
+                got["listed"].append(path)
+            except OSError:
+                pass
+    roots = [Path(p) / "grader" for p in sys.path if p]
+    roots += [Path(m.MAPPING["grader"]) for m in list(sys.modules.values())
+              if isinstance(getattr(m, "MAPPING", None), dict) and "grader" in m.MAPPING]
+    for r in roots:
+        try:
+            with open(r / "assignments" / "lesson4" / "checks.py", "rb") as f:
+                f.read(1)
+            got["copies"].append(str(r))
+        except OSError:
+            pass
+    return got
+"""
+
+
+def _attack() -> dict:
+    files = [str(module_file(m)) for m in PARENT_SIDE]
+    files += [str(p) for p in (REPO_ROOT / "grader" / "assignments").rglob("calibration/*") if p.is_file()]
+    dirs = [str(REPO_ROOT / d) for d in ("tests", "solutions", ".git", "grader/assignments/lesson2/calibration")]
+    src = (ATTACK.replace("MODULES", repr(PARENT_SIDE)).replace("ANSWERS", repr(ANSWER_NAMES))
+           .replace("FILES", repr(files)).replace("DIRS", repr(dirs)))  # fmt: skip
+    with ProbeSession("grader.assignments.lesson4.probes", [("setup", "import os\n")], [("recipe", src)],
+                      ["choose_recipe"]) as s:  # fmt: skip
+        r = s.call("recipe", 120, micro_batch=8, base_batch=64, base_lr=0.1, budget_samples=640)
+        assert r.ok, r.failure
+        return r.data["recipe"], s.unavailable
+
+
+@ROOT_ONLY
+def test_no_grader_checking_module_answer_or_private_file_is_reachable_from_a_learners_worker():
+    assert "grader.assignments.lesson4.checks" in PARENT_SIDE and "grader.cells" in PARENT_SIDE
+    got, unavailable = _attack()
+    assert unavailable == []
+    assert got["imported"] == [], f"imported in the learner's worker: {got['imported']}"
+    assert got["answers"] == [], f"answers reachable: {got['answers']}"
+    assert got["read"] == [], f"files read: {got['read'][:10]}"
+    assert got["listed"] == [], f"folders read: {got['listed']}"
+    assert got["copies"] == [], f"other copies of the grader read: {got['copies']}"
+
+
+def test_without_root_the_report_says_the_graders_code_is_readable(monkeypatch):
+    from grader import sandbox
+
+    monkeypatch.setattr(sandbox, "is_root", lambda: False)
+    box = sandbox.launch("grader.channel", [], pass_fds=())
+    try:
+        assert any("grader's own code" in u for u in box.unavailable), box.unavailable
+    finally:
+        box.close()
+
+
+def _grader_imports(name: str) -> set[str]:
+    """Grader modules ``name`` imports anywhere in its code, except under ``TYPE_CHECKING`` and in
+    functions that run only in the parent (``PARENT_ONLY``)."""
+    out: set[str] = set()
+
+    def visit(node, skip: bool) -> None:
+        for ch in ast.iter_child_nodes(node):
+            if isinstance(ch, ast.If) and "TYPE_CHECKING" in ast.unparse(ch.test):
+                continue
+            if isinstance(ch, ast.FunctionDef) and (name, ch.name) in PARENT_ONLY:
+                continue
+            if isinstance(ch, ast.Import):
+                out.update(a.name for a in ch.names)
+            elif isinstance(ch, ast.ImportFrom) and ch.module and ch.level == 0:
+                out.add(ch.module)
+                out.update(f"{ch.module}.{a.name}" for a in ch.names)
+            visit(ch, skip)
+
+    visit(ast.parse(module_file(name).read_text()), False)
+    return {m for m in out if m.split(".")[0] == "grader" and module_file(m).exists()}
+
+
+# functions of worker-side modules that only the parent calls: a lesson package's lazy ASSIGNMENT,
+# the quiz's parent-side check
+PARENT_ONLY = {*((f"grader.assignments.{lesson}", "__getattr__") for lesson in learner_view._LESSONS),
+               ("grader.quiz", "quiz_check")}  # fmt: skip
+
+
+def test_every_module_a_worker_imports_is_in_the_view():
+    """From the worker entry points, every assignment's probes, timed runtime and trusted setup cell:
+    every grader module reached is listed (else the worker fails to import it in a grading), and
+    every listed module is reached."""
+    from grader import assignments
+
+    # grader.seal: run by sandbox.launch as a script (root, inside the view, before the drop to nobody)
+    roots = {"grader.worker", "grader.probe_worker", "grader.seal"}
+    for aid in assignments.known():
+        a = assignments.get(aid)
+        roots |= {m for m in (a.probes, a.runtime_module) if m}
+        for _, source in a.trusted_cells():
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("grader"):
+                    roots.add(node.module)
+    seen, todo = set(), list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))] + sorted(_grader_imports(name))
+    assert sorted(seen - set(WORKER_MODULES)) == []
+    assert sorted(set(WORKER_MODULES) - seen) == []  # and nothing a worker does not need
+
+
+def test_no_module_in_the_view_holds_an_answer_or_a_check():
+    """Nothing listed defines a reference result, a quiz key or a cell check; every listed file exists.
+    ``RESIDUAL``: shared task modules that still define a reference run (the parent's), named so
+    that a new one fails here."""
+    residual = {"grader.assignments.lesson6.task.reference_loop", "grader.assignments.lesson6.task.reference_run",
+                "grader.assignments.lesson8.lora_task.peft_layer_reference",
+                "grader.assignments.lesson11.ddp_task.reference", "grader.assignments.lesson11.memory_task.reference"}  # fmt: skip
+    found = set()
+    for name in WORKER_MODULES:
+        tree = ast.parse(module_file(name).read_text())
+        for node in tree.body:
+            names = [node.name] if isinstance(node, ast.FunctionDef | ast.ClassDef) else [
+                t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]  # fmt: skip
+            found |= {f"{name}.{n}" for n in names
+                      if n.startswith(("reference", "wrong_", "check_")) or "KEY" in n or n == "ASSIGNMENT"}  # fmt: skip
+    assert sorted(found - residual) == []
+
+
+def test_a_python_installation_inside_the_repository_is_carried_into_the_view(monkeypatch, tmp_path):
+    """The instructor's server keeps its venv in the repository (``make setup``: ``.venv``): the view
+    must carry it whole, or the worker has no Python; one outside stays where it is."""
+    for name in WORKER_MODULES:
+        path = module_file(name, tmp_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    (tmp_path / "effkit").mkdir()
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    monkeypatch.setattr(learner_view.sys, "prefix", str(tmp_path / ".venv"))
+    cmds = learner_view.view_mounts(tmp_path)
+    stage = learner_view.STAGE
+    assert f"mkdir -p {stage}/.venv && mount --rbind {tmp_path / '.venv'} {stage}/.venv" in cmds
+    assert f"mkdir -p {stage}/effkit && mount --rbind {tmp_path / 'effkit'} {stage}/effkit" in cmds
+    assert cmds[-1] == f"mount --move {stage} {tmp_path}"
+    assert not any("/checks.py" in c or "/tests" in c or ".git" in c for c in cmds)
+
+
+TIMED_ATTACK = """
+import importlib, json
+_got = []
+for _name in MODULES:
+    try:
+        importlib.import_module(_name)
+        _got.append(_name)
+    except BaseException:
+        pass
+raise RuntimeError("REPORT " + json.dumps(_got))
+"""
+
+
+@ROOT_ONLY
+def test_a_timed_learner_worker_cannot_import_the_graders_checking_modules(tmp_path):
+    """Lessons 2-3's timed worker: it used to import the gate, the protocol and the whole assignment
+    package (its checks too) itself, before any learner code ran."""
+    from grader.supervisor import WorkerFailed, start_worker
+
+    workdir = tmp_path / "grading"
+    workdir.mkdir(mode=0o700)
+    (workdir / "inputs").mkdir(mode=0o755)
+    config = {"assignment_module": "grader.assignments.lesson2.runtime", "device": "cpu", "role": "learner"}
+    w = start_worker("learner", workdir, config, inputs=workdir / "inputs")
+    try:
+        w.expect("ready", 120, "starting up")
+        w.send(cmd="load", cells=[("attack", TIMED_ATTACK.replace("MODULES", repr(PARENT_SIDE)))],
+               object_name="FastPipeline")  # fmt: skip
+        with pytest.raises(WorkerFailed) as failed:
+            w.expect("loaded", 60, "running the attack")
+    finally:
+        w.close()
+    assert json.loads(str(failed.value).split("REPORT ", 1)[1].splitlines()[0]) == []

@@ -182,3 +182,30 @@ def test_plausible_mistakes_score_what_they_deserve_with_a_hint(name, edits, poi
     assert set(failed) == set(hints), (name, failed)
     for gid, hint in hints.items():
         assert hint in failed[gid], (name, gid, failed[gid])
+
+
+# -- the timed run must be the graded run (issue 41, class 7) -------------------------------------
+
+EVERY_STEP_UNLESS_TIMED = {  # how a submission could tell a timed run from a judged one
+    "task.max_epochs": ("", "task.max_epochs == Task.max_epochs"),
+    "a second call in the same process": (
+        "_CALLS = []\n\n\n", "not _CALLS.append(1) and len(_CALLS) == 1"),
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("observable", sorted(EVERY_STEP_UNLESS_TIMED))
+def test_a_run_that_saves_every_step_unless_it_is_timed_earns_no_overhead_points(observable):
+    """Saves every step when judged for resume, as the reference when timed: the grader must time
+    the very runs it judges (or runs it cannot tell apart), so the cost of every-step saves shows."""
+    prefix, judged = EVERY_STEP_UNLESS_TIMED[observable]
+    source = prefix + _mutate(
+        ("    save_at = task.steps_per_epoch // 2\n",
+         f"    save_at = task.steps_per_epoch // 2\n    judged = {judged}\n"),
+        ("            if index + 1 == save_at:\n", "            if judged or index + 1 == save_at:\n"),
+    )  # fmt: skip
+    got, verdicts, _ = _score(SOLUTION, train=source)
+    failed = {g: v.reason for g, v in verdicts.items() if not v.passed}
+    assert set(failed) == {"test_overhead"}, (observable, failed)
+    assert got == sum(POINTS.values()) - POINTS["test_overhead"]
+    assert "not every step" in failed["test_overhead"], failed["test_overhead"]

@@ -209,3 +209,22 @@ def test_a_run_that_saves_every_step_unless_it_is_timed_earns_no_overhead_points
     assert set(failed) == {"test_overhead"}, (observable, failed)
     assert got == sum(POINTS.values()) - POINTS["test_overhead"]
     assert "not every step" in failed["test_overhead"], failed["test_overhead"]
+
+
+DODGES = {  # a train that never reaches the grader's kill, so its first worker just finishes
+    "the task's step hook removed": [("    epoch, start, best_loss, bad, done = 0, 0, math.inf, 0, False\n",
+                                      "    task._hook = None\n    epoch, start, best_loss, bad, done = 0, 0, math.inf, 0, False\n")],
+    "the position it reports frozen": [("            task.train_step(x, y)\n",
+                                        "            task._at = (0, 1)\n            task.train_step(x, y)\n")],
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dodge", sorted(DODGES))
+def test_a_run_that_hides_where_it_is_from_the_kills_earns_nothing_for_surviving_them(dodge):
+    """The kills (and the timed epochs) rest on the position each step reports: a run that hides it
+    was never killed, so it proved nothing about resuming."""
+    got, verdicts, _ = _score(SOLUTION, train=_mutate(*DODGES[dodge]))
+    failed = {g: v.reason for g, v in verdicts.items() if not v.passed}
+    assert set(failed) == {"test_resume", "test_torn", "test_best", "test_overhead"}, (dodge, failed)
+    assert "task.train_step" in failed["test_resume"], failed["test_resume"]

@@ -187,6 +187,12 @@ def _life(ctx: Context, sc: Scenario, life: Life, kill_at: int, state: Path, tim
     if not r.ok:
         life.failure = stub_reason(r.failure) or f"train(task, ckpt_dir) {r.failure}"
         return False
+    total = sc.ref["epochs"] * SPE
+    if life.done != total:  # never reached its kill, or hid steps from it: nothing was proved
+        life.failure = (f"train(task, ckpt_dir) returned having told the grader of steps up to {life.done} of the "
+                        f"run's {total}: every step must go through task.train_step on the task given, whose hook "
+                        "tells the grader where the run is (where it kills it)")  # fmt: skip
+        return False
     sc.final = _weights(r)
     life.end = "finished"
     if life.kind == "save" and not watcher.available:

@@ -162,8 +162,7 @@ def _life(ctx: Context, sc: Scenario, life: Life, kill_at: int, state: Path, tim
             raise _Kill(step)
         if life.kind == "save" and step >= kill_at and not watcher.armed and watcher.fired is None:
             watcher.arm()  # the next write into the folder kills the worker
-        if index == 0:
-            timer.epoch_start(number, epoch, session.box)
+        timer.step(number, step, life.first, session.box)
         life.done = step + 1
         return {}
 

@@ -25,6 +25,8 @@ from grader.assignments.lesson6.task import MAX_EPOCHS, Task, reference_loop
 from grader.channel import tensor_msg
 from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
 
+WARM_STEPS = 4
+
 
 class _Parent:
     """Before each step: tell the parent the (epoch, batch) about to run; wait for its go."""
@@ -48,12 +50,23 @@ def _weights(model) -> tuple[dict, list[bytes]]:
     return {"weights": metas}, blobs
 
 
+def _warm_up(seed: int) -> None:
+    """A few steps of a throwaway task before every run, the learner's and the baseline's alike: a
+    fresh process's first steps pay one-off costs (allocation, lazy initialisation) that would
+    dilute the first timed epoch. The run's own ``Task`` re-seeds the global RNG."""
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    task = Task(seed + 1)
+    for _, (x, y) in zip(range(WARM_STEPS), task.batches(0), strict=False):
+        task.train_step(x, y)
+    task.evaluate()
+
+
 def _train(worker, seed: int, hook):
     fn = worker.ns.get("train")
     if not callable(fn):
         raise NameError("your solution cells define no function 'train'")
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    _warm_up(seed)
     task = worker.watch(Task(seed, hook))
     fn(task, os.environ["EFFKIT_GRADER_STATE"])
     return _weights(task.model)
@@ -66,6 +79,5 @@ def probe_run(worker, seed: int):
 def probe_bare(worker, seed: int, max_epochs: int = MAX_EPOCHS):
     """The same run with no checkpoints at all, in a worker with no learner code: the baseline, driven
     epoch by epoch beside the learner's workers (:mod:`grader.assignments.lesson6.timing`)."""
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    _warm_up(seed)
     return _weights(reference_loop(Task(seed, _Parent(worker), max_epochs))["task"].model)

@@ -1,13 +1,15 @@
 """Lesson 6: the checkpointing overhead, timed on the very runs the fault injection judges.
 
-**What it does.** ``EpochTimer`` times every complete epoch of every learner worker of the
-grading (killed or not) on this process's clock: each worker asks the parent's go-ahead before
-every step, so an epoch lasts from the go-ahead for its first step to the request for the next
-epoch's first step, its saves and evaluation included. Beside it, in a grader-only worker (a uid
-of its own, no learner code), the grader's loop without checkpoints runs the same seed and is
-driven epoch by epoch at the learner's epoch starts, in ABBA order (even epochs: the baseline
-first; odd: the learner first), the learner's worker frozen (cgroup freezer) while the baseline
-runs, so nothing it left running can slow the baseline. Each epoch timed on both sides is a pair.
+**What it does.** ``EpochTimer`` times every complete half-epoch (``SEGMENT`` steps) of every
+learner worker of the grading (killed or not) on this process's clock: each worker asks the
+parent's go-ahead before every step, so a segment lasts from the go-ahead for its first step to
+the request for the next segment's first step, saves and evaluation included. Beside it, in a
+grader-only worker (a uid of its own, no learner code), the grader's loop without checkpoints runs
+the same seed, driven segment by segment at the learner's segment starts in ABBA order (even
+segments: the baseline first; odd: the learner first), the learner's worker frozen (cgroup
+freezer) while the baseline runs, so nothing it left running can slow the baseline. Each segment
+timed on both sides is a pair; a worker's first segment is not timed (its process is fresh).
+Half-epochs, not epochs: twice the pairs, so one preempted pair on a busy machine cannot decide.
 
 **Why.** A separate timed run (issue 41, class 7) is a configuration the learner's code can tell
 apart (``task.max_epochs``, a second call in one process, an empty folder): code could save every
@@ -22,11 +24,12 @@ from __future__ import annotations
 import threading
 import time
 
-from grader.assignments.lesson6.task import MAX_EPOCHS
+from grader.assignments.lesson6.task import MAX_EPOCHS, Task
 from grader.probe import ProbeSession
 
 BARE_SECONDS = 900.0  # the baseline's one call spans the whole fault injection (worker starts included)
-WAIT_SECONDS = 60.0  # one drive: two baseline epochs, a fraction of a second normally
+WAIT_SECONDS = 60.0  # one drive: two baseline segments, a fraction of a second normally
+SEGMENT = Task.steps_per_epoch // 2  # steps per timed window
 _clock = time.perf_counter
 
 
@@ -38,16 +41,16 @@ class EpochTimer:
     def __init__(self, probes: str, setup: list[tuple[str, str]], seed: int) -> None:
         self.session = ProbeSession(probes, setup, [], [], grader_only=True)  # refuses learner cells
         self.seed = seed
-        self.bare: dict[int, float] = {}  # epoch -> seconds, the grader's loop without checkpoints
-        self.learner: dict[int, float] = {}  # epoch -> seconds, the learner's train
+        self.bare: dict[int, float] = {}  # segment -> seconds, the grader's loop without checkpoints
+        self.learner: dict[int, float] = {}  # segment -> seconds, the learner's train
         self.failure = ""  # the baseline's own failure (a grader bug)
         self.unavailable: list[str] = []
         self._cond = threading.Condition()
-        self._allowed = 0  # the baseline may start the epochs below this
-        self._at = -1  # the epoch start the baseline waits at
+        self._allowed = 0  # the baseline may start the segments below this
+        self._at = -1  # the segment start the baseline waits at
         self._finished = self._closing = False
         self._bare_go: dict[int, float] = {}
-        self._go: tuple[int, int, float] | None = None  # the learner's last epoch start: (life, epoch, time)
+        self._go: tuple[int, int, float] | None = None  # the learner's last segment start: (life, segment, time)
         self._thread = threading.Thread(target=self._run, daemon=True, name="lesson6-baseline")
         self._thread.start()
 
@@ -65,10 +68,10 @@ class EpochTimer:
             self._cond.notify_all()
 
     def _serve(self, msg: dict) -> dict:
-        epoch, index = msg.get("epoch"), msg.get("index")
-        if index != 0:
+        step = msg["epoch"] * Task.steps_per_epoch + msg["index"]  # the grader's own probe
+        if step % SEGMENT:
             return {}
-        now = _clock()
+        epoch, now = step // SEGMENT, _clock()
         with self._cond:
             if epoch - 1 in self._bare_go:
                 self.bare[epoch - 1] = now - self._bare_go[epoch - 1]
@@ -87,7 +90,7 @@ class EpochTimer:
             return self._cond.wait_for(lambda: self._at >= 0 or self._finished, timeout_s) and not self._finished
 
     def _drive(self, through: int, box) -> None:
-        """Let the baseline run its epochs up to ``through``; the learner's worker frozen meanwhile."""
+        """Let the baseline run its segments up to ``through``; the learner's worker frozen meanwhile."""
         with self._cond:
             if self._finished or self._at > through:
                 return
@@ -106,18 +109,21 @@ class EpochTimer:
             if cgroup is not None:
                 cgroup.freeze(False)
 
-    def epoch_start(self, life: int, epoch: int, box) -> None:
-        """The learner's worker ``life`` asks to start ``epoch``: its previous epoch ends here."""
-        now = _clock()
-        if self._go is not None and self._go[:2] == (life, epoch - 1):
+    def step(self, life: int, step: int, first: int, box) -> None:
+        """The learner's worker ``life`` (whose first step was ``first``) asks to train ``step``:
+        at a segment start, its previous segment ends here, if it trained all of it warm."""
+        if step % SEGMENT:
+            return
+        now, epoch = _clock(), step // SEGMENT
+        if self._go is not None and self._go[:2] == (life, epoch - 1) and first < self._go[1] * SEGMENT:
             self.learner[epoch - 1] = now - self._go[2]
-        self._drive(epoch if epoch % 2 == 0 else epoch - 1, box)  # ABBA: even epochs the baseline first
+        self._drive(epoch if epoch % 2 == 0 else epoch - 1, box)  # ABBA: even segments the baseline first
         self._go = (life, epoch, _clock())  # after the thaw: the go-ahead follows at once
 
     def pairs(self) -> list[tuple[float, float]]:
-        """(baseline, learner) seconds of every epoch both timed, in epoch order."""
+        """(baseline, learner) seconds of every segment both timed, in order."""
         if self.learner:
-            self._drive(max(self.learner), None)  # the odd epochs the baseline runs second
+            self._drive(max(self.learner), None)  # the odd segments the baseline runs second
         return [(self.bare[e], self.learner[e]) for e in sorted(self.learner) if e in self.bare]
 
     def close(self) -> None:

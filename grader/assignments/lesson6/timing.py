@@ -71,16 +71,16 @@ class EpochTimer:
         step = msg["epoch"] * Task.steps_per_epoch + msg["index"]  # the grader's own probe
         if step % SEGMENT:
             return {}
-        epoch, now = step // SEGMENT, _clock()
+        seg, now = step // SEGMENT, _clock()
         with self._cond:
-            if epoch - 1 in self._bare_go:
-                self.bare[epoch - 1] = now - self._bare_go[epoch - 1]
-            self._at = epoch
+            if seg - 1 in self._bare_go:
+                self.bare[seg - 1] = now - self._bare_go[seg - 1]
+            self._at = seg
             self._cond.notify_all()
-            self._cond.wait_for(lambda: self._allowed > epoch or self._closing)
+            self._cond.wait_for(lambda: self._allowed > seg or self._closing)
             if self._closing:
                 raise _Stop
-        self._bare_go[epoch] = _clock()
+        self._bare_go[seg] = _clock()
         return {}
 
     # -- the parent's side ------------------------------------------------------------------------
@@ -114,11 +114,11 @@ class EpochTimer:
         at a segment start, its previous segment ends here, if it trained all of it warm."""
         if step % SEGMENT:
             return
-        now, epoch = _clock(), step // SEGMENT
-        if self._go is not None and self._go[:2] == (life, epoch - 1) and first < self._go[1] * SEGMENT:
-            self.learner[epoch - 1] = now - self._go[2]
-        self._drive(epoch if epoch % 2 == 0 else epoch - 1, box)  # ABBA: even segments the baseline first
-        self._go = (life, epoch, _clock())  # after the thaw: the go-ahead follows at once
+        now, seg = _clock(), step // SEGMENT
+        if self._go is not None and self._go[:2] == (life, seg - 1) and first < self._go[1] * SEGMENT:
+            self.learner[seg - 1] = now - self._go[2]
+        self._drive(seg if seg % 2 == 0 else seg - 1, box)  # ABBA: even segments the baseline first
+        self._go = (life, seg, _clock())  # after the thaw: the go-ahead follows at once
 
     def pairs(self) -> list[tuple[float, float]]:
         """(baseline, learner) seconds of every segment both timed, in order."""

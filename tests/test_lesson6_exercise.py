@@ -182,3 +182,49 @@ def test_plausible_mistakes_score_what_they_deserve_with_a_hint(name, edits, poi
     assert set(failed) == set(hints), (name, failed)
     for gid, hint in hints.items():
         assert hint in failed[gid], (name, gid, failed[gid])
+
+
+# -- the timed run must be the graded run (issue 41, class 7) -------------------------------------
+
+EVERY_STEP_UNLESS_TIMED = {  # how a submission could tell a timed run from a judged one
+    "task.max_epochs": ("", "task.max_epochs == Task.max_epochs"),
+    "a second call in the same process": (
+        "_CALLS = []\n\n\n", "not _CALLS.append(1) and len(_CALLS) == 1"),
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("observable", sorted(EVERY_STEP_UNLESS_TIMED))
+def test_a_run_that_saves_every_step_unless_it_is_timed_earns_no_overhead_points(observable):
+    """Saves every step when judged for resume, as the reference when timed: the grader must time
+    the very runs it judges (or runs it cannot tell apart), so the cost of every-step saves shows."""
+    prefix, judged = EVERY_STEP_UNLESS_TIMED[observable]
+    source = prefix + _mutate(
+        ("    save_at = task.steps_per_epoch // 2\n",
+         f"    save_at = task.steps_per_epoch // 2\n    judged = {judged}\n"),
+        ("            if index + 1 == save_at:\n", "            if judged or index + 1 == save_at:\n"),
+    )  # fmt: skip
+    got, verdicts, _ = _score(SOLUTION, train=source)
+    failed = {g: v.reason for g, v in verdicts.items() if not v.passed}
+    assert set(failed) == {"test_overhead"}, (observable, failed)
+    assert got == sum(POINTS.values()) - POINTS["test_overhead"]
+    assert "not every step" in failed["test_overhead"], failed["test_overhead"]
+
+
+DODGES = {  # a train that never reaches the grader's kill, so its first worker just finishes
+    "the task's step hook removed": [("    epoch, start, best_loss, bad, done = 0, 0, math.inf, 0, False\n",
+                                      "    task._hook = None\n    epoch, start, best_loss, bad, done = 0, 0, math.inf, 0, False\n")],
+    "the position it reports frozen": [("            task.train_step(x, y)\n",
+                                        "            task._at = (0, 1)\n            task.train_step(x, y)\n")],
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dodge", sorted(DODGES))
+def test_a_run_that_hides_where_it_is_from_the_kills_earns_nothing_for_surviving_them(dodge):
+    """The kills (and the timed epochs) rest on the position each step reports: a run that hides it
+    was never killed, so it proved nothing about resuming."""
+    got, verdicts, _ = _score(SOLUTION, train=_mutate(*DODGES[dodge]))
+    failed = {g: v.reason for g, v in verdicts.items() if not v.passed}
+    assert set(failed) == {"test_resume", "test_torn", "test_best", "test_overhead"}, (dodge, failed)
+    assert "task.train_step" in failed["test_resume"], failed["test_resume"]

@@ -40,9 +40,11 @@
 # steps mid-epoch, in the middle of a save, and while early stopping counts its patience — restarting
 # it each time. Then it compares your final weights with its own, bit for bit (4 points), checks
 # that the restart after the kill mid-save did not load or lose to a torn file (2 points), and that
-# the weights you kept are the best epoch's (2 points). Then it times your `train` (no kills, cut to
-# 3 epochs) against its own loop without any checkpoint, interleaved: your run may take at most 2x as
-# long (2 points) — judged only when your run survived the kills. The quiz is worth 2 points.
+# the weights you kept are the best epoch's (2 points). Throughout those same runs it times each of
+# your complete epochs (saves included) against the same epoch of its own loop without any
+# checkpoint, run beside yours, interleaved: your epochs may take at most 2x as long (2 points) —
+# judged only when your run survived the kills. Every step must go through `task.train_step`, in
+# order: its hook tells the grader where your run is. The quiz is worth 2 points.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math

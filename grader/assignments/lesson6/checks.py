@@ -20,15 +20,18 @@ must resume without raising, at most one epoch behind where the killed worker wa
 * ``test_torn`` (2): after the kill mid-save (a torn file in the folder) the run resumes from a
   complete checkpoint and never loads the torn one;
 * ``test_best`` (2): the final weights are the best epoch's, not the last's;
-* ``test_overhead`` (2): checkpointing costs at most ``LIMIT`` x the unprotected run's time,
-  timed A/B (:mod:`grader.assignments.lesson6.overhead`);
+* ``test_overhead`` (2): checkpointing costs at most ``LIMIT`` x the unprotected run's time, on
+  the same epochs of these very workers (:mod:`grader.assignments.lesson6.timing`): no run of the
+  learner's is untimed, so none can tell it is timed (:mod:`grader.assignments.lesson6.overhead`);
 * ``test_quiz`` (2).
 
 **When to use it.** Through :mod:`grader.cells`.
 
 **Expected gain.** Crash safety judged the way it fails in production: by killing the process.
 
-**Pitfalls.** One fault-injection run serves the three checks (cached on the probe session).
+**Pitfalls.** One fault-injection run serves the four checks (cached on the probe session). A
+worker whose steps are not consecutive is killed: positions are claims, and the kills and the
+timed epochs rest on them.
 """
 
 from __future__ import annotations
@@ -42,13 +45,14 @@ import torch
 from grader.assignments import Assignment
 from grader.assignments.lesson6.faults import SaveWatcher, kill_now, tear
 from grader.assignments.lesson6.task import Task, reference_run
+from grader.assignments.lesson6.timing import EpochTimer
 from grader.cells import CheckFailed, Context, expect, stub_reason
 from grader.channel import ChannelError, tensor_from
 from grader.quiz import quiz_check
 from grader.sandbox import StateFolder
 
 CALL_SECONDS = 60.0
-MIN_EPOCHS = 6  # seeds whose run stops earlier leave too little room between the kills
+MIN_EPOCHS = 8  # earlier stops leave too little room between the kills, and too few epochs to time
 REFERENCE_NAMES = ("CheckpointManager", "save_checkpoint", "load_checkpoint", "effkit.resume")
 
 SETUP_SOURCE = """\
@@ -103,6 +107,8 @@ class Scenario:
     state: Path | None = None  # the checkpoint folder, kept for test_overhead
     folder: StateFolder | None = None
     notes: list[str] = field(default_factory=list)
+    pairs: list[tuple[float, float]] = field(default_factory=list)  # (baseline, learner) s per epoch
+    timing_failure: str = ""  # the baseline's own failure (a grader bug)
 
 
 def _draw_seed(ctx: Context) -> tuple[int, dict]:
@@ -134,9 +140,9 @@ def _weights(r) -> dict:
         raise CheckFailed(f"the worker sent malformed weights ({err})") from err
 
 
-def _life(ctx: Context, sc: Scenario, life: Life, kill_at: int, state: Path) -> bool:
+def _life(ctx: Context, sc: Scenario, life: Life, kill_at: int, state: Path, timer: EpochTimer) -> bool:
     """One worker: returns True when the run may go on to a next worker."""
-    session = ctx.session
+    session, number = ctx.session, len(sc.lives)
     watcher = SaveWatcher(state, lambda: session.box is not None and kill_now(session.box))
 
     def serve(msg: dict) -> dict:
@@ -148,10 +154,15 @@ def _life(ctx: Context, sc: Scenario, life: Life, kill_at: int, state: Path) -> 
         step = epoch * SPE + index
         if life.first is None:
             life.first = step
+        elif step != life.done:  # every batch in order: the kills and the timed epochs rely on it
+            life.failure = (f"train(task, ckpt_dir) asked for step {step} right after step {life.done - 1}: train "
+                            "every batch of task.batches(epoch, start) with task.train_step, in order")  # fmt: skip
+            raise _Kill("malformed")
         if life.kind == "step" and step >= kill_at:
             raise _Kill(step)
         if life.kind == "save" and step >= kill_at and not watcher.armed and watcher.fired is None:
             watcher.arm()  # the next write into the folder kills the worker
+        timer.step(number, step, life.first, session.box)
         life.done = step + 1
         return {}
 
@@ -164,7 +175,7 @@ def _life(ctx: Context, sc: Scenario, life: Life, kill_at: int, state: Path) -> 
             if kill.args[0] != "malformed"
             else "malformed request"
         )
-        return kill.args[0] != "malformed"
+        return kill.args[0] != "malformed" and not life.failure
     finally:
         watcher.close()
     if watcher.fired is not None:
@@ -174,6 +185,12 @@ def _life(ctx: Context, sc: Scenario, life: Life, kill_at: int, state: Path) -> 
         return True
     if not r.ok:
         life.failure = stub_reason(r.failure) or f"train(task, ckpt_dir) {r.failure}"
+        return False
+    total = sc.ref["epochs"] * SPE
+    if life.done != total:  # never reached its kill, or hid steps from it: nothing was proved
+        life.failure = (f"train(task, ckpt_dir) returned having told the grader of steps up to {life.done} of the "
+                        f"run's {total}: every step must go through task.train_step on the task given, whose hook "
+                        "tells the grader where the run is (where it kills it)")  # fmt: skip
         return False
     sc.final = _weights(r)
     life.end = "finished"
@@ -209,14 +226,26 @@ def run_scenario(ctx: Context) -> Scenario:
     weakref.finalize(ctx.session, folder.close)  # also when test_overhead is not run
     ctx.session.close()  # the next worker starts with the state folder
     ctx.session.state_dir = state
+    # The baseline for test_overhead, beside every worker of the learner's (no run of its own to tell apart).
+    timer = EpochTimer(ctx.session.probes, ctx.session.setup, seed)
     try:
+        try:  # the first worker starts while the baseline's does (both untimed)
+            ctx.session.start()
+        except ChannelError:
+            ctx.session.close()  # its first call starts it again and says why it failed
+        if not timer.ready(ctx.session.startup_timeout_s):
+            sc.timing_failure = timer.failure or "its worker did not start"
         for kind, at in plan:
             life = Life(kind)
             sc.lives.append(life)
-            if not _life(ctx, sc, life, at, state):
+            if not _life(ctx, sc, life, at, state, timer):
                 break
     finally:
         ctx.session.state_dir = None  # a later restart (the quiz) needs no folder
+        sc.pairs = timer.pairs()
+        timer.close()
+        sc.timing_failure = sc.timing_failure or timer.failure
+        sc.notes += [f"protection unavailable here: {u}" for u in timer.unavailable]
         if sc.final is None:
             ctx.session.close()
         # else: the worker that finished stays up (with its folder) for test_overhead and the quiz

@@ -4,9 +4,9 @@
 with a hook that, before every training step, tells the parent which batch comes next and waits
 for its go-ahead (so the parent can SIGKILL the worker *between* steps at a moment it drew), then
 calls the learner's ``train`` with the checkpoint folder that survives restarts
-(``$EFFKIT_GRADER_STATE``) and returns the final weights as raw tensor bytes. ``probe_timed`` is
-the same without the hook (the parent times it), and ``probe_bare`` the unprotected loop with no
-learner code on the stack, for the overhead comparison. No reference and no verdict exist here.
+(``$EFFKIT_GRADER_STATE``) and returns the final weights as raw tensor bytes; the parent times its
+epochs from the same requests. ``probe_bare`` is the unprotected loop with no learner code on the
+stack, for the overhead comparison. There is no other probe of ``train``: every call is judged. No reference and no verdict exist here.
 
 **When to use it.** Named as lesson 6's probe module; run in :mod:`grader.probe_worker`.
 
@@ -24,6 +24,8 @@ import torch
 from grader.assignments.lesson6.task import MAX_EPOCHS, Task, reference_loop
 from grader.channel import tensor_msg
 from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+
+WARM_STEPS = 4
 
 
 class _Parent:
@@ -48,13 +50,24 @@ def _weights(model) -> tuple[dict, list[bytes]]:
     return {"weights": metas}, blobs
 
 
-def _train(worker, seed: int, hook, max_epochs: int = MAX_EPOCHS):
+def _warm_up(seed: int) -> None:
+    """A few steps of a throwaway task before every run, the learner's and the baseline's alike: a
+    fresh process's first steps pay one-off costs (allocation, lazy initialisation) that would
+    dilute the first timed epoch. The run's own ``Task`` re-seeds the global RNG."""
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    task = Task(seed + 1)
+    for _, (x, y) in zip(range(WARM_STEPS), task.batches(0), strict=False):
+        task.train_step(x, y)
+    task.evaluate()
+
+
+def _train(worker, seed: int, hook):
     fn = worker.ns.get("train")
     if not callable(fn):
         raise NameError("your solution cells define no function 'train'")
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    task = worker.watch(Task(seed, hook, max_epochs))
+    _warm_up(seed)
+    task = worker.watch(Task(seed, hook))
     fn(task, os.environ["EFFKIT_GRADER_STATE"])
     return _weights(task.model)
 
@@ -63,13 +76,8 @@ def probe_run(worker, seed: int):
     return _train(worker, seed, _Parent(worker))
 
 
-def probe_timed(worker, seed: int, max_epochs: int):
-    """The same call, shortened, timed by the parent (which answers every go-ahead at once)."""
-    return _train(worker, seed, _Parent(worker), max_epochs)
-
-
-def probe_bare(worker, seed: int, max_epochs: int):
-    """The same run with no checkpoints at all, in a worker with no learner code: the baseline."""
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+def probe_bare(worker, seed: int, max_epochs: int = MAX_EPOCHS):
+    """The same run with no checkpoints at all, in a worker with no learner code: the baseline, driven
+    epoch by epoch beside the learner's workers (:mod:`grader.assignments.lesson6.timing`)."""
+    _warm_up(seed)
     return _weights(reference_loop(Task(seed, _Parent(worker), max_epochs))["task"].model)

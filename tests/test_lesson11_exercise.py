@@ -323,3 +323,22 @@ def test_a_rank_joins_only_a_namespace_the_grader_holds_open():
     never_started = ProbeSession(A.probes, [], [], [], loopback=True)
     with pytest.raises(ChannelError, match="holds no network namespace"):
         ProbeSession(A.probes, [], [], [], loopback=True, join=never_started)._join_path()
+
+
+# -- issue 41, class 6: a count read from a channel the learner also controls ---------------------
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not is_root(), reason="needs root: one sandbox per rank, joined to one network namespace")
+@pytest.mark.parametrize("channel", ["tmp_file", "dev_shm_file", "abstract_unix_socket"])
+def test_ranks_that_swap_gradients_aside_and_pad_the_loopback_earn_no_no_sync_points(channel):
+    """No `no_sync`: every micro-batch's gradients go through a side channel and the loopback is padded
+    with one gradient all-reduce per optimizer step, so the kernel's count reads 8 for 8 steps. Each
+    rank is a sandbox of its own (no shared /tmp, /dev/shm, memory or PID namespace) and may open only
+    internet sockets (no unix socket in the shared network namespace): the swap finds no peer."""
+    from lesson11_side_channels import SIDE_CHANNELS  # tests/ is on sys.path
+
+    cells = _reference_cells(train_ddp=SIDE_CHANNELS[channel])
+    verdicts, _ = grade_cells(A, cells, only=["test_weights", "test_no_sync"], seed=3)
+    assert not verdicts["test_no_sync"].passed, verdicts["test_no_sync"].lines
+    assert not verdicts["test_weights"].passed, verdicts["test_weights"].lines

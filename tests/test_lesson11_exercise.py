@@ -148,7 +148,7 @@ def test_the_stub_scores_nothing_and_says_why():
 
 
 def test_a_rank_that_never_joins_is_killed_and_both_fail(monkeypatch):
-    monkeypatch.setattr(lesson11_probes, "RANK_SECONDS", 4.0)
+    monkeypatch.setattr(ddp_task, "RANK_SECONDS", 4.0)
     hang = _REF.replace("    ddp = DDP(model)", "    if rank == 1:\n        import time\n        time.sleep(600)\n"
                                                "    ddp = DDP(model)")  # fmt: skip
     t0 = time.monotonic()

@@ -54,6 +54,15 @@ def _swap(rank, k, data):
         return f.read()
 '''
 
+_MADE_AT_LOAD = '''
+import socket
+
+try:  # made while the cells load, before any probe: a socket made then could be bound and used later
+    _EARLY = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
+except OSError:
+    _EARLY = []
+'''
+
 _ABSTRACT_SOCKET = '''
 _SIDE = []
 
@@ -66,7 +75,7 @@ def _swap(rank, k, data):
     if not _SIDE:
         name = "\\0effkit-side-channel"
         if rank == 0:
-            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server = _EARLY.pop() if _EARLY else socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             server.bind(name)
             server.listen(1)
             server.settimeout(15)
@@ -74,7 +83,7 @@ def _swap(rank, k, data):
         else:
             deadline = time.monotonic() + 15
             while True:
-                conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                conn = _EARLY.pop() if _EARLY else socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 try:
                     conn.connect(name)
                     break
@@ -106,5 +115,6 @@ def _swap(rank, k, data):
 SIDE_CHANNELS = {  # name: train_ddp's cell source
     "tmp_file": _FILES.format(folder="/tmp") + _CORE,
     "dev_shm_file": _FILES.format(folder="/dev/shm") + _CORE,
-    "abstract_unix_socket": _ABSTRACT_SOCKET + _CORE,
+    "abstract_unix_socket": "_EARLY = []\n" + _ABSTRACT_SOCKET + _CORE,
+    "unix_socket_made_while_cells_load": _MADE_AT_LOAD + _ABSTRACT_SOCKET + _CORE,
 }

@@ -1,11 +1,15 @@
 """Lesson 11 - a data-parallel training function, run on 2 gloo ranks and judged by the parent.
 
-**What it does.** The learner writes ``train_ddp(rank, world_size, model, dataset, config)``. The
-worker (:mod:`probes`) runs it on 2 forked gloo ranks on data and initial weights drawn from this
-grading's seeds; each rank sends back what its dataset served and its final weights as raw float64
-bytes. Around that call **this process** reads the kernel's byte counter of the sandbox's own
-loopback (:meth:`grader.probe.ProbeSession.loopback_bytes`): the ranks' traffic, which no rank can
-forge downwards, converted to all-reduces' worth by ``ddp_task.allreduces``. Then:
+**What it does.** The learner writes ``train_ddp(rank, world_size, model, dataset, config)``. It runs
+on 2 gloo ranks (:mod:`probes`), each a sandboxed worker of its own (rank 0 the grading's worker, rank
+1 one more joined to its network namespace), on data and initial weights drawn from this grading's
+seeds; each rank sends back what its dataset served and its final weights as raw float64 bytes.
+Around that call **this process** reads the kernel's byte counter of the ranks' shared loopback
+(:meth:`grader.probe.ProbeSession.loopback_bytes`): the ranks' traffic, which no rank can forge
+downwards, converted to all-reduces' worth by ``ddp_task.allreduces``. That loopback is their only
+channel: no shared file system, memory or PID namespace, and no socket but an internet one
+(:mod:`grader.fence`), so gradients cannot travel uncounted while junk pads the count (issue 41,
+class 6). Then:
 
 * ``test_weights`` (4 points): every rank served its share (``epochs x N / world`` samples), the
   ranks sent each other at least one gradient all-reduce's worth of bytes per optimizer step, and every rank's weights equal, within
@@ -25,7 +29,7 @@ forge downwards, converted to all-reduces' worth by ``ddp_task.allreduces``. The
 
 **When to use it.** Registered in ``CELL_CHECKS``; run by :mod:`grader.cells`.
 
-**Expected gain.** One training run (~5 s: two ranks forking, 16 micro-batches each) serves all
+**Expected gain.** One training run (a second worker's start, then 16 micro-batches a rank) serves all
 three cells.
 
 **Pitfalls.** Every rank's claims are untrusted: the reference is recomputed here from the claimed

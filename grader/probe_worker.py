@@ -30,6 +30,7 @@ import traceback
 import types
 from functools import partial
 
+from grader import fence
 from grader.channel import WorkerEnd
 
 _EVIDENCE: set[str] = set()
@@ -149,6 +150,11 @@ class Worker:
         self.chan.send({"event": "setup_loaded"})
         if (self.chan.receive() or {}).get("cmd") != "cells":
             raise SystemExit(0)
+        # lesson 11's ranks: only internet sockets from here on (grader/fence.py), before any learner
+        # cell; where the fence cannot be installed on a machine it supports, no cell runs (fail closed)
+        why = fence.install() if cmd.get("fence") and fence.supported() else None
+        if why:
+            raise SystemExit(f"the ranks' seccomp fence could not be installed: {why}")
         sys.addaudithook(_audit_filtered)
         for name, source in cmd["cells"]:
             filename = f"<cell {name}>"

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -73,7 +74,77 @@ class InProcess:
             return CallResult(False, failure="sent more than the grader accepts")
         return got
 
+    def call_ranks(self, probe: str, timeout_s: float, world: int, **args) -> list[CallResult]:
+        """``probes.probe_<probe>(self, rank=r, **args)`` for every rank at once, each in a child forked
+        from here (with own_netns, all in one namespace of their own, counted alone); a rank not done
+        within ``timeout_s`` is killed. The sandbox's grading starts one worker per rank instead."""
+
+        def ranks() -> CallResult:
+            got = self._fork_ranks(probe, timeout_s, world, **args)
+            return CallResult(True, {"ranks": [[r.ok, r.data, r.failure, len(r.blobs)] for r in got]},
+                              [b for r in got for b in r.blobs])  # fmt: skip
+
+        packed = self._in_own_netns(ranks) if self.own_netns else ranks()
+        out, blobs = [], list(packed.blobs)
+        for ok, data, failure, n in packed.data["ranks"]:
+            out.append(CallResult(ok, data, blobs[:n], failure))
+            blobs = blobs[n:]
+        return out
+
+    def _fork_ranks(self, probe: str, timeout_s: float, world: int, **args) -> list[CallResult]:
+        import signal
+        import threading
+
+        pids, raws, readers = [], [b""] * world, []
+        for rank in range(world):
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the rank: its result as JSON and blobs down the pipe
+                code = 1
+                try:
+                    os.close(r)
+                    got = self._call(probe, timeout_s, None, rank=rank, **args)
+                    head = {"ok": got.ok, "data": got.data, "failure": got.failure, "sizes": [len(b) for b in got.blobs]}
+                    with os.fdopen(w, "wb") as out:
+                        out.write(json.dumps(head).encode() + b"\n" + b"".join(got.blobs))
+                    code = 0
+                finally:
+                    os._exit(code)
+            os.close(w)
+            pids.append((pid, r))
+
+        def read(fd: int, rank: int) -> None:
+            with os.fdopen(fd, "rb") as f:
+                raws[rank] = f.read()
+
+        for rank, (_, r) in enumerate(pids):  # read only once every rank is forked: no thread is forked
+            readers.append(threading.Thread(target=read, args=(r, rank)))
+            readers[-1].start()
+        pids = [pid for pid, _ in pids]
+        deadline, out = time.monotonic() + timeout_s, []
+        for rank, (pid, reader) in enumerate(zip(pids, readers, strict=True)):
+            reader.join(max(0.0, deadline - time.monotonic()))
+            late = reader.is_alive()
+            if late:
+                os.kill(pid, signal.SIGKILL)
+                reader.join()
+            os.waitpid(pid, 0)
+            line, _, rest = raws[rank].partition(b"\n")
+            if late or not line:
+                out.append(CallResult(False, failure=f"did not return within {timeout_s:.0f} s" if late else "crashed"))
+                continue
+            head = json.loads(line)
+            blobs, at = [], 0
+            for n in head["sizes"]:
+                blobs.append(rest[at:at + n])
+                at += n
+            out.append(CallResult(head["ok"], head["data"], blobs, head["failure"]))
+        return out
+
     def _call_in_own_netns(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:
+        return self._in_own_netns(lambda: self._call(probe, timeout_s, serve, **args))
+
+    def _in_own_netns(self, fn) -> CallResult:
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: its own namespace, the call, then JSON and the blobs back
@@ -83,7 +154,7 @@ class InProcess:
                 _unshare_net()
                 subprocess.run([sys.executable, "-I", "-S", "-c", LOOPBACK_UP], check=True)
                 before = loopback_tx_bytes()
-                got = self._call(probe, timeout_s, serve, **args)
+                got = fn()
                 head = {"ok": got.ok, "data": got.data, "failure": got.failure,
                         "wire": loopback_tx_bytes() - before, "sizes": [len(b) for b in got.blobs]}  # fmt: skip
                 with os.fdopen(w, "wb") as out:

@@ -2,7 +2,7 @@
 
 The reference's full marks through the sandbox and the stub's 0 are the instructor cycle's
 (tests/test_instructor_cycle.py). Here every submission is graded in this process on its cell data: the probe
-the worker would run (it forks the 2 ranks from here), then the parent's checks on what comes back. One
+each rank's worker would run (the 2 ranks forked from here), then the parent's checks on what comes back. One
 sandboxed grading proves that a process a rank leaves behind dies with the grading.
 """
 
@@ -148,7 +148,7 @@ def test_the_stub_scores_nothing_and_says_why():
 
 
 def test_a_rank_that_never_joins_is_killed_and_both_fail(monkeypatch):
-    monkeypatch.setattr(lesson11_probes, "RANK_SECONDS", 4.0)
+    monkeypatch.setattr(ddp_task, "RANK_SECONDS", 4.0)
     hang = _REF.replace("    ddp = DDP(model)", "    if rank == 1:\n        import time\n        time.sleep(600)\n"
                                                "    ddp = DDP(model)")  # fmt: skip
     t0 = time.monotonic()
@@ -323,3 +323,40 @@ def test_a_rank_joins_only_a_namespace_the_grader_holds_open():
     never_started = ProbeSession(A.probes, [], [], [], loopback=True)
     with pytest.raises(ChannelError, match="holds no network namespace"):
         ProbeSession(A.probes, [], [], [], loopback=True, join=never_started)._join_path()
+
+
+# -- issue 41, class 6: a count read from a channel the learner also controls ---------------------
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not is_root(), reason="needs root: one sandbox per rank, joined to one network namespace")
+@pytest.mark.parametrize("channel", ["tmp_file", "dev_shm_file", "abstract_unix_socket",
+                                     "unix_socket_made_while_cells_load"])  # fmt: skip
+def test_ranks_that_swap_gradients_aside_and_pad_the_loopback_earn_no_no_sync_points(channel):
+    """No `no_sync`: every micro-batch's gradients go through a side channel and the loopback is padded
+    with one gradient all-reduce per optimizer step, so the kernel's count reads 8 for 8 steps. Each
+    rank is a sandbox of its own (no shared /tmp, /dev/shm, memory or PID namespace) and may open only
+    internet sockets (no unix socket in the shared network namespace): the swap finds no peer."""
+    from lesson11_side_channels import SIDE_CHANNELS  # tests/ is on sys.path
+
+    cells = _reference_cells(train_ddp=SIDE_CHANNELS[channel])
+    verdicts, _ = grade_cells(A, cells, only=["test_weights", "test_no_sync"], seed=3)
+    assert not verdicts["test_no_sync"].passed, verdicts["test_no_sync"].lines
+    assert not verdicts["test_weights"].passed, verdicts["test_weights"].lines
+    # for the right reason: the channel is not there (no peer's file; no unix socket at all)
+    assert re.search(r"no peer file in|Operation not permitted", verdicts["test_weights"].reason), verdicts
+
+
+_RECOMPUTES_AND_PADS = _READS_EVERYTHING.replace("""            if (k + 1) % acc == 0:
+                opt.step()""", """            if (k + 1) % acc == 0:  # padding: what DDP with no_sync would have sent
+                dist.all_reduce(torch.zeros(sum(p.numel() for p in model.parameters()), dtype=torch.float64))
+                opt.step()""")
+
+
+@pytest.mark.xfail(strict=True, reason="open residual of issue 41 class 6: every rank's dataset holds every row, so "
+                   "ranks that each train alone on the global batch need no channel at all and pad the loopback; "
+                   "the byte count cannot tell that from no_sync (see the lesson 11 threat-model row)")  # fmt: skip
+def test_ranks_that_each_train_on_the_global_batch_and_pad_the_loopback_earn_no_no_sync_points():
+    assert _RECOMPUTES_AND_PADS != _READS_EVERYTHING
+    verdicts = _grade(_RECOMPUTES_AND_PADS)
+    assert not verdicts["test_no_sync"].passed, verdicts["test_no_sync"].lines

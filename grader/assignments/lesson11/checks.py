@@ -1,11 +1,15 @@
 """Lesson 11 - a data-parallel training function, run on 2 gloo ranks and judged by the parent.
 
-**What it does.** The learner writes ``train_ddp(rank, world_size, model, dataset, config)``. The
-worker (:mod:`probes`) runs it on 2 forked gloo ranks on data and initial weights drawn from this
-grading's seeds; each rank sends back what its dataset served and its final weights as raw float64
-bytes. Around that call **this process** reads the kernel's byte counter of the sandbox's own
-loopback (:meth:`grader.probe.ProbeSession.loopback_bytes`): the ranks' traffic, which no rank can
-forge downwards, converted to all-reduces' worth by ``ddp_task.allreduces``. Then:
+**What it does.** The learner writes ``train_ddp(rank, world_size, model, dataset, config)``. It runs
+on 2 gloo ranks (:mod:`probes`), each a sandboxed worker of its own (rank 0 the grading's worker, rank
+1 one more joined to its network namespace), on data and initial weights drawn from this grading's
+seeds; each rank sends back what its dataset served and its final weights as raw float64 bytes.
+Around that call **this process** reads the kernel's byte counter of the ranks' shared loopback
+(:meth:`grader.probe.ProbeSession.loopback_bytes`): the ranks' traffic, which no rank can forge
+downwards, converted to all-reduces' worth by ``ddp_task.allreduces``. That loopback is their only
+channel: no shared file system, memory or PID namespace, and no socket but an internet one
+(:mod:`grader.fence`), so gradients cannot travel uncounted while junk pads the count (issue 41,
+class 6). Then:
 
 * ``test_weights`` (4 points): every rank served its share (``epochs x N / world`` samples), the
   ranks sent each other at least one gradient all-reduce's worth of bytes per optimizer step, and every rank's weights equal, within
@@ -25,7 +29,7 @@ forge downwards, converted to all-reduces' worth by ``ddp_task.allreduces``. The
 
 **When to use it.** Registered in ``CELL_CHECKS``; run by :mod:`grader.cells`.
 
-**Expected gain.** One training run (~5 s: two ranks forking, 16 micro-batches each) serves all
+**Expected gain.** One training run (a second worker's start, then 16 micro-batches a rank) serves all
 three cells.
 
 **Pitfalls.** Every rank's claims are untrusted: the reference is recomputed here from the claimed
@@ -49,24 +53,73 @@ CALL_SECONDS = 60
 
 
 def _run(ctx: Context) -> dict:
-    """One training run per grading, shared by the three cells (cached on the probe session)."""
+    """One training run per grading, shared by the three cells (cached on the probe session): rank 0
+    in the grading's worker, rank 1 in a sandbox of its own joined to its network namespace, the
+    loopback's byte counter read here before and after."""
     cached = getattr(ctx.session, "lesson11_run", None)
     if cached is not None:
         return cached
     data_seed, init_seed = ctx.rng.randrange(1 << 30), ctx.rng.randrange(1 << 30)
-    before = ctx.session.loopback_bytes()  # the kernel's count, read here: starts the worker if needed
-    r = ctx.session.call("train", CALL_SECONDS, data_seed=data_seed, init_seed=init_seed, config=dict(task.CONFIG))
-    after = ctx.session.loopback_bytes() if r.ok else None
-    run = {"data_seed": data_seed, "init_seed": init_seed, "ok": r.ok, "failure": r.failure, "ranks": [], "weights": [],
-           "wire": after - before if None not in (before, after) and after >= before else None}  # fmt: skip
-    if r.ok:
-        ranks = r.data.get("ranks")
-        run["ranks"] = ranks if isinstance(ranks, list) and len(ranks) == task.WORLD else []
-        run["weights"] = list(r.blobs[: task.WORLD])
-        if not run["ranks"] or len(run["weights"]) != task.WORLD:
+    args = {"port": 20_000 + ctx.rng.randrange(20_000), "data_seed": data_seed, "init_seed": init_seed,
+            "config": dict(task.CONFIG)}  # fmt: skip
+    run = {"data_seed": data_seed, "init_seed": init_seed, "ok": True, "failure": "", "ranks": [], "weights": [],
+           "wire": None}  # fmt: skip
+    base, sessions = ctx.session, []
+    try:
+        before = base.loopback_bytes()  # the kernel's count: starts the worker (rank 0) if needed
+        if before is None and getattr(base, "box", True) is None:
+            raise ChannelError("the worker stopped while loading them", "protocol")
+        if hasattr(base, "call_ranks"):  # the tests' in-process harness: it forks the ranks itself
+            results = base.call_ranks("train", task.RANK_SECONDS + 5, task.WORLD, **args)
+        else:
+            sessions = [ProbeSession(base.probes, base.setup, base.cells, base.names, base.limits, loopback=True,
+                                     join=base, cpu_only=base.cpu_only)]  # fmt: skip
+            sessions[0].start()  # its cells' load before the count starts: it cannot lower the count
+            before = base.loopback_bytes()
+            results = _call_ranks([base, *sessions], "train", task.RANK_SECONDS + 5, **args)
+        after = base.loopback_bytes() if all(r.ok for r in results) else None
+        run["wire"] = after - before if None not in (before, after) and after >= before else None
+        for rank, r in enumerate(results):
+            late = "did not return within" in r.failure
+            run["ranks"].append(r.data if r.ok else {"error": f"rank {rank} did not finish within "
+                                f"{task.RANK_SECONDS:.0f} s and was killed (a collective its peer never joined?)"
+                                if late else f"rank {rank}: {r.failure}"})  # fmt: skip
+            run["weights"] += r.blobs[:1] if r.ok else [b""]
+        if any(len(r.blobs) != 1 or not isinstance(c, dict) for r, c in zip(results, run["ranks"], strict=True)
+               if r.ok):  # fmt: skip
             run.update(ok=False, failure="the worker's answer had the wrong shape")
+    except ChannelError as err:
+        run.update(ok=False, failure=f"your solution cells did not load ({err})")
+    finally:
+        _close(base, sessions)
     ctx.session.lesson11_run = run
     return run
+
+
+def _call_ranks(sessions: list, probe: str, timeout_s: float, **args) -> list[CallResult]:
+    """``probe`` in every rank's worker at once (rank r in ``sessions[r]``), each on its own clock."""
+    results: list = [None] * len(sessions)
+
+    def call(rank: int) -> None:
+        try:
+            results[rank] = sessions[rank].call(probe, timeout_s, rank=rank, **args)
+        except (OSError, ValueError) as err:  # a pipe the worker broke: its failure, not the grader's
+            results[rank] = CallResult(False, failure=f"rank {rank}'s worker broke its channel ({err})")
+
+    threads = [threading.Thread(target=call, args=(r,)) for r in range(len(sessions))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def _close(base, sessions: list) -> None:
+    """Close the ranks' own sessions, keeping what they noted on the grading's session."""
+    for s in sessions:
+        base._note(s.evidence)
+        base.unavailable += [u for u in s.unavailable if u not in base.unavailable]
+        s.close()
 
 
 def _served(run: dict) -> list[list[int]]:
@@ -172,7 +225,6 @@ def _sharded_run(ctx: Context) -> dict:
         return cached
     seeds = {name: ctx.rng.randrange(1 << 30) for name in ("data_seed", "init_seed", "form_seed")}
     port, base, sessions = 20_000 + ctx.rng.randrange(20_000), ctx.session, []
-    results: list = [None] * mem.WORLD
     run = {**seeds, "ok": False, "failure": "", "ranks": [], "growth": []}
     try:
         for rank in range(mem.WORLD):
@@ -181,17 +233,7 @@ def _sharded_run(ctx: Context) -> dict:
                                          cpu_only=base.cpu_only))  # fmt: skip
             sessions[-1].start()
 
-        def call(rank: int) -> None:
-            try:
-                results[rank] = sessions[rank].call("train_rank", CALL_SECONDS, rank=rank, port=port, **seeds)
-            except (OSError, ValueError) as err:  # a pipe the worker broke: its failure, not the grader's
-                results[rank] = CallResult(False, failure=f"rank {rank}'s worker broke its channel ({err})")
-
-        threads = [threading.Thread(target=call, args=(r,)) for r in range(mem.WORLD)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        results = _call_ranks(sessions, "train_rank", CALL_SECONDS, port=port, **seeds)
         run["growth"] = [s.memory_growth() for s in sessions]
         failed = [r for r in results if not r.ok]
         run.update(ok=not failed, failure=failed[0].failure if failed else "",
@@ -199,10 +241,7 @@ def _sharded_run(ctx: Context) -> dict:
     except ChannelError as err:
         run["failure"] = f"your solution cells did not load ({err})"
     finally:
-        for s in sessions:
-            base._note(s.evidence)
-            base.unavailable += [u for u in s.unavailable if u not in base.unavailable]
-            s.close()
+        _close(base, sessions)
     ctx.session.lesson11_sharded = run
     return run
 

@@ -31,6 +31,7 @@ WORLD = 2
 # parent can count all-reduces from the bytes the kernel saw (see ``allreduces``).
 N, D, HIDDEN, CLASSES = 128, 8, 2048, 4
 CONFIG = {"epochs": 2, "batch_size": 8, "accumulation": 2, "lr": 0.05, "momentum": 0.9}
+RANK_SECONDS = 40.0  # gloo's timeout in a rank; the parent waits a little longer for each rank's call
 TOL = 1e-8  # max |difference| of any weight; float64 DDP vs one process differ by ~1e-15
 
 

@@ -1,14 +1,14 @@
-"""Lesson 11, worker side: the learner's ``train_ddp`` run on 2 gloo ranks, forked from this worker.
+"""Lesson 11, worker side: this worker is one gloo rank running the learner's code.
 
-**What it does.** ``probe_train`` forks ``WORLD`` rank processes (they stay in this sandbox: same
-cgroup, same namespaces, killed with it). Each brings up the default gloo process group (a
-``FileStore`` in a private folder, TCP over the namespace's own loopback), builds the rank's model
-from ``init_seed + rank`` and a :class:`RecordingDataset` that notes every index it serves, calls
-``train_ddp(rank, world_size, model, dataset, config)`` and writes two claims to the folder: the
-indices served (JSON) and the trained weights as raw float64 bytes. This process waits for both
-ranks (killing them at the deadline) and returns the claims plus one weights blob per rank. Nothing
-is judged here, and nothing here counts the communication: the parent reads the kernel's loopback
-counters of this sandbox around the call (a count kept in a rank's process could be forged).
+**What it does.** ``probe_train`` (part (a)) and ``probe_train_rank`` (part (b)) run in a worker
+that *is* one rank: the parent starts one sandbox per rank (its own mount, PID and IPC namespaces,
+``/tmp``, ``/dev/shm`` and cgroup) and joins them to one network namespace, like ``torchrun``'s
+processes. The rank brings up the default gloo process group through a ``TCPStore`` on that
+namespace's loopback, calls the learner's function and returns its claims. Nothing is judged here,
+and nothing here counts the communication: the parent reads the kernel's byte counter of that
+loopback around the call, and the worker can open no socket but an internet one
+(:mod:`grader.fence`), so the loopback is the only channel between the ranks (issue 41, class 6:
+a rendezvous file, a shared ``/tmp`` or an abstract unix socket carried gradients uncounted).
 
 **When to use it.** Named as lesson 11's probe module; run in :mod:`grader.probe_worker`.
 
@@ -21,20 +21,12 @@ and its weights; the parent recomputes the reference from the claimed indices
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import signal
-import tempfile
-import time
 import traceback
 
-import torch._dynamo  # noqa: F401  (DDP's constructor imports it: seconds, paid once here, not per rank)
+import torch._dynamo  # noqa: F401  (DDP's constructor imports it: seconds, paid before the call)
 
 from grader.assignments.lesson11 import ddp_task, memory_task
 from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
-
-RANK_SECONDS = 40.0  # both ranks, together; the parent's call timeout is above it
 
 
 class RecordingDataset:
@@ -52,7 +44,11 @@ class RecordingDataset:
         return self.x[i], self.y[i]
 
 
-def _rank(worker, rank: int, folder: str, data_seed: int, init_seed: int, config: dict) -> None:
+def probe_train(worker, rank: int, port: int, data_seed: int, init_seed: int, config: dict):
+    """Part (a): this worker *is* rank ``rank``, a sandbox of its own sharing only a network namespace
+    (and so only its counted loopback) with the other rank. It joins the default gloo process group
+    through a ``TCPStore`` on that loopback (rank 0 hosts it), runs ``train_ddp`` and returns its
+    claims (the indices served, JSON) and its weights as raw float64 bytes."""
     import datetime
 
     import torch
@@ -62,9 +58,9 @@ def _rank(worker, rank: int, folder: str, data_seed: int, init_seed: int, config
     weights = b""
     try:
         torch.set_num_threads(1)
-        store = dist.FileStore(os.path.join(folder, "store"), ddp_task.WORLD)
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=ddp_task.WORLD,
-                                timeout=datetime.timedelta(seconds=RANK_SECONDS))  # fmt: skip
+        seconds = datetime.timedelta(seconds=ddp_task.RANK_SECONDS)
+        store = dist.TCPStore("127.0.0.1", port, ddp_task.WORLD, is_master=rank == 0, timeout=seconds)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=ddp_task.WORLD, timeout=seconds)
         x, y = ddp_task.data(data_seed)
         dataset = RecordingDataset(x, y)
         model = ddp_task.model(init_seed + rank)
@@ -84,61 +80,9 @@ def _rank(worker, rank: int, folder: str, data_seed: int, init_seed: int, config
     except BaseException as err:  # noqa: BLE001  (the rank's failure is reported, as a claim)
         claims["error"] = f"rank {rank}: {type(err).__name__}: {str(err)[:300]}"
         claims["traceback"] = "".join(traceback.format_exception(type(err), err, err.__traceback__))[-1500:]
-    with open(os.path.join(folder, f"rank{rank}.bin"), "wb") as f:
-        f.write(weights)
-    with open(os.path.join(folder, f"rank{rank}.json"), "w") as f:
-        json.dump(claims, f)
-
-
-def _fork_ranks(target, folder: str):
-    """Fork ``WORLD`` ranks running ``target(rank)``, wait (killing them at the deadline), and
-    read back each rank's ``rank{r}.json`` claims and ``rank{r}.bin`` blob."""
-    pids = []
-    for rank in range(ddp_task.WORLD):
-        pid = os.fork()
-        if pid == 0:  # the rank: never returns into the worker's loop
-            code = 0
-            try:
-                target(rank)
-            except BaseException:  # noqa: BLE001
-                code = 1
-            finally:
-                os._exit(code)
-        pids.append(pid)
-    deadline, alive = time.monotonic() + RANK_SECONDS + 5, set(pids)
-    while alive and time.monotonic() < deadline:
-        for pid in list(alive):
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                alive.discard(pid)
-        time.sleep(0.05)
-    late = sorted(pids.index(p) for p in alive)
-    for pid in alive:  # a rank stuck in a collective its peer never joined
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    ranks, blobs = [], []
-    for rank in range(ddp_task.WORLD):
-        try:
-            with open(os.path.join(folder, f"rank{rank}.json")) as f:
-                claims = json.load(f)
-            with open(os.path.join(folder, f"rank{rank}.bin"), "rb") as f:
-                blob = f.read(1 << 20)
-        except (OSError, ValueError):
-            claims, blob = {"error": f"rank {rank} wrote no result"}, b""
-        if rank in late:
-            claims = {"error": f"rank {rank} did not finish within {RANK_SECONDS:.0f} s and was killed "
-                               "(a collective its peer never joined?)"}  # fmt: skip
-        ranks.append(claims if isinstance(claims, dict) else {"error": "not a JSON object"})
-        blobs.append(blob)
-    return ranks, blobs
-
-
-def probe_train(worker, data_seed: int, init_seed: int, config: dict):
-    folder = tempfile.mkdtemp(prefix="ddp-", dir=os.getcwd())
-    try:
-        ranks, blobs = _fork_ranks(lambda rank: _rank(worker, rank, folder, data_seed, init_seed, config), folder)
-        return {"ranks": ranks}, blobs
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return claims, [weights]
 
 
 def _full_state(module) -> dict:
@@ -175,9 +119,9 @@ def probe_train_rank(worker, rank: int, port: int, data_seed: int, init_seed: in
     try:
         torch.set_num_threads(1)
         store = dist.TCPStore("127.0.0.1", port, memory_task.WORLD, is_master=rank == 0,
-                              timeout=datetime.timedelta(seconds=RANK_SECONDS))  # fmt: skip
+                              timeout=datetime.timedelta(seconds=ddp_task.RANK_SECONDS))  # fmt: skip
         dist.init_process_group("gloo", store=store, rank=rank, world_size=memory_task.WORLD,
-                                timeout=datetime.timedelta(seconds=RANK_SECONDS))  # fmt: skip
+                                timeout=datetime.timedelta(seconds=ddp_task.RANK_SECONDS))  # fmt: skip
         model = memory_task.model(init_seed)
         batches = memory_task.batches(data_seed, rank)
         fn = worker.ns.get("train_sharded")

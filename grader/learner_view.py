@@ -33,7 +33,7 @@ STAGE = "/mnt"  # where the view is built before it is moved over the repository
 # timed worker's audit and data), then per lesson: the package, its probes, the timed runtime and the
 # task modules those import. Parent-side modules (checks, references, keys) are never listed.
 _CORE = ("grader", "grader.worker", "grader.probe_worker", "grader.learner_view", "grader.proctree",
-         "grader.channel", "grader.quiz", "grader.audit", "grader.data", "grader.commit", "grader.seal",
+         "grader.channel", "grader.quiz", "grader.audit", "grader.data", "grader.commit", "grader.seal", "grader.fence",
          "grader.assignments")  # fmt: skip
 _LESSONS = {
     "lesson1": ("probes", "task"),

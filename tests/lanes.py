@@ -80,8 +80,11 @@ def main(args: list[str]) -> int:
           f"the timed lane took {timed_s:.0f} s):\n", flush=True)  # fmt: skip
     sys.stdout.write(untimed_log.read_text(errors="replace"))
     print("\n[lanes] " + "\n[lanes] ".join(_report("timed", timed_log) + _report("untimed", untimed_log)))
-    # pytest's 5 = "no tests collected": a lane with nothing selected (e.g. -k for one file) is fine
-    return max(0 if rc == 5 else rc for rc in (timed_rc, untimed_rc))
+    # pytest's 5 = "no tests collected": a lane with nothing selected (e.g. -k for one file) is fine.
+    # A lane killed by a signal has a negative code: that is a failure, not less than 0 (a killed timed
+    # lane once passed CI's exit code, its summary line missing).
+    codes = [0 if rc == 5 else rc for rc in (timed_rc, untimed_rc)]
+    return 1 if any(rc < 0 for rc in codes) else max(codes)
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ class Endpoint:
         os.write(self.wfd, data)
         return t
 
-    def receive(self, timeout_s: float, max_blob: int = MAX_BLOB) -> tuple[dict, list[bytearray]]:
+    def receive(self, timeout_s: float, max_blob: int = MAX_BLOB) -> tuple[dict, list[bytes]]:
         """The next message; a blob announced larger than ``max_blob`` is refused before it is read
         (a learner's file handed over whole: the caller sets its own cap)."""
         deadline = time.monotonic() + timeout_s
@@ -130,7 +130,9 @@ class Endpoint:
         cap = min(max_blob, MAX_BLOB)
         if any(n > cap for n in sizes):
             raise ChannelError(f"a blob of {max(sizes)} bytes, more than the {cap} allowed", "too_big")
-        return msg, [self.reader.blob(n, deadline) for n in sizes]
+        # bytes, as every probe check expects (one copy: probe blobs are small; the timed workers'
+        # multi-GB training states stay the reader's bytearray, see supervisor.Worker.blob)
+        return msg, [bytes(self.reader.blob(n, deadline)) for n in sizes]
 
     def close(self) -> None:
         for fd in (self.rfd, self.wfd):

@@ -75,7 +75,7 @@ def answers_problem(accuracy_logits: np.ndarray, idx: np.ndarray, answers: np.nd
 
 
 def b64(data) -> str:
-    return base64.b64encode(data if isinstance(data, bytes) else np.ascontiguousarray(data, np.float32).tobytes()).decode()
+    return base64.b64encode(data if isinstance(data, bytes | bytearray) else np.ascontiguousarray(data, np.float32).tobytes()).decode()
 
 
 def floats(r, i: int, shape: tuple, dtype=np.float32) -> np.ndarray | None:

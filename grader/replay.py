@@ -16,8 +16,8 @@ from this grading's initial weights (the idea of Jia et al., "Proof-of-Learning"
    of the same chunk (its size, every chunk; its direction too for the first chunk, where both start
    from the same weights), then draws chunks after the fact (``SystemRandom``) and has the baseline
    worker, where no learner code ever ran, replay them from the learner's committed start state on
-   that run's data through the reference path; the learner's update must point the same way and be
-   about as large.
+   that run's data through the reference path; the learner's update should point the same way and be
+   about as large (reported as a flag for now: the replay starts at its epoch's first batch, not the chunk's).
 
 **Limits (measured margins in grader/README.md).** The replay is statistical (other batches, other
 order), so a chunk forged to look like a plausible update passes unless it is drawn; the median chunk
@@ -151,7 +151,10 @@ def check_work(out, data, commits: Commits, baseline, reveal: Reveal, spec, runs
             cos, ratio = compare(update(start_model, commits.state("learner", r, c)["model"]), update(start_model, end))
             out.work_checks.append({"run": r, "chunk": c, "against": "replay", "cosine": cos, "ratio": ratio})
             if not (cos >= MIN_COSINE and SIZE_BAND[0] <= ratio <= SIZE_BAND[1]):
-                bad.append((c, "the grader's replay of it", cos, ratio))
+                # Reported, not scored, until the replay trains the chunk's own batches: it starts at
+                # its epoch's first batch, and 1 of 8 correct lesson-3 gradings fell below (cos +0.46).
+                out.flags.append(f"run {r + 1}, timed chunk {c + 1}: your weights changed unlike the grader's replay "
+                                 f"of it (direction {cos:+.2f}, size x{ratio:.2f}); reported, no effect on points")  # fmt: skip
         for c, what, cos, ratio in bad[:2]:
             problems.append(f"run {r + 1}, timed chunk {c + 1}: your weights changed unlike {what} (direction "
                             f"{cos:+.2f}, size x{ratio:.2f}): the training that produced them was not done "

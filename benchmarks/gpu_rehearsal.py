@@ -38,34 +38,48 @@ def lesson3_spec() -> protocol.GradingSpec:
                                chunks_per_epoch=2, hooks=hooks, cpu_cores=1)  # fmt: skip
 
 
-def rehearse_lesson3(progress=print) -> dict:
-    """One lesson-3 measurement at GPU model size; returns what crossed and how long each phase took."""
+def rehearse_lesson3(progress=print, memfd: bool = True) -> dict:
+    """One lesson-3 measurement at GPU model size; returns what crossed and how long each phase and
+    timed chunk took. ``memfd=False`` sends the commits through the pipe (the way before the memfd)."""
     sizes: list[int] = []
-    blob = supervisor.Worker.blob
+    from_memfd: list[int] = []
+    blob, read_memfd, uses_memfd = supervisor.Worker.blob, supervisor.read_sealed_memfd, supervisor.Worker.uses_memfd
 
     def counted(self, n, timeout_s, what):
         out = blob(self, n, timeout_s, what)
         sizes.append(len(out))
         return out
 
-    supervisor.Worker.blob = counted
+    def counted_memfd(pid, fd_no, n):
+        out = read_memfd(pid, fd_no, n)
+        sizes.append(len(out))
+        from_memfd.append(len(out))
+        return out
+
+    supervisor.Worker.blob, supervisor.read_sealed_memfd = counted, counted_memfd
+    if not memfd:
+        supervisor.Worker.uses_memfd = lambda self: False
     try:
         t0 = time.perf_counter()
         m = protocol.measure(assignments.get("lesson3"), reference_cells("lesson3"), lesson3_spec(), "cpu",
                              progress=progress)  # fmt: skip
     finally:
-        supervisor.Worker.blob = blob
+        supervisor.Worker.blob, supervisor.read_sealed_memfd = blob, read_memfd
+        supervisor.Worker.uses_memfd = uses_memfd
     return {"seconds": time.perf_counter() - t0, "error": str(m.error) if m.error else None,
-            "problems": m.problems, "blob_bytes": sizes, "phases_s": m.phases_s,
+            "problems": m.problems, "blob_bytes": sizes, "memfd_commits": len(from_memfd), "phases_s": m.phases_s, "chunks": m.chunks,
             "runs": [(t.role, t.seconds, t.accuracy) for t in m.runs]}  # fmt: skip
 
 
 def main() -> int:
-    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
-    out = rehearse_lesson3()
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--pipe", action="store_true", help="commits through the pipe, as before the sealed memfd")
+    out = rehearse_lesson3(memfd=not p.parse_args().pipe)
     mb = [f"{n / 1e6:.0f} MB" for n in out["blob_bytes"]]
+    chunks = ", ".join(f"{role} {c + 1}: {s:.1f} s" for role, _, c, s in out["chunks"])
     print(f"lesson 3 at the gpu spec's model size: {out['seconds']:.0f} s; blobs received: {', '.join(mb) or 'none'}; "
-          f"error: {out['error']}; problems: {out['problems']}")  # fmt: skip
+          f"timed chunks (training + commit, on the clock): {chunks}; error: {out['error']}; "
+          f"problems: {out['problems']}")  # fmt: skip
     ok = out["error"] is None and not out["problems"] and all(acc is not None for _, _, acc in out["runs"])
     print("rehearsal " + ("passed" if ok else "FAILED"))
     return 0 if ok else 1

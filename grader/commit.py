@@ -2,23 +2,41 @@
 
 The worker side of :mod:`grader.replay` (which the learner's worker cannot see: its thresholds and
 checks are the parent's, :mod:`grader.learner_view`). A state is ``torch.save`` bytes of plain tensors,
-read with ``weights_only=True``: no pickle code crosses.
+read with ``weights_only=True``: no pickle code crosses. With a freezer the state goes into a sealed
+memfd (``to_memfd``): writing it is memory speed, on the clock; the parent copies it out while the
+worker is frozen, off the clock (a bert-base state with Adam is ~1.3 GB: seconds through a pipe).
 """
 
 from __future__ import annotations
 
+import fcntl
 import io
+import os
 
 import torch
+
+SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW  # what the parent requires
 
 
 def training_state(trainer) -> bytes:
     """What a worker commits: its model's state and its optimizer's per-parameter state."""
-    state = {"model": {k: v.detach().cpu() for k, v in trainer.model.state_dict().items()},
-             "optimizer": _cpu(trainer.optimizer.state_dict()["state"])}  # fmt: skip
     buffer = io.BytesIO()
-    torch.save(state, buffer)
+    torch.save(_state(trainer), buffer)
     return buffer.getvalue()
+
+
+def _state(trainer) -> dict:
+    return {"model": {k: v.detach().cpu() for k, v in trainer.model.state_dict().items()},
+            "optimizer": _cpu(trainer.optimizer.state_dict()["state"])}  # fmt: skip
+
+
+def to_memfd(trainer) -> tuple[int, int]:
+    """The training state in a new memfd sealed against any change: (its fd, its size)."""
+    fd = os.memfd_create("effkit-commit", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    with open(fd, "wb", closefd=False) as f:
+        torch.save(_state(trainer), f)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
+    return fd, os.fstat(fd).st_size
 
 
 def _cpu(obj):

@@ -309,14 +309,16 @@ def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec,
                 base = [x[3] for x in out.chunks if x[0] == "baseline" and x[2] == c]
                 limit = (spec.startup_timeout_s if not base else
                          spec.min_timeout_s + spec.timeout_factor * max(base))  # fmt: skip
+                memfd = a.uses_memfd() and b.uses_memfd()  # the same hand-over on both sides
                 t_go = w.send(cmd="chunk", begin=begin if c == 0 else None, part=[c % parts, parts],
-                              finish=last, send_weights=True)  # fmt: skip
+                              finish=last, send_weights="memfd" if memfd else "pipe")  # fmt: skip
                 event, t_end = w.expect("done" if last else "chunk_done", limit,
                                         f"epoch {c // parts + 1} of run {r + 1}")  # fmt: skip
-                # On the clock until its last byte: a worker that runs while it sends could work
-                # ahead of its next chunk, unseen. The weights file is written by us alone.
-                blob = w.blob(event.get("nbytes"), limit, f"sending the weights of run {r + 1}")
-                t_end = _clock()
+                # Through the pipe, on the clock until its last byte: a worker that runs while it
+                # sends could work ahead of its next chunk, unseen. A sealed memfd is copied out
+                # after the event, with the worker frozen. The weights file is written by us alone.
+                blob = w.commit(event, limit, f"sending the weights of run {r + 1}")
+                t_end = t_end if memfd else _clock()
                 try:
                     state = commits.add(w.role, r, c, blob)
                 except Exception as err:  # noqa: BLE001 - refused by weights_only or its shape

@@ -19,8 +19,10 @@ where no learner code has run (the grader CLI or nbgrader's process).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import stat
 import subprocess
 import time
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader.channel import ChannelError, PipeReader, widen
+from grader.commit import SEALS
 
 if TYPE_CHECKING:
     from grader.sandbox import Sandbox
@@ -106,6 +109,28 @@ class Worker:
             raise WorkerFailed(f"the {self.role} announced {n!r} bytes of weights (at most "
                                f"{MAX_BLOB_BYTES >> 20} MiB): refused", kind="protocol", role=self.role)  # fmt: skip
         return self._read(what, timeout_s, lambda deadline: self.reader.blob(n, deadline))
+
+    def uses_memfd(self) -> bool:
+        """Commits through a sealed memfd need the freezer: the parent reads the worker's fd table
+        while nothing in the worker runs (SIGSTOP leaves its other processes a moment)."""
+        return hasattr(os, "memfd_create") and getattr(self.box, "cgroup", None) is not None
+
+    def commit(self, event: dict, timeout_s: float, what: str) -> bytearray:
+        """The training state an event announced: from the worker's sealed memfd (the worker is
+        frozen first: the copy is off the clock) or the bytes after it on the pipe."""
+        if not self.uses_memfd():  # what the parent asked for (grader.protocol), whatever the event says
+            return self.blob(event.get("nbytes"), timeout_s, what)
+        self.pause()
+        n, fd_no = event.get("nbytes"), event.get("memfd")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (n, fd_no)) or not (
+                0 < n <= MAX_BLOB_BYTES and 0 <= fd_no < 1 << 20):  # fmt: skip
+            raise WorkerFailed(f"the {self.role} announced {n!r} bytes of weights in descriptor {fd_no!r} "
+                               f"(at most {MAX_BLOB_BYTES >> 20} MiB): refused", kind="protocol", role=self.role)  # fmt: skip
+        try:
+            return read_sealed_memfd(self.box.pid, fd_no, n)
+        except (OSError, ValueError) as err:
+            raise WorkerFailed(f"the {self.role} did not hand over {what} as the grader asked ({err})",
+                               kind="protocol", role=self.role) from None  # fmt: skip
 
     def event(self, timeout_s: float, what: str) -> tuple[dict, float]:
         """Next JSON event and the parent's clock when it arrived."""
@@ -195,9 +220,12 @@ def start_worker(role: str, workdir: Path, config: dict, cpu_cores: int | None =
     if cpu_cores and hasattr(os, "sched_getaffinity"):
         cores = sorted(os.sched_getaffinity(0))[-cpu_cores:]  # the last cores: away from core 0's IRQs
         env["OMP_NUM_THREADS"] = str(len(cores))
+    # A commit's memfd is one file of up to MAX_BLOB_BYTES (RLIMIT_FSIZE counts it); every place a
+    # worker can write is a size-limited tmpfs and memory is its cgroup's: the larger cap adds no room.
+    limits = Limits(memory_mb=8192, pids=256, file_mb=MAX_BLOB_BYTES >> 20)
     try:
         box = launch("grader.worker", [json.dumps(config), str(evt_w), str(cmd_r)],
-                     pass_fds=(evt_w, cmd_r), limits=Limits(memory_mb=8192, pids=256),
+                     pass_fds=(evt_w, cmd_r), limits=limits,
                      log_path=log_path, env_extra=env, cores=cores, expose=inputs,
                      grader_only=role == "baseline")  # fmt: skip
     finally:
@@ -251,3 +279,29 @@ def boost_priority(pid: int, nice: int = PRIORITY_NICE, whole_group: bool = True
     except OSError:
         pass
     return ok
+
+
+def read_sealed_memfd(pid: int, fd_no: int, n: int) -> bytearray:
+    """Copy ``n`` bytes out of process ``pid``'s descriptor ``fd_no`` when it is a memfd sealed against
+    writes and resizing, of exactly that size; ``ValueError`` otherwise. Only its name is looked at
+    before opening (a device or FIFO is never opened); O_NONBLOCK keeps even a swapped one harmless."""
+    link = f"/proc/{pid}/fd/{fd_no}"
+    if not os.readlink(link).startswith("/memfd:"):
+        raise ValueError("the descriptor is not a memfd")
+    fd = os.open(link, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:") or not stat.S_ISREG(st.st_mode):
+            raise ValueError("the descriptor is not a memfd")
+        if st.st_size != n or fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS != SEALS:
+            raise ValueError(f"the memfd holds {st.st_size} bytes, not {n}, or is not sealed")
+        out, at = bytearray(n), 0
+        view = memoryview(out)
+        while at < n:
+            got = os.preadv(fd, [view[at:]], at)
+            if got <= 0:
+                raise ValueError(f"the memfd ended after {at} of {n} bytes")
+            at += got
+        return out
+    finally:
+        os.close(fd)

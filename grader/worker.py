@@ -37,7 +37,7 @@ import traceback
 import types
 from pathlib import Path
 
-from grader.commit import load_state, training_state
+from grader.commit import load_state, to_memfd, training_state
 
 TIME_FUNCTIONS = ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
                   "monotonic_ns", "process_time")  # fmt: skip
@@ -150,6 +150,7 @@ class Worker:
 
         self.device = config["device"]
         self.learner_object = None
+        self.commit_fd: int | None = None  # the last chunk's sealed state (grader.commit.to_memfd)
         self.before = snapshot()  # clocks and effkit/grader functions before any learner code
 
     # -- learner code -----------------------------------------------------------------------
@@ -206,9 +207,16 @@ class Worker:
         if not cmd.get("send_weights"):
             self.channel.send(event, **report)
             return
-        # The training state at the end of every timed chunk goes back over the pipe (no file the
-        # learner could swap), still on the clock: grader.replay checks the work it reflects.
-        self.channel.send_bytes(event, training_state(trainer), **report)
+        # The training state at the end of every timed chunk, still on the clock: grader.replay
+        # checks the work it reflects. In a sealed memfd the parent copies out while we are frozen
+        # (the previous one is closed: it was read before this chunk began), else over the pipe.
+        if cmd["send_weights"] == "memfd":
+            if self.commit_fd is not None:
+                os.close(self.commit_fd)
+            self.commit_fd, nbytes = to_memfd(trainer)
+            self.channel.send(event, memfd=self.commit_fd, nbytes=nbytes, **report)
+        else:
+            self.channel.send_bytes(event, training_state(trainer), **report)
 
     def replay(self, cmd: dict) -> None:
         """Chunk ``chunk`` of a run again, through the reference path, from a committed state
@@ -236,6 +244,7 @@ class Worker:
             warnings.simplefilter("ignore")
             for _ in range(first):
                 trainer.scheduler.step()
+        trainer.skip_batches(first)  # the very batches the chunk trained on (same seed, same stream)
         if hasattr(trainer, "step"):
             trainer.step = first
         if n > 0:

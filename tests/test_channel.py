@@ -103,3 +103,58 @@ def test_probe_blobs_arrive_as_bytes():
     assert type(blob) is bytes and blob == b"abc"
     os.close(r)
     os.close(w)
+
+
+def _sealed_memfd(data: bytes, seals: int = supervisor.SEALS) -> int:
+    fd = os.memfd_create("effkit-commit", os.MFD_ALLOW_SEALING)
+    os.write(fd, data)
+    if seals:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    return fd
+
+
+def test_a_commit_is_copied_only_from_a_sealed_memfd_of_the_announced_size(tmp_path):
+    """The off-the-clock hand-over opens a descriptor of the worker's: anything but a memfd sealed
+    against change, of exactly the announced size, is refused before a byte is read (a FIFO would
+    block the parent, a device could act on open, an unsealed one could change while copied)."""
+    data = os.urandom(3 << 20)
+    fds = []
+    try:
+        fds.append(good := _sealed_memfd(data))
+        assert bytes(supervisor.read_sealed_memfd(os.getpid(), good, len(data))) == data
+        with pytest.raises(ValueError, match="holds"):
+            supervisor.read_sealed_memfd(os.getpid(), good, len(data) + 1)  # announced size must match
+        fds.append(loose := _sealed_memfd(data, seals=0))
+        with pytest.raises(ValueError, match="not sealed"):
+            supervisor.read_sealed_memfd(os.getpid(), loose, len(data))
+        fds.append(shrinkable := _sealed_memfd(data, seals=fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW))
+        with pytest.raises(ValueError, match="not sealed"):
+            supervisor.read_sealed_memfd(os.getpid(), shrinkable, len(data))
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)
+        fds.append(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        (tmp_path / "file").write_bytes(data)
+        fds.append(os.open(tmp_path / "file", os.O_RDONLY))
+        fds += os.pipe()
+        fds.append(os.open("/dev/zero", os.O_RDONLY))
+        for fd in fds[3:]:
+            t0 = time.perf_counter()
+            with pytest.raises(ValueError, match="not a memfd"):
+                supervisor.read_sealed_memfd(os.getpid(), fd, len(data))
+            assert time.perf_counter() - t0 < 5
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_a_worker_announcing_a_bad_descriptor_fails_its_grading_as_a_protocol_error():
+    class Box:
+        cgroup, pid = object(), os.getpid()
+
+    w = supervisor.Worker.__new__(supervisor.Worker)
+    w.role, w.box, w.stopped = "learner", Box(), True
+    for event in ({"memfd": 0, "nbytes": 10}, {"memfd": "3", "nbytes": 10}, {"nbytes": 10},
+                  {"memfd": 1, "nbytes": supervisor.MAX_BLOB_BYTES + 1}):  # fmt: skip
+        with pytest.raises(supervisor.WorkerFailed) as err:
+            w.commit(event, 1.0, "sending the weights")
+        assert err.value.kind == "protocol"

@@ -16,8 +16,8 @@ from this grading's initial weights (the idea of Jia et al., "Proof-of-Learning"
    of the same chunk (its size, every chunk; its direction too for the first chunk, where both start
    from the same weights), then draws chunks after the fact (``SystemRandom``) and has the baseline
    worker, where no learner code ever ran, replay them from the learner's committed start state on
-   that run's data through the reference path; the learner's update should point the same way and be
-   about as large (reported as a flag for now: the replay starts at its epoch's first batch, not the chunk's).
+   that run's data through the reference path, from the very batch where the chunk started; the
+   learner's update should point the same way and be about as large.
 
 **Limits (measured margins in grader/README.md).** The replay is statistical (other batches, other
 order), so a chunk forged to look like a plausible update passes unless it is drawn; the median chunk
@@ -36,13 +36,15 @@ import torch
 
 from grader.commit import load_state
 
-# Bounds, calibrated on honest and forged gradings (grader/README.md "timed work" row).
-# Measured on this 2-core host (lesson 2 smoke, 2 gradings of the reference pipeline): size ratios
-# 0.94-1.51; chunk-0 cosines with the baseline 0.40-0.44 (same start, no momentum yet); replay cosines
-# 0.82-0.95 (the committed momentum is shared). Forged (trained off the clock, no-op steps): size 0
-# or x9.6-9.8, cosines 0.00-0.01.
-SIZE_BAND = (0.4, 2.5)  # learner update norm / baseline update norm, same chunk, every chunk
-MIN_COSINE_FIRST = 0.2  # chunk 0: cosine of the learner's update with the baseline's
+# Bounds, calibrated on honest and forged gradings (grader/README.md "timed work" row; figures in
+# benchmarks/results/lesson2-work-check-30-xeon-amx-2c.json). Honest chunk-0 cosines vary with the two
+# pipelines' batches (0.25-0.57 in 60 runs here, 0.20 once in CI); weights from anywhere else are
+# unrelated to this grading's init and sit at the random-direction null (|cos| ~ 1/sqrt(parameters):
+# 0.002 for lesson 2's net; the forgery 0.00-0.01). A chunk's size varies most at the end of the
+# schedule, where the update is mostly noise (last chunk 0.37-1.74x, log-sd 0.32: a 0.2 floor is
+# 4.8 sd away); a chunk whose steps were moved elsewhere is near 0, the forgery 9.6-9.8x.
+SIZE_BAND = (0.2, 5.0)  # learner update norm / baseline update norm, same chunk, every chunk
+MIN_COSINE_FIRST = 0.1  # chunk 0: cosine of the learner's update with the baseline's
 MIN_COSINE = 0.5  # a replayed chunk: cosine of the learner's update with the replay's
 REPLAYS_PER_RUN = 2  # chunks drawn per scored run (among chunks 1..K-1; chunk 0 needs no replay)
 

@@ -230,7 +230,8 @@ def stress(assignment_id: str = "lesson2", times: int = 10, busy: int = 1, spec_
             results.append({"points": r.points, "speedup": rep["speedup"], "gate": (rep["gate"] or {}).get("passed"),
                             "acc_diff_pp": (rep["gate"] or {}).get("mean_diff_pp"), "problems": rep["problems"],
                             "acc_diffs_pp": rep["accuracy_diffs_pp"], "look_means_pp": looks,
-                            "phases_s": rep.get("phases_s"), "seconds": time.perf_counter() - t0})  # fmt: skip
+                            "phases_s": rep.get("phases_s"), "work_checks": rep.get("work_checks") or [],
+                            "seconds": time.perf_counter() - t0})  # fmt: skip
             x = results[-1]
             second = f" (second look; the first {looks[0]:+.2f} pp)" if len(looks) > 1 else ""
             print(f"  grading {i + 1}/{times}: {x['points']:g} points, speedup {x['speedup'] or 0:.2f}x, "

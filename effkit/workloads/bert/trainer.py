@@ -85,6 +85,11 @@ class BertTrainer:
         self.steps_done, self.last_loss = 0, float("nan")
         self._non_blocking = device.type == "cuda"
 
+    def skip_batches(self, n: int) -> None:
+        """Advance the data stream ``n`` batches without training (a replay starts mid-epoch)."""
+        for _ in range(n):
+            next(self._batches)
+
     def train_steps(self, n: int) -> Work:
         self.model.train()
         samples = tokens = 0

@@ -134,6 +134,11 @@ class _Trainer:
             ready = list(itertools.islice(it, depth))  # fewer when the epoch is shorter
             self._batches = itertools.chain(ready, it)
 
+    def skip_batches(self, n: int) -> None:
+        """Advance the data stream ``n`` batches without training (a replay starts mid-epoch)."""
+        for _ in range(n):
+            self._next_batch()
+
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         # Cycles epochs: a fresh iter() reshuffles (and, for DataLoaders, restarts workers).
         if self._batches is None:

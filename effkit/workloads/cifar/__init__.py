@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from effkit.precision_probe import PROBE_BATCH, cpu_precision
 from effkit.schedules import scale_lr
 from effkit.seed import seed_everything
 from effkit.workloads.cifar.data import (
@@ -42,6 +43,7 @@ from effkit.workloads.cifar.data import (
     load_cifar,
     make_synthetic_cifar,
 )
+from effkit.workloads.cifar.models import airbench_net, naive_resnet
 from effkit.workloads.cifar.pipelines import DevicePipeline, DeviceTestSet, TorchvisionPipeline
 from effkit.workloads.cifar.profiles import DEFAULT_EVAL_EVERY, PROFILES, Profile, get_profile
 from effkit.workloads.cifar.recipes import (
@@ -137,6 +139,19 @@ def _airbench_pipeline(dataset, batch_size, device, seed, dtype=torch.float32):
                           flip="alternating", drop_last=True, dtype=dtype)  # fmt: skip
 
 
+def measured_precision(cfg: RecipeConfig) -> tuple[RecipeConfig, str]:
+    """"auto" on a CPU, resolved by timing the recipe's own model (effkit.precision_probe)."""
+    if cfg.model == "airbench":
+        key, make = f"cifar airbench {cfg.widths}", lambda: airbench_net(cfg.widths)
+    else:
+        key, make = f"cifar resnet{cfg.depth}x{cfg.width}", lambda: naive_resnet(cfg.depth, cfg.width)
+    layout = torch.channels_last if cfg.channels_last else torch.contiguous_format
+    example = torch.randn(PROBE_BATCH, 3, 32, 32).contiguous(memory_format=layout)
+    mode, why = cpu_precision(f"{key} channels_last={cfg.channels_last}",
+                              lambda: make().to(memory_format=layout), example, 10, cache_dir=data_home())  # fmt: skip
+    return replace(cfg, precision=mode), why
+
+
 def build(
     recipe: str,
     profile: str,
@@ -178,6 +193,9 @@ def build(
             test_set.targets[: p.max_test],
         )
     cfg = recipe_config(recipe, p, hooks)
+    choice = ""
+    if device.type == "cpu" and cfg.precision == "auto":
+        cfg, choice = measured_precision(cfg)
     synthetic = is_synthetic(root)
     if not synthetic and p.real_target is not None and "target" not in hooks:
         cfg = replace(cfg, target=p.real_target)
@@ -204,6 +222,7 @@ def build(
         "n_train": len(train_set),
         "n_test": len(test_set),
         "seed": seed,
+        **({"precision_choice": choice} if choice else {}),
     }
     evaluator = DeviceTestSet(test_set, device)
     if recipe == "naive":

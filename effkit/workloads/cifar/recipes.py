@@ -45,9 +45,8 @@ def cpu_has_fast_bf16() -> bool:
 def resolve_precision(device: torch.device, requested: str) -> AmpPolicy:
     """The one effkit policy, :func:`effkit.amp.choose_precision` (kept as a name for callers).
 
-    On a CPU with AMX (Sapphire Rapids and later) bf16 autocast made the airbench net's training
-    step 1.8x faster, and 3.4x with channels_last (measured on the course's 2-core Xeon);
-    without bf16 instructions ``DeviceCaps.detect`` reports no bf16 and "auto" means fp32.
+    ``cifar.build`` resolves a CPU's "auto" before this, by timing the recipe's own model
+    (:mod:`effkit.precision_probe`): bf16 units alone do not make bf16 faster.
     """
     return choose_precision(device, requested)
 

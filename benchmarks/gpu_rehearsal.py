@@ -2,12 +2,12 @@
 
 A grading at GPU size fails on things no tiny CPU profile exercises: weights of hundreds of MB
 crossing a pipe (lesson 3's reference earned 9/14 on an H200 because 440 MB never arrived), memory
-limits, time limits. This runs the timed protocol with the ``gpu`` spec's model (a 12 x 768 BERT,
-from scratch: the hub is offline here) and batch shapes, but only a few steps, so each boundary -
-worker start, warm-up, timed chunks, weight transfer, the parent's checks, evaluation, report -
-is crossed once on the CPU.
+limits, time limits. This runs the timed protocol with the ``gpu`` spec's model and batch shapes
+(lesson 3: a 12 x 768 BERT, from scratch: the hub is offline here; lesson 2: ResNet-18 at batch 128
+and the 10,000-image held-out set), but only a few steps, so each boundary - worker start, warm-up,
+timed chunks, commits, the parent's checks and replay, evaluation, report - is crossed once on the CPU.
 
-    python benchmarks/gpu_rehearsal.py            # or: make gpu-rehearsal
+    python benchmarks/gpu_rehearsal.py            # or: make gpu-rehearsal (lessons 2 and 3)
 """
 
 from __future__ import annotations
@@ -38,9 +38,25 @@ def lesson3_spec() -> protocol.GradingSpec:
                                chunks_per_epoch=2, hooks=hooks, cpu_cores=1)  # fmt: skip
 
 
+def lesson2_spec() -> protocol.GradingSpec:
+    """The gpu spec's ResNet-18, batch (128) and held-out set (10,000 images, evaluated in the parent);
+    one repeat of 2 batches in 2 timed chunks."""
+    gpu = assignments.get("lesson2").specs["gpu"]
+    return dataclasses.replace(gpu, name="rehearse-gpu", n_train=256, n_warmup=128, epochs=1, repeats=1,
+                               chunks_per_epoch=2, cpu_cores=1)  # fmt: skip
+
+
 def rehearse_lesson3(progress=print, memfd: bool = True) -> dict:
     """One lesson-3 measurement at GPU model size; returns what crossed and how long each phase and
     timed chunk took. ``memfd=False`` sends the commits through the pipe (the way before the memfd)."""
+    return rehearse("lesson3", lesson3_spec(), progress, memfd)
+
+
+def rehearse_lesson2(progress=print, memfd: bool = True) -> dict:
+    return rehearse("lesson2", lesson2_spec(), progress, memfd)
+
+
+def rehearse(assignment_id: str, spec: protocol.GradingSpec, progress=print, memfd: bool = True) -> dict:
     sizes: list[int] = []
     from_memfd: list[int] = []
     blob, read_memfd, uses_memfd = supervisor.Worker.blob, supervisor.read_sealed_memfd, supervisor.Worker.uses_memfd
@@ -61,7 +77,7 @@ def rehearse_lesson3(progress=print, memfd: bool = True) -> dict:
         supervisor.Worker.uses_memfd = lambda self: False
     try:
         t0 = time.perf_counter()
-        m = protocol.measure(assignments.get("lesson3"), reference_cells("lesson3"), lesson3_spec(), "cpu",
+        m = protocol.measure(assignments.get(assignment_id), reference_cells(assignment_id), spec, "cpu",
                              progress=progress)  # fmt: skip
     finally:
         supervisor.Worker.blob, supervisor.read_sealed_memfd = blob, read_memfd
@@ -74,13 +90,19 @@ def rehearse_lesson3(progress=print, memfd: bool = True) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pipe", action="store_true", help="commits through the pipe, as before the sealed memfd")
-    out = rehearse_lesson3(memfd=not p.parse_args().pipe)
-    mb = [f"{n / 1e6:.0f} MB" for n in out["blob_bytes"]]
-    chunks = ", ".join(f"{role} {c + 1}: {s:.1f} s" for role, _, c, s in out["chunks"])
-    print(f"lesson 3 at the gpu spec's model size: {out['seconds']:.0f} s; blobs received: {', '.join(mb) or 'none'}; "
-          f"timed chunks (training + commit, on the clock): {chunks}; error: {out['error']}; "
-          f"problems: {out['problems']}")  # fmt: skip
-    ok = out["error"] is None and not out["problems"] and all(acc is not None for _, _, acc in out["runs"])
+    p.add_argument("--only", choices=["lesson2", "lesson3"], help="one lesson (default: both)")
+    args = p.parse_args()
+    ok = True
+    for lesson, run in (("lesson2", rehearse_lesson2), ("lesson3", rehearse_lesson3)):
+        if args.only not in (None, lesson):
+            continue
+        out = run(memfd=not args.pipe)
+        mb = [f"{n / 1e6:.0f} MB" for n in out["blob_bytes"]]
+        chunks = ", ".join(f"{role} {c + 1}: {s:.1f} s" for role, _, c, s in out["chunks"])
+        print(f"{lesson} at the gpu spec's sizes: {out['seconds']:.0f} s; blobs received: {', '.join(mb) or 'none'}; "
+              f"timed chunks (training + commit, on the clock): {chunks}; error: {out['error']}; "
+              f"problems: {out['problems']}", flush=True)  # fmt: skip
+        ok &= out["error"] is None and not out["problems"] and all(acc is not None for _, _, acc in out["runs"])
     print("rehearsal " + ("passed" if ok else "FAILED"))
     return 0 if ok else 1
 

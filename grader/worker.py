@@ -37,7 +37,7 @@ import traceback
 import types
 from pathlib import Path
 
-from grader.commit import load_state, to_memfd, training_state
+from grader.commit import load_state, set_rng, to_memfd, training_state
 
 TIME_FUNCTIONS = ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
                   "monotonic_ns", "process_time")  # fmt: skip
@@ -245,6 +245,7 @@ class Worker:
             for _ in range(first):
                 trainer.scheduler.step()
         trainer.skip_batches(first)  # the very batches the chunk trained on (same seed, same stream)
+        set_rng(state, self.device)  # and the learner's dropout masks, from its committed generators
         if hasattr(trainer, "step"):
             trainer.step = first
         if n > 0:

@@ -618,3 +618,23 @@ def test_a_stopped_stress_campaign_keeps_its_finished_gradings(tmp_path, monkeyp
     assert saved["done"] == 1 and saved["times"] == 3 and saved["second_looks"] == 1
     assert saved["results"][0]["acc_diffs_pp"] == [-0.6, -0.64, 0.0, 0.2]
     assert "(second look; the first -0.62 pp)" in capsys.readouterr().out
+
+
+def test_a_committed_state_carries_generator_states_of_the_right_shape_only():
+    import io
+
+    import torch
+
+    from grader.commit import load_state
+
+    def blob(**extra):
+        buffer = io.BytesIO()
+        torch.save({"model": {"w": torch.zeros(2)}, "optimizer": {}, **extra}, buffer)
+        return buffer.getvalue()
+
+    assert load_state(blob())["model"]["w"].shape == (2,)
+    assert load_state(blob(rng={"cpu": torch.get_rng_state()}))["rng"]["cpu"].numel() == 5056
+    for bad in ({"cpu": torch.zeros(7, dtype=torch.uint8)}, {"cpu": torch.get_rng_state().float()},
+                {"mps": torch.get_rng_state()}, ["cpu"]):  # fmt: skip
+        with pytest.raises(ValueError, match="generator"):
+            load_state(blob(rng=bad))

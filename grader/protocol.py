@@ -73,6 +73,9 @@ class GradingSpec:
     # On a CPU, pin both workers (and their DataLoader children) to this many cores with as many
     # OpenMP threads; None: all cores. See supervisor.start_worker for why one core is steadier.
     cpu_cores: int | None = None
+    # The learner trains the baseline's own data stream (lesson 3 changes precision, not data): a
+    # replay from its committed state sees its batches and dropout masks, so a mismatch is scored.
+    replay_scored: bool = False
 
     @property
     def calibration_name(self) -> str:

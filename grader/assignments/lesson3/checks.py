@@ -51,12 +51,12 @@ from effkit.workloads import bert"""
 _HOOKS = {"batch_size": 8, "lr": 1e-3, "model": "scratch"}
 SPECS = {
     "smoke": GradingSpec(name="smoke", profile="cpu", n_train=384, n_eval=600, n_warmup=32,
-                         epochs=1, repeats=2, hooks=_HOOKS, chunks_per_epoch=4, cpu_cores=1),  # fmt: skip
+                         epochs=1, repeats=2, hooks=_HOOKS, chunks_per_epoch=4, cpu_cores=1, replay_scored=True),  # fmt: skip
     # Plumbing only (the gate is not calibrated for it): tests of messages and cell wiring.
     "tiny": GradingSpec(name="tiny", profile="cpu", n_train=96, n_eval=200, n_warmup=16,
-                        epochs=1, repeats=1, hooks=_HOOKS, chunks_per_epoch=4),  # fmt: skip
+                        epochs=1, repeats=1, hooks=_HOOKS, chunks_per_epoch=4, replay_scored=True),  # fmt: skip
     "gpu": GradingSpec(name="gpu", profile="gpu", n_train=4096, n_eval=2000, n_warmup=256,
-                       epochs=1, repeats=3, hooks={"batch_size": 32}, min_timeout_s=60.0),  # fmt: skip
+                       epochs=1, repeats=3, hooks={"batch_size": 32}, min_timeout_s=60.0, replay_scored=True),  # fmt: skip
 }
 
 # Lesson 3 (mixed precision in the naive BERT recipe, every row padded to 128 tokens). CPU:

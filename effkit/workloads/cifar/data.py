@@ -188,8 +188,11 @@ def _hsv_to_rgb(h: np.ndarray, s: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.stack(channels, axis=-1)
 
 
-def synthetic_images(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def synthetic_images(n: int, seed: int, difficulty: str = "easy") -> tuple[np.ndarray, np.ndarray]:
     """``n`` labelled 32x32 RGB images (uint8 N x 32 x 32 x 3) with a learnable class signal.
+
+    ``difficulty="hard"``: :func:`effkit.workloads.cifar.hard.hard_images` instead (full-size
+    offline runs); "easy", described here, is what smoke, cpu and the tests train on.
 
     Class ``c`` paints one of five patterns (``c % 5``: horizontal or vertical stripes, checks,
     disc, ring, at random frequency, phase and position) in a colour of hue ``36 * c`` degrees
@@ -199,6 +202,12 @@ def synthetic_images(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     and flips of CIFAR augmentation. Low-contrast images are genuinely ambiguous, so accuracy
     plateaus below 100% instead of depending on luck.
     """
+    if difficulty != "easy":
+        from effkit.workloads.cifar.hard import DIFFICULTIES, hard_images  # imports this module
+
+        if difficulty not in DIFFICULTIES:
+            raise ValueError(f"difficulty must be one of {DIFFICULTIES}, got {difficulty!r}")
+        return hard_images(n, seed)
     rng = np.random.default_rng(seed)
     labels = rng.permutation(np.arange(n) % 10)  # balanced classes, shuffled
     yy, xx = np.mgrid[0:32, 0:32].astype(np.float32)
@@ -238,7 +247,8 @@ def _md5(path: Path) -> str:
     return hashlib.md5(path.read_bytes(), usedforsecurity=False).hexdigest()
 
 
-def make_synthetic_cifar(root: str | Path, n_train: int = 5000, n_test: int = 1000, seed: int = 0):
+def make_synthetic_cifar(root: str | Path, n_train: int = 5000, n_test: int = 1000, seed: int = 0,
+                         difficulty: str = "easy"):  # fmt: skip
     """Write a synthetic CIFAR-10 into ``root/cifar-10-batches-py`` in the official format.
 
     Five ``data_batch_*`` files and a ``test_batch`` (pickled dicts of ``data``: uint8
@@ -246,7 +256,7 @@ def make_synthetic_cifar(root: str | Path, n_train: int = 5000, n_test: int = 10
     ``filenames``) and ``batches.meta``, plus an ``effkit_synthetic.json`` manifest with the
     files' md5s. Train and test images are drawn independently (different seeds). Written to a
     temporary folder and renamed into place, so an interrupted run leaves nothing half-written.
-    Returns ``root``.
+    ``difficulty``: see `synthetic_images` (recorded in the manifest). Returns ``root``.
     """
     if n_train < 5 or n_test < 1:
         raise ValueError(
@@ -262,8 +272,8 @@ def make_synthetic_cifar(root: str | Path, n_train: int = 5000, n_test: int = 10
         base = tmp / BASE_FOLDER
         base.mkdir()
         splits = [
-            ("train", *synthetic_images(n_train, seed)),
-            ("test", *synthetic_images(n_test, seed + 10_000)),
+            ("train", *synthetic_images(n_train, seed, difficulty)),
+            ("test", *synthetic_images(n_test, seed + 10_000, difficulty)),
         ]
         for split, images, labels in splits:
             flat = images.transpose(0, 3, 1, 2).reshape(len(images), 3072)  # RGB planes
@@ -285,6 +295,7 @@ def make_synthetic_cifar(root: str | Path, n_train: int = 5000, n_test: int = 10
             "n_train": n_train,
             "n_test": n_test,
             "seed": seed,
+            **({} if difficulty == "easy" else {"difficulty": difficulty}),  # easy: as before
             "md5": {p.name: _md5(p) for p in sorted(base.iterdir())},
         }
         (base / MANIFEST).write_text(json.dumps(manifest, indent=1))

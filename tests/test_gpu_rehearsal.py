@@ -1,18 +1,16 @@
 """Lessons 2 and 3 graded at the gpu spec's model sizes cross every boundary on the CPU (issue: a
 bert-base-sized grading never finished sending its weights). A share of `make gpu-rehearsal`."""
 
-import importlib.util
 import os
 from pathlib import Path
+
+from script_module import load
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _rehearsal():
-    spec = importlib.util.spec_from_file_location("gpu_rehearsal", ROOT / "benchmarks" / "gpu_rehearsal.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("benchmarks/gpu_rehearsal.py")
 
 
 def test_lesson2_at_gpu_sizes_commits_resnet18_and_evaluates_ten_thousand_images():

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from browser_util import find_chromium, open_in_chromium
 from lesson_runs import EXECUTED, executed
+from script_module import load
 
 from effkit.syllabus import LESSONS, ready
 
@@ -29,10 +30,7 @@ IMAGES = "Array.from(document.images).map(i => ({src: i.src, ok: i.complete, w: 
 
 
 def _docs_build():
-    spec = importlib.util.spec_from_file_location("docs_build", ROOT / "docs" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("docs/build.py")
 
 
 @pytest.fixture(scope="module")

@@ -76,6 +76,7 @@ class GradingSpec:
     # The learner trains the baseline's own data stream (lesson 3 changes precision, not data): a
     # replay from its committed state sees its batches and dropout masks, so a mismatch is scored.
     replay_scored: bool = False
+    data: str = "easy"  # lesson 2's synthetic images: "hard" where a run would reach 100% on the easy set
 
     @property
     def calibration_name(self) -> str:

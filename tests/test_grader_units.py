@@ -638,3 +638,19 @@ def test_a_committed_state_carries_generator_states_of_the_right_shape_only():
                 {"mps": torch.get_rng_state()}, ["cpu"]):  # fmt: skip
         with pytest.raises(ValueError, match="generator"):
             load_state(blob(rng=bad))
+
+
+def test_lesson2_grades_gpu_sized_runs_on_the_hard_stand_in_and_cpu_runs_on_the_calibrated_easy_set():
+    import numpy as np
+
+    from effkit.workloads.cifar.hard import hard_images
+    from grader.data import grader_images
+
+    specs = assignments.get("lesson2").specs
+    assert specs["gpu"].data == "hard" and specs["smoke"].data == specs["tiny"].data == "easy"
+    easy, _ = grader_images(20, 1)
+    hard, labels = grader_images(20, 1, "hard")
+    assert np.array_equal(hard, hard_images(20, 1)[0]) and not np.array_equal(easy, hard)
+    assert sorted(labels.tolist()) == sorted(list(range(10)) * 2)
+    with pytest.raises(ValueError, match="difficulty"):
+        grader_images(2, 1, "medium")

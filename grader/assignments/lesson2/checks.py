@@ -52,7 +52,7 @@ SPECS = {
     "tiny": GradingSpec(name="tiny", profile="smoke", n_train=300, n_eval=500, n_warmup=200,
                         epochs=1, repeats=1),  # fmt: skip
     "gpu": GradingSpec(name="gpu", profile="gpu", n_train=20000, n_eval=10000, n_warmup=5000,
-                       epochs=2, repeats=3, min_timeout_s=60.0),  # fmt: skip
+                       epochs=2, repeats=3, min_timeout_s=60.0, data="hard"),  # fmt: skip
 }
 
 

@@ -70,7 +70,7 @@ class GraderData:
         # initial weights. The held-out set and every worker's weights stay outside it.
         self.inputs = self.workdir / "inputs"
         self.inputs.mkdir(mode=0o755, parents=True, exist_ok=True)
-        self.warmup_dir = write_train_set(self.inputs / "warmup", spec.n_warmup, secrets.randbits(31))
+        self.warmup_dir = write_train_set(self.inputs / "warmup", spec.n_warmup, secrets.randbits(31), spec.data)
         self.train_dirs: list[Path] = []
         self.seeds: list[int] = []
         self.init_paths: list[Path] = []
@@ -84,7 +84,7 @@ class GraderData:
         spec, first = self.spec, len(self.train_dirs)
         hooks = dict(spec.hooks, epochs=spec.epochs)
         for r in range(first, first + spec.repeats):
-            path = write_train_set(self.inputs / f"train{r}", spec.n_train, secrets.randbits(31))
+            path = write_train_set(self.inputs / f"train{r}", spec.n_train, secrets.randbits(31), spec.data)
             seed = secrets.randbelow(2**31)
             # A clean trainer per repeat (no learner code in this process): its initial weights are
             # shared by both workers, so run r of A and B differ only in the input pipeline; later
@@ -96,7 +96,7 @@ class GraderData:
             self.seeds.append(seed)
             self.init_paths.append(init)
             self.trainers.append(trainer)
-        images, labels = grader_images(spec.n_eval, secrets.randbits(31))  # never written to disk
+        images, labels = grader_images(spec.n_eval, secrets.randbits(31), spec.data)  # never written to disk
         held_out = types.SimpleNamespace(data=images, targets=labels.tolist())
         self.eval_sets.append(DeviceTestSet(held_out, self.device))
         return range(first, first + spec.repeats)

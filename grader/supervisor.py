@@ -64,6 +64,7 @@ class Worker:
     log_path: Path
     stopped: bool = False
     closed: bool = False
+    memfd_ok: bool | None = None  # uses_memfd's answer, probed once
 
     def __post_init__(self) -> None:
         self.reader = PipeReader(self.evt_fd, clock=_clock)
@@ -111,9 +112,16 @@ class Worker:
         return self._read(what, timeout_s, lambda deadline: self.reader.blob(n, deadline))
 
     def uses_memfd(self) -> bool:
-        """Commits through a sealed memfd need the freezer: the parent reads the worker's fd table
-        while nothing in the worker runs (SIGSTOP leaves its other processes a moment)."""
-        return hasattr(os, "memfd_create") and getattr(self.box, "cgroup", None) is not None
+        """Commits through a sealed memfd need the freezer (the parent reads the worker's fd table
+        while nothing in the worker runs) and leave to read that table: root without
+        CAP_SYS_PTRACE (a default container) may not open another uid's /proc/<pid>/fd."""
+        if self.memfd_ok is None:
+            self.memfd_ok = hasattr(os, "memfd_create") and getattr(self.box, "cgroup", None) is not None
+            try:
+                self.memfd_ok = self.memfd_ok and os.listdir(f"/proc/{self.box.pid}/fd") is not None
+            except OSError:
+                self.memfd_ok = False
+        return self.memfd_ok
 
     def commit(self, event: dict, timeout_s: float, what: str) -> bytearray:
         """The training state an event announced: from the worker's sealed memfd (the worker is

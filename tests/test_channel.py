@@ -155,3 +155,22 @@ def test_a_worker_announcing_a_bad_descriptor_fails_its_grading_as_a_protocol_er
         with pytest.raises(supervisor.WorkerFailed) as err:
             w.commit(event, 1.0, "sending the weights")
         assert err.value.kind == "protocol"
+
+
+def test_without_leave_to_read_the_workers_descriptors_commits_stay_on_the_pipe(monkeypatch):
+    """Root without CAP_SYS_PTRACE (a default container) cannot open another uid's /proc/<pid>/fd:
+    the grading then keeps the pipe, rather than failing every commit as the learner's fault."""
+
+    class Box:
+        cgroup, pid = object(), os.getpid()
+
+    def refused(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    w = supervisor.Worker.__new__(supervisor.Worker)
+    w.role, w.box, w.memfd_ok = "learner", Box(), None
+    monkeypatch.setattr(supervisor.os, "listdir", refused)
+    assert w.uses_memfd() is False
+    w.memfd_ok = None
+    monkeypatch.undo()
+    assert w.uses_memfd() is True

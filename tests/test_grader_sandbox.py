@@ -217,10 +217,20 @@ return float(pid)""") as s:
         cpu_after = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[11])
         assert cpu_after - cpu_before <= 1, state  # no CPU while frozen
         s.box.resume()
-    assert (
-        not Path(f"/proc/{child}").exists()
-        or Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
-    )
+    assert _dead(child)
+
+
+def _dead(pid: int, within_s: float = 5.0) -> bool:
+    """Gone, a zombie, or dead and being reaped ("X": seen for a moment on a loaded machine)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X") or time.monotonic() > deadline:
+            return state in ("Z", "X")
+        time.sleep(0.05)
 
 
 def _host_pid(box, pid: int) -> int:

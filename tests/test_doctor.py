@@ -6,8 +6,7 @@ import time
 import pytest
 
 from effkit import doctor
-from effkit.amp import cpu_native_bf16
-from effkit.doctor_plants import format_table, planted_step, plants_here, validate
+from effkit.doctor_plants import bf16_pays_here, format_table, planted_step, plants_here, validate
 from effkit.profiling import per_position, profile_training, work_median
 
 CLEAN = {"step_ms": 10.0, "step_ms_unprofiled": 8.0, "batch_size": 32, "syncs_per_step": 0, "sync_ms": 0.0, "ops_per_step": 200,
@@ -69,7 +68,7 @@ def test_the_profile_is_plain_data_and_counts_syncs_outside_the_optimizer():
     assert p["syncs_per_step"] == pytest.approx(5)  # 4 NaN checks + loss.item(); Adam's step counts excluded
     assert 0 < p["sync_ms"] < p["step_ms"]
     assert p["ranges_ms"]["forward"] > 0 and p["ranges_ms"]["backward"] > 0 and p["ops_per_step"] > 50
-    assert p["compute_dtype"] == ("bfloat16" if cpu_native_bf16() else "float32")  # the course's policy
+    assert p["compute_dtype"] == ("bfloat16" if bf16_pays_here() else "float32")  # bf16 only where it pays here
     assert p["optimizer"]["foreach"] is True
     assert p["matmul_us_work"] >= p["matmul_us_median"] > 0
 

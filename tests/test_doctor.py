@@ -183,7 +183,9 @@ def test_a_cpu_step_on_a_cuda_host_is_profiled_as_a_cpu_step(monkeypatch):
     shim = types.SimpleNamespace(**{k: getattr(torch, k) for k in dir(torch) if not k.startswith("__")})
     shim.cuda = types.SimpleNamespace(is_available=lambda: True)
     monkeypatch.setattr(profiling, "torch", shim)
-    p = profiling.profile_training(planted_step(()), wait=0, active=2, warmup=1, timed=3)
+    # bf16_hardware as profile_named says it: the clean step runs in the precision that pays here
+    p = profiling.profile_training(planted_step(()), wait=0, active=2, warmup=1, timed=3,
+                                   bf16_hardware=bf16_pays_here())  # fmt: skip
     assert p["matmul_ms"] > 0.1 * p["step_ms"] and p["matmul_us_median"] > 0
     assert p["memory_peak_bytes"] is None and p["memory_limit_bytes"] is None
     assert doctor.diagnose(p)[0].label == "none"

@@ -29,6 +29,9 @@ from pathlib import Path
 import numpy as np
 from torchvision.datasets import CIFAR10
 
+from effkit.workloads.cifar.colour import _hsv_to_rgb
+from effkit.workloads.cifar.hard import DIFFICULTIES, hard_images
+
 # Per-channel mean/std of the CIFAR-10 training images, as fractions of 255.
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)
@@ -179,15 +182,6 @@ def _write_pickle(path: Path, obj: dict) -> None:
         _Py2Pickler(f, protocol=2).dump(_py2(obj))
 
 
-def _hsv_to_rgb(h: np.ndarray, s: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Vectorised HSV (hue in degrees) to RGB in [0, 1]; returns shape (..., 3)."""
-    channels = []
-    for n in (5, 3, 1):
-        k = (n + h / 60.0) % 6
-        channels.append(v - v * s * np.clip(np.minimum(k, 4 - k), 0, 1))
-    return np.stack(channels, axis=-1)
-
-
 def synthetic_images(n: int, seed: int, difficulty: str = "easy") -> tuple[np.ndarray, np.ndarray]:
     """``n`` labelled 32x32 RGB images (uint8 N x 32 x 32 x 3) with a learnable class signal.
 
@@ -203,7 +197,6 @@ def synthetic_images(n: int, seed: int, difficulty: str = "easy") -> tuple[np.nd
     plateaus below 100% instead of depending on luck.
     """
     if difficulty != "easy":
-        from effkit.workloads.cifar.hard import DIFFICULTIES, hard_images  # imports this module
 
         if difficulty not in DIFFICULTIES:
             raise ValueError(f"difficulty must be one of {DIFFICULTIES}, got {difficulty!r}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from effkit.workloads.cifar.data import _hsv_to_rgb
+from effkit.workloads.cifar.colour import _hsv_to_rgb
 
 DIFFICULTIES = ("easy", "hard")
 

@@ -245,7 +245,10 @@ class Worker:
             for _ in range(first):
                 trainer.scheduler.step()
         trainer.skip_batches(first)  # the very batches the chunk trained on (same seed, same stream)
-        set_rng(state, self.device)  # and the learner's dropout masks, from its committed generators
+        try:  # and the learner's dropout masks, from its committed generators
+            set_rng(state, self.device)
+        except (RuntimeError, ValueError):  # a state torch refuses: the replay differs, the learner's doing
+            pass
         if hasattr(trainer, "step"):
             trainer.step = first
         if n > 0:

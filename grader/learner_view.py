@@ -34,7 +34,7 @@ STAGE = "/mnt"  # where the view is built before it is moved over the repository
 # task modules those import. Parent-side modules (checks, references, keys) are never listed.
 _CORE = ("grader", "grader.worker", "grader.probe_worker", "grader.learner_view", "grader.proctree",
          "grader.channel", "grader.quiz", "grader.audit", "grader.data", "grader.commit", "grader.seal", "grader.fence",
-         "grader.assignments")  # fmt: skip
+         "grader.relay", "grader.assignments")  # fmt: skip
 _LESSONS = {
     "lesson1": ("probes", "task"),
     "lesson2": ("probes", "probe_data", "runtime"),

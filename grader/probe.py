@@ -213,7 +213,7 @@ class ProbeSession:
 
     # -- calls ----------------------------------------------------------------------------------
     def call(self, probe: str, timeout_s: float, serve=None, max_blob: int = MAX_BLOB, **args) -> CallResult:
-        """Run ``probe`` in the worker; ``serve(request) -> reply`` answers its requests; a result
+        """Run ``probe`` in the worker; ``serve(request, blobs) -> reply`` answers its requests; a result
         carrying a blob over ``max_blob`` bytes is refused unread (and the worker stopped)."""
         if self.box is None:
             try:
@@ -228,7 +228,7 @@ class ProbeSession:
                 msg, blobs = self.end.receive(max(0.01, deadline - time.monotonic()), max_blob)
                 kind = msg.get("event")
                 if kind == "dev" and serve is not None:
-                    self.end.send({"cmd": "dev_ok", **serve(msg)})
+                    self.end.send({"cmd": "dev_ok", **serve(msg, blobs)})
                     continue
                 self._note(msg.get("evidence"))
                 if kind == "result":

@@ -74,10 +74,15 @@ class InProcess:
             return CallResult(False, failure="sent more than the grader accepts")
         return got
 
-    def call_ranks(self, probe: str, timeout_s: float, world: int, **args) -> list[CallResult]:
+    def call_ranks(self, probe: str, timeout_s: float, world: int, relay=None, **args) -> list[CallResult]:
         """``probes.probe_<probe>(self, rank=r, **args)`` for every rank at once, each in a child forked
         from here (with own_netns, all in one namespace of their own, counted alone); a rank not done
-        within ``timeout_s`` is killed. The sandbox's grading starts one worker per rank instead."""
+        within ``timeout_s`` is killed. ``relay`` (a ``grader.relay.Relay``, here in this process)
+        answers each rank's requests on a pipe of its own, as the worker's channel would carry them.
+        The sandbox's grading starts one worker per rank instead."""
+        if relay is not None:
+            assert not self.own_netns, "the relay lives in this process: fork the ranks from here"
+            return self._fork_ranks(probe, timeout_s, world, relay, **args)
 
         def ranks() -> CallResult:
             got = self._fork_ranks(probe, timeout_s, world, **args)
@@ -91,18 +96,25 @@ class InProcess:
             blobs = blobs[n:]
         return out
 
-    def _fork_ranks(self, probe: str, timeout_s: float, world: int, **args) -> list[CallResult]:
+    def _fork_ranks(self, probe: str, timeout_s: float, world: int, relay=None, **args) -> list[CallResult]:
         import signal
         import threading
 
-        pids, raws, readers = [], [b""] * world, []
+        from grader.channel import ChannelError, Endpoint, WorkerEnd
+
+        pids, raws, readers, ends = [], [b""] * world, [], []
         for rank in range(world):
             r, w = os.pipe()
+            asks, answers = (os.pipe(), os.pipe()) if relay is not None else ((-1, -1), (-1, -1))
             pid = os.fork()
             if pid == 0:  # the rank: its result as JSON and blobs down the pipe
                 code = 1
                 try:
                     os.close(r)
+                    if relay is not None:  # the rank's requests to the relay, as on a worker's channel
+                        os.close(asks[0])
+                        os.close(answers[1])
+                        self.chan = WorkerEnd(asks[1], answers[0])
                     got = self._call(probe, timeout_s, None, rank=rank, **args)
                     head = {"ok": got.ok, "data": got.data, "failure": got.failure, "sizes": [len(b) for b in got.blobs]}
                     with os.fdopen(w, "wb") as out:
@@ -112,14 +124,32 @@ class InProcess:
                     os._exit(code)
             os.close(w)
             pids.append((pid, r))
+            if relay is not None:
+                os.close(asks[1])
+                os.close(answers[0])
+                ends.append(Endpoint(asks[0], answers[1]))
 
         def read(fd: int, rank: int) -> None:
             with os.fdopen(fd, "rb") as f:
                 raws[rank] = f.read()
 
+        def serve(end, rank: int) -> None:  # what ProbeSession.call does with a worker's "dev" requests
+            try:
+                while True:
+                    msg, blobs = end.receive(timeout_s + 5)
+                    end.send({"cmd": "dev_ok", **relay.serve_for(rank)(msg, blobs)})
+            except (ChannelError, OSError):
+                pass
+            finally:
+                relay.finish(rank)
+                end.close()
+
         for rank, (_, r) in enumerate(pids):  # read only once every rank is forked: no thread is forked
             readers.append(threading.Thread(target=read, args=(r, rank)))
             readers[-1].start()
+        servers = [threading.Thread(target=serve, args=(end, rank)) for rank, end in enumerate(ends)]
+        for t in servers:
+            t.start()
         pids = [pid for pid, _ in pids]
         deadline, out = time.monotonic() + timeout_s, []
         for rank, (pid, reader) in enumerate(zip(pids, readers, strict=True)):
@@ -139,6 +169,8 @@ class InProcess:
                 blobs.append(rest[at:at + n])
                 at += n
             out.append(CallResult(head["ok"], head["data"], blobs, head["failure"]))
+        for t in servers:  # each ends when its rank's pipe closes
+            t.join()
         return out
 
     def _call_in_own_netns(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:

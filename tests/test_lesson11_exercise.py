@@ -1,8 +1,9 @@
-"""Lesson 11's exercise, graded out of the kernel: the learner's train_ddp on 2 gloo ranks, judged by the parent.
+"""Lesson 11's exercise, graded out of the kernel: the learner's train_ddp on 2 ranks, judged by the parent.
 
 The reference's full marks through the sandbox and the stub's 0 are the instructor cycle's
 (tests/test_instructor_cycle.py). Here every submission is graded in this process on its cell data: the probe
-each rank's worker would run (the 2 ranks forked from here), then the parent's checks on what comes back. One
+each rank's worker would run (the 2 ranks forked from here, their collectives answered by a relay in this
+process, as the parent's), then the parent's checks on what comes back. One
 sandboxed grading proves that a process a rank leaves behind dies with the grading.
 """
 
@@ -39,7 +40,7 @@ def _reference_cells(**replace: str) -> list[tuple[str, str]]:
 
 
 def _grade(source: str | None = None) -> dict[str, CellVerdict]:
-    session = InProcess(A, lesson11_probes, _reference_cells(**({"train_ddp": source} if source else {})), own_netns=True)
+    session = InProcess(A, lesson11_probes, _reference_cells(**({"train_ddp": source} if source else {})))
     return grade_in_process(A, session, GRADED, random.Random(11))
 
 
@@ -111,18 +112,18 @@ SUBMISSIONS = {  # name: (train_ddp source, which of test_weights / test_sampler
     "no_set_epoch": (_REF.replace("sampler.set_epoch(epoch)", "pass"), (True, False, True), "call sampler.set_epoch"),
     # an all-reduce on every micro-batch: right weights, twice the communication
     "no_no_sync": (_REF.replace("contextlib.nullcontext() if last else ddp.no_sync()", "contextlib.nullcontext()"),
-                   (True, True, False), r"1[56]\.\d gradient all-reduces' worth"),
+                   (True, True, False), r"all-reduced 16 whole gradients"),
     # the accumulated gradient is the sum over the window, not its mean
     "loss_not_scaled": (_REF.replace(" / acc).backward()", ").backward()"), (False, True, False),
                         "check the loss scaling"),
     # no DDP: each rank trains its own shard from its own initial weights
     "no_ddp": (_REF.replace("ddp = DDP(model)", "ddp = model").replace(
         "contextlib.nullcontext() if last else ddp.no_sync()", "contextlib.nullcontext()"),
-        (False, True, False), r" 0\.0 gradient all-reduces' worth"),
+        (False, True, False), r"all-reduced 0 whole gradients"),
     # the outcome, not the API: gradients averaged by hand once per optimizer step earn every point
     "allreduce_by_hand_once_per_step": (_BY_HAND, (True, True, True), "one gradient all-reduce per optimizer step"),
-    # the count is the kernel's bytes, not a hook's: communication outside DDP counts too
-    "extra_traffic_outside_ddp": (_EXTRA, (True, True, False), r"2\d\.\d gradient all-reduces' worth"),
+    # the record is the grader's, not a hook's: communication outside DDP counts too
+    "extra_traffic_outside_ddp": (_EXTRA, (True, True, False), r"all-reduced 24 whole gradients"),
     # threat: a rank that lies about its weights
     "rank_lies_about_weights": (_LIAR, (False, True, False), "rank 1's final weights differ"),
     # threat: ranks reading each other's data and training alone, the record forged to look sharded
@@ -159,21 +160,21 @@ def test_a_rank_that_never_joins_is_killed_and_both_fail(monkeypatch):
 
 def test_claims_are_validated_before_any_reference_is_computed():
     run = {"ok": True, "failure": "", "data_seed": 0, "init_seed": 0, "weights": [b"", b""],
-           "ranks": [{"served": [0, 1, "2"]}, {"served": [True]}], "wire": None}  # fmt: skip
+           "ranks": [{"served": [0, 1, "2"]}, {"served": [True]}], "log": None}  # fmt: skip
     ctx = Context(None, random.Random(0))
     ctx.session = type("S", (), {"lesson11_run": run})()
     with pytest.raises(CheckFailed, match="rank 0's record"):
         A.cell_checks["test_sampler"](ctx)
     run["ranks"][0]["served"] = list(range(64)) * 2
     run["ranks"][1] = {"served": list(range(64, 128)) * 2}
-    with pytest.raises(CheckFailed, match="could not read the byte counter"):  # never a rank's own count
+    with pytest.raises(CheckFailed, match="no record of the ranks' collectives"):  # never a rank's own count
         A.cell_checks["test_weights"](ctx)
     assert ddp_task.from_bytes(b"\0" * 7) is None
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not is_root(), reason="needs root: the sandbox's cgroup and namespaces")
-def test_in_the_sandbox_ranks_talk_over_their_own_loopback_and_nothing_outlives_the_grading():
+def test_in_the_sandbox_ranks_talk_only_through_the_grader_and_nothing_outlives_the_grading():
     marker = f"{random.randrange(10**9)}"
     leaver = _REF.replace("    return model\n", f"""    if rank == 0:  # a process that leaves the session and would outlive the grading
         import subprocess
@@ -351,12 +352,23 @@ _RECOMPUTES_AND_PADS = _READS_EVERYTHING.replace("""            if (k + 1) % acc
                 opt.step()""", """            if (k + 1) % acc == 0:  # padding: what DDP with no_sync would have sent
                 dist.all_reduce(torch.zeros(sum(p.numel() for p in model.parameters()), dtype=torch.float64))
                 opt.step()""")
+# a sharper forger: the exchange carries the global batch's gradient (each rank half of it), so the
+# all-reduce's answer is the right average; only what each rank sent gives it away
+_RECOMPUTES_AND_SENDS_THE_AVERAGE = _READS_EVERYTHING.replace("""            if (k + 1) % acc == 0:
+                opt.step()""", """            if (k + 1) % acc == 0:
+                flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()]) / world_size
+                dist.all_reduce(flat)
+                opt.step()""")
 
 
-@pytest.mark.xfail(strict=True, reason="open residual of issue 41 class 6: every rank's dataset holds every row, so "
-                   "ranks that each train alone on the global batch need no channel at all and pad the loopback; "
-                   "the byte count cannot tell that from no_sync (see the lesson 11 threat-model row)")  # fmt: skip
-def test_ranks_that_each_train_on_the_global_batch_and_pad_the_loopback_earn_no_no_sync_points():
-    assert _RECOMPUTES_AND_PADS != _READS_EVERYTHING
-    verdicts = _grade(_RECOMPUTES_AND_PADS)
-    assert not verdicts["test_no_sync"].passed, verdicts["test_no_sync"].lines
+@pytest.mark.parametrize("source", [_RECOMPUTES_AND_PADS, _RECOMPUTES_AND_SENDS_THE_AVERAGE], ids=["zeros", "average"])
+def test_ranks_that_each_train_on_the_global_batch_and_pad_the_exchange_earn_no_no_sync_points(source):
+    """Issue 41, class 6's residual on 6f5a1c1 (a strict xfail there): every rank reads every row, so
+    ranks that each train alone on the global batch need no channel, and one gradient-sized
+    all-reduce per step made the loopback's byte count read "no_sync". The relay's record shows what
+    each rank sent: not the gradient of the samples it served."""
+    assert source != _READS_EVERYTHING
+    verdicts = _grade(source)
+    assert verdicts["test_weights"].passed, verdicts["test_weights"].reason  # the weights are right
+    assert not verdicts["test_no_sync"].passed
+    assert re.search(r"what rank 0 sent is not its own gradient", verdicts["test_no_sync"].reason), verdicts

@@ -1,15 +1,14 @@
-"""Lesson 11: the grader's data-parallel task, and the single-process reference only the parent runs.
+"""Lesson 11: the grader's data-parallel task (data, model, recipe), shared by the ranks and the parent.
 
 **What it does.** ``data(seed)`` draws a small classification set (``N`` rows, float64) and
 ``model(seed)`` a float64 MLP; ``CONFIG`` is the training recipe the learner's ``train_ddp`` must
 follow on each of ``WORLD`` ranks (per-rank batch, accumulation, epochs, SGD with momentum).
-``reference(x, y, init_seed, served, config)`` is the single-process run over the same global
-batches: optimizer step ``k`` averages the loss over the micro-batches both ranks served for it.
-``to_bytes`` / ``from_bytes`` move a state dict as raw float64 bytes in the parent's key order.
+The parent's single-process run over the same global batches is in :mod:`exchange`, never in a
+learner's view. ``to_bytes`` / ``from_bytes`` move a state dict as raw float64 bytes in the parent's key order.
 
 **When to use it.** The worker side (:mod:`probes`) builds the data and the per-rank models from
 the seeds; the parent (:mod:`checks`) recomputes the reference from what the ranks claim to have
-served. No learner code ever runs in the process that calls ``reference``.
+served.
 
 **Expected gain.** float64 makes DDP's averaged gradients and the one-process mean agree to ~1e-12:
 any mistake (wrong averaging, a missing sample, a rank that trains alone) is far outside ``TOL``.
@@ -22,13 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 WORLD = 2
-# 2048 hidden units: 26,628 float64 parameters, 213 KB a gradient all-reduce, so the ranks' traffic
-# is the gradients' (gloo's control messages and TCP headers add ~1% per all-reduce), and the
-# parent can count all-reduces from the bytes the kernel saw (see ``allreduces``).
+# 2048 hidden units: 26,628 float64 parameters, 213 KB a gradient all-reduce through the relay
 N, D, HIDDEN, CLASSES = 128, 8, 2048, 4
 CONFIG = {"epochs": 2, "batch_size": 8, "accumulation": 2, "lr": 0.05, "momentum": 0.9}
 RANK_SECONDS = 40.0  # gloo's timeout in a rank; the parent waits a little longer for each rank's call
@@ -46,17 +42,6 @@ def optimizer_steps(config: dict = CONFIG) -> int:
 
 def param_bytes() -> int:
     return 8 * sum(int(np.prod(s)) for s in shapes().values())
-
-
-def allreduces(loopback_bytes: int) -> float:
-    """Gradient all-reduces' worth of traffic in ``loopback_bytes`` sent between the ``WORLD`` ranks.
-
-    A ring all-reduce of ``B`` bytes has every rank send ``2 (W-1)/W x B`` (reduce-scatter, then
-    all-gather): ``2 (W-1) B`` in all; DDP's constructor first broadcasts rank 0's ``B`` bytes of
-    weights. Calibrated on this machine's gloo (2 ranks, 2048 hidden, 8 and 16 all-reduces per run):
-    3,648 and 7,077 KB sent, i.e. 8.06 and 16.11 by this formula."""
-    b = param_bytes()
-    return max(0.0, (loopback_bytes - b) / (2 * (WORLD - 1) * b))
 
 
 def data(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,19 +76,3 @@ def from_bytes(raw: bytes) -> dict[str, torch.Tensor] | None:
         out[k] = torch.from_numpy(flat[at:at + sizes[k]].copy()).reshape(s)
         at += sizes[k]
     return out
-
-
-def reference(x, y, init_seed: int, served: list[list[int]], config: dict = CONFIG) -> dict[str, torch.Tensor]:
-    """One process, rank 0's initial weights, micro-batch ``k`` = every rank's ``k``-th batch of
-    ``served`` together; the loss of each is divided by ``accumulation`` and the optimizer steps
-    every ``accumulation`` micro-batches (what DDP's averaged, accumulated gradient equals)."""
-    net = model(init_seed)
-    opt = torch.optim.SGD(net.parameters(), lr=config["lr"], momentum=config["momentum"])
-    b, acc = config["batch_size"], config["accumulation"]
-    for k in range(len(served[0]) // b):
-        idx = [i for rank in served for i in rank[k * b:(k + 1) * b]]
-        (F.cross_entropy(net(x[idx]), y[idx]) / acc).backward()
-        if (k + 1) % acc == 0:
-            opt.step()
-            opt.zero_grad()
-    return net.state_dict()

@@ -1,14 +1,14 @@
-"""Lesson 11, worker side: this worker is one gloo rank running the learner's code.
+"""Lesson 11, worker side: this worker is one rank running the learner's code.
 
 **What it does.** ``probe_train`` (part (a)) and ``probe_train_rank`` (part (b)) run in a worker
 that *is* one rank: the parent starts one sandbox per rank (its own mount, PID and IPC namespaces,
-``/tmp``, ``/dev/shm`` and cgroup) and joins them to one network namespace, like ``torchrun``'s
-processes. The rank brings up the default gloo process group through a ``TCPStore`` on that
-namespace's loopback, calls the learner's function and returns its claims. Nothing is judged here,
-and nothing here counts the communication: the parent reads the kernel's byte counter of that
-loopback around the call, and the worker can open no socket but an internet one
-(:mod:`grader.fence`), so the loopback is the only channel between the ranks (issue 41, class 6:
-a rendezvous file, a shared ``/tmp`` or an abstract unix socket carried gradients uncounted).
+``/tmp``, ``/dev/shm`` and cgroup), like ``torchrun``'s processes. In part (a) each rank is in a
+network namespace of its own and its default process group is the grader's relay
+(:mod:`grader.relay`): the parent performs every collective and records what each rank sent, so
+the ranks share no channel but the parent (issue 41, class 6: a rendezvous file, a shared ``/tmp``,
+an abstract unix socket or a padded loopback carried or faked gradients). Part (b), judged by
+memory, runs gloo through a ``TCPStore`` on one loopback the two ranks share. Nothing is judged
+here, and the worker can open no socket but an internet one (:mod:`grader.fence`).
 
 **When to use it.** Named as lesson 11's probe module; run in :mod:`grader.probe_worker`.
 
@@ -44,23 +44,21 @@ class RecordingDataset:
         return self.x[i], self.y[i]
 
 
-def probe_train(worker, rank: int, port: int, data_seed: int, init_seed: int, config: dict):
-    """Part (a): this worker *is* rank ``rank``, a sandbox of its own sharing only a network namespace
-    (and so only its counted loopback) with the other rank. It joins the default gloo process group
-    through a ``TCPStore`` on that loopback (rank 0 hosts it), runs ``train_ddp`` and returns its
-    claims (the indices served, JSON) and its weights as raw float64 bytes."""
-    import datetime
-
+def probe_train(worker, rank: int, data_seed: int, init_seed: int, config: dict):
+    """Part (a): this worker *is* rank ``rank``, a sandbox of its own in a network namespace of its
+    own. Its default process group is the grader's relay (:mod:`grader.relay`): every collective is a
+    request to the parent, which performs it and records what each rank sent. It runs ``train_ddp``
+    and returns its claims (the indices served, JSON) and its weights as raw float64 bytes."""
     import torch
     import torch.distributed as dist
+
+    from grader import relay
 
     claims: dict = {"served": [], "error": ""}
     weights = b""
     try:
         torch.set_num_threads(1)
-        seconds = datetime.timedelta(seconds=ddp_task.RANK_SECONDS)
-        store = dist.TCPStore("127.0.0.1", port, ddp_task.WORLD, is_master=rank == 0, timeout=seconds)
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=ddp_task.WORLD, timeout=seconds)
+        relay.install(rank, ddp_task.WORLD, lambda msg, blobs: _ask(worker, msg, blobs))
         x, y = ddp_task.data(data_seed)
         dataset = RecordingDataset(x, y)
         model = ddp_task.model(init_seed + rank)
@@ -83,6 +81,12 @@ def probe_train(worker, rank: int, port: int, data_seed: int, init_seed: int, co
     if dist.is_initialized():
         dist.destroy_process_group()
     return claims, [weights]
+
+
+def _ask(worker, msg: dict, blobs: list) -> dict | None:
+    """One request to the parent on the worker's channel, and its answer."""
+    worker.chan.send(msg, blobs)
+    return worker.chan.receive()
 
 
 def _full_state(module) -> dict:

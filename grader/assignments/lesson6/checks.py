@@ -145,7 +145,7 @@ def _life(ctx: Context, sc: Scenario, life: Life, kill_at: int, state: Path, tim
     session, number = ctx.session, len(sc.lives)
     watcher = SaveWatcher(state, lambda: session.box is not None and kill_now(session.box))
 
-    def serve(msg: dict) -> dict:
+    def serve(msg: dict, blobs=()) -> dict:
         epoch, index = msg.get("epoch"), msg.get("index")
         if not (
             isinstance(epoch, int) and isinstance(index, int) and 0 <= index < SPE and epoch >= 0

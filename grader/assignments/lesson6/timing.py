@@ -67,7 +67,7 @@ class EpochTimer:
             self.failure, self._finished = failure, True
             self._cond.notify_all()
 
-    def _serve(self, msg: dict) -> dict:
+    def _serve(self, msg: dict, blobs=()) -> dict:
         step = msg["epoch"] * Task.steps_per_epoch + msg["index"]  # the grader's own probe
         if step % SEGMENT:
             return {}

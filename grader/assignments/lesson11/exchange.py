@@ -1,0 +1,95 @@
+"""Lesson 11: what the relay's record says about the ranks' gradient exchange.
+
+**What it does.** ``reference_run`` is one process over the ranks' claimed global batches: the
+weights every rank must end with, and each rank's own accumulated gradient at every optimizer step.
+``syncs(log, numel)`` groups the floating-point all-reduces the parent performed
+(:class:`grader.relay.Relay`'s ``log``) into gradient exchanges: consecutive calls whose elements add
+up to one gradient (DDP may split it into buckets). ``brings(sent, own, world)`` says whether what a
+rank sent to one exchange is its own accumulated gradient, as the parent recomputed it
+(``reference_run``).
+
+**Why.** ``no_sync`` is judged by its effect on what crosses between the ranks: one exchange per
+optimizer step, and each one carrying what the rank accumulated over the step's micro-batches. A
+count alone could be padded (issue 41, class 6); the content cannot be faked without computing it.
+
+**Pitfalls.** The comparison sorts both vectors, so it holds whatever order DDP's buckets put the
+parameters in; DDP divides each rank's gradient by the world size before summing, a hand-written
+all-reduce usually after: both scales are accepted.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from grader.assignments.lesson11.ddp_task import CONFIG, model
+
+ATOL, RTOL = 1e-9, 1e-7  # float64 gradients recomputed here agree with a rank's to ~1e-16
+
+
+def syncs(log: list[dict], numel: int) -> tuple[list[list[int]], str]:
+    """The float all-reduces of ``log`` grouped into exchanges of ``numel`` elements (their indices
+    in ``log``), and a description of any that do not add up to whole gradients ("" if none)."""
+    out, group, size, stray = [], [], 0, ""
+    for i, call in enumerate(log):
+        if call["op"] != "allreduce" or not any(d.startswith(("float", "bfloat")) for d in call["dtypes"]):
+            continue
+        group.append(i)
+        size += sum(call["numels"])
+        if size == numel:
+            out.append(group)
+            group, size = [], 0
+        elif size > numel:
+            stray = stray or f"collectives {group[0]}-{i} all-reduce {size:,} values, not whole gradients of {numel:,}"
+            group, size = [], 0
+    if group:
+        stray = stray or f"collectives {group[0]}-{group[-1]} all-reduce {size:,} values, less than a gradient"
+    return out, stray
+
+
+def sent(log: list[dict], group: list[int], rank: int) -> torch.Tensor:
+    """What ``rank`` contributed to one exchange, as one float64 vector."""
+    return torch.cat([t.reshape(-1).to(torch.float64) for i in group for t in log[i]["tensors"][rank]])
+
+
+def brings(values: torch.Tensor, own: torch.Tensor, world: int) -> bool:
+    """``values`` is ``own`` (in any order), or ``own / world``."""
+    if values.numel() != own.numel() or not bool(torch.isfinite(values).all()):
+        return False
+    got = torch.sort(values).values
+    for scale in (1.0, 1.0 / world):
+        want = torch.sort(own * scale).values
+        if float((got - want).abs().max()) <= ATOL + RTOL * float(want.abs().max()):
+            return True
+    return False
+
+
+def reference(x, y, init_seed: int, served: list[list[int]], config: dict = CONFIG) -> dict[str, torch.Tensor]:
+    """One process, rank 0's initial weights, micro-batch ``k`` = every rank's ``k``-th batch of
+    ``served`` together; the loss of each is divided by ``accumulation`` and the optimizer steps
+    every ``accumulation`` micro-batches (what DDP's averaged, accumulated gradient equals)."""
+    return reference_run(x, y, init_seed, served, config)[0]
+
+
+def reference_run(x, y, init_seed: int, served: list[list[int]], config: dict = CONFIG):
+    """``reference``'s weights, and for every optimizer step each rank's own accumulated gradient
+    at that step's weights (its micro-batches' losses divided by ``accumulation``), flattened in
+    ``shapes()`` order: what an honest rank brings to that step's gradient all-reduce."""
+    net = model(init_seed)
+    params = list(net.parameters())
+    opt = torch.optim.SGD(params, lr=config["lr"], momentum=config["momentum"])
+    b, acc = config["batch_size"], config["accumulation"]
+    steps, own = [], [torch.zeros(sum(p.numel() for p in params), dtype=torch.float64) for _ in served]
+    for k in range(len(served[0]) // b):
+        for r, rank in enumerate(served):  # each rank's share of this micro-batch, on its own
+            i = rank[k * b:(k + 1) * b]
+            grads = torch.autograd.grad(F.cross_entropy(net(x[i]), y[i]) / acc, params)
+            own[r] += torch.cat([g.reshape(-1) for g in grads])
+        idx = [i for rank in served for i in rank[k * b:(k + 1) * b]]
+        (F.cross_entropy(net(x[idx]), y[idx]) / acc).backward()
+        if (k + 1) % acc == 0:
+            opt.step()
+            opt.zero_grad()
+            steps.append(own)
+            own = [torch.zeros_like(o) for o in own]
+    return net.state_dict(), steps

@@ -10,12 +10,13 @@ lock commands: a lock on a file both sandboxes can read, or ``F_GETLK``'s answer
 page-cache residency probes (``mincore``, ``cachestat``); and any system call of another ABI (x32,
 i386) than the one filtered.
 
-**Why.** Lesson 11 judges synchronisation by the kernel's byte count of the ranks' shared loopback
-(issue 41, class 6). Each rank is a sandbox of its own (no shared file system, memory or PID/IPC
-namespace), but the ranks share one network namespace, and in it an abstract unix socket, a
+**Why.** Lesson 11's ranks must share no channel the grader does not see (issue 41, class 6). Each
+rank is a sandbox of its own (no shared file system, memory or PID/IPC namespace); in part (a) each
+is in a network namespace of its own too and talks through the parent's relay (:mod:`grader.relay`);
+in part (b) the ranks share one network namespace for gloo. Still, an abstract unix socket, a
 socketpair passed on, a ``NETLINK_USERSOCK`` message, a keyring (per uid, and both are ``nobody``) or
-a lock table reach the other rank without a byte on the loopback. Every internet socket of that
-namespace can only reach its loopback: counted.
+a lock table could reach the other rank outside both. Every internet socket can only reach its own
+namespace's loopback.
 
 **Pitfalls.** Installed by the worker before any learner cell runs (``probe_worker``), so a socket
 made while the cells load is refused too. x86_64 and aarch64 only: elsewhere ``install`` returns why

@@ -17,8 +17,8 @@
 #
 # Turn a single-process training loop into a correct **data-parallel** one. Write
 # `train_ddp(rank, world_size, model, dataset, config)`. The grader runs it on **2 ranks** (2
-# processes on a CPU, the default `gloo` process group already up, as `torchrun` plus
-# `dist.init_process_group("gloo")` would leave it) and hands each rank:
+# processes on a CPU, the default process group already up, as `torchrun` plus
+# `dist.init_process_group(...)` would leave it) and hands each rank:
 #
 # * `model`: an MLP (float64). **Each rank gets different initial weights**: make every rank start
 #   from rank 0's (DDP does that when it wraps the model);
@@ -39,19 +39,22 @@
 # * return the trained model (or `None`: the grader then reads the `model` it passed).
 #
 # **How it is graded.** Outside your notebook, on data and initial weights the grader draws. Each
-# rank sends back the indices its dataset served and its final weights (raw bytes); the grader
-# reads how many bytes the ranks sent each other from the kernel's counter of their (private)
-# loopback, which it converts to gradient all-reduces' worth (the model is 213 KB, so the gradients
-# are most of the traffic). It then trains **one process** itself over the same global batches
-# (each step's micro-batches = what both ranks served for it, rank 0's initial weights) and compares:
+# rank is a process of its own that shares nothing with the other, and its default process group
+# is the **grader's**: every collective (DDP's all-reduces and broadcasts, or yours) is performed by
+# the grader, which records what each rank sent. Each rank sends back the indices its dataset served
+# and its final weights (raw bytes). The grader then trains **one process** itself over the same
+# global batches (each step's micro-batches = what both ranks served for it, rank 0's initial
+# weights) and compares:
 #
 # * `test_weights` (4 points): every rank's weights equal that one-process run (max difference
-#   1e-8), having served its share of the data and sent at least one all-reduce's worth of
-#   gradients per optimizer step;
+#   1e-8), having served its share of the data and all-reduced at least one whole gradient (213 KB)
+#   per optimizer step;
 # * `test_sampler` (3 points): every epoch, each sample served exactly once across the ranks, in a
 #   new order each epoch;
-# * `test_no_sync` (2 points): one gradient all-reduce's worth of traffic per optimizer step, on a
-#   run that passes `test_weights` (every all-reduce counts, inside DDP or not).
+# * `test_no_sync` (2 points): on a run that passes `test_weights`, exactly one gradient all-reduce
+#   per optimizer step (every all-reduce counts, inside DDP or not), in which each rank sent **its
+#   own gradient accumulated over the step's micro-batches** (the grader recomputes it from the
+#   samples that rank served).
 #
 # To try it yourself: `from effkit.data_parallel import run_ranks` runs a function on 2 gloo ranks
 # from this notebook (see the lesson).
@@ -109,8 +112,9 @@ check_my_work("test_no_sync", "lesson11.ipynb")
 # %% [markdown]
 # ## Part (b) — fit a per-rank memory budget
 #
-# Write `train_sharded(rank, world_size, model, batches, config)`. The grader runs it on the same 2
-# gloo ranks and hands each rank:
+# Write `train_sharded(rank, world_size, model, batches, config)`. The grader runs it on 2 ranks
+# with the default `gloo` process group up (`torchrun` plus `dist.init_process_group("gloo")`) and
+# hands each rank:
 #
 # * `model`: a deep MLP, **float32**, 18.9 M parameters (32 hidden layers of 768), the **same
 #   initial weights** on every rank;

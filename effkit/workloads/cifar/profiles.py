@@ -52,11 +52,11 @@ class Profile:
 
 
 PROFILES: dict[str, Profile] = {
-    # 2 CPU cores (a Xeon with AMX). bf16 autocast + channels_last made the airbench net's step
-    # 3.4x faster than fp32 NCHW there (1.8x from bf16 alone; measured with 1 thread, 507 -> 1721
-    # samples/s at widths 16/64/64); recipes.resolve_precision falls back to fp32 on CPUs
-    # without bf16 hardware. The naive net is narrowed so that, as on a GPU, the per-image
-    # DataLoader pipeline is a real share of its step time (lesson 2).
+    # 2 CPU cores. Precision "auto" is measured per host (effkit.precision_probe). The naive net is
+    # narrowed so that, as on a GPU, the per-image DataLoader pipeline is a real share of its step
+    # time (lesson 2). The airbench net's middle block is narrowed as well (16/32/64; airbench's is
+    # as wide as its last): on 2 cores its FLOPs set its speed, and at 16/64/64 it reached the
+    # target later than the naive net (benchmarks/results/cifar-smoke-widths-xeon-amx-2c.txt).
     "smoke": Profile(
         name="smoke",
         data="synthetic",
@@ -72,7 +72,7 @@ PROFILES: dict[str, Profile] = {
         naive_depth=10,
         naive_width=16,
         naive_epochs=2,
-        opt_widths=(16, 64, 64),
+        opt_widths=(16, 32, 64),
         opt_epochs=2,
         opt_batch=250,
         opt_precision="auto",

@@ -204,7 +204,7 @@ lesson.check_guess(GUESS_PROFILER_SLOWDOWN, 1 / overhead_ab.ratio, "slowdown und
 # | --- | --- | --- |
 # | data | the data range's share of the step | workers, prefetch, on-device augmentation (2) |
 # | sync | device-to-host reads per step outside the optimizer | keep metrics on the device (1, 10) |
-# | overhead | many operators, and the matmul calls that do the work under 50 µs each | bigger batch, fused/compiled ops (4) |
+# | overhead | many operators, and the matmul calls that do the work under 40 µs each | bigger batch, fused/compiled ops (4) |
 # | precision | fp32 matmuls on hardware with bf16 units | bf16 autocast (3) |
 # | padding | share of padded token positions | per-batch padding, buckets (7) |
 # | optimizer | one tensor at a time: operators per parameter tensor | `foreach=True` / `fused=True` (10) |

@@ -11,7 +11,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # device): tests/lanes.py runs them one at a time with the last core to themselves, and the rest
 # of the suite beside them on the other core. The instructor cycle marks its timed exercises itself.
 # test_doctor.py is here because the doctor reads per-call times (a 26 us matmul is "overhead"
-# below 50 us): in the other lane, sharing a core with the timed lane's unpinned processes, the
+# below 40 us): in the other lane, sharing a core with the timed lane's unpinned processes, the
 # overhead plant read >50 us and 'none' (CI, 2026-11-27).
 TIMED_FILES = {
     "test_bench.py", "test_channel.py", "test_clock.py", "test_demo.py", "test_doctor.py", "test_gpu_check.py", "test_gpu_rehearsal.py", "test_grader_submissions.py",

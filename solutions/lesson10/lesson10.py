@@ -89,7 +89,7 @@ def diagnose(profile):
     # the calls that do the work, not the typical call: a fast CPU's median call is short on every step
     per_call_us = profile.get("matmul_us_work") or profile.get("matmul_us_median") or math.inf
     matmul = profile.get("matmul_ms", 0.0) / step
-    if (per_call_us < 50 or matmul < 0.1) and profile.get("ops_per_step", 0) >= 50 and data < 0.25:
+    if (per_call_us < 40 or matmul < 0.1) and profile.get("ops_per_step", 0) >= 50 and data < 0.25:
         found["overhead"] = 1.0 - matmul - data  # tiny matmuls: fixed per-operator costs rule
     padding = profile.get("padding_share") or 0.0
     if padding >= 0.3:

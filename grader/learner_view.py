@@ -8,7 +8,9 @@ as root in the worker's new mount namespace: a fresh tmpfs built with a copy of 
 repository root. Everything else of the repository (the checking modules, answer keys, quiz keys,
 calibration, ``tests/``, ``solutions/``, ``.git``) is then absent, not merely unimportable; other
 copies of the ``grader`` package the import system knows (an installed copy in site-packages, the
-folder an editable install maps ``grader`` to) are covered by an empty tmpfs.
+folder an editable install maps ``grader`` to, and the same for ``effkit``) are covered by an empty
+tmpfs. effkit is copied (sources, no compiled caches) with the lesson's ``WITHHELD`` answers
+masked: their bodies raise.
 
 **Why.** A learner's code could import the parent's checking modules and copy a reference result
 (lesson 4's float64 gradient: 12/12 instead of 6, issue 41). The worker's ``sys.path`` keeps the
@@ -21,6 +23,7 @@ Without root there is no mount namespace: every file stays readable, and the rep
 
 from __future__ import annotations
 
+import ast
 import shlex
 import site
 import sys
@@ -50,6 +53,14 @@ _LESSONS = {
     "lesson12": ("probes",),
     "lesson13": ("probes", "slo_task"),
 }
+# effkit functions that *are* an exercise's answer (the lesson says so): in that lesson's workers
+# their bodies raise, so one line that calls effkit earns nothing (issue 42). Copying the code from
+# the lesson into a cell is not stopped here.
+WITHHELD = {
+    "lesson7": ("effkit.length_buckets.bucket_batches",),
+    "lesson9": ("effkit.distill.kd_loss",),
+    "lesson10": ("effkit.doctor.diagnose",),
+}
 WORKER_MODULES: tuple[str, ...] = _CORE + tuple(
     name
     for lesson, modules in _LESSONS.items()
@@ -63,25 +74,49 @@ def module_file(name: str, root: Path = REPO_ROOT) -> Path:
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
-def other_grader_copies(root: Path = REPO_ROOT) -> list[Path]:
-    """Every ``grader`` package folder the worker's import system could reach other than ours:
-    an installed copy in a site directory, the folder an editable install's finder maps it to."""
-    found = {Path(p) / "grader" for p in [*site.getsitepackages(), site.getusersitepackages(), *sys.path] if p}
+def withheld_source(path: Path, names: list[str], lesson: str) -> str:
+    """``path``'s source with the functions ``names`` kept as signatures whose body raises
+    ``ReferenceAnswerWithheld`` (a name that explains itself where a check shows only the type)."""
+    tree = ast.parse(path.read_text())
+    module = ".".join(path.with_suffix("").parts[-2:])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in names:
+            why = (f"{module}.{node.name} is {lesson}'s reference answer, withheld from the grader's worker: "
+                   "write your own")  # fmt: skip
+            node.body = ast.parse(f"raise ReferenceAnswerWithheld({why!r})").body
+    after = [i + 1 for i, n in enumerate(tree.body) if isinstance(n, ast.ImportFrom) and n.module == "__future__"]
+    tree.body[max(after, default=0):max(after, default=0)] = ast.parse(
+        "class ReferenceAnswerWithheld(RuntimeError):\n    pass\n").body
+    return ast.unparse(tree) + "\n"
+
+
+def effkit_files(root: Path = REPO_ROOT) -> list[Path]:
+    """effkit's files as the worker may see them: everything but compiled caches (a ``.pyc`` would
+    carry a withheld function's code)."""
+    return sorted(p for p in (root / "effkit").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def other_copies(package: str, root: Path = REPO_ROOT) -> list[Path]:
+    """Every ``package`` folder the worker's import system could reach other than ours: an installed
+    copy in a site directory, the folder an editable install's finder maps it to."""
+    found = {Path(p) / package for p in [*site.getsitepackages(), site.getusersitepackages(), *sys.path] if p}
     for mod in list(sys.modules.values()):  # setuptools' editable finders: MAPPING = {"grader": path}
         mapping = getattr(mod, "MAPPING", None)
-        if isinstance(mapping, dict) and isinstance(mapping.get("grader"), str):
-            found.add(Path(mapping["grader"]))
-    ours = (root / "grader").resolve()
+        if isinstance(mapping, dict) and isinstance(mapping.get(package), str):
+            found.add(Path(mapping[package]))
+    ours = (root / package).resolve()
     return sorted({p.resolve() for p in found if p.is_dir() and p.resolve() != ours})
 
 
-def view_mounts(root: Path = REPO_ROOT) -> list[str]:
+def view_mounts(root: Path = REPO_ROOT, lesson: str | None = None) -> list[str]:
     """Shell commands (root, inside the worker's private mount namespace, after the course folders
-    are hidden) that leave at ``root`` only the allow-listed view. ``root`` stays on ``sys.path``."""
+    are hidden) that leave at ``root`` only the allow-listed view, with ``lesson``'s ``WITHHELD``
+    functions raising. ``root`` stays on ``sys.path``."""
     def q(arg) -> str:
         return shlex.quote(str(arg))
 
-    cmds = [f"mount -t tmpfs -o size=1k,mode=0 tmpfs {q(p)}" for p in other_grader_copies(root)]
+    copies = other_copies("grader", root) + other_copies("effkit", root)
+    cmds = [f"mount -t tmpfs -o size=1k,mode=0 tmpfs {q(p)}" for p in copies]
     cmds.append(f"mkdir -p {STAGE} && mount -t tmpfs -o size=8m,mode=0755 tmpfs {STAGE}")
     files: dict[Path, list[Path]] = {}
     for name in WORKER_MODULES:
@@ -89,9 +124,22 @@ def view_mounts(root: Path = REPO_ROOT) -> list[str]:
         files.setdefault(src.parent.relative_to(root), []).append(src)
     cmds += [f"mkdir -p {q(f'{STAGE}/{d}')} && cp {' '.join(q(s) for s in srcs)} {q(f'{STAGE}/{d}')}"
              for d, srcs in sorted(files.items())]  # fmt: skip
-    # effkit (the course's library) and a Python installation inside the repository: bound, read-only
-    # to the worker's user anyway (root-owned); the installation keeps its own files whole.
-    carried = [root / "effkit", *{Path(p).resolve() for p in (sys.prefix, sys.base_prefix)}]
+    # effkit (the course's library): copied, sources only, the lesson's withheld answers masked
+    withheld: dict[Path, list[str]] = {}
+    for dotted in WITHHELD.get(lesson or "", ()):
+        mod, _, fn = dotted.rpartition(".")
+        withheld.setdefault(root.joinpath(*mod.split(".")).with_suffix(".py"), []).append(fn)
+    dirs: dict[Path, list[Path]] = {}
+    for src in effkit_files(root):
+        if src not in withheld:
+            dirs.setdefault(src.parent.relative_to(root), []).append(src)
+    cmds += [f"mkdir -p {q(f'{STAGE}/{d}')} && cp {' '.join(q(s) for s in srcs)} {q(f'{STAGE}/{d}')}"
+             for d, srcs in sorted(dirs.items())]  # fmt: skip
+    for src, names in withheld.items():
+        cmds.append(f"printf %s {q(withheld_source(src, names, lesson))} > {q(f'{STAGE}/{src.relative_to(root)}')}")
+    # a Python installation inside the repository: bound, read-only to the worker's user anyway
+    # (root-owned); it keeps its own files whole.
+    carried = [*{Path(p).resolve() for p in (sys.prefix, sys.base_prefix)}]
     for path in carried:
         if path.is_dir() and root.resolve() in path.resolve().parents:
             rel = path.resolve().relative_to(root.resolve())

@@ -77,7 +77,7 @@ class ProbeSession:
                               limits=self.limits, env_extra=env, log_path=Path(self.log.name),
                               state_dir=self.state_dir, loopback=self.loopback,
                               grader_only=self.grader_only, netns=self._join_path(),
-                              no_gpu=self.cpu_only)  # fmt: skip
+                              no_gpu=self.cpu_only, lesson=self.probes.split(".")[-2])  # fmt: skip
         finally:
             os.close(evt_w)
             os.close(cmd_r)

@@ -252,6 +252,7 @@ def launch(
     grader_only: bool = False,
     netns: str | None = None,
     no_gpu: bool = False,
+    lesson: str | None = None,
 ) -> Sandbox:
     """Start ``python -I -m module args`` sandboxed (see module doc); learner code must run only
     after this returns (the worker waits for the parent's first command).
@@ -275,7 +276,10 @@ def launch(
 
     ``no_gpu``: the worker sees no GPU (``CUDA_VISIBLE_DEVICES=""``, and as root ``GPU_NODES`` replaced
     by ``/dev/null`` in its mount namespace): for tasks specified on the CPU whose budget is host
-    memory (lesson 11), where device memory would be memory no cgroup counts."""
+    memory (lesson 11), where device memory would be memory no cgroup counts.
+
+    ``lesson``: the assignment whose learner code runs here; its ``learner_view.WITHHELD`` effkit
+    functions raise in the worker."""
     unavailable: list[str] = []
     root = is_root()
     env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
@@ -297,7 +301,7 @@ def launch(
         mounts += [f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(n)}" if os.path.isdir(n) else
                    f"mount --bind /dev/null {_q(n)}" for n in nodes]  # fmt: skip
         if not grader_only:  # the repository as a learner's worker sees it: effkit, the venv, worker-side grader code
-            mounts += view_mounts()
+            mounts += view_mounts(lesson=lesson)
         if netns is not None:
             pass  # the other worker's namespace: its loopback is up already, nothing more is reachable
         elif loopback:  # this namespace's lo only: nothing outside is reachable

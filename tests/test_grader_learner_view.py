@@ -186,14 +186,22 @@ def test_a_python_installation_inside_the_repository_is_carried_into_the_view(mo
         path = module_file(name, tmp_path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
-    (tmp_path / "effkit").mkdir()
+    (tmp_path / "effkit" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "effkit" / "doctor.py").write_text("def diagnose(profile):\n    return []\n")
+    (tmp_path / "effkit" / "__pycache__" / "doctor.cpython-311.pyc").write_bytes(b"compiled answer")
     (tmp_path / ".venv" / "bin").mkdir(parents=True)
     monkeypatch.setattr(learner_view.sys, "prefix", str(tmp_path / ".venv"))
     cmds = learner_view.view_mounts(tmp_path)
     stage = learner_view.STAGE
     assert f"mkdir -p {stage}/.venv && mount --rbind {tmp_path / '.venv'} {stage}/.venv" in cmds
-    assert f"mkdir -p {stage}/effkit && mount --rbind {tmp_path / 'effkit'} {stage}/effkit" in cmds
+    # effkit is copied, sources only (a .pyc would carry a withheld answer's code)
+    assert f"mkdir -p {stage}/effkit && cp {tmp_path / 'effkit' / 'doctor.py'} {stage}/effkit" in cmds
+    assert not any("__pycache__" in c or "mount --rbind " + str(tmp_path / "effkit") in c for c in cmds)
     assert cmds[-1] == f"mount --move {stage} {tmp_path}"
+    masked = learner_view.view_mounts(tmp_path, lesson="lesson10")
+    assert not any(f"cp {tmp_path / 'effkit' / 'doctor.py'}" in c for c in masked)
+    assert any(c.startswith("printf %s ") and "reference answer" in c and c.endswith(f"{stage}/effkit/doctor.py")
+               for c in masked)  # fmt: skip
     assert not any("/checks.py" in c or "/tests" in c or ".git" in c for c in cmds)
 
 
@@ -230,3 +238,56 @@ def test_a_timed_learner_worker_cannot_import_the_graders_checking_modules(tmp_p
     finally:
         w.close()
     assert json.loads(str(failed.value).split("REPORT ", 1)[1].splitlines()[0]) == []
+
+
+# -- issue 42: an exercise whose answer is an effkit function ------------------------------------
+
+WITHHELD_PROBE = """
+import importlib, inspect, os, sys
+from pathlib import Path
+import effkit
+WITHHELD_SEEN = {}
+for dotted in CALLS:
+    mod, _, fn = dotted.rpartition(".")
+    f = getattr(importlib.import_module(mod), fn)
+    required = [p for p in inspect.signature(f).parameters.values() if p.default is p.empty]
+    try:
+        f(*[None] * len(required))
+        WITHHELD_SEEN[dotted] = "present"
+    except Exception as err:  # noqa: BLE001  (the real function fails on None arguments otherwise)
+        WITHHELD_SEEN[dotted] = "withheld: " + str(err) if "reference answer" in str(err) else "present"
+PYC = [str(p) for p in Path(effkit.__file__).parent.rglob("*.pyc")]
+"""
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("lesson", sorted(learner_view.WITHHELD))
+def test_an_exercises_effkit_answer_raises_in_its_lessons_worker_and_nowhere_else(lesson):
+    """One line that calls effkit's own ``diagnose`` (or ``kd_loss``, or ``bucket_batches``) earned
+    full marks on 8a3ab40: in that lesson's worker the function's body raises, no compiled copy of
+    it is left to load, and another lesson's worker still has it."""
+    every = [f for fs in learner_view.WITHHELD.values() for f in fs]
+    src = WITHHELD_PROBE.replace("CALLS", repr(every))
+    with ProbeSession(f"grader.assignments.{lesson}.probes", [("setup", "import os\n")],
+                      [("probe", src + "\nraise RuntimeError(repr((WITHHELD_SEEN, PYC)))\n")], []) as s:  # fmt: skip
+        s.start()
+        assert not s.unavailable, s.unavailable
+        seen, pyc = eval(s.load_errors[0]["message"].removeprefix("RuntimeError: "))  # noqa: S307 (our own repr)
+    assert pyc == [], pyc
+    for dotted in every:
+        if dotted in learner_view.WITHHELD[lesson]:
+            assert seen[dotted].startswith("withheld: ") and f"{lesson}'s reference answer" in seen[dotted], seen
+        else:
+            assert seen[dotted] == "present", (dotted, seen)
+
+
+def test_withheld_source_keeps_every_other_function_and_the_signature():
+    src = learner_view.withheld_source(REPO_ROOT / "effkit" / "length_buckets.py", ["bucket_batches"], "lesson7")
+    tree = ast.parse(src)
+    names = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    original = {n.name for n in ast.parse((REPO_ROOT / "effkit" / "length_buckets.py").read_text()).body
+                if isinstance(n, ast.FunctionDef)}  # fmt: skip
+    assert set(names) == original
+    assert [a.arg for a in names["bucket_batches"].args.args][:2] == ["lengths", "batch_size"]
+    body = names["bucket_batches"].body
+    assert len(body) == 1 and isinstance(body[0], ast.Raise) and "lesson7" in ast.unparse(body[0])

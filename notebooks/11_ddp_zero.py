@@ -610,10 +610,11 @@ print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s")
 # ### Quiz and exercise
 #
 # The quiz and the graded exercise are in `exercises/lesson11/`: turn a single-process training
-# loop into `train_ddp(rank, world_size, model, dataset, config)`. The grader runs it on 2 gloo ranks
-# and compares every rank's weights with its own one-process run over the same global batches,
-# checks that every sample is read once per epoch and reshuffled, and counts the all-reduces from the
-# bytes the kernel saw the ranks send each other. Part (b) trains an 18.9M-parameter MLP with Adam
+# loop into `train_ddp(rank, world_size, model, dataset, config)`. The grader runs it on 2 ranks
+# whose process group is its own (every collective goes through the grader, which sees what each rank
+# sent), compares every rank's weights with its own one-process run over the same global batches,
+# checks that every sample is read once per epoch and reshuffled, and counts the gradient all-reduces,
+# each of which must carry the rank's own accumulated gradient. Part (b) trains an 18.9M-parameter MLP with Adam
 # under a budget of 14.5 bytes per parameter on each rank, read from the kernel's memory count of
 # each rank's process: the arithmetic of section 4 decides which recipes fit.
 #

@@ -357,9 +357,12 @@ print("  on 2 shared cores this measures the machine (other jobs, the loopback, 
 # (fp16 weights) + 2 (fp16 gradients) + 12 (fp32 master weights, momentum, variance): **16 bytes**.
 # ZeRO (Rajbhandari et al., 2020) shards, over N ranks: stage 1 the optimizer state
 # (`ZeroRedundancyOptimizer`), stage 2 also the gradients, stage 3 also the parameters (FSDP's
-# `FULL_SHARD`; FSDP2 is `fully_shard`). Stages 1-2 cost no more communication than DDP (a
-# reduce-scatter + all-gather *is* an all-reduce); stage 3 all-gathers each layer's parameters in
-# forward and again in backward: ~1.5x DDP's traffic.
+# `FULL_SHARD`; FSDP2 is `fully_shard`). As the paper builds them, stages 1-2 cost no more
+# communication than DDP (reduce-scatter the gradients, all-gather the updated parameters: together
+# one all-reduce's worth); stage 3 all-gathers each layer's parameters in forward and again in
+# backward: ~1.5x DDP's traffic. PyTorch's `ZeroRedundancyOptimizer` is not built that way: DDP still
+# all-reduces every gradient (2 x the model's bytes per rank in a ring), then each rank broadcasts
+# the parameters of the shard it updated (1 x more): ~1.5x DDP's traffic for ZeRO-1's memory saving.
 
 # %%
 for psi, n in ((7.5e9, 64), (sum(p.numel() for p in mlp().parameters()), 2)):

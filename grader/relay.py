@@ -14,7 +14,7 @@ the gradient it recomputes from that rank's own data. Each rank is a sandbox of 
 network namespace of its own: the parent's pipe is the only thing the ranks share.
 
 **Pitfalls.** Everything a rank sends is a claim: learner code can write to the worker's pipe too.
-The parent only records and answers; ``grader.assignments.lesson11.checks`` judges the log. Requests
+The parent only records and answers; the assignment's checks judge the log. Requests
 are capped (``MAX_CALLS``, ``MAX_BYTES``); a rank that stops while its peer waits, or never joins,
 turns the peer's collective into an error (``finish``, ``WAIT_S``).
 """

@@ -91,7 +91,7 @@ class DeviceServer:
         self._owed = 0.0  # hidden pipeline time the next forward pass pays
         self.events: list[tuple[str, int, float, float]] = []  # kind, samples, arrived, answered
 
-    def __call__(self, msg: dict) -> dict:
+    def __call__(self, msg: dict, blobs=()) -> dict:
         kind = msg.get("kind")
         n = msg.get("n")
         if kind not in ("data", "compute") or not isinstance(n, int) or not 0 < n <= 4096:

@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)  ## the headline demo: benchmarks + autograding, one table
-	$(BIN)/python -m grader.demo $(DEMO_ARGS)
+	$(BIN)/python -m grader.cli.demo $(DEMO_ARGS)
 
 # The JupyterLab test drives Debian's chromium; install it where we can (root + apt), else say so.
 browser:

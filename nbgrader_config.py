@@ -26,7 +26,7 @@ c.CourseDirectory.course_id = "effkit"
 c.CourseDirectory.root = str(ROOT)
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "exercises"
-# solutions/<id>/<id>.py is the exercise's text source, solutions included (grader/sources.py):
+# solutions/<id>/<id>.py is the exercise's text source, solutions included (grader/frontends/sources.py):
 # nbgrader copies every other file of the source folder into the release, so never these.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "lesson*.py"]
 c.CourseDirectory.submitted_directory = f"{COURSE}/submitted"
@@ -52,9 +52,9 @@ c.Execute.interrupt_on_timeout = True  # a stuck cell scores 0; the following ce
 # learner's notebook never runs under autograde); GradeCells then writes every graded cell's
 # outputs, GradePerformance the timed cell's. All of it before nbgrader reads the scores.
 c.Autograde.autograde_preprocessors = [
-    "grader.nbgrader_plugin.ExecuteUnlessOutOfKernel",
-    "grader.nbgrader_plugin.GradeCells",
-    "grader.nbgrader_plugin.GradePerformance",
+    "grader.frontends.nbgrader_plugin.ExecuteUnlessOutOfKernel",
+    "grader.frontends.nbgrader_plugin.GradeCells",
+    "grader.frontends.nbgrader_plugin.GradePerformance",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",

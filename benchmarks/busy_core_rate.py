@@ -10,10 +10,10 @@ Usage (repository root, nothing else running)::
         --times 300 --first 1001 --busy 1
 
 Each grading takes the solution notebook's cells and grades the named cells through the sandbox with
-``grader.cells.grade_cells``, the path nbgrader's autograde takes, on seed ``first + i`` (the seed draws the grading's
+``grader.scoring.checks.grade_cells``, the path nbgrader's autograde takes, on seed ``first + i`` (the seed draws the grading's
 secret task, as a real grading's random seed does). ``--busy K`` keeps K unpinned ``while True: pass`` processes running
 for the whole campaign. One line per grading: PASS/fail per cell, the check's own lines (its measured figures), the
-failure's reason, seconds. Lessons whose timed grading is the performance cell (``grader.perf``) have
+failure's reason, seconds. Lessons whose timed grading is the performance cell (``grader.scoring.perf``) have
 ``python -m grader stress`` instead; lessons 5 and 10 (b) have campaign options in their calibration scripts.
 """
 
@@ -31,8 +31,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from exercise_cells import solution_cells  # noqa: E402
 
 from grader import assignments  # noqa: E402
-from grader.cells import grade_cells  # noqa: E402
-from grader.gate import upper_bound  # noqa: E402
+from grader.scoring.checks import grade_cells  # noqa: E402
+from grader.timed.gate import upper_bound  # noqa: E402
 
 
 def main() -> None:

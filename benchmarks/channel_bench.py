@@ -1,7 +1,7 @@
 """Weights across the grader's pipes: how long a blob of bert-base size takes from worker to parent.
 
 A child process writes ``{"event": "weights", "nbytes": N}`` and N bytes on a pipe, as a timed
-worker does (``grader/worker.py``: ``Channel.send_bytes``); the parent receives them through the
+worker does (``grader/sandbox/worker.py``: ``Channel.send_bytes``); the parent receives them through the
 parent's real readers: ``supervisor.Worker`` (timed workers) and ``channel.Endpoint`` (probe
 workers). Prints seconds and MB/s per size and reader, and checks the bytes.
 
@@ -22,7 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grader import channel, supervisor  # noqa: E402
+from grader.sandbox import channel
+
+from grader.sandbox import supervisor  # noqa: E402
 
 # The writer: a pattern it can hash while sending, so the parent can check every byte arrived.
 WRITER = r"""

@@ -44,7 +44,7 @@ def essence(report: dict) -> dict:
 
 
 def record(out: Path) -> int:
-    from grader import demo
+    from grader.cli import demo
 
     with tempfile.TemporaryDirectory(prefix="grading-reports-") as tmp:
         rows = demo.grade_all(Path(tmp))

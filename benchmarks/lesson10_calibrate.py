@@ -7,7 +7,7 @@ key figures. PASS_AT must sit below the reference's worst grading.
 
 ``python benchmarks/lesson10_calibrate.py --step [--busy N] 1 2 3`` calibrates part (b) instead: per seed it
 grades ``test_fast_step_equal`` and ``test_fast_step_speed`` through the sandbox, as a grading does
-(``grader.cells.grade_cells``), for the reference ``fast_step``, a batched step that keeps the other slow
+(``grader.scoring.checks.grade_cells``), for the reference ``fast_step``, a batched step that keeps the other slow
 habits (``.tolist()`` / ``.item()`` per sample, a float64 sum, a Python loop over the parameters) and the
 half-fix that keeps the per-sample loop; ``--busy N`` keeps N more processes spinning meanwhile, each in a
 session of its own (as other jobs on the machine: in the grader's session they would share its autogroup).
@@ -80,7 +80,7 @@ STEP_VARIANTS = {  # fast_step sources besides the reference (which is read from
 def main_step(seeds: list[int], busy: int, only: str | None = None) -> None:
     from grader import assignments
     from grader.assignments.lesson10 import step_checks
-    from grader.cells import grade_cells
+    from grader.scoring.checks import grade_cells
 
     a = assignments.get("lesson10")
     variants = {"reference": None, **STEP_VARIANTS}

@@ -25,7 +25,7 @@ from lesson11_sharded import ATTACKS, VARIANTS  # noqa: E402
 from effkit.measure import device_name  # noqa: E402
 from grader import assignments  # noqa: E402
 from grader.assignments.lesson11 import memory_task  # noqa: E402
-from grader.cells import grade_cells  # noqa: E402
+from grader.scoring.checks import grade_cells  # noqa: E402
 
 A = assignments.get("lesson11")
 SOLUTION = ROOT / "solutions" / "lesson11" / "lesson11.ipynb"

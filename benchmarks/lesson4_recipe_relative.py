@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from grader.assignments.lesson4 import recipe_checks as rc
 from grader.assignments.lesson4 import recipe_task as rt
-from grader.cells import CheckFailed
+from grader.scoring.checks import CheckFailed
 
 RECIPES = {  # name: (accum_steps, lr, warmup_steps)
     "reference 16x16 LR 0.2 warm-up 64": (16, 16 * rt.BASE_LR, 64),

@@ -1,5 +1,5 @@
 """The learner's solution cells of an exercise notebook, as the grader carries them: the cells whose
-``grade_id`` is a solution cell of the instructor's source notebook (`grader.notebook.solution_ids`).
+``grade_id`` is a solution cell of the instructor's source notebook (`grader.frontends.notebook.solution_ids`).
 Shared by the out-of-kernel exercise tests. ``InProcess`` and ``grade_in_process`` grade cells the
 way a sandboxed worker would answer them, in this process (the sandboxed path is each lesson's
 reference test); the tests of lessons 7 to 13 use them (lesson 5's keeps its own planner-only
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import nbformat
 
-from grader.cells import CellVerdict, CheckFailed, Context
-from grader.notebook import solution_ids, solution_sources
-from grader.probe import CallResult, loopback_tx_bytes
-from grader.sandbox import LOOPBACK_UP
+from grader.frontends.notebook import solution_ids, solution_sources
+from grader.sandbox.launch import LOOPBACK_UP
+from grader.sandbox.probe import CallResult, loopback_tx_bytes
+from grader.scoring.checks import CellVerdict, CheckFailed, Context
 
 
 def grade_id(cell) -> str | None:
@@ -77,7 +77,7 @@ class InProcess:
     def call_ranks(self, probe: str, timeout_s: float, world: int, relay=None, **args) -> list[CallResult]:
         """``probes.probe_<probe>(self, rank=r, **args)`` for every rank at once, each in a child forked
         from here (with own_netns, all in one namespace of their own, counted alone); a rank not done
-        within ``timeout_s`` is killed. ``relay`` (a ``grader.relay.Relay``, here in this process)
+        within ``timeout_s`` is killed. ``relay`` (a ``grader.sandbox.relay.Relay``, here in this process)
         answers each rank's requests on a pipe of its own, as the worker's channel would carry them.
         The sandbox's grading starts one worker per rank instead."""
         if relay is not None:
@@ -100,7 +100,7 @@ class InProcess:
         import signal
         import threading
 
-        from grader.channel import ChannelError, Endpoint, WorkerEnd
+        from grader.sandbox.channel import ChannelError, Endpoint, WorkerEnd
 
         pids, raws, readers, ends = [], [b""] * world, [], []
         for rank in range(world):

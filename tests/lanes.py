@@ -3,7 +3,7 @@
 **What it does.** The tests marked ``timed`` (tests/conftest.py: gradings and figures that rest on a
 clock) run in one pytest process, one test at a time, as before; the rest of the suite runs in a
 second pytest process **pinned to every core but the last**, beside it. The grader pins its timed
-workers to the last core (``grader.supervisor.start_worker``), so a timed grading never shares its
+workers to the last core (``grader.sandbox.supervisor.start_worker``), so a timed grading never shares its
 core with the other lane: it sees a busy neighbouring core, the condition its verdicts are built to
 hold under (``test_grader_submissions.py::test_same_verdict_with_a_busy_core``), never a shared one.
 The timed lane streams its output; the other lane's is printed when both are done, followed by

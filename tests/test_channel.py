@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from script_module import load
 
-from grader import channel, supervisor
+from grader.sandbox import channel, supervisor
 
 ROOT = Path(__file__).resolve().parents[1]
 BERT_BASE_BYTES = 440 * 10**6

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import course
-from grader.demo import grade_one, summary
+from grader.cli.demo import grade_one, summary
+from grader.common import course
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,7 +4,7 @@ import nbformat
 import pytest
 
 from effkit import syllabus
-from grader import sources
+from grader.frontends import sources
 
 
 @pytest.mark.parametrize("aid", [lesson.assignment for lesson in syllabus.ready()])
@@ -20,7 +20,7 @@ def test_nbgrader_metadata_round_trips_through_the_source():
 
 
 def test_an_edited_source_is_reported_stale(tmp_path, monkeypatch):
-    from grader import course
+    from grader.common import course
 
     aid = "lesson2"
     root = tmp_path / "course-root"
@@ -36,7 +36,7 @@ def test_an_edited_source_is_reported_stale(tmp_path, monkeypatch):
 
 def test_the_release_carries_no_solution_source():
     """nbgrader copies a source folder's other files into the release: never the .py source."""
-    from grader import course
+    from grader.common import course
 
     release = course.course_root() / course.RELEASE_DIR
     for aid in [lesson.assignment for lesson in syllabus.ready()]:

@@ -1,4 +1,4 @@
-"""grader/fence.py: a fenced process opens internet sockets (and gloo's NETLINK_ROUTE) and nothing that
+"""grader/sandbox/fence.py: a fenced process opens internet sockets (and gloo's NETLINK_ROUTE) and nothing that
 reaches another process of its network namespace, uid or file system without a counted byte."""
 
 import subprocess
@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from grader import fence
+from grader.sandbox import fence
 
 PROBE = r"""
 import ctypes, fcntl, json, os, socket, sys, threading
 early = socket.socket(socket.AF_INET)  # made before: still usable
-from grader import fence
+from grader.sandbox import fence
 print(fence.install(), file=sys.stderr)
 libc = ctypes.CDLL(None, use_errno=True)
 def attempt(fn):

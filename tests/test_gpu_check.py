@@ -127,8 +127,9 @@ def test_a_grading_writes_its_report_into_a_folder_nothing_created(tmp_path):
 def test_every_grading_step_names_an_assignment_that_owns_its_notebook(tmp_path):
     """`grade-submissions-no_faster` exited 2 on the H100: no assignment has a notebook called
     'no_faster'. Each grading step resolves its assignment exactly as `grader check` does."""
-    from grader import assignments, course
-    from grader.notebook import read_notebook, solution_ids
+    from grader import assignments
+    from grader.common import course
+    from grader.frontends.notebook import read_notebook, solution_ids
 
     mod = _gpu_check()
     gradings = [s for s in mod.plan(tmp_path, tmp_path / "sst2", tmp_path / "c", dry=False)

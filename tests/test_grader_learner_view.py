@@ -3,7 +3,7 @@
 A learner's ``choose_recipe`` (lesson 4's probe worker, sandboxed exactly as in a grading) tries to
 import every grader module that is not worker-side, to read their sources, the repository's
 ``tests/``, ``solutions/`` and ``.git``, and any other copy of the grader the import system knows;
-it returns what it got as JSON. The static tests keep ``grader.learner_view.WORKER_MODULES`` honest:
+it returns what it got as JSON. The static tests keep ``grader.sandbox.learner_view.WORKER_MODULES`` honest:
 everything a worker imports is listed, and nothing listed holds an answer.
 """
 
@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from grader import learner_view
-from grader.learner_view import REPO_ROOT, WORKER_MODULES, module_file
-from grader.probe import ProbeSession
-from grader.sandbox import is_root
+from grader.sandbox import learner_view
+from grader.sandbox.launch import is_root
+from grader.sandbox.learner_view import REPO_ROOT, WORKER_MODULES, module_file
+from grader.sandbox.probe import ProbeSession
 
 ROOT_ONLY = pytest.mark.skipif(not is_root(), reason="needs root: reported as unavailable instead")
 ALL_MODULES = sorted(
@@ -85,7 +85,7 @@ def _attack() -> dict:
 
 @ROOT_ONLY
 def test_no_grader_checking_module_answer_or_private_file_is_reachable_from_a_learners_worker():
-    assert "grader.assignments.lesson4.checks" in PARENT_SIDE and "grader.cells" in PARENT_SIDE
+    assert "grader.assignments.lesson4.checks" in PARENT_SIDE and "grader.scoring.checks" in PARENT_SIDE
     got, unavailable = _attack()
     assert unavailable == []
     assert got["imported"] == [], f"imported in the learner's worker: {got['imported']}"
@@ -96,10 +96,10 @@ def test_no_grader_checking_module_answer_or_private_file_is_reachable_from_a_le
 
 
 def test_without_root_the_report_says_the_graders_code_is_readable(monkeypatch):
-    from grader import sandbox
+    from grader.sandbox import launch as sandbox
 
     monkeypatch.setattr(sandbox, "is_root", lambda: False)
-    box = sandbox.launch("grader.channel", [], pass_fds=())
+    box = sandbox.launch("grader.sandbox.channel", [], pass_fds=())
     try:
         assert any("grader's own code" in u for u in box.unavailable), box.unavailable
     finally:
@@ -131,7 +131,7 @@ def _grader_imports(name: str) -> set[str]:
 # functions of worker-side modules that only the parent calls: a lesson package's lazy ASSIGNMENT,
 # the quiz's parent-side check
 PARENT_ONLY = {*((f"grader.assignments.{lesson}", "__getattr__") for lesson in learner_view._LESSONS),
-               ("grader.quiz", "quiz_check")}  # fmt: skip
+               ("grader.scoring.quiz", "quiz_check")}  # fmt: skip
 
 
 def test_every_module_a_worker_imports_is_in_the_view():
@@ -140,8 +140,8 @@ def test_every_module_a_worker_imports_is_in_the_view():
     every listed module is reached."""
     from grader import assignments
 
-    # grader.seal: run by sandbox.launch as a script (root, inside the view, before the drop to nobody)
-    roots = {"grader.worker", "grader.probe_worker", "grader.seal"}
+    # grader.sandbox.seal: run by sandbox.launch as a script (root, inside the view, before the drop to nobody)
+    roots = {"grader.sandbox.worker", "grader.sandbox.probe_worker", "grader.sandbox.seal"}
     for aid in assignments.known():
         a = assignments.get(aid)
         roots |= {m for m in (a.probes, a.runtime_module) if m}
@@ -222,7 +222,7 @@ raise RuntimeError("REPORT " + json.dumps(_got))
 def test_a_timed_learner_worker_cannot_import_the_graders_checking_modules(tmp_path):
     """Lessons 2-3's timed worker: it used to import the gate, the protocol and the whole assignment
     package (its checks too) itself, before any learner code ran."""
-    from grader.supervisor import WorkerFailed, start_worker
+    from grader.sandbox.supervisor import WorkerFailed, start_worker
 
     workdir = tmp_path / "grading"
     workdir.mkdir(mode=0o700)

@@ -1,7 +1,7 @@
 """The sandbox around learner code, attacked directly: one small worker per attack class.
 
 Each test runs a `measure_throughput` that attacks instead of measuring, in the same sandboxed
-worker the grader uses (grader.probe), and asserts what the grader sees. Protections that need
+worker the grader uses (grader.sandbox.probe), and asserts what the grader sees. Protections that need
 root (unprivileged user, namespaces, cgroups) are asserted where the tests run as root (CI) and
 otherwise reported as unavailable, which is asserted too.
 """
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import course
 from grader.assignments.lesson1 import checks as lesson1
-from grader.probe import ProbeSession
-from grader.sandbox import Limits, descendants, is_root
+from grader.common import course
+from grader.sandbox.launch import Limits, descendants, is_root
+from grader.sandbox.probe import ProbeSession
 
 SETUP = [("setup", "import os, sys, time\n")]
 ROOT_ONLY = pytest.mark.skipif(not is_root(), reason="needs root: reported as unavailable instead")
@@ -123,7 +123,7 @@ def test_a_worker_without_gpu_cannot_reach_the_gpus_device_nodes(monkeypatch):
     import shutil
     import stat
 
-    from grader import sandbox
+    from grader.sandbox import launch as sandbox
 
     stand_in = Path("/run") / f"effkit-test-gpu-{os.getpid()}"
     try:
@@ -265,7 +265,7 @@ def test_descendants_walk_finds_grandchildren():
 def test_the_parent_refuses_linked_baseline_and_untrained_weights(tmp_path):
     import torch
 
-    from grader.protocol import weights_problems
+    from grader.timed.protocol import weights_problems
 
     class Data:
         init_paths = [tmp_path / "init0.pt"]
@@ -290,7 +290,7 @@ def test_the_parent_refuses_linked_baseline_and_untrained_weights(tmp_path):
     assert "is a link" in weights_problems(Data, range(1))[0]
 
 
-# -- the timed workers (grader.supervisor.start_worker): the same sandbox, plus read-only inputs --
+# -- the timed workers (grader.sandbox.supervisor.start_worker): the same sandbox, plus read-only inputs --
 TIMED_ATTACK = """import json, os, sys, pathlib
 inputs = pathlib.Path(os.environ["EFFKIT_GRADER_DATA"])
 found = {"uid": os.getuid(), "cwd": os.getcwd(), "path0": sys.path[0], "wrote": [], "read": []}
@@ -317,7 +317,7 @@ def test_a_timed_worker_reads_only_its_inputs_read_only_as_nobody(tmp_path):
     the baseline's weights and rewrite the initial weights both workers load."""
     import json
 
-    from grader.supervisor import WorkerFailed, start_worker
+    from grader.sandbox.supervisor import WorkerFailed, start_worker
 
     workdir = tmp_path / "grading"
     workdir.mkdir(mode=0o700)
@@ -349,7 +349,7 @@ def test_a_timed_worker_reads_only_its_inputs_read_only_as_nobody(tmp_path):
 def test_a_dead_gradings_frozen_workers_are_swept_and_live_ones_kept():
     import subprocess
 
-    from grader.cgroups import CGROUP_PARENT, CGROUP_ROOT, Cgroup, sweep_stale_cgroups
+    from grader.sandbox.cgroups import CGROUP_PARENT, CGROUP_ROOT, Cgroup, sweep_stale_cgroups
 
     gone = subprocess.Popen(["true"])
     gone.wait()  # a grader pid that no longer exists
@@ -399,7 +399,7 @@ def test_a_state_folder_is_size_limited_and_gone_after_close():
     """Lesson 6's checkpoint folder outlives its workers: it must not be a way to fill the disk."""
     import errno
 
-    from grader.sandbox import StateFolder
+    from grader.sandbox.launch import StateFolder
 
     folder = StateFolder(size_mb=1)
     try:
@@ -419,7 +419,7 @@ def test_a_worker_whose_uid_has_no_passwd_entry_can_still_ask_its_user_name(tmp_
     """getpass.getuser() in the grader-only worker (uid 65533, no passwd entry) raised KeyError: torch
     2.11 asks it when use_deterministic_algorithms imports inductor's config, and lesson 6's baseline
     failed so on an H100 image. The stdlib's timeit runs the statement in the sandboxed worker."""
-    from grader.sandbox import launch
+    from grader.sandbox.launch import launch
 
     for grader_only, name in ((True, "effkit-grader"), (False, "nobody")):
         log = tmp_path / f"{name}.log"

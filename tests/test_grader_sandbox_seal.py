@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from sandbox_walk import queue_name  # tests/ is on sys.path
 
-from grader import learner_view
-from grader.sandbox import STATE_AT, StateFolder, is_root, launch
+from grader.sandbox import learner_view
+from grader.sandbox.launch import STATE_AT, StateFolder, is_root, launch
 
 IPC = ("shm", "msg", "sem", "mq")  # SysV shared memory, queues, semaphores; a POSIX message queue
 pytestmark = pytest.mark.skipif(not is_root(), reason="needs root: reported as unavailable instead")
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(not is_root(), reason="needs root: reported as u
 @pytest.fixture(autouse=True)
 def _walker_in_the_view(monkeypatch):
     """The walker runs as a learner's worker would, so it must be in the repository view such a
-    worker gets (grader.learner_view), like a worker-side module: nothing else of tests/ is."""
+    worker gets (grader.sandbox.learner_view), like a worker-side module: nothing else of tests/ is."""
     monkeypatch.setattr(learner_view, "WORKER_MODULES", (*learner_view.WORKER_MODULES, "tests.sandbox_walk"))
 
 

@@ -16,8 +16,8 @@ import nbformat
 import pytest
 
 from grader import assignments
-from grader.notebook import read_notebook, solution_ids, solution_sources
-from grader.perf import feedback_text, grade
+from grader.frontends.notebook import read_notebook, solution_ids, solution_sources
+from grader.scoring.perf import feedback_text, grade
 
 pytestmark = pytest.mark.slow
 
@@ -128,10 +128,10 @@ def test_clock_and_grader_tampering_is_flagged_and_has_no_effect(course):
     flags = " ".join(report["flags"])
     for name in ("time.perf_counter", "time.time", "time.monotonic"):
         assert name in flags
-    # the grader's own modules could not even be imported in the worker (grader.learner_view), so
+    # the grader's own modules could not even be imported in the worker (grader.sandbox.learner_view), so
     # their replacements never happened; where the machine cannot hide them they are flagged instead
     hidden = not any("grader's own code" in f for f in flags)
-    for name in ("grader.protocol._clock", "grader.perf.grade"):
+    for name in ("grader.timed.protocol._clock", "grader.scoring.perf.grade"):
         assert (name in flags) != hidden
     # the measured speed is the real one: a 10x slower clock would have made it ~10x larger
     assert report["speedup"] < 5.0  # the reference measures ~1.7-2.2x here
@@ -184,11 +184,11 @@ def _grade(name: str, progress=lambda _: None):
 def _gate_has_a_second_look() -> bool:
     """Whether this host grades lesson 2 with the gate its measured gradings set (two looks)."""
     from effkit.measure import device_name
-    from grader.perf import load_gate
-    from grader.targets import target_for
+    from grader.scoring.perf import load_gate
+    from grader.scoring.targets import target_for
 
     name = device_name("cpu")
-    target = target_for("lesson2", name)
+    target = target_for(assignments.get("lesson2"), name)
     gate, _, _ = load_gate("lesson2", LESSON2.spec("cpu", SPEC), target.table or target.device_class, name)
     return gate.from_gradings
 
@@ -208,7 +208,7 @@ def test_correct_but_no_faster_gets_no_performance_points():
 def test_correct_but_no_faster_earns_every_other_point():
     """What `gpu_check`'s step grade-submissions-no_faster expects of it ("correctness only: no speed
     points"); on an H200 it got 5/12, not 7: its quiz was still the stub."""
-    from grader.cells import grade_cells
+    from grader.scoring.checks import grade_cells
 
     verdicts, _ = grade_cells(LESSON2, _cells("no_faster"))
     assert verdicts and all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
@@ -255,7 +255,7 @@ def test_nan_loss_gets_a_clear_message():
 
 def test_same_verdict_with_a_busy_core():
     """Robustness under load, bounded: 3 gradings of the reference while a process spins."""
-    from grader import tools
+    from grader.cli import tools
 
     summary = tools.stress("lesson2", times=3, busy=1, spec_name=SPEC)
     assert summary["same_verdict"], summary["verdicts"]
@@ -265,7 +265,7 @@ def test_same_verdict_with_a_busy_core():
 def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
     """The source check sees names only (`reference_names`); the behaviour check sees batches:
     effkit's DevicePipeline reached through getattr is still the reference answer."""
-    from grader.cells import gate_problem
+    from grader.scoring.checks import gate_problem
 
     source = read_notebook(ROOT / "solutions" / "lesson2" / "lesson2.ipynb")
     cells = [(c.grade_id, c.source) for c in solution_sources(read_notebook(SUBMISSIONS / "correct.ipynb"),

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from grader import assignments, gate, gate_sim, targets
+from grader import assignments
 from grader.assignments.lesson2 import pipeline_checks
 from grader.assignments.lesson2.checks import (
     SETUP_SOURCE,
@@ -20,9 +20,12 @@ from grader.assignments.lesson2.checks import (
     check_contract,
     check_hidden,
 )
-from grader.audit import EpochAudit
-from grader.notebook import NotebookError, read_notebook, solution_ids, solution_sources, to_python
-from grader.quiet import PREFIX, quiet
+from grader.common.cellcode import to_python
+from grader.common.quiet import PREFIX, quiet
+from grader.frontends.notebook import NotebookError, read_notebook, solution_ids, solution_sources
+from grader.kit.audit import EpochAudit
+from grader.scoring import targets
+from grader.timed import gate, gate_sim
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(ROOT, "solutions", "lesson2", "lesson2.ipynb")
@@ -40,17 +43,17 @@ def test_device_classes_match_whole_names(name, cls):
 
 
 def test_credit_is_linear_between_floor_and_target_and_overrides_apply(tmp_path):
-    t = targets.target_for("lesson2", "CPU test")
+    t = targets.target_for(assignments.get("lesson2"), "CPU test")
     assert t.credit(t.floor) == 0 and t.credit(t.target) == 1 and t.credit(10) == 1
     assert t.credit((t.floor + t.target) / 2) == pytest.approx(0.5)
     assert t.credit(float("nan")) == 0
     path = tmp_path / "targets.json"
     path.write_text(json.dumps({"lesson2": {"cpu": {"target": 3.0}}}))
-    custom = targets.target_for("lesson2", "CPU test", path)
+    custom = targets.target_for(assignments.get("lesson2"), "CPU test", path)
     assert custom.target == 3.0 and custom.floor == t.floor and custom.source == str(path)
     path.write_text(json.dumps({"lesson2": {"cpu": {"target": 1.0, "floor": 2.0}}}))
     with pytest.raises(ValueError, match="floor < target"):
-        targets.target_for("lesson2", "CPU test", path)
+        targets.target_for(assignments.get("lesson2"), "CPU test", path)
 
 
 # -- accuracy gate ------------------------------------------------------------------------------
@@ -143,7 +146,7 @@ def test_enough_measured_gradings_set_a_gate_with_a_second_look():
 def test_after_a_second_look_only_its_runs_are_scored():
     """Code that cuts corners in the first look (fast, inaccurate) and runs properly in the second
     must not bank the first look's speed."""
-    from grader.protocol import GradingSpec, Measurement, Timing
+    from grader.timed.protocol import GradingSpec, Measurement, Timing
 
     spec = GradingSpec("smoke", "smoke", 10, 10, 10, epochs=1, repeats=2)
     m = Measurement("cpu", spec)
@@ -157,7 +160,7 @@ def test_after_a_second_look_only_its_runs_are_scored():
 
 
 def test_calibrate_gradings_takes_only_matching_complete_stress_reports(tmp_path, monkeypatch, capsys):
-    from grader import tools
+    from grader.cli import tools
 
     monkeypatch.setattr(gate, "calibration_dir", lambda name: tmp_path)
     gate.Calibration.from_runs("lesson2-smoke-cpu", "CPU Some EPYC (2 threads)", [0.5, 0.6, 0.7],
@@ -216,7 +219,7 @@ def test_a_calibration_from_another_device_is_widened_not_trusted(tmp_path, monk
     (SD 0.03 pp); on an AVX512-BF16 EPYC the reference's paired mean reached -1.00 pp against a
     -0.56 pp gate. A calibration names its device: on another one its SD is widened to the
     fallback's, flagged, and that reference difference passes; on its own device it is used."""
-    from grader import perf
+    from grader.scoring import perf
 
     diffs = [0.0] * 23 + [-0.1667]
     cal = gate.Calibration.from_runs("lesson9-smoke-cpu", "CPU Some Xeon (2 threads)", [0.5] * 24,
@@ -396,18 +399,18 @@ def test_audit_flags_changed_labels_and_skipped_epochs():
 
 def test_lesson3_on_a_cpu_without_native_bf16_grades_not_slowing_down(monkeypatch):
     """Mixed precision cannot pay on a CPU without AMX/AVX512-BF16: the row used says so."""
-    import effkit.amp
-    from grader.targets import target_for
+    from grader.scoring import targets
+    from grader.scoring.targets import target_for
 
-    monkeypatch.setattr(effkit.amp, "cpu_native_bf16", lambda cpuinfo=None: False)
-    t = target_for("lesson3", "CPU AMD EPYC (2 threads)", overrides_file=Path("/nonexistent"))
+    monkeypatch.setattr(targets, "cpu_native_bf16", lambda cpuinfo=None: False)
+    t = target_for(assignments.get("lesson3"), "CPU AMD EPYC (2 threads)", overrides_file=Path("/nonexistent"))
     assert (t.table, t.device_class) == ("cpu-fp32", "cpu") and t.target < 1.0
     assert t.credit(0.05) == 0.0 and t.credit(1.0) == 1.0  # forced bf16 here: 0.05x
-    monkeypatch.setattr(effkit.amp, "cpu_native_bf16", lambda cpuinfo=None: True)
-    t = target_for("lesson3", "CPU Intel(R) Xeon(R) Processor (2 threads)", overrides_file=Path("/nonexistent"))
+    monkeypatch.setattr(targets, "cpu_native_bf16", lambda cpuinfo=None: True)
+    t = target_for(assignments.get("lesson3"), "CPU Intel(R) Xeon(R) Processor (2 threads)", overrides_file=Path("/nonexistent"))
     assert t.table == "cpu" and t.credit(1.0) == 0.0  # with AMX, fp32 speed earns nothing
     # Lesson 2 does not depend on 16-bit units: one CPU row.
-    assert target_for("lesson2", "CPU AMD EPYC (2 threads)", overrides_file=Path("/nonexistent")).table == "cpu"
+    assert target_for(assignments.get("lesson2"), "CPU AMD EPYC (2 threads)", overrides_file=Path("/nonexistent")).table == "cpu"
 
 
 def test_grader_check_runs_without_nbgrader_installed():
@@ -415,9 +418,9 @@ def test_grader_check_runs_without_nbgrader_installed():
     image has none. Blocking the package and importing the check path proves it."""
     code = (
         "import sys; sys.modules['nbgrader'] = None\n"
-        "import grader.check, grader.cells, grader.__main__\n"
-        "from grader.cells import fill_performance_cell\n"
-        "assert grader.check.check('no-such-notebook.ipynb') == 2\n"  # imports the grading path
+        "import grader.frontends.check, grader.scoring.checks, grader.__main__\n"
+        "from grader.frontends.outputs import fill_performance_cell\n"
+        "assert grader.frontends.check.check('no-such-notebook.ipynb') == 2\n"  # imports the grading path
         "assert 'nbgrader.api' not in sys.modules\n"
     )
     import subprocess
@@ -433,16 +436,17 @@ def test_instructor_targets_are_read_once_before_learner_code(tmp_path, monkeypa
     path = tmp_path / "targets.json"
     path.write_text(json.dumps({"lesson2": {"cpu": {"target": 3.0}}}))
     monkeypatch.setenv("EFFKIT_GRADER_TARGETS", str(path))
-    from grader.probe import ProbeSession
+    from grader.sandbox.probe import ProbeSession
 
     with ProbeSession("grader.assignments.lesson1.probes", [("setup", "")], [], []):
         pass  # starting a sandboxed worker takes the snapshot first
     path.write_text(json.dumps({"lesson2": {"cpu": {"target": 1.01, "floor": 1.0}}}))
-    assert targets.target_for("lesson2", "CPU test").target == 3.0
+    assert targets.target_for(assignments.get("lesson2"), "CPU test").target == 3.0
 
 
 def test_the_speed_gate_reuses_known_verdicts_and_runs_only_what_is_missing(monkeypatch):
-    from grader import assignments, cells
+    from grader import assignments
+    from grader.scoring import checks as cells
 
     lesson3 = assignments.get("lesson3")
     ran = []
@@ -458,7 +462,8 @@ def test_the_speed_gate_reuses_known_verdicts_and_runs_only_what_is_missing(monk
 
 
 def test_the_speed_gate_refuses_effkit_s_own_answer_from_the_source():
-    from grader import assignments, cells
+    from grader import assignments
+    from grader.scoring import checks as cells
 
     lesson2 = assignments.get("lesson2")
     src = "from effkit.workloads.cifar.pipelines import DevicePipeline as FastPipeline\n"
@@ -505,7 +510,7 @@ def test_budget_compares_each_timed_assignment_with_its_own_learner_runs():
     """`grader budget` used to time the learner's *CIFAR* runs whatever the assignment (lesson 3's
     BERT grading came out 5.2x "the learner's runs" of another lesson): every timed assignment's
     runtime must say what its learner runs, and an untimed one is refused with a clear error."""
-    from grader import tools
+    from grader.cli import tools
 
     timed = [a for a in map(assignments.get, assignments.known()) if a.performance_cell]
     assert timed, "no timed assignment found"
@@ -519,7 +524,7 @@ def test_budget_compares_each_timed_assignment_with_its_own_learner_runs():
 
 
 def test_a_wrong_quiz_answer_is_told_why_its_option_is_wrong():
-    from grader.quiz import quiz_feedback
+    from grader.scoring.quiz import quiz_feedback
 
     key = {"q1": "b", "q2": "a", "q3": "c"}
     why = {"q1": {"a": "a is the spread, not the interval"}}
@@ -558,8 +563,7 @@ def test_a_stress_grading_that_loses_points_says_why_in_the_log(monkeypatch, cap
     "0 points ... accuracy -0.83 pp", the reason left in a JSON written at the very end."""
     import types
 
-    import grader.perf
-    from grader import tools
+    from grader.cli import tools
 
     said = "the accuracy gate failed: paired mean -0.83 pp, below the gate -0.69 pp"
     real = {"device": "cpu", "spec": {"name": "smoke", "repeats": 2}, "target": {}}  # what every report has
@@ -572,7 +576,7 @@ def test_a_stress_grading_that_loses_points_says_why_in_the_log(monkeypatch, cap
         report = next(reports)
         return types.SimpleNamespace(points=0.0 if report["problems"] else 5.0, report=report)
 
-    monkeypatch.setattr(grader.perf, "grade", fake_grade)
+    monkeypatch.setattr(tools, "grade", fake_grade)
     monkeypatch.setattr(tools, "reference_cells", lambda a: [])
     summary = tools.stress("lesson2", times=2, busy=0)
     lines = capsys.readouterr().out.splitlines()
@@ -591,8 +595,7 @@ def test_a_stopped_stress_campaign_keeps_its_finished_gradings(tmp_path, monkeyp
     import time
     import types
 
-    import grader.perf
-    from grader import tools
+    from grader.cli import tools
 
     real = {"device": "cpu", "spec": {"name": "smoke", "repeats": 2}, "target": {}, "problems": [], "speedup": 1.9}
     first = {"gate": {"passed": True, "mean_diff_pp": 0.1, "look_means_pp": [-0.62, 0.1]},
@@ -607,7 +610,7 @@ def test_a_stopped_stress_campaign_keeps_its_finished_gradings(tmp_path, monkeyp
             raise AssertionError("SIGTERM did not stop the campaign")
         return types.SimpleNamespace(points=5.0, report=first)
 
-    monkeypatch.setattr(grader.perf, "grade", fake_grade)
+    monkeypatch.setattr(tools, "grade", fake_grade)
     monkeypatch.setattr(tools, "reference_cells", lambda a: [])
     before = signal.getsignal(signal.SIGTERM)
     out = tmp_path / "campaign.json"
@@ -625,7 +628,7 @@ def test_a_committed_state_carries_generator_states_of_the_right_shape_only():
 
     import torch
 
-    from grader.commit import load_state
+    from grader.sandbox.commit import load_state
 
     def blob(**extra):
         buffer = io.BytesIO()
@@ -644,7 +647,7 @@ def test_lesson2_grades_gpu_sized_runs_on_the_hard_stand_in_and_cpu_runs_on_the_
     import numpy as np
 
     from effkit.workloads.cifar.hard import hard_images
-    from grader.data import grader_images
+    from grader.kit.data import grader_images
 
     specs = assignments.get("lesson2").specs
     assert specs["gpu"].data == "hard" and specs["smoke"].data == specs["tiny"].data == "easy"

@@ -34,7 +34,7 @@ PARAMS = [pytest.param(aid, marks=[pytest.mark.timed] if aid in TIMED else []) f
 
 
 def _env(root: Path) -> dict:
-    # the same out-of-kernel draws every run (grader.cells.TEST_SEED_ENV): a reference must not
+    # the same out-of-kernel draws every run (grader.scoring.checks.TEST_SEED_ENV): a reference must not
     # fail CI on an unlucky task
     env = dict(os.environ, EFFKIT_COURSE_ROOT=str(root), EFFKIT_GRADER_TEST_SEED="1")
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])

@@ -20,7 +20,7 @@ from lesson10_steps import PER_SAMPLE_LOOP_KEPT  # noqa: E402
 from grader import assignments
 from grader.assignments.lesson10 import checks
 from grader.assignments.lesson10 import probes as lesson10_probes
-from grader.cells import CellVerdict, CheckFailed, Context
+from grader.scoring.checks import CellVerdict, CheckFailed, Context
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson10" / "lesson10.ipynb"
@@ -158,8 +158,8 @@ def test_the_probe_hands_each_case_a_fresh_copy_and_returns_short_strings():
 
 from grader.assignments.lesson10 import slow_step as step_task  # noqa: E402
 from grader.assignments.lesson10 import step_checks  # noqa: E402
-from grader.channel import tensor_msg  # noqa: E402
-from grader.probe import CallResult  # noqa: E402
+from grader.sandbox.channel import tensor_msg  # noqa: E402
+from grader.sandbox.probe import CallResult  # noqa: E402
 
 STEP_CELLS = ["test_fast_step_equal", "test_fast_step_speed"]
 _FAST = dict(solution_cells(SOLUTION, SOLUTION))["fast_step"]
@@ -312,7 +312,7 @@ def fast_step(""").replace("    params = list(model.parameters())\n", "    _reni
 def test_through_the_sandbox_a_step_that_patches_the_clock_and_renices_the_baseline_earns_no_speed():
     import os
 
-    from grader.cells import grade_cells
+    from grader.scoring.checks import grade_cells
 
     if os.geteuid() != 0:
         pytest.skip("the sandbox's separate user and freezer need root")
@@ -320,7 +320,7 @@ def test_through_the_sandbox_a_step_that_patches_the_clock_and_renices_the_basel
                                    seed=SEED)  # fmt: skip
     assert verdicts["test_fast_step_equal"].passed, verdicts["test_fast_step_equal"].reason
     speed = verdicts["test_fast_step_speed"]
-    # the renice never reaches the baseline (another uid: grader.sandbox.GRADER_ONLY) and the
+    # the renice never reaches the baseline (another uid: grader.sandbox.launch.GRADER_ONLY) and the
     # patched clock is the worker's own: the half-fixed step is judged on its real speed (~1.1x)
     assert not speed.passed and "must start at" in speed.reason, speed.reason
     assert "priority or cores changed" not in speed.reason

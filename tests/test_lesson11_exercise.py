@@ -20,8 +20,8 @@ from exercise_cells import InProcess, grade_in_process, solution_cells  # noqa: 
 from grader import assignments
 from grader.assignments.lesson11 import ddp_task, memory_task
 from grader.assignments.lesson11 import probes as lesson11_probes
-from grader.cells import CellVerdict, CheckFailed, Context, expect, grade_cells
-from grader.sandbox import is_root
+from grader.sandbox.launch import is_root
+from grader.scoring.checks import CellVerdict, CheckFailed, Context, expect, grade_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson11" / "lesson11.ipynb"
@@ -227,7 +227,7 @@ def test_the_loopback_brought_up_reaches_only_the_sandbox_itself(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda cmd, *a, **k: None if cmd == "ip" else which(cmd, *a, **k))
 
     from grader.assignments.lesson1 import checks as lesson1
-    from grader.probe import ProbeSession
+    from grader.sandbox.probe import ProbeSession
 
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
@@ -318,8 +318,8 @@ def test_in_the_sandbox_only_sharded_recipes_fit_and_the_count_cannot_be_lowered
 def test_a_rank_joins_only_a_namespace_the_grader_holds_open():
     """Part (b)'s second rank enters the first one's network namespace through a descriptor this
     process opened before any learner code ran, never through a pid an exiting worker could free."""
-    from grader.channel import ChannelError
-    from grader.probe import ProbeSession
+    from grader.sandbox.channel import ChannelError
+    from grader.sandbox.probe import ProbeSession
 
     never_started = ProbeSession(A.probes, [], [], [], loopback=True)
     with pytest.raises(ChannelError, match="holds no network namespace"):

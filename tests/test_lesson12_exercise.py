@@ -17,7 +17,7 @@ from exercise_cells import InProcess, grade_id, grade_in_process, solution_cells
 from grader import assignments
 from grader.assignments.lesson12 import hpo_task, search_checks
 from grader.assignments.lesson12 import probes as lesson12_probes
-from grader.cells import CellVerdict, CheckFailed
+from grader.scoring.checks import CellVerdict, CheckFailed
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson12" / "lesson12.ipynb"

@@ -21,8 +21,8 @@ from onnx import TensorProto, helper
 from grader import assignments
 from grader.assignments.lesson13 import artifact
 from grader.assignments.lesson13 import probes as lesson13_probes
-from grader.cells import CellVerdict, CheckFailed
-from grader.channel import ChannelError, Endpoint
+from grader.sandbox.channel import ChannelError, Endpoint
+from grader.scoring.checks import CellVerdict, CheckFailed
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson13" / "lesson13.ipynb"

@@ -20,7 +20,7 @@ from test_lesson13_exercise import _EXPORT, SOLUTION  # noqa: E402
 from grader import assignments
 from grader.assignments.lesson13 import artifact
 from grader.assignments.lesson13 import probes as lesson13_probes
-from grader.cells import CheckFailed
+from grader.scoring.checks import CheckFailed
 
 A = assignments.get("lesson13")
 GRADED = ["test_artifact", "test_accuracy", "test_latency"]
@@ -235,7 +235,7 @@ def test_every_timed_answer_is_compared_with_the_same_rows_accuracy_answer():
 
 def test_a_server_answer_of_another_size_is_not_read():
     from grader.assignments.lesson13 import serve
-    from grader.probe import CallResult
+    from grader.sandbox.probe import CallResult
 
     good = CallResult(True, {}, [np.zeros((3, 8), np.float32).tobytes()])
     assert serve.floats(good, 0, (3, 8)).shape == (3, 8)

@@ -15,8 +15,8 @@ import pytest
 
 from grader import assignments
 from grader.assignments.lesson1 import checks as lesson1
-from grader.cells import grade_cells
-from grader.notebook import solution_sources
+from grader.frontends.notebook import solution_sources
+from grader.scoring.checks import grade_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson1" / "lesson1.ipynb"

@@ -11,7 +11,7 @@ import torch
 from grader import assignments
 from grader.assignments.lesson3 import checks as lesson3
 from grader.assignments.lesson3 import runtime as bert_grading
-from grader.notebook import read_notebook, solution_ids, solution_sources
+from grader.frontends.notebook import read_notebook, solution_ids, solution_sources
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "solutions" / "lesson3" / "lesson3.ipynb"
@@ -165,7 +165,7 @@ def test_step_audit_counts_real_updates():
 
 # -- out of the kernel: the learner's functions in a sandboxed worker, every update recomputed here --
 def _out_of_kernel(replace: dict[str, str] | None = None):
-    from grader.cells import grade_cells
+    from grader.scoring.checks import grade_cells
 
     nb = read_notebook(SOURCE)
     cells = []
@@ -186,7 +186,7 @@ def test_out_of_kernel_reference_passes_the_stub_fails_and_a_scaler_mistake_is_n
     assert not report["flags"]
     nb = read_notebook(RELEASE)
     cells = [(c.grade_id, c.source) for c in solution_sources(nb, solution_ids(read_notebook(SOURCE)))]
-    from grader.cells import grade_cells
+    from grader.scoring.checks import grade_cells
 
     stub, _ = grade_cells(assignments.get("lesson3"), cells, seed=3)
     assert all(not v.passed and "NotImplementedError" in v.reason for v in stub.values())
@@ -210,7 +210,7 @@ def test_a_timed_step_that_freezes_part_of_the_model_is_caught_by_the_work_check
     """Frozen layers make a timed step cheaper while the update still looks like training (cosine
     0.99, size 1.00x here: the size and direction bounds pass it); the parent sees the trained
     tensors the baseline moved and the learner left exactly as they were."""
-    from grader import protocol
+    from grader.timed import protocol
 
     nb = read_notebook(SOURCE)
     cells = [(c.grade_id, c.source.replace(*FREEZE)) for c in solution_sources(nb, solution_ids(nb))]
@@ -229,7 +229,7 @@ def test_timed_workers_tokenize_with_the_parents_tokenizer(tmp_path, monkeypatch
     own empty cache, as in the sandbox) must end up with exactly the parent's vocabulary."""
     from grader.assignments.lesson3 import runtime as bert_grading
     from grader.assignments.lesson3.checks import ASSIGNMENT
-    from grader.worker import seed_caches
+    from grader.sandbox.worker import seed_caches
 
     spec = ASSIGNMENT.specs["tiny"]
     data = bert_grading.GraderData(tmp_path / "grading", spec, "cpu")
@@ -242,7 +242,7 @@ def test_timed_workers_tokenize_with_the_parents_tokenizer(tmp_path, monkeypatch
 
 
 def test_a_second_look_draws_fresh_data(tmp_path):
-    """Lesson 3's gate takes a second look once its gradings set it (`grader.gate`): `repeats` more
+    """Lesson 3's gate takes a second look once its gradings set it (`grader.timed.gate`): `repeats` more
     pairs that must be independent of the first look's: new training texts, seeds, initial weights
     and held-out sentences, whose evaluation folder is gone before learner code could run. The
     `smoke` spec (2 pairs a look): the pairs of a look share their held-out set."""
@@ -329,7 +329,7 @@ def test_effkits_answers_are_seen_running_whatever_the_route():
 def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
     """The source check sees names only (``reference_names``); the speed gate's ``not_the_reference``
     sees effkit's answers run inside the learner's functions (in the sandboxed worker, judged here)."""
-    from grader.cells import gate_problem
+    from grader.scoring.checks import gate_problem
 
     nb = read_notebook(SOURCE)
     cells = [(c.grade_id, HIDDEN_REFERENCE if c.grade_id == "policy_and_scaler" else c.source)
@@ -356,7 +356,8 @@ def test_the_gate_calibration_is_keyed_like_the_targets_row(monkeypatch, tmp_pat
     folder, not a measurement.)"""
     import shutil
 
-    from grader import gate, perf
+    from grader.scoring import perf
+    from grader.timed import gate
 
     lesson3_cal = tmp_path / "assignments" / "lesson3" / "calibration"
     lesson3_cal.mkdir(parents=True)
@@ -392,15 +393,15 @@ def test_calibrating_on_a_cpu_without_bf16_writes_the_cpu_fp32_calibration(monke
     """`python -m grader calibrate` names what it measured by the same row: on an AVX2-only CPU it
     must not overwrite lesson3-smoke-cpu (measured with bf16 on an AMX Xeon). The protocol is
     replaced by recorded pairs: only the name is under test."""
-    import grader.protocol
-    from grader import tools
+    import grader.timed.protocol
+    from grader.cli import tools
 
     def measured(assignment, cells, spec, device, **_):
-        runs = [grader.protocol.Timing(role, r, 1.0, 8, acc) for r in range(spec.repeats)
+        runs = [grader.timed.protocol.Timing(role, r, 1.0, 8, acc) for r in range(spec.repeats)
                 for role, acc in (("baseline", 0.9 + 0.01 * r), ("learner", 0.9 + 0.01 * r))]  # fmt: skip
-        return grader.protocol.Measurement(device="cpu", spec=spec, runs=runs)
+        return grader.timed.protocol.Measurement(device="cpu", spec=spec, runs=runs)
 
-    monkeypatch.setattr(grader.protocol, "measure", measured)
+    monkeypatch.setattr(grader.timed.protocol, "measure", measured)
     _no_targets_file(monkeypatch, tmp_path, native_bf16=False)
     assert tools.calibrate("lesson3", "smoke", pairs=3, chunk=3, device="cpu", save=False)["calibration"]["name"] == \
         "lesson3-smoke-cpu-fp32"  # fmt: skip

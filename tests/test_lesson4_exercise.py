@@ -21,7 +21,7 @@ from grader.assignments.lesson4 import accum_checks as ac
 from grader.assignments.lesson4 import probes
 from grader.assignments.lesson4 import recipe_checks as rc
 from grader.assignments.lesson4 import recipe_task as rt
-from grader.cells import CheckFailed, grade_cells
+from grader.scoring.checks import CheckFailed, grade_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson4" / "lesson4.ipynb"

@@ -22,8 +22,8 @@ from grader import assignments
 from grader.assignments.lesson5 import ckpt_checks as cc
 from grader.assignments.lesson5 import ckpt_reference
 from grader.assignments.lesson5.plan_checks import LOOSE
-from grader.cells import CellVerdict, Context, grade_cells
-from grader.probe import CallResult
+from grader.sandbox.probe import CallResult
+from grader.scoring.checks import CellVerdict, Context, grade_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson5" / "lesson5.ipynb"
@@ -356,7 +356,7 @@ def test_memory_moved_to_swap_still_counts_on_cgroup_v1(tmp_path):
     """madvise(MADV_PAGEOUT) moves a process's own pages to swap where a host has some: on cgroup v1
     the memory figures leave them out (v2 workers get no swap: memory.swap.max 0), so the worker's
     memory is read as memory + swap ("memsw") wherever the kernel accounts it."""
-    from grader.cgroups import Cgroup
+    from grader.sandbox.cgroups import Cgroup
 
     box = object.__new__(Cgroup)
     box.v2, box.dirs = False, {"memory": tmp_path}

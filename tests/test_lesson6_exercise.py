@@ -18,7 +18,7 @@ from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
 from grader import assignments
 from grader.assignments.lesson6 import task as task_module
 from grader.assignments.lesson6.faults import incomplete
-from grader.cells import grade_cells
+from grader.scoring.checks import grade_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson6" / "lesson6.ipynb"

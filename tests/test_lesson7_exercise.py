@@ -16,7 +16,7 @@ from exercise_cells import InProcess, grade_id, grade_in_process, solution_cells
 
 from grader import assignments
 from grader.assignments.lesson7 import probes as lesson7_probes
-from grader.cells import CellVerdict, grade_cells
+from grader.scoring.checks import CellVerdict, grade_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson7" / "lesson7.ipynb"

@@ -19,7 +19,7 @@ from exercise_cells import InProcess, grade_id, grade_in_process, solution_cells
 from grader import assignments
 from grader.assignments.lesson8 import checks
 from grader.assignments.lesson8 import probes as lesson8_probes
-from grader.cells import CellVerdict, CheckFailed, grade_cells
+from grader.scoring.checks import CellVerdict, CheckFailed, grade_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson8" / "lesson8.ipynb"

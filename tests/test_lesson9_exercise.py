@@ -17,7 +17,7 @@ from exercise_cells import InProcess, grade_id, grade_in_process, solution_cells
 from grader import assignments
 from grader.assignments.lesson9 import probes as lesson9_probes
 from grader.assignments.lesson9 import recipe_checks
-from grader.cells import CellVerdict, CheckFailed, grade_cells
+from grader.scoring.checks import CellVerdict, CheckFailed, grade_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson9" / "lesson9.ipynb"

@@ -1,4 +1,4 @@
-"""The grader's relay (grader/relay.py): the parent performs the ranks' collectives and records them.
+"""The grader's relay (grader/sandbox/relay.py): the parent performs the ranks' collectives and records them.
 
 Each test plays the ranks' requests from threads, as ``ProbeSession.call`` serves each rank's
 worker from a thread of its own; lesson 11's exercise tests run it under real DDP."""
@@ -9,8 +9,8 @@ import time
 
 import torch
 
-from grader.channel import tensor_from, tensor_msg
-from grader.relay import Relay
+from grader.sandbox.channel import tensor_from, tensor_msg
+from grader.sandbox.relay import Relay
 
 
 def _request(op: str, *tensors, **extra) -> tuple[dict, list[bytes]]:
@@ -88,7 +88,7 @@ def test_a_rank_whose_peer_never_joins_or_stops_gets_an_error_in_bounded_time():
 
 
 def test_a_rank_cannot_send_more_than_the_relay_accepts(monkeypatch):
-    import grader.relay as relay_module
+    import grader.sandbox.relay as relay_module
 
     monkeypatch.setattr(relay_module, "MAX_BYTES", 1000)
     relay = Relay(2, wait_s=5)

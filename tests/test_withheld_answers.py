@@ -3,17 +3,17 @@
 On 8a3ab40 ``def diagnose(profile): return effkit.doctor.diagnose(profile)[0].label`` earned lesson 10's
 ``test_diagnose``, and likewise effkit's ``kd_loss`` (lesson 9) and ``bucket_batches`` (lesson 7). Each
 submission below is graded through the sandbox, as a grading does: in that lesson's worker the
-function's body raises (``grader.learner_view.WITHHELD``), so the cell fails and says why."""
+function's body raises (``grader.sandbox.learner_view.WITHHELD``), so the cell fails and says why."""
 
 import re
 
 import pytest
 
 from grader import assignments
-from grader.cells import grade_cells
-from grader.learner_view import REPO_ROOT
-from grader.notebook import read_notebook, solution_ids, solution_sources
-from grader.sandbox import is_root
+from grader.frontends.notebook import read_notebook, solution_ids, solution_sources
+from grader.sandbox.launch import is_root
+from grader.sandbox.learner_view import REPO_ROOT
+from grader.scoring.checks import grade_cells
 
 CALLS_EFFKIT = {
     "lesson10": ("diagnose", "test_diagnose", '''

@@ -71,7 +71,7 @@ def measure_throughput(trainer, steps, warmup):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_throughput", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_throughput", "lesson1.ipynb")
 
@@ -110,7 +110,7 @@ def data_wait_share(trainer, steps):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_data_wait", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_data_wait", "lesson1.ipynb")
 
@@ -172,7 +172,7 @@ def name_bottleneck(trainer):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_bottleneck", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_bottleneck", "lesson1.ipynb")
 
@@ -201,7 +201,7 @@ QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_quiz", "lesson1.ipynb")
 

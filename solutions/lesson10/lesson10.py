@@ -106,7 +106,7 @@ def diagnose(profile):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_diagnose", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_diagnose", "lesson10.ipynb")
 
@@ -174,12 +174,12 @@ def fast_step(model, inputs, targets, lr, weight_decay):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_fast_step_equal", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_fast_step_equal", "lesson10.ipynb")
 
 # %% nbgrader={"grade": true, "grade_id": "test_fast_step_speed", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_fast_step_speed", "lesson10.ipynb")
 
@@ -230,6 +230,6 @@ QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b", "q5": "c"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_quiz", "lesson10.ipynb")

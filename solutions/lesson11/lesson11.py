@@ -93,19 +93,19 @@ def train_ddp(rank, world_size, model, dataset, config):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_weights", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_weights", "lesson11.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_sampler", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_sampler", "lesson11.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_no_sync", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_no_sync", "lesson11.ipynb")
 
@@ -167,7 +167,7 @@ def train_sharded(rank, world_size, model, batches, config):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_memory_budget", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_memory_budget", "lesson11.ipynb")
 
@@ -197,6 +197,6 @@ QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b", "q5": "c"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_quiz", "lesson11.ipynb")

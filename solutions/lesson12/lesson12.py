@@ -110,13 +110,13 @@ class Search:
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_search", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_search", "lesson12.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_pruning", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_pruning", "lesson12.ipynb")
 
@@ -151,6 +151,6 @@ QUIZ_ANSWERS = {"q1": "b", "q2": "b", "q3": "a", "q4": "b", "q5": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_quiz", "lesson12.ipynb")

@@ -79,19 +79,19 @@ def export_for_slo(model, calibration, path):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_artifact", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_artifact", "lesson13.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_accuracy", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_accuracy", "lesson13.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_latency", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_latency", "lesson13.ipynb")
 
@@ -119,6 +119,6 @@ QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_quiz", "lesson13.ipynb")

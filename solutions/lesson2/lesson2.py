@@ -103,12 +103,12 @@ class FastPipeline:
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_contract", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_contract", "lesson2.ipynb")
 
 # %% nbgrader={"grade": true, "grade_id": "test_augmentation", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_augmentation", "lesson2.ipynb")
 
@@ -156,6 +156,6 @@ QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_quiz", "lesson2.ipynb")

@@ -93,7 +93,7 @@ def make_scaler(policy):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_policy", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_policy", "lesson3.ipynb")
 
@@ -135,12 +135,12 @@ def amp_train_step(model, batch, optimizer, policy, scaler, max_grad_norm):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_step", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_step", "lesson3.ipynb")
 
 # %% nbgrader={"grade": true, "grade_id": "test_scaler", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_scaler", "lesson3.ipynb")
 
@@ -191,6 +191,6 @@ QUIZ_ANSWERS = {"q1": "b", "q2": "a", "q3": "b", "q4": "c"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_quiz", "lesson3.ipynb")

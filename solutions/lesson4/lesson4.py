@@ -68,13 +68,13 @@ def train_accumulated(model, optimizer, micro_batches, accum_steps):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_full_windows", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_full_windows", "lesson4.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_last_window", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_last_window", "lesson4.ipynb")
 
@@ -114,7 +114,7 @@ def choose_recipe(micro_batch, base_batch, base_lr, budget_samples):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_recipe", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_recipe", "lesson4.ipynb")
 
@@ -142,7 +142,7 @@ QUIZ_ANSWERS = {"q1": "c", "q2": "b", "q3": "a", "q4": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_quiz", "lesson4.ipynb")
 

@@ -110,25 +110,25 @@ def plan_checkpointing(blocks, x, budget_bytes):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_gradients", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_gradients", "lesson5.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_budget", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_budget", "lesson5.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_speed", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_speed", "lesson5.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_least_recompute", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_least_recompute", "lesson5.ipynb")
 
@@ -156,7 +156,7 @@ QUIZ_ANSWERS = {"q1": "b", "q2": "b", "q3": "a", "q4": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_quiz", "lesson5.ipynb")
 

@@ -104,25 +104,25 @@ def train(task, ckpt_dir):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_resume", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_resume", "lesson6.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_torn", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_torn", "lesson6.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_best", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_best", "lesson6.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_overhead", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_overhead", "lesson6.ipynb")
 
@@ -148,7 +148,7 @@ QUIZ_ANSWERS = {"q1": "a", "q2": "c", "q3": "b", "q4": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_quiz", "lesson6.ipynb")
 

@@ -73,31 +73,31 @@ def bucket_batches(lengths, batch_size=None, max_tokens=None, seed=0, epoch=0):
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_coverage", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_coverage", "lesson7.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_budget", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_budget", "lesson7.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_padding", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_padding", "lesson7.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_randomness", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_randomness", "lesson7.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_speed", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_speed", "lesson7.ipynb")
 
@@ -126,6 +126,6 @@ QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_quiz", "lesson7.ipynb")

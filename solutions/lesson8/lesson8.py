@@ -111,19 +111,19 @@ def lora_recipe():
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_layer", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_layer", "lesson8.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_inject", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_inject", "lesson8.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_recipe", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_recipe", "lesson8.ipynb")
 
@@ -148,7 +148,7 @@ QUIZ_ANSWERS = {"q1": "c", "q2": "b", "q3": "a", "q4": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_quiz", "lesson8.ipynb")
 

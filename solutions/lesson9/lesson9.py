@@ -57,13 +57,13 @@ def distillation_loss(student_logits, teacher_logits, labels, temperature, alpha
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_loss_value", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_loss_value", "lesson9.ipynb")
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_loss_gradient", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_loss_gradient", "lesson9.ipynb")
 
@@ -96,7 +96,7 @@ def distillation_recipe():
 
 
 # %% nbgrader={"grade": true, "grade_id": "test_recipe", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_recipe", "lesson9.ipynb")
 
@@ -125,6 +125,6 @@ QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
-from grader.check import check_my_work
+from grader.kit.in_notebook import check_my_work
 
 check_my_work("test_quiz", "lesson9.ipynb")

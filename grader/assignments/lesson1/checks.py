@@ -2,7 +2,7 @@
 
 **What it does.** The learner writes ``measure_throughput(trainer, steps, warmup)``,
 ``data_wait_share(trainer, steps)`` and ``name_bottleneck(trainer)`` (plus the quiz answers).
-Each check runs them in a sandboxed worker (:mod:`grader.probe`) on a `RemoteTrainer`
+Each check runs them in a sandboxed worker (:mod:`grader.sandbox.probe`) on a `RemoteTrainer`
 (:mod:`grader.assignments.lesson1.probes`) whose every batch and every forward pass *waits for this process*.
 `DeviceServer` chooses the costs (secret, random per call: data and compute time per step, a cold
 start on the first batch) and records when each request arrived and was answered, so the grader
@@ -21,7 +21,7 @@ or name; the parent compares it with its own record:
   data-wait share, which lesson 1 shows undercounts, fails too;
 * **quiz**: answers compared with the key in this module (never in the notebook).
 
-**When to use it.** Through :mod:`grader.cells` (nbgrader autograde, ``grader check``,
+**When to use it.** Through :mod:`grader.scoring.checks` (nbgrader autograde, ``grader check``,
 ``check_my_work`` in the notebook).
 
 **Expected gain.** Nothing in the learner's process knows the answer: to get it right, measure.
@@ -36,10 +36,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from grader.assignments import Assignment
 from grader.assignments.lesson1.task import BOTTLENECKS, TOLERANCE  # the setup cell's (worker side)
-from grader.cells import CheckFailed, Context, expect, stub_reason
-from grader.quiz import quiz_check
+from grader.kit.checks import Assignment, CheckFailed, Context, expect, quiz_check, stub_reason
 
 SHARE_TOLERANCE = 0.15  # |learner's data-wait share - the recorded share|
 CALLS = 3

@@ -8,7 +8,7 @@ compute take and records exactly when each request arrived and was answered, so 
 throughput and data-wait share of whatever the learner's function timed. Nothing in this object
 carries a cost, a share or an answer: there is no ground truth in this process to read.
 
-**When to use it.** Named as lesson 1's probe module; run in :mod:`grader.probe_worker`.
+**When to use it.** Named as lesson 1's probe module; run in :mod:`grader.sandbox.probe_worker`.
 
 **Expected gain.** Lesson 1 graded out of the kernel with a truth the learner cannot reach.
 
@@ -22,7 +22,7 @@ import math
 import torch
 
 from effkit.workloads.common import Work
-from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+from grader.kit.worker import probe_quiz  # noqa: F401  (the worker finds probes by name)
 
 FEATURES, CLASSES = 8, 4
 

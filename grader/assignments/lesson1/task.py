@@ -2,7 +2,7 @@
 
 The trusted setup cell imports these (it runs in the learner's worker too); everything else of the
 checks (the parent's device record, its costs and shares) stays in :mod:`.checks`, which the worker
-cannot see (:mod:`grader.learner_view`).
+cannot see (:mod:`grader.sandbox.learner_view`).
 """
 
 BOTTLENECKS = ("input pipeline", "compute")

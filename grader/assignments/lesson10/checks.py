@@ -24,10 +24,9 @@ one miss in ``CASES`` is allowed so that a sound rule is not failed by one noisy
 
 from __future__ import annotations
 
-from grader.assignments import Assignment
+from effkit.doctor_plants import profile_named
 from grader.assignments.lesson10 import step_checks
-from grader.cells import CheckFailed, Context, expect, stub_reason
-from grader.quiz import quiz_check
+from grader.kit.checks import Assignment, CheckFailed, Context, expect, quiz_check, stub_reason
 
 LABELS = ("data", "sync", "overhead", "padding", "optimizer", "none")
 CASES = 8  # every label once, and two more drawn
@@ -67,8 +66,6 @@ def draw_cases(rng) -> list[tuple[str, int]]:
 
 def profile_case(label: str, seed: int) -> dict:
     """The parent's own profile of a planted step, as the plain data the learner sees."""
-    from effkit.doctor_plants import profile_named
-
     profile = profile_named(f"plant:{'clean' if label == 'none' else label}", seed=seed)
     profile.pop("name", None)  # the case name would say what was planted
     return profile

@@ -13,7 +13,7 @@ each batch and returns the losses it returned (as floats, or why not) and the mo
 afterwards as raw float32 bytes. The parent times the call on its own clock and compares the
 weights with its own run of the original step.
 
-**When to use it.** Named as lesson 10's probe module; run in :mod:`grader.probe_worker`.
+**When to use it.** Named as lesson 10's probe module; run in :mod:`grader.sandbox.probe_worker`.
 
 **Expected gain.** A learner's diagnosis that never sees a model, a clock or the planted answer.
 
@@ -25,9 +25,13 @@ checked against the known labels by the parent; each call gets a fresh copy of i
 from __future__ import annotations
 
 import copy
+import ctypes
 
-from grader.channel import tensor_msg
-from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+from grader.assignments.lesson10 import slow_step as task
+from grader.kit.worker import (
+    probe_quiz,  # noqa: F401  (the worker finds probes by name)
+    tensor_msg,
+)
 
 MAX_LABEL = 40
 
@@ -53,8 +57,6 @@ def probe_diagnose(worker, profiles: list):
 
 def probe_fast_step(worker, seed: int, batch: int, steps: int, lr: float, weight_decay: float):
     import torch
-
-    from grader.assignments.lesson10 import slow_step as task
 
     fn = worker.ns.get("fast_step")
     if not callable(fn):
@@ -84,8 +86,6 @@ def probe_slow_step(worker, seed: int, batch: int, steps: int, lr: float, weight
     """The original step on the same task, in a worker that holds no learner code: the timed baseline."""
     import torch
 
-    from grader.assignments.lesson10 import slow_step as task
-
     torch.set_num_threads(1)
     model, losses = task.run(task.slow_step, task.Task(seed, batch, steps), lr, weight_decay)
     meta, raw = tensor_msg(task.flat(model))
@@ -95,8 +95,6 @@ def probe_slow_step(worker, seed: int, batch: int, steps: int, lr: float, weight
 def probe_shield(worker):
     """Make this (baseline) worker non-dumpable before any timing: a process of the learner's, which
     runs as the same user, can then no longer ptrace it or write its memory (PR_SET_DUMPABLE = 0)."""
-    import ctypes
-
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(4, 0, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")

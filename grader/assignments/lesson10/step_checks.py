@@ -20,7 +20,7 @@ workers sit in cgroups and sessions of their own, so load elsewhere on the machi
 step from 1.1x to 2.7x).
 
 **Pitfalls.** Where the grader is root the baseline runs as a uid of its own
-(``grader.sandbox.GRADER_ONLY``), so the kernel refuses the learner's worker every signal, renice,
+(``grader.sandbox.launch.GRADER_ONLY``), so the kernel refuses the learner's worker every signal, renice,
 re-pin or ptrace of it. Elsewhere both run as the grader's user, hence the belt and braces kept
 here: the learner's worker is frozen while the baseline starts, the baseline makes itself
 non-dumpable (no ptrace) before any timing, and a changed priority or core set of its threads
@@ -37,9 +37,15 @@ import torch
 
 from effkit.abtest import compare
 from grader.assignments.lesson10 import slow_step as task
-from grader.cells import CheckFailed, Context, expect, stub_reason
-from grader.channel import ChannelError, tensor_from
-from grader.probe import ProbeSession
+from grader.kit.checks import (
+    ChannelError,
+    CheckFailed,
+    Context,
+    ProbeSession,
+    expect,
+    stub_reason,
+    tensor_from,
+)
 
 EQUAL_STEPS = 3  # steps of the equality check: enough for a wrong update to compound
 TIMED_STEPS = 8  # steps per timed call: ~0.4 s of the original; the call's fixed ~10 ms is small beside it

@@ -4,7 +4,7 @@
 on 2 ranks (:mod:`probes`), each a sandboxed worker of its own in a network namespace of its own
 (rank 0 the grading's worker, rank 1 one more), on data and initial weights drawn from this
 grading's seeds; each rank sends back what its dataset served and its final weights as raw float64
-bytes. The ranks' default process group is the grader's relay (:mod:`grader.relay`): **this
+bytes. The ranks' default process group is the grader's relay (:mod:`grader.sandbox.relay`): **this
 process** performs every collective and records what each rank sent, so the ranks share no channel
 but this one and the exchange is judged by its content, not by a count a rank could pad (issue 41,
 class 6). Then:
@@ -26,7 +26,7 @@ class 6). Then:
   bucket views, or FSDP2, fits).
 * ``test_quiz`` (2 points).
 
-**When to use it.** Registered in ``CELL_CHECKS``; run by :mod:`grader.cells`.
+**When to use it.** Registered in ``CELL_CHECKS``; run by :mod:`grader.scoring.checks`.
 
 **Expected gain.** One training run (a second worker's start, then 16 micro-batches a rank, every
 collective a round trip through this process) serves all three cells.
@@ -40,15 +40,21 @@ from __future__ import annotations
 
 import threading
 
-from grader.assignments import Assignment
 from grader.assignments.lesson11 import ddp_task as task
 from grader.assignments.lesson11 import exchange
 from grader.assignments.lesson11 import memory_task as mem
-from grader.cells import CheckFailed, Context, expect, stub_reason
-from grader.channel import ChannelError
-from grader.probe import CallResult, ProbeSession
-from grader.quiz import quiz_check
-from grader.relay import Relay
+from grader.kit.checks import (
+    Assignment,
+    CallResult,
+    ChannelError,
+    CheckFailed,
+    Context,
+    ProbeSession,
+    Relay,
+    expect,
+    quiz_check,
+    stub_reason,
+)
 
 CALL_SECONDS = 60
 

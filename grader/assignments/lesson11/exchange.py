@@ -3,7 +3,7 @@
 **What it does.** ``reference_run`` is one process over the ranks' claimed global batches: the
 weights every rank must end with, and each rank's own accumulated gradient at every optimizer step.
 ``syncs(log, numel)`` groups the floating-point all-reduces the parent performed
-(:class:`grader.relay.Relay`'s ``log``) into gradient exchanges: consecutive calls whose elements add
+(:class:`grader.sandbox.relay.Relay`'s ``log``) into gradient exchanges: consecutive calls whose elements add
 up to one gradient (DDP may split it into buckets). ``brings(sent, own, world)`` says whether what a
 rank sent to one exchange is its own accumulated gradient, as the parent recomputed it
 (``reference_run``).

@@ -4,13 +4,13 @@
 that *is* one rank: the parent starts one sandbox per rank (its own mount, PID and IPC namespaces,
 ``/tmp``, ``/dev/shm`` and cgroup), like ``torchrun``'s processes. In part (a) each rank is in a
 network namespace of its own and its default process group is the grader's relay
-(:mod:`grader.relay`): the parent performs every collective and records what each rank sent, so
+(:mod:`grader.sandbox.relay`): the parent performs every collective and records what each rank sent, so
 the ranks share no channel but the parent (issue 41, class 6: a rendezvous file, a shared ``/tmp``,
 an abstract unix socket or a padded loopback carried or faked gradients). Part (b), judged by
 memory, runs gloo through a ``TCPStore`` on one loopback the two ranks share. Nothing is judged
-here, and the worker can open no socket but an internet one (:mod:`grader.fence`).
+here, and the worker can open no socket but an internet one (:mod:`grader.sandbox.fence`).
 
-**When to use it.** Named as lesson 11's probe module; run in :mod:`grader.probe_worker`.
+**When to use it.** Named as lesson 11's probe module; run in :mod:`grader.sandbox.probe_worker`.
 
 **Expected gain.** Real DDP over a real process group, graded without trusting any rank.
 
@@ -21,12 +21,18 @@ and its weights; the parent recomputes the reference from the claimed indices
 
 from __future__ import annotations
 
+import ctypes
+import datetime
+import gc
 import traceback
 
 import torch._dynamo  # noqa: F401  (DDP's constructor imports it: seconds, paid before the call)
 
 from grader.assignments.lesson11 import ddp_task, memory_task
-from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+from grader.kit.worker import (
+    probe_quiz,  # noqa: F401  (the worker finds probes by name)
+    relay,
+)
 
 
 class RecordingDataset:
@@ -46,13 +52,11 @@ class RecordingDataset:
 
 def probe_train(worker, rank: int, data_seed: int, init_seed: int, config: dict):
     """Part (a): this worker *is* rank ``rank``, a sandbox of its own in a network namespace of its
-    own. Its default process group is the grader's relay (:mod:`grader.relay`): every collective is a
+    own. Its default process group is the grader's relay (:mod:`grader.sandbox.relay`): every collective is a
     request to the parent, which performs it and records what each rank sent. It runs ``train_ddp``
     and returns its claims (the indices served, JSON) and its weights as raw float64 bytes."""
     import torch
     import torch.distributed as dist
-
-    from grader import relay
 
     claims: dict = {"served": [], "error": ""}
     weights = b""
@@ -109,10 +113,6 @@ def probe_train_rank(worker, rank: int, port: int, data_seed: int, init_seed: in
     (a ``TCPStore`` on the namespace's loopback, rank 0 hosting it), runs the learner's
     ``train_sharded`` and sends back only its weights' fingerprint. Its memory is the kernel's count,
     read by the parent; nothing is measured here."""
-    import ctypes
-    import datetime
-    import gc
-
     import torch
     import torch.distributed as dist
 

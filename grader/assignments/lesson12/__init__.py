@@ -1,13 +1,4 @@
 """Lesson 12 - hyperparameter search on a budget: the learner's policy chooses, the grader trains and charges.
 
-``ASSIGNMENT`` is built on first use (``checks``), so the worker importing ``probes`` loads no
-parent-side code.
+Its ``ASSIGNMENT`` lives in ``checks`` (parent side), so a worker importing ``probes`` loads none of it.
 """
-
-
-def __getattr__(name: str):
-    if name == "ASSIGNMENT":
-        from grader.assignments.lesson12.checks import ASSIGNMENT
-
-        return ASSIGNMENT
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

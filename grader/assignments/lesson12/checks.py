@@ -20,9 +20,8 @@ worker; accuracies, costs and the choice are computed here.
 
 from __future__ import annotations
 
-from grader.assignments import Assignment
 from grader.assignments.lesson12.search_checks import check_pruning, check_search
-from grader.quiz import quiz_check
+from grader.kit.checks import Assignment, quiz_check
 
 SETUP_SOURCE = "import optuna"  # the learner may use Optuna's ask-and-tell (or write successive halving by hand)
 

@@ -9,7 +9,7 @@ trained here and no score is computed here: the parent trains every trial itself
 (:mod:`grader.assignments.lesson12.search_checks`) and tells this process only the validation
 accuracy it measured.
 
-**When to use it.** Named as lesson 12's probe module; run in :mod:`grader.probe_worker`.
+**When to use it.** Named as lesson 12's probe module; run in :mod:`grader.sandbox.probe_worker`.
 
 **Expected gain.** A search policy that may use Optuna (ask-and-tell) while never touching a
 model, a dataset or a clock the grader relies on.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 
-from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+from grader.kit.worker import probe_quiz  # noqa: F401  (the worker finds probes by name)
 
 
 def _plain(value):

@@ -18,7 +18,7 @@ final validation accuracy (a configuration proposed again runs on a new seed and
   least ``MIN_SAVED`` less than the same trials would have cost run to the end (the search without
   pruning): saving budget by throwing away the answer is not a saving.
 
-**When to use it.** Registered in ``checks.CELL_CHECKS``; run by :mod:`grader.cells`.
+**When to use it.** Registered in ``checks.CELL_CHECKS``; run by :mod:`grader.scoring.checks`.
 
 **Expected gain.** Calibrated on this CPU (``grader/README.md``, lesson 12).
 
@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 
 from grader.assignments.lesson12 import hpo_task as ht
-from grader.cells import CheckFailed, Context, expect, stub_reason
+from grader.kit.checks import CheckFailed, Context, expect, stub_reason
 
 BUDGET = 150  # epochs the search may spend (the grid costs 1,080)
 MAX_TRIALS = 200

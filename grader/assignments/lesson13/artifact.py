@@ -26,7 +26,7 @@ import functools
 from dataclasses import dataclass
 
 from grader.assignments.lesson13.slo_task import MAX_BYTES  # the worker caps files by it too
-from grader.cells import CheckFailed, expect
+from grader.kit.checks import CheckFailed, expect
 
 STANDARD_DOMAINS = ("", "ai.onnx")
 INPUT, OUTPUT = "features", "logits"

@@ -46,11 +46,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from grader.assignments import Assignment
 from grader.assignments.lesson13 import artifact, serve, server, slo_task
-from grader.cells import CheckFailed, Context, expect, stub_reason
-from grader.probe import ProbeSession
-from grader.quiz import quiz_check
+from grader.kit.checks import (
+    Assignment,
+    CheckFailed,
+    Context,
+    ProbeSession,
+    expect,
+    quiz_check,
+    stub_reason,
+)
 
 MAX_DROP = 0.01  # held-out accuracy below the fp32 baseline's; calibration: grader/README.md (lesson 13)
 MIN_AGREEMENT = 0.97  # top-1 agreement with the fp32 baseline

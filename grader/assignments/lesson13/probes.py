@@ -9,7 +9,7 @@ sent as nothing. No verdict exists here: the parent validates the bytes as untru
 (:mod:`grader.assignments.lesson13.artifact`) and the parent's own cap on the blob holds whatever
 this process claims.
 
-**When to use it.** Named as lesson 13's probe module; run in :mod:`grader.probe_worker`.
+**When to use it.** Named as lesson 13's probe module; run in :mod:`grader.sandbox.probe_worker`.
 
 **Expected gain.** The learner's export and quantization run where learner code may run; only a
 file comes out.
@@ -27,7 +27,7 @@ import tempfile
 
 from grader.assignments.lesson13 import slo_task
 from grader.assignments.lesson13.slo_task import MAX_BYTES
-from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+from grader.kit.worker import probe_quiz  # noqa: F401  (the worker finds probes by name)
 
 
 def probe_export(worker, model: dict, calibration: dict):

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from grader.assignments.lesson13 import artifact
-from grader.cells import CheckFailed
+from grader.kit.checks import CheckFailed
 
 _STATE: dict = {}  # this worker's sessions and held-out rows, kept between the parent's calls
 _clock = time.perf_counter

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from grader.assignments import Assignment
 from grader.assignments.lesson2.pipeline_checks import (
     CHECK_SECONDS,
     build,
@@ -31,9 +30,16 @@ from grader.assignments.lesson2.pipeline_checks import (
     probe_dataset,
     time_limit,
 )
-from grader.protocol import GradingSpec
-from grader.quiet import quiet
-from grader.quiz import quiz_check
+from grader.kit.checks import (
+    Assignment,
+    ChannelError,
+    GradingSpec,
+    quiet,
+    quiz_check,
+    stub_reason,
+    tensor_from,
+)
+from grader.kit.in_notebook import grade_saved_notebook
 
 SETUP_SOURCE = """\
 import math
@@ -79,9 +85,6 @@ def local(pipeline_cls):
 
 def remote(ctx):
     def run(n, data_seed, bs, seed, epochs, device="cpu"):
-        from grader.cells import stub_reason
-        from grader.channel import ChannelError, tensor_from
-
         call = f"FastPipeline(dataset, batch_size={bs}, device={device!r}, seed={seed})"
         r = ctx.session.call("epochs", CHECK_SECONDS + 10, n=n, data_seed=data_seed, batch_size=bs, seed=seed,
                              epochs=epochs, device=device)  # fmt: skip
@@ -182,7 +185,7 @@ def check_hidden(pipeline_cls) -> None:
             check_batches(one_epoch(gpu, 70, "an epoch on cuda"), 70, 32, "cuda")
 
 
-# -- out of the kernel (grader.cells): the same judging on plain tensors from the sandboxed worker --
+# -- out of the kernel (grader.scoring.checks): the same judging on plain tensors from the sandboxed worker --
 def cell_contract(ctx) -> None:
     contract(remote(ctx), ctx.lines, data_seed=ctx.rng.randrange(1 << 20), seed=ctx.rng.randrange(1 << 20))
 
@@ -237,9 +240,7 @@ CELL_CHECKS = {"test_contract": cell_contract, "test_augmentation": cell_augment
 
 
 def grade_performance(notebook: str = "lesson2.ipynb") -> float | None:
-    """The performance check: see :func:`grader.perf.grade_saved_notebook`."""
-    from grader.perf import grade_saved_notebook
-
+    """The performance check: see :func:`grader.scoring.perf.grade_saved_notebook`."""
     return grade_saved_notebook(notebook)
 
 

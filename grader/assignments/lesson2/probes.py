@@ -7,7 +7,7 @@ dtype + shape + device + raw bytes, plus the dataset's pixels and labels afterwa
 was left untouched). The parent decodes and judges all of it (:mod:`grader.assignments.lesson2.checks`); nothing
 here decides anything.
 
-**When to use it.** Named as lesson 2's probe module; run in :mod:`grader.probe_worker`.
+**When to use it.** Named as lesson 2's probe module; run in :mod:`grader.sandbox.probe_worker`.
 
 **Expected gain.** The contract checks of lesson 2 without a verdict in a learner's process.
 
@@ -21,8 +21,7 @@ import numpy as np
 import torch
 
 from grader.assignments.lesson2.probe_data import probe_dataset
-from grader.channel import tensor_msg
-from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+from grader.kit.worker import tensor_msg
 
 
 def _describe(value) -> str:

@@ -29,8 +29,8 @@ import torch
 
 from effkit.workloads import cifar
 from effkit.workloads.cifar.pipelines import DevicePipeline, DeviceTestSet
-from grader.audit import EpochAudit as EpochAudit  # re-exported for the worker
-from grader.data import grader_images, write_train_set
+from grader.kit.audit import EpochAudit as EpochAudit  # re-exported for the worker
+from grader.kit.data import grader_images, write_train_set
 
 # Imported at module level on purpose: the worker snapshots these modules' functions before any
 # learner code runs, so replacing one of them from a solution cell is detected and reported.
@@ -66,7 +66,7 @@ class GraderData:
 
     def __init__(self, workdir: Path, spec, device: str):
         self.workdir, self.spec, self.device = Path(workdir), spec, device
-        # What the workers may read (read-only, see grader.sandbox.launch): training sets and the
+        # What the workers may read (read-only, see grader.sandbox.launch.launch): training sets and the
         # initial weights. The held-out set and every worker's weights stay outside it.
         self.inputs = self.workdir / "inputs"
         self.inputs.mkdir(mode=0o755, parents=True, exist_ok=True)
@@ -75,7 +75,7 @@ class GraderData:
         self.seeds: list[int] = []
         self.init_paths: list[Path] = []
         self.trainers = []
-        self.eval_sets = []  # one held-out set per look (grader.gate's second look is independent)
+        self.eval_sets = []  # one held-out set per look (grader.timed.gate's second look is independent)
         self.add_look()
 
     def add_look(self) -> range:

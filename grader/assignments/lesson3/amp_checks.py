@@ -6,7 +6,7 @@ dtype of its matmul output and whether autocast was on, and can be *poisoned* to
 gradients), `SpyScaler` (a real, enabled CPU ``GradScaler`` that logs the order of its calls),
 `SpyOptimizer` (plain SGD that records the gradient norm it was stepped with). The step a correct
 fp32 implementation makes, to compare the learner's *parameter update* with, is the parent's
-(:mod:`.amp_reference`: the learner's worker cannot see it, :mod:`grader.learner_view`).
+(:mod:`.amp_reference`: the learner's worker cannot see it, :mod:`grader.sandbox.learner_view`).
 
 **When to use it.** By :mod:`grader.assignments.lesson3.checks`'s checks, in the learner's kernel (milliseconds).
 

@@ -2,7 +2,7 @@
 
 ``reference_update`` is the float64 step (forward, backward, clip at ``max_grad_norm``, SGD) the
 learner's ``amp_train_step`` must reproduce. It lives apart from :mod:`.amp_checks` (which the
-learner's worker imports) so that no worker can copy it (:mod:`grader.learner_view`).
+learner's worker imports) so that no worker can copy it (:mod:`grader.sandbox.learner_view`).
 """
 
 from __future__ import annotations

@@ -26,14 +26,13 @@ import numbers
 
 import torch
 
-from grader.assignments import Assignment
+from effkit.amp import AmpPolicy, DeviceCaps
 from grader.assignments.lesson3 import amp_checks as probe
 from grader.assignments.lesson3.amp_reference import reference_update
 from grader.assignments.lesson3.runtime import reuses_reference as reference_reason
-from grader.protocol import GradingSpec
-from grader.quiet import quiet
-from grader.quiz import quiz_check
-from grader.timelimit import CHECK_SECONDS, expect, time_limit
+from grader.kit.checks import Assignment, GradingSpec, quiet, quiz_check, stub_reason, tensor_from
+from grader.kit.in_notebook import grade_saved_notebook
+from grader.kit.worker import CHECK_SECONDS, expect, time_limit
 
 SETUP_SOURCE = """\
 import torch
@@ -136,8 +135,6 @@ def _call(step, model, batch, optimizer, policy, scaler, what: str, max_grad_nor
 
 def check_policy(choose_policy, make_scaler) -> None:
     """bf16 where the device has it, fp16 on CUDA without bf16, else off; a scaler only for fp16."""
-    from effkit.amp import AmpPolicy, DeviceCaps
-
     with quiet():
         for caps, want, why in CASES:
             with time_limit(CHECK_SECONDS, "choose_policy"):
@@ -191,8 +188,6 @@ def _check_update(step, policy, scaler, seed: int, what: str, model=None, optimi
 
 def check_step(amp_train_step) -> None:
     """bf16 (no scaler): autocast forward, finite loss, a clipped update, cleared gradients."""
-    from effkit.amp import AmpPolicy
-
     with quiet():
         policy = AmpPolicy("cpu", "bf16")
         model = probe.ProbeModel(0)
@@ -207,8 +202,6 @@ def check_step(amp_train_step) -> None:
 
 def check_scaler(amp_train_step) -> None:
     """fp16 (simulated on the CPU): scaled backward, unscale before clip, skip on inf/NaN."""
-    from effkit.amp import AmpPolicy
-
     with quiet():
         policy = AmpPolicy("cpu", "fp16")
         scaler = probe.SpyScaler()
@@ -237,8 +230,6 @@ def check_scaler(amp_train_step) -> None:
 
 def check_hidden(choose_policy, make_scaler, amp_train_step) -> None:
     """Other seeds, AdamW, the learner's own scaler for fp16, several steps in a row."""
-    from effkit.amp import AmpPolicy, DeviceCaps
-
     with quiet():
         for seed in (3, 4):
             _check_update(amp_train_step, AmpPolicy("cpu", "off"), torch.amp.GradScaler("cpu", enabled=False),
@@ -262,13 +253,11 @@ def check_hidden(choose_policy, make_scaler, amp_train_step) -> None:
 
 
 def grade_performance(notebook: str = "lesson3.ipynb") -> float | None:
-    """The performance check: see :func:`grader.perf.grade_saved_notebook`."""
-    from grader.perf import grade_saved_notebook
-
+    """The performance check: see :func:`grader.scoring.perf.grade_saved_notebook`."""
     return grade_saved_notebook(notebook)
 
 
-# -- out of the kernel (grader.cells): the worker runs the learner's functions on probe objects and
+# -- out of the kernel (grader.scoring.checks): the worker runs the learner's functions on probe objects and
 # returns parameters and observations; every update is recomputed here from the parameters before it.
 class _Remote:
     def __init__(self, ctx):
@@ -276,8 +265,6 @@ class _Remote:
         self.ran: set[str] = set()  # effkit's own answers seen running inside learner code
 
     def call(self, probe_name: str, what: str, **args):
-        from grader.cells import stub_reason
-
         r = self.ctx.session.call(probe_name, CHECK_SECONDS + 10, **args)
         if not r.ok:
             hint = next((h for key, h in _SCALER_HINTS if key in r.failure), "")
@@ -287,8 +274,6 @@ class _Remote:
         return r
 
     def setup(self, seed: int, mode: str, scaler: str, optimizer: str) -> tuple[str, torch.Tensor]:
-        from grader.channel import tensor_from
-
         self.n += 1
         key = f"s{self.n}"
         r = self.call("setup", "setting up", key=key, seed=seed, mode=mode, scaler=scaler, optimizer=optimizer)
@@ -296,8 +281,6 @@ class _Remote:
         return key, tensor_from(r.data["params"], r.blobs[0])
 
     def step(self, key: str, batch_seed: int, what: str, poison: bool = False) -> tuple[dict, torch.Tensor]:
-        from grader.channel import tensor_from
-
         r = self.call("step", what, key=key, batch_seed=batch_seed, poison=poison)
         loss = r.data.get("loss", {})
         expect(loss.get("type") == "number",

@@ -14,7 +14,7 @@ by their code objects, so any route to them counts (a name built with ``getattr`
 ``functools.partial``, a closure); the parent refuses speed points on it. It is a claim that can only
 deny points: a worker that hides it gains what an independent answer would.
 
-**When to use it.** Named as lesson 3's probe module; run in :mod:`grader.probe_worker`.
+**When to use it.** Named as lesson 3's probe module; run in :mod:`grader.sandbox.probe_worker`.
 
 **Expected gain.** Lesson 3's correctness verdicts without a verdict in a learner's process.
 
@@ -30,10 +30,9 @@ import threading
 
 import torch
 
-from effkit.amp import AmpPolicy, DeviceCaps
+from effkit.amp import AmpPolicy, DeviceCaps, choose_precision
 from grader.assignments.lesson3 import amp_checks as probe
-from grader.channel import tensor_msg
-from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+from grader.kit.worker import tensor_msg
 
 CASES = (
     dict(type="cpu", name="Xeon with AMX", bf16=True),
@@ -47,7 +46,6 @@ _SCENARIOS: dict[str, dict] = {}
 def _reference_code() -> dict:
     """effkit's own answers to the three solution functions, by code object *identity* (code objects
     compare equal by content: a copy compiled at the same line would match an equality lookup)."""
-    from effkit.amp import choose_precision
     from effkit.workloads.bert.trainer import default_train_step
 
     named = {"default_train_step": default_train_step, "choose_precision": choose_precision,

@@ -38,7 +38,7 @@ from grader.assignments.lesson3.text_data import grader_sentences, write_text_se
 # Imported at module level on purpose: the worker snapshots these modules' functions before any
 # learner code runs, so replacing one of them from a solution cell is detected and reported.
 
-LEARNER_MODULE = "learner_solution"  # where grader.worker executes the solution cells
+LEARNER_MODULE = "learner_solution"  # where grader.sandbox.worker executes the solution cells
 
 
 def _learner_namespace(step) -> dict:
@@ -108,7 +108,7 @@ class StepAudit:
                 "problems": list(self.problems)}  # fmt: skip
 
 
-EpochAudit = StepAudit  # the name grader.worker instantiates
+EpochAudit = StepAudit  # the name grader.sandbox.worker instantiates
 
 
 def build_trainer(learner_obj, audit: StepAudit, data_dir: str, device: str, seed: int,
@@ -166,7 +166,7 @@ class GraderData:
 
     def __init__(self, workdir: Path, spec, device: str):
         self.workdir, self.spec, self.device = Path(workdir), spec, device
-        # What the workers may read (read-only, see grader.sandbox.launch): training sets and the
+        # What the workers may read (read-only, see grader.sandbox.launch.launch): training sets and the
         # initial weights. The held-out set and every worker's weights stay outside it.
         self.inputs = self.workdir / "inputs"
         self.inputs.mkdir(mode=0o755, parents=True, exist_ok=True)
@@ -179,7 +179,7 @@ class GraderData:
 
     def add_look(self) -> range:
         """``spec.repeats`` more paired runs on fresh data: training texts, seeds, initial weights
-        and a held-out set of their own (grader.gate's second look is independent of the first).
+        and a held-out set of their own (grader.timed.gate's second look is independent of the first).
         Returns the new runs' indices."""
         spec, first = self.spec, len(self.train_dirs)
         held_out = grader_sentences(spec.n_eval, secrets.randbits(31))

@@ -8,7 +8,7 @@ functions compute what the usual mistakes produce, so a failed check can name th
 The model and the recording optimizer are :mod:`.accum_task`'s (the worker's side, re-exported).
 
 **When to use it.** By :mod:`grader.assignments.lesson4.checks` (parent) only: the learner's worker
-never sees this module (:mod:`grader.learner_view`), so it cannot copy the reference.
+never sees this module (:mod:`grader.sandbox.learner_view`), so it cannot copy the reference.
 
 **Expected gain.** A correct accumulation matches to ~1e-7; each mistake misses by >= 5%.
 

@@ -5,7 +5,7 @@
 one. `RecordingSGD` records the gradient each time it steps. `tensors` turns the parent's plain
 micro-batches into tensors; padding is labelled ``IGNORE``.
 
-**Why its own module.** Only this reaches the learner's worker (:mod:`grader.learner_view`); the
+**Why its own module.** Only this reaches the learner's worker (:mod:`grader.sandbox.learner_view`); the
 float64 reference gradient and the mistakes' gradients stay in :mod:`.accum_checks`, the parent's.
 """
 

@@ -19,7 +19,7 @@ tokens, an unnormalised sum, gradients not zeroed) and names the one that matche
   (:mod:`grader.assignments.lesson4.recipe_checks`);
 * ``test_quiz`` (2 points).
 
-**When to use it.** Through :mod:`grader.cells` (nbgrader autograde, ``grader check``,
+**When to use it.** Through :mod:`grader.scoring.checks` (nbgrader autograde, ``grader check``,
 ``check_my_work``).
 
 **Expected gain.** The per-micro-batch mean (transformers #34191) fails with a message that says
@@ -33,12 +33,18 @@ from __future__ import annotations
 
 import torch
 
-from grader.assignments import Assignment
 from grader.assignments.lesson4 import accum_checks as ac
 from grader.assignments.lesson4.recipe_checks import check_recipe
-from grader.cells import CheckFailed, Context, expect, stub_reason
-from grader.channel import ChannelError, tensor_from
-from grader.quiz import quiz_check
+from grader.kit.checks import (
+    Assignment,
+    ChannelError,
+    CheckFailed,
+    Context,
+    expect,
+    quiz_check,
+    stub_reason,
+    tensor_from,
+)
 
 CALL_SECONDS = 30.0
 TOLERANCE = 1e-4  # relative gradient error of float32 accumulation vs the float64 reference

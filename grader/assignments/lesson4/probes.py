@@ -6,9 +6,9 @@ parent's micro-batches (plain lists of token ids and labels) into tensors, calls
 the parameters before, the gradient recorded at each optimizer step (at most ``MAX_STEPS``), and
 the parameters after. No reference and no verdict exist in this process: the parent recomputes
 every window's float64 gradient itself (:mod:`grader.assignments.lesson4.checks`), from a module
-this worker cannot see (:mod:`grader.learner_view`).
+this worker cannot see (:mod:`grader.sandbox.learner_view`).
 
-**When to use it.** Named as lesson 4's probe module; run in :mod:`grader.probe_worker`.
+**When to use it.** Named as lesson 4's probe module; run in :mod:`grader.sandbox.probe_worker`.
 
 **Expected gain.** Gradient equality judged out of the learner's kernel, on data it never saw.
 
@@ -20,8 +20,7 @@ from __future__ import annotations
 import json
 
 from grader.assignments.lesson4 import accum_task as ac
-from grader.channel import tensor_msg
-from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+from grader.kit.worker import tensor_msg
 
 MAX_STEPS = 32
 

@@ -19,7 +19,7 @@ thread). Two of three, so that one unlucky task does not fail a correct recipe. 
 target, so accuracy cannot be traded for speed. A miss is explained by comparing the recipe with
 the linear rule (LR not scaled, square-root scaled, above the rule) and by its warm-up.
 
-**When to use it.** Registered in ``checks.CELL_CHECKS``; run by :mod:`grader.cells`.
+**When to use it.** Registered in ``checks.CELL_CHECKS``; run by :mod:`grader.scoring.checks`.
 
 **Expected gain.** An unscaled LR misses the target within the budget; the scaled LR with no
 warm-up blows up the sharp first steps and misses it too (calibration in ``grader/README.md``).
@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 
 from grader.assignments.lesson4 import recipe_task as rt
-from grader.cells import CheckFailed, Context, expect, stub_reason
+from grader.kit.checks import CheckFailed, Context, expect, stub_reason
 
 CALL_SECONDS = 30.0
 MIN_ACCUM, MAX_ACCUM = 16, 32  # 256 to 512 samples per step (calibrated at 256: there both mistakes miss by pp)

@@ -52,7 +52,6 @@ import torch
 
 from effkit.act_checkpoint import MATMUL_OPS
 from effkit.checkpoint_plan import CheckpointPlan, plan_bytes
-from grader.assignments import Assignment
 from grader.assignments.lesson5 import ckpt_checks as cc
 from grader.assignments.lesson5.ckpt_reference import reference_grads
 from grader.assignments.lesson5.plan_checks import (
@@ -62,9 +61,16 @@ from grader.assignments.lesson5.plan_checks import (
     check_least_recompute,
     check_speed,
 )
-from grader.cells import CheckFailed, Context, expect, stub_reason
-from grader.channel import ChannelError, tensor_from
-from grader.quiz import quiz_check
+from grader.kit.checks import (
+    Assignment,
+    ChannelError,
+    CheckFailed,
+    Context,
+    expect,
+    quiz_check,
+    stub_reason,
+    tensor_from,
+)
 
 TOLERANCE = 1e-5  # relative gradient error: checkpointing changes no arithmetic
 MATCH = 1e-4  # "your gradient is what this mistake gives"

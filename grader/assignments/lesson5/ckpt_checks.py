@@ -5,7 +5,7 @@ weights follow from a seed alone, so the grader's process and the learner's work
 one; `draw_batch` the batch (embeddings, no ``requires_grad``: the first block is fed data, where
 ``use_reentrant=True`` loses gradients), `memory_shape` the large one of the memory step; the
 plain stack's gradients (the answer) are computed by :mod:`.ckpt_reference`, which the worker
-cannot see (:mod:`grader.learner_view`); `ops_in` lists the ATen ops a forward runs (the names a
+cannot see (:mod:`grader.sandbox.learner_view`); `ops_in` lists the ATen ops a forward runs (the names a
 plan may ``save``); `time_plans` times plans in this process, interleaved, with effkit's
 order-statistic intervals.
 
@@ -20,6 +20,7 @@ and measures plans itself, with effkit's implementation, on its own copy of the 
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 from contextlib import contextmanager
@@ -179,6 +180,4 @@ def time_plans(stack: nn.Module, x: torch.Tensor, plans: dict[str, CheckpointPla
 
 
 def build_copy(stack: nn.Module) -> nn.Module:
-    import copy
-
     return copy.deepcopy(stack)

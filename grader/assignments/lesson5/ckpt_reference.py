@@ -2,7 +2,7 @@
 
 ``reference_grads`` runs the plain stack (or, to name a mistake, a stack checkpointed by hand)
 on the grading's seeds. It lives apart from :mod:`.ckpt_checks` (which the learner's worker
-imports) so that no worker can copy it (:mod:`grader.learner_view`).
+imports) so that no worker can copy it (:mod:`grader.sandbox.learner_view`).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import torch
 from effkit.act_checkpoint import UncountedSaves
 from effkit.checkpoint_plan import CheckpointPlan, PlanError, plan_bytes, plan_for_budget
 from grader.assignments.lesson5 import ckpt_checks as cc
-from grader.cells import CheckFailed, Context, expect, stub_reason
+from grader.kit.checks import CheckFailed, Context, default_device, expect, stub_reason
 
 CALL_SECONDS = 60.0
 LOOSE, TIGHT = (0.55, 0.65), (0.08, 0.15)  # budgets, as fractions of the plain stack's bytes
@@ -44,8 +44,6 @@ REFERENCE_NAMES = ("plan_for_budget", "apply_plan", "checkpoint_modules", "run_s
 def grading_device() -> str:
     """Where the plans are timed: the device this grading runs on (the GPU of a CUDA machine, as
     lessons 2-3's timed gradings), so a GPU grading judges GPU speed, not one CPU thread's."""
-    from grader.perf import default_device
-
     return default_device()
 
 

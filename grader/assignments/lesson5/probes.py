@@ -10,7 +10,7 @@ calls ``plan_checkpointing(blocks, x, budget_bytes)`` and returns its plan as pl
 reference and no verdict exist in this process: the parent recomputes the gradients and measures
 the plan itself, on its own copy of the stack (:mod:`grader.assignments.lesson5.checks`).
 
-**When to use it.** Named as lesson 5's probe module; run in :mod:`grader.probe_worker`.
+**When to use it.** Named as lesson 5's probe module; run in :mod:`grader.sandbox.probe_worker`.
 
 **Expected gain.** Gradients judged out of the learner's kernel; plans travel as data, never as
 code or measurements.
@@ -21,14 +21,14 @@ failure, never earn a point); the parent treats it so.
 
 from __future__ import annotations
 
+import ctypes
 import json
 from functools import partial
 
 import torch
 
 from grader.assignments.lesson5 import ckpt_checks as cc
-from grader.channel import tensor_msg
-from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+from grader.kit.worker import tensor_msg
 
 
 def _warm_up_checkpoint() -> None:
@@ -62,8 +62,6 @@ def _return_freed_memory() -> None:
     (nearly all of the memory step's activations are 512 KiB or more). Calibration, not a defence:
     learner code may change it back, which can only raise its own peak. Set at import, before the
     parent reads the worker's memory zero, before any learner code."""
-    import ctypes
-
     try:  # the process's own symbols (dlopen(NULL)): libc's, with no ldconfig subprocess
         ctypes.CDLL(None).mallopt(-3, 512 << 10)  # -3: M_MMAP_THRESHOLD
     except (OSError, AttributeError):

@@ -27,7 +27,8 @@ from __future__ import annotations
 import statistics
 
 from effkit.abtest import ABResult, median_ci, median_ci_coverage, verdict
-from grader.cells import CheckFailed, Context, expect
+from grader.assignments.lesson6 import scenario as lesson6
+from grader.kit.checks import CheckFailed, Context, expect
 
 LIMIT = 2.0  # the protected run may take at most this many times the unprotected one
 MIN_PAIRS = 6  # [min, max] of 6 covers the median 97% of the time; the reference has 10 or more (MIN_EPOCHS = 8)
@@ -45,10 +46,6 @@ def judge(pairs: list[tuple[float, float]]) -> ABResult:
 
 
 def check_overhead(ctx: Context) -> None:
-    from grader.assignments.lesson6 import (
-        checks as lesson6,  # the scenario (it imports this module)
-    )
-
     sc = lesson6.run_scenario(ctx)
     expect(not sc.problem, sc.problem)
     expect(not sc.lives[0].failure, sc.lives[0].failure)

@@ -8,7 +8,7 @@ calls the learner's ``train`` with the checkpoint folder that survives restarts
 epochs from the same requests. ``probe_bare`` is the unprotected loop with no learner code on the
 stack, for the overhead comparison. There is no other probe of ``train``: every call is judged. No reference and no verdict exist here.
 
-**When to use it.** Named as lesson 6's probe module; run in :mod:`grader.probe_worker`.
+**When to use it.** Named as lesson 6's probe module; run in :mod:`grader.sandbox.probe_worker`.
 
 **Expected gain.** The parent decides when the run dies; the worker only reports.
 
@@ -22,8 +22,7 @@ import os
 import torch
 
 from grader.assignments.lesson6.task import MAX_EPOCHS, Task, reference_loop
-from grader.channel import tensor_msg
-from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+from grader.kit.worker import tensor_msg
 
 WARM_STEPS = 4
 

@@ -25,7 +25,7 @@ import threading
 import time
 
 from grader.assignments.lesson6.task import MAX_EPOCHS, Task
-from grader.probe import ProbeSession
+from grader.kit.checks import ProbeSession
 
 BARE_SECONDS = 900.0  # the baseline's one call spans the whole fault injection (worker starts included)
 WAIT_SECONDS = 60.0  # one drive: two baseline segments, a fraction of a second normally

@@ -31,11 +31,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from grader.assignments import Assignment
 from grader.assignments.lesson7 import speed_task as st
 from grader.assignments.lesson7 import verify as v
-from grader.cells import CheckFailed, Context, expect, stub_reason
-from grader.quiz import quiz_check
+from grader.kit.checks import Assignment, CheckFailed, Context, expect, quiz_check, stub_reason
 
 CALL_SECONDS = 30
 # The interval's low end over pad-to-max must clear 1: measurably faster, as the issue asks. A 1.5x

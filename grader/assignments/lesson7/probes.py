@@ -7,7 +7,7 @@ generator is listed first; numpy integers become ints) is returned as its type n
 parent refuses. No check and no reference exist in this process: the parent judges the lists
 (:mod:`grader.assignments.lesson7.checks`).
 
-**When to use it.** Named as lesson 7's probe module; run in :mod:`grader.probe_worker`.
+**When to use it.** Named as lesson 7's probe module; run in :mod:`grader.sandbox.probe_worker`.
 
 **Expected gain.** The sampler judged out of the learner's kernel, on lengths it never saw.
 
@@ -17,8 +17,6 @@ parent refuses. No check and no reference exist in this process: the parent judg
 from __future__ import annotations
 
 import numbers
-
-from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
 
 MAX_INDICES = 200_000  # per answer: far above any request; a runaway answer is cut and refused
 

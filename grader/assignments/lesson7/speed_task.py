@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from effkit.abtest import compare
 from effkit.length_buckets import padded_width
 
 N_TRAIN, N_TEST, MAX_LEN, VOCAB, BATCH = 2000, 1024, 64, 256, 32
@@ -115,8 +116,6 @@ def accuracy(model: nn.Module, data: dict) -> float:
 
 def train_ab(seed: int, mine: list[list[list[int]]], pairs: int = PAIRS, max_pairs: int = MAX_PAIRS) -> dict:
     """Time epochs of random-padded-to-max (A) against the learner's batches (B); accuracy of both."""
-    from effkit.abtest import compare
-
     data = task_data(seed)
     lengths = data["lengths"]
     baseline = random_epochs(seed + 1, N_TRAIN, max_pairs + 1)

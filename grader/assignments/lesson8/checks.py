@@ -38,11 +38,17 @@ import re
 
 import torch
 
-from grader.assignments import Assignment
 from grader.assignments.lesson8 import lora_task as lt
-from grader.cells import CheckFailed, Context, expect, stub_reason
-from grader.channel import ChannelError, tensor_from
-from grader.quiz import quiz_check
+from grader.kit.checks import (
+    Assignment,
+    ChannelError,
+    CheckFailed,
+    Context,
+    expect,
+    quiz_check,
+    stub_reason,
+    tensor_from,
+)
 
 TOLERANCE = 1e-5  # relative error against peft: the same arithmetic
 CALL_SECONDS = 30

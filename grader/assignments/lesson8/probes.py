@@ -9,7 +9,7 @@ seeded tiny BERT and returns the output right after it, the trainable parameters
 sizes, and which parameters received a gradient (the parent computes the output before injection itself).
 ``probe_recipe`` returns ``lora_recipe()`` as JSON.
 
-**When to use it.** Named as lesson 8's probe module; run in :mod:`grader.probe_worker`.
+**When to use it.** Named as lesson 8's probe module; run in :mod:`grader.sandbox.probe_worker`.
 
 **Expected gain.** Everything is judged by the parent against peft's own numbers.
 
@@ -23,8 +23,7 @@ import json
 import torch
 
 from grader.assignments.lesson8 import lora_task as lt
-from grader.channel import tensor_msg
-from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+from grader.kit.worker import tensor_msg
 
 
 def _learner(worker, name: str):

@@ -31,11 +31,17 @@ import torch
 import torch.nn.functional as F
 
 from effkit.distill import kd_loss
-from grader.assignments import Assignment
 from grader.assignments.lesson9.recipe_checks import check_recipe
-from grader.cells import CheckFailed, Context, expect, stub_reason
-from grader.channel import ChannelError, tensor_from
-from grader.quiz import quiz_check
+from grader.kit.checks import (
+    Assignment,
+    ChannelError,
+    CheckFailed,
+    Context,
+    expect,
+    quiz_check,
+    stub_reason,
+    tensor_from,
+)
 
 TOLERANCE = 1e-6  # float64 both sides: the same arithmetic, summed in another order
 MATCH = 1e-6

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from effkit.abtest import compare
 from effkit.distill import kd_loss, layer_map
 
 DIM, CLASSES, WIDTH, TEACHER_LAYERS = 32, 8, 256, 4
@@ -123,8 +124,6 @@ def train_student(seed: int, temperature: float, alpha: float, layers: int, init
 
 def inference_ab(seed: int, net: nn.Module, pairs: int = 8):
     """Teacher (A) vs student (B) forward on the held-out set, interleaved on one thread (ratio B/A)."""
-    from effkit.abtest import compare
-
     x = task_data(seed)["x_test"]
     big = teacher(seed)
 

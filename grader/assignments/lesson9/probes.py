@@ -7,7 +7,7 @@ gradient with respect to the student's logits. ``probe_recipe`` returns ``distil
 as JSON (anything else as its type name, which the parent refuses). No reference and no verdict
 exist in this process: the parent recomputes everything itself (:mod:`grader.assignments.lesson9.checks`).
 
-**When to use it.** Named as lesson 9's probe module; run in :mod:`grader.probe_worker`.
+**When to use it.** Named as lesson 9's probe module; run in :mod:`grader.sandbox.probe_worker`.
 
 **Expected gain.** The loss judged out of the learner's kernel, on logits it never saw.
 
@@ -20,8 +20,7 @@ import json
 
 import torch
 
-from grader.channel import tensor_msg
-from grader.quiz import probe_quiz  # noqa: F401  (the worker finds probes by name)
+from grader.kit.worker import tensor_msg
 
 
 def _learner(worker, name: str):

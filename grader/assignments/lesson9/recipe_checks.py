@@ -14,7 +14,7 @@ recipe's student beats the labels-only student by at least ``MARGIN`` held-out a
 average, and is measurably faster at inference than the teacher: the 95% interval of the
 interleaved speed ratio (``effkit.abtest.compare``, one thread) lies above 1 on the first task.
 
-**When to use it.** Registered in ``checks.CELL_CHECKS``; run by :mod:`grader.cells`.
+**When to use it.** Registered in ``checks.CELL_CHECKS``; run by :mod:`grader.scoring.checks`.
 
 **Expected gain.** Calibrated on this CPU (``grader/README.md``, lesson 9): distillation at T = 4,
 alpha 0.9 beats labels alone by ~6 pp; a teacher-deep student is not faster.
@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 from grader.assignments.lesson9 import kd_task as kt
-from grader.cells import CheckFailed, Context, expect, stub_reason
+from grader.kit.checks import CheckFailed, Context, expect, stub_reason
 
 CALL_SECONDS = 30
 SEEDS = 3

@@ -1,0 +1,155 @@
+"""The headline demo (``make demo`` = ``python -m grader.cli.demo``): benchmark both workloads, then
+autograde, in one table.
+
+**What it does.** ``main()`` runs :func:`effkit.bench.run` for each workload (profiles: ``smoke``
+on a CPU by default; ``--data DIR`` (GLUE SST-2 TSVs) moves BERT to the ``cpu`` profile on real
+data; a visible GPU moves both workloads to the ``gpu`` profile) and prints each workload's
+headline (``effkit.bench.HEADLINE``: CIFAR's time-to-target with every evaluation counted, BERT's
+throughput speedup at its accuracy delta) with the other figures beside it. ``grade_all(out)`` copies each assignment's reference solution
+(``solutions/<id>/``) and its untouched student version (``exercises/<id>/``) into ``out`` and runs
+``python -m grader check`` on each in a fresh process - every check that ``nbgrader autograde``
+runs, the performance cell included - then returns one row per notebook: points, maximum and a
+short note (the first failing check, or the measured speedup). Logs and JSON reports stay in
+``out``.
+
+**When to use it.** ``make demo`` on a fresh machine. It lives in ``grader`` because it grades;
+effkit never imports grader.
+
+**Expected gain.** One look shows that the reference solutions earn full marks and the untouched
+student versions earn only what needs no code.
+
+**Pitfalls.** Each check executes a notebook and may time a recipe: about a minute per reference
+notebook on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from effkit import bench  # imported before torch: it sets OMP_WAIT_POLICY (see effkit.bench)
+from grader import assignments
+from grader.common import course
+
+
+def _note(report: dict) -> str:
+    perf = report.get("performance") or {}
+    if perf.get("speedup") is not None:
+        gate = (perf.get("gate") or {}).get("mean_diff_pp")
+        acc = f", Δacc {gate:+.2f} pp" if gate is not None else ""
+        return f"speedup {perf['speedup']:.2f}x on {perf.get('device', '?')}{acc}"
+    failed = [c for c in report.get("cells", []) if c.get("error")]
+    if failed:
+        return f"{failed[0]['grade_id']}: {failed[0]['error'][:110]}"
+    problems = perf.get("problems") or []
+    return problems[0][:70] if problems else ""
+
+
+def grade_one(assignment_id: str, kind: str, notebook: Path, out: Path) -> dict:
+    folder = out / assignment_id / kind
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / notebook.name
+    shutil.copy(notebook, copy)
+    report_path, log = folder / "report.json", folder / "check.log"
+    cmd = [sys.executable, "-m", "grader", "check", str(copy), "--json", str(report_path)]
+    with log.open("w") as fh:
+        rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT).returncode
+    name = f"{assignment_id} {kind}"
+    if rc != 0 or not report_path.is_file():
+        return {"name": name, "score": 0.0, "max_score": 0.0,
+                "note": f"grading could not run (exit {rc}); see {log}"}
+    report = json.loads(report_path.read_text())
+    return {"name": name, "score": report["total"], "max_score": report["max_total"],
+            "note": _note(report), "report": str(report_path)}
+
+
+def grade_all(out: Path) -> list[dict]:
+    """Check the reference solution and the untouched student version of every assignment."""
+    from tqdm.auto import tqdm
+
+    jobs = []
+    for aid in assignments.known():
+        a = assignments.get(aid)
+        for kind, path in (("reference", course.source_notebook(aid, a.notebook)),
+                           ("untouched", course.release_notebook(aid, a.notebook))):
+            if path.is_file():
+                jobs.append((aid, kind, path))
+    rows = []
+    for aid, kind, path in tqdm(jobs, desc="autograding", unit="notebook"):
+        rows.append(grade_one(aid, kind, path, Path(out)))
+    return rows
+
+
+def choose_profiles(data: str | None, cifar_data: str | None) -> dict[str, tuple[str, str | None]]:
+    import torch
+
+    if torch.cuda.is_available():
+        return {"bert": ("gpu", data), "cifar": ("gpu", cifar_data)}
+    return {"bert": ("cpu" if data else "smoke", data),
+            "cifar": ("cpu" if cifar_data else "smoke", cifar_data)}
+
+
+def _x(v) -> str:
+    return f"{v:.2f}x" if v else "—"
+
+
+def summary(results: dict[str, dict], grades: list[dict]) -> str:
+    """One table: each workload's headline first, the other figures beside it, then the grades."""
+    devices = sorted({r["device"] for r in results.values()})
+    lines = ["", "=" * 96, "effkit demo — every figure measured on this machine in this run",
+             f"device: {', '.join(devices)}", "=" * 96,
+             f"{'workload':<14}{'HEADLINE':>10}  {'(what)':<34}{'samples/s':>10}{'interval':>13}"
+             f"{'cover':>7}{'t→target':>9}{'Δacc pp':>9}"]
+    for wl, r in results.items():
+        head = r.get("headline") or bench.headline(r)
+        lo, hi = r["speedup_ci"]
+        cov = r.get("speedup_ci_coverage")
+        what = "time-to-target, evals counted" if head["metric"] != "speedup" else "samples/s, same model"
+        lines.append(
+            f"{wl + '/' + r['profile']:<14}{_x(head['value']):>10}  {what:<34}"
+            f"{_x(r['speedup']):>10}{f'{lo:.2f}-{hi:.2f}':>13}"
+            f"{(f'{100 * cov:.0f}%' if cov else '—'):>7}{_x(r.get('time_to_target_speedup')):>9}"
+            f"{r['accuracy_delta_pp']:>+9.2f}")
+    lines.append("interval: order-statistic interval of the median per-pair ratio; cover: its real "
+                 "coverage")
+    for wl, r in results.items():  # what each column counts, and where the whole runs disagree
+        lines += [f"{wl}: {line}" for line in bench.counted(r)[1:]]
+    lines.append("samples/s: interleaved A/B bursts after warm-up; t→target: the two whole runs from scratch, "
+                 "one after the other, every evaluation counted (a change in load between them lands there alone)")
+    if grades:
+        lines += ["", f"{'exercise':<22}{'points':>12}  notes"]
+        for g in grades:
+            lines.append(f"{g['name']:<22}{g['score']:>6.1f} / {g['max_score']:<4.0f}  {g.get('note', '')}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m grader.cli.demo", description=__doc__.split("\n")[0])
+    p.add_argument("--data", default=None, help="GLUE SST-2 folder: BERT runs the cpu profile")
+    p.add_argument("--cifar-data", default=None, help="folder holding cifar-10-batches-py/")
+    p.add_argument("--out", default="runs/demo", type=Path)
+    p.add_argument("--pairs", type=int, default=bench.DEFAULT_PAIRS)
+    p.add_argument("--skip-grading", action="store_true")
+    args = p.parse_args(argv)
+    results = {}
+    try:
+        for wl, (profile, data) in choose_profiles(args.data, args.cifar_data).items():
+            results[wl] = bench.run(wl, profile, data, args.out / wl, pairs=args.pairs)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"grader.cli.demo: error: {e}", file=sys.stderr)
+        return 2
+    grades = [] if args.skip_grading else grade_all(args.out / "grading")
+    text = summary(results, grades)
+    print(text)
+    (args.out / "summary.txt").write_text(text + "\n")
+    (args.out / "summary.json").write_text(json.dumps({"bench": results, "grades": grades}, indent=2))
+    print(f"\nplots and JSON: {args.out}/ (throughput.png, accuracy_vs_time.png per workload)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Command line: ``python -m grader {check,perf,autograde,generate,gate-sim,calibrate,calibrate-gradings,budget,stress}``.
+
+Exit status 0 when grading ran, whatever the score; 2 when it could not run (a malformed
+notebook, an unknown assignment, a baseline that failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from grader import assignments
+from grader.cli import tools
+from grader.common import course
+from grader.common.course import write_report
+from grader.common.quiet import quiet
+from grader.frontends.autograde import autograde, generate
+from grader.frontends.check import check
+from grader.frontends.notebook import (
+    NotebookError,
+    nbgrader_meta,
+    read_notebook,
+    solution_ids,
+    solution_sources,
+)
+from grader.scoring.perf import GradingError, grade
+from grader.timed import gate
+
+
+def _perf(args) -> int:
+    path = Path(args.notebook)
+    try:
+        nb = read_notebook(path)
+        a = assignments.get(args.assignment) if args.assignment else assignments.for_notebook(path.stem)
+        src_path = course.source_notebook(a.id, a.notebook)
+        source = read_notebook(src_path if src_path.is_file() else course.release_notebook(a.id, a.notebook))
+    except (NotebookError, ValueError) as err:
+        print(f"grader perf: {err}")
+        return 2
+    if a.performance_cell is None:
+        print(f"grader perf: {a.id} has no timed grading; use `python -m grader check`")
+        return 2
+    perf_cell = next(c for c in source.cells if nbgrader_meta(c).get("grade_id") == a.performance_cell)
+    cells = [(c.grade_id, c.source) for c in solution_sources(nb, solution_ids(source))]
+    try:
+        with quiet():
+            result = grade(a, cells, float(nbgrader_meta(perf_cell).get("points", 0)),
+                           device=args.device, spec_name=args.spec)  # fmt: skip
+    except GradingError as err:
+        print(f"grader perf: the grader could not run: {err}")
+        return 2
+    print(result.feedback)
+    if args.json:
+        course.write_report(args.json, result.report | {"points": result.points})
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m grader", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, help_ in (("check", "run every check of a notebook, as autograding does"),
+                        ("perf", "only the performance grading of a notebook's solution cells")):  # fmt: skip
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("notebook")
+        s.add_argument("--assignment", help="assignment id (default: from the notebook's name)")
+        s.add_argument("--json", help="write the report here")
+        s.add_argument("--spec", help="grading spec (default: by device, or $EFFKIT_GRADER_SPEC)")
+        s.add_argument("--device", help="cpu or cuda (default: cuda if available)")
+    s = sub.add_parser("autograde", help="nbgrader autograde + export + cohort summary and plot")
+    s.add_argument("assignment")
+    s.add_argument("--spec")
+    s = sub.add_parser("generate", help="render solutions/<id>/<id>.py, then exercises/ (nbgrader)")
+    s.add_argument("assignments", nargs="*", help="default: every folder in solutions/")
+    s.add_argument("--check", action="store_true", help="only report solution notebooks stale against their .py")
+    s = sub.add_parser("gate-sim", help="Monte Carlo error rates of the accuracy gate")
+    s.add_argument("--calibration", default="lesson2-smoke-cpu")
+    s.add_argument("--repeats", type=int)
+    s.add_argument("--trials", type=int, default=200_000)
+    s.add_argument("--drop", type=float, default=1.5)
+    s = sub.add_parser("calibrate", help="measure the paired accuracy noise with the reference solution")
+    s.add_argument("--assignment", default="lesson2")
+    s.add_argument("--spec")
+    s.add_argument("--pairs", type=int, default=12)
+    s.add_argument("--chunk", type=int, default=4)
+    s.add_argument("--no-save", action="store_true")
+    s.add_argument("--json")
+    s = sub.add_parser("calibrate-gradings", help="set the accuracy gate from stress gradings' paired means")
+    s.add_argument("calibration", help="e.g. lesson2-smoke-cpu")
+    s.add_argument("reports", nargs="+", help="JSON reports of `stress` on the calibration's device")
+    s.add_argument("--no-save", action="store_true")
+    s = sub.add_parser("budget", help="grading cost vs the learner's own two smoke runs")
+    s.add_argument("--assignment", default="lesson2")
+    s.add_argument("--spec")
+    s.add_argument("--json")
+    s = sub.add_parser("stress", help="grade the reference solution N times with busy cores")
+    s.add_argument("--assignment", default="lesson2")
+    s.add_argument("--times", type=int, default=10)
+    s.add_argument("--busy", type=int, default=1)
+    s.add_argument("--spec")
+    s.add_argument("--json")
+    args = p.parse_args(argv)
+
+    if args.command == "check":
+        return check(args.notebook, assignment_id=args.assignment, json_out=args.json,
+                     spec_name=args.spec, device=args.device)  # fmt: skip
+    if args.command == "perf":
+        return _perf(args)
+    if args.command == "autograde":
+        return autograde(args.assignment, spec=args.spec)
+    if args.command == "generate":
+        return generate(args.assignments, check=args.check)
+
+    if args.command == "gate-sim":
+        results = tools.gate_sim(args.calibration, args.repeats, args.trials, args.drop)
+        return 0 if all(r.ok() for r in results) else 1
+    if args.command == "calibrate":
+        out = tools.calibrate(args.assignment, args.spec, args.pairs, args.chunk, save=not args.no_save)
+        if args.json:
+            write_report(args.json, out)
+        return 0
+    if args.command == "calibrate-gradings":
+        cal = tools.calibrate_gradings(args.calibration, args.reports, save=not args.no_save)
+        g = gate.Gate.from_calibration(cal.grading_repeats, cal)
+        return 1 if g.from_gradings and not g.powered else 0
+    if args.command == "budget":
+        out = tools.budget(args.assignment, args.spec)
+        if args.json:
+            write_report(args.json, out)
+        return 0
+    try:
+        summary = tools.stress(args.assignment, args.times, args.busy, args.spec, args.json)
+    except KeyboardInterrupt as stop:  # SIGINT or SIGTERM: the JSON already holds every finished grading
+        print(f"stress stopped ({stop or 'interrupted'})" + (f"; finished gradings are in {args.json}" if args.json else ""))
+        return 130
+    return 0 if summary["same_verdict"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

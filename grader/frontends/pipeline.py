@@ -1,0 +1,119 @@
+"""One grading, start to end: submission -> merged notebook -> cell verdicts -> performance -> report.
+
+``load`` reads the learner's notebook and merges it with the instructor's source the way nbgrader's
+``OverwriteCells`` does; ``grade`` fills every graded cell out of the kernel, then the timed cell,
+and scores them with nbgrader's ``determine_grade``. ``grader check``, the nbgrader preprocessors
+and ``check_my_work`` all go through these steps; ``render`` and ``Report.to_json`` say the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader import assignments
+from grader.common import course
+from grader.frontends.notebook import merge, nbgrader_meta, read_notebook, solution_ids
+from grader.frontends.outputs import CellsReport, fill_graded_cells, fill_performance_cell
+from grader.kit.assignment import Assignment
+from grader.scoring.perf import PerfResult
+
+
+@dataclass
+class Submission:
+    """A learner's notebook merged with the source: their solution cells, the source's locked cells."""
+
+    path: Path
+    assignment: Assignment
+    notebook: object  # nbformat.NotebookNode
+    allowed: list[str]  # grade_ids of the source's solution cells: nothing else is the learner's code
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Score:
+    grade_id: str
+    points: float | None
+    max_points: float
+    error: str | None = None
+
+
+@dataclass
+class Report:
+    submission: Submission
+    scores: list[Score]
+    cells: CellsReport | None
+    performance: PerfResult | None
+
+    @property
+    def total(self) -> float:
+        return sum(s.points or 0 for s in self.scores)
+
+    @property
+    def max_total(self) -> float:
+        return sum(s.max_points for s in self.scores)
+
+    def to_json(self) -> dict:
+        sub = self.submission
+        return {"notebook": str(sub.path), "assignment": sub.assignment.id,
+                "cells": [vars(s) for s in self.scores], "total": self.total, "max_total": self.max_total,
+                "notes": sub.notes, "performance": self.performance.report if self.performance else None,
+                "out_of_kernel": self.cells.to_dict() if self.cells else None}  # fmt: skip
+
+
+def load(path: str | Path, assignment_id: str | None = None) -> Submission:
+    """Raises NotebookError (not a notebook) or ValueError (unknown assignment) with a clear message."""
+    path = Path(path)
+    learner = read_notebook(path)
+    a = assignments.get(assignment_id) if assignment_id else assignments.for_notebook(path.stem)
+    if not a.kernel_free:
+        raise ValueError(f"assignment {a.id} declares no cell checks: the grader grades only out of the kernel")
+    notes = []
+    src_path = course.source_notebook(a.id, a.notebook)
+    if not src_path.is_file():
+        src_path = course.release_notebook(a.id, a.notebook)
+        notes.append("instructor source notebook not found: hidden tests skipped")
+    source = read_notebook(src_path)
+    merged, missing = merge(source, learner)
+    return Submission(path, a, merged, solution_ids(source), notes + missing)
+
+
+def grade(sub: Submission, spec_name: str | None = None, device: str | None = None) -> Report:
+    """Every graded cell, then the timed one (whose correctness gate reuses the verdicts just
+    computed). Raises GradingError when the grader itself could not run."""
+    cells = fill_graded_cells(sub.notebook, sub.assignment, sub.allowed)
+    perf = fill_performance_cell(sub.notebook, sub.assignment, sub.allowed, spec_name, device,
+                                 cells.gate_verdicts() if cells else None)  # fmt: skip
+    return Report(sub, scores(sub.notebook), cells, perf)
+
+
+def scores(nb) -> list[Score]:
+    from nbgrader.utils import determine_grade, is_grade  # nbgrader's own scoring, optional here
+
+    rows = []
+    for cell in nb.cells:
+        if not is_grade(cell):
+            continue
+        got, out_of = determine_grade(cell)
+        error = next((o for o in cell.get("outputs", []) if o.output_type == "error"), None)
+        rows.append(Score(nbgrader_meta(cell)["grade_id"], got, out_of,
+                          f"{error.ename}: {error.evalue}" if error else None))
+    return rows
+
+
+def render(report: Report) -> str:
+    """The terminal's view: points per cell, notes, each check's lines, flags, the timed feedback."""
+    out = [f"\n{'cell':24s} {'points':>12s}"]
+    for s in report.scores:
+        out.append(f"{s.grade_id:24s} {s.points or 0:5.2f} / {s.max_points:<5g}" + (f"  {s.error[:200]}" if s.error else ""))
+    out.append(f"{'total':24s} {report.total:5.2f} / {report.max_total:<5g}")
+    out += [f"note: {note}" for note in report.submission.notes]
+    if report.cells is not None:
+        for gid, v in report.cells.cells.items():
+            out.append(f"\n[{gid}] " + ("passed" if v.passed else "FAILED: " + v.reason))
+            out += v.lines
+        out += [f"flag: {flag}" for flag in report.cells.flags]
+        out += [f"protection unavailable here: {item}" for item in report.cells.unavailable]
+    if report.performance is not None:
+        out.append("\n" + report.performance.feedback)
+    return "\n".join(out)

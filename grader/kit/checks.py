@@ -1,0 +1,18 @@
+"""The parent side of a lesson: what its ``checks.py`` imports (never loaded in a worker)."""
+
+from grader.common.device import default_device
+from grader.common.quiet import quiet
+from grader.kit.assignment import Assignment
+from grader.sandbox.channel import ChannelError, tensor_from, tensor_msg
+from grader.sandbox.launch import StateFolder
+from grader.sandbox.probe import CallResult, ProbeSession
+from grader.sandbox.relay import Relay
+from grader.scoring.checks import CheckFailed, Context, expect, stub_reason
+from grader.scoring.quiz import quiz_check
+from grader.timed.protocol import GradingSpec
+
+__all__ = [
+    "Assignment", "CallResult", "ChannelError", "CheckFailed", "Context", "GradingSpec",
+    "ProbeSession", "Relay", "StateFolder", "default_device", "expect", "quiet", "quiz_check",
+    "stub_reason", "tensor_from", "tensor_msg",
+]  # fmt: skip

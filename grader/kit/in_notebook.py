@@ -1,0 +1,79 @@
+"""What a notebook's locked cells call, in the learner's kernel: a fresh grader process does the work.
+
+``check_my_work`` (a test cell) and ``grade_saved_notebook`` (the performance cell) run
+``python -m grader check|perf`` on the *saved* notebook and print its verdict. Under ``nbgrader
+autograde`` they only print a note: the grader fills those cells from outside the kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from grader.common.quiet import quiet
+
+
+def check_my_work(grade_id: str, notebook: str) -> None:
+    """What a notebook's test cell runs: the grader's own check of the *saved* notebook, in a fresh
+    process (``python -m grader check``, the same code as autograding). Under nbgrader the
+    grader overwrites this cell's output, so it only prints a note there."""
+    if os.environ.get("NBGRADER_EXECUTION"):
+        print(
+            "Graded by the grader outside this notebook's kernel; its verdict replaces this output."
+        )
+        return
+    if not Path(notebook).is_file():
+        raise FileNotFoundError(
+            f"cannot find {Path(notebook).resolve()}: run this from your notebook's folder"
+        )
+    print(f"Checking the solution cells *saved* in {notebook} (save first) ...", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "report.json"
+        proc = subprocess.run([sys.executable, "-m", "grader", "check", notebook, "--json", str(out)],
+                              capture_output=True, text=True)  # fmt: skip
+        if not out.is_file():
+            raise RuntimeError(f"the grader could not run:\n{proc.stdout[-2000:]}")
+        report = json.loads(out.read_text())
+    cell = (report.get("out_of_kernel") or {}).get("cells", {}).get(grade_id)
+    if cell is None:
+        raise RuntimeError(f"the grader has no check called {grade_id!r}")
+    for line in cell["lines"]:
+        print(line)
+    for flag in report["out_of_kernel"]["flags"]:
+        print(f"flag: {flag}")
+    if not cell["passed"]:
+        raise AssertionError(cell["reason"])
+
+
+def grade_saved_notebook(notebook: str) -> float | None:
+    """What a notebook's performance cell runs. Under ``nbgrader autograde`` the grader does the
+    work outside this kernel (its preprocessor fills in the cell), so this only prints a note and
+    returns 0 (fail-safe: without the preprocessor the cell earns nothing). Run interactively, it
+    grades the solution cells *saved* in ``notebook`` in fresh processes (``python -m grader
+    perf``) and returns the points."""
+    mode = os.environ.get("NBGRADER_EXECUTION")
+    if mode == "autograde":
+        print("Performance is measured by the grader outside this notebook's kernel; "
+              "its feedback replaces this output.")  # fmt: skip
+        return 0.0
+    if mode == "validate":
+        print(f"Skipped while validating: run `python -m grader check {notebook}` to measure.")
+        return None
+    path = Path(notebook)
+    if not path.is_file():
+        raise FileNotFoundError(f"cannot find {path.resolve()}: run this cell from the folder of your "
+                                f"notebook, or pass grade_performance(notebook='path/to/{path.name}')")  # fmt: skip
+    print(f"Grading the solution cells *saved* in {path} (save the notebook first) ...", flush=True)
+    with quiet(), tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "report.json"
+        cmd = [sys.executable, "-m", "grader", "perf", str(path), "--json", str(out)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+        if proc.wait() != 0 or not out.is_file():
+            raise RuntimeError(f"the grader could not run (exit code {proc.returncode}); see above")
+        return json.loads(out.read_text())["points"]

@@ -1,0 +1,77 @@
+"""What a timed worker commits at the end of every timed chunk, and how the parent reads it back.
+
+The worker side of :mod:`grader.timed.replay` (which the learner's worker cannot see: its thresholds and
+checks are the parent's, :mod:`grader.sandbox.learner_view`). A state is ``torch.save`` bytes of plain tensors,
+read with ``weights_only=True``: no pickle code crosses. With a freezer the state goes into a sealed
+memfd (``to_memfd``): writing it is memory speed, on the clock; the parent copies it out while the
+worker is frozen, off the clock (a bert-base state with Adam is ~1.3 GB: seconds through a pipe).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+
+import torch
+
+SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW  # what the parent requires
+
+
+def training_state(trainer) -> bytes:
+    """What a worker commits: its model's state and its optimizer's per-parameter state."""
+    buffer = io.BytesIO()
+    torch.save(_state(trainer), buffer)
+    return buffer.getvalue()
+
+
+def _state(trainer) -> dict:
+    # The random generators' states too: a replay of the next chunk draws the same dropout masks.
+    rng = {"cpu": torch.get_rng_state()}
+    if getattr(trainer, "device", torch.device("cpu")).type == "cuda":
+        rng["cuda"] = torch.cuda.get_rng_state(trainer.device)
+    return {"model": {k: v.detach().cpu() for k, v in trainer.model.state_dict().items()},
+            "optimizer": _cpu(trainer.optimizer.state_dict()["state"]), "rng": rng}  # fmt: skip
+
+
+def set_rng(state: dict, device) -> None:
+    """Restore the generators a committed state carries (a replay starts where the chunk did)."""
+    rng = state.get("rng") or {}
+    if "cpu" in rng:
+        torch.set_rng_state(rng["cpu"])
+    if "cuda" in rng and torch.device(device).type == "cuda":
+        torch.cuda.set_rng_state(rng["cuda"], torch.device(device))
+
+
+def to_memfd(trainer) -> tuple[int, int]:
+    """The training state in a new memfd sealed against any change: (its fd, its size)."""
+    fd = os.memfd_create("effkit-commit", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    with open(fd, "wb", closefd=False) as f:
+        torch.save(_state(trainer), f)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
+    return fd, os.fstat(fd).st_size
+
+
+def _cpu(obj):
+    if torch.is_tensor(obj):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _cpu(v) for k, v in obj.items()}
+    return obj
+
+
+def load_state(blob_or_path) -> dict:
+    """A committed state, refused unless it is ``{"model": {name: tensor}, "optimizer": {...}}`` with,
+    optionally, ``"rng"``: generator states of the sizes this torch uses (a replay loads them)."""
+    src = io.BytesIO(blob_or_path) if isinstance(blob_or_path, bytes | bytearray) else blob_or_path
+    state = torch.load(src, map_location="cpu", weights_only=True)
+    if not (isinstance(state, dict) and isinstance(state.get("model"), dict) and isinstance(state.get("optimizer"), dict)
+            and all(torch.is_tensor(v) for v in state["model"].values())):  # fmt: skip
+        raise ValueError("not a training state")
+    rng = state.get("rng", {})
+    sizes = {"cpu": (torch.get_rng_state().numel(),) * 2, "cuda": (8, 64)}  # CUDA's Philox: seed, offset
+    if not (isinstance(rng, dict) and set(rng) <= set(sizes)
+            and all(torch.is_tensor(v) and v.dtype == torch.uint8 and v.dim() == 1
+                    and sizes[k][0] <= v.numel() <= sizes[k][1] for k, v in rng.items())):  # fmt: skip
+        raise ValueError("not a training state (its generator states)")
+    return state

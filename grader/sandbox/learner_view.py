@@ -1,0 +1,150 @@
+"""What of the repository a learner's worker may see: an allow-list view, built in its mount namespace.
+
+**What it does.** ``WORKER_MODULES`` names, in this one place, every grader module that runs inside
+a sandboxed learner worker (the worker entry points, the probes, the timed runtimes and the shared
+task pieces they import). ``view_mounts`` returns the shell commands ``grader.sandbox.launch.launch`` runs
+as root in the worker's new mount namespace: a fresh tmpfs built with a copy of exactly those files,
+``effkit/`` and the Python installation where it lives inside the repository, moved over the
+repository root. Everything else of the repository (the checking modules, answer keys, quiz keys,
+calibration, ``tests/``, ``solutions/``, ``.git``) is then absent, not merely unimportable; other
+copies of the ``grader`` package the import system knows (an installed copy in site-packages, the
+folder an editable install maps ``grader`` to, and the same for ``effkit``) are covered by an empty
+tmpfs. effkit is copied (sources, no compiled caches) with the lesson's ``WITHHELD`` answers
+masked: their bodies raise.
+
+**Why.** A learner's code could import the parent's checking modules and copy a reference result
+(lesson 4's float64 gradient: 12/12 instead of 6, issue 41). The worker's ``sys.path`` keeps the
+repository root: only what the view holds is there.
+
+**Pitfalls.** A worker-side module that starts importing a module outside the list fails in the
+worker (``ModuleNotFoundError``); ``tests/test_grader_learner_view.py`` finds it statically first.
+Without root there is no mount namespace: every file stays readable, and the report says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import shlex
+import site
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STAGE = "/mnt"  # where the view is built before it is moved over the repository (see view_mounts)
+
+# Worker entry points and the core pieces they import (process tree walk, pipes, quiz answers, the
+# timed worker's audit and data), then per lesson: the package, its probes, the timed runtime and the
+# task modules those import. Parent-side modules (checks, references, keys) are never listed.
+_CORE = ("grader", "grader.sandbox", "grader.sandbox.worker", "grader.sandbox.probe_worker",
+         "grader.sandbox.learner_view", "grader.sandbox.proctree", "grader.sandbox.tamper",
+         "grader.sandbox.channel", "grader.sandbox.commit", "grader.sandbox.seal", "grader.sandbox.fence",
+         "grader.sandbox.relay", "grader.sandbox.timelimit", "grader.kit", "grader.kit.worker",
+         "grader.kit.assignment", "grader.kit.audit", "grader.kit.data", "grader.assignments")  # fmt: skip
+_LESSONS = {
+    "lesson1": ("probes", "task"),
+    "lesson2": ("probes", "probe_data", "runtime"),
+    "lesson3": ("probes", "amp_checks", "runtime", "text_data"),
+    "lesson4": ("probes", "accum_task"),
+    "lesson5": ("probes", "ckpt_checks"),
+    "lesson6": ("probes", "task"),
+    "lesson7": ("probes",),
+    "lesson8": ("probes", "lora_task"),
+    "lesson9": ("probes",),
+    "lesson10": ("probes", "slow_step"),
+    "lesson11": ("probes", "ddp_task", "memory_task"),
+    "lesson12": ("probes",),
+    "lesson13": ("probes", "slo_task"),
+}
+# effkit functions that *are* an exercise's answer (the lesson says so): in that lesson's workers
+# their bodies raise, so one line that calls effkit earns nothing (issue 42). Copying the code from
+# the lesson into a cell is not stopped here.
+WITHHELD = {
+    "lesson7": ("effkit.length_buckets.bucket_batches",),
+    "lesson9": ("effkit.distill.kd_loss",),
+    "lesson10": ("effkit.doctor.diagnose",),
+}
+WORKER_MODULES: tuple[str, ...] = _CORE + tuple(
+    name
+    for lesson, modules in _LESSONS.items()
+    for name in (f"grader.assignments.{lesson}", *(f"grader.assignments.{lesson}.{m}" for m in modules))
+)
+
+
+def module_file(name: str, root: Path = REPO_ROOT) -> Path:
+    """The source file of grader module ``name`` under ``root`` (a package's ``__init__.py``)."""
+    path = root.joinpath(*name.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def withheld_source(path: Path, names: list[str], lesson: str) -> str:
+    """``path``'s source with the functions ``names`` kept as signatures whose body raises
+    ``ReferenceAnswerWithheld`` (a name that explains itself where a check shows only the type)."""
+    tree = ast.parse(path.read_text())
+    module = ".".join(path.with_suffix("").parts[-2:])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in names:
+            why = (f"{module}.{node.name} is {lesson}'s reference answer, withheld from the grader's worker: "
+                   "write your own")  # fmt: skip
+            node.body = ast.parse(f"raise ReferenceAnswerWithheld({why!r})").body
+    after = [i + 1 for i, n in enumerate(tree.body) if isinstance(n, ast.ImportFrom) and n.module == "__future__"]
+    tree.body[max(after, default=0):max(after, default=0)] = ast.parse(
+        "class ReferenceAnswerWithheld(RuntimeError):\n    pass\n").body
+    return ast.unparse(tree) + "\n"
+
+
+def effkit_files(root: Path = REPO_ROOT) -> list[Path]:
+    """effkit's files as the worker may see them: everything but compiled caches (a ``.pyc`` would
+    carry a withheld function's code)."""
+    return sorted(p for p in (root / "effkit").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def other_copies(package: str, root: Path = REPO_ROOT) -> list[Path]:
+    """Every ``package`` folder the worker's import system could reach other than ours: an installed
+    copy in a site directory, the folder an editable install's finder maps it to."""
+    found = {Path(p) / package for p in [*site.getsitepackages(), site.getusersitepackages(), *sys.path] if p}
+    for mod in list(sys.modules.values()):  # setuptools' editable finders: MAPPING = {"grader": path}
+        mapping = getattr(mod, "MAPPING", None)
+        if isinstance(mapping, dict) and isinstance(mapping.get(package), str):
+            found.add(Path(mapping[package]))
+    ours = (root / package).resolve()
+    return sorted({p.resolve() for p in found if p.is_dir() and p.resolve() != ours})
+
+
+def view_mounts(root: Path = REPO_ROOT, lesson: str | None = None) -> list[str]:
+    """Shell commands (root, inside the worker's private mount namespace, after the course folders
+    are hidden) that leave at ``root`` only the allow-listed view, with ``lesson``'s ``WITHHELD``
+    functions raising. ``root`` stays on ``sys.path``."""
+    def q(arg) -> str:
+        return shlex.quote(str(arg))
+
+    copies = other_copies("grader", root) + other_copies("effkit", root)
+    cmds = [f"mount -t tmpfs -o size=1k,mode=0 tmpfs {q(p)}" for p in copies]
+    cmds.append(f"mkdir -p {STAGE} && mount -t tmpfs -o size=8m,mode=0755 tmpfs {STAGE}")
+    files: dict[Path, list[Path]] = {}
+    for name in WORKER_MODULES:
+        src = module_file(name, root)
+        files.setdefault(src.parent.relative_to(root), []).append(src)
+    cmds += [f"mkdir -p {q(f'{STAGE}/{d}')} && cp {' '.join(q(s) for s in srcs)} {q(f'{STAGE}/{d}')}"
+             for d, srcs in sorted(files.items())]  # fmt: skip
+    # effkit (the course's library): copied, sources only, the lesson's withheld answers masked
+    withheld: dict[Path, list[str]] = {}
+    for dotted in WITHHELD.get(lesson or "", ()):
+        mod, _, fn = dotted.rpartition(".")
+        withheld.setdefault(root.joinpath(*mod.split(".")).with_suffix(".py"), []).append(fn)
+    dirs: dict[Path, list[Path]] = {}
+    for src in effkit_files(root):
+        if src not in withheld:
+            dirs.setdefault(src.parent.relative_to(root), []).append(src)
+    cmds += [f"mkdir -p {q(f'{STAGE}/{d}')} && cp {' '.join(q(s) for s in srcs)} {q(f'{STAGE}/{d}')}"
+             for d, srcs in sorted(dirs.items())]  # fmt: skip
+    for src, names in withheld.items():
+        cmds.append(f"printf %s {q(withheld_source(src, names, lesson))} > {q(f'{STAGE}/{src.relative_to(root)}')}")
+    # a Python installation inside the repository: bound, read-only to the worker's user anyway
+    # (root-owned); it keeps its own files whole.
+    carried = [*{Path(p).resolve() for p in (sys.prefix, sys.base_prefix)}]
+    for path in carried:
+        if path.is_dir() and root.resolve() in path.resolve().parents:
+            rel = path.resolve().relative_to(root.resolve())
+            cmds.append(f"mkdir -p {q(f'{STAGE}/{rel}')} && mount --rbind {q(path)} {q(f'{STAGE}/{rel}')}")
+    cmds.append(f"mount --move {STAGE} {q(root)}")
+    return cmds

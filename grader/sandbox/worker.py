@@ -1,0 +1,271 @@
+"""The measured process: trains one recipe on command; the *parent* holds the clock.
+
+**What it does.** ``python -m grader.sandbox.worker CONFIG_JSON EVT_FD CMD_FD`` is started fresh, in the
+sandbox (:func:`grader.sandbox.supervisor.start_worker`), by :mod:`grader.timed.protocol`, once for the baseline
+and once for the learner. It sees the grader's training inputs read-only at
+``$EFFKIT_GRADER_DATA`` and nothing else of the parent's. It reads one JSON command
+per line from ``CMD_FD`` and answers with JSON events on ``EVT_FD`` - dedicated pipes, never
+stdout, which learner code may print to. The learner worker first executes the trusted setup cell
+and the learner's *solution cells* (nothing else from the notebook), then records whether that
+code replaced ``time.*`` clocks or effkit/grader functions (reported, never trusted: the parent
+times everything). Each ``run`` builds the recipe on the grader's data with the given seed and
+initial weights, trains the grader's fixed number of epochs through an *audited* pipeline that
+counts every sample and label of every epoch, checks the weights are finite, and sends them back
+over the event pipe for the parent to evaluate in a process where no learner code ever ran.
+
+**When to use it.** Only through :mod:`grader.timed.protocol`.
+
+**Expected gain.** Tamper resistance: nothing this process reports about speed or accuracy is
+believed; it only says when it starts and finishes, and what the pipeline yielded.
+
+**Pitfalls.** Learner code shares this process, so it *could* forge events; the design makes that
+pointless (parent-side clock, parent-side evaluation, the idle worker is frozen).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import linecache
+import os
+import pkgutil
+import shutil
+import sys
+import traceback
+import types
+import warnings
+from pathlib import Path
+
+import torch
+
+from effkit.measure import sync
+from grader.sandbox.commit import load_state, set_rng, to_memfd, training_state
+from grader.sandbox.learner_view import WORKER_MODULES
+from grader.sandbox.tamper import replaced, snapshot
+
+# The parent's modules: watched too where the machine cannot hide them from the worker (no root, no
+# view: they are importable, so replacing their functions is reported as before); absent otherwise.
+GRADER_MODULES = ("grader.kit.audit", "grader.timed.gate", "grader.frontends.notebook", "grader.scoring.perf", "grader.timed.protocol",
+                  "grader.common.quiet", "grader.sandbox.supervisor", "grader.scoring.targets", "grader.sandbox.timelimit")  # fmt: skip
+
+
+def watched_modules(runtime_module: str) -> list[str]:
+    """The grader modules this worker imports before learner code, so that replacing any of their
+    functions is detected: the worker-side core and the runtime's own assignment package. Nothing
+    else of the grader is in the worker's view (:mod:`grader.sandbox.learner_view`)."""
+    package = runtime_module.rpartition(".")[0] + "."
+    return [m for m in WORKER_MODULES if m.startswith(package) or not m.startswith("grader.assignments.")
+            if m not in ("grader.sandbox.worker", "grader.sandbox.probe_worker")]  # fmt: skip
+
+
+def assignment_modules(runtime_module: str) -> list[str]:
+    """Every module of the runtime's assignment package this worker can find (its checks too where
+    nothing hides them): imported before learner code so that replacing their functions is detected."""
+    package = importlib.import_module(runtime_module.rpartition(".")[0])
+    return [f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__) if not m.ispkg]
+
+
+class Diverged(RuntimeError):
+    """The weights became NaN/inf."""
+
+
+class Channel:
+    """JSON lines over two pipes: events out, commands in."""
+
+    def __init__(self, evt_fd: int, cmd_fd: int):
+        self.out = os.fdopen(evt_fd, "w", buffering=1)
+        self.inp = os.fdopen(cmd_fd, "r")
+
+    def send(self, event: str, **data) -> None:
+        self.out.write(json.dumps({"event": event, **data}) + "\n")
+        self.out.flush()
+
+    def send_bytes(self, event: str, blob: bytes, **data) -> None:
+        """An event announcing ``len(blob)`` raw bytes, then the bytes (weights: no file)."""
+        self.send(event, nbytes=len(blob), **data)
+        self.out.buffer.write(blob)
+        self.out.buffer.flush()
+
+    def receive(self) -> dict | None:
+        line = self.inp.readline()
+        return json.loads(line) if line else None
+
+
+def _short_traceback(err: BaseException, limit: int = 12) -> str:
+    lines = traceback.format_exception(type(err), err, err.__traceback__)
+    text = "".join(lines)
+    tail = text.splitlines()[-limit:]
+    return "\n".join(tail)
+
+
+def seed_caches(inputs: Path) -> None:
+    """Copy the caches the parent built (``inputs/effkit-cache``: the BERT tokenizer) into this
+    process's private effkit cache, so the worker tokenizes exactly as the parent evaluates."""
+    if (inputs / "effkit-cache").is_dir():
+        home = Path(os.environ.get("EFFKIT_DATA") or Path.home() / ".cache" / "effkit")
+        shutil.copytree(inputs / "effkit-cache", home, dirs_exist_ok=True)
+
+
+class Worker:
+    def __init__(self, config: dict, channel: Channel):
+        self.config = config
+        self.channel = channel
+        for name in watched_modules(config["assignment_module"]):
+            importlib.import_module(name)  # so that replacing any of their functions is detected
+        for name in (*GRADER_MODULES, *assignment_modules(config["assignment_module"])):
+            with contextlib.suppress(ModuleNotFoundError):  # not in this worker's view: nothing to replace
+                importlib.import_module(name)
+        self.assignment = importlib.import_module(config["assignment_module"])
+        self.device = config["device"]
+        self.learner_object = None
+        self.commit_fd: int | None = None  # the last chunk's sealed state (grader.sandbox.commit.to_memfd)
+        self.before = snapshot()  # clocks and effkit/grader functions before any learner code
+
+    # -- learner code -----------------------------------------------------------------------
+    def load(self, cmd: dict) -> None:
+        module = types.ModuleType("learner_solution")
+        module.__file__ = "<learner solution cells>"
+        sys.modules["learner_solution"] = module
+        for name, source in cmd["cells"]:
+            filename = f"<cell {name}>"
+            linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+            code = compile(source, filename, "exec")  # tracebacks now show the learner's lines
+            exec(code, module.__dict__)  # noqa: S102 - running the submission is the point
+        changed = replaced(self.before)
+        obj = module.__dict__.get(cmd["object_name"])
+        if obj is None:
+            raise LookupError(
+                f"your solution cells define no {cmd['object_name']!r}; keep that name for your class"
+            )
+        self.learner_object = obj
+        self.channel.send("loaded", replaced=changed,
+                          reference_reused=self.assignment.reuses_reference(obj))  # fmt: skip
+
+    # -- training ---------------------------------------------------------------------------
+    def chunk(self, cmd: dict) -> None:
+        """One timed chunk of a run: optionally build it, train part ``j`` of ``parts`` of the
+        next epoch (or whole epochs), optionally finish it (drain and audit the last epoch, check
+        and save the weights)."""
+        if cmd.get("begin"):
+            self._begin(cmd["begin"])
+        trainer, model, audit = self.trainer, self.model, self.audit
+        j, parts = cmd.get("part", (0, 1))
+        spe = trainer.steps_per_epoch
+        n = min(round((j + 1) * spe / parts) - round(j * spe / parts), trainer.total_steps - self.steps)
+        if n > 0:
+            trainer.train_steps(n)
+            sync(self.device)
+            self.steps += n
+        if j == parts - 1:
+            self.epoch += 1
+        bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+        if bad:
+            raise Diverged(f"training diverged: NaN/inf in the weights ({bad[0]}, ...) in epoch "
+                           f"{self.epoch + (j < parts - 1)}, i.e. the loss became NaN. " + audit.nan_hint())  # fmt: skip
+        report = {"epoch": self.epoch}
+        if cmd.get("finish"):
+            audit.finish(trainer.pipeline, self.epoch)
+            # Learner code also runs *during* training (the pipeline): look for tampering again.
+            report = {"audit": audit.report(), "steps": self.steps, "replaced": replaced(self.before)}
+        event = "done" if cmd.get("finish") else "chunk_done"
+        if not cmd.get("send_weights"):
+            self.channel.send(event, **report)
+            return
+        # The training state at the end of every timed chunk, still on the clock: grader.timed.replay
+        # checks the work it reflects. In a sealed memfd the parent copies out while we are frozen
+        # (the previous one is closed: it was read before this chunk began), else over the pipe.
+        if cmd["send_weights"] == "memfd":
+            if self.commit_fd is not None:
+                os.close(self.commit_fd)
+            self.commit_fd, nbytes = to_memfd(trainer)
+            self.channel.send(event, memfd=self.commit_fd, nbytes=nbytes, **report)
+        else:
+            self.channel.send_bytes(event, training_state(trainer), **report)
+
+    def replay(self, cmd: dict) -> None:
+        """Chunk ``chunk`` of a run again, through the reference path, from a committed state
+        (``begin["init_path"]``): only ever in the baseline worker, where no learner code ran."""
+        if self.learner_object is not None:
+            raise RuntimeError("replays run only in a grader-only worker")
+        begin = dict(cmd["begin"])
+        start = begin.pop("init_path")
+        self._begin(begin)
+        trainer = self.trainer
+        state = load_state(Path(os.environ["EFFKIT_GRADER_DATA"]) / start)
+        self.model.load_state_dict(state["model"])
+        own = trainer.optimizer.state_dict()  # its hyper-parameters are the recipe's, not committed ones
+        own["state"] = state["optimizer"]
+        trainer.optimizer.load_state_dict(own)
+        c, parts = cmd["chunk"], cmd["parts"]
+        spe = trainer.steps_per_epoch
+        j, first = c % parts, (c // parts) * spe + round((c % parts) * spe / parts)
+        n = min(round((j + 1) * spe / parts) - round(j * spe / parts), trainer.total_steps - first)
+        with warnings.catch_warnings():  # the schedule to where chunk c starts
+            warnings.simplefilter("ignore")
+            for _ in range(first):
+                trainer.scheduler.step()
+        trainer.skip_batches(first)  # the very batches the chunk trained on (same seed, same stream)
+        try:  # and the learner's dropout masks, from its committed generators
+            set_rng(state, self.device)
+        except (RuntimeError, ValueError):  # a state torch refuses: the replay differs, the learner's doing
+            pass
+        if hasattr(trainer, "step"):
+            trainer.step = first
+        if n > 0:
+            trainer.train_steps(n)
+            sync(self.device)
+        self.channel.send_bytes("replayed", training_state(trainer))
+
+    def _begin(self, spec: dict) -> None:
+        self.audit = self.assignment.EpochAudit()
+        inputs = Path(os.environ["EFFKIT_GRADER_DATA"])  # the parent's inputs, read-only here
+        seed_caches(inputs)
+        self.trainer = self.assignment.build_trainer(
+            self.learner_object, self.audit, str(inputs / spec["data_dir"]), self.device,
+            spec["seed"], spec["profile"], spec["hooks"],
+        )
+        self.model = self.assignment.model_of(self.trainer)
+        if spec.get("init_path"):  # the parent's initial weights: runs r of A and B start equal
+            state = torch.load(inputs / spec["init_path"], map_location=self.device, weights_only=True)
+            self.model.load_state_dict(state)
+        self.steps, self.epoch = 0, 0
+
+    def serve(self) -> None:
+        self.channel.send("ready", pid=os.getpid())
+        while True:
+            cmd = self.channel.receive()
+            if cmd is None or cmd.get("cmd") == "exit":
+                return
+            try:
+                if cmd["cmd"] == "load":
+                    self.load(cmd)
+                elif cmd["cmd"] == "chunk":
+                    self.chunk(cmd)
+                elif cmd["cmd"] == "replay":
+                    self.replay(cmd)
+                else:
+                    raise ValueError(f"unknown command {cmd['cmd']!r}")
+            except Diverged as err:
+                self.channel.send("error", kind="nan", message=str(err))
+            except BaseException as err:  # noqa: BLE001 - report anything the learner's code raises
+                self.channel.send("error", kind="exception", message=f"{type(err).__name__}: {err}",
+                                  traceback=_short_traceback(err))  # fmt: skip
+                if isinstance(err, KeyboardInterrupt | SystemExit):
+                    return
+
+
+def main(argv: list[str]) -> int:
+    config = json.loads(argv[1])  # on the command line: the worker reads no file of the parent's
+    channel = Channel(int(argv[2]), int(argv[3]))
+    try:
+        Worker(config, channel).serve()
+    except BaseException as err:  # noqa: BLE001 - start-up failures must reach the parent too
+        channel.send("error", kind="startup", message=f"{type(err).__name__}: {err}",
+                     traceback=_short_traceback(err))  # fmt: skip
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

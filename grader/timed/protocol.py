@@ -1,0 +1,408 @@
+"""The performance protocol: baseline vs learner in fresh processes, timed and judged by the parent.
+
+**What it does.** ``measure`` starts two fresh worker processes (:mod:`grader.sandbox.worker`): A runs the
+baseline recipe, B the same recipe with the learner's solution cells. The parent (this process,
+where no learner code ever runs) writes its *own* synthetic training sets with secret seeds, keeps
+its held-out evaluation set in memory only, and drives the workers over dedicated pipes:
+
+1. start-up and loading of the learner's cells (B reports tampering: flagged, no effect);
+2. one warm-up run each on a small separate dataset (not scored);
+3. ``repeats`` paired runs: run ``r`` of both uses training set ``r``, seed ``r`` and the same
+   initial weights (saved by the parent). The runs advance one epoch at a time, interleaved
+   A B B A A B ..., each epoch ("chunk") timed by the parent's ``perf_counter`` (captured at
+   import) from sending the command to receiving "done"; the first chunk includes building the
+   pipeline, so no work can hide in a constructor. The idle worker is frozen (its cgroup's
+   freezer; SIGSTOP to its process tree without one), so it cannot steal CPU from the one being timed;
+4. the parent loads each run's saved weights into a clean model and evaluates them on its own
+   held-out set, then applies the accuracy gate (:mod:`grader.timed.gate`) and the speed credit
+   (:mod:`grader.scoring.targets`);
+5. when the gate asks for it (a gate set by measured gradings, and a first look below it),
+   ``repeats`` more paired runs on fresh data (``GraderData.add_look``: new training sets, seeds,
+   initial weights and held-out set, written while both workers are frozen), in the same workers.
+   Then the second look alone is scored, accuracy and speed;
+6. the work is checked (:mod:`grader.timed.replay`): a run's training set and initial weights are shown
+   to the workers only at its first chunk, both commit their training state at the end of every
+   chunk, and the parent compares the learner's chunk updates with the baseline's and with replays
+   of chunks it draws afterwards, in the baseline worker. A failed check: no speed points.
+
+Speed is the time for a fixed amount of work: ``epochs`` passes over ``n_train`` samples, each
+epoch proven complete by the audit (:mod:`grader.kit.audit`). The speedup is the median over the
+back-to-back chunk pairs of ``time_A / time_B``; per-run throughput is reported too.
+
+**When to use it.** Through :func:`grader.scoring.perf.grade` (notebook cells, ``grader check``, the
+nbgrader preprocessor).
+
+**Expected gain.** Verdicts a learner cannot fake and noise cannot flip (see grader/README.md).
+
+**Pitfalls.** Learner code can still fork a process out of the stopped group; the audit and the
+parent-side evaluation make such tricks visible rather than impossible.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import stat
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.common.cellcode import QUIZ_CELL, to_python
+from grader.sandbox.supervisor import Worker, WorkerFailed, _clock, boosted_self, start_worker
+from grader.timed.replay import Commits, Reveal, check_work
+
+__all__ = ["GradingSpec", "Measurement", "Timing", "WorkerFailed", "measure"]
+
+
+@dataclass(frozen=True)
+class GradingSpec:
+    """The grader's own measurement settings (the same for baseline and learner)."""
+
+    name: str
+    profile: str  # workload profile passed to build()
+    n_train: int  # training images per repeat (a fresh set per repeat)
+    n_eval: int  # held-out images, generated in the parent only
+    n_warmup: int  # images in the warm-up set
+    epochs: int
+    repeats: int
+    hooks: dict = field(default_factory=dict)  # recipe overrides, e.g. {"lr": 0.02}
+    chunks_per_epoch: int = 2  # timed chunks per epoch: more back-to-back pairs, a steadier median
+    timeout_factor: float = 3.0  # learner run limit: this x the baseline's time ...
+    min_timeout_s: float = 20.0  # ... plus this much
+    startup_timeout_s: float = 240.0
+    load_timeout_s: float = 30.0
+    calibration: str = ""  # gate calibration to use (default: this spec's name)
+    # On a CPU, pin both workers (and their DataLoader children) to this many cores with as many
+    # OpenMP threads; None: all cores. See supervisor.start_worker for why one core is steadier.
+    cpu_cores: int | None = None
+    # The learner trains the baseline's own data stream (lesson 3 changes precision, not data): a
+    # replay from its committed state sees its batches and dropout masks, so a mismatch is scored.
+    replay_scored: bool = False
+    data: str = "easy"  # lesson 2's synthetic images: "hard" where a run would reach 100% on the easy set
+
+    @property
+    def calibration_name(self) -> str:
+        return self.calibration or self.name
+
+
+@dataclass
+class Timing:
+    role: str
+    repeat: int
+    seconds: float
+    samples: int
+    accuracy: float | None = None
+
+
+@dataclass
+class Measurement:
+    """Raw outcome of the protocol; :mod:`grader.scoring.perf` turns it into points and feedback."""
+
+    device: str
+    spec: GradingSpec
+    runs: list[Timing] = field(default_factory=list)
+    chunks: list[tuple[str, int, int, float]] = field(default_factory=list)  # role, run, chunk, s
+    warmup_s: dict = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # any one of these means no points
+    flags: list[str] = field(default_factory=list)  # reported, no effect on points
+    error: WorkerFailed | None = None
+    phases_s: dict = field(default_factory=dict)
+    work_checks: list[dict] = field(default_factory=list)  # grader.timed.replay's figures, per chunk checked
+    # Said only when the accuracy gate passed: a pipeline that trains wrongly also changes its
+    # weights unlike the reference, and the gate's verdict is the explanation a learner can act on.
+    work_problems: list[str] = field(default_factory=list)
+    # After a second look, its runs alone are scored (speed and accuracy): code that behaves one way
+    # in the first look and another in the second gains nothing from the first.
+    scored_from: int = 0
+
+    def pairs(self) -> list[tuple[Timing, Timing]]:
+        a = {t.repeat: t for t in self.runs if t.role == "baseline"}
+        b = {t.repeat: t for t in self.runs if t.role == "learner"}
+        return [(a[r], b[r]) for r in sorted(a) if r in b]
+
+    def speed_ratios(self) -> list[float]:
+        """time_A / time_B for each pair of chunks (same run, same epoch, back to back)."""
+        a = {(r, k): s for role, r, k, s in self.chunks if role == "baseline" and r >= self.scored_from}
+        b = {(r, k): s for role, r, k, s in self.chunks if role == "learner" and r >= self.scored_from}
+        return [a[key] / b[key] for key in sorted(a) if key in b]
+
+    def speedup(self) -> float:
+        ratios = self.speed_ratios()
+        return statistics.median(ratios) if ratios else float("nan")
+
+    def accuracy_diffs_pp(self) -> list[float]:
+        return [100 * (tb.accuracy - ta.accuracy) for ta, tb in self.pairs()
+                if ta.accuracy is not None and tb.accuracy is not None]  # fmt: skip
+
+
+def _private_dir() -> Path:
+    path = Path(tempfile.mkdtemp(prefix="effkit-grader-"))
+    path.chmod(0o700)
+    return path
+
+
+def measure(assignment, cells: list[tuple[str, str]], spec: GradingSpec, device: str,
+            progress=print, correctness=None, second_look=None) -> Measurement:  # fmt: skip
+    """Run the protocol for ``cells`` (name, source) of the learner; see the module docstring.
+
+    ``correctness() -> str`` says why speed cannot count ('' when it can): the caller's correctness
+    checks (:func:`grader.scoring.checks.gate_problem`), run here first, before any timed worker.
+    ``second_look(diffs_pp) -> bool`` (the accuracy gate's ``needs_second_look``) is asked after the
+    first ``repeats`` pairs were evaluated; when it says so, ``repeats`` more paired runs follow on
+    fresh data (``GraderData.add_look``), in the same workers.
+
+    Raises :class:`WorkerFailed` only when the *baseline* fails (the grader could not run);
+    anything the learner's code does wrong ends up in ``Measurement.error`` / ``.problems``.
+    """
+    # The quiz answers have nothing to do with speed: an unanswered quiz (its stub raises) must not
+    # cost the timed grading, so that cell never travels to a timed worker.
+    cells = [(name, source) for name, source in cells if name != QUIZ_CELL]
+    with boosted_self():  # our own work (data, evaluation) at the workers' priority when allowed
+        return _measure(assignment, cells, spec, device, progress, correctness, second_look)
+
+
+def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
+             correctness=None, second_look=None) -> Measurement:  # fmt: skip
+    runtime = assignment.runtime()
+    t_start = _clock()
+    out = Measurement(device=device, spec=spec)
+    # The correctness contract first, out of every timed worker: speed only counts for correct
+    # code, and a verdict computed where learner code runs could be forged.
+    problem = correctness() if correctness is not None else ""
+    out.phases_s["correctness"] = _clock() - t_start
+    if problem:
+        out.problems.append("your code fails the grader's correctness checks, and speed only "
+                            f"counts for correct code: {problem}")  # fmt: skip
+        out.phases_s["total"] = _clock() - t_start
+        return out
+    workdir = _private_dir()
+    inputs = workdir / "inputs"  # GraderData writes the training inputs here (private) ...
+    inputs.mkdir(mode=0o755)
+    reveal = Reveal(inputs, workdir / "exposed")  # ... and workers read what is shown of them here
+    commits = Commits(workdir / "commits")
+    workers: dict[str, Worker] = {}
+    try:
+        for role in ("baseline", "learner"):
+            workers[role] = start_worker(role, workdir, {
+                "assignment_module": assignment.runtime_module, "device": device, "role": role},
+                cpu_cores=spec.cpu_cores if device == "cpu" else None, inputs=reveal.exposed)  # fmt: skip
+        data = runtime.GraderData(workdir, spec, device)  # writes sets while workers import
+        reveal.show_shared(data)  # a run's training set and initial weights: at its first chunk
+        out.phases_s["data"] = _clock() - t_start
+        # Said as each phase ends (seconds since the grading began): a grading stopped from outside
+        # (a lease, a job limit) writes no report, and its log must still say where the time went.
+        progress(f"  {out.phases_s['data']:6.1f} s  the grader's data and initial weights are ready")
+        for w in workers.values():
+            w.expect("ready", spec.startup_timeout_s, "starting up")
+            w.pause()
+        out.phases_s["startup"] = _clock() - t_start
+        progress(f"  {out.phases_s['startup']:6.1f} s  both workers are ready")
+        a, b = workers["baseline"], workers["learner"]
+        plain = []
+        for name, source in cells:  # the worker is plain Python, not IPython: drop magics, say so
+            code, dropped = to_python(source)
+            plain.append((name, code))
+            out.flags += [f"ignored IPython syntax in {name}, {d}" for d in dropped]
+        out.flags += [f"protection unavailable here (timed worker): {u}" for u in b.unavailable or []]
+        b.send(cmd="load", cells=[*assignment.trusted_cells(), *plain], object_name=assignment.object_name)
+        loaded, _ = b.expect("loaded", spec.load_timeout_s, "running your solution cells")
+        b.pause()
+        if loaded["replaced"]:
+            out.flags.append("your code replaced " + ", ".join(loaded["replaced"][:6]) +
+                             " - ignored: the grader's clock and evaluation run in other processes")  # fmt: skip
+        if loaded["reference_reused"]:
+            out.problems.append(loaded["reference_reused"])
+            return out
+        hooks = dict(spec.hooks, epochs=1)
+        limit = spec.startup_timeout_s
+        for w in (a, b):  # warm-up: allocator, thread pools, lazy imports; not scored
+            begin = {"data_dir": _rel(data, data.warmup_dir), "seed": 0, "hooks": hooks,
+                     "profile": spec.profile}  # fmt: skip
+            t_go = w.send(cmd="chunk", begin=begin, part=[0, 1], finish=True)
+            done, t_end = w.expect("done", limit, "the warm-up run")
+            w.pause()
+            out.warmup_s[w.role] = t_end - t_go
+            _collect(out, w.role, done, warmup=True)
+            limit = spec.min_timeout_s + spec.timeout_factor * out.warmup_s["baseline"]
+        # Audit problems do not stop the protocol: the runs and the grader's own evaluation still
+        # happen, so the report shows everything that is wrong (e.g. skipped training AND accuracy).
+        out.phases_s["warmup"] = _clock() - t_start
+        progress(f"  {out.phases_s['warmup']:6.1f} s  warm-up done (baseline {out.warmup_s['baseline']:.1f} s, "
+                 f"yours {out.warmup_s['learner']:.1f} s); now the timed runs")  # fmt: skip
+        _timed_runs(out, a, b, data, spec, progress, range(spec.repeats), reveal, commits)
+        out.phases_s["runs"] = _clock() - t_start
+        _evaluate(out, data, runtime, range(spec.repeats))
+        out.phases_s["evaluation"] = _clock() - t_start
+        diffs = out.accuracy_diffs_pp()
+        if second_look is not None and not out.problems and second_look(diffs):
+            # Below the gate: a second, independent look (fresh data) before any points are lost.
+            progress(f"  your accuracy is {sum(diffs) / len(diffs):+.2f} pp vs the baseline after {spec.repeats} "
+                     f"paired runs, below the gate: {spec.repeats} more on fresh data before deciding")  # fmt: skip
+            more = data.add_look()  # both workers are frozen while the parent writes it
+            reveal.show_shared(data)
+            _timed_runs(out, a, b, data, spec, progress, more, reveal, commits)
+            out.phases_s["second_look_runs"] = _clock() - t_start
+            _evaluate(out, data, runtime, more)
+            out.scored_from = more.start
+            out.phases_s["second_look"] = _clock() - t_start
+        b.close()  # done with learner code: the replays need the baseline worker alone
+        scored = sorted({t.repeat for t in out.runs if t.repeat >= out.scored_from})
+        if scored and not out.problems:
+            out.work_problems = check_work(out, data, commits, a, reveal, spec, scored,
+                                           lambda r: _begin_of(data, spec, r), spec.startup_timeout_s)  # fmt: skip
+            out.phases_s["work_check"] = _clock() - t_start
+            progress(f"  {out.phases_s['work_check']:6.1f} s  the timed chunks' work checked")
+        return out
+    except WorkerFailed as err:
+        if err.role == "baseline":
+            raise  # the grader itself could not run: not the learner's fault, no verdict
+        out.error = err
+        return out
+    finally:
+        for w in workers.values():
+            w.close()
+        out.phases_s["total"] = _clock() - t_start
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _evaluate(out: Measurement, data, runtime, repeats: range) -> None:
+    """The parent's checks of the learner's weights, then its own evaluation of both sides' runs."""
+    out.problems += weights_problems(data, repeats, out.flags)
+    for t in out.runs:
+        if t.repeat not in repeats:
+            continue
+        try:
+            t.accuracy = data.evaluate(data.weights_path(t.role, t.repeat), t.repeat)
+        except runtime.InvalidWeights as err:
+            if t.role == "baseline":
+                raise
+            out.problems.append(f"run {t.repeat + 1}: {err}")
+
+
+def _begin_of(data, spec: GradingSpec, r: int) -> dict:
+    return {"data_dir": _rel(data, data.train_dirs[r]), "seed": data.seeds[r], "profile": spec.profile,
+            "hooks": dict(spec.hooks, epochs=spec.epochs), "init_path": _rel(data, data.init_paths[r])}  # fmt: skip
+
+
+def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec, progress, repeats: range,
+                reveal: Reveal, commits: Commits) -> None:  # fmt: skip
+    """Paired runs ``repeats`` of ``epochs`` epochs, advanced in chunks of 1/``chunks_per_epoch``
+    epoch, interleaved A B B A A B ...
+
+    Chunk ``c`` of run ``r`` is the same work on both sides (the first also builds the recipe, the
+    last also audits and saves); the two sides do it back to back, so load that changes over
+    seconds hits both halves of each pair alike. Run ``r``'s training set and initial weights are
+    shown to the workers just before its first chunk, and every chunk ends with a commit of the
+    training state (:mod:`grader.timed.replay`).
+    """
+    import torch
+
+    parts = spec.chunks_per_epoch
+    seconds: dict[tuple[str, int], float] = {}
+    i = 0
+    for r in repeats:
+        begin = _begin_of(data, spec, r)
+        reveal.show_run(data, r)  # both workers are frozen: from now on, only timed chunks run
+        for c in range(spec.epochs * parts):
+            last = c == spec.epochs * parts - 1
+            for w in ((a, b) if i % 2 == 0 else (b, a)):  # ABBA: linear drift cancels
+                base = [x[3] for x in out.chunks if x[0] == "baseline" and x[2] == c]
+                limit = (spec.startup_timeout_s if not base else
+                         spec.min_timeout_s + spec.timeout_factor * max(base))  # fmt: skip
+                memfd = a.uses_memfd() and b.uses_memfd()  # the same hand-over on both sides
+                t_go = w.send(cmd="chunk", begin=begin if c == 0 else None, part=[c % parts, parts],
+                              finish=last, send_weights="memfd" if memfd else "pipe")  # fmt: skip
+                event, t_end = w.expect("done" if last else "chunk_done", limit,
+                                        f"epoch {c // parts + 1} of run {r + 1}")  # fmt: skip
+                # Through the pipe, on the clock until its last byte: a worker that runs while it
+                # sends could work ahead of its next chunk, unseen. A sealed memfd is copied out
+                # after the event, with the worker frozen. The weights file is written by us alone.
+                blob = w.commit(event, limit, f"sending the weights of run {r + 1}")
+                t_end = t_end if memfd else _clock()
+                try:
+                    state = commits.add(w.role, r, c, blob)
+                except Exception as err:  # noqa: BLE001 - refused by weights_only or its shape
+                    raise WorkerFailed(f"the {w.role} sent a training state the grader cannot read "
+                                       f"({type(err).__name__})", kind="protocol", role=w.role) from err  # fmt: skip
+                if last:
+                    buffer = io.BytesIO()
+                    torch.save(state["model"], buffer)
+                    data.weights_path(w.role, r).write_bytes(buffer.getvalue())
+                w.pause()
+                escaped = b.escaped()
+                if escaped:  # a process nothing stops could steal the core while A is timed
+                    raise WorkerFailed(f"your code left {len(escaped)} process(es) running outside the worker's "
+                                       "process group, where the grader cannot stop them: your code is not timed "
+                                       "(speed check 0)", kind="escaped", role="learner")  # fmt: skip
+                left = b.box.left_session() if w is b else []
+                if left and not any(f.startswith(LEFT_SESSION) for f in out.flags):  # reported, no effect
+                    out.flags.append(f"{LEFT_SESSION} (pids {left[:4]}); it was stopped with your worker "
+                                     "whenever the baseline was timed, and killed with it")  # fmt: skip
+                out.chunks.append((w.role, r, c, t_end - t_go))
+                seconds[w.role, r] = seconds.get((w.role, r), 0.0) + t_end - t_go
+                if last:
+                    _collect(out, w.role, event, warmup=False)
+            i += 1
+        for role in ("baseline", "learner"):
+            out.runs.append(Timing(role, r, seconds[role, r], spec.n_train * spec.epochs))
+            progress(f"  run {r + 1}/{repeats.stop} {role:8s} {seconds[role, r]:6.2f} s")
+
+
+LEFT_SESSION = "your code started a process that left the worker's session"
+
+
+def _rel(data, path: Path) -> str:
+    """``path`` as the worker names it: relative to the inputs folder it sees read-only."""
+    return str(Path(path).relative_to(data.inputs))
+
+
+def _collect(out: Measurement, role: str, done: dict, warmup: bool) -> None:
+    phase = "warm-up" if warmup else "timed run"
+    problems = done.get("audit", {}).get("problems", [])
+    if problems and role == "baseline":  # the reference failed its own audit: a grader bug
+        raise WorkerFailed(f"baseline {phase} failed the audit: {problems}", role="baseline")
+    for problem in problems:
+        text = f"your code ({phase}): {problem}"
+        if text not in out.problems:
+            out.problems.append(text)
+    changed = done.get("replaced") or []
+    if changed and role == "learner":
+        note = ("your code replaced " + ", ".join(changed[:6]) +
+                " - ignored: the grader's clock and evaluation run in other processes")  # fmt: skip
+        if note not in out.flags:
+            out.flags.append(note)
+
+
+def weights_problems(data, repeats: range, flags: list[str] | None = None) -> list[str]:
+    """Parent-side checks of the learner's saved weights before they are evaluated: a plain file
+    (no link: a learner could point it at the baseline's), different from the baseline's weights of
+    the same run, and moved away from the shared initial weights (training happened)."""
+    import torch
+
+    problems, flags = [], flags if flags is not None else []
+    for r in repeats:
+        path = data.weights_path("learner", r)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue  # reported by the evaluation
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            problems.append(f"run {r + 1}: your weights file is a link, not a file the worker wrote: refused")
+            continue
+        try:
+            mine = torch.load(path, map_location="cpu", weights_only=True)
+            base = torch.load(data.weights_path("baseline", r), map_location="cpu", weights_only=True)
+            init = torch.load(data.init_paths[r], map_location="cpu", weights_only=True)
+        except Exception:  # noqa: BLE001 - unreadable weights are reported by the evaluation
+            continue
+        floats = [k for k, v in mine.items() if torch.is_tensor(v) and v.is_floating_point()]
+        if floats and all(k in base and torch.equal(mine[k], base[k]) for k in floats):
+            # A flag, not a refusal: a pipeline that feeds exactly the baseline's batches (the naive
+            # one, or it with more workers) legitimately trains bit-identical weights.
+            flags.append(f"run {r + 1}: your weights are bit-identical to the baseline's (same batches, same "
+                         "seed?) - reported, not penalised")  # fmt: skip
+        elif any(k in init for k in floats) and all(torch.equal(mine[k], init[k]) for k in floats if k in init):
+            problems.append(f"run {r + 1}: your weights never moved from the initial weights: no training happened")
+    return problems

@@ -1,0 +1,179 @@
+"""Proof that the timed chunks did the training: reveal on the clock, commits, replays.
+
+**What it does.** A timed worker could otherwise train where nothing is timed (at load, in the
+unscored warm-up) and make its timed steps do nothing, since the trainer whose speed is measured
+lives in its process. Three pieces tie the weights it returns to work done inside its timed chunks,
+from this grading's initial weights (the idea of Jia et al., "Proof-of-Learning", S&P 2021):
+
+1. `Reveal`: the workers see a run's training set and initial weights only when that run's first
+   chunk starts (hard links from the parent's private ``inputs/`` into the ``exposed/`` folder they
+   read, made while both are frozen). Frozen between chunks, no worker can work on them off the clock.
+2. `Commits`: both workers send their training state (model and optimizer state, raw
+   ``torch.save`` bytes, loaded with ``weights_only=True``) at the end of every timed chunk; the
+   chunk's clock stops when the last byte has arrived (the sending worker runs meanwhile, so the
+   transfer must be timed work): the same cost on both sides.
+3. `check_work`: the parent compares each learner chunk's weight update with the baseline's update
+   of the same chunk (its size, every chunk; its direction too for the first chunk, where both start
+   from the same weights), then draws chunks after the fact (``SystemRandom``) and has the baseline
+   worker, where no learner code ever ran, replay them from the learner's committed start state on
+   that run's data through the reference path, from the very batch where the chunk started; the
+   learner's update should point the same way and be about as large.
+
+**Limits (measured margins in grader/README.md).** The replay is statistical (other batches, other
+order), so a chunk forged to look like a plausible update passes unless it is drawn; the median chunk
+ratio only rises when most chunks are forged, and then a draw finds one. Learner chunks that move
+work between them fail the size check on every chunk.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+
+import torch
+
+from grader.sandbox.commit import load_state
+
+# Bounds, calibrated on honest and forged gradings (grader/README.md "timed work" row; figures in
+# benchmarks/results/lesson2-work-check-30-xeon-amx-2c.json). Honest chunk-0 cosines vary with the two
+# pipelines' batches (0.25-0.57 in 60 runs here, 0.20 once in CI); weights from anywhere else are
+# unrelated to this grading's init and sit at the random-direction null (|cos| ~ 1/sqrt(parameters):
+# 0.002 for lesson 2's net; the forgery 0.00-0.01). A chunk's size varies most at the end of the
+# schedule, where the update is mostly noise (last chunk 0.37-1.74x, log-sd 0.32: a 0.2 floor is
+# 4.8 sd away); a chunk whose steps were moved elsewhere is near 0, the forgery 9.6-9.8x.
+SIZE_BAND = (0.2, 5.0)  # learner update norm / baseline update norm, same chunk, every chunk
+MIN_COSINE_FIRST = 0.1  # chunk 0: cosine of the learner's update with the baseline's
+MIN_COSINE = 0.5  # a replayed chunk: cosine of the learner's update with the replay's
+REPLAYS_PER_RUN = 2  # chunks drawn per scored run (among chunks 1..K-1; chunk 0 needs no replay)
+
+
+class Reveal:
+    """What the workers may read: ``exposed`` mirrors ``inputs`` by hard links, item by item."""
+
+    def __init__(self, inputs: Path, exposed: Path):
+        self.inputs, self.exposed = Path(inputs), Path(exposed)
+        self.exposed.mkdir(mode=0o755, exist_ok=True)
+
+    def show(self, src: Path) -> None:
+        dst = self.exposed / Path(src).relative_to(self.inputs)
+        if dst.exists() and not src.is_dir():
+            return
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():  # a folder shown before may have grown (lesson 3's caches): add what is new
+            shutil.copytree(src, dst, copy_function=lambda a, b: os.path.exists(b) or os.link(a, b),
+                            dirs_exist_ok=True)  # fmt: skip
+        else:
+            os.link(src, dst)
+        for p in [dst, *dst.rglob("*")] if dst.is_dir() else [dst]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        self.exposed.chmod(0o755)
+
+    def show_shared(self, data) -> None:
+        """Everything but the runs' training sets and initial weights (warm-up set, caches)."""
+        held = {Path(p) for p in (*data.train_dirs, *data.init_paths)}
+        for p in sorted(self.inputs.iterdir()):
+            if p not in held:
+                self.show(p)
+
+    def show_run(self, data, r: int) -> None:
+        self.show(Path(data.train_dirs[r]))
+        self.show(Path(data.init_paths[r]))
+
+
+class Commits:
+    """The committed states of one grading, on the parent's private disk (they can be large)."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.folder.mkdir(mode=0o700, exist_ok=True)
+
+    def path(self, role: str, r: int, c: int) -> Path:
+        return self.folder / f"{role}-{r}-{c}.pt"
+
+    def add(self, role: str, r: int, c: int, blob: bytes) -> dict:
+        state = load_state(blob)  # refused here, before anything else reads it
+        self.path(role, r, c).write_bytes(blob)
+        return state
+
+    def state(self, role: str, r: int, c: int) -> dict:
+        return load_state(self.path(role, r, c))
+
+
+def update(start: dict, end: dict) -> torch.Tensor:
+    """The flat change of the trained parameters (floats; not BatchNorm's running statistics)."""
+    keys = [k for k, v in start.items() if v.is_floating_point() and "running_" not in k]
+    if any(k not in end or end[k].shape != start[k].shape for k in keys):
+        raise ValueError("the committed weights do not fit the model")
+    return torch.cat([(end[k].double() - start[k].double()).reshape(-1) for k in keys])
+
+
+def untouched(start: dict, mine: dict, ref_start: dict, ref: dict) -> list[str]:
+    """Trained tensors the baseline's chunk changed and the learner's left exactly as they were
+    (frozen layers make a step cheaper; honest training never leaves a whole trained tensor still)."""
+    return [k for k, v in start.items() if v.is_floating_point() and "running_" not in k and k in mine
+            and torch.equal(mine[k], v) and not torch.equal(ref[k], ref_start[k])]  # fmt: skip
+
+
+def compare(mine: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """(cosine, norm ratio) of the learner's update against a reference update."""
+    n_mine, n_ref = float(mine.norm()), float(ref.norm())
+    if n_ref == 0:
+        return float("nan"), float("inf")
+    cos = float(mine @ ref) / (n_mine * n_ref) if n_mine > 0 else 0.0
+    return cos, n_mine / n_ref
+
+
+def _start(commits: Commits, data, role: str, r: int, c: int) -> dict:
+    if c == 0:
+        return torch.load(data.init_paths[r], map_location="cpu", weights_only=True)
+    return commits.state(role, r, c - 1)["model"]
+
+
+def check_work(out, data, commits: Commits, baseline, reveal: Reveal, spec, runs: list[int],
+               begin_of, timeout_s: float) -> list[str]:  # fmt: skip
+    """Problems for ``runs`` (their chunks all committed); every figure lands in ``out.work_checks``."""
+    problems, draw = [], random.SystemRandom()
+    k_chunks = spec.epochs * spec.chunks_per_epoch
+    for r in runs:
+        bad = []
+        for c in range(k_chunks):  # every chunk: about as much change as the baseline's chunk
+            start, end = _start(commits, data, "learner", r, c), commits.state("learner", r, c)["model"]
+            ref_start, ref_end = _start(commits, data, "baseline", r, c), commits.state("baseline", r, c)["model"]
+            cos, ratio = compare(update(start, end), update(ref_start, ref_end))
+            still = untouched(start, end, ref_start, ref_end)
+            out.work_checks.append({"run": r, "chunk": c, "against": "baseline", "cosine": cos, "ratio": ratio,
+                                    "untouched": len(still)})  # fmt: skip
+            if still and not any(f"run {r + 1}," in p and "unchanged" in p for p in problems):  # once a run
+                problems.append(f"run {r + 1}, timed chunk {c + 1}: your training left {len(still)} tensor(s) the "
+                                f"baseline trained exactly unchanged ({', '.join(still[:3])}): a step that skips "
+                                "part of the model is not the recipe's step, so your speed cannot be credited")  # fmt: skip
+            if not SIZE_BAND[0] <= ratio <= SIZE_BAND[1] or (c == 0 and not cos >= MIN_COSINE_FIRST):
+                bad.append((c, "the baseline's", cos, ratio))
+        for c in sorted(draw.sample(range(1, k_chunks), min(REPLAYS_PER_RUN, k_chunks - 1))):
+            start = commits.path("learner", r, c - 1)
+            name = f"replay-{r}-{c}.pt"
+            shutil.copyfile(start, reveal.exposed / name)
+            (reveal.exposed / name).chmod(0o644)
+            baseline.send(cmd="replay", begin=dict(begin_of(r), init_path=name), chunk=c,
+                          parts=spec.chunks_per_epoch)  # fmt: skip
+            event, _ = baseline.expect("replayed", timeout_s, f"replaying chunk {c + 1} of run {r + 1}")
+            end = load_state(baseline.blob(event.get("nbytes"), timeout_s, "the replayed weights"))["model"]
+            baseline.pause()
+            (reveal.exposed / name).unlink()
+            start_model = commits.state("learner", r, c - 1)["model"]
+            cos, ratio = compare(update(start_model, commits.state("learner", r, c)["model"]), update(start_model, end))
+            out.work_checks.append({"run": r, "chunk": c, "against": "replay", "cosine": cos, "ratio": ratio})
+            if cos >= MIN_COSINE and SIZE_BAND[0] <= ratio <= SIZE_BAND[1]:
+                continue
+            if spec.replay_scored:  # the learner trains the reference's own stream: the replay is exact
+                bad.append((c, "the grader's replay of it", cos, ratio))
+            else:  # its own pipeline (lesson 2): other batches, so a replay is only statistical
+                out.flags.append(f"run {r + 1}, timed chunk {c + 1}: your weights changed unlike the grader's replay "
+                                 f"of it (direction {cos:+.2f}, size x{ratio:.2f}); reported, no effect on points")  # fmt: skip
+        for c, what, cos, ratio in bad[:2]:
+            problems.append(f"run {r + 1}, timed chunk {c + 1}: your weights changed unlike {what} (direction "
+                            f"{cos:+.2f}, size x{ratio:.2f}): the training that produced them was not done "
+                            "inside the timed chunks, so your speed cannot be credited")  # fmt: skip
+    return problems

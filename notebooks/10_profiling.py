@@ -198,7 +198,7 @@ lesson.check_guess(GUESS_PROFILER_SLOWDOWN, 1 / overhead_ab.ratio, "slowdown und
 # figures and, when they pass its threshold, names a bottleneck with its evidence, the share of the
 # step its fix may save (an upper bound) and the lesson that teaches the fix; the findings are
 # ranked by that share. The rules, calibrated on planted bottlenecks (`python -m effkit.doctor
-# --validate`, table in the README):
+# --validate`, table in `benchmarks/results/README.md`):
 #
 # | finding | evidence | fix (lesson) |
 # | --- | --- | --- |
@@ -350,6 +350,6 @@ for name, p in recipes.items():
 #
 # * Run `python -m effkit.doctor cifar:naive cifar:optimized --json profiles.json` and read the JSON.
 # * Plant a pair (`planted_step(("padding", "optimizer"))`) and check the ranking against the
-#   README's validation table.
+#   validation table in `benchmarks/results/README.md`.
 # * On a GPU: the same doctor with CUDA activity recorded, and the memory snapshot of lesson 5's
 #   checkpointed model.

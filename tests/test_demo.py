@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.cli.demo import grade_one, summary
+from grader.cli.demo import clip, grade_one, grading_jobs, lesson_order, progress_line, summary
 from grader.common import course
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,6 +47,47 @@ def test_the_table_says_what_each_figure_counts_and_flags_whole_runs_that_disagr
     text = summary({"cifar": r}, [])
     assert "WARNING: whole-run throughput ratio" in text and "time-to-target is confounded" in text
     assert any("WARNING" in line for line in bench.counted(r))
+
+
+def test_a_smoke_table_says_it_is_a_benchmark_not_a_grading():
+    """The smoke profile's BERT Δacc (e.g. -2.20 pp on 500 synthetic rows) sat beside a README that
+    promises ±0.5 pp: the table must say that gate is for gradings, and say it only for smoke rows."""
+    results = {w: json.loads((ROOT / "benchmarks" / "results" / f"{w}-smoke-epyc-2c.json").read_text())
+               for w in ("bert", "cifar")}
+    text = summary(results, [])
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("smoke profile")]
+    assert "bert, cifar" in line and "not a grading" in line and "±0.5 pp" in line
+    assert "bert 500" in line and "cifar 1000" in line, line
+    results["bert"]["profile"] = "cpu"
+    (line,) = [ln for ln in summary(results, []).splitlines() if ln.startswith("smoke profile")]
+    assert "(cifar)" in line
+    results["cifar"]["profile"] = "gpu"
+    assert "not a grading" not in summary(results, [])
+
+
+def test_notes_are_cut_at_a_word_boundary_with_an_ellipsis():
+    error = "NotImplementedError: write the\n  optimized pipeline in the cell above, then rerun every cell " * 3
+    note = clip("test_throughput: " + error, 60)
+    assert len(note) <= 60 and note.endswith("…") and "\n" not in note and "  " not in note
+    assert ("test_throughput: " + " ".join(error.split())).startswith(note[:-1])
+    assert note[:-1].split()[-1] in error.split()  # a whole word before the ellipsis
+    assert clip("short note", 60) == "short note"
+    assert clip("x" * 80, 60) == "x" * 59 + "…"  # one long word: cut where it must
+
+
+def test_lessons_are_graded_and_listed_in_numeric_order():
+    assert sorted(["lesson10", "lesson2", "lesson1", "lesson13"], key=lesson_order) == \
+        ["lesson1", "lesson2", "lesson10", "lesson13"]
+    ids = [aid for aid, _kind, _path in grading_jobs()]
+    numbers = [int(aid.removeprefix("lesson")) for aid in ids]
+    assert numbers == sorted(numbers) and numbers[0] == 1 and numbers[-1] >= 10, ids
+    assert [kind for aid, kind, _ in grading_jobs() if aid == "lesson2"] == ["reference", "untouched"]
+
+
+def test_progress_line_estimates_the_time_left_from_the_notebooks_done():
+    assert progress_line(0, 26, 0.0, "lesson1 reference") == "grading 1/26: lesson1 reference"
+    assert progress_line(10, 26, 600.0, "lesson6 reference") == "grading 11/26: lesson6 reference (~16 min left)"
+    assert progress_line(25, 26, 1200.0, "lesson13 untouched").endswith("(under a minute left)")
 
 
 @pytest.mark.slow

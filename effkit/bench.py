@@ -39,7 +39,9 @@ import torch  # noqa: E402
 
 from effkit import workloads  # noqa: E402
 from effkit.abtest import ABResult, median_ci, median_ci_coverage, verdict  # noqa: E402
+from effkit.amp import cpu_features  # noqa: E402
 from effkit.measure import device_name, sync  # noqa: E402
+from effkit.workloads.bert import peer  # noqa: E402
 from effkit.workloads.common import train_to_target  # noqa: E402
 
 # The figure a practitioner quotes, per workload. CIFAR's two recipes are different networks, so
@@ -389,8 +391,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.against:
             if args.workload != "bert":
                 raise ValueError("--against hf-trainer compares BERT recipes only")
-            from effkit.workloads.bert import peer
-
             peer.run(args.profile, args.data, args.out, device=args.device, seed=args.seed,
                      pairs=args.pairs, progress=not args.quiet,
                      hooks={**model_hooks, **({"compile": True} if args.compile else {})},
@@ -407,8 +407,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _cpu_features() -> dict:
     """The CPU's vector ISA and bf16 units (recorded with every result: CPU figures depend on them)."""
-    from effkit.amp import cpu_features
-
     return cpu_features()
 
 

@@ -42,6 +42,7 @@ import time
 import torch
 from torch import nn
 
+from effkit import workloads
 from effkit.amp import choose_precision, cpu_native_bf16
 from effkit.profiling import TrainStep, profile_training
 
@@ -186,9 +187,7 @@ def planted_step(plants: tuple[str, ...] | list[str] = (), seed: int = 0) -> Tra
 
 def cifar_step(recipe: str, seed: int = 0) -> TrainStep:
     """A course CIFAR recipe (smoke profile) as a TrainStep: its batches, loss, optimizer, schedule."""
-    from effkit.workloads import cifar
-
-    t = cifar.build(recipe, "smoke", device="cpu", seed=seed)
+    t = workloads.get("cifar").build(recipe, "smoke", device="cpu", seed=seed)
     if hasattr(t, "_init_whitening"):
         t._init_whitening()
 
@@ -204,9 +203,7 @@ def cifar_step(recipe: str, seed: int = 0) -> TrainStep:
 def bert_step(recipe: str, seed: int = 0) -> TrainStep:
     """A course BERT recipe (smoke profile) as a TrainStep: its loader, forward, optimizer, schedule and
     the padded share of each batch (the naive recipe pads every row to ``max_length``)."""
-    from effkit.workloads import bert
-
-    t = bert.build(recipe, "smoke", device="cpu", seed=seed, **({"precision": cpu_mode()} if recipe == "optimized" else {}))
+    t = workloads.get("bert").build(recipe, "smoke", device="cpu", seed=seed, **({"precision": cpu_mode()} if recipe == "optimized" else {}))
 
     def loss(b):
         with t.policy.autocast():
@@ -247,49 +244,3 @@ def profile_named(name: str, seed: int = 0, **kw) -> dict:
         torch.set_num_threads(threads)
     raise ValueError(f"unknown workload {name!r}: use cifar:naive, cifar:optimized, bert:naive, bert:optimized "
                      "or plant:<a>+<b>")  # fmt: skip
-
-
-def validate(quick: bool = False) -> dict:
-    """Planted versus diagnosed: each plant alone, the clean step, then (unless ``quick``) pairs and
-    the optimized CIFAR recipe. A case is right when the doctor's first finding is one of the plants
-    (or "none" when nothing was planted); ``found_all`` also asks every plant to be found."""
-    from effkit.doctor import diagnose
-
-    cases = [("plant:clean", ())] + [(f"plant:{p}", (p,)) for p in plants_here()]
-    if not quick:
-        # the course's own recipes: optimized ones must be clean; naive BERT pads every row to 128
-        # tokens (lesson 7's fix), its one pathology on a CPU without bf16 units
-        cases += [(f"plant:{a}+{b}", (a, b)) for a, b in PAIRS] + [("cifar:optimized", ()), ("bert:naive", ("padding",)),
-                                                                   ("bert:optimized", ())]  # fmt: skip
-    rows = []
-    for name, planted in cases:
-        profile = profile_named(name)
-        findings = diagnose(profile)
-        labels = [f.label for f in findings]
-        expected = set(planted) or {"none"}
-        rows.append({"case": name, "planted": sorted(expected), "first": labels[0], "all": labels,
-                     "right": labels[0] in expected, "found_all": expected <= set(labels),
-                     "step_ms": round(profile["step_ms_unprofiled"], 2)})  # fmt: skip
-    return {"rows": rows, "correct": sum(r["right"] for r in rows), "total": len(rows),
-            "found_all": sum(r["found_all"] for r in rows)}  # fmt: skip
-
-
-def format_table(table: dict) -> str:
-    """The confusion table (planted rows x first-finding columns) and the per-case list, as Markdown."""
-    labels = sorted({x for r in table["rows"] for x in r["planted"] + [r["first"]]})
-    counts: dict[tuple[str, str], int] = {}
-    for r in table["rows"]:
-        key = ("+".join(r["planted"]), r["first"])
-        counts[key] = counts.get(key, 0) + 1
-    planted = list(dict.fromkeys("+".join(r["planted"]) for r in table["rows"]))
-    lines = ["| planted \\ first finding | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
-    for p in planted:
-        lines.append(f"| {p} | " + " | ".join(str(counts.get((p, c), "")) for c in labels) + " |")
-    lines += ["", "| case | step ms (unprofiled) | findings, ranked | first right | all planted found |",
-              "|---|---|---|---|---|"]  # fmt: skip
-    for r in table["rows"]:
-        lines.append(f"| {r['case']} | {r['step_ms']} | {', '.join(r['all'])} | {'yes' if r['right'] else 'NO'} | "
-                     f"{'yes' if r['found_all'] else 'no'} |")  # fmt: skip
-    lines.append(f"\nfirst finding right in {table['correct']} of {table['total']} cases; every plant found in "
-                 f"{table['found_all']} of {table['total']}")  # fmt: skip
-    return "\n".join(lines)

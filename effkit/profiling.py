@@ -33,6 +33,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from effkit.amp import cpu_native_bf16, cuda_native_bf16
+
 
 @dataclass
 class ProfileResult:
@@ -184,8 +186,6 @@ def profile_training(step: TrainStep, *, wait: int = 1, warmup: int = 2, active:
     settings, the padding share, memory.
     """
     import time
-
-    from effkit.amp import cpu_native_bf16, cuda_native_bf16
 
     for _ in range(2):  # one-off costs (allocator, lazy init) out of the unprofiled timing
         step.run()

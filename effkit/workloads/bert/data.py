@@ -31,6 +31,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from effkit.workloads.bert.split import split_by_sentence
+
 SPLITS = ("train", "dev", "test")
 HEADER = "sentence\tlabel"
 GET_DATA_HINT = (
@@ -171,8 +173,6 @@ def download_sst2_from_hub(dest: str | Path, seed: int = 0) -> Path:
 
 
 def _write_leak_free(glue_train, glue_dev, dest: Path, seed: int) -> Path:
-    from effkit.workloads.bert.split import split_by_sentence
-
     train, dev = split_by_sentence(glue_train, 0.1, seed)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".sst2-", dir=dest.parent))

@@ -36,6 +36,8 @@ import torch
 
 from effkit.abtest import ABResult, median_ci, median_ci_coverage, verdict
 from effkit.measure import device_name, sync
+from effkit.workloads import bert
+from effkit.workloads.common import train_to_target
 
 
 class _CountingCollator:
@@ -110,9 +112,6 @@ def run(profile: str, data: str | None, out: Path, *, device=None, seed: int = 0
         pairs: int = 9, progress: bool = True, hooks: dict | None = None, full_run: bool = True) -> dict:
     """Interleaved throughput A/B and full runs; ``hooks`` change the optimized recipe only
     (e.g. ``{"compile": True}`` for an ablation row)."""
-    from effkit.workloads import bert
-    from effkit.workloads.common import train_to_target
-
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     name = device_name(device)
     data_dir = bert.prepare_data(profile, data)

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from effkit.amp import AmpPolicy, choose_precision
+from effkit.measure import train_flops
 from effkit.schedules import one_cycle, scale_lr
 from effkit.seed import seed_everything
 from effkit.workloads.bert import batching
@@ -173,8 +174,6 @@ def _bucketed_stream(corpus, batch_size: int, seed: int, pin: bool) -> Iterator[
 
 
 def _train_flops_per_sample(model, length: int, vocab: int, device, policy: AmpPolicy) -> float:
-    from effkit.measure import train_flops
-
     ids = torch.randint(5, vocab, (2, length), device=device)
     batch = {
         "input_ids": ids,

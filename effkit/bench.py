@@ -25,9 +25,9 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
+from itertools import islice
 from pathlib import Path
 
 # OpenMP threads that spin at barriers collapse when another process takes one of their cores: on
@@ -38,7 +38,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 from effkit import workloads  # noqa: E402
-from effkit.abtest import ABResult, median_ci, median_ci_coverage, verdict  # noqa: E402
+from effkit.abtest import ABResult, ab_result, speed_pairs, verdict  # noqa: E402
 from effkit.amp import cpu_features  # noqa: E402
 from effkit.measure import device_name, sync  # noqa: E402
 from effkit.workloads.bert import peer  # noqa: E402
@@ -82,42 +82,21 @@ def interleave(a, b, device, *, warmup: int = 2, pairs: int = DEFAULT_PAIRS,
 
     Each is a pair (trainer, burst): the trainer is resumed untimed before its burst and paused
     after it, so only one recipe's processes run at a time. ``warmup`` rounds are discarded.
+    ``progress(pair, ratio)`` gets each pair's own ratio.
     """
     start = time.perf_counter()
-
-    def timed(side) -> float:
-        trainer, burst = side
-        _resume(trainer)
-        sync(device)
-        t0 = time.perf_counter()
-        samples = burst()
-        sync(device)
-        seconds = time.perf_counter() - t0
-        _pause(trainer)
-        return samples / seconds
-
+    trainers = {"a": a[0], "b": b[0]}
     _pause(a[0])
     _pause(b[0])
-    for _ in range(warmup):
-        timed(a), timed(b)
-    a_speeds, b_speeds, ratios = [], [], []
-    for i in range(pairs):
-        if i % 2 == 0:
-            sa = timed(a)
-            sb = timed(b)
-        else:
-            sb = timed(b)
-            sa = timed(a)
+    speeds = speed_pairs(a[1], b[1], device=device, warmup=warmup,
+                         before=lambda side: _resume(trainers[side]), after=lambda side: _pause(trainers[side]))
+    a_speeds, b_speeds = [], []
+    for i, (sa, sb) in enumerate(islice(speeds, pairs)):
         a_speeds.append(sa)
         b_speeds.append(sb)
-        ratios.append(sb / sa)
         if progress is not None:
-            progress(i + 1, ratios[-1])
-    lo, hi = median_ci(ratios, confidence)
-    return ABResult(ratio=statistics.median(ratios), ci_low=lo, ci_high=hi, confidence=confidence, pairs=len(ratios),
-                    a_speeds=a_speeds, b_speeds=b_speeds, ratios=ratios,
-                    seconds=time.perf_counter() - start,
-                    coverage=median_ci_coverage(len(ratios), confidence))
+            progress(i + 1, sb / sa)
+    return ab_result(a_speeds, b_speeds, confidence, seconds=time.perf_counter() - start)
 
 
 def measure_throughput(mod, profile, data, device, seed, burst_s, pairs, progress,

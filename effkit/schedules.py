@@ -18,6 +18,7 @@ Schedulers here step once per *optimizer* step, not per epoch or per micro-batch
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
@@ -42,31 +43,29 @@ def _check(total_steps: int, warmup_steps: int) -> None:
         raise ValueError(f"warmup_steps must be in [0, {total_steps}], got {warmup_steps}")
 
 
-def warmup_cosine(
-    optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int, final_ratio: float = 0.0
-) -> LambdaLR:
-    """Linear warm-up to the optimizer's LR, then cosine decay to ``final_ratio`` of it."""
+def _warmup_then(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int,
+                 decay: Callable[[float], float]) -> LambdaLR:
+    """Linear warm-up, then ``decay(progress)`` with progress going 0 -> 1 over the remaining steps."""
     _check(total_steps, warmup_steps)
 
     def factor(step: int) -> float:
         if step < warmup_steps:
             return (step + 1) / warmup_steps
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        return final_ratio + (1 - final_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        return decay(min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps)))
 
     return LambdaLR(optimizer, factor)
+
+
+def warmup_cosine(
+    optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int, final_ratio: float = 0.0
+) -> LambdaLR:
+    """Linear warm-up to the optimizer's LR, then cosine decay to ``final_ratio`` of it."""
+    return _warmup_then(optimizer, total_steps, warmup_steps,
+                        lambda progress: final_ratio + (1 - final_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def one_cycle(
     optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int, final_ratio: float = 0.0
 ) -> LambdaLR:
     """Linear warm-up then a linear ramp down to ``final_ratio`` (the airbench-style triangle)."""
-    _check(total_steps, warmup_steps)
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        return 1.0 - (1.0 - final_ratio) * progress
-
-    return LambdaLR(optimizer, factor)
+    return _warmup_then(optimizer, total_steps, warmup_steps, lambda progress: 1.0 - (1.0 - final_ratio) * progress)

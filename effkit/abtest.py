@@ -1,20 +1,8 @@
 """Robust A/B timing: warm-up, interleaved repeats, median ratio with a confidence interval.
 
-**What it does.** `compare(a, b)` times two callables on the same machine in alternating order
-(ABBA...), so slow drift — thermal throttling, a neighbour's job, frequency scaling — hits both
-equally. Each call may return the amount of work it did (samples); speed is work per second. The
-result is the *median* of the per-pair speed ratios B/A, with a distribution-free confidence
-interval for that median from order statistics, and the spread.
-
-**When to use it.** Every "X is N times faster" claim in this course: benchmarks, lessons and the
-grader's speed check all go through here.
-
-**Expected gain.** Honest numbers. On a noisy 2-core machine single timings vary by 20% or more;
-the median of interleaved pairs is stable to a few percent.
-
-**Pitfalls.** Each call must be long enough (≥ ~50 ms) to dwarf timer and sync overhead, and must
-synchronise the device itself or be given ``device=`` so we do. The first calls pay for warm-up
-(allocation, autotuning, compilation): they are run and discarded.
+`compare(a, b)` runs two callables in ABBA order so drift hits both alike, and reports the median of the
+per-pair speed ratios B/A with an order-statistic interval and its real coverage; `verdict` says only what
+that interval supports. Each call should last >= ~50 ms and synchronise its device (or pass ``device=``).
 """
 
 from __future__ import annotations

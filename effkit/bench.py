@@ -3,20 +3,9 @@
     python -m effkit.bench {cifar,bert} --profile {smoke,cpu,gpu} [--data DIR] --out DIR
     python -m effkit.bench bert --against hf-trainer --profile cpu --data DIR --out DIR
 
-1. Throughput: both recipes train in bursts of about ``--burst`` seconds after two warm-up
-   rounds, interleaved ABBA; the recipe not being timed is paused (its DataLoader workers shut
-   down, so they cannot prefetch on the cores the other one is timed on) and resumed untimed. The
-   speedup is the median of per-pair throughput ratios, with an order-statistic interval whose
-   real coverage is reported (``effkit.abtest.median_ci_coverage``) and the spread.
-2. Time-to-target and accuracy: each recipe then trains its whole schedule from scratch (the
-   optimized one does not stop at the target here, so the accuracy delta compares finished
-   recipes), evaluated on held-out data; every evaluation pass is on the clock (TTA included).
-3. Writes ``result.json``, ``throughput.png`` and ``accuracy_vs_time.png`` to ``--out``, and prints
-   a table whose first line is the workload's headline (``HEADLINE``). Every figure is tagged with
-   the device it was measured on.
-
-``--against hf-trainer`` (BERT) compares the optimized recipe with the Hugging Face ``Trainer``
-switched to its own efficiency options instead: see :mod:`effkit.workloads.bert.peer`.
+Throughput: interleaved ABBA bursts after warm-up, the idle recipe paused (its workers off); then each recipe's
+whole run from scratch for time to target and accuracy, evaluations on the clock. Writes ``result.json`` and
+two plots to ``--out`` and prints a table led by the workload's headline; every figure names its device.
 """
 
 from __future__ import annotations
@@ -30,9 +19,8 @@ import time
 from itertools import islice
 from pathlib import Path
 
-# OpenMP threads that spin at barriers collapse when another process takes one of their cores: on
-# the 2-core course machine with 3-4 other jobs, a CPU training step ran ~3x slower with libgomp's
-# default policy than with PASSIVE. Set before torch loads libgomp; an explicit setting wins.
+# OpenMP threads that spin at barriers collapse when another process takes one of their cores (a shared
+# machine): PASSIVE waits instead. Set before torch loads libgomp; an explicit setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402

@@ -1,29 +1,10 @@
 """The bottleneck doctor: profile a few training steps, then name the next bottleneck with evidence.
 
-**What it does.** :func:`effkit.profiling.profile_training` runs a :class:`~effkit.profiling.TrainStep`
-under ``torch.profiler`` (wait / warm-up / active schedule, one ``record_function`` range per part:
-data, forward, backward, optimizer, other) and returns *plain data* (a JSON dict). :func:`diagnose`
-is a pure function of that dict: each rule below looks at measured figures, and every finding
-carries its evidence, the share of the step its fix may save, the fix and the lesson that teaches
-it. Findings are ranked by that share; when none passes its threshold the answer is
-"no clear bottleneck". ``python -m effkit.doctor cifar:naive`` runs it on a course recipe;
-``--validate`` plants pathologies and prints the confusion table (:mod:`effkit.doctor_plants`).
-
-**When to use it.** After a first measurement says a run is slower than it should be, before
-changing anything: fix the first finding, measure again (the next bottleneck moves).
-
-**Expected gain.** Each finding states its own (an upper bound from the profile).
-
-**Pitfalls.** The profiler adds overhead per operator: shares are taken *within* the profiled step,
-where ranges of many small operators grow more than ranges of a few big ones (read shares as
-approximate), and ``step_ms_unprofiled`` is the number to quote. On a CPU a sync
-costs almost nothing (nothing runs asynchronously); it is flagged by count, since the same code on
-a GPU stalls the launch queue at each one. Likewise a per-tensor optimizer loop is flagged by its
-operator count (with a floor on its time share): what ``foreach`` saves on a CPU varies with tensor sizes
-(from nothing to ~2x in a quick test on this busy 2-core machine), while on a GPU every operator is a launch. fp32 is flagged only where the hardware has bf16 units.
-The overhead rule reads microseconds per call, which depend on the host: its 40 us line sits between the
-overhead plant's calls on a 2-core EPYC (26-28 us, quiet) and the clean step's on an AMX Xeon (51-62 us),
-and a shared core inflates them. Profile on a quiet core; a "none" under load is not evidence.
+`diagnose` is a pure function of :func:`effkit.profiling.profile_training`'s plain data: each rule reads
+measured figures and every finding carries its evidence, the share of the step its fix may save, the fix and
+its lesson. ``python -m effkit.doctor cifar:naive`` profiles a course recipe; ``--validate`` plants
+bottlenecks (:mod:`effkit.doctor_plants`) and prints the confusion table. Profile on a quiet core: per-call
+times depend on the host, and a "none" under load is not evidence.
 """
 
 from __future__ import annotations

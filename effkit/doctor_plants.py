@@ -1,34 +1,9 @@
 """Planted bottlenecks for the doctor: a small text classifier whose step can be broken on purpose.
 
-**What it does.** :func:`planted_step` builds a :class:`~effkit.profiling.TrainStep` for a small
-token classifier (embedding, residual MLP blocks with LayerNorm, masked mean pooling; foreach Adam;
-pre-tokenised batches sliced from memory: on this CPU it is compute-bound) and plants any of:
-
-* ``data``: tokenises raw text in Python, sample by sample, in the step (the whole document, then
-  truncates);
-* ``sync``: a NaN check per block (``bool(torch.isfinite(h).all())``) and ``loss.item()`` per step;
-* ``overhead``: batch 2 instead of 32, so every operator is tiny;
-* ``padding``: random lengths padded to the maximum instead of full-length sequences;
-* ``optimizer``: Adam with ``foreach=False`` (a Python loop over the parameter tensors);
-* ``precision`` (only where bf16 units make this step faster, measured: :func:`plants_here`): float32 where
-  the native-precision policy runs bf16 autocast.
-
-The clean step runs in the precision :func:`effkit.amp.choose_precision` picks for this CPU (bf16 autocast on AMX or
-AVX512-BF16, else fp32), as every course recipe does: on a bf16 CPU an fp32 "clean" step is itself a bottleneck (the
-doctor said "precision" first on it, and bf16 made it 1.14-1.22x faster on an AVX512-BF16 EPYC, one thread).
-
-:func:`validate` profiles each plant alone, pairs of them, the clean step and the course's optimized
-CIFAR and BERT recipes and the naive BERT one (whose padding to 128 tokens is known), and tabulates
-planted versus the doctor's first finding; :func:`profile_named` profiles ``cifar:<recipe>`` /
-``bert:<recipe>`` (smoke profile) or ``plant:<a>+<b>``.
-
-**When to use it.** ``python -m effkit.doctor --validate``; the lesson and the grader use the same plants.
-
-**Expected gain.** Evidence that the doctor's rules name what was planted, on this machine.
-
-**Pitfalls.** One thread for everything (the machine is shared): figures are per-thread.
-``precision`` cannot be planted on a CPU without bf16 units (fp32 is the right choice there) and ``memory`` needs a
-memory limit; there their rules are tested on plain data only.
+`planted_step` builds the classifier's :class:`~effkit.profiling.TrainStep` with any of the plants ``data``
+(Python tokenising in the step), ``sync``, ``overhead`` (batch 2), ``padding``, ``optimizer`` (foreach off)
+and, only where bf16 measurably pays here, ``precision``; the clean step runs in the precision that pays.
+`profile_named` profiles ``plant:<a>+<b>``, ``cifar:<recipe>`` or ``bert:<recipe>`` on one thread.
 """
 
 from __future__ import annotations
@@ -86,10 +61,8 @@ def plants_here() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=1)
 def bf16_pays_here(rounds: int = 9, steps: int = 25) -> bool:
-    """Whether bf16 autocast makes the clean step faster on this CPU, measured (one thread, fp32 and
-    bf16 interleaved, median of ``rounds``): bf16 units alone do not make fp32 a bottleneck. The step
-    ran 1.14-1.22x faster in bf16 on an AVX512-BF16 EPYC; 1.03-1.19x on a 2-core AMX Xeon, where its
-    fp32 matmuls were 26% of the step, under the doctor's 30% bar, and the doctor named none."""
+    """Whether bf16 autocast makes the clean step at least ``BF16_PAYS`` times faster on this CPU, measured
+    (one thread, fp32 and bf16 interleaved, median of ``rounds``): bf16 units alone do not make fp32 a bottleneck."""
     if not cpu_native_bf16():
         return False
     times: dict[str, list[float]] = {"off": [], "bf16": []}
@@ -220,8 +193,7 @@ def bert_step(recipe: str, seed: int = 0) -> TrainStep:
 
 def cpu_mode() -> str:
     """The precision the doctor profiles in on this CPU: bf16 where it measured faster (bf16_pays_here),
-    else fp32. On a 2-core AMX Xeon bf16 did not pay, yet made the work's matmul calls short enough
-    (48-54 us) to read as overhead-bound on a quiet core."""
+    else fp32 (bf16 that does not pay can still shorten matmul calls enough to read as overhead-bound)."""
     return "bf16" if bf16_pays_here() else "off"
 
 

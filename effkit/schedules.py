@@ -1,18 +1,8 @@
 """Learning-rate schedules and the linear scaling rule.
 
-**What it does.** `warmup_cosine` and `one_cycle` return ``LambdaLR`` schedulers: a linear warm-up
-from ~0 to the peak LR, then a cosine decay (or a linear one-cycle ramp down). `scale_lr` applies
-the linear scaling rule (Goyal et al., 2017): LR grows in proportion to the batch size.
-
-**When to use it.** Whenever you raise the batch size to feed an accelerator: scale the LR with
-the batch, and warm up so the early, large updates don't blow the model up.
-
-**Expected gain.** Lets a larger batch reach the same accuracy in fewer steps; without warm-up,
-large-batch runs often diverge or lose accuracy.
-
-**Pitfalls.** Linear scaling breaks down past a critical batch size (for SGD on CIFAR, around a few
-thousand); Adam-family optimizers are often better served by square-root scaling (``rule="sqrt"``).
-Schedulers here step once per *optimizer* step, not per epoch or per micro-batch.
+`warmup_cosine` and `one_cycle` return ``LambdaLR`` schedulers (linear warm-up, then cosine or linear decay)
+that step once per optimizer step; `scale_lr` scales the LR with the batch size (linear, or ``"sqrt"`` for
+Adam-family optimizers).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""effkit.
+"""effkit: the library behind the efficient-training course.
 
-Supported torch: ``MIN_TORCH`` and newer (pyproject.toml declares the same floor; CI runs the
-exercise tests on exactly that version with ``make test-oldest-torch``). Below it, importing effkit
-fails with a message that says why, instead of a confusing error deep inside a lesson: transformers
-5 turns PyTorch off below 2.6 (the BERT workload and lessons then lose their models).
-Features of newer torch are detected where they are used (e.g. ``respect_saved_tensors_hooks`` of
-torch >= 2.12 in :mod:`effkit.act_checkpoint`).
+Importing it fails with a clear message below ``MIN_TORCH`` (pyproject.toml declares the same floor):
+transformers 5 turns PyTorch off below 2.6, which would otherwise break the BERT workload deep inside a lesson.
 """
 
 MIN_TORCH = (2, 6)

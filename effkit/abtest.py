@@ -1,20 +1,8 @@
 """Robust A/B timing: warm-up, interleaved repeats, median ratio with a confidence interval.
 
-**What it does.** `compare(a, b)` times two callables on the same machine in alternating order
-(ABBA...), so slow drift — thermal throttling, a neighbour's job, frequency scaling — hits both
-equally. Each call may return the amount of work it did (samples); speed is work per second. The
-result is the *median* of the per-pair speed ratios B/A, with a distribution-free confidence
-interval for that median from order statistics, and the spread.
-
-**When to use it.** Every "X is N times faster" claim in this course: benchmarks, lessons and the
-grader's speed check all go through here.
-
-**Expected gain.** Honest numbers. On a noisy 2-core machine single timings vary by 20% or more;
-the median of interleaved pairs is stable to a few percent.
-
-**Pitfalls.** Each call must be long enough (≥ ~50 ms) to dwarf timer and sync overhead, and must
-synchronise the device itself or be given ``device=`` so we do. The first calls pay for warm-up
-(allocation, autotuning, compilation): they are run and discarded.
+`compare(a, b)` runs two callables in ABBA order so drift hits both alike, and reports the median of the
+per-pair speed ratios B/A with an order-statistic interval and its real coverage; `verdict` says only what
+that interval supports. Each call should last >= ~50 ms and synchronise its device (or pass ``device=``).
 """
 
 from __future__ import annotations
@@ -22,8 +10,9 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from itertools import islice
 
 import torch
 
@@ -153,21 +142,13 @@ def compare(
     if min_pairs < 1 or max_pairs < min_pairs:
         raise ValueError(f"need 1 <= min_pairs <= max_pairs, got {min_pairs}, {max_pairs}")
     start = _clock()
-    for _ in range(warmup):
-        _timed(a, device)
-        _timed(b, device)
     a_speeds: list[float] = []
     b_speeds: list[float] = []
     ratios: list[float] = []
-    for i in range(max_pairs):
-        # ABBA ordering: whichever runs second in a pair alternates, cancelling linear drift.
-        first, second = (a, b) if i % 2 == 0 else (b, a)
-        u1, s1 = _timed(first, device)
-        u2, s2 = _timed(second, device)
-        (ua, sa), (ub, sb) = ((u1, s1), (u2, s2)) if i % 2 == 0 else ((u2, s2), (u1, s1))
-        a_speeds.append(ua / sa)
-        b_speeds.append(ub / sb)
-        ratios.append(b_speeds[-1] / a_speeds[-1])
+    for i, (sa, sb) in enumerate(islice(speed_pairs(a, b, device=device, warmup=warmup), max_pairs)):
+        a_speeds.append(sa)
+        b_speeds.append(sb)
+        ratios.append(sb / sa)
         ratio = statistics.median(ratios)
         lo, hi = median_ci(ratios, confidence)
         if progress is not None:
@@ -177,6 +158,49 @@ def compare(
                 break
             if max_seconds is not None and _clock() - start > max_seconds:
                 break
+    return ab_result(a_speeds, b_speeds, confidence, seconds=_clock() - start)
+
+
+def speed_pairs(
+    a: Callable[[], object],
+    b: Callable[[], object],
+    *,
+    device: torch.device | str | None = None,
+    warmup: int = 1,
+    before: Callable[[str], None] | None = None,
+    after: Callable[[str], None] | None = None,
+) -> Iterator[tuple[float, float]]:
+    """``warmup`` discarded rounds, then (speed of A, speed of B) pair after pair, for as long as the
+    caller iterates. ``before(side)`` and ``after(side)`` (side "a" or "b") run untimed around each call."""
+    sides = {"a": a, "b": b}
+
+    def run(side: str) -> tuple[float, float]:
+        if before is not None:
+            before(side)
+        units, seconds = _timed(sides[side], device)
+        if after is not None:
+            after(side)
+        return units, seconds
+
+    for _ in range(warmup):
+        run("a")
+        run("b")
+    i = 0
+    while True:
+        # ABBA ordering: whichever runs second in a pair alternates, cancelling linear drift.
+        if i % 2 == 0:
+            ua, sa = run("a")
+            ub, sb = run("b")
+        else:
+            ub, sb = run("b")
+            ua, sa = run("a")
+        yield ua / sa, ub / sb
+        i += 1
+
+
+def ab_result(a_speeds: list[float], b_speeds: list[float], confidence: float, seconds: float) -> ABResult:
+    """The median ratio B/A of paired speeds, its order-statistic interval and that interval's real coverage."""
+    ratios = [sb / sa for sa, sb in zip(a_speeds, b_speeds, strict=True)]
     lo, hi = median_ci(ratios, confidence)
     return ABResult(
         ratio=statistics.median(ratios),
@@ -187,7 +211,7 @@ def compare(
         a_speeds=a_speeds,
         b_speeds=b_speeds,
         ratios=ratios,
-        seconds=_clock() - start,
+        seconds=seconds,
         coverage=median_ci_coverage(len(ratios), confidence),
     )
 

@@ -1,32 +1,9 @@
 """Gradient accumulation that gives exactly the big-batch gradient.
 
-**What it does.** Splits one optimizer step over several micro-batches (an *accumulation
-window*) so that a large effective batch fits in memory. Each micro-batch contributes
-``loss_sum / window_count`` where ``loss_sum`` is the *sum* of its per-sample (or per-token)
-losses and ``window_count`` is the number of samples (or tokens) in the *whole window*. The
-accumulated gradient is then bit-for-bit the gradient of the mean loss over the window, as if
-the window had been one batch. On DDP, gradient all-reduce is skipped on every micro-step but
-the last (``model.no_sync()``), and the step unscales (AMP) *before* clipping.
-
-**When to use it.** The batch size you want does not fit in memory, or you want to keep the
-effective batch size fixed while moving to a smaller GPU / more GPUs.
-
-**Expected gain.** Memory: activations of one micro-batch instead of the full batch
-(roughly ``accum_steps`` times less activation memory). Speed: none by itself; each micro-step
-is a smaller, less efficient kernel launch, and with DDP ``no_sync`` saves
-``accum_steps - 1`` all-reduces per step.
-
-**Pitfalls / trade-offs.**
-
-* The classic bug: ``loss.mean() / accum_steps`` per micro-batch. That is only correct if every
-  micro-batch has the same number of samples/tokens; with padding masks or a short last batch it
-  silently over-weights small micro-batches. Always normalise by the window total.
-* BatchNorm statistics are per micro-batch, so accumulation is *not* equivalent for BN models.
-* The last window of an epoch may be shorter than ``accum_steps``: :func:`iter_windows` yields
-  it, and normalising by its own total keeps its gradient exact (its step is just noisier).
-* Under DDP, gradients are *averaged* over ranks. If ranks see different token counts, pass
-  :func:`global_window_count` of your local count so the result is the global mean.
-* Learning-rate schedules count optimizer steps, not micro-steps.
+Each micro-batch contributes ``loss_sum / window_count`` (the *sum* of its losses over the samples or tokens of
+the whole window), so the accumulated gradient is the window's mean-loss gradient even with padding or a short
+last window; under DDP all-reduce runs on the last micro-step only, and AMP unscales before clipping.
+Never use ``loss.mean() / accum_steps``: it over-weights small micro-batches. BatchNorm models are not exact.
 
 Example::
 

@@ -1,50 +1,10 @@
 """Activation checkpointing: trade compute for activation memory.
 
-**What it does.** For each chosen submodule (e.g. every transformer layer), the forward pass
-keeps only the submodule's *inputs* instead of every intermediate tensor it would normally save
-for backward; during backward the submodule's forward is re-run to rebuild them
-(``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)``).
-
-**When to use it.** Activation memory, not weights, is what stops you from using a larger
-batch, longer sequences or a bigger model. Checkpoint the big repeated blocks (transformer
-layers, ResNet stages), not tiny modules.
-
-**Expected gain.** Activation memory of each checkpointed block drops from "all of its
-intermediates" to "its inputs" (often 5-20x less per block for transformer layers). Cost: one
-extra forward of every checkpointed block, i.e. roughly +20-35 % step time (backward is ~2x
-forward, so an extra forward adds ~1/3).
-
-**Pitfalls / trade-offs.**
-
-* Only pays off if the memory is used for something (bigger batch / model); otherwise it is
-  pure slowdown.
-* Randomness (dropout) is replayed identically: the RNG state is stashed and restored for the
-  recompute, which costs a little time.
-* The forward is run twice: side effects in forward (counters, BatchNorm running stats, prints)
-  happen twice.
-* Under ``torch.no_grad()`` nothing is saved anyway, so the wrapper calls the plain forward.
-* ``use_reentrant=True`` (the old default) gives **no gradient** to a block's parameters when
-  none of its tensor inputs requires grad (e.g. the first block fed raw data): always pass
-  ``use_reentrant=False``, as everything here does.
-
-**Selective checkpointing** (``save_ops=``, PyTorch's SAC,
-``torch.utils.checkpoint.create_selective_checkpoint_contexts``): inside a checkpointed block,
-keep the outputs of the ops named (by default the matmuls, :data:`MATMUL_OPS`, expensive to
-recompute) and recompute the rest (pointwise ops: cheap in FLOPs, big in bytes). It lands
-between "save everything" and "checkpoint the block": more memory than a full checkpoint, less
-recompute. Pitfall: SAC runs a Python dispatch mode over every op of the block, which on a CPU
-with small tensors can cost as much as the recompute it avoids: measure.
-
-**The sqrt(n) rule** (Chen et al. 2016, arXiv:1604.06174): cut n blocks into ~sqrt(n)
-segments and checkpoint each segment (:func:`sqrt_segments`, :func:`run_segments`). Forward
-keeps only the ~sqrt(n) segment inputs; backward rebuilds one segment at a time, so the peak is
-~sqrt(n) inputs + one segment's activations: O(sqrt(n)) memory for one extra forward.
-
-Design: :func:`checkpoint_modules` *replaces the forward* of the chosen modules (an instance
-attribute) instead of inserting wrapper modules into the tree. The module tree, the
-``state_dict`` keys, ``isinstance`` checks, names used by optimizers/profilers and
-``save_pretrained``/``from_pretrained`` are all unchanged, so checkpoints stay compatible with
-the unwrapped model, and :func:`uncheckpoint_modules` undoes it by deleting the attribute.
+`checkpoint_modules` makes chosen blocks keep only their inputs and recompute the rest in backward
+(``use_reentrant=False``: the reentrant variant gives no gradient to a block whose inputs need none);
+``save_ops=`` keeps the named ops' outputs (selective checkpointing), and `sqrt_segments`/`run_segments`
+checkpoint ~sqrt(n) segments. It replaces each module's ``forward`` attribute instead of wrapping it, so
+``state_dict`` keys and names stay unchanged. Side effects in a checkpointed forward run twice.
 """
 
 from __future__ import annotations

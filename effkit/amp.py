@@ -1,23 +1,8 @@
 """Automatic mixed precision (AMP): one policy, one autocast context, a scaler only for fp16.
 
-**What it does.** `choose_precision` picks the compute precision for a device from what it runs
-*natively* (`DeviceCaps.detect`): bf16 autocast on CUDA GPUs of compute capability 8.0 or newer
-(Ampere+) and on CPUs with AMX or AVX512-BF16, fp16 autocast plus a ``GradScaler`` on older CUDA
-GPUs (T4, V100), fp32 everywhere else. The returned :class:`AmpPolicy` gives one ``autocast()`` context
-for the forward pass and a scaler that is *enabled only for fp16* (bf16 has fp32's exponent range,
-so it needs no loss scaling).
-
-**When to use it.** Transformer and MLP training on GPUs (tensor cores), and BERT-style models on
-recent CPUs with bf16 matmul support. Use ``"off"`` to get a clean fp32 baseline.
-
-**Expected gain.** On tensor-core GPUs, 1.5-3x the fp32 throughput and about half the activation
-memory. On CPUs it depends on the silicon: with AMX (Xeon Sapphire Rapids and later, like the
-course's CI machine) bf16 pays about 2x for BERT matmuls and also for convolutions; on CPUs without
-bf16 units autocast can be *slower* than fp32. Measure before you switch.
-
-**Pitfalls.** fp16 without a scaler underflows small gradients to zero; clip gradients only after
-``scaler.unscale_(optimizer)``; the loss and softmax stay in fp32 inside autocast on purpose. Use
-``torch.amp`` (``torch.cuda.amp`` is deprecated).
+`choose_precision` picks what the device runs natively: bf16 on Ampere+ GPUs and CPUs with AMX or
+AVX512-BF16, fp16 with a ``GradScaler`` on older GPUs, fp32 elsewhere (``"off"``: an fp32 baseline).
+On a CPU bf16 can be slower than fp32: measure (:mod:`effkit.precision_probe`).
 """
 
 from __future__ import annotations
@@ -62,9 +47,8 @@ def cpu_features(cpuinfo: str | None = None) -> dict:
     ``torch_capability``: the widest vector ISA torch's own kernels dispatch to
     (``torch.backends.cpu.get_cpu_capability()``: "DEFAULT", "AVX2", "AVX512", ...); ``flags``:
     the bf16-relevant kernel flags present (``amx_bf16``, ``avx512_bf16``, ``avx512f``, ``avx2``);
-    ``native_bf16``: :func:`cpu_native_bf16`. A cloud VM can move to another host between two
-    runs (the course's 2-core "AMD EPYC" was AVX2-only, later AVX512-BF16, under one model name),
-    so a result names its CPU's features, not just its model.
+    ``native_bf16``: :func:`cpu_native_bf16`. A cloud VM can move to a host with other features
+    under the same model name, so a result names its CPU's features, not just its model.
     """
     if cpuinfo is None:
         try:

@@ -1,23 +1,8 @@
 """The gradient noise scale: how big a batch still buys fewer steps (McCandlish et al. 2018).
 
-**What it does.** `noise_scale` estimates ``B_simple = tr(Sigma) / |G|^2`` — the per-sample
-gradient variance over the squared true gradient — from the squared norms of gradients measured
-at two batch sizes (the unbiased two-batch estimator of the paper's appendix A.1).
-`grad_sq_norm` measures one such squared norm; `measure_noise_scale` averages several small
-and big batches and returns the estimate with its ingredients. `steps_to_target_model` is the
-paper's prediction ``S(B) = S_min * (1 + B_noise / B)``.
-
-**When to use it.** Before raising the batch size: below ``B_noise`` a doubled batch roughly
-halves the optimizer steps to a target (perfect scaling); far above it, steps stop falling and
-the extra samples are wasted compute. Re-measure during training: it grows as the loss falls.
-
-**Expected gain.** Picks the batch size where accelerator throughput and sample efficiency
-meet, without a sweep of full training runs.
-
-**Pitfalls.** A noisy estimate: average many small batches (``|G_small|^2`` dominates the
-variance) and report it as an order of magnitude. BatchNorm makes a gradient depend on its
-batch's statistics: measure in ``eval()`` mode or on a model without BatchNorm. ``B_simple``
-assumes plain SGD and a well-conditioned problem; it tracks the critical batch, it is not it.
+`measure_noise_scale` estimates ``B_simple = tr(Sigma) / |G|^2`` from gradient norms at two batch sizes
+(`noise_scale`, `grad_sq_norm`); `steps_to_target_model` is the paper's ``S(B) = S_min * (1 + B_noise / B)``.
+The estimate is noisy (read it as an order of magnitude); measure BatchNorm models in ``eval()`` mode.
 """
 
 from __future__ import annotations

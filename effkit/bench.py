@@ -3,20 +3,9 @@
     python -m effkit.bench {cifar,bert} --profile {smoke,cpu,gpu} [--data DIR] --out DIR
     python -m effkit.bench bert --against hf-trainer --profile cpu --data DIR --out DIR
 
-1. Throughput: both recipes train in bursts of about ``--burst`` seconds after two warm-up
-   rounds, interleaved ABBA; the recipe not being timed is paused (its DataLoader workers shut
-   down, so they cannot prefetch on the cores the other one is timed on) and resumed untimed. The
-   speedup is the median of per-pair throughput ratios, with an order-statistic interval whose
-   real coverage is reported (``effkit.abtest.median_ci_coverage``) and the spread.
-2. Time-to-target and accuracy: each recipe then trains its whole schedule from scratch (the
-   optimized one does not stop at the target here, so the accuracy delta compares finished
-   recipes), evaluated on held-out data; every evaluation pass is on the clock (TTA included).
-3. Writes ``result.json``, ``throughput.png`` and ``accuracy_vs_time.png`` to ``--out``, and prints
-   a table whose first line is the workload's headline (``HEADLINE``). Every figure is tagged with
-   the device it was measured on.
-
-``--against hf-trainer`` (BERT) compares the optimized recipe with the Hugging Face ``Trainer``
-switched to its own efficiency options instead: see :mod:`effkit.workloads.bert.peer`.
+Throughput: interleaved ABBA bursts after warm-up, the idle recipe paused (its workers off); then each recipe's
+whole run from scratch for time to target and accuracy, evaluations on the clock. Writes ``result.json`` and
+two plots to ``--out`` and prints a table led by the workload's headline; every figure names its device.
 """
 
 from __future__ import annotations
@@ -25,21 +14,22 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
+from itertools import islice
 from pathlib import Path
 
-# OpenMP threads that spin at barriers collapse when another process takes one of their cores: on
-# the 2-core course machine with 3-4 other jobs, a CPU training step ran ~3x slower with libgomp's
-# default policy than with PASSIVE. Set before torch loads libgomp; an explicit setting wins.
+# OpenMP threads that spin at barriers collapse when another process takes one of their cores (a shared
+# machine): PASSIVE waits instead. Set before torch loads libgomp; an explicit setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
 from effkit import workloads  # noqa: E402
-from effkit.abtest import ABResult, median_ci, median_ci_coverage, verdict  # noqa: E402
+from effkit.abtest import ABResult, ab_result, speed_pairs, verdict  # noqa: E402
+from effkit.amp import cpu_features  # noqa: E402
 from effkit.measure import device_name, sync  # noqa: E402
+from effkit.workloads.bert import peer  # noqa: E402
 from effkit.workloads.common import train_to_target  # noqa: E402
 
 # The figure a practitioner quotes, per workload. CIFAR's two recipes are different networks, so
@@ -80,42 +70,21 @@ def interleave(a, b, device, *, warmup: int = 2, pairs: int = DEFAULT_PAIRS,
 
     Each is a pair (trainer, burst): the trainer is resumed untimed before its burst and paused
     after it, so only one recipe's processes run at a time. ``warmup`` rounds are discarded.
+    ``progress(pair, ratio)`` gets each pair's own ratio.
     """
     start = time.perf_counter()
-
-    def timed(side) -> float:
-        trainer, burst = side
-        _resume(trainer)
-        sync(device)
-        t0 = time.perf_counter()
-        samples = burst()
-        sync(device)
-        seconds = time.perf_counter() - t0
-        _pause(trainer)
-        return samples / seconds
-
+    trainers = {"a": a[0], "b": b[0]}
     _pause(a[0])
     _pause(b[0])
-    for _ in range(warmup):
-        timed(a), timed(b)
-    a_speeds, b_speeds, ratios = [], [], []
-    for i in range(pairs):
-        if i % 2 == 0:
-            sa = timed(a)
-            sb = timed(b)
-        else:
-            sb = timed(b)
-            sa = timed(a)
+    speeds = speed_pairs(a[1], b[1], device=device, warmup=warmup,
+                         before=lambda side: _resume(trainers[side]), after=lambda side: _pause(trainers[side]))
+    a_speeds, b_speeds = [], []
+    for i, (sa, sb) in enumerate(islice(speeds, pairs)):
         a_speeds.append(sa)
         b_speeds.append(sb)
-        ratios.append(sb / sa)
         if progress is not None:
-            progress(i + 1, ratios[-1])
-    lo, hi = median_ci(ratios, confidence)
-    return ABResult(ratio=statistics.median(ratios), ci_low=lo, ci_high=hi, confidence=confidence, pairs=len(ratios),
-                    a_speeds=a_speeds, b_speeds=b_speeds, ratios=ratios,
-                    seconds=time.perf_counter() - start,
-                    coverage=median_ci_coverage(len(ratios), confidence))
+            progress(i + 1, sb / sa)
+    return ab_result(a_speeds, b_speeds, confidence, seconds=time.perf_counter() - start)
 
 
 def measure_throughput(mod, profile, data, device, seed, burst_s, pairs, progress,
@@ -389,8 +358,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.against:
             if args.workload != "bert":
                 raise ValueError("--against hf-trainer compares BERT recipes only")
-            from effkit.workloads.bert import peer
-
             peer.run(args.profile, args.data, args.out, device=args.device, seed=args.seed,
                      pairs=args.pairs, progress=not args.quiet,
                      hooks={**model_hooks, **({"compile": True} if args.compile else {})},
@@ -407,8 +374,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _cpu_features() -> dict:
     """The CPU's vector ISA and bf16 units (recorded with every result: CPU figures depend on them)."""
-    from effkit.amp import cpu_features
-
     return cpu_features()
 
 

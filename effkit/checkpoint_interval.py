@@ -1,29 +1,8 @@
 """How often to checkpoint: the Young/Daly interval and the time a run loses to failures.
 
-**What it does.** A checkpoint costs ``save_s`` seconds each time; a failure (a preempted spot
-instance, a dead node) throws away the work since the last checkpoint, plus ``restart_s`` to
-come back. Saving often wastes time on saves, saving rarely wastes time on redone work.
-`young_interval` is Young's first-order optimum ``sqrt(2 * save_s * mtbf_s)`` (1974);
-`daly_interval` is Daly's higher-order one (2006), better when saves are not small against the
-mean time between failures. `expected_wall_time` is Daly's model of the wall time a run needs
-(failures as a Poisson process), so `overhead` compares any interval with the optimum.
-
-**When to use it.** Choosing ``CheckpointManager(every_minutes=...)`` for a long run: measure one
-save (:func:`effkit.resume.save_checkpoint` with your real state), estimate the failure rate of
-your machines, and save at about the Young/Daly interval.
-
-**Expected gain.** Near the optimum the total waste is about ``sqrt(2 * save_s / mtbf_s)`` of
-the run: saving every step, or once a day, can cost many times that.
-
-**Pitfalls / trade-offs.**
-
-* The optimum is flat: 2x too often or too rarely costs little; 10x costs a lot.
-* ``mtbf_s`` is the mean time between failures of the *whole job*: with ``n`` machines failing
-  independently it is a single machine's MTBF divided by ``n``.
-* Asynchronous saves (copy to host, write in the background) shrink the cost that blocks
-  training: use the blocking part as ``save_s``.
-* Early stopping's best checkpoint is a separate question: it is saved when the metric
-  improves, whatever the interval.
+`young_interval` is ``sqrt(2 * save_s * mtbf_s)`` (Young 1974), `daly_interval` Daly's (2006) higher-order
+optimum, `expected_wall_time` Daly's model of a run's wall time under Poisson failures, and `overhead`
+compares an interval with the optimum. ``mtbf_s`` is the whole job's: one machine's MTBF divided by ``n``.
 """
 
 from __future__ import annotations

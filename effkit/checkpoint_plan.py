@@ -1,26 +1,9 @@
 """Checkpointing plans: which blocks to checkpoint and what to keep inside them, as plain data.
 
-**What it does.** A `CheckpointPlan` names the blocks of a stack (an ``nn.ModuleList`` /
-``nn.Sequential`` run in order) to checkpoint and, optionally, the ops whose outputs those blocks
-keep (selective checkpointing, ``save``). It travels as JSON, ``{"blocks": [1, 3], "save":
-["addmm", "mm"]}`` (``save: null``: recompute the whole block). `apply_plan` puts a plan on a
-stack with :func:`effkit.act_checkpoint.checkpoint_modules`; `plan_bytes` measures what one
-forward keeps for backward under a plan (on a copy: the stack you pass is left alone);
-`plan_for_budget` finds a plan that fits a byte budget while checkpointing as few blocks as it
-can.
-
-**When to use it.** When activations do not fit: decide what to checkpoint from measured
-bytes, instead of checkpointing everything and paying one extra forward of every block.
-
-**Expected gain.** Same gradients; memory down to the budget; recompute only where it buys the
-bytes you need. Checkpointing k of n equal blocks costs about k/n of one extra forward, so a
-budget that needs half the blocks checkpointed costs half as much recompute as "everything".
-
-**Pitfalls / trade-offs.** `plan_for_budget` is greedy: blocks that save the most bytes first,
-all blocks assumed to cost the same to recompute (true for a stack of identical layers, not for
-a network whose stages differ). The bytes are "kept at the end of forward"; during backward one
-checkpointed block's intermediates live again for a moment (the recompute's working set). A
-selective plan's time depends on the hardware (SAC's dispatch overhead): time it.
+A `CheckpointPlan` (JSON: ``{"blocks": [1, 3], "save": ["addmm", "mm"]}``) names the blocks of a stack to
+checkpoint and the ops they keep; `apply_plan` applies it, `plan_bytes` measures what a forward keeps under
+it (on a copy), and `plan_for_budget` greedily finds the fewest blocks that fit a byte budget, assuming
+every block costs the same to recompute.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """Cost-to-target dashboard: every recorded run's time, samples and device to target, side by side.
 
-**What it does.** ``python -m effkit.dashboard [PATHS...] --out DIR`` reads every ``result.json``
-that ``python -m effkit.bench`` wrote (files or folders, searched recursively), and writes
-``DIR/index.html`` — one table row per recipe: workload, profile, device, samples/s, samples and
-seconds to the target *with evaluations counted*, the share of those seconds spent evaluating,
-final accuracy, peak memory, the cost at a price per device-hour — and ``DIR/cost_to_target.png``
-(bars: seconds to target, training and evaluation stacked; one panel per run) and
-``DIR/accuracy_vs_time.png`` (each recipe's held-out accuracy over wall time, target dashed).
-
-**When to use it.** After a benchmark or a lesson run, to see which technique bought what —
-and on which device, since a figure without its device is not a figure.
-
-**Expected gain.** None by itself: it makes the course's measurements comparable at a glance.
-
-**Pitfalls.** Runs on different devices, profiles or data are shown side by side, never merged:
-a CPU second and a GPU second are different currencies. A recipe that never reached its target
-shows "not reached" and no bar — its cost is the whole run, which the table gives.
+``python -m effkit.dashboard [PATHS...] --out DIR`` reads the ``result.json`` files ``effkit.bench`` wrote and
+writes ``index.html`` (one row per recipe, evaluations counted, cost at a price per device-hour),
+``cost_to_target.png`` and ``accuracy_vs_time.png``. Runs on different devices are shown, never merged.
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """Data parallelism on one machine: launch N ranks, predict the all-reduce, size ZeRO's shards.
 
-**What it does.**
-
-* :func:`run_ranks` runs ``fn(rank, world_size, *args)`` on ``world_size`` processes, each with
-  the default process group already up (``gloo`` on CPU; ``nccl`` where every rank has a GPU), the
-  way ``torchrun --standalone --nproc-per-node N script.py`` + ``init_process_group`` leave it, and
-  returns every rank's return value. It forks (so functions defined in a notebook work) and tears
-  every rank down if one fails, so a crashed rank cannot leave its peer hanging in a collective.
-* :func:`ring_allreduce_seconds` is the ring all-reduce cost model: every rank sends and receives
-  ``2 (N - 1) / N`` times the buffer (a reduce-scatter, then an all-gather), plus ``2 (N - 1)``
-  latencies. :func:`time_allreduce` measures the same thing inside a rank.
-* :func:`zero_bytes_per_rank` is ZeRO's memory arithmetic (Rajbhandari et al., 2020, fig. 1): which
-  of parameters, gradients and optimizer state each stage shards across ``N`` ranks.
-* :func:`optimizer_state_bytes`, :func:`param_bytes` and :func:`rss_mb` measure what a rank holds.
-
-**When to use it.** Teaching and testing data parallelism on a CPU (the lesson, its exercise, the
-unit tests); on a real cluster use ``torchrun`` directly, the code inside ``fn`` is the same.
-
-**Expected gain.** DDP over N ranks divides the per-step compute by N and adds one all-reduce of the
-gradients per optimizer step, overlapped with the backward pass (gradient buckets). ZeRO-1/2/3
-divide the optimizer state / + gradients / + parameters by N at the cost of more communication.
-
-**Pitfalls.** On a shared 2-core CPU two ranks compete with everything else: measured scaling says
-more about the machine than about DDP. ``fork`` copies the parent: keep ``OMP_NUM_THREADS`` small
-and build no process group in the parent. ``nccl`` needs one GPU per rank; ``gloo`` needs a working
-loopback (inside ``unshare -n`` it is down until brought up).
+`run_ranks` forks ``world_size`` ranks with the default process group up (gloo on CPU, nccl with a GPU per
+rank) and tears all down if one fails; `ring_allreduce_seconds` / `time_allreduce` model and measure the
+ring all-reduce; `zero_bytes_per_rank` is ZeRO's memory arithmetic; `optimizer_state_bytes`, `param_bytes`
+and `rss_mb` measure a rank. Build no process group in the parent: fork copies it.
 """
 
 from __future__ import annotations

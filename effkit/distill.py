@@ -1,34 +1,9 @@
 """Knowledge distillation (Hinton, Vinyals & Dean, 2015).
 
-**What it does.** Trains a small *student* to match the softened output distribution of a
-large, already-trained *teacher*, in addition to the true labels::
-
-    loss = alpha * T**2 * KL(softmax(teacher / T) || softmax(student / T))
-         + (1 - alpha) * CE(student, labels)
-
-The temperature ``T`` softens both distributions so the student also learns the teacher's
-"dark knowledge" (which wrong classes are almost right). The ``T**2`` factor keeps the soft
-term's gradient magnitude comparable to the hard term when ``T`` changes (soft gradients scale
-as ``1/T**2``).
-
-**When to use it.** You need a cheaper model (latency, memory, serving cost) and have a good
-teacher; the student then usually beats the same architecture trained on labels alone,
-especially with little labelled data.
-
-**Expected gain.** Cheaper inference, not cheaper training: each step also runs the teacher's
-forward (no backward), typically +30-100 % step time. Accuracy of the student: typically a
-few points better than label-only training, closing part of the gap to the teacher.
-
-**Pitfalls / trade-offs.**
-
-* The teacher must be in eval mode (dropout off, BatchNorm frozen) and outside autograd;
-  :func:`teacher_logits` enforces both.
-* Student and teacher must share the label space (same classes in the same order / vocab).
-* Forgetting ``T**2`` makes the soft term vanish as ``T`` grows.
-* Precompute teacher logits once if the data has no random augmentation: saves the teacher
-  forward in every epoch.
-* A student initialised from the teacher's layers (:func:`student_from_teacher`, every other
-  layer as DistilBERT) starts far ahead of one from scratch; it must share the teacher's width.
+``loss = alpha * T**2 * KL(softmax(teacher / T) || softmax(student / T)) + (1 - alpha) * CE(student, labels)``:
+`kd_loss` computes it, `teacher_logits` runs the teacher in eval mode without autograd, and
+`student_from_teacher` starts a student from every other teacher layer (same width). Teacher and student
+must share the label space.
 """
 
 from __future__ import annotations

@@ -1,35 +1,18 @@
 """The bottleneck doctor: profile a few training steps, then name the next bottleneck with evidence.
 
-**What it does.** :func:`effkit.profiling.profile_training` runs a :class:`~effkit.profiling.TrainStep`
-under ``torch.profiler`` (wait / warm-up / active schedule, one ``record_function`` range per part:
-data, forward, backward, optimizer, other) and returns *plain data* (a JSON dict). :func:`diagnose`
-is a pure function of that dict: each rule below looks at measured figures, and every finding
-carries its evidence, the share of the step its fix may save, the fix and the lesson that teaches
-it. Findings are ranked by that share; when none passes its threshold the answer is
-"no clear bottleneck". ``python -m effkit.doctor cifar:naive`` runs it on a course recipe;
-``--validate`` plants pathologies and prints the confusion table (:mod:`effkit.doctor_plants`).
-
-**When to use it.** After a first measurement says a run is slower than it should be, before
-changing anything: fix the first finding, measure again (the next bottleneck moves).
-
-**Expected gain.** Each finding states its own (an upper bound from the profile).
-
-**Pitfalls.** The profiler adds overhead per operator: shares are taken *within* the profiled step,
-where ranges of many small operators grow more than ranges of a few big ones (read shares as
-approximate), and ``step_ms_unprofiled`` is the number to quote. On a CPU a sync
-costs almost nothing (nothing runs asynchronously); it is flagged by count, since the same code on
-a GPU stalls the launch queue at each one. Likewise a per-tensor optimizer loop is flagged by its
-operator count (with a floor on its time share): what ``foreach`` saves on a CPU varies with tensor sizes
-(from nothing to ~2x in a quick test on this busy 2-core machine), while on a GPU every operator is a launch. fp32 is flagged only where the hardware has bf16 units.
-The overhead rule reads microseconds per call, which depend on the host: its 40 us line sits between the
-overhead plant's calls on a 2-core EPYC (26-28 us, quiet) and the clean step's on an AMX Xeon (51-62 us),
-and a shared core inflates them. Profile on a quiet core; a "none" under load is not evidence.
+`diagnose` is a pure function of :func:`effkit.profiling.profile_training`'s plain data: each rule reads
+measured figures and every finding carries its evidence, the share of the step its fix may save, the fix and
+its lesson. ``python -m effkit.doctor cifar:naive`` profiles a course recipe; ``--validate`` plants
+bottlenecks (:mod:`effkit.doctor_plants`) and prints the confusion table. Profile on a quiet core: per-call
+times depend on the host, and a "none" under load is not evidence.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+
+from effkit import doctor_plants
 
 # thresholds: a share of the profiled step time unless said otherwise; calibrated with --validate
 DATA_SHARE = 0.25  # time waiting for the next batch
@@ -151,6 +134,50 @@ def report(profile: dict) -> str:
     return "\n".join([head] + [f"  {i}. {f.line()}" for i, f in enumerate(diagnose(profile), 1)])
 
 
+def validate(quick: bool = False) -> dict:
+    """Planted versus diagnosed: each plant alone, the clean step, then (unless ``quick``) pairs and
+    the optimized CIFAR recipe. A case is right when the doctor's first finding is one of the plants
+    (or "none" when nothing was planted); ``found_all`` also asks every plant to be found."""
+    cases = [("plant:clean", ())] + [(f"plant:{p}", (p,)) for p in doctor_plants.plants_here()]
+    if not quick:
+        # the course's own recipes: optimized ones must be clean; naive BERT pads every row to 128
+        # tokens (lesson 7's fix), its one pathology on a CPU without bf16 units
+        cases += [(f"plant:{a}+{b}", (a, b)) for a, b in doctor_plants.PAIRS] + [("cifar:optimized", ()), ("bert:naive", ("padding",)),
+                                                                   ("bert:optimized", ())]  # fmt: skip
+    rows = []
+    for name, planted in cases:
+        profile = doctor_plants.profile_named(name)
+        findings = diagnose(profile)
+        labels = [f.label for f in findings]
+        expected = set(planted) or {"none"}
+        rows.append({"case": name, "planted": sorted(expected), "first": labels[0], "all": labels,
+                     "right": labels[0] in expected, "found_all": expected <= set(labels),
+                     "step_ms": round(profile["step_ms_unprofiled"], 2)})  # fmt: skip
+    return {"rows": rows, "correct": sum(r["right"] for r in rows), "total": len(rows),
+            "found_all": sum(r["found_all"] for r in rows)}  # fmt: skip
+
+
+def format_table(table: dict) -> str:
+    """The confusion table (planted rows x first-finding columns) and the per-case list, as Markdown."""
+    labels = sorted({x for r in table["rows"] for x in r["planted"] + [r["first"]]})
+    counts: dict[tuple[str, str], int] = {}
+    for r in table["rows"]:
+        key = ("+".join(r["planted"]), r["first"])
+        counts[key] = counts.get(key, 0) + 1
+    planted = list(dict.fromkeys("+".join(r["planted"]) for r in table["rows"]))
+    lines = ["| planted \\ first finding | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    for p in planted:
+        lines.append(f"| {p} | " + " | ".join(str(counts.get((p, c), "")) for c in labels) + " |")
+    lines += ["", "| case | step ms (unprofiled) | findings, ranked | first right | all planted found |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    for r in table["rows"]:
+        lines.append(f"| {r['case']} | {r['step_ms']} | {', '.join(r['all'])} | {'yes' if r['right'] else 'NO'} | "
+                     f"{'yes' if r['found_all'] else 'no'} |")  # fmt: skip
+    lines.append(f"\nfirst finding right in {table['correct']} of {table['total']} cases; every plant found in "
+                 f"{table['found_all']} of {table['total']}")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -160,11 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="with --validate: single plants only (the unit test's run)")
     ap.add_argument("--json", help="write the profiles (plain data) to this file")
     args = ap.parse_args(argv)
-    from effkit import doctor_plants
-
     if args.validate:
-        table = doctor_plants.validate(quick=args.quick)
-        print(doctor_plants.format_table(table))
+        table = validate(quick=args.quick)
+        print(format_table(table))
         return 0 if table["correct"] == table["total"] else 1
     profiles = []
     for name in args.recipes or ["cifar:naive", "cifar:optimized"]:

@@ -1,34 +1,9 @@
 """Planted bottlenecks for the doctor: a small text classifier whose step can be broken on purpose.
 
-**What it does.** :func:`planted_step` builds a :class:`~effkit.profiling.TrainStep` for a small
-token classifier (embedding, residual MLP blocks with LayerNorm, masked mean pooling; foreach Adam;
-pre-tokenised batches sliced from memory: on this CPU it is compute-bound) and plants any of:
-
-* ``data``: tokenises raw text in Python, sample by sample, in the step (the whole document, then
-  truncates);
-* ``sync``: a NaN check per block (``bool(torch.isfinite(h).all())``) and ``loss.item()`` per step;
-* ``overhead``: batch 2 instead of 32, so every operator is tiny;
-* ``padding``: random lengths padded to the maximum instead of full-length sequences;
-* ``optimizer``: Adam with ``foreach=False`` (a Python loop over the parameter tensors);
-* ``precision`` (only where bf16 units make this step faster, measured: :func:`plants_here`): float32 where
-  the native-precision policy runs bf16 autocast.
-
-The clean step runs in the precision :func:`effkit.amp.choose_precision` picks for this CPU (bf16 autocast on AMX or
-AVX512-BF16, else fp32), as every course recipe does: on a bf16 CPU an fp32 "clean" step is itself a bottleneck (the
-doctor said "precision" first on it, and bf16 made it 1.14-1.22x faster on an AVX512-BF16 EPYC, one thread).
-
-:func:`validate` profiles each plant alone, pairs of them, the clean step and the course's optimized
-CIFAR and BERT recipes and the naive BERT one (whose padding to 128 tokens is known), and tabulates
-planted versus the doctor's first finding; :func:`profile_named` profiles ``cifar:<recipe>`` /
-``bert:<recipe>`` (smoke profile) or ``plant:<a>+<b>``.
-
-**When to use it.** ``python -m effkit.doctor --validate``; the lesson and the grader use the same plants.
-
-**Expected gain.** Evidence that the doctor's rules name what was planted, on this machine.
-
-**Pitfalls.** One thread for everything (the machine is shared): figures are per-thread.
-``precision`` cannot be planted on a CPU without bf16 units (fp32 is the right choice there) and ``memory`` needs a
-memory limit; there their rules are tested on plain data only.
+`planted_step` builds the classifier's :class:`~effkit.profiling.TrainStep` with any of the plants ``data``
+(Python tokenising in the step), ``sync``, ``overhead`` (batch 2), ``padding``, ``optimizer`` (foreach off)
+and, only where bf16 measurably pays here, ``precision``; the clean step runs in the precision that pays.
+`profile_named` profiles ``plant:<a>+<b>``, ``cifar:<recipe>`` or ``bert:<recipe>`` on one thread.
 """
 
 from __future__ import annotations
@@ -42,6 +17,7 @@ import time
 import torch
 from torch import nn
 
+from effkit import workloads
 from effkit.amp import choose_precision, cpu_native_bf16
 from effkit.profiling import TrainStep, profile_training
 
@@ -85,10 +61,8 @@ def plants_here() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=1)
 def bf16_pays_here(rounds: int = 9, steps: int = 25) -> bool:
-    """Whether bf16 autocast makes the clean step faster on this CPU, measured (one thread, fp32 and
-    bf16 interleaved, median of ``rounds``): bf16 units alone do not make fp32 a bottleneck. The step
-    ran 1.14-1.22x faster in bf16 on an AVX512-BF16 EPYC; 1.03-1.19x on a 2-core AMX Xeon, where its
-    fp32 matmuls were 26% of the step, under the doctor's 30% bar, and the doctor named none."""
+    """Whether bf16 autocast makes the clean step at least ``BF16_PAYS`` times faster on this CPU, measured
+    (one thread, fp32 and bf16 interleaved, median of ``rounds``): bf16 units alone do not make fp32 a bottleneck."""
     if not cpu_native_bf16():
         return False
     times: dict[str, list[float]] = {"off": [], "bf16": []}
@@ -186,9 +160,7 @@ def planted_step(plants: tuple[str, ...] | list[str] = (), seed: int = 0) -> Tra
 
 def cifar_step(recipe: str, seed: int = 0) -> TrainStep:
     """A course CIFAR recipe (smoke profile) as a TrainStep: its batches, loss, optimizer, schedule."""
-    from effkit.workloads import cifar
-
-    t = cifar.build(recipe, "smoke", device="cpu", seed=seed)
+    t = workloads.get("cifar").build(recipe, "smoke", device="cpu", seed=seed)
     if hasattr(t, "_init_whitening"):
         t._init_whitening()
 
@@ -204,9 +176,7 @@ def cifar_step(recipe: str, seed: int = 0) -> TrainStep:
 def bert_step(recipe: str, seed: int = 0) -> TrainStep:
     """A course BERT recipe (smoke profile) as a TrainStep: its loader, forward, optimizer, schedule and
     the padded share of each batch (the naive recipe pads every row to ``max_length``)."""
-    from effkit.workloads import bert
-
-    t = bert.build(recipe, "smoke", device="cpu", seed=seed, **({"precision": cpu_mode()} if recipe == "optimized" else {}))
+    t = workloads.get("bert").build(recipe, "smoke", device="cpu", seed=seed, **({"precision": cpu_mode()} if recipe == "optimized" else {}))
 
     def loss(b):
         with t.policy.autocast():
@@ -223,8 +193,7 @@ def bert_step(recipe: str, seed: int = 0) -> TrainStep:
 
 def cpu_mode() -> str:
     """The precision the doctor profiles in on this CPU: bf16 where it measured faster (bf16_pays_here),
-    else fp32. On a 2-core AMX Xeon bf16 did not pay, yet made the work's matmul calls short enough
-    (48-54 us) to read as overhead-bound on a quiet core."""
+    else fp32 (bf16 that does not pay can still shorten matmul calls enough to read as overhead-bound)."""
     return "bf16" if bf16_pays_here() else "off"
 
 
@@ -247,49 +216,3 @@ def profile_named(name: str, seed: int = 0, **kw) -> dict:
         torch.set_num_threads(threads)
     raise ValueError(f"unknown workload {name!r}: use cifar:naive, cifar:optimized, bert:naive, bert:optimized "
                      "or plant:<a>+<b>")  # fmt: skip
-
-
-def validate(quick: bool = False) -> dict:
-    """Planted versus diagnosed: each plant alone, the clean step, then (unless ``quick``) pairs and
-    the optimized CIFAR recipe. A case is right when the doctor's first finding is one of the plants
-    (or "none" when nothing was planted); ``found_all`` also asks every plant to be found."""
-    from effkit.doctor import diagnose
-
-    cases = [("plant:clean", ())] + [(f"plant:{p}", (p,)) for p in plants_here()]
-    if not quick:
-        # the course's own recipes: optimized ones must be clean; naive BERT pads every row to 128
-        # tokens (lesson 7's fix), its one pathology on a CPU without bf16 units
-        cases += [(f"plant:{a}+{b}", (a, b)) for a, b in PAIRS] + [("cifar:optimized", ()), ("bert:naive", ("padding",)),
-                                                                   ("bert:optimized", ())]  # fmt: skip
-    rows = []
-    for name, planted in cases:
-        profile = profile_named(name)
-        findings = diagnose(profile)
-        labels = [f.label for f in findings]
-        expected = set(planted) or {"none"}
-        rows.append({"case": name, "planted": sorted(expected), "first": labels[0], "all": labels,
-                     "right": labels[0] in expected, "found_all": expected <= set(labels),
-                     "step_ms": round(profile["step_ms_unprofiled"], 2)})  # fmt: skip
-    return {"rows": rows, "correct": sum(r["right"] for r in rows), "total": len(rows),
-            "found_all": sum(r["found_all"] for r in rows)}  # fmt: skip
-
-
-def format_table(table: dict) -> str:
-    """The confusion table (planted rows x first-finding columns) and the per-case list, as Markdown."""
-    labels = sorted({x for r in table["rows"] for x in r["planted"] + [r["first"]]})
-    counts: dict[tuple[str, str], int] = {}
-    for r in table["rows"]:
-        key = ("+".join(r["planted"]), r["first"])
-        counts[key] = counts.get(key, 0) + 1
-    planted = list(dict.fromkeys("+".join(r["planted"]) for r in table["rows"]))
-    lines = ["| planted \\ first finding | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
-    for p in planted:
-        lines.append(f"| {p} | " + " | ".join(str(counts.get((p, c), "")) for c in labels) + " |")
-    lines += ["", "| case | step ms (unprofiled) | findings, ranked | first right | all planted found |",
-              "|---|---|---|---|---|"]  # fmt: skip
-    for r in table["rows"]:
-        lines.append(f"| {r['case']} | {r['step_ms']} | {', '.join(r['all'])} | {'yes' if r['right'] else 'NO'} | "
-                     f"{'yes' if r['found_all'] else 'no'} |")  # fmt: skip
-    lines.append(f"\nfirst finding right in {table['correct']} of {table['total']} cases; every plant found in "
-                 f"{table['found_all']} of {table['total']}")  # fmt: skip
-    return "\n".join(lines)

@@ -1,25 +1,8 @@
 """Early stopping on a validation metric.
 
-**What it does.** Tracks the best value of a validation metric and counts epochs without an
-improvement larger than ``min_delta``; after ``patience`` such epochs it says stop.
-
-**When to use it.** Whenever you cannot be sure the number of epochs is right: it is the
-cheapest way to not pay for epochs that no longer improve (or that overfit).
-
-**Expected gain.** Saves the tail of training that does not help; often 20-50 % of the
-epochs of a generous fixed budget.
-
-**Pitfalls / trade-offs.**
-
-* Noisy metrics stop too early: raise ``patience``, or ``min_delta`` so noise is not counted
-  as improvement.
-* It picks *when* to stop, not *which* weights to keep: save the best checkpoint
-  (``improved`` tells you when) and reload it at the end.
-* With LR schedules that decay to zero (cosine), late epochs often improve again; early
-  stopping and such schedules interact.
-* Its counters are training state: save :meth:`EarlyStopping.state_dict` in checkpoints,
-  otherwise a resumed run restarts the patience count.
-* NaN counts as "no improvement".
+`EarlyStopping` tracks the best value and says stop after ``patience`` epochs without an improvement larger
+than ``min_delta`` (NaN is no improvement). It picks when to stop, not which weights to keep: save the best
+checkpoint when ``improved``, and save its ``state_dict`` so a resumed run keeps its patience count.
 """
 
 from __future__ import annotations

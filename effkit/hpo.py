@@ -1,27 +1,9 @@
 """Hyperparameter search on a budget: a small tuning task, every trial's cost on the clock, Optuna objectives.
 
-**What it does.** ``TuningTask`` is a small classification problem (a random ReLU "oracle" network
-with some label noise, an MLP trained with SGD + momentum and a cosine schedule) whose validation
-accuracy depends on the learning rate, batch size and weight decay, cheap enough (milliseconds per
-epoch) to run hundreds of trials on a CPU. ``TuningTask.trial(config, seed)`` returns a trial that
-trains **one epoch per** ``step()`` and returns the validation accuracy after it, so a search can
-stop it between epochs. ``Ledger`` records every epoch any search paid for — samples, seconds
-(training *and* the evaluation after it) — and the best complete trial so far, so that the
-cost-to-target of different searches can be read off and plotted side by side.
-``optuna_objective(task, ledger, ...)`` wraps it for ``study.optimize``: reports each epoch's score
-and raises ``optuna.TrialPruned`` when the study's pruner says so. ``python -m effkit.hpo worker
---storage URL --study NAME --trials N`` runs trials against a shared study: the way a team runs a
-search on several machines (an RDB URL such as ``postgresql://...``, or a journal file).
-
-**When to use it.** Lesson 12, and to try a sampler or a pruner on something that runs in seconds.
-
-**Expected gain.** Successive halving and its relatives examine several times more configurations
-than a search that trains every trial to the end, for the same budget; how much that buys depends
-on how well early epochs predict the last one (measured in the lesson).
-
-**Pitfalls.** One thread per trial (deterministic per seed, comparable seconds). The validation
-score a search maximises is not the held-out accuracy a choice is judged by: re-run the top
-configurations on new seeds before believing a "winner" (the seed noise is the floor).
+`TuningTask` is a classification problem cheap enough for hundreds of trials on a CPU; its trials train one
+epoch per ``step()``. `Ledger` records every epoch a search paid for, so searches compare by cost to target;
+`optuna_objective` wraps a task for ``study.optimize`` (with pruning), and ``python -m effkit.hpo worker``
+runs trials against a shared study. Re-run a winner on new seeds before believing it.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """Measurement: synchronised timers, throughput, time-to-target, data-wait split, memory, MFU, cost.
 
-**What it does.** The primitives every lesson and benchmark uses to measure *before* changing
-anything: a step timer that synchronises the device (GPU work is asynchronous: without a sync you
-time the kernel *launch*), a throughput meter that skips warm-up steps, a time-to-target tracker,
-the split of wall time into data-wait and compute, peak memory, model FLOPs through
-``torch.utils.flop_counter`` and MFU against a table of dense peak FLOP/s per exact GPU model and
-precision, and
-cost-to-target from a $/hour price.
-
-**When to use it.** Always, first. Optimise the bottleneck you measured, not the one you guessed.
-
-**Expected gain.** None by itself; it tells you where the gain is.
-
-**Pitfalls.** Epoch time is not time-to-target: a faster epoch that needs more epochs can lose.
-Warm-up steps (allocator, cuDNN autotune, torch.compile) must not count. MFU needs the *dense*
-peak of the precision you actually run in.
+The primitives every lesson and benchmark measures with: timers that synchronise the device (else you time
+the launch), throughput that skips warm-up, time to target, the data-wait/compute split, peak memory, model
+FLOPs and MFU against a table of dense peak FLOP/s per GPU model and precision, and cost to target.
 """
 
 from __future__ import annotations

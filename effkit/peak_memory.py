@@ -1,21 +1,9 @@
 """Peak memory of a run: CUDA's allocator peak on a GPU, the process's resident-set peak on a CPU.
 
-**What it does.** ``reset_peak_memory`` starts a new peak; ``peak_memory_bytes`` reads it. On a GPU
-both are CUDA's allocator statistics. On a Linux CPU the kernel keeps the resident-set high-water
-mark (``VmHWM``) and lets a process reset it (``echo 5 > /proc/self/clear_refs``); where the reset is
-refused or silently ignored (some containers and sandboxes do one or the other), a background thread
-samples the resident set every few milliseconds instead and keeps its maximum since the reset.
-
-**When to use it.** Around each recipe measured in one process: without a reset every later recipe
-would report the first one's peak.
-
-**Expected gain.** None by itself: it makes two recipes' memory comparable.
-
-**Pitfalls.** Freed memory that the allocator keeps (glibc's heap) stays resident: a reset first
-collects garbage and hands freed heap pages back (``malloc_trim``), else a run would inherit the
-last run's leftovers and its own allocations could land in them unseen. The sampler can miss a spike shorter than its interval (a few ms); it reads the
-current resident set on every ``peak_memory_bytes`` call, so what is alive at that moment counts.
-RSS includes the interpreter and libraries (~hundreds of MiB): compare recipes, not absolute sizes.
+``reset_peak_memory`` starts a new peak, ``peak_memory_bytes`` reads it. On a Linux CPU the reset clears
+``VmHWM`` where the kernel allows it, else a thread samples the resident set every few ms; a reset first hands
+freed heap pages back (``malloc_trim``) so a run does not inherit the last one's. RSS includes the interpreter:
+compare recipes, not absolute sizes.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Pick a CPU recipe's precision from a short measurement, not from the CPU's feature flags.
 
-bf16 units do not make bf16 autocast faster: on the course's 2-core AMX Xeon the airbench conv net's
-step ran ~5x *slower* in bf16 than in fp32, and an AVX512-BF16 EPYC made the CIFAR demo's optimized
-recipe slower than the naive one. So "auto" on a CPU with bf16 units times a few training steps of
-the recipe's own model in both precisions (interleaved, median) and keeps bf16 only where it is at
-least ``BF16_PAYS`` times faster. The verdict is cached per CPU, torch version and model in
-``<cache>/precision.json`` so a machine pays for it once.
+bf16 units do not make bf16 autocast faster on every model, so "auto" on a CPU with bf16 units times a few
+training steps of the recipe's own model in both precisions (interleaved, median) and keeps bf16 only where
+it is at least ``BF16_PAYS`` times faster; the verdict is cached per CPU, torch version and model.
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
 """A `torch.profiler` wrapper with a wait / warm-up / active schedule.
 
-**What it does.** `profile_steps(step, out_dir)` runs ``step`` for ``wait + warmup + active`` steps
-under ``torch.profiler`` with a schedule, writes a Chrome-trace JSON that opens in Perfetto
-(https://ui.perfetto.dev) or TensorBoard's profiler plugin, and returns the top operators.
-
-``profile_training(TrainStep(...))`` does the same for a training step split into
-``record_function`` ranges (data, forward, backward, optimizer, other) and returns *plain data*
-(a JSON dict: per-range ms per step, operators dispatched per step, syncs, matmul time, the
-optimizer's settings, padding share, the step time measured without the profiler), the input of
-:func:`effkit.doctor.diagnose`.
-
-**When to use it.** After the coarse measurements (throughput, data-wait share) say *where* time
-goes, to see *which* operators or copies dominate inside a step.
-
-**Expected gain.** None by itself; it names the bottleneck.
-
-**Pitfalls.** The first steps include one-off costs — that is what ``wait`` and ``warmup`` skip.
-Profiling adds overhead: never quote throughput measured under the profiler.
-The ``ProfilerStep#N`` wrapper and ``record_function`` ranges are not operators: their *self* time is
-the step's time outside every operator (Python, waiting for data), so ``top_ops`` leaves them out and
-``outside_ops_ms`` reports that time on its own — ranking the wrapper first would name no bottleneck.
+`profile_steps` writes a Chrome trace and returns the top operators; `profile_training` profiles a
+`TrainStep` split into data / forward / backward / optimizer ranges and returns plain data (the input of
+:func:`effkit.doctor.diagnose`), with the step time measured without the profiler: never quote throughput
+measured under it.
 """
 
 from __future__ import annotations
@@ -32,6 +16,8 @@ from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
+
+from effkit.amp import cpu_native_bf16, cuda_native_bf16
 
 
 @dataclass
@@ -185,8 +171,6 @@ def profile_training(step: TrainStep, *, wait: int = 1, warmup: int = 2, active:
     """
     import time
 
-    from effkit.amp import cpu_native_bf16, cuda_native_bf16
-
     for _ in range(2):  # one-off costs (allocator, lazy init) out of the unprofiled timing
         step.run()
     times = []
@@ -310,9 +294,8 @@ def per_position(calls_us: list[float], starts: list[float], step_starts: list[f
 def work_median(calls_us: list[float]) -> float | None:
     """The time-weighted median call: half the matmul/conv time is spent in calls at least this long.
 
-    The calls that *do the work*: a CIFAR step's few big convolutions sit beside many small ones (the
-    head, bias gradients), so the plain median (by count) read 32 µs on a step whose convolutions took
-    66% of its time (AVX512-BF16 EPYC), and the doctor called that compute-bound step overhead-bound.
+    The calls that *do the work*: a step's few big convolutions sit beside many small ones (the head,
+    bias gradients), and the median by count would make a compute-bound step read as overhead-bound.
     Weighting by time also weights preemption: pass the calls through :func:`per_position` first.
     """
     if not calls_us:

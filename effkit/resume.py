@@ -1,30 +1,10 @@
 """Checkpoint and resume: a killed run continues as if it had never stopped.
 
-**What it does.** Saves everything a training run's future depends on: model, optimizer,
-LR scheduler, GradScaler, early stopping, every RNG (Python, NumPy, torch CPU/CUDA) and the
-position in the data (epoch, global step, next batch within the epoch). Writes are atomic
-(temp file in the same directory, fsync, ``os.replace``), so a crash during a save never
-destroys the last good checkpoint. :class:`CheckpointManager` keeps ``last.pt`` (every N steps
-and/or minutes) and ``best.pt`` (best validation metric).
-
-**When to use it.** Any run longer than you are willing to lose: preemptible/spot instances,
-shared clusters with time limits, or just a laptop that sleeps.
-
-**Expected gain.** Lost work after a crash drops from "the whole run" to "at most the save
-interval"; with deterministic settings the resumed run is bit-for-bit the uninterrupted one.
-
-**Pitfalls / trade-offs.**
-
-* Saving costs time (serialise + fsync): choose the interval so it stays a few % of a step.
-* Bit-exact resume needs the data order to be a function of (seed, epoch): use
-  :class:`ResumableRandomSampler` (it also skips already-seen batches without loading them),
-  and give the DataLoader its own ``generator``: otherwise each ``iter(loader)`` draws from the
-  global torch RNG, after it was restored, and dropout masks diverge.
-* Random augmentation in DataLoader workers is not covered by the saved RNG states.
-* Under DDP only rank 0 should save; a time-based trigger must be agreed by all ranks
-  (ranks' clocks differ) if saving involves collectives.
-* Files are loaded with ``torch.load(weights_only=True)``: everything saved here is plain
-  tensors/numbers/strings, so no pickled code runs on load. Put only such values in ``extra``.
+`save_checkpoint` writes atomically (temp file, fsync, ``os.replace``) everything the run's future depends
+on: model, optimizer, scheduler, scaler, early stopping, every RNG and the position in the data;
+`load_checkpoint` restores it (``weights_only=True``: keep ``extra`` to plain values) and `CheckpointManager`
+keeps ``last.pt`` and ``best.pt``. Bit-exact resume also needs `ResumableRandomSampler` and a DataLoader
+``generator``.
 """
 
 from __future__ import annotations

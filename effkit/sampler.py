@@ -1,13 +1,7 @@
 """A shuffling sampler whose order depends only on (seed, epoch), so a run can resume mid-epoch.
 
-**What it does.** :class:`ResumableRandomSampler` draws each epoch's permutation from its own
-generator seeded with ``seed + epoch`` and can skip the samples already seen this epoch.
-
-**When to use it.** With :mod:`effkit.resume`, for bit-exact resume of shuffled training.
-
-**Expected gain.** Resuming never re-loads or re-trains on the batches seen before the crash.
-
-**Pitfalls.** The DataLoader still needs its own ``generator=`` (see :mod:`effkit.resume`).
+:class:`ResumableRandomSampler` draws each epoch's permutation from a generator seeded with ``seed + epoch``
+and can skip the samples already seen; the DataLoader still needs its own ``generator=``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """Learning-rate schedules and the linear scaling rule.
 
-**What it does.** `warmup_cosine` and `one_cycle` return ``LambdaLR`` schedulers: a linear warm-up
-from ~0 to the peak LR, then a cosine decay (or a linear one-cycle ramp down). `scale_lr` applies
-the linear scaling rule (Goyal et al., 2017): LR grows in proportion to the batch size.
-
-**When to use it.** Whenever you raise the batch size to feed an accelerator: scale the LR with
-the batch, and warm up so the early, large updates don't blow the model up.
-
-**Expected gain.** Lets a larger batch reach the same accuracy in fewer steps; without warm-up,
-large-batch runs often diverge or lose accuracy.
-
-**Pitfalls.** Linear scaling breaks down past a critical batch size (for SGD on CIFAR, around a few
-thousand); Adam-family optimizers are often better served by square-root scaling (``rule="sqrt"``).
-Schedulers here step once per *optimizer* step, not per epoch or per micro-batch.
+`warmup_cosine` and `one_cycle` return ``LambdaLR`` schedulers (linear warm-up, then cosine or linear decay)
+that step once per optimizer step; `scale_lr` scales the LR with the batch size (linear, or ``"sqrt"`` for
+Adam-family optimizers).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
@@ -42,31 +33,29 @@ def _check(total_steps: int, warmup_steps: int) -> None:
         raise ValueError(f"warmup_steps must be in [0, {total_steps}], got {warmup_steps}")
 
 
-def warmup_cosine(
-    optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int, final_ratio: float = 0.0
-) -> LambdaLR:
-    """Linear warm-up to the optimizer's LR, then cosine decay to ``final_ratio`` of it."""
+def _warmup_then(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int,
+                 decay: Callable[[float], float]) -> LambdaLR:
+    """Linear warm-up, then ``decay(progress)`` with progress going 0 -> 1 over the remaining steps."""
     _check(total_steps, warmup_steps)
 
     def factor(step: int) -> float:
         if step < warmup_steps:
             return (step + 1) / warmup_steps
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        return final_ratio + (1 - final_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        return decay(min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps)))
 
     return LambdaLR(optimizer, factor)
+
+
+def warmup_cosine(
+    optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int, final_ratio: float = 0.0
+) -> LambdaLR:
+    """Linear warm-up to the optimizer's LR, then cosine decay to ``final_ratio`` of it."""
+    return _warmup_then(optimizer, total_steps, warmup_steps,
+                        lambda progress: final_ratio + (1 - final_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def one_cycle(
     optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int, final_ratio: float = 0.0
 ) -> LambdaLR:
     """Linear warm-up then a linear ramp down to ``final_ratio`` (the airbench-style triangle)."""
-    _check(total_steps, warmup_steps)
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        return 1.0 - (1.0 - final_ratio) * progress
-
-    return LambdaLR(optimizer, factor)
+    return _warmup_then(optimizer, total_steps, warmup_steps, lambda progress: 1.0 - (1.0 - final_ratio) * progress)

@@ -1,17 +1,8 @@
 """Seeding and determinism.
 
-**What it does.** `seed_everything` seeds Python, NumPy and torch (all devices) and, on request,
-switches torch into deterministic algorithms. `rng_state` / `set_rng_state` capture and restore
-every generator so a resumed run draws the same random numbers as an uninterrupted one.
-
-**When to use it.** At the top of every experiment; deterministic mode for tests, debugging and
-bit-exact resume checks.
-
-**Expected gain.** None in speed — it buys reproducibility. Deterministic mode can cost speed
-(cuDNN autotuning is off), so keep it out of benchmarks.
-
-**Pitfalls.** Seeds do not make DataLoader workers deterministic unless the loader gets a seeded
-``generator``; CUDA matmuls also need ``CUBLAS_WORKSPACE_CONFIG`` (set here when deterministic).
+`seed_everything` seeds Python, NumPy and torch and, on request, turns on deterministic algorithms (keep
+that out of benchmarks); `rng_state` / `set_rng_state` capture and restore every generator for resume.
+DataLoader workers need a seeded ``generator`` too.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """Open-loop load: requests that arrive on their own schedule, a queue, a batcher, real service times.
 
-**What it does.** `open_loop(serve, feeds, rate)` replays Poisson arrivals at ``rate`` requests/s
-against one server in real time. The server takes every request that has arrived (up to
-``max_batch``, waiting at most ``max_wait_s`` for a batch to fill), runs ``serve`` on the
-concatenated batch and stamps each request's answer time. A request's latency is its answer time
-minus its *arrival* time: queueing, the wait for a batch and the service itself, which is what a
-user of a service sees and what an SLO ("P95 <= X ms at Y requests/s") is written on.
-
-**When to use it.** Checking an SLO. A closed loop (one request after another) measures service
-time only: it can never show a queue, because the next request waits for the last answer. Near
-the server's capacity an open loop's P95 grows far beyond the service time (Little's law), and
-past it the queue grows without bound; a batching server trades a little latency for throughput.
-
-**Expected gain.** The truth about a configuration at a load: "meets the SLO" from a measurement,
-not from an estimate that ignores the queue.
-
-**Pitfalls.** One server, one thread: the latencies include Python's call overhead and any other
-process taking the core. Arrivals are replayed against the wall clock, so a busy machine
-serves them late and shows it. A run past capacity ends when its requests are served, so its P95
-depends on how many were sent: report the number.
+`open_loop(serve, feeds, rate)` replays Poisson arrivals in real time against one batching server; a
+request's latency runs from its arrival, so queueing counts, as in an SLO. A run past capacity ends when its
+requests are served, so its P95 depends on how many were sent: report the number.
 """
 
 from __future__ import annotations

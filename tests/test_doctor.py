@@ -6,7 +6,8 @@ import time
 import pytest
 
 from effkit import doctor
-from effkit.doctor_plants import bf16_pays_here, format_table, planted_step, plants_here, validate
+from effkit.doctor import format_table, validate
+from effkit.doctor_plants import bf16_pays_here, planted_step, plants_here
 from effkit.profiling import per_position, profile_training, work_median
 
 CLEAN = {"step_ms": 10.0, "step_ms_unprofiled": 8.0, "batch_size": 32, "syncs_per_step": 0, "sync_ms": 0.0, "ops_per_step": 200,

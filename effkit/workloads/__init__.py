@@ -6,18 +6,15 @@ that trains a given number of optimizer steps and evaluates, so benchmarks, less
 time every recipe the same way. They need the ``course`` extra (torchvision, transformers).
 """
 
+import importlib
+
 WORKLOADS = ("cifar", "bert")
 PROFILES = ("smoke", "cpu", "gpu")
 
 
 def get(name: str):
-    """Import a workload module by name with a clear error for unknown names."""
-    if name == "cifar":
-        from effkit.workloads import cifar
-
-        return cifar
-    if name == "bert":
-        from effkit.workloads import bert
-
-        return bert
-    raise ValueError(f"unknown workload {name!r}; choose one of {WORKLOADS}")
+    """The workload module ``name``, imported on first use (each needs the ``course`` extra), with a
+    clear error for unknown names."""
+    if name not in WORKLOADS:
+        raise ValueError(f"unknown workload {name!r}; choose one of {WORKLOADS}")
+    return importlib.import_module(f"{__name__}.{name}")

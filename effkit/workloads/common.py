@@ -1,11 +1,8 @@
 """What every recipe shares: the Trainer protocol and the train-to-target loop.
 
-A ``Trainer`` owns its model, optimizer, data pipeline and schedule. ``train_steps(n)`` runs ``n``
-optimizer steps *including* the input pipeline (that is part of what we optimise) and returns the
-work done; ``evaluate()`` returns held-out accuracy. Time is measured outside, by the caller, with
-device synchronisation — a recipe never reports its own speed. Every evaluation is on the clock
-(airbench counts its test-time-augmented evaluation too): a recipe only *knows* it reached the
-target after the evaluation that says so.
+A ``Trainer``'s ``train_steps(n)`` runs ``n`` optimizer steps, input pipeline included, and returns the work
+done; ``evaluate()`` returns held-out accuracy. The caller times it with device synchronisation, and every
+evaluation is on the clock: a recipe only knows it reached the target after the evaluation that says so.
 """
 
 from __future__ import annotations

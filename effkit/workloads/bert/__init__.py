@@ -1,24 +1,8 @@
 """BERT fine-tuning on SST-2 (GLUE sentiment): a naive and an optimized recipe.
 
-**What it does.** ``build(recipe, profile)`` returns a ``Trainer`` (see
-:mod:`effkit.workloads.common`) that trains ``transformers``' ``BertForSequenceClassification`` on
-SST-2: pretrained ``bert-base-uncased`` on GPUs where its weights exist, else the packaged
-all-MiniLM-L6-v2 (the ``cpu`` profile's choice; :mod:`effkit.workloads.bert.pretrained`), else a
-small from-scratch BERT with a WordPiece tokenizer trained on SST-2 (``smoke``, and a loud note
-wherever pretrained weights were wanted). ``build(..., model=...)`` picks other weights.
-``prepare_data(profile)`` makes sure the data exists (GLUE TSVs from a folder or the hub, or
-synthetic ones in the same format for ``smoke``).
-
-**When to use it.** The course's text workload: lessons on padding, bucketing, tokenization,
-mixed precision (``build("naive", ..., precision=..., train_step=...)``) and batch-size scaling.
-
-**Expected gain.** On the course's 2-core AMX CPU, ``cpu`` profile: see the numbers in
-``benchmarks/results``; most of it comes from dynamic padding (SST-2 averages ~11 tokens, the
-naive recipe pads to 128) and bf16.
-
-**Pitfalls.** Compare recipes by time-to-target *and* final accuracy: a larger batch that is faster
-per sample but loses accuracy is not a win. The naive recipe's DataLoader workers compete with
-the model for cores on small machines; that is part of the baseline on purpose.
+``build(recipe, profile)`` returns a ``Trainer`` (:mod:`effkit.workloads.common`) for
+``BertForSequenceClassification``: bert-base where its weights exist, else the packaged all-MiniLM-L6-v2,
+else a small from-scratch BERT (said in every output); ``prepare_data(profile)`` makes sure the data exists.
 """
 
 from effkit.workloads.bert.data import (

@@ -1,24 +1,9 @@
 """SST-2 data: the GLUE TSV loader, a Hugging Face hub fallback, and a synthetic look-alike.
 
-**What it does.** `load_sst2(dir)` reads GLUE SST-2 files (``sentence<TAB>label`` with a header:
-``train.tsv``, ``dev.tsv``, ``test.tsv``) from any directory and checks every row.
-`download_sst2_from_hub(dest)` fetches ``glue``/``sst2`` with the optional ``datasets`` library and
-writes it in that same TSV layout, so everything downstream reads one format.
-`make_synthetic_sst2(dir, ...)` writes a small learnable data set in that format for tests and the
-``smoke`` profile.
-
-**When to use it.** Real SST-2 for the ``cpu``/``gpu`` profiles; the synthetic set wherever no
-data may be downloaded (CI, tests, a first look at a notebook).
-
-**Expected gain.** None by itself; the length distribution matters for what follows: SST-2 phrases
-are ~11 WordPiece tokens on average (median 8, max ~70), so padding every row to 128 tokens spends
-~90% of the compute on padding. The synthetic generator copies that shape on purpose.
-
-**Pitfalls.** The official GLUE ``test.tsv`` has no labels (header ``index<TAB>sentence``): the
-``test.tsv`` here is the GLUE *dev* set with labels, and ``dev.tsv`` is a slice of GLUE train cut
-by source sentence (`split_glue_dir`, :mod:`effkit.workloads.bert.split`): a random slice of rows
-would leak phrases of held-out sentences into training.
-Sentences contain quotes, so never parse these files with ``csv`` quoting rules.
+`load_sst2(dir)` reads and checks ``train/dev/test.tsv`` (``sentence<TAB>label``); `download_sst2_from_hub`
+writes the hub's copy in that layout and `make_synthetic_sst2` a learnable stand-in for tests and ``smoke``.
+Here ``test.tsv`` is GLUE's labelled dev set and ``dev.tsv`` a leak-free slice of GLUE train
+(:mod:`effkit.workloads.bert.split`). Never parse these files with ``csv`` quoting: sentences contain quotes.
 """
 
 from __future__ import annotations
@@ -30,6 +15,8 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from effkit.workloads.bert.split import split_by_sentence
 
 SPLITS = ("train", "dev", "test")
 HEADER = "sentence\tlabel"
@@ -171,8 +158,6 @@ def download_sst2_from_hub(dest: str | Path, seed: int = 0) -> Path:
 
 
 def _write_leak_free(glue_train, glue_dev, dest: Path, seed: int) -> Path:
-    from effkit.workloads.bert.split import split_by_sentence
-
     train, dev = split_by_sentence(glue_train, 0.1, seed)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".sst2-", dir=dest.parent))

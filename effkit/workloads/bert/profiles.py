@@ -1,20 +1,8 @@
 """Profiles for the BERT workload (how big, how long, on which data) and where their data comes from.
 
-**What it does.** ``PROFILES`` maps "smoke", "cpu" and "gpu" to a :class:`BertProfile`: model size,
-data, epochs or a training subset, batch sizes, learning rate, target accuracy and evaluation
-cadence. `prepare_data(profile, data_dir)` makes sure the profile's data exists on disk and returns
-its directory.
-
-**When to use it.** ``smoke`` in tests and CI (synthetic data, seconds); ``cpu`` for the lessons on
-a laptop-class CPU (real SST-2, the packaged pretrained all-MiniLM-L6-v2, minutes); ``gpu`` for
-the real thing (``bert-base-uncased``, full SST-2, a few epochs). Where weights are missing the
-profile falls back to the packaged encoder, then to a small from-scratch BERT, and says so.
-
-**Expected gain.** None by itself: profiles keep benchmarks comparable across machines and runs.
-
-**Pitfalls.** Targets are per profile, per evaluation split and per kind of weights
-(:meth:`BertProfile.lr_and_target`); a from-scratch BERT on SST-2 ends far below a pretrained one
-(~78% against ~87% for MiniLM and ~92% for bert-base on GLUE dev): never compare across them.
+``PROFILES`` maps "smoke" (synthetic, seconds), "cpu" (SST-2, packaged MiniLM) and "gpu" (bert-base) to a
+:class:`BertProfile`; `prepare_data` makes sure a profile's data exists. Targets depend on the profile, the
+evaluation split and the kind of weights (:meth:`BertProfile.lr_and_target`): never compare across them.
 """
 
 from __future__ import annotations
@@ -33,7 +21,7 @@ from effkit.workloads.bert.data import (
     synthetic_sst2_cached,
 )
 
-# Measured: see the comment where it is used (cpu profile, packaged encoder, dev.tsv).
+# cpu profile, packaged encoder, dev.tsv: see the comment where it is used.
 TARGET_CPU_PACKAGED = 0.85
 
 
@@ -111,16 +99,13 @@ PROFILES: dict[str, BertProfile] = {
         naive_batch=32,
         optimized_batch=64,
         lr=5e-5,
-        # Packaged MiniLM on dev.tsv (2-core EPYC, torch 2.15, 2026-11-25, `python -m effkit.bench
-        # bert --profile cpu`): naive 88.77%, optimized 88.21% at the end of the epoch, the optimized
-        # recipe at 87.3% after 8,000 samples: 0.85 is a target both recipes reach, a few points
-        # below where they end, so time-to-target measures speed rather than a coin flip at the end.
+        # A target both recipes reach a few points below where they end, so time-to-target measures
+        # speed rather than a coin flip at the end (benchmarks/results/effkit-notes.md).
         target=TARGET_CPU_PACKAGED,
         eval_split="dev",
         eval_every_samples=4000,
-        # From scratch, on the leak-free dev.tsv (whole held-out sentences) both recipes end at
-        # ~77.7-78.0% (fp32 both: naive 0.7803, optimized 0.7774 after one epoch); 0.80 was only
-        # reachable on the old, leaky split, where dev phrases sat inside train ones.
+        # From scratch, on the leak-free dev.tsv, just below where both recipes end
+        # (benchmarks/results/effkit-notes.md).
         scratch_lr=5e-4,
         scratch_target=0.77,
     ),

@@ -1,29 +1,9 @@
 """The two BERT-on-SST-2 training recipes behind one ``Trainer``, and the pluggable train step.
 
-**What it does.** ``build("naive" | "optimized", profile)`` returns a :class:`BertTrainer`.
-*naive* is what people write first, with library defaults: fp32, the attention ``transformers``
-picks by default (SDPA in transformers 5; ``describe()["attention"]`` says which), the tokenizer
-called on raw strings
-inside the DataLoader (2 workers, no pinned memory), every row padded to 128 tokens, batch 32,
-plain AdamW, linear warm-up and decay. *optimized* tokenizes once, pads each length-bucketed batch
-only to its longest row (multiple of 8), runs bf16 autocast where the device has it, SDPA
-attention, a larger batch with square-root LR scaling, fused AdamW and pinned, non-blocking copies
-on CUDA, and may stop as soon as it reaches the target.
-
-**When to use it.** Benchmarks, lessons and the grader all call ``build``. Lesson 3 passes
-``precision=`` and its own ``train_step=`` to the *naive* recipe to study mixed precision with
-nothing else changed.
-
-**Expected gain.** On SST-2, ~8x less work from dynamic padding alone; bf16 roughly doubles matmul
-speed on CPUs with AMX/AVX512-BF16 and on tensor-core GPUs; a larger batch amortises the
-per-step overhead (optimizer, clipping, Python).
-
-**Pitfalls.** With fp16, clip only after ``scaler.unscale_``, and do not advance the LR schedule
-on steps the scaler skipped. Eval splits: the GLUE dev set (our test.tsv) has only 872 rows, a
-standard error of ~1.4 pp; the ``cpu`` profile therefore evaluates on dev.tsv (5,867 phrases of
-held-out GLUE-train *sentences*, none inside a training phrase: see
-:mod:`effkit.workloads.bert.split`; ~0.55 pp), which resolves a 0.5 pp difference between
-recipes; the ``gpu`` profile reports the usual GLUE dev figure.
+``build("naive" | "optimized", profile)`` returns a :class:`BertTrainer`. naive: library defaults (fp32,
+tokenizer in 2 DataLoader workers, rows padded to 128, batch 32, plain AdamW). optimized: tokenized once,
+length-bucketed batches padded to their longest row, bf16 where native, a larger batch with sqrt LR scaling,
+fused AdamW. Hooks (``precision=``, ``train_step=``...) change one part for a lesson.
 """
 
 from __future__ import annotations
@@ -35,6 +15,7 @@ import numpy as np
 import torch
 
 from effkit.amp import AmpPolicy, choose_precision
+from effkit.measure import train_flops
 from effkit.schedules import one_cycle, scale_lr
 from effkit.seed import seed_everything
 from effkit.workloads.bert import batching
@@ -173,8 +154,6 @@ def _bucketed_stream(corpus, batch_size: int, seed: int, pin: bool) -> Iterator[
 
 
 def _train_flops_per_sample(model, length: int, vocab: int, device, policy: AmpPolicy) -> float:
-    from effkit.measure import train_flops
-
     ids = torch.randint(5, vocab, (2, length), device=device)
     batch = {
         "input_ids": ids,

@@ -1,22 +1,8 @@
 """A leak-free held-out split of GLUE SST-2 train: whole source sentences, never shared phrases.
 
-**What it does.** GLUE SST-2 train holds every parse-tree phrase of ~6,900 movie-review sentences
-("a gorgeous", "a gorgeous , witty , seductive movie", ...). `split_by_sentence` groups each
-phrase with the longest phrase containing it (its source sentence: a phrase inside no other),
-holds out whole groups, then drops every held-out phrase that still occurs inside some training
-phrase (short phrases such as "the film" recur across sentences). `leaked_phrases` is the check.
-
-**When to use it.** Whenever a held-out split is cut from GLUE train (the hub path and a GLUE
-folder in its original layout both go through here). The split in ``../shared/data/sst2`` was
-made the same way.
-
-**Expected gain.** Honest held-out accuracy: with a random row split, 85% of held-out phrases of
-3+ words occur verbatim inside a training phrase, so "held-out" accuracy partly measures
-memorisation and flatters every recipe (and hides differences between them).
-
-**Pitfalls.** Matching is on whole words (space-separated tokens, as GLUE stores them), so "bad"
-is not found inside "badly". Grouping costs one pass over every sub-phrase of every sentence:
-~2 s for the 67k GLUE rows.
+GLUE SST-2 train holds every parse-tree phrase of each sentence, so a random row split leaks held-out phrases
+into training. `split_by_sentence` groups phrases by source sentence, holds out whole groups and drops
+held-out phrases that still occur inside a training phrase (whole-word matching); `leaked_phrases` checks.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """Tokenizers for the BERT workload: a pretrained one by name, or a WordPiece trained and cached.
 
-**What it does.** `load_pretrained_tokenizer(name_or_path)` loads a hub or local tokenizer.
-`trained_wordpiece(texts, vocab_size)` trains a BERT-style WordPiece tokenizer (BERT normalizer
-with lower-casing, BERT pre-tokenizer, ``[CLS] ... [SEP]`` template) on the training text with the
-``tokenizers`` library, caches it on disk keyed by a hash of the text and the vocabulary size, and
-wraps it as a ``transformers`` fast tokenizer: both recipes then call the very same HF API.
-
-**When to use it.** The trained tokenizer is for from-scratch models (offline runs, the ``smoke``
-and ``cpu`` profiles); pretrained weights must always come with their own tokenizer.
-
-**Expected gain.** Training takes ~1 s on SST-2; the cache makes every later build free and keeps
-token ids stable across runs, so cached ids and checkpoints stay valid.
-
-**Pitfalls.** A tokenizer trained on the training split only (never on eval text) keeps
-evaluation honest. The cache key covers the text, the vocabulary size and the recipe version;
-change the training code and you must bump ``_VERSION``.
+`load_pretrained_tokenizer` loads a hub or local tokenizer; `trained_wordpiece(texts, vocab_size)` trains a
+BERT-style WordPiece on the training text for from-scratch models, caches it by a hash of text, size and
+``_VERSION`` (bump it when the training code changes), and wraps it as a ``transformers`` fast tokenizer.
 """
 
 from __future__ import annotations

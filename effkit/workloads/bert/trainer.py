@@ -1,19 +1,8 @@
 """The BERT trainer (one recipe's model, optimizer, schedule and batches) and its train step.
 
-**What it does.** :class:`BertTrainer` implements effkit's ``Trainer`` protocol: ``train_steps(n)``
-pulls ``n`` batches from the recipe's input pipeline and hands each to a pluggable ``train_step``;
-``evaluate()`` measures held-out accuracy. :func:`default_train_step` is the reference step:
-forward and loss under the autocast context, scaled backward, unscale, clip, step, update, zero.
-
-**When to use it.** Lesson 3 replaces ``train_step`` (``build("naive", ..., train_step=fn)``) to
-write its own mixed-precision step; everything else stays the recipe's.
-
-**Expected gain.** None by itself; the recipes in :mod:`effkit.workloads.bert.recipes` differ in
-what they feed it.
-
-**Pitfalls.** With fp16, clip only after ``scaler.unscale_`` and never advance the LR schedule on a
-step the scaler skipped (inf/NaN gradients): we detect those by the loss scale shrinking. The
-returned loss is a Python float, which syncs the GPU once per step; fine for steps of ~100 ms.
+:class:`BertTrainer` implements effkit's ``Trainer`` protocol; :func:`default_train_step` is the reference
+step (autocast forward, scaled backward, unscale, clip, step). Lesson 3 passes its own ``train_step``.
+With fp16, a step the scaler skipped (seen by the scale shrinking) does not advance the LR schedule.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """CIFAR-10 image classification: a naive and an optimized (airbench94-style) training recipe.
 
-**What it does.** ``build(recipe, profile)`` returns a `Trainer` (see
-:mod:`effkit.workloads.common`) for the ``"naive"`` recipe (torchvision ResNet, per-image
-DataLoader pipeline, fp32) or the ``"optimized"`` one (data on the device, airbench94's net and
-optimizer, mixed precision where it pays). ``prepare_data(profile)`` makes sure the data exist:
-synthetic CIFAR-10 in the official file format for ``smoke`` (offline), real CIFAR-10 for ``gpu``
-(downloaded on first use), real-if-present-else-synthetic for ``cpu``.
-
-**When to use it.** Benchmarks (``python -m effkit.bench cifar``), lessons and the grader. Hooks
-swap one part of a recipe to measure it: ``build("naive", "smoke", pipeline=MyPipeline)`` runs the
-naive recipe with a learner's input pipeline and nothing else changed.
-
-**Expected gain.** optimized vs naive on the course's 2-core CPU (smoke): ~1.4x the samples/s and
-~2x sooner to the target; cpu profile: ~4x the samples/s, ~6x sooner. On GPUs the gap is far
-larger: the original airbench94 reaches 94% on real CIFAR-10 in 3.8 A100-seconds, where torchvision
-ResNet-18 from a DataLoader never reaches 94% (this port is not yet validated on a GPU).
-
-**Pitfalls.** The smoke profile trains on synthetic images: its accuracies only show that training
-works. Build once per measurement: ``train_steps`` advances the schedule.
+``build(recipe, profile)`` returns a `Trainer` (:mod:`effkit.workloads.common`): naive (torchvision ResNet,
+per-image DataLoader, fp32) or optimized (data on the device, airbench94's net and optimizer, mixed precision
+where it pays); hooks swap one part (``pipeline=``...). ``prepare_data(profile)`` provides synthetic data in
+the official format for ``smoke``, real CIFAR-10 for ``gpu``, either for ``cpu``. Build once per measurement.
 """
 
 from __future__ import annotations

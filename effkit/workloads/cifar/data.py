@@ -1,19 +1,8 @@
 """CIFAR-10 on disk: load it through torchvision, or generate a synthetic stand-in offline.
 
-**What it does.** `load_cifar` reads the official ``cifar-10-batches-py`` pickles through
-``torchvision.datasets.CIFAR10`` (md5-checked), with errors that name the folder and say how to get
-the data. `download_cifar` fetches the real set. `make_synthetic_cifar` writes a small *learnable*
-dataset in exactly the official on-disk format, so tests and the smoke profile exercise the same
-code path as real CIFAR-10 on machines without internet access.
-
-**When to use it.** Everywhere the course needs CIFAR-10; the synthetic set for tests, CI and the
-smoke profile, real data for any accuracy claim.
-
-**Expected gain.** None in speed: this is the ground truth the recipes train on.
-
-**Pitfalls.** Numbers measured on the synthetic set say nothing about real CIFAR-10 accuracy; it
-only has the same shapes, dtypes and files. torchvision checks each file's md5 against the
-official one; the synthetic set ships its own checksums (see `load_cifar`).
+`load_cifar` reads the official pickles through ``torchvision.datasets.CIFAR10`` (md5-checked) with errors
+that say how to get the data; `download_cifar` fetches it; `make_synthetic_cifar` writes a small learnable set
+in the same format (its own checksums), for tests and ``smoke``: its accuracies say nothing about CIFAR-10.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """A harder synthetic CIFAR-10 for full-size offline runs: one where accuracy bugs cost accuracy.
 
-**What it does.** `hard_images(n, seed)` draws images whose class is the pattern and colour of an
-*object* confined to a random disc, over a *distractor* texture of another pattern in a random
-colour that fills the rest of the image, with low contrast and strong pixel noise. A net must find
-the disc, read the pattern and the hue inside it and ignore the colour and texture around it.
-
-**When to use it.** Wherever the full-size (50,000 + 10,000) synthetic set stands in for real
-CIFAR-10 offline (``benchmarks/gpu_check.py``): on the easy set every recipe ends near its
-ceiling within an epoch, so an accuracy gate there passes whatever the recipe does.
-
-**Expected gain.** None in speed: it makes accuracy claims on offline GPU runs mean something.
-See ``benchmarks/cifar_standin.py`` for the measured gap between correct and buggy runs.
-
-**Pitfalls.** Still not CIFAR-10: its accuracies are not real-CIFAR accuracies. The ``smoke``
-and ``cpu`` profiles and the grader keep the easy set: their targets are calibrated on it.
+`hard_images(n, seed)` draws a patterned, coloured object in a random disc over a distractor texture, with
+low contrast and noise, so an accuracy gate on offline GPU runs means something (the easy set saturates).
+``smoke``, ``cpu`` and the grader keep the easy set: their targets are calibrated on it.
 """
 
 from __future__ import annotations

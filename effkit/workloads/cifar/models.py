@@ -1,21 +1,8 @@
 """Networks for CIFAR-10: torchvision's ResNet as-is, and an airbench94-style net built for 32x32.
 
-**What it does.** `naive_resnet` returns torchvision's ImageNet ResNet-18 (or the one-block-per-
-stage ResNet-10 the smoke profile uses on a 2-core CPU) with 10 outputs, exactly as a first attempt
-would. `airbench_net` rebuilds the network of Keller Jordan's cifar10-airbench (``airbench94``):
-a frozen 2x2 *whitening* convolution initialised from the data's patch covariance, three
-conv-pool-BN-GELU groups (widths 64/256/256), identity-initialised convolutions, BatchNorm with
-frozen scales, and a scaled linear head. `Lookahead` is its weight averaging.
-
-**When to use it.** The ResNet is the baseline. The airbench net is the fastest known way to 94% on
-CIFAR-10 (3.8 A100-seconds in its uncompiled form) and a good default for small-image problems.
-
-**Expected gain.** ImageNet ResNet-18 downsamples 32x32 inputs to 8x8 in its stem and tops out
-near 87% on CIFAR-10; the airbench net reaches 94% in about 10 epochs.
-
-**Pitfalls.** The whitening layer needs real training images at initialisation (not random
-data). The net is tuned for 32x32 inputs: pooling sizes assume them. BatchNorm runs in fp32 even
-when the rest of the net runs in low precision.
+`naive_resnet` is torchvision's ImageNet ResNet-18 (or a ResNet-10) with 10 outputs; `airbench_net` rebuilds
+Keller Jordan's airbench94 net (frozen whitening conv, three conv-pool-BN-GELU groups, scaled head) and
+`Lookahead` its weight averaging. The whitening layer needs real training images at initialisation.
 """
 
 from __future__ import annotations

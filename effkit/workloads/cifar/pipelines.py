@@ -1,29 +1,9 @@
 """Input pipelines for CIFAR-10: the per-sample DataLoader and the whole-dataset-on-device one.
 
-**What it does.** Both classes turn the CIFAR-10 training set into shuffled, augmented
-(random crop with 4-pixel padding, horizontal flip), normalised batches on the training device.
-`TorchvisionPipeline` is what most people write first: PIL transforms applied one image at a time
-in DataLoader worker processes, then copied to the device. `DevicePipeline` keeps the whole set on
-the device as uint8 (150 MB for CIFAR-10) and augments a batch at a time with a single indexing op:
-no Python per sample, no workers, no host-to-device copies. `DeviceTestSet` evaluates held-out data
-the same way.
-
-The lesson-2 protocol: a pipeline class is built as ``Pipeline(dataset, batch_size, device, seed)``
-from a torchvision ``CIFAR10`` with ``transform=None``; iterating it yields one epoch of
-``(x, y)``, x float N x 3 x 32 x 32 normalised with `CIFAR_MEAN`/`CIFAR_STD`, y int64, both on
-``device``; ``len()`` is batches per epoch; every ``iter()`` reshuffles.
-
-**When to use it.** Whenever the data fit in device memory (CIFAR, MNIST, most tabular sets), use
-the device pipeline. Per-sample CPU pipelines are for data that do not fit or need decoding.
-
-**Expected gain.** On a GPU the DataLoader version starves the GPU (a few thousand images/s from
-two workers); the device version augments hundreds of thousands of images/s. On a 2-core CPU the
-two workers fight the model for the same cores; moving augmentation into batched tensor ops frees
-them.
-
-**Pitfalls.** Pad with zeros *before* normalising, as torchvision does (a black border, not a
-zero-valued one). Keep the labels indexed by the same permutation as the images. A fresh
-``torch.Generator`` per pipeline keeps runs reproducible without touching the global RNG.
+`TorchvisionPipeline` applies PIL transforms per image in DataLoader workers; `DevicePipeline` keeps the set
+on the device as uint8 and crops/flips a batch in one indexing op; `DeviceTestSet` evaluates the same way.
+Protocol: ``Pipeline(dataset, batch_size, device, seed)`` over a ``CIFAR10`` with ``transform=None``;
+iterating yields one epoch of normalised ``(x, y)`` on ``device``, reshuffled at every ``iter()``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Run profiles for the CIFAR-10 workload: how much data, how long, which sizes, which target.
 
-**What it does.** A `Profile` fixes everything that depends on the machine: the data (synthetic,
-real-if-present, real), the schedule lengths and batch sizes of both recipes, the width of the
-optimized net, precision, ``channels_last`` and ``torch.compile``, and the accuracy target.
-
-**When to use it.** ``smoke`` for tests and CI (synthetic data, under half a minute per recipe on
-2 CPU cores), ``cpu`` for lessons on a laptop-class CPU (a few minutes), ``gpu`` for the real
-benchmark: real CIFAR-10 to 94% test accuracy, airbench94's recipe, in seconds on an H100.
-
-**Expected gain.** Not a speed-up in itself; it keeps the recipes the same across machines and
-only scales what has to scale.
-
-**Pitfalls.** Targets are per profile: the smoke target on synthetic data says nothing about real
-CIFAR-10. Precision and ``channels_last`` were chosen by measurement on each device class (see the
-comments); re-measure before changing them on new hardware.
+A `Profile` fixes what depends on the machine: the data, both recipes' schedule lengths and batch sizes,
+the optimized net's widths, precision, ``channels_last``, ``torch.compile`` and the target. Targets are
+per profile: smoke's, on synthetic data, says nothing about real CIFAR-10.
 """
 
 from __future__ import annotations
@@ -55,8 +44,8 @@ PROFILES: dict[str, Profile] = {
     # 2 CPU cores. Precision "auto" is measured per host (effkit.precision_probe). The naive net is
     # narrowed so that, as on a GPU, the per-image DataLoader pipeline is a real share of its step
     # time (lesson 2). The airbench net's middle block is narrowed as well (16/32/64; airbench's is
-    # as wide as its last): on 2 cores its FLOPs set its speed, and at 16/64/64 it reached the
-    # target later than the naive net (benchmarks/results/cifar-smoke-widths-xeon-amx-2c.txt).
+    # as wide as its last): on 2 cores its FLOPs set its speed
+    # (benchmarks/results/cifar-smoke-widths-xeon-amx-2c.txt).
     "smoke": Profile(
         name="smoke",
         data="synthetic",
@@ -65,8 +54,8 @@ PROFILES: dict[str, Profile] = {
         max_train=None,
         max_test=None,
         real_target=None,
-        # Synthetic data: both recipes end their 2 epochs at 0.92-0.94 and pass 0.80 after 1-1.5
-        # epochs (2 seeds each), so the target sits near the plateau, not on the steep part.
+        # Synthetic data: the target sits near both recipes' plateau, not on the steep part
+        # (benchmarks/results/effkit-notes.md).
         target=0.80,
         eval_every_epochs=0.25,
         naive_depth=10,
@@ -80,10 +69,9 @@ PROFILES: dict[str, Profile] = {
         opt_compile=False,
         opt_tta=0,
     ),
-    # Same machine class as smoke, real ResNet-18 for the naive recipe. Synthetic 10k: ResNet-18
-    # reaches ~0.73 after 2 epochs and ~0.8 after 3, the 32/128/128 airbench net ~0.86 after
-    # one epoch. real_target is a conservative guess for a 10k-image subset of real CIFAR-10
-    # (not validated here: no real data offline).
+    # Same machine class as smoke, real ResNet-18 for the naive recipe; the target is one both nets
+    # reach on synthetic 10k (benchmarks/results/effkit-notes.md). real_target is a conservative guess
+    # for a 10k-image subset of real CIFAR-10 (not validated: no real data offline).
     "cpu": Profile(
         name="cpu",
         data="real-or-synthetic",

@@ -1,22 +1,9 @@
 """The two CIFAR-10 training recipes behind ``build()``: naive and optimized (airbench94-style).
 
-**What it does.** `NaiveTrainer` is the first thing people write: torchvision ResNet-18, per-image
-torchvision transforms in a 2-worker DataLoader, fp32, SGD(momentum 0.9, lr 0.1, weight decay
-5e-4), batch 128, cosine schedule, trained for a fixed number of epochs. `OptimizedTrainer`
-follows Keller Jordan's airbench94: data resident on the device with batched augmentation, the
-whitened 64/256/256 conv net, batch 1024 with the LR scaled to it and a warm-up/decay triangle,
-Nesterov SGD with decoupled weight decay and a 64x LR on BatchNorm shifts, label smoothing 0.2,
-Lookahead weight averaging, test-time augmentation, bf16 autocast and channels_last where they
-pay, and it stops as soon as the target is reached.
-
-**When to use it.** Through :func:`effkit.workloads.cifar.build`; lessons swap single parts via
-hooks (``pipeline=``, ``precision=``, ``channels_last=``, ``compile=``...) to measure each one.
-
-**Expected gain.** On an A100, airbench94 reaches 94% in 3.8 s; the naive recipe needs minutes
-and plateaus below 94% (the ImageNet stem shrinks 32x32 images to 8x8).
-
-**Pitfalls.** A recipe never times itself: the caller synchronises and times ``train_steps``.
-Every evaluation (with TTA) is on the clock in `train_to_target`, as in airbench, for both recipes.
+`NaiveTrainer`: torchvision ResNet-18, per-image transforms in a 2-worker DataLoader, fp32, SGD, batch 128,
+cosine schedule. `OptimizedTrainer`: airbench94 (data on the device, whitened conv net, large batch with a
+warm-up/decay triangle, Nesterov SGD, label smoothing, Lookahead, TTA, bf16/channels_last where they pay).
+A recipe never times itself: the caller does, every evaluation on the clock.
 """
 
 from __future__ import annotations

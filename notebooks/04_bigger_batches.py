@@ -584,14 +584,7 @@ print(f"effective batch {128 * MY_ACCUM}, LR {MY_LR:.3g}: final accuracy {mine[-
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "the full batch gives every real token the same weight":
-        ("every token", "each token", "equal", "same weight", "mean over all"),
-    "per-micro-batch means over-weight tokens of small micro-batches (right at equal counts)":
-        ("small micro", "fewer tokens", "over weight", "overweight", "same number"),
-    "each micro-batch's summed loss is divided by the whole window's token count":
-        ("whole window", "window's", "total", "n_window", "sum"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=4)
 
 # %% [markdown]
 # ## Summary

@@ -592,14 +592,7 @@ else:  # Young's first-order rule needs saves much shorter than the MTBF: say it
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "without the sampler's position the resumed run replays or skips batches":
-        ("replay", "skip", "same batches", "data order", "repeat"),
-    "without the RNG state the random draws (dropout, augmentation) differ":
-        ("random", "dropout", "generator", "noise", "draw"),
-    "an atomic write renames a finished temporary file: a kill leaves the old file or the new":
-        ("rename", "replace", "temporary", "old or the new", "half"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=6)
 
 # %% [markdown]
 # ## Summary

@@ -325,14 +325,7 @@ mine_ab = lesson.ab(f"training: bucketed by {B} rows vs a budget of {MY_BUDGET} 
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "rows of similar length share a batch, so its width stays close to every row's length":
-        ("similar length", "same length", "longest row", "sort", "group"),
-    "padded positions are still computed (projections, feed-forward, attention), then thrown away":
-        ("still", "thrown away", "wasted", "flop", "matmul"),
-    "grouped batches are less random (not i.i.d.), changing the gradient noise; shuffling helps":
-        ("i.i.d", "iid", "gradient noise", "shuffl", "correlat"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=7)
 
 # %% [markdown]
 # ## Summary

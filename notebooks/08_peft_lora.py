@@ -420,14 +420,7 @@ mine_ab = lesson.ab("training step: LoRA (q, v, r=8) vs yours", trainer(lora(enc
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "frozen weights need no gradients and no AdamW moments: only the adapters (and head) do":
-        ("frozen", "no gradient", "optimizer state", "adam", "moment"),
-    "a step still runs the whole model forward and backpropagates through every layer":
-        ("whole model", "every layer", "activation gradient", "still runs", "forward"),
-    "merging folds B·A into W: an ordinary weight matrix, no extra matmuls":
-        ("fold", "into w", "no extra", "ordinary weight", "single matrix"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=8)
 
 # %% [markdown]
 # ## Summary

@@ -379,14 +379,7 @@ for t in (1.0, 2.0, 4.0):
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "softened probabilities say how wrong each other class is: more than a one-hot label says":
-        ("dark knowledge", "other class", "how wrong", "similar", "relative"),
-    "the teacher is frozen and the sentences are not augmented, so its logits never change":
-        ("frozen", "not augmented", "no augmentation", "never change", "same input"),
-    "caching removes a teacher forward pass from every training step":
-        ("forward", "teacher pass", "run the teacher", "running the teacher", "inference"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=9)
 
 # %% [markdown]
 # ## Summary

@@ -465,14 +465,7 @@ print(f"yours: accuracy {mine_acc:.1%}, batch-1 P50 {mine_p50:.1f} ms, P95 {mine
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "int8 weights are 4x fewer bytes to read per request, and integer multiply-adds are cheaper":
-        ("bytes", "bandwidth", "4x", "smaller weights", "integer"),
-    "rounding error in every layer may change predictions, so accuracy must be measured":
-        ("rounding", "accuracy", "error", "precision", "prediction"),
-    "under open-loop load requests wait in a queue that grows steeply as the rate nears capacity":
-        ("queue", "wait", "capacity", "utilis", "utiliz"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=13)
 
 # %% [markdown]
 # ## Summary

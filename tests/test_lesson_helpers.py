@@ -1,4 +1,4 @@
-"""effkit.lesson: the profile switch, the A/B helper's verdict and pairs rule, guesses, peaks."""
+"""effkit.lesson and its lesson_* helpers: verdicts, guesses, peaks, key points, shared setup, curves."""
 
 from __future__ import annotations
 
@@ -182,3 +182,35 @@ def test_written_answer_asks_for_an_answer_and_names_the_points_it_mentions(caps
         lesson.written_answer(None, POINTS)
     with pytest.raises(TypeError, match="tuple of str"):
         lesson.written_answer("a " * 20, {"a point": "wasted"})  # ("wasted") is a str, not a tuple
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers the lessons shared word for word (issue 40): key points
+# ---------------------------------------------------------------------------------------------
+
+
+def test_check_answer_checks_against_that_lessons_key_points(capsys):
+    from effkit.lesson_key_points import KEY_POINTS
+
+    assert lesson.check_answer("", lesson_number=7) == []  # CI runs the lessons with ANSWER empty
+    assert "ANSWER" in capsys.readouterr().out
+    answer = ("Rows of similar length share a batch, so less of it is padding; the padded positions"
+              " are still computed and then thrown away.")
+    mentioned = lesson.check_answer(answer, lesson_number=7)
+    assert mentioned == list(KEY_POINTS[7])[:2]
+    assert lesson.written_answer(answer, KEY_POINTS[7]) == mentioned
+    with pytest.raises(KeyError, match="no key points for lesson 99"):
+        lesson.check_answer(answer, lesson_number=99)
+
+
+def test_every_ready_lesson_has_key_points_and_its_notebook_does_not_show_them():
+    """The points are the answer: a lesson that printed them under its question gave it away."""
+    from effkit import lesson_build
+    from effkit.lesson_key_points import KEY_POINTS
+    from effkit.syllabus import ready
+
+    for entry in ready():
+        points = KEY_POINTS[entry.number]
+        source = lesson_build.source_path(entry.slug).read_text()
+        shown = [point for point in points if point in source]
+        assert not shown, f"notebooks/{entry.slug}.py shows its key points {shown}"

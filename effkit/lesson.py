@@ -3,10 +3,11 @@
 **What it does.** `profile()` picks the lesson's experiment size (``EFFKIT_PROFILE`` =
 ``smoke`` | ``cpu`` | ``gpu``; unset: ``gpu`` with CUDA, else ``cpu``). `ab()` runs
 `effkit.abtest.compare` with a progress bar and prints `effkit.abtest.verdict`'s sentence, so a
-lesson never words a conclusion its interval does not support. `plot_ab()` draws one bar per A/B
-(never medians from different A/Bs side by side). `check_guess()` closes a "predict, then
-measure" cell, `written_answer()` an "in your own words" cell. `peak_flops_for()` names the peak
-an MFU is divided by, precision included.
+lesson never words a conclusion its interval does not support; `inference_burst()` is a burst of
+forward passes for it. `plot_ab()` draws one bar per A/B (never medians from different A/Bs side
+by side). `check_guess()` closes a "predict, then measure" cell, `check_answer()` an "in your own
+words" cell (`written_answer()` against the lesson's key points, `effkit.lesson_key_points`).
+`peak_flops_for()` names the peak an MFU is divided by, precision included.
 ``python -m effkit.lesson build [--check]`` converts the jupytext sources ``notebooks/*.py`` into
 the committed notebooks.
 
@@ -100,6 +101,17 @@ def ab(
               f" {b_label} {result.b_median:,.0f} {unit} (medians)")
         print(f"  -> {result.verdict}")
     return result
+
+
+def inference_burst(model: Callable[..., object], inputs: dict, repeats: int) -> Callable[[], int]:
+    """A burst for `ab()`: ``repeats`` calls of ``model(**inputs)`` under `torch.no_grad`;
+    returns the rows served (``repeats`` x the batch of ``inputs``' first tensor)."""
+    def run() -> int:
+        with torch.no_grad():
+            for _ in range(repeats):
+                model(**inputs)
+        return repeats * next(iter(inputs.values())).shape[0]
+    return run
 
 
 def data_location(chosen: str | None = None) -> dict[str, str]:
@@ -239,6 +251,17 @@ def written_answer(answer: str, key_points: dict[str, tuple[str, ...]], min_word
           " point you missed.)")
     return mentioned
 
+
+
+def check_answer(answer: str, lesson_number: int, min_words: int = 12) -> list[str]:
+    """`written_answer` against lesson ``lesson_number``'s key points, kept in
+    `effkit.lesson_key_points` so the learner sees them only after writing an answer."""
+    from effkit.lesson_key_points import KEY_POINTS
+
+    if lesson_number not in KEY_POINTS:
+        raise KeyError(f"check_answer: no key points for lesson {lesson_number}; lessons with"
+                       f" key points: {sorted(KEY_POINTS)}")
+    return written_answer(answer, KEY_POINTS[lesson_number], min_words)
 
 # FLOP per cycle per core, dense, by precision: fp32 with AVX-512 is 2 FMA units x 16 lanes x 2;
 # bf16 with AMX is 1024 multiply-adds per cycle (Intel's Sapphire Rapids figures).

@@ -574,14 +574,7 @@ print(f"optimized CIFAR ({precision}): {opt_sps:.0f} images/s on {DEVICE_NAME},"
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "a data-wait timer counts only the time the loop is blocked in `next()`":
-        ("only the time", "only counts", "only measures", "block", "inside next"),
-    "the DataLoader's workers run in parallel on the same CPU cores and take them from the model":
-        ("same core", "same cpu", "in parallel", "steal", "compet"),
-    "the A/B removes the pipeline entirely: it sees all of its cost, worker start-up included":
-        ("without the pipeline", "no pipeline", "whole cost", "start up", "startup"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=1)
 
 # %% [markdown]
 # ## Summary

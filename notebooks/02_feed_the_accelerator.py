@@ -429,14 +429,7 @@ print(f"num_workers={MY_WORKERS}, prefetch_factor={MY_PREFETCH}: {mine:.0f} imag
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "per-image Python (PIL crops and flips) becomes one indexing op on a whole batch":
-        ("per image", "pil", "python", "one indexing", "whole batch"),
-    "no worker processes compete with the model for the cores or start up every epoch":
-        ("worker", "core", "start up", "startup", "process"),
-    "the same augmentation (random crops, flips, each image once an epoch): the same training":
-        ("same augmentation", "same crops", "same random", "once per epoch", "same distribution"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=2)
 
 # %% [markdown]
 # ## Summary

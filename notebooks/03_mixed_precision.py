@@ -406,14 +406,7 @@ mine = lesson.ab(f"{MY_WIDTH}x{MY_WIDTH} linear layer: fp32 vs {LOW_NAME}",
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "16 bits pay only where the hardware has fast 16-bit units (tensor cores, AMX)":
-        ("tensor core", "amx", "16 bit unit", "bf16 unit", "native"),
-    "a large matmul is compute-bound: its arithmetic dominates, so faster arithmetic shows":
-        ("compute bound", "arithmetic", "flop", "dominat", "math"),
-    "a small op is overhead-bound: launches, casts and memory traffic cost as much as its math":
-        ("launch", "cast", "memory traffic", "python", "fixed cost"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=3)
 
 # %% [markdown]
 # ## Summary

@@ -38,6 +38,7 @@
 
 # %%
 # %matplotlib inline
+import functools
 import math
 import statistics
 import time
@@ -49,13 +50,12 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 from torch import nn
 from tqdm.auto import tqdm
 
-from effkit import lesson
+from effkit import lesson, lesson_setup
 from effkit.accumulate import GradAccumulator
 from effkit.batch_size import measure_noise_scale, steps_to_target_model
+from effkit.lesson_plots import learning_curves
 from effkit.measure import device_name, sync
 from effkit.schedules import scale_lr, warmup_cosine
-from effkit.workloads.cifar.data import synthetic_images
-from effkit.workloads.cifar.models import naive_resnet
 
 # %%
 PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
@@ -78,19 +78,12 @@ SIZES = {
 print(f"profile {PROFILE!r} on {DEVICE_NAME}")
 
 
-def to_tensors(n, seed):
-    images, labels = synthetic_images(n, seed)
-    x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div(255)
-    return x.to(DEVICE), torch.from_numpy(labels).to(DEVICE)
+X_TRAIN, Y_TRAIN = lesson_setup.cifar_tensors(SIZES["n_train"], seed=0, device=DEVICE)
+X_TEST, Y_TEST = lesson_setup.cifar_tensors(SIZES["n_test"], seed=1, device=DEVICE)
 
 
-X_TRAIN, Y_TRAIN = to_tensors(SIZES["n_train"], seed=0)
-X_TEST, Y_TEST = to_tensors(SIZES["n_test"], seed=1)
-
-
-def new_model(seed=0):
-    torch.manual_seed(seed)
-    return naive_resnet(SIZES["depth"], SIZES["width"]).to(DEVICE)
+# new_model(seed=0): the naive recipe's ResNet with fresh weights drawn from `seed`
+new_model = functools.partial(lesson_setup.cifar_resnet, SIZES["depth"], SIZES["width"], DEVICE)
 
 
 # %% [markdown]
@@ -415,14 +408,8 @@ def samples_to_target(curve):
     return next((n for n, accuracy in curve if accuracy >= TARGET), None)
 
 
-fig, ax = plt.subplots(figsize=(8, 3.6))
-for (name, runs), colour in zip(curves.items(), ["black", "tab:gray", "tab:red", "tab:green"], strict=True):
-    for k, run in enumerate(runs):
-        ax.plot(*zip(*run, strict=True), color=colour, alpha=0.9, label=name if k == 0 else None)
-ax.axhline(TARGET, color="black", lw=0.8, ls=":")
-ax.set(xlabel="training samples seen", ylabel="test accuracy",
-       title=f"Same samples, bigger batch — {DEVICE_NAME}, seeds {list(SIZES['seeds'])}")
-ax.legend(fontsize=8)
+learning_curves(curves, TARGET, ["black", "tab:gray", "tab:red", "tab:green"], xlabel="training samples seen",
+                ylabel="test accuracy", title=f"Same samples, bigger batch — {DEVICE_NAME}, seeds {list(SIZES['seeds'])}")
 plt.show()
 final = {name: [run[-1][1] for run in runs] for name, runs in curves.items()}
 reached = {name: [samples_to_target(run) for run in runs] for name, runs in curves.items()}
@@ -584,14 +571,7 @@ print(f"effective batch {128 * MY_ACCUM}, LR {MY_LR:.3g}: final accuracy {mine[-
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "the full batch gives every real token the same weight":
-        ("every token", "each token", "equal", "same weight", "mean over all"),
-    "per-micro-batch means over-weight tokens of small micro-batches (right at equal counts)":
-        ("small micro", "fewer tokens", "over weight", "overweight", "same number"),
-    "each micro-batch's summed loss is divided by the whole window's token count":
-        ("whole window", "window's", "total", "n_window", "sum"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=4)
 
 # %% [markdown]
 # ## Summary

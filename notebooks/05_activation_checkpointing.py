@@ -491,14 +491,7 @@ plan_ab = lesson.ab("checkpoint everything vs your plan", step(checkpointed), st
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "a checkpointed block keeps only its input; its intermediates are freed after forward":
-        ("only its input", "only the input", "input", "free", "discard"),
-    "backward re-runs the block's forward to rebuild them: extra compute":
-        ("re run", "rerun", "again", "extra forward", "second forward"),
-    "the matmuls hold most of the FLOPs; pointwise ops are cheap to redo but take as many bytes":
-        ("flop", "cheap", "pointwise", "elementwise", "expensive"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=5)
 
 # %% [markdown]
 # ## Summary

@@ -37,6 +37,7 @@
 # %%
 # %matplotlib inline
 import copy
+import functools
 import os
 import random
 import signal
@@ -52,7 +53,7 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 
-from effkit import lesson
+from effkit import lesson, lesson_setup
 from effkit.checkpoint_interval import (
     daly_interval,
     mtbf_for_interval,
@@ -63,13 +64,12 @@ from effkit.checkpoint_interval import (
     young_interval,
 )
 from effkit.early_stopping import EarlyStopping
+from effkit.lesson_plots import learning_curves
 from effkit.measure import device_name, sync
 from effkit.resume import CheckpointManager, load_checkpoint, save_checkpoint
 from effkit.sampler import ResumableRandomSampler
 from effkit.schedules import one_cycle, warmup_cosine
 from effkit.seed import seed_everything
-from effkit.workloads.cifar.data import synthetic_images
-from effkit.workloads.cifar.models import naive_resnet
 
 # %%
 PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
@@ -91,19 +91,12 @@ SIZES = {
 print(f"profile {PROFILE!r} on {DEVICE_NAME}")
 
 
-def to_tensors(n, seed):
-    images, labels = synthetic_images(n, seed)
-    x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div(255)
-    return x.to(DEVICE), torch.from_numpy(labels).to(DEVICE)
+X_TRAIN, Y_TRAIN = lesson_setup.cifar_tensors(SIZES["n_train"], seed=0, device=DEVICE)
+X_VAL, Y_VAL = lesson_setup.cifar_tensors(SIZES["n_val"], seed=1, device=DEVICE)
 
 
-X_TRAIN, Y_TRAIN = to_tensors(SIZES["n_train"], seed=0)
-X_VAL, Y_VAL = to_tensors(SIZES["n_val"], seed=1)
-
-
-def new_model(seed=0):
-    torch.manual_seed(seed)
-    return naive_resnet(SIZES["depth"], SIZES["width"]).to(DEVICE)
+# new_model(seed=0): the naive recipe's ResNet with fresh weights drawn from `seed`
+new_model = functools.partial(lesson_setup.cifar_resnet, SIZES["depth"], SIZES["width"], DEVICE)
 
 
 def evaluate(net, x=X_VAL, y=Y_VAL):
@@ -183,14 +176,8 @@ def time_to_target(curve):
     return next((t for t, accuracy in curve if accuracy >= TARGET), None)
 
 
-fig, ax = plt.subplots(figsize=(8, 3.6))
-for (name, runs), colour in zip(curves.items(), ["tab:gray", "tab:blue", "tab:orange"], strict=True):
-    for k, run in enumerate(runs):
-        ax.plot(*zip(*run, strict=True), color=colour, alpha=0.9, label=name if k == 0 else None)
-ax.axhline(TARGET, color="black", lw=0.8, ls=":")
-ax.set(xlabel="wall seconds (training + evaluations)", ylabel="validation accuracy",
-       title=f"LR schedules — {DEVICE_NAME}, seeds {list(SIZES['seeds'])}")
-ax.legend(fontsize=8)
+learning_curves(curves, TARGET, ["tab:gray", "tab:blue", "tab:orange"], xlabel="wall seconds (training + evaluations)",
+                ylabel="validation accuracy", title=f"LR schedules — {DEVICE_NAME}, seeds {list(SIZES['seeds'])}")
 plt.show()
 reached = {name: [time_to_target(run) for run in runs] for name, runs in curves.items()}
 for name, times in reached.items():
@@ -592,14 +579,7 @@ else:  # Young's first-order rule needs saves much shorter than the MTBF: say it
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "without the sampler's position the resumed run replays or skips batches":
-        ("replay", "skip", "same batches", "data order", "repeat"),
-    "without the RNG state the random draws (dropout, augmentation) differ":
-        ("random", "dropout", "generator", "noise", "draw"),
-    "an atomic write renames a finished temporary file: a kill leaves the old file or the new":
-        ("rename", "replace", "temporary", "old or the new", "half"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=6)
 
 # %% [markdown]
 # ## Summary

@@ -37,15 +37,11 @@
 
 # %%
 # %matplotlib inline
-import os
 import time
-import warnings
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-import transformers
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -53,10 +49,9 @@ from transformers import (
 )
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-from effkit import lesson
+from effkit import lesson, lesson_setup
 from effkit.length_buckets import bucket_batches, padded_width, padding_share, sorted_padding_share
 from effkit.measure import device_name
-from effkit.workloads import bert
 from effkit.workloads.bert.pretrained import resolve_encoder
 
 # %%
@@ -69,17 +64,12 @@ SIZES = {
     "cpu": dict(layers=None, batch=32, seq=64, burst=2, turn_burst=4, pairs=6),
     "gpu": dict(layers=None, batch=64, seq=128, burst=10, turn_burst=30, pairs=8),
 }[PROFILE]
-transformers.logging.set_verbosity_error()  # the classifier head is new by design: no load report
-transformers.utils.logging.disable_progress_bar()
-warnings.filterwarnings("ignore", category=FutureWarning)
+lesson_setup.quiet_transformers()  # the classifier head is new by design: no load report
 ENCODER = resolve_encoder()
 print(f"profile {PROFILE!r} on {DEVICE_NAME}; encoder: {ENCODER.note}")
 
 tokenizer = AutoTokenizer.from_pretrained(ENCODER.source)
-data_dir = os.environ.get("EFFKIT_SST2_DIR") or next(
-    (str(p) for p in (Path("../shared/data/sst2"), Path("../../shared/data/sst2")) if p.is_dir()), None)
-sst2 = bert.load_sst2(bert.prepare_data(PROFILE, data_dir if PROFILE != "smoke" else None))
-train = sst2["train"]
+train, _ = lesson_setup.sst2_splits(PROFILE, say=False)  # its own line below says more
 # token ids without padding, cut at the profile's maximum length (as a pad-to-max pipeline would)
 ids = tokenizer(list(train.texts), truncation=True, max_length=SIZES["seq"])["input_ids"]
 lengths = np.array([len(x) for x in ids])
@@ -325,14 +315,7 @@ mine_ab = lesson.ab(f"training: bucketed by {B} rows vs a budget of {MY_BUDGET} 
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "rows of similar length share a batch, so its width stays close to every row's length":
-        ("similar length", "same length", "longest row", "sort", "group"),
-    "padded positions are still computed (projections, feed-forward, attention), then thrown away":
-        ("still", "thrown away", "wasted", "flop", "matmul"),
-    "grouped batches are less random (not i.i.d.), changing the gradient noise; shuffling helps":
-        ("i.i.d", "iid", "gradient noise", "shuffl", "correlat"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=7)
 
 # %% [markdown]
 # ## Summary

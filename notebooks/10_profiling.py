@@ -299,14 +299,7 @@ print(doctor.report(mine))
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "the step is a sum of parts: without the largest, the others are a bigger share of less time":
-        ("sum", "shorter", "bigger share", "larger share", "remaining"),
-    "the next bottleneck was there all along, ranked lower or below its rule's threshold":
-        ("all along", "already", "threshold", "hidden", "second"),
-    "a fix may not remove all of that time: some stays, overlaps other work, or the fix costs":
-        ("overlap", "not all", "not remove", "at most", "new cost"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=10)
 
 # %% [markdown]
 # ## Summary

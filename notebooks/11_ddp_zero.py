@@ -581,14 +581,7 @@ print(f"each rank's global mean: {dp.run_ranks(uneven, 2)}; the true mean is {su
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "plain DDP keeps the whole model, its gradients and the optimizer state on every rank":
-        ("every rank", "replicat", "redundan", "full copy", "duplicat"),
-    "ZeRO shards optimizer state (stage 1), gradients (2) and parameters (3, FSDP) over the ranks":
-        ("shard", "1/n", "partition", "split", "divide"),
-    "stages 1-2 cost about an all-reduce; FSDP also all-gathers parameters in forward and backward":
-        ("gather", "allgather", "reduce scatter", "1.5", "more communication"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=11)
 
 # %% [markdown]
 # ## Summary

@@ -363,14 +363,7 @@ print(parallel_line)
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "pruning stops weak trials after a few epochs, and the epochs saved pay for more trials":
-        ("weak", "bad", "poor", "saved", "more trials"),
-    "an early score can mispredict the final one, so a slow starter may be pruned":
-        ("slow", "late", "mispredict", "early score", "wrong"),
-    "one run per trial: differences smaller than the seed-to-seed spread name no winner":
-        ("spread", "overlap", "variance", "interval", "chance"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=12)
 
 # %% [markdown]
 # ## Summary

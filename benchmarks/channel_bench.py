@@ -22,9 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from grader.sandbox import channel
-
-from grader.sandbox import supervisor  # noqa: E402
+from grader.sandbox import (
+    channel,
+    supervisor,  # noqa: E402
+)
 
 # The writer: a pattern it can hash while sending, so the parent can check every byte arrived.
 WRITER = r"""

@@ -21,12 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader import assignments
-
-from grader.timed import protocol
-
-from grader.sandbox import supervisor  # noqa: E402
+from grader import assignments  # noqa: E402
 from grader.frontends.notebook import read_notebook, solution_ids, solution_sources  # noqa: E402
+from grader.sandbox import supervisor  # noqa: E402
+from grader.timed import protocol  # noqa: E402
 
 
 def reference_cells(assignment_id: str) -> list[tuple[str, str]]:

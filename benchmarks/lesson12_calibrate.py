@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT))
 
 from grader import assignments  # noqa: E402
 from grader.assignments.lesson12 import probes  # noqa: E402
-from grader.scoring.checks import CheckFailed, Context  # noqa: E402
-from grader.sandbox.probe import CallResult  # noqa: E402
 from grader.cli.tools import reference_cells  # noqa: E402
+from grader.sandbox.probe import CallResult  # noqa: E402
+from grader.scoring.checks import CheckFailed, Context  # noqa: E402
 
 A = assignments.get("lesson12")
 

@@ -26,8 +26,8 @@ from exercise_cells import solution_cells  # noqa: E402
 from effkit.measure import device_name  # noqa: E402
 from grader import assignments  # noqa: E402
 from grader.assignments.lesson13 import probes  # noqa: E402
-from grader.scoring.checks import CheckFailed, Context  # noqa: E402
 from grader.sandbox.probe import CallResult  # noqa: E402
+from grader.scoring.checks import CheckFailed, Context  # noqa: E402
 
 A = assignments.get("lesson13")
 SOLUTION = ROOT / "solutions" / "lesson13" / "lesson13.ipynb"

@@ -17,8 +17,8 @@ import nbformat
 import spinning
 
 from grader import assignments
-from grader.scoring.checks import grade_cells
 from grader.frontends.notebook import solution_sources
+from grader.scoring.checks import grade_cells
 
 A = assignments.get("lesson5")
 sol = nbformat.read("solutions/lesson5/lesson5.ipynb", as_version=4)

@@ -4,13 +4,13 @@ Importing it fails with a clear message below ``MIN_TORCH`` (pyproject.toml decl
 transformers 5 turns PyTorch off below 2.6, which would otherwise break the BERT workload deep inside a lesson.
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 MIN_TORCH = (2, 6)
 
 
 def _check_torch() -> None:
     # from the installed metadata: no torch import here (workers import effkit and start fast)
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         found = version("torch")
     except PackageNotFoundError:  # a torch built from source or vendored: nothing to compare

@@ -23,6 +23,8 @@ from pathlib import Path
 # machine): PASSIVE waits instead. Set before torch loads libgomp; an explicit setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from importlib.metadata import PackageNotFoundError, version
+
 import torch  # noqa: E402
 
 from effkit import workloads  # noqa: E402
@@ -378,8 +380,6 @@ def _cpu_features() -> dict:
 
 
 def _version(package: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(package)
     except PackageNotFoundError:

@@ -8,6 +8,7 @@ must share the label space.
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -157,8 +158,6 @@ def student_from_teacher(teacher: nn.Module, student_layers: int) -> nn.Module:
     layers ``layer_map`` picks from ``model.<base>.encoder.layer``; the config's
     ``num_hidden_layers`` is updated so the student saves and reloads as what it is.
     """
-    import copy
-
     student = copy.deepcopy(teacher)
     base = getattr(student, getattr(student, "base_model_prefix", ""), student)
     layers = getattr(getattr(base, "encoder", None), "layer", None)

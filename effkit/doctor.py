@@ -9,6 +9,7 @@ times depend on the host, and a "none" under load is not evidence.
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import asdict, dataclass
 
@@ -179,8 +180,6 @@ def format_table(table: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m effkit.doctor", description=__doc__.split("\n\n")[0])
     ap.add_argument("recipes", nargs="*", help="e.g. cifar:naive cifar:optimized, or a planted case: plant:data")
     ap.add_argument("--validate", action="store_true", help="plant pathologies and print the confusion table")

@@ -33,7 +33,9 @@ from pathlib import Path
 
 import torch
 
+from effkit import lesson_build, measure
 from effkit.abtest import ABResult, Verdict, compare, verdict
+from effkit.lesson_key_points import KEY_POINTS
 from effkit.measure import device_name
 
 PROFILES = ("smoke", "cpu", "gpu")
@@ -256,8 +258,6 @@ def written_answer(answer: str, key_points: dict[str, tuple[str, ...]], min_word
 def check_answer(answer: str, lesson_number: int, min_words: int = 12) -> list[str]:
     """`written_answer` against lesson ``lesson_number``'s key points, kept in
     `effkit.lesson_key_points` so the learner sees them only after writing an answer."""
-    from effkit.lesson_key_points import KEY_POINTS
-
     if lesson_number not in KEY_POINTS:
         raise KeyError(f"check_answer: no key points for lesson {lesson_number}; lessons with"
                        f" key points: {sorted(KEY_POINTS)}")
@@ -276,8 +276,6 @@ def peak_flops_for(dev: torch.device, precision: str = "fp32") -> tuple[float | 
     the widest unit for that precision, from /proc/cpuinfo: an *estimate* (a VM may report its
     base clock; two threads may share one core).
     """
-    from effkit import measure
-
     name = device_name(dev)
     if dev.type == "cuda":
         peak = measure.peak_flops(name, precision=precision, device_type="cuda")
@@ -297,6 +295,4 @@ def peak_flops_for(dev: torch.device, precision: str = "fp32") -> tuple[float | 
 
 
 if __name__ == "__main__":
-    from effkit.lesson_build import main
-
-    main()
+    lesson_build.main()

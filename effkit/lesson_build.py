@@ -15,7 +15,9 @@ notebooks that differ from their source (the test suite runs it).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -101,8 +103,6 @@ def execute(slug: str, out_dir: Path, timeout_s: int = 1800) -> tuple[Path, floa
     """Run ``notebooks/<slug>.ipynb`` top to bottom from ``notebooks/`` (as Jupyter would) and
     write the executed copy to ``out_dir``; returns (its path, wall seconds). The profile is the
     caller's ``EFFKIT_PROFILE``."""
-    import time
-
     import nbclient
     import nbformat
 
@@ -128,8 +128,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("slugs", nargs="*", help="run: lessons to run (default: all ready ones)")
     args = parser.parse_intermixed_args(argv)  # `run --out DIR SLUG` as well as `run SLUG --out DIR`
     if args.command == "run":
-        import os
-
         known = [lesson.slug for lesson in ready()]
         unknown = [s for s in args.slugs if s not in known]
         if unknown:

@@ -14,6 +14,7 @@ here keeps them alike, and the lessons show only the code that teaches their tec
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from pathlib import Path
 
@@ -91,8 +92,6 @@ def fine_tune(source: str, train, encode, *, steps: int, batch: int, lr: float, 
     ``layers`` layers if given), fully fine-tuned with AdamW at ``lr`` on ``steps`` batches of
     ``batch`` rows drawn at random from ``train``; ``encode(texts, labels)`` gives (inputs, labels).
     Seeded: the same head and the same batches every run. The model is returned in train mode."""
-    import time
-
     from tqdm.auto import tqdm
     from transformers import AutoModelForSequenceClassification
 

@@ -8,7 +8,9 @@ measured under it.
 
 from __future__ import annotations
 
+import json
 import statistics
+import time
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,8 +74,6 @@ def profile_steps(
 
 def _annotation_names(trace: Path) -> set[str]:
     """Names of ``record_function`` ranges (category ``user_annotation`` in the Chrome trace)."""
-    import json
-
     try:
         events = json.loads(trace.read_text()).get("traceEvents", [])
     except (OSError, ValueError):
@@ -169,8 +169,6 @@ def profile_training(step: TrainStep, *, wait: int = 1, warmup: int = 2, active:
     per step, the top operators by self time, syncs per step, the compute dtype, the optimizer's
     settings, the padding share, memory.
     """
-    import time
-
     for _ in range(2):  # one-off costs (allocator, lazy init) out of the unprofiled timing
         step.run()
     times = []

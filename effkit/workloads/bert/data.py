@@ -8,6 +8,7 @@ Here ``test.tsv`` is GLUE's labelled dev set and ``dev.tsv`` a leak-free slice o
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import random
@@ -185,8 +186,6 @@ def split_glue_dir(glue_dir: str | Path, dest: str | Path | None = None, seed: i
     """
     glue_dir = Path(glue_dir).expanduser().resolve()
     if dest is None:
-        import hashlib
-
         key = hashlib.sha256(str(glue_dir).encode()).hexdigest()[:12]
         dest = cache_root() / f"sst2-split-{key}-seed{seed}"
     dest = Path(dest)

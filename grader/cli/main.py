@@ -8,41 +8,32 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from grader import assignments
 from grader.cli import tools
 from grader.common import course
 from grader.common.course import write_report
 from grader.common.quiet import quiet
+from grader.frontends import pipeline
 from grader.frontends.autograde import autograde, generate
 from grader.frontends.check import check
-from grader.frontends.notebook import (
-    NotebookError,
-    nbgrader_meta,
-    read_notebook,
-    solution_ids,
-    solution_sources,
-)
+from grader.frontends.notebook import NotebookError, nbgrader_meta, solution_sources
 from grader.scoring.perf import GradingError, grade
 from grader.timed import gate
 
 
-def _perf(args) -> int:
-    path = Path(args.notebook)
+def perf(args) -> int:
+    """Only the timed grading: what a notebook's performance cell runs (grader.kit.in_notebook)."""
     try:
-        nb = read_notebook(path)
-        a = assignments.get(args.assignment) if args.assignment else assignments.for_notebook(path.stem)
-        src_path = course.source_notebook(a.id, a.notebook)
-        source = read_notebook(src_path if src_path.is_file() else course.release_notebook(a.id, a.notebook))
+        sub = pipeline.load(args.notebook, args.assignment)
     except (NotebookError, ValueError) as err:
         print(f"grader perf: {err}")
         return 2
+    a = sub.assignment
     if a.performance_cell is None:
         print(f"grader perf: {a.id} has no timed grading; use `python -m grader check`")
         return 2
-    perf_cell = next(c for c in source.cells if nbgrader_meta(c).get("grade_id") == a.performance_cell)
-    cells = [(c.grade_id, c.source) for c in solution_sources(nb, solution_ids(source))]
+    perf_cell = next(c for c in sub.notebook.cells if nbgrader_meta(c).get("grade_id") == a.performance_cell)
+    cells = [(c.grade_id, c.source) for c in solution_sources(sub.notebook, sub.allowed)]
     try:
         with quiet():
             result = grade(a, cells, float(nbgrader_meta(perf_cell).get("points", 0)),
@@ -54,6 +45,53 @@ def _perf(args) -> int:
     if args.json:
         course.write_report(args.json, result.report | {"points": result.points})
     return 0
+
+
+def gate_sim(args) -> int:
+    results = tools.gate_sim(args.calibration, args.repeats, args.trials, args.drop)
+    return 0 if all(r.ok() for r in results) else 1
+
+
+def calibrate(args) -> int:
+    out = tools.calibrate(args.assignment, args.spec, args.pairs, args.chunk, save=not args.no_save)
+    if args.json:
+        write_report(args.json, out)
+    return 0
+
+
+def calibrate_gradings(args) -> int:
+    cal = tools.calibrate_gradings(args.calibration, args.reports, save=not args.no_save)
+    g = gate.Gate.from_calibration(cal.grading_repeats, cal)
+    return 1 if g.from_gradings and not g.powered else 0
+
+
+def budget(args) -> int:
+    out = tools.budget(args.assignment, args.spec)
+    if args.json:
+        write_report(args.json, out)
+    return 0
+
+
+def stress(args) -> int:
+    try:
+        summary = tools.stress(args.assignment, args.times, args.busy, args.spec, args.json)
+    except KeyboardInterrupt as stop:  # SIGINT or SIGTERM: the JSON already holds every finished grading
+        print(f"stress stopped ({stop or 'interrupted'})" + (f"; finished gradings are in {args.json}" if args.json else ""))
+        return 130
+    return 0 if summary["same_verdict"] else 1
+
+
+COMMANDS = {
+    "check": lambda a: check(a.notebook, assignment_id=a.assignment, json_out=a.json, spec_name=a.spec, device=a.device),
+    "perf": perf,
+    "autograde": lambda a: autograde(a.assignment, spec=a.spec),
+    "generate": lambda a: generate(a.assignments, check=a.check),
+    "gate-sim": gate_sim,
+    "calibrate": calibrate,
+    "calibrate-gradings": calibrate_gradings,
+    "budget": budget,
+    "stress": stress,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,40 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--spec")
     s.add_argument("--json")
     args = p.parse_args(argv)
-
-    if args.command == "check":
-        return check(args.notebook, assignment_id=args.assignment, json_out=args.json,
-                     spec_name=args.spec, device=args.device)  # fmt: skip
-    if args.command == "perf":
-        return _perf(args)
-    if args.command == "autograde":
-        return autograde(args.assignment, spec=args.spec)
-    if args.command == "generate":
-        return generate(args.assignments, check=args.check)
-
-    if args.command == "gate-sim":
-        results = tools.gate_sim(args.calibration, args.repeats, args.trials, args.drop)
-        return 0 if all(r.ok() for r in results) else 1
-    if args.command == "calibrate":
-        out = tools.calibrate(args.assignment, args.spec, args.pairs, args.chunk, save=not args.no_save)
-        if args.json:
-            write_report(args.json, out)
-        return 0
-    if args.command == "calibrate-gradings":
-        cal = tools.calibrate_gradings(args.calibration, args.reports, save=not args.no_save)
-        g = gate.Gate.from_calibration(cal.grading_repeats, cal)
-        return 1 if g.from_gradings and not g.powered else 0
-    if args.command == "budget":
-        out = tools.budget(args.assignment, args.spec)
-        if args.json:
-            write_report(args.json, out)
-        return 0
-    try:
-        summary = tools.stress(args.assignment, args.times, args.busy, args.spec, args.json)
-    except KeyboardInterrupt as stop:  # SIGINT or SIGTERM: the JSON already holds every finished grading
-        print(f"stress stopped ({stop or 'interrupted'})" + (f"; finished gradings are in {args.json}" if args.json else ""))
-        return 130
-    return 0 if summary["same_verdict"] else 1
+    return COMMANDS[args.command](args)
 
 
 if __name__ == "__main__":

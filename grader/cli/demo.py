@@ -1,27 +1,10 @@
 """The headline demo (``make demo`` = ``python -m grader.cli.demo``): benchmark both workloads, then
 autograde, in one table.
 
-**What it does.** ``main()`` runs :func:`effkit.bench.run` for each workload (profiles: ``smoke``
-on a CPU by default; ``--data DIR`` (GLUE SST-2 TSVs) moves BERT to the ``cpu`` profile on real
-data; a visible GPU moves both workloads to the ``gpu`` profile) and prints each workload's
-headline (``effkit.bench.HEADLINE``: CIFAR's time-to-target with every evaluation counted, BERT's
-throughput speedup at its accuracy delta) with the other figures beside it. ``grade_all(out)`` copies each assignment's reference solution
-(``solutions/<id>/``) and its untouched student version (``exercises/<id>/``) into ``out`` and runs
-``python -m grader check`` on each in a fresh process - every check that ``nbgrader autograde``
-runs, the performance cell included - then returns one row per notebook: points, maximum and a
-short note (the first failing check, or the measured speedup). Logs and JSON reports stay in
-``out``.
-
-**When to use it.** ``make demo`` on a fresh machine. It lives in ``grader`` because it grades;
-effkit never imports grader.
-
-**Expected gain.** One look shows that the reference solutions earn full marks and the untouched
-student versions earn only what needs no code.
-
-**Pitfalls.** Each check executes a notebook and may time a recipe, so grading is most of the
-demo's time (about 30 minutes in all on 2 CPU cores, install included); it prints each notebook as it
-starts, with an estimate of the time left. The ``smoke`` profile is a tiny benchmark, not a grading:
-its accuracy delta is noise, and the table says so.
+Shows that reference solutions earn full marks and untouched student versions only what needs no
+code. Grading is most of its time (about 30 minutes on 2 CPU cores): it prints each notebook as it
+starts, with an estimate of the time left. Lives in ``grader`` because it grades; effkit never
+imports grader.
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
 """Instructor tools: calibrate the accuracy gate, simulate it, and stress-test verdicts under load.
 
-**What it does.** ``calibrate`` grades the *reference solution* (a correct optimisation, so the
-true accuracy difference is zero) for many paired runs and stores the measured paired differences
-and their SD in ``grader/assignments/<assignment>/calibration/<assignment>-<spec>-<device class>.json``, with the speedups
-it saw. ``gate_sim`` turns a calibration into false-fail / false-pass rates by Monte Carlo. ``budget``
-compares one grading's wall time with the learner's own two smoke runs.
-``stress`` grades the reference solution N times in a row while another process keeps one core
-busy, and reports whether every verdict was the same and how much the speedup moved.
-
-**When to use it.** Once per device class and grading spec (calibrate), after changing the gate
-(gate-sim), before trusting a new machine for grading (stress).
-
-**Expected gain.** Gate thresholds derived from measured noise, not guessed.
-
-**Pitfalls.** Calibration takes many runs (minutes on a 2-core CPU); results are only valid for
-the device class, grading spec and workload version they were measured with.
+Gate thresholds come from measured noise, not guesses. A calibration is valid only for the device
+class, grading spec and workload version it was measured with.
 """
 
 from __future__ import annotations

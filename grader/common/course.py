@@ -1,17 +1,6 @@
 """Where the course lives on disk: the same rules as ``nbgrader_config.py``, without nbgrader.
 
-**What it does.** Resolves the course root (``$EFFKIT_COURSE_ROOT``, else the repository that holds
-this package, else the working directory), the private course folder inside it (``course/`` or
-``$EFFKIT_COURSE_DIR``: submissions, gradebook, reports, instructor overrides) and the source
-notebook of an assignment in ``solutions/``.
-
-**When to use it.** Anywhere the grader needs a path; nbgrader itself reads ``nbgrader_config.py``,
-which applies the same rules, so both always agree.
-
-**Expected gain.** One place to change the layout.
-
-**Pitfalls.** A grader installed from a wheel has no repository around it: set
-``EFFKIT_COURSE_ROOT`` (or run from the course root).
+Must agree with ``nbgrader_config.py``. Installed from a wheel, set ``EFFKIT_COURSE_ROOT``.
 """
 
 from __future__ import annotations

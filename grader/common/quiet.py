@@ -1,19 +1,7 @@
 """Keep stderr out of graded cells: capture it (and warnings) and replay it on stdout.
 
-**What it does.** ``quiet()`` is a context manager that, for the duration of the grader's work,
-redirects ``sys.stderr`` *and* the process's file descriptor 2 (where C extensions and child
-processes write) into a temporary file, records Python warnings, and afterwards prints whatever
-was captured to **stdout**, prefixed so it is still visible.
-
-**When to use it.** Around every grader entry point that runs inside a notebook test cell.
-
-**Expected gain.** Correct scores: nbgrader gives a test cell **zero** points as soon as anything
-appears on its stderr stream (``nbgrader.utils.determine_grade``), so a harmless deprecation
-warning from torch would otherwise cost a learner the whole check.
-
-**Pitfalls.** ipykernel forwards fd 2 through a pipe read by a background thread; we swap fd 2
-itself (``os.dup2``), so output written while we hold it never reaches that pipe. Processes
-forked while we hold fd 2 (DataLoader workers) keep writing to our file until they exit.
+nbgrader gives a test cell zero points if anything reaches its stderr, so even fd 2 is swapped
+(``os.dup2``). Processes forked meanwhile keep writing to the capture file until they exit.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """``python -m grader autograde ASSIGNMENT``: nbgrader autograde + export + a cohort summary.
 
-**What it does.** Checks every submitted notebook first: a file that is not a valid notebook is
-reported (with the reason) and excluded, so nbgrader never touches its gradebook entries. Then it
-runs the real ``nbgrader autograde`` (performance cells filled in by
-:class:`grader.frontends.nbgrader_plugin.GradePerformance`), ``nbgrader export`` to ``course/grades.csv``,
-and prints a per-student table (speedup, accuracy difference, gate, performance and total points)
-drawn as ``course/reports/<assignment>_cohort.png``.
-
-**When to use it.** Instructors, after collecting submissions into ``course/submitted/``.
-
-**Expected gain.** One command from submissions to grades, with the speedups in view.
-
-**Pitfalls.** nbgrader needs its ``alembic`` executable on ``PATH``; we add the interpreter's
-``bin`` folder. Exit status 0 means grading ran, whatever the scores; non-zero means it could not
-run (unknown assignment, no submissions, nbgrader failed for everyone).
+Invalid notebooks are excluded first so nbgrader never touches their gradebook entries. nbgrader
+needs ``alembic`` on ``PATH``: the interpreter's ``bin`` folder is added.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Reading submissions: validated notebooks and the learner's *solution cells* only.
 
-**What it does.** ``read_notebook`` loads an ``.ipynb`` with errors that name the file and say how
-to fix it. ``solution_sources`` picks the cells the grader carries into its measurement process:
-code cells marked ``nbgrader.solution == true`` whose ``grade_id`` also exists as a solution cell
-in the instructor's *source* notebook. Cells a learner added, or re-labelled, are ignored.
-``to_python`` turns a cell into plain Python (IPython magics and shell escapes are dropped and
-reported, since the measurement process is not an IPython kernel).
-
-**When to use it.** Whenever the grader needs the learner's code outside the notebook kernel.
-
-**Expected gain.** Tamper resistance: code outside the solution cells (a cell that redefines
-``time.perf_counter``, say) never reaches the process being measured.
-
-**Pitfalls.** nbgrader's own ``OverwriteCells`` strips unknown ``grade_id``s during autograding,
-but ``grader check`` works on raw submissions, so we filter here as well.
+Only solution cells whose ``grade_id`` exists in the source notebook reach the measured process,
+so code elsewhere cannot tamper. ``grader check`` reads raw submissions, hence this filter
+besides nbgrader's own.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """Exercise sources: one jupytext percent script per assignment, rendered to nbgrader's .ipynb.
 
-**What it does.** ``solutions/<id>/<id>.py`` is the one text source of an exercise (instructor
-version: solutions between ``### BEGIN SOLUTION`` / ``### END SOLUTION``, hidden tests, and each
-cell's nbgrader metadata — grade id, points, locked, checksum — in its ``# %%`` header, which
-jupytext round-trips). ``render`` converts it to the clean ``solutions/<id>/<id>.ipynb`` that
-nbgrader reads (no outputs, stable cell ids); ``python -m grader generate`` renders every source
-before ``nbgrader generate_assignment``, and ``python -m grader generate --check`` (run by the
-tests) fails when a committed notebook differs from its source.
-
-**When to use it.** Edit the ``.py``, run ``make exercises``, commit the ``.py``, the solution
-``.ipynb`` and the generated ``exercises/``.
-
-**Pitfalls.** Never edit the ``.ipynb`` by hand: the next render overwrites it. A changed locked
-or test cell changes nbgrader's checksum: regenerate through nbgrader, never by hand.
+Never edit the ``.ipynb`` by hand: the next render overwrites it; a changed locked or test cell
+changes nbgrader's checksum, so regenerate through nbgrader.
 """
 
 from __future__ import annotations

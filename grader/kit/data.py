@@ -1,24 +1,7 @@
 """The grader's own data: fresh synthetic CIFAR-format sets that no learner has seen.
 
-**What it does.** ``grader_images(n, seed)`` draws labelled 32x32 RGB images of a task built for
-*measurement*: five background hues far apart, each with a white or a black shape on it, plus
-pixel noise; every cue survives random crops and flips. ``write_train_set`` stores a set in exactly the official
-``cifar-10-batches-py`` format (five pickled ``data_batch_*`` files, ``test_batch``,
-``batches.meta``) plus the checksum manifest that :func:`effkit.workloads.cifar.load_cifar` uses
-for synthetic sets, so the recipe under test loads it through its normal code path.
-
-**When to use it.** Every grading: a new secret seed per grading for each training set, the
-warm-up set and the held-out evaluation set (which never touches the disk).
-
-**Expected gain.** A low-noise accuracy gate within a CPU budget. On CIFAR-like data the naive
-recipe's accuracy after a few seconds of training still swings by several points from run to
-run (measured, grader/README.md), which no affordable number of repeats can average away; on this
-task both recipes reach the plateau within the grader's budget, so a paired difference of more than
-a fraction of a point means the learner's data really differ.
-
-**Pitfalls.** The task is deliberately easy: it catches gross accuracy loss (lost or mislabelled
-samples, broken normalisation, skipped training), not subtle augmentation bugs - the notebook's
-exact-pixel correctness tests catch those.
+An easy task both recipes plateau on within the budget, so the accuracy gate has low noise; it
+catches gross accuracy loss, not subtle augmentation bugs (the exact-pixel tests catch those).
 """
 
 from __future__ import annotations

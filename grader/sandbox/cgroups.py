@@ -1,17 +1,7 @@
 """One cgroup per learner process tree, and the sweep of groups a dead grading left behind.
 
-**What it does.** `Cgroup` makes a group (cgroup v1: one directory per controller ``pids``,
-``memory``, ``freezer``; v2: one directory) under ``effkit-grader/``, sets the limits of a
-:class:`grader.sandbox.launch.Limits`, and freezes, lists, kills and removes its members - also those
-that left the worker's session. ``sweep_stale_cgroups`` thaws, kills and removes the groups whose
-grader process is gone (a grading killed mid-run leaves its workers frozen forever otherwise).
-
-**When to use it.** Through :func:`grader.sandbox.launch.launch`, which sweeps once per grader process.
-
-**Expected gain.** A fork bomb stops at ``pids.max``, a memory bomb is killed inside its group, a
-paused worker is paused whole, and nothing outlives its grading.
-
-**Pitfalls.** Needs root or a delegated subtree; without one, launch falls back to a /proc walk.
+Limits, freezing and killing act on the whole tree, and nothing outlives its grading. Needs root
+or a delegated subtree; without one, launch falls back to a /proc walk.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """The only way data crosses from a learner process to the grader: plain messages on the parent's pipes.
 
-**What it does.** A message is one JSON line (a dict), optionally followed by raw byte blobs whose
-lengths the line announces (``"_blobs": [n, ...]``): tensors travel as dtype + shape + raw bytes
-(:func:`tensor_msg` / :func:`tensor_from`), weights as ``torch.save`` bytes the parent opens with
-``torch.load(weights_only=True)``. Nothing is ever unpickled by the parent. ``Endpoint`` is the
-parent's side (deadlines, size caps, garbage detection), ``WorkerEnd`` the worker's.
-
-**When to use it.** Between :mod:`grader.sandbox.probe` and :mod:`grader.sandbox.probe_worker`.
-
-**Expected gain.** The parent opened the pipes, so no file name a learner controls is ever read;
-malformed or oversized messages fail the learner's check, never the grader.
-
-**Pitfalls.** Learner code in the worker can write to the worker's end too: everything that
-arrives is *evidence to verify*, never a verdict.
+JSON lines plus raw byte blobs; nothing is unpickled by the parent. Learner code can write to the
+worker's end too: everything that arrives is evidence to verify, never a verdict.
 """
 
 from __future__ import annotations

@@ -1,29 +1,7 @@
 """A seccomp filter for lesson 11's rank workers: only internet sockets, no channel the grader does not count.
 
-**What it does.** ``install()`` loads a small classic-BPF seccomp program into the calling process
-(all its threads, ``SECCOMP_FILTER_FLAG_TSYNC``; inherited by every child and kept across
-``execve``) that answers ``EPERM`` to: ``socket`` of any family but ``AF_INET``/``AF_INET6`` (and
-``AF_NETLINK`` for ``NETLINK_ROUTE``, which gloo's ``getifaddrs`` needs);
-``socketpair``; the kernel keyrings (``add_key``, ``request_key``, ``keyctl``); ``io_uring``
-(its ``IORING_OP_SOCKET`` would bypass the ``socket`` rule); file locks (``flock``, and ``fcntl``'s
-lock commands: a lock on a file both sandboxes can read, or ``F_GETLK``'s answer, carries bits);
-page-cache residency probes (``mincore``, ``cachestat``); and any system call of another ABI (x32,
-i386) than the one filtered.
-
-**Why.** Lesson 11's ranks must share no channel the grader does not see (issue 41, class 6). Each
-rank is a sandbox of its own (no shared file system, memory or PID/IPC namespace); in part (a) each
-is in a network namespace of its own too and talks through the parent's relay (:mod:`grader.sandbox.relay`);
-in part (b) the ranks share one network namespace for gloo. Still, an abstract unix socket, a
-socketpair passed on, a ``NETLINK_USERSOCK`` message, a keyring (per uid, and both are ``nobody``) or
-a lock table could reach the other rank outside both. Every internet socket can only reach its own
-namespace's loopback.
-
-**Pitfalls.** Installed by the worker before any learner cell runs (``probe_worker``), so a socket
-made while the cells load is refused too. x86_64 and aarch64 only: elsewhere ``install`` returns why
-not: the worker then starts no cell (fail closed), and the parent reports an unsupported machine
-unavailable itself. gloo needs TCP and a NETLINK_ROUTE socket (its
-interface lookup: refused, every rank failed at ``device.cc``); glibc's resolver falls back when
-its nscd socket is refused.
+Ranks must share no channel the grader does not see; this closes unix sockets, keyrings, locks and
+the like. Installed before any learner cell runs; unsupported architectures fail closed.
 """
 
 from __future__ import annotations

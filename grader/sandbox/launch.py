@@ -1,44 +1,8 @@
 """The sandbox every process that runs learner code starts in, and the cgroup that holds its tree.
 
-**What it does.** ``launch`` starts ``python -I`` (no cwd, no ``PYTHON*`` variables on its path)
-in a fresh process session with a minimal environment and, where the machine allows it:
-
-* a private mount namespace (``unshare -m``) with size-limited tmpfs over ``/tmp`` and
-  ``/dev/shm`` (the worker's only writable places: a disk-filling learner hits ENOSPC in *its*
-  tmpfs, which vanishes with it) and empty tmpfs over the grader's private folders (the course
-  directory: gradebook, submissions, reports, targets; ``solutions/``; the parent's data folder);
-  every other mount is then made read-only in that namespace (:mod:`grader.sandbox.seal`), so no host
-  folder (``/var/tmp``, ``/run/lock``, any world-writable one) is shared or outlives the grading;
-* PID and IPC namespaces of its own (``--pid --fork --mount-proc``, ``--ipc``): the worker sees
-  only its own grading's processes and SysV/POSIX IPC, never another grading's (same ``nobody``
-  uid) environment, memory or root. ``proc`` is then ``unshare``; ``Sandbox.pid`` is the worker;
-* no network (``unshare -n``: only a down loopback; ``loopback=True`` brings that namespace's own
-  loopback up, for processes of one sandbox talking to each other: lesson 11's gloo ranks);
-* an unprivileged user (``setpriv`` to ``nobody`` with no capabilities, no new privileges) when
-  the grader runs as root, so nothing owned by the grader is writable; a worker that runs **no
-  learner code** (a timed baseline: ``launch(grader_only=True)``) gets another unprivileged uid,
-  ``GRADER_ONLY``, so the kernel refuses a learner's process every way to slow it down or read it
-  (``kill``/``SIGSTOP``, ``setpriority``, ``sched_setaffinity``, ``ptrace``, ``/proc/<pid>/mem``:
-  all need the same uid or a capability, and workers hold none);
-* ``RLIMIT_FSIZE`` (no file larger than the cap) and no core dumps, everywhere;
-* a cgroup (v1 ``pids``/``memory``/``freezer`` or v2) holding the process and all it starts:
-  ``pids.max`` stops a fork bomb, the memory limit an allocation bomb (the kernel kills inside
-  the cgroup, not the grader), the freezer stops the *whole tree* - also processes that left the
-  session - and ``kill`` kills every member.
-
-Without a cgroup (no root, no delegation) the session is stopped and killed with ``killpg`` and
-``members`` walks ``/proc`` for descendants; one outside the session is reported by
-``escaped()``, and timed graders do not time such a worker. ``Sandbox.unavailable`` lists every
-protection the machine could not give, and each report prints it.
-
-**When to use it.** Through :mod:`grader.sandbox.supervisor` (timed workers) and :mod:`grader.sandbox.probe`
-(correctness workers); never start learner code any other way.
-
-**Expected gain.** A learner's code cannot read the grader's secrets, write its results, reach
-the network, outlive or escape its grading, or take the grader down with it.
-
-**Pitfalls.** ``unshare``/``setpriv``/cgroups need root (CI, the instructor's server); on a
-learner's laptop only ``-I``, the private folder, rlimits and the /proc walk apply.
+Learner code cannot read the grader's secrets, reach the network or outlive its grading.
+``unshare``/``setpriv``/cgroups need root; without it only ``-I``, the private folder, rlimits and
+the /proc walk apply.
 """
 
 from __future__ import annotations

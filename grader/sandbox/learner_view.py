@@ -1,24 +1,8 @@
 """What of the repository a learner's worker may see: an allow-list view, built in its mount namespace.
 
-**What it does.** ``WORKER_MODULES`` names, in this one place, every grader module that runs inside
-a sandboxed learner worker (the worker entry points, the probes, the timed runtimes and the shared
-task pieces they import). ``view_mounts`` returns the shell commands ``grader.sandbox.launch.launch`` runs
-as root in the worker's new mount namespace: a fresh tmpfs built with a copy of exactly those files,
-``effkit/`` and the Python installation where it lives inside the repository, moved over the
-repository root. Everything else of the repository (the checking modules, answer keys, quiz keys,
-calibration, ``tests/``, ``solutions/``, ``.git``) is then absent, not merely unimportable; other
-copies of the ``grader`` package the import system knows (an installed copy in site-packages, the
-folder an editable install maps ``grader`` to, and the same for ``effkit``) are covered by an empty
-tmpfs. effkit is copied (sources, no compiled caches) with the lesson's ``WITHHELD`` answers
-masked: their bodies raise.
-
-**Why.** A learner's code could import the parent's checking modules and copy a reference result
-(lesson 4's float64 gradient: 12/12 instead of 6, issue 41). The worker's ``sys.path`` keeps the
-repository root: only what the view holds is there.
-
-**Pitfalls.** A worker-side module that starts importing a module outside the list fails in the
-worker (``ModuleNotFoundError``); ``tests/test_grader_learner_view.py`` finds it statically first.
-Without root there is no mount namespace: every file stays readable, and the report says so.
+So learner code cannot import the parent's checks and copy a reference result. A worker-side
+module importing outside the list fails in the worker (``tests/test_grader_learner_view.py``
+catches it first); without root every file stays readable.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
 """Parent side of correctness checks: a sandboxed worker per grading, driven call by call.
 
-**What it does.** ``ProbeSession`` starts :mod:`grader.sandbox.probe_worker` through
-:func:`grader.sandbox.launch.launch` with two pipes this process opened, sends it the trusted setup cell
-and the learner's solution cells, and then ``call``s named probes with a deadline. While a call
-runs, the worker may ask the parent to *serve* something (lesson 1's simulated device: each
-training step blocks until the parent answers), which ``call`` hands to ``serve``. A timeout or a
-crash kills the worker's whole tree and starts a fresh one for the next call, so one infinite loop
-fails one check. Tamper evidence and unavailable protections are collected for the report.
-
-**When to use it.** From an assignment's cell checks (see :mod:`grader.scoring.checks`).
-
-**Expected gain.** Checks that learner code can neither see, patch nor answer for.
-
-**Pitfalls.** Never trust ``CallResult.data`` as a verdict: verify it against your own reference.
+Never trust ``CallResult.data`` as a verdict: verify it against your own reference.
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
 """The correctness worker: runs the learner's solution cells, then probes on the parent's command.
 
-**What it does.** Started by :mod:`grader.sandbox.probe` inside the sandbox (:mod:`grader.sandbox.launch`) as
-``python -I`` with two pipe fds. On ``load`` it imports the assignment's *probe module* (grader
-code that drives learner functions and turns what they return into plain data), snapshots the
-identity of clocks and grader/effkit functions, installs an audit hook, and executes the solution
-cells (and nothing else) into a fresh module. On ``call`` it runs one probe and sends the plain
-result (JSON and raw tensor bytes). Every message carries *tamper evidence*: functions replaced
-since the snapshot, methods planted on instances of grader-owned objects, stack frames or the
-garbage collector inspected, threads and child processes left running, files opened for writing
-outside the working directory. It is reported to the learner and the instructor; it never earns
-or saves a point, because the parent judges only the data, against references it computed.
-
-**When to use it.** Only through :mod:`grader.sandbox.probe`.
-
-**Expected gain.** Learner code runs where it can do no harm and everything it produces is checked.
-
-**Pitfalls.** Learner code shares this process: it can forge any message. That is why no message
-is a verdict.
+Learner code shares this process and can forge any message, so no message is a verdict.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """Descendants of a process, by a walk of ``/proc``: the one piece of the sandbox a worker needs.
 
-**What it does.** ``descendants(pid)`` lists every live process whose ancestry reaches ``pid``. The
-parent uses it to find a worker's tree without a cgroup (:mod:`grader.sandbox.launch`); the probe worker
-uses it to report processes learner code left running (:mod:`grader.sandbox.probe_worker`).
-
-**Why its own module.** The worker sees only the grader modules it runs (:mod:`grader.sandbox.learner_view`);
-the sandbox itself is the parent's code and stays out of that view.
+Its own module because the rest of the sandbox stays out of the worker's view.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """The ranks' only channel: a process group whose every collective the grader itself performs.
 
-**What it does.** In a rank's worker, ``install(rank, world, ask)`` makes ``RelayGroup`` the default
-process group (backend ``"grader"``): each collective (all-reduce, broadcast, all-gather, barrier) is
-one request to the grader's parent, its tensors as raw bytes. In the parent, ``Relay`` pairs rank
-r's k-th request with every other rank's k-th, checks they agree, computes the answer itself and
-records what each rank sent (``log``). DDP, ``no_sync`` and hand-written ``dist.all_reduce`` work
-unchanged on top of it.
-
-**Why.** Lesson 11 judges synchronisation (issue 41, class 6). A count of bytes on a wire the ranks
-share can be padded with junk while the ranks need no exchange at all (each can read every row). The
-relay sees the *content* of every exchange, so the parent can check each rank's contribution against
-the gradient it recomputes from that rank's own data. Each rank is a sandbox of its own, in a
-network namespace of its own: the parent's pipe is the only thing the ranks share.
-
-**Pitfalls.** Everything a rank sends is a claim: learner code can write to the worker's pipe too.
-The parent only records and answers; the assignment's checks judge the log. Requests
-are capped (``MAX_CALLS``, ``MAX_BYTES``); a rank that stops while its peer waits, or never joins,
-turns the peer's collective into an error (``finish``, ``WAIT_S``).
+The parent sees the content of every exchange, so it can check each rank's contribution rather
+than a byte count. Everything a rank sends is a claim; requests are capped (``MAX_CALLS``, ``MAX_BYTES``).
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
 """Seal a sandbox's mount namespace: every mount read-only but the sandbox's own writable ones.
 
-**What it does.** Run as root *inside* the new mount namespace, after ``sandbox.launch`` made the
-worker's private tmpfs mounts and before it drops to ``nobody``: every mount this namespace sees
-(``/proc/self/mountinfo``: the host's root filesystem, ``/dev``, ``/run``, ``/sys``, the binds of the
-code, the staging ``/mnt``, anything the host has) is remounted read-only with ``MS_REMOUNT |
-MS_BIND``, a per-mount flag of this namespace's copy only (never the filesystem itself, so the host
-stays writable), keeping its ``nosuid``/``nodev``/``noexec``. Only the mount points named on the
-command line (the worker's ``/tmp`` and ``/dev/shm`` tmpfs, the grading's state folder) and
-``/proc`` (its own, per PID namespace) stay writable.
-
-**Why.** Writable places that outlive a grading (issue 41): the host's sticky folders (``/var/tmp``,
-``/run/lock``, any other world-writable directory) were writable by every worker, unbounded and
-shared by every grading; weights one grading left there earned another full marks. A list of known
-folders misses the next host's; read-only by default does not.
-
-**Pitfalls.** Standard library only (it runs with ``python -I -S``). Exits non-zero if a reachable
-mount cannot be sealed: the launch's ``&&`` chain then never starts the worker (fail closed).
+Read-only by default, so no place that outlives a grading stays writable. Standard library only
+(``python -I -S``); exits non-zero when a mount cannot be sealed, so the worker never starts.
 """
 
 import ctypes

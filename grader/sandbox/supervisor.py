@@ -1,19 +1,7 @@
 """Supervising worker processes: start them fresh, talk over pipes, stop and kill their groups.
 
-**What it does.** ``start_worker`` launches ``python -m grader.sandbox.worker`` in its own session with two
-dedicated pipes (commands in, JSON events out) and its output in a log file. `Worker` sends
-commands, waits for events with a deadline (timestamping arrivals with the parent's own clock),
-freezes and thaws the worker between timed chunks (its cgroup's freezer; SIGSTOP / SIGCONT to its
-process tree without one), and kills the group on
-close. Anything unexpected - an error event, a timeout, a crash, garbage on the pipe - becomes a
-`WorkerFailed` with a message for the learner.
-
-**When to use it.** From :mod:`grader.timed.protocol` only.
-
-**Expected gain.** The parent never blocks forever on learner code, and an idle worker cannot run.
-
-**Pitfalls.** ``perf_counter`` is captured at import: this module must be imported in a process
-where no learner code has run (the grader CLI or nbgrader's process).
+The parent never blocks forever on learner code, and an idle worker is frozen. ``perf_counter`` is
+captured at import: import this module only where no learner code has run.
 """
 
 from __future__ import annotations

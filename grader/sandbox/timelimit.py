@@ -1,13 +1,7 @@
 """Time limits for checks that call learner code in this process (SIGALRM, main thread only).
 
-**What it does.** ``time_limit(seconds, what)`` stops the call with a ``TimeoutError`` that says
-what was running; ``CheckTimeout`` derives from ``BaseException`` so a learner's
-``except Exception`` cannot swallow it. ``expect`` raises an ``AssertionError`` with the message.
-
-**When to use it.** Probe code (worker side) that runs learner functions; the parent's deadline
-per call (:mod:`grader.sandbox.probe`) remains the hard stop.
-
-**Pitfalls.** Off the main thread, or without SIGALRM, ``time_limit`` does nothing.
+``CheckTimeout`` derives from ``BaseException`` so ``except Exception`` cannot swallow it. Off the
+main thread, or without SIGALRM, ``time_limit`` does nothing.
 """
 
 from __future__ import annotations

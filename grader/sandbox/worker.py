@@ -1,25 +1,7 @@
 """The measured process: trains one recipe on command; the *parent* holds the clock.
 
-**What it does.** ``python -m grader.sandbox.worker CONFIG_JSON EVT_FD CMD_FD`` is started fresh, in the
-sandbox (:func:`grader.sandbox.supervisor.start_worker`), by :mod:`grader.timed.protocol`, once for the baseline
-and once for the learner. It sees the grader's training inputs read-only at
-``$EFFKIT_GRADER_DATA`` and nothing else of the parent's. It reads one JSON command
-per line from ``CMD_FD`` and answers with JSON events on ``EVT_FD`` - dedicated pipes, never
-stdout, which learner code may print to. The learner worker first executes the trusted setup cell
-and the learner's *solution cells* (nothing else from the notebook), then records whether that
-code replaced ``time.*`` clocks or effkit/grader functions (reported, never trusted: the parent
-times everything). Each ``run`` builds the recipe on the grader's data with the given seed and
-initial weights, trains the grader's fixed number of epochs through an *audited* pipeline that
-counts every sample and label of every epoch, checks the weights are finite, and sends them back
-over the event pipe for the parent to evaluate in a process where no learner code ever ran.
-
-**When to use it.** Only through :mod:`grader.timed.protocol`.
-
-**Expected gain.** Tamper resistance: nothing this process reports about speed or accuracy is
-believed; it only says when it starts and finishes, and what the pipeline yielded.
-
-**Pitfalls.** Learner code shares this process, so it *could* forge events; the design makes that
-pointless (parent-side clock, parent-side evaluation, the idle worker is frozen).
+Nothing it reports about speed or accuracy is believed; learner code shares this process and
+could forge events, which the parent-side clock and evaluation make pointless.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """Monte Carlo error rates of an accuracy gate (:mod:`grader.timed.gate`): ``python -m grader gate-sim``.
 
-**What it does.** ``simulate`` draws many gradings of a correct solution (true difference 0) and of
-one that really loses ``drop_pp``, each the mean of the gate's ``repeats`` paired differences, and
-counts how often the gate fails the first and passes the second. Paired differences come from a
-normal with the calibration's SD, or from its measured differences resampled (a bootstrap that
-keeps their real shape). A gate set by measured gradings takes its second look here too.
-
-**When to use it.** After calibrating or changing a gate; for a gate set by gradings it is a model
-for reference, the measured bounds (``Gate.gradings_bounds``) decide.
-
-**Pitfalls.** A model of a few dozen pairs cannot show a 1% tail: it is only as good as its pairs.
+Only as good as its pairs; for a gate set by gradings the measured bounds decide, not this model.
 """
 
 from __future__ import annotations

@@ -1,41 +1,8 @@
 """The performance protocol: baseline vs learner in fresh processes, timed and judged by the parent.
 
-**What it does.** ``measure`` starts two fresh worker processes (:mod:`grader.sandbox.worker`): A runs the
-baseline recipe, B the same recipe with the learner's solution cells. The parent (this process,
-where no learner code ever runs) writes its *own* synthetic training sets with secret seeds, keeps
-its held-out evaluation set in memory only, and drives the workers over dedicated pipes:
-
-1. start-up and loading of the learner's cells (B reports tampering: flagged, no effect);
-2. one warm-up run each on a small separate dataset (not scored);
-3. ``repeats`` paired runs: run ``r`` of both uses training set ``r``, seed ``r`` and the same
-   initial weights (saved by the parent). The runs advance one epoch at a time, interleaved
-   A B B A A B ..., each epoch ("chunk") timed by the parent's ``perf_counter`` (captured at
-   import) from sending the command to receiving "done"; the first chunk includes building the
-   pipeline, so no work can hide in a constructor. The idle worker is frozen (its cgroup's
-   freezer; SIGSTOP to its process tree without one), so it cannot steal CPU from the one being timed;
-4. the parent loads each run's saved weights into a clean model and evaluates them on its own
-   held-out set, then applies the accuracy gate (:mod:`grader.timed.gate`) and the speed credit
-   (:mod:`grader.scoring.targets`);
-5. when the gate asks for it (a gate set by measured gradings, and a first look below it),
-   ``repeats`` more paired runs on fresh data (``GraderData.add_look``: new training sets, seeds,
-   initial weights and held-out set, written while both workers are frozen), in the same workers.
-   Then the second look alone is scored, accuracy and speed;
-6. the work is checked (:mod:`grader.timed.replay`): a run's training set and initial weights are shown
-   to the workers only at its first chunk, both commit their training state at the end of every
-   chunk, and the parent compares the learner's chunk updates with the baseline's and with replays
-   of chunks it draws afterwards, in the baseline worker. A failed check: no speed points.
-
-Speed is the time for a fixed amount of work: ``epochs`` passes over ``n_train`` samples, each
-epoch proven complete by the audit (:mod:`grader.kit.audit`). The speedup is the median over the
-back-to-back chunk pairs of ``time_A / time_B``; per-run throughput is reported too.
-
-**When to use it.** Through :func:`grader.scoring.perf.grade` (notebook cells, ``grader check``, the
-nbgrader preprocessor).
-
-**Expected gain.** Verdicts a learner cannot fake and noise cannot flip (see grader/README.md).
-
-**Pitfalls.** Learner code can still fork a process out of the stopped group; the audit and the
-parent-side evaluation make such tricks visible rather than impossible.
+The parent holds the data, the clock and the evaluation, and interleaves and freezes the workers,
+so verdicts cannot be faked and noise does not flip them (grader/README.md). Learner code can
+still fork out of a stopped group; the audit and replays make that visible.
 """
 
 from __future__ import annotations

@@ -1,28 +1,7 @@
 """Proof that the timed chunks did the training: reveal on the clock, commits, replays.
 
-**What it does.** A timed worker could otherwise train where nothing is timed (at load, in the
-unscored warm-up) and make its timed steps do nothing, since the trainer whose speed is measured
-lives in its process. Three pieces tie the weights it returns to work done inside its timed chunks,
-from this grading's initial weights (the idea of Jia et al., "Proof-of-Learning", S&P 2021):
-
-1. `Reveal`: the workers see a run's training set and initial weights only when that run's first
-   chunk starts (hard links from the parent's private ``inputs/`` into the ``exposed/`` folder they
-   read, made while both are frozen). Frozen between chunks, no worker can work on them off the clock.
-2. `Commits`: both workers send their training state (model and optimizer state, raw
-   ``torch.save`` bytes, loaded with ``weights_only=True``) at the end of every timed chunk; the
-   chunk's clock stops when the last byte has arrived (the sending worker runs meanwhile, so the
-   transfer must be timed work): the same cost on both sides.
-3. `check_work`: the parent compares each learner chunk's weight update with the baseline's update
-   of the same chunk (its size, every chunk; its direction too for the first chunk, where both start
-   from the same weights), then draws chunks after the fact (``SystemRandom``) and has the baseline
-   worker, where no learner code ever ran, replay them from the learner's committed start state on
-   that run's data through the reference path, from the very batch where the chunk started; the
-   learner's update should point the same way and be about as large.
-
-**Limits (measured margins in grader/README.md).** The replay is statistical (other batches, other
-order), so a chunk forged to look like a plausible update passes unless it is drawn; the median chunk
-ratio only rises when most chunks are forged, and then a draw finds one. Learner chunks that move
-work between them fail the size check on every chunk.
+Ties the returned weights to work done inside timed chunks (after "Proof-of-Learning", Jia et al.
+2021). The replay is statistical: a forged chunk passes unless drawn (margins in grader/README.md).
 """
 
 from __future__ import annotations

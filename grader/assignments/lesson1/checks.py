@@ -1,34 +1,9 @@
 """Lesson 1 - measure first: graded out of the kernel, against a device the grader simulates.
 
-**What it does.** The learner writes ``measure_throughput(trainer, steps, warmup)``,
-``data_wait_share(trainer, steps)`` and ``name_bottleneck(trainer)`` (plus the quiz answers).
-Each check runs them in a sandboxed worker (:mod:`grader.sandbox.probe`) on a `RemoteTrainer`
-(:mod:`grader.assignments.lesson1.probes`) whose every batch and every forward pass *waits for this process*.
-`DeviceServer` chooses the costs (secret, random per call: data and compute time per step, a cold
-start on the first batch) and records when each request arrived and was answered, so the grader
-knows the true throughput of the steps after the warm-up and the true share of time spent waiting
-for data - without trusting a word from the worker. The worker only returns the learner's number
-or name; the parent compares it with its own record:
-
-* **throughput**: median ratio (yours / the grader's record of the same steps) within ±25% over
-  3 calls, for two sizes (batch 32, 2 warm-up steps, 8 steps; batch 16, 1, 6). Timing the warm-up
-  (and its cold start) or counting batches fails with a hint;
-* **data-wait share** within ±0.15 of the recorded share, on an input-bound trainer (data 2-4x
-  the compute time, share 67-80%) and a compute-bound one (3-12%), in random order;
-* **bottleneck** named right on both, so always answering one name fails — and on an input-bound
-  trainer whose pipeline cost is *hidden* (its time is spent while the model computes, as
-  DataLoader workers take the model's cores: `next()` returns at once), so deciding from a
-  data-wait share, which lesson 1 shows undercounts, fails too;
-* **quiz**: answers compared with the key in this module (never in the notebook).
-
-**When to use it.** Through :mod:`grader.scoring.checks` (nbgrader autograde, ``grader check``,
-``check_my_work`` in the notebook).
-
-**Expected gain.** Nothing in the learner's process knows the answer: to get it right, measure.
-
-**Pitfalls.** Waits are ``time.sleep`` in the parent: a busy machine lengthens them, and the
-record lengthens with them (it is the truth, not a schedule). A learner process descheduled
-between the parent's answer and its own clock reading errs by that much: 3 calls and a median.
+The learner's throughput, data-wait share and bottleneck name are run on a `RemoteTrainer` whose
+every step waits on `DeviceServer` here, which picks secret costs and records the truth: nothing
+in the learner's process knows the answer. Waits are sleeps, so the record (not a schedule) is
+the truth; 3 calls and a median absorb a descheduled learner process.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """Lesson 1, worker side: a trainer whose "device" is the grader's process.
 
-**What it does.** `RemoteTrainer` looks like an effkit trainer (``device``, ``model``,
-``loss_fn``, ``optimizer``, ``pipeline``, ``train_steps(n) -> Work``), but every batch the
-pipeline yields and every forward pass of the model *blocks on the parent*: the worker sends a
-request on the grader's channel and waits for the answer. The parent decides how long data and
-compute take and records exactly when each request arrived and was answered, so it knows the true
-throughput and data-wait share of whatever the learner's function timed. Nothing in this object
-carries a cost, a share or an answer: there is no ground truth in this process to read.
-
-**When to use it.** Named as lesson 1's probe module; run in :mod:`grader.sandbox.probe_worker`.
-
-**Expected gain.** Lesson 1 graded out of the kernel with a truth the learner cannot reach.
-
-**Pitfalls.** The tensors are tiny on purpose: the parent's waits dominate every step.
+Every batch and forward pass of `RemoteTrainer` blocks on the parent, which decides the costs and
+records the truth, so this process holds no answer to read. Tensors are tiny on purpose.
 """
 
 from __future__ import annotations

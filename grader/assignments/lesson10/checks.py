@@ -1,25 +1,8 @@
 """Lesson 10 - profiling: name the bottleneck from plain profile data; (b) fix a slow step. Out of the kernel.
 
-**What it does.** Per grading the parent draws ``CASES`` training steps of the course's small
-text classifier (:mod:`effkit.doctor_plants`): every label once (``none``: nothing planted) and a
-few more, in a secret order, each with a secret data seed. **This process** plants the bottleneck,
-profiles each step itself (``effkit.profiling.profile_training``: torch.profiler with a schedule
-and ranges) and sends only the plain profile (a JSON dict, its case name removed) to the sandboxed
-worker, where the learner's ``diagnose(profile)`` returns a label (:mod:`probes`).
-
-* ``test_diagnose`` (5 points): at least ``PASS_AT`` of the ``CASES`` labels equal what was
-  planted. Any answer that is not one of ``LABELS`` counts as wrong and is named in the feedback.
-* ``test_fast_step_equal`` (2 points, part b): the learner's ``fast_step`` ends with the weights
-  and losses of the original slow step, run by this process on a task it draws (:mod:`step_checks`).
-* ``test_fast_step_speed`` (3 points, part b): timed against the original here, interleaved; the
-  interval of the speed-up must start at ``step_checks.TARGET``.
-* ``test_quiz`` (2 points).
-
-**Trust.** No learner code runs here; the profiles, the planted truth and the count are the parent's.
-
-**Pitfalls.** Profiling is timing: every figure moves run to run on a busy machine. The plants are
-strong (calibrated with ``python -m effkit.doctor --validate``: grader/README.md, lesson 10), and
-one miss in ``CASES`` is allowed so that a sound rule is not failed by one noisy profile.
+The parent plants a bottleneck per case, profiles each step itself and sends only the plain
+profile to the worker's ``diagnose``; part (b) is in :mod:`step_checks`. No learner code runs here.
+Profiles are timing and move run to run, hence one miss in ``CASES`` is allowed.
 """
 
 from __future__ import annotations

@@ -1,25 +1,8 @@
 """Lesson 10, worker side: the learner's ``diagnose(profile)`` on plain profile data, one label per case;
 part (b): the learner's ``fast_step`` trained on a task drawn from the parent's seed.
 
-**What it does.** ``probe_diagnose(profiles)`` calls the learner's ``diagnose`` on each profile (a
-JSON dict the parent measured: per-range times, operator counts, syncs, dtypes, padding share ...)
-and returns one short string per case: the label, or why there is none ("raised ...", "returned
-<type>"). Nothing is profiled here and nothing is judged here: the parent planted the bottlenecks,
-profiled the steps itself and compares the labels with what it planted.
-
-``probe_fast_step(seed, batch, steps, lr, weight_decay)`` builds the task of that seed
-(:mod:`slow_step`: initial weights and batches from the seed alone), runs the learner's step on
-each batch and returns the losses it returned (as floats, or why not) and the model's parameters
-afterwards as raw float32 bytes. The parent times the call on its own clock and compares the
-weights with its own run of the original step.
-
-**When to use it.** Named as lesson 10's probe module; run in :mod:`grader.sandbox.probe_worker`.
-
-**Expected gain.** A learner's diagnosis that never sees a model, a clock or the planted answer.
-
-**Pitfalls.** Everything returned is a claim: a label is cut to ``MAX_LABEL`` characters here and
-checked against the known labels by the parent; each call gets a fresh copy of its profile, so a
-``diagnose`` that edits its input cannot change the next case.
+Nothing is profiled or judged here: labels (cut to ``MAX_LABEL``), losses and raw weights go back
+as claims. Each call gets a fresh copy of its profile, so ``diagnose`` cannot edit the next case.
 """
 
 from __future__ import annotations

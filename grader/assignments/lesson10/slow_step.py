@@ -1,29 +1,9 @@
 """Lesson 10 (b): the slow training step the learner fixes, and the task both steps train on.
 
-**What it does.** ``slow_step(model, inputs, targets, lr, weight_decay)`` is one step of SGD with
-weight decay on the batch's mean cross-entropy, written the slow way on purpose: one sample at a
-time, each sample copied to a Python list and back into a new tensor, ``.item()`` per sample, the
-gradient summed in float64, and a Python loop of small operators per parameter. The notebook shows
-this very function; the learner's ``fast_step`` must make the same update faster. ``Task`` draws,
-from one seed, the model's initial weights and the batches (a random teacher labels Gaussian
-inputs), so the parent and a worker build the same run from a seed alone. ``run`` trains ``steps``
-steps with a given step function and returns the losses and the final weights.
-
-**When to use it.** Imported by both sides of lesson 10 (b): :mod:`probes` (the worker runs the
-learner's step, or this one as the timed baseline) and :mod:`step_checks` (the parent runs this one
-for its own reference).
-
-**Expected gain.** On one CPU thread the batched step is ~15-25x faster (the calibration in
-grader/README.md, lesson 10); the per-sample loop is most of it.
-
-**Pitfalls.** Everything is drawn from ``torch.Generator`` objects, never the global RNG, so a
-learner's code that draws random numbers cannot shift the data of the next step. The model's
-activations are GELU, smooth everywhere, on purpose: with ReLU, a pre-activation within rounding
-of zero takes the other branch in a correct batched step than in the original, that sample's
-gradient through the unit switches on or off, and the gap compounds over the steps. 1 task in
-1,000 ended 5.4e-3 of the update away after 8 steps, above ``step_checks.TOLERANCE``, so ~1% of
-gradings (8 tasks each) failed a correct step; with GELU the same 1,000 tasks end at most 9.2e-7
-apart (``benchmarks/lesson10_drift.py``).
+``slow_step`` is SGD with weight decay written the slow way on purpose (the notebook shows it);
+``Task`` draws weights and batches from one seed so parent and worker build the same run.
+Everything uses private ``torch.Generator`` objects, and the model uses GELU, not ReLU, so a
+correct batched step cannot drift past ``step_checks.TOLERANCE`` at a ReLU kink.
 """
 
 from __future__ import annotations

@@ -1,31 +1,9 @@
 """Lesson 10 (b), parent side: the learner's ``fast_step`` held to the original's result, then timed against it.
 
-**What it does.** ``check_equal`` (``test_fast_step_equal``) draws a task (seed, batch size, learning
-rate, weight decay) per grading, runs the original :func:`slow_step.slow_step` **here** for
-``EQUAL_STEPS`` steps and the learner's step in the sandboxed worker on the same seed, and compares
-the weights the worker sends back (raw float32 bytes) and its losses with this process's own run.
-``check_speed`` (``test_fast_step_speed``) times, interleaved (ABBA, :func:`effkit.abtest.compare`,
-on this process's clock), ``TIMED_STEPS`` of the original step in a sandboxed worker that holds no
-learner code (A) against as many of the learner's in its own worker (B), one CPU thread each, each
-pair on a task of its own; the worker not being timed is frozen. Every timed call of B must end
-with the weights of this process's own run of that task. It passes when the interval of the
-median speed-up starts at ``TARGET`` or above.
-
-**When to use it.** Lesson 10's cell checks (:mod:`checks`).
-
-**Expected gain.** No figure a worker states is believed: the reference weights and every clock
-reading are this process's. Both sides pay the same round trip and the same thaw and freeze; both
-workers sit in cgroups and sessions of their own, so load elsewhere on the machine hits them alike
-(timing A in this process instead let two busy processes of the grader's session lift a no-faster
-step from 1.1x to 2.7x).
-
-**Pitfalls.** Where the grader is root the baseline runs as a uid of its own
-(``grader.sandbox.launch.GRADER_ONLY``), so the kernel refuses the learner's worker every signal, renice,
-re-pin or ptrace of it. Elsewhere both run as the grader's user, hence the belt and braces kept
-here: the learner's worker is frozen while the baseline starts, the baseline makes itself
-non-dumpable (no ptrace) before any timing, and a changed priority or core set of its threads
-refuses the speed points; a stopped or killed baseline fails the call. ``TARGET`` and ``TOLERANCE`` are
-calibrated in grader/README.md (lesson 10), with ``benchmarks/lesson10_calibrate.py --step``.
+``check_equal`` compares the worker's weights with this process's own run of the original step;
+``check_speed`` times original (a learner-free worker) against the learner's, interleaved on this
+process's clock, each in a cgroup of its own so machine load hits both alike. Without root both
+run as the grader's user, hence the freeze, non-dumpable baseline and priority checks here.
 """
 
 from __future__ import annotations

@@ -1,39 +1,8 @@
 """Lesson 11 - a data-parallel training function, run on 2 ranks and judged by the parent.
 
-**What it does.** The learner writes ``train_ddp(rank, world_size, model, dataset, config)``. It runs
-on 2 ranks (:mod:`probes`), each a sandboxed worker of its own in a network namespace of its own
-(rank 0 the grading's worker, rank 1 one more), on data and initial weights drawn from this
-grading's seeds; each rank sends back what its dataset served and its final weights as raw float64
-bytes. The ranks' default process group is the grader's relay (:mod:`grader.sandbox.relay`): **this
-process** performs every collective and records what each rank sent, so the ranks share no channel
-but this one and the exchange is judged by its content, not by a count a rank could pad (issue 41,
-class 6). Then:
-
-* ``test_weights`` (4 points): every rank served its share (``epochs x N / world`` samples), the
-  ranks all-reduced at least one whole gradient per optimizer step, and every rank's weights equal, within
-  ``ddp_task.TOL``, the parent's own single-process run over the same global batches (rank 0's
-  initial weights, each step's micro-batches taken from what both ranks served).
-* ``test_sampler`` (3 points): in every epoch the ranks' samples are disjoint and cover the data
-  exactly once, and each epoch's order differs from the previous one (``set_epoch``).
-* ``test_no_sync`` (2 points): with ``test_weights`` passing, exactly one gradient all-reduce per
-  optimizer step, no other floating-point all-reduce, and in each one every rank's contribution is
-  its own gradient accumulated over the step's micro-batches (``exchange.brings``, recomputed here
-  from the samples the rank served): ``no_sync`` on the accumulation micro-batches.
-* ``test_memory_budget`` (3 points, part (b)): the learner's ``train_sharded`` (Adam, an 18.9M-parameter
-  MLP) runs with each rank a sandboxed worker of its own (:func:`_sharded_run`); every rank's weights'
-  fingerprint equals the parent's one-process run, and each rank's peak as the kernel charged its
-  cgroup is within ``memory_task.BUDGET`` bytes per parameter (only sharded optimizer state with
-  bucket views, or FSDP2, fits).
-* ``test_quiz`` (2 points).
-
-**When to use it.** Registered in ``CELL_CHECKS``; run by :mod:`grader.scoring.checks`.
-
-**Expected gain.** One training run (a second worker's start, then 16 micro-batches a rank, every
-collective a round trip through this process) serves all three cells.
-
-**Pitfalls.** Every rank's claims are untrusted: the reference is recomputed here from the claimed
-indices, so a rank that lies about what it served must also produce the weights that lie implies,
-and the weights of each rank are compared, not reported as a verdict.
+Each rank is a sandboxed worker whose only process group is the grader's relay, so this process
+sees every collective's content and recomputes the reference from what the ranks claim to have
+served; part (b) judges a per-rank memory budget. Every rank's claim is untrusted.
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
 """Lesson 11: the grader's data-parallel task (data, model, recipe), shared by the ranks and the parent.
 
-**What it does.** ``data(seed)`` draws a small classification set (``N`` rows, float64) and
-``model(seed)`` a float64 MLP; ``CONFIG`` is the training recipe the learner's ``train_ddp`` must
-follow on each of ``WORLD`` ranks (per-rank batch, accumulation, epochs, SGD with momentum).
-The parent's single-process run over the same global batches is in :mod:`exchange`, never in a
-learner's view. ``to_bytes`` / ``from_bytes`` move a state dict as raw float64 bytes in the parent's key order.
-
-**When to use it.** The worker side (:mod:`probes`) builds the data and the per-rank models from
-the seeds; the parent (:mod:`checks`) recomputes the reference from what the ranks claim to have
-served.
-
-**Expected gain.** float64 makes DDP's averaged gradients and the one-process mean agree to ~1e-12:
-any mistake (wrong averaging, a missing sample, a rank that trains alone) is far outside ``TOL``.
-
-**Pitfalls.** Rank ``r`` starts from ``model(init_seed + r)``: different inits on purpose, because DDP
-broadcasts rank 0's weights when it wraps the model; the reference starts from rank 0's.
+float64 throughout, so DDP's averaged gradients and the one-process reference agree far inside
+``TOL``. Rank ``r`` starts from ``model(init_seed + r)`` on purpose (DDP broadcasts rank 0's).
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """Lesson 11: what the relay's record says about the ranks' gradient exchange.
 
-**What it does.** ``reference_run`` is one process over the ranks' claimed global batches: the
-weights every rank must end with, and each rank's own accumulated gradient at every optimizer step.
-``syncs(log, numel)`` groups the floating-point all-reduces the parent performed
-(:class:`grader.sandbox.relay.Relay`'s ``log``) into gradient exchanges: consecutive calls whose elements add
-up to one gradient (DDP may split it into buckets). ``brings(sent, own, world)`` says whether what a
-rank sent to one exchange is its own accumulated gradient, as the parent recomputed it
-(``reference_run``).
-
-**Why.** ``no_sync`` is judged by its effect on what crosses between the ranks: one exchange per
-optimizer step, and each one carrying what the rank accumulated over the step's micro-batches. A
-count alone could be padded (issue 41, class 6); the content cannot be faked without computing it.
-
-**Pitfalls.** The comparison sorts both vectors, so it holds whatever order DDP's buckets put the
-parameters in; DDP divides each rank's gradient by the world size before summing, a hand-written
-all-reduce usually after: both scales are accepted.
+``no_sync`` is judged by the content that crossed between ranks (one exchange per optimizer step,
+each carrying the rank's accumulated gradient), which cannot be padded as a count could. Both
+DDP's pre-divided and a hand-written post-divided scale are accepted.
 """
 
 from __future__ import annotations

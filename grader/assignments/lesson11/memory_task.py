@@ -1,28 +1,9 @@
 """Lesson 11 (b): a per-rank memory budget, the task and the single-process reference only the parent runs.
 
-**What it does.** ``model(seed)`` builds a deep float32 MLP (``LAYERS`` hidden layers of ``WIDTH``:
-18.9M parameters, so parameters, gradients and Adam's two moments dwarf everything else a rank
-holds) and ``batches(seed, rank)`` each rank's ``STEPS`` micro-batches. The learner's
-``train_sharded(rank, world_size, model, batches, config)`` trains it with Adam on 2 gloo ranks so
-that every rank's weights equal one process's Adam over the global batch, within a per-rank memory
-budget of ``BUDGET`` bytes per parameter. ``reference(init_seed, data_seed)`` is that one process;
-``fingerprint`` what a rank sends back instead of 76 MB of weights.
-
-**The arithmetic the budget rests on** (fp32, Adam, 2 ranks, per parameter and rank): DDP holds the
-parameters (4 B), their gradients (4), its gradient buckets (a copy: 4) and Adam's moments (8) = 20;
-``gradient_as_bucket_view=True`` drops the copy: 16; ZeRO-1 (``ZeroRedundancyOptimizer``) halves the
-moments: 16, and 12 with the bucket view; FSDP2 (``fully_shard``) halves parameters, gradients and
-moments: 8 plus one layer gathered at a time. Measured by the kernel, each rank a sandboxed worker
-of its own (``python benchmarks/lesson11_budget_calibrate.py 1 2 3``, torch 2.15, AMD EPYC, 2
-gloo ranks; the same on every seed): DDP 20.6, DDP + bucket view 16.6, ZeRO-1 16.7, ZeRO-1 + bucket
-view 12.7, FSDP2 8.9. ``BUDGET`` = 14.5 sits halfway between what sharding needs and what only
-replication spends: ~2 bytes per parameter (~38 MB) from either side.
-
-**Pitfalls.** glibc keeps freed blocks above its *dynamic* mmap threshold in the heap, so process
-memory once tracked the peak of every transient tensor ever allocated (FSDP2 read 29 B per
-parameter); each rank's worker fixes the threshold (``mallopt``) before training, so freed tensors
-go back to the kernel and the charge follows live tensors. A learner can raise the threshold again
-only to their own cost.
+An 18.9M-parameter MLP trained with Adam on 2 ranks; ``BUDGET`` bytes per parameter sits between
+what sharding (ZeRO-1 + bucket view, FSDP2) needs and what replication spends (calibration in
+benchmarks/results/grader-code-notes.md). Each rank's worker fixes glibc's mmap threshold so the
+cgroup charge follows live tensors, not past peaks.
 """
 
 from __future__ import annotations

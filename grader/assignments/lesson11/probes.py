@@ -1,22 +1,8 @@
 """Lesson 11, worker side: this worker is one rank running the learner's code.
 
-**What it does.** ``probe_train`` (part (a)) and ``probe_train_rank`` (part (b)) run in a worker
-that *is* one rank: the parent starts one sandbox per rank (its own mount, PID and IPC namespaces,
-``/tmp``, ``/dev/shm`` and cgroup), like ``torchrun``'s processes. In part (a) each rank is in a
-network namespace of its own and its default process group is the grader's relay
-(:mod:`grader.sandbox.relay`): the parent performs every collective and records what each rank sent, so
-the ranks share no channel but the parent (issue 41, class 6: a rendezvous file, a shared ``/tmp``,
-an abstract unix socket or a padded loopback carried or faked gradients). Part (b), judged by
-memory, runs gloo through a ``TCPStore`` on one loopback the two ranks share. Nothing is judged
-here, and the worker can open no socket but an internet one (:mod:`grader.sandbox.fence`).
-
-**When to use it.** Named as lesson 11's probe module; run in :mod:`grader.sandbox.probe_worker`.
-
-**Expected gain.** Real DDP over a real process group, graded without trusting any rank.
-
-**Pitfalls.** Everything returned is a claim: a rank runs learner code and can forge its record
-and its weights; the parent recomputes the reference from the claimed indices
-(:mod:`checks`). ``num_workers > 0`` would serve in other processes, unrecorded: the spec says 0.
+Part (a) ranks talk only through the grader's relay; part (b) runs gloo on a shared loopback.
+Nothing is judged here and everything returned is a claim. ``num_workers`` must be 0: other
+processes would serve data unrecorded.
 """
 
 from __future__ import annotations

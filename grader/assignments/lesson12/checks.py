@@ -1,21 +1,7 @@
 """Lesson 12 - a hyperparameter search under a fixed budget, graded out of the kernel.
 
-**What it does.** The learner writes a search *policy*, ``class Search`` with ``ask(trial)`` (the
-next configuration, plain JSON, or None) and ``report(trial, epoch, score)`` (True to stop that
-trial now); Optuna's ask-and-tell interface fits it. The grader drives the loop, trains and
-evaluates every trial itself on a task it draws per grading, and charges each epoch to the
-budget (:mod:`grader.assignments.lesson12.search_checks`).
-
-* ``test_search`` (4 points): the chosen configuration's held-out accuracy against the best of the
-  grader's own exhaustive grid search.
-* ``test_pruning`` (3 points): the budget saved by stopping trials, against the same trials run to
-  the end, with the search still good.
-* ``test_quiz`` (2 points).
-
-**Trust.** Only configurations (validated against the space) and stop bools cross from the
-worker; accuracies, costs and the choice are computed here.
-
-**Pitfalls.** One search serves both graded cells.
+The grader drives the learner's ask/report policy, trains and evaluates every trial itself and
+charges the budget (:mod:`search_checks`); only configurations and stop bools cross from the worker.
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
 """Lesson 12: the grader's own tuning task, a small MLP whose held-out accuracy depends on its hyperparameters.
 
-**What it does.** ``task(seed)`` is :class:`effkit.hpo.TuningTask` drawn from ``seed`` (the same
-task the lesson searches, with a secret seed per grading): a random-oracle classification problem
-with label noise, 2,048 training samples, 2,048 validation samples (what a search sees, epoch by
-epoch) and 4,096 held-out ones (what only the final verdict uses). ``Trial`` trains its MLP with
-SGD + momentum for one epoch per ``step()`` at a configuration of ``SPACE`` (learning rate, batch
-size, weight decay), seeded per trial, and returns the validation accuracy after that epoch.
-``grid_search(seed)`` is the grader's exhaustive search: every point of ``GRID`` trained
-``MAX_EPOCHS`` epochs, the best by validation accuracy. ``test_accuracy(seed, config, seeds)`` retrains a configuration on fresh seeds and
-measures it on the held-out set: the number a choice is judged by.
-
-**When to use it.** By :mod:`grader.assignments.lesson12.search_checks`, in the grader's process
-only: no learner code runs here.
-
-**Expected gain.** An epoch costs a few milliseconds on one thread, so a search of ~150 epochs and
-the grid's 1,080 run in a grading's time.
-
-**Pitfalls.** One thread for every run (deterministic per seed). The LR that works depends on the
-batch size (SGD's noise scale) and the task: no fixed LR is safe, which is what makes the search matter.
+Runs in the grader's process only, one thread, deterministic per seed; an epoch costs
+milliseconds so a search and the exhaustive ``GRID`` fit in a grading.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
 """Lesson 12, worker side: the learner's search policy, asked for configurations and stop decisions.
 
-**What it does.** ``probe_start`` builds the learner's ``Search(space, budget, max_epochs, seed)``
-from plain data and keeps it in this worker; ``probe_ask(trial)`` returns ``search.ask(trial)``
-(a configuration, or None to end the search) and ``probe_report(trial, epoch, score)`` returns
-whether ``search.report(trial, epoch, score)`` asks to stop that trial. Only JSON crosses back:
-a configuration that is not JSON arrives as its type name, which the parent refuses. Nothing is
-trained here and no score is computed here: the parent trains every trial itself
-(:mod:`grader.assignments.lesson12.search_checks`) and tells this process only the validation
-accuracy it measured.
-
-**When to use it.** Named as lesson 12's probe module; run in :mod:`grader.sandbox.probe_worker`.
-
-**Expected gain.** A search policy that may use Optuna (ask-and-tell) while never touching a
-model, a dataset or a clock the grader relies on.
-
-**Pitfalls.** Everything returned is a claim: a configuration is validated against the search
-space by the parent, a stop decision is one bool.
+Only JSON crosses back (a configuration the parent validates, a stop bool); nothing is trained or
+scored here.
 """
 
 from __future__ import annotations

@@ -1,30 +1,8 @@
 """Lesson 12: a search under a fixed budget, driven and trained by the grader, the learner's policy only choosing.
 
-**What it does.** The grader draws a task (:mod:`hpo_task`) and runs an ask-and-tell loop against
-the learner's ``Search`` in the sandboxed worker (:mod:`probes`): ``ask(trial)`` returns the next
-configuration (plain JSON, validated against ``hpo_task.SPACE``); **this process** trains that
-trial one epoch at a time, charges each epoch to the budget (``BUDGET`` epochs), and after each
-epoch tells the policy the validation accuracy it measured and asks ``report(...)`` whether to
-stop the trial. A trial that reaches ``MAX_EPOCHS`` is complete. The search ends when the budget
-is spent, when ``ask`` returns None, or after ``MAX_TRIALS`` trials. The grader then chooses, as
-Optuna's ``best_trial`` does, among *complete* trials only: the configuration with the best mean
-final validation accuracy (a configuration proposed again runs on a new seed and is averaged).
-
-* ``test_search`` (4 points): the chosen configuration, retrained on ``FINAL_SEEDS`` fresh seeds,
-  must reach a mean held-out accuracy at most ``MARGIN`` below that of the best configuration of
-  the grader's own exhaustive grid search (``hpo_task.grid_search``: 120 configurations, ~7x the
-  budget), retrained on the same seeds.
-* ``test_pruning`` (3 points): the same search must have passed ``test_search`` *and* spent at
-  least ``MIN_SAVED`` less than the same trials would have cost run to the end (the search without
-  pruning): saving budget by throwing away the answer is not a saving.
-
-**When to use it.** Registered in ``checks.CELL_CHECKS``; run by :mod:`grader.scoring.checks`.
-
-**Expected gain.** Calibrated on this CPU (``grader/README.md``, lesson 12).
-
-**Pitfalls.** One search serves both cells (cached on the probe session). The policy's own time is
-capped (``POLICY_SECONDS`` in all) so a slow policy fails instead of stalling a grading. A grading
-costs ~15-20 s, most of it the grid (1,080 epochs).
+The chosen configuration is judged against the grader's own grid search, and pruning by budget
+saved with the search still good. One search serves both cells; ``POLICY_SECONDS`` caps the
+policy's time so a slow policy fails instead of stalling a grading.
 """
 
 from __future__ import annotations

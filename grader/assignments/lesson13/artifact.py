@@ -1,23 +1,8 @@
 """Lesson 13: the learner's ONNX file, validated as untrusted input before anything runs it.
 
-**What it does.** ``validate(raw, dim, classes)`` refuses, with a message that says why: a pickle, a
-``torch.save`` zip or a safetensors file; bytes protobuf cannot parse; then it walks **every** field
-of the parsed ``ModelProto`` against an allow-list (``ALLOWED``: per message type, the fields that
-may be set; ``_values``: the values some of them may take) and refuses anything else by its field
-path, never by its value: external data, data segments, string tensors, sparse tensors, subgraphs,
-functions, training info, fields this onnx does not know (another parser might), operators or
-opset imports outside the standard domain. Then ``onnx.checker`` and the interface: ``features``
-float32 ``[batch, dim]`` -> ``logits`` float32 ``[batch, classes]``, free batch. ``Checked.clean``
-is the checked model re-serialized without doc strings and metadata: the only bytes onnxruntime gets.
-``session(raw)`` opens bytes in onnxruntime from memory, one thread, no custom op library.
-
-**When to use it.** In lesson 13's sandboxed server (:mod:`grader.assignments.lesson13.server`),
-never in the grader's own process: a parser bug or a slow graph then costs one worker.
-
-**Expected gain.** Nothing in a learner's file reaches a file or runs code; the refusal says which
-field, not what the grader has.
-
-**Pitfalls.** A new ONNX feature is refused until it is added to ``ALLOWED`` on purpose.
+Every field of the parsed model is walked against an allow-list (``ALLOWED``) and only the clean
+re-serialized copy reaches onnxruntime. Runs only in the sandboxed server, never in the grader's
+process. A new ONNX feature is refused until added to ``ALLOWED`` on purpose.
 """
 
 from __future__ import annotations

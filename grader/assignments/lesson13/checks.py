@@ -1,35 +1,8 @@
 """Lesson 13 - quantized inference under a latency SLO, graded out of the kernel on the grader's own server.
 
-**What it does.** Per grading the parent draws a task, trains its own fp32 classifier on it
-(:mod:`slo_task`: an MLP with three hidden layers of 512 and a few massive activations feeding its
-head), exports it to ONNX itself (the baseline) and sends the weights as plain data to the
-sandboxed worker, where the learner's ``export_for_slo(model, calibration, path)`` writes an ONNX
-file. Only that file's bytes come back (capped before they are read). This process never parses
-them: a second sandboxed worker that runs grader code only (:mod:`server`, ``grader_only``, a
-deadline per call) validates, opens and runs the file and returns raw logits and times:
-
-* ``test_artifact`` (2 points): the bytes pass :func:`artifact.validate` (an allow-list over every
-  field: no external data, standard operators only, ``features`` -> ``logits`` with a free batch
-  dimension) and answer 3 rows and 1 row with finite logits of the right shape.
-* ``test_accuracy`` (3 points): every held-out row (``N_TEST``; the labels never leave this process)
-  sent as one batch-1 request, the shape that is timed; the accuracy is at most ``MAX_DROP`` below
-  the fp32 baseline's and the predictions agree with the baseline's on at least ``MIN_AGREEMENT``
-  of the rows (the SLO is for *this* model, not one trained on the calibration rows).
-* ``test_latency`` (3 points): only when the first two pass; the server's closed-loop load
-  generator times three sessions at batch 1, one thread, interleaved in one run, on rows drawn
-  here: the fp32 baseline, yours, and the grader's own int8 model (:func:`quantize_own`: every
-  matmul but the head). **Every** timed answer of yours must equal your accuracy answer for that
-  row (:func:`serve.answers_problem`). The low end of the interval of your P95 ratio (baseline /
-  yours) must reach the geometric midpoint between fp32 and the low end of the grader's int8
-  model's interval (``sqrt(own low)``), never less than ``FLOOR``: int8's gain at batch 1 depends
-  on the CPU and its load (2.4x on the calibration host, 1.47x for the same file on a CI host).
-* ``test_quiz`` (2 points).
-
-**Trust.** No learner code runs in this process and no learner byte is parsed here; the labels, the
-rows timed and the baseline are the parent's; the times are the server's (see :mod:`server`).
-
-**Pitfalls.** One grading is shared by the three cells (cached per probe session): the file is
-exported, validated and timed once; the server lives from ``test_artifact`` to ``test_latency``.
+The learner's export runs in the worker; only the file's bytes come back, and a grader-only
+server validates, runs and times them against the grader's fp32 and int8 models. No learner
+byte is parsed in this process. One grading is cached for the three cells.
 """
 
 from __future__ import annotations

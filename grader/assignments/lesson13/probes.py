@@ -1,20 +1,6 @@
 """Lesson 13, worker side: hand the grader's model to the learner's export, send back the file's bytes.
 
-**What it does.** ``probe_export`` rebuilds the grader's fp32 classifier from the plain weights the
-parent sent (base64 raw float32, :mod:`slo_task`), calls the learner's
-``export_for_slo(model, calibration, path)`` with a calibration set (inputs, labels) and a path in
-this worker's private temporary folder, and returns the bytes found at ``path`` as one blob. A
-path that is not a regular file, or a file over the grader's size limit, is reported by name and
-sent as nothing. No verdict exists here: the parent validates the bytes as untrusted input
-(:mod:`grader.assignments.lesson13.artifact`) and the parent's own cap on the blob holds whatever
-this process claims.
-
-**When to use it.** Named as lesson 13's probe module; run in :mod:`grader.sandbox.probe_worker`.
-
-**Expected gain.** The learner's export and quantization run where learner code may run; only a
-file comes out.
-
-**Pitfalls.** Everything returned is a claim, the file included.
+No verdict exists here; the returned file is a claim the parent validates as untrusted input.
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
 """Lesson 13, parent side of the grader's server: the load plan, and the judgement of what it sent back.
 
-**What it does.** The closed-loop load generator runs in the sandboxed server
-(:mod:`grader.assignments.lesson13.server`: one batch-1 request at a time, each timed around
-``session.run``; after a warm-up, ``ROUNDS`` rounds of ``PER_ROUND`` requests per session in
-A B C / C B A order, on rows drawn per grading). Here, from the raw times it returns,
-``judge(times)`` takes each round's P95 per session and the ratio baseline / candidate (> 1: the
-candidate is faster), the median ratio and its distribution-free interval
-(``effkit.abtest.median_ci``, real coverage from ``median_ci_coverage``), plus pooled P50/P95/P99.
-``answers_problem`` compares **every** timed answer of the learner's model with its answer to the
-same row in the accuracy pass (the same request, batch 1): a model that answers otherwise when timed
-gets no latency points.
-
-**When to use it.** By :mod:`grader.assignments.lesson13.checks`; no learner code runs here.
-
-**Expected gain.** A P95 ratio that is the same verdict run after run (calibration in
-``grader/README.md``, lesson 13), on answers that were checked.
-
-**Pitfalls.** At batch 1 these models take tens of microseconds: Python's call overhead is part
-of every latency, for both sessions alike. One thread per session, as the SLO is stated.
+From the server's raw times, ``judge`` gives the P95 ratio with its interval, and
+``answers_problem`` refuses latency points to a model that answers otherwise when timed.
 """
 
 from __future__ import annotations

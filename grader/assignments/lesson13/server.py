@@ -1,21 +1,7 @@
 """Lesson 13, the grader's server: the only process that parses or runs a learner's ONNX file.
 
-**What it does.** The probe module of a *grader-only* sandboxed worker (``ProbeSession(...,
-grader_only=True)``: no learner cell, a uid of its own, private tmpfs, no network, memory and pids
-cgroup, a deadline per call kept by the parent). ``probe_open`` validates the bytes
-(:func:`artifact.validate`, the allow-list) and opens the checked copy in onnxruntime, then answers
-3 rows and 1 row; ``probe_requests`` answers every held-out row as one batch-1 request (the accuracy
-pass); ``probe_latency`` times the parent's fp32 model, the learner's and the parent's int8 model
-with the same request loop, interleaved, on rows drawn from a seed (:func:`plan`). Every answer goes
-back as raw float32 bytes, every time as raw float64: the parent judges them, it never gets a verdict.
-
-**When to use it.** By :mod:`grader.assignments.lesson13.checks`; ``plan`` on both sides.
-
-**Expected gain.** A hostile or endless graph costs one sandboxed worker, never the grader; accuracy
-and latency are measured on the same requests (batch 1) and every timed answer is compared.
-
-**Pitfalls.** The worker runs the learner's graph, so what it sends is evidence, not truth: an
-onnxruntime exploit could forge times (grader/README.md, lesson 13, residual).
+A grader-only sandboxed worker, so a hostile or endless graph costs one worker, never the grader.
+What it sends is evidence, not truth: it runs the learner's graph.
 """
 
 from __future__ import annotations

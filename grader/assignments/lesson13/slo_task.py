@@ -1,23 +1,8 @@
 """Lesson 13: the grader's own classifier, trained per grading, and the plain data the worker gets.
 
-**What it does.** ``draw(seed)`` draws a classification task (a random linear oracle over ``DIM``
-standard-normal features, ``CLASSES`` classes): a training set, a small *calibration* set handed to
-the learner, and a held-out set that never leaves the grader's memory. ``train(seed)`` trains an
-MLP of three hidden layers of ``WIDTH`` on it (one thread, seconds). ``with_massive_activations``
-then widens the last hidden layer by a few units that carry a huge constant (``scale``, drawn per
-grading) and cancels them in the head's bias: the function is unchanged, but the head's input now
-has the "massive activations" large language models show (Sun et al. 2024; the reason LLM.int8()
-and SmoothQuant exist), so quantizing the head's input per tensor wipes out every other unit.
-``to_plain`` / ``from_plain`` move the weights as base64 raw float32 bytes (JSON, never a pickle).
-
-**When to use it.** By :mod:`grader.assignments.lesson13.checks` (parent) and
-:mod:`grader.assignments.lesson13.probes` (worker: ``build`` + ``from_plain`` only).
-
-**Expected gain.** A model whose int8 speed-up is real (three 512-wide matmuls at batch 1) and
-whose accuracy punishes quantizing without measuring (calibration in ``grader/README.md``).
-
-**Pitfalls.** The planted units make the fp32 logits differ from the unplanted net's by ~1e-4
-(float rounding of the cancelled constant); the grader's baseline is the planted fp32 model itself.
+The head's input carries planted "massive activations" so that quantizing without measuring
+costs accuracy while int8's speed-up stays real; weights cross as raw float32, never a pickle.
+The grader's baseline is the planted fp32 model itself.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """Lesson 2 - feed the accelerator: the notebook's checks and its grading settings.
 
-**What it does.** Defines the lesson-2 `Assignment` (the learner writes ``FastPipeline``, a faster
-input pipeline for the naive CIFAR recipe) and the functions its locked test cells call:
-``check_contract`` and ``check_augmentation`` (visible), ``check_hidden`` (hidden tests) and
-``grade_performance`` (the timed comparison, run by the grader outside the kernel). Every entry
-point captures stderr and warnings and replays them on stdout, because nbgrader scores a test cell
-with *any* stderr output as zero.
-
-**When to use it.** In ``solutions/lesson2/lesson2.ipynb`` (and the generated exercise).
-
-**Expected gain.** Learners see exactly which pixel, label or batch is wrong, in milliseconds.
-
-**Pitfalls.** ``SETUP_SOURCE`` must stay identical to the notebook's locked ``setup`` cell (tested):
-the measured process runs it before the solution cells.
+Every entry point replays stderr on stdout, because nbgrader scores a test cell with any stderr
+as zero. ``SETUP_SOURCE`` must stay identical to the notebook's locked ``setup`` cell (tested).
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
 """Correctness checks for a CIFAR input pipeline (the lesson-2 contract), with exact pixel tests.
 
-**What it does.** Builds a *probe* dataset whose pixels encode where they came from (red = source
-row, green = source column, blue = image id, all >= 1 so the zero padding stands out), runs the
-learner's pipeline over it and decodes every output image: which source image it is, at which crop
-offset, flipped or not. Then it checks, with messages that say what was expected and what came
-out: types, dtypes, shapes, device, ``len()``, normalisation with ``CIFAR_MEAN``/``CIFAR_STD``,
-every sample exactly once per epoch, labels aligned with their images, each image an exact 32x32
-crop of its 4-pixel zero-padded source (mirrored or not), reshuffling and augmentation spread.
-
-**When to use it.** In the notebook's test cells (``grader.assignments.lesson2.checks.check_*``) and ``grader check``.
-
-**Expected gain.** Bugs found in milliseconds, on a 96-image set, with the exact pixel at fault -
-before the learner spends minutes on a timed run.
-
-**Pitfalls.** Each check runs under a time limit (SIGALRM, main thread only); a pipeline that
-loops forever is stopped with a clear message instead of hanging the notebook.
+Probe pixels encode their origin, so every output image is decoded to its source, crop and flip
+and a failure names the exact pixel at fault. Each check runs under a SIGALRM time limit.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Lesson 2, the worker's side of the contract checks: the probe dataset whose pixels encode their origin.
 
-**What it does.** ``probe_dataset(n, seed)`` is a torchvision CIFAR10 (transform=None) whose pixels
-say where they came from (red = source row, green = source column, blue = image id, all >= 1 so
-the zero padding stands out). The learner's worker builds its pipeline over it; the parent decodes
-what came out (:mod:`.pipeline_checks`, which this worker cannot see: :mod:`grader.sandbox.learner_view`).
+Separate from :mod:`.pipeline_checks`, which the worker cannot see (:mod:`grader.sandbox.learner_view`).
 """
 
 from __future__ import annotations

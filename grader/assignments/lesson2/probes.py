@@ -1,18 +1,7 @@
 """Lesson 2, worker side: run the learner's ``FastPipeline`` on a probe dataset, return raw tensors.
 
-**What it does.** ``probe_epochs`` builds the learner's pipeline on the grader's probe dataset
-(pixels that encode their origin, :func:`grader.assignments.lesson2.probe_data.probe_dataset`, re-created by the
-parent from the same seed), asks ``len()``, iterates ``epochs`` epochs and returns every batch as
-dtype + shape + device + raw bytes, plus the dataset's pixels and labels afterwards (to prove it
-was left untouched). The parent decodes and judges all of it (:mod:`grader.assignments.lesson2.checks`); nothing
-here decides anything.
-
-**When to use it.** Named as lesson 2's probe module; run in :mod:`grader.sandbox.probe_worker`.
-
-**Expected gain.** The contract checks of lesson 2 without a verdict in a learner's process.
-
-**Pitfalls.** An epoch is cut at ``n + batch_size`` samples: a pipeline that never ends cannot
-flood the parent.
+Nothing is decided here: the parent decodes and judges the batches. An epoch is cut at
+``n + batch_size`` samples so a pipeline that never ends cannot flood the parent.
 """
 
 from __future__ import annotations

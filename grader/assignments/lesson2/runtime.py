@@ -1,22 +1,8 @@
 """Runtime of pipeline assignments on the CIFAR workload: what workers and the parent call.
 
-**What it does.** In a *worker*: ``build_trainer`` builds the naive CIFAR recipe with the learner's
-pipeline class (or the baseline `TorchvisionPipeline`) wrapped in an audit, ``model_of`` exposes
-its network, ``reuses_reference`` refuses the library's own `DevicePipeline` handed in as the
-answer (the correctness contract is judged by the parent, out of this process: see
-``Assignment.speed_gate``). In the *parent*: `GraderData` writes the grader's fresh training sets (secret seeds),
-builds one clean trainer per repeat for the shared initial weights, keeps the held-out set in
-memory, and evaluates the weights each worker saved.
-
-**When to use it.** Named as ``runtime_module`` by :mod:`grader.assignments.lesson2.checks`; never imported by
-learner-facing code.
-
-**Expected gain.** The learner's pipeline runs inside the *unchanged* naive recipe: any speedup is
-the pipeline's, and the parent's evaluation uses the recipe's own ``evaluate`` on data the learner's
-process never had.
-
-**Pitfalls.** Weights come from a process that ran learner code: they are loaded with
-``torch.load(weights_only=True)`` and ``strict`` key/shape checks, nothing else is unpickled.
+The learner's pipeline runs inside the unchanged naive recipe, so any speed-up is the pipeline's;
+the parent evaluates on data the learner never had. Weights from a worker are loaded only with
+``weights_only=True`` and strict key/shape checks.
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
 """Behaviour probes for a mixed-precision train step: what lesson 3's checks observe, not its source.
 
-**What it does.** Small, fast instruments for ``amp_train_step(model, batch, optimizer, policy,
-scaler, max_grad_norm)``: `ProbeModel` (a tiny Hugging-Face-shaped classifier that records the
-dtype of its matmul output and whether autocast was on, and can be *poisoned* to produce NaN
-gradients), `SpyScaler` (a real, enabled CPU ``GradScaler`` that logs the order of its calls),
-`SpyOptimizer` (plain SGD that records the gradient norm it was stepped with). The step a correct
-fp32 implementation makes, to compare the learner's *parameter update* with, is the parent's
-(:mod:`.amp_reference`: the learner's worker cannot see it, :mod:`grader.sandbox.learner_view`).
-
-**When to use it.** By :mod:`grader.assignments.lesson3.checks`'s checks, in the learner's kernel (milliseconds).
-
-**Expected gain.** Messages that say what happened ("the optimizer saw gradients of norm 0.00024,
-expected 1.0: you clipped before unscaling") instead of "wrong answer"; no reading of source code,
-so any correct formulation passes.
-
-**Pitfalls.** fp16 is *simulated* on the CPU (``torch.autocast("cpu", float16)`` and a CPU
-GradScaler): enough to test the scaler's logic, not fp16's numerics on a GPU. Comparisons with the
-fp32 reference allow a few percent for bf16/fp16 rounding; the mistakes they catch are off by the
-loss scale (thousands) or by the clipping factor (tens).
+Spies on the model, scaler and optimizer let a failure say what happened, and any correct
+formulation passes. fp16 is simulated on the CPU: it tests the scaler's logic, not GPU numerics.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
 """Lesson 3 - mixed precision: the notebook's checks and its grading settings.
 
-**What it does.** Defines the lesson-3 `Assignment` (the learner writes ``choose_policy(caps)``,
-``make_scaler(policy)`` and ``amp_train_step(...)``, mixed precision for the naive BERT recipe)
-and the functions its locked test cells call: ``check_policy`` (precision per device, a scaler only
-for fp16), ``check_step`` (autocast forward, finite loss, clipped update, cleared gradients),
-``check_scaler`` (fp16: scaled backward, unscale *before* clipping, an inf/NaN step skipped and
-the scale backed off), ``check_hidden`` (more seeds and steps, AdamW) and ``grade_performance``
-(the timed comparison, run by the grader outside the kernel). Every entry point captures stderr
-and warnings and replays them on stdout: nbgrader scores a test cell with *any* stderr as zero.
-
-**When to use it.** In ``solutions/lesson3/lesson3.ipynb`` (and the generated exercise).
-
-**Expected gain.** Each scaler mistake fails with what was observed against what was expected,
-in well under a second.
-
-**Pitfalls.** ``SETUP_SOURCE`` must stay identical to the notebook's locked ``setup`` cell: the
-measured process runs it before the solution cells.
+Every entry point replays stderr on stdout: nbgrader scores a test cell with any stderr as zero.
+``SETUP_SOURCE`` must stay identical to the notebook's locked ``setup`` cell.
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
 """Lesson 3, worker side: run the learner's policy, scaler and step on probe objects; return data.
 
-**What it does.** ``probe_policy`` returns what ``choose_policy`` and ``make_scaler`` gave for the
-grader's simulated devices, as plain fields. ``probe_setup`` builds a scenario (a `ProbeModel`,
-an optimizer, a policy and a scaler) kept in this worker under a key; ``probe_step`` runs the
-learner's ``amp_train_step`` once on it and returns the parameters after the step (raw tensor
-bytes), the returned loss, whether the gradients were cleared, and what the grader's spies saw
-(matmul dtypes under autocast, scaler calls, the loss scale, the optimizer's gradient norm). The
-parent recomputes every update from the parameters before it (:mod:`grader.assignments.lesson3.checks`); the spy
-records are observations, flagged by the tamper evidence if learner code reaches them. Every
-call into learner code also reports which of effkit's own answers to this exercise ran inside it
-(``reference_ran``: ``default_train_step``, ``choose_precision``, ``AmpPolicy.make_scaler``), seen
-by their code objects, so any route to them counts (a name built with ``getattr``, ``importlib``, a
-``functools.partial``, a closure); the parent refuses speed points on it. It is a claim that can only
-deny points: a worker that hides it gains what an independent answer would.
-
-**When to use it.** Named as lesson 3's probe module; run in :mod:`grader.sandbox.probe_worker`.
-
-**Expected gain.** Lesson 3's correctness verdicts without a verdict in a learner's process.
-
-**Pitfalls.** fp16 is simulated on the CPU (autocast float16, an enabled CPU GradScaler).
+The parent recomputes every update; spy records are observations. ``reference_ran`` reports
+effkit's own answers run inside learner code, a claim that can only deny points.
 """
 
 from __future__ import annotations

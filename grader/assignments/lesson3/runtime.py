@@ -1,24 +1,7 @@
 """Runtime of train-step assignments on the BERT workload (lesson 3): what workers and the parent call.
 
-**What it does.** In a *worker*: ``build_trainer`` builds the naive BERT recipe - fp32 with
-effkit's ``default_train_step`` for the baseline, or the learner's precision
-(``choose_policy(DeviceCaps.detect(device))``), loss scaler (``make_scaler(policy)``) and
-``amp_train_step`` - with the step wrapped in a `StepAudit`; ``model_of`` exposes the network,
-``reuses_reference`` refuses ``default_train_step`` handed in as the answer (the behaviour checks
-are judged by the parent, out of this process: ``Assignment.speed_gate``). In the *parent*:
-`GraderData` writes the grader's fresh training sets (secret seeds, :mod:`grader.assignments.lesson3.text_data`),
-builds one clean trainer per repeat (shared initial weights, and the held-out set, which it
-encodes and then deletes from disk before any learner code runs), and evaluates saved weights.
-
-**When to use it.** Named as ``runtime_module`` by :mod:`grader.assignments.lesson3.checks`; never imported by
-learner-facing code.
-
-**Expected gain.** Only the precision and the step change between A and B: same data, order,
-initial weights, input pipeline, optimizer and schedule, so the speedup is mixed precision's.
-
-**Pitfalls.** Weights come from a process that ran learner code: loaded with
-``torch.load(weights_only=True)`` and strict key/shape checks. Each grading trains a WordPiece
-tokenizer per training set, cached (keyed by the texts) under effkit's data cache.
+Only the precision and the step differ between A and B, so the speed-up is mixed precision's.
+Worker weights load only with ``weights_only=True`` and strict key/shape checks.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """The grader's own text data: fresh synthetic SST-2-format sets that no learner has seen.
 
-**What it does.** ``grader_sentences(n, seed)`` draws balanced, labelled sentences of a task built
-for *measurement*: zero to three filler words around one sentiment word (four positive, four
-negative) that carries the label (no conflicting cues, no label noise). ``write_text_set`` stores them as GLUE SST-2 TSVs
-(``train.tsv``, ``dev.tsv``, ``test.tsv``, header ``sentence<TAB>label``), so the recipe under test
-loads them through its normal code path (:func:`effkit.workloads.bert.load_sst2`).
-
-**When to use it.** Every lesson-3 grading: a new secret seed per training set, for the warm-up
-set and for the held-out evaluation set (which only the parent's clean trainer ever reads).
-
-**Expected gain.** A low-noise accuracy gate within a CPU budget: the naive BERT recipe reaches
-the plateau on this task in about 30 steps of batch 8 (measured: 78% after 16 steps, 100%
-after 32, at lr 1e-3), so fp32 and a correct mixed-precision step end at
-nearly the same accuracy and a paired difference of more than a fraction of a point means the
-learner's step really trains worse (a broken clip, a skipped update, an unscaled gradient).
-
-**Pitfalls.** The task is deliberately easy: it catches gross accuracy loss, not subtle numeric
-drift - the notebook's checks (call order, clipped update, skipped steps) catch those.
+An easy task the naive BERT recipe plateaus on quickly, written as GLUE TSVs so the recipe loads
+it through its normal path: the accuracy gate then catches gross loss, not subtle numeric drift.
 """
 
 from __future__ import annotations

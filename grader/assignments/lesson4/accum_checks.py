@@ -1,19 +1,7 @@
 """Lesson 4, parent side: the grader's micro-batches, its float64 reference and the mistakes' gradients.
 
-**What it does.** `make_micro_batches` draws micro-batches of uneven *real-token* counts (padding
-is labelled ``IGNORE``), alternating long and short ones so that a per-micro-batch mean cannot
-match the window mean by luck. `reference_grad` is the gradient of the mean token loss over a
-whole window in float64 — the big batch the accumulation must reproduce — and the ``wrong_*``
-functions compute what the usual mistakes produce, so a failed check can name the mistake it sees.
-The model and the recording optimizer are :mod:`.accum_task`'s (the worker's side, re-exported).
-
-**When to use it.** By :mod:`grader.assignments.lesson4.checks` (parent) only: the learner's worker
-never sees this module (:mod:`grader.sandbox.learner_view`), so it cannot copy the reference.
-
-**Expected gain.** A correct accumulation matches to ~1e-7; each mistake misses by >= 5%.
-
-**Pitfalls.** The worker's recorded gradients are claims: the parent only compares them with the
-references it computes itself, along its own float64 trajectory.
+Parent only: the worker cannot see this module (:mod:`grader.sandbox.learner_view`), so it cannot
+copy the reference; the ``wrong_*`` gradients let a failure name the mistake it sees.
 """
 
 from __future__ import annotations

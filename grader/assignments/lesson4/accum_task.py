@@ -1,12 +1,7 @@
 """Lesson 4, the pieces the learner's worker runs: the token model, its optimizer and the batches.
 
-**What it does.** `TokenModel` is a small next-token model whose weights follow from a seed alone
-(drawn from a private generator), so the grader's process and the learner's worker build the same
-one. `RecordingSGD` records the gradient each time it steps. `tensors` turns the parent's plain
-micro-batches into tensors; padding is labelled ``IGNORE``.
-
-**Why its own module.** Only this reaches the learner's worker (:mod:`grader.sandbox.learner_view`); the
-float64 reference gradient and the mistakes' gradients stay in :mod:`.accum_checks`, the parent's.
+Its own module because only this reaches the learner's worker; the references stay in
+:mod:`.accum_checks`.
 """
 
 from __future__ import annotations

@@ -1,32 +1,8 @@
 """Lesson 4 - bigger batches: gradient accumulation graded out of the kernel, by gradient equality.
 
-**What it does.** The learner writes ``train_accumulated(model, optimizer, micro_batches,
-accum_steps)``: one optimizer step per window of ``accum_steps`` consecutive micro-batches (the
-last window may be shorter), each step's gradient that of the mean loss over **every real token
-of the window**. Each check draws its own micro-batches (uneven token counts: long and short
-micro-batches alternate, padding labelled ``IGNORE``) and model seed, runs the learner's function
-in the sandboxed worker (:mod:`grader.assignments.lesson4.probes`) and gets back the gradient recorded at each
-optimizer step. This process then walks its own float64 trajectory: at each window it computes
-the full-batch reference gradient, compares the recorded one with it (relative error <= 1e-4;
-each usual mistake misses by >= 5%), and steps on with *its* gradient. When a gradient misses,
-it recomputes what the usual mistakes would give (per-micro-batch mean, padding counted as
-tokens, an unnormalised sum, gradients not zeroed) and names the one that matches.
-
-* ``test_full_windows`` (4 points): 6 micro-batches in windows of 3, 8 in windows of 4;
-* ``test_last_window`` (2 points): 7 in windows of 3 and 5 in windows of 2 — a short last
-  window that must be stepped too (the classic ``(i + 1) % accum_steps == 0`` loop drops it);
-* ``test_recipe`` (4 points, part b): a big-batch recipe trained and timed by the grader itself
-  (:mod:`grader.assignments.lesson4.recipe_checks`);
-* ``test_quiz`` (2 points).
-
-**When to use it.** Through :mod:`grader.scoring.checks` (nbgrader autograde, ``grader check``,
-``check_my_work``).
-
-**Expected gain.** The per-micro-batch mean (transformers #34191) fails with a message that says
-why; a correct accumulation passes whatever loop it is written as.
-
-**Pitfalls.** The data are drawn per grading from the check's random generator: a submission
-tuned to one set of micro-batches gains nothing.
+The worker returns the gradient recorded at each optimizer step; this process compares it with
+its own float64 full-window reference and names the usual mistake when one matches. Data are
+drawn per grading, so tuning to one set of micro-batches gains nothing.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
 """Lesson 4, worker side: run the learner's ``train_accumulated`` on the grader's micro-batches.
 
-**What it does.** ``probe_train`` builds the seeded `TokenModel` and a `RecordingSGD`, turns the
-parent's micro-batches (plain lists of token ids and labels) into tensors, calls the learner's
-``train_accumulated(model, optimizer, micro_batches, accum_steps)`` and returns raw tensor bytes:
-the parameters before, the gradient recorded at each optimizer step (at most ``MAX_STEPS``), and
-the parameters after. No reference and no verdict exist in this process: the parent recomputes
-every window's float64 gradient itself (:mod:`grader.assignments.lesson4.checks`), from a module
-this worker cannot see (:mod:`grader.sandbox.learner_view`).
-
-**When to use it.** Named as lesson 4's probe module; run in :mod:`grader.sandbox.probe_worker`.
-
-**Expected gain.** Gradient equality judged out of the learner's kernel, on data it never saw.
-
-**Pitfalls.** Everything returned is a claim; the parent treats it so.
+Returns raw parameters and recorded gradients only; the parent, which holds the reference, judges.
 """
 
 from __future__ import annotations

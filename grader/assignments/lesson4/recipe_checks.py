@@ -1,34 +1,8 @@
 """Lesson 4 part (b): a big-batch recipe (effective batch, LR, warm-up), graded on the grader's own runs.
 
-**What it does.** The learner writes ``choose_recipe(micro_batch, base_batch, base_lr,
-budget_samples)`` returning plain data, ``{"accum_steps": int, "lr": float, "warmup_steps": int}``.
-The sandboxed worker calls it and sends the answer back as JSON (:func:`probes.probe_recipe`);
-``validate`` refuses anything else with a message that says what is wrong. Then **this process**
-trains with that recipe itself (:mod:`recipe_task`: its model, its data, its seeds, accumulation
-by effkit's ``GradAccumulator``, ``warmup_cosine``): no learner code runs during training or
-timing, so nothing a learner does can forge an accuracy or a time.
-
-``test_recipe`` (4 points) draws ``SEEDS`` (3) tasks. On each, the baseline (batch 16 at the base
-LR, no warm-up: what people run first) trains ``BASE_RUN`` samples; the **target** is its held-out
-accuracy there minus ``GATE_PP`` (the course's accuracy gate), and its time to the target is read
-off its own evaluation curve (a task it solves before half its run is redrawn: there every recipe
-gets there). Then the recipe trains on the same task and passes when it reaches the target
-within ``BUDGET`` samples on at least ``MIN_HITS`` (2) tasks, and its total wall time to the
-target on those is at most ``MAX_TIME_RATIO`` x the baseline's (same tasks, alternating runs, one
-thread). Two of three, so that one unlucky task does not fail a correct recipe. Runs stop at the
-target, so accuracy cannot be traded for speed. A miss is explained by comparing the recipe with
-the linear rule (LR not scaled, square-root scaled, above the rule) and by its warm-up.
-
-**When to use it.** Registered in ``checks.CELL_CHECKS``; run by :mod:`grader.scoring.checks`.
-
-**Expected gain.** An unscaled LR misses the target within the budget; the scaled LR with no
-warm-up blows up the sharp first steps and misses it too (calibration in ``grader/README.md``).
-
-**Pitfalls.** Calibrated on one task family (micro-batch 16, base LR 0.0125, 16 micro-batches per
-step): ``MIN_ACCUM``/``MAX_ACCUM`` keep the effective batch near it. At 8 micro-batches per step
-a scaled LR without warm-up reached the target on some tasks (0.1-0.5 pp short on many others):
-warm-up only matters when the scaled LR is well past the first steps' stability edge. A grading
-costs ~20 s (worker start ~3 s, three baselines ~9 s, three recipe runs ~7 s).
+The learner's recipe crosses as JSON and this process trains and times it itself against a
+baseline, so no learner code can forge an accuracy or a time. Calibrated on one task family:
+``MIN_ACCUM``/``MAX_ACCUM`` keep the effective batch near it.
 """
 
 from __future__ import annotations

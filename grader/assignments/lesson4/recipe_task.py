@@ -1,26 +1,7 @@
 """Lesson 4 part (b), parent side: the grader's own training task for a big-batch recipe.
 
-**What it does.** ``run`` trains a small ReLU network (32 -> 128 -> 4) on a stream of fresh
-samples labelled by a random ReLU teacher (drawn from the seed: a new task per grading), with SGD
-(momentum 0.9), micro-batches of ``MICRO_BATCH`` accumulated into windows by
-:class:`effkit.accumulate.GradAccumulator`, and ``effkit.schedules.warmup_cosine`` over the
-sample budget. Every ``EVERY`` samples it evaluates on 2048 held-out samples (counted in the
-time) and stops at ``TARGET`` accuracy. It returns the samples and the seconds to the target
-(``None`` when it is missed within ``BUDGET`` samples or the loss stops being finite).
-
-The network's head starts at ``HEAD_SCALE`` x PyTorch's default initialisation: the initial
-logits are large, so the early loss surface is sharp. That is the situation warm-up exists
-for: a scaled LR that the later surface tolerates blows the first steps up (measured: see
-``grader/README.md``, lesson 4 part (b)).
-
-**When to use it.** By :mod:`grader.assignments.lesson4.recipe_checks`, in the grader's process
-only: no learner code runs here, so nothing a learner does can change a time or an accuracy.
-
-**Expected gain.** Samples and seconds to the target of a recipe, measured on the grader's terms.
-
-**Pitfalls.** One thread (``torch.set_num_threads(1)``) for every run, so runs are deterministic
-per seed and the wall times of baseline and recipe are comparable; the times are still those
-of a shared machine: compare them only within one grading, interleaved.
+The head starts at ``HEAD_SCALE`` x the default init so the early loss surface is sharp, the case
+warm-up exists for. One thread for every run; compare times only within one grading, interleaved.
 """
 
 from __future__ import annotations

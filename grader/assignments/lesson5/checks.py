@@ -1,49 +1,8 @@
 """Lesson 5 - activation checkpointing, graded out of the kernel: gradients, bytes and time.
 
-**What it does.** The learner writes ``checkpointed_forward(blocks, x, plan)`` (run ``x`` through
-the blocks, checkpointing those the plan names, selectively when it names ops to save) and
-``plan_checkpointing(blocks, x, budget_bytes)`` (choose a plan, as plain data, that fits the
-budget with as little recompute as possible).
-
-* ``test_gradients`` (3 points): in the sandboxed worker (:mod:`grader.assignments.lesson5.probes`) the
-  learner's forward runs on the grader's seeded stack (dropout on) and batch (no
-  ``requires_grad``: the reentrant trap), under two plans drawn per grading (some blocks; every
-  block keeping its matmuls). The worker returns output and gradients as raw tensor bytes; this
-  process computes the plain stack's own and compares (relative error <= 1e-5). A miss is named:
-  missing gradients (``use_reentrant=True``), the gradients of a recompute without the RNG state
-  (recomputed here to match), blocks the forward counts show were not checkpointed. Then the
-  *effect*: one more step, every block checkpointed, on a batch drawn large enough (~220-270 MiB
-  of plain activations) that the worker's peak memory, as the kernel charges its cgroup, shows
-  whether the activations were released (at least half of what checkpointing frees, RELEASED).
-* ``test_budget`` (2 points): two budgets drawn per grading (a loose one, 55-65% of the plain
-  stack's activations, and a tight one, 8-15%). The worker returns the learner's plan **as
-  JSON**; this process validates it (`effkit.checkpoint_plan.CheckpointPlan.from_data`: block
-  indices, op names the stack really runs), applies it with effkit's implementation to *its own*
-  stack and measures the bytes kept for backward itself (``saved_activation_bytes``).
-* ``test_speed`` (2 points) and ``test_least_recompute`` (1 point): the plan for the loose
-  budget, timed once in this process against "checkpoint everything" and against the grader's
-  own plan (`plan_for_budget`: the fewest blocks that fit), interleaved rounds on the grading's
-  device (one CPU thread, or the GPU of a CUDA machine), medians with order-statistic intervals (`ckpt_checks.time_plans`). ``test_speed``: the
-  learner's plan is faster than "everything" (its interval above 1). ``test_least_recompute``:
-  it recovers at least 80% of the grader's plan's measured gain (a plan with one block more than
-  needed recovers ~60%).
-* ``test_quiz`` (2 points).
-
-**Trust.** Saved bytes measured *inside* a worker that ran learner code are forgeable (it can
-patch the hooks), and so would be any timing it reported: no byte count and no time crosses from
-the worker. The plan is data; bytes and time are produced here, where no learner code ran, on the
-parent's own stack. Gradients cross as raw bytes and are checked against this process's own
-reference, so forging them means computing them. The worker's forward counts are claims that
-can only *deny* points (an honest forward that ignores its plan is told so); they never earn any:
-a forward that keeps its activations and re-runs blocks under ``no_grad`` in backward produces the
-right counts, so "recomputed" is judged by memory released instead, read by this process from the
-worker's cgroup (a peak since before any learner cell ran: memory taken at load counts, and no
-sandboxed process can lower it). The worker sees no GPU (``cpu_only``), whose memory no cgroup counts.
-
-The budget and speed checks live in :mod:`grader.assignments.lesson5.plan_checks`.
-
-**Pitfalls.** The timing runs in the grading process (nbgrader's, or ``grader check``'s): keep
-the machine otherwise quiet, as for lessons 2-3. Calibration figures: ``grader/README.md``.
+Gradients cross as raw bytes and are checked here; plans cross as data and are measured and timed
+here (:mod:`plan_checks`); "recomputed" is judged by memory the worker's cgroup released, since
+forward counts are forgeable. The timing runs in the grading process: keep the machine quiet.
 """
 
 from __future__ import annotations

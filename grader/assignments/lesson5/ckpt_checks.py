@@ -1,21 +1,7 @@
 """Lesson 5's shared pieces: the grader's transformer stack, its batches, references and timing.
 
-**What it does.** `build_stack` makes a stack of pre-norm transformer blocks (dropout on) whose
-weights follow from a seed alone, so the grader's process and the learner's worker build the same
-one; `draw_batch` the batch (embeddings, no ``requires_grad``: the first block is fed data, where
-``use_reentrant=True`` loses gradients), `memory_shape` the large one of the memory step; the
-plain stack's gradients (the answer) are computed by :mod:`.ckpt_reference`, which the worker
-cannot see (:mod:`grader.sandbox.learner_view`); `ops_in` lists the ATen ops a forward runs (the names a
-plan may ``save``); `time_plans` times plans in this process, interleaved, with effkit's
-order-statistic intervals.
-
-**When to use it.** By :mod:`grader.assignments.lesson5.probes` (worker) and :mod:`grader.assignments.lesson5.checks` (parent).
-
-**Expected gain.** Gradients compared to ~1e-6; memory and time of a plan measured only where no
-learner code ran.
-
-**Pitfalls.** Everything the worker returns is a claim: the parent compares gradients with its own
-and measures plans itself, with effkit's implementation, on its own copy of the stack.
+Seeded so parent and worker build the same stack; the gradient answer lives in
+:mod:`.ckpt_reference`, which the worker cannot see.
 """
 
 from __future__ import annotations

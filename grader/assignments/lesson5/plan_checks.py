@@ -1,19 +1,7 @@
 """Lesson 5, parent side: the learner's plan, measured and timed where no learner code ran.
 
-**What it does.** ``check_budget``: the planner is called in the worker with budgets drawn here;
-only its plan comes back (JSON), validated by `CheckpointPlan.from_data`, applied with effkit's
-implementation to this process's own stack and measured here (`plan_bytes`). ``check_speed`` and
-``check_least_recompute`` read one timing per grading (`ckpt_checks.time_plans`, cached on the
-session): the learner's loose-budget plan against "checkpoint everything" and the grader's own
-plan (`plan_for_budget`), interleaved, on the grading's device (one CPU thread, or the GPU of a
-CUDA machine); more rounds only while the verdict is unclear.
-
-**When to use it.** Through :mod:`grader.assignments.lesson5.checks` (its ``CELL_CHECKS``).
-
-**Expected gain.** No byte count and no time from a process that ran learner code.
-
-**Pitfalls.** The timing runs in the grading process: keep the machine otherwise quiet
-(calibration figures: ``grader/README.md``).
+No byte count and no time comes from a process that ran learner code. Keep the machine otherwise
+quiet while it times.
 """
 
 from __future__ import annotations

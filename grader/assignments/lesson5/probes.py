@@ -1,22 +1,6 @@
 """Lesson 5, worker side: the learner's checkpointed forward and planner on the grader's stack.
 
-**What it does.** ``probe_forward`` builds the seeded transformer stack and batch
-(:mod:`grader.ckpt_checks`), seeds the RNG, calls the learner's ``checkpointed_forward(blocks, x,
-plan)`` with the parent's plan, back-propagates the parent's loss and returns raw tensor bytes:
-the output and every gradient (zeros where a parameter got none, whose names are listed), plus how
-many times each block's forward ran (a checkpointed block runs again in backward); the batch's
-shape is the parent's (its memory step is large). ``probe_plan``
-calls ``plan_checkpointing(blocks, x, budget_bytes)`` and returns its plan as plain JSON. No
-reference and no verdict exist in this process: the parent recomputes the gradients and measures
-the plan itself, on its own copy of the stack (:mod:`grader.assignments.lesson5.checks`).
-
-**When to use it.** Named as lesson 5's probe module; run in :mod:`grader.sandbox.probe_worker`.
-
-**Expected gain.** Gradients judged out of the learner's kernel; plans travel as data, never as
-code or measurements.
-
-**Pitfalls.** Everything returned is a claim (the forward counts too: they only explain a
-failure, never earn a point); the parent treats it so.
+Everything returned is a claim; forward counts only explain a failure, never earn a point.
 """
 
 from __future__ import annotations

@@ -1,37 +1,7 @@
 """Lesson 6 - never lose a run: a crash-safe training loop graded by fault injection.
 
-**What it does.** The learner writes ``train(task, ckpt_dir)`` (see :mod:`grader.assignments.lesson6.task`):
-resume from ``ckpt_dir`` if a checkpoint is there, train with early stopping, save at least once
-per epoch, and end with the *best* weights in ``task.model``. One grading draws a seed and kill
-moments, computes its own uninterrupted run in this process (no learner code; one thread,
-deterministic kernels), then runs the learner's ``train`` in sandboxed workers that share one
-state folder (:func:`grader.sandbox.launch.launch` ``state_dir``) and kills them:
-
-1. between two steps in the middle of epoch 3 (the parent withholds the go-ahead the worker asks
-   for before each step, and kills its cgroup);
-2. in the middle of the first save after the best epoch, while early stopping counts its patience
-   (:class:`grader.assignments.lesson6.faults.SaveWatcher`: the first write into the folder);
-
-and lets the third worker finish; its final weights come back as raw tensor bytes. Each restart
-must resume without raising, at most one epoch behind where the killed worker was.
-
-* ``test_resume`` (4 points): the run survives every kill and its final weights equal the
-  grader's run bit for bit (its best or its last weights);
-* ``test_torn`` (2): after the kill mid-save (a torn file in the folder) the run resumes from a
-  complete checkpoint and never loads the torn one;
-* ``test_best`` (2): the final weights are the best epoch's, not the last's;
-* ``test_overhead`` (2): checkpointing costs at most ``LIMIT`` x the unprotected run's time, on
-  the same epochs of these very workers (:mod:`grader.assignments.lesson6.timing`): no run of the
-  learner's is untimed, so none can tell it is timed (:mod:`grader.assignments.lesson6.overhead`);
-* ``test_quiz`` (2).
-
-**When to use it.** Through :mod:`grader.scoring.checks`.
-
-**Expected gain.** Crash safety judged the way it fails in production: by killing the process.
-
-**Pitfalls.** One fault-injection run serves the four checks (cached on the probe session). A
-worker whose steps are not consecutive is killed: positions are claims, and the kills and the
-timed epochs rest on them.
+Crash safety judged by killing the process, as it fails in production. One fault-injection run
+serves the four checks; a worker whose steps are not consecutive is killed, since positions are claims.
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
 """Fault injection for lesson 6: kill a sandboxed worker between steps or in the middle of a save.
 
-**What it does.** `SaveWatcher` watches the grading's state folder with Linux inotify from a thread
-of the *parent* process; once armed, the first write into the folder (a save beginning) makes it
-SIGKILL the worker at once, then kill its whole cgroup. It records the file being written and
-every event, so the parent can tell what the kill interrupted. `tear` makes sure the interrupted
-save is left the way a crash mid-write leaves it: if the save finished before the kill landed
-(a race the kill can lose), the parent truncates that file, or, when it was already renamed onto
-its final name, writes half of it under the temporary name. `incomplete` says whether a file is
-a complete ``torch.save`` archive, reading only its zip structure (never unpickling it).
-
-**When to use it.** From :mod:`grader.assignments.lesson6.checks`.
-
-**Expected gain.** Kills that land inside a save on every grading, decided by the parent alone.
-
-**Pitfalls.** Linux only (inotify via ctypes); elsewhere `SaveWatcher.available` is False and the
-save kill is skipped (reported).
+The parent alone decides when to kill. Linux only (inotify): elsewhere the save kill is skipped.
 """
 
 from __future__ import annotations

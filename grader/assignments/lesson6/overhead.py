@@ -1,25 +1,7 @@
 """Lesson 6: what the learner's checkpointing costs, judged on the epochs the fault injection timed.
 
-**What it does.** ``check_overhead`` (``test_overhead``) reads the pairs
-:class:`grader.assignments.lesson6.timing.EpochTimer` recorded while
-:func:`grader.assignments.lesson6.checks.run_scenario` killed and restarted the learner's workers:
-each complete half-epoch of the learner's ``train`` (saves included) against the same steps of
-the grader's own loop without checkpoints, run beside it in a grader-only worker, ABBA, on this
-process's clock. It fails only when the whole interval of the median time ratio lies beyond
-``LIMIT`` (:func:`effkit.abtest.verdict`), and it is judged only for a run that resumed correctly
-(``test_resume``): the overhead of a broken checkpoint means nothing.
-
-**Why these runs.** Timing a run of its own (shorter, uninterrupted, a second call in a warm
-worker) gave the learner's code a configuration to tell apart (issue 41, class 7): it could save
-every step when judged and rarely when timed. The judged runs are the timed runs now.
-
-**Expected gain.** "Save every step" fails with its measured cost; saving once or twice per epoch
-passes whatever the machine's speed, since both runs share it.
-
-**Pitfalls.** ``LIMIT`` was calibrated under ``/work/wt/bin/quiet`` on the 2-core CPU CI machine
-(figures in grader/README.md): the reference answer (a save mid-epoch and a best per epoch) and
-"save every step" sit on either side of it with room for the noise of a shared machine. Fewer than
-``MIN_PAIRS`` timed epochs give no verdict (no points).
+The judged runs are the timed runs, so code cannot save differently when timed. ``LIMIT`` is
+calibrated (grader/README.md); fewer than ``MIN_PAIRS`` timed epochs give no verdict.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
 """Lesson 6, worker side: run the learner's ``train(task, ckpt_dir)`` on the grader's task.
 
-**What it does.** ``probe_run`` builds :class:`grader.assignments.lesson6.task.Task` from the parent's seed,
-with a hook that, before every training step, tells the parent which batch comes next and waits
-for its go-ahead (so the parent can SIGKILL the worker *between* steps at a moment it drew), then
-calls the learner's ``train`` with the checkpoint folder that survives restarts
-(``$EFFKIT_GRADER_STATE``) and returns the final weights as raw tensor bytes; the parent times its
-epochs from the same requests. ``probe_bare`` is the unprotected loop with no learner code on the
-stack, for the overhead comparison. There is no other probe of ``train``: every call is judged. No reference and no verdict exist here.
-
-**When to use it.** Named as lesson 6's probe module; run in :mod:`grader.sandbox.probe_worker`.
-
-**Expected gain.** The parent decides when the run dies; the worker only reports.
-
-**Pitfalls.** Everything returned is a claim; the parent compares it with its own run.
+The parent decides when the run dies; everything the worker reports is a claim.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """Lesson 6's training task: the run the learner makes crash-safe, shared by worker and parent.
 
-**What it does.** `Task(seed)` builds, from the grader's seed alone, a bag-of-words text
-classifier (an ``EmbeddingBag`` of 20k tokens: big weights, cheap steps, so a save takes long
-enough to be interrupted), SGD with momentum, a warm-up + cosine schedule, dropout (so the global
-torch RNG matters), and a small training set with noisy labels that overfits within a few epochs
-(so early stopping fires). The learner's ``train(task, ckpt_dir)`` drives it through
-``task.batches(epoch, start)``, ``task.train_step(x, y)`` and ``task.evaluate()``; `reference_run`
-is the canonical uninterrupted loop the parent runs itself: every epoch, evaluate; stop after
-``PATIENCE`` epochs without a strictly lower validation loss; keep the best weights.
-
-**When to use it.** Worker side by :mod:`grader.assignments.lesson6.probes`, parent side by
-:mod:`grader.assignments.lesson6.checks`, and in the exercise notebook's setup cell.
-
-**Expected gain.** One definition of the run: a resumed run equals the reference bit for bit
-only if it restores everything the future of the run depends on.
-
-**Pitfalls.** Bit equality needs the same thread count (1) and deterministic kernels on both
-sides: `reference_run` sets them, the sandboxed worker runs with ``OMP_NUM_THREADS=1``.
+A resumed run equals the reference bit for bit only if it restores everything; that needs one
+thread and deterministic kernels on both sides.
 """
 
 from __future__ import annotations

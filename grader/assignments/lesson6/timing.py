@@ -1,22 +1,7 @@
 """Lesson 6: the checkpointing overhead, timed on the very runs the fault injection judges.
 
-**What it does.** ``EpochTimer`` times every complete half-epoch (``SEGMENT`` steps) of every
-learner worker of the grading (killed or not) on this process's clock: each worker asks the
-parent's go-ahead before every step, so a segment lasts from the go-ahead for its first step to
-the request for the next segment's first step, saves and evaluation included. Beside it, in a
-grader-only worker (a uid of its own, no learner code), the grader's loop without checkpoints runs
-the same seed, driven segment by segment at the learner's segment starts in ABBA order (even
-segments: the baseline first; odd: the learner first), the learner's worker frozen (cgroup
-freezer) while the baseline runs, so nothing it left running can slow the baseline. Each segment
-timed on both sides is a pair; a worker's first segment is not timed (its process is fresh).
-Half-epochs, not epochs: twice the pairs, so one preempted pair on a busy machine cannot decide.
-
-**Why.** A separate timed run (issue 41, class 7) is a configuration the learner's code can tell
-apart (``task.max_epochs``, a second call in one process, an empty folder): code could save every
-step when judged and rarely when timed. Here no run of the learner's is untimed.
-
-**Pitfalls.** Positions are the learner's claims: ``checks`` kills a worker whose steps are not
-consecutive, so an epoch's window always holds that epoch's real work.
+No run of the learner's is untimed, so code cannot save every step when judged and rarely when
+timed. Positions are claims; ``checks`` kills a worker whose steps are not consecutive.
 """
 
 from __future__ import annotations

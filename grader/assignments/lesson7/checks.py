@@ -1,30 +1,8 @@
 """Lesson 7 - length bucketing, graded out of the kernel: the sampler's batches judged here, then timed here.
 
-**What it does.** The learner writes ``bucket_batches(lengths, batch_size=None, max_tokens=None,
-seed=0, epoch=0)``: one epoch of index batches, by a row count or by a token budget (rows x the
-batch's longest length rounded up to a multiple of 8). Per grading this process draws three length
-distributions (:func:`verify.secret_lengths`: SST-2-like skew, uniform, bimodal), batch sizes,
-budgets and seeds; the sandboxed worker (:mod:`grader.assignments.lesson7.probes`) runs the
-sampler on them and returns the batches as JSON lists; everything below runs here on those lists.
-
-* ``test_coverage`` (2 points): every index exactly once per epoch (:func:`verify.coverage_problem`).
-* ``test_budget`` (2 points): at most ``batch_size`` rows, the token budget respected, and batches
-  filled (no more than 10% more batches than needed) (:func:`verify.size_problem`, ``budget_problem``).
-* ``test_padding`` (2 points): padding share within ``verify.PADDING_SLACK`` of a full sort's.
-* ``test_randomness`` (2 points): batches differ across seeds and epochs, and their order does
-  not follow length (``randomness_problem``, ``order_problem``): a fully sorted order fails.
-* ``test_speed`` (2 points): the grader trains its own small encoder on its own task
-  (:mod:`speed_task`) with the learner's batches (validated: every sample once per epoch, at most
-  32 rows) against random batches padded to the maximum length, epochs interleaved and timed by
-  ``effkit.abtest.compare``; passes when the 95%-level interval of the throughput ratio lies above
-  ``SPEED_FLOOR`` and held-out accuracy is within ``ACC_MARGIN`` of the baseline's.
-* ``test_quiz`` (2 points).
-
-**Trust.** Only index lists cross; the parent validates each index, computes every share itself,
-and trains, times and evaluates with no learner code running.
-
-**Pitfalls.** ``effkit.length_buckets.bucket_batches`` is the lesson's reference answer.
-Calibration: ``grader/README.md`` (lesson 7), ``benchmarks/lesson7_calibrate.py``.
+Only index lists cross; this process validates them, computes every share and trains, times and
+evaluates its own encoder with no learner code running. ``effkit.length_buckets.bucket_batches``
+is the lesson's reference answer.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
 """Lesson 7, worker side: the learner's batch sampler on the grader's lengths, answers as JSON.
 
-**What it does.** ``probe_batches`` calls the learner's ``bucket_batches(lengths, batch_size=...,
-max_tokens=..., seed=..., epoch=...)`` once per request (lengths as a plain list of ints) and
-returns each answer as a list of lists of Python ints. Anything that is not such a list (a
-generator is listed first; numpy integers become ints) is returned as its type name, which the
-parent refuses. No check and no reference exist in this process: the parent judges the lists
-(:mod:`grader.assignments.lesson7.checks`).
-
-**When to use it.** Named as lesson 7's probe module; run in :mod:`grader.sandbox.probe_worker`.
-
-**Expected gain.** The sampler judged out of the learner's kernel, on lengths it never saw.
-
-**Pitfalls.** Everything returned is a claim; the parent validates every index itself.
+Anything that is not a list of int lists goes back as its type name; the parent judges.
 """
 
 from __future__ import annotations

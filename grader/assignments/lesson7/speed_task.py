@@ -1,26 +1,7 @@
 """Lesson 7's measured part: the grader trains its own small encoder with the learner's batches.
 
-**What it does.** :func:`task_data` draws a variable-length token-classification task from a seed
-(lengths SST-2-like, lognormal, 3-64 tokens; the label is which of two keyword sets is in the
-majority, so a masked mean of embeddings can learn it). :func:`train_ab` trains two copies of the
-same seeded encoder (embedding 64, one ``nn.TransformerEncoderLayer`` with a key-padding mask,
-masked mean pool, linear head), one thread, Adam, both from the same initial weights:
-
-* A, the baseline: random batches of ``BATCH`` rows padded to the task's maximum length (what a
-  tokenizer's ``padding="max_length"`` does);
-* B: the learner's batches (index lists that crossed as JSON, validated by the caller), each padded
-  to its own longest row rounded up to a multiple of 8.
-
-Epochs of A and B are interleaved and timed by ``effkit.abtest.compare`` (ABBA order, median of
-the per-pair speed ratios B/A with its order-statistic interval); afterwards both models are
-evaluated on the held-out set, which exists only in this process.
-
-**When to use it.** Called by ``checks.check_speed`` with batches already validated.
-
-**Expected gain.** Calibrated on this CPU (``grader/README.md``, lesson 7).
-
-**Pitfalls.** The ratio is of throughput (samples per second); both arms see the same samples per
-epoch, so a sampler that drops rows would be refused before it is timed, not rewarded here.
+Random max-length-padded batches (A) against the learner's validated batches (B), epochs
+interleaved; the held-out set exists only in this process.
 """
 
 from __future__ import annotations

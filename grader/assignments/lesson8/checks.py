@@ -1,35 +1,7 @@
 """Lesson 8 - LoRA, graded out of the kernel: a layer and an injection against peft, a recipe trained here.
 
-**What it does.** The learner writes ``LoRALinear(base, r, alpha)`` (a frozen ``nn.Linear`` plus
-``lora_A`` (r x in) and ``lora_B`` (out x r), output ``base(x) + alpha/r * x A^T B^T``, and
-``merged()``), ``inject_lora(model, targets, r, alpha)`` (freeze the model, wrap every
-``nn.Linear`` whose name is or ends with a target) and ``lora_recipe()`` (plain data: targets,
-rank, alpha, learning rate, optional ``modules_to_save``).
-
-* ``test_layer`` (3 points): in the sandboxed worker (:mod:`grader.assignments.lesson8.probes`)
-  the learner's layer wraps a base drawn per grading. This process checks the raw tensors it
-  returns against peft's own LoRA on the same base with the same A and B
-  (``lora_task.peft_layer_reference``): output equal to the base's at initialisation; output and
-  the gradients of A and B equal to peft's; no gradient for the base; trainable count r(in + out);
-  merged weights equal to peft's ``merge_and_unload`` and giving the unmerged outputs. A wrong
-  scale is named (alpha instead of alpha/r, none, r/alpha).
-* ``test_inject`` (2 points): targets drawn per grading on a seeded tiny BERT: output unchanged
-  at initialisation (this process computes the base's output itself), trainable parameters
-  exactly peft's count for the same targets, all named ``lora_``, and gradients reaching them all
-  and nothing else.
-* ``test_recipe`` (3 points): the recipe crosses as JSON and is validated here; **no learner code
-  runs** while this process fine-tunes the packaged pretrained encoder with peft on its own task
-  (``lora_task.finetune``, task seed drawn per grading) under a memory budget it measures
-  (gradient + AdamW state bytes after the first step, <= ``MEMORY_SHARE`` of its own full
-  fine-tuning's), with accuracy held within ``MARGIN`` of its own full fine-tuning.
-* ``test_quiz`` (2 points).
-
-**Trust.** Tensors are compared with peft's numbers computed here; names and counts returned by
-the worker only deny (a forged count cannot make wrong tensors right). Memory and accuracy of the
-recipe are produced in this process only.
-
-**Pitfalls.** The recipe cell trains twice here (~10 s LoRA, ~20 s full fine-tuning, one thread on
-the 2-core CPU). Calibration: ``grader/README.md`` (lesson 8) and ``benchmarks/lesson8_calibrate.py``.
+Tensors are compared with peft's numbers computed here; worker names and counts can only deny.
+The recipe is trained and its memory measured in this process, with no learner code running.
 """
 
 from __future__ import annotations

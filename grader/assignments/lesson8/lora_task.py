@@ -1,25 +1,7 @@
 """Lesson 8, grader side: seeded layers and models for the LoRA checks, and the grader's own fine-tuning task.
 
-**What it does.** ``draw_layer`` / ``tiny_bert`` build the seeded base layer and the small random
-BERT that worker and parent both rebuild from a seed (so only the learner's outputs cross).
-``peft_layer_reference`` computes what peft gives for the same base, A and B: output, gradients of
-A and B, the merged weight. ``peft_trainable`` counts what peft trains for a target list.
-``finetune`` is the grader's task for the recipe cell: the packaged pretrained encoder
-(all-MiniLM-L6-v2, 6 x 384, `effkit.workloads.bert.pretrained`) fine-tuned on short sentiment
-sentences with negation ("the plot was not clever ."): the label is the adjective's polarity
-flipped by "not", so a frozen encoder with a trained head stays near 60% and the encoder itself
-must adapt. Sequences of 12 tokens, batches of 16, one thread; sentences drawn from a seed per
-grading; held-out sentences only in the grader's memory.
-
-**When to use it.** Imported by the parent (``checks``) and by the worker (``probes``: only the
-seeded builders).
-
-**Expected gain.** The recipe is trained here with peft, by the grader: no learner code runs
-while the memory is measured or the model trained.
-
-**Pitfalls.** A grading's recipe run costs ~10 s and the full fine-tuning baseline ~20 s on the
-2-core CPU (cached per task seed within one process). Without the packaged encoder the recipe
-cell cannot be graded (it says so): a LoRA on random weights teaches nothing.
+The task needs negation, so a frozen encoder with a trained head cannot solve it. Without the
+packaged pretrained encoder the recipe cell cannot be graded: LoRA on random weights teaches nothing.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """Lesson 8, worker side: the learner's LoRA layer and injection on the grader's seeded layer and model.
 
-**What it does.** ``probe_layer`` wraps the seeded ``nn.Linear`` in the learner's
-``LoRALinear(base, r, alpha)``, returns its output at initialisation, then loads the parent's A
-and B (drawn from the same seed), runs forward and backward and returns, as raw tensor bytes, the
-output, the gradients of ``lora_A`` and ``lora_B``, the merged layer's weight, bias and output, plus
-which parameters require and received a gradient. ``probe_inject`` runs ``inject_lora`` on the
-seeded tiny BERT and returns the output right after it, the trainable parameters' names and
-sizes, and which parameters received a gradient (the parent computes the output before injection itself).
-``probe_recipe`` returns ``lora_recipe()`` as JSON.
-
-**When to use it.** Named as lesson 8's probe module; run in :mod:`grader.sandbox.probe_worker`.
-
-**Expected gain.** Everything is judged by the parent against peft's own numbers.
-
-**Pitfalls.** Names and counts are claims: they can only explain or deny, the tensors are checked.
+The parent judges tensors against peft; names and counts only explain or deny.
 """
 
 from __future__ import annotations

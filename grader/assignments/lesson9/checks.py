@@ -1,26 +1,7 @@
 """Lesson 9 - knowledge distillation, graded out of the kernel: the loss on the grader's logits, a recipe trained here.
 
-**What it does.** The learner writes ``distillation_loss(student_logits, teacher_logits, labels,
-temperature, alpha)`` (Hinton et al. 2015: ``alpha * T^2 * KL(p_teacher^T || p_student^T) +
-(1 - alpha) * CE(student, labels)``, KL averaged per sample) and ``distillation_recipe()`` (plain
-data: temperature, mixing weight, student depth and initialisation).
-
-* ``test_loss_value`` (3 points) and ``test_loss_gradient`` (2 points): each grading draws its own
-  logits (batch, classes, scale), labels, temperatures and mixing weights; the sandboxed worker
-  (:mod:`grader.assignments.lesson9.probes`) runs the learner's loss on them in float64 and returns
-  each value and its gradient with respect to the student's logits as raw tensor bytes. This
-  process compares them with ``effkit.distill.kd_loss`` on the same numbers (relative error
-  <= ``TOLERANCE``). A miss is explained by recomputing the usual mistakes here (no T^2, KL
-  arguments reversed, softmax where log-softmax is needed, mean over classes, alpha on the wrong
-  term, the hard term softened) and naming the one that matches.
-* ``test_recipe`` (3 points, :mod:`grader.assignments.lesson9.recipe_checks`): the recipe crosses
-  as JSON; the grader trains the student itself on its own small task.
-* ``test_quiz`` (2 points).
-
-**Trust.** The worker's values and gradients are claims compared with numbers computed here; the
-recipe's accuracy and speed are produced in this process only.
-
-**Pitfalls.** Temperatures are drawn from 2 to 5: at T = 1 a missing T^2 would not show.
+The worker's loss values and gradients are compared with ``effkit.distill.kd_loss`` here, and a
+miss names the matching mistake. Temperatures are drawn from 2 to 5: at T = 1 a missing T^2 would not show.
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
 """Lesson 9 part (b): the grader's own distillation task (an MLP teacher, a shallower MLP student).
 
-**What it does.** ``task_data(seed)`` draws a classification task from a random ReLU "oracle"
-network: ``N_TEACHER`` samples to train the teacher, a small labelled set of ``N_LABELLED``
-samples for the student (the sample budget), ``N_TEST`` held out. ``teacher(seed)`` trains a
-4-hidden-layer MLP on the large set (cached per seed). ``train_student(seed, recipe)`` trains a
-student of ``student_layers`` hidden layers, initialised from the teacher's layers (every other
-one, as DistilBERT) or from scratch, on the labelled set for ``EPOCHS`` epochs with
-``effkit.distill.kd_loss`` at the recipe's temperature and mixing weight, the teacher's logits
-cached once. ``inference_seconds`` times student and teacher forwards, interleaved
-(``effkit.abtest.ab_test``).
-
-**When to use it.** By :mod:`grader.assignments.lesson9.recipe_checks`, in the grader's process
-only: no learner code runs here, so nothing a learner does can change an accuracy or a time.
-
-**Expected gain.** Distillation from the teacher beats the same student on labels alone by
-several points on this small labelled set (calibration in ``grader/README.md``, lesson 9).
-
-**Pitfalls.** One thread for every run (deterministic per seed; comparable times). The times are
-those of a shared machine: compared only within one grading, interleaved.
+Runs in the grader's process only, one thread; compare times only within one grading, interleaved.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
 """Lesson 9, worker side: the learner's distillation loss on the grader's logits, and the recipe as JSON.
 
-**What it does.** ``probe_loss`` turns the parent's logits and labels (plain lists) into float64
-tensors, calls the learner's ``distillation_loss(student_logits, teacher_logits, labels,
-temperature, alpha)`` once per case and returns raw tensor bytes: each loss value and its
-gradient with respect to the student's logits. ``probe_recipe`` returns ``distillation_recipe()``
-as JSON (anything else as its type name, which the parent refuses). No reference and no verdict
-exist in this process: the parent recomputes everything itself (:mod:`grader.assignments.lesson9.checks`).
-
-**When to use it.** Named as lesson 9's probe module; run in :mod:`grader.sandbox.probe_worker`.
-
-**Expected gain.** The loss judged out of the learner's kernel, on logits it never saw.
-
-**Pitfalls.** Everything returned is a claim; the parent only compares it with its own numbers.
+No reference or verdict here; the parent recomputes everything.
 """
 
 from __future__ import annotations

@@ -233,15 +233,8 @@ def grade_performance(notebook: str = "lesson2.ipynb") -> float | None:
     return grade_saved_notebook(notebook)
 
 
-# Lesson 2 (input pipeline of the naive recipe). CPU: on the 2-core course machine the reference
-# solution measured a median speedup of 1.6-2.2x per grading, the unchanged naive pipeline
-# 0.93-1.0x; 1.35x leaves room for a correct but less polished solution, 1.15x stays clear of noise.
-# GPU, measured on one H200 (2026-11-26, another grading on the GPU beside it; grader/README.md):
-# the reference 1.88x per grading (chunk pairs 1.12-2.25x; whole runs of `grader calibrate`
-# 1.41-1.97x), the unchanged naive pipeline 0.97x (chunk pairs 0.76-1.60x). The targets guessed
-# before (4.0x on an H100, "the DataLoader starves the GPU") gave the reference 0.75 of 5 points:
-# the model's own fp32 step, not the loader, bounds the gain there. A slower GPU makes that step
-# longer still, so no class gets a higher target than the one measured; all GPU rows are the H200's
+# Targets from measured gradings (figures: benchmarks/results/grader-code-notes.md): the reference
+# clears the target, the unchanged naive pipeline stays under the floor. The GPU rows are one H200's
 # until an instructor measures theirs (`grader calibrate`, `grader stress`, then overrides).
 GPU_MEASURED = {"target": 1.3, "floor": 1.1}
 TARGETS = {"cpu": {"target": 1.35, "floor": 1.15},

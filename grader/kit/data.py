@@ -12,7 +12,7 @@ warm-up set and the held-out evaluation set (which never touches the disk).
 
 **Expected gain.** A low-noise accuracy gate within a CPU budget. On CIFAR-like data the naive
 recipe's accuracy after a few seconds of training still swings by several points from run to
-run (measured, grader/README.md), which no affordable number of repeats can average away; on this
+run (measured, benchmarks/results/grader-notes.md), which no affordable number of repeats can average away; on this
 task both recipes reach the plateau within the grader's budget, so a paired difference of more than
 a fraction of a point means the learner's data really differ.
 

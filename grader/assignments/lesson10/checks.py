@@ -18,7 +18,7 @@ worker, where the learner's ``diagnose(profile)`` returns a label (:mod:`probes`
 **Trust.** No learner code runs here; the profiles, the planted truth and the count are the parent's.
 
 **Pitfalls.** Profiling is timing: every figure moves run to run on a busy machine. The plants are
-strong (calibrated with ``python -m effkit.doctor --validate``: grader/README.md, lesson 10), and
+strong (calibrated with ``python -m effkit.doctor --validate``: grader/assignments/lesson10/README.md), and
 one miss in ``CASES`` is allowed so that a sound rule is not failed by one noisy profile.
 """
 

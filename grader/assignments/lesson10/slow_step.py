@@ -14,7 +14,7 @@ learner's step, or this one as the timed baseline) and :mod:`step_checks` (the p
 for its own reference).
 
 **Expected gain.** On one CPU thread the batched step is ~15-25x faster (the calibration in
-grader/README.md, lesson 10); the per-sample loop is most of it.
+grader/assignments/lesson10/README.md); the per-sample loop is most of it.
 
 **Pitfalls.** Everything is drawn from ``torch.Generator`` objects, never the global RNG, so a
 learner's code that draws random numbers cannot shift the data of the next step. The model's

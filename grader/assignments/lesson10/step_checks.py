@@ -25,7 +25,7 @@ re-pin or ptrace of it. Elsewhere both run as the grader's user, hence the belt 
 here: the learner's worker is frozen while the baseline starts, the baseline makes itself
 non-dumpable (no ptrace) before any timing, and a changed priority or core set of its threads
 refuses the speed points; a stopped or killed baseline fails the call. ``TARGET`` and ``TOLERANCE`` are
-calibrated in grader/README.md (lesson 10), with ``benchmarks/lesson10_calibrate.py --step``.
+calibrated in grader/assignments/lesson10/README.md, with ``benchmarks/lesson10_calibrate.py --step``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ final validation accuracy (a configuration proposed again runs on a new seed and
 
 **When to use it.** Registered in ``checks.CELL_CHECKS``; run by :mod:`grader.scoring.checks`.
 
-**Expected gain.** Calibrated on this CPU (``grader/README.md``, lesson 12).
+**Expected gain.** Calibrated on this CPU (``grader/assignments/lesson12/README.md``).
 
 **Pitfalls.** One search serves both cells (cached on the probe session). The policy's own time is
 capped (``POLICY_SECONDS`` in all) so a slow policy fails instead of stalling a grading. A grading
@@ -42,8 +42,8 @@ MAX_TRIALS = 200
 CALL_SECONDS = 20
 POLICY_SECONDS = 30.0  # the policy's decisions, all calls together, on the parent's clock
 FINAL_SEEDS = 3
-MARGIN = 0.02  # held-out accuracy below the grid's best; calibration: grader/README.md (lesson 12)
-MIN_SAVED = 0.3  # share of the unpruned cost of the same trials; calibration: grader/README.md
+MARGIN = 0.02  # held-out accuracy below the grid's best; calibration: grader/assignments/lesson12/README.md
+MIN_SAVED = 0.3  # share of the unpruned cost of the same trials; calibration: grader/assignments/lesson12/README.md
 
 
 @dataclass

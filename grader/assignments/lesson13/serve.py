@@ -14,7 +14,7 @@ gets no latency points.
 **When to use it.** By :mod:`grader.assignments.lesson13.checks`; no learner code runs here.
 
 **Expected gain.** A P95 ratio that is the same verdict run after run (calibration in
-``grader/README.md``, lesson 13), on answers that were checked.
+``grader/assignments/lesson13/README.md``), on answers that were checked.
 
 **Pitfalls.** At batch 1 these models take tens of microseconds: Python's call overhead is part
 of every latency, for both sessions alike. One thread per session, as the SLO is stated.

@@ -15,7 +15,7 @@ back as raw float32 bytes, every time as raw float64: the parent judges them, it
 and latency are measured on the same requests (batch 1) and every timed answer is compared.
 
 **Pitfalls.** The worker runs the learner's graph, so what it sends is evidence, not truth: an
-onnxruntime exploit could forge times (grader/README.md, lesson 13, residual).
+onnxruntime exploit could forge times (grader/assignments/lesson13/README.md, residual).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ and SmoothQuant exist), so quantizing the head's input per tensor wipes out ever
 :mod:`grader.assignments.lesson13.probes` (worker: ``build`` + ``from_plain`` only).
 
 **Expected gain.** A model whose int8 speed-up is real (three 512-wide matmuls at batch 1) and
-whose accuracy punishes quantizing without measuring (calibration in ``grader/README.md``).
+whose accuracy punishes quantizing without measuring (calibration in ``grader/assignments/lesson13/README.md``).
 
 **Pitfalls.** The planted units make the fp32 logits differ from the unplanted net's by ~1e-4
 (float rounding of the cancelled constant); the grader's baseline is the planted fp32 model itself.

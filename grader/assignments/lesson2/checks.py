@@ -50,7 +50,7 @@ import torch
 from effkit.workloads import cifar
 from effkit.workloads.cifar import CIFAR_MEAN, CIFAR_STD"""
 
-# The grader's own measurement settings (see grader/README.md for how they were chosen).
+# The grader's own measurement settings (how they were chosen: benchmarks/results/grader-notes.md).
 SPECS = {
     "smoke": GradingSpec(name="smoke", profile="smoke", n_train=2000, n_eval=3000, n_warmup=300,
                          epochs=2, repeats=2, cpu_cores=1),  # fmt: skip
@@ -247,7 +247,7 @@ def grade_performance(notebook: str = "lesson2.ipynb") -> float | None:
 # Lesson 2 (input pipeline of the naive recipe). CPU: on the 2-core course machine the reference
 # solution measured a median speedup of 1.6-2.2x per grading, the unchanged naive pipeline
 # 0.93-1.0x; 1.35x leaves room for a correct but less polished solution, 1.15x stays clear of noise.
-# GPU, measured on one H200 (2026-11-26, another grading on the GPU beside it; grader/README.md):
+# GPU, measured on one H200 (2026-11-26, another grading on the GPU beside it; grader/assignments/lesson2/README.md):
 # the reference 1.88x per grading (chunk pairs 1.12-2.25x; whole runs of `grader calibrate`
 # 1.41-1.97x), the unchanged naive pipeline 0.97x (chunk pairs 0.76-1.60x). The targets guessed
 # before (4.0x on an H100, "the DataLoader starves the GPU") gave the reference 0.75 of 5 points:

@@ -22,7 +22,7 @@ the linear rule (LR not scaled, square-root scaled, above the rule) and by its w
 **When to use it.** Registered in ``checks.CELL_CHECKS``; run by :mod:`grader.scoring.checks`.
 
 **Expected gain.** An unscaled LR misses the target within the budget; the scaled LR with no
-warm-up blows up the sharp first steps and misses it too (calibration in ``grader/README.md``).
+warm-up blows up the sharp first steps and misses it too (calibration in ``grader/assignments/lesson4/README.md``).
 
 **Pitfalls.** Calibrated on one task family (micro-batch 16, base LR 0.0125, 16 micro-batches per
 step): ``MIN_ACCUM``/``MAX_ACCUM`` keep the effective batch near it. At 8 micro-batches per step
@@ -47,7 +47,7 @@ BASE_RUN = 49152  # samples the baseline trains to set the target (the recipe's 
 GATE_PP = 0.5  # the target: the baseline's held-out accuracy after BASE_RUN samples, minus this
 MIN_SHARE = 0.5  # a task the baseline solves before this share of BASE_RUN is redrawn
 MAX_DRAWS = 8
-MAX_TIME_RATIO = 1.25  # "no slower", less the spread measured for the reference (0.84-1.19x): see grader/README.md
+MAX_TIME_RATIO = 1.25  # "no slower", less the spread measured for the reference (0.84-1.19x): see grader/assignments/lesson4/README.md
 KEYS = ("accum_steps", "lr", "warmup_steps")
 
 

@@ -11,7 +11,7 @@ time) and stops at ``TARGET`` accuracy. It returns the samples and the seconds t
 The network's head starts at ``HEAD_SCALE`` x PyTorch's default initialisation: the initial
 logits are large, so the early loss surface is sharp. That is the situation warm-up exists
 for: a scaled LR that the later surface tolerates blows the first steps up (measured: see
-``grader/README.md``, lesson 4 part (b)).
+``grader/assignments/lesson4/README.md`` part (b)).
 
 **When to use it.** By :mod:`grader.assignments.lesson4.recipe_checks`, in the grader's process
 only: no learner code runs here, so nothing a learner does can change a time or an accuracy.

@@ -43,7 +43,7 @@ sandboxed process can lower it). The worker sees no GPU (``cpu_only``), whose me
 The budget and speed checks live in :mod:`grader.assignments.lesson5.plan_checks`.
 
 **Pitfalls.** The timing runs in the grading process (nbgrader's, or ``grader check``'s): keep
-the machine otherwise quiet, as for lessons 2-3. Calibration figures: ``grader/README.md``.
+the machine otherwise quiet, as for lessons 2-3. Calibration figures: ``grader/assignments/lesson5/README.md``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ CUDA machine); more rounds only while the verdict is unclear.
 **Expected gain.** No byte count and no time from a process that ran learner code.
 
 **Pitfalls.** The timing runs in the grading process: keep the machine otherwise quiet
-(calibration figures: ``grader/README.md``).
+(calibration figures: ``grader/assignments/lesson5/README.md``).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ every step when judged and rarely when timed. The judged runs are the timed runs
 passes whatever the machine's speed, since both runs share it.
 
 **Pitfalls.** ``LIMIT`` was calibrated under ``/work/wt/bin/quiet`` on the 2-core CPU CI machine
-(figures in grader/README.md): the reference answer (a save mid-epoch and a best per epoch) and
+(figures in grader/assignments/lesson6/README.md): the reference answer (a save mid-epoch and a best per epoch) and
 "save every step" sit on either side of it with room for the noise of a shared machine. Fewer than
 ``MIN_PAIRS`` timed epochs give no verdict (no points).
 """

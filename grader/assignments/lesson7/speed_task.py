@@ -17,7 +17,7 @@ evaluated on the held-out set, which exists only in this process.
 
 **When to use it.** Called by ``checks.check_speed`` with batches already validated.
 
-**Expected gain.** Calibrated on this CPU (``grader/README.md``, lesson 7).
+**Expected gain.** Calibrated on this CPU (``grader/assignments/lesson7/README.md``).
 
 **Pitfalls.** The ratio is of throughput (samples per second); both arms see the same samples per
 epoch, so a sampler that drops rows would be refused before it is timed, not rewarded here.

@@ -29,7 +29,7 @@ the worker only deny (a forged count cannot make wrong tensors right). Memory an
 recipe are produced in this process only.
 
 **Pitfalls.** The recipe cell trains twice here (~10 s LoRA, ~20 s full fine-tuning, one thread on
-the 2-core CPU). Calibration: ``grader/README.md`` (lesson 8) and ``benchmarks/lesson8_calibrate.py``.
+the 2-core CPU). Calibration: ``grader/assignments/lesson8/README.md`` and ``benchmarks/lesson8_calibrate.py``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from grader.kit.checks import (
 TOLERANCE = 1e-5  # relative error against peft: the same arithmetic
 CALL_SECONDS = 30
 MEMORY_SHARE = 0.05  # gradient + optimizer bytes allowed, as a share of full fine-tuning's
-MARGIN = 0.05  # accuracy below full fine-tuning's allowed (held-out 1,000 sentences); calibrated: grader/README.md
+MARGIN = 0.05  # accuracy below full fine-tuning's allowed (held-out 1,000 sentences); calibrated: grader/assignments/lesson8/README.md
 SETUP_SOURCE = """\
 import torch
 from torch import nn"""

@@ -14,7 +14,7 @@ cached once. ``inference_seconds`` times student and teacher forwards, interleav
 only: no learner code runs here, so nothing a learner does can change an accuracy or a time.
 
 **Expected gain.** Distillation from the teacher beats the same student on labels alone by
-several points on this small labelled set (calibration in ``grader/README.md``, lesson 9).
+several points on this small labelled set (calibration in ``grader/assignments/lesson9/README.md``).
 
 **Pitfalls.** One thread for every run (deterministic per seed; comparable times). The times are
 those of a shared machine: compared only within one grading, interleaved.

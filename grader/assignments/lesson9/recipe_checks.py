@@ -16,7 +16,7 @@ interleaved speed ratio (``effkit.abtest.compare``, one thread) lies above 1 on 
 
 **When to use it.** Registered in ``checks.CELL_CHECKS``; run by :mod:`grader.scoring.checks`.
 
-**Expected gain.** Calibrated on this CPU (``grader/README.md``, lesson 9): distillation at T = 4,
+**Expected gain.** Calibrated on this CPU (``grader/assignments/lesson9/README.md``): distillation at T = 4,
 alpha 0.9 beats labels alone by ~6 pp; a teacher-deep student is not faster.
 
 **Pitfalls.** A grading costs ~15 s (three teachers ~8 s, six students ~3 s, timing ~2 s).
@@ -31,7 +31,7 @@ from grader.kit.checks import CheckFailed, Context, expect, stub_reason
 
 CALL_SECONDS = 30
 SEEDS = 3
-MARGIN = 0.03  # mean held-out accuracy over labels alone; calibration: grader/README.md (lesson 9)
+MARGIN = 0.03  # mean held-out accuracy over labels alone; calibration: grader/assignments/lesson9/README.md
 KEYS = ("temperature", "alpha", "student_layers", "student_init")
 INITS = ("teacher", "scratch")
 

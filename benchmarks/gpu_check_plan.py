@@ -122,7 +122,7 @@ def steps(out: Path, sst2: Path, cifar: Path, cache: Path, dry: bool) -> list[di
                      "argv": [PY, "-m", "grader", "calibrate", "--assignment", aid, *sizes,
                               "--json", str(out / "calibrate" / f"{aid}.json")]})
     # lesson 5's timed cells (test_speed, test_least_recompute) time on the grading's device: its
-    # calibration grades four planners on the GPU (figures in the log; grader/README.md, lesson 5)
+    # calibration grades four planners on the GPU (figures in the log; grader/assignments/lesson5/README.md)
     plan.append({"name": "calibrate-lesson5", "assignment": "lesson5", "env": env,
                  "argv": [PY, "benchmarks/lesson5_calibrate.py", *(["1", "everything"] if dry else ["2"])]})
     validate = []

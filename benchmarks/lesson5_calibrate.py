@@ -4,7 +4,7 @@ Usage (from the repository root, machine otherwise quiet): ``python benchmarks/l
 grades the reference planner and three others (checkpoint everything, one block more than needed, every block
 keeping its matmuls) N times each on seeds 200.., and prints per grading: verdicts, rounds, step times, the plan's
 ratio over "checkpoint everything" with its interval, and its share of the grader's plan's gain. The figures in
-grader/README.md (lesson 5) come from it. ``--first S`` starts the seeds at S; ``--busy K`` keeps K spinning
+grader/assignments/lesson5/README.md come from it. ``--first S`` starts the seeds at S; ``--busy K`` keeps K spinning
 processes running meanwhile (a busy-core failure rate: ``--busy 1 --first 1001 300 reference``).
 """
 

@@ -4,7 +4,7 @@ Runs the grader's own task (``grader.assignments.lesson8.lora_task.finetune``: t
 all-MiniLM-L6-v2 on negated sentiment sentences, 80 AdamW steps of 16, 12 tokens, one thread) on
 the task seeds given, for full fine-tuning and each recipe below, and prints accuracy, the gap to
 full fine-tuning, gradient + AdamW state bytes and seconds. ``MARGIN`` and ``MEMORY_SHARE`` in
-``checks.py`` come from these figures (grader/README.md, lesson 8).
+``checks.py`` come from these figures (grader/assignments/lesson8/README.md).
 
     python benchmarks/lesson8_calibrate.py 11 12 13 14
     python benchmarks/lesson8_calibrate.py --only reference 21 22 23 24 25 26   # the reference on more tasks

@@ -5,7 +5,7 @@ trained on 16,384 samples of a random-oracle task; students trained on 512 label
 epochs, Adam, one thread) on the task seeds given, for each recipe below: held-out accuracy of the
 recipe's student, of the same student (same depth and initialisation) with alpha 0, their gap,
 and the teacher-vs-student inference speed ratio with its interval (``effkit.abtest.compare``).
-``MARGIN`` in ``recipe_checks.py`` comes from these figures (grader/README.md, lesson 9).
+``MARGIN`` in ``recipe_checks.py`` comes from these figures (grader/assignments/lesson9/README.md).
 
     python benchmarks/lesson9_calibrate.py 11 12 13 14 15 16
 """

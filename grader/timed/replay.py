@@ -1,7 +1,7 @@
 """Proof that the timed chunks did the training: reveal on the clock, commits, replays.
 
 Ties the returned weights to work done inside timed chunks (after "Proof-of-Learning", Jia et al.
-2021). The replay is statistical: a forged chunk passes unless drawn (margins in grader/README.md).
+2021). The replay is statistical: a forged chunk passes unless drawn (margins: the threat model in grader/README.md, "training off the clock").
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 
 from grader.sandbox.commit import load_state
 
-# Bounds, calibrated on honest and forged gradings (grader/README.md "timed work" row; figures in
+# Bounds, calibrated on honest and forged gradings (grader/README.md, threat model "training off the clock"; figures in
 # benchmarks/results/lesson2-work-check-30-xeon-amx-2c.json). Honest chunk-0 cosines vary with the two
 # pipelines' batches (0.25-0.57 in 60 runs here, 0.20 once in CI); weights from anywhere else are
 # unrelated to this grading's init and sit at the random-direction null (|cos| ~ 1/sqrt(parameters):

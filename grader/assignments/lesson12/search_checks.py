@@ -20,8 +20,8 @@ MAX_TRIALS = 200
 CALL_SECONDS = 20
 POLICY_SECONDS = 30.0  # the policy's decisions, all calls together, on the parent's clock
 FINAL_SEEDS = 3
-MARGIN = 0.02  # held-out accuracy below the grid's best; calibration: grader/README.md (lesson 12)
-MIN_SAVED = 0.3  # share of the unpruned cost of the same trials; calibration: grader/README.md
+MARGIN = 0.02  # held-out accuracy below the grid's best; calibration: grader/assignments/lesson12/README.md
+MIN_SAVED = 0.3  # share of the unpruned cost of the same trials; calibration: grader/assignments/lesson12/README.md
 
 
 @dataclass

@@ -30,11 +30,11 @@ from grader.kit.checks import (
     stub_reason,
 )
 
-MAX_DROP = 0.01  # held-out accuracy below the fp32 baseline's; calibration: grader/README.md (lesson 13)
+MAX_DROP = 0.01  # held-out accuracy below the fp32 baseline's; calibration: grader/assignments/lesson13/README.md
 MIN_AGREEMENT = 0.97  # top-1 agreement with the fp32 baseline
 QUANTIZED_OPS = ("MatMulInteger", "DynamicQuantizeLinear", "QuantizeLinear", "QLinearMatMul", "ConvInteger")
 FLOOR = 1.25  # the SLO's P95 ratio is never below this: between fp32's highest interval end (1.13x) and the
-# reference's lowest start (1.41x) in 20 gradings beside a busy core; grader/README.md (lesson 13)
+# reference's lowest start (1.41x) in 20 gradings beside a busy core; grader/assignments/lesson13/README.md
 CALL_SECONDS = 90
 # the server's deadlines (parent's clock): opening and 4 rows, 4,096 batch-1 requests, the timed run (~3 x
 # 14,600 requests of ~0.1 ms); a graph that runs longer is stopped there and fails its cell

@@ -39,7 +39,7 @@ import torch
 from effkit.workloads import cifar
 from effkit.workloads.cifar import CIFAR_MEAN, CIFAR_STD"""
 
-# The grader's own measurement settings (see grader/README.md for how they were chosen).
+# The grader's own measurement settings (how they were chosen: benchmarks/results/grader-notes.md).
 SPECS = {
     "smoke": GradingSpec(name="smoke", profile="smoke", n_train=2000, n_eval=3000, n_warmup=300,
                          epochs=2, repeats=2, cpu_cores=1),  # fmt: skip

@@ -26,7 +26,7 @@ import torch
 from effkit.amp import AmpPolicy, DeviceCaps
 from effkit.workloads import bert"""
 
-# The grader's own measurement settings (see grader/README.md, lesson 3). The `cpu` BERT profile
+# The grader's own measurement settings (see grader/assignments/lesson3/README.md). The `cpu` BERT profile
 # (4 layers x 256) is the smallest where bf16 pays on a CPU with AMX: at 64 wide the casts cost
 # more than the matmuls save. The naive recipe pads every row to 128 tokens, so a step's cost does
 # not depend on the sentences; batch 8 at lr 1e-3 reaches the plateau of the grader's task in ~32

@@ -21,7 +21,7 @@ BASE_RUN = 49152  # samples the baseline trains to set the target (the recipe's 
 GATE_PP = 0.5  # the target: the baseline's held-out accuracy after BASE_RUN samples, minus this
 MIN_SHARE = 0.5  # a task the baseline solves before this share of BASE_RUN is redrawn
 MAX_DRAWS = 8
-MAX_TIME_RATIO = 1.25  # "no slower", less the spread measured for the reference (0.84-1.19x): see grader/README.md
+MAX_TIME_RATIO = 1.25  # "no slower", less the spread measured for the reference (0.84-1.19x): see grader/assignments/lesson4/README.md
 KEYS = ("accum_steps", "lr", "warmup_steps")
 
 

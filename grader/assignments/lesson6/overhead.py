@@ -1,7 +1,7 @@
 """Lesson 6: what the learner's checkpointing costs, judged on the epochs the fault injection timed.
 
 The judged runs are the timed runs, so code cannot save differently when timed. ``LIMIT`` is
-calibrated (grader/README.md); fewer than ``MIN_PAIRS`` timed epochs give no verdict.
+calibrated (grader/assignments/lesson6/README.md); fewer than ``MIN_PAIRS`` timed epochs give no verdict.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ CALL_SECONDS = 30
 # The interval's low end over pad-to-max must clear 1: measurably faster, as the issue asks. A 1.5x
 # floor (to fail unbucketed dynamic padding here too) failed the reference once in 10 calibration
 # runs under load (low end 1.12); unbucketed padding already loses test_padding, deterministically.
-SPEED_FLOOR = 1.0  # calibration: grader/README.md (lesson 7)
+SPEED_FLOOR = 1.0  # calibration: grader/assignments/lesson7/README.md
 ACC_MARGIN = 0.03  # held-out accuracy below the random baseline's allowed
 SETUP_SOURCE = """\
 import numpy as np"""

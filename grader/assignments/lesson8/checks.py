@@ -25,7 +25,7 @@ from grader.kit.checks import (
 TOLERANCE = 1e-5  # relative error against peft: the same arithmetic
 CALL_SECONDS = 30
 MEMORY_SHARE = 0.05  # gradient + optimizer bytes allowed, as a share of full fine-tuning's
-MARGIN = 0.05  # accuracy below full fine-tuning's allowed (held-out 1,000 sentences); calibrated: grader/README.md
+MARGIN = 0.05  # accuracy below full fine-tuning's allowed (held-out 1,000 sentences); calibrated: grader/assignments/lesson8/README.md
 SETUP_SOURCE = """\
 import torch
 from torch import nn"""

@@ -13,7 +13,7 @@ from grader.kit.checks import CheckFailed, Context, expect, stub_reason
 
 CALL_SECONDS = 30
 SEEDS = 3
-MARGIN = 0.03  # mean held-out accuracy over labels alone; calibration: grader/README.md (lesson 9)
+MARGIN = 0.03  # mean held-out accuracy over labels alone; calibration: grader/assignments/lesson9/README.md
 KEYS = ("temperature", "alpha", "student_layers", "student_init")
 INITS = ("teacher", "scratch")
 

@@ -343,10 +343,10 @@ def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
 
 # -- the accuracy gate's calibration is keyed like the targets: cpu-fp32 on a CPU without bf16 --
 def _no_targets_file(monkeypatch, tmp_path, native_bf16: bool):
-    import effkit.amp
+    from grader.scoring import targets
 
     monkeypatch.setenv("EFFKIT_GRADER_TARGETS", str(tmp_path / "no-overrides.json"))
-    monkeypatch.setattr(effkit.amp, "cpu_native_bf16", lambda cpuinfo=None: native_bf16)
+    monkeypatch.setattr(targets, "cpu_native_bf16", lambda cpuinfo=None: native_bf16)
 
 
 def test_the_gate_calibration_is_keyed_like_the_targets_row(monkeypatch, tmp_path):
@@ -401,7 +401,7 @@ def test_calibrating_on_a_cpu_without_bf16_writes_the_cpu_fp32_calibration(monke
                 for role, acc in (("baseline", 0.9 + 0.01 * r), ("learner", 0.9 + 0.01 * r))]  # fmt: skip
         return grader.timed.protocol.Measurement(device="cpu", spec=spec, runs=runs)
 
-    monkeypatch.setattr(grader.timed.protocol, "measure", measured)
+    monkeypatch.setattr(tools, "measure", measured)
     _no_targets_file(monkeypatch, tmp_path, native_bf16=False)
     assert tools.calibrate("lesson3", "smoke", pairs=3, chunk=3, device="cpu", save=False)["calibration"]["name"] == \
         "lesson3-smoke-cpu-fp32"  # fmt: skip

@@ -29,8 +29,9 @@ browser:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null; \
 	  else echo "note: no chromium: the JupyterLab browser test will skip (apt-get install chromium)"; fi; }
 
-test: $(STAMP) browser  ## lint + the whole test suite (what CI runs)
+test: $(STAMP) browser  ## lint, format check + the whole test suite (what CI runs)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python tests/lanes.py
 
 # The exercise tests on the oldest torch pyproject.toml declares, in a second venv
@@ -38,8 +39,9 @@ test: $(STAMP) browser  ## lint + the whole test suite (what CI runs)
 test-oldest-torch:
 	$(PYTHON) tests/oldest_torch.py
 
-lint: $(STAMP)
+lint: $(STAMP)  ## ruff's lint and format checks (`ruff format .` fixes the second)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 lab: $(STAMP)  ## JupyterLab on the course, nbgrader extensions enabled
 	$(BIN)/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root)

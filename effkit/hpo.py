@@ -17,20 +17,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from effkit.measure import one_thread
+
 SPACE = {
     "lr": {"type": "float", "low": 1e-3, "high": 3.0, "log": True},
     "batch_size": {"type": "categorical", "choices": [32, 64, 128, 256, 512]},
     "weight_decay": {"type": "float", "low": 1e-6, "high": 1e-1, "log": True},
 }
 
-
-class _OneThread:
-    def __enter__(self):
-        self.threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-
-    def __exit__(self, *exc):
-        torch.set_num_threads(self.threads)
 
 
 class TuningTask:
@@ -71,7 +65,7 @@ class Trial:
     def step(self) -> float:
         """Train one epoch; the validation accuracy after it (chance once the loss blew up)."""
         t = self.task
-        with _OneThread(), torch.enable_grad():
+        with one_thread(), torch.enable_grad():
             if not self.diverged:
                 for idx in torch.randperm(len(t.x), generator=self.gen).split(self.config["batch_size"]):
                     self.opt.zero_grad()
@@ -88,7 +82,7 @@ class Trial:
     def accuracy(self, x: torch.Tensor, y: torch.Tensor) -> float:
         if self.diverged:
             return 1.0 / self.task.classes
-        with torch.no_grad(), _OneThread():
+        with torch.no_grad(), one_thread():
             return float((self.net(x).argmax(1) == y).float().mean())
 
     def test_accuracy(self) -> float:

@@ -7,6 +7,7 @@ FLOPs and MFU against a table of dense peak FLOP/s per GPU model and precision, 
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import re
 import time
@@ -86,6 +87,18 @@ def sync(device: torch.device | str | None = None) -> None:
             torch.cuda.synchronize(dev)
     elif dev.type == "mps":
         torch.mps.synchronize()
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run the block on one intra-op thread, restored after: small CPU timings hold steadier than
+    with a thread pool that wakes for every tiny op."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def device_name(device: torch.device | str = "cpu") -> str:

@@ -250,3 +250,17 @@ def test_a_reset_hands_freed_heap_back_so_a_run_does_not_inherit_it():
     del pieces
     reset_peak_memory("cpu")
     assert before_free - peak_memory_bytes("cpu") > 100 * 2**20
+
+
+def test_one_thread_runs_its_block_on_one_thread_and_restores_the_pool_even_on_error():
+    import torch
+
+    from effkit.measure import one_thread
+
+    before = torch.get_num_threads()
+    with one_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), one_thread():
+        raise RuntimeError("inside")
+    assert torch.get_num_threads() == before

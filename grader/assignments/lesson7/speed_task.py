@@ -12,6 +12,7 @@ from torch import nn
 
 from effkit.abtest import compare
 from effkit.length_buckets import padded_width
+from effkit.measure import one_thread
 
 N_TRAIN, N_TEST, MAX_LEN, VOCAB, BATCH = 2000, 1024, 64, 256, 32
 KEYWORDS = 24  # ids 1..24 vote for class 1, 25..48 for class 0; the rest are neutral
@@ -19,14 +20,6 @@ PAIRS, MAX_PAIRS = 6, 10  # timed pairs after one warm-up epoch each: at least 6
 # of the time), up to 10 while the interval is wider than +-10% of the ratio (a loaded machine)
 LR = 3e-3
 
-
-class _OneThread:
-    def __enter__(self):
-        self.threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-
-    def __exit__(self, *exc):
-        torch.set_num_threads(self.threads)
 
 
 def draw_lengths(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -121,7 +114,7 @@ def train_ab(seed: int, mine: list[list[list[int]]], pairs: int = PAIRS, max_pai
             return sum(len(b) for b in batches)
         return once
 
-    with _OneThread():
+    with one_thread():
         ab = compare(epoch("A", baseline, True), epoch("B", mine, False), warmup=1,
                      min_pairs=pairs, max_pairs=max_pairs, rel_ci=0.1)
         acc = {k: accuracy(m, data) for k, m in models.items()}

@@ -15,6 +15,7 @@ from torch import nn
 
 from effkit.abtest import compare
 from effkit.distill import kd_loss, layer_map
+from effkit.measure import one_thread
 
 DIM, CLASSES, WIDTH, TEACHER_LAYERS = 32, 8, 256, 4
 N_TEACHER, N_LABELLED, N_TEST = 16384, 512, 4096
@@ -48,14 +49,6 @@ def accuracy(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
         return float((net(x).argmax(1) == y).float().mean())
 
 
-class _OneThread:
-    def __enter__(self):
-        self.threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-
-    def __exit__(self, *exc):
-        torch.set_num_threads(self.threads)
-
 
 @functools.lru_cache(maxsize=4)
 def teacher(seed: int) -> nn.Sequential:
@@ -64,7 +57,7 @@ def teacher(seed: int) -> nn.Sequential:
     net = mlp(TEACHER_LAYERS, seed + 1)
     opt = torch.optim.Adam(net.parameters(), lr=LR)
     g = torch.Generator().manual_seed(seed + 2)
-    with _OneThread(), torch.enable_grad():  # trained on first use, maybe from inside a no_grad block
+    with one_thread(), torch.enable_grad():  # trained on first use, maybe from inside a no_grad block
         for _ in range(TEACHER_EPOCHS):
             for idx in torch.randperm(N_TEACHER, generator=g).split(128):
                 opt.zero_grad()
@@ -89,7 +82,7 @@ def train_student(seed: int, temperature: float, alpha: float, layers: int, init
     """Train the student of a recipe on the labelled set; its held-out accuracy and seconds."""
     data = task_data(seed)
     net = student(seed, layers, init)
-    with _OneThread(), torch.enable_grad():
+    with one_thread(), torch.enable_grad():
         start = time.perf_counter()
         big = teacher(seed)
         with torch.no_grad():
@@ -118,5 +111,5 @@ def inference_ab(seed: int, net: nn.Module, pairs: int = 8):
             return 4 * len(x)
         return once
 
-    with _OneThread():
+    with one_thread():
         return compare(burst(big), burst(net), min_pairs=pairs, max_pairs=pairs)

@@ -657,3 +657,24 @@ def test_lesson2_grades_gpu_sized_runs_on_the_hard_stand_in_and_cpu_runs_on_the_
     assert sorted(labels.tolist()) == sorted(list(range(10)) * 2)
     with pytest.raises(ValueError, match="difficulty"):
         grader_images(2, 1, "medium")
+
+
+def test_every_probe_a_lessons_checks_call_is_defined_in_its_probes_module():
+    """A probe the worker cannot find crashes the worker at the call: found statically first
+    (a lost ``probe_quiz`` re-export once failed every lesson's quiz in the sandbox)."""
+    import importlib
+    import inspect
+    import re
+
+    for aid in assignments.known():
+        a = assignments.get(aid)
+        probes = importlib.import_module(a.probes)
+        package = importlib.import_module(f"grader.assignments.{aid}")
+        called = set()
+        for info in __import__("pkgutil").iter_modules(package.__path__):
+            source = inspect.getsource(importlib.import_module(f"grader.assignments.{aid}.{info.name}"))
+            called |= set(re.findall(r"(?<!server)\.call(?:_ranks)?\(\s*\"(\w+)\"", source))  # not lesson 13's server
+        if "test_quiz" in a.cell_checks:
+            called.add("quiz")
+        missing = sorted(n for n in called if not callable(getattr(probes, f"probe_{n}", None)))
+        assert not missing, f"{a.probes} lacks probe_{missing}"

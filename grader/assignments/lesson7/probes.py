@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numbers
 
+from grader.kit.worker import probe_quiz  # noqa: F401  (the worker finds probes by name)
+
 MAX_INDICES = 200_000  # per answer: far above any request; a runaway answer is cut and refused
 
 

@@ -40,9 +40,11 @@ def profiled():
         yield
 
 
-def _grade(diagnose_source: str | None = None) -> CellVerdict:
-    cells = reference_cells(LESSON, **({"diagnose": diagnose_source} if diagnose_source else {}))
-    return grade_here(LESSON, cells, ["test_diagnose"], seed=SEED, strict=False)["test_diagnose"]
+def _grade(cell: str, source: str, only: list[str], name: str = "reference") -> dict[str, CellVerdict]:
+    """``only``'s checks on the reference cells with ``cell`` swapped for ``source`` (submission ``name``,
+    whose mistake must change the cell), all drawing from one ``random.Random(SEED)`` in order."""
+    assert name == "reference" or source != dict(reference_cells(LESSON))[cell], f"{name}: the mistake did not change the cell"
+    return grade_here(LESSON, reference_cells(LESSON, **{cell: source}), only, seed=SEED, strict=False)
 
 
 def test_every_label_is_drawn_and_the_case_name_never_reaches_the_learner(monkeypatch):
@@ -95,8 +97,7 @@ SUBMISSIONS = {
 @pytest.mark.parametrize("name", SUBMISSIONS)
 def test_submissions_score_what_they_deserve(profiled, name):
     source, passes, words = SUBMISSIONS[name]
-    assert name == "reference" or source != _REF, f"{name}: the mistake did not change the cell"
-    v = _grade(source)
+    v = _grade("diagnose", source, ["test_diagnose"], name)["test_diagnose"]
     text = v.reason if not v.passed else " ".join(v.lines)
     assert v.passed == passes and words in text, text
     assert len(text) < 3000  # a huge answer is not echoed back
@@ -178,16 +179,11 @@ def baseline_in_process(monkeypatch):
     monkeypatch.setattr(step_checks, "baseline_session", lambda session: Baseline(A, lesson10_probes, []))
 
 
-def _grade_step(source: str):
-    return grade_here(LESSON, reference_cells(LESSON, fast_step=source), STEP_CELLS, seed=SEED, strict=False)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", STEP_SUBMISSIONS)
 def test_fast_step_submissions_score_what_they_deserve(baseline_in_process, name):
     source, want, words = STEP_SUBMISSIONS[name]
-    assert name == "reference" or source != _FAST, f"{name}: the mistake did not change the cell"
-    verdicts = _grade_step(source)
+    verdicts = _grade("fast_step", source, STEP_CELLS, name)
     got = {gid: v.passed for gid, v in verdicts.items()}
     reasons = {gid: v.reason for gid, v in verdicts.items() if not v.passed}
     assert got == want, reasons

@@ -273,21 +273,21 @@ def test_in_the_sandbox_only_sharded_recipes_fit_and_the_count_cannot_be_lowered
     is counted. The reference (FSDP2) gets its points in the instructor cycle."""
     from lesson11_sharded import ATTACKS, VARIANTS  # tests/ is on sys.path
 
-    def grade(source):
+    def memory(source):
         cells = [c for c in reference_cells(LESSON) if c[0] != "train_sharded"] + [("train_sharded", source)]
         return grade(LESSON, cells, only=["test_memory_budget"], seed=5)[0]["test_memory_budget"]
 
     def per_param(verdict):
         return float(re.search(r"= ([0-9.]+) bytes per parameter and rank", verdict.reason + " ".join(verdict.lines))[1])
 
-    fits = grade(VARIANTS["zero_view"])
+    fits = memory(VARIANTS["zero_view"])
     assert fits.passed, fits.reason
     assert 12 <= per_param(fits) <= memory_task.BUDGET - 0.5
-    over = grade(VARIANTS["ddp_view"])
+    over = memory(VARIANTS["ddp_view"])
     assert not over.passed and per_param(over) >= memory_task.BUDGET + 1.5, over.reason
-    reset = grade(ATTACKS["reset_counters"])
+    reset = memory(ATTACKS["reset_counters"])
     assert not reset.passed and per_param(reset) >= memory_task.BUDGET + 1.5, reset.reason
-    ballast = grade(ATTACKS["ballast_at_load"])
+    ballast = memory(ATTACKS["ballast_at_load"])
     assert not ballast.passed and per_param(ballast) >= per_param(fits) + 3.5, ballast.reason
 
 

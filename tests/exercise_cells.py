@@ -3,12 +3,16 @@
 Shared by the out-of-kernel exercise tests. ``InProcess`` and ``grade_in_process`` grade cells the
 way a sandboxed worker would answer them, in this process (the sandboxed path is each lesson's
 reference test); the tests of lessons 7 to 13 use them (lesson 5's keeps its own planner-only
-session, graded through grade_in_process)."""
+session, graded through grade_in_process). ``reference_cells``, ``stub_cells``, ``grade`` and
+``grade_here`` are the exercise tests' one way to read a lesson's cells and grade them; ``POINTS`` is
+every assignment's graded cells and their points (tests/test_exercises.py checks the notebooks')."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -16,10 +20,39 @@ from pathlib import Path
 
 import nbformat
 
+from grader import assignments
 from grader.frontends.notebook import solution_ids, solution_sources
 from grader.sandbox.launch import LOOPBACK_UP
 from grader.sandbox.probe import CallResult, loopback_tx_bytes
-from grader.scoring.checks import CellVerdict, CheckFailed, Context
+from grader.scoring.checks import CellVerdict, CheckFailed, Context, grade_cells
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# each exercise's graded cells and their points, as its instructor notebook must give them
+POINTS = {
+    "lesson1": {"test_throughput": 4, "test_data_wait": 2, "test_bottleneck": 4, "test_quiz": 2},
+    "lesson4": {"test_full_windows": 4, "test_last_window": 2, "test_recipe": 4, "test_quiz": 2},
+    "lesson5": {"test_gradients": 3, "test_budget": 2, "test_speed": 2, "test_least_recompute": 1, "test_quiz": 2},
+    "lesson6": {"test_resume": 4, "test_torn": 2, "test_best": 2, "test_overhead": 2, "test_quiz": 2},
+    "lesson7": {"test_coverage": 2, "test_budget": 2, "test_padding": 2, "test_randomness": 2, "test_speed": 2,
+                "test_quiz": 2},
+    "lesson8": {"test_layer": 3, "test_inject": 2, "test_recipe": 3, "test_quiz": 2},
+    "lesson9": {"test_loss_value": 3, "test_loss_gradient": 2, "test_recipe": 3, "test_quiz": 2},
+    "lesson10": {"test_diagnose": 5, "test_fast_step_equal": 2, "test_fast_step_speed": 3, "test_quiz": 2},
+    "lesson11": {"test_weights": 4, "test_sampler": 3, "test_no_sync": 2, "test_memory_budget": 3, "test_quiz": 2},
+    "lesson12": {"test_search": 4, "test_pruning": 3, "test_quiz": 2},
+    "lesson13": {"test_artifact": 2, "test_accuracy": 3, "test_latency": 3, "test_quiz": 2},
+}
+
+
+def solution_path(lesson: str) -> Path:
+    """The instructor's source notebook of ``lesson`` (the reference solution)."""
+    return ROOT / "solutions" / lesson / f"{lesson}.ipynb"
+
+
+def exercise_path(lesson: str) -> Path:
+    """The released notebook of ``lesson`` (the learner's stub)."""
+    return ROOT / "exercises" / lesson / f"{lesson}.ipynb"
 
 
 def grade_id(cell) -> str | None:
@@ -32,6 +65,33 @@ def solution_cells(source: Path, path: Path, **replace: str) -> list[tuple[str, 
     ids = solution_ids(nbformat.read(source, as_version=4))
     cells = [(c.grade_id, c.source) for c in solution_sources(nbformat.read(path, as_version=4), ids)]
     return [(gid, replace.get(gid, src)) for gid, src in cells]
+
+
+def reference_cells(lesson: str, **replace: str) -> list[tuple[str, str]]:
+    """The reference solution's cells of ``lesson``; ``replace`` swaps a cell's source by id."""
+    return solution_cells(solution_path(lesson), solution_path(lesson), **replace)
+
+
+def stub_cells(lesson: str, **replace: str) -> list[tuple[str, str]]:
+    """The released stub's solution cells of ``lesson``; ``replace`` swaps a cell's source by id."""
+    return solution_cells(solution_path(lesson), exercise_path(lesson), **replace)
+
+
+def grade(lesson: str, cells: list[tuple[str, str]], only=None, seed: int = 1):
+    """(verdicts, report) of the grader's own grading of ``cells`` (sandboxed workers)."""
+    return grade_cells(assignments.get(lesson), cells, only=only, seed=seed)
+
+
+def grade_here(lesson: str, cells: list[tuple[str, str]], only, seed: int = 1, fresh: bool = False,
+               strict: bool = True) -> dict[str, CellVerdict]:  # fmt: skip
+    """``only``'s checks on ``cells`` in this process (`InProcess` with the lesson's probes): all drawing
+    from one ``random.Random(seed)`` in order, or (``fresh``) each from a fresh one; ``strict`` as InProcess's."""
+    assignment = assignments.get(lesson)
+    probes = importlib.import_module(f"grader.assignments.{lesson}.probes")
+    session = InProcess(assignment, probes, cells, strict=strict)
+    if fresh:
+        return {gid: grade_in_process(assignment, session, [gid], random.Random(seed))[gid] for gid in only}
+    return grade_in_process(assignment, session, only, random.Random(seed))
 
 
 class InProcess:

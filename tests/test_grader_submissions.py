@@ -139,25 +139,22 @@ def test_clock_and_grader_tampering_is_flagged_and_has_no_effect(course):
     assert "== effkit grader" in _outputs(root, "eve", "test_speed")
 
 
-def test_edited_locked_cells_are_restored_by_nbgrader(course):
+@pytest.mark.parametrize("student, scores, cell, output, problem", [
+    # edited locked cells are restored by nbgrader: the contract's own test then fails
+    ("lee", {"test_contract": 0, "test_augmentation": 0, "test_speed": 0, "test_quiz": 0}, "test_contract",
+     "expected x = (pixel / 255 - CIFAR_MEAN) / CIFAR_STD", "correctness checks"),
+    # a raising cell scores zero with the error, and the rest is graded
+    ("ray", {"test_contract": 3, "test_augmentation": 0, "test_speed": 0, "test_quiz": 0}, "test_augmentation",
+     "RuntimeError", "RuntimeError"),
+    # an infinite loop times out per check
+    ("ivy", {"test_contract": 3, "test_augmentation": 0, "test_speed": 0, "test_quiz": 0}, "test_augmentation",
+     "did not return within", "did not finish"),
+], ids=["edited_locked_cells", "raising_cell", "infinite_loop"])
+def test_a_broken_submission_scores_what_it_earns_and_says_why(course, student, scores, cell, output, problem):
     root, _ = course
-    assert _cell_scores(root)["lee"] == {"test_contract": 0, "test_augmentation": 0, "test_speed": 0, "test_quiz": 0}
-    assert "expected x = (pixel / 255 - CIFAR_MEAN) / CIFAR_STD" in _outputs(root, "lee", "test_contract")
-    assert "correctness checks" in " ".join(_report(root, "lee")["problems"])
-
-
-def test_a_raising_cell_scores_zero_with_the_error_and_the_rest_is_graded(course):
-    root, _ = course
-    assert _cell_scores(root)["ray"] == {"test_contract": 3, "test_augmentation": 0, "test_speed": 0, "test_quiz": 0}
-    assert "RuntimeError" in _outputs(root, "ray", "test_augmentation")
-    assert "RuntimeError" in " ".join(_report(root, "ray")["problems"])
-
-
-def test_an_infinite_loop_times_out_per_check(course):
-    root, _ = course
-    assert _cell_scores(root)["ivy"] == {"test_contract": 3, "test_augmentation": 0, "test_speed": 0, "test_quiz": 0}
-    assert "did not return within" in _outputs(root, "ivy", "test_augmentation")
-    assert "did not finish" in " ".join(_report(root, "ivy")["problems"])
+    assert _cell_scores(root)[student] == scores
+    assert output in _outputs(root, student, cell)
+    assert problem in " ".join(_report(root, student)["problems"])
 
 
 def test_a_malformed_notebook_leaves_the_gradebook_intact(course):

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from exercise_cells import InProcess, grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import POINTS as EXERCISE_POINTS  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import InProcess, grade, grade_here, reference_cells  # noqa: E402
 from lesson10_steps import PER_SAMPLE_LOOP_KEPT  # noqa: E402
 
 from grader import assignments
@@ -22,16 +23,12 @@ from grader.assignments.lesson10 import checks
 from grader.assignments.lesson10 import probes as lesson10_probes
 from grader.scoring.checks import CellVerdict, CheckFailed, Context
 
+LESSON = "lesson10"
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson10" / "lesson10.ipynb"
-EXERCISE = ROOT / "exercises" / "lesson10" / "lesson10.ipynb"
-POINTS = {"test_diagnose": 5, "test_fast_step_equal": 2, "test_fast_step_speed": 3, "test_quiz": 2}
+POINTS = EXERCISE_POINTS[LESSON]
 A = assignments.get("lesson10")
 SEED = 1
-
-
-def _grade_id(cell) -> str | None:
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
 
 
 @pytest.fixture(scope="module")
@@ -43,19 +40,11 @@ def profiled():
         yield
 
 
-def _grade(diagnose_source: str | None = None) -> CellVerdict:
-    cells = solution_cells(SOLUTION, SOLUTION, **({"diagnose": diagnose_source} if diagnose_source else {}))
-    return grade_in_process(A, InProcess(A, lesson10_probes, cells), ["test_diagnose"], random.Random(SEED))["test_diagnose"]
-
-
-def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
-    nb = nbformat.read(SOLUTION, as_version=4)
-    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
-    assert cells["setup"].source == A.setup_source
-    graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
-    assert graded == POINTS and set(graded) == set(A.cell_checks)
-    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
-    assert "BEGIN SOLUTION" not in text and '"q4": "b"' not in text and "per_call_us" not in text
+def _grade(cell: str, source: str, only: list[str], name: str = "reference") -> dict[str, CellVerdict]:
+    """``only``'s checks on the reference cells with ``cell`` swapped for ``source`` (submission ``name``,
+    whose mistake must change the cell), all drawing from one ``random.Random(SEED)`` in order."""
+    assert name == "reference" or source != dict(reference_cells(LESSON))[cell], f"{name}: the mistake did not change the cell"
+    return grade_here(LESSON, reference_cells(LESSON, **{cell: source}), only, seed=SEED, strict=False)
 
 
 def test_every_label_is_drawn_and_the_case_name_never_reaches_the_learner(monkeypatch):
@@ -66,7 +55,7 @@ def test_every_label_is_drawn_and_the_case_name_never_reaches_the_learner(monkey
     assert checks.profile_case("data", 3) == {"step_ms": 1.0}
 
 
-_REF = dict(solution_cells(SOLUTION, SOLUTION))["diagnose"]
+_REF = dict(reference_cells(LESSON))["diagnose"]
 _ALWAYS_DATA = 'def diagnose(profile):\n    return "data"\n'
 # a learner who only knows lessons 1, 2 and 7: data wait, syncs and padding, else "none"
 _THREE_RULES = '''
@@ -106,8 +95,7 @@ SUBMISSIONS = {
 @pytest.mark.parametrize("name", SUBMISSIONS)
 def test_submissions_score_what_they_deserve(profiled, name):
     source, passes, words = SUBMISSIONS[name]
-    assert name == "reference" or source != _REF, f"{name}: the mistake did not change the cell"
-    v = _grade(source)
+    v = _grade("diagnose", source, ["test_diagnose"], name)["test_diagnose"]
     text = v.reason if not v.passed else " ".join(v.lines)
     assert v.passed == passes and words in text, text
     assert len(text) < 3000  # a huge answer is not echoed back
@@ -115,7 +103,7 @@ def test_submissions_score_what_they_deserve(profiled, name):
 
 def test_the_stub_is_named_as_a_stub():
     stub = "def diagnose(profile):\n    raise NotImplementedError()\n"
-    ctx = Context(InProcess(A, lesson10_probes, solution_cells(SOLUTION, SOLUTION, diagnose=stub)), random.Random(SEED))
+    ctx = Context(InProcess(A, lesson10_probes, reference_cells(LESSON, diagnose=stub)), random.Random(SEED))
     ctx.session.call = lambda probe, timeout_s, **kw: InProcess.call(ctx.session, probe, timeout_s, profiles=[{}])
     with pytest.raises(CheckFailed, match="NotImplementedError"):
         import unittest.mock as um
@@ -160,7 +148,7 @@ from grader.sandbox.channel import tensor_msg  # noqa: E402
 from grader.sandbox.probe import CallResult  # noqa: E402
 
 STEP_CELLS = ["test_fast_step_equal", "test_fast_step_speed"]
-_FAST = dict(solution_cells(SOLUTION, SOLUTION))["fast_step"]
+_FAST = dict(reference_cells(LESSON))["fast_step"]
 _BATCH = "model(inputs), targets"
 _STUB = "def fast_step(model, inputs, targets, lr, weight_decay):\n    raise NotImplementedError()\n"
 _LOOP_KEPT = PER_SAMPLE_LOOP_KEPT  # tests/lesson10_steps.py: correct, ~1.2x
@@ -189,17 +177,11 @@ def baseline_in_process(monkeypatch):
     monkeypatch.setattr(step_checks, "baseline_session", lambda session: Baseline(A, lesson10_probes, []))
 
 
-def _grade_step(source: str):
-    cells = solution_cells(SOLUTION, SOLUTION, fast_step=source)
-    return grade_in_process(A, InProcess(A, lesson10_probes, cells), STEP_CELLS, random.Random(SEED))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", STEP_SUBMISSIONS)
 def test_fast_step_submissions_score_what_they_deserve(baseline_in_process, name):
     source, want, words = STEP_SUBMISSIONS[name]
-    assert name == "reference" or source != _FAST, f"{name}: the mistake did not change the cell"
-    verdicts = _grade_step(source)
+    verdicts = _grade("fast_step", source, STEP_CELLS, name)
     got = {gid: v.passed for gid, v in verdicts.items()}
     reasons = {gid: v.reason for gid, v in verdicts.items() if not v.passed}
     assert got == want, reasons
@@ -310,11 +292,10 @@ def fast_step(""").replace("    params = list(model.parameters())\n", "    _reni
 def test_through_the_sandbox_a_step_that_patches_the_clock_and_renices_the_baseline_earns_no_speed():
     import os
 
-    from grader.scoring.checks import grade_cells
 
     if os.geteuid() != 0:
         pytest.skip("the sandbox's separate user and freezer need root")
-    verdicts, report = grade_cells(A, solution_cells(SOLUTION, SOLUTION, fast_step=_TAMPERS), only=STEP_CELLS,
+    verdicts, report = grade(LESSON, reference_cells(LESSON, fast_step=_TAMPERS), only=STEP_CELLS,
                                    seed=SEED)  # fmt: skip
     assert verdicts["test_fast_step_equal"].passed, verdicts["test_fast_step_equal"].reason
     speed = verdicts["test_fast_step_speed"]

@@ -13,53 +13,29 @@ import re
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
-from exercise_cells import InProcess, grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import grade, grade_here, reference_cells  # noqa: E402
 
 from grader import assignments
 from grader.assignments.lesson11 import ddp_task, memory_task
-from grader.assignments.lesson11 import probes as lesson11_probes
 from grader.sandbox.launch import is_root
-from grader.scoring.checks import CellVerdict, CheckFailed, Context, expect, grade_cells
+from grader.scoring.checks import CellVerdict, CheckFailed, Context, expect
 
+LESSON = "lesson11"
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson11" / "lesson11.ipynb"
-EXERCISE = ROOT / "exercises" / "lesson11" / "lesson11.ipynb"
-POINTS = {"test_weights": 4, "test_sampler": 3, "test_no_sync": 2, "test_memory_budget": 3, "test_quiz": 2}
 A = assignments.get("lesson11")
 GRADED = ("test_weights", "test_sampler", "test_no_sync")
 
 
-def _grade_id(cell) -> str | None:
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
-
-
-def _reference_cells(**replace: str) -> list[tuple[str, str]]:
-    return solution_cells(SOLUTION, SOLUTION, **replace)
-
-
 def _grade(source: str | None = None) -> dict[str, CellVerdict]:
-    session = InProcess(A, lesson11_probes, _reference_cells(**({"train_ddp": source} if source else {})))
-    return grade_in_process(A, session, GRADED, random.Random(11))
-
-
-def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
-    nb = nbformat.read(SOLUTION, as_version=4)
-    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
-    assert cells["setup"].source == A.setup_source
-    graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
-    assert graded == POINTS and set(graded) == set(A.cell_checks)
-    for gid in graded:
-        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
-    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
-    assert "BEGIN SOLUTION" not in text and '"q2": "c"' not in text and "ddp.no_sync()" not in text
-    assert "fully_shard(layer)" not in text
+    cells = reference_cells(LESSON, **({"train_ddp": source} if source else {}))
+    return grade_here(LESSON, cells, GRADED, seed=11, strict=False)
 
 
 # -- submissions: the ranks train, the parent recomputes one process over what they served -------
 
-_REF = dict(_reference_cells())["train_ddp"]
+_REF = dict(reference_cells(LESSON))["train_ddp"]
 _READS_EVERYTHING = '''
 def train_ddp(rank, world_size, model, dataset, config):
     """Each rank trains alone on the whole global batch (both shards, read from the tensors) and
@@ -181,8 +157,8 @@ def test_in_the_sandbox_ranks_talk_only_through_the_grader_and_nothing_outlives_
         subprocess.Popen(["sleep", "6{marker}"], start_new_session=True)
     return model
 """)
-    cells = _reference_cells(train_ddp=leaver)
-    verdicts, report = grade_cells(A, cells, only=["test_weights", "test_no_sync"], seed=3)
+    cells = reference_cells(LESSON, train_ddp=leaver)
+    verdicts, report = grade(LESSON, cells, only=["test_weights", "test_no_sync"], seed=3)
     assert verdicts["test_weights"].passed and verdicts["test_no_sync"].passed, verdicts
     left = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).endswith(f"6{marker}")]
     assert left == [], "a rank's process outlived the grading"
@@ -196,11 +172,11 @@ def test_every_rank_of_both_parts_runs_where_the_task_is_specified_on_the_cpu():
     the submission below fails unless it does (on a CPU host too, so the check runs in CI)."""
     guard = ("    import os\n    if os.environ.get('CUDA_VISIBLE_DEVICES') != '' or torch.cuda.is_available():\n"
              "        raise RuntimeError(f\"this rank sees a GPU: {os.environ.get('CUDA_VISIBLE_DEVICES')!r}\")\n")
-    cells = dict(_reference_cells())
+    cells = dict(reference_cells(LESSON))
     for name in ("train_ddp", "train_sharded"):
         assert cells[name].count("### BEGIN SOLUTION\n") == 1
         cells[name] = cells[name].replace("### BEGIN SOLUTION\n", "### BEGIN SOLUTION\n" + guard)
-    verdicts, _ = grade_cells(A, list(cells.items()), only=["test_weights", "test_memory_budget"], seed=3)
+    verdicts, _ = grade(LESSON, list(cells.items()), only=["test_weights", "test_memory_budget"], seed=3)
     assert verdicts["test_weights"].passed, verdicts["test_weights"].reason
     assert "sees a GPU" not in verdicts["test_memory_budget"].reason, verdicts["test_memory_budget"].reason
     assert verdicts["test_memory_budget"].passed or not is_root(), verdicts["test_memory_budget"].reason
@@ -297,21 +273,21 @@ def test_in_the_sandbox_only_sharded_recipes_fit_and_the_count_cannot_be_lowered
     is counted. The reference (FSDP2) gets its points in the instructor cycle."""
     from lesson11_sharded import ATTACKS, VARIANTS  # tests/ is on sys.path
 
-    def grade(source):
-        cells = [c for c in _reference_cells() if c[0] != "train_sharded"] + [("train_sharded", source)]
-        return grade_cells(A, cells, only=["test_memory_budget"], seed=5)[0]["test_memory_budget"]
+    def memory(source):
+        cells = [c for c in reference_cells(LESSON) if c[0] != "train_sharded"] + [("train_sharded", source)]
+        return grade(LESSON, cells, only=["test_memory_budget"], seed=5)[0]["test_memory_budget"]
 
     def per_param(verdict):
         return float(re.search(r"= ([0-9.]+) bytes per parameter and rank", verdict.reason + " ".join(verdict.lines))[1])
 
-    fits = grade(VARIANTS["zero_view"])
+    fits = memory(VARIANTS["zero_view"])
     assert fits.passed, fits.reason
     assert 12 <= per_param(fits) <= memory_task.BUDGET - 0.5
-    over = grade(VARIANTS["ddp_view"])
+    over = memory(VARIANTS["ddp_view"])
     assert not over.passed and per_param(over) >= memory_task.BUDGET + 1.5, over.reason
-    reset = grade(ATTACKS["reset_counters"])
+    reset = memory(ATTACKS["reset_counters"])
     assert not reset.passed and per_param(reset) >= memory_task.BUDGET + 1.5, reset.reason
-    ballast = grade(ATTACKS["ballast_at_load"])
+    ballast = memory(ATTACKS["ballast_at_load"])
     assert not ballast.passed and per_param(ballast) >= per_param(fits) + 3.5, ballast.reason
 
 
@@ -340,8 +316,8 @@ def test_ranks_that_swap_gradients_aside_and_pad_the_loopback_earn_no_no_sync_po
     internet sockets (no unix socket in the shared network namespace): the swap finds no peer."""
     from lesson11_side_channels import SIDE_CHANNELS  # tests/ is on sys.path
 
-    cells = _reference_cells(train_ddp=SIDE_CHANNELS[channel])
-    verdicts, _ = grade_cells(A, cells, only=["test_weights", "test_no_sync"], seed=3)
+    cells = reference_cells(LESSON, train_ddp=SIDE_CHANNELS[channel])
+    verdicts, _ = grade(LESSON, cells, only=["test_weights", "test_no_sync"], seed=3)
     assert not verdicts["test_no_sync"].passed, verdicts["test_no_sync"].lines
     assert not verdicts["test_weights"].passed, verdicts["test_weights"].lines
     # for the right reason: the channel is not there (no peer's file; no unix socket at all)

@@ -7,53 +7,27 @@ functions the worker would run, then the parent's checks on what they return (th
 reference's). All share one task seed, so the grader's grid (the costly part) runs once per test process.
 """
 
-import random
-from pathlib import Path
-
-import nbformat
 import pytest
-from exercise_cells import InProcess, grade_id, grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import grade_here, reference_cells  # noqa: E402
 
-from grader import assignments
 from grader.assignments.lesson12 import hpo_task, search_checks
 from grader.assignments.lesson12 import probes as lesson12_probes
 from grader.scoring.checks import CellVerdict, CheckFailed
 
-ROOT = Path(__file__).resolve().parents[1]
-SOLUTION = ROOT / "solutions" / "lesson12" / "lesson12.ipynb"
-EXERCISE = ROOT / "exercises" / "lesson12" / "lesson12.ipynb"
-POINTS = {"test_search": 4, "test_pruning": 3, "test_quiz": 2}
-A = assignments.get("lesson12")
+LESSON = "lesson12"
 SEED = 1  # one grading's draws for every policy here (task, trial seeds, final seeds)
-
-
-def _reference_cells(**replace: str) -> list[tuple[str, str]]:
-    return solution_cells(SOLUTION, SOLUTION, **replace)
 
 
 def _grade(search_source: str | None = None, only=("test_search", "test_pruning")) -> dict[str, CellVerdict]:
     """``only``'s checks on the reference cells (``search`` swapped), each drawing from a fresh
     ``random.Random(SEED)``; a raising cell is recorded, as the worker does."""
-    cells = _reference_cells(**({"search": search_source} if search_source else {}))
-    session = InProcess(A, lesson12_probes, cells)
-    return {gid: grade_in_process(A, session, [gid], random.Random(SEED))[gid] for gid in only}
-
-
-def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
-    nb = nbformat.read(SOLUTION, as_version=4)
-    cells = {grade_id(c): c for c in nb.cells if grade_id(c)}
-    assert cells["setup"].source == A.setup_source
-    graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
-    assert graded == POINTS and set(graded) == set(A.cell_checks)
-    for gid in graded:
-        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
-    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
-    assert "BEGIN SOLUTION" not in text and '"q2": "b"' not in text and "self.study.tell(t, score)" not in text
+    cells = reference_cells(LESSON, **({"search": search_source} if search_source else {}))
+    return grade_here(LESSON, cells, only, seed=SEED, fresh=True, strict=False)
 
 
 # -- policies: the grader runs the search, trains every trial and judges the choice ------------------
 
-_REF = dict(_reference_cells())["search"]
+_REF = dict(reference_cells(LESSON))["search"]
 _WEIGHT_DECAY_GRID = '''
 class Search:
     """A grid over weight decay at SGD's default learning rate: the whole budget spent on one axis."""

@@ -9,54 +9,26 @@ reference's). The validation of hostile files needs no model: small ONNX graphs 
 
 import os
 import pickle
-import random
-from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
-from exercise_cells import InProcess, grade_id, grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import InProcess, grade_here, reference_cells  # noqa: E402
 from onnx import TensorProto, helper
 
 from grader import assignments
 from grader.assignments.lesson13 import artifact
 from grader.assignments.lesson13 import probes as lesson13_probes
 from grader.sandbox.channel import ChannelError, Endpoint
-from grader.scoring.checks import CellVerdict, CheckFailed
+from grader.scoring.checks import CheckFailed
 
-ROOT = Path(__file__).resolve().parents[1]
-SOLUTION = ROOT / "solutions" / "lesson13" / "lesson13.ipynb"
-EXERCISE = ROOT / "exercises" / "lesson13" / "lesson13.ipynb"
-POINTS = {"test_artifact": 2, "test_accuracy": 3, "test_latency": 3, "test_quiz": 2}
+LESSON = "lesson13"
 GRADED = ["test_artifact", "test_accuracy", "test_latency"]
 A = assignments.get("lesson13")
 
 
-def _reference_cells(**replace: str) -> list[tuple[str, str]]:
-    return solution_cells(SOLUTION, SOLUTION, **replace)
-
-
-def _grade_in_process(cells, only: list[str], seed: int = 1) -> dict[str, CellVerdict]:
-    """``only``'s checks on ``cells``, all drawing from one ``random.Random(seed)`` in order."""
-    session = InProcess(A, lesson13_probes, cells, strict=True)
-    return grade_in_process(A, session, only, random.Random(seed))
-
-
-def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
-    nb = nbformat.read(SOLUTION, as_version=4)
-    cells = {grade_id(c): c for c in nb.cells if grade_id(c)}
-    assert cells["setup"].source == A.setup_source
-    graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
-    assert graded == POINTS and set(graded) == set(A.cell_checks)
-    for gid in graded:
-        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
-    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
-    assert "BEGIN SOLUTION" not in text and '"q2": "c"' not in text and "nodes_to_exclude=[head" not in text
-
-
 # -- plausible wrong submissions, graded on the grader's own model and server ----------------------
 
-_EXPORT = dict(_reference_cells())["export_for_slo"]
+_EXPORT = dict(reference_cells(LESSON))["export_for_slo"]
 _QUANTIZE = 'quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8, nodes_to_exclude=[head, head + "_MatMul"])'
 assert _QUANTIZE in _EXPORT
 
@@ -98,7 +70,7 @@ SUBMISSIONS = {
 @pytest.mark.parametrize("name", [n for n in SUBMISSIONS if n != "reference"])
 def test_wrong_submissions_earn_what_they_deserve_with_a_hint(name):
     source, passes, words = SUBMISSIONS[name]
-    verdicts = _grade_in_process(_reference_cells(export_for_slo=source), GRADED, seed=7)
+    verdicts = grade_here(LESSON, reference_cells(LESSON, export_for_slo=source), GRADED, seed=7)
     assert {g: v.passed for g, v in verdicts.items()} == passes, {g: v.reason for g, v in verdicts.items()}
     failed = [v.reason for v in verdicts.values() if not v.passed]
     assert words in failed[0], failed[0]

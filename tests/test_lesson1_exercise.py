@@ -12,61 +12,17 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from exercise_cells import POINTS as EXERCISE_POINTS  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import grade, grade_id, reference_cells, stub_cells  # noqa: E402
 
-from grader import assignments
 from grader.assignments.lesson1 import checks as lesson1
-from grader.frontends.notebook import solution_sources
-from grader.scoring.checks import grade_cells
 
+LESSON = "lesson1"
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson1" / "lesson1.ipynb"
 EXERCISE = ROOT / "exercises" / "lesson1" / "lesson1.ipynb"
 SUBMISSIONS = ROOT / "tests" / "submissions" / "lesson1"
-POINTS = {"test_throughput": 4, "test_data_wait": 2, "test_bottleneck": 4, "test_quiz": 2}
-A = assignments.get("lesson1")
-
-
-def _grade_id(cell) -> str | None:
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
-
-
-def _cells(path: Path, **replace: str) -> list[tuple[str, str]]:
-    nb = nbformat.read(path, as_version=4)
-    ids = [
-        _grade_id(c)
-        for c in nbformat.read(SOLUTION, as_version=4).cells
-        if c.metadata.get("nbgrader", {}).get("solution")
-    ]
-    cells = [(c.grade_id, c.source) for c in solution_sources(nb, ids)]
-    return [(gid, replace.get(gid, src)) for gid, src in cells]
-
-
-def _grade(cells, only=None):
-    verdicts, report = grade_cells(A, cells, only=only, seed=1)
-    return verdicts, report
-
-
-# -- fast: the notebooks' structure ------------------------------------------------------------
-
-
-def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
-    nb = nbformat.read(SOLUTION, as_version=4)
-    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
-    assert cells["setup"].source == A.setup_source
-    graded = {
-        gid: c.metadata.nbgrader["points"]
-        for gid, c in cells.items()
-        if c.metadata.nbgrader["grade"]
-    }
-    assert graded == POINTS
-    assert set(graded) == set(A.cell_checks)
-    for (
-        gid
-    ) in graded:  # the test cells only ask the grader; the answer key lives in grader/assignments/lesson1/checks.py
-        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
-    exercise = nbformat.read(EXERCISE, as_version=4)
-    text = "\n".join(c.source for c in exercise.cells)
-    assert "BEGIN SOLUTION" not in text and '"q1": "b"' not in text
+POINTS = EXERCISE_POINTS[LESSON]
 
 
 # -- gradings (each one sandboxed worker) ------------------------------------------------------
@@ -74,12 +30,12 @@ def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells
 
 @pytest.mark.slow
 def test_reference_solution_gets_every_check_and_the_stub_none():
-    verdicts, report = _grade(_cells(SOLUTION))
+    verdicts, report = grade(LESSON, reference_cells(LESSON))
     assert {g: v.passed for g, v in verdicts.items()} == dict.fromkeys(POINTS, True), verdicts
     assert not [f for f in report["flags"] if "replaced" in f or "frames" in f], report["flags"]
     if os.geteuid() == 0:
         assert report["worker_uid"] == 65534 and report["unavailable"] == []
-    verdicts, _ = _grade(_cells(EXERCISE))
+    verdicts, _ = grade(LESSON, stub_cells(LESSON))
     assert not any(v.passed for v in verdicts.values())
     assert all("NotImplementedError" in v.reason for v in verdicts.values()), verdicts
 
@@ -112,7 +68,7 @@ MISTAKES = {
 @pytest.mark.slow
 def test_throughput_mistakes_fail_with_a_hint():
     for name, (source, hint) in MISTAKES.items():
-        verdicts, _ = _grade(_cells(SOLUTION, measure_throughput=source), only=["test_throughput"])
+        verdicts, _ = grade(LESSON, reference_cells(LESSON, measure_throughput=source), only=["test_throughput"])
         v = verdicts["test_throughput"]
         assert not v.passed and hint in v.reason, (name, v.reason)
 
@@ -125,7 +81,7 @@ def test_a_fixed_bottleneck_and_the_compute_share_fail():
     for x, y in split.wrap(itertools.islice(trainer.pipeline, steps)):
         trainer.loss_fn(trainer.model(x), y).backward()
     return 1 - split.data_share"""
-    verdicts, _ = _grade(_cells(SOLUTION, name_bottleneck=fixed, data_wait_share=inverted),
+    verdicts, _ = grade(LESSON, reference_cells(LESSON, name_bottleneck=fixed, data_wait_share=inverted),
                          only=["test_bottleneck", "test_data_wait"])  # fmt: skip
     assert (
         not verdicts["test_bottleneck"].passed and "expected" in verdicts["test_bottleneck"].reason
@@ -139,7 +95,7 @@ def test_a_bottleneck_named_from_the_data_wait_share_fails():
     the old reference decided from it. One input-bound trainer hides its pipeline time there."""
     from_share = ('def name_bottleneck(trainer):\n'
                   '    return "input pipeline" if data_wait_share(trainer, steps=5) > 0.5 else "compute"')
-    verdicts, _ = _grade(_cells(SOLUTION, name_bottleneck=from_share), only=["test_bottleneck"])
+    verdicts, _ = grade(LESSON, reference_cells(LESSON, name_bottleneck=from_share), only=["test_bottleneck"])
     v = verdicts["test_bottleneck"]
     assert not v.passed and "data-wait timer cannot see it" in v.reason, v.reason
 
@@ -155,7 +111,7 @@ def measure_throughput(trainer, steps, warmup):
     trainer.train_steps = lambda n: None
     trainer.train_steps(warmup + steps)
     return 32 * 40.0"""
-    verdicts, report = _grade(_cells(SOLUTION, measure_throughput=forged), only=["test_throughput"])
+    verdicts, report = grade(LESSON, reference_cells(LESSON, measure_throughput=forged), only=["test_throughput"])
     assert not verdicts["test_throughput"].passed
     flags = " | ".join(report["flags"])
     assert (
@@ -196,7 +152,7 @@ def test_nbgrader_autograde_never_runs_the_kernel_and_ignores_forged_outputs(tmp
     graded = nbformat.read(
         tmp_path / "course" / "autograded" / "eve" / "lesson1" / "lesson1.ipynb", as_version=4
     )
-    test = next(c for c in graded.cells if _grade_id(c) == "test_throughput")
+    test = next(c for c in graded.cells if grade_id(c) == "test_throughput")
     assert any(o.output_type == "error" and "NotImplementedError" in o.evalue for o in test.outputs)
 
 
@@ -227,7 +183,7 @@ def test_a_hidden_pipeline_costs_the_next_forward_pass_not_next(monkeypatch):
 @pytest.mark.slow
 def test_a_wrong_quiz_choice_is_told_why_it_is_wrong():
     wrong = 'QUIZ_ANSWERS = {"q1": "a", "q2": "c", "q3": "a", "q4": "b"}'
-    verdicts, _ = _grade(_cells(SOLUTION, quiz=wrong), only=["test_quiz"])
+    verdicts, _ = grade(LESSON, reference_cells(LESSON, quiz=wrong), only=["test_quiz"])
     v = verdicts["test_quiz"]
     assert not v.passed and "3 of 4 answers right" in v.reason, v.reason
     assert f'q1: (a) — {lesson1.QUIZ_WHY["q1"]["a"]}' in v.reason, v.reason

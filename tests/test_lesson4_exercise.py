@@ -11,53 +11,32 @@ import random
 from pathlib import Path
 from types import SimpleNamespace
 
-import nbformat
 import pytest
 import torch
-from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import POINTS as EXERCISE_POINTS  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import grade, solution_cells  # noqa: E402
 
-from grader import assignments
 from grader.assignments.lesson4 import accum_checks as ac
 from grader.assignments.lesson4 import probes
 from grader.assignments.lesson4 import recipe_checks as rc
 from grader.assignments.lesson4 import recipe_task as rt
-from grader.scoring.checks import CheckFailed, grade_cells
+from grader.scoring.checks import CheckFailed
 
+LESSON = "lesson4"
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson4" / "lesson4.ipynb"
 EXERCISE = ROOT / "exercises" / "lesson4" / "lesson4.ipynb"
-POINTS = {"test_full_windows": 4, "test_last_window": 2, "test_recipe": 4, "test_quiz": 2}
+POINTS = EXERCISE_POINTS[LESSON]
 PART_A = [gid for gid in POINTS if gid != "test_recipe"]  # part (a) mistakes: no part (b) training
-A = assignments.get("lesson4")
-
-
-def _grade_id(cell) -> str | None:
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
-
-
-def _cells(path: Path, **replace: str) -> list[tuple[str, str]]:
-    return solution_cells(SOLUTION, path, **replace)
 
 
 def _score(path: Path, seed: int = 1, only: list[str] | None = None, **replace: str):
-    verdicts, report = grade_cells(A, _cells(path, **replace), seed=seed, only=only)
+    verdicts, report = grade(LESSON, solution_cells(SOLUTION, path, **replace), seed=seed, only=only)
     points = sum(POINTS[g] for g, v in verdicts.items() if v.passed)
     return points, verdicts, report
 
 
 # -- fast: structure and the grader's own reference ---------------------------------------------
-
-
-def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
-    nb = nbformat.read(SOLUTION, as_version=4)
-    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
-    assert cells["setup"].source == A.setup_source
-    graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
-    assert graded == POINTS and set(graded) == set(A.cell_checks)
-    for gid in graded:
-        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
-    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
-    assert "BEGIN SOLUTION" not in text and '"q2": "b"' not in text and "real_tokens" not in text
 
 
 def test_reference_gradient_is_the_big_batch_and_the_per_micro_batch_mean_is_not():
@@ -129,7 +108,6 @@ def train_accumulated(model, optimizer, micro_batches, accum_steps):
             acc.backward(F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten(), ignore_index=IGNORE,
                                          reduction="sum"), n)
         acc.step()"""
-
 
 @pytest.mark.slow
 def test_reference_solution_gets_full_marks_and_the_stub_none():

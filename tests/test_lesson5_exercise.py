@@ -12,10 +12,10 @@ import json
 import random
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
-from exercise_cells import grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import POINTS as EXERCISE_POINTS  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import grade, grade_in_process, reference_cells, solution_cells  # noqa: E402
 
 from effkit.checkpoint_plan import CheckpointPlan
 from grader import assignments
@@ -23,32 +23,19 @@ from grader.assignments.lesson5 import ckpt_checks as cc
 from grader.assignments.lesson5 import ckpt_reference
 from grader.assignments.lesson5.plan_checks import LOOSE
 from grader.sandbox.probe import CallResult
-from grader.scoring.checks import CellVerdict, Context, grade_cells
+from grader.scoring.checks import CellVerdict, Context
 
+LESSON = "lesson5"
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson5" / "lesson5.ipynb"
 EXERCISE = ROOT / "exercises" / "lesson5" / "lesson5.ipynb"
-POINTS = {
-    "test_gradients": 3,
-    "test_budget": 2,
-    "test_speed": 2,
-    "test_least_recompute": 1,
-    "test_quiz": 2,
-}
+POINTS = EXERCISE_POINTS[LESSON]
 PLAN_CELLS = ["test_budget", "test_speed", "test_least_recompute"]
 A = assignments.get("lesson5")
 
 
-def _grade_id(cell) -> str | None:
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
-
-
-def _cells(path: Path, **replace: str) -> list[tuple[str, str]]:
-    return solution_cells(SOLUTION, path, **replace)
-
-
 def _grade(path: Path, only=None, seed: int = 1, **replace: str):
-    verdicts, report = grade_cells(A, _cells(path, **replace), only=only, seed=seed)
+    verdicts, report = grade(LESSON, solution_cells(SOLUTION, path, **replace), only=only, seed=seed)
     return verdicts, report
 
 
@@ -57,22 +44,6 @@ def _points(verdicts) -> int:
 
 
 # -- fast: structure and the grader's own references --------------------------------------------
-
-
-def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
-    nb = nbformat.read(SOLUTION, as_version=4)
-    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
-    assert cells["setup"].source == A.setup_source
-    graded = {
-        gid: c.metadata.nbgrader["points"]
-        for gid, c in cells.items()
-        if c.metadata.nbgrader["grade"]
-    }
-    assert graded == POINTS and set(graded) == set(A.cell_checks)
-    for gid in graded:
-        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
-    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
-    assert "BEGIN SOLUTION" not in text and '"q3": "a"' not in text and "MUST_SAVE" not in text
 
 
 def test_the_grader_references_see_the_mistakes_they_name():
@@ -136,7 +107,7 @@ def test_the_reference_forward_runs_on_a_torch_without_respect_saved_tensors_hoo
     ns: dict = {}
     exec(SETUP_SOURCE, ns)
     ns["checkpoint"] = old_checkpoint
-    exec(dict(_cells(SOLUTION))["checkpointed_forward"], ns)
+    exec(dict(reference_cells(LESSON))["checkpointed_forward"], ns)
     seed, rng_seed = 21, 22
     stack, (x, w) = cc.build_stack(seed), cc.draw_batch(seed + 1)
     ops = sorted(cc.ops_in(stack, x) & {"addmm", "mm"})
@@ -216,7 +187,6 @@ def plan_checkpointing(blocks, x, budget_bytes):
     effkit.act_checkpoint.saved_activation_bytes = lambda fn: 0  # "it fits": so checkpoint nothing
     return {"blocks": [], "save": None}"""
 
-
 @pytest.mark.slow
 def test_reference_solution_gets_full_marks_and_the_stub_none():
     verdicts, report = _grade(SOLUTION)
@@ -236,7 +206,7 @@ class PlanOnly:
     def __init__(self, planner_source: str):
         self.ns: dict = {}
         exec(A.setup_source, self.ns)  # noqa: S102 - the exercise's own cells, in a test
-        forward = dict(_cells(SOLUTION))["checkpointed_forward"]
+        forward = dict(reference_cells(LESSON))["checkpointed_forward"]
         exec(forward + "\n" + planner_source, self.ns)  # noqa: S102
         self.cells, self.load_errors = [("plan_checkpointing", planner_source)], []
 
@@ -300,7 +270,7 @@ def test_a_busy_machine_never_costs_the_reference_its_speed_points(monkeypatch):
     once, not twice and compared with itself (the noise that failed it under load, 1.20x with an
     interval down to 0.94); and when noise hides even the grader's own plan's gain, the speed
     cells judge by structure, so the reference keeps its points and 'everything' still earns none."""
-    planner = dict(_cells(SOLUTION))["plan_checkpointing"]
+    planner = dict(reference_cells(LESSON))["plan_checkpointing"]
     verdicts = _grade_plan(planner)
     assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
     assert any("the same work, timed once" in line for line in verdicts["test_speed"].lines)

@@ -10,33 +10,22 @@ import random
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
-from exercise_cells import solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import POINTS as EXERCISE_POINTS  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import grade, reference_cells, solution_cells  # noqa: E402
 
-from grader import assignments
 from grader.assignments.lesson6 import task as task_module
 from grader.assignments.lesson6.faults import incomplete
-from grader.scoring.checks import grade_cells
 
+LESSON = "lesson6"
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION = ROOT / "solutions" / "lesson6" / "lesson6.ipynb"
-EXERCISE = ROOT / "exercises" / "lesson6" / "lesson6.ipynb"
-POINTS = {"test_resume": 4, "test_torn": 2, "test_best": 2, "test_overhead": 2, "test_quiz": 2}
-A = assignments.get("lesson6")
-
-
-def _grade_id(cell) -> str | None:
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
-
-
-def _cells(path: Path, **replace: str) -> list[tuple[str, str]]:
-    return solution_cells(SOLUTION, path, **replace)
+POINTS = EXERCISE_POINTS[LESSON]
 
 
 def _reference_train() -> str:
-    return dict(_cells(SOLUTION))["train"]
+    return dict(reference_cells(LESSON))["train"]
 
 
 def _mutate(*edits: tuple[str, str]) -> str:
@@ -49,7 +38,7 @@ def _mutate(*edits: tuple[str, str]) -> str:
 
 
 def _score(path: Path = SOLUTION, seed: int = 1, **replace: str):
-    verdicts, report = grade_cells(A, _cells(path, **replace), seed=seed)
+    verdicts, report = grade(LESSON, solution_cells(SOLUTION, path, **replace), seed=seed)
     points = sum(POINTS[g] for g, v in verdicts.items() if v.passed)
     return points, verdicts, report
 
@@ -69,16 +58,6 @@ LAST_NOT_BEST_EVERY_STEP = [("    task.model.load_state_dict(torch.load(best_pat
 
 
 # -- fast: structure, the task, the watcher's tear ----------------------------------------------
-
-
-def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
-    nb = nbformat.read(SOLUTION, as_version=4)
-    cells = {_grade_id(c): c for c in nb.cells if _grade_id(c)}
-    assert cells["setup"].source == A.setup_source
-    graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
-    assert graded == POINTS and set(graded) == set(A.cell_checks)
-    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
-    assert "BEGIN SOLUTION" not in text and "os.fsync" not in text and '"q2": "c"' not in text
 
 
 def test_the_reference_run_stops_early_and_its_best_is_not_its_last():

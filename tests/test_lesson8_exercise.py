@@ -9,53 +9,25 @@ would run, then the parent's checks on what they return (the sandboxed path is t
 The recipe mistakes cost one full fine-tuning of the grader's task (~20 s, cached) and one LoRA run.
 """
 
-import random
-from pathlib import Path
+import functools
 
-import nbformat
 import pytest
-from exercise_cells import InProcess, grade_id, grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import grade, grade_here, reference_cells  # noqa: E402
 
-from grader import assignments
 from grader.assignments.lesson8 import checks
-from grader.assignments.lesson8 import probes as lesson8_probes
-from grader.scoring.checks import CellVerdict, CheckFailed, grade_cells
+from grader.scoring.checks import CheckFailed
 
-ROOT = Path(__file__).resolve().parents[1]
-SOLUTION = ROOT / "solutions" / "lesson8" / "lesson8.ipynb"
-EXERCISE = ROOT / "exercises" / "lesson8" / "lesson8.ipynb"
-POINTS = {"test_layer": 3, "test_inject": 2, "test_recipe": 3, "test_quiz": 2}
-A = assignments.get("lesson8")
-
-
-def _reference_cells(**replace: str) -> list[tuple[str, str]]:
-    return solution_cells(SOLUTION, SOLUTION, **replace)
-
-
-def _grade_in_process(cells, only: list[str], seed: int = 1) -> dict[str, CellVerdict]:
-    """``only``'s checks on ``cells``, each drawing from a fresh ``random.Random(seed)``."""
-    session = InProcess(A, lesson8_probes, cells, strict=True)
-    return {gid: grade_in_process(A, session, [gid], random.Random(seed))[gid] for gid in only}
+LESSON = "lesson8"
+# each check drawing from a fresh random.Random(seed), in this process
+_grade_in_process = functools.partial(grade_here, LESSON, fresh=True)
 
 
 # -- fast: structure -----------------------------------------------------------------------------
 
 
-def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
-    nb = nbformat.read(SOLUTION, as_version=4)
-    cells = {grade_id(c): c for c in nb.cells if grade_id(c)}
-    assert cells["setup"].source == A.setup_source
-    graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
-    assert graded == POINTS and set(graded) == set(A.cell_checks)
-    for gid in graded:
-        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
-    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
-    assert "BEGIN SOLUTION" not in text and '"q3": "a"' not in text and "kaiming_uniform_" not in text
-
-
 def test_the_reference_layer_passes_in_process_and_peft_agrees_with_itself():
     """The in-process path gives the reference's verdicts (so the mistakes below are judged the same way)."""
-    verdicts = _grade_in_process(_reference_cells(), ["test_layer", "test_inject"], seed=3)
+    verdicts = _grade_in_process(reference_cells(LESSON), ["test_layer", "test_inject"], seed=3)
     assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
 
 
@@ -64,13 +36,13 @@ def test_the_reference_layer_passes_in_process_and_peft_agrees_with_itself():
 
 @pytest.mark.slow
 def test_reference_layer_injection_and_quiz_get_full_marks_in_the_sandbox():
-    verdicts, _ = grade_cells(A, _reference_cells(), only=["test_layer", "test_inject", "test_quiz"], seed=1)
+    verdicts, _ = grade(LESSON, reference_cells(LESSON), only=["test_layer", "test_inject", "test_quiz"], seed=1)
     assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
 
 
 # -- plausible mistakes in code -------------------------------------------------------------------
 
-_LAYER = solution_cells(SOLUTION, SOLUTION)
+_LAYER = reference_cells(LESSON)
 _LAYER_SRC = dict(_LAYER)["lora_linear"]
 _INJECT_SRC = dict(_LAYER)["inject_lora"]
 
@@ -101,7 +73,7 @@ def test_code_mistakes_fail_the_cells_they_break_with_a_hint(name):
     replace, expected, hint = CODE_MISTAKES[name]
     for gid, src in replace.items():
         assert src != dict(_LAYER)[gid], f"{name}: the mistake did not change the cell"
-    verdicts = _grade_in_process(_reference_cells(**replace), list(expected), seed=5)
+    verdicts = _grade_in_process(reference_cells(LESSON, **replace), list(expected), seed=5)
     assert {g: v.passed for g, v in verdicts.items()} == expected, {g: v.reason for g, v in verdicts.items()}
     failed = " ".join(v.reason for v in verdicts.values() if not v.passed)
     assert hint in failed, failed
@@ -127,7 +99,7 @@ RECIPE_MISTAKES = {
 def test_recipe_mistakes_earn_nothing_with_a_hint(name):
     answer, hint = RECIPE_MISTAKES[name]
     source = f"def lora_recipe():\n    import json\n    return {answer}\n"
-    verdict = _grade_in_process(_reference_cells(lora_recipe=source), ["test_recipe"], seed=7)["test_recipe"]
+    verdict = _grade_in_process(reference_cells(LESSON, lora_recipe=source), ["test_recipe"], seed=7)["test_recipe"]
     assert not verdict.passed and hint in verdict.reason, verdict.reason
 
 

@@ -7,57 +7,29 @@ this process on their cell data: the probe functions the worker would run, then 
 what they return (the sandboxed path is the reference's).
 """
 
-import random
-from pathlib import Path
+import functools
 
-import nbformat
 import pytest
-from exercise_cells import InProcess, grade_id, grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import grade, grade_here, reference_cells  # noqa: E402
 
-from grader import assignments
-from grader.assignments.lesson9 import probes as lesson9_probes
 from grader.assignments.lesson9 import recipe_checks
-from grader.scoring.checks import CellVerdict, CheckFailed, grade_cells
+from grader.scoring.checks import CheckFailed
 
-ROOT = Path(__file__).resolve().parents[1]
-SOLUTION = ROOT / "solutions" / "lesson9" / "lesson9.ipynb"
-EXERCISE = ROOT / "exercises" / "lesson9" / "lesson9.ipynb"
-POINTS = {"test_loss_value": 3, "test_loss_gradient": 2, "test_recipe": 3, "test_quiz": 2}
-A = assignments.get("lesson9")
-
-
-def _reference_cells(**replace: str) -> list[tuple[str, str]]:
-    return solution_cells(SOLUTION, SOLUTION, **replace)
-
-
-def _grade_in_process(cells, only: list[str], seed: int = 1) -> dict[str, CellVerdict]:
-    """``only``'s checks on ``cells``, each drawing from a fresh ``random.Random(seed)``."""
-    session = InProcess(A, lesson9_probes, cells, strict=True)
-    return {gid: grade_in_process(A, session, [gid], random.Random(seed))[gid] for gid in only}
-
-
-def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells():
-    nb = nbformat.read(SOLUTION, as_version=4)
-    cells = {grade_id(c): c for c in nb.cells if grade_id(c)}
-    assert cells["setup"].source == A.setup_source
-    graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
-    assert graded == POINTS and set(graded) == set(A.cell_checks)
-    for gid in graded:
-        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
-    text = "\n".join(c.source for c in nbformat.read(EXERCISE, as_version=4).cells)
-    assert "BEGIN SOLUTION" not in text and '"q2": "c"' not in text and "batchmean\", log_target" not in text
+LESSON = "lesson9"
+# each check drawing from a fresh random.Random(seed), in this process
+_grade_in_process = functools.partial(grade_here, LESSON, fresh=True)
 
 
 @pytest.mark.slow
 def test_reference_loss_and_quiz_get_full_marks_in_the_sandbox():
-    verdicts, _ = grade_cells(A, _reference_cells(), only=["test_loss_value", "test_loss_gradient", "test_quiz"],
+    verdicts, _ = grade(LESSON, reference_cells(LESSON), only=["test_loss_value", "test_loss_gradient", "test_quiz"],
                               seed=1)  # fmt: skip
     assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
 
 
 # -- plausible mistakes in the loss ---------------------------------------------------------------
 
-_LOSS = dict(_reference_cells())["distillation_loss"]
+_LOSS = dict(reference_cells(LESSON))["distillation_loss"]
 _RIGHT_RETURN = "return alpha * temperature**2 * soft + (1 - alpha) * hard"
 _RIGHT_KL = "F.kl_div(student_log_probs, teacher_log_probs, reduction=\"batchmean\", log_target=True)"
 
@@ -77,7 +49,7 @@ LOSS_MISTAKES = {
 
 
 def test_the_reference_loss_passes_in_process():
-    verdicts = _grade_in_process(_reference_cells(), ["test_loss_value", "test_loss_gradient"], seed=3)
+    verdicts = _grade_in_process(reference_cells(LESSON), ["test_loss_value", "test_loss_gradient"], seed=3)
     assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
 
 
@@ -85,7 +57,7 @@ def test_the_reference_loss_passes_in_process():
 def test_loss_mistakes_fail_value_and_gradient_with_the_hint_that_names_them(name):
     source, hint = LOSS_MISTAKES[name]
     assert source != _LOSS, f"{name}: the mistake did not change the cell"
-    verdicts = _grade_in_process(_reference_cells(distillation_loss=source), ["test_loss_value", "test_loss_gradient"],
+    verdicts = _grade_in_process(reference_cells(LESSON, distillation_loss=source), ["test_loss_value", "test_loss_gradient"],
                                  seed=5)  # fmt: skip
     for v in verdicts.values():
         assert not v.passed and hint in v.reason, v.reason
@@ -93,7 +65,7 @@ def test_loss_mistakes_fail_value_and_gradient_with_the_hint_that_names_them(nam
 
 def test_a_loss_without_a_gradient_is_refused():
     source = _LOSS.replace(_RIGHT_RETURN, f"return torch.tensor(float({_RIGHT_RETURN[7:]}))")
-    verdict = _grade_in_process(_reference_cells(distillation_loss=source), ["test_loss_gradient"])["test_loss_gradient"]
+    verdict = _grade_in_process(reference_cells(LESSON, distillation_loss=source), ["test_loss_gradient"])["test_loss_gradient"]
     assert not verdict.passed and "no gradient" in verdict.reason, verdict.reason
 
 
@@ -118,7 +90,7 @@ RECIPES = {
 def test_recipes_are_scored_on_the_graders_own_runs(name):
     answer, passes, words = RECIPES[name]
     source = f"def distillation_recipe():\n    return {answer}\n"
-    verdict = _grade_in_process(_reference_cells(distillation_recipe=source), ["test_recipe"], seed=7)["test_recipe"]
+    verdict = _grade_in_process(reference_cells(LESSON, distillation_recipe=source), ["test_recipe"], seed=7)["test_recipe"]
     text = verdict.reason if not verdict.passed else " ".join(verdict.lines)
     assert verdict.passed == passes and words in text, text
 

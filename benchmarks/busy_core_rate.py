@@ -46,12 +46,16 @@ def main() -> None:
     assignment = assignments.get(args.lesson)
     unknown = set(args.cells) - set(assignment.cell_checks)
     if unknown:
-        ap.error(f"{args.lesson} has no cell check {sorted(unknown)}; it has {sorted(assignment.cell_checks)}")
+        ap.error(
+            f"{args.lesson} has no cell check {sorted(unknown)}; it has {sorted(assignment.cell_checks)}"
+        )
     solution = ROOT / "solutions" / args.lesson / f"{args.lesson}.ipynb"
     cells = solution_cells(solution, solution)
-    print(f"{args.lesson} {args.cells}: {args.times} gradings of the reference, seeds {args.first}.., busy "
-          f"processes {args.busy}; load {os.getloadavg()}; {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}",
-          flush=True)  # fmt: skip
+    print(
+        f"{args.lesson} {args.cells}: {args.times} gradings of the reference, seeds {args.first}.., busy "
+        f"processes {args.busy}; load {os.getloadavg()}; {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}",
+        flush=True,
+    )
     spinning.start(args.busy)
     failed, seconds = [], []
     try:
@@ -62,19 +66,31 @@ def main() -> None:
             if not all(verdicts[c].passed for c in args.cells):
                 failed.append(seed)
             shown = " ".join(f"{c} {'PASS' if verdicts[c].passed else 'FAIL'}" for c in args.cells)
-            detail = " | ".join(line for c in args.cells for line in [*verdicts[c].lines, verdicts[c].reason or ""]
-                                if line)  # fmt: skip
+            detail = " | ".join(
+                line
+                for c in args.cells
+                for line in [*verdicts[c].lines, verdicts[c].reason or ""]
+                if line
+            )
             print(f"{i + 1:4d} seed {seed}: {shown} {seconds[-1]:.1f}s | {detail}", flush=True)
             if (i + 1) % 25 == 0:
                 print(f"     load {os.getloadavg()}; {len(failed)} failed so far", flush=True)
-    except (KeyboardInterrupt, SystemExit):  # stopped early (Ctrl-C, kill): count the gradings that finished
-        print(f"stopped after {len(seconds)} gradings; the next seed is {args.first + len(seconds)}", flush=True)
+    except (
+        KeyboardInterrupt,
+        SystemExit,
+    ):  # stopped early (Ctrl-C, kill): count the gradings that finished
+        print(
+            f"stopped after {len(seconds)} gradings; the next seed is {args.first + len(seconds)}",
+            flush=True,
+        )
     n = len(seconds)
     if not n:
         return
-    print(f"{n} gradings, {len(failed)} failed {failed}; 95% upper bound of the failure rate "
-          f"{upper_bound(len(failed), n):.2%}; {min(seconds):.1f}-{max(seconds):.1f} s a grading (median "
-          f"{sorted(seconds)[n // 2]:.1f}); load {os.getloadavg()}; {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")  # fmt: skip
+    print(
+        f"{n} gradings, {len(failed)} failed {failed}; 95% upper bound of the failure rate "
+        f"{upper_bound(len(failed), n):.2%}; {min(seconds):.1f}-{max(seconds):.1f} s a grading (median "
+        f"{sorted(seconds)[n // 2]:.1f}); load {os.getloadavg()}; {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}"
+    )
 
 
 if __name__ == "__main__":

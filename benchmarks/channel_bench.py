@@ -56,13 +56,21 @@ print(digest.hexdigest(), flush=True)
 def send(nbytes: int, framing: str, timeout_s: float) -> tuple[float, bool]:
     """Seconds from the announcement's arrival to the last byte, and whether the bytes match."""
     r, w = os.pipe()
-    getattr(channel, "widen", lambda fd: None)(r)  # absent before the linear reader (for before/after runs)
-    child = subprocess.Popen([sys.executable, "-c", WRITER, str(w), str(nbytes), framing], pass_fds=(w,),
-                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    getattr(channel, "widen", lambda fd: None)(
+        r
+    )  # absent before the linear reader (for before/after runs)
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(w), str(nbytes), framing],
+        pass_fds=(w,),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     os.close(w)
     try:
         if framing == "worker":
-            worker = supervisor.Worker("learner", None, r, -1, Path(os.devnull))  # no sandbox: a bare pipe
+            worker = supervisor.Worker(
+                "learner", None, r, -1, Path(os.devnull)
+            )  # no sandbox: a bare pipe
             event, _ = worker.event(timeout_s, "announcing the weights")
             t0 = time.perf_counter()
             blob = worker.blob(event["nbytes"], timeout_s, "sending the weights")
@@ -81,11 +89,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[55, 110, 440], help="MB (10^6 bytes)")
     ap.add_argument("--timeout", type=float, default=600)
-    ap.add_argument("--readers", nargs="+", default=["worker", "endpoint"], choices=["worker", "endpoint"])
+    ap.add_argument(
+        "--readers", nargs="+", default=["worker", "endpoint"], choices=["worker", "endpoint"]
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     rows = []
-    print(f"host: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(
+        f"host: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
     for reader in args.readers:
         for mb in args.sizes:
             try:

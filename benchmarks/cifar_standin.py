@@ -72,8 +72,9 @@ def train(root: Path, steps: int, seed: int, bug: str | None, evals: list[float]
     per_epoch = math.ceil(len(cifar.load_cifar(root, train=True)) / 128)
     epochs = (steps - 1e-6) / per_epoch  # the recipe rounds its step count up
     pipeline = UnnormalisedPipeline if bug == "no-normalise" else DevicePipeline
-    trainer = cifar.build("naive", "smoke", data_dir=root, device="cpu", seed=seed,
-                          pipeline=pipeline, epochs=epochs)  # fmt: skip
+    trainer = cifar.build(
+        "naive", "smoke", data_dir=root, device="cpu", seed=seed, pipeline=pipeline, epochs=epochs
+    )
     assert trainer.total_steps == steps, (trainer.total_steps, steps)
     if bug == "short-schedule":
         trainer.scheduler = warmup_cosine(trainer.optimizer, max(1, steps // 8), 0)
@@ -110,17 +111,20 @@ def main() -> int:
             with args.out.open("a") as f:
                 f.write(text + "\n")
 
-    say(f"cifar_standin: {args.n_train} train / {args.n_test} test images, naive recipe with the "
+    say(
+        f"cifar_standin: {args.n_train} train / {args.n_test} test images, naive recipe with the "
         f"smoke net (ResNet-10, width 16), {args.steps} steps of batch 128 "
         f"({args.steps * 128 / args.n_train:.2f} epochs), cosine to 0, SGD lr 0.1; training seed "
         f"{args.seed}, data seed 0; CPU {platform.processor() or platform.machine()}, "
-        f"{args.threads} thread(s), torch {torch.__version__}")  # fmt: skip
+        f"{args.threads} thread(s), torch {torch.__version__}"
+    )
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="cifar-standin-") as tmp:
         for difficulty in args.difficulty:
             t0 = time.perf_counter()
-            root = make_synthetic_cifar(Path(tmp) / difficulty, args.n_train, args.n_test, 0,
-                                        difficulty=difficulty)  # fmt: skip
+            root = make_synthetic_cifar(
+                Path(tmp) / difficulty, args.n_train, args.n_test, 0, difficulty=difficulty
+            )
             say(f"\n[{difficulty}] data generated and written in {time.perf_counter() - t0:.1f} s")
             ok = train(root, args.steps, args.seed, None, FRACTIONS)
             curve = ok["curve"]

@@ -92,8 +92,14 @@ def _graded() -> list[tuple[str, Path, str, str]]:
     refs = sorted((ROOT / "solutions").glob("lesson*/lesson*.ipynb"))
     rows = [(f"grade-{nb.parent.name}-{nb.stem}", nb, nb.parent.name, "full") for nb in refs]
     # a submission's file name need not be its assignment's notebook name: name it explicitly
-    rows.append(("grade-submissions-no_faster", ROOT / "tests" / "submissions" / "no_faster.ipynb",
-                 "lesson2", "no-speed"))
+    rows.append(
+        (
+            "grade-submissions-no_faster",
+            ROOT / "tests" / "submissions" / "no_faster.ipynb",
+            "lesson2",
+            "no-speed",
+        )
+    )
     for nb in refs:
         stub = ROOT / "exercises" / nb.parent.name / nb.name
         rows.append((f"grade-stub-{nb.parent.name}", stub, nb.parent.name, "zero"))
@@ -105,26 +111,77 @@ def steps(out: Path, sst2: Path, cifar: Path, cache: Path, dry: bool) -> list[di
     profile = "smoke" if dry else "gpu"
     tiny = ["--pairs", "2", "--burst", "0.2", "--quiet"] if dry else ["--quiet"]
     bench = [PY, "-m", "effkit.bench"]
-    env = {"EFFKIT_DATA": str(cache)}  # lessons and gradings read the effkit cache: the check's data
+    env = {
+        "EFFKIT_DATA": str(cache)
+    }  # lessons and gradings read the effkit cache: the check's data
     plan = [
-        {"name": "bench-cifar", "argv": bench + ["cifar", "--profile", profile, "--data", str(cifar),
-                                                 "--out", str(out / "cifar")] + tiny},
-        {"name": "peer-hf-trainer", "argv": bench + ["bert", "--against", "hf-trainer", "--profile",
-                                                     profile, "--data", str(sst2), "--out",
-                                                     str(out / "peer")] + tiny},
-        {"name": "bench-bert", "argv": bench + ["bert", "--profile", profile, "--data", str(sst2),
-                                                "--out", str(out / "bert")] + tiny},
+        {
+            "name": "bench-cifar",
+            "argv": bench
+            + ["cifar", "--profile", profile, "--data", str(cifar), "--out", str(out / "cifar")]
+            + tiny,
+        },
+        {
+            "name": "peer-hf-trainer",
+            "argv": bench
+            + [
+                "bert",
+                "--against",
+                "hf-trainer",
+                "--profile",
+                profile,
+                "--data",
+                str(sst2),
+                "--out",
+                str(out / "peer"),
+            ]
+            + tiny,
+        },
+        {
+            "name": "bench-bert",
+            "argv": bench
+            + ["bert", "--profile", profile, "--data", str(sst2), "--out", str(out / "bert")]
+            + tiny,
+        },
     ]
     for aid in TIMED[:1] if dry else TIMED:  # the gate the gradings below read: calibrated first
-        sizes = ["--spec", "tiny", "--pairs", "3", "--chunk", "3", "--no-save"] if dry else \
-            ["--pairs", "6", "--chunk", "3"]
-        plan.append({"name": f"calibrate-{aid}", "assignment": aid, "env": env,
-                     "argv": [PY, "-m", "grader", "calibrate", "--assignment", aid, *sizes,
-                              "--json", str(out / "calibrate" / f"{aid}.json")]})
+        sizes = (
+            ["--spec", "tiny", "--pairs", "3", "--chunk", "3", "--no-save"]
+            if dry
+            else ["--pairs", "6", "--chunk", "3"]
+        )
+        plan.append(
+            {
+                "name": f"calibrate-{aid}",
+                "assignment": aid,
+                "env": env,
+                "argv": [
+                    PY,
+                    "-m",
+                    "grader",
+                    "calibrate",
+                    "--assignment",
+                    aid,
+                    *sizes,
+                    "--json",
+                    str(out / "calibrate" / f"{aid}.json"),
+                ],
+            }
+        )
     # lesson 5's timed cells (test_speed, test_least_recompute) time on the grading's device: its
     # calibration grades four planners on the GPU (figures in the log; grader/assignments/lesson5/README.md)
-    plan.append({"name": "calibrate-lesson5", "assignment": "lesson5", "env": env,
-                 "argv": [PY, "benchmarks/lesson5_calibrate.py", *(["1", "everything"] if dry else ["2"])]})
+    plan.append(
+        {
+            "name": "calibrate-lesson5",
+            "assignment": "lesson5",
+            "env": env,
+            "argv": [
+                PY,
+                "benchmarks/lesson5_calibrate.py",
+                *(["1", "everything"] if dry else ["2"]),
+            ],
+        }
+    )
     validate = []
     for name, nb, aid, expect in _graded():
         if dry and expect == "zero":
@@ -133,11 +190,29 @@ def steps(out: Path, sst2: Path, cifar: Path, cache: Path, dry: bool) -> list[di
             validate += [str(nb), aid]
             continue
         if dry:  # the stub, under the step's own file name: same argv, same report path
-            nb = _stand_in(out / "dry-notebooks" / name / nb.name, ROOT / "exercises" / aid / f"{aid}.ipynb")
+            nb = _stand_in(
+                out / "dry-notebooks" / name / nb.name, ROOT / "exercises" / aid / f"{aid}.ipynb"
+            )
             expect = "zero"
-        plan.append({"name": name, "expect": expect, "assignment": aid, "env": env,
-                     "argv": [PY, "-m", "grader", "check", str(nb), "--assignment", aid,
-                              "--json", str(out / "grading" / f"{name}.json")]})
+        plan.append(
+            {
+                "name": name,
+                "expect": expect,
+                "assignment": aid,
+                "env": env,
+                "argv": [
+                    PY,
+                    "-m",
+                    "grader",
+                    "check",
+                    str(nb),
+                    "--assignment",
+                    aid,
+                    "--json",
+                    str(out / "grading" / f"{name}.json"),
+                ],
+            }
+        )
     if validate:
         plan.append({"name": "validate-gradings", "argv": [PY, "-c", VALIDATE, *validate]})
     for step in plan:
@@ -145,14 +220,28 @@ def steps(out: Path, sst2: Path, cifar: Path, cache: Path, dry: bool) -> list[di
     lessons = sorted((ROOT / "notebooks").glob("*.ipynb"))
     for i, nb in enumerate(lessons):
         argv = [PY, "-c", EXECUTE, str(nb), str(out / "lessons" / nb.name)]
-        if dry and i:  # one kernel runs the stand-in; the others are read and validated at once (CI budget)
-            plan.append({"name": "validate-lessons", "suite": "lessons", "env": {"EFFKIT_PROFILE": "gpu", **env},
-                         "argv": [PY, "-c", READ_ALL, *map(str, lessons[1:])]})  # fmt: skip
+        if (
+            dry and i
+        ):  # one kernel runs the stand-in; the others are read and validated at once (CI budget)
+            plan.append(
+                {
+                    "name": "validate-lessons",
+                    "suite": "lessons",
+                    "env": {"EFFKIT_PROFILE": "gpu", **env},
+                    "argv": [PY, "-c", READ_ALL, *map(str, lessons[1:])],
+                }
+            )
             break
         if dry:
             argv.append("--stand-in")
-        plan.append({"name": f"lesson-{nb.stem}", "suite": "lessons", "argv": argv,
-                     "env": {"EFFKIT_PROFILE": "gpu", **env}})
+        plan.append(
+            {
+                "name": f"lesson-{nb.stem}",
+                "suite": "lessons",
+                "argv": argv,
+                "env": {"EFFKIT_PROFILE": "gpu", **env},
+            }
+        )
     for step in plan:
         step["planned_s"] = planned_s(step["name"])
     return plan
@@ -172,8 +261,14 @@ def parts(plan: list[dict], suite: str) -> list[list[dict]]:
     floor: dict[str, int] = {}  # assignment -> the part its calibration runs in
     for step in (s for s in plan if s["suite"] == suite):
         lo = floor.get(step.get("assignment", ""), 0)
-        i = next((i for i in range(lo, len(cut))
-                  if sum(s["planned_s"] for s in cut[i]) + step["planned_s"] <= PART_S), len(cut))
+        i = next(
+            (
+                i
+                for i in range(lo, len(cut))
+                if sum(s["planned_s"] for s in cut[i]) + step["planned_s"] <= PART_S
+            ),
+            len(cut),
+        )
         if i == len(cut):
             cut.append([])
         cut[i].append(step)

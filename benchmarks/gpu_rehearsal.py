@@ -36,16 +36,33 @@ def lesson3_spec() -> protocol.GradingSpec:
     """The gpu spec's model and batch size, one repeat of 8 sentences (2 steps) in 2 timed chunks."""
     gpu = assignments.get("lesson3").specs["gpu"]
     hooks = dict(gpu.hooks, batch_size=4, model="scratch")  # 4 rows of 128 tokens: ~2 s a step here
-    return dataclasses.replace(gpu, name="rehearse-gpu", n_train=8, n_eval=16, n_warmup=4, repeats=1,
-                               chunks_per_epoch=2, hooks=hooks, cpu_cores=1)  # fmt: skip
+    return dataclasses.replace(
+        gpu,
+        name="rehearse-gpu",
+        n_train=8,
+        n_eval=16,
+        n_warmup=4,
+        repeats=1,
+        chunks_per_epoch=2,
+        hooks=hooks,
+        cpu_cores=1,
+    )
 
 
 def lesson2_spec() -> protocol.GradingSpec:
     """The gpu spec's ResNet-18, batch (128) and held-out set (10,000 images, evaluated in the parent);
     one repeat of 2 batches in 2 timed chunks."""
     gpu = assignments.get("lesson2").specs["gpu"]
-    return dataclasses.replace(gpu, name="rehearse-gpu", n_train=256, n_warmup=128, epochs=1, repeats=1,
-                               chunks_per_epoch=2, cpu_cores=1)  # fmt: skip
+    return dataclasses.replace(
+        gpu,
+        name="rehearse-gpu",
+        n_train=256,
+        n_warmup=128,
+        epochs=1,
+        repeats=1,
+        chunks_per_epoch=2,
+        cpu_cores=1,
+    )
 
 
 def rehearse_lesson3(progress=print, memfd: bool = True) -> dict:
@@ -58,10 +75,16 @@ def rehearse_lesson2(progress=print, memfd: bool = True) -> dict:
     return rehearse("lesson2", lesson2_spec(), progress, memfd)
 
 
-def rehearse(assignment_id: str, spec: protocol.GradingSpec, progress=print, memfd: bool = True) -> dict:
+def rehearse(
+    assignment_id: str, spec: protocol.GradingSpec, progress=print, memfd: bool = True
+) -> dict:
     sizes: list[int] = []
     from_memfd: list[int] = []
-    blob, read_memfd, uses_memfd = supervisor.Worker.blob, supervisor.read_sealed_memfd, supervisor.Worker.uses_memfd
+    blob, read_memfd, uses_memfd = (
+        supervisor.Worker.blob,
+        supervisor.read_sealed_memfd,
+        supervisor.Worker.uses_memfd,
+    )
 
     def counted(self, n, timeout_s, what):
         out = blob(self, n, timeout_s, what)
@@ -79,19 +102,33 @@ def rehearse(assignment_id: str, spec: protocol.GradingSpec, progress=print, mem
         supervisor.Worker.uses_memfd = lambda self: False
     try:
         t0 = time.perf_counter()
-        m = protocol.measure(assignments.get(assignment_id), reference_cells(assignment_id), spec, "cpu",
-                             progress=progress)  # fmt: skip
+        m = protocol.measure(
+            assignments.get(assignment_id),
+            reference_cells(assignment_id),
+            spec,
+            "cpu",
+            progress=progress,
+        )
     finally:
         supervisor.Worker.blob, supervisor.read_sealed_memfd = blob, read_memfd
         supervisor.Worker.uses_memfd = uses_memfd
-    return {"seconds": time.perf_counter() - t0, "error": str(m.error) if m.error else None,
-            "problems": m.problems, "blob_bytes": sizes, "memfd_commits": len(from_memfd), "phases_s": m.phases_s, "chunks": m.chunks,
-            "runs": [(t.role, t.seconds, t.accuracy) for t in m.runs]}  # fmt: skip
+    return {
+        "seconds": time.perf_counter() - t0,
+        "error": str(m.error) if m.error else None,
+        "problems": m.problems,
+        "blob_bytes": sizes,
+        "memfd_commits": len(from_memfd),
+        "phases_s": m.phases_s,
+        "chunks": m.chunks,
+        "runs": [(t.role, t.seconds, t.accuracy) for t in m.runs],
+    }
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--pipe", action="store_true", help="commits through the pipe, as before the sealed memfd")
+    p.add_argument(
+        "--pipe", action="store_true", help="commits through the pipe, as before the sealed memfd"
+    )
     p.add_argument("--only", choices=["lesson2", "lesson3"], help="one lesson (default: both)")
     args = p.parse_args()
     ok = True
@@ -101,10 +138,17 @@ def main() -> int:
         out = run(memfd=not args.pipe)
         mb = [f"{n / 1e6:.0f} MB" for n in out["blob_bytes"]]
         chunks = ", ".join(f"{role} {c + 1}: {s:.1f} s" for role, _, c, s in out["chunks"])
-        print(f"{lesson} at the gpu spec's sizes: {out['seconds']:.0f} s; blobs received: {', '.join(mb) or 'none'}; "
-              f"timed chunks (training + commit, on the clock): {chunks}; error: {out['error']}; "
-              f"problems: {out['problems']}", flush=True)  # fmt: skip
-        ok &= out["error"] is None and not out["problems"] and all(acc is not None for _, _, acc in out["runs"])
+        print(
+            f"{lesson} at the gpu spec's sizes: {out['seconds']:.0f} s; blobs received: {', '.join(mb) or 'none'}; "
+            f"timed chunks (training + commit, on the clock): {chunks}; error: {out['error']}; "
+            f"problems: {out['problems']}",
+            flush=True,
+        )
+        ok &= (
+            out["error"] is None
+            and not out["problems"]
+            and all(acc is not None for _, _, acc in out["runs"])
+        )
     print("rehearsal " + ("passed" if ok else "FAILED"))
     return 0 if ok else 1
 

@@ -22,7 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-NUMBER = re.compile(r"[-+]?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?(?:x|%| ?pp| ?ms| ?s| ?µs| ?MB| ?MiB| ?KB)?")
+NUMBER = re.compile(
+    r"[-+]?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?(?:x|%| ?pp| ?ms| ?s| ?µs| ?MB| ?MiB| ?KB)?"
+)
 
 
 def shape(text: str | None) -> str:
@@ -32,15 +34,25 @@ def shape(text: str | None) -> str:
 
 def essence(report: dict) -> dict:
     """What of one ``grader check --json`` report must survive a behaviour-preserving change."""
-    cells = {r["grade_id"]: {"points": r["points"], "max": r["max_points"], "error": shape(r.get("error"))}
-             for r in report.get("cells", [])}  # fmt: skip
+    cells = {
+        r["grade_id"]: {
+            "points": r["points"],
+            "max": r["max_points"],
+            "error": shape(r.get("error")),
+        }
+        for r in report.get("cells", [])
+    }
     for gid, c in ((report.get("out_of_kernel") or {}).get("cells") or {}).items():
         cells.setdefault(gid, {}).update(passed=c["passed"], reason=shape(c.get("reason")))
     perf = report.get("performance") or {}
     flags = (report.get("out_of_kernel") or {}).get("flags", []) + perf.get("flags", [])
-    return {"total": report.get("total"), "max_total": report.get("max_total"), "cells": cells,
-            "problems": sorted(shape(p) for p in perf.get("problems") or []),
-            "flags": sorted(shape(f) for f in flags)}  # fmt: skip
+    return {
+        "total": report.get("total"),
+        "max_total": report.get("max_total"),
+        "cells": cells,
+        "problems": sorted(shape(p) for p in perf.get("problems") or []),
+        "flags": sorted(shape(f) for f in flags),
+    }
 
 
 def record(out: Path) -> int:
@@ -51,7 +63,9 @@ def record(out: Path) -> int:
         reports = {}
         for row in rows:
             path = row.get("report")
-            reports[row["name"]] = essence(json.loads(Path(path).read_text())) if path else {"error": row["note"]}
+            reports[row["name"]] = (
+                essence(json.loads(Path(path).read_text())) if path else {"error": row["note"]}
+            )
     out.write_text(json.dumps(reports, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
     print(f"{len(reports)} reports -> {out}")
     return 0
@@ -62,7 +76,9 @@ def differences(before: dict, after: dict) -> list[str]:
     for name in sorted(set(before) | set(after)):
         a, b = before.get(name), after.get(name)
         if a != b:
-            out.append(f"{name}:\n  before {json.dumps(a, ensure_ascii=False)}\n  after  {json.dumps(b, ensure_ascii=False)}")
+            out.append(
+                f"{name}:\n  before {json.dumps(a, ensure_ascii=False)}\n  after  {json.dumps(b, ensure_ascii=False)}"
+            )
     return out
 
 

@@ -52,17 +52,23 @@ def main(seeds: list[int]) -> None:
             right_doc += doc == label
             if ref != label or doc != label:
                 r = p["ranges_ms"]
-                print(f"  seed {seed}: planted {label}, reference {ref}, doctor {doc}; step {p['step_ms']:.1f} ms, "
-                      f"data {r['data'] / p['step_ms']:.0%}, optimizer {r['optimizer'] / p['step_ms']:.0%}, "
-                      f"matmul median {p['matmul_us_median']:.0f} us, syncs {p['syncs_per_step']:.0f}")
+                print(
+                    f"  seed {seed}: planted {label}, reference {ref}, doctor {doc}; step {p['step_ms']:.1f} ms, "
+                    f"data {r['data'] / p['step_ms']:.0%}, optimizer {r['optimizer'] / p['step_ms']:.0%}, "
+                    f"matmul median {p['matmul_us_median']:.0f} us, syncs {p['syncs_per_step']:.0f}"
+                )
         worst = min(worst, right_ref)
-        print(f"seed {seed}: reference {right_ref}/{len(cases)}, doctor {right_doc}/{len(cases)}", flush=True)
+        print(
+            f"seed {seed}: reference {right_ref}/{len(cases)}, doctor {right_doc}/{len(cases)}",
+            flush=True,
+        )
     print(f"reference's worst grading: {worst}/{checks.CASES}; PASS_AT = {checks.PASS_AT}")
 
 
 STEP_VARIANTS = {  # fast_step sources besides the reference (which is read from the solution notebook)
     # the batched forward and backward, every other habit of the original kept
-    "batched_other_habits_kept": _HEAD + """    params = list(model.parameters())
+    "batched_other_habits_kept": _HEAD
+    + """    params = list(model.parameters())
     x = torch.tensor(inputs.tolist())
     y = torch.tensor([int(t.item()) for t in targets])
     losses = F.cross_entropy(model(x), y, reduction="none")
@@ -86,19 +92,28 @@ def main_step(seeds: list[int], busy: int, only: str | None = None) -> None:
     variants = {"reference": None, **STEP_VARIANTS}
     if only is not None:  # one submission, many gradings: a busy-core failure rate
         variants = {only: variants[only]}
-    print(f"device: {device_name('cpu')}; load {os.getloadavg()}; busy processes {busy}; "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; TARGET {step_checks.TARGET}x")  # fmt: skip
+    print(
+        f"device: {device_name('cpu')}; load {os.getloadavg()}; busy processes {busy}; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; TARGET {step_checks.TARGET}x"
+    )
     hogs = spinning.start(busy)
     try:
         for seed in seeds:
             for name, source in variants.items():
-                cells = solution_cells(SOLUTION, SOLUTION, **({"fast_step": source} if source else {}))
+                cells = solution_cells(
+                    SOLUTION, SOLUTION, **({"fast_step": source} if source else {})
+                )
                 start = time.perf_counter()
-                verdicts, _ = grade_cells(a, cells, only=["test_fast_step_equal", "test_fast_step_speed"], seed=seed)
+                verdicts, _ = grade_cells(
+                    a, cells, only=["test_fast_step_equal", "test_fast_step_speed"], seed=seed
+                )
                 said = {g: "pass" if v.passed else "FAIL" for g, v in verdicts.items()}
                 speed = verdicts["test_fast_step_speed"]
                 line = speed.lines[-1] if speed.passed else speed.reason
-                print(f"seed {seed} {name}: {said}, {time.perf_counter() - start:.1f} s\n    {line[:240]}", flush=True)
+                print(
+                    f"seed {seed} {name}: {said}, {time.perf_counter() - start:.1f} s\n    {line[:240]}",
+                    flush=True,
+                )
     finally:
         spinning.stop(hogs)
     print(f"load {os.getloadavg()}")

@@ -54,16 +54,23 @@ def drift(spec: dict, steps: int, fast_step) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("n", type=int, nargs="?", default=1000, help="tasks to draw (default 1000, ~0.3 s each)")
+    parser.add_argument(
+        "n", type=int, nargs="?", default=1000, help="tasks to draw (default 1000, ~0.3 s each)"
+    )
     parser.add_argument("--activation", choices=("gelu", "relu"), default="gelu")
     args = parser.parse_args()
     if args.activation == "relu":
         shape = task._shape_model
-        task._shape_model = lambda: nn.Sequential(*(nn.ReLU() if isinstance(m, nn.GELU) else m for m in shape()))
+        task._shape_model = lambda: nn.Sequential(
+            *(nn.ReLU() if isinstance(m, nn.GELU) else m for m in shape())
+        )
     torch.set_num_threads(1)
     fast_step, rng, errors, start = reference_step(), random.Random(0), [], time.perf_counter()
-    print(f"device: {device_name('cpu')}; torch {torch.__version__}; activation {args.activation}; "
-          f"{step_checks.TIMED_STEPS} steps per task; TOLERANCE {step_checks.TOLERANCE:g}", flush=True)
+    print(
+        f"device: {device_name('cpu')}; torch {torch.__version__}; activation {args.activation}; "
+        f"{step_checks.TIMED_STEPS} steps per task; TOLERANCE {step_checks.TOLERANCE:g}",
+        flush=True,
+    )
     for i in range(args.n):
         spec = step_checks.draw(rng)
         errors.append(drift(spec, step_checks.TIMED_STEPS, fast_step))
@@ -72,8 +79,10 @@ def main() -> None:
     errors.sort()
     q = lambda p: errors[min(len(errors) - 1, int(p * len(errors)))]  # noqa: E731
     over = sum(e > step_checks.TOLERANCE for e in errors)
-    print(f"{args.n} tasks: median {q(0.5):.1e}, 99th percentile {q(0.99):.1e}, max {errors[-1]:.1e} of the update; "
-          f"{over} above TOLERANCE; {time.perf_counter() - start:.0f} s")
+    print(
+        f"{args.n} tasks: median {q(0.5):.1e}, 99th percentile {q(0.99):.1e}, max {errors[-1]:.1e} of the update; "
+        f"{over} above TOLERANCE; {time.perf_counter() - start:.0f} s"
+    )
 
 
 if __name__ == "__main__":

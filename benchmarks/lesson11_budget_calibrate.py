@@ -32,21 +32,28 @@ SOLUTION = ROOT / "solutions" / "lesson11" / "lesson11.ipynb"
 
 
 def main(seeds: list[int]) -> None:
-    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {device_name()}; load {os.getloadavg()[0]:.2f}; "
-          f"{memory_task.parameters() / 1e6:.2f}M parameters, budget {memory_task.BUDGET:g} B per parameter and rank")  # fmt: skip
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {device_name()}; load {os.getloadavg()[0]:.2f}; "
+        f"{memory_task.parameters() / 1e6:.2f}M parameters, budget {memory_task.BUDGET:g} B per parameter and rank"
+    )
     base = [c for c in solution_cells(SOLUTION, SOLUTION) if c[0] != "train_sharded"]
     for seed in seeds:
         for name, source in {**VARIANTS, **ATTACKS}.items():
             start = time.perf_counter()
-            verdict = grade_cells(A, [*base, ("train_sharded", source)], only=["test_memory_budget"], seed=seed)[0]
+            verdict = grade_cells(
+                A, [*base, ("train_sharded", source)], only=["test_memory_budget"], seed=seed
+            )[0]
             v = verdict["test_memory_budget"]
             text = v.reason + " " + " ".join(v.lines)
             per = re.search(r"= ([0-9.]+) bytes per parameter and rank", text)
             rms = re.search(r"by ([0-9.e+-]+) in RMS|\(([0-9.e+-]+) RMS apart", text)
-            print(f"seed {seed} {name:16s} {'PASS' if v.passed else 'fail'}  "
-                  f"{(per[1] + ' B/param/rank') if per else 'no figure':>18s}  "
-                  f"weights {next(g for g in rms.groups() if g) if rms else '-':>8s} RMS  "
-                  f"({time.perf_counter() - start:.1f} s)", flush=True)  # fmt: skip
+            print(
+                f"seed {seed} {name:16s} {'PASS' if v.passed else 'fail'}  "
+                f"{(per[1] + ' B/param/rank') if per else 'no figure':>18s}  "
+                f"weights {next(g for g in rms.groups() if g) if rms else '-':>8s} RMS  "
+                f"({time.perf_counter() - start:.1f} s)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

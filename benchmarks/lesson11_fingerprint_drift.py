@@ -36,7 +36,9 @@ def two_ranks(init_seed: int, data_seed: int) -> dict:
     per_rank = [mem.batches(data_seed, r) for r in range(mem.WORLD)]
     params = list(net.parameters())
     for k in range(mem.STEPS):
-        grads = [torch.autograd.grad(F.cross_entropy(net(b[k][0]), b[k][1]), params) for b in per_rank]
+        grads = [
+            torch.autograd.grad(F.cross_entropy(net(b[k][0]), b[k][1]), params) for b in per_rank
+        ]
         for p, *per in zip(params, *grads, strict=True):
             p.grad = sum(per) / mem.WORLD
         opt.step()
@@ -47,7 +49,10 @@ def two_ranks(init_seed: int, data_seed: int) -> dict:
 def main(n: int, seed: int = 1) -> None:
     torch.set_num_threads(1)
     rng, errors, start = random.Random(seed), [], time.perf_counter()
-    print(f"device: {device_name('cpu')}; torch {torch.__version__}; {n} triples; TOL {mem.TOL:g}", flush=True)
+    print(
+        f"device: {device_name('cpu')}; torch {torch.__version__}; {n} triples; TOL {mem.TOL:g}",
+        flush=True,
+    )
     for _ in range(n):
         data, init, form = (rng.randrange(1 << 30) for _ in range(3))
         want = mem.fingerprint(mem.reference(init, data), form)
@@ -57,8 +62,10 @@ def main(n: int, seed: int = 1) -> None:
             print(f"  data {data}, init {init}, forms {form}: {errors[-1]:.2e}", flush=True)
     errors.sort()
     q = lambda p: errors[min(len(errors) - 1, int(p * len(errors)))]  # noqa: E731
-    print(f"{n} triples: median {q(0.5):.1e}, 90th percentile {q(0.9):.1e}, 99th {q(0.99):.1e}, max {errors[-1]:.1e}; "
-          f"{sum(e > mem.TOL for e in errors)} above TOL; {time.perf_counter() - start:.0f} s")
+    print(
+        f"{n} triples: median {q(0.5):.1e}, 90th percentile {q(0.9):.1e}, 99th {q(0.99):.1e}, max {errors[-1]:.1e}; "
+        f"{sum(e > mem.TOL for e in errors)} above TOL; {time.perf_counter() - start:.0f} s"
+    )
 
 
 if __name__ == "__main__":

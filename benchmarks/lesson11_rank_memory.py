@@ -58,7 +58,9 @@ def _shard(net: torch.nn.Module) -> torch.nn.Module:
 def rank(r: int, recipe: str, folder: str, width: int, layers: int) -> None:
     torch.set_num_threads(1)
     store = dist.FileStore(os.path.join(folder, "store"), 2)
-    dist.init_process_group("gloo", store=store, rank=r, world_size=2, timeout=datetime.timedelta(seconds=120))
+    dist.init_process_group(
+        "gloo", store=store, rank=r, world_size=2, timeout=datetime.timedelta(seconds=120)
+    )
     torch.manual_seed(0)
     if recipe == "fsdp_meta":
         with torch.device("meta"):
@@ -71,8 +73,9 @@ def rank(r: int, recipe: str, folder: str, width: int, layers: int) -> None:
     elif recipe == "fsdp":
         model = _shard(mlp(width, layers))
     else:
-        model = torch.nn.parallel.DistributedDataParallel(mlp(width, layers),
-                                                          gradient_as_bucket_view=recipe.endswith("view"))  # fmt: skip
+        model = torch.nn.parallel.DistributedDataParallel(
+            mlp(width, layers), gradient_as_bucket_view=recipe.endswith("view")
+        )
     if recipe.startswith("zero"):
         opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam)
     else:
@@ -95,13 +98,20 @@ def main(width: int, layers: int) -> None:
     with open(os.path.join(GROUP, "tasks"), "w") as f:
         f.write(str(os.getpid()))  # this process and every rank it forks are charged here
     params = sum(p.numel() for p in mlp(width, layers).parameters())
-    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load {os.getloadavg()[0]:.2f}; "
-          f"MLP width {width} x {layers} layers: {params / 1e6:.2f}M fp32 parameters; 2 gloo ranks, 4 Adam steps")  # fmt: skip
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load {os.getloadavg()[0]:.2f}; "
+        f"MLP width {width} x {layers} layers: {params / 1e6:.2f}M fp32 parameters; 2 gloo ranks, 4 Adam steps"
+    )
     # the first run pays one-off costs (gloo, allocator arenas): a warm-up, printed but not a figure
     for i, recipe in enumerate(("ddp", *RECIPES)):
         with open(os.path.join(GROUP, "memory.max_usage_in_bytes"), "w") as f:
             f.write("0")  # v1: resets the peak to the current usage
-        before, start, folder, pids = _read("memory.usage_in_bytes"), time.perf_counter(), tempfile.mkdtemp(), []
+        before, start, folder, pids = (
+            _read("memory.usage_in_bytes"),
+            time.perf_counter(),
+            tempfile.mkdtemp(),
+            [],
+        )
         for r in range(2):
             pid = os.fork()
             if pid == 0:
@@ -114,8 +124,11 @@ def main(width: int, layers: int) -> None:
             os.waitpid(pid, 0)
         peak = _read("memory.max_usage_in_bytes") - before
         label = "(warm-up)" if i == 0 else recipe
-        print(f"{label:10s} peak growth {peak / 2**20:7.1f} MiB = {peak / params / 2:5.1f} bytes per parameter and rank "
-              f"({time.perf_counter() - start:.1f} s)", flush=True)  # fmt: skip
+        print(
+            f"{label:10s} peak growth {peak / 2**20:7.1f} MiB = {peak / params / 2:5.1f} bytes per parameter and rank "
+            f"({time.perf_counter() - start:.1f} s)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

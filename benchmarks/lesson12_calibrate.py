@@ -30,7 +30,8 @@ A = assignments.get("lesson12")
 
 WRONG = {  # the mistakes tests/test_lesson12_exercise.py grades, as (name, search cell source)
     "no_pruning": lambda ref: ref.replace("if t.should_prune():", "if False:"),
-    "weight_decay_grid": lambda ref: '''
+    "weight_decay_grid": lambda ref: (
+        '''
 class Search:
     """A grid over weight decay at SGD's default learning rate: the budget spent on one axis."""
     def __init__(self, space, budget, max_epochs, seed):
@@ -39,7 +40,8 @@ class Search:
         return {"lr": 1e-3, "batch_size": 64, "weight_decay": self.grid[trial % len(self.grid)]}
     def report(self, trial, epoch, score):
         return False
-''',
+'''
+    ),
 }
 
 
@@ -90,10 +92,12 @@ def main() -> None:
             verdicts, outcome = grade(cells, seed)
             run = outcome.run
             gap = next((line for line in outcome.lines if "below the grid" in line), "no choice")
-            print(f"seed {seed} {name:18s} search {verdicts['test_search'][0]!s:5s} pruning "
-                  f"{verdicts['test_pruning'][0]!s:5s} saved {run.saved:5.1%} trials {len(run.trials):3d} "
-                  f"| {gap.split(': ')[-1] if 'below' in gap else gap} | {time.perf_counter() - start:.1f} s",
-                  flush=True)  # fmt: skip
+            print(
+                f"seed {seed} {name:18s} search {verdicts['test_search'][0]!s:5s} pruning "
+                f"{verdicts['test_pruning'][0]!s:5s} saved {run.saved:5.1%} trials {len(run.trials):3d} "
+                f"| {gap.split(': ')[-1] if 'below' in gap else gap} | {time.perf_counter() - start:.1f} s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

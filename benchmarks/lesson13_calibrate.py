@@ -35,8 +35,12 @@ EXPORT = dict(solution_cells(SOLUTION, SOLUTION))["export_for_slo"]
 QUANTIZE = 'quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8, nodes_to_exclude=[head, head + "_MatMul"])'
 VARIANTS = {
     "reference": EXPORT,
-    "fp32_unchanged": EXPORT.replace('fp32_path = path + ".fp32.onnx"', "fp32_path = path").replace(QUANTIZE, "return"),
-    "quantize_everything": EXPORT.replace(QUANTIZE, "quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8)"),
+    "fp32_unchanged": EXPORT.replace('fp32_path = path + ".fp32.onnx"', "fp32_path = path").replace(
+        QUANTIZE, "return"
+    ),
+    "quantize_everything": EXPORT.replace(
+        QUANTIZE, "quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8)"
+    ),
 }
 
 
@@ -52,8 +56,10 @@ class InProcess:
 
 
 def main(seeds: list[int]) -> None:
-    print(f"device: {device_name('cpu')}; load {os.getloadavg()}; "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")  # fmt: skip
+    print(
+        f"device: {device_name('cpu')}; load {os.getloadavg()}; "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
     for seed in seeds:
         for name, source in VARIANTS.items():
             session, rng, start = InProcess(source), random.Random(seed), time.perf_counter()
@@ -64,13 +70,17 @@ def main(seeds: list[int]) -> None:
                     print(f"seed {seed} {name:20s} {gid:14s} pass {' '.join(ctx.lines).strip()}")
                 except CheckFailed as err:
                     print(f"seed {seed} {name:20s} {gid:14s} FAIL {str(err)[:400]}")
-            print(f"seed {seed} {name:20s} {time.perf_counter() - start:.1f} s; load {os.getloadavg()[0]:.2f}",
-                  flush=True)  # fmt: skip
+            print(
+                f"seed {seed} {name:20s} {time.perf_counter() - start:.1f} s; load {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if args[:1] == ["--only"]:  # e.g. --only reference: one submission, many gradings (a busy-core failure rate)
+    if args[:1] == [
+        "--only"
+    ]:  # e.g. --only reference: one submission, many gradings (a busy-core failure rate)
         VARIANTS = {args[1]: VARIANTS[args[1]]}
         args = args[2:]
     main([int(s) for s in args] or [1, 2, 3])

@@ -35,6 +35,10 @@ if __name__ == "__main__":
         cells = []
         for seed in seeds:
             r = rt.run(seed, accum, lr, warmup)
-            hit = f"{r.samples}" if r.samples else ("diverged" if r.diverged else f"miss(best {r.best:.3f})")
+            hit = (
+                f"{r.samples}"
+                if r.samples
+                else ("diverged" if r.diverged else f"miss(best {r.best:.3f})")
+            )
             cells.append(f"{hit} {r.seconds:.2f}s")
         print(f"{name:30} | " + " | ".join(cells), flush=True)

@@ -25,11 +25,21 @@ if __name__ == "__main__":
         ctx = SimpleNamespace(rng=random.Random(grading))
         tasks = [rc._draw_task(ctx) for _ in range(rc.SEEDS)]
         for seed, target, (n, t) in tasks:
-            print(f"grading {grading} task {seed}: target {target:.3f}, baseline {n} samples {t:.2f} s", flush=True)
+            print(
+                f"grading {grading} task {seed}: target {target:.3f}, baseline {n} samples {t:.2f} s",
+                flush=True,
+            )
         for name, (k, lr, w) in RECIPES.items():
-            runs = [(target, base, rt.run(seed, k, lr, w, target=target)) for seed, target, base in tasks]
-            cells = [f"{r.samples} {r.seconds:.2f}s" if r.samples else f"miss best {r.best:.3f} ({r.best - tg:+.3f})"
-                     for tg, _, r in runs]  # fmt: skip
+            runs = [
+                (target, base, rt.run(seed, k, lr, w, target=target))
+                for seed, target, base in tasks
+            ]
+            cells = [
+                f"{r.samples} {r.seconds:.2f}s"
+                if r.samples
+                else f"miss best {r.best:.3f} ({r.best - tg:+.3f})"
+                for tg, _, r in runs
+            ]
             try:
                 verdict = "PASS " + rc.judge(k, lr, w, runs)[-1]
             except CheckFailed as err:

@@ -48,7 +48,10 @@ for flag in ("--first", "--busy"):
         first, busy = (value, busy) if flag == "--first" else (first, value)
 first = first or 200
 n, names = int(args[0]), args[1:] or list(PLANS)
-print(f"load {os.getloadavg()}; busy processes {busy}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
+print(
+    f"load {os.getloadavg()}; busy processes {busy}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+    flush=True,
+)
 hogs = spinning.start(busy)
 for name in names:
     src = PLANS[name]

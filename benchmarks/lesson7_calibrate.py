@@ -20,13 +20,21 @@ from grader.assignments.lesson7 import speed_task as st  # noqa: E402
 seeds = [int(s) for s in sys.argv[1:]] or [11, 12, 13, 14, 15]
 for seed in seeds:
     lengths = st.task_data(seed)["lengths"]
-    arms = {"bucketed": [bucket_batches(lengths, batch_size=st.BATCH, seed=seed, epoch=e) for e in range(st.MAX_PAIRS + 1)],
-            "random dyn-pad": st.random_epochs(seed + 99, len(lengths), st.MAX_PAIRS + 1)}
+    arms = {
+        "bucketed": [
+            bucket_batches(lengths, batch_size=st.BATCH, seed=seed, epoch=e)
+            for e in range(st.MAX_PAIRS + 1)
+        ],
+        "random dyn-pad": st.random_epochs(seed + 99, len(lengths), st.MAX_PAIRS + 1),
+    }
     for name, epochs in arms.items():
         r = st.train_ab(seed, epochs)
         ab = r["ab"]
-        print(f"seed {seed} {name:15s} speed {ab.ratio:.2f}x [{ab.ci_low:.2f}, {ab.ci_high:.2f}] "
-              f"({ab.coverage:.0%}, {ab.pairs} pairs, {ab.seconds:.1f} s) acc random-max {r['acc_random']:.3f} "
-              f"mine {r['acc_mine']:.3f} diff {r['acc_mine'] - r['acc_random']:+.3f} "
-              f"tokens {r['tokens_mine'] / r['tokens_random']:.2f}", flush=True)
+        print(
+            f"seed {seed} {name:15s} speed {ab.ratio:.2f}x [{ab.ci_low:.2f}, {ab.ci_high:.2f}] "
+            f"({ab.coverage:.0%}, {ab.pairs} pairs, {ab.seconds:.1f} s) acc random-max {r['acc_random']:.3f} "
+            f"mine {r['acc_mine']:.3f} diff {r['acc_mine'] - r['acc_random']:+.3f} "
+            f"tokens {r['tokens_mine'] / r['tokens_random']:.2f}",
+            flush=True,
+        )
 print("load:", os.getloadavg(), "threads: 1, CPU:", np.__name__ and os.uname().machine)

@@ -21,29 +21,61 @@ from effkit.measure import device_name
 from grader.assignments.lesson8 import lora_task as lt
 
 RECIPES = {
-    "reference (q,v r8 a16 lr1e-3)": {"target_modules": ["query", "value"], "r": 8, "lora_alpha": 16, "lr": 1e-3},
-    "full fine-tuning's LR (5e-5)": {"target_modules": ["query", "value"], "r": 8, "lora_alpha": 16, "lr": 5e-5},
-    "alpha 1 at r 8 (scale 1/8)": {"target_modules": ["query", "value"], "r": 8, "lora_alpha": 1, "lr": 1e-3},
-    "no attention (FFN dense only)": {"target_modules": ["intermediate.dense", "output.dense"], "r": 8,
-                                      "lora_alpha": 16, "lr": 1e-3},
-    "rank 1 (q,v a2 lr1e-3)": {"target_modules": ["query", "value"], "r": 1, "lora_alpha": 2, "lr": 1e-3},
+    "reference (q,v r8 a16 lr1e-3)": {
+        "target_modules": ["query", "value"],
+        "r": 8,
+        "lora_alpha": 16,
+        "lr": 1e-3,
+    },
+    "full fine-tuning's LR (5e-5)": {
+        "target_modules": ["query", "value"],
+        "r": 8,
+        "lora_alpha": 16,
+        "lr": 5e-5,
+    },
+    "alpha 1 at r 8 (scale 1/8)": {
+        "target_modules": ["query", "value"],
+        "r": 8,
+        "lora_alpha": 1,
+        "lr": 1e-3,
+    },
+    "no attention (FFN dense only)": {
+        "target_modules": ["intermediate.dense", "output.dense"],
+        "r": 8,
+        "lora_alpha": 16,
+        "lr": 1e-3,
+    },
+    "rank 1 (q,v a2 lr1e-3)": {
+        "target_modules": ["query", "value"],
+        "r": 1,
+        "lora_alpha": 2,
+        "lr": 1e-3,
+    },
 }
 
 
 def main(seeds: list[int], only: str = "") -> None:
-    print(f"device: {device_name(torch.device('cpu'))}; {lt.STEPS} steps of {lt.BATCH}, {lt.MAX_LEN} tokens")
+    print(
+        f"device: {device_name(torch.device('cpu'))}; {lt.STEPS} steps of {lt.BATCH}, {lt.MAX_LEN} tokens"
+    )
     for seed in seeds:
         full = lt.full_finetune(seed)
-        print(f"seed {seed}: full fine-tuning acc {full['acc']:.3f}, {full['bytes'] / 2**20:.0f} MiB grad+AdamW, "
-              f"{full['seconds']:.1f} s", flush=True)
+        print(
+            f"seed {seed}: full fine-tuning acc {full['acc']:.3f}, {full['bytes'] / 2**20:.0f} MiB grad+AdamW, "
+            f"{full['seconds']:.1f} s",
+            flush=True,
+        )
         for name, recipe in RECIPES.items():
             if only not in name:
                 continue
             start = time.perf_counter()
             run = lt.finetune(seed, recipe)
-            print(f"  {name:32} acc {run['acc']:.3f} gap {100 * (full['acc'] - run['acc']):5.1f} pp  "
-                  f"{run['bytes'] / 2**20:6.2f} MiB ({run['bytes'] / full['bytes']:.2%})  "
-                  f"{time.perf_counter() - start:.1f} s", flush=True)
+            print(
+                f"  {name:32} acc {run['acc']:.3f} gap {100 * (full['acc'] - run['acc']):5.1f} pp  "
+                f"{run['bytes'] / 2**20:6.2f} MiB ({run['bytes'] / full['bytes']:.2%})  "
+                f"{time.perf_counter() - start:.1f} s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

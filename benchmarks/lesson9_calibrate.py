@@ -40,9 +40,12 @@ def main(seeds: list[int]) -> None:
             base = kt.train_student(seed, 1.0, 0.0, layers, init)
             gaps.append(mine["acc"] - base["acc"])
         ab = kt.inference_ab(seeds[0], mine["net"])
-        print(f"{name:44} gap over labels alone (pp): {' '.join(f'{g * 100:+.1f}' for g in gaps)}; "
-              f"mean {sum(gaps) / len(gaps) * 100:+.1f}; mean of 3: {min(sum(gaps[i:i + 3]) / 3 for i in range(0, len(gaps) - 2)) * 100:+.1f} (worst window); "
-              f"speed {ab.ratio:.2f}x [{ab.ci_low:.2f}, {ab.ci_high:.2f}]; {time.perf_counter() - start:.0f} s", flush=True)
+        print(
+            f"{name:44} gap over labels alone (pp): {' '.join(f'{g * 100:+.1f}' for g in gaps)}; "
+            f"mean {sum(gaps) / len(gaps) * 100:+.1f}; mean of 3: {min(sum(gaps[i : i + 3]) / 3 for i in range(0, len(gaps) - 2)) * 100:+.1f} (worst window); "
+            f"speed {ab.ratio:.2f}x [{ab.ci_low:.2f}, {ab.ci_high:.2f}]; {time.perf_counter() - start:.0f} s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -46,7 +46,10 @@ XT, YT = tensors(N_TEST, 1)
 def evaluate(net) -> float:
     net.eval()
     with torch.no_grad():
-        correct = sum(int((net(x).argmax(1) == y).sum()) for x, y in zip(XT.split(500), YT.split(500), strict=True))
+        correct = sum(
+            int((net(x).argmax(1) == y).sum())
+            for x, y in zip(XT.split(500), YT.split(500), strict=True)
+        )
     net.train()
     return correct / N_TEST
 
@@ -58,10 +61,13 @@ def run(batch: int, lr: float, warmup: float, seed: int):
     steps = int(EPOCHS * N_TRAIN / batch)
     schedule = warmup_cosine(opt, steps, int(warmup * steps))
     acc = GradAccumulator(net, opt, batch // MICRO)
-    order = torch.randperm(N_TRAIN * (int(EPOCHS) + 1), generator=torch.Generator().manual_seed(seed)) % N_TRAIN
+    order = (
+        torch.randperm(N_TRAIN * (int(EPOCHS) + 1), generator=torch.Generator().manual_seed(seed))
+        % N_TRAIN
+    )
     curve, start, every = [], time.perf_counter(), max(1, steps // 8)
     for step in range(steps):
-        for part in order[step * batch:(step + 1) * batch].split(MICRO):
+        for part in order[step * batch : (step + 1) * batch].split(MICRO):
             acc.backward(F.cross_entropy(net(X[part]), Y[part], reduction="sum"), batch)
         acc.step()
         schedule.step()
@@ -75,5 +81,8 @@ if __name__ == "__main__":
         for seed in (0, 1):
             curve, wall = run(batch, lr, warmup, seed)
             hit = next((n for n, a in curve if a >= TARGET), None)
-            print(f"{name:38} seed {seed}: final {curve[-1][1]:.3f}, samples to {TARGET:.0%}: {hit},"
-                  f" {wall:.1f} s, curve {[round(a, 2) for _, a in curve]}", flush=True)
+            print(
+                f"{name:38} seed {seed}: final {curve[-1][1]:.3f}, samples to {TARGET:.0%}: {hit},"
+                f" {wall:.1f} s, curve {[round(a, 2) for _, a in curve]}",
+                flush=True,
+            )

@@ -14,7 +14,10 @@ import sys
 def start(n: int) -> list[subprocess.Popen]:
     """Start ``n`` spinning processes; they are killed at exit, also on Ctrl-C (they sit in sessions of their own,
     so the terminal's SIGINT does not reach them)."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(n)]
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(n)
+    ]
     atexit.register(stop, hogs)
     # `kill PID` (SIGTERM) would skip atexit and leave the hogs spinning: make it an orderly exit
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))

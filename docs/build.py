@@ -60,12 +60,28 @@ def build(executed: Path | None, out: Path) -> Path:
                 raise SystemExit(f"{path} is missing: run the lessons first, or drop --executed")
             shutil.copy(path, src / "lessons" / lesson.notebook)
     entries = "\n".join(f"lessons/{lesson.slug}" for lesson in ready())
-    index = INDEX_HEAD + syllabus_table(lambda slug: f"lessons/{slug}.ipynb") + TOC.format(
-        entries=entries)
+    index = (
+        INDEX_HEAD
+        + syllabus_table(lambda slug: f"lessons/{slug}.ipynb")
+        + TOC.format(entries=entries)
+    )
     (src / "index.md").write_text(index)
     html = out / "html"
-    subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going",
-                    str(src), str(html)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-b",
+            "html",
+            "-q",
+            "-W",
+            "--keep-going",
+            str(src),
+            str(html),
+        ],
+        check=True,
+    )
     print(f"site: {html / 'index.html'}")
     return html
 

@@ -145,7 +145,9 @@ def compare(
     a_speeds: list[float] = []
     b_speeds: list[float] = []
     ratios: list[float] = []
-    for i, (sa, sb) in enumerate(islice(speed_pairs(a, b, device=device, warmup=warmup), max_pairs)):
+    for i, (sa, sb) in enumerate(
+        islice(speed_pairs(a, b, device=device, warmup=warmup), max_pairs)
+    ):
         a_speeds.append(sa)
         b_speeds.append(sb)
         ratios.append(sb / sa)
@@ -198,7 +200,9 @@ def speed_pairs(
         i += 1
 
 
-def ab_result(a_speeds: list[float], b_speeds: list[float], confidence: float, seconds: float) -> ABResult:
+def ab_result(
+    a_speeds: list[float], b_speeds: list[float], confidence: float, seconds: float
+) -> ABResult:
     """The median ratio B/A of paired speeds, its order-statistic interval and that interval's real coverage."""
     ratios = [sb / sa for sa, sb in zip(a_speeds, b_speeds, strict=True)]
     lo, hi = median_ci(ratios, confidence)

@@ -38,11 +38,18 @@ __all__ = [
 
 # Ops whose outputs selective checkpointing keeps by default: the matmuls (and attention, a
 # fused pair of matmuls), by ATen name. F.linear runs as addmm (with bias) or mm.
-MATMUL_OPS = frozenset({
-    "mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-    "_scaled_dot_product_flash_attention_for_cpu",
-})  # fmt: skip
+MATMUL_OPS = frozenset(
+    {
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+    }
+)
 
 # SAC keeps its cache outside autograd's saved tensors; since torch 2.12 it can route it through
 # the saved_tensors_hooks in scope (so saved_activation_bytes sees it, and no FutureWarning).
@@ -54,6 +61,7 @@ _UNCOUNTED: list[int] = []
 
 class UncountedSaves(RuntimeError):
     """Selective checkpointing ran during a byte count on a torch (< 2.12) that hides what it keeps."""
+
 
 Selector = type | tuple[type, ...] | Callable[[str, nn.Module], bool]
 
@@ -82,8 +90,9 @@ def selective_context(save_ops: Iterable[str] = MATMUL_OPS) -> Callable[[], Any]
     return functools.partial(create_selective_checkpoint_contexts, policy)
 
 
-def _checkpoint(fn: Callable[..., Any], *args: Any, save_ops: Iterable[str] | None = None,
-                **kwargs: Any) -> Any:  # fmt: skip
+def _checkpoint(
+    fn: Callable[..., Any], *args: Any, save_ops: Iterable[str] | None = None, **kwargs: Any
+) -> Any:
     # use_reentrant=False: supports kwargs, inputs that don't require grad and
     # torch.autograd.grad; it is also the variant PyTorch recommends going forward.
     extra: dict[str, Any] = {}
@@ -123,8 +132,9 @@ def _as_predicate(selector: Selector) -> Callable[[str, nn.Module], bool]:
     )
 
 
-def checkpoint_modules(model: nn.Module, predicate_or_types: Selector,
-                       save_ops: Iterable[str] | None = None) -> int:  # fmt: skip
+def checkpoint_modules(
+    model: nn.Module, predicate_or_types: Selector, save_ops: Iterable[str] | None = None
+) -> int:
     """Checkpoint every submodule selected by a class / tuple of classes / ``pred(name, mod)``.
 
     ``save_ops``: selective checkpointing, keep these ops' outputs (e.g. :data:`MATMUL_OPS`);

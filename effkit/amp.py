@@ -61,17 +61,25 @@ def cpu_features(cpuinfo: str | None = None) -> dict:
         if line.startswith(("flags", "Features")):
             present.update(line.split(":", 1)[-1].split())
     wanted = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
-    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "unknown")()
-    return {"torch_capability": capability, "flags": [f for f in wanted if f in present],
-            "native_bf16": cpu_native_bf16(cpuinfo or None)}
+    capability = getattr(
+        getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "unknown"
+    )()
+    return {
+        "torch_capability": capability,
+        "flags": [f for f in wanted if f in present],
+        "native_bf16": cpu_native_bf16(cpuinfo or None),
+    }
 
 
 def describe_cpu(features: dict | None = None) -> str:
     """One line for a figure's caption, e.g. "AVX512 kernels; avx512_bf16: native bf16"."""
     f = features or cpu_features()
     bf16 = [x for x in f["flags"] if x.endswith("bf16")]
-    return (f"{f['torch_capability']} kernels; " +
-            (f"{', '.join(bf16)}: native bf16" if f["native_bf16"] else "no AMX / AVX512-BF16: bf16 emulated"))
+    return f"{f['torch_capability']} kernels; " + (
+        f"{', '.join(bf16)}: native bf16"
+        if f["native_bf16"]
+        else "no AMX / AVX512-BF16: bf16 emulated"
+    )
 
 
 def cuda_native_bf16(capability: tuple[int, int]) -> bool:

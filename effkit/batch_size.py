@@ -13,7 +13,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["NoiseScale", "grad_sq_norm", "measure_noise_scale", "noise_scale", "steps_to_target_model"]
+__all__ = [
+    "NoiseScale",
+    "grad_sq_norm",
+    "measure_noise_scale",
+    "noise_scale",
+    "steps_to_target_model",
+]
 
 
 @dataclass(frozen=True)
@@ -42,14 +48,19 @@ def grad_sq_norm(model: nn.Module, loss_fn: Callable, x: torch.Tensor, y: torch.
     """|mean-loss gradient|^2 of one batch (gradients are cleared before and after)."""
     model.zero_grad(set_to_none=True)
     loss_fn(model(x), y).backward()
-    total = sum(float(p.grad.double().pow(2).sum()) for p in model.parameters() if p.grad is not None)
+    total = sum(
+        float(p.grad.double().pow(2).sum()) for p in model.parameters() if p.grad is not None
+    )
     model.zero_grad(set_to_none=True)
     return total
 
 
-def measure_noise_scale(model: nn.Module, loss_fn: Callable,
-                        small_batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
-                        big_batches: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> NoiseScale:  # fmt: skip
+def measure_noise_scale(
+    model: nn.Module,
+    loss_fn: Callable,
+    small_batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    big_batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+) -> NoiseScale:
     """Average |G|^2 over several ``small_batches`` and ``big_batches`` (each of one size)."""
     small_sq, big_sq, sizes = [], [], set()
     for store, batches in ((small_sq, small_batches), (big_sq, big_batches)):
@@ -60,7 +71,9 @@ def measure_noise_scale(model: nn.Module, loss_fn: Callable,
     big = {n for is_big, n in sizes if is_big}
     if len(small) != 1 or len(big) != 1 or not small_sq or not big_sq:
         raise ValueError(f"expected batches of one small and one big size, got {sorted(sizes)}")
-    return noise_scale(sum(small_sq) / len(small_sq), sum(big_sq) / len(big_sq), small.pop(), big.pop())
+    return noise_scale(
+        sum(small_sq) / len(small_sq), sum(big_sq) / len(big_sq), small.pop(), big.pop()
+    )
 
 
 def steps_to_target_model(batch: float, s_min: float, b_noise: float) -> float:

@@ -66,8 +66,16 @@ def _resume(trainer) -> None:
     getattr(trainer, "resume", lambda: None)()
 
 
-def interleave(a, b, device, *, warmup: int = 2, pairs: int = DEFAULT_PAIRS,
-               progress=None, confidence: float = 0.95) -> ABResult:
+def interleave(
+    a,
+    b,
+    device,
+    *,
+    warmup: int = 2,
+    pairs: int = DEFAULT_PAIRS,
+    progress=None,
+    confidence: float = 0.95,
+) -> ABResult:
     """Time callables ``a`` and ``b`` (each returns the samples it trained) in ABBA pairs.
 
     Each is a pair (trainer, burst): the trainer is resumed untimed before its burst and paused
@@ -78,8 +86,14 @@ def interleave(a, b, device, *, warmup: int = 2, pairs: int = DEFAULT_PAIRS,
     trainers = {"a": a[0], "b": b[0]}
     _pause(a[0])
     _pause(b[0])
-    speeds = speed_pairs(a[1], b[1], device=device, warmup=warmup,
-                         before=lambda side: _resume(trainers[side]), after=lambda side: _pause(trainers[side]))
+    speeds = speed_pairs(
+        a[1],
+        b[1],
+        device=device,
+        warmup=warmup,
+        before=lambda side: _resume(trainers[side]),
+        after=lambda side: _pause(trainers[side]),
+    )
     a_speeds, b_speeds = [], []
     for i, (sa, sb) in enumerate(islice(speeds, pairs)):
         a_speeds.append(sa)
@@ -89,8 +103,9 @@ def interleave(a, b, device, *, warmup: int = 2, pairs: int = DEFAULT_PAIRS,
     return ab_result(a_speeds, b_speeds, confidence, seconds=time.perf_counter() - start)
 
 
-def measure_throughput(mod, profile, data, device, seed, burst_s, pairs, progress,
-                       hooks=None) -> dict:
+def measure_throughput(
+    mod, profile, data, device, seed, burst_s, pairs, progress, hooks=None
+) -> dict:
     hooks = hooks or {}
     naive = mod.build("naive", profile, data_dir=data, device=device, seed=seed, **hooks)
     opt = mod.build("optimized", profile, data_dir=data, device=device, seed=seed, **hooks)
@@ -110,14 +125,24 @@ def measure_throughput(mod, profile, data, device, seed, burst_s, pairs, progres
             print(f"  A/B pair {i}: optimized/naive = {ratio:.2f}x", flush=True)
 
     warmup = 2
-    res = interleave((naive, lambda: burst(naive, k_naive, "naive")),
-                     (opt, lambda: burst(opt, k_opt, "optimized")),
-                     device, warmup=warmup, pairs=pairs, progress=report)
-    out = {"speedup": res.ratio, "speedup_ci": [res.ci_low, res.ci_high],
-           "speedup_ci_coverage": res.coverage, "speedup_spread": list(res.spread),
-           "pairs": res.pairs, "warmup_rounds": warmup,
-           "verdict": verdict(res, "naive", "optimized").sentence,
-           "steps_per_burst": {"naive": k_naive, "optimized": k_opt}}
+    res = interleave(
+        (naive, lambda: burst(naive, k_naive, "naive")),
+        (opt, lambda: burst(opt, k_opt, "optimized")),
+        device,
+        warmup=warmup,
+        pairs=pairs,
+        progress=report,
+    )
+    out = {
+        "speedup": res.ratio,
+        "speedup_ci": [res.ci_low, res.ci_high],
+        "speedup_ci_coverage": res.coverage,
+        "speedup_spread": list(res.spread),
+        "pairs": res.pairs,
+        "warmup_rounds": warmup,
+        "verdict": verdict(res, "naive", "optimized").sentence,
+        "steps_per_burst": {"naive": k_naive, "optimized": k_opt},
+    }
     for name, speeds in (("naive", res.a_speeds), ("optimized", res.b_speeds)):
         work = tokens[name][warmup:]  # the first calls were warm-up
         per_sample_tokens = [t / s for s, t in work if s]
@@ -132,9 +157,19 @@ def measure_throughput(mod, profile, data, device, seed, burst_s, pairs, progres
     return out
 
 
-def run(workload: str, profile: str, data: str | None, out: Path, *, device=None, seed=0,
-        burst_s: float = 1.0, pairs: int = DEFAULT_PAIRS, progress: bool = True,
-        hooks: dict | None = None) -> dict:
+def run(
+    workload: str,
+    profile: str,
+    data: str | None,
+    out: Path,
+    *,
+    device=None,
+    seed=0,
+    burst_s: float = 1.0,
+    pairs: int = DEFAULT_PAIRS,
+    progress: bool = True,
+    hooks: dict | None = None,
+) -> dict:
     """``hooks`` go to both recipes' ``build`` (e.g. ``{"model": "scratch"}`` for BERT)."""
     hooks = hooks or {}
     mod = workloads.get(workload)
@@ -212,8 +247,8 @@ def _assemble(workload, profile, name, tp, runs) -> dict:
         "speedup_verdict": tp["verdict"],
         "time_to_target_speedup": (ttt_n / ttt_o) if ttt_n and ttt_o else None,
         "time_to_target_speedup_train_only": (tto_n / tto_o) if tto_n and tto_o else None,
-        "accuracy_delta_pp": 100 * (recipes["optimized"]["final_accuracy"]
-                                    - recipes["naive"]["final_accuracy"]),
+        "accuracy_delta_pp": 100
+        * (recipes["optimized"]["final_accuracy"] - recipes["naive"]["final_accuracy"]),
     }
     result["headline"] = headline(result)
     return result
@@ -232,23 +267,29 @@ def _fmt(v, spec=".1f", none="—"):
 def table(result: dict) -> str:
     head = result.get("headline") or headline(result)
     weights = (result["recipes"].get("naive", {}).get("config") or {}).get("model")
-    rows = [f"{result['workload']} / {result['profile']} on {result['device']}"
-            + (f", {weights}" if weights else ""),
-            f"HEADLINE: {head['what']}: {_fmt(head['value'], '.2f')}x "
-            f"(Δacc {result['accuracy_delta_pp']:+.2f} pp)",
-            f"{'recipe':<10} {'samples/s':>10} {'tokens/s':>10} {'t→target s':>10} "
-            f"{'eval s':>7} {'accuracy':>9} {'peak MiB':>9}"]
+    rows = [
+        f"{result['workload']} / {result['profile']} on {result['device']}"
+        + (f", {weights}" if weights else ""),
+        f"HEADLINE: {head['what']}: {_fmt(head['value'], '.2f')}x "
+        f"(Δacc {result['accuracy_delta_pp']:+.2f} pp)",
+        f"{'recipe':<10} {'samples/s':>10} {'tokens/s':>10} {'t→target s':>10} "
+        f"{'eval s':>7} {'accuracy':>9} {'peak MiB':>9}",
+    ]
     for name, r in result["recipes"].items():
-        rows.append(f"{name:<10} {r['samples_per_s']:>10.1f} {_fmt(r['tokens_per_s'], '.0f'):>10} "
-                    f"{_fmt(r['time_to_target_s']):>10} {_fmt(r.get('eval_seconds')):>7} "
-                    f"{100 * r['final_accuracy']:>8.2f}% {r['peak_memory_bytes'] / 2**20:>9.0f}")
+        rows.append(
+            f"{name:<10} {r['samples_per_s']:>10.1f} {_fmt(r['tokens_per_s'], '.0f'):>10} "
+            f"{_fmt(r['time_to_target_s']):>10} {_fmt(r.get('eval_seconds')):>7} "
+            f"{100 * r['final_accuracy']:>8.2f}% {r['peak_memory_bytes'] / 2**20:>9.0f}"
+        )
     lo, hi = result["speedup_ci"]
     cov = result.get("speedup_ci_coverage")
-    rows.append(f"throughput speedup {result['speedup']:.2f}x (interval {lo:.2f}-{hi:.2f}, real "
-                f"coverage {_fmt(cov and 100 * cov, '.1f')}%, {result['ab_pairs']} pairs); "
-                f"time-to-target speedup {_fmt(result['time_to_target_speedup'], '.2f')}x with "
-                f"evaluations counted ({_fmt(result.get('time_to_target_speedup_train_only'), '.2f')}x"
-                f" without); Δacc {result['accuracy_delta_pp']:+.2f} pp")
+    rows.append(
+        f"throughput speedup {result['speedup']:.2f}x (interval {lo:.2f}-{hi:.2f}, real "
+        f"coverage {_fmt(cov and 100 * cov, '.1f')}%, {result['ab_pairs']} pairs); "
+        f"time-to-target speedup {_fmt(result['time_to_target_speedup'], '.2f')}x with "
+        f"evaluations counted ({_fmt(result.get('time_to_target_speedup_train_only'), '.2f')}x"
+        f" without); Δacc {result['accuracy_delta_pp']:+.2f} pp"
+    )
     rows += counted(result)
     return "\n".join(rows)
 
@@ -276,15 +317,25 @@ def counted(result: dict) -> list[str]:
         v = load.get(key)
         return f", load {v[0]:.1f}→{v[1]:.1f}" if v and None not in v else ""
 
-    lines = ["counted: samples/s = interleaved A/B bursts after warm-up" + la("ab") + "; t→target = each recipe's"
-             " whole run from scratch, one after the other (setup, every evaluation counted)"]
-    whole = [f"{k} {_fmt(r[k].get('train_samples_per_s'))} samples/s{la(k)}" for k in ("naive", "optimized") if k in r]
+    lines = [
+        "counted: samples/s = interleaved A/B bursts after warm-up"
+        + la("ab")
+        + "; t→target = each recipe's"
+        " whole run from scratch, one after the other (setup, every evaluation counted)"
+    ]
+    whole = [
+        f"{k} {_fmt(r[k].get('train_samples_per_s'))} samples/s{la(k)}"
+        for k in ("naive", "optimized")
+        if k in r
+    ]
     lines.append("whole runs' training throughput (first chunk excluded): " + ", ".join(whole))
     ratio, (lo, hi) = whole_run_ratio(result), result["speedup_ci"]
     if ratio is not None and not lo <= ratio <= hi:
-        lines.append(f"WARNING: whole-run throughput ratio {ratio:.2f}x lies outside the A/B interval {lo:.2f}-{hi:.2f}: "
-                     "the sequential whole runs did not run under the same conditions (load average above), so "
-                     "time-to-target is confounded; trust the A/B figure, re-run on a quiet machine")
+        lines.append(
+            f"WARNING: whole-run throughput ratio {ratio:.2f}x lies outside the A/B interval {lo:.2f}-{hi:.2f}: "
+            "the sequential whole runs did not run under the same conditions (load average above), so "
+            "time-to-target is confounded; trust the A/B figure, re-run on a quiet machine"
+        )
     return lines
 
 
@@ -308,12 +359,16 @@ def _plots(result: dict, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(5, 3.2))
     meds = [result["recipes"][n]["samples_per_s"] for n in names]
     alls = [result["recipes"][n]["samples_per_s_all"] for n in names]
-    err = [[m - min(a) for m, a in zip(meds, alls, strict=True)],
-           [max(a) - m for m, a in zip(meds, alls, strict=True)]]
+    err = [
+        [m - min(a) for m, a in zip(meds, alls, strict=True)],
+        [max(a) - m for m, a in zip(meds, alls, strict=True)],
+    ]
     ax.bar(names, meds, yerr=err, capsize=6, color=["#999999", "#2a7ab0"])
     ax.set_ylabel("samples / s (median, min-max)")
-    ax.set_title(f"{result['workload']} {result['profile']}: {result['speedup']:.2f}x\n"
-                 f"{result['device']}", fontsize=9)
+    ax.set_title(
+        f"{result['workload']} {result['profile']}: {result['speedup']:.2f}x\n{result['device']}",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(out / "throughput.png", dpi=120)
     plt.close(fig)
@@ -341,17 +396,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: best available)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--pairs", type=int, default=DEFAULT_PAIRS, help="A/B pairs after warm-up")
-    p.add_argument("--against", default=None, choices=["hf-trainer"],
-                   help="bert only: optimized recipe vs the Hugging Face Trainer's own switches")
-    p.add_argument("--compile", action="store_true",
-                   help="with --against: torch.compile the optimized recipe (ablation)")
-    p.add_argument("--ab-only", action="store_true",
-                   help="with --against: the throughput A/B only, no full runs (ablation rows)")
+    p.add_argument(
+        "--against",
+        default=None,
+        choices=["hf-trainer"],
+        help="bert only: optimized recipe vs the Hugging Face Trainer's own switches",
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="with --against: torch.compile the optimized recipe (ablation)",
+    )
+    p.add_argument(
+        "--ab-only",
+        action="store_true",
+        help="with --against: the throughput A/B only, no full runs (ablation rows)",
+    )
     p.add_argument("--burst", type=float, default=1.0, help="seconds per timed burst")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--model", default=None,
-                   help="bert only: weights to start from: a folder, a hub name, 'packaged' (the "
-                        "course's all-MiniLM-L6-v2) or 'scratch' (default: the profile's choice)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="bert only: weights to start from: a folder, a hub name, 'packaged' (the "
+        "course's all-MiniLM-L6-v2) or 'scratch' (default: the profile's choice)",
+    )
     args = p.parse_args(argv)
     if args.model and args.workload != "bert":
         p.error("--model applies to the bert workload only")
@@ -360,18 +428,34 @@ def main(argv: list[str] | None = None) -> int:
         if args.against:
             if args.workload != "bert":
                 raise ValueError("--against hf-trainer compares BERT recipes only")
-            peer.run(args.profile, args.data, args.out, device=args.device, seed=args.seed,
-                     pairs=args.pairs, progress=not args.quiet,
-                     hooks={**model_hooks, **({"compile": True} if args.compile else {})},
-                     full_run=not args.ab_only)
+            peer.run(
+                args.profile,
+                args.data,
+                args.out,
+                device=args.device,
+                seed=args.seed,
+                pairs=args.pairs,
+                progress=not args.quiet,
+                hooks={**model_hooks, **({"compile": True} if args.compile else {})},
+                full_run=not args.ab_only,
+            )
             return 0
-        run(args.workload, args.profile, args.data, args.out, device=args.device, seed=args.seed,
-            burst_s=args.burst, pairs=args.pairs, progress=not args.quiet, hooks=model_hooks)
+        run(
+            args.workload,
+            args.profile,
+            args.data,
+            args.out,
+            device=args.device,
+            seed=args.seed,
+            burst_s=args.burst,
+            pairs=args.pairs,
+            progress=not args.quiet,
+            hooks=model_hooks,
+        )
     except (ValueError, FileNotFoundError) as e:
         print(f"effkit.bench: error: {e}", file=sys.stderr)
         return 2
     return 0
-
 
 
 def _cpu_features() -> dict:

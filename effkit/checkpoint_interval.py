@@ -89,10 +89,18 @@ def readable_duration(seconds: float) -> str:
     """
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"need a finite, non-negative duration, got {seconds!r}")
-    for unit, size, limit in (("ms", 1e-3, 1.0), ("s", 1.0, 120.0), ("min", 60.0, 7200.0),
-                              ("h", 3600.0, 172800.0)):
+    for unit, size, limit in (
+        ("ms", 1e-3, 1.0),
+        ("s", 1.0, 120.0),
+        ("min", 60.0, 7200.0),
+        ("h", 3600.0, 172800.0),
+    ):
         if seconds < limit:
-            return f"{seconds / size:.2g} {unit}" if seconds / size < 10 else f"{seconds / size:.0f} {unit}"
+            return (
+                f"{seconds / size:.2g} {unit}"
+                if seconds / size < 10
+                else f"{seconds / size:.0f} {unit}"
+            )
     return f"{seconds / 86400:.2g} d" if seconds < 864000 else f"{seconds / 86400:.0f} d"
 
 

@@ -43,7 +43,9 @@ class CheckpointPlan:
         return cls(tuple(range(n_blocks)))
 
     @classmethod
-    def from_data(cls, data: object, n_blocks: int, allowed_ops: frozenset[str] | None = None) -> CheckpointPlan:  # fmt: skip
+    def from_data(
+        cls, data: object, n_blocks: int, allowed_ops: frozenset[str] | None = None
+    ) -> CheckpointPlan:
         """Validate plain data (e.g. parsed JSON) into a plan for a stack of ``n_blocks``."""
         if not isinstance(data, dict) or not set(data) <= {"blocks", "save"}:
             raise PlanError(
@@ -65,8 +67,10 @@ class CheckpointPlan:
                 raise PlanError(f'"save" lists {len(save)} ops; at most {MAX_SAVE_OPS}')
             unknown = sorted(set(save) - allowed_ops) if allowed_ops is not None else []
             if unknown:
-                raise PlanError(f'"save" names ops this stack never runs: {unknown[:5]}; '
-                                f"its ops: {sorted(allowed_ops)}")  # fmt: skip
+                raise PlanError(
+                    f'"save" names ops this stack never runs: {unknown[:5]}; '
+                    f"its ops: {sorted(allowed_ops)}"
+                )
             save = tuple(sorted(set(save)))
         return cls(tuple(sorted(set(blocks))), save)
 
@@ -107,8 +111,9 @@ def plan_bytes(blocks: nn.Module, x: torch.Tensor, plan: CheckpointPlan) -> int:
     return saved_activation_bytes(lambda: run_blocks(stack, x).sum())
 
 
-def plan_for_budget(blocks: nn.Module, x: torch.Tensor, budget_bytes: int,
-                    save: Sequence[str] | None = None) -> CheckpointPlan:  # fmt: skip
+def plan_for_budget(
+    blocks: nn.Module, x: torch.Tensor, budget_bytes: int, save: Sequence[str] | None = None
+) -> CheckpointPlan:
     """The plan with the fewest checkpointed blocks whose measured bytes fit ``budget_bytes``.
 
     Greedy: blocks sorted by the bytes checkpointing each one alone saves, most first; blocks

@@ -12,8 +12,18 @@ import html
 import json
 from pathlib import Path
 
-COLUMNS = ("run", "recipe", "device", "samples/s", "samples to target", "s to target",
-           "of which eval", "final acc", "peak MiB", "cost to target")
+COLUMNS = (
+    "run",
+    "recipe",
+    "device",
+    "samples/s",
+    "samples to target",
+    "s to target",
+    "of which eval",
+    "final acc",
+    "peak MiB",
+    "cost to target",
+)
 
 
 def find_results(paths: list[str | Path]) -> list[Path]:
@@ -36,7 +46,11 @@ def _samples_to_target(rec: dict) -> int | None:
     target, batch = rec.get("target"), (rec.get("config") or {}).get("batch_size")
     for point in rec.get("history") or []:
         if target is not None and point.get("accuracy", -1) >= target:
-            return point["samples"] if "samples" in point else (point["step"] * batch if batch else None)
+            return (
+                point["samples"]
+                if "samples" in point
+                else (point["step"] * batch if batch else None)
+            )
     return None
 
 
@@ -49,17 +63,26 @@ def rows(results: list[Path], price_per_hour: float | None = None) -> list[dict]
         for name, rec in run["recipes"].items():
             ttt = rec.get("time_to_target_s")
             ttt_train = rec.get("time_to_target_train_only_s")
-            table.append({
-                "run": label, "recipe": name, "device": run.get("device", "unknown device"),
-                "samples_per_s": rec.get("samples_per_s"),
-                "samples_to_target": _samples_to_target(rec),
-                "seconds_to_target": ttt,
-                "eval_seconds_to_target": (ttt - ttt_train) if ttt is not None and ttt_train is not None else None,
-                "final_accuracy": rec.get("final_accuracy"), "target": rec.get("target"),
-                "peak_mib": (rec.get("peak_memory_bytes") or 0) / 2**20 or None,
-                "cost": ttt / 3600 * price_per_hour if ttt is not None and price_per_hour else None,
-                "history": rec.get("history") or [],
-            })  # fmt: skip
+            table.append(
+                {
+                    "run": label,
+                    "recipe": name,
+                    "device": run.get("device", "unknown device"),
+                    "samples_per_s": rec.get("samples_per_s"),
+                    "samples_to_target": _samples_to_target(rec),
+                    "seconds_to_target": ttt,
+                    "eval_seconds_to_target": (ttt - ttt_train)
+                    if ttt is not None and ttt_train is not None
+                    else None,
+                    "final_accuracy": rec.get("final_accuracy"),
+                    "target": rec.get("target"),
+                    "peak_mib": (rec.get("peak_memory_bytes") or 0) / 2**20 or None,
+                    "cost": ttt / 3600 * price_per_hour
+                    if ttt is not None and price_per_hour
+                    else None,
+                    "history": rec.get("history") or [],
+                }
+            )
     return table
 
 
@@ -70,21 +93,36 @@ def _fmt(value, spec: str, missing: str = "-") -> str:
 def write_html(table: list[dict], out: Path, price_per_hour: float | None) -> Path:
     cells = []
     for r in table:
-        share = (r["eval_seconds_to_target"] / r["seconds_to_target"]
-                 if r["eval_seconds_to_target"] is not None and r["seconds_to_target"] else None)
-        values = (r["run"], r["recipe"], r["device"], _fmt(r["samples_per_s"], ",.1f"),
-                  _fmt(r["samples_to_target"], ","), _fmt(r["seconds_to_target"], ",.1f", "not reached"),
-                  _fmt(share, ".0%"), _fmt(r["final_accuracy"], ".2%"), _fmt(r["peak_mib"], ",.0f"),
-                  _fmt(r["cost"], ".4f") if price_per_hour else "-")
+        share = (
+            r["eval_seconds_to_target"] / r["seconds_to_target"]
+            if r["eval_seconds_to_target"] is not None and r["seconds_to_target"]
+            else None
+        )
+        values = (
+            r["run"],
+            r["recipe"],
+            r["device"],
+            _fmt(r["samples_per_s"], ",.1f"),
+            _fmt(r["samples_to_target"], ","),
+            _fmt(r["seconds_to_target"], ",.1f", "not reached"),
+            _fmt(share, ".0%"),
+            _fmt(r["final_accuracy"], ".2%"),
+            _fmt(r["peak_mib"], ",.0f"),
+            _fmt(r["cost"], ".4f") if price_per_hour else "-",
+        )
         cells.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in values) + "</tr>")
-    price = f"${price_per_hour:.2f} per device-hour" if price_per_hour else "no price given (--price-per-hour)"
+    price = (
+        f"${price_per_hour:.2f} per device-hour"
+        if price_per_hour
+        else "no price given (--price-per-hour)"
+    )
     page = f"""<!doctype html><meta charset="utf-8"><title>effkit: cost to target</title>
 <style>body{{font-family:sans-serif;margin:2em}}td,th{{padding:4px 10px;border-bottom:1px solid #ddd;text-align:right}}
 td:nth-child(-n+3),th:nth-child(-n+3){{text-align:left}}</style>
 <h1>Cost to target</h1>
 <p>Seconds to target count every evaluation up to the one that reached it; cost: {html.escape(price)}.
 Rows from different devices or profiles are different currencies: compare within a run.</p>
-<table><tr>{''.join(f'<th>{c}</th>' for c in COLUMNS)}</tr>{''.join(cells)}</table>
+<table><tr>{"".join(f"<th>{c}</th>" for c in COLUMNS)}</tr>{"".join(cells)}</table>
 <p><img src="cost_to_target.png" alt="seconds to target per recipe"></p>
 <p><img src="accuracy_vs_time.png" alt="accuracy over wall time per recipe"></p>
 """
@@ -110,7 +148,11 @@ def write_plots(table: list[dict], out: Path) -> list[Path]:
         ax.bar(names, train, color="tab:blue", label="training")
         ax.bar(names, evals, bottom=train, color="tab:orange", label="evaluating")
         for i, r in enumerate(mine):
-            shown = "not reached" if r["seconds_to_target"] is None else f"{r['seconds_to_target']:,.1f} s"
+            shown = (
+                "not reached"
+                if r["seconds_to_target"] is None
+                else f"{r['seconds_to_target']:,.1f} s"
+            )
             ax.text(i, total[i], shown, ha="center", va="bottom", fontsize=8)
         ax.set(title=f"{run}\n{mine[0]['device']}", ylabel="seconds to target")
         ax.title.set_fontsize(8)
@@ -138,15 +180,23 @@ def write_plots(table: list[dict], out: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[1].replace("**What it does.** ", ""))
-    parser.add_argument("paths", nargs="*", default=["benchmarks/results", "runs"],
-                        help="result.json files or folders (default: benchmarks/results and runs)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[1].replace("**What it does.** ", "")
+    )
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        default=["benchmarks/results", "runs"],
+        help="result.json files or folders (default: benchmarks/results and runs)",
+    )
     parser.add_argument("--out", default="runs/dashboard")
     parser.add_argument("--price-per-hour", type=float, default=None, help="$ per device-hour")
     args = parser.parse_args(argv)
     results = find_results([p for p in args.paths if Path(p).exists()])
     if not results:
-        parser.error(f"no benchmark result.json under {', '.join(args.paths)}: run python -m effkit.bench first")
+        parser.error(
+            f"no benchmark result.json under {', '.join(args.paths)}: run python -m effkit.bench first"
+        )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     table = rows(results, args.price_per_hour)

@@ -162,10 +162,14 @@ def student_from_teacher(teacher: nn.Module, student_layers: int) -> nn.Module:
     base = getattr(student, getattr(student, "base_model_prefix", ""), student)
     layers = getattr(getattr(base, "encoder", None), "layer", None)
     if not isinstance(layers, nn.ModuleList):
-        raise TypeError(f"{type(teacher).__name__} has no encoder.layer list (a BERT-style model is needed)")
+        raise TypeError(
+            f"{type(teacher).__name__} has no encoder.layer list (a BERT-style model is needed)"
+        )
     keep = layer_map(len(layers), student_layers)
     base.encoder.layer = nn.ModuleList(layers[i] for i in keep)
-    for new_index, layer in enumerate(base.encoder.layer):  # attention caches index layers by position
+    for new_index, layer in enumerate(
+        base.encoder.layer
+    ):  # attention caches index layers by position
         attention = getattr(getattr(layer, "attention", None), "self", None)
         if attention is not None and hasattr(attention, "layer_idx"):
             attention.layer_idx = new_index

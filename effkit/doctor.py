@@ -18,7 +18,9 @@ from effkit import doctor_plants
 # thresholds: a share of the profiled step time unless said otherwise; calibrated with --validate
 DATA_SHARE = 0.25  # time waiting for the next batch
 SYNCS_PER_STEP = 1.5  # more than the one loss.item() a logger may allow itself
-OVERHEAD_MATMUL_US = 40.0  # the work's matmul/conv calls this short are mostly fixed cost (dispatch, launch)
+OVERHEAD_MATMUL_US = (
+    40.0  # the work's matmul/conv calls this short are mostly fixed cost (dispatch, launch)
+)
 OVERHEAD_MATMUL = 0.1  # or this small a share of the step in matmul/conv, with many operators
 OVERHEAD_OPS = 50  # operators dispatched per step
 MATMUL_SHARE = 0.3  # matmul/conv self time in fp32 on bf16 hardware
@@ -40,8 +42,10 @@ class Finding:
     lesson: int
 
     def line(self) -> str:
-        return (f"[{self.label}] {self.title} — evidence: {self.evidence}; fix: {self.fix} "
-                f"(lesson {self.lesson}); may save up to {self.share:.0%} of the step")  # fmt: skip
+        return (
+            f"[{self.label}] {self.title} — evidence: {self.evidence}; fix: {self.fix} "
+            f"(lesson {self.lesson}); may save up to {self.share:.0%} of the step"
+        )
 
 
 def _get(p: dict, key: str, default=0.0):
@@ -57,19 +61,33 @@ def diagnose(profile: dict) -> list[Finding]:
 
     data = float(ranges.get("data", 0.0)) / step
     if data >= DATA_SHARE:
-        found.append(Finding("data", "data-bound: the step waits for its input", data,
-                             f"{data:.0%} of the step is in the data range ({ranges.get('data', 0):.1f} ms "
-                             f"of {step:.1f} ms)",
-                             "overlap loading with compute: DataLoader workers + pin_memory + prefetch, "
-                             "or batched augmentation on the device", 2))  # fmt: skip
+        found.append(
+            Finding(
+                "data",
+                "data-bound: the step waits for its input",
+                data,
+                f"{data:.0%} of the step is in the data range ({ranges.get('data', 0):.1f} ms "
+                f"of {step:.1f} ms)",
+                "overlap loading with compute: DataLoader workers + pin_memory + prefetch, "
+                "or batched augmentation on the device",
+                2,
+            )
+        )
 
     syncs = float(_get(profile, "syncs_per_step"))
     if syncs >= SYNCS_PER_STEP:
         sync_ms = float(_get(profile, "sync_ms"))
-        found.append(Finding("sync", "host-device synchronisation inside the step", sync_ms / step,
-                             f"{syncs:.0f} device-to-host reads per step (.item(), bool(tensor), .tolist()), "
-                             f"{sync_ms:.2f} ms waiting in them; on an accelerator each one drains its queue",
-                             "keep metrics on the device and read them every N steps", 10))  # fmt: skip
+        found.append(
+            Finding(
+                "sync",
+                "host-device synchronisation inside the step",
+                sync_ms / step,
+                f"{syncs:.0f} device-to-host reads per step (.item(), bool(tensor), .tolist()), "
+                f"{sync_ms:.2f} ms waiting in them; on an accelerator each one drains its queue",
+                "keep metrics on the device and read them every N steps",
+                10,
+            )
+        )
 
     ops, matmul = float(_get(profile, "ops_per_step")), float(_get(profile, "matmul_ms")) / step
     # the calls that do the work (time-weighted median), not the typical call: profiles saved before it existed
@@ -78,25 +96,48 @@ def diagnose(profile: dict) -> list[Finding]:
     per_call = float("inf") if per_call is None else float(per_call)
     tiny = per_call < OVERHEAD_MATMUL_US or matmul < OVERHEAD_MATMUL
     if tiny and ops >= OVERHEAD_OPS and data < DATA_SHARE:
-        found.append(Finding("overhead", "launch/overhead-bound: many small operators", max(0.0, 1.0 - matmul - data),
-                             f"{ops:.0f} operators per step; the matmuls/convolutions that do the work take "
-                             f"{per_call:.0f} µs per call (half their time in calls this short or shorter) and "
-                             f"{matmul:.0%} of the step (batch "
-                             f"{profile.get('batch_size')}): fixed per-operator costs rule",
-                             "a bigger batch (accumulate if memory says no), fused or compiled operators", 4))  # fmt: skip
+        found.append(
+            Finding(
+                "overhead",
+                "launch/overhead-bound: many small operators",
+                max(0.0, 1.0 - matmul - data),
+                f"{ops:.0f} operators per step; the matmuls/convolutions that do the work take "
+                f"{per_call:.0f} µs per call (half their time in calls this short or shorter) and "
+                f"{matmul:.0%} of the step (batch "
+                f"{profile.get('batch_size')}): fixed per-operator costs rule",
+                "a bigger batch (accumulate if memory says no), fused or compiled operators",
+                4,
+            )
+        )
 
     dtype = str(profile.get("compute_dtype", ""))
     if profile.get("bf16_hardware") and dtype == "float32" and matmul >= MATMUL_SHARE:
-        found.append(Finding("precision", "fp32 on hardware with bf16 units", matmul / 2,
-                             f"matmul/conv take {matmul:.0%} of the step in float32 on a device with bf16 units "
-                             "(lesson 3: bf16 autocast made an AMX CPU's CIFAR step 1.8x faster)", "bf16 autocast", 3))  # fmt: skip
+        found.append(
+            Finding(
+                "precision",
+                "fp32 on hardware with bf16 units",
+                matmul / 2,
+                f"matmul/conv take {matmul:.0%} of the step in float32 on a device with bf16 units "
+                "(lesson 3: bf16 autocast made an AMX CPU's CIFAR step 1.8x faster)",
+                "bf16 autocast",
+                3,
+            )
+        )
 
     padding = profile.get("padding_share")
     if padding is not None and float(padding) >= PADDING_SHARE:
         compute = (float(ranges.get("forward", 0)) + float(ranges.get("backward", 0))) / step
-        found.append(Finding("padding", "padding waste", float(padding) * compute,
-                             f"{float(padding):.0%} of the token positions are padding; forward + backward "
-                             f"are {compute:.0%} of the step", "pad per batch and bucket by length", 7))  # fmt: skip
+        found.append(
+            Finding(
+                "padding",
+                "padding waste",
+                float(padding) * compute,
+                f"{float(padding):.0%} of the token positions are padding; forward + backward "
+                f"are {compute:.0%} of the step",
+                "pad per batch and bucket by length",
+                7,
+            )
+        )
 
     opt = profile.get("optimizer") or {}
     opt_share = float(ranges.get("optimizer", 0.0)) / step
@@ -104,24 +145,45 @@ def diagnose(profile: dict) -> list[Finding]:
     opt_ops = float((profile.get("ops_per_step_by_range") or {}).get("optimizer", 0.0))
     looped = not opt.get("foreach") and not opt.get("fused") and tensors >= OPTIMIZER_TENSORS
     if looped and opt_ops >= OPTIMIZER_OPS_PER_TENSOR * tensors and opt_share >= OPTIMIZER_SHARE:
-        found.append(Finding("optimizer", "per-tensor optimizer loop", opt_share / 2,
-                             f"{opt.get('name', 'the optimizer')} runs {opt_ops:.0f} operators per step over "
-                             f"{tensors} parameter tensors, one tensor at a time (foreach and fused off), "
-                             f"{opt_share:.0%} of the step; on a GPU each operator is a kernel launch",
-                             "foreach=True (or fused=True where supported)", 10))  # fmt: skip
+        found.append(
+            Finding(
+                "optimizer",
+                "per-tensor optimizer loop",
+                opt_share / 2,
+                f"{opt.get('name', 'the optimizer')} runs {opt_ops:.0f} operators per step over "
+                f"{tensors} parameter tensors, one tensor at a time (foreach and fused off), "
+                f"{opt_share:.0%} of the step; on a GPU each operator is a kernel launch",
+                "foreach=True (or fused=True where supported)",
+                10,
+            )
+        )
 
     peak, limit = profile.get("memory_peak_bytes"), profile.get("memory_limit_bytes")
     if peak and limit and float(peak) / float(limit) >= MEMORY_SHARE:
-        found.append(Finding("memory", "activation memory near the limit", 0.0,
-                             f"peak {float(peak) / 2**30:.2f} GiB of {float(limit) / 2**30:.2f} GiB",
-                             "activation checkpointing to fit a bigger batch", 5))  # fmt: skip
+        found.append(
+            Finding(
+                "memory",
+                "activation memory near the limit",
+                0.0,
+                f"peak {float(peak) / 2**30:.2f} GiB of {float(limit) / 2**30:.2f} GiB",
+                "activation checkpointing to fit a bigger batch",
+                5,
+            )
+        )
 
     found.sort(key=lambda f: f.share, reverse=True)
     if not found:
-        found.append(Finding("none", "no clear bottleneck", 0.0,
-                             f"data {data:.0%}, optimizer {opt_share:.0%}, matmul/conv {matmul:.0%}, "
-                             f"{syncs:.0f} syncs per step: no rule passes its threshold",
-                             "the step is compute-bound: a smaller model or fewer steps is what is left", 1))  # fmt: skip
+        found.append(
+            Finding(
+                "none",
+                "no clear bottleneck",
+                0.0,
+                f"data {data:.0%}, optimizer {opt_share:.0%}, matmul/conv {matmul:.0%}, "
+                f"{syncs:.0f} syncs per step: no rule passes its threshold",
+                "the step is compute-bound: a smaller model or fewer steps is what is left",
+                1,
+            )
+        )
     return found
 
 
@@ -129,9 +191,11 @@ def report(profile: dict) -> str:
     """The profile's headline figures and the ranked findings, as text."""
     r = profile.get("ranges_ms") or {}
     split = ", ".join(f"{k} {v:.1f}" for k, v in r.items())
-    head = (f"{profile.get('name', 'step')}: {_get(profile, 'step_ms_unprofiled'):.1f} ms per step unprofiled, "
-            f"{_get(profile, 'step_ms'):.1f} ms profiled (x{_get(profile, 'profiler_overhead', 0):.2f}); "
-            f"ranges (ms) {split}")  # fmt: skip
+    head = (
+        f"{profile.get('name', 'step')}: {_get(profile, 'step_ms_unprofiled'):.1f} ms per step unprofiled, "
+        f"{_get(profile, 'step_ms'):.1f} ms profiled (x{_get(profile, 'profiler_overhead', 0):.2f}); "
+        f"ranges (ms) {split}"
+    )
     return "\n".join([head] + [f"  {i}. {f.line()}" for i, f in enumerate(diagnose(profile), 1)])
 
 
@@ -143,19 +207,34 @@ def validate(quick: bool = False) -> dict:
     if not quick:
         # the course's own recipes: optimized ones must be clean; naive BERT pads every row to 128
         # tokens (lesson 7's fix), its one pathology on a CPU without bf16 units
-        cases += [(f"plant:{a}+{b}", (a, b)) for a, b in doctor_plants.PAIRS] + [("cifar:optimized", ()), ("bert:naive", ("padding",)),
-                                                                   ("bert:optimized", ())]  # fmt: skip
+        cases += [(f"plant:{a}+{b}", (a, b)) for a, b in doctor_plants.PAIRS] + [
+            ("cifar:optimized", ()),
+            ("bert:naive", ("padding",)),
+            ("bert:optimized", ()),
+        ]
     rows = []
     for name, planted in cases:
         profile = doctor_plants.profile_named(name)
         findings = diagnose(profile)
         labels = [f.label for f in findings]
         expected = set(planted) or {"none"}
-        rows.append({"case": name, "planted": sorted(expected), "first": labels[0], "all": labels,
-                     "right": labels[0] in expected, "found_all": expected <= set(labels),
-                     "step_ms": round(profile["step_ms_unprofiled"], 2)})  # fmt: skip
-    return {"rows": rows, "correct": sum(r["right"] for r in rows), "total": len(rows),
-            "found_all": sum(r["found_all"] for r in rows)}  # fmt: skip
+        rows.append(
+            {
+                "case": name,
+                "planted": sorted(expected),
+                "first": labels[0],
+                "all": labels,
+                "right": labels[0] in expected,
+                "found_all": expected <= set(labels),
+                "step_ms": round(profile["step_ms_unprofiled"], 2),
+            }
+        )
+    return {
+        "rows": rows,
+        "correct": sum(r["right"] for r in rows),
+        "total": len(rows),
+        "found_all": sum(r["found_all"] for r in rows),
+    }
 
 
 def format_table(table: dict) -> str:
@@ -166,24 +245,44 @@ def format_table(table: dict) -> str:
         key = ("+".join(r["planted"]), r["first"])
         counts[key] = counts.get(key, 0) + 1
     planted = list(dict.fromkeys("+".join(r["planted"]) for r in table["rows"]))
-    lines = ["| planted \\ first finding | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    lines = [
+        "| planted \\ first finding | " + " | ".join(labels) + " |",
+        "|---" * (len(labels) + 1) + "|",
+    ]
     for p in planted:
         lines.append(f"| {p} | " + " | ".join(str(counts.get((p, c), "")) for c in labels) + " |")
-    lines += ["", "| case | step ms (unprofiled) | findings, ranked | first right | all planted found |",
-              "|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "| case | step ms (unprofiled) | findings, ranked | first right | all planted found |",
+        "|---|---|---|---|---|",
+    ]
     for r in table["rows"]:
-        lines.append(f"| {r['case']} | {r['step_ms']} | {', '.join(r['all'])} | {'yes' if r['right'] else 'NO'} | "
-                     f"{'yes' if r['found_all'] else 'no'} |")  # fmt: skip
-    lines.append(f"\nfirst finding right in {table['correct']} of {table['total']} cases; every plant found in "
-                 f"{table['found_all']} of {table['total']}")  # fmt: skip
+        lines.append(
+            f"| {r['case']} | {r['step_ms']} | {', '.join(r['all'])} | {'yes' if r['right'] else 'NO'} | "
+            f"{'yes' if r['found_all'] else 'no'} |"
+        )
+    lines.append(
+        f"\nfirst finding right in {table['correct']} of {table['total']} cases; every plant found in "
+        f"{table['found_all']} of {table['total']}"
+    )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m effkit.doctor", description=__doc__.split("\n\n")[0])
-    ap.add_argument("recipes", nargs="*", help="e.g. cifar:naive cifar:optimized, or a planted case: plant:data")
-    ap.add_argument("--validate", action="store_true", help="plant pathologies and print the confusion table")
-    ap.add_argument("--quick", action="store_true", help="with --validate: single plants only (the unit test's run)")
+    ap = argparse.ArgumentParser(
+        prog="python -m effkit.doctor", description=__doc__.split("\n\n")[0]
+    )
+    ap.add_argument(
+        "recipes", nargs="*", help="e.g. cifar:naive cifar:optimized, or a planted case: plant:data"
+    )
+    ap.add_argument(
+        "--validate", action="store_true", help="plant pathologies and print the confusion table"
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="with --validate: single plants only (the unit test's run)",
+    )
     ap.add_argument("--json", help="write the profiles (plain data) to this file")
     args = ap.parse_args(argv)
     if args.validate:

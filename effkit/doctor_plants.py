@@ -24,8 +24,15 @@ from effkit.profiling import TrainStep, profile_training
 PLANTS = ("data", "sync", "overhead", "padding", "optimizer")  # plantable on every CPU
 PRECISION = "precision"  # plantable where bf16 units make the step faster (bf16_pays_here)
 BF16_PAYS = 1.15  # fp32 / bf16 step time at which fp32 is a bottleneck: the doctor's own bar (MATMUL_SHARE / 2)
-PAIRS = (("data", "sync"), ("data", "padding"), ("sync", "optimizer"), ("padding", "optimizer"),
-         ("sync", "padding"), ("data", "optimizer"), ("overhead", "sync"))  # fmt: skip
+PAIRS = (
+    ("data", "sync"),
+    ("data", "padding"),
+    ("sync", "optimizer"),
+    ("padding", "optimizer"),
+    ("sync", "padding"),
+    ("data", "optimizer"),
+    ("overhead", "sync"),
+)
 VOCAB, LENGTH, DIM, BLOCKS, CLASSES = 512, 32, 32, 4, 4
 WORDS = ["".join(random.Random(i).choices(string.ascii_lowercase, k=5)) for i in range(VOCAB - 2)]
 TOKEN = {w: i + 2 for i, w in enumerate(WORDS)}  # 0: padding, 1: unknown
@@ -35,8 +42,12 @@ class TextNet(nn.Module):
     def __init__(self, nan_checks: bool = False):
         super().__init__()
         self.embed = nn.Embedding(VOCAB, DIM)
-        self.blocks = nn.ModuleList(nn.Sequential(nn.LayerNorm(DIM), nn.Linear(DIM, 4 * DIM), nn.GELU(),
-                                                  nn.Linear(4 * DIM, DIM)) for _ in range(BLOCKS))  # fmt: skip
+        self.blocks = nn.ModuleList(
+            nn.Sequential(
+                nn.LayerNorm(DIM), nn.Linear(DIM, 4 * DIM), nn.GELU(), nn.Linear(4 * DIM, DIM)
+            )
+            for _ in range(BLOCKS)
+        )
         self.head = nn.Linear(DIM, CLASSES)
         self.nan_checks = nan_checks
 
@@ -105,8 +116,10 @@ def planted_step(plants: tuple[str, ...] | list[str] = (), seed: int = 0) -> Tra
     here = plants_here()
     unknown = set(plants) - set(here)
     if PRECISION in unknown:
-        raise ValueError("the precision plant needs a CPU whose bf16 units make this step faster (measured: "
-                         "bf16_pays_here): on this one fp32 is no bottleneck, so there is nothing to plant")  # fmt: skip
+        raise ValueError(
+            "the precision plant needs a CPU whose bf16 units make this step faster (measured: "
+            "bf16_pays_here): on this one fp32 is no bottleneck, so there is nothing to plant"
+        )
     if unknown:
         raise ValueError(f"unknown plant(s) {sorted(unknown)}; choose from {here}")
     # the clean step's precision is the one that pays here (bf16 only where measured faster), the plant's fp32
@@ -121,21 +134,24 @@ def planted_step(plants: tuple[str, ...] | list[str] = (), seed: int = 0) -> Tra
     for i, n_tok in enumerate(lengths):
         ids[i, :n_tok] = torch.randint(2, VOCAB, (n_tok,))
     mask = ids.ne(0)
-    texts = [" ".join(rng.choice(WORDS).upper() + "," for _ in range(32 * LENGTH)) for _ in range(n)] \
-        if "data" in plants else []  # fmt: skip
+    texts = (
+        [" ".join(rng.choice(WORDS).upper() + "," for _ in range(32 * LENGTH)) for _ in range(n)]
+        if "data" in plants
+        else []
+    )
     state = {"i": 0}
 
     def next_batch():
         lo = state["i"] % (n // batch) * batch
         state["i"] += 1
         if not texts:
-            return ids[lo:lo + batch], mask[lo:lo + batch], labels[lo:lo + batch]
+            return ids[lo : lo + batch], mask[lo : lo + batch], labels[lo : lo + batch]
         rows = []
-        for text, n_tok in zip(texts[lo:lo + batch], lengths[lo:lo + batch], strict=True):
+        for text, n_tok in zip(texts[lo : lo + batch], lengths[lo : lo + batch], strict=True):
             tokens = _tokenize(text)[:n_tok]  # the whole document tokenised, then truncated
             rows.append(torch.tensor(tokens + [0] * (LENGTH - len(tokens))))
         x = torch.stack(rows)
-        return x, x.ne(0), labels[lo:lo + batch]
+        return x, x.ne(0), labels[lo : lo + batch]
 
     model = TextNet(nan_checks="sync" in plants)
     loss_fn = nn.CrossEntropyLoss()
@@ -153,9 +169,16 @@ def planted_step(plants: tuple[str, ...] | list[str] = (), seed: int = 0) -> Tra
         with policy.autocast():
             return loss_fn(model(b[0], b[1]), b[2])
 
-    return TrainStep(next_batch=next_batch, loss=loss, optimizer=opt,
-                     model=model, batch_size=batch, after=after, padding=padding,
-                     name="plant:" + ("+".join(plants) or "clean"))  # fmt: skip
+    return TrainStep(
+        next_batch=next_batch,
+        loss=loss,
+        optimizer=opt,
+        model=model,
+        batch_size=batch,
+        after=after,
+        padding=padding,
+        name="plant:" + ("+".join(plants) or "clean"),
+    )
 
 
 def cifar_step(recipe: str, seed: int = 0) -> TrainStep:
@@ -169,14 +192,27 @@ def cifar_step(recipe: str, seed: int = 0) -> TrainStep:
         with t.policy.autocast():
             return t.loss_fn(t.forward(x), b[1])
 
-    return TrainStep(next_batch=t._next_batch, loss=loss, optimizer=t.optimizer, model=t.model,
-                     batch_size=t.cfg.batch_size, scheduler=t.scheduler, name=f"cifar:{recipe}")  # fmt: skip
+    return TrainStep(
+        next_batch=t._next_batch,
+        loss=loss,
+        optimizer=t.optimizer,
+        model=t.model,
+        batch_size=t.cfg.batch_size,
+        scheduler=t.scheduler,
+        name=f"cifar:{recipe}",
+    )
 
 
 def bert_step(recipe: str, seed: int = 0) -> TrainStep:
     """A course BERT recipe (smoke profile) as a TrainStep: its loader, forward, optimizer, schedule and
     the padded share of each batch (the naive recipe pads every row to ``max_length``)."""
-    t = workloads.get("bert").build(recipe, "smoke", device="cpu", seed=seed, **({"precision": cpu_mode()} if recipe == "optimized" else {}))
+    t = workloads.get("bert").build(
+        recipe,
+        "smoke",
+        device="cpu",
+        seed=seed,
+        **({"precision": cpu_mode()} if recipe == "optimized" else {}),
+    )
 
     def loss(b):
         with t.policy.autocast():
@@ -186,9 +222,16 @@ def bert_step(recipe: str, seed: int = 0) -> TrainStep:
         mask = b["attention_mask"]
         return 1.0 - float(mask.sum()) / mask.numel()
 
-    return TrainStep(next_batch=lambda: next(t._batches), loss=loss, optimizer=t.optimizer, model=t.model,
-                     batch_size=t.settings["batch_size"], scheduler=t.scheduler, padding=padding,
-                     name=f"bert:{recipe}")  # fmt: skip
+    return TrainStep(
+        next_batch=lambda: next(t._batches),
+        loss=loss,
+        optimizer=t.optimizer,
+        model=t.model,
+        batch_size=t.settings["batch_size"],
+        scheduler=t.scheduler,
+        padding=padding,
+        name=f"bert:{recipe}",
+    )
 
 
 def cpu_mode() -> str:
@@ -214,5 +257,7 @@ def profile_named(name: str, seed: int = 0, **kw) -> dict:
             return profile_training(planted_step(plants, seed), **kw)
     finally:
         torch.set_num_threads(threads)
-    raise ValueError(f"unknown workload {name!r}: use cifar:naive, cifar:optimized, bert:naive, bert:optimized "
-                     "or plant:<a>+<b>")  # fmt: skip
+    raise ValueError(
+        f"unknown workload {name!r}: use cifar:naive, cifar:optimized, bert:naive, bert:optimized "
+        "or plant:<a>+<b>"
+    )

@@ -26,12 +26,21 @@ SPACE = {
 }
 
 
-
 class TuningTask:
     """A classification task drawn from ``seed``: train / validation / held-out splits."""
 
-    def __init__(self, seed: int = 0, dim: int = 16, classes: int = 4, width: int = 64, n_train: int = 2048,
-                 n_val: int = 2048, n_test: int = 4096, label_noise: float = 0.05, max_epochs: int = 9):  # fmt: skip
+    def __init__(
+        self,
+        seed: int = 0,
+        dim: int = 16,
+        classes: int = 4,
+        width: int = 64,
+        n_train: int = 2048,
+        n_val: int = 2048,
+        n_test: int = 4096,
+        label_noise: float = 0.05,
+        max_epochs: int = 9,
+    ):
         g = torch.Generator().manual_seed(seed)
         w1 = torch.randn(dim, 32, generator=g) / math.sqrt(dim)
         w2 = torch.randn(32, classes, generator=g) / math.sqrt(32)
@@ -54,10 +63,19 @@ class Trial:
     def __init__(self, task: TuningTask, config: dict, seed: int):
         self.task, self.config, self.epochs, self.diverged = task, config, 0, False
         torch.manual_seed(seed)
-        self.net = nn.Sequential(nn.Linear(task.dim, task.width), nn.ReLU(), nn.Linear(task.width, task.width),
-                                 nn.ReLU(), nn.Linear(task.width, task.classes))  # fmt: skip
-        self.opt = torch.optim.SGD(self.net.parameters(), lr=config["lr"], momentum=0.9,
-                                   weight_decay=config["weight_decay"])  # fmt: skip
+        self.net = nn.Sequential(
+            nn.Linear(task.dim, task.width),
+            nn.ReLU(),
+            nn.Linear(task.width, task.width),
+            nn.ReLU(),
+            nn.Linear(task.width, task.classes),
+        )
+        self.opt = torch.optim.SGD(
+            self.net.parameters(),
+            lr=config["lr"],
+            momentum=0.9,
+            weight_decay=config["weight_decay"],
+        )
         steps = math.ceil(len(task.x) / config["batch_size"]) * task.max_epochs
         self.sched = torch.optim.lr_scheduler.CosineAnnealingLR(self.opt, T_max=steps)
         self.gen = torch.Generator().manual_seed(seed + 1)
@@ -67,7 +85,9 @@ class Trial:
         t = self.task
         with one_thread(), torch.enable_grad():
             if not self.diverged:
-                for idx in torch.randperm(len(t.x), generator=self.gen).split(self.config["batch_size"]):
+                for idx in torch.randperm(len(t.x), generator=self.gen).split(
+                    self.config["batch_size"]
+                ):
                     self.opt.zero_grad()
                     loss = F.cross_entropy(self.net(t.x[idx]), t.y[idx])
                     if not torch.isfinite(loss):
@@ -108,9 +128,15 @@ class Ledger:
     complete: int = 0
     best: float = 0.0
     best_config: dict | None = None
-    curve: list[tuple[int, float, float]] = field(default_factory=list)  # (epochs, seconds, best so far)
-    completed: list[tuple[float, dict]] = field(default_factory=list)  # (final validation score, config)
-    skipped: int = 0  # epochs the pruner's stops saved: what the same trials would have cost on top, unpruned
+    curve: list[tuple[int, float, float]] = field(
+        default_factory=list
+    )  # (epochs, seconds, best so far)
+    completed: list[tuple[float, dict]] = field(
+        default_factory=list
+    )  # (final validation score, config)
+    skipped: int = (
+        0  # epochs the pruner's stops saved: what the same trials would have cost on top, unpruned
+    )
 
     @property
     def saved(self) -> float:
@@ -136,12 +162,21 @@ class Ledger:
         """This search as one recipe of a ``result.json`` that ``python -m effkit.dashboard`` reads:
         accuracy = the best complete trial so far, samples and seconds = everything paid for."""
         reached = self.cost_to(target)
-        history = [{"samples": e * self.samples_per_epoch, "seconds": s, "accuracy": b} for e, s, b in self.curve]
-        return {"target": target, "time_to_target_s": reached[1] if reached else None,
-                "time_to_target_train_only_s": None,  # each epoch's evaluation is inside its seconds
-                "final_accuracy": self.best, "history": history,
-                "samples_per_s": self.epochs * self.samples_per_epoch / self.seconds if self.seconds else None,
-                "config": {"trials": self.trials, "complete": self.complete, "epochs": self.epochs}}  # fmt: skip
+        history = [
+            {"samples": e * self.samples_per_epoch, "seconds": s, "accuracy": b}
+            for e, s, b in self.curve
+        ]
+        return {
+            "target": target,
+            "time_to_target_s": reached[1] if reached else None,
+            "time_to_target_train_only_s": None,  # each epoch's evaluation is inside its seconds
+            "final_accuracy": self.best,
+            "history": history,
+            "samples_per_s": self.epochs * self.samples_per_epoch / self.seconds
+            if self.seconds
+            else None,
+            "config": {"trials": self.trials, "complete": self.complete, "epochs": self.epochs},
+        }
 
 
 def suggest(trial, space: dict = SPACE) -> dict:
@@ -151,7 +186,9 @@ def suggest(trial, space: dict = SPACE) -> dict:
         if dim["type"] == "categorical":
             out[name] = trial.suggest_categorical(name, dim["choices"])
         else:
-            out[name] = trial.suggest_float(name, dim["low"], dim["high"], log=dim.get("log", False))
+            out[name] = trial.suggest_float(
+                name, dim["low"], dim["high"], log=dim.get("log", False)
+            )
     return out
 
 
@@ -190,23 +227,38 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("command", choices=["worker"])
-    ap.add_argument("--storage", required=True, help="sqlite:///study.db here; postgresql://... across machines")
+    ap.add_argument(
+        "--storage", required=True, help="sqlite:///study.db here; postgresql://... across machines"
+    )
     ap.add_argument("--study", default="effkit-hpo")
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--task-seed", type=int, default=0)
-    ap.add_argument("--seed", type=int, default=0, help="this worker's sampler seed (differ per worker)")
-    ap.add_argument("--n-train", type=int, default=2048, help="training (and validation) samples of the task")
+    ap.add_argument(
+        "--seed", type=int, default=0, help="this worker's sampler seed (differ per worker)"
+    )
+    ap.add_argument(
+        "--n-train", type=int, default=2048, help="training (and validation) samples of the task"
+    )
     ap.add_argument("--max-epochs", type=int, default=9)
     args = ap.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(study_name=args.study, storage=args.storage, direction="maximize",
-                                load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=args.seed),
-                                pruner=optuna.pruners.SuccessiveHalvingPruner())  # fmt: skip
-    task = TuningTask(args.task_seed, n_train=args.n_train, n_val=args.n_train, max_epochs=args.max_epochs)
+    study = optuna.create_study(
+        study_name=args.study,
+        storage=args.storage,
+        direction="maximize",
+        load_if_exists=True,
+        sampler=optuna.samplers.TPESampler(seed=args.seed),
+        pruner=optuna.pruners.SuccessiveHalvingPruner(),
+    )
+    task = TuningTask(
+        args.task_seed, n_train=args.n_train, n_val=args.n_train, max_epochs=args.max_epochs
+    )
     ledger = Ledger(f"worker {args.seed}", len(task.x))
     study.optimize(optuna_objective(task, ledger, seed=args.seed), n_trials=args.trials)
-    print(f"worker {args.seed}: {ledger.trials} trials, {ledger.epochs} epochs, {ledger.seconds:.1f} s; "
-          f"the study now holds {len(study.trials)} trials")
+    print(
+        f"worker {args.seed}: {ledger.trials} trials, {ledger.epochs} epochs, {ledger.seconds:.1f} s; "
+        f"the study now holds {len(study.trials)} trials"
+    )
     return 0
 
 

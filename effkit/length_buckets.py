@@ -19,7 +19,9 @@ def padded_width(longest: int, multiple: int = 8) -> int:
     return -(-int(longest) // multiple) * multiple
 
 
-def split_by_budget(part: np.ndarray, lengths: np.ndarray, max_tokens: int, multiple: int) -> list[np.ndarray]:
+def split_by_budget(
+    part: np.ndarray, lengths: np.ndarray, max_tokens: int, multiple: int
+) -> list[np.ndarray]:
     """Greedy cut of a length-sorted run into batches whose padded size rows x width <= budget."""
     batches: list[np.ndarray] = []
     start = 0
@@ -28,7 +30,7 @@ def split_by_budget(part: np.ndarray, lengths: np.ndarray, max_tokens: int, mult
             batches.append(part[start:i])
             break
         rows = i + 1 - start
-        width = padded_width(lengths[part[start:i + 1]].max(), multiple)
+        width = padded_width(lengths[part[start : i + 1]].max(), multiple)
         if rows * width > max_tokens:
             batches.append(part[start:i])
             start = i
@@ -58,7 +60,10 @@ def bucket_batches(
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     rng = np.random.default_rng([seed, epoch])
     if mega_batch_rows is None:
-        typical = batch_size or max(1, max_tokens // max(1, padded_width(np.median(lengths) if len(lengths) else 1, multiple)))
+        typical = batch_size or max(
+            1,
+            max_tokens // max(1, padded_width(np.median(lengths) if len(lengths) else 1, multiple)),
+        )
         mega_batch_rows = 50 * typical
     order = rng.permutation(len(lengths))
     batches: list[np.ndarray] = []
@@ -73,7 +78,9 @@ def bucket_batches(
     return [b.tolist() for b in batches]
 
 
-def padding_share(lengths: Sequence[int] | np.ndarray, batches: Sequence[Sequence[int]], multiple: int = 8) -> float:
+def padding_share(
+    lengths: Sequence[int] | np.ndarray, batches: Sequence[Sequence[int]], multiple: int = 8
+) -> float:
     """Share of computed tokens that are padding when each batch is padded to its own longest row."""
     lengths = np.asarray(lengths, dtype=np.int64)
     computed = real = 0
@@ -84,25 +91,46 @@ def padding_share(lengths: Sequence[int] | np.ndarray, batches: Sequence[Sequenc
     return 1.0 - real / computed if computed else 0.0
 
 
-def sorted_padding_share(lengths: Sequence[int] | np.ndarray, batch_size: int, multiple: int = 8) -> float:
+def sorted_padding_share(
+    lengths: Sequence[int] | np.ndarray, batch_size: int, multiple: int = 8
+) -> float:
     """Padding share of a full length sort sliced into ``batch_size`` rows: bucketing's optimum."""
     order = np.argsort(np.asarray(lengths), kind="stable")
-    return padding_share(lengths, [order[i : i + batch_size] for i in range(0, len(order), batch_size)], multiple)
+    return padding_share(
+        lengths, [order[i : i + batch_size] for i in range(0, len(order), batch_size)], multiple
+    )
 
 
 class LengthBucketBatchSampler(torch.utils.data.Sampler[list[int]]):
     """``batch_sampler`` for a DataLoader: :func:`bucket_batches`, re-drawn per ``set_epoch``."""
 
-    def __init__(self, lengths: Sequence[int], batch_size: int | None = None, max_tokens: int | None = None,
-                 seed: int = 0, multiple: int = 8) -> None:
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int | None = None,
+        max_tokens: int | None = None,
+        seed: int = 0,
+        multiple: int = 8,
+    ) -> None:
         self.lengths = np.asarray(lengths, dtype=np.int64)
-        self.batch_size, self.max_tokens, self.seed, self.multiple = batch_size, max_tokens, seed, multiple
+        self.batch_size, self.max_tokens, self.seed, self.multiple = (
+            batch_size,
+            max_tokens,
+            seed,
+            multiple,
+        )
         self.epoch = 0
         self._batches = self._draw()
 
     def _draw(self) -> list[list[int]]:
-        return bucket_batches(self.lengths, self.batch_size, self.max_tokens, self.seed, self.epoch,
-                              multiple=self.multiple)
+        return bucket_batches(
+            self.lengths,
+            self.batch_size,
+            self.max_tokens,
+            self.seed,
+            self.epoch,
+            multiple=self.multiple,
+        )
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

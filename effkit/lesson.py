@@ -83,8 +83,10 @@ def ab(
     from tqdm.auto import tqdm
 
     if pairs < MIN_PAIRS:
-        raise ValueError(f"{pairs} pairs: an interval from < {MIN_PAIRS} pairs covers the median"
-                         " less than 95% of the time; use more pairs, shorter bursts")
+        raise ValueError(
+            f"{pairs} pairs: an interval from < {MIN_PAIRS} pairs covers the median"
+            " less than 95% of the time; use more pairs, shorter bursts"
+        )
     dev = dev or device()
     if max_pairs is None:  # smoke is never evidence: adding pairs there would only cost CI time
         max_pairs = pairs if profile() == "smoke" else 2 * pairs
@@ -95,12 +97,16 @@ def ab(
         bar.update(1)
         bar.set_postfix(ratio=f"{ratio:.2f}x")
 
-    result = compare(a, b, device=dev, min_pairs=pairs, max_pairs=max_pairs, rel_ci=rel_ci, progress=tick)
+    result = compare(
+        a, b, device=dev, min_pairs=pairs, max_pairs=max_pairs, rel_ci=rel_ci, progress=tick
+    )
     bar.close()
     result.verdict = lesson_verdict(result, a_label, b_label, threshold)  # type: ignore[attr-defined]
     if not quiet:
-        print(f"{name}, on {device_name(dev)}: {a_label} {result.a_median:,.0f} {unit},"
-              f" {b_label} {result.b_median:,.0f} {unit} (medians)")
+        print(
+            f"{name}, on {device_name(dev)}: {a_label} {result.a_median:,.0f} {unit},"
+            f" {b_label} {result.b_median:,.0f} {unit} (medians)"
+        )
         print(f"  -> {result.verdict}")
     return result
 
@@ -108,11 +114,13 @@ def ab(
 def inference_burst(model: Callable[..., object], inputs: dict, repeats: int) -> Callable[[], int]:
     """A burst for `ab()`: ``repeats`` calls of ``model(**inputs)`` under `torch.no_grad`;
     returns the rows served (``repeats`` x the batch of ``inputs``' first tensor)."""
+
     def run() -> int:
         with torch.no_grad():
             for _ in range(repeats):
                 model(**inputs)
         return repeats * next(iter(inputs.values())).shape[0]
+
     return run
 
 
@@ -136,36 +144,46 @@ def data_location(chosen: str | None = None) -> dict[str, str]:
     elif all((cache_root() / "sst2" / f"{s}.tsv").is_file() for s in ("train", "dev", "test")):
         found["SST-2"] = f"the cache, {cache_root() / 'sst2'}"
     else:
-        found["SST-2"] = ("a download from the Hugging Face hub on first use (needs internet; offline:"
-                          " set EFFKIT_SST2_DIR to a folder of train/dev/test.tsv)")
+        found["SST-2"] = (
+            "a download from the Hugging Face hub on first use (needs internet; offline:"
+            " set EFFKIT_SST2_DIR to a folder of train/dev/test.tsv)"
+        )
     kind = cifar_profile(chosen).data
     real = data_home() / "real"
     if kind == "synthetic":
-        found["CIFAR-10"] = "synthetic images in CIFAR-10's format, generated into the cache (smoke)"
+        found["CIFAR-10"] = (
+            "synthetic images in CIFAR-10's format, generated into the cache (smoke)"
+        )
     elif os.environ.get("EFFKIT_CIFAR_DIR"):
         found["CIFAR-10"] = f"$EFFKIT_CIFAR_DIR = {os.environ['EFFKIT_CIFAR_DIR']}"
     elif has_cifar(real):
         found["CIFAR-10"] = f"the cache, {real}"
     elif kind == "real-or-synthetic":
-        found["CIFAR-10"] = ("a SYNTHETIC stand-in (no real CIFAR-10 found: set EFFKIT_CIFAR_DIR for"
-                             " real images; accuracies on it say nothing about CIFAR-10)")
+        found["CIFAR-10"] = (
+            "a SYNTHETIC stand-in (no real CIFAR-10 found: set EFFKIT_CIFAR_DIR for"
+            " real images; accuracies on it say nothing about CIFAR-10)"
+        )
     else:
-        found["CIFAR-10"] = ("a torchvision download on first use (needs internet; offline: set"
-                             " EFFKIT_CIFAR_DIR)")
+        found["CIFAR-10"] = (
+            "a torchvision download on first use (needs internet; offline: set EFFKIT_CIFAR_DIR)"
+        )
     return found
 
 
-def lesson_verdict(result: ABResult, a_label: str = "A", b_label: str = "B",
-                   threshold: float = 1.0) -> Verdict:
+def lesson_verdict(
+    result: ABResult, a_label: str = "A", b_label: str = "B", threshold: float = 1.0
+) -> Verdict:
     """`effkit.abtest.verdict`, saying "no evidence either way" for a uselessly wide interval and
     "not evidence" in the smoke profile."""
     said = verdict(result, a_label, b_label, threshold)
     sentence = said.sentence
     if said.word == "no clear difference" and result.ci_high > WIDE * result.ci_low:
-        sentence = (f"no evidence either way about {b_label} vs {a_label}: the interval"
-                    f" {result.ci_low:.2f}-{result.ci_high:.2f} (ratio {result.ratio:.2f}x, covering the"
-                    f" median {result.coverage:.0%} of the time over {result.pairs} pairs) is too wide to"
-                    " say anything — the machine was too noisy or the bursts too short")
+        sentence = (
+            f"no evidence either way about {b_label} vs {a_label}: the interval"
+            f" {result.ci_low:.2f}-{result.ci_high:.2f} (ratio {result.ratio:.2f}x, covering the"
+            f" median {result.coverage:.0%} of the time over {result.pairs} pairs) is too wide to"
+            " say anything — the machine was too noisy or the bursts too short"
+        )
     if profile() == "smoke":
         sentence = f"{sentence} [{SMOKE_NOTE}]"
     return Verdict(said.word, sentence)
@@ -180,11 +198,14 @@ def plot_ab(results: dict[str, ABResult], title: str, ax=None):
     colours = {"faster": "tab:green", "slower": "tab:red"}
     names = list(results)
     ratios = [r.ratio for r in results.values()]
-    errors = [[r.ratio - r.ci_low for r in results.values()],
-              [r.ci_high - r.ratio for r in results.values()]]
+    errors = [
+        [r.ratio - r.ci_low for r in results.values()],
+        [r.ci_high - r.ratio for r in results.values()],
+    ]
     words = [getattr(r, "verdict", verdict(r)).word for r in results.values()]
-    bars = ax.bar(names, ratios, yerr=errors, capsize=6,
-                  color=[colours.get(w, "tab:gray") for w in words])
+    bars = ax.bar(
+        names, ratios, yerr=errors, capsize=6, color=[colours.get(w, "tab:gray") for w in words]
+    )
     ax.bar_label(bars, labels=[f"{r:.2f}x" for r in ratios], label_type="center", color="white")
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
     coverage = min(r.coverage for r in results.values())
@@ -200,7 +221,9 @@ def summary_header(number: int, device_label: str, extra: str = "") -> str:
     """
     line = f"Summary — lesson {number}, profile {profile()!r}, measured on {device_label}{extra}"
     if profile() == "smoke":
-        line += f"\n[{SMOKE_NOTE}: no figure below supports a conclusion; run the cpu or gpu profile]"
+        line += (
+            f"\n[{SMOKE_NOTE}: no figure below supports a conclusion; run the cpu or gpu profile]"
+        )
     return line
 
 
@@ -212,8 +235,7 @@ def check_guess(guess: float | None, measured: float, what: str, fmt: str = "{:.
         line = f"{what}: measured {shown}. (No guess written: set it above, then re-run.)"
     else:
         off = measured / guess if guess else float("inf")
-        line = (f"{what}: you guessed {fmt.format(guess)}, measured {shown}"
-                f" ({off:.2g}x your guess)")
+        line = f"{what}: you guessed {fmt.format(guess)}, measured {shown} ({off:.2g}x your guess)"
     if profile() == "smoke":
         line += f" [{SMOKE_NOTE}]"
     print(line)
@@ -224,7 +246,9 @@ def _plain(text: str) -> str:
     return " ".join(text.lower().replace("-", " ").split())
 
 
-def written_answer(answer: str, key_points: dict[str, tuple[str, ...]], min_words: int = 12) -> list[str]:
+def written_answer(
+    answer: str, key_points: dict[str, tuple[str, ...]], min_words: int = 12
+) -> list[str]:
     """Print which key points a learner's written answer mentions; return those points.
 
     A point counts as mentioned when any of its phrases starts a word of the answer, ignoring case,
@@ -233,40 +257,61 @@ def written_answer(answer: str, key_points: dict[str, tuple[str, ...]], min_word
     the lessons with ``ANSWER`` left empty. A keyword self-check for the learner, not a grade.
     """
     if not isinstance(answer, str):
-        raise TypeError(f"written_answer: the answer must be a str (your ANSWER = \"\"\"...\"\"\"),"
-                        f" got {type(answer).__name__}")
+        raise TypeError(
+            f'written_answer: the answer must be a str (your ANSWER = """..."""),'
+            f" got {type(answer).__name__}"
+        )
     for point, phrases in key_points.items():
         if isinstance(phrases, str) or not all(isinstance(p, str) for p in phrases):
-            raise TypeError(f"written_answer: key point {point!r} needs a tuple of str phrases,"
-                            f" got {phrases!r} (one phrase: write ({phrases!r},))")
+            raise TypeError(
+                f"written_answer: key point {point!r} needs a tuple of str phrases,"
+                f" got {phrases!r} (one phrase: write ({phrases!r},))"
+            )
     words = len(answer.split())
     if words < min_words:
-        print(f"Write your answer (2-3 sentences) in the ANSWER string above, then run this cell"
-              f" again ({words} words so far).")
+        print(
+            f"Write your answer (2-3 sentences) in the ANSWER string above, then run this cell"
+            f" again ({words} words so far)."
+        )
         return []
     text = _plain(answer)
-    mentioned = [point for point, phrases in key_points.items()
-                 if any(re.search(r"(?<!\w)" + re.escape(_plain(p)), text) for p in phrases)]
+    mentioned = [
+        point
+        for point, phrases in key_points.items()
+        if any(re.search(r"(?<!\w)" + re.escape(_plain(p)), text) for p in phrases)
+    ]
     for point in key_points:
-        print(f"✓ you mention: {point}" if point in mentioned else f"· a full answer also says: {point}")
-    print("(A self-check against the key points, by keywords — not a grade: reread the lesson for any"
-          " point you missed.)")
+        print(
+            f"✓ you mention: {point}"
+            if point in mentioned
+            else f"· a full answer also says: {point}"
+        )
+    print(
+        "(A self-check against the key points, by keywords — not a grade: reread the lesson for any"
+        " point you missed.)"
+    )
     return mentioned
-
 
 
 def check_answer(answer: str, lesson_number: int, min_words: int = 12) -> list[str]:
     """`written_answer` against lesson ``lesson_number``'s key points, kept in
     `effkit.lesson_key_points` so the learner sees them only after writing an answer."""
     if lesson_number not in KEY_POINTS:
-        raise KeyError(f"check_answer: no key points for lesson {lesson_number}; lessons with"
-                       f" key points: {sorted(KEY_POINTS)}")
+        raise KeyError(
+            f"check_answer: no key points for lesson {lesson_number}; lessons with"
+            f" key points: {sorted(KEY_POINTS)}"
+        )
     return written_answer(answer, KEY_POINTS[lesson_number], min_words)
+
 
 # FLOP per cycle per core, dense, by precision: fp32 with AVX-512 is 2 FMA units x 16 lanes x 2;
 # bf16 with AMX is 1024 multiply-adds per cycle (Intel's Sapphire Rapids figures).
-_CPU_FLOP_PER_CYCLE = {("avx512f", "fp32"): 64, ("avx2", "fp32"): 32, ("amx_bf16", "bf16"): 2048,
-                       ("avx512_bf16", "bf16"): 128}
+_CPU_FLOP_PER_CYCLE = {
+    ("avx512f", "fp32"): 64,
+    ("avx2", "fp32"): 32,
+    ("amx_bf16", "bf16"): 2048,
+    ("avx512_bf16", "bf16"): 128,
+}
 
 
 def peak_flops_for(dev: torch.device, precision: str = "fp32") -> tuple[float | None, str]:
@@ -281,17 +326,23 @@ def peak_flops_for(dev: torch.device, precision: str = "fp32") -> tuple[float | 
         peak = measure.peak_flops(name, precision=precision, device_type="cuda")
         return peak, f"datasheet {precision} peak of {name}"
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    flags = set(re.findall(r"\b[\w.]+\b", next((ln for ln in info.splitlines()
-                                                   if ln.startswith("flags")), "")))
-    per_cycle = max((f for (flag, p), f in _CPU_FLOP_PER_CYCLE.items()
-                     if p == precision and flag in flags), default=None)
+    flags = set(
+        re.findall(
+            r"\b[\w.]+\b", next((ln for ln in info.splitlines() if ln.startswith("flags")), "")
+        )
+    )
+    per_cycle = max(
+        (f for (flag, p), f in _CPU_FLOP_PER_CYCLE.items() if p == precision and flag in flags),
+        default=None,
+    )
     if per_cycle is None:
         return None, f"no {precision} estimate for this CPU"
     mhz = [float(ln.split(":")[1]) for ln in info.splitlines() if ln.startswith("cpu MHz")]
     clock = max(mhz, default=2500.0) * 1e6
     threads = torch.get_num_threads()
     return threads * clock * per_cycle, (
-        f"{precision} estimate: {threads} threads x {clock / 1e9:.2f} GHz x {per_cycle} FLOP/cycle")
+        f"{precision} estimate: {threads} threads x {clock / 1e9:.2f} GHz x {per_cycle} FLOP/cycle"
+    )
 
 
 if __name__ == "__main__":

@@ -55,8 +55,9 @@ def syllabus_table(link: Callable[[str], str] | None = None) -> str:
     link = link or (lambda slug: f"{slug}.ipynb")
     rows = ["| # | lesson | status | exercise |", "| --- | --- | --- | --- |"]
     for lesson in LESSONS:
-        title = f"[{lesson.title}]({link(lesson.slug)})" if lesson.status == "ready" else (
-            lesson.title)
+        title = (
+            f"[{lesson.title}]({link(lesson.slug)})" if lesson.status == "ready" else (lesson.title)
+        )
         exercise = f"`exercises/{lesson.assignment}/`" if lesson.status == "ready" else "—"
         rows.append(f"| {lesson.number} | {title} | {lesson.status} | {exercise} |")
     return "\n".join(rows)
@@ -107,8 +108,12 @@ def execute(slug: str, out_dir: Path, timeout_s: int = 1800) -> tuple[Path, floa
     import nbformat
 
     nb = nbformat.read(NOTEBOOKS / f"{slug}.ipynb", as_version=4)
-    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=timeout_s,
-                                     resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client = nbclient.NotebookClient(
+        nb,
+        kernel_name="python3",
+        timeout=timeout_s,
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+    )
     start = time.perf_counter()
     client.execute()  # raises CellExecutionError, with the traceback, when a cell fails
     wall_s = time.perf_counter() - start
@@ -119,14 +124,21 @@ def execute(slug: str, out_dir: Path, timeout_s: int = 1800) -> tuple[Path, floa
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m effkit.lesson", description=__doc__.split(
-        "\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m effkit.lesson", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("command", choices=["build", "run"])
     parser.add_argument("--check", action="store_true", help="build: only report stale notebooks")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "executed",
-                        help="run: where the executed notebooks go")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "runs" / "executed",
+        help="run: where the executed notebooks go",
+    )
     parser.add_argument("slugs", nargs="*", help="run: lessons to run (default: all ready ones)")
-    args = parser.parse_intermixed_args(argv)  # `run --out DIR SLUG` as well as `run SLUG --out DIR`
+    args = parser.parse_intermixed_args(
+        argv
+    )  # `run --out DIR SLUG` as well as `run SLUG --out DIR`
     if args.command == "run":
         known = [lesson.slug for lesson in ready()]
         unknown = [s for s in args.slugs if s not in known]

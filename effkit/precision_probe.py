@@ -25,7 +25,9 @@ PROBE_BATCH = 32  # enough rows to pick the kernels the recipe runs; a fraction 
 CLEAR = (0.5, 3.0)  # a ratio outside this after one round needs no more rounds
 
 
-def _steps(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, mode: str) -> Callable[[int], None]:
+def _steps(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, mode: str
+) -> Callable[[int], None]:
     model = copy.deepcopy(model)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     policy = choose_precision("cpu", mode)
@@ -42,7 +44,9 @@ def _steps(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, mode: str) 
     return run
 
 
-def bf16_speedup(model: torch.nn.Module, example: torch.Tensor, classes: int, rounds: int = 3) -> float:
+def bf16_speedup(
+    model: torch.nn.Module, example: torch.Tensor, classes: int, rounds: int = 3
+) -> float:
     """fp32 step time / bf16 step time for ``model`` on a batch shaped like ``example``: one warm-up
     step each (kernel selection), then up to ``rounds`` rounds of 2 steps in alternating order; medians."""
     torch.manual_seed(0)
@@ -62,13 +66,20 @@ def bf16_speedup(model: torch.nn.Module, example: torch.Tensor, classes: int, ro
     return ratio
 
 
-def cpu_precision(key: str, make_model: Callable[[], torch.nn.Module], example: torch.Tensor, classes: int,
-                  cache_dir: Path | None = None) -> tuple[str, str]:  # fmt: skip
+def cpu_precision(
+    key: str,
+    make_model: Callable[[], torch.nn.Module],
+    example: torch.Tensor,
+    classes: int,
+    cache_dir: Path | None = None,
+) -> tuple[str, str]:
     """("bf16" or "off", why) for "auto" on this CPU; ``key`` names the model and its settings."""
     features = cpu_features()
     if not features["native_bf16"]:
         return "off", "fp32: this CPU has no bf16 units"
-    ident = f"{device_name('cpu')} | {features['torch_capability']} | torch {torch.__version__} | {key}"
+    ident = (
+        f"{device_name('cpu')} | {features['torch_capability']} | torch {torch.__version__} | {key}"
+    )
     path = Path(cache_dir) / "precision.json" if cache_dir else None
     cached = _read(path).get(ident) if path else None
     if cached is None:
@@ -80,8 +91,10 @@ def cpu_precision(key: str, make_model: Callable[[], torch.nn.Module], example: 
     ratio = cached["ratio"]
     mode = "bf16" if ratio >= BF16_PAYS else "off"
     where = f", kept in {path}" if path else ""
-    return mode, (f"{'bf16' if mode == 'bf16' else 'fp32'}: a bf16 training step ran {ratio:.2f}x as fast as fp32 "
-                  f"on this CPU (bf16 needs >= {BF16_PAYS}x; measured once in {cached['seconds']:.1f} s{where})")
+    return mode, (
+        f"{'bf16' if mode == 'bf16' else 'fp32'}: a bf16 training step ran {ratio:.2f}x as fast as fp32 "
+        f"on this CPU (bf16 needs >= {BF16_PAYS}x; measured once in {cached['seconds']:.1f} s{where})"
+    )
 
 
 def _read(path: Path) -> dict:

@@ -83,13 +83,35 @@ def _annotation_names(trace: Path) -> set[str]:
 
 # -- a training step profiled range by range, summarised as plain data (the doctor's input) --------
 
-RANGES = ("data", "forward", "backward", "optimizer", "other")  # record_function names, "step/<name>"
-SYNC_OPS = ("aten::_local_scalar_dense",)  # what .item() / bool(t) / .tolist() run: a device-to-host copy
-SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize")  # explicit syncs, CUDA runtime events
-MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
-              "aten::convolution", "aten::_convolution", "aten::mkldnn_convolution", "aten::cudnn_convolution",
-              "aten::convolution_backward", "aten::_scaled_dot_product_flash_attention",
-              "aten::_scaled_dot_product_efficient_attention")  # fmt: skip
+RANGES = (
+    "data",
+    "forward",
+    "backward",
+    "optimizer",
+    "other",
+)  # record_function names, "step/<name>"
+SYNC_OPS = (
+    "aten::_local_scalar_dense",
+)  # what .item() / bool(t) / .tolist() run: a device-to-host copy
+SYNC_CALLS = (
+    "cudaDeviceSynchronize",
+    "cudaStreamSynchronize",
+)  # explicit syncs, CUDA runtime events
+MATMUL_OPS = (
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::matmul",
+    "aten::linear",
+    "aten::convolution",
+    "aten::_convolution",
+    "aten::mkldnn_convolution",
+    "aten::cudnn_convolution",
+    "aten::convolution_backward",
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_efficient_attention",
+)
 
 
 @dataclass
@@ -155,12 +177,23 @@ def _compute_dtype(step: TrainStep, batch) -> str:
 
 def _optimizer_info(opt: torch.optim.Optimizer) -> dict:
     group = opt.param_groups[0] if opt.param_groups else {}
-    return {"name": type(opt).__name__, "foreach": group.get("foreach"), "fused": group.get("fused"),
-            "param_tensors": sum(len(g["params"]) for g in opt.param_groups)}  # fmt: skip
+    return {
+        "name": type(opt).__name__,
+        "foreach": group.get("foreach"),
+        "fused": group.get("fused"),
+        "param_tensors": sum(len(g["params"]) for g in opt.param_groups),
+    }
 
 
-def profile_training(step: TrainStep, *, wait: int = 1, warmup: int = 2, active: int = 5,
-                     timed: int = 9, bf16_hardware: bool | None = None) -> dict:  # fmt: skip
+def profile_training(
+    step: TrainStep,
+    *,
+    wait: int = 1,
+    warmup: int = 2,
+    active: int = 5,
+    timed: int = 9,
+    bf16_hardware: bool | None = None,
+) -> dict:
     """Profile ``active`` steps of ``step`` (after ``wait`` + ``warmup``) and return plain data.
 
     Also times ``timed`` steps *without* the profiler first: ``step_ms_unprofiled`` is the number
@@ -187,8 +220,11 @@ def profile_training(step: TrainStep, *, wait: int = 1, warmup: int = 2, active:
     if cuda:  # the peak of these steps, not of whatever ran before them
         torch.cuda.reset_peak_memory_stats()
     # repeat=1: one cycle; with repeat=0 the next cycle would start (and clear the events) at the last step()
-    with profile(activities=activities, schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
-                 profile_memory=False) as prof:  # fmt: skip
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
+        profile_memory=False,
+    ) as prof:
         batches = []  # measured after the profiler stops: its own ops would count as the step's
         for i in range(wait + warmup + active):
             step.run()
@@ -198,18 +234,28 @@ def profile_training(step: TrainStep, *, wait: int = 1, warmup: int = 2, active:
     paddings = [float(step.padding(b)) for b in batches] if step.padding is not None else []
     data = summarize_events(prof.events(), active, on_gpu=ProfilerActivity.CUDA in activities)
     if not data["step_ms"]:
-        raise RuntimeError("the profiler recorded no step: check the schedule (wait, warmup, active)")
-    if bf16_hardware is None:  # bf16 tensor cores from Ampere on (is_bf16_supported says yes on a T4)
-        bf16_hardware = cuda_native_bf16(torch.cuda.get_device_capability()) if cuda else cpu_native_bf16()
+        raise RuntimeError(
+            "the profiler recorded no step: check the schedule (wait, warmup, active)"
+        )
+    if (
+        bf16_hardware is None
+    ):  # bf16 tensor cores from Ampere on (is_bf16_supported says yes on a T4)
+        bf16_hardware = (
+            cuda_native_bf16(torch.cuda.get_device_capability()) if cuda else cpu_native_bf16()
+        )
     data.update(
-        name=step.name, batch_size=step.batch_size, step_ms_unprofiled=unprofiled,
+        name=step.name,
+        batch_size=step.batch_size,
+        step_ms_unprofiled=unprofiled,
         profiler_overhead=data["step_ms"] / unprofiled if unprofiled > 0 else None,
-        compute_dtype=dtype, bf16_hardware=bool(bf16_hardware),
+        compute_dtype=dtype,
+        bf16_hardware=bool(bf16_hardware),
         optimizer=_optimizer_info(step.optimizer),
         padding_share=sum(paddings) / len(paddings) if paddings else None,
         memory_peak_bytes=torch.cuda.max_memory_allocated() if cuda else None,
-        memory_limit_bytes=step.memory_limit_bytes or (torch.cuda.get_device_properties(0).total_memory if cuda else None),
-    )  # fmt: skip
+        memory_limit_bytes=step.memory_limit_bytes
+        or (torch.cuda.get_device_properties(0).total_memory if cuda else None),
+    )
     return data
 
 
@@ -248,7 +294,9 @@ def summarize_events(events, steps: int, on_gpu: bool = False) -> dict:
             us = getattr(e, "self_device_time_total", 0.0) if on_gpu else e.self_cpu_time_total
             matmul_us += us
             matmul_calls.append(us)
-            matmul_starts.append(e.time_range.start)  # the CPU op's start, on GPU too: which step it is in
+            matmul_starts.append(
+                e.time_range.start
+            )  # the CPU op's start, on GPU too: which step it is in
         if not nested:  # no operator above it: dispatched from Python or by autograd's engine
             dispatched += 1
             if owner in in_range:
@@ -263,7 +311,9 @@ def summarize_events(events, steps: int, on_gpu: bool = False) -> dict:
         "ops_per_step_by_range": {r: v * per for r, v in in_range.items()},
         "top_ops": [[k, v[0] * per / 1e3, v[1] * per] for k, v in top],
         "syncs_per_step": syncs * per,
-        "sync_ms": sync_us * per / 1e3,  # wall time inside the syncs: on a GPU, the wait for the queue
+        "sync_ms": sync_us
+        * per
+        / 1e3,  # wall time inside the syncs: on a GPU, the wait for the queue
         "matmul_ms": matmul_us * per / 1e3,
         "matmul_calls_per_step": len(matmul_calls) * per,
         # the median call, not the mean: a call the OS descheduled (a busy machine) does not move it
@@ -272,7 +322,9 @@ def summarize_events(events, steps: int, on_gpu: bool = False) -> dict:
     }
 
 
-def per_position(calls_us: list[float], starts: list[float], step_starts: list[float]) -> list[float]:
+def per_position(
+    calls_us: list[float], starts: list[float], step_starts: list[float]
+) -> list[float]:
     """Each call's median over the profiled steps, position by position: the steps run the same operators in the
     same order, so a call the OS descheduled in one step (a 3 ms time slice on a busy core, 100x a small matmul) is
     outvoted by the same call in the other steps. Unchanged when the steps' call counts differ or there is one step."""

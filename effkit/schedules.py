@@ -33,8 +33,12 @@ def _check(total_steps: int, warmup_steps: int) -> None:
         raise ValueError(f"warmup_steps must be in [0, {total_steps}], got {warmup_steps}")
 
 
-def _warmup_then(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int,
-                 decay: Callable[[float], float]) -> LambdaLR:
+def _warmup_then(
+    optimizer: torch.optim.Optimizer,
+    total_steps: int,
+    warmup_steps: int,
+    decay: Callable[[float], float],
+) -> LambdaLR:
     """Linear warm-up, then ``decay(progress)`` with progress going 0 -> 1 over the remaining steps."""
     _check(total_steps, warmup_steps)
 
@@ -50,12 +54,18 @@ def warmup_cosine(
     optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int, final_ratio: float = 0.0
 ) -> LambdaLR:
     """Linear warm-up to the optimizer's LR, then cosine decay to ``final_ratio`` of it."""
-    return _warmup_then(optimizer, total_steps, warmup_steps,
-                        lambda progress: final_ratio + (1 - final_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    return _warmup_then(
+        optimizer,
+        total_steps,
+        warmup_steps,
+        lambda progress: final_ratio + (1 - final_ratio) * 0.5 * (1 + math.cos(math.pi * progress)),
+    )
 
 
 def one_cycle(
     optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int, final_ratio: float = 0.0
 ) -> LambdaLR:
     """Linear warm-up then a linear ramp down to ``final_ratio`` (the airbench-style triangle)."""
-    return _warmup_then(optimizer, total_steps, warmup_steps, lambda progress: 1.0 - (1.0 - final_ratio) * progress)
+    return _warmup_then(
+        optimizer, total_steps, warmup_steps, lambda progress: 1.0 - (1.0 - final_ratio) * progress
+    )

@@ -59,8 +59,16 @@ def concat_feeds(feeds: Sequence[dict]) -> dict:
     return {k: np.concatenate([f[k] for f in feeds]) for k in feeds[0]}
 
 
-def open_loop(serve: Callable[[dict], object], feeds: Sequence[dict], rate: float, count: int,
-              max_batch: int = 1, max_wait_s: float = 0.0, warmup: int = 20, seed: int = 0) -> LoadResult:
+def open_loop(
+    serve: Callable[[dict], object],
+    feeds: Sequence[dict],
+    rate: float,
+    count: int,
+    max_batch: int = 1,
+    max_wait_s: float = 0.0,
+    warmup: int = 20,
+    seed: int = 0,
+) -> LoadResult:
     """Serve ``count`` Poisson arrivals at ``rate``/s (the first ``warmup`` not counted); see the module doc.
 
     ``feeds`` are single requests, used in turn; ``serve`` gets one batch (``concat_feeds``) per call.
@@ -79,7 +87,9 @@ def open_loop(serve: Callable[[dict], object], feeds: Sequence[dict], rate: floa
     head = 0  # first request not yet served
     while head < count:
         _wait_until(due[head])  # idle server: wait for the next arrival
-        if max_batch > 1 and max_wait_s > 0:  # let the batch fill, but not past the oldest's patience
+        if (
+            max_batch > 1 and max_wait_s > 0
+        ):  # let the batch fill, but not past the oldest's patience
             full_at = due[min(head + max_batch, count) - 1]
             _wait_until(min(full_at, due[head] + max_wait_s))
         now = _clock()
@@ -94,6 +104,11 @@ def open_loop(serve: Callable[[dict], object], feeds: Sequence[dict], rate: floa
         head = tail
     latencies = answered - due
     seconds = float(answered[-1] - start)
-    return LoadResult(rate=rate, latencies=latencies[warmup:], batches=batches, seconds=seconds,
-                      served_rate=count / seconds if seconds > 0 else float("inf"),
-                      busy=serving / seconds if seconds > 0 else 1.0)
+    return LoadResult(
+        rate=rate,
+        latencies=latencies[warmup:],
+        batches=batches,
+        seconds=seconds,
+        served_rate=count / seconds if seconds > 0 else float("inf"),
+        busy=serving / seconds if seconds > 0 else 1.0,
+    )

@@ -53,5 +53,7 @@ def by_assignment(assignment: str) -> Lesson:
     for lesson in LESSONS:
         if lesson.assignment == assignment:
             return lesson
-    raise KeyError(f"no lesson has assignment {assignment!r}; known: "
-                   f"{', '.join(lesson.assignment for lesson in LESSONS)}")
+    raise KeyError(
+        f"no lesson has assignment {assignment!r}; known: "
+        f"{', '.join(lesson.assignment for lesson in LESSONS)}"
+    )

@@ -14,11 +14,26 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # below 40 us): in the other lane, sharing a core with the timed lane's unpinned processes, the
 # overhead plant read >50 us and 'none' (CI, 2026-11-27).
 TIMED_FILES = {
-    "test_bench.py", "test_channel.py", "test_clock.py", "test_demo.py", "test_doctor.py", "test_gpu_check.py", "test_gpu_rehearsal.py", "test_grader_submissions.py",
-    "test_lesson1_exercise.py", "test_lesson3_exercise.py", "test_lesson4_exercise.py", "test_lesson5_exercise.py",
-    "test_lesson6_exercise.py", "test_lesson7_exercise.py", "test_lesson9_exercise.py", "test_lesson10_exercise.py",
-    "test_lesson13_exercise.py", "test_measure.py", "test_serving.py",
-}  # fmt: skip
+    "test_bench.py",
+    "test_channel.py",
+    "test_clock.py",
+    "test_demo.py",
+    "test_doctor.py",
+    "test_gpu_check.py",
+    "test_gpu_rehearsal.py",
+    "test_grader_submissions.py",
+    "test_lesson1_exercise.py",
+    "test_lesson3_exercise.py",
+    "test_lesson4_exercise.py",
+    "test_lesson5_exercise.py",
+    "test_lesson6_exercise.py",
+    "test_lesson7_exercise.py",
+    "test_lesson9_exercise.py",
+    "test_lesson10_exercise.py",
+    "test_lesson13_exercise.py",
+    "test_measure.py",
+    "test_serving.py",
+}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -32,14 +32,43 @@ ROOT = Path(__file__).resolve().parents[1]
 POINTS = {
     "lesson1": {"test_throughput": 4, "test_data_wait": 2, "test_bottleneck": 4, "test_quiz": 2},
     "lesson4": {"test_full_windows": 4, "test_last_window": 2, "test_recipe": 4, "test_quiz": 2},
-    "lesson5": {"test_gradients": 3, "test_budget": 2, "test_speed": 2, "test_least_recompute": 1, "test_quiz": 2},
-    "lesson6": {"test_resume": 4, "test_torn": 2, "test_best": 2, "test_overhead": 2, "test_quiz": 2},
-    "lesson7": {"test_coverage": 2, "test_budget": 2, "test_padding": 2, "test_randomness": 2, "test_speed": 2,
-                "test_quiz": 2},
+    "lesson5": {
+        "test_gradients": 3,
+        "test_budget": 2,
+        "test_speed": 2,
+        "test_least_recompute": 1,
+        "test_quiz": 2,
+    },
+    "lesson6": {
+        "test_resume": 4,
+        "test_torn": 2,
+        "test_best": 2,
+        "test_overhead": 2,
+        "test_quiz": 2,
+    },
+    "lesson7": {
+        "test_coverage": 2,
+        "test_budget": 2,
+        "test_padding": 2,
+        "test_randomness": 2,
+        "test_speed": 2,
+        "test_quiz": 2,
+    },
     "lesson8": {"test_layer": 3, "test_inject": 2, "test_recipe": 3, "test_quiz": 2},
     "lesson9": {"test_loss_value": 3, "test_loss_gradient": 2, "test_recipe": 3, "test_quiz": 2},
-    "lesson10": {"test_diagnose": 5, "test_fast_step_equal": 2, "test_fast_step_speed": 3, "test_quiz": 2},
-    "lesson11": {"test_weights": 4, "test_sampler": 3, "test_no_sync": 2, "test_memory_budget": 3, "test_quiz": 2},
+    "lesson10": {
+        "test_diagnose": 5,
+        "test_fast_step_equal": 2,
+        "test_fast_step_speed": 3,
+        "test_quiz": 2,
+    },
+    "lesson11": {
+        "test_weights": 4,
+        "test_sampler": 3,
+        "test_no_sync": 2,
+        "test_memory_budget": 3,
+        "test_quiz": 2,
+    },
     "lesson12": {"test_search": 4, "test_pruning": 3, "test_quiz": 2},
     "lesson13": {"test_artifact": 2, "test_accuracy": 3, "test_latency": 3, "test_quiz": 2},
 }
@@ -63,7 +92,9 @@ def grade_id(cell) -> str | None:
 def solution_cells(source: Path, path: Path, **replace: str) -> list[tuple[str, str]]:
     """(grade_id, source) of ``path``'s solution cells; ``replace`` swaps a cell's source by id."""
     ids = solution_ids(nbformat.read(source, as_version=4))
-    cells = [(c.grade_id, c.source) for c in solution_sources(nbformat.read(path, as_version=4), ids)]
+    cells = [
+        (c.grade_id, c.source) for c in solution_sources(nbformat.read(path, as_version=4), ids)
+    ]
     return [(gid, replace.get(gid, src)) for gid, src in cells]
 
 
@@ -82,23 +113,38 @@ def grade(lesson: str, cells: list[tuple[str, str]], only=None, seed: int = 1):
     return grade_cells(assignments.get(lesson), cells, only=only, seed=seed)
 
 
-def grade_here(lesson: str, cells: list[tuple[str, str]], only, seed: int = 1, fresh: bool = False,
-               strict: bool = True) -> dict[str, CellVerdict]:  # fmt: skip
+def grade_here(
+    lesson: str,
+    cells: list[tuple[str, str]],
+    only,
+    seed: int = 1,
+    fresh: bool = False,
+    strict: bool = True,
+) -> dict[str, CellVerdict]:
     """``only``'s checks on ``cells`` in this process (`InProcess` with the lesson's probes): all drawing
     from one ``random.Random(seed)`` in order, or (``fresh``) each from a fresh one; ``strict`` as InProcess's."""
     assignment = assignments.get(lesson)
     probes = importlib.import_module(f"grader.assignments.{lesson}.probes")
     session = InProcess(assignment, probes, cells, strict=strict)
     if fresh:
-        return {gid: grade_in_process(assignment, session, [gid], random.Random(seed))[gid] for gid in only}
+        return {
+            gid: grade_in_process(assignment, session, [gid], random.Random(seed))[gid]
+            for gid in only
+        }
     return grade_in_process(assignment, session, only, random.Random(seed))
 
 
 class InProcess:
     """What a worker would answer, computed here from the cells: ``probes.probe_<name>(self, ...)``."""
 
-    def __init__(self, assignment, probes, cells: list[tuple[str, str]], own_netns: bool = False,
-                 strict: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        assignment,
+        probes,
+        cells: list[tuple[str, str]],
+        own_netns: bool = False,
+        strict: bool = False,
+    ):
         """strict: a raising cell raises here (a test's own cells must load) instead of being
         recorded in ``load_errors`` as the worker records it."""
         self.probes, self.ns, self.load_errors = probes, {}, []
@@ -124,7 +170,9 @@ class InProcess:
         """The worker's hand-over of ``obj`` to learner code (it watches for planted functions): ``obj``."""
         return obj
 
-    def call(self, probe: str, timeout_s: float, serve=None, max_blob: int | None = None, **args) -> CallResult:
+    def call(
+        self, probe: str, timeout_s: float, serve=None, max_blob: int | None = None, **args
+    ) -> CallResult:
         """``probes.probe_<probe>(self, **args)``; a result with a blob over ``max_blob`` bytes is refused."""
         if self.own_netns:
             got = self._call_in_own_netns(probe, timeout_s, serve, **args)
@@ -134,7 +182,9 @@ class InProcess:
             return CallResult(False, failure="sent more than the grader accepts")
         return got
 
-    def call_ranks(self, probe: str, timeout_s: float, world: int, relay=None, **args) -> list[CallResult]:
+    def call_ranks(
+        self, probe: str, timeout_s: float, world: int, relay=None, **args
+    ) -> list[CallResult]:
         """``probes.probe_<probe>(self, rank=r, **args)`` for every rank at once, each in a child forked
         from here (with own_netns, all in one namespace of their own, counted alone); a rank not done
         within ``timeout_s`` is killed. ``relay`` (a ``grader.sandbox.relay.Relay``, here in this process)
@@ -146,8 +196,11 @@ class InProcess:
 
         def ranks() -> CallResult:
             got = self._fork_ranks(probe, timeout_s, world, **args)
-            return CallResult(True, {"ranks": [[r.ok, r.data, r.failure, len(r.blobs)] for r in got]},
-                              [b for r in got for b in r.blobs])  # fmt: skip
+            return CallResult(
+                True,
+                {"ranks": [[r.ok, r.data, r.failure, len(r.blobs)] for r in got]},
+                [b for r in got for b in r.blobs],
+            )
 
         packed = self._in_own_netns(ranks) if self.own_netns else ranks()
         out, blobs = [], list(packed.blobs)
@@ -156,7 +209,9 @@ class InProcess:
             blobs = blobs[n:]
         return out
 
-    def _fork_ranks(self, probe: str, timeout_s: float, world: int, relay=None, **args) -> list[CallResult]:
+    def _fork_ranks(
+        self, probe: str, timeout_s: float, world: int, relay=None, **args
+    ) -> list[CallResult]:
         import signal
         import threading
 
@@ -171,12 +226,19 @@ class InProcess:
                 code = 1
                 try:
                     os.close(r)
-                    if relay is not None:  # the rank's requests to the relay, as on a worker's channel
+                    if (
+                        relay is not None
+                    ):  # the rank's requests to the relay, as on a worker's channel
                         os.close(asks[0])
                         os.close(answers[1])
                         self.chan = WorkerEnd(asks[1], answers[0])
                     got = self._call(probe, timeout_s, None, rank=rank, **args)
-                    head = {"ok": got.ok, "data": got.data, "failure": got.failure, "sizes": [len(b) for b in got.blobs]}
+                    head = {
+                        "ok": got.ok,
+                        "data": got.data,
+                        "failure": got.failure,
+                        "sizes": [len(b) for b in got.blobs],
+                    }
                     with os.fdopen(w, "wb") as out:
                         out.write(json.dumps(head).encode() + b"\n" + b"".join(got.blobs))
                     code = 0
@@ -193,7 +255,9 @@ class InProcess:
             with os.fdopen(fd, "rb") as f:
                 raws[rank] = f.read()
 
-        def serve(end, rank: int) -> None:  # what ProbeSession.call does with a worker's "dev" requests
+        def serve(
+            end, rank: int
+        ) -> None:  # what ProbeSession.call does with a worker's "dev" requests
             try:
                 while True:
                     msg, blobs = end.receive(timeout_s + 5)
@@ -204,10 +268,14 @@ class InProcess:
                 relay.finish(rank)
                 end.close()
 
-        for rank, (_, r) in enumerate(pids):  # read only once every rank is forked: no thread is forked
+        for rank, (_, r) in enumerate(
+            pids
+        ):  # read only once every rank is forked: no thread is forked
             readers.append(threading.Thread(target=read, args=(r, rank)))
             readers[-1].start()
-        servers = [threading.Thread(target=serve, args=(end, rank)) for rank, end in enumerate(ends)]
+        servers = [
+            threading.Thread(target=serve, args=(end, rank)) for rank, end in enumerate(ends)
+        ]
         for t in servers:
             t.start()
         pids = [pid for pid, _ in pids]
@@ -221,12 +289,17 @@ class InProcess:
             os.waitpid(pid, 0)
             line, _, rest = raws[rank].partition(b"\n")
             if late or not line:
-                out.append(CallResult(False, failure=f"did not return within {timeout_s:.0f} s" if late else "crashed"))
+                out.append(
+                    CallResult(
+                        False,
+                        failure=f"did not return within {timeout_s:.0f} s" if late else "crashed",
+                    )
+                )
                 continue
             head = json.loads(line)
             blobs, at = [], 0
             for n in head["sizes"]:
-                blobs.append(rest[at:at + n])
+                blobs.append(rest[at : at + n])
                 at += n
             out.append(CallResult(head["ok"], head["data"], blobs, head["failure"]))
         for t in servers:  # each ends when its rank's pipe closes
@@ -247,8 +320,13 @@ class InProcess:
                 subprocess.run([sys.executable, "-I", "-S", "-c", LOOPBACK_UP], check=True)
                 before = loopback_tx_bytes()
                 got = fn()
-                head = {"ok": got.ok, "data": got.data, "failure": got.failure,
-                        "wire": loopback_tx_bytes() - before, "sizes": [len(b) for b in got.blobs]}  # fmt: skip
+                head = {
+                    "ok": got.ok,
+                    "data": got.data,
+                    "failure": got.failure,
+                    "wire": loopback_tx_bytes() - before,
+                    "sizes": [len(b) for b in got.blobs],
+                }
                 with os.fdopen(w, "wb") as out:
                     out.write(json.dumps(head).encode() + b"\n" + b"".join(got.blobs))
                 code = 0
@@ -264,12 +342,14 @@ class InProcess:
         os.waitpid(pid, 0)
         line, _, rest = raw.partition(b"\n")
         if not line:
-            raise RuntimeError("the call in its own network namespace failed: see the captured stderr")
+            raise RuntimeError(
+                "the call in its own network namespace failed: see the captured stderr"
+            )
         head = json.loads(line)
         self.wire += head["wire"]
         blobs, at = [], 0
         for n in head["sizes"]:
-            blobs.append(rest[at:at + n])
+            blobs.append(rest[at : at + n])
             at += n
         return CallResult(head["ok"], head["data"], blobs, head["failure"])
 

@@ -45,7 +45,9 @@ def _report(lane: str, log: Path) -> list[str]:
     lines = log.read_text(errors="replace").splitlines()
     failed = [ln for ln in lines if ln.startswith(("FAILED ", "ERROR "))]
     done = re.compile(r"\d+ (passed|failed|errors?|deselected|skipped)\b.* in \d")
-    last = next((ln for ln in reversed(lines) if done.search(ln)), "(no summary line: see its output above)")
+    last = next(
+        (ln for ln in reversed(lines) if done.search(ln)), "(no summary line: see its output above)"
+    )
     return [f"{lane} lane: {last.strip('= ')}"] + [f"  {ln}" for ln in failed]
 
 
@@ -57,16 +59,30 @@ def main(args: list[str]) -> int:
     start = time.perf_counter()
     untimed_log = base / "untimed.log"
     with untimed_log.open("wb") as out:
-        untimed = subprocess.Popen(_pytest(args, "untimed", base), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                   env=dict(os.environ, EFFKIT_TEST_LANE="untimed"),
-                                   preexec_fn=lambda: os.sched_setaffinity(0, cores[:-1]))  # fmt: skip
-    print(f"[lanes] untimed tests on core(s) {cores[:-1]} (log: {untimed_log}); timed tests here, their "
-          f"workers on core {cores[-1]}", flush=True)  # fmt: skip
+        untimed = subprocess.Popen(
+            _pytest(args, "untimed", base),
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, EFFKIT_TEST_LANE="untimed"),
+            preexec_fn=lambda: os.sched_setaffinity(0, cores[:-1]),
+        )
+    print(
+        f"[lanes] untimed tests on core(s) {cores[:-1]} (log: {untimed_log}); timed tests here, their "
+        f"workers on core {cores[-1]}",
+        flush=True,
+    )
     timed_log = base / "timed.log"
     try:
         with timed_log.open("w") as keep:
-            timed = subprocess.Popen(_pytest(args, "timed", base), cwd=ROOT, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=dict(os.environ, EFFKIT_TEST_LANE="timed"))  # fmt: skip
+            timed = subprocess.Popen(
+                _pytest(args, "timed", base),
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=dict(os.environ, EFFKIT_TEST_LANE="timed"),
+            )
             for line in timed.stdout:
                 sys.stdout.write(line)
                 keep.write(line)
@@ -76,10 +92,16 @@ def main(args: list[str]) -> int:
     finally:
         if untimed.poll() is None:
             untimed.kill()
-    print(f"\n[lanes] the untimed lane's output (done {time.perf_counter() - start:.0f} s after the start; "
-          f"the timed lane took {timed_s:.0f} s):\n", flush=True)  # fmt: skip
+    print(
+        f"\n[lanes] the untimed lane's output (done {time.perf_counter() - start:.0f} s after the start; "
+        f"the timed lane took {timed_s:.0f} s):\n",
+        flush=True,
+    )
     sys.stdout.write(untimed_log.read_text(errors="replace"))
-    print("\n[lanes] " + "\n[lanes] ".join(_report("timed", timed_log) + _report("untimed", untimed_log)))
+    print(
+        "\n[lanes] "
+        + "\n[lanes] ".join(_report("timed", timed_log) + _report("untimed", untimed_log))
+    )
     # pytest's 5 = "no tests collected": a lane with nothing selected (e.g. -k for one file) is fine.
     # A lane killed by a signal has a negative code: that is a failure, not less than 0 (a killed timed
     # lane once passed CI's exit code, its summary line missing).

@@ -6,7 +6,9 @@ the speed cell's target must sit above it (benchmarks/lesson10_calibrate.py --st
 """
 
 HEAD = "import torch\nimport torch.nn.functional as F\n\n\ndef fast_step(model, inputs, targets, lr, weight_decay):\n"
-PER_SAMPLE_LOOP_KEPT = HEAD + """    params = list(model.parameters())
+PER_SAMPLE_LOOP_KEPT = (
+    HEAD
+    + """    params = list(model.parameters())
     grads = [torch.zeros_like(p) for p in params]
     total = 0.0
     for i in range(len(inputs)):
@@ -19,3 +21,4 @@ PER_SAMPLE_LOOP_KEPT = HEAD + """    params = list(model.parameters())
             p -= lr * (g / len(inputs) + weight_decay * p)
     return float(total) / len(inputs)
 """
+)

@@ -6,43 +6,57 @@ Every variant trains correctly except ``alone``; they differ in what each rank h
 12 B, FSDP2 8 B plus one gathered layer. The attacks try to make the kernel's count smaller.
 """
 
-_LOOP = '''    for x, y in batches:
+_LOOP = """    for x, y in batches:
         F.cross_entropy(net(x), y).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
     return model
-'''
+"""
 _HEAD = "def train_sharded(rank, world_size, model, batches, config):\n"
-_DDP_VIEW = '''    net = DDP(model, gradient_as_bucket_view=True)
+_DDP_VIEW = """    net = DDP(model, gradient_as_bucket_view=True)
     opt = torch.optim.Adam(net.parameters(), lr=config["lr"])
-'''
+"""
 
 VARIANTS = {
-    "fsdp": _HEAD + '''    for layer in model:
+    "fsdp": _HEAD
+    + """    for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer)
     net = fully_shard(model)
     opt = torch.optim.Adam(model.parameters(), lr=config["lr"])
-''' + _LOOP,
-    "zero_view": _HEAD + '''    net = DDP(model, gradient_as_bucket_view=True)
+"""
+    + _LOOP,
+    "zero_view": _HEAD
+    + """    net = DDP(model, gradient_as_bucket_view=True)
     opt = ZeroRedundancyOptimizer(net.parameters(), optimizer_class=torch.optim.Adam, lr=config["lr"])
-''' + _LOOP,
-    "zero": _HEAD + '''    net = DDP(model)
+"""
+    + _LOOP,
+    "zero": _HEAD
+    + """    net = DDP(model)
     opt = ZeroRedundancyOptimizer(net.parameters(), optimizer_class=torch.optim.Adam, lr=config["lr"])
-''' + _LOOP,
+"""
+    + _LOOP,
     "ddp_view": _HEAD + _DDP_VIEW + _LOOP,
-    "ddp": _HEAD + '''    net = DDP(model)
+    "ddp": _HEAD
+    + """    net = DDP(model)
     opt = torch.optim.Adam(net.parameters(), lr=config["lr"])
-''' + _LOOP,
-    "alone": _HEAD + '''    net = model  # no gradient averaging: each rank trains on its own half
+"""
+    + _LOOP,
+    "alone": _HEAD
+    + """    net = model  # no gradient averaging: each rank trains on its own half
     opt = torch.optim.Adam(net.parameters(), lr=config["lr"])
-''' + _LOOP,
+"""
+    + _LOOP,
 }
 
 # Attacks on the measurement.
 ATTACKS = {
     # on top of a recipe over the budget (DDP + bucket view, ~18 B): reset every peak the rank can find, and its own VmHWM, after training
-    "reset_counters": _HEAD + _DDP_VIEW + _LOOP.replace("    return model\n", '''    import glob
+    "reset_counters": _HEAD
+    + _DDP_VIEW
+    + _LOOP.replace(
+        "    return model\n",
+        """    import glob
     for path in glob.glob("/sys/fs/cgroup/**/memory*peak*", recursive=True) + glob.glob(
             "/sys/fs/cgroup/**/memory.max_usage_in_bytes", recursive=True):
         try:
@@ -56,7 +70,8 @@ ATTACKS = {
     except OSError:
         pass
     return model
-'''),
+""",
+    ),
     # memory taken while the cells load (before the call), reused during training
     # on top of a recipe within it (ZeRO-1 + bucket view, ~14 B): the cells' load counts too
     "ballast_at_load": "BALLAST = torch.ones(40_000_000)  # 160 MB touched at load, before any call\n\n"

@@ -54,14 +54,14 @@ def _swap(rank, k, data):
         return f.read()
 '''
 
-_MADE_AT_LOAD = '''
+_MADE_AT_LOAD = """
 import socket
 
 try:  # made while the cells load, before any probe: a socket made then could be bound and used later
     _EARLY = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
 except OSError:
     _EARLY = []
-'''
+"""
 
 _ABSTRACT_SOCKET = '''
 _SIDE = []

@@ -45,8 +45,19 @@ def build(version: str) -> None:
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
     pip = [str(VENV / "bin" / "python"), "-m", "pip", "install", "-q"]
     subprocess.run(pip + ["--upgrade", "pip"], check=True)
-    subprocess.run(pip + [f"torch=={version}.*", "torchvision", "-e", f"{ROOT}[course]", "pytest>=8",
-                          "pytest-timeout>=2.3"], check=True, cwd=ROOT)  # fmt: skip
+    subprocess.run(
+        pip
+        + [
+            f"torch=={version}.*",
+            "torchvision",
+            "-e",
+            f"{ROOT}[course]",
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+        ],
+        check=True,
+        cwd=ROOT,
+    )
     STAMP.write_text(key)
 
 
@@ -54,14 +65,19 @@ def main(argv: list[str]) -> int:
     version = floor()
     build(version)
     python = str(VENV / "bin" / "python")
-    found = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], check=True,
-                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    found = subprocess.run(
+        [python, "-c", "import torch; print(torch.__version__)"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     if not found.startswith(version + "."):
         print(f"oldest-torch: expected torch {version}.*, the venv has {found}", file=sys.stderr)
         return 2
     print(f"oldest-torch: torch {found} (pyproject.toml declares torch>={version})", flush=True)
-    return subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS, *argv],
-                          cwd=ROOT).returncode  # fmt: skip
+    return subprocess.run(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS, *argv], cwd=ROOT
+    ).returncode
 
 
 if __name__ == "__main__":

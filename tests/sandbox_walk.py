@@ -43,8 +43,12 @@ def _mount_of(path: str, mounts) -> tuple[str, str, str, str]:
 
 def _try_create(d: str, name: str, keep: bool) -> bool:
     try:
-        fd = os.open(os.path.join(d, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
-    except FileExistsError:  # marked already: the same directory reached by another path (a bind mount)
+        fd = os.open(
+            os.path.join(d, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644
+        )
+    except (
+        FileExistsError
+    ):  # marked already: the same directory reached by another path (a bind mount)
         return keep
     except OSError:
         return False
@@ -81,16 +85,22 @@ def _sysv(token: str, create: bool) -> dict:
     libc = ctypes.CDLL(None, use_errno=True)
     flags = 0o1666 if create else 0o666  # IPC_CREAT | rw for all (another grading's nobody)
     mq_flags = os.O_RDWR | (os.O_CREAT if create else 0)
-    return {"shm": libc.shmget(_key(token), 4096, flags) >= 0, "msg": libc.msgget(_key(token), flags) >= 0,
-            "sem": libc.semget(_key(token), 1, flags) >= 0,
-            "mq": libc.mq_open(queue_name(token), mq_flags, 0o666, None) >= 0}  # fmt: skip
+    return {
+        "shm": libc.shmget(_key(token), 4096, flags) >= 0,
+        "msg": libc.msgget(_key(token), flags) >= 0,
+        "sem": libc.semget(_key(token), 1, flags) >= 0,
+        "mq": libc.mq_open(queue_name(token), mq_flags, 0o666, None) >= 0,
+    }
 
 
 def mark(token: str, seconds: float) -> dict:
     mounts = _mounts()
     dirs = writable_dirs(token, keep=True)
-    report = {"pid": os.getpid(), "sysv": _sysv(token, create=True),
-              "writable": [[d, *_mount_of(d, mounts)] for d in dirs]}  # fmt: skip
+    report = {
+        "pid": os.getpid(),
+        "sysv": _sysv(token, create=True),
+        "writable": [[d, *_mount_of(d, mounts)] for d in dirs],
+    }
     print(json.dumps(report), flush=True)
     time.sleep(seconds)
     return report
@@ -122,12 +132,16 @@ def probe(pid: int, token: str, secret: str) -> dict:
             pass
     marks = [d for d in every_dir() if os.path.lexists(f"{d}/effkit-mark-{token}")]
     report = {
-        "seen": sorted(seen), "named": named, "leaked": leaked, "marks": marks, "sysv": _sysv(token, create=False),
+        "seen": sorted(seen),
+        "named": named,
+        "leaked": leaked,
+        "marks": marks,
+        "sysv": _sysv(token, create=False),
         "environ": _attempt(lambda: open(f"/proc/{pid}/environ", "rb").read()),
         "mem": _attempt(lambda: open(f"/proc/{pid}/mem", "rb").close()),
         "root": _attempt(lambda: os.listdir(f"/proc/{pid}/root/tmp")),
         "signal": _attempt(lambda: os.kill(pid, 0)),
-    }  # fmt: skip
+    }
     print(json.dumps(report), flush=True)
     return report
 

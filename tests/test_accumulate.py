@@ -78,8 +78,10 @@ def accumulate(model, batches, loss_sum_fn, total, **kwargs):
 
 def test_sample_level_unequal_micro_batches_match_big_batch():
     g = torch.Generator().manual_seed(0)
-    batches = [(torch.randn(n, 4, generator=g, dtype=torch.float64), torch.randint(3, (n,)))
-               for n in (5, 3, 8)]  # fmt: skip
+    batches = [
+        (torch.randn(n, 4, generator=g, dtype=torch.float64), torch.randint(3, (n,)))
+        for n in (5, 3, 8)
+    ]
 
     big = mlp()
     x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])

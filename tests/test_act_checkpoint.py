@@ -101,10 +101,16 @@ def test_deepcopy_of_checkpointed_model_uses_its_own_weights():
 def bert(num_layers=3):
     transformers = pytest.importorskip("transformers")
     config = transformers.BertConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=num_layers, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0, attn_implementation="eager",
-    )  # fmt: skip
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=num_layers,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        attn_implementation="eager",
+    )
     torch.manual_seed(0)
     return transformers.BertModel(config).double().eval(), transformers
 
@@ -306,9 +312,14 @@ def test_plans_travel_as_plain_data_and_bad_ones_say_why():
         CheckpointPlan.everything(3).describe(3)
         == "every block of 3 checkpointed, recomputed whole"
     )
-    for bad, why in [([1, 2], "a plan is a dict"), ({"blocks": [4]}, "blocks 0..3"),
-                     ({"blocks": [True]}, "ints"), ({"blocks": [0], "save": "mm"}, "list of op names"),
-                     ({"blocks": [0], "save": ["sin"]}, "never runs"), ({"blockz": []}, "a plan is")]:  # fmt: skip
+    for bad, why in [
+        ([1, 2], "a plan is a dict"),
+        ({"blocks": [4]}, "blocks 0..3"),
+        ({"blocks": [True]}, "ints"),
+        ({"blocks": [0], "save": "mm"}, "list of op names"),
+        ({"blocks": [0], "save": ["sin"]}, "never runs"),
+        ({"blockz": []}, "a plan is"),
+    ]:
         with pytest.raises(PlanError, match=why):
             CheckpointPlan.from_data(bad, 4, frozenset({"mm", "addmm"}))
 

@@ -25,7 +25,9 @@ def test_scaler_enabled_only_for_fp16(monkeypatch):
     asked = []
     real = torch.amp.GradScaler
     monkeypatch.setattr(
-        torch.amp, "GradScaler", lambda dev, enabled: asked.append((dev, enabled)) or real("cpu", enabled=False)
+        torch.amp,
+        "GradScaler",
+        lambda dev, enabled: asked.append((dev, enabled)) or real("cpu", enabled=False),
     )
     choose_precision("cuda", "fp16", caps=T4).make_scaler()
     choose_precision("cuda", "bf16", caps=H100).make_scaler()
@@ -62,10 +64,16 @@ def test_cpu_autocast_really_runs_matmul_in_bf16_and_off_keeps_fp32():
 # --- DeviceCaps.detect itself: native capability only (probes monkeypatched) ----------------------
 @pytest.mark.parametrize(
     "capability, name, mode",
-    [((7, 5), "Tesla T4", "fp16"), ((7, 0), "Tesla V100-SXM2-16GB", "fp16"),
-     ((8, 0), "NVIDIA A100-SXM4-80GB", "bf16"), ((9, 0), "NVIDIA H100 80GB HBM3", "bf16")],
+    [
+        ((7, 5), "Tesla T4", "fp16"),
+        ((7, 0), "Tesla V100-SXM2-16GB", "fp16"),
+        ((8, 0), "NVIDIA A100-SXM4-80GB", "bf16"),
+        ((9, 0), "NVIDIA H100 80GB HBM3", "bf16"),
+    ],
 )
-def test_detect_cuda_uses_compute_capability_not_is_bf16_supported(monkeypatch, capability, name, mode):
+def test_detect_cuda_uses_compute_capability_not_is_bf16_supported(
+    monkeypatch, capability, name, mode
+):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: name)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: capability)
@@ -81,8 +89,13 @@ CPUINFO = "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse avx2 avx51
 
 
 @pytest.mark.parametrize(
-    "extra, bf16", [("", False), ("avx512_vnni", False), ("avx512_bf16", True),
-                    ("amx_tile amx_bf16 amx_int8", True)],
+    "extra, bf16",
+    [
+        ("", False),
+        ("avx512_vnni", False),
+        ("avx512_bf16", True),
+        ("amx_tile amx_bf16 amx_int8", True),
+    ],
 )
 def test_detect_cpu_bf16_only_with_amx_or_avx512_bf16(monkeypatch, tmp_path, extra, bf16):
     from effkit import amp
@@ -115,7 +128,9 @@ def test_cpu_features_name_the_bf16_units_from_the_kernel_flags():
     a, b = amp.cpu_features(avx2), amp.cpu_features(bf16)
     assert a["flags"] == ["avx2"] and not a["native_bf16"]
     assert b["flags"] == ["avx512_bf16", "avx512f", "avx2"] and b["native_bf16"]
-    assert "bf16 emulated" in amp.describe_cpu(a) and "avx512_bf16: native bf16" in amp.describe_cpu(b)
+    assert "bf16 emulated" in amp.describe_cpu(
+        a
+    ) and "avx512_bf16: native bf16" in amp.describe_cpu(b)
     here = amp.cpu_features()
     assert here["torch_capability"] == torch.backends.cpu.get_cpu_capability()
     assert here["native_bf16"] == amp.cpu_native_bf16()

@@ -21,16 +21,22 @@ def test_measured_noise_scale_matches_the_per_sample_truth():
     g = torch.Generator().manual_seed(0)
     n, d = 4000, 6
     x = torch.randn(n, d, generator=g, dtype=torch.float64)
-    y = x @ torch.randn(d, 1, generator=g, dtype=torch.float64) + 0.5 * torch.randn(n, 1, generator=g, dtype=torch.float64)
+    y = x @ torch.randn(d, 1, generator=g, dtype=torch.float64) + 0.5 * torch.randn(
+        n, 1, generator=g, dtype=torch.float64
+    )
     model = nn.Linear(d, 1, bias=False).double()
     loss = nn.MSELoss()
-    per_sample = 2 * (x @ model.weight.detach().T - y) * x  # d/dw of (x.w - y)^2, one row per sample
+    per_sample = (
+        2 * (x @ model.weight.detach().T - y) * x
+    )  # d/dw of (x.w - y)^2, one row per sample
     mean = per_sample.mean(0)
     truth = float(((per_sample - mean) ** 2).sum(1).mean() / (mean @ mean))
     assert grad_sq_norm(model, loss, x, y) == pytest.approx(float(mean @ mean))
 
     def batches(size, count):
-        return [(x[i], y[i]) for i in (torch.randint(0, n, (size,), generator=g) for _ in range(count))]
+        return [
+            (x[i], y[i]) for i in (torch.randint(0, n, (size,), generator=g) for _ in range(count))
+        ]
 
     est = measure_noise_scale(model, loss, batches(8, 600), batches(1024, 40))
     assert est.b_simple == pytest.approx(truth, rel=0.25), (est, truth)
@@ -38,5 +44,7 @@ def test_measured_noise_scale_matches_the_per_sample_truth():
 
 
 def test_steps_model_halves_only_below_the_noise_scale():
-    assert steps_to_target_model(10, 100, 1000) / steps_to_target_model(20, 100, 1000) == pytest.approx(1.98, rel=0.01)
+    assert steps_to_target_model(10, 100, 1000) / steps_to_target_model(
+        20, 100, 1000
+    ) == pytest.approx(1.98, rel=0.01)
     assert steps_to_target_model(1e5, 100, 1000) / steps_to_target_model(2e5, 100, 1000) < 1.01

@@ -7,12 +7,36 @@ import pytest
 from effkit import bench
 from effkit.abtest import median_ci_coverage
 
-FIELDS = {"workload", "profile", "device", "torch", "recipes", "speedup", "speedup_ci",
-          "speedup_spread", "time_to_target_speedup", "accuracy_delta_pp", "speedup_ci_coverage",
-          "headline", "time_to_target_speedup_train_only", "speedup_verdict"}
-RECIPE_FIELDS = {"samples_per_s", "tokens_per_s", "time_to_target_s", "final_accuracy",
-                 "peak_memory_bytes", "mfu", "flops_per_sample", "history", "config",
-                 "eval_seconds", "wall_seconds", "time_to_target_train_only_s"}
+FIELDS = {
+    "workload",
+    "profile",
+    "device",
+    "torch",
+    "recipes",
+    "speedup",
+    "speedup_ci",
+    "speedup_spread",
+    "time_to_target_speedup",
+    "accuracy_delta_pp",
+    "speedup_ci_coverage",
+    "headline",
+    "time_to_target_speedup_train_only",
+    "speedup_verdict",
+}
+RECIPE_FIELDS = {
+    "samples_per_s",
+    "tokens_per_s",
+    "time_to_target_s",
+    "final_accuracy",
+    "peak_memory_bytes",
+    "mfu",
+    "flops_per_sample",
+    "history",
+    "config",
+    "eval_seconds",
+    "wall_seconds",
+    "time_to_target_train_only_s",
+}
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +57,9 @@ def test_smoke_bench_writes_every_field_and_plots(bert_result):
         assert 0.0 <= rec["final_accuracy"] <= 1.0
         assert rec["peak_memory_bytes"] > 2**20  # bytes, not KiB or MiB
         assert rec["flops_per_sample"] is None or rec["flops_per_sample"] > 1e3
-    delta = 100 * (res["recipes"]["optimized"]["final_accuracy"]
-                   - res["recipes"]["naive"]["final_accuracy"])
+    delta = 100 * (
+        res["recipes"]["optimized"]["final_accuracy"] - res["recipes"]["naive"]["final_accuracy"]
+    )
     assert res["accuracy_delta_pp"] == pytest.approx(delta)
     lo, hi = res["speedup_ci"]
     assert lo <= res["speedup"] <= hi
@@ -96,8 +121,9 @@ def test_the_idle_recipe_has_no_workers_running_while_the_other_is_timed():
         seen.append(len(multiprocessing.active_children()))
         return opt.train_steps(1).samples
 
-    res = bench.interleave((naive, lambda: naive.train_steps(2).samples), (opt, opt_burst),
-                           "cpu", warmup=1, pairs=3)
+    res = bench.interleave(
+        (naive, lambda: naive.train_steps(2).samples), (opt, opt_burst), "cpu", warmup=1, pairs=3
+    )
     assert res.pairs == 3 and len(seen) == 4
     assert seen == [0, 0, 0, 0], seen  # the naive recipe's workers were shut down, not prefetching
     naive.resume()

@@ -68,8 +68,9 @@ def test_the_workload_fine_tunes_the_packaged_encoder_and_says_so(capfd, offline
     assert "Loading weights" not in capfd.readouterr().err  # no stderr noise in graded cells
 
 
-def test_a_profile_whose_weights_are_missing_trains_from_scratch_and_says_it(monkeypatch, capfd,
-                                                                           offline):
+def test_a_profile_whose_weights_are_missing_trains_from_scratch_and_says_it(
+    monkeypatch, capfd, offline
+):
     monkeypatch.setattr(pretrained, "encoder_dir", lambda root=None: None)
     trainer = bert.build("naive", "smoke", model="packaged", max_train_samples=64)
     assert trainer.describe()["model"].startswith("FROM SCRATCH")
@@ -78,7 +79,9 @@ def test_a_profile_whose_weights_are_missing_trains_from_scratch_and_says_it(mon
     assert bert.PROFILES["cpu"].lr_and_target("scratch") == (5e-4, 0.77)
 
 
-def test_the_half_precision_copy_fits_a_transfer_and_trains_with_fp32_master_weights(tmp_path, offline):
+def test_the_half_precision_copy_fits_a_transfer_and_trains_with_fp32_master_weights(
+    tmp_path, offline
+):
     import torch
 
     folder = pretrained.export_half(tmp_path / "minilm-fp16")

@@ -16,8 +16,10 @@ import pytest
 from effkit.workloads.bert import split
 from effkit.workloads.bert.data import load_sst2, split_glue_dir
 
-WORDS = ("the film is a gorgeous witty seductive movie dull tedious plot cast ending "
-         "charming mess story acting sharp bland").split()
+WORDS = (
+    "the film is a gorgeous witty seductive movie dull tedious plot cast ending "
+    "charming mess story acting sharp bland"
+).split()
 
 
 def treebank(n_sentences: int = 120, seed: int = 0) -> list[tuple[str, int]]:
@@ -95,9 +97,10 @@ def test_split_glue_dir_turns_the_official_layout_into_a_leak_free_one(tmp_path)
 def test_the_hub_path_splits_by_sentence(tmp_path, monkeypatch):
     rows = treebank(60)
 
-
-    hub = {"train": {"sentence": [t for t, _ in rows], "label": [y for _, y in rows]},
-           "validation": {"sentence": ["fine"], "label": [1]}}
+    hub = {
+        "train": {"sentence": [t for t, _ in rows], "label": [y for _, y in rows]},
+        "validation": {"sentence": ["fine"], "label": [1]},
+    }
     fake = types.ModuleType("datasets")
     fake.load_dataset = lambda *a, **k: hub
     monkeypatch.setitem(sys.modules, "datasets", fake)

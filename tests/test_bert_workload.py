@@ -184,7 +184,9 @@ def test_smoke_recipes_build_train_and_evaluate(cache, recipe):
     # what actually runs (the old naive recipe forced "eager").
     from transformers import BertConfig, BertForSequenceClassification
 
-    tiny = BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8)
+    tiny = BertConfig(
+        hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8
+    )
     default = BertForSequenceClassification(tiny).config._attn_implementation  # the library's pick
     assert default != "eager"
     assert info["attention"] == (default if recipe == "naive" else "sdpa")
@@ -221,7 +223,9 @@ def test_train_step_hook_and_precision_reach_the_naive_recipe(cache):
     assert seen == [("bf16", 128, bert.MAX_GRAD_NORM)] * 2
     info = trainer.describe()
     naive = bert.build("naive", "smoke", device="cpu").describe()
-    assert info["attention"] == naive["attention"] and info["batch_size"] == 32  # nothing else changed
+    assert (
+        info["attention"] == naive["attention"] and info["batch_size"] == 32
+    )  # nothing else changed
 
 
 def test_lr_schedule_does_not_advance_on_skipped_steps(cache):

@@ -53,11 +53,15 @@ def _missing(reason: str) -> None:
 def chromium() -> str:
     path = find_chromium()
     if path is None:
-        _missing("no chromium on PATH: install it with `apt-get install -y chromium` (.ci/run does)")
+        _missing(
+            "no chromium on PATH: install it with `apt-get install -y chromium` (.ci/run does)"
+        )
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        _missing("playwright is not installed: `pip install -e '.[dev]'` (never `playwright install`)")
+        _missing(
+            "playwright is not installed: `pip install -e '.[dev]'` (never `playwright install`)"
+        )
     return path
 
 
@@ -80,7 +84,9 @@ def _first_line(text: str) -> str:
 def _expected_text(notebook: dict) -> tuple[str, set[str]]:
     """The first markdown cell's heading (or first line), and every code cell's first line."""
     markdown = [_source(c) for c in notebook["cells"] if c["cell_type"] == "markdown"]
-    code = [_source(c) for c in notebook["cells"] if c["cell_type"] == "code" and _source(c).strip()]
+    code = [
+        _source(c) for c in notebook["cells"] if c["cell_type"] == "code" and _source(c).strip()
+    ]
     assert markdown and code, f"{LESSON} should have both markdown and code cells"
     lines = markdown[0].splitlines()
     heading = next((ln for ln in lines if ln.lstrip().startswith("#")), _first_line(markdown[0]))

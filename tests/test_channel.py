@@ -120,7 +120,9 @@ def test_a_commit_is_copied_only_from_a_sealed_memfd_of_the_announced_size(tmp_p
         fds.append(good := _sealed_memfd(data))
         assert bytes(supervisor.read_sealed_memfd(os.getpid(), good, len(data))) == data
         with pytest.raises(ValueError, match="holds"):
-            supervisor.read_sealed_memfd(os.getpid(), good, len(data) + 1)  # announced size must match
+            supervisor.read_sealed_memfd(
+                os.getpid(), good, len(data) + 1
+            )  # announced size must match
         fds.append(loose := _sealed_memfd(data, seals=0))
         with pytest.raises(ValueError, match="not sealed"):
             supervisor.read_sealed_memfd(os.getpid(), loose, len(data))
@@ -150,8 +152,12 @@ def test_a_worker_announcing_a_bad_descriptor_fails_its_grading_as_a_protocol_er
 
     w = supervisor.Worker.__new__(supervisor.Worker)
     w.role, w.box, w.stopped = "learner", Box(), True
-    for event in ({"memfd": 0, "nbytes": 10}, {"memfd": "3", "nbytes": 10}, {"nbytes": 10},
-                  {"memfd": 1, "nbytes": supervisor.MAX_BLOB_BYTES + 1}):  # fmt: skip
+    for event in (
+        {"memfd": 0, "nbytes": 10},
+        {"memfd": "3", "nbytes": 10},
+        {"nbytes": 10},
+        {"memfd": 1, "nbytes": supervisor.MAX_BLOB_BYTES + 1},
+    ):
         with pytest.raises(supervisor.WorkerFailed) as err:
             w.commit(event, 1.0, "sending the weights")
         assert err.value.kind == "protocol"

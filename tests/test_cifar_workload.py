@@ -229,7 +229,7 @@ def test_alternating_flip_mirrors_each_image_every_other_epoch(make_dataset):
     pipe = cifar.DevicePipeline(dataset, 40, "cpu", 0, pad=0, flip="alternating")
     states = []
     for _ in range(3):
-        (x, y), = list(pipe)  # fmt: skip
+        ((x, y),) = list(pipe)
         out = to_uint8(x)
         flipped = {}
         for img, label in zip(out, y.tolist(), strict=True):

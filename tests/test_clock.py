@@ -36,7 +36,9 @@ def test_time_to_target_counts_every_evaluation_up_to_the_one_at_the_target():
     # The old clock stopped during evaluation: ~0.06 s. Honest: ~0.21 s.
     assert r.time_to_target_s >= r.train_seconds + 3 * 0.05
     assert r.time_to_target_s == r.history[-1]["seconds"] == r.wall_seconds
-    assert r.time_to_target_train_only_s == r.history[-1]["train_seconds"] < 0.5 * r.time_to_target_s
+    assert (
+        r.time_to_target_train_only_s == r.history[-1]["train_seconds"] < 0.5 * r.time_to_target_s
+    )
     assert r.samples_per_s > 0
 
 
@@ -45,8 +47,9 @@ def test_cifar_tta_evaluation_is_charged_to_the_optimized_recipe(tmp_path):
 
     times = {}
     for tta in (0, 2):
-        t = cifar.build("optimized", "smoke", data_dir=tmp_path, device="cpu", tta=tta,
-                        epochs=0.5, target=2.0)  # unreachable: run the whole (short) schedule
+        t = cifar.build(
+            "optimized", "smoke", data_dir=tmp_path, device="cpu", tta=tta, epochs=0.5, target=2.0
+        )  # unreachable: run the whole (short) schedule
         r = train_to_target(t, progress=False)
         assert r.wall_seconds == r.train_seconds + r.eval_seconds
         times[tta] = r.eval_seconds / len(r.history)

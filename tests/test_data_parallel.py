@@ -28,7 +28,12 @@ def _data(n=64):
 def _allreduce_sum(rank, world):
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
-    return {"rank": dist.get_rank(), "world": dist.get_world_size(), "sum": t.item(), "env": os.environ["RANK"]}
+    return {
+        "rank": dist.get_rank(),
+        "world": dist.get_world_size(),
+        "sum": t.item(),
+        "env": os.environ["RANK"],
+    }
 
 
 def test_run_ranks_gives_every_rank_the_group_and_returns_in_rank_order():
@@ -67,7 +72,9 @@ def _ddp_train(rank, world, accumulation, use_no_sync):
         return allreduce_hook(None, bucket)
 
     model.register_comm_hook(None, count)
-    sampler = DistributedSampler(TensorDataset(x, y), num_replicas=world, rank=rank, shuffle=True, seed=3)
+    sampler = DistributedSampler(
+        TensorDataset(x, y), num_replicas=world, rank=rank, shuffle=True, seed=3
+    )
     loader = DataLoader(TensorDataset(x, y), batch_size=4, sampler=sampler)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     order = []
@@ -82,8 +89,11 @@ def _ddp_train(rank, world, accumulation, use_no_sync):
             if last:
                 opt.step()
                 opt.zero_grad()
-    return {"state": {k: v.clone() for k, v in model.module.state_dict().items()}, "order": order,
-            "syncs": calls[0]}  # fmt: skip
+    return {
+        "state": {k: v.clone() for k, v in model.module.state_dict().items()},
+        "order": order,
+        "syncs": calls[0],
+    }
 
 
 def _single_process(orders, accumulation, per_rank=4):
@@ -93,7 +103,7 @@ def _single_process(orders, accumulation, per_rank=4):
     for epoch in range(2):
         steps = len(orders[0][epoch]) // per_rank
         for i in range(steps):
-            idx = [j for o in orders for j in o[epoch][i * per_rank:(i + 1) * per_rank]]
+            idx = [j for o in orders for j in o[epoch][i * per_rank : (i + 1) * per_rank]]
             (F.cross_entropy(model(x[idx]), y[idx]) / accumulation).backward()
             if (i + 1) % accumulation == 0:
                 opt.step()
@@ -151,14 +161,19 @@ def _zero_vs_adam(rank, world):
     out = {}
     for name in ("adam", "zero"):
         model = DDP(_mlp(seed=0))
-        opt = (ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-2)
-               if name == "zero" else torch.optim.Adam(model.parameters(), lr=1e-2))  # fmt: skip
+        opt = (
+            ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-2)
+            if name == "zero"
+            else torch.optim.Adam(model.parameters(), lr=1e-2)
+        )
         for _ in range(3):
             F.cross_entropy(model(x[shard]), y[shard]).backward()
             opt.step()
             opt.zero_grad()
-        out[name] = {"state_bytes": dp.optimizer_state_bytes(opt),
-                     "weights": {k: v.clone() for k, v in model.module.state_dict().items()}}  # fmt: skip
+        out[name] = {
+            "state_bytes": dp.optimizer_state_bytes(opt),
+            "weights": {k: v.clone() for k, v in model.module.state_dict().items()},
+        }
     return out
 
 
@@ -221,6 +236,8 @@ def _dcp_round_trip(rank, world, folder):
 def test_dcp_saves_each_rank_shard_and_loads_it_back(tmp_path):
     runs = dp.run_ranks(_dcp_round_trip, 2, args=(str(tmp_path / "ckpt"),))
     files = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
-    assert sum(f.endswith(".distcp") for f in files) == 2 and ".metadata" in files  # one file per rank
+    assert (
+        sum(f.endswith(".distcp") for f in files) == 2 and ".metadata" in files
+    )  # one file per rank
     for k, v in _mlp(seed=0).state_dict().items():
         torch.testing.assert_close(runs[1][k], v, **EXACT)

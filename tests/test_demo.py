@@ -15,9 +15,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_summary_names_the_device_and_prints_each_measured_figure():
-    results = {w: json.loads((ROOT / "benchmarks" / "results" / f"{w}-smoke-epyc-2c.json").read_text())
-               for w in ("bert", "cifar")}
-    grades = [{"name": "lesson2 reference", "score": 10.0, "max_score": 10.0, "note": "speedup 1.68x"}]
+    results = {
+        w: json.loads((ROOT / "benchmarks" / "results" / f"{w}-smoke-epyc-2c.json").read_text())
+        for w in ("bert", "cifar")
+    }
+    grades = [
+        {"name": "lesson2 reference", "score": 10.0, "max_score": 10.0, "note": "speedup 1.68x"}
+    ]
     text = summary(results, grades)
     assert f"device: {results['bert']['device']}" in text
     for w, r in results.items():
@@ -39,11 +43,15 @@ def test_the_table_says_what_each_figure_counts_and_flags_whole_runs_that_disagr
     r = json.loads((ROOT / "benchmarks" / "results" / "cifar-smoke-epyc-2c.json").read_text())
     r["load_average"] = {"ab": [2.0, 2.5], "naive": [2.5, 2.6], "optimized": [2.6, 9.8]}
     lo, hi = r["speedup_ci"]
-    r["recipes"]["optimized"]["train_samples_per_s"] = r["recipes"]["naive"]["train_samples_per_s"] * (lo + hi) / 2
+    r["recipes"]["optimized"]["train_samples_per_s"] = (
+        r["recipes"]["naive"]["train_samples_per_s"] * (lo + hi) / 2
+    )
     text = summary({"cifar": r}, [])
     assert "one after the other" in text and "optimized" in text and "load 2.6→9.8" in text
     assert "WARNING" not in text
-    r["recipes"]["optimized"]["train_samples_per_s"] = r["recipes"]["naive"]["train_samples_per_s"] * lo / 3
+    r["recipes"]["optimized"]["train_samples_per_s"] = (
+        r["recipes"]["naive"]["train_samples_per_s"] * lo / 3
+    )
     text = summary({"cifar": r}, [])
     assert "WARNING: whole-run throughput ratio" in text and "time-to-target is confounded" in text
     assert any("WARNING" in line for line in bench.counted(r))
@@ -52,8 +60,10 @@ def test_the_table_says_what_each_figure_counts_and_flags_whole_runs_that_disagr
 def test_a_smoke_table_says_it_is_a_benchmark_not_a_grading():
     """The smoke profile's BERT Δacc (e.g. -2.20 pp on 500 synthetic rows) sat beside a README that
     promises ±0.5 pp: the table must say that gate is for gradings, and say it only for smoke rows."""
-    results = {w: json.loads((ROOT / "benchmarks" / "results" / f"{w}-smoke-epyc-2c.json").read_text())
-               for w in ("bert", "cifar")}
+    results = {
+        w: json.loads((ROOT / "benchmarks" / "results" / f"{w}-smoke-epyc-2c.json").read_text())
+        for w in ("bert", "cifar")
+    }
     text = summary(results, [])
     (line,) = [ln for ln in text.splitlines() if ln.startswith("smoke profile")]
     assert "bert, cifar" in line and "not a grading" in line and "±0.5 pp" in line
@@ -66,7 +76,10 @@ def test_a_smoke_table_says_it_is_a_benchmark_not_a_grading():
 
 
 def test_notes_are_cut_at_a_word_boundary_with_an_ellipsis():
-    error = "NotImplementedError: write the\n  optimized pipeline in the cell above, then rerun every cell " * 3
+    error = (
+        "NotImplementedError: write the\n  optimized pipeline in the cell above, then rerun every cell "
+        * 3
+    )
     note = clip("test_throughput: " + error, 60)
     assert len(note) <= 60 and note.endswith("…") and "\n" not in note and "  " not in note
     assert ("test_throughput: " + " ".join(error.split())).startswith(note[:-1])
@@ -76,17 +89,27 @@ def test_notes_are_cut_at_a_word_boundary_with_an_ellipsis():
 
 
 def test_lessons_are_graded_and_listed_in_numeric_order():
-    assert sorted(["lesson10", "lesson2", "lesson1", "lesson13"], key=lesson_order) == \
-        ["lesson1", "lesson2", "lesson10", "lesson13"]
+    assert sorted(["lesson10", "lesson2", "lesson1", "lesson13"], key=lesson_order) == [
+        "lesson1",
+        "lesson2",
+        "lesson10",
+        "lesson13",
+    ]
     ids = [aid for aid, _kind, _path in grading_jobs()]
     numbers = [int(aid.removeprefix("lesson")) for aid in ids]
     assert numbers == sorted(numbers) and numbers[0] == 1 and numbers[-1] >= 10, ids
-    assert [kind for aid, kind, _ in grading_jobs() if aid == "lesson2"] == ["reference", "untouched"]
+    assert [kind for aid, kind, _ in grading_jobs() if aid == "lesson2"] == [
+        "reference",
+        "untouched",
+    ]
 
 
 def test_progress_line_estimates_the_time_left_from_the_notebooks_done():
     assert progress_line(0, 26, 0.0, "lesson1 reference") == "grading 1/26: lesson1 reference"
-    assert progress_line(10, 26, 600.0, "lesson6 reference") == "grading 11/26: lesson6 reference (~16 min left)"
+    assert (
+        progress_line(10, 26, 600.0, "lesson6 reference")
+        == "grading 11/26: lesson6 reference (~16 min left)"
+    )
     assert progress_line(25, 26, 1200.0, "lesson13 untouched").endswith("(under a minute left)")
 
 
@@ -107,12 +130,17 @@ def test_effkit_never_imports_grader():
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
-            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names
-                          if n == "grader" or n.startswith("grader.")]
+            offenders += [
+                f"{path.relative_to(ROOT)}: {n}"
+                for n in names
+                if n == "grader" or n.startswith("grader.")
+            ]
     assert not offenders, offenders
-    code = ("import importlib, pkgutil, sys, effkit\n"
-            "for m in pkgutil.walk_packages(effkit.__path__, 'effkit.'):\n"
-            "    importlib.import_module(m.name)\n"
-            "bad = [m for m in sys.modules if m == 'grader' or m.startswith('grader.')]\n"
-            "assert not bad, bad\n")
+    code = (
+        "import importlib, pkgutil, sys, effkit\n"
+        "for m in pkgutil.walk_packages(effkit.__path__, 'effkit.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "bad = [m for m in sys.modules if m == 'grader' or m.startswith('grader.')]\n"
+        "assert not bad, bad\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

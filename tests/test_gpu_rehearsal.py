@@ -30,5 +30,9 @@ def test_lesson3_at_gpu_model_size_sends_and_evaluates_its_weights():
     assert all(acc is not None for _, _, acc in out["runs"]) and len(out["runs"]) == 2
     # a 12 x 768 encoder: at least 85 M parameters cross, in fp32
     assert max(out["blob_bytes"]) > 340e6, out["blob_bytes"]
-    if os.geteuid() == 0 and hasattr(os, "memfd_create"):  # with the freezer: commits copied off the clock
-        assert out["memfd_commits"] == 4, out  # 2 chunks x 2 workers; the replay's weights use the pipe
+    if os.geteuid() == 0 and hasattr(
+        os, "memfd_create"
+    ):  # with the freezer: commits copied off the clock
+        assert out["memfd_commits"] == 4, (
+            out
+        )  # 2 chunks x 2 workers; the replay's weights use the pipe

@@ -72,12 +72,25 @@ def choose_recipe(micro_batch, base_batch, base_lr, budget_samples):
 
 def _attack() -> dict:
     files = [str(module_file(m)) for m in PARENT_SIDE]
-    files += [str(p) for p in (REPO_ROOT / "grader" / "assignments").rglob("calibration/*") if p.is_file()]
-    dirs = [str(REPO_ROOT / d) for d in ("tests", "solutions", ".git", "grader/assignments/lesson2/calibration")]
-    src = (ATTACK.replace("MODULES", repr(PARENT_SIDE)).replace("ANSWERS", repr(ANSWER_NAMES))
-           .replace("FILES", repr(files)).replace("DIRS", repr(dirs)))  # fmt: skip
-    with ProbeSession("grader.assignments.lesson4.probes", [("setup", "import os\n")], [("recipe", src)],
-                      ["choose_recipe"]) as s:  # fmt: skip
+    files += [
+        str(p) for p in (REPO_ROOT / "grader" / "assignments").rglob("calibration/*") if p.is_file()
+    ]
+    dirs = [
+        str(REPO_ROOT / d)
+        for d in ("tests", "solutions", ".git", "grader/assignments/lesson2/calibration")
+    ]
+    src = (
+        ATTACK.replace("MODULES", repr(PARENT_SIDE))
+        .replace("ANSWERS", repr(ANSWER_NAMES))
+        .replace("FILES", repr(files))
+        .replace("DIRS", repr(dirs))
+    )
+    with ProbeSession(
+        "grader.assignments.lesson4.probes",
+        [("setup", "import os\n")],
+        [("recipe", src)],
+        ["choose_recipe"],
+    ) as s:
         r = s.call("recipe", 120, micro_batch=8, base_batch=64, base_lr=0.1, budget_samples=640)
         assert r.ok, r.failure
         return r.data["recipe"], s.unavailable
@@ -85,7 +98,10 @@ def _attack() -> dict:
 
 @ROOT_ONLY
 def test_no_grader_checking_module_answer_or_private_file_is_reachable_from_a_learners_worker():
-    assert "grader.assignments.lesson4.checks" in PARENT_SIDE and "grader.scoring.checks" in PARENT_SIDE
+    assert (
+        "grader.assignments.lesson4.checks" in PARENT_SIDE
+        and "grader.scoring.checks" in PARENT_SIDE
+    )
     got, unavailable = _attack()
     assert unavailable == []
     assert got["imported"] == [], f"imported in the learner's worker: {got['imported']}"
@@ -130,8 +146,10 @@ def _grader_imports(name: str) -> set[str]:
 
 # functions of worker-side modules that only the parent calls: a lesson package's lazy ASSIGNMENT,
 # the quiz's parent-side check
-PARENT_ONLY = {*((f"grader.assignments.{lesson}", "__getattr__") for lesson in learner_view._LESSONS),
-               ("grader.scoring.quiz", "quiz_check")}  # fmt: skip
+PARENT_ONLY = {
+    *((f"grader.assignments.{lesson}", "__getattr__") for lesson in learner_view._LESSONS),
+    ("grader.scoring.quiz", "quiz_check"),
+}
 
 
 def test_every_module_a_worker_imports_is_in_the_view():
@@ -147,7 +165,11 @@ def test_every_module_a_worker_imports_is_in_the_view():
         roots |= {m for m in (a.probes, a.runtime_module) if m}
         for _, source in a.trusted_cells():
             for node in ast.walk(ast.parse(source)):
-                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("grader"):
+                if (
+                    isinstance(node, ast.ImportFrom)
+                    and node.module
+                    and node.module.startswith("grader")
+                ):
                     roots.add(node.module)
     seen, todo = set(), list(roots)
     while todo:
@@ -165,21 +187,34 @@ def test_no_module_in_the_view_holds_an_answer_or_a_check():
     """Nothing listed defines a reference result, a quiz key or a cell check; every listed file exists.
     ``RESIDUAL``: shared task modules that still define a reference run (the parent's), named so
     that a new one fails here."""
-    residual = {"grader.assignments.lesson6.task.reference_loop", "grader.assignments.lesson6.task.reference_run",
-                "grader.assignments.lesson8.lora_task.peft_layer_reference",
-                "grader.assignments.lesson11.memory_task.reference"}  # fmt: skip
+    residual = {
+        "grader.assignments.lesson6.task.reference_loop",
+        "grader.assignments.lesson6.task.reference_run",
+        "grader.assignments.lesson8.lora_task.peft_layer_reference",
+        "grader.assignments.lesson11.memory_task.reference",
+    }
     found = set()
     for name in WORKER_MODULES:
         tree = ast.parse(module_file(name).read_text())
         for node in tree.body:
-            names = [node.name] if isinstance(node, ast.FunctionDef | ast.ClassDef) else [
-                t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]  # fmt: skip
-            found |= {f"{name}.{n}" for n in names
-                      if n.startswith(("reference", "wrong_", "check_")) or "KEY" in n or n == "ASSIGNMENT"}  # fmt: skip
+            names = (
+                [node.name]
+                if isinstance(node, ast.FunctionDef | ast.ClassDef)
+                else [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
+            )
+            found |= {
+                f"{name}.{n}"
+                for n in names
+                if n.startswith(("reference", "wrong_", "check_"))
+                or "KEY" in n
+                or n == "ASSIGNMENT"
+            }
     assert sorted(found - residual) == []
 
 
-def test_a_python_installation_inside_the_repository_is_carried_into_the_view(monkeypatch, tmp_path):
+def test_a_python_installation_inside_the_repository_is_carried_into_the_view(
+    monkeypatch, tmp_path
+):
     """The instructor's server keeps its venv in the repository (``make setup``: ``.venv``): the view
     must carry it whole, or the worker has no Python; one outside stays where it is."""
     for name in WORKER_MODULES:
@@ -195,13 +230,21 @@ def test_a_python_installation_inside_the_repository_is_carried_into_the_view(mo
     stage = learner_view.STAGE
     assert f"mkdir -p {stage}/.venv && mount --rbind {tmp_path / '.venv'} {stage}/.venv" in cmds
     # effkit is copied, sources only (a .pyc would carry a withheld answer's code)
-    assert f"mkdir -p {stage}/effkit && cp {tmp_path / 'effkit' / 'doctor.py'} {stage}/effkit" in cmds
-    assert not any("__pycache__" in c or "mount --rbind " + str(tmp_path / "effkit") in c for c in cmds)
+    assert (
+        f"mkdir -p {stage}/effkit && cp {tmp_path / 'effkit' / 'doctor.py'} {stage}/effkit" in cmds
+    )
+    assert not any(
+        "__pycache__" in c or "mount --rbind " + str(tmp_path / "effkit") in c for c in cmds
+    )
     assert cmds[-1] == f"mount --move {stage} {tmp_path}"
     masked = learner_view.view_mounts(tmp_path, lesson="lesson10")
     assert not any(f"cp {tmp_path / 'effkit' / 'doctor.py'}" in c for c in masked)
-    assert any(c.startswith("printf %s ") and "reference answer" in c and c.endswith(f"{stage}/effkit/doctor.py")
-               for c in masked)  # fmt: skip
+    assert any(
+        c.startswith("printf %s ")
+        and "reference answer" in c
+        and c.endswith(f"{stage}/effkit/doctor.py")
+        for c in masked
+    )
     assert not any("/checks.py" in c or "/tests" in c or ".git" in c for c in cmds)
 
 
@@ -227,12 +270,19 @@ def test_a_timed_learner_worker_cannot_import_the_graders_checking_modules(tmp_p
     workdir = tmp_path / "grading"
     workdir.mkdir(mode=0o700)
     (workdir / "inputs").mkdir(mode=0o755)
-    config = {"assignment_module": "grader.assignments.lesson2.runtime", "device": "cpu", "role": "learner"}
+    config = {
+        "assignment_module": "grader.assignments.lesson2.runtime",
+        "device": "cpu",
+        "role": "learner",
+    }
     w = start_worker("learner", workdir, config, inputs=workdir / "inputs")
     try:
         w.expect("ready", 120, "starting up")
-        w.send(cmd="load", cells=[("attack", TIMED_ATTACK.replace("MODULES", repr(PARENT_SIDE)))],
-               object_name="FastPipeline")  # fmt: skip
+        w.send(
+            cmd="load",
+            cells=[("attack", TIMED_ATTACK.replace("MODULES", repr(PARENT_SIDE)))],
+            object_name="FastPipeline",
+        )
         with pytest.raises(WorkerFailed) as failed:
             w.expect("loaded", 60, "running the attack")
     finally:
@@ -268,25 +318,37 @@ def test_an_exercises_effkit_answer_raises_in_its_lessons_worker_and_nowhere_els
     it is left to load, and another lesson's worker still has it."""
     every = [f for fs in learner_view.WITHHELD.values() for f in fs]
     src = WITHHELD_PROBE.replace("CALLS", repr(every))
-    with ProbeSession(f"grader.assignments.{lesson}.probes", [("setup", "import os\n")],
-                      [("probe", src + "\nraise RuntimeError(repr((WITHHELD_SEEN, PYC)))\n")], []) as s:  # fmt: skip
+    with ProbeSession(
+        f"grader.assignments.{lesson}.probes",
+        [("setup", "import os\n")],
+        [("probe", src + "\nraise RuntimeError(repr((WITHHELD_SEEN, PYC)))\n")],
+        [],
+    ) as s:
         s.start()
         assert not s.unavailable, s.unavailable
         seen, pyc = eval(s.load_errors[0]["message"].removeprefix("RuntimeError: "))  # noqa: S307 (our own repr)
     assert pyc == [], pyc
     for dotted in every:
         if dotted in learner_view.WITHHELD[lesson]:
-            assert seen[dotted].startswith("withheld: ") and f"{lesson}'s reference answer" in seen[dotted], seen
+            assert (
+                seen[dotted].startswith("withheld: ")
+                and f"{lesson}'s reference answer" in seen[dotted]
+            ), seen
         else:
             assert seen[dotted] == "present", (dotted, seen)
 
 
 def test_withheld_source_keeps_every_other_function_and_the_signature():
-    src = learner_view.withheld_source(REPO_ROOT / "effkit" / "length_buckets.py", ["bucket_batches"], "lesson7")
+    src = learner_view.withheld_source(
+        REPO_ROOT / "effkit" / "length_buckets.py", ["bucket_batches"], "lesson7"
+    )
     tree = ast.parse(src)
     names = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-    original = {n.name for n in ast.parse((REPO_ROOT / "effkit" / "length_buckets.py").read_text()).body
-                if isinstance(n, ast.FunctionDef)}  # fmt: skip
+    original = {
+        n.name
+        for n in ast.parse((REPO_ROOT / "effkit" / "length_buckets.py").read_text()).body
+        if isinstance(n, ast.FunctionDef)
+    }
     assert set(names) == original
     assert [a.arg for a in names["bucket_batches"].args.args][:2] == ["lengths", "batch_size"]
     body = names["bucket_batches"].body

@@ -26,8 +26,13 @@ def _session(body: str, limits: Limits | None = None) -> ProbeSession:
     src = "def measure_throughput(trainer, steps, warmup):\n" + "\n".join(
         "    " + line for line in body.splitlines()
     )
-    return ProbeSession("grader.assignments.lesson1.probes", SETUP, [("measure_throughput", src)], ["measure_throughput"],
-                        limits=limits)  # fmt: skip
+    return ProbeSession(
+        "grader.assignments.lesson1.probes",
+        SETUP,
+        [("measure_throughput", src)],
+        ["measure_throughput"],
+        limits=limits,
+    )
 
 
 def _run(body: str, timeout_s: float = 30, limits: Limits | None = None):
@@ -139,11 +144,29 @@ try:
 except OSError:
     pass
 return float(seen + 100 * (os.environ.get('CUDA_VISIBLE_DEVICES') == ''))"""
-        src = "def measure_throughput(trainer, steps, warmup):\n" + "\n".join("    " + ln for ln in body.splitlines())
-        for cpu_only, want in ((True, 100.0), (False, 14.0)):  # hidden; and what an ordinary worker sees
-            with ProbeSession("grader.assignments.lesson1.probes", SETUP, [("measure_throughput", src)],
-                              ["measure_throughput"], cpu_only=cpu_only) as s:  # fmt: skip
-                r = s.call("throughput", 30, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0)
+        src = "def measure_throughput(trainer, steps, warmup):\n" + "\n".join(
+            "    " + ln for ln in body.splitlines()
+        )
+        for cpu_only, want in (
+            (True, 100.0),
+            (False, 14.0),
+        ):  # hidden; and what an ordinary worker sees
+            with ProbeSession(
+                "grader.assignments.lesson1.probes",
+                SETUP,
+                [("measure_throughput", src)],
+                ["measure_throughput"],
+                cpu_only=cpu_only,
+            ) as s:
+                r = s.call(
+                    "throughput",
+                    30,
+                    lesson1.DeviceServer(0, 0),
+                    batch_size=4,
+                    steps=1,
+                    warmup=0,
+                    seed=0,
+                )
             assert r.ok and r.data["value"] == want, (cpu_only, r.failure, r.data)
     finally:
         shutil.rmtree(stand_in, ignore_errors=True)
@@ -180,9 +203,14 @@ def test_a_fork_bomb_stops_at_the_pid_limit_and_is_killed_whole():
     t = time.monotonic()
     # A first call (steps=1) returns at once, so the worker's start and the probe's first imports
     # (5+ s at a load average of 8) are not inside the bomb's 5-second window.
-    with _session("if steps == 1:\n    return 1.0\nwhile True:\n    try:\n        os.fork()\n"
-                  "    except OSError:\n        pass", limits=Limits(pids=24)) as s:  # fmt: skip
-        assert s.call("throughput", 60, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0).ok
+    with _session(
+        "if steps == 1:\n    return 1.0\nwhile True:\n    try:\n        os.fork()\n"
+        "    except OSError:\n        pass",
+        limits=Limits(pids=24),
+    ) as s:
+        assert s.call(
+            "throughput", 60, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0
+        ).ok
         r = s.call(
             "throughput", 5, lesson1.DeviceServer(0, 0), batch_size=4, steps=2, warmup=0, seed=0
         )
@@ -206,7 +234,9 @@ return float(pid)""") as s:
         r = s.call(
             "throughput", 30, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0
         )
-        child = _host_pid(s.box, int(r.data["value"]))  # the worker sees its own PID namespace's numbers
+        child = _host_pid(
+            s.box, int(r.data["value"])
+        )  # the worker sees its own PID namespace's numbers
         assert child in s.box.members() and os.getsid(child) == child  # escaped the session ...
         assert s.box.left_session() == [child]  # (the parent sees it too)
         assert any("processes left running" in f for f in s.evidence)
@@ -238,7 +268,11 @@ def _host_pid(box, pid: int) -> int:
     its number in the innermost namespace); ``pid`` itself without a PID namespace."""
     for member in box.members():
         try:
-            nspid = next(ln for ln in Path(f"/proc/{member}/status").read_text().splitlines() if ln.startswith("NSpid:"))
+            nspid = next(
+                ln
+                for ln in Path(f"/proc/{member}/status").read_text().splitlines()
+                if ln.startswith("NSpid:")
+            )
         except (OSError, StopIteration):
             continue
         if len(nspid.split()) > 2 and int(nspid.split()[-1]) == pid:
@@ -282,7 +316,10 @@ def test_the_parent_refuses_linked_baseline_and_untrained_weights(tmp_path):
     assert weights_problems(Data, range(1)) == []
     torch.save({"w": torch.ones(3)}, learner)
     flags = []
-    assert weights_problems(Data, range(1), flags) == [] and "bit-identical to the baseline's" in flags[0]
+    assert (
+        weights_problems(Data, range(1), flags) == []
+        and "bit-identical to the baseline's" in flags[0]
+    )
     torch.save(init, learner)
     assert "never moved" in weights_problems(Data, range(1))[0]
     learner.unlink()
@@ -326,12 +363,19 @@ def test_a_timed_worker_reads_only_its_inputs_read_only_as_nobody(tmp_path):
     (inputs / "init0.pt").write_text("initial weights")
     (inputs / "init0.pt").chmod(0o644)
     (workdir / "baseline-0.pt").write_text("the baseline's weights")
-    config = {"assignment_module": "grader.assignments.lesson2.runtime", "device": "cpu", "role": "learner"}
+    config = {
+        "assignment_module": "grader.assignments.lesson2.runtime",
+        "device": "cpu",
+        "role": "learner",
+    }
     w = start_worker("learner", workdir, config, inputs=inputs)
     try:
         w.expect("ready", 120, "starting up")
-        w.send(cmd="load", cells=[("attack", TIMED_ATTACK.replace("WORKDIR", repr(str(workdir))))],
-               object_name="FastPipeline")  # fmt: skip
+        w.send(
+            cmd="load",
+            cells=[("attack", TIMED_ATTACK.replace("WORKDIR", repr(str(workdir))))],
+            object_name="FastPipeline",
+        )
         with pytest.raises(WorkerFailed) as failed:
             w.expect("loaded", 60, "running the attack")
         assert w.unavailable == [] and w.box.cgroup is not None
@@ -386,7 +430,15 @@ return float(open(os.path.join(d, 'ckpt')).read()) + 100 * os.path.exists('/tmp/
         session = _session(body)
         session.state_dir = state
         with session as s:
-            r = s.call("throughput", 30, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0)
+            r = s.call(
+                "throughput",
+                30,
+                lesson1.DeviceServer(0, 0),
+                batch_size=4,
+                steps=1,
+                warmup=0,
+                seed=0,
+            )
         assert r.ok and r.data["value"] == want, r
         assert not [f for f in s.evidence if "outside its working directory" in f], s.evidence
     assert (state / "ckpt").read_text() == "42"
@@ -423,8 +475,13 @@ def test_a_worker_whose_uid_has_no_passwd_entry_can_still_ask_its_user_name(tmp_
 
     for grader_only, name in ((True, "effkit-grader"), (False, "nobody")):
         log = tmp_path / f"{name}.log"
-        box = launch("timeit", ["-n1", "-r1", "-s", "import getpass", f"assert getpass.getuser() == {name!r}"],
-                     pass_fds=(), log_path=log, grader_only=grader_only)  # fmt: skip
+        box = launch(
+            "timeit",
+            ["-n1", "-r1", "-s", "import getpass", f"assert getpass.getuser() == {name!r}"],
+            pass_fds=(),
+            log_path=log,
+            grader_only=grader_only,
+        )
         try:
             assert box.proc.wait(timeout=60) == 0, log.read_text()
         finally:
@@ -441,8 +498,13 @@ def test_a_learners_worker_cannot_signal_renice_repin_or_read_a_grader_only_work
 
     baseline = ProbeSession("grader.assignments.lesson1.probes", SETUP, [], [], grader_only=True)
     with pytest.raises(ValueError, match="no learner cell"):
-        ProbeSession("grader.assignments.lesson1.probes", SETUP, [("measure_throughput", "x = 1")], [],
-                     grader_only=True)  # fmt: skip
+        ProbeSession(
+            "grader.assignments.lesson1.probes",
+            SETUP,
+            [("measure_throughput", "x = 1")],
+            [],
+            grader_only=True,
+        )
     baseline.start()
     try:
         assert baseline.worker_uid not in (None, 0, 65534)
@@ -462,7 +524,11 @@ for pid in ({target}, mine.pid):
         except OSError as err:
             out += 'P' if err.errno in (1, 5, 13) else 'S' if err.errno in (2, 3) else 'X'
 mine.kill()"""
-        r, _ = _run("import subprocess\nmine = subprocess.Popen(['sleep', '30'])" + attempts + "\nreturn out")
+        r, _ = _run(
+            "import subprocess\nmine = subprocess.Popen(['sleep', '30'])"
+            + attempts
+            + "\nreturn out"
+        )
         assert r.ok, r.failure
         said = r.data.get("value")
         assert said[:5] == "SSSSS", f"stop, cont, renice, repin, /proc/mem of the baseline: {said}"
@@ -472,10 +538,25 @@ mine.kill()"""
         import subprocess
         import sys
 
-        host = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--no-new-privs",
-                               "--inh-caps=-all", sys.executable, "-I", "-c",
-                               "import os, subprocess\nmine = subprocess.Popen(['sleep', '30'])" + attempts + "\nprint(out)"],
-                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        host = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--no-new-privs",
+                "--inh-caps=-all",
+                sys.executable,
+                "-I",
+                "-c",
+                "import os, subprocess\nmine = subprocess.Popen(['sleep', '30'])"
+                + attempts
+                + "\nprint(out)",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert host.stdout[:5] == "PPPPP" and host.stdout[5:9] == "DDDD", (host.stdout, host.stderr)
         assert os.getpriority(os.PRIO_PROCESS, target) == 0  # nothing got through
     finally:

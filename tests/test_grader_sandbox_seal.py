@@ -31,7 +31,9 @@ pytestmark = pytest.mark.skipif(not is_root(), reason="needs root: reported as u
 def _walker_in_the_view(monkeypatch):
     """The walker runs as a learner's worker would, so it must be in the repository view such a
     worker gets (grader.sandbox.learner_view), like a worker-side module: nothing else of tests/ is."""
-    monkeypatch.setattr(learner_view, "WORKER_MODULES", (*learner_view.WORKER_MODULES, "tests.sandbox_walk"))
+    monkeypatch.setattr(
+        learner_view, "WORKER_MODULES", (*learner_view.WORKER_MODULES, "tests.sandbox_walk")
+    )
 
 
 def _walker(tmp_path: Path, name: str, args: list[str], **kw):
@@ -105,9 +107,13 @@ def test_every_place_a_worker_can_write_is_its_own_bounded_tmpfs_and_gone_after_
         found = {w[0]: w for w in writable}
         assert "/tmp/work" in found and STATE_AT in found, sorted(found)  # the walk does find them
         host, state_dev = _host_devices(), _dev(state.path)
-        shared = [w for w in writable
-                  if w[3] != "tmpfs" or "size=" not in w[4]  # a tmpfs with a size limit ...
-                  or (w[2] in host and not (w[2] == state_dev and w[0].startswith(STATE_AT)))]  # ... not the host's  # fmt: skip
+        shared = [
+            w
+            for w in writable
+            if w[3] != "tmpfs"
+            or "size=" not in w[4]  # a tmpfs with a size limit ...
+            or (w[2] in host and not (w[2] == state_dev and w[0].startswith(STATE_AT)))
+        ]  # ... not the host's
         assert shared == [], f"writable and not the sandbox's own: {[w[:4] for w in shared]}"
         left = [w[0] for w in writable if os.path.lexists(Path(w[0]) / f"effkit-mark-{token}")]
         assert left == [], f"outlived the sandbox: {left}"
@@ -122,11 +128,18 @@ def test_two_gradings_at_once_cannot_see_or_touch_each_other(tmp_path):
     """A worker saw the workers of another grading running at the same time (same ``nobody`` uid,
     one PID namespace) and could read their environment, open their memory, enter their root."""
     token, secret = uuid.uuid4().hex, uuid.uuid4().hex
-    other, other_log = _walker(tmp_path, "other", ["mark", token, "120"], env_extra={"EFFKIT_TEST_SECRET": secret})
+    other, other_log = _walker(
+        tmp_path, "other", ["mark", token, "120"], env_extra={"EFFKIT_TEST_SECRET": secret}
+    )
     marked: list = []
     try:
         marked = [w[0] for w in _report(other, other_log)["writable"]]
-        me, log = _walker(tmp_path, "me", ["probe", str(other.pid), secret], env_extra={"EFFKIT_TEST_TOKEN": token})
+        me, log = _walker(
+            tmp_path,
+            "me",
+            ["probe", str(other.pid), secret],
+            env_extra={"EFFKIT_TEST_TOKEN": token},
+        )
         try:
             seen = _report(me, log)
         finally:
@@ -134,9 +147,13 @@ def test_two_gradings_at_once_cannot_see_or_touch_each_other(tmp_path):
         assert other.proc.poll() is None  # the other grading was alive the whole time
         assert other.pid not in seen["seen"] and seen["named"] == [], seen
         assert seen["leaked"] == [], f"the other grading's environment was readable: {seen}"
-        assert all(seen[k].startswith("refused") for k in ("environ", "mem", "root", "signal")), seen
+        assert all(seen[k].startswith("refused") for k in ("environ", "mem", "root", "signal")), (
+            seen
+        )
         assert seen["marks"] == [], f"a file the other grading wrote: {seen['marks']}"
-        assert seen["sysv"] == dict.fromkeys(IPC, False), f"the other grading's IPC objects: {seen['sysv']}"
+        assert seen["sysv"] == dict.fromkeys(IPC, False), (
+            f"the other grading's IPC objects: {seen['sysv']}"
+        )
     finally:
         other.close()
         _clean_host(token, marked)

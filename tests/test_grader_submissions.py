@@ -26,8 +26,13 @@ SUBMISSIONS = ROOT / "tests" / "submissions"
 LESSON2 = assignments.get("lesson2")
 # student -> submission graded through nbgrader in one batch
 # eve carries both timed attacks (kernel-side tampering, worker-side escape): one timed grading, not two
-STUDENTS = {"eve": "timed_escape", "lee": "locked_edit", "ray": "raises", "ivy": "infinite_loop",
-            "mal": "malformed"}  # fmt: skip
+STUDENTS = {
+    "eve": "timed_escape",
+    "lee": "locked_edit",
+    "ray": "raises",
+    "ivy": "infinite_loop",
+    "mal": "malformed",
+}
 
 
 def _submission(name: str) -> Path:
@@ -52,15 +57,26 @@ def course(tmp_path_factory):
     root = tmp_path_factory.mktemp("course")
     shutil.copytree(ROOT / "solutions", root / "solutions")
     env = _env(root)
-    gen = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", "lesson2", "--force"],
-                         cwd=ROOT, env=env, capture_output=True, text=True)  # fmt: skip
+    gen = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "generate_assignment", "lesson2", "--force"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert gen.returncode == 0, gen.stderr[-3000:]
     for student, name in STUDENTS.items():
         folder = root / "course" / "submitted" / student / "lesson2"
         folder.mkdir(parents=True)
         shutil.copy(_submission(name), folder / "lesson2.ipynb")
-    run = subprocess.run([sys.executable, "-m", "grader", "autograde", "lesson2"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=1500)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "grader", "autograde", "lesson2"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     return root, run
 
 
@@ -79,14 +95,20 @@ def _cell_scores(root: Path) -> dict[str, dict[str, float]]:
 
 
 def _report(root: Path, student: str) -> dict:
-    return json.loads((root / "course" / "autograded" / student / "lesson2" / "lesson2.grader.json").read_text())
+    return json.loads(
+        (root / "course" / "autograded" / student / "lesson2" / "lesson2.grader.json").read_text()
+    )
 
 
 def _outputs(root: Path, student: str, grade_id: str) -> str:
-    nb = nbformat.read(root / "course" / "autograded" / student / "lesson2" / "lesson2.ipynb", as_version=4)
+    nb = nbformat.read(
+        root / "course" / "autograded" / student / "lesson2" / "lesson2.ipynb", as_version=4
+    )
     cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
-    return "\n".join(o.get("text", "") + o.get("ename", "") + ": " + o.get("evalue", "") + str(o.get("data", ""))
-                     for o in cell.outputs)  # fmt: skip
+    return "\n".join(
+        o.get("text", "") + o.get("ename", "") + ": " + o.get("evalue", "") + str(o.get("data", ""))
+        for o in cell.outputs
+    )
 
 
 def test_autograde_ran_and_reports_the_cohort(course):
@@ -106,16 +128,26 @@ def test_a_timed_workers_attacks_change_nothing_and_the_escape_is_flagged(course
     report = _report(root, "eve")
     scores = _cell_scores(root)["eve"]
     assert {k: scores[k] for k in ("test_contract", "test_augmentation", "test_quiz")} == {
-        "test_contract": 3, "test_augmentation": 2, "test_quiz": 2}  # fmt: skip
+        "test_contract": 3,
+        "test_augmentation": 2,
+        "test_quiz": 2,
+    }
     assert "CPU" in report["device"] and report["target"]["device_class"] == "cpu"
-    assert report["target"]["source"] == "default" and not (root / "course" / "grader_targets.json").exists()
+    assert (
+        report["target"]["source"] == "default"
+        and not (root / "course" / "grader_targets.json").exists()
+    )
     if any(f.startswith("protection unavailable here (timed worker)") for f in report["flags"]):
-        assert report["points"] == 0  # no cgroup: a process outside the group is refused, not frozen
+        assert (
+            report["points"] == 0
+        )  # no cgroup: a process outside the group is refused, not frozen
         return
     # the inputs were read-only and the baseline was not slowed: the gate passed on untouched
     # weights, and the speed-up is the reference's (1.9-2.2x on this CPU); a spinner sharing the
     # baseline's pinned core would have halved the baseline's speed, i.e. about doubled it
-    assert report["gate"]["passed"] and scores["test_speed"] == report["points"] == 5, report["problems"]
+    assert report["gate"]["passed"] and scores["test_speed"] == report["points"] == 5, report[
+        "problems"
+    ]
     assert report["speedup"] < 3.0
     assert any("left the worker's session" in f for f in report["flags"]), report["flags"]
 
@@ -139,18 +171,39 @@ def test_clock_and_grader_tampering_is_flagged_and_has_no_effect(course):
     assert "== effkit grader" in _outputs(root, "eve", "test_speed")
 
 
-@pytest.mark.parametrize("student, scores, cell, output, problem", [
-    # edited locked cells are restored by nbgrader: the contract's own test then fails
-    ("lee", {"test_contract": 0, "test_augmentation": 0, "test_speed": 0, "test_quiz": 0}, "test_contract",
-     "expected x = (pixel / 255 - CIFAR_MEAN) / CIFAR_STD", "correctness checks"),
-    # a raising cell scores zero with the error, and the rest is graded
-    ("ray", {"test_contract": 3, "test_augmentation": 0, "test_speed": 0, "test_quiz": 0}, "test_augmentation",
-     "RuntimeError", "RuntimeError"),
-    # an infinite loop times out per check
-    ("ivy", {"test_contract": 3, "test_augmentation": 0, "test_speed": 0, "test_quiz": 0}, "test_augmentation",
-     "did not return within", "did not finish"),
-], ids=["edited_locked_cells", "raising_cell", "infinite_loop"])
-def test_a_broken_submission_scores_what_it_earns_and_says_why(course, student, scores, cell, output, problem):
+@pytest.mark.parametrize(
+    "student, scores, cell, output, problem",
+    [
+        # edited locked cells are restored by nbgrader: the contract's own test then fails
+        (
+            "lee",
+            {"test_contract": 0, "test_augmentation": 0, "test_speed": 0, "test_quiz": 0},
+            "test_contract",
+            "expected x = (pixel / 255 - CIFAR_MEAN) / CIFAR_STD",
+            "correctness checks",
+        ),
+        # a raising cell scores zero with the error, and the rest is graded
+        (
+            "ray",
+            {"test_contract": 3, "test_augmentation": 0, "test_speed": 0, "test_quiz": 0},
+            "test_augmentation",
+            "RuntimeError",
+            "RuntimeError",
+        ),
+        # an infinite loop times out per check
+        (
+            "ivy",
+            {"test_contract": 3, "test_augmentation": 0, "test_speed": 0, "test_quiz": 0},
+            "test_augmentation",
+            "did not return within",
+            "did not finish",
+        ),
+    ],
+    ids=["edited_locked_cells", "raising_cell", "infinite_loop"],
+)
+def test_a_broken_submission_scores_what_it_earns_and_says_why(
+    course, student, scores, cell, output, problem
+):
     root, _ = course
     assert _cell_scores(root)[student] == scores
     assert output in _outputs(root, student, cell)
@@ -162,8 +215,20 @@ def test_a_malformed_notebook_leaves_the_gradebook_intact(course):
     scores = _cell_scores(root)
     assert "mal" not in scores and {"eve", "lee", "ray", "ivy"} <= set(scores)
     assert not (root / "course" / "autograded" / "mal").exists()
-    check = subprocess.run([sys.executable, "-m", "grader", "check", str(_submission("malformed")),
-                            "--assignment", "lesson2"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    check = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader",
+            "check",
+            str(_submission("malformed")),
+            "--assignment",
+            "lesson2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert check.returncode == 2 and "is not a valid notebook file" in check.stdout
 
 
@@ -186,7 +251,9 @@ def _gate_has_a_second_look() -> bool:
 
     name = device_name("cpu")
     target = target_for(assignments.get("lesson2"), name)
-    gate, _, _ = load_gate("lesson2", LESSON2.spec("cpu", SPEC), target.table or target.device_class, name)
+    gate, _, _ = load_gate(
+        "lesson2", LESSON2.spec("cpu", SPEC), target.table or target.device_class, name
+    )
     return gate.from_gradings
 
 
@@ -208,7 +275,9 @@ def test_correct_but_no_faster_earns_every_other_point():
     from grader.scoring.checks import grade_cells
 
     verdicts, _ = grade_cells(LESSON2, _cells("no_faster"))
-    assert verdicts and all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
+    assert verdicts and all(v.passed for v in verdicts.values()), {
+        g: v.reason for g, v in verdicts.items()
+    }
 
 
 def test_an_accuracy_drop_gets_no_performance_points_and_says_why():
@@ -220,13 +289,20 @@ def test_an_accuracy_drop_gets_no_performance_points_and_says_why():
     if not _gate_has_a_second_look():
         # Another CPU than the one lesson 2's gradings were measured on (an AMX Xeon, say): the gate
         # is the widened single-look model (its report says so); one look, scored as it is.
-        assert len(r["accuracy_diffs_pp"]) == repeats and len(r["gate"]["look_means_pp"]) == 1, r["gate"]
+        assert len(r["accuracy_diffs_pp"]) == repeats and len(r["gate"]["look_means_pp"]) == 1, r[
+            "gate"
+        ]
         assert not any("more on fresh data" in line for line in said), said
         assert any("was measured on" in f and "widened" in f for f in r["flags"]), r["flags"]
         return
     # lesson 2's gate is set by measured gradings: below it, a second look on fresh data, scored alone
-    assert len(r["accuracy_diffs_pp"]) == 2 * repeats and len(r["gate"]["look_means_pp"]) == 2, r["gate"]
-    assert all(d < -5 for d in r["accuracy_diffs_pp"]) and "both below the gate" in r["gate"]["message"]
+    assert len(r["accuracy_diffs_pp"]) == 2 * repeats and len(r["gate"]["look_means_pp"]) == 2, r[
+        "gate"
+    ]
+    assert (
+        all(d < -5 for d in r["accuracy_diffs_pp"])
+        and "both below the gate" in r["gate"]["message"]
+    )
     assert len(r["speed_ratios"]) == repeats * r["spec"]["epochs"] * r["spec"]["chunks_per_epoch"]
     assert any("more on fresh data before deciding" in line for line in said), said
     assert "the gate's second look" in feedback_text(r)
@@ -265,15 +341,26 @@ def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
     from grader.scoring.checks import gate_problem
 
     source = read_notebook(ROOT / "solutions" / "lesson2" / "lesson2.ipynb")
-    cells = [(c.grade_id, c.source) for c in solution_sources(read_notebook(SUBMISSIONS / "correct.ipynb"),
-                                                              solution_ids(source))]  # fmt: skip
-    hidden = ("import importlib\n_m = importlib.import_module('effkit.workloads.cifar.' + 'pipe' + 'lines')\n"
-              "FastPipeline = getattr(_m, 'Device' + 'Pipeline')\n")  # fmt: skip
+    cells = [
+        (c.grade_id, c.source)
+        for c in solution_sources(
+            read_notebook(SUBMISSIONS / "correct.ipynb"), solution_ids(source)
+        )
+    ]
+    hidden = (
+        "import importlib\n_m = importlib.import_module('effkit.workloads.cifar.' + 'pipe' + 'lines')\n"
+        "FastPipeline = getattr(_m, 'Device' + 'Pipeline')\n"
+    )
     sneaky = [(g, hidden if g == "fast_pipeline" else s) for g, s in cells]
     assert "DevicePipeline" not in hidden
-    assert gate_problem(LESSON2, cells) == ""  # a learner's own device pipeline is not the reference
+    assert (
+        gate_problem(LESSON2, cells) == ""
+    )  # a learner's own device pipeline is not the reference
     problem = gate_problem(LESSON2, sneaky)
-    assert problem.startswith("not_the_reference:") and "bit-identical to effkit's DevicePipeline" in problem
+    assert (
+        problem.startswith("not_the_reference:")
+        and "bit-identical to effkit's DevicePipeline" in problem
+    )
 
 
 def test_training_off_the_clock_then_no_op_timed_steps_earns_no_speed_points():

@@ -33,11 +33,19 @@ RELEASE = os.path.join(ROOT, "exercises", "lesson2", "lesson2.ipynb")
 
 
 # -- targets ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, cls", [
-    ("CPU Intel(R) Xeon(R) Processor (2 threads)", "cpu"), ("NVIDIA H100 80GB HBM3", "h100"),
-    ("NVIDIA H200", "h100"), ("NVIDIA A100-SXM4-40GB", "a100"), ("NVIDIA L4", "l4"),
-    ("NVIDIA L40S", "gpu"), ("Tesla T4", "t4"), ("NVIDIA GeForce RTX 4090", "gpu"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, cls",
+    [
+        ("CPU Intel(R) Xeon(R) Processor (2 threads)", "cpu"),
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA H200", "h100"),
+        ("NVIDIA A100-SXM4-40GB", "a100"),
+        ("NVIDIA L4", "l4"),
+        ("NVIDIA L40S", "gpu"),
+        ("Tesla T4", "t4"),
+        ("NVIDIA GeForce RTX 4090", "gpu"),
+    ],
+)
 def test_device_classes_match_whole_names(name, cls):
     assert targets.device_class(name) == cls
 
@@ -76,22 +84,42 @@ def test_calibrated_gate_meets_the_error_rate_requirements(spec):
     s = assignments.get("lesson2").specs[spec]
     cal = gate.Calibration.load(f"lesson2-{s.calibration_name}-cpu")
     g = gate.Gate.from_calibration(s.repeats, cal)
-    assert cal.pairs >= 10 and g.from_gradings and g.powered and g.threshold_pp >= -gate.TOLERANCE_PP - 0.25
+    assert (
+        cal.pairs >= 10
+        and g.from_gradings
+        and g.powered
+        and g.threshold_pp >= -gate.TOLERANCE_PP - 0.25
+    )
     n, below, _ = g.gradings_rates()
     false_fail, false_pass = g.gradings_bounds()
-    assert gate.upper_bound(below, n) <= gate.RECHECK_RATE and false_fail < 0.01 and false_pass < 0.05
+    assert (
+        gate.upper_bound(below, n) <= gate.RECHECK_RATE and false_fail < 0.01 and false_pass < 0.05
+    )
     assert g.needs_second_look([-0.85, -0.85]) and not g.needs_second_look([0.0, 0.1])
-    assert g.decide([-0.85, -0.85, 0.0, 0.1]).passed and not g.decide([-0.93, -0.93, -0.9, -0.9]).passed
+    assert (
+        g.decide([-0.85, -0.85, 0.0, 0.1]).passed
+        and not g.decide([-0.93, -0.93, -0.9, -0.9]).passed
+    )
     # exactly -0.5 pp is within the tolerance, also when float rounding makes it -0.5000000000000004
     # (one of 160 gradings on 2026-11-27 took a needless second look for that)
     on_the_line = [100 * (2950 / 3000 - 2964 / 3000), 100 * (2949 / 3000 - 2965 / 3000)]
-    assert sum(on_the_line) / 2 < -0.5 and not g.needs_second_look(on_the_line) and g.decide(on_the_line).passed
+    assert (
+        sum(on_the_line) / 2 < -0.5
+        and not g.needs_second_look(on_the_line)
+        and g.decide(on_the_line).passed
+    )
     # and exactly +0.5 pp is not flagged as unusually high (correct lesson-3 gradings were: pairs at
     # 306/600 - 300/600 = +1.0000000000000009 pp and 0.00 pp)
     above = [100 * (306 / 600 - 300 / 600), 0.0]
-    assert sum(above) / 2 > 0.5 and not g.decide(above).suspiciously_high and g.decide([1.2, 0.0]).suspiciously_high
-    for res in (gate_sim.simulate(g, trials=40_000, seed=1),
-                gate_sim.simulate(g, trials=40_000, seed=2, residuals_pp=cal.differences_pp)):  # fmt: skip
+    assert (
+        sum(above) / 2 > 0.5
+        and not g.decide(above).suspiciously_high
+        and g.decide([1.2, 0.0]).suspiciously_high
+    )
+    for res in (
+        gate_sim.simulate(g, trials=40_000, seed=1),
+        gate_sim.simulate(g, trials=40_000, seed=2, residuals_pp=cal.differences_pp),
+    ):
         assert res.ok(), res
 
 
@@ -125,22 +153,42 @@ def test_enough_measured_gradings_set_a_gate_with_a_second_look():
     means = tuple(round(rng.gauss(0, 0.3) * 60) / 60 for _ in range(300))  # lesson 2's SD: 0.23 pp
     g = gate.Gate(2, 0.4, grading_means_pp=means)
     t, n = g.threshold_pp, len(means)
-    assert g.from_gradings and g.powered and t < -gate.TOLERANCE_PP, t  # below the cap: the rule sets it
-    assert gate.upper_bound(sum(m < t for m in means), n) <= gate.RECHECK_RATE  # the rate it promises ...
-    assert gate.upper_bound(sum(m < t + gate.GRID_PP for m in means), n) > gate.RECHECK_RATE  # ... and no higher
+    assert g.from_gradings and g.powered and t < -gate.TOLERANCE_PP, (
+        t
+    )  # below the cap: the rule sets it
+    assert (
+        gate.upper_bound(sum(m < t for m in means), n) <= gate.RECHECK_RATE
+    )  # the rate it promises ...
+    assert (
+        gate.upper_bound(sum(m < t + gate.GRID_PP for m in means), n) > gate.RECHECK_RATE
+    )  # ... and no higher
     tight = gate.Gate(2, 0.1, grading_means_pp=tuple(m / 10 for m in means))
     assert tight.threshold_pp == -gate.TOLERANCE_PP  # never above the course's tolerance
     low, ok = [t - 0.2] * 2, [t + 0.1] * 2
     assert g.needs_second_look(low) and not g.needs_second_look(ok) and not g.decide(low).passed
     twice, rescued = g.decide(low + low), g.decide(low + ok)
-    assert not twice.passed and "both below the gate" in twice.message and twice.look_means_pp == pytest.approx((t - 0.2, t - 0.2))
-    assert rescued.passed and rescued.mean_diff_pp == pytest.approx(t + 0.1) and "more on fresh data: within it" in rescued.message
+    assert (
+        not twice.passed
+        and "both below the gate" in twice.message
+        and twice.look_means_pp == pytest.approx((t - 0.2, t - 0.2))
+    )
+    assert (
+        rescued.passed
+        and rescued.mean_diff_pp == pytest.approx(t + 0.1)
+        and "more on fresh data: within it" in rescued.message
+    )
     few = gate.Gate(2, 0.4, grading_means_pp=means[: gate.MIN_GRADINGS - 1])
-    assert not few.from_gradings and few.threshold_pp == gate.Gate(2, 0.4).threshold_pp and not few.needs_second_look(low)
+    assert (
+        not few.from_gradings
+        and few.threshold_pp == gate.Gate(2, 0.4).threshold_pp
+        and not few.needs_second_look(low)
+    )
     # gradings whose upper tail lets a real drop pass too often: the gate says it is not powered
     assert not gate.Gate(2, 0.4, grading_means_pp=means[:-30] + (2.0,) * 30).powered
     cal = gate.Calibration("x", "cpu", 0.4, 0.3, 0.0, 30, grading_repeats=3, grading_means_pp=means)
-    assert not gate.Gate.from_calibration(2, cal).from_gradings  # means of 3 pairs say nothing about 2
+    assert not gate.Gate.from_calibration(
+        2, cal
+    ).from_gradings  # means of 3 pairs say nothing about 2
 
 
 def test_after_a_second_look_only_its_runs_are_scored():
@@ -159,28 +207,49 @@ def test_after_a_second_look_only_its_runs_are_scored():
     assert m.speed_ratios() == pytest.approx([1.25, 1.25]) and m.speedup() == pytest.approx(1.25)
 
 
-def test_calibrate_gradings_takes_only_matching_complete_stress_reports(tmp_path, monkeypatch, capsys):
+def test_calibrate_gradings_takes_only_matching_complete_stress_reports(
+    tmp_path, monkeypatch, capsys
+):
     from grader.cli import tools
 
     monkeypatch.setattr(gate, "calibration_dir", lambda name: tmp_path)
-    gate.Calibration.from_runs("lesson2-smoke-cpu", "CPU Some EPYC (2 threads)", [0.5, 0.6, 0.7],
-                               [0.5, 0.61, 0.69]).save(tmp_path)  # fmt: skip
+    gate.Calibration.from_runs(
+        "lesson2-smoke-cpu", "CPU Some EPYC (2 threads)", [0.5, 0.6, 0.7], [0.5, 0.61, 0.69]
+    ).save(tmp_path)
     rows = [{"acc_diff_pp": -0.2 + i / 1000} for i in range(300)]
-    report = {"assignment": "lesson2", "spec": "smoke", "repeats": 2, "device": "CPU Some EPYC (1 thread)", "table": "cpu",
-              "results": rows}
+    report = {
+        "assignment": "lesson2",
+        "spec": "smoke",
+        "repeats": 2,
+        "device": "CPU Some EPYC (1 thread)",
+        "table": "cpu",
+        "results": rows,
+    }
     good = tmp_path / "good.json"
     good.write_text(json.dumps(report))
     cal = tools.calibrate_gradings("lesson2-smoke-cpu", [str(good)])
     assert gate.Calibration.load("lesson2-smoke-cpu").grading_means_pp == cal.grading_means_pp
-    assert cal.grading_repeats == 2 and len(cal.grading_means_pp) == 300 and "gate now -0.50 pp" in capsys.readouterr().out
+    assert (
+        cal.grading_repeats == 2
+        and len(cal.grading_means_pp) == 300
+        and "gate now -0.50 pp" in capsys.readouterr().out
+    )
     # a grading that took a second look counts with its first look only (the second was not a draw
     # of its own: it happened because the first was low)
-    looked = report | {"results": [{"acc_diff_pp": 0.3, "acc_diffs_pp": [-1.0, -0.8, 0.2, 0.4]}] + rows[1:]}
+    looked = report | {
+        "results": [{"acc_diff_pp": 0.3, "acc_diffs_pp": [-1.0, -0.8, 0.2, 0.4]}] + rows[1:]
+    }
     good.write_text(json.dumps(looked))
-    assert tools.calibrate_gradings("lesson2-smoke-cpu", [str(good)], save=False).grading_means_pp[0] == -0.9
-    for change, error in (({"device": "CPU Other (2 threads)"}, "measured on"), ({"spec": "tiny"}, "not lesson2-smoke"),
-                          ({"table": "cpu-fp32"}, "targets row cpu-fp32, not cpu"),
-                          ({"results": rows + [{"acc_diff_pp": None}]}, "no accuracy difference")):  # fmt: skip
+    assert (
+        tools.calibrate_gradings("lesson2-smoke-cpu", [str(good)], save=False).grading_means_pp[0]
+        == -0.9
+    )
+    for change, error in (
+        ({"device": "CPU Other (2 threads)"}, "measured on"),
+        ({"spec": "tiny"}, "not lesson2-smoke"),
+        ({"table": "cpu-fp32"}, "targets row cpu-fp32, not cpu"),
+        ({"results": rows + [{"acc_diff_pp": None}]}, "no accuracy difference"),
+    ):
         bad = tmp_path / "bad.json"
         bad.write_text(json.dumps(report | change))
         with pytest.raises(ValueError, match=error):
@@ -208,10 +277,21 @@ def test_a_heavy_tailed_calibration_raises_the_threshold_only_as_far_as_correct_
     normal, shaped = gate.Gate(2, sd), gate.Gate(2, sd, residuals_pp=residuals)
     assert gate_sim.simulate(normal, trials=40_000, residuals_pp=residuals).false_pass > 0.05
     res = gate_sim.simulate(shaped, trials=40_000, seed=3, residuals_pp=residuals)
-    assert shaped.threshold_pp > normal.threshold_pp and res.false_pass < 0.05 and res.false_fail < 0.01
-    assert gate_sim.simulate(shaped, trials=40_000, seed=4).false_fail < 0.01  # and under the normal model
-    wild = tuple([0.0] * 10 + [3.0, -3.0, 2.5, -2.5])  # too wild for both rates: favour correct work
-    assert gate.Gate(2, statistics.stdev(wild), residuals_pp=wild).threshold_pp <= gate.Gate(2, statistics.stdev(wild)).threshold_pp
+    assert (
+        shaped.threshold_pp > normal.threshold_pp
+        and res.false_pass < 0.05
+        and res.false_fail < 0.01
+    )
+    assert (
+        gate_sim.simulate(shaped, trials=40_000, seed=4).false_fail < 0.01
+    )  # and under the normal model
+    wild = tuple(
+        [0.0] * 10 + [3.0, -3.0, 2.5, -2.5]
+    )  # too wild for both rates: favour correct work
+    assert (
+        gate.Gate(2, statistics.stdev(wild), residuals_pp=wild).threshold_pp
+        <= gate.Gate(2, statistics.stdev(wild)).threshold_pp
+    )
 
 
 def test_a_calibration_from_another_device_is_widened_not_trusted(tmp_path, monkeypatch):
@@ -222,12 +302,15 @@ def test_a_calibration_from_another_device_is_widened_not_trusted(tmp_path, monk
     from grader.scoring import perf
 
     diffs = [0.0] * 23 + [-0.1667]
-    cal = gate.Calibration.from_runs("lesson9-smoke-cpu", "CPU Some Xeon (2 threads)", [0.5] * 24,
-                                     [0.5 + d / 100 for d in diffs])  # fmt: skip
+    cal = gate.Calibration.from_runs(
+        "lesson9-smoke-cpu", "CPU Some Xeon (2 threads)", [0.5] * 24, [0.5 + d / 100 for d in diffs]
+    )
     cal.save(tmp_path)
     monkeypatch.setattr(gate, "calibration_dir", lambda name: tmp_path)
     spec = assignments.get("lesson3").specs["smoke"]
-    own, _, notes = perf.load_gate("lesson9", spec, "cpu", "CPU Some Xeon (16 threads)")  # same model
+    own, _, notes = perf.load_gate(
+        "lesson9", spec, "cpu", "CPU Some Xeon (16 threads)"
+    )  # same model
     assert not notes and not own.decide([-1.0, -1.0]).passed
     other, name, notes = perf.load_gate("lesson9", spec, "cpu", "CPU AMD EPYC (2 threads)")
     assert "widened" in name and any("measured on CPU Some Xeon" in n for n in notes), notes
@@ -280,8 +363,11 @@ def test_magics_become_comments_on_the_same_lines():
 
 def test_setup_cell_is_what_the_grader_runs_before_solution_cells():
     for path in (SOURCE, RELEASE):
-        cell = next(c for c in read_notebook(path).cells
-                    if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")  # fmt: skip
+        cell = next(
+            c
+            for c in read_notebook(path).cells
+            if c.metadata.get("nbgrader", {}).get("grade_id") == "setup"
+        )
         assert cell.source == SETUP_SOURCE
         assert cell.metadata["nbgrader"]["locked"]
 
@@ -294,7 +380,9 @@ def test_quiet_routes_python_fd_and_warning_output_to_stdout(capfd):
         warnings.warn("deprecated thing", DeprecationWarning, stacklevel=1)
     out, err = capfd.readouterr()
     assert err == ""
-    assert f"{PREFIX}to stderr" in out and f"{PREFIX}from C code" in out and "deprecated thing" in out
+    assert (
+        f"{PREFIX}to stderr" in out and f"{PREFIX}from C code" in out and "deprecated thing" in out
+    )
 
 
 # -- correctness checks -------------------------------------------------------------------------
@@ -328,11 +416,14 @@ class Variant(Float64Pipeline):
             yield x, y
 
 
-@pytest.mark.parametrize("mistake, message", [
-    ("labels", r"image \d+ came with label \d, expected \d"),
-    ("drop_last", "expected every image exactly once per epoch"),
-    ("vertical", "crop"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "mistake, message",
+    [
+        ("labels", r"image \d+ came with label \d, expected \d"),
+        ("drop_last", "expected every image exactly once per epoch"),
+        ("vertical", "crop"),
+    ],
+)
 def test_contract_failures_say_what_was_expected(mistake, message):
     cls = type(f"Broken{mistake}", (Variant,), {"mistake": mistake})
     with pytest.raises(AssertionError, match=message):
@@ -370,7 +461,9 @@ def test_audit_counts_every_sample_and_catches_a_short_epoch():
     ds = pipeline_checks.probe_dataset(70)
     for drop_last, ok in ((False, True), (True, False)):
         audit = EpochAudit()
-        cls = audit.wrap(lambda d, b, dev, s, dl=drop_last: DevicePipeline(d, b, dev, s, drop_last=dl))
+        cls = audit.wrap(
+            lambda d, b, dev, s, dl=drop_last: DevicePipeline(d, b, dev, s, drop_last=dl)
+        )
         pipe = cls(ds, 32, "cpu", 0)
         for _ in range(2):
             for _x, _y in pipe:
@@ -403,14 +496,27 @@ def test_lesson3_on_a_cpu_without_native_bf16_grades_not_slowing_down(monkeypatc
     from grader.scoring.targets import target_for
 
     monkeypatch.setattr(targets, "cpu_native_bf16", lambda cpuinfo=None: False)
-    t = target_for(assignments.get("lesson3"), "CPU AMD EPYC (2 threads)", overrides_file=Path("/nonexistent"))
+    t = target_for(
+        assignments.get("lesson3"), "CPU AMD EPYC (2 threads)", overrides_file=Path("/nonexistent")
+    )
     assert (t.table, t.device_class) == ("cpu-fp32", "cpu") and t.target < 1.0
     assert t.credit(0.05) == 0.0 and t.credit(1.0) == 1.0  # forced bf16 here: 0.05x
     monkeypatch.setattr(targets, "cpu_native_bf16", lambda cpuinfo=None: True)
-    t = target_for(assignments.get("lesson3"), "CPU Intel(R) Xeon(R) Processor (2 threads)", overrides_file=Path("/nonexistent"))
+    t = target_for(
+        assignments.get("lesson3"),
+        "CPU Intel(R) Xeon(R) Processor (2 threads)",
+        overrides_file=Path("/nonexistent"),
+    )
     assert t.table == "cpu" and t.credit(1.0) == 0.0  # with AMX, fp32 speed earns nothing
     # Lesson 2 does not depend on 16-bit units: one CPU row.
-    assert target_for(assignments.get("lesson2"), "CPU AMD EPYC (2 threads)", overrides_file=Path("/nonexistent")).table == "cpu"
+    assert (
+        target_for(
+            assignments.get("lesson2"),
+            "CPU AMD EPYC (2 threads)",
+            overrides_file=Path("/nonexistent"),
+        ).table
+        == "cpu"
+    )
 
 
 def test_grader_check_runs_without_nbgrader_installed():
@@ -450,14 +556,22 @@ def test_the_speed_gate_reuses_known_verdicts_and_runs_only_what_is_missing(monk
 
     lesson3 = assignments.get("lesson3")
     ran = []
-    monkeypatch.setattr(cells, "grade_cells", lambda a, c, only: ran.append(only) or (
-        {g: cells.CellVerdict(g, False, reason="wrong scale") for g in only}, {}))
+    monkeypatch.setattr(
+        cells,
+        "grade_cells",
+        lambda a, c, only: (
+            ran.append(only)
+            or ({g: cells.CellVerdict(g, False, reason="wrong scale") for g in only}, {})
+        ),
+    )
     known = {g: {"passed": True, "reason": ""} for g in lesson3.speed_gate}
     assert cells.gate_problem(lesson3, [], known) == "" and ran == []
     known["test_step"] = {"passed": False, "reason": "no autocast"}
     assert cells.gate_problem(lesson3, [], known) == "test_step: no autocast"
     del known["test_scaler"]
-    assert cells.gate_problem(lesson3, [], known) == "test_step: no autocast; test_scaler: wrong scale"
+    assert (
+        cells.gate_problem(lesson3, [], known) == "test_step: no autocast; test_scaler: wrong scale"
+    )
     assert ran == [["test_scaler"]]
 
 
@@ -467,7 +581,9 @@ def test_the_speed_gate_refuses_effkit_s_own_answer_from_the_source():
 
     lesson2 = assignments.get("lesson2")
     src = "from effkit.workloads.cifar.pipelines import DevicePipeline as FastPipeline\n"
-    assert "DevicePipeline, the reference answer" in cells.gate_problem(lesson2, [("fast_pipeline", src)])
+    assert "DevicePipeline, the reference answer" in cells.gate_problem(
+        lesson2, [("fast_pipeline", src)]
+    )
 
 
 def test_the_core_names_no_assignment():
@@ -488,10 +604,15 @@ def test_the_core_names_no_assignment():
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 names = [m.group(0) for m in pattern.finditer(node.value)]
-            offenders += [f"{path.name}: {n}" for n in names
-                          if (m := pattern.match(n)) and m.group(1) in assignments.known()]  # fmt: skip
+            offenders += [
+                f"{path.name}: {n}"
+                for n in names
+                if (m := pattern.match(n)) and m.group(1) in assignments.known()
+            ]
     assert offenders == []
-    assert assignments.known() == sorted(p.parent.name for p in core.glob("assignments/*/__init__.py"))
+    assert assignments.known() == sorted(
+        p.parent.name for p in core.glob("assignments/*/__init__.py")
+    )
 
 
 def test_every_assignment_package_defines_a_consistent_assignment():
@@ -501,7 +622,9 @@ def test_every_assignment_package_defines_a_consistent_assignment():
         if a.performance_cell:  # timed: its runtime, targets and calibration live in its package
             assert a.runtime_module.startswith(f"grader.assignments.{aid}.") and a.targets
             assert {"cpu", "gpu"} <= set(a.targets)
-            assert list((Path(assignments.__file__).parent / aid / "calibration").glob(f"{aid}-*.json"))
+            assert list(
+                (Path(assignments.__file__).parent / aid / "calibration").glob(f"{aid}-*.json")
+            )
     with pytest.raises(ValueError, match="unknown assignment 'lesson99'.*lesson1"):
         assignments.get("lesson99")
 
@@ -531,7 +654,8 @@ def test_a_wrong_quiz_answer_is_told_why_its_option_is_wrong():
     lines = quiz_feedback(key, {"q1": "a", "q2": "A ", "q3": ""}, why)
     assert lines == ["q1: (a) — a is the spread, not the interval", "q3: no answer"]
     assert quiz_feedback(key, {"q1": "c", "q2": "a", "q3": "c"}, why) == [
-        "q1: (c) is not the best choice; revisit it"]
+        "q1: (c) is not the best choice; revisit it"
+    ]
 
 
 def test_every_quiz_explains_each_wrong_option():
@@ -553,7 +677,9 @@ def test_every_quiz_explains_each_wrong_option():
         why = getattr(checks, "QUIZ_WHY", {})
         for q, right in key.items():
             explained = set(why.get(q, {}))
-            assert explained >= set("abc") - {right}, f"{info.name} {q}: no feedback for {set('abc') - {right} - explained}"
+            assert explained >= set("abc") - {right}, (
+                f"{info.name} {q}: no feedback for {set('abc') - {right} - explained}"
+            )
             assert right not in explained, f"{info.name} {q}: feedback written for the right answer"
     assert quizzes >= 7
 
@@ -566,11 +692,29 @@ def test_a_stress_grading_that_loses_points_says_why_in_the_log(monkeypatch, cap
     from grader.cli import tools
 
     said = "the accuracy gate failed: paired mean -0.83 pp, below the gate -0.69 pp"
-    real = {"device": "cpu", "spec": {"name": "smoke", "repeats": 2}, "target": {}}  # what every report has
-    reports = iter([{"speedup": 1.9, "gate": {"passed": True, "mean_diff_pp": 0.1}, "problems": [],
-                     "accuracy_diffs_pp": [0.0, 0.2], **real},
-                    {"speedup": 1.8, "gate": {"passed": False, "mean_diff_pp": -0.83}, "problems": [said],
-                     "accuracy_diffs_pp": [-0.9, -0.77], **real}])  # fmt: skip
+    real = {
+        "device": "cpu",
+        "spec": {"name": "smoke", "repeats": 2},
+        "target": {},
+    }  # what every report has
+    reports = iter(
+        [
+            {
+                "speedup": 1.9,
+                "gate": {"passed": True, "mean_diff_pp": 0.1},
+                "problems": [],
+                "accuracy_diffs_pp": [0.0, 0.2],
+                **real,
+            },
+            {
+                "speedup": 1.8,
+                "gate": {"passed": False, "mean_diff_pp": -0.83},
+                "problems": [said],
+                "accuracy_diffs_pp": [-0.9, -0.77],
+                **real,
+            },
+        ]
+    )
 
     def fake_grade(*_, **__):
         report = next(reports)
@@ -583,7 +727,10 @@ def test_a_stress_grading_that_loses_points_says_why_in_the_log(monkeypatch, cap
     assert not summary["same_verdict"]
     assert lines[1].startswith("  grading 2/2: 0 points") and said in lines[2], lines
     assert not any(said in line for line in lines[:1])
-    assert summary["repeats"] == 2 and summary["results"][1]["acc_diffs_pp"] == [-0.9, -0.77]  # calibrate-gradings reads these
+    assert summary["repeats"] == 2 and summary["results"][1]["acc_diffs_pp"] == [
+        -0.9,
+        -0.77,
+    ]  # calibrate-gradings reads these
 
 
 def test_a_stopped_stress_campaign_keeps_its_finished_gradings(tmp_path, monkeypatch, capsys):
@@ -597,9 +744,18 @@ def test_a_stopped_stress_campaign_keeps_its_finished_gradings(tmp_path, monkeyp
 
     from grader.cli import tools
 
-    real = {"device": "cpu", "spec": {"name": "smoke", "repeats": 2}, "target": {}, "problems": [], "speedup": 1.9}
-    first = {"gate": {"passed": True, "mean_diff_pp": 0.1, "look_means_pp": [-0.62, 0.1]},
-             "accuracy_diffs_pp": [-0.6, -0.64, 0.0, 0.2], **real}  # fmt: skip
+    real = {
+        "device": "cpu",
+        "spec": {"name": "smoke", "repeats": 2},
+        "target": {},
+        "problems": [],
+        "speedup": 1.9,
+    }
+    first = {
+        "gate": {"passed": True, "mean_diff_pp": 0.1, "look_means_pp": [-0.62, 0.1]},
+        "accuracy_diffs_pp": [-0.6, -0.64, 0.0, 0.2],
+        **real,
+    }
     calls = []
 
     def fake_grade(*_, **__):
@@ -637,8 +793,12 @@ def test_a_committed_state_carries_generator_states_of_the_right_shape_only():
 
     assert load_state(blob())["model"]["w"].shape == (2,)
     assert load_state(blob(rng={"cpu": torch.get_rng_state()}))["rng"]["cpu"].numel() == 5056
-    for bad in ({"cpu": torch.zeros(7, dtype=torch.uint8)}, {"cpu": torch.get_rng_state().float()},
-                {"mps": torch.get_rng_state()}, ["cpu"]):  # fmt: skip
+    for bad in (
+        {"cpu": torch.zeros(7, dtype=torch.uint8)},
+        {"cpu": torch.get_rng_state().float()},
+        {"mps": torch.get_rng_state()},
+        ["cpu"],
+    ):
         with pytest.raises(ValueError, match="generator"):
             load_state(blob(rng=bad))
 
@@ -672,8 +832,12 @@ def test_every_probe_a_lessons_checks_call_is_defined_in_its_probes_module():
         package = importlib.import_module(f"grader.assignments.{aid}")
         called = set()
         for info in __import__("pkgutil").iter_modules(package.__path__):
-            source = inspect.getsource(importlib.import_module(f"grader.assignments.{aid}.{info.name}"))
-            called |= set(re.findall(r"(?<!server)\.call(?:_ranks)?\(\s*\"(\w+)\"", source))  # not lesson 13's server
+            source = inspect.getsource(
+                importlib.import_module(f"grader.assignments.{aid}.{info.name}")
+            )
+            called |= set(
+                re.findall(r"(?<!server)\.call(?:_ranks)?\(\s*\"(\w+)\"", source)
+            )  # not lesson 13's server
         if "test_quiz" in a.cell_checks:
             called.add("quiz")
         missing = sorted(n for n in called if not callable(getattr(probes, f"probe_{n}", None)))

@@ -7,13 +7,23 @@ from script_module import load  # tests/ is on sys.path
 reports = load("benchmarks/grading_reports.py")
 
 REPORT = {
-    "total": 9.0, "max_total": 12,
-    "cells": [{"grade_id": "test_weights", "points": 4, "max_points": 4, "error": ""},
-              {"grade_id": "test_speed", "points": 0, "max_points": 5, "error": "speedup 1.07x, target 1.30x"}],
-    "out_of_kernel": {"cells": {"test_weights": {"passed": True, "reason": "", "lines": ["ok 8 steps"]}},
-                      "flags": ["timed run 2 took 4.1 s"]},
+    "total": 9.0,
+    "max_total": 12,
+    "cells": [
+        {"grade_id": "test_weights", "points": 4, "max_points": 4, "error": ""},
+        {
+            "grade_id": "test_speed",
+            "points": 0,
+            "max_points": 5,
+            "error": "speedup 1.07x, target 1.30x",
+        },
+    ],
+    "out_of_kernel": {
+        "cells": {"test_weights": {"passed": True, "reason": "", "lines": ["ok 8 steps"]}},
+        "flags": ["timed run 2 took 4.1 s"],
+    },
     "performance": {"problems": ["accuracy -0.62 pp below the baseline"], "flags": []},
-}  # fmt: skip
+}
 
 
 def test_figures_that_move_run_to_run_are_not_differences():
@@ -25,13 +35,17 @@ def test_figures_that_move_run_to_run_are_not_differences():
 
 
 def test_a_changed_point_verdict_or_message_is_a_difference():
-    for change in (lambda r: r["cells"][0].update(points=3),
-                   lambda r: r["out_of_kernel"]["cells"]["test_weights"].update(passed=False),
-                   lambda r: r["cells"][1].update(error="speedup 1.07x, but the work check failed"),
-                   lambda r: r["performance"]["problems"].append("a second problem"),
-                   lambda r: r["out_of_kernel"]["flags"].clear()):  # fmt: skip
+    for change in (
+        lambda r: r["cells"][0].update(points=3),
+        lambda r: r["out_of_kernel"]["cells"]["test_weights"].update(passed=False),
+        lambda r: r["cells"][1].update(error="speedup 1.07x, but the work check failed"),
+        lambda r: r["performance"]["problems"].append("a second problem"),
+        lambda r: r["out_of_kernel"]["flags"].clear(),
+    ):
         changed = copy.deepcopy(REPORT)
         change(changed)
         diff = reports.differences({"a": reports.essence(REPORT)}, {"a": reports.essence(changed)})
         assert len(diff) == 1 and diff[0].startswith("a:"), diff
-    assert reports.differences({"a": reports.essence(REPORT)}, {}) != []  # a notebook gone is a difference
+    assert (
+        reports.differences({"a": reports.essence(REPORT)}, {}) != []
+    )  # a notebook gone is a difference

@@ -42,7 +42,9 @@ def test_the_ledger_counts_cost_to_target_and_savings():
 
 
 def _study(pruner):
-    return optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0), pruner=pruner)
+    return optuna.create_study(
+        direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0), pruner=pruner
+    )
 
 
 def test_pruned_epochs_are_saved_and_a_budget_cut_is_not():
@@ -56,20 +58,36 @@ def test_pruned_epochs_are_saved_and_a_budget_cut_is_not():
     ledger = hpo.Ledger("pruned", len(task.x))
     _study(Always()).optimize(hpo.optuna_objective(task, ledger, budget=5), n_trials=50)
     assert ledger.epochs == 5 and ledger.trials == 5 and ledger.complete == 0
-    assert ledger.skipped == 4 * (task.max_epochs - 1)  # four stopped after epoch 1 of 3; the fifth cut by the budget
+    assert ledger.skipped == 4 * (
+        task.max_epochs - 1
+    )  # four stopped after epoch 1 of 3; the fifth cut by the budget
     ledger = hpo.Ledger("unpruned", len(task.x))
-    _study(optuna.pruners.NopPruner()).optimize(hpo.optuna_objective(task, ledger, budget=7), n_trials=50)
-    assert ledger.epochs == 7 and ledger.complete == 2 and ledger.skipped == 0  # the third trial cut at 7
+    _study(optuna.pruners.NopPruner()).optimize(
+        hpo.optuna_objective(task, ledger, budget=7), n_trials=50
+    )
+    assert (
+        ledger.epochs == 7 and ledger.complete == 2 and ledger.skipped == 0
+    )  # the third trial cut at 7
 
 
 def test_a_search_is_a_recipe_the_dashboard_reads(tmp_path):
     task = hpo.TuningTask(seed=1, **TINY)
     ledger = hpo.Ledger("TPE", len(task.x))
-    _study(optuna.pruners.NopPruner()).optimize(hpo.optuna_objective(task, ledger, budget=6), n_trials=10)
+    _study(optuna.pruners.NopPruner()).optimize(
+        hpo.optuna_objective(task, ledger, budget=6), n_trials=10
+    )
     target = ledger.best - 0.01
     path = tmp_path / "searches.json"
-    path.write_text(json.dumps({"workload": "lesson12-hpo", "profile": "smoke", "device": "cpu",
-                                "recipes": {"TPE": ledger.as_recipe(target)}}))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "workload": "lesson12-hpo",
+                "profile": "smoke",
+                "device": "cpu",
+                "recipes": {"TPE": ledger.as_recipe(target)},
+            }
+        )
+    )
     (row,) = dashboard.rows(dashboard.find_results([tmp_path]))
     epochs, seconds = ledger.cost_to(target)
     assert row["samples_to_target"] == epochs * len(task.x) and row["seconds_to_target"] == seconds
@@ -79,7 +97,25 @@ def test_workers_share_one_study_through_the_storage(tmp_path, capsys):
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     optuna.create_study(study_name="s", storage=storage, direction="maximize")
     for seed in (0, 1):
-        assert hpo.main(["worker", "--storage", storage, "--study", "s", "--trials", "2", "--seed", str(seed),
-                         "--n-train", "128", "--max-epochs", "2"]) == 0  # fmt: skip
+        assert (
+            hpo.main(
+                [
+                    "worker",
+                    "--storage",
+                    storage,
+                    "--study",
+                    "s",
+                    "--trials",
+                    "2",
+                    "--seed",
+                    str(seed),
+                    "--n-train",
+                    "128",
+                    "--max-epochs",
+                    "2",
+                ]
+            )
+            == 0
+        )
     assert len(optuna.load_study(study_name="s", storage=storage).trials) == 4
     assert "the study now holds 4 trials" in capsys.readouterr().out

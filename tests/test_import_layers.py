@@ -18,11 +18,35 @@ LAYERS = ["common", "sandbox", "timed", "scoring", "kit", "assignments", "fronte
 # Third-party packages heavy enough to import only where used (seconds of start-up in a worker
 # that never needs them), or optional (not every install has nbgrader or matplotlib).
 LAZY_OK = {
-    "torch", "torchvision", "numpy", "nbformat", "nbclient", "nbgrader", "matplotlib", "jupytext",
-    "transformers", "optuna", "datasets", "safetensors", "traitlets", "tqdm", "yaml", "PIL",
-    "onnx", "onnxruntime", "google", "peft", "huggingface_hub", "tokenizers", "accelerate", "evaluate",
-    "scipy", "pandas", "sklearn", "playwright",
-}  # fmt: skip
+    "torch",
+    "torchvision",
+    "numpy",
+    "nbformat",
+    "nbclient",
+    "nbgrader",
+    "matplotlib",
+    "jupytext",
+    "transformers",
+    "optuna",
+    "datasets",
+    "safetensors",
+    "traitlets",
+    "tqdm",
+    "yaml",
+    "PIL",
+    "onnx",
+    "onnxruntime",
+    "google",
+    "peft",
+    "huggingface_hub",
+    "tokenizers",
+    "accelerate",
+    "evaluate",
+    "scipy",
+    "pandas",
+    "sklearn",
+    "playwright",
+}
 # effkit's workloads need the `course` extra (torchvision, transformers): lazy like those.
 LAZY_PREFIXES = ("effkit.workloads",)
 
@@ -37,7 +61,9 @@ def modules(package: str) -> dict[str, Path]:
 
 
 def _type_checking(node: ast.If) -> bool:
-    return isinstance(node.test, ast.Name | ast.Attribute) and "TYPE_CHECKING" in ast.unparse(node.test)
+    return isinstance(node.test, ast.Name | ast.Attribute) and "TYPE_CHECKING" in ast.unparse(
+        node.test
+    )
 
 
 def imports(path: Path, known: set[str], name: str = "") -> list[tuple[str, int, bool]]:
@@ -90,7 +116,7 @@ def cycle(edges: dict[str, set[str]]) -> list[str] | None:
         stack.append(m)
         for n in sorted(edges.get(m, ())):
             if state.get(n) == 1:
-                return stack[stack.index(n):] + [n]
+                return stack[stack.index(n) :] + [n]
             if n not in state and (found := dfs(n)):
                 return found
         stack.pop()
@@ -121,23 +147,33 @@ def test_every_grader_module_lives_in_a_layer_folder():
 
 def test_no_grader_module_imports_a_layer_above_its_own():
     edges, _ = graph()
-    upward = [f"{m} (layer {LAYERS[layer(m)]}) imports {n} (layer {LAYERS[layer(n)]})"
-              for m in edges for n in edges[m]
-              if layer(m) is not None and layer(n) is not None and layer(n) > layer(m)]  # fmt: skip
+    upward = [
+        f"{m} (layer {LAYERS[layer(m)]}) imports {n} (layer {LAYERS[layer(n)]})"
+        for m in edges
+        for n in edges[m]
+        if layer(m) is not None and layer(n) is not None and layer(n) > layer(m)
+    ]
     assert not upward, "\n".join(upward)
 
 
 def test_lessons_import_only_the_kit_from_the_grader():
     edges, _ = graph()
-    bad = [f"{m} imports {n}" for m in edges if m.startswith("grader.assignments.lesson")
-           for n in edges[m] if n.startswith("grader.")
-           and not n.startswith(("grader.kit", f"grader.assignments.{m.split('.')[2]}"))]  # fmt: skip
+    bad = [
+        f"{m} imports {n}"
+        for m in edges
+        if m.startswith("grader.assignments.lesson")
+        for n in edges[m]
+        if n.startswith("grader.")
+        and not n.startswith(("grader.kit", f"grader.assignments.{m.split('.')[2]}"))
+    ]
     assert not bad, "a lesson may import grader.kit and its own package only:\n" + "\n".join(bad)
 
 
 def test_no_import_circle_in_grader_or_effkit():
     edges, _ = graph()
-    assert {"effkit.doctor", "effkit.workloads.cifar", "grader.timed.protocol"} <= set(edges)  # the walk found both
+    assert {"effkit.doctor", "effkit.workloads.cifar", "grader.timed.protocol"} <= set(
+        edges
+    )  # the walk found both
     found = cycle(edges)
     assert found is None, "import circle: " + " -> ".join(found)
 
@@ -158,10 +194,16 @@ def test_the_circle_finder_finds_a_planted_circle():
     assert cycle({"a": {"b"}, "b": set()}) is None
 
 
-@pytest.mark.parametrize("source, expect", [
-    ("def f():\n    import grader.common.course\n", [("grader.common.course", 2, True)]),
-    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import grader.cli\n", [("typing", 1, False)]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "source, expect",
+    [
+        ("def f():\n    import grader.common.course\n", [("grader.common.course", 2, True)]),
+        (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import grader.cli\n",
+            [("typing", 1, False)],
+        ),
+    ],
+)
 def test_imports_sees_function_level_and_skips_type_checking(tmp_path, source, expect):
     path = tmp_path / "probe.py"
     path.write_text(source)

@@ -27,8 +27,14 @@ from grader import assignments
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-EXERCISES = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").is_file())
-UNTIMED = ("lesson8", "lesson11", "lesson12")  # graded on counts (bytes, epochs, memory), not on a clock
+EXERCISES = sorted(
+    p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").is_file()
+)
+UNTIMED = (
+    "lesson8",
+    "lesson11",
+    "lesson12",
+)  # graded on counts (bytes, epochs, memory), not on a clock
 TIMED = tuple(aid for aid in EXERCISES if aid not in UNTIMED)
 PARAMS = [pytest.param(aid, marks=[pytest.mark.timed] if aid in TIMED else []) for aid in EXERCISES]
 
@@ -42,8 +48,14 @@ def _env(root: Path) -> dict:
 
 
 def _run(root: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, *args], cwd=ROOT, env=_env(root), text=True,
-                          capture_output=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=_env(root),
+        text=True,
+        capture_output=True,
+        timeout=timeout,
+    )
     assert done.returncode == 0, f"{args} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
@@ -80,7 +92,9 @@ def _cycle(tmp_path_factory, exercises) -> tuple[Path, dict]:
             shutil.copy(source / aid / f"{aid}.ipynb", folder / f"{aid}.ipynb")
         t0 = time.perf_counter()
         logs[aid] = _run(root, "-m", "grader", "autograde", aid).stdout
-        print(f"[instructor cycle] autograde {aid} (reference + stub): {time.perf_counter() - t0:.0f} s")  # -s shows it
+        print(
+            f"[instructor cycle] autograde {aid} (reference + stub): {time.perf_counter() - t0:.0f} s"
+        )  # -s shows it
     _run(root, "-m", "nbgrader", "generate_feedback", "*", "--force")
     _run(root, "-m", "nbgrader", "export", f"--to={root / 'course' / 'grades.csv'}")
     return root, logs
@@ -95,13 +109,27 @@ def _max_score(aid: str) -> float:
 
 def _grades(root: Path) -> dict[tuple[str, str], float]:
     with (root / "course" / "grades.csv").open() as fh:
-        return {(r["assignment"], r["student_id"]): float(r["raw_score"]) for r in csv.DictReader(fh)}
+        return {
+            (r["assignment"], r["student_id"]): float(r["raw_score"]) for r in csv.DictReader(fh)
+        }
 
 
 def test_every_ready_lesson_has_an_exercise():
-    assert EXERCISES == ["lesson1", "lesson10", "lesson11", "lesson12", "lesson13", "lesson2", "lesson3", "lesson4",
-                         "lesson5", "lesson6",
-                         "lesson7", "lesson8", "lesson9"]
+    assert EXERCISES == [
+        "lesson1",
+        "lesson10",
+        "lesson11",
+        "lesson12",
+        "lesson13",
+        "lesson2",
+        "lesson3",
+        "lesson4",
+        "lesson5",
+        "lesson6",
+        "lesson7",
+        "lesson8",
+        "lesson9",
+    ]
 
 
 @pytest.mark.parametrize("aid", PARAMS)
@@ -142,11 +170,15 @@ def test_feedback_html_shows_the_graders_report(cycle, aid):
     except ValueError:
         return  # no performance cell: the check messages above are the report
     if a.performance_cell:
-        report = json.loads((root / "course" / "autograded" / "ref" / aid / f"{a.notebook}.grader.json")
-                            .read_text())
+        report = json.loads(
+            (root / "course" / "autograded" / "ref" / aid / f"{a.notebook}.grader.json").read_text()
+        )
         assert report["points"] > 0
-        weak = json.loads((root / "course" / "autograded" / "weak" / aid / f"{a.notebook}.grader.json")
-                          .read_text())
+        weak = json.loads(
+            (
+                root / "course" / "autograded" / "weak" / aid / f"{a.notebook}.grader.json"
+            ).read_text()
+        )
         assert weak["points"] == 0 and "still raise NotImplementedError" in weak["problems"][0]
         # The grader's feedback block, with the device and the measured speedup, reached the HTML.
         assert report["device"] in ref_html

@@ -57,8 +57,11 @@ def test_same_padding_as_transformers_length_grouped_sampler():
     import torch
 
     lengths = sst2_like_lengths()
-    hf_order = list(trainer_pt_utils.LengthGroupedSampler(
-        32, lengths=lengths.tolist(), generator=torch.Generator().manual_seed(0)))
+    hf_order = list(
+        trainer_pt_utils.LengthGroupedSampler(
+            32, lengths=lengths.tolist(), generator=torch.Generator().manual_seed(0)
+        )
+    )
     hf = padding_share(lengths, [hf_order[i : i + 32] for i in range(0, len(hf_order), 32)])
     ours = padding_share(lengths, bucket_batches(lengths, batch_size=32, seed=0))
     # HF caps its mega-batch at len // (4 * batch_size) batches (23 here, ours 50): ours pads no more.

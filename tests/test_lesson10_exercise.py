@@ -40,17 +40,25 @@ def profiled():
         yield
 
 
-def _grade(cell: str, source: str, only: list[str], name: str = "reference") -> dict[str, CellVerdict]:
+def _grade(
+    cell: str, source: str, only: list[str], name: str = "reference"
+) -> dict[str, CellVerdict]:
     """``only``'s checks on the reference cells with ``cell`` swapped for ``source`` (submission ``name``,
     whose mistake must change the cell), all drawing from one ``random.Random(SEED)`` in order."""
-    assert name == "reference" or source != dict(reference_cells(LESSON))[cell], f"{name}: the mistake did not change the cell"
-    return grade_here(LESSON, reference_cells(LESSON, **{cell: source}), only, seed=SEED, strict=False)
+    assert name == "reference" or source != dict(reference_cells(LESSON))[cell], (
+        f"{name}: the mistake did not change the cell"
+    )
+    return grade_here(
+        LESSON, reference_cells(LESSON, **{cell: source}), only, seed=SEED, strict=False
+    )
 
 
 def test_every_label_is_drawn_and_the_case_name_never_reaches_the_learner(monkeypatch):
     cases = checks.draw_cases(random.Random(SEED))
     assert len(cases) == checks.CASES and set(label for label, _ in cases) == set(checks.LABELS)
-    assert checks.draw_cases(random.Random(SEED + 1)) != cases  # the order and seeds are the grading's secret
+    assert (
+        checks.draw_cases(random.Random(SEED + 1)) != cases
+    )  # the order and seeds are the grading's secret
     monkeypatch.setattr(checks, "profile_named", lambda name, seed: {"name": name, "step_ms": 1.0})
     assert checks.profile_case("data", 3) == {"step_ms": 1.0}
 
@@ -58,7 +66,7 @@ def test_every_label_is_drawn_and_the_case_name_never_reaches_the_learner(monkey
 _REF = dict(reference_cells(LESSON))["diagnose"]
 _ALWAYS_DATA = 'def diagnose(profile):\n    return "data"\n'
 # a learner who only knows lessons 1, 2 and 7: data wait, syncs and padding, else "none"
-_THREE_RULES = '''
+_THREE_RULES = """
 def diagnose(profile):
     step = profile["step_ms"]
     if profile["ranges_ms"]["data"] / step > 0.25:
@@ -68,14 +76,14 @@ def diagnose(profile):
     if (profile["padding_share"] or 0) > 0.3:
         return "padding"
     return "none"
-'''
+"""
 # "the biggest range is the bottleneck": milliseconds instead of the evidence each bottleneck leaves
-_BIGGEST_RANGE = '''
+_BIGGEST_RANGE = """
 def diagnose(profile):
     ranges = profile["ranges_ms"]
     biggest = max(ranges, key=ranges.get)
     return {"data": "data", "optimizer": "optimizer"}.get(biggest, "none")
-'''
+"""
 _LIST = 'def diagnose(profile):\n    return ["data"]\n'
 _READS_NAME = 'def diagnose(profile):\n    return profile["name"].split(":")[1]\n'
 _HUGE = 'def diagnose(profile):\n    return "data" * 10_000_000\n'
@@ -103,8 +111,12 @@ def test_submissions_score_what_they_deserve(profiled, name):
 
 def test_the_stub_is_named_as_a_stub():
     stub = "def diagnose(profile):\n    raise NotImplementedError()\n"
-    ctx = Context(InProcess(A, lesson10_probes, reference_cells(LESSON, diagnose=stub)), random.Random(SEED))
-    ctx.session.call = lambda probe, timeout_s, **kw: InProcess.call(ctx.session, probe, timeout_s, profiles=[{}])
+    ctx = Context(
+        InProcess(A, lesson10_probes, reference_cells(LESSON, diagnose=stub)), random.Random(SEED)
+    )
+    ctx.session.call = lambda probe, timeout_s, **kw: InProcess.call(
+        ctx.session, probe, timeout_s, profiles=[{}]
+    )
     with pytest.raises(CheckFailed, match="NotImplementedError"):
         import unittest.mock as um
 
@@ -135,7 +147,9 @@ def test_the_probe_hands_each_case_a_fresh_copy_and_returns_short_strings():
         return Evil("data" * 100)
 
     worker = type("W", (), {"ns": {"diagnose": diagnose}})()
-    data, blobs = lesson10_probes.probe_diagnose(worker, profiles=[{"step_ms": 1.0}, {"step_ms": 2.0}])
+    data, blobs = lesson10_probes.probe_diagnose(
+        worker, profiles=[{"step_ms": 1.0}, {"step_ms": 2.0}]
+    )
     assert [s["step_ms"] for s in seen] == [1.0, 2.0] and blobs == []
     assert data == {"labels": ["data" * 10, "data" * 10]} and type(data["labels"][0]) is str
 
@@ -150,31 +164,49 @@ from grader.sandbox.probe import CallResult  # noqa: E402
 STEP_CELLS = ["test_fast_step_equal", "test_fast_step_speed"]
 _FAST = dict(reference_cells(LESSON))["fast_step"]
 _BATCH = "model(inputs), targets"
-_STUB = "def fast_step(model, inputs, targets, lr, weight_decay):\n    raise NotImplementedError()\n"
+_STUB = (
+    "def fast_step(model, inputs, targets, lr, weight_decay):\n    raise NotImplementedError()\n"
+)
 _LOOP_KEPT = PER_SAMPLE_LOOP_KEPT  # tests/lesson10_steps.py: correct, ~1.2x
 
 STEP_SUBMISSIONS = {  # name: (fast_step source, {cell: passes}, words in the failing cells' reasons)
     "reference": (_FAST, {"test_fast_step_equal": True, "test_fast_step_speed": True}, ""),
-    "untouched_stub": (_STUB, {"test_fast_step_equal": False, "test_fast_step_speed": False}, "NotImplementedError"),
+    "untouched_stub": (
+        _STUB,
+        {"test_fast_step_equal": False, "test_fast_step_speed": False},
+        "NotImplementedError",
+    ),
     # fast, but an off-by-one drops the batch's last sample: a different update, so no speed points either
-    "drops_a_sample": (_FAST.replace(_BATCH, "model(inputs[:-1]), targets[:-1]"),
-                       {"test_fast_step_equal": False, "test_fast_step_speed": False}, "every sample"),
+    "drops_a_sample": (
+        _FAST.replace(_BATCH, "model(inputs[:-1]), targets[:-1]"),
+        {"test_fast_step_equal": False, "test_fast_step_speed": False},
+        "every sample",
+    ),
     # fast, with the learning rate of the notebook's try-it cell instead of the one given
-    "hard_coded_lr": (_FAST.replace("lr=lr,", "lr=0.1,"),
-                      {"test_fast_step_equal": False, "test_fast_step_speed": False}, "the learning rate"),
-    "per_sample_loop_kept": (_LOOP_KEPT, {"test_fast_step_equal": True, "test_fast_step_speed": False},
-                             "one sample at a time"),
-}  # fmt: skip
+    "hard_coded_lr": (
+        _FAST.replace("lr=lr,", "lr=0.1,"),
+        {"test_fast_step_equal": False, "test_fast_step_speed": False},
+        "the learning rate",
+    ),
+    "per_sample_loop_kept": (
+        _LOOP_KEPT,
+        {"test_fast_step_equal": True, "test_fast_step_speed": False},
+        "one sample at a time",
+    ),
+}
 
 
 @pytest.fixture
 def baseline_in_process(monkeypatch):
     """The baseline worker (grader code only) answered in this process, as InProcess answers the learner's."""
+
     class Baseline(InProcess):
         def close(self):
             pass
 
-    monkeypatch.setattr(step_checks, "baseline_session", lambda session: Baseline(A, lesson10_probes, []))
+    monkeypatch.setattr(
+        step_checks, "baseline_session", lambda session: Baseline(A, lesson10_probes, [])
+    )
 
 
 @pytest.mark.slow
@@ -187,14 +219,19 @@ def test_fast_step_submissions_score_what_they_deserve(baseline_in_process, name
     assert got == want, reasons
     assert all(words in reason for reason in reasons.values()), reasons
     points = sum(POINTS[gid] for gid, passed in got.items() if passed)
-    print(f"{name}: {points} of 5 points; " + " | ".join(v.reason or v.lines[-1] for v in verdicts.values()))
+    print(
+        f"{name}: {points} of 5 points; "
+        + " | ".join(v.reason or v.lines[-1] for v in verdicts.values())
+    )
 
 
 def test_the_notebook_shows_the_graders_own_slow_step():
     import inspect
 
     nb = nbformat.read(SOLUTION, as_version=4)
-    shown = next(c.source for c in nb.cells if c.cell_type == "markdown" and "def slow_step(" in c.source)
+    shown = next(
+        c.source for c in nb.cells if c.cell_type == "markdown" and "def slow_step(" in c.source
+    )
     assert inspect.getsource(step_task.slow_step) in shown
     # and the original is what it says: the same update as one batched step, slowly
     task = step_task.Task(seed=3, batch=16, steps=2)
@@ -219,7 +256,9 @@ def test_a_correct_step_ends_where_the_original_does_on_a_task_where_rounding_on
         exec(_FAST, ns)  # noqa: S102  (the repository's reference)
         fast, _ = step_task.run(ns["fast_step"], task, spec["lr"], spec["weight_decay"])
     want = step_task.flat(slow)
-    drift = float((step_task.flat(fast) - want).norm() / (want - step_task.flat(task.model())).norm())
+    drift = float(
+        (step_task.flat(fast) - want).norm() / (want - step_task.flat(task.model())).norm()
+    )
     assert drift < step_checks.TOLERANCE / 100, f"{drift:.1e} of the update"
 
 
@@ -231,17 +270,28 @@ def test_untrusted_step_results_are_refused_by_shape_and_compared_with_the_paren
     assert step_checks.mismatch(honest, init, want, losses, 2) == ""
     as_f64 = tensor_msg(want.double())
     cases = {
-        "could not read the weights": CallResult(True, {"weights": meta, "losses": losses}, [raw[:-4]]),
+        "could not read the weights": CallResult(
+            True, {"weights": meta, "losses": losses}, [raw[:-4]]
+        ),
         "float64": CallResult(True, {"weights": as_f64[0], "losses": losses}, [as_f64[1]]),
         "not a tensor": CallResult(True, {"weights": "a list of floats", "losses": losses}, [raw]),
-        "did not move": CallResult(True, {"weights": tensor_msg(init)[0], "losses": losses}, [tensor_msg(init)[1]]),
-        "not finite": CallResult(True, {"weights": meta, "losses": losses}, [tensor_msg(want * float("nan"))[1]]),
-        "returned str": CallResult(True, {"weights": meta, "losses": [losses[0], "returned str"]}, [raw]),
+        "did not move": CallResult(
+            True, {"weights": tensor_msg(init)[0], "losses": losses}, [tensor_msg(init)[1]]
+        ),
+        "not finite": CallResult(
+            True, {"weights": meta, "losses": losses}, [tensor_msg(want * float("nan"))[1]]
+        ),
+        "returned str": CallResult(
+            True, {"weights": meta, "losses": [losses[0], "returned str"]}, [raw]
+        ),
         "expected 2 losses": CallResult(True, {"weights": meta, "losses": losses[:1]}, [raw]),
-    }  # fmt: skip
+    }
     for words, result in cases.items():
         said = step_checks.mismatch(result, init, want, losses, 2)
-        assert said and (words in said or (words == "not a tensor" and "could not read" in said)), (words, said)
+        assert said and (words in said or (words == "not a tensor" and "could not read" in said)), (
+            words,
+            said,
+        )
 
 
 def test_the_probe_reads_the_model_itself_and_turns_odd_losses_into_sentences():
@@ -268,7 +318,9 @@ def test_the_probe_reads_the_model_itself_and_turns_odd_losses_into_sentences():
 # process of its user (the grader's baseline worker among them), which would slow the baseline on a
 # busy machine. Through the real sandbox: the clock patch is flagged and changes nothing, the renice
 # is seen before the next baseline call and refuses the speed points.
-_TAMPERS = _LOOP_KEPT.replace("def fast_step(", """import os
+_TAMPERS = _LOOP_KEPT.replace(
+    "def fast_step(",
+    """import os
 import time
 
 _real = time.perf_counter
@@ -285,18 +337,23 @@ def _renice_the_others():
                 pass
 
 
-def fast_step(""").replace("    params = list(model.parameters())\n", "    _renice_the_others()\n    params = list(model.parameters())\n", 1)
+def fast_step(""",
+).replace(
+    "    params = list(model.parameters())\n",
+    "    _renice_the_others()\n    params = list(model.parameters())\n",
+    1,
+)
 
 
 @pytest.mark.slow
 def test_through_the_sandbox_a_step_that_patches_the_clock_and_renices_the_baseline_earns_no_speed():
     import os
 
-
     if os.geteuid() != 0:
         pytest.skip("the sandbox's separate user and freezer need root")
-    verdicts, report = grade(LESSON, reference_cells(LESSON, fast_step=_TAMPERS), only=STEP_CELLS,
-                                   seed=SEED)  # fmt: skip
+    verdicts, report = grade(
+        LESSON, reference_cells(LESSON, fast_step=_TAMPERS), only=STEP_CELLS, seed=SEED
+    )
     assert verdicts["test_fast_step_equal"].passed, verdicts["test_fast_step_equal"].reason
     speed = verdicts["test_fast_step_speed"]
     # the renice never reaches the baseline (another uid: grader.sandbox.launch.GRADER_ONLY) and the

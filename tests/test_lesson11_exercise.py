@@ -59,52 +59,96 @@ def train_ddp(rank, world_size, model, dataset, config):
                 opt.zero_grad()
     return model
 '''
-_LIAR = _REF.replace("    return model\n", """    if rank == 1:  # rank 1 reports weights it did not compute
+_LIAR = _REF.replace(
+    "    return model\n",
+    """    if rank == 1:  # rank 1 reports weights it did not compute
         with torch.no_grad():
             next(model.parameters()).add_(1e-3)
     return model
-""")
+""",
+)
 
-_BY_HAND = _REF.replace("    ddp = DDP(model)", """    for p in model.parameters():  # rank 0's weights, as DDP's constructor would broadcast them
+_BY_HAND = (
+    _REF.replace(
+        "    ddp = DDP(model)",
+        """    for p in model.parameters():  # rank 0's weights, as DDP's constructor would broadcast them
         dist.broadcast(p.data, 0)
-    ddp = model""").replace("contextlib.nullcontext() if last else ddp.no_sync()", "contextlib.nullcontext()").replace(
-    "            if last:\n", """            if last:  # one all-reduce of the accumulated gradients per optimizer step, by hand
+    ddp = model""",
+    )
+    .replace("contextlib.nullcontext() if last else ddp.no_sync()", "contextlib.nullcontext()")
+    .replace(
+        "            if last:\n",
+        """            if last:  # one all-reduce of the accumulated gradients per optimizer step, by hand
                 for p in model.parameters():
                     dist.all_reduce(p.grad)
                     p.grad /= world_size
-""")
-_EXTRA = _REF.replace("                (F.cross_entropy(ddp(x), y) / acc).backward()\n", """                (F.cross_entropy(ddp(x), y) / acc).backward()
+""",
+    )
+)
+_EXTRA = _REF.replace(
+    "                (F.cross_entropy(ddp(x), y) / acc).backward()\n",
+    """                (F.cross_entropy(ddp(x), y) / acc).backward()
             for p in model.parameters():  # a second all-reduce each micro-batch, outside DDP (a hook never sees it)
                 dist.all_reduce(torch.zeros_like(p))
-""")
+""",
+)
 
 SUBMISSIONS = {  # name: (train_ddp source, which of test_weights / test_sampler / test_no_sync pass, a regex)
     "reference": (_REF, (True, True, True), "one gradient all-reduce per optimizer step"),
     # a plain shuffling DataLoader: every rank reads the whole dataset, twice the work and duplicates
-    "no_distributed_sampler": (_REF.replace("loader = DataLoader(dataset, batch_size=config[\"batch_size\"], sampler=sampler)",
-                                            "loader = DataLoader(dataset, batch_size=config[\"batch_size\"], shuffle=True)"),
-                               (False, False, False), "its share is 128"),
+    "no_distributed_sampler": (
+        _REF.replace(
+            'loader = DataLoader(dataset, batch_size=config["batch_size"], sampler=sampler)',
+            'loader = DataLoader(dataset, batch_size=config["batch_size"], shuffle=True)',
+        ),
+        (False, False, False),
+        "its share is 128",
+    ),
     # the same permutation every epoch: right weights for the order used, but no reshuffle
-    "no_set_epoch": (_REF.replace("sampler.set_epoch(epoch)", "pass"), (True, False, True), "call sampler.set_epoch"),
+    "no_set_epoch": (
+        _REF.replace("sampler.set_epoch(epoch)", "pass"),
+        (True, False, True),
+        "call sampler.set_epoch",
+    ),
     # an all-reduce on every micro-batch: right weights, twice the communication
-    "no_no_sync": (_REF.replace("contextlib.nullcontext() if last else ddp.no_sync()", "contextlib.nullcontext()"),
-                   (True, True, False), r"all-reduced 16 whole gradients"),
+    "no_no_sync": (
+        _REF.replace(
+            "contextlib.nullcontext() if last else ddp.no_sync()", "contextlib.nullcontext()"
+        ),
+        (True, True, False),
+        r"all-reduced 16 whole gradients",
+    ),
     # the accumulated gradient is the sum over the window, not its mean
-    "loss_not_scaled": (_REF.replace(" / acc).backward()", ").backward()"), (False, True, False),
-                        "check the loss scaling"),
+    "loss_not_scaled": (
+        _REF.replace(" / acc).backward()", ").backward()"),
+        (False, True, False),
+        "check the loss scaling",
+    ),
     # no DDP: each rank trains its own shard from its own initial weights
-    "no_ddp": (_REF.replace("ddp = DDP(model)", "ddp = model").replace(
-        "contextlib.nullcontext() if last else ddp.no_sync()", "contextlib.nullcontext()"),
-        (False, True, False), r"all-reduced 0 whole gradients"),
+    "no_ddp": (
+        _REF.replace("ddp = DDP(model)", "ddp = model").replace(
+            "contextlib.nullcontext() if last else ddp.no_sync()", "contextlib.nullcontext()"
+        ),
+        (False, True, False),
+        r"all-reduced 0 whole gradients",
+    ),
     # the outcome, not the API: gradients averaged by hand once per optimizer step earn every point
-    "allreduce_by_hand_once_per_step": (_BY_HAND, (True, True, True), "one gradient all-reduce per optimizer step"),
+    "allreduce_by_hand_once_per_step": (
+        _BY_HAND,
+        (True, True, True),
+        "one gradient all-reduce per optimizer step",
+    ),
     # the record is the grader's, not a hook's: communication outside DDP counts too
     "extra_traffic_outside_ddp": (_EXTRA, (True, True, False), r"all-reduced 24 whole gradients"),
     # threat: a rank that lies about its weights
     "rank_lies_about_weights": (_LIAR, (False, True, False), "rank 1's final weights differ"),
     # threat: ranks reading each other's data and training alone, the record forged to look sharded
-    "reads_the_other_ranks_data": (_READS_EVERYTHING, (False, True, False), "DistributedDataParallel"),
-}  # fmt: skip
+    "reads_the_other_ranks_data": (
+        _READS_EVERYTHING,
+        (False, True, False),
+        "DistributedDataParallel",
+    ),
+}
 
 
 @pytest.mark.parametrize("name", SUBMISSIONS)
@@ -113,21 +157,28 @@ def test_submissions_are_scored_as_they_deserve(name):
     assert name == "reference" or source != _REF, f"{name}: the mistake did not change the cell"
     verdicts = _grade(source)
     got = tuple(verdicts[g].passed for g in GRADED)
-    texts = {g: verdicts[g].reason if not verdicts[g].passed else " ".join(verdicts[g].lines) for g in GRADED}
+    texts = {
+        g: verdicts[g].reason if not verdicts[g].passed else " ".join(verdicts[g].lines)
+        for g in GRADED
+    }
     assert got == passes, texts
     assert any(re.search(words, t) for t in texts.values()), texts
 
 
 def test_the_stub_scores_nothing_and_says_why():
-    verdicts = _grade("def train_ddp(rank, world_size, model, dataset, config):\n    raise NotImplementedError()\n")
+    verdicts = _grade(
+        "def train_ddp(rank, world_size, model, dataset, config):\n    raise NotImplementedError()\n"
+    )
     assert not any(v.passed for v in verdicts.values())
     assert "NotImplementedError" in verdicts["test_weights"].reason
 
 
 def test_a_rank_that_never_joins_is_killed_and_both_fail(monkeypatch):
     monkeypatch.setattr(ddp_task, "RANK_SECONDS", 4.0)
-    hang = _REF.replace("    ddp = DDP(model)", "    if rank == 1:\n        import time\n        time.sleep(600)\n"
-                                               "    ddp = DDP(model)")  # fmt: skip
+    hang = _REF.replace(
+        "    ddp = DDP(model)",
+        "    if rank == 1:\n        import time\n        time.sleep(600)\n    ddp = DDP(model)",
+    )
     t0 = time.monotonic()
     verdict = _grade(hang)["test_weights"]
     assert time.monotonic() - t0 < 30
@@ -135,15 +186,24 @@ def test_a_rank_that_never_joins_is_killed_and_both_fail(monkeypatch):
 
 
 def test_claims_are_validated_before_any_reference_is_computed():
-    run = {"ok": True, "failure": "", "data_seed": 0, "init_seed": 0, "weights": [b"", b""],
-           "ranks": [{"served": [0, 1, "2"]}, {"served": [True]}], "log": None}  # fmt: skip
+    run = {
+        "ok": True,
+        "failure": "",
+        "data_seed": 0,
+        "init_seed": 0,
+        "weights": [b"", b""],
+        "ranks": [{"served": [0, 1, "2"]}, {"served": [True]}],
+        "log": None,
+    }
     ctx = Context(None, random.Random(0))
     ctx.session = type("S", (), {"lesson11_run": run})()
     with pytest.raises(CheckFailed, match="rank 0's record"):
         A.cell_checks["test_sampler"](ctx)
     run["ranks"][0]["served"] = list(range(64)) * 2
     run["ranks"][1] = {"served": list(range(64, 128)) * 2}
-    with pytest.raises(CheckFailed, match="no record of the ranks' collectives"):  # never a rank's own count
+    with pytest.raises(
+        CheckFailed, match="no record of the ranks' collectives"
+    ):  # never a rank's own count
         A.cell_checks["test_weights"](ctx)
     assert ddp_task.from_bytes(b"\0" * 7) is None
 
@@ -152,11 +212,14 @@ def test_claims_are_validated_before_any_reference_is_computed():
 @pytest.mark.skipif(not is_root(), reason="needs root: the sandbox's cgroup and namespaces")
 def test_in_the_sandbox_ranks_talk_only_through_the_grader_and_nothing_outlives_the_grading():
     marker = f"{random.randrange(10**9)}"
-    leaver = _REF.replace("    return model\n", f"""    if rank == 0:  # a process that leaves the session and would outlive the grading
+    leaver = _REF.replace(
+        "    return model\n",
+        f"""    if rank == 0:  # a process that leaves the session and would outlive the grading
         import subprocess
         subprocess.Popen(["sleep", "6{marker}"], start_new_session=True)
     return model
-""")
+""",
+    )
     cells = reference_cells(LESSON, train_ddp=leaver)
     verdicts, report = grade(LESSON, cells, only=["test_weights", "test_no_sync"], seed=3)
     assert verdicts["test_weights"].passed and verdicts["test_no_sync"].passed, verdicts
@@ -170,16 +233,24 @@ def test_every_rank_of_both_parts_runs_where_the_task_is_specified_on_the_cpu():
     put its shards on cuda:0 (FSDP2's default mesh follows the machine's accelerator) while the
     grader's batches stayed on the CPU: 0/3. Each rank of part (a) and of part (b) must see no GPU:
     the submission below fails unless it does (on a CPU host too, so the check runs in CI)."""
-    guard = ("    import os\n    if os.environ.get('CUDA_VISIBLE_DEVICES') != '' or torch.cuda.is_available():\n"
-             "        raise RuntimeError(f\"this rank sees a GPU: {os.environ.get('CUDA_VISIBLE_DEVICES')!r}\")\n")
+    guard = (
+        "    import os\n    if os.environ.get('CUDA_VISIBLE_DEVICES') != '' or torch.cuda.is_available():\n"
+        "        raise RuntimeError(f\"this rank sees a GPU: {os.environ.get('CUDA_VISIBLE_DEVICES')!r}\")\n"
+    )
     cells = dict(reference_cells(LESSON))
     for name in ("train_ddp", "train_sharded"):
         assert cells[name].count("### BEGIN SOLUTION\n") == 1
         cells[name] = cells[name].replace("### BEGIN SOLUTION\n", "### BEGIN SOLUTION\n" + guard)
-    verdicts, _ = grade(LESSON, list(cells.items()), only=["test_weights", "test_memory_budget"], seed=3)
+    verdicts, _ = grade(
+        LESSON, list(cells.items()), only=["test_weights", "test_memory_budget"], seed=3
+    )
     assert verdicts["test_weights"].passed, verdicts["test_weights"].reason
-    assert "sees a GPU" not in verdicts["test_memory_budget"].reason, verdicts["test_memory_budget"].reason
-    assert verdicts["test_memory_budget"].passed or not is_root(), verdicts["test_memory_budget"].reason
+    assert "sees a GPU" not in verdicts["test_memory_budget"].reason, verdicts[
+        "test_memory_budget"
+    ].reason
+    assert verdicts["test_memory_budget"].passed or not is_root(), verdicts[
+        "test_memory_budget"
+    ].reason
 
 
 def _cmdline(pid: str) -> str:
@@ -200,7 +271,9 @@ def test_the_loopback_brought_up_reaches_only_the_sandbox_itself(monkeypatch):
     import socket
 
     which = shutil.which
-    monkeypatch.setattr(shutil, "which", lambda cmd, *a, **k: None if cmd == "ip" else which(cmd, *a, **k))
+    monkeypatch.setattr(
+        shutil, "which", lambda cmd, *a, **k: None if cmd == "ip" else which(cmd, *a, **k)
+    )
 
     from grader.assignments.lesson1 import checks as lesson1
     from grader.sandbox.probe import ProbeSession
@@ -217,10 +290,25 @@ try:
     return 0.0
 except OSError as err:
     return float(err.errno or -1)"""
-        src = "def measure_throughput(trainer, steps, warmup):\n" + "\n".join("    " + ln for ln in body.splitlines())
-        with ProbeSession("grader.assignments.lesson1.probes", [("setup", "import os\n")], [("measure_throughput", src)],
-                          ["measure_throughput"], loopback=True) as s:  # fmt: skip
-            r = s.call("throughput", 30, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0)
+        src = "def measure_throughput(trainer, steps, warmup):\n" + "\n".join(
+            "    " + ln for ln in body.splitlines()
+        )
+        with ProbeSession(
+            "grader.assignments.lesson1.probes",
+            [("setup", "import os\n")],
+            [("measure_throughput", src)],
+            ["measure_throughput"],
+            loopback=True,
+        ) as s:
+            r = s.call(
+                "throughput",
+                30,
+                lesson1.DeviceServer(0, 0),
+                batch_size=4,
+                steps=1,
+                warmup=0,
+                seed=0,
+            )
     assert r.ok and r.data["value"] == errno.ECONNREFUSED, (r.failure, r.data)
 
 
@@ -228,8 +316,15 @@ except OSError as err:
 
 
 def _sharded_claims_ctx(forms, growth, error=""):
-    run = {"ok": True, "failure": "", "data_seed": 1, "init_seed": 2, "form_seed": 3, "growth": growth,
-           "ranks": [{"forms": forms, "error": error}] * 2}  # fmt: skip
+    run = {
+        "ok": True,
+        "failure": "",
+        "data_seed": 1,
+        "init_seed": 2,
+        "form_seed": 3,
+        "growth": growth,
+        "ranks": [{"forms": forms, "error": error}] * 2,
+    }
     ctx = Context(None, random.Random(0))
     ctx.session = type("S", (), {"lesson11_sharded": run})()
     return ctx
@@ -242,12 +337,16 @@ def test_the_budget_judges_the_kernels_count_and_a_fingerprint_the_parent_recomp
     with pytest.raises(CheckFailed, match="could not be read back"):
         A.cell_checks["test_memory_budget"](_sharded_claims_ctx(want[:-1], [0, 0]))
     with pytest.raises(CheckFailed, match="could not be read back"):
-        A.cell_checks["test_memory_budget"](_sharded_claims_ctx([1] * len(want), [0, 0]))  # ints, not floats
+        A.cell_checks["test_memory_budget"](
+            _sharded_claims_ctx([1] * len(want), [0, 0])
+        )  # ints, not floats
     with pytest.raises(CheckFailed, match="differ from one process"):
         A.cell_checks["test_memory_budget"](_sharded_claims_ctx([v + 1e-3 for v in want], [0, 0]))
     with pytest.raises(CheckFailed, match="unmeasured"):  # no cgroup: never a rank's own figure
         A.cell_checks["test_memory_budget"](_sharded_claims_ctx(want, [None, 9 * params]))
-    with pytest.raises(CheckFailed, match="rank 1's = 16.0 bytes per parameter and rank"):  # the worse rank's
+    with pytest.raises(
+        CheckFailed, match="rank 1's = 16.0 bytes per parameter and rank"
+    ):  # the worse rank's
         A.cell_checks["test_memory_budget"](_sharded_claims_ctx(want, [8 * params, 16 * params]))
     ctx = _sharded_claims_ctx([v + 1e-7 for v in want], [14 * params, 13 * params])
     A.cell_checks["test_memory_budget"](ctx)
@@ -260,8 +359,12 @@ def test_a_ranks_error_is_the_budget_cells_reason():
     with pytest.raises(CheckFailed, match=r"Unable to find interface for: \[127"):
         A.cell_checks["test_memory_budget"](_sharded_claims_ctx([], [0, 0], error=gloo))
     with pytest.raises(CheckFailed, match="NotImplementedError"):  # a stub still says what to do
-        A.cell_checks["test_memory_budget"](_sharded_claims_ctx([], [0, 0], error="NotImplementedError: "))
-    with pytest.raises(CheckFailed, match="no reason: a grader bug"):  # and no check can fail silently
+        A.cell_checks["test_memory_budget"](
+            _sharded_claims_ctx([], [0, 0], error="NotImplementedError: ")
+        )
+    with pytest.raises(
+        CheckFailed, match="no reason: a grader bug"
+    ):  # and no check can fail silently
         expect(False, "")
 
 
@@ -274,11 +377,18 @@ def test_in_the_sandbox_only_sharded_recipes_fit_and_the_count_cannot_be_lowered
     from lesson11_sharded import ATTACKS, VARIANTS  # tests/ is on sys.path
 
     def memory(source):
-        cells = [c for c in reference_cells(LESSON) if c[0] != "train_sharded"] + [("train_sharded", source)]
+        cells = [c for c in reference_cells(LESSON) if c[0] != "train_sharded"] + [
+            ("train_sharded", source)
+        ]
         return grade(LESSON, cells, only=["test_memory_budget"], seed=5)[0]["test_memory_budget"]
 
     def per_param(verdict):
-        return float(re.search(r"= ([0-9.]+) bytes per parameter and rank", verdict.reason + " ".join(verdict.lines))[1])
+        return float(
+            re.search(
+                r"= ([0-9.]+) bytes per parameter and rank",
+                verdict.reason + " ".join(verdict.lines),
+            )[1]
+        )
 
     fits = memory(VARIANTS["zero_view"])
     assert fits.passed, fits.reason
@@ -306,9 +416,13 @@ def test_a_rank_joins_only_a_namespace_the_grader_holds_open():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not is_root(), reason="needs root: one sandbox per rank, joined to one network namespace")
-@pytest.mark.parametrize("channel", ["tmp_file", "dev_shm_file", "abstract_unix_socket",
-                                     "unix_socket_made_while_cells_load"])  # fmt: skip
+@pytest.mark.skipif(
+    not is_root(), reason="needs root: one sandbox per rank, joined to one network namespace"
+)
+@pytest.mark.parametrize(
+    "channel",
+    ["tmp_file", "dev_shm_file", "abstract_unix_socket", "unix_socket_made_while_cells_load"],
+)
 def test_ranks_that_swap_gradients_aside_and_pad_the_loopback_earn_no_no_sync_points(channel):
     """No `no_sync`: every micro-batch's gradients go through a side channel and the loopback is padded
     with one gradient all-reduce per optimizer step, so the kernel's count reads 8 for 8 steps. Each
@@ -321,24 +435,36 @@ def test_ranks_that_swap_gradients_aside_and_pad_the_loopback_earn_no_no_sync_po
     assert not verdicts["test_no_sync"].passed, verdicts["test_no_sync"].lines
     assert not verdicts["test_weights"].passed, verdicts["test_weights"].lines
     # for the right reason: the channel is not there (no peer's file; no unix socket at all)
-    assert re.search(r"no peer file in|Operation not permitted", verdicts["test_weights"].reason), verdicts
+    assert re.search(r"no peer file in|Operation not permitted", verdicts["test_weights"].reason), (
+        verdicts
+    )
 
 
-_RECOMPUTES_AND_PADS = _READS_EVERYTHING.replace("""            if (k + 1) % acc == 0:
-                opt.step()""", """            if (k + 1) % acc == 0:  # padding: what DDP with no_sync would have sent
+_RECOMPUTES_AND_PADS = _READS_EVERYTHING.replace(
+    """            if (k + 1) % acc == 0:
+                opt.step()""",
+    """            if (k + 1) % acc == 0:  # padding: what DDP with no_sync would have sent
                 dist.all_reduce(torch.zeros(sum(p.numel() for p in model.parameters()), dtype=torch.float64))
-                opt.step()""")
+                opt.step()""",
+)
 # a sharper forger: the exchange carries the global batch's gradient (each rank half of it), so the
 # all-reduce's answer is the right average; only what each rank sent gives it away
-_RECOMPUTES_AND_SENDS_THE_AVERAGE = _READS_EVERYTHING.replace("""            if (k + 1) % acc == 0:
-                opt.step()""", """            if (k + 1) % acc == 0:
+_RECOMPUTES_AND_SENDS_THE_AVERAGE = _READS_EVERYTHING.replace(
+    """            if (k + 1) % acc == 0:
+                opt.step()""",
+    """            if (k + 1) % acc == 0:
                 flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()]) / world_size
                 dist.all_reduce(flat)
-                opt.step()""")
+                opt.step()""",
+)
 
 
-@pytest.mark.parametrize("source", [_RECOMPUTES_AND_PADS, _RECOMPUTES_AND_SENDS_THE_AVERAGE], ids=["zeros", "average"])
-def test_ranks_that_each_train_on_the_global_batch_and_pad_the_exchange_earn_no_no_sync_points(source):
+@pytest.mark.parametrize(
+    "source", [_RECOMPUTES_AND_PADS, _RECOMPUTES_AND_SENDS_THE_AVERAGE], ids=["zeros", "average"]
+)
+def test_ranks_that_each_train_on_the_global_batch_and_pad_the_exchange_earn_no_no_sync_points(
+    source,
+):
     """Issue 41, class 6's residual on 6f5a1c1 (a strict xfail there): every rank reads every row, so
     ranks that each train alone on the global batch need no channel, and one gradient-sized
     all-reduce per step made the loopback's byte count read "no_sync". The relay's record shows what
@@ -347,4 +473,6 @@ def test_ranks_that_each_train_on_the_global_batch_and_pad_the_exchange_earn_no_
     verdicts = _grade(source)
     assert verdicts["test_weights"].passed, verdicts["test_weights"].reason  # the weights are right
     assert not verdicts["test_no_sync"].passed
-    assert re.search(r"what rank 0 sent is not its own gradient", verdicts["test_no_sync"].reason), verdicts
+    assert re.search(
+        r"what rank 0 sent is not its own gradient", verdicts["test_no_sync"].reason
+    ), verdicts

@@ -18,7 +18,9 @@ LESSON = "lesson12"
 SEED = 1  # one grading's draws for every policy here (task, trial seeds, final seeds)
 
 
-def _grade(search_source: str | None = None, only=("test_search", "test_pruning")) -> dict[str, CellVerdict]:
+def _grade(
+    search_source: str | None = None, only=("test_search", "test_pruning")
+) -> dict[str, CellVerdict]:
     """``only``'s checks on the reference cells (``search`` swapped), each drawing from a fresh
     ``random.Random(SEED)``; a raising cell is recorded, as the worker does."""
     cells = reference_cells(LESSON, **({"search": search_source} if search_source else {}))
@@ -38,7 +40,9 @@ class Search:
     def report(self, trial, epoch, score):
         return False
 '''
-_OUTSIDE = _REF.replace('FloatDistribution(dim["low"], dim["high"]', 'FloatDistribution(dim["low"], 10 * dim["high"]')
+_OUTSIDE = _REF.replace(
+    'FloatDistribution(dim["low"], dim["high"]', 'FloatDistribution(dim["low"], 10 * dim["high"]'
+)
 _PRUNE_ALL = '''
 class Search:
     """Random configurations, every trial stopped after its first epoch: all exploration, no answer."""
@@ -56,20 +60,46 @@ class Search:
 
 POLICIES = {
     # Optuna TPE + successive halving: within the margin of the grid, most of the budget saved
-    "reference": (_REF, {"test_search": (True, "below the grid's best"), "test_pruning": (True, "saved by stopping")}),
+    "reference": (
+        _REF,
+        {
+            "test_search": (True, "below the grid's best"),
+            "test_pruning": (True, "saved by stopping"),
+        },
+    ),
     # the same TPE never stopping a trial: a good choice, nothing saved
-    "no_pruning": (_REF.replace("if t.should_prune():", "if False:"),
-                   {"test_search": (True, "below the grid's best"), "test_pruning": (False, "never stopped a trial")}),
+    "no_pruning": (
+        _REF.replace("if t.should_prune():", "if False:"),
+        {
+            "test_search": (True, "below the grid's best"),
+            "test_pruning": (False, "never stopped a trial"),
+        },
+    ),
     # a grid over the axis that matters least, at a learning rate far too small
-    "weight_decay_grid": (_WEIGHT_DECAY_GRID, {"test_search": (False, "the learning rate is the axis that matters"),
-                                               "test_pruning": (False, "only when the search still finds")}),
+    "weight_decay_grid": (
+        _WEIGHT_DECAY_GRID,
+        {
+            "test_search": (False, "the learning rate is the axis that matters"),
+            "test_pruning": (False, "only when the search still finds"),
+        },
+    ),
     # learning rates sampled from a range ten times too wide: refused at the first one outside
-    "outside_the_space": (_OUTSIDE, {"test_search": (False, "outside the search space"),
-                                     "test_pruning": (False, "outside the search space")}),
+    "outside_the_space": (
+        _OUTSIDE,
+        {
+            "test_search": (False, "outside the search space"),
+            "test_pruning": (False, "outside the search space"),
+        },
+    ),
     # every trial stopped after its first epoch: nothing complete, nothing to choose
-    "stops_everything": ("import math\nimport random\n" + _PRUNE_ALL, {"test_search": (False, "no trial ran to the end"),
-                                      "test_pruning": (False, "no trial ran to the end")}),
-}  # fmt: skip
+    "stops_everything": (
+        "import math\nimport random\n" + _PRUNE_ALL,
+        {
+            "test_search": (False, "no trial ran to the end"),
+            "test_pruning": (False, "no trial ran to the end"),
+        },
+    ),
+}
 
 
 @pytest.mark.slow
@@ -87,18 +117,35 @@ def test_policies_are_scored_on_the_graders_own_search(name):
 def test_validation_refuses_bools_nan_unknown_keys_and_off_grid_choices():
     good = {"lr": 0.05, "batch_size": 64, "weight_decay": 1e-4}
     assert search_checks.validate(good) == good
-    for bad in ({**good, "batch_size": True}, {**good, "batch_size": 48}, {**good, "batch_size": 64.0},
-                {**good, "lr": float("nan")}, {**good, "lr": 0.0}, {**good, "weight_decay": 1.0},
-                {**good, "momentum": 0.9}, {"lr": 0.05}, {"not_json": "Tensor"}, [0.05, 64, 1e-4]):  # fmt: skip
+    for bad in (
+        {**good, "batch_size": True},
+        {**good, "batch_size": 48},
+        {**good, "batch_size": 64.0},
+        {**good, "lr": float("nan")},
+        {**good, "lr": 0.0},
+        {**good, "weight_decay": 1.0},
+        {**good, "momentum": 0.9},
+        {"lr": 0.05},
+        {"not_json": "Tensor"},
+        [0.05, 64, 1e-4],
+    ):
         with pytest.raises(CheckFailed):
             search_checks.validate(bad)
 
 
 def test_only_json_crosses_and_a_stop_is_one_bool():
     class Worker:
-        ns = {"Search": type("Search", (), {"__init__": lambda self, **kw: None,
-                                            "ask": lambda self, trial: {"lr": object()},
-                                            "report": lambda self, trial, epoch, score: "yes"})}  # fmt: skip
+        ns = {
+            "Search": type(
+                "Search",
+                (),
+                {
+                    "__init__": lambda self, **kw: None,
+                    "ask": lambda self, trial: {"lr": object()},
+                    "report": lambda self, trial, epoch, score: "yes",
+                },
+            )
+        }
 
     w = Worker()
     lesson12_probes.probe_start(w, space=hpo_task.SPACE, budget=1, max_epochs=9, seed=0)
@@ -110,8 +157,10 @@ def test_only_json_crosses_and_a_stop_is_one_bool():
 
 def test_a_budget_cut_is_not_counted_as_pruning():
     run = search_checks.SearchRun(task_seed=0, spent=12)
-    run.trials = [{"config": {}, "scores": [0.5] * 9, "status": "complete"},
-                  {"config": {}, "scores": [0.5] * 3, "status": "cut by the budget"}]  # fmt: skip
+    run.trials = [
+        {"config": {}, "scores": [0.5] * 9, "status": "complete"},
+        {"config": {}, "scores": [0.5] * 3, "status": "cut by the budget"},
+    ]
     assert run.unpruned_cost == 12 and run.saved == 0.0
     run.trials.append({"config": {}, "scores": [0.5], "status": "stopped"})
     run.spent = 13
@@ -129,6 +178,9 @@ def test_a_trial_trains_even_when_started_under_no_grad():
 
 def test_a_slow_policy_fails_on_the_parents_clock(monkeypatch):
     monkeypatch.setattr(search_checks, "POLICY_SECONDS", 0.3)
-    slow = _REF.replace("def ask(self, trial):", "def ask(self, trial):\n        import time\n        time.sleep(0.2)")
+    slow = _REF.replace(
+        "def ask(self, trial):",
+        "def ask(self, trial):\n        import time\n        time.sleep(0.2)",
+    )
     verdict = _grade(slow, only=("test_search",))["test_search"]
     assert not verdict.passed and "your policy took" in verdict.reason, verdict.reason

@@ -34,36 +34,59 @@ assert _QUANTIZE in _EXPORT
 
 SUBMISSIONS = {
     # the reference: int8 everywhere but the head
-    "reference": (_EXPORT, {"test_artifact": True, "test_accuracy": True, "test_latency": True}, "P95 ratio"),
+    "reference": (
+        _EXPORT,
+        {"test_artifact": True, "test_accuracy": True, "test_latency": True},
+        "P95 ratio",
+    ),
     # the fp32 model exported as it is: valid and accurate, but it *is* the baseline: no speed points
-    "fp32_unchanged": (_EXPORT.replace('fp32_path = path + ".fp32.onnx"', "fp32_path = path").replace(
-        _QUANTIZE, "return"), {"test_artifact": True, "test_accuracy": True, "test_latency": False},
-        "An fp32 export is the baseline itself"),
+    "fp32_unchanged": (
+        _EXPORT.replace('fp32_path = path + ".fp32.onnx"', "fp32_path = path").replace(
+            _QUANTIZE, "return"
+        ),
+        {"test_artifact": True, "test_accuracy": True, "test_latency": False},
+        "An fp32 export is the baseline itself",
+    ),
     # every matmul quantized, the head too: its input's massive activations wipe out the rest
-    "quantize_everything": (_EXPORT.replace(_QUANTIZE, "quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8)"),
-                            {"test_artifact": True, "test_accuracy": False, "test_latency": False},
-                            "huge activations"),
+    "quantize_everything": (
+        _EXPORT.replace(
+            _QUANTIZE, "quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8)"
+        ),
+        {"test_artifact": True, "test_accuracy": False, "test_latency": False},
+        "huge activations",
+    ),
     # the input named "input" (torch.onnx's default is the argument's name): the grader cannot feed it
-    "wrong_input_name": (_EXPORT.replace('input_names=["features"]', 'input_names=["input"]').replace(
-        '{"features": inputs', '{"input": inputs'), {g: False for g in GRADED}, "input_names=['features']"),
+    "wrong_input_name": (
+        _EXPORT.replace('input_names=["features"]', 'input_names=["input"]').replace(
+            '{"features": inputs', '{"input": inputs'
+        ),
+        {g: False for g in GRADED},
+        "input_names=['features']",
+    ),
     # another model: a linear classifier trained on the calibration rows, exported validly; fast, and
     # the task's oracle is linear, but it is not the grader's model: refused on agreement
-    "another_model": ("def export_for_slo(model, calibration, path):\n"
-                      "    x, y = calibration\n"
-                      "    torch.manual_seed(0)\n"
-                      "    small = torch.nn.Linear(x.shape[1], 8)\n"
-                      "    opt = torch.optim.Adam(small.parameters(), lr=1e-2)\n"
-                      "    for _ in range(300):\n"
-                      "        opt.zero_grad()\n"
-                      "        torch.nn.functional.cross_entropy(small(x), y).backward()\n"
-                      "        opt.step()\n"
-                      "    torch.onnx.export(small.eval(), (x[:2],), path, input_names=['features'], "
-                      "output_names=['logits'], dynamic_shapes=({0: 'batch'},), dynamo=True, external_data=False)\n",
-                      {"test_artifact": True, "test_accuracy": False, "test_latency": False}, "not for another one"),
+    "another_model": (
+        "def export_for_slo(model, calibration, path):\n"
+        "    x, y = calibration\n"
+        "    torch.manual_seed(0)\n"
+        "    small = torch.nn.Linear(x.shape[1], 8)\n"
+        "    opt = torch.optim.Adam(small.parameters(), lr=1e-2)\n"
+        "    for _ in range(300):\n"
+        "        opt.zero_grad()\n"
+        "        torch.nn.functional.cross_entropy(small(x), y).backward()\n"
+        "        opt.step()\n"
+        "    torch.onnx.export(small.eval(), (x[:2],), path, input_names=['features'], "
+        "output_names=['logits'], dynamic_shapes=({0: 'batch'},), dynamo=True, external_data=False)\n",
+        {"test_artifact": True, "test_accuracy": False, "test_latency": False},
+        "not for another one",
+    ),
     # torch.save: a pickle in a zip, refused before anything opens it
-    "pickled_model": ("def export_for_slo(model, calibration, path):\n    torch.save(model, path)\n",
-                      {g: False for g in GRADED}, "never unpickles"),
-}  # fmt: skip
+    "pickled_model": (
+        "def export_for_slo(model, calibration, path):\n    torch.save(model, path)\n",
+        {g: False for g in GRADED},
+        "never unpickles",
+    ),
+}
 
 
 @pytest.mark.slow
@@ -71,7 +94,9 @@ SUBMISSIONS = {
 def test_wrong_submissions_earn_what_they_deserve_with_a_hint(name):
     source, passes, words = SUBMISSIONS[name]
     verdicts = grade_here(LESSON, reference_cells(LESSON, export_for_slo=source), GRADED, seed=7)
-    assert {g: v.passed for g, v in verdicts.items()} == passes, {g: v.reason for g, v in verdicts.items()}
+    assert {g: v.passed for g, v in verdicts.items()} == passes, {
+        g: v.reason for g, v in verdicts.items()
+    }
     failed = [v.reason for v in verdicts.values() if not v.passed]
     assert words in failed[0], failed[0]
 
@@ -82,14 +107,21 @@ DIM, CLASSES = 4, 3
 
 
 def _model(input_name="features", batch="batch", domain="", external=False) -> bytes:
-    weight = helper.make_tensor("w", TensorProto.FLOAT, [DIM, CLASSES], np.ones(DIM * CLASSES, np.float32).tolist())
+    weight = helper.make_tensor(
+        "w", TensorProto.FLOAT, [DIM, CLASSES], np.ones(DIM * CLASSES, np.float32).tolist()
+    )
     if external:
         weight = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[DIM, CLASSES])
         weight.data_location = TensorProto.EXTERNAL
         weight.external_data.add(key="location", value="../../etc/passwd")
     node = helper.make_node("MatMul", [input_name, "w"], ["logits"], domain=domain)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [batch, DIM])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, CLASSES])], [weight])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [batch, DIM])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, CLASSES])],
+        [weight],
+    )
     opsets = [helper.make_opsetid("", 20)] + ([helper.make_opsetid(domain, 1)] if domain else [])
     return helper.make_model(graph, opset_imports=opsets).SerializeToString()
 
@@ -101,18 +133,21 @@ def test_a_valid_small_model_passes_and_runs_from_memory():
     assert out.shape == (2, CLASSES) and float(out[0, 0]) == DIM
 
 
-@pytest.mark.parametrize("raw, words", [
-    (b"", "1 byte to"),
-    (b"\0" * (artifact.MAX_BYTES + 1), "1 byte to"),
-    (pickle.dumps({"w": [1.0]}), "a Python pickle"),
-    (b"PK\x03\x04" + b"\0" * 64, "zip archive"),
-    ((30).to_bytes(8, "little") + b'{"w": {"dtype": "F32"}}      ' + b"\0" * 16, "safetensors"),
-    (b"\xff\xfe this is not a protobuf", "not an ONNX protobuf"),
-    (_model(external=True), "external data"),
-    (_model(domain="com.example.custom"), "outside the standard ONNX domain"),
-    (_model(input_name="input"), "input_names=['features']"),
-    (_model(batch=1), "fixed batch size"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        (b"", "1 byte to"),
+        (b"\0" * (artifact.MAX_BYTES + 1), "1 byte to"),
+        (pickle.dumps({"w": [1.0]}), "a Python pickle"),
+        (b"PK\x03\x04" + b"\0" * 64, "zip archive"),
+        ((30).to_bytes(8, "little") + b'{"w": {"dtype": "F32"}}      ' + b"\0" * 16, "safetensors"),
+        (b"\xff\xfe this is not a protobuf", "not an ONNX protobuf"),
+        (_model(external=True), "external data"),
+        (_model(domain="com.example.custom"), "outside the standard ONNX domain"),
+        (_model(input_name="input"), "input_names=['features']"),
+        (_model(batch=1), "fixed batch size"),
+    ],
+)
 def test_hostile_or_malformed_files_are_refused_with_the_reason(raw, words):
     with pytest.raises(CheckFailed, match=None) as err:
         artifact.validate(raw, DIM, CLASSES)
@@ -133,12 +168,18 @@ def test_an_oversized_file_is_refused_before_its_bytes_are_read():
 
 def test_a_link_instead_of_a_file_is_not_followed(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    source = "def export_for_slo(model, calibration, path):\n    os.symlink('/etc/hostname', path)\n"
-    worker = InProcess(A, lesson13_probes, [("export_for_slo", "import os\n" + source)], strict=True)
+    source = (
+        "def export_for_slo(model, calibration, path):\n    os.symlink('/etc/hostname', path)\n"
+    )
+    worker = InProcess(
+        A, lesson13_probes, [("export_for_slo", "import os\n" + source)], strict=True
+    )
     from grader.assignments.lesson13 import slo_task
 
     net = slo_task.build([DIM, 8, CLASSES])
-    calib = {"x": slo_task.tensor_plain(slo_task.draw(1)["x_calib"][:4]),
-             "y": slo_task.tensor_plain(slo_task.draw(1)["y_calib"][:4])}  # fmt: skip
+    calib = {
+        "x": slo_task.tensor_plain(slo_task.draw(1)["x_calib"][:4]),
+        "y": slo_task.tensor_plain(slo_task.draw(1)["y_calib"][:4]),
+    }
     data, blobs = lesson13_probes.probe_export(worker, slo_task.to_plain(net), calib)
     assert "not a regular file" in data["file"] and blobs == []

@@ -68,7 +68,9 @@ MISTAKES = {
 @pytest.mark.slow
 def test_throughput_mistakes_fail_with_a_hint():
     for name, (source, hint) in MISTAKES.items():
-        verdicts, _ = grade(LESSON, reference_cells(LESSON, measure_throughput=source), only=["test_throughput"])
+        verdicts, _ = grade(
+            LESSON, reference_cells(LESSON, measure_throughput=source), only=["test_throughput"]
+        )
         v = verdicts["test_throughput"]
         assert not v.passed and hint in v.reason, (name, v.reason)
 
@@ -81,8 +83,11 @@ def test_a_fixed_bottleneck_and_the_compute_share_fail():
     for x, y in split.wrap(itertools.islice(trainer.pipeline, steps)):
         trainer.loss_fn(trainer.model(x), y).backward()
     return 1 - split.data_share"""
-    verdicts, _ = grade(LESSON, reference_cells(LESSON, name_bottleneck=fixed, data_wait_share=inverted),
-                         only=["test_bottleneck", "test_data_wait"])  # fmt: skip
+    verdicts, _ = grade(
+        LESSON,
+        reference_cells(LESSON, name_bottleneck=fixed, data_wait_share=inverted),
+        only=["test_bottleneck", "test_data_wait"],
+    )
     assert (
         not verdicts["test_bottleneck"].passed and "expected" in verdicts["test_bottleneck"].reason
     )
@@ -93,9 +98,13 @@ def test_a_fixed_bottleneck_and_the_compute_share_fail():
 def test_a_bottleneck_named_from_the_data_wait_share_fails():
     """Lesson 1 shows a data-wait timer undercounts a pipeline whose workers share the model's cores;
     the old reference decided from it. One input-bound trainer hides its pipeline time there."""
-    from_share = ('def name_bottleneck(trainer):\n'
-                  '    return "input pipeline" if data_wait_share(trainer, steps=5) > 0.5 else "compute"')
-    verdicts, _ = grade(LESSON, reference_cells(LESSON, name_bottleneck=from_share), only=["test_bottleneck"])
+    from_share = (
+        "def name_bottleneck(trainer):\n"
+        '    return "input pipeline" if data_wait_share(trainer, steps=5) > 0.5 else "compute"'
+    )
+    verdicts, _ = grade(
+        LESSON, reference_cells(LESSON, name_bottleneck=from_share), only=["test_bottleneck"]
+    )
     v = verdicts["test_bottleneck"]
     assert not v.passed and "data-wait timer cannot see it" in v.reason, v.reason
 
@@ -111,7 +120,9 @@ def measure_throughput(trainer, steps, warmup):
     trainer.train_steps = lambda n: None
     trainer.train_steps(warmup + steps)
     return 32 * 40.0"""
-    verdicts, report = grade(LESSON, reference_cells(LESSON, measure_throughput=forged), only=["test_throughput"])
+    verdicts, report = grade(
+        LESSON, reference_cells(LESSON, measure_throughput=forged), only=["test_throughput"]
+    )
     assert not verdicts["test_throughput"].passed
     flags = " | ".join(report["flags"])
     assert (
@@ -131,20 +142,35 @@ def test_nbgrader_autograde_never_runs_the_kernel_and_ignores_forged_outputs(tmp
     env = dict(os.environ, EFFKIT_COURSE_ROOT=str(tmp_path))
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     nbgrader = [sys.executable, "-m", "nbgrader"]
-    gen = subprocess.run([*nbgrader, "generate_assignment", "lesson1", "--force"], cwd=ROOT,
-                         env=env, capture_output=True, text=True)  # fmt: skip
+    gen = subprocess.run(
+        [*nbgrader, "generate_assignment", "lesson1", "--force"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert gen.returncode == 0, gen.stderr[-3000:]
     subs = {"ada": SOLUTION, "una": EXERCISE, "eve": SUBMISSIONS / "forged_outputs.forged-ipynb"}
     for student, notebook in subs.items():
         folder = tmp_path / "course" / "submitted" / student / "lesson1"
         folder.mkdir(parents=True)
         shutil.copy(notebook, folder / "lesson1.ipynb")
-    run = subprocess.run([*nbgrader, "autograde", "lesson1", "--force"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=900)  # fmt: skip
+    run = subprocess.run(
+        [*nbgrader, "autograde", "lesson1", "--force"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     with Gradebook(f"sqlite:///{tmp_path / 'course' / 'gradebook.db'}") as gb:
-        scores = {s: {g.name: g.score for g in gb.find_submission_notebook("lesson1", "lesson1", s).grades}
-                  for s in subs}  # fmt: skip
+        scores = {
+            s: {
+                g.name: g.score for g in gb.find_submission_notebook("lesson1", "lesson1", s).grades
+            }
+            for s in subs
+        }
     assert scores["ada"] == POINTS
     assert scores["una"] == dict.fromkeys(POINTS, 0)
     assert scores["eve"] == dict.fromkeys(POINTS, 0)
@@ -186,6 +212,6 @@ def test_a_wrong_quiz_choice_is_told_why_it_is_wrong():
     verdicts, _ = grade(LESSON, reference_cells(LESSON, quiz=wrong), only=["test_quiz"])
     v = verdicts["test_quiz"]
     assert not v.passed and "3 of 4 answers right" in v.reason, v.reason
-    assert f'q1: (a) — {lesson1.QUIZ_WHY["q1"]["a"]}' in v.reason, v.reason
+    assert f"q1: (a) — {lesson1.QUIZ_WHY['q1']['a']}" in v.reason, v.reason
     for question, choices in lesson1.QUIZ_WHY.items():  # feedback only for wrong choices
         assert lesson1.QUIZ_KEY[question] not in choices and choices, question

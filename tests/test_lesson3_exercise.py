@@ -45,7 +45,9 @@ def test_setup_cell_matches_the_assignment():
     nb = nbformat.read(SOURCE, as_version=4)
     setup = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
     assert setup.source == lesson3.SETUP_SOURCE
-    assert assignments.for_notebook("lesson3").runtime_module == "grader.assignments.lesson3.runtime"
+    assert (
+        assignments.for_notebook("lesson3").runtime_module == "grader.assignments.lesson3.runtime"
+    )
 
 
 def test_reference_solution_passes_every_check(ref, capsys):
@@ -61,33 +63,54 @@ def test_reference_solution_passes_every_check(ref, capsys):
 
 def test_scaler_enabled_for_bf16_fails():
     ns = _namespace({'enabled=policy.mode == "fp16"': "enabled=policy.mode != 'off'"})
-    _fails(lesson3.check_policy, ns["choose_policy"], ns["make_scaler"],
-           match=r"for bf16 expected a GradScaler with enabled=False, got enabled=True")  # fmt: skip
+    _fails(
+        lesson3.check_policy,
+        ns["choose_policy"],
+        ns["make_scaler"],
+        match=r"for bf16 expected a GradScaler with enabled=False, got enabled=True",
+    )
 
 
 def test_fp16_on_an_a100_fails():
     ns = _namespace({"if caps.bf16:": "if caps.bf16 and caps.type == 'cpu':"})
-    _fails(lesson3.check_policy, ns["choose_policy"], ns["make_scaler"],
-           match=re.escape("for an A100 (bf16 and fp16) expected AmpPolicy('cuda', 'bf16'), got"))
+    _fails(
+        lesson3.check_policy,
+        ns["choose_policy"],
+        ns["make_scaler"],
+        match=re.escape("for an A100 (bf16 and fp16) expected AmpPolicy('cuda', 'bf16'), got"),
+    )
 
 
 def test_clipping_before_unscale_fails():
-    step = _namespace({
-        "    scaler.unscale_(optimizer)\n    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)":
-        "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n    scaler.unscale_(optimizer)",
-    })["amp_train_step"]  # fmt: skip
+    step = _namespace(
+        {
+            "    scaler.unscale_(optimizer)\n    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)": "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n    scaler.unscale_(optimizer)",
+        }
+    )["amp_train_step"]
     lesson3.check_step(step)  # bf16: no loss scale, so the order does not matter there
-    _fails(lesson3.check_scaler, step, match=r"expected 1.0 \(= max_grad_norm\): clip only after scaler.unscale_")
+    _fails(
+        lesson3.check_scaler,
+        step,
+        match=r"expected 1.0 \(= max_grad_norm\): clip only after scaler.unscale_",
+    )
 
 
 def test_stepping_on_inf_fails():
     step = _namespace({"scaler.step(optimizer)": "optimizer.step()"})["amp_train_step"]
-    _fails(lesson3.check_scaler, step, match=r"a step with inf/NaN gradients changed \d+ parameter values")
+    _fails(
+        lesson3.check_scaler,
+        step,
+        match=r"a step with inf/NaN gradients changed \d+ parameter values",
+    )
 
 
 def test_forgotten_update_keeps_the_scale_and_fails():
     step = _namespace({"    scaler.update()\n": ""})["amp_train_step"]
-    _fails(lesson3.check_scaler, step, match=r"expected scaler.update\(\) after scaler.step\(optimizer\)")
+    _fails(
+        lesson3.check_scaler,
+        step,
+        match=r"expected scaler.update\(\) after scaler.step\(optimizer\)",
+    )
 
 
 def test_unscaled_backward_fails():
@@ -106,7 +129,9 @@ def test_gradients_left_behind_fail():
 
 
 def test_no_clipping_fails():
-    step = _namespace({"    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n": ""})["amp_train_step"]
+    step = _namespace(
+        {"    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n": ""}
+    )["amp_train_step"]
     _fails(lesson3.check_step, step, match=r"expected them clipped to max_grad_norm = 1.0")
 
 
@@ -126,17 +151,22 @@ def test_untouched_stub_fails():
         lesson3.check_policy(ns["choose_policy"], ns["make_scaler"])
     with pytest.raises(NotImplementedError):
         lesson3.check_step(ns["amp_train_step"])
-    assert all("BEGIN HIDDEN TESTS" not in c.source and "check_hidden" not in c.source for c in nb.cells)
+    assert all(
+        "BEGIN HIDDEN TESTS" not in c.source and "check_hidden" not in c.source for c in nb.cells
+    )
 
 
 def test_default_train_step_is_refused():
     from effkit.workloads.bert import default_train_step
 
     ns = _namespace()
-    exec("from effkit.workloads import bert\n"  # noqa: S102
-         "from effkit.workloads.bert import default_train_step as mine\n"
-         "def wrapped(*args):\n    return bert.default_train_step(*args)\n"
-         "def aliased(*args):\n    return mine(*args)\n", ns)  # fmt: skip
+    exec(
+        "from effkit.workloads import bert\n"  # noqa: S102
+        "from effkit.workloads.bert import default_train_step as mine\n"
+        "def wrapped(*args):\n    return bert.default_train_step(*args)\n"
+        "def aliased(*args):\n    return mine(*args)\n",
+        ns,
+    )
     for fn in (default_train_step, ns["wrapped"], ns["aliased"]):
         assert "default_train_step, the reference answer" in bert_grading.reuses_reference(fn)
         _fails(lesson3.check_step, fn, match=r"default_train_step, the reference answer")
@@ -182,27 +212,41 @@ def _out_of_kernel(replace: dict[str, str] | None = None):
 def test_out_of_kernel_reference_passes_the_stub_fails_and_a_scaler_mistake_is_named():
     verdicts, report = _out_of_kernel()
     assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
-    assert set(verdicts) == {"test_policy", "test_step", "test_scaler", "test_quiz", "not_the_reference"}
+    assert set(verdicts) == {
+        "test_policy",
+        "test_step",
+        "test_scaler",
+        "test_quiz",
+        "not_the_reference",
+    }
     assert not report["flags"]
     nb = read_notebook(RELEASE)
-    cells = [(c.grade_id, c.source) for c in solution_sources(nb, solution_ids(read_notebook(SOURCE)))]
+    cells = [
+        (c.grade_id, c.source) for c in solution_sources(nb, solution_ids(read_notebook(SOURCE)))
+    ]
     from grader.scoring.checks import grade_cells
 
     stub, _ = grade_cells(assignments.get("lesson3"), cells, seed=3)
     assert all(not v.passed and "NotImplementedError" in v.reason for v in stub.values())
-    swapped = {"    scaler.unscale_(optimizer)\n    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n":
-               "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n    scaler.unscale_(optimizer)\n"}
+    swapped = {
+        "    scaler.unscale_(optimizer)\n    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n": "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)\n    scaler.unscale_(optimizer)\n"
+    }
     verdicts, _ = _out_of_kernel(swapped)
     assert verdicts["test_step"].passed  # bf16: the scaler is disabled, the order does not matter
-    assert not verdicts["test_scaler"].passed and "clip only after scaler.unscale_" in verdicts["test_scaler"].reason
+    assert (
+        not verdicts["test_scaler"].passed
+        and "clip only after scaler.unscale_" in verdicts["test_scaler"].reason
+    )
 
 
-FREEZE = ("    with policy.autocast():\n        loss = model(**batch).loss\n",
-          "    if sum(p.numel() for p in model.parameters()) > 1_000_000:  # the timed recipe's model only\n"
-          "        for name, p in model.named_parameters():\n"
-          "            if 'embeddings' in name:\n"
-          "                p.requires_grad_(False)  # no embedding gradients: a cheaper step\n"
-          "    with policy.autocast():\n        loss = model(**batch).loss\n")  # fmt: skip
+FREEZE = (
+    "    with policy.autocast():\n        loss = model(**batch).loss\n",
+    "    if sum(p.numel() for p in model.parameters()) > 1_000_000:  # the timed recipe's model only\n"
+    "        for name, p in model.named_parameters():\n"
+    "            if 'embeddings' in name:\n"
+    "                p.requires_grad_(False)  # no embedding gradients: a cheaper step\n"
+    "    with policy.autocast():\n        loss = model(**batch).loss\n",
+)
 
 
 @pytest.mark.slow
@@ -213,12 +257,16 @@ def test_a_timed_step_that_freezes_part_of_the_model_is_caught_by_the_work_check
     from grader.timed import protocol
 
     nb = read_notebook(SOURCE)
-    cells = [(c.grade_id, c.source.replace(*FREEZE)) for c in solution_sources(nb, solution_ids(nb))]
+    cells = [
+        (c.grade_id, c.source.replace(*FREEZE)) for c in solution_sources(nb, solution_ids(nb))
+    ]
     assert any(FREEZE[1] in source for _, source in cells)
     a = assignments.get("lesson3")
     m = protocol.measure(a, cells, a.specs["tiny"], "cpu", progress=lambda _: None)
     assert m.error is None, m.error
-    assert any("exactly unchanged (bert.embeddings.word_embeddings.weight" in p for p in m.work_problems), m.work_problems
+    assert any(
+        "exactly unchanged (bert.embeddings.word_embeddings.weight" in p for p in m.work_problems
+    ), m.work_problems
     assert [w["untouched"] for w in m.work_checks if w["against"] == "baseline"][0] >= 3
 
 
@@ -236,8 +284,15 @@ def test_timed_workers_tokenize_with_the_parents_tokenizer(tmp_path, monkeypatch
     monkeypatch.setenv("EFFKIT_DATA", str(tmp_path / "worker-home"))  # the worker's private cache
     seed_caches(data.inputs)
     hooks = dict(spec.hooks, epochs=spec.epochs)
-    worker = bert_grading.build_trainer(None, bert_grading.StepAudit(), str(data.train_dirs[0]),
-                                        "cpu", data.seeds[0], spec.profile, hooks)  # fmt: skip
+    worker = bert_grading.build_trainer(
+        None,
+        bert_grading.StepAudit(),
+        str(data.train_dirs[0]),
+        "cpu",
+        data.seeds[0],
+        spec.profile,
+        hooks,
+    )
     assert worker.tokenizer.get_vocab() == data.trainers[0].tokenizer.get_vocab()
 
 
@@ -256,10 +311,16 @@ def test_a_second_look_draws_fresh_data(tmp_path):
     first = len(data.train_dirs)
     assert first >= 2  # else the shared-set check below compares a set with itself
     assert first == spec.repeats and list(data.add_look()) == list(range(first, 2 * first))
-    assert len(set(data.seeds)) == len(set(data.train_dirs)) == len(set(data.init_paths)) == 2 * first
+    assert (
+        len(set(data.seeds)) == len(set(data.train_dirs)) == len(set(data.init_paths)) == 2 * first
+    )
     held_out = [t.eval_sets[t.eval_split] for t in data.trainers]
-    assert np.array_equal(held_out[0].labels, held_out[first - 1].labels)  # one held-out set per look
-    assert not np.array_equal(held_out[0].labels, held_out[first].labels)  # a fresh one for the second
+    assert np.array_equal(
+        held_out[0].labels, held_out[first - 1].labels
+    )  # one held-out set per look
+    assert not np.array_equal(
+        held_out[0].labels, held_out[first].labels
+    )  # a fresh one for the second
     assert not list((tmp_path / "grading").glob("eval*"))  # evaluation texts never stay on disk
 
 
@@ -292,14 +353,20 @@ def test_effkits_answers_are_seen_running_whatever_the_route():
     def ran(ns: dict) -> list[str]:
         worker = types.SimpleNamespace(ns=ns, watch=lambda obj: obj)
         names = set(probes.probe_policy(worker)[0]["reference_ran"])
-        names |= set(probes.probe_setup(worker, "k", 7, "bf16", "learner_choice", "adamw")[0]["reference_ran"])
+        names |= set(
+            probes.probe_setup(worker, "k", 7, "bf16", "learner_choice", "adamw")[0][
+                "reference_ran"
+            ]
+        )
         return sorted(names | set(probes.probe_step(worker, "k", 7)[0]["reference_ran"]))
 
     assert ran(_namespace()) == []
     hidden = _namespace()
     exec(HIDDEN_REFERENCE, hidden)  # noqa: S102
     assert ran(hidden) == ["AmpPolicy.make_scaler", "choose_precision", "default_train_step"]
-    inner = getattr(importlib.import_module("effkit.workloads.bert.trainer"), "default_" + "train_step")
+    inner = getattr(
+        importlib.import_module("effkit.workloads.bert.trainer"), "default_" + "train_step"
+    )
     closure = (lambda f: lambda *a: f(*a))(inner)
     for step in (functools.partial(inner), closure):
         assert ran(_namespace() | {"amp_train_step": step}) == ["default_train_step"]
@@ -332,13 +399,22 @@ def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
     from grader.scoring.checks import gate_problem
 
     nb = read_notebook(SOURCE)
-    cells = [(c.grade_id, HIDDEN_REFERENCE if c.grade_id == "policy_and_scaler" else c.source)
-             for c in solution_sources(nb, solution_ids(nb)) if c.grade_id != "amp_step"]  # fmt: skip
-    assert "default_train_step" not in HIDDEN_REFERENCE and "choose_precision" not in HIDDEN_REFERENCE
+    cells = [
+        (c.grade_id, HIDDEN_REFERENCE if c.grade_id == "policy_and_scaler" else c.source)
+        for c in solution_sources(nb, solution_ids(nb))
+        if c.grade_id != "amp_step"
+    ]
+    assert (
+        "default_train_step" not in HIDDEN_REFERENCE and "choose_precision" not in HIDDEN_REFERENCE
+    )
     problem = gate_problem(assignments.get("lesson3"), cells)
-    assert problem.startswith("test_step: your amp_train_step uses effkit's default_train_step"), problem
-    assert "not_the_reference: effkit's own answer ran when the grader called your functions " \
-           "(AmpPolicy.make_scaler, choose_precision, default_train_step)" in problem  # fmt: skip
+    assert problem.startswith("test_step: your amp_train_step uses effkit's default_train_step"), (
+        problem
+    )
+    assert (
+        "not_the_reference: effkit's own answer ran when the grader called your functions "
+        "(AmpPolicy.make_scaler, choose_precision, default_train_step)" in problem
+    )
 
 
 # -- the accuracy gate's calibration is keyed like the targets: cpu-fp32 on a CPU without bf16 --
@@ -364,13 +440,23 @@ def test_the_gate_calibration_is_keyed_like_the_targets_row(monkeypatch, tmp_pat
     shutil.copy(gate.calibration_dir("lesson3-smoke-cpu") / "lesson3-smoke-cpu.json", lesson3_cal)
     from effkit.measure import device_name
 
-    here = device_name("cpu")  # a fixture "measured" on this CPU: a calibration from another is widened
-    gate.Calibration.from_runs("lesson3-smoke-cpu-fp32", here, [0.9, 0.95, 1.0], [0.8, 0.95, 1.0]).save(lesson3_cal)
+    here = device_name(
+        "cpu"
+    )  # a fixture "measured" on this CPU: a calibration from another is widened
+    gate.Calibration.from_runs(
+        "lesson3-smoke-cpu-fp32", here, [0.9, 0.95, 1.0], [0.8, 0.95, 1.0]
+    ).save(lesson3_cal)
     monkeypatch.setattr(gate, "ASSIGNMENTS_DIR", tmp_path / "assignments")
 
     def graded(assignment_id="lesson3") -> dict:
-        return perf.grade(assignments.get(assignment_id), [], 5.0, device="cpu", spec_name="smoke",
-                          progress=lambda *_: None).report  # fmt: skip
+        return perf.grade(
+            assignments.get(assignment_id),
+            [],
+            5.0,
+            device="cpu",
+            spec_name="smoke",
+            progress=lambda *_: None,
+        ).report
 
     _no_targets_file(monkeypatch, tmp_path, native_bf16=False)
     r = graded()
@@ -378,14 +464,22 @@ def test_the_gate_calibration_is_keyed_like_the_targets_row(monkeypatch, tmp_pat
     assert not any("calibration" in f for f in r["flags"])
     (lesson3_cal / "lesson3-smoke-cpu-fp32.json").unlink()
     # The shipped calibration was measured on the course's EPYC: elsewhere it is widened, and said so.
-    shipped_here = perf._model(gate.Calibration.load("lesson3-smoke-cpu").device) == perf._model(here)
+    shipped_here = perf._model(gate.Calibration.load("lesson3-smoke-cpu").device) == perf._model(
+        here
+    )
     widened = [] if shipped_here else [" (widened)"]
     r = graded()
     assert r["gate_calibration"] == "lesson3-smoke-cpu" + "".join(widened)
-    assert any("no calibration lesson3-smoke-cpu-fp32" in f and "using lesson3-smoke-cpu" in f for f in r["flags"])
+    assert any(
+        "no calibration lesson3-smoke-cpu-fp32" in f and "using lesson3-smoke-cpu" in f
+        for f in r["flags"]
+    )
     _no_targets_file(monkeypatch, tmp_path, native_bf16=True)
     r = graded()
-    assert (r["target"]["table"], r["gate_calibration"]) == ("cpu", "lesson3-smoke-cpu" + "".join(widened))
+    assert (r["target"]["table"], r["gate_calibration"]) == (
+        "cpu",
+        "lesson3-smoke-cpu" + "".join(widened),
+    )
     assert len(r["flags"]) == len(widened), r["flags"]
 
 
@@ -397,17 +491,28 @@ def test_calibrating_on_a_cpu_without_bf16_writes_the_cpu_fp32_calibration(monke
     from grader.cli import tools
 
     def measured(assignment, cells, spec, device, **_):
-        runs = [grader.timed.protocol.Timing(role, r, 1.0, 8, acc) for r in range(spec.repeats)
-                for role, acc in (("baseline", 0.9 + 0.01 * r), ("learner", 0.9 + 0.01 * r))]  # fmt: skip
+        runs = [
+            grader.timed.protocol.Timing(role, r, 1.0, 8, acc)
+            for r in range(spec.repeats)
+            for role, acc in (("baseline", 0.9 + 0.01 * r), ("learner", 0.9 + 0.01 * r))
+        ]
         return grader.timed.protocol.Measurement(device="cpu", spec=spec, runs=runs)
 
     monkeypatch.setattr(tools, "measure", measured)
     _no_targets_file(monkeypatch, tmp_path, native_bf16=False)
-    assert tools.calibrate("lesson3", "smoke", pairs=3, chunk=3, device="cpu", save=False)["calibration"]["name"] == \
-        "lesson3-smoke-cpu-fp32"  # fmt: skip
+    assert (
+        tools.calibrate("lesson3", "smoke", pairs=3, chunk=3, device="cpu", save=False)[
+            "calibration"
+        ]["name"]
+        == "lesson3-smoke-cpu-fp32"
+    )
     _no_targets_file(monkeypatch, tmp_path, native_bf16=True)
-    assert tools.calibrate("lesson3", "smoke", pairs=3, chunk=3, device="cpu", save=False)["calibration"]["name"] == \
-        "lesson3-smoke-cpu"  # fmt: skip
+    assert (
+        tools.calibrate("lesson3", "smoke", pairs=3, chunk=3, device="cpu", save=False)[
+            "calibration"
+        ]["name"]
+        == "lesson3-smoke-cpu"
+    )
 
 
 def test_gpu_targets_never_ask_more_than_the_lessons_own_gpu_run_measured():
@@ -416,9 +521,17 @@ def test_gpu_targets_never_ask_more_than_the_lessons_own_gpu_run_measured():
     from grader.assignments.lesson3.checks import TARGETS
 
     results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
-    outputs = {"h100": results / "nvidia-h100-80gb-hbm3" / "lessons" / "03_mixed_precision.outputs.txt"}
+    outputs = {
+        "h100": results / "nvidia-h100-80gb-hbm3" / "lessons" / "03_mixed_precision.outputs.txt"
+    }
     for device, path in outputs.items():
-        found = re.search(r"Naive BERT: .*?: ([\d.]+)x, interval ([\d.]+)-([\d.]+)", path.read_text())
+        found = re.search(
+            r"Naive BERT: .*?: ([\d.]+)x, interval ([\d.]+)-([\d.]+)", path.read_text()
+        )
         assert found, f"{path}: no naive BERT verdict"
         low = float(found.group(2))
-        assert TARGETS[device]["floor"] <= TARGETS[device]["target"] <= low, (device, TARGETS[device], low)
+        assert TARGETS[device]["floor"] <= TARGETS[device]["target"] <= low, (
+            device,
+            TARGETS[device],
+            low,
+        )

@@ -31,7 +31,9 @@ PART_A = [gid for gid in POINTS if gid != "test_recipe"]  # part (a) mistakes: n
 
 
 def _score(path: Path, seed: int = 1, only: list[str] | None = None, **replace: str):
-    verdicts, report = grade(LESSON, solution_cells(SOLUTION, path, **replace), seed=seed, only=only)
+    verdicts, report = grade(
+        LESSON, solution_cells(SOLUTION, path, **replace), seed=seed, only=only
+    )
     points = sum(POINTS[g] for g, v in verdicts.items() if v.passed)
     return points, verdicts, report
 
@@ -52,11 +54,14 @@ def test_reference_gradient_is_the_big_batch_and_the_per_micro_batch_mean_is_not
     pad = lambda t, v: torch.nn.functional.pad(t, (0, length - t.shape[1]), value=v)  # noqa: E731
     x = torch.cat([pad(x, 0) for x, _ in batches])
     y = torch.cat([pad(y, ac.IGNORE) for _, y in batches])
-    torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=ac.IGNORE).backward()
+    torch.nn.functional.cross_entropy(
+        model(x).flatten(0, 1), y.flatten(), ignore_index=ac.IGNORE
+    ).backward()
     assert ac.relative_error(ac.flat_grads(model), want) < 1e-12
     wrong = ac.wrong_grads(params, 7, batches, accum_steps=3)
     assert all(ac.relative_error(g, want) > ac.MIN_GAP for g in wrong.values()), {
-        k: ac.relative_error(g, want) for k, g in wrong.items()}
+        k: ac.relative_error(g, want) for k, g in wrong.items()
+    }
 
 
 # -- gradings (each one sandboxed worker) -------------------------------------------------------
@@ -109,24 +114,32 @@ def train_accumulated(model, optimizer, micro_batches, accum_steps):
                                          reduction="sum"), n)
         acc.step()"""
 
+
 @pytest.mark.slow
 def test_reference_solution_gets_full_marks_and_the_stub_none():
     points, verdicts, report = _score(SOLUTION)
     assert points == sum(POINTS.values()), {g: v.reason for g, v in verdicts.items()}
-    assert any("wall time to it" in line for line in verdicts["test_recipe"].lines), verdicts["test_recipe"].lines
+    assert any("wall time to it" in line for line in verdicts["test_recipe"].lines), verdicts[
+        "test_recipe"
+    ].lines
     assert not [f for f in report["flags"] if "replaced" in f or "frames" in f], report["flags"]
     points, verdicts, _ = _score(EXERCISE)
-    assert points == 0 and all("NotImplementedError" in v.reason for v in verdicts.values()), verdicts
+    assert points == 0 and all("NotImplementedError" in v.reason for v in verdicts.values()), (
+        verdicts
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, source, points, hint", [
-    ("per-micro-batch mean", MICRO_MEAN, 2, "per-micro-batch mean"),
-    ("(i + 1) % accum_steps loop", CLASSIC_LOOP, 6, "never stepped"),
-    ("padding counted", PADDING_COUNTED, 2, "padding included"),
-    ("gradients never cleared", NEVER_ZEROED, 2, "previous window's"),
-    ("the library's answer", LIBRARY, 2, "GradAccumulator, the lesson's reference answer"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, source, points, hint",
+    [
+        ("per-micro-batch mean", MICRO_MEAN, 2, "per-micro-batch mean"),
+        ("(i + 1) % accum_steps loop", CLASSIC_LOOP, 6, "never stepped"),
+        ("padding counted", PADDING_COUNTED, 2, "padding included"),
+        ("gradients never cleared", NEVER_ZEROED, 2, "previous window's"),
+        ("the library's answer", LIBRARY, 2, "GradAccumulator, the lesson's reference answer"),
+    ],
+)
 def test_plausible_mistakes_score_what_they_deserve_with_a_hint(name, source, points, hint):
     """Quiz right in every case (2 points); the full-windows cell (4) only when the windows are."""
     got, verdicts, _ = _score(SOLUTION, only=PART_A, train_accumulated=source)
@@ -154,20 +167,23 @@ def test_forged_records_earn_nothing_and_are_flagged():
 GOOD = {"accum_steps": 16, "lr": 0.2, "warmup_steps": 64}
 
 
-@pytest.mark.parametrize("answer, message", [
-    ([16, 0.2, 64], "return a dict like"),
-    ({"accum_steps": 8, "lr": 0.1}, "expected exactly"),
-    ({**GOOD, "momentum": 0.9}, "expected exactly"),
-    ({**GOOD, "accum_steps": 16.0}, "accum_steps must be an int"),
-    ({**GOOD, "accum_steps": True}, "accum_steps must be an int"),
-    ({**GOOD, "accum_steps": 8}, "16 to 32 micro-batches"),
-    ({**GOOD, "lr": "0.1"}, "lr must be a number"),
-    ({**GOOD, "lr": 0}, "finite number in (0,"),
-    ({**GOOD, "lr": 1e6}, "finite number in (0,"),
-    ({**GOOD, "warmup_steps": -1}, f"0 to {rt.BUDGET // 256}"),
-    ({**GOOD, "warmup_steps": 3.5}, "warmup_steps must be an int"),
-    ({"not_json": "Tensor"}, "returned a Tensor, not plain data"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "answer, message",
+    [
+        ([16, 0.2, 64], "return a dict like"),
+        ({"accum_steps": 8, "lr": 0.1}, "expected exactly"),
+        ({**GOOD, "momentum": 0.9}, "expected exactly"),
+        ({**GOOD, "accum_steps": 16.0}, "accum_steps must be an int"),
+        ({**GOOD, "accum_steps": True}, "accum_steps must be an int"),
+        ({**GOOD, "accum_steps": 8}, "16 to 32 micro-batches"),
+        ({**GOOD, "lr": "0.1"}, "lr must be a number"),
+        ({**GOOD, "lr": 0}, "finite number in (0,"),
+        ({**GOOD, "lr": 1e6}, "finite number in (0,"),
+        ({**GOOD, "warmup_steps": -1}, f"0 to {rt.BUDGET // 256}"),
+        ({**GOOD, "warmup_steps": 3.5}, "warmup_steps must be an int"),
+        ({"not_json": "Tensor"}, "returned a Tensor, not plain data"),
+    ],
+)
 def test_malformed_recipes_are_refused_with_what_is_wrong(answer, message):
     with pytest.raises(CheckFailed, match=None) as err:
         rc.validate(answer)
@@ -180,7 +196,9 @@ def test_a_good_recipe_is_read_and_only_plain_data_leaves_the_worker():
     data, blobs = probes.probe_recipe(worker, 16, 16, 0.0125, rt.BUDGET)
     assert data == {"recipe": {"not_json": "dict"}} and blobs == []
     worker.ns["choose_recipe"] = lambda **kw: {**GOOD, "lr": float("nan")}
-    assert probes.probe_recipe(worker, 16, 16, 0.0125, rt.BUDGET)[0] == {"recipe": {"not_json": "dict"}}
+    assert probes.probe_recipe(worker, 16, 16, 0.0125, rt.BUDGET)[0] == {
+        "recipe": {"not_json": "dict"}
+    }
 
 
 @pytest.fixture(scope="module")
@@ -192,15 +210,24 @@ def recipe_tasks():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, recipe, hint", [
-    ("LR not scaled", (16, rt.BASE_LR, 64), "your LR was not scaled with the batch"),
-    ("no warm-up", (16, 16 * rt.BASE_LR, 0), "Ramp the LR up over the first steps: warm-up"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, recipe, hint",
+    [
+        ("LR not scaled", (16, rt.BASE_LR, 64), "your LR was not scaled with the batch"),
+        ("no warm-up", (16, 16 * rt.BASE_LR, 0), "Ramp the LR up over the first steps: warm-up"),
+    ],
+)
 def test_an_unscaled_lr_and_no_warmup_miss_the_target_and_say_why(recipe_tasks, name, recipe, hint):
     """Judged as ``check_recipe`` judges: the grader's runs of the recipe on the grader's tasks."""
     accum, lr, warmup = recipe
-    runs = [(target, base, rt.run(seed, accum, lr, warmup, target=target)) for seed, target, base in recipe_tasks]
+    runs = [
+        (target, base, rt.run(seed, accum, lr, warmup, target=target))
+        for seed, target, base in recipe_tasks
+    ]
     assert not any(r.samples for _, _, r in runs), [(t, r.best) for t, _, r in runs]
     with pytest.raises(CheckFailed) as err:
         rc.judge(accum, lr, warmup, runs)
-    assert "missed within the budget" in str(err.value) and hint in str(err.value), (name, str(err.value))
+    assert "missed within the budget" in str(err.value) and hint in str(err.value), (
+        name,
+        str(err.value),
+    )

@@ -35,7 +35,9 @@ A = assignments.get("lesson5")
 
 
 def _grade(path: Path, only=None, seed: int = 1, **replace: str):
-    verdicts, report = grade(LESSON, solution_cells(SOLUTION, path, **replace), only=only, seed=seed)
+    verdicts, report = grade(
+        LESSON, solution_cells(SOLUTION, path, **replace), only=only, seed=seed
+    )
     return verdicts, report
 
 
@@ -51,7 +53,9 @@ def test_the_grader_references_see_the_mistakes_they_name():
     loose budget needs some blocks but not all: neither 'nothing' nor 'everything' is the answer."""
     _, plain = ckpt_reference.reference_grads(5, 9)
     _, ckpt = ckpt_reference.reference_grads(5, 9, CheckpointPlan((0, 2)))
-    _, no_rng = ckpt_reference.reference_grads(5, 9, CheckpointPlan((0, 2)), preserve_rng_state=False)
+    _, no_rng = ckpt_reference.reference_grads(
+        5, 9, CheckpointPlan((0, 2)), preserve_rng_state=False
+    )
     assert torch.equal(ckpt, plain)
     assert (no_rng - plain).norm() / plain.norm() > 0.05
     from effkit.checkpoint_plan import plan_bytes, plan_for_budget
@@ -96,13 +100,26 @@ def test_the_reference_forward_runs_on_a_torch_without_respect_saved_tensors_hoo
 
     from grader.assignments.lesson5.checks import SETUP_SOURCE, TOLERANCE, _rel
 
-    def old_checkpoint(function, *args, use_reentrant=None, context_fn=ckpt.noop_context_fn,
-                       determinism_check="default", debug=False, **kwargs):
+    def old_checkpoint(
+        function,
+        *args,
+        use_reentrant=None,
+        context_fn=ckpt.noop_context_fn,
+        determinism_check="default",
+        debug=False,
+        **kwargs,
+    ):
         # torch < 2.12: preserve_rng_state is popped, every other keyword goes to the function
         preserve = kwargs.pop("preserve_rng_state", True)
-        return ckpt.checkpoint(lambda *a: function(*a, **kwargs), *args, use_reentrant=use_reentrant,
-                               context_fn=context_fn, determinism_check=determinism_check,
-                               debug=debug, preserve_rng_state=preserve)
+        return ckpt.checkpoint(
+            lambda *a: function(*a, **kwargs),
+            *args,
+            use_reentrant=use_reentrant,
+            context_fn=context_fn,
+            determinism_check=determinism_check,
+            debug=debug,
+            preserve_rng_state=preserve,
+        )
 
     ns: dict = {}
     exec(SETUP_SOURCE, ns)
@@ -113,7 +130,9 @@ def test_the_reference_forward_runs_on_a_torch_without_respect_saved_tensors_hoo
     ops = sorted(cc.ops_in(stack, x) & {"addmm", "mm"})
     with cc.threads(1):
         torch.manual_seed(rng_seed)
-        out = ns["checkpointed_forward"](stack, x, {"blocks": list(range(cc.N_BLOCKS)), "save": ops})
+        out = ns["checkpointed_forward"](
+            stack, x, {"blocks": list(range(cc.N_BLOCKS)), "save": ops}
+        )
         (out * w).sum().backward()
     got, missing = cc.flat_grads(stack)
     assert not missing and _rel(got, ckpt_reference.reference_grads(seed, rng_seed)[1]) <= TOLERANCE
@@ -137,9 +156,18 @@ def test_plans_are_timed_on_the_device_the_grading_runs_on(monkeypatch):
 
     seen = {}
 
-    def fake_time_plans(stack, x, plans, rounds, steps, max_rounds, settled, time_cap_s=None, device="cpu"):
+    def fake_time_plans(
+        stack, x, plans, rounds, steps, max_rounds, settled, time_cap_s=None, device="cpu"
+    ):
         seen.update(device=device, steps=steps)
-        row = {"ratio": 1.5, "low": 1.2, "high": 1.8, "rounds": rounds, "coverage": 0.99, "step_s": 0.01}
+        row = {
+            "ratio": 1.5,
+            "low": 1.2,
+            "high": 1.8,
+            "rounds": rounds,
+            "coverage": 0.99,
+            "step_s": 0.01,
+        }
         return {name: dict(row) for name in plans}
 
     monkeypatch.setattr(plan_checks, "grading_device", lambda: "cuda")
@@ -153,9 +181,19 @@ def test_plans_are_timed_on_the_device_the_grading_runs_on(monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_time_plans_times_on_the_gpu():
     stack, (x, _) = cc.build_stack(5), cc.draw_batch(6)
-    t = cc.time_plans(stack, x, {"everything": CheckpointPlan.everything(cc.N_BLOCKS),
-                                 "none": CheckpointPlan()}, 3, 2, device="cuda")
-    assert t["none"]["step_s"] > 0 and t["none"]["ratio"] > 0 and next(stack.parameters()).device.type == "cpu"
+    t = cc.time_plans(
+        stack,
+        x,
+        {"everything": CheckpointPlan.everything(cc.N_BLOCKS), "none": CheckpointPlan()},
+        3,
+        2,
+        device="cuda",
+    )
+    assert (
+        t["none"]["step_s"] > 0
+        and t["none"]["ratio"] > 0
+        and next(stack.parameters()).device.type == "cpu"
+    )
 
 
 # -- gradings (each one sandboxed worker) -------------------------------------------------------
@@ -165,7 +203,9 @@ EVERYTHING = """def plan_checkpointing(blocks, x, budget_bytes):
 
 # torch >= 2.12 lets saved_activation_bytes count what selective checkpointing keeps; on an
 # older torch the grader says it cannot check a selective plan's bytes (tests/oldest_torch.py)
-SAC_COUNTED = "respect_saved_tensors_hooks" in inspect.signature(torch.utils.checkpoint.checkpoint).parameters
+SAC_COUNTED = (
+    "respect_saved_tensors_hooks" in inspect.signature(torch.utils.checkpoint.checkpoint).parameters
+)
 
 POINTWISE = """def plan_checkpointing(blocks, x, budget_bytes):
     # keep the cheap pointwise outputs, recompute the matmuls: the wrong way round
@@ -186,6 +226,7 @@ FORGED = """import effkit.act_checkpoint
 def plan_checkpointing(blocks, x, budget_bytes):
     effkit.act_checkpoint.saved_activation_bytes = lambda fn: 0  # "it fits": so checkpoint nothing
     return {"blocks": [], "save": None}"""
+
 
 @pytest.mark.slow
 def test_reference_solution_gets_full_marks_and_the_stub_none():
@@ -223,12 +264,24 @@ def _grade_plan(planner_source: str, seed: int = 1) -> dict[str, CellVerdict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, source, points, hint", [
-    ("checkpoint everything", EVERYTHING, 2, "checkpoints every block: it fits, but recomputes all of them"),
-    ("one block more than needed", ONE_TOO_MANY, 4, "recompute only what the budget needs"),
-    ("save pointwise, recompute matmuls", POINTWISE, 0,
-     "over budget" if SAC_COUNTED else "cannot count what selective checkpointing keeps"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, source, points, hint",
+    [
+        (
+            "checkpoint everything",
+            EVERYTHING,
+            2,
+            "checkpoints every block: it fits, but recomputes all of them",
+        ),
+        ("one block more than needed", ONE_TOO_MANY, 4, "recompute only what the budget needs"),
+        (
+            "save pointwise, recompute matmuls",
+            POINTWISE,
+            0,
+            "over budget" if SAC_COUNTED else "cannot count what selective checkpointing keeps",
+        ),
+    ],
+)
 def test_plausible_planner_mistakes_score_what_they_deserve_with_a_hint(name, source, points, hint):
     """Budget 2 + speed 2 + least recompute 1 on the plan cells (the forward and the quiz are the
     reference's: 5 more)."""
@@ -302,7 +355,9 @@ def test_a_forward_that_keeps_its_activations_and_fakes_the_recompute_loses_the_
     produces itself (right gradients, right counts, no memory released). The grader judges the
     effect instead: the kernel's peak charge of the worker's cgroup during a step it sizes itself,
     against the activation bytes it measured on its own copy of the stack."""
-    verdicts, report = _grade(SOLUTION, only=["test_gradients"], checkpointed_forward=KEEPS_AND_RERUNS)
+    verdicts, report = _grade(
+        SOLUTION, only=["test_gradients"], checkpointed_forward=KEEPS_AND_RERUNS
+    )
     reason = verdicts["test_gradients"].reason
     assert not verdicts["test_gradients"].passed, verdicts["test_gradients"].lines
     assert "activation" in reason and "released" in reason, reason
@@ -319,7 +374,9 @@ def test_the_forward_runs_where_no_gpu_can_hold_its_activations():
     to cuda) would look released. The worker is started without a GPU (on a GPU host its device
     nodes are replaced too: test_grader_sandbox's cpu_only test); here, what the forward sees."""
     verdicts, _ = _grade(SOLUTION, only=["test_gradients"], checkpointed_forward=LOOKS_FOR_A_GPU)
-    assert "CUDA_VISIBLE_DEVICES=''" in verdicts["test_gradients"].reason, verdicts["test_gradients"].reason
+    assert "CUDA_VISIBLE_DEVICES=''" in verdicts["test_gradients"].reason, verdicts[
+        "test_gradients"
+    ].reason
 
 
 def test_memory_moved_to_swap_still_counts_on_cgroup_v1(tmp_path):
@@ -330,10 +387,17 @@ def test_memory_moved_to_swap_still_counts_on_cgroup_v1(tmp_path):
 
     box = object.__new__(Cgroup)
     box.v2, box.dirs = False, {"memory": tmp_path}
-    for name, value in (("usage_in_bytes", 100), ("max_usage_in_bytes", 200),
-                        ("memsw.usage_in_bytes", 150), ("memsw.max_usage_in_bytes", 300)):  # fmt: skip
+    for name, value in (
+        ("usage_in_bytes", 100),
+        ("max_usage_in_bytes", 200),
+        ("memsw.usage_in_bytes", 150),
+        ("memsw.max_usage_in_bytes", 300),
+    ):
         (tmp_path / f"memory.{name}").write_text(f"{value}\n")
     assert box.memory_bytes() == (150, 300)
-    for name in ("memsw.usage_in_bytes", "memsw.max_usage_in_bytes"):  # no swap accounting: memory alone
+    for name in (
+        "memsw.usage_in_bytes",
+        "memsw.max_usage_in_bytes",
+    ):  # no swap accounting: memory alone
         (tmp_path / f"memory.{name}").unlink()
     assert box.memory_bytes() == (100, 200)

@@ -52,9 +52,11 @@ IN_PLACE = (
         os.replace(tmp, path)""",
     "        torch.save(obj, path)",
 )
-NO_RNG = [("        torch.set_rng_state(state[\"rng\"])\n", "")]
-LAST_NOT_BEST_EVERY_STEP = [("    task.model.load_state_dict(torch.load(best_path, weights_only=True))\n", ""),
-                            ("            if index + 1 == save_at:\n", "            if True:  # every step\n")]
+NO_RNG = [('        torch.set_rng_state(state["rng"])\n', "")]
+LAST_NOT_BEST_EVERY_STEP = [
+    ("    task.model.load_state_dict(torch.load(best_path, weights_only=True))\n", ""),
+    ("            if index + 1 == save_at:\n", "            if True:  # every step\n"),
+]
 
 
 # -- fast: structure, the task, the watcher's tear ----------------------------------------------
@@ -77,7 +79,10 @@ def test_tear_cuts_a_finished_save_and_plants_a_renamed_one(tmp_path):
     watcher.fired, watcher.events = "last.pt", [(IN_MODIFY, "last.pt")]
     assert "cut it" in tear(tmp_path, watcher) and incomplete(tmp_path / "last.pt")
     torch.save({"w": torch.arange(1000.0)}, tmp_path / "best.pt")
-    watcher.fired, watcher.events = "best.pt.tmp", [(IN_MODIFY, "best.pt.tmp"), (IN_MOVED_TO, "best.pt")]
+    watcher.fired, watcher.events = (
+        "best.pt.tmp",
+        [(IN_MODIFY, "best.pt.tmp"), (IN_MOVED_TO, "best.pt")],
+    )
     assert "half of it" in tear(tmp_path, watcher)
     assert incomplete(tmp_path / "best.pt.tmp") and not incomplete(tmp_path / "best.pt")
 
@@ -96,7 +101,10 @@ def test_tear_never_follows_a_link_or_opens_a_fifo_the_learner_planted(tmp_path)
     watcher.fired, watcher.events = "last.pt", [(IN_MODIFY, "last.pt")]
     assert "left alone" in tear(state, watcher) and incomplete(state / "last.pt")
     (state / "best.pt").symlink_to(secret)  # renamed onto a link: never read through it
-    watcher.fired, watcher.events = "best.pt.tmp", [(IN_MODIFY, "best.pt.tmp"), (IN_MOVED_TO, "best.pt")]
+    watcher.fired, watcher.events = (
+        "best.pt.tmp",
+        [(IN_MODIFY, "best.pt.tmp"), (IN_MOVED_TO, "best.pt")],
+    )
     assert "interrupted" in tear(state, watcher) and not (state / "best.pt.tmp").exists()
     os.mkfifo(state / "fifo.pt")  # an open would block forever without O_NONBLOCK
     watcher.fired, watcher.events = "fifo.pt", [(IN_MODIFY, "fifo.pt")]
@@ -145,15 +153,38 @@ def test_reference_solution_gets_full_marks(reference):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, edits, points, hints", [
-    ("torch.save straight to the final name", [IN_PLACE], 2,
-     {"test_torn": "os.replace", "test_resume": "restarted", "test_best": "never finished",
-      "test_overhead": "survives the kills"}),
-    ("the torch RNG state not restored", NO_RNG, 4,
-     {"test_resume": "RNG state", "test_best": "neither the best nor the last", "test_overhead": "survives"}),
-    ("saving every step, keeping the last weights", LAST_NOT_BEST_EVERY_STEP, 8,
-     {"test_best": "Save the best weights", "test_overhead": "not every step"}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, edits, points, hints",
+    [
+        (
+            "torch.save straight to the final name",
+            [IN_PLACE],
+            2,
+            {
+                "test_torn": "os.replace",
+                "test_resume": "restarted",
+                "test_best": "never finished",
+                "test_overhead": "survives the kills",
+            },
+        ),
+        (
+            "the torch RNG state not restored",
+            NO_RNG,
+            4,
+            {
+                "test_resume": "RNG state",
+                "test_best": "neither the best nor the last",
+                "test_overhead": "survives",
+            },
+        ),
+        (
+            "saving every step, keeping the last weights",
+            LAST_NOT_BEST_EVERY_STEP,
+            8,
+            {"test_best": "Save the best weights", "test_overhead": "not every step"},
+        ),
+    ],
+)
 def test_plausible_mistakes_score_what_they_deserve_with_a_hint(name, edits, points, hints):
     got, verdicts, _ = _score(SOLUTION, train=_mutate(*edits))
     failed = {g: v.reason for g, v in verdicts.items() if not v.passed}
@@ -168,8 +199,10 @@ def test_plausible_mistakes_score_what_they_deserve_with_a_hint(name, edits, poi
 EVERY_STEP_UNLESS_TIMED = {  # how a submission could tell a timed run from a judged one
     "task.max_epochs": ("", "task.max_epochs == Task.max_epochs"),
     "a second call in the same process": (
-        "_CALLS = []\n\n\n", "not _CALLS.append(1) and len(_CALLS) == 1"),
-}  # fmt: skip
+        "_CALLS = []\n\n\n",
+        "not _CALLS.append(1) and len(_CALLS) == 1",
+    ),
+}
 
 
 @pytest.mark.slow
@@ -179,10 +212,15 @@ def test_a_run_that_saves_every_step_unless_it_is_timed_earns_no_overhead_points
     the very runs it judges (or runs it cannot tell apart), so the cost of every-step saves shows."""
     prefix, judged = EVERY_STEP_UNLESS_TIMED[observable]
     source = prefix + _mutate(
-        ("    save_at = task.steps_per_epoch // 2\n",
-         f"    save_at = task.steps_per_epoch // 2\n    judged = {judged}\n"),
-        ("            if index + 1 == save_at:\n", "            if judged or index + 1 == save_at:\n"),
-    )  # fmt: skip
+        (
+            "    save_at = task.steps_per_epoch // 2\n",
+            f"    save_at = task.steps_per_epoch // 2\n    judged = {judged}\n",
+        ),
+        (
+            "            if index + 1 == save_at:\n",
+            "            if judged or index + 1 == save_at:\n",
+        ),
+    )
     got, verdicts, _ = _score(SOLUTION, train=source)
     failed = {g: v.reason for g, v in verdicts.items() if not v.passed}
     assert set(failed) == {"test_overhead"}, (observable, failed)
@@ -191,11 +229,19 @@ def test_a_run_that_saves_every_step_unless_it_is_timed_earns_no_overhead_points
 
 
 DODGES = {  # a train that never reaches the grader's kill, so its first worker just finishes
-    "the task's step hook removed": [("    epoch, start, best_loss, bad, done = 0, 0, math.inf, 0, False\n",
-                                      "    task._hook = None\n    epoch, start, best_loss, bad, done = 0, 0, math.inf, 0, False\n")],
-    "the position it reports frozen": [("            task.train_step(x, y)\n",
-                                        "            task._at = (0, 1)\n            task.train_step(x, y)\n")],
-}  # fmt: skip
+    "the task's step hook removed": [
+        (
+            "    epoch, start, best_loss, bad, done = 0, 0, math.inf, 0, False\n",
+            "    task._hook = None\n    epoch, start, best_loss, bad, done = 0, 0, math.inf, 0, False\n",
+        )
+    ],
+    "the position it reports frozen": [
+        (
+            "            task.train_step(x, y)\n",
+            "            task._at = (0, 1)\n            task.train_step(x, y)\n",
+        )
+    ],
+}
 
 
 @pytest.mark.slow
@@ -205,5 +251,8 @@ def test_a_run_that_hides_where_it_is_from_the_kills_earns_nothing_for_surviving
     was never killed, so it proved nothing about resuming."""
     got, verdicts, _ = _score(SOLUTION, train=_mutate(*DODGES[dodge]))
     failed = {g: v.reason for g, v in verdicts.items() if not v.passed}
-    assert set(failed) == {"test_resume", "test_torn", "test_best", "test_overhead"}, (dodge, failed)
+    assert set(failed) == {"test_resume", "test_torn", "test_best", "test_overhead"}, (
+        dodge,
+        failed,
+    )
     assert "task.train_step" in failed["test_resume"], failed["test_resume"]

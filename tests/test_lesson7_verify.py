@@ -23,7 +23,9 @@ def fully_sorted(lengths, batch_size=None, max_tokens=None, seed=0, epoch=0):
 
 def drops_last(lengths, batch_size=None, max_tokens=None, seed=0, epoch=0):
     """Bucketing with the DataLoader habit drop_last=True: partial batches are dropped."""
-    batches = bucket_batches(lengths, batch_size=batch_size, max_tokens=max_tokens, seed=seed, epoch=epoch)
+    batches = bucket_batches(
+        lengths, batch_size=batch_size, max_tokens=max_tokens, seed=seed, epoch=epoch
+    )
     if batch_size:
         return [b for b in batches if len(b) == batch_size]
     return batches[:-1]
@@ -39,12 +41,17 @@ def findings(sampler, secret=12345, batch_size=32, max_tokens=512):
         n = len(lengths)
         epochs = {}
         for seed, epoch in [(0, 0), (0, 1), (1, 0)]:
-            batches = parse_batches(sampler(lengths, batch_size=batch_size, seed=seed, epoch=epoch), n)
+            batches = parse_batches(
+                sampler(lengths, batch_size=batch_size, seed=seed, epoch=epoch), n
+            )
             epochs[(seed, epoch)] = batches
             out += [coverage_problem(batches, n), padding_problem(lengths, batches, batch_size)]
         budgeted = parse_batches(sampler(lengths, max_tokens=max_tokens, seed=0, epoch=0), n)
-        out += [coverage_problem(budgeted, n), budget_problem(lengths, budgeted, max_tokens),
-                randomness_problem(epochs)]
+        out += [
+            coverage_problem(budgeted, n),
+            budget_problem(lengths, budgeted, max_tokens),
+            randomness_problem(epochs),
+        ]
     return [f for f in out if f]
 
 
@@ -54,22 +61,32 @@ def test_reference_sampler_passes_on_fresh_secrets():
 
 
 def test_fully_sorted_fails_on_randomness():
-    problems = findings(lambda lengths, batch_size=None, max_tokens=None, **k:
-                        fully_sorted(lengths, batch_size, max_tokens, **k))
+    problems = findings(
+        lambda lengths, batch_size=None, max_tokens=None, **k: fully_sorted(
+            lengths, batch_size, max_tokens, **k
+        )
+    )
     # it pads optimally and covers every index: randomness is the only thing it gets wrong
     assert problems and all("full sort is not a sampler" in p for p in problems)
 
 
 def test_dropping_last_batch_fails_on_coverage():
-    problems = findings(lambda lengths, batch_size=None, max_tokens=None, **k:
-                        drops_last(lengths, batch_size, max_tokens, **k))
+    problems = findings(
+        lambda lengths, batch_size=None, max_tokens=None, **k: drops_last(
+            lengths, batch_size, max_tokens, **k
+        )
+    )
     assert problems and all("partial batch" in p for p in problems)
 
 
 def test_ignoring_token_budget_fails_on_budget():
-    problems = findings(lambda lengths, batch_size=None, max_tokens=None, **k:
-                        bucket_batches(lengths, batch_size=batch_size, **k) if batch_size
-                        else ignores_budget(lengths, max_tokens=max_tokens, **k))
+    problems = findings(
+        lambda lengths, batch_size=None, max_tokens=None, **k: (
+            bucket_batches(lengths, batch_size=batch_size, **k)
+            if batch_size
+            else ignores_budget(lengths, max_tokens=max_tokens, **k)
+        )
+    )
     assert problems and all("exceed the token budget" in p for p in problems)
 
 
@@ -77,6 +94,7 @@ def test_random_unbucketed_batches_fail_on_padding():
     def random_batches(lengths, batch_size=None, max_tokens=None, seed=0, epoch=0):
         order = np.random.default_rng([seed, epoch]).permutation(len(lengths)).tolist()
         return [order[i : i + (batch_size or 4)] for i in range(0, len(order), batch_size or 4)]
+
     assert any("padding share" in p for p in findings(random_batches))
 
 

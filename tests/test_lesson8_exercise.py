@@ -36,7 +36,9 @@ def test_the_reference_layer_passes_in_process_and_peft_agrees_with_itself():
 
 @pytest.mark.slow
 def test_reference_layer_injection_and_quiz_get_full_marks_in_the_sandbox():
-    verdicts, _ = grade(LESSON, reference_cells(LESSON), only=["test_layer", "test_inject", "test_quiz"], seed=1)
+    verdicts, _ = grade(
+        LESSON, reference_cells(LESSON), only=["test_layer", "test_inject", "test_quiz"], seed=1
+    )
     assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
 
 
@@ -48,23 +50,47 @@ _INJECT_SRC = dict(_LAYER)["inject_lora"]
 
 CODE_MISTAKES = {
     # scale by alpha, not alpha / r: the update's size then grows with the rank
-    "alpha_not_over_r": ({"lora_linear": _LAYER_SRC.replace("self.scaling = base, r, alpha / r",
-                                                            "self.scaling = base, r, alpha")},
-                         {"test_layer": False, "test_inject": True}, "scale the adapter's output by alpha / r"),
+    "alpha_not_over_r": (
+        {
+            "lora_linear": _LAYER_SRC.replace(
+                "self.scaling = base, r, alpha / r", "self.scaling = base, r, alpha"
+            )
+        },
+        {"test_layer": False, "test_inject": True},
+        "scale the adapter's output by alpha / r",
+    ),
     # the adapters' own base frozen, the rest of the model (embeddings, LayerNorms, other layers) not
-    "model_not_frozen": ({"inject_lora": _INJECT_SRC.replace("    model.requires_grad_(False)\n", "")},
-                         {"test_layer": True, "test_inject": False}, "freeze the whole model first"),
+    "model_not_frozen": (
+        {"inject_lora": _INJECT_SRC.replace("    model.requires_grad_(False)\n", "")},
+        {"test_layer": True, "test_inject": False},
+        "freeze the whole model first",
+    ),
     # the layer leaves its base trainable: the whole point of LoRA lost
-    "base_not_frozen": ({"lora_linear": _LAYER_SRC.replace("        base.requires_grad_(False)\n", "")},
-                        {"test_layer": False}, "freeze them"),
+    "base_not_frozen": (
+        {"lora_linear": _LAYER_SRC.replace("        base.requires_grad_(False)\n", "")},
+        {"test_layer": False},
+        "freeze them",
+    ),
     # both matrices random: the adapted model no longer starts as the pretrained one
-    "b_not_zero": ({"lora_linear": _LAYER_SRC.replace("torch.zeros(base.out_features, r)",
-                                                      "torch.randn(base.out_features, r)")},
-                   {"test_layer": False, "test_inject": False}, "initialise lora_B to zeros"),
+    "b_not_zero": (
+        {
+            "lora_linear": _LAYER_SRC.replace(
+                "torch.zeros(base.out_features, r)", "torch.randn(base.out_features, r)"
+            )
+        },
+        {"test_layer": False, "test_inject": False},
+        "initialise lora_B to zeros",
+    ),
     # merged weight without the scale
-    "merge_unscaled": ({"lora_linear": _LAYER_SRC.replace("self.base.weight + self.scaling * self.lora_B",
-                                                          "self.base.weight + self.lora_B")},
-                       {"test_layer": False, "test_inject": True}, "merge_and_unload"),
+    "merge_unscaled": (
+        {
+            "lora_linear": _LAYER_SRC.replace(
+                "self.base.weight + self.scaling * self.lora_B", "self.base.weight + self.lora_B"
+            )
+        },
+        {"test_layer": False, "test_inject": True},
+        "merge_and_unload",
+    ),
 }
 
 
@@ -74,7 +100,9 @@ def test_code_mistakes_fail_the_cells_they_break_with_a_hint(name):
     for gid, src in replace.items():
         assert src != dict(_LAYER)[gid], f"{name}: the mistake did not change the cell"
     verdicts = _grade_in_process(reference_cells(LESSON, **replace), list(expected), seed=5)
-    assert {g: v.passed for g, v in verdicts.items()} == expected, {g: v.reason for g, v in verdicts.items()}
+    assert {g: v.passed for g, v in verdicts.items()} == expected, {
+        g: v.reason for g, v in verdicts.items()
+    }
     failed = " ".join(v.reason for v in verdicts.values() if not v.passed)
     assert hint in failed, failed
 
@@ -83,14 +111,22 @@ def test_code_mistakes_fail_the_cells_they_break_with_a_hint(name):
 
 RECIPE_MISTAKES = {
     # full fine-tuning's LR for the adapters: they barely move in 80 steps
-    "full_finetuning_lr": ('{"target_modules": ["query", "value"], "r": 8, "lora_alpha": 16, "lr": 5e-5}',
-                           "is a full fine-tuning LR"),
+    "full_finetuning_lr": (
+        '{"target_modules": ["query", "value"], "r": 8, "lora_alpha": 16, "lr": 5e-5}',
+        "is a full fine-tuning LR",
+    ),
     # training the word embeddings whole "to help": their gradients and AdamW state blow the budget
-    "embeddings_trained": ('{"target_modules": ["query", "value"], "r": 8, "lora_alpha": 16, "lr": 1e-3, '
-                           '"modules_to_save": ["word_embeddings"]}', "over the 5% budget"),
+    "embeddings_trained": (
+        '{"target_modules": ["query", "value"], "r": 8, "lora_alpha": 16, "lr": 1e-3, '
+        '"modules_to_save": ["word_embeddings"]}',
+        "over the 5% budget",
+    ),
     # not data: refused before anything trains
     "not_json": ("object()", "must return a dict of plain values"),
-    "unknown_target": ('{"target_modules": ["q_proj"], "r": 8, "lora_alpha": 16, "lr": 1e-3}', "peft refused"),
+    "unknown_target": (
+        '{"target_modules": ["q_proj"], "r": 8, "lora_alpha": 16, "lr": 1e-3}',
+        "peft refused",
+    ),
 }
 
 
@@ -99,14 +135,23 @@ RECIPE_MISTAKES = {
 def test_recipe_mistakes_earn_nothing_with_a_hint(name):
     answer, hint = RECIPE_MISTAKES[name]
     source = f"def lora_recipe():\n    import json\n    return {answer}\n"
-    verdict = _grade_in_process(reference_cells(LESSON, lora_recipe=source), ["test_recipe"], seed=7)["test_recipe"]
+    verdict = _grade_in_process(
+        reference_cells(LESSON, lora_recipe=source), ["test_recipe"], seed=7
+    )["test_recipe"]
     assert not verdict.passed and hint in verdict.reason, verdict.reason
 
 
 def test_validation_refuses_bools_nan_and_bad_names():
     good = {"target_modules": ["query"], "r": 8, "lora_alpha": 16, "lr": 1e-3}
     assert checks.validate(good)["r"] == 8
-    for bad in ({**good, "r": True}, {**good, "lr": 0.5}, {**good, "lr": float("nan")}, {**good, "target_modules": ["a b"]},
-                {**good, "extra": 1}, {**good, "target_modules": []}, {"not_json": "Tensor"}):
+    for bad in (
+        {**good, "r": True},
+        {**good, "lr": 0.5},
+        {**good, "lr": float("nan")},
+        {**good, "target_modules": ["a b"]},
+        {**good, "extra": 1},
+        {**good, "target_modules": []},
+        {"not_json": "Tensor"},
+    ):
         with pytest.raises(CheckFailed):
             checks.validate(bad)

@@ -19,39 +19,84 @@ from effkit.lesson_key_points import KEY_POINTS
 from effkit.syllabus import ready
 
 RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
-    ("01_measure_first", r"evaluation excluded",
-     "time-to-target counts evaluations everywhere else in effkit"),
-    ("01_measure_first", r"naive recipes compute in fp32, so their MFU is divided by the \*\*fp32\*\* peak",
-     "cuDNN runs convolutions in TF32 by default on a GPU: divide by the peak of what ran"),
-    ("02_feed_the_accelerator", r"^# compared with each other; green means",
-     "the same baseline measured 128 and 750 images/s in the two A/Bs: whether the bars compare is"
-     " checked, not asserted"),
-    ("04_bigger_batches", r"tokens\[0\] / tokens\[2\]",
-     "'17x too much' divided by the wrong micro-batch: the overweight is 7x, computed"),
-    ("04_bigger_batches", r'word = "below every baseline seed"',
-     "with 2 seeds a 'below every seed' ordering has permutation p = 1/6: not evidence"),
-    ("05_activation_checkpointing", r"checkpointing can make\s*\n?#?\s*training \*faster\*",
-     "the lesson's own GPU demo measured 0.92x: the A/B decides, the text does not"),
-    ("06_never_lose_a_run", r'"constant LR 0\.05": \(constant, 0\.05\)',
-     "constant 0.05 vs schedules peaking at 0.2 confounded LR with shape: one peak LR"),
-    ("06_never_lose_a_run", r"RNG that draws the data order",
-     "the data order does not use the global RNG here: the ablation removes the dropout stand-in's"),
-    ("06_never_lose_a_run", r'/ 3600:\.\d+f\} h"',
-     "a fixed unit printed a 2.9 s MTBF as '0.00 h': effkit.checkpoint_interval.readable_duration"),
+    (
+        "01_measure_first",
+        r"evaluation excluded",
+        "time-to-target counts evaluations everywhere else in effkit",
+    ),
+    (
+        "01_measure_first",
+        r"naive recipes compute in fp32, so their MFU is divided by the \*\*fp32\*\* peak",
+        "cuDNN runs convolutions in TF32 by default on a GPU: divide by the peak of what ran",
+    ),
+    (
+        "02_feed_the_accelerator",
+        r"^# compared with each other; green means",
+        "the same baseline measured 128 and 750 images/s in the two A/Bs: whether the bars compare is"
+        " checked, not asserted",
+    ),
+    (
+        "04_bigger_batches",
+        r"tokens\[0\] / tokens\[2\]",
+        "'17x too much' divided by the wrong micro-batch: the overweight is 7x, computed",
+    ),
+    (
+        "04_bigger_batches",
+        r'word = "below every baseline seed"',
+        "with 2 seeds a 'below every seed' ordering has permutation p = 1/6: not evidence",
+    ),
+    (
+        "05_activation_checkpointing",
+        r"checkpointing can make\s*\n?#?\s*training \*faster\*",
+        "the lesson's own GPU demo measured 0.92x: the A/B decides, the text does not",
+    ),
+    (
+        "06_never_lose_a_run",
+        r'"constant LR 0\.05": \(constant, 0\.05\)',
+        "constant 0.05 vs schedules peaking at 0.2 confounded LR with shape: one peak LR",
+    ),
+    (
+        "06_never_lose_a_run",
+        r"RNG that draws the data order",
+        "the data order does not use the global RNG here: the ablation removes the dropout stand-in's",
+    ),
+    (
+        "06_never_lose_a_run",
+        r'/ 3600:\.\d+f\} h"',
+        "a fixed unit printed a 2.9 s MTBF as '0.00 h': effkit.checkpoint_interval.readable_duration",
+    ),
     # lessons 7-13, reviewed against their own code (patterns match the text of commit 7ba263b)
-    ("07_dynamic_padding", r"padded to `max_length = 64`",
-     "the gpu profile cuts at 128 and the guess is checked against the profile's own max_length"),
-    ("08_peft_lora", r"classifier head and pooler it trains",
-     "peft (task_type SEQ_CLS) trains a copy of the classifier only; the pooler stays frozen unless 'dense' puts a"
-     " LoRA on it: the gap is now counted per row"),
-    ("09_distillation", r"for s in seeds\) / math\.sqrt\(len\(seeds\)\)",
-     "every seed is scored on the same held-out rows: their sampling error does not shrink with more seeds"),
-    ("12_hpo_on_a_budget", r"when their intervals overlap,\s*\n#\s*there is no winner",
-     "overlapping intervals can still differ measurably: the interval of the difference decides"),
-    ("13_quantized_inference", r"embeddings, 30,522 x 384, stay fp32",
-     "quantize_dynamic's default op types include Gather: the embedding table is quantized too (read from the file)"),
-    ("13_quantized_inference", r"products are bound by memory traffic",
-     "32 tokens do 32 multiply-adds per weight; whether bytes or integer arithmetic makes int8 faster is not measured"),
+    (
+        "07_dynamic_padding",
+        r"padded to `max_length = 64`",
+        "the gpu profile cuts at 128 and the guess is checked against the profile's own max_length",
+    ),
+    (
+        "08_peft_lora",
+        r"classifier head and pooler it trains",
+        "peft (task_type SEQ_CLS) trains a copy of the classifier only; the pooler stays frozen unless 'dense' puts a"
+        " LoRA on it: the gap is now counted per row",
+    ),
+    (
+        "09_distillation",
+        r"for s in seeds\) / math\.sqrt\(len\(seeds\)\)",
+        "every seed is scored on the same held-out rows: their sampling error does not shrink with more seeds",
+    ),
+    (
+        "12_hpo_on_a_budget",
+        r"when their intervals overlap,\s*\n#\s*there is no winner",
+        "overlapping intervals can still differ measurably: the interval of the difference decides",
+    ),
+    (
+        "13_quantized_inference",
+        r"embeddings, 30,522 x 384, stay fp32",
+        "quantize_dynamic's default op types include Gather: the embedding table is quantized too (read from the file)",
+    ),
+    (
+        "13_quantized_inference",
+        r"products are bound by memory traffic",
+        "32 tokens do 32 multiply-adds per weight; whether bytes or integer arithmetic makes int8 faster is not measured",
+    ),
 ]
 
 
@@ -59,7 +104,9 @@ def _source(slug: str) -> str:
     return lesson_build.source_path(slug).read_text()
 
 
-@pytest.mark.parametrize(("slug", "pattern", "why"), RETIRED, ids=[f"{s}:{p[:30]}" for s, p, _ in RETIRED])
+@pytest.mark.parametrize(
+    ("slug", "pattern", "why"), RETIRED, ids=[f"{s}:{p[:30]}" for s, p, _ in RETIRED]
+)
 def test_a_retired_claim_is_not_back(slug, pattern, why):
     found = re.search(pattern, _source(slug), re.M)
     assert not found, f"notebooks/{slug}.py says {found.group(0)!r} again: {why}"
@@ -68,7 +115,9 @@ def test_a_retired_claim_is_not_back(slug, pattern, why):
 def test_every_lesson_summary_and_verdict_is_computed_not_typed():
     """A conclusion word typed into a print ("is faster", "no clear difference") would not follow
     the interval; lessons print `result.verdict` (effkit.lesson) instead."""
-    typed = re.compile(r"print\(f?\"[^\"]*\b(is|are|was) (faster|slower)\b|print\(f?\"[^\"]*no clear difference")
+    typed = re.compile(
+        r"print\(f?\"[^\"]*\b(is|are|was) (faster|slower)\b|print\(f?\"[^\"]*no clear difference"
+    )
     for path in sorted(lesson_build.NOTEBOOKS.glob("[01][0-9]_*.py")):
         hits = [ln for ln in path.read_text().splitlines() if typed.search(ln)]
         assert not hits, f"{path.name}: typed conclusions {hits}"
@@ -80,8 +129,12 @@ def _cells(source: str) -> list[str]:
 
 
 def _check_answer_call(cell: str) -> ast.Call | None:
-    calls = [node for node in ast.walk(ast.parse(cell)) if isinstance(node, ast.Call)
-             and getattr(node.func, "attr", getattr(node.func, "id", None)) == "check_answer"]
+    calls = [
+        node
+        for node in ast.walk(ast.parse(cell))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", getattr(node.func, "id", None)) == "check_answer"
+    ]
     return calls[0] if len(calls) == 1 else None
 
 
@@ -91,7 +144,9 @@ def test_every_lesson_asks_for_its_mechanism_in_the_learners_own_words(slug):
     (CI runs the lessons unattended) and self-checked by `effkit.lesson.check_answer` against that
     lesson's key points in `effkit.lesson_key_points`: at least 3, each with 2 to 5 phrases."""
     cells = _cells(_source(slug))
-    asks = [i for i, cell in enumerate(cells) if re.search(r"^# ### In your own words$", cell, re.M)]
+    asks = [
+        i for i, cell in enumerate(cells) if re.search(r"^# ### In your own words$", cell, re.M)
+    ]
     assert len(asks) == 1, f"notebooks/{slug}.py: {len(asks)} '### In your own words' headings"
     ask = asks[0]
     question = " ".join(line.removeprefix("#").strip() for line in cells[ask].splitlines()[1:])
@@ -102,12 +157,21 @@ def test_every_lesson_asks_for_its_mechanism_in_the_learners_own_words(slug):
     assert not code.startswith("# %% [markdown]"), "a code cell follows the question"
     call = _check_answer_call(code)
     assert call is not None, f"notebooks/{slug}.py: the cell after the question calls check_answer("
-    answer = next((node.value for node in ast.parse(code).body if isinstance(node, ast.Assign)
-                   and [getattr(t, "id", None) for t in node.targets] == ["ANSWER"]), None)
+    answer = next(
+        (
+            node.value
+            for node in ast.parse(code).body
+            if isinstance(node, ast.Assign)
+            and [getattr(t, "id", None) for t in node.targets] == ["ANSWER"]
+        ),
+        None,
+    )
     assert isinstance(answer, ast.Constant) and answer.value.strip() == "", "ANSWER ships empty"
     assert isinstance(call.args[0], ast.Name) and call.args[0].id == "ANSWER"
     number = next(k.value for k in call.keywords if k.arg == "lesson_number")
-    assert ast.literal_eval(number) == int(slug[:2]), f"notebooks/{slug}.py checks another lesson's points"
+    assert ast.literal_eval(number) == int(slug[:2]), (
+        f"notebooks/{slug}.py checks another lesson's points"
+    )
     points = KEY_POINTS[int(slug[:2])]  # {point: (phrase, ...)}
     assert len(points) >= 3, f"notebooks/{slug}.py: {len(points)} key points, want >= 3"
     for point, phrases in points.items():

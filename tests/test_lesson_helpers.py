@@ -33,12 +33,14 @@ def _sleeper(seconds):
     def run():
         time.sleep(seconds)
         return 1
+
     return run
 
 
 def test_ab_verdict_says_faster_only_when_the_interval_supports_it(capsys):
-    result = lesson.ab("sleep", _sleeper(0.02), _sleeper(0.005), pairs=6,
-                       a_label="slow", b_label="quick")
+    result = lesson.ab(
+        "sleep", _sleeper(0.02), _sleeper(0.005), pairs=6, a_label="slow", b_label="quick"
+    )
     assert 6 <= result.pairs <= 12 and result.coverage > 0.95
     assert result.verdict.word == "faster" and result.ci_low > 1
     printed = capsys.readouterr().out
@@ -93,7 +95,9 @@ def test_lesson_cli_takes_options_before_lessons_and_names_unknown_ones(capsys, 
     from effkit import lesson_build
 
     ran = []
-    monkeypatch.setattr(lesson_build, "execute", lambda slug, out: ran.append((slug, out)) or (out, 1.0))
+    monkeypatch.setattr(
+        lesson_build, "execute", lambda slug, out: ran.append((slug, out)) or (out, 1.0)
+    )
     lesson_build.main(["run", "--out", "/tmp/effkit-cli-test", "01_measure_first"])
     assert ran == [("01_measure_first", __import__("pathlib").Path("/tmp/effkit-cli-test"))]
     with pytest.raises(SystemExit):
@@ -105,9 +109,18 @@ def _result(ratios):
     from effkit.abtest import ABResult, median_ci
 
     lo, hi = median_ci(ratios, 0.95)
-    return ABResult(ratio=sorted(ratios)[len(ratios) // 2], ci_low=lo, ci_high=hi, confidence=0.95,
-                    pairs=len(ratios), a_speeds=[1.0] * len(ratios), b_speeds=list(ratios),
-                    ratios=list(ratios), seconds=1.0, coverage=median_ci_coverage(len(ratios), 0.95))
+    return ABResult(
+        ratio=sorted(ratios)[len(ratios) // 2],
+        ci_low=lo,
+        ci_high=hi,
+        confidence=0.95,
+        pairs=len(ratios),
+        a_speeds=[1.0] * len(ratios),
+        b_speeds=list(ratios),
+        ratios=list(ratios),
+        seconds=1.0,
+        coverage=median_ci_coverage(len(ratios), 0.95),
+    )
 
 
 def test_a_uselessly_wide_interval_is_called_no_evidence_and_smoke_is_never_evidence(monkeypatch):
@@ -115,7 +128,9 @@ def test_a_uselessly_wide_interval_is_called_no_evidence_and_smoke_is_never_evid
     wide = lesson.lesson_verdict(_result([0.03, 0.4, 0.7, 0.8, 3.0, 26.71]), "A", "B")
     assert wide.word == "no clear difference" and wide.sentence.startswith("no evidence either way")
     # the same coverage phrase as every verdict: tests/test_notebooks.py finds verdicts by it
-    assert re.search(r"covering the median (\d+)% of the time over 6 pairs", wide.sentence), wide.sentence
+    assert re.search(r"covering the median (\d+)% of the time over 6 pairs", wide.sentence), (
+        wide.sentence
+    )
     tight = lesson.lesson_verdict(_result([0.95, 0.98, 1.0, 1.01, 1.02, 1.04]), "A", "B")
     assert tight.sentence.startswith("no clear difference") and "not evidence" not in tight.sentence
     monkeypatch.setenv("EFFKIT_PROFILE", "smoke")
@@ -157,9 +172,11 @@ def test_the_sst2_env_var_is_where_the_cpu_profile_reads_its_tsvs(monkeypatch, t
     assert prepare_data("cpu") == folder
 
 
-POINTS = {"padding is still computed": ("computed", "wasted"),
-          "similar lengths share a batch": ("similar length", "same length"),
-          "batches are less random": ("i.i.d", "shuffl")}
+POINTS = {
+    "padding is still computed": ("computed", "wasted"),
+    "similar lengths share a batch": ("similar length", "same length"),
+    "batches are less random": ("i.i.d", "shuffl"),
+}
 
 
 def test_written_answer_asks_for_an_answer_and_names_the_points_it_mentions(capsys):
@@ -169,12 +186,16 @@ def test_written_answer_asks_for_an_answer_and_names_the_points_it_mentions(caps
         assert "ANSWER" in printed and "2-3 sentences" in printed and len(printed.splitlines()) == 1
     answer = """Bucketing puts SIMILAR-LENGTH rows in one batch, so less of it is padding;
     the padded positions are still Computed, then wasted behind the mask."""
-    assert lesson.written_answer(answer, POINTS) == ["padding is still computed",
-                                                     "similar lengths share a batch"]
+    assert lesson.written_answer(answer, POINTS) == [
+        "padding is still computed",
+        "similar lengths share a batch",
+    ]
     lines = capsys.readouterr().out.splitlines()
-    assert lines[:3] == ["✓ you mention: padding is still computed",
-                         "✓ you mention: similar lengths share a batch",
-                         "· a full answer also says: batches are less random"]
+    assert lines[:3] == [
+        "✓ you mention: padding is still computed",
+        "✓ you mention: similar lengths share a batch",
+        "· a full answer also says: batches are less random",
+    ]
     assert len(lines) == 4 and "not a grade" in lines[3]
     # a phrase starts a word: "computed" is not found inside "precomputed" alone
     assert lesson.written_answer("precomputed " * 12, POINTS) == []
@@ -195,8 +216,10 @@ def test_check_answer_checks_against_that_lessons_key_points(capsys):
 
     assert lesson.check_answer("", lesson_number=7) == []  # CI runs the lessons with ANSWER empty
     assert "ANSWER" in capsys.readouterr().out
-    answer = ("Rows of similar length share a batch, so less of it is padding; the padded positions"
-              " are still computed and then thrown away.")
+    answer = (
+        "Rows of similar length share a batch, so less of it is padding; the padded positions"
+        " are still computed and then thrown away."
+    )
     mentioned = lesson.check_answer(answer, lesson_number=7)
     assert mentioned == list(KEY_POINTS[7])[:2]
     assert lesson.written_answer(answer, KEY_POINTS[7]) == mentioned
@@ -245,20 +268,29 @@ def test_cifar_resnet_starts_from_the_same_weights_for_the_same_seed():
     from effkit import lesson_setup
 
     def weights(seed):
-        return torch.cat([p.detach().flatten() for p in lesson_setup.cifar_resnet(10, 4, "cpu", seed).parameters()])
+        return torch.cat(
+            [
+                p.detach().flatten()
+                for p in lesson_setup.cifar_resnet(10, 4, "cpu", seed).parameters()
+            ]
+        )
 
     assert torch.equal(weights(0), weights(0)) and not torch.equal(weights(0), weights(1))
     assert lesson_setup.cifar_resnet(10, 4, "cpu")(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
 
 
-def test_sst2_splits_load_the_profiles_data_and_say_so_only_when_asked(monkeypatch, tmp_path, capsys):
+def test_sst2_splits_load_the_profiles_data_and_say_so_only_when_asked(
+    monkeypatch, tmp_path, capsys
+):
     from effkit import lesson_setup
 
     monkeypatch.setenv("EFFKIT_DATA", str(tmp_path / "cache"))
     train, held_out = lesson_setup.sst2_splits("smoke")
     assert len(train.texts) == len(train.labels) > len(held_out.texts) > 0
-    assert capsys.readouterr().out.strip() == (f"SST-2: {len(train.texts):,} training rows,"
-                                               f" {len(held_out.texts):,} held-out rows (synthetic sentences: smoke)")
+    assert capsys.readouterr().out.strip() == (
+        f"SST-2: {len(train.texts):,} training rows,"
+        f" {len(held_out.texts):,} held-out rows (synthetic sentences: smoke)"
+    )
     lesson_setup.sst2_splits("smoke", say=False)
     assert capsys.readouterr().out == ""
 
@@ -306,10 +338,19 @@ def test_fine_tune_is_seeded_and_trains_the_whole_classifier(tmp_path):
 
     from effkit import lesson_setup
 
-    config = transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=32, max_position_embeddings=16, num_labels=2)
+    config = transformers.BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+        num_labels=2,
+    )
     transformers.BertForSequenceClassification(config).save_pretrained(tmp_path / "tiny")
-    train = SimpleNamespace(texts=[f"row {i}" for i in range(20)], labels=[i % 2 for i in range(20)])
+    train = SimpleNamespace(
+        texts=[f"row {i}" for i in range(20)], labels=[i % 2 for i in range(20)]
+    )
     seen = []
 
     def encode(texts, labels):
@@ -318,20 +359,34 @@ def test_fine_tune_is_seeded_and_trains_the_whole_classifier(tmp_path):
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, torch.tensor(labels)
 
     def run():
-        model, seconds = lesson_setup.fine_tune(str(tmp_path / "tiny"), train, encode, steps=3, batch=4,
-                                                lr=1e-2, device=torch.device("cpu"), layers=1)
+        model, seconds = lesson_setup.fine_tune(
+            str(tmp_path / "tiny"),
+            train,
+            encode,
+            steps=3,
+            batch=4,
+            lr=1e-2,
+            device=torch.device("cpu"),
+            layers=1,
+        )
         return model, seconds
 
     first, seconds = run()
     assert seconds > 0 and first.training and first.config.num_hidden_layers == 1
     batches, seen[:] = list(seen), []
     second, _ = run()
-    assert len(batches) == 3 and all(len(b) == 4 for b in batches) and seen == batches  # same batches
+    assert (
+        len(batches) == 3 and all(len(b) == 4 for b in batches) and seen == batches
+    )  # same batches
     for a, b in zip(first.parameters(), second.parameters(), strict=True):
         assert torch.equal(a, b)  # same head, same batches: the same model
-    untrained = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "tiny", num_hidden_layers=1)
-    assert not torch.equal(first.bert.embeddings.word_embeddings.weight,
-                           untrained.bert.embeddings.word_embeddings.weight)  # the encoder trained too
+    untrained = transformers.AutoModelForSequenceClassification.from_pretrained(
+        tmp_path / "tiny", num_hidden_layers=1
+    )
+    assert not torch.equal(
+        first.bert.embeddings.word_embeddings.weight,
+        untrained.bert.embeddings.word_embeddings.weight,
+    )  # the encoder trained too
 
 
 def test_learning_curves_draw_every_seed_one_legend_entry_per_recipe_and_the_target():

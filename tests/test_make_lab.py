@@ -15,8 +15,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_make_lab_allows_root_only_for_root():
     # under `make test` (as in CI) the child make inherits MAKELEVEL and prints "make[1]: Leaving
     # directory" last: pick the recipe's own line, not the last one
-    out = subprocess.run(["make", "--no-print-directory", "-n", "lab"], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["make", "--no-print-directory", "-n", "lab"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     lines = [line for line in out.splitlines() if "jupyter lab" in line]
     assert len(lines) == 1, out
     cmd = lines[0]

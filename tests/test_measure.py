@@ -87,10 +87,18 @@ def test_median_ci_coverage_is_the_real_one_not_the_requested_one():
 
 def _result(ratios):
     lo, hi = median_ci(ratios)
-    return ABResult(ratio=sorted(ratios)[len(ratios) // 2], ci_low=lo, ci_high=hi,
-                    confidence=0.95, pairs=len(ratios), a_speeds=[1.0] * len(ratios),
-                    b_speeds=list(ratios), ratios=list(ratios), seconds=1.0,
-                    coverage=median_ci_coverage(len(ratios)))
+    return ABResult(
+        ratio=sorted(ratios)[len(ratios) // 2],
+        ci_low=lo,
+        ci_high=hi,
+        confidence=0.95,
+        pairs=len(ratios),
+        a_speeds=[1.0] * len(ratios),
+        b_speeds=list(ratios),
+        ratios=list(ratios),
+        seconds=1.0,
+        coverage=median_ci_coverage(len(ratios)),
+    )
 
 
 def test_verdict_claims_only_what_the_interval_supports():
@@ -102,7 +110,8 @@ def test_verdict_claims_only_what_the_interval_supports():
     slow = verdict(_result([0.5, 0.6, 0.55, 0.52, 0.58, 0.6]))
     assert slow.word == "slower"
     assert verdict(_result([1.4, 1.5, 1.6, 1.45, 1.55, 1.5]), threshold=1.5).word == (
-        "no clear difference")
+        "no clear difference"
+    )
 
 
 def test_throughput_meter_skips_warmup_and_has_units():
@@ -221,8 +230,13 @@ def _peak_memory_in_fresh_python(mode: str) -> str:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, mode], capture_output=True, text=True,
-                          timeout=120, cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", PEAK_SCRIPT, mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout.split()[-1]
 

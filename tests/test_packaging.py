@@ -64,11 +64,18 @@ def test_the_declared_torch_floor_is_the_one_effkit_enforces(monkeypatch):
 
     (floor,) = [d for d in _pyproject()["project"]["dependencies"] if d.startswith("torch")]
     assert floor == "torch>={}.{}".format(*effkit.MIN_TORCH)
-    for found, ok in (("2.4.1+cu121", False), ("2.5.1", False), ("2.6.0", True),
-                      ("2.11.0+cu130", True), ("2.15.0+cu132", True)):
+    for found, ok in (
+        ("2.4.1+cu121", False),
+        ("2.5.1", False),
+        ("2.6.0", True),
+        ("2.11.0+cu130", True),
+        ("2.15.0+cu132", True),
+    ):
         monkeypatch.setattr(importlib.metadata, "version", lambda _name, found=found: found)
         if ok:
             effkit._check_torch()
         else:
-            with pytest.raises(ImportError, match=f"needs torch >= 2.6, found torch {re.escape(found)}"):
+            with pytest.raises(
+                ImportError, match=f"needs torch >= 2.6, found torch {re.escape(found)}"
+            ):
                 effkit._check_torch()

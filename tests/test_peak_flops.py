@@ -12,8 +12,12 @@ SPELLINGS = {
     "H100 NVL": ["NVIDIA H100 NVL"],
     "H200 SXM": ["NVIDIA H200", "NVIDIA H200 141GB HBM3e"],
     "H200 NVL": ["NVIDIA H200 NVL"],
-    "A100": ["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB",
-             "NVIDIA A100 80GB PCIe"],
+    "A100": [
+        "NVIDIA A100-SXM4-80GB",
+        "NVIDIA A100-SXM4-40GB",
+        "NVIDIA A100-PCIE-40GB",
+        "NVIDIA A100 80GB PCIe",
+    ],
     "A10": ["NVIDIA A10"],
     "L4": ["NVIDIA L4"],
     "L40": ["NVIDIA L40"],
@@ -39,12 +43,20 @@ def test_each_entry_matches_its_own_model_exactly(model, name):
     assert peak_flops(name, precision="fp32") < peak_flops(name, precision="fp16")
 
 
-@pytest.mark.parametrize("name, not_model", [
-    ("NVIDIA A10G", "A10"),  # AWS's A10G is a different part (no public datasheet: unknown)
-    ("NVIDIA L40", "L4"), ("NVIDIA L40S", "L40"), ("NVIDIA L40S", "L4"),
-    ("NVIDIA H100 PCIe", "H100 SXM"), ("NVIDIA H100 NVL", "H100 SXM"),
-    ("NVIDIA H200 NVL", "H200 SXM"), ("NVIDIA RTX A1000", "A10"), ("NVIDIA A100-SXM4-80GB", "A10"),
-])
+@pytest.mark.parametrize(
+    "name, not_model",
+    [
+        ("NVIDIA A10G", "A10"),  # AWS's A10G is a different part (no public datasheet: unknown)
+        ("NVIDIA L40", "L4"),
+        ("NVIDIA L40S", "L40"),
+        ("NVIDIA L40S", "L4"),
+        ("NVIDIA H100 PCIe", "H100 SXM"),
+        ("NVIDIA H100 NVL", "H100 SXM"),
+        ("NVIDIA H200 NVL", "H200 SXM"),
+        ("NVIDIA RTX A1000", "A10"),
+        ("NVIDIA A100-SXM4-80GB", "A10"),
+    ],
+)
 def test_look_alike_names_are_told_apart(name, not_model):
     assert gpu_model(name) != not_model
 

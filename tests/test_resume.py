@@ -101,10 +101,18 @@ def run_training(tmp_path: Path, name: str, die_at_step: int = -1) -> subprocess
     script.write_text(TRAIN_SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path / name), str(tmp_path / f"{name}.out"),
-         str(die_at_step)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(script),
+            str(tmp_path / name),
+            str(tmp_path / f"{name}.out"),
+            str(die_at_step),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(process: subprocess.Popen) -> int:
@@ -176,9 +184,12 @@ def test_save_killed_half_way_leaves_previous_checkpoint_loadable(tmp_path):
     script.write_text(INTERRUPTED_SAVE_SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "ckpt")], env=env, capture_output=True,
-        text=True, timeout=120,
-    )  # fmt: skip
+        [sys.executable, str(script), str(tmp_path / "ckpt")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 3, done.stderr
     leftovers = list((tmp_path / "ckpt").glob(".last.pt.*.effkit-tmp"))
     assert len(leftovers) == 1 and leftovers[0].stat().st_size > 0  # the half-written file
@@ -223,9 +234,16 @@ def test_round_trip_restores_every_component_and_rng(tmp_path):
     stopper.step(0.8)
     components = dict(optimizer=optimizer, scheduler=scheduler, scaler=scaler)
     save_checkpoint(
-        tmp_path / "c.pt", model, **components, early_stopping=stopper,
-        epoch=3, step=42, batch_in_epoch=5, metric=0.8, extra={"note": "hi"},
-    )  # fmt: skip
+        tmp_path / "c.pt",
+        model,
+        **components,
+        early_stopping=stopper,
+        epoch=3,
+        step=42,
+        batch_in_epoch=5,
+        metric=0.8,
+        extra={"note": "hi"},
+    )
     next_draws = (torch.rand(3), random.random(), np.random.rand())
 
     fresh = small_model(3)
@@ -238,9 +256,13 @@ def test_round_trip_restores_every_component_and_rng(tmp_path):
     fresh_stopper = EarlyStopping(patience=4)
     torch.manual_seed(999), random.seed(999), np.random.seed(999)
     progress = load_checkpoint(
-        tmp_path / "c.pt", fresh, optimizer=fresh_opt, scheduler=fresh_sched,
-        scaler=fresh_scaler, early_stopping=fresh_stopper,
-    )  # fmt: skip
+        tmp_path / "c.pt",
+        fresh,
+        optimizer=fresh_opt,
+        scheduler=fresh_sched,
+        scaler=fresh_scaler,
+        early_stopping=fresh_stopper,
+    )
     assert (progress.epoch, progress.step, progress.batch_in_epoch) == (3, 42, 5)
     assert progress.metric == pytest.approx(0.8) and progress.extra == {"note": "hi"}
     assert progress.path == str(tmp_path / "c.pt")

@@ -13,9 +13,11 @@ FEEDS = [{"x": np.full((1, 3), i, dtype=np.float32)} for i in range(5)]
 
 def fixed_cost_server(seen: list[int]):
     """Costs SERVICE_S per call whatever the batch size (a server with spare width), records sizes."""
+
     def serve(feed):
         seen.append(len(feed["x"]))
         time.sleep(SERVICE_S)
+
     return serve
 
 
@@ -46,19 +48,34 @@ def test_past_capacity_the_queue_shows_in_the_latency():
 
 def test_batching_serves_the_same_load_with_a_short_queue():
     sizes: list[int] = []
-    batched = open_loop(fixed_cost_server(sizes), FEEDS, rate=1000.0, count=200, max_batch=8, warmup=0, seed=1)
-    single = open_loop(fixed_cost_server([]), FEEDS, rate=1000.0, count=200, max_batch=1, warmup=0, seed=1)
-    assert sum(sizes[1:]) == 200 and max(sizes) <= 8  # every request once (the first call is the warm-up)
+    batched = open_loop(
+        fixed_cost_server(sizes), FEEDS, rate=1000.0, count=200, max_batch=8, warmup=0, seed=1
+    )
+    single = open_loop(
+        fixed_cost_server([]), FEEDS, rate=1000.0, count=200, max_batch=1, warmup=0, seed=1
+    )
+    assert (
+        sum(sizes[1:]) == 200 and max(sizes) <= 8
+    )  # every request once (the first call is the warm-up)
     assert batched.mean_batch > 1.5
     assert batched.percentiles()[1] * 4 < single.percentiles()[1]
 
 
 def test_a_batch_waits_for_more_requests_only_as_long_as_allowed():
     sizes: list[int] = []
-    result = open_loop(fixed_cost_server(sizes), FEEDS, rate=200.0, count=80, max_batch=4, max_wait_s=0.02,
-                       warmup=0)
+    result = open_loop(
+        fixed_cost_server(sizes),
+        FEEDS,
+        rate=200.0,
+        count=80,
+        max_batch=4,
+        max_wait_s=0.02,
+        warmup=0,
+    )
     assert result.mean_batch > 1.5  # at 200/s, 20 ms of patience gathers ~4
-    assert result.percentiles()[1] < 20 + 3 * SERVICE_S * 1e3 + 15  # wait bound + service + a busy core's slack
+    assert (
+        result.percentiles()[1] < 20 + 3 * SERVICE_S * 1e3 + 15
+    )  # wait bound + service + a busy core's slack
 
 
 def test_concat_and_bad_input():

@@ -68,16 +68,26 @@ def test_site_has_the_syllabus_and_every_lesson(site):
 
 @pytest.mark.slow
 def test_site_renders_index_and_a_lesson_with_its_plots(site, chromium):
-    index = open_in_chromium((site / "index.html").as_uri(), chromium, wait_for=["table"],
-                             collect=["table tbody tr", "h1"], screenshot=SHOTS / "site-index.png")
+    index = open_in_chromium(
+        (site / "index.html").as_uri(),
+        chromium,
+        wait_for=["table"],
+        collect=["table tbody tr", "h1"],
+        screenshot=SHOTS / "site-index.png",
+    )
     assert index.timed_out_on is None, f"index: {index.timed_out_on} never appeared"
     assert len(index.found["table tbody tr"]) == len(LESSONS), index.found["table tbody tr"]
     assert not index.page_errors, index.page_errors
 
     first = ready()[0]
-    page = open_in_chromium((site / "lessons" / f"{first.slug}.html").as_uri(), chromium,
-                            wait_for=["article h1", "article img"], collect=["article h1"],
-                            screenshot=SHOTS / "site-lesson1.png", evaluate=IMAGES)
+    page = open_in_chromium(
+        (site / "lessons" / f"{first.slug}.html").as_uri(),
+        chromium,
+        wait_for=["article h1", "article img"],
+        collect=["article h1"],
+        screenshot=SHOTS / "site-lesson1.png",
+        evaluate=IMAGES,
+    )
     assert page.timed_out_on is None, f"lesson: {page.timed_out_on} never appeared"
     assert first.title in " ".join(page.found["article h1"])
     plots = [img for img in page.evaluated if "/_images/" in img["src"]]

@@ -4,6 +4,7 @@ from effkit import syllabus
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
 def test_syllabus_has_thirteen_lessons_and_ready_ones_exist():
     assert [lesson.number for lesson in syllabus.LESSONS] == list(range(1, 14))
     assert len({lesson.slug for lesson in syllabus.LESSONS}) == 13

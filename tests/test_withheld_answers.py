@@ -16,39 +16,60 @@ from grader.sandbox.learner_view import REPO_ROOT
 from grader.scoring.checks import grade_cells
 
 CALLS_EFFKIT = {
-    "lesson10": ("diagnose", "test_diagnose", '''
+    "lesson10": (
+        "diagnose",
+        "test_diagnose",
+        """
 def diagnose(profile):
     from effkit.doctor import diagnose as doctor
     found = doctor(profile)
     return found[0].label if found else "none"
-'''),
-    "lesson9": ("distillation_loss", "test_loss_value", '''
+""",
+    ),
+    "lesson9": (
+        "distillation_loss",
+        "test_loss_value",
+        """
 def distillation_loss(student_logits, teacher_logits, labels, temperature, alpha):
     from effkit.distill import kd_loss
     return kd_loss(student_logits, teacher_logits, labels, temperature, alpha)
-'''),
-    "lesson7": ("bucket_batches", "test_coverage", '''
+""",
+    ),
+    "lesson7": (
+        "bucket_batches",
+        "test_coverage",
+        """
 def bucket_batches(lengths, batch_size=None, max_tokens=None, seed=0, epoch=0):
     from effkit import length_buckets
     return length_buckets.bucket_batches(lengths, batch_size=batch_size, max_tokens=max_tokens, seed=seed, epoch=epoch)
-'''),
-}  # fmt: skip
+""",
+    ),
+}
 
 
 def _cells(lesson: str, **replace: str) -> list[tuple[str, str]]:
     nb = read_notebook(REPO_ROOT / "solutions" / lesson / f"{lesson}.ipynb")
-    return [(c.grade_id, replace.get(c.grade_id, c.source)) for c in solution_sources(nb, solution_ids(nb))]
+    return [
+        (c.grade_id, replace.get(c.grade_id, c.source))
+        for c in solution_sources(nb, solution_ids(nb))
+    ]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not is_root(), reason="needs root: the worker's view of the repository is a mount namespace")
+@pytest.mark.skipif(
+    not is_root(), reason="needs root: the worker's view of the repository is a mount namespace"
+)
 @pytest.mark.parametrize("lesson", sorted(CALLS_EFFKIT))
-def test_a_submission_that_calls_effkits_answer_earns_nothing_and_the_reference_still_passes(lesson):
+def test_a_submission_that_calls_effkits_answer_earns_nothing_and_the_reference_still_passes(
+    lesson,
+):
     cell, check, source = CALLS_EFFKIT[lesson]
     a = assignments.get(lesson)
     verdicts, _ = grade_cells(a, _cells(lesson, **{cell: source}), only=[check], seed=7)
     assert not verdicts[check].passed, verdicts[check].lines
     # the cell's feedback names why (lesson 10 shows an exception's type only: the type says it)
-    assert re.search(r"reference answer.*write your own|raised ReferenceAnswerWithheld", verdicts[check].reason), verdicts
+    assert re.search(
+        r"reference answer.*write your own|raised ReferenceAnswerWithheld", verdicts[check].reason
+    ), verdicts
     verdicts, _ = grade_cells(a, _cells(lesson), only=[check], seed=7)
     assert verdicts[check].passed, verdicts[check].reason

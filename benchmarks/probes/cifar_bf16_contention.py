@@ -21,7 +21,9 @@ DATA = cifar.prepare_data("smoke", None)
 
 def chunks(precision: str, threads: int, n_chunks: int = 6, steps: int = 4) -> list[int]:
     torch.set_num_threads(threads)
-    trainer = cifar.build("optimized", "smoke", data_dir=DATA, device="cpu", seed=0, precision=precision)
+    trainer = cifar.build(
+        "optimized", "smoke", data_dir=DATA, device="cpu", seed=0, precision=precision
+    )
     out = []
     for _ in range(n_chunks):
         t0 = time.perf_counter()
@@ -33,4 +35,11 @@ def chunks(precision: str, threads: int, n_chunks: int = 6, steps: int = 4) -> l
 
 for _ in range(2):
     for precision, threads in (("bf16", 2), ("off", 2), ("bf16", 1), ("off", 1)):
-        print(precision, threads, "threads:", chunks(precision, threads), os.getloadavg()[0], flush=True)
+        print(
+            precision,
+            threads,
+            "threads:",
+            chunks(precision, threads),
+            os.getloadavg()[0],
+            flush=True,
+        )

@@ -70,7 +70,9 @@ class RunResult:
     mfu: float | None  # against the dense peak of the precision the run used (None off CUDA)
     eval_seconds: float = 0.0  # all evaluation passes of the run (TTA included)
     wall_seconds: float = 0.0  # train_seconds + eval_seconds: what the run cost
-    time_to_target_train_only_s: float | None = None  # evaluation excluded: flattering, for reference
+    time_to_target_train_only_s: float | None = (
+        None  # evaluation excluded: flattering, for reference
+    )
     history: list[dict] = field(default_factory=list)  # {seconds, step, accuracy}
     config: dict = field(default_factory=dict)
 
@@ -124,8 +126,9 @@ def train_to_target(
         acc = trainer.evaluate()
         sync(dev)
         eval_s += _clock() - t0
-        history.append({"seconds": elapsed + eval_s, "train_seconds": elapsed, "step": step,
-                        "accuracy": acc})
+        history.append(
+            {"seconds": elapsed + eval_s, "train_seconds": elapsed, "step": step, "accuracy": acc}
+        )
         bar.update(n)
         bar.set_postfix(acc=f"{acc:.3f}")
         if ttt is None and acc >= trainer.target:
@@ -164,5 +167,7 @@ def _peak(trainer: Trainer, dev: torch.device) -> float | None:
     policy = getattr(trainer, "policy", None)
     model = getattr(trainer, "model", None)
     convs = model is not None and any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
-    precision = run_precision(getattr(policy, "mode", "off"), dev.type, "conv" if convs else "matmul")
+    precision = run_precision(
+        getattr(policy, "mode", "off"), dev.type, "conv" if convs else "matmul"
+    )
     return peak_flops(device_name(dev), precision=precision, device_type=dev.type)

@@ -18,7 +18,9 @@ def get(assignment_id: str) -> Assignment:
         raise ValueError(f"unknown assignment {assignment_id!r}; the grader knows {known()}")
     assignment = importlib.import_module(f"{__name__}.{assignment_id}.checks").ASSIGNMENT
     if not isinstance(assignment, Assignment) or assignment.id != assignment_id:
-        raise TypeError(f"grader/assignments/{assignment_id}/ checks.py must define ASSIGNMENT = Assignment(id={assignment_id!r}, ...)")
+        raise TypeError(
+            f"grader/assignments/{assignment_id}/ checks.py must define ASSIGNMENT = Assignment(id={assignment_id!r}, ...)"
+        )
     return assignment
 
 
@@ -33,5 +35,7 @@ def for_notebook(stem: str) -> Assignment:
         a = get(aid)
         if a.notebook == stem:
             return a
-    raise ValueError(f"no assignment has a notebook called {stem!r}.ipynb; known: {known()} "
-                     "(pass --assignment if you renamed the file)")  # fmt: skip
+    raise ValueError(
+        f"no assignment has a notebook called {stem!r}.ipynb; known: {known()} "
+        "(pass --assignment if you renamed the file)"
+    )

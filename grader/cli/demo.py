@@ -30,7 +30,7 @@ def clip(text: str, width: int = NOTE_WIDTH) -> str:
     text = " ".join(text.split())
     if len(text) <= width:
         return text
-    cut = text[:width - 1]
+    cut = text[: width - 1]
     if " " in cut and text[width - 1] != " ":
         cut = cut.rsplit(" ", 1)[0]
     return cut.rstrip(" ,;:") + "…"
@@ -60,16 +60,27 @@ def grade_one(assignment_id: str, kind: str, notebook: Path, out: Path) -> dict:
         rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT).returncode
     name = f"{assignment_id} {kind}"
     if rc != 0 or not report_path.is_file():
-        return {"name": name, "score": 0.0, "max_score": 0.0,
-                "note": f"grading could not run (exit {rc}); see {log}"}
+        return {
+            "name": name,
+            "score": 0.0,
+            "max_score": 0.0,
+            "note": f"grading could not run (exit {rc}); see {log}",
+        }
     report = json.loads(report_path.read_text())
-    return {"name": name, "score": report["total"], "max_score": report["max_total"],
-            "note": _note(report), "report": str(report_path)}
+    return {
+        "name": name,
+        "score": report["total"],
+        "max_score": report["max_total"],
+        "note": _note(report),
+        "report": str(report_path),
+    }
 
 
 def lesson_order(assignment_id: str) -> tuple:
     """Sort key that puts lesson2 before lesson10 (digit runs compare as numbers)."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", assignment_id))
+    return tuple(
+        int(part) if part.isdigit() else part for part in re.split(r"(\d+)", assignment_id)
+    )
 
 
 def grading_jobs() -> list[tuple[str, str, Path]]:
@@ -77,8 +88,10 @@ def grading_jobs() -> list[tuple[str, str, Path]]:
     jobs = []
     for aid in sorted(assignments.known(), key=lesson_order):
         a = assignments.get(aid)
-        for kind, path in (("reference", course.source_notebook(aid, a.notebook)),
-                           ("untouched", course.release_notebook(aid, a.notebook))):
+        for kind, path in (
+            ("reference", course.source_notebook(aid, a.notebook)),
+            ("untouched", course.release_notebook(aid, a.notebook)),
+        ):
             if path.is_file():
                 jobs.append((aid, kind, path))
     return jobs
@@ -97,7 +110,10 @@ def progress_line(done: int, total: int, elapsed_s: float, name: str) -> str:
 def grade_all(out: Path) -> list[dict]:
     """Check the reference solution and the untouched student version of every assignment."""
     jobs = grading_jobs()
-    print(f"\nautograding {len(jobs)} notebooks, each in a fresh process (most of the demo's time)", flush=True)
+    print(
+        f"\nautograding {len(jobs)} notebooks, each in a fresh process (most of the demo's time)",
+        flush=True,
+    )
     rows, start = [], time.monotonic()
     for k, (aid, kind, path) in enumerate(jobs):
         print(progress_line(k, len(jobs), time.monotonic() - start, f"{aid} {kind}"), flush=True)
@@ -111,8 +127,10 @@ def choose_profiles(data: str | None, cifar_data: str | None) -> dict[str, tuple
 
     if torch.cuda.is_available():
         return {"bert": ("gpu", data), "cifar": ("gpu", cifar_data)}
-    return {"bert": ("cpu" if data else "smoke", data),
-            "cifar": ("cpu" if cifar_data else "smoke", cifar_data)}
+    return {
+        "bert": ("cpu" if data else "smoke", data),
+        "cifar": ("cpu" if cifar_data else "smoke", cifar_data),
+    }
 
 
 def _x(v) -> str:
@@ -131,44 +149,63 @@ def smoke_caveat(results: dict[str, dict]) -> list[str]:
         return []
     rows = [f"{wl} {_eval_rows(results[wl])}" for wl in smoke if _eval_rows(results[wl])]
     held_out = f" ({', '.join(rows)} held-out rows)" if rows else ""
-    return [f"smoke profile ({', '.join(smoke)}): a tiny benchmark on synthetic data{held_out}, not a grading: "
-            "its Δacc moves by a few pp from run to run; the ±0.5 pp accuracy gate applies to gradings "
-            "(grader/README.md)"]
+    return [
+        f"smoke profile ({', '.join(smoke)}): a tiny benchmark on synthetic data{held_out}, not a grading: "
+        "its Δacc moves by a few pp from run to run; the ±0.5 pp accuracy gate applies to gradings "
+        "(grader/README.md)"
+    ]
 
 
 def summary(results: dict[str, dict], grades: list[dict]) -> str:
     """One table: each workload's headline first, the other figures beside it, then the grades."""
     devices = sorted({r["device"] for r in results.values()})
-    lines = ["", "=" * 96, "effkit demo — every figure measured on this machine in this run",
-             f"device: {', '.join(devices)}", "=" * 96,
-             f"{'workload':<14}{'HEADLINE':>10}  {'(what)':<34}{'samples/s':>10}{'interval':>13}"
-             f"{'cover':>7}{'t→target':>9}{'Δacc pp':>9}"]
+    lines = [
+        "",
+        "=" * 96,
+        "effkit demo — every figure measured on this machine in this run",
+        f"device: {', '.join(devices)}",
+        "=" * 96,
+        f"{'workload':<14}{'HEADLINE':>10}  {'(what)':<34}{'samples/s':>10}{'interval':>13}"
+        f"{'cover':>7}{'t→target':>9}{'Δacc pp':>9}",
+    ]
     for wl, r in results.items():
         head = r.get("headline") or bench.headline(r)
         lo, hi = r["speedup_ci"]
         cov = r.get("speedup_ci_coverage")
-        what = "time-to-target, evals counted" if head["metric"] != "speedup" else "samples/s, same model"
+        what = (
+            "time-to-target, evals counted"
+            if head["metric"] != "speedup"
+            else "samples/s, same model"
+        )
         lines.append(
             f"{wl + '/' + r['profile']:<14}{_x(head['value']):>10}  {what:<34}"
             f"{_x(r['speedup']):>10}{f'{lo:.2f}-{hi:.2f}':>13}"
             f"{(f'{100 * cov:.0f}%' if cov else '—'):>7}{_x(r.get('time_to_target_speedup')):>9}"
-            f"{r['accuracy_delta_pp']:>+9.2f}")
-    lines.append("interval: order-statistic interval of the median per-pair ratio; cover: its real "
-                 "coverage")
+            f"{r['accuracy_delta_pp']:>+9.2f}"
+        )
+    lines.append(
+        "interval: order-statistic interval of the median per-pair ratio; cover: its real coverage"
+    )
     lines += smoke_caveat(results)
     for wl, r in results.items():  # what each column counts, and where the whole runs disagree
         lines += [f"{wl}: {line}" for line in bench.counted(r)[1:]]
-    lines.append("samples/s: interleaved A/B bursts after warm-up; t→target: the two whole runs from scratch, "
-                 "one after the other, every evaluation counted (a change in load between them lands there alone)")
+    lines.append(
+        "samples/s: interleaved A/B bursts after warm-up; t→target: the two whole runs from scratch, "
+        "one after the other, every evaluation counted (a change in load between them lands there alone)"
+    )
     if grades:
         lines += ["", f"{'exercise':<22}{'points':>12}  notes"]
         for g in grades:
-            lines.append(f"{g['name']:<22}{g['score']:>6.1f} / {g['max_score']:<4.0f}  {g.get('note', '')}")
+            lines.append(
+                f"{g['name']:<22}{g['score']:>6.1f} / {g['max_score']:<4.0f}  {g.get('note', '')}"
+            )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m grader.cli.demo", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m grader.cli.demo", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--data", default=None, help="GLUE SST-2 folder: BERT runs the cpu profile")
     p.add_argument("--cifar-data", default=None, help="folder holding cifar-10-batches-py/")
     p.add_argument("--out", default="runs/demo", type=Path)
@@ -186,7 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     text = summary(results, grades)
     print(text)
     (args.out / "summary.txt").write_text(text + "\n")
-    (args.out / "summary.json").write_text(json.dumps({"bench": results, "grades": grades}, indent=2))
+    (args.out / "summary.json").write_text(
+        json.dumps({"bench": results, "grades": grades}, indent=2)
+    )
     print(f"\nplots and JSON: {args.out}/ (throughput.png, accuracy_vs_time.png per workload)")
     return 0
 

@@ -32,12 +32,19 @@ def perf(args) -> int:
     if a.performance_cell is None:
         print(f"grader perf: {a.id} has no timed grading; use `python -m grader check`")
         return 2
-    perf_cell = next(c for c in sub.notebook.cells if nbgrader_meta(c).get("grade_id") == a.performance_cell)
+    perf_cell = next(
+        c for c in sub.notebook.cells if nbgrader_meta(c).get("grade_id") == a.performance_cell
+    )
     cells = [(c.grade_id, c.source) for c in solution_sources(sub.notebook, sub.allowed)]
     try:
         with quiet():
-            result = grade(a, cells, float(nbgrader_meta(perf_cell).get("points", 0)),
-                           device=args.device, spec_name=args.spec)  # fmt: skip
+            result = grade(
+                a,
+                cells,
+                float(nbgrader_meta(perf_cell).get("points", 0)),
+                device=args.device,
+                spec_name=args.spec,
+            )
     except GradingError as err:
         print(f"grader perf: the grader could not run: {err}")
         return 2
@@ -75,14 +82,21 @@ def budget(args) -> int:
 def stress(args) -> int:
     try:
         summary = tools.stress(args.assignment, args.times, args.busy, args.spec, args.json)
-    except KeyboardInterrupt as stop:  # SIGINT or SIGTERM: the JSON already holds every finished grading
-        print(f"stress stopped ({stop or 'interrupted'})" + (f"; finished gradings are in {args.json}" if args.json else ""))
+    except (
+        KeyboardInterrupt
+    ) as stop:  # SIGINT or SIGTERM: the JSON already holds every finished grading
+        print(
+            f"stress stopped ({stop or 'interrupted'})"
+            + (f"; finished gradings are in {args.json}" if args.json else "")
+        )
         return 130
     return 0 if summary["same_verdict"] else 1
 
 
 COMMANDS = {
-    "check": lambda a: check(a.notebook, assignment_id=a.assignment, json_out=a.json, spec_name=a.spec, device=a.device),
+    "check": lambda a: check(
+        a.notebook, assignment_id=a.assignment, json_out=a.json, spec_name=a.spec, device=a.device
+    ),
     "perf": perf,
     "autograde": lambda a: autograde(a.assignment, spec=a.spec),
     "generate": lambda a: generate(a.assignments, check=a.check),
@@ -97,8 +111,10 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m grader", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
-    for name, help_ in (("check", "run every check of a notebook, as autograding does"),
-                        ("perf", "only the performance grading of a notebook's solution cells")):  # fmt: skip
+    for name, help_ in (
+        ("check", "run every check of a notebook, as autograding does"),
+        ("perf", "only the performance grading of a notebook's solution cells"),
+    ):
         s = sub.add_parser(name, help=help_)
         s.add_argument("notebook")
         s.add_argument("--assignment", help="assignment id (default: from the notebook's name)")
@@ -110,22 +126,32 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--spec")
     s = sub.add_parser("generate", help="render solutions/<id>/<id>.py, then exercises/ (nbgrader)")
     s.add_argument("assignments", nargs="*", help="default: every folder in solutions/")
-    s.add_argument("--check", action="store_true", help="only report solution notebooks stale against their .py")
+    s.add_argument(
+        "--check",
+        action="store_true",
+        help="only report solution notebooks stale against their .py",
+    )
     s = sub.add_parser("gate-sim", help="Monte Carlo error rates of the accuracy gate")
     s.add_argument("--calibration", default="lesson2-smoke-cpu")
     s.add_argument("--repeats", type=int)
     s.add_argument("--trials", type=int, default=200_000)
     s.add_argument("--drop", type=float, default=1.5)
-    s = sub.add_parser("calibrate", help="measure the paired accuracy noise with the reference solution")
+    s = sub.add_parser(
+        "calibrate", help="measure the paired accuracy noise with the reference solution"
+    )
     s.add_argument("--assignment", default="lesson2")
     s.add_argument("--spec")
     s.add_argument("--pairs", type=int, default=12)
     s.add_argument("--chunk", type=int, default=4)
     s.add_argument("--no-save", action="store_true")
     s.add_argument("--json")
-    s = sub.add_parser("calibrate-gradings", help="set the accuracy gate from stress gradings' paired means")
+    s = sub.add_parser(
+        "calibrate-gradings", help="set the accuracy gate from stress gradings' paired means"
+    )
     s.add_argument("calibration", help="e.g. lesson2-smoke-cpu")
-    s.add_argument("reports", nargs="+", help="JSON reports of `stress` on the calibration's device")
+    s.add_argument(
+        "reports", nargs="+", help="JSON reports of `stress` on the calibration's device"
+    )
     s.add_argument("--no-save", action="store_true")
     s = sub.add_parser("budget", help="grading cost vs the learner's own two smoke runs")
     s.add_argument("--assignment", default="lesson2")

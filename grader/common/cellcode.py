@@ -6,7 +6,9 @@ keeping line numbers, so tracebacks still point at the learner's line.
 
 from __future__ import annotations
 
-QUIZ_CELL = "quiz"  # grade id of the solution cell holding QUIZ_ANSWERS (never sent to a timed worker)
+QUIZ_CELL = (
+    "quiz"  # grade id of the solution cell holding QUIZ_ANSWERS (never sent to a timed worker)
+)
 
 
 def to_python(source: str) -> tuple[str, list[str]]:

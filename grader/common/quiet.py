@@ -73,6 +73,8 @@ def _replay(captured: Captured) -> None:
     lines += [f"warning: {w}" for w in captured.warnings]
     text = "\n".join(PREFIX + ln for ln in lines)
     if len(text) > MAX_REPLAY_CHARS:
-        text = text[:MAX_REPLAY_CHARS] + f"\n{PREFIX}... ({len(text) - MAX_REPLAY_CHARS} more chars)"
+        text = (
+            text[:MAX_REPLAY_CHARS] + f"\n{PREFIX}... ({len(text) - MAX_REPLAY_CHARS} more chars)"
+        )
     if text:
         print(text, flush=True)

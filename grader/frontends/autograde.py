@@ -31,15 +31,25 @@ def nbgrader_env(spec: str | None = None) -> dict:
 
 def nbgrader(*args: str, spec: str | None = None) -> subprocess.CompletedProcess:
     """Run ``nbgrader ARGS`` with this repository's nbgrader_config.py and the course root."""
-    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=REPO_ROOT,
-                          env=nbgrader_env(spec), text=True, capture_output=True)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "nbgrader", *args],
+        cwd=REPO_ROOT,
+        env=nbgrader_env(spec),
+        text=True,
+        capture_output=True,
+    )
 
 
 def nbgrader_streaming(*args: str, spec: str | None = None) -> int:
     """Like `nbgrader` but prints nbgrader's log and the grader's progress as they come."""
-    proc = subprocess.Popen([sys.executable, "-m", "nbgrader", *args], cwd=REPO_ROOT,
-                            env=nbgrader_env(spec), text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nbgrader", *args],
+        cwd=REPO_ROOT,
+        env=nbgrader_env(spec),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     for line in proc.stdout:
         if "SAWarning" not in line and "for notebook in submission" not in line:  # nbgrader noise
             print(line, end="", flush=True)
@@ -59,7 +69,9 @@ def generate(assignment_ids: list[str], check: bool = False) -> int:
     for aid in sources.build(assignment_ids or None):
         print(f"rendered {course.SOURCE_DIR}/{aid}/{aid}.ipynb from its .py source")
     source = course.course_root() / course.SOURCE_DIR
-    ids = assignment_ids or sorted(p.name for p in source.iterdir() if (p / f"{p.name}.ipynb").is_file())
+    ids = assignment_ids or sorted(
+        p.name for p in source.iterdir() if (p / f"{p.name}.ipynb").is_file()
+    )
     for aid in ids:
         done = nbgrader("generate_assignment", aid, "--force")
         if done.returncode != 0:
@@ -98,14 +110,26 @@ def cohort(assignment_id: str, students: list[str]) -> list[dict]:
                 row["total"], row["max_total"] = sub.score, sub.max_score
             except MissingEntry:
                 pass
-            path = course.course_dir() / "autograded" / student / assignment_id / f"{a.notebook}.grader.json"
+            path = (
+                course.course_dir()
+                / "autograded"
+                / student
+                / assignment_id
+                / f"{a.notebook}.grader.json"
+            )
             if path.is_file():
                 r = json.loads(path.read_text())
-                row.update(speedup=r.get("speedup"), points=r.get("points"), device=r.get("device"),
-                           acc_diff_pp=(r.get("gate") or {}).get("mean_diff_pp"),
-                           gate=(r.get("gate") or {}).get("passed"), target=r["target"]["target"],
-                           threshold=(r.get("gate") or {}).get("threshold_pp"),
-                           floor=r["target"]["floor"], problems=r.get("problems", []))  # fmt: skip
+                row.update(
+                    speedup=r.get("speedup"),
+                    points=r.get("points"),
+                    device=r.get("device"),
+                    acc_diff_pp=(r.get("gate") or {}).get("mean_diff_pp"),
+                    gate=(r.get("gate") or {}).get("passed"),
+                    target=r["target"]["target"],
+                    threshold=(r.get("gate") or {}).get("threshold_pp"),
+                    floor=r["target"]["floor"],
+                    problems=r.get("problems", []),
+                )
             rows.append(row)
     return rows
 
@@ -119,13 +143,17 @@ def _fmt(value, spec: str) -> str:
 
 def print_table(assignment_id: str, rows: list[dict], bad: dict[str, str]) -> None:
     print(f"\n{assignment_id}: {len(rows)} graded, {len(bad)} not gradable")
-    print(f"{'student':16s} {'speedup':>8s} {'acc diff':>9s} {'gate':>5s} {'perf':>6s} {'total':>12s}  note")
+    print(
+        f"{'student':16s} {'speedup':>8s} {'acc diff':>9s} {'gate':>5s} {'perf':>6s} {'total':>12s}  note"
+    )
     for r in rows:
         gate = {True: "pass", False: "FAIL"}.get(r.get("gate"), "-")
         note = (r.get("problems") or [""])[0][:70]
-        print(f"{r['student']:16s} {_fmt(r.get('speedup'), '8.2f')} {_fmt(r.get('acc_diff_pp'), '+9.2f')} "
-              f"{gate:>5s} {_fmt(r.get('points'), '6.2f')} {_fmt(r['total'], '5.2f')} / "
-              f"{_fmt(r['max_total'], '<5g')}  {note}")  # fmt: skip
+        print(
+            f"{r['student']:16s} {_fmt(r.get('speedup'), '8.2f')} {_fmt(r.get('acc_diff_pp'), '+9.2f')} "
+            f"{gate:>5s} {_fmt(r.get('points'), '6.2f')} {_fmt(r['total'], '5.2f')} / "
+            f"{_fmt(r['max_total'], '<5g')}  {note}"
+        )
     for student, why in bad.items():
         print(f"{student:16s} not graded: {why}")
 
@@ -136,19 +164,32 @@ def plot(assignment_id: str, rows: list[dict], path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    measured = [r for r in rows if r.get("speedup") is not None and r.get("acc_diff_pp") is not None]
+    measured = [
+        r for r in rows if r.get("speedup") is not None and r.get("acc_diff_pp") is not None
+    ]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     for r in measured:
         ax1.scatter(r["speedup"], r["acc_diff_pp"], color="tab:green" if r["gate"] else "tab:red")
-        ax1.annotate(r["student"], (r["speedup"], r["acc_diff_pp"]), fontsize=8, xytext=(3, 3),
-                     textcoords="offset points")  # fmt: skip
+        ax1.annotate(
+            r["student"],
+            (r["speedup"], r["acc_diff_pp"]),
+            fontsize=8,
+            xytext=(3, 3),
+            textcoords="offset points",
+        )
     if measured:
         ax1.axvline(measured[0]["target"], ls="--", color="gray", label="target")
         ax1.axvline(measured[0]["floor"], ls=":", color="gray", label="floor")
     ax1.axhline(-0.5, ls=":", color="tab:red", lw=0.8, label="-0.5 pp tolerance")
     if measured and measured[0].get("threshold") is not None:
-        ax1.axhline(measured[0]["threshold"], ls="--", color="tab:red", lw=0.8, label="gate threshold")
-    ax1.set(xlabel="speedup vs baseline (x)", ylabel="accuracy - baseline (pp)", title="speed and accuracy")
+        ax1.axhline(
+            measured[0]["threshold"], ls="--", color="tab:red", lw=0.8, label="gate threshold"
+        )
+    ax1.set(
+        xlabel="speedup vs baseline (x)",
+        ylabel="accuracy - baseline (pp)",
+        title="speed and accuracy",
+    )
     ax1.legend(fontsize=8)
     names = [r["student"] for r in rows]
     ax2.bar(names, [r["total"] or 0 for r in rows], color="tab:blue")
@@ -171,7 +212,9 @@ def autograde(assignment_id: str, *, spec: str | None = None, force: bool = True
         return 2
     good, bad = screen_submissions(assignment_id)
     if not good and not bad:
-        print(f"grader autograde: no submissions in {course.course_dir() / 'submitted'}/*/{assignment_id}/")
+        print(
+            f"grader autograde: no submissions in {course.course_dir() / 'submitted'}/*/{assignment_id}/"
+        )
         return 2
     for student, why in bad.items():
         print(f"[{student}] excluded, gradebook untouched: {why}")

@@ -14,14 +14,23 @@ from grader.frontends.notebook import NotebookError
 from grader.scoring.perf import GradingError
 
 
-def check(path: str | Path, *, assignment_id: str | None = None, json_out: str | None = None,
-          spec_name: str | None = None, device: str | None = None) -> int:  # fmt: skip
+def check(
+    path: str | Path,
+    *,
+    assignment_id: str | None = None,
+    json_out: str | None = None,
+    spec_name: str | None = None,
+    device: str | None = None,
+) -> int:
     try:
         sub = pipeline.load(path, assignment_id)
     except (NotebookError, ValueError) as err:
         print(f"grader check: {err}")
         return 2
-    print(f"grader check: {sub.path} (assignment {sub.assignment.id}); grading out of the kernel ...", flush=True)
+    print(
+        f"grader check: {sub.path} (assignment {sub.assignment.id}); grading out of the kernel ...",
+        flush=True,
+    )
     try:
         report = pipeline.grade(sub, spec_name, device)
     except GradingError as err:

@@ -65,7 +65,9 @@ class GradeCells(NbGraderPreprocessor):
             report = fill_graded_cells(nb, a, allowed)
         folder = Path(resources.get("metadata", {}).get("path") or ".")
         whose = {"student": info.get("student"), "notebook": info.get("notebook")}
-        (folder / f"{info['notebook']}.cells.json").write_text(json.dumps(report.to_dict() | whose, indent=1))
+        (folder / f"{info['notebook']}.cells.json").write_text(
+            json.dumps(report.to_dict() | whose, indent=1)
+        )
         resources["effkit_cell_report"] = (whose, report)  # GradePerformance's speed gate reuses it
         return nb, resources
 
@@ -74,7 +76,8 @@ class GradePerformance(NbGraderPreprocessor):
     """Replace the performance cell's outputs with the grader's measurement (see module doc)."""
 
     spec = Unicode(
-        "", help="Grading spec name (default: by device; see the assignment's specs in grader/assignments/<id>/checks.py)."
+        "",
+        help="Grading spec name (default: by device; see the assignment's specs in grader/assignments/<id>/checks.py).",
     ).tag(config=True)
 
     def preprocess(self, nb, resources):
@@ -97,9 +100,14 @@ class GradePerformance(NbGraderPreprocessor):
         self.log.info("Grading performance of %s/%s", info.get("student"), info.get("notebook"))
         whose, report = resources.get("effkit_cell_report") or ({}, None)
         known = None  # another notebook's verdicts (or none): the gate runs its own checks
-        if report is not None and whose == {"student": info.get("student"), "notebook": info.get("notebook")}:
+        if report is not None and whose == {
+            "student": info.get("student"),
+            "notebook": info.get("notebook"),
+        }:
             known = report.gate_verdicts()
-        result = fill_performance_cell(nb, assignment, allowed, self.spec or None, gate_verdicts=known)
+        result = fill_performance_cell(
+            nb, assignment, allowed, self.spec or None, gate_verdicts=known
+        )
         if result is not None:
             folder = Path(resources.get("metadata", {}).get("path") or ".")
             report = dict(result.report, student=info.get("student"), notebook=info.get("notebook"))

@@ -32,7 +32,9 @@ def read_notebook(path: str | Path) -> nbformat.NotebookNode:
         raise NotebookError(f"notebook {path} does not exist (check the path)")
     raw = path.read_bytes()
     if not raw.strip():
-        raise NotebookError(f"notebook {path} is empty: restore it from a checkpoint or re-fetch it")
+        raise NotebookError(
+            f"notebook {path} is empty: restore it from a checkpoint or re-fetch it"
+        )
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:

@@ -54,10 +54,16 @@ class CellsReport:
         return {g: {"passed": v.passed, "reason": v.reason} for g, v in self.cells.items()}
 
     def to_dict(self) -> dict:
-        return {"flags": self.flags, "unavailable": self.unavailable, "worker_uid": self.worker_uid,
-                "cell_errors": self.cell_errors,
-                "cells": {g: {"passed": v.passed, "reason": v.reason, "lines": v.lines}
-                          for g, v in self.cells.items()}}  # fmt: skip
+        return {
+            "flags": self.flags,
+            "unavailable": self.unavailable,
+            "worker_uid": self.worker_uid,
+            "cell_errors": self.cell_errors,
+            "cells": {
+                g: {"passed": v.passed, "reason": v.reason, "lines": v.lines}
+                for g, v in self.cells.items()
+            },
+        }
 
 
 def fill_graded_cells(nb, assignment, allowed_ids) -> CellsReport | None:
@@ -81,8 +87,13 @@ def fill_graded_cells(nb, assignment, allowed_ids) -> CellsReport | None:
         )
         cell.outputs = cell_outputs(v, float(meta.get("points", 0)), report)
         cell.execution_count = None
-    return CellsReport(verdicts, report["flags"], report["unavailable"], report["worker_uid"],
-                       report["cell_errors"])
+    return CellsReport(
+        verdicts,
+        report["flags"],
+        report["unavailable"],
+        report["worker_uid"],
+        report["cell_errors"],
+    )
 
 
 # The performance cell: filled here (not in the nbgrader plugin) so that `python -m grader check`
@@ -95,7 +106,7 @@ def perf_outputs(result: PerfResult, execution_count: int | None) -> list:
             "execute_result",
             data={"text/plain": repr(float(result.points))},
             execution_count=execution_count,
-        ),  # fmt: skip
+        ),
     ]
 
 
@@ -107,8 +118,14 @@ def error_output(message: str) -> list:
     ]
 
 
-def fill_performance_cell(nb, assignment, allowed_ids, spec_name: str | None = None,
-                          device: str | None = None, gate_verdicts: dict | None = None) -> PerfResult | None:  # fmt: skip
+def fill_performance_cell(
+    nb,
+    assignment,
+    allowed_ids,
+    spec_name: str | None = None,
+    device: str | None = None,
+    gate_verdicts: dict | None = None,
+) -> PerfResult | None:
     """Grade ``nb``'s solution cells and write the result into its performance cell."""
     if assignment.performance_cell is None:
         return None  # graded by the notebook's own test cells only
@@ -122,8 +139,14 @@ def fill_performance_cell(nb, assignment, allowed_ids, spec_name: str | None = N
     max_points = float(nbgrader_meta(cell).get("points", 0))
     try:
         with quiet():
-            result = grade(assignment, cells, max_points, device=device, spec_name=spec_name,
-                           gate_verdicts=gate_verdicts)
+            result = grade(
+                assignment,
+                cells,
+                max_points,
+                device=device,
+                spec_name=spec_name,
+                gate_verdicts=gate_verdicts,
+            )
     except GradingError as err:
         cell.outputs = error_output(str(err))
         return None

@@ -26,7 +26,9 @@ class Submission:
     path: Path
     assignment: Assignment
     notebook: object  # nbformat.NotebookNode
-    allowed: list[str]  # grade_ids of the source's solution cells: nothing else is the learner's code
+    allowed: list[
+        str
+    ]  # grade_ids of the source's solution cells: nothing else is the learner's code
     notes: list[str] = field(default_factory=list)
 
 
@@ -55,10 +57,16 @@ class Report:
 
     def to_json(self) -> dict:
         sub = self.submission
-        return {"notebook": str(sub.path), "assignment": sub.assignment.id,
-                "cells": [vars(s) for s in self.scores], "total": self.total, "max_total": self.max_total,
-                "notes": sub.notes, "performance": self.performance.report if self.performance else None,
-                "out_of_kernel": self.cells.to_dict() if self.cells else None}  # fmt: skip
+        return {
+            "notebook": str(sub.path),
+            "assignment": sub.assignment.id,
+            "cells": [vars(s) for s in self.scores],
+            "total": self.total,
+            "max_total": self.max_total,
+            "notes": sub.notes,
+            "performance": self.performance.report if self.performance else None,
+            "out_of_kernel": self.cells.to_dict() if self.cells else None,
+        }
 
 
 def load(path: str | Path, assignment_id: str | None = None) -> Submission:
@@ -67,7 +75,9 @@ def load(path: str | Path, assignment_id: str | None = None) -> Submission:
     learner = read_notebook(path)
     a = assignments.get(assignment_id) if assignment_id else assignments.for_notebook(path.stem)
     if not a.kernel_free:
-        raise ValueError(f"assignment {a.id} declares no cell checks: the grader grades only out of the kernel")
+        raise ValueError(
+            f"assignment {a.id} declares no cell checks: the grader grades only out of the kernel"
+        )
     notes = []
     src_path = course.source_notebook(a.id, a.notebook)
     if not src_path.is_file():
@@ -82,8 +92,14 @@ def grade(sub: Submission, spec_name: str | None = None, device: str | None = No
     """Every graded cell, then the timed one (whose correctness gate reuses the verdicts just
     computed). Raises GradingError when the grader itself could not run."""
     cells = fill_graded_cells(sub.notebook, sub.assignment, sub.allowed)
-    perf = fill_performance_cell(sub.notebook, sub.assignment, sub.allowed, spec_name, device,
-                                 cells.gate_verdicts() if cells else None)  # fmt: skip
+    perf = fill_performance_cell(
+        sub.notebook,
+        sub.assignment,
+        sub.allowed,
+        spec_name,
+        device,
+        cells.gate_verdicts() if cells else None,
+    )
     return Report(sub, scores(sub.notebook), cells, perf)
 
 
@@ -96,8 +112,14 @@ def scores(nb) -> list[Score]:
             continue
         got, out_of = determine_grade(cell)
         error = next((o for o in cell.get("outputs", []) if o.output_type == "error"), None)
-        rows.append(Score(nbgrader_meta(cell)["grade_id"], got, out_of,
-                          f"{error.ename}: {error.evalue}" if error else None))
+        rows.append(
+            Score(
+                nbgrader_meta(cell)["grade_id"],
+                got,
+                out_of,
+                f"{error.ename}: {error.evalue}" if error else None,
+            )
+        )
     return rows
 
 
@@ -105,7 +127,10 @@ def render(report: Report) -> str:
     """The terminal's view: points per cell, notes, each check's lines, flags, the timed feedback."""
     out = [f"\n{'cell':24s} {'points':>12s}"]
     for s in report.scores:
-        out.append(f"{s.grade_id:24s} {s.points or 0:5.2f} / {s.max_points:<5g}" + (f"  {s.error[:200]}" if s.error else ""))
+        out.append(
+            f"{s.grade_id:24s} {s.points or 0:5.2f} / {s.max_points:<5g}"
+            + (f"  {s.error[:200]}" if s.error else "")
+        )
     out.append(f"{'total':24s} {report.total:5.2f} / {report.max_total:<5g}")
     out += [f"note: {note}" for note in report.submission.notes]
     if report.cells is not None:

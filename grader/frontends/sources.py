@@ -46,8 +46,11 @@ def assignments_with_sources() -> list[str]:
 def stale(assignment_ids: list[str] | None = None) -> list[str]:
     """Assignments whose committed .ipynb is not what their source renders to."""
     ids = assignment_ids or assignments_with_sources()
-    return [a for a in ids if not notebook_path(a).is_file()
-            or notebook_path(a).read_text() != render(a)]
+    return [
+        a
+        for a in ids
+        if not notebook_path(a).is_file() or notebook_path(a).read_text() != render(a)
+    ]
 
 
 def build(assignment_ids: list[str] | None = None) -> list[str]:

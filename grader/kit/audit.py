@@ -87,10 +87,14 @@ class EpochAudit:
             self.problem(f"{where}: expected y.dtype int64, got {y.dtype}")
             ok = False
         if x.dim() != 4 or tuple(x.shape[1:]) != (3, 32, 32) or y.shape != (x.shape[0],):
-            self.problem(f"{where}: expected x B x 3 x 32 x 32 and y B, got {tuple(x.shape)} and {tuple(y.shape)}")
+            self.problem(
+                f"{where}: expected x B x 3 x 32 x 32 and y B, got {tuple(x.shape)} and {tuple(y.shape)}"
+            )
             ok = False
         if x.device.type != device.type or y.device.type != device.type:
-            self.problem(f"{where}: expected tensors on {device.type}, got {x.device} and {y.device}")
+            self.problem(
+                f"{where}: expected tensors on {device.type}, got {x.device} and {y.device}"
+            )
             ok = False
         if ok and b == 0 and not bool(torch.isfinite(x).all()):
             self.nonfinite_at = self.nonfinite_at or where
@@ -107,10 +111,14 @@ class EpochAudit:
                 if extra > 2 * max(1, self.batches_per_epoch):
                     break
             if extra:
-                self.problem(f"epoch {len(self.epochs)} yielded {extra} more batch(es) than len() says")
+                self.problem(
+                    f"epoch {len(self.epochs)} yielded {extra} more batch(es) than len() says"
+                )
         if len(self.epochs) != expected_epochs:
-            self.problem(f"the pipeline was iterated for {len(self.epochs)} epoch(s); the grader's "
-                         f"schedule needs exactly {expected_epochs} (was training skipped?)")
+            self.problem(
+                f"the pipeline was iterated for {len(self.epochs)} epoch(s); the grader's "
+                f"schedule needs exactly {expected_epochs} (was training skipped?)"
+            )
         for rec in self.epochs:
             k, n = rec["epoch"], rec["samples"]
             if not rec["complete"]:
@@ -133,5 +141,9 @@ class EpochAudit:
         return "Check the normalisation (mean/std, /255) of your batches."
 
     def report(self) -> dict:
-        return {"epochs": len(self.epochs), "samples_per_epoch": [e["samples"] for e in self.epochs],
-                "expected_samples": self.n_samples, "problems": list(self.problems)}  # fmt: skip
+        return {
+            "epochs": len(self.epochs),
+            "samples_per_epoch": [e["samples"] for e in self.epochs],
+            "expected_samples": self.n_samples,
+            "problems": list(self.problems),
+        }

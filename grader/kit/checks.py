@@ -12,7 +12,20 @@ from grader.scoring.quiz import quiz_check
 from grader.timed.protocol import GradingSpec
 
 __all__ = [
-    "Assignment", "CallResult", "ChannelError", "CheckFailed", "Context", "GradingSpec",
-    "ProbeSession", "Relay", "StateFolder", "default_device", "expect", "quiet", "quiz_check",
-    "stub_reason", "tensor_from", "tensor_msg",
-]  # fmt: skip
+    "Assignment",
+    "CallResult",
+    "ChannelError",
+    "CheckFailed",
+    "Context",
+    "GradingSpec",
+    "ProbeSession",
+    "Relay",
+    "StateFolder",
+    "default_device",
+    "expect",
+    "quiet",
+    "quiz_check",
+    "stub_reason",
+    "tensor_from",
+    "tensor_msg",
+]

@@ -37,8 +37,11 @@ def grader_images(n: int, seed: int, difficulty: str = "easy") -> tuple[np.ndarr
     cy, cx = rng.uniform(12, 20, (2, n, 1, 1))
     size = rng.uniform(8, 12, (n, 1, 1))
     radius = np.hypot(yy - cy, xx - cx)
-    shapes = [radius < size, (np.abs(yy - cy) < 0.85 * size) & (np.abs(xx - cx) < 0.85 * size),
-              (radius < size) & (radius > size - 5)]  # fmt: skip
+    shapes = [
+        radius < size,
+        (np.abs(yy - cy) < 0.85 * size) & (np.abs(xx - cx) < 0.85 * size),
+        (radius < size) & (radius > size - 5),
+    ]
     kind = rng.integers(0, 3, (n, 1, 1))
     masks = np.select([kind == k for k in range(3)], shapes).astype(np.float32)[..., None]
     hue = ((labels // 2) * 72.0 + rng.uniform(-8, 8, n)) % 360
@@ -58,20 +61,38 @@ def write_train_set(root: Path, n: int, seed: int, difficulty: str = "easy") -> 
     """Write ``n`` training images (and a 10-image test split nobody uses) under ``root``."""
     base = Path(root) / BASE_FOLDER
     base.mkdir(parents=True, exist_ok=False)
-    splits = [("train", *grader_images(n, seed, difficulty)), ("test", *grader_images(10, seed ^ 0x5A5A, difficulty))]
+    splits = [
+        ("train", *grader_images(n, seed, difficulty)),
+        ("test", *grader_images(10, seed ^ 0x5A5A, difficulty)),
+    ]
     for split, images, labels in splits:
         flat = images.transpose(0, 3, 1, 2).reshape(len(images), 3072)  # R, G, B planes
         names = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
-        for name, rows in zip(names, np.array_split(np.arange(len(images)), len(names)), strict=True):
-            _write_pickle(base / name, {
-                "batch_label": f"grader {split} batch", "labels": labels[rows].tolist(),
-                "data": np.ascontiguousarray(flat[rows]),
-                "filenames": [f"grader_{split}_{r:05d}.png" for r in rows],
-            })  # fmt: skip
-    _write_pickle(base / "batches.meta", {"num_cases_per_batch": -(-n // 5),
-                                          "label_names": list(LABEL_NAMES), "num_vis": 3072})  # fmt: skip
-    md5 = {p.name: hashlib.md5(p.read_bytes(), usedforsecurity=False).hexdigest()
-           for p in sorted(base.iterdir())}  # fmt: skip
-    manifest = {"generator": "grader.kit.data.write_train_set", "n_train": n, "n_test": 10, "md5": md5}
+        for name, rows in zip(
+            names, np.array_split(np.arange(len(images)), len(names)), strict=True
+        ):
+            _write_pickle(
+                base / name,
+                {
+                    "batch_label": f"grader {split} batch",
+                    "labels": labels[rows].tolist(),
+                    "data": np.ascontiguousarray(flat[rows]),
+                    "filenames": [f"grader_{split}_{r:05d}.png" for r in rows],
+                },
+            )
+    _write_pickle(
+        base / "batches.meta",
+        {"num_cases_per_batch": -(-n // 5), "label_names": list(LABEL_NAMES), "num_vis": 3072},
+    )
+    md5 = {
+        p.name: hashlib.md5(p.read_bytes(), usedforsecurity=False).hexdigest()
+        for p in sorted(base.iterdir())
+    }
+    manifest = {
+        "generator": "grader.kit.data.write_train_set",
+        "n_train": n,
+        "n_test": 10,
+        "md5": md5,
+    }
     (base / MANIFEST).write_text(json.dumps(manifest))
     return Path(root)

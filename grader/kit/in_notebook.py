@@ -33,8 +33,11 @@ def check_my_work(grade_id: str, notebook: str) -> None:
     print(f"Checking the solution cells *saved* in {notebook} (save first) ...", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report.json"
-        proc = subprocess.run([sys.executable, "-m", "grader", "check", notebook, "--json", str(out)],
-                              capture_output=True, text=True)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "grader", "check", notebook, "--json", str(out)],
+            capture_output=True,
+            text=True,
+        )
         if not out.is_file():
             raise RuntimeError(f"the grader could not run:\n{proc.stdout[-2000:]}")
         report = json.loads(out.read_text())
@@ -57,16 +60,20 @@ def grade_saved_notebook(notebook: str) -> float | None:
     perf``) and returns the points."""
     mode = os.environ.get("NBGRADER_EXECUTION")
     if mode == "autograde":
-        print("Performance is measured by the grader outside this notebook's kernel; "
-              "its feedback replaces this output.")  # fmt: skip
+        print(
+            "Performance is measured by the grader outside this notebook's kernel; "
+            "its feedback replaces this output."
+        )
         return 0.0
     if mode == "validate":
         print(f"Skipped while validating: run `python -m grader check {notebook}` to measure.")
         return None
     path = Path(notebook)
     if not path.is_file():
-        raise FileNotFoundError(f"cannot find {path.resolve()}: run this cell from the folder of your "
-                                f"notebook, or pass grade_performance(notebook='path/to/{path.name}')")  # fmt: skip
+        raise FileNotFoundError(
+            f"cannot find {path.resolve()}: run this cell from the folder of your "
+            f"notebook, or pass grade_performance(notebook='path/to/{path.name}')"
+        )
     print(f"Grading the solution cells *saved* in {path} (save the notebook first) ...", flush=True)
     with quiet(), tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report.json"

@@ -9,9 +9,16 @@ from grader.sandbox.channel import ChannelError, tensor_from, tensor_msg
 from grader.sandbox.timelimit import CHECK_SECONDS, CheckTimeout, expect, time_limit
 
 __all__ = [
-    "CHECK_SECONDS", "ChannelError", "CheckTimeout", "expect", "probe_quiz", "relay",
-    "tensor_from", "tensor_msg", "time_limit",
-]  # fmt: skip
+    "CHECK_SECONDS",
+    "ChannelError",
+    "CheckTimeout",
+    "expect",
+    "probe_quiz",
+    "relay",
+    "tensor_from",
+    "tensor_msg",
+    "time_limit",
+]
 
 
 def probe_quiz(worker):
@@ -20,4 +27,3 @@ def probe_quiz(worker):
     if not isinstance(answers, dict):
         raise NameError("your solution cells define no QUIZ_ANSWERS dict")
     return {"answers": {str(k)[:20]: str(v)[:20] for k, v in list(answers.items())[:20]}}, []
-

@@ -120,7 +120,11 @@ class Cgroup:
         (``MADV_PAGEOUT``) and the plain figures leave those out (v2 groups get no swap at all)."""
         d = self.dirs.get("memory")
         v1 = ("memory.usage_in_bytes", "memory.max_usage_in_bytes")
-        choices = [("memory.current", "memory.peak")] if self.v2 else [tuple(n.replace(".", ".memsw.", 1) for n in v1), v1]
+        choices = (
+            [("memory.current", "memory.peak")]
+            if self.v2
+            else [tuple(n.replace(".", ".memsw.", 1) for n in v1), v1]
+        )
         for names in choices:
             try:
                 now, peak = (int((d / name).read_text().split()[0]) for name in names)
@@ -152,8 +156,9 @@ def sweep_stale_cgroups() -> list[str]:
     leaves its workers frozen). A group's name starts with ``w<grader pid>-``; only groups whose
     grader process is gone are touched, so concurrent gradings are safe. Returns what it removed."""
     removed = []
-    for base in [CGROUP_ROOT / CGROUP_PARENT] + [CGROUP_ROOT / c / CGROUP_PARENT
-                                                 for c in ("freezer", "pids", "memory")]:  # fmt: skip
+    for base in [CGROUP_ROOT / CGROUP_PARENT] + [
+        CGROUP_ROOT / c / CGROUP_PARENT for c in ("freezer", "pids", "memory")
+    ]:
         if not base.is_dir():
             continue
         for d in base.iterdir():

@@ -119,7 +119,9 @@ class Endpoint:
             raise ChannelError("malformed blob sizes", "protocol")
         cap = min(max_blob, MAX_BLOB)
         if any(n > cap for n in sizes):
-            raise ChannelError(f"a blob of {max(sizes)} bytes, more than the {cap} allowed", "too_big")
+            raise ChannelError(
+                f"a blob of {max(sizes)} bytes, more than the {cap} allowed", "too_big"
+            )
         # bytes, as every probe check expects (one copy: probe blobs are small; the timed workers'
         # multi-GB training states stay the reader's bytearray, see supervisor.Worker.blob)
         return msg, [bytes(self.reader.blob(n, deadline)) for n in sizes]

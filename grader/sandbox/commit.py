@@ -30,8 +30,11 @@ def _state(trainer) -> dict:
     rng = {"cpu": torch.get_rng_state()}
     if getattr(trainer, "device", torch.device("cpu")).type == "cuda":
         rng["cuda"] = torch.cuda.get_rng_state(trainer.device)
-    return {"model": {k: v.detach().cpu() for k, v in trainer.model.state_dict().items()},
-            "optimizer": _cpu(trainer.optimizer.state_dict()["state"]), "rng": rng}  # fmt: skip
+    return {
+        "model": {k: v.detach().cpu() for k, v in trainer.model.state_dict().items()},
+        "optimizer": _cpu(trainer.optimizer.state_dict()["state"]),
+        "rng": rng,
+    }
 
 
 def set_rng(state: dict, device) -> None:
@@ -65,13 +68,28 @@ def load_state(blob_or_path) -> dict:
     optionally, ``"rng"``: generator states of the sizes this torch uses (a replay loads them)."""
     src = io.BytesIO(blob_or_path) if isinstance(blob_or_path, bytes | bytearray) else blob_or_path
     state = torch.load(src, map_location="cpu", weights_only=True)
-    if not (isinstance(state, dict) and isinstance(state.get("model"), dict) and isinstance(state.get("optimizer"), dict)
-            and all(torch.is_tensor(v) for v in state["model"].values())):  # fmt: skip
+    if not (
+        isinstance(state, dict)
+        and isinstance(state.get("model"), dict)
+        and isinstance(state.get("optimizer"), dict)
+        and all(torch.is_tensor(v) for v in state["model"].values())
+    ):
         raise ValueError("not a training state")
     rng = state.get("rng", {})
-    sizes = {"cpu": (torch.get_rng_state().numel(),) * 2, "cuda": (8, 64)}  # CUDA's Philox: seed, offset
-    if not (isinstance(rng, dict) and set(rng) <= set(sizes)
-            and all(torch.is_tensor(v) and v.dtype == torch.uint8 and v.dim() == 1
-                    and sizes[k][0] <= v.numel() <= sizes[k][1] for k, v in rng.items())):  # fmt: skip
+    sizes = {
+        "cpu": (torch.get_rng_state().numel(),) * 2,
+        "cuda": (8, 64),
+    }  # CUDA's Philox: seed, offset
+    if not (
+        isinstance(rng, dict)
+        and set(rng) <= set(sizes)
+        and all(
+            torch.is_tensor(v)
+            and v.dtype == torch.uint8
+            and v.dim() == 1
+            and sizes[k][0] <= v.numel() <= sizes[k][1]
+            for k, v in rng.items()
+        )
+    ):
         raise ValueError("not a training state (its generator states)")
     return state

@@ -39,19 +39,33 @@ USER_NAMES = {NOBODY: "nobody", GRADER_ONLY: "effkit-grader"}
 # `ip link set lo up` without the `ip` command (GPU images ship no iproute2: lesson 11's ranks found
 # no interface for 127.0.0.1 on an H100): SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP, run as root
 # inside the worker's new network namespace. The kernel gives lo 127.0.0.1 and ::1 once it is up.
-LOOPBACK_UP = ("import fcntl, socket, struct; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-               "f = struct.unpack('16sH22x', fcntl.ioctl(s, 0x8913, struct.pack('16sH22x', b'lo', 0)))[1]; "
-               "fcntl.ioctl(s, 0x8914, struct.pack('16sH22x', b'lo', f | 1))")
+LOOPBACK_UP = (
+    "import fcntl, socket, struct; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+    "f = struct.unpack('16sH22x', fcntl.ioctl(s, 0x8913, struct.pack('16sH22x', b'lo', 0)))[1]; "
+    "fcntl.ioctl(s, 0x8914, struct.pack('16sH22x', b'lo', f | 1))"
+)
 # NVIDIA's device nodes (nvidia0.., nvidiactl, nvidia-uvm, the nvidia-caps folder): a worker launched
 # with no_gpu=True sees /dev/null in their place. CUDA_VISIBLE_DEVICES alone is the worker's own to
 # change before CUDA starts, and memory a worker keeps on a GPU is memory its cgroup never counts.
 GPU_NODES = "/dev/nvidia*"
 _swept = False
 EXPOSED_AT = "/tmp/grader-inputs"  # where a worker sees the folder ``launch(expose=...)`` gives it
-STATE_AT = "/tmp/work/state"  # where it sees ``launch(state_dir=...)``: inside its working directory
+STATE_AT = (
+    "/tmp/work/state"  # where it sees ``launch(state_dir=...)``: inside its working directory
+)
 # What the worker may keep: variables torch and OpenMP read, never the grader's configuration.
-ENV_KEEP = ("PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS",
-            "CUDA_VISIBLE_DEVICES", "EFFKIT_PROFILE", "EFFKIT_DATA", "TOKENIZERS_PARALLELISM")  # fmt: skip
+ENV_KEEP = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "OMP_NUM_THREADS",
+    "OMP_WAIT_POLICY",
+    "MKL_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+    "EFFKIT_PROFILE",
+    "EFFKIT_DATA",
+    "TOKENIZERS_PARALLELISM",
+)
 
 
 @dataclass(frozen=True)
@@ -109,7 +123,9 @@ class Sandbox:
             return self.proc.pid
         deadline = time.monotonic() + 60
         while self._worker is None and self.proc.poll() is None and time.monotonic() < deadline:
-            self._worker = next((p for p in descendants(self.proc.pid) if _uid(p) == self.uid), None)
+            self._worker = next(
+                (p for p in descendants(self.proc.pid) if _uid(p) == self.uid), None
+            )
             if self._worker is None:
                 time.sleep(0.005)
         return self._worker or self.proc.pid
@@ -262,8 +278,12 @@ def launch(
         mounts = [
             f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(hidden)}" for hidden in hidden_paths()
         ]
-        mounts += [f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(n)}" if os.path.isdir(n) else
-                   f"mount --bind /dev/null {_q(n)}" for n in nodes]  # fmt: skip
+        mounts += [
+            f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(n)}"
+            if os.path.isdir(n)
+            else f"mount --bind /dev/null {_q(n)}"
+            for n in nodes
+        ]
         if not grader_only:  # the repository as a learner's worker sees it: effkit, the venv, worker-side grader code
             mounts += view_mounts(lesson=lesson)
         if netns is not None:
@@ -279,37 +299,69 @@ def launch(
             os.chmod(state_dir, 0o700)
         if keep or expose or state_dir:
             mounts.append("mkdir -p /mnt && mount -t tmpfs -o size=1m tmpfs /mnt")
-            mounts += [f"mkdir /mnt/k{i} && mount --rbind {_q(p)} /mnt/k{i}" for i, p in enumerate(keep)]
+            mounts += [
+                f"mkdir /mnt/k{i} && mount --rbind {_q(p)} /mnt/k{i}" for i, p in enumerate(keep)
+            ]
         if expose:
             mounts.append(f"mkdir /mnt/expose && mount --bind {_q(expose)} /mnt/expose")
         if state_dir:
             mounts.append(f"mkdir /mnt/state && mount --bind {_q(state_dir)} /mnt/state")
-        mounts += [f"mount -t tmpfs -o size={limits.tmp_mb}m,mode=1777 tmpfs /tmp",
-                   f"mount -t tmpfs -o size={min(limits.tmp_mb, 64)}m,mode=1777 tmpfs /dev/shm"]  # fmt: skip
-        mounts += [f"mkdir -p {_q(p)} && mount --rbind /mnt/k{i} {_q(p)}" for i, p in enumerate(keep)]
+        mounts += [
+            f"mount -t tmpfs -o size={limits.tmp_mb}m,mode=1777 tmpfs /tmp",
+            f"mount -t tmpfs -o size={min(limits.tmp_mb, 64)}m,mode=1777 tmpfs /dev/shm",
+        ]
+        mounts += [
+            f"mkdir -p {_q(p)} && mount --rbind /mnt/k{i} {_q(p)}" for i, p in enumerate(keep)
+        ]
         if expose:  # read-only: a learner cannot plant or change what the other worker reads
-            mounts.append(f"mkdir -p {EXPOSED_AT} && mount --bind /mnt/expose {EXPOSED_AT} "
-                          f"&& mount -o remount,bind,ro {EXPOSED_AT}")  # fmt: skip
+            mounts.append(
+                f"mkdir -p {EXPOSED_AT} && mount --bind /mnt/expose {EXPOSED_AT} "
+                f"&& mount -o remount,bind,ro {EXPOSED_AT}"
+            )
             env["EFFKIT_GRADER_DATA"] = EXPOSED_AT
-        mounts.append(
-            f"mkdir -m 700 /tmp/work && chown {uid}:{uid} /tmp/work && cd /tmp/work"
-        )
+        mounts.append(f"mkdir -m 700 /tmp/work && chown {uid}:{uid} /tmp/work && cd /tmp/work")
         if state_dir:  # after /tmp/work exists, so the folder is inside the working directory
             mounts.append(f"mkdir {STATE_AT} && mount --bind /mnt/state {STATE_AT}")
             env["EFFKIT_GRADER_STATE"] = STATE_AT
         # Last, as root: every other mount of the namespace read-only (the host's /var/tmp, /run/lock
         # and any world-writable folder; see grader/sandbox/seal.py): the worker writes only its own tmpfs.
         own = ["/tmp", "/dev/shm", *([STATE_AT] if state_dir else [])]
-        mounts.append(" ".join(_q(a) for a in [sys.executable, "-I", "-S", REPO_ROOT / "grader" / "sandbox" / "seal.py", *own]))
+        mounts.append(
+            " ".join(
+                _q(a)
+                for a in [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    REPO_ROOT / "grader" / "sandbox" / "seal.py",
+                    *own,
+                ]
+            )
+        )
         drop = f"setpriv --reuid={uid} --regid={uid} --clear-groups --no-new-privs --inh-caps=-all"
         # No `exec`: the shell stays the PID namespace's init (root, unreachable to the worker's
         # uid) and reaps the orphans a learner leaves; `exit` keeps sh from exec'ing the last command.
-        script = " && ".join(mounts) + " && " + drop + " " + " ".join(_q(a) for a in py) + "; exit $?"
+        script = (
+            " && ".join(mounts) + " && " + drop + " " + " ".join(_q(a) for a in py) + "; exit $?"
+        )
         # A namespace of each kind per sandbox: its own processes only (--pid, --mount-proc: a fresh
         # /proc), its own SysV IPC and POSIX queues (--ipc), no network; --kill-child: if unshare
         # dies, the namespace's init and with it every process inside does too.
-        argv = ["unshare", "--mount", "--net", "--ipc", "--pid", "--fork", *_kill_child(), "--mount-proc",
-                "--propagation", "private", "sh", "-c", script]  # fmt: skip
+        argv = [
+            "unshare",
+            "--mount",
+            "--net",
+            "--ipc",
+            "--pid",
+            "--fork",
+            *_kill_child(),
+            "--mount-proc",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+        ]
         if netns is not None:
             argv = ["nsenter", f"--net={netns}", *[a for a in argv if a != "--net"]]
         pidns = True
@@ -317,24 +369,31 @@ def launch(
         env["USER"] = env["LOGNAME"] = USER_NAMES[uid]
         cwd = "/"
     else:
-        unavailable += ["unprivileged user (not root)", "network isolation (unshare -n needs root)",
-                        "a user of its own for the grader's baseline worker (not root): a learner's process could "
-                        "signal or renice it",
-                        "private /tmp tmpfs and hidden course folders (unshare -m needs root)",
-                        "a read-only view of the host's files: its world-writable folders (/var/tmp, ...) are "
-                        "shared with other gradings and outlive this one (needs root)",
-                        "a PID and IPC namespace of its own (needs root): processes and SysV/POSIX IPC of other "
-                        "gradings are visible",
-                        "the grader's own code hidden from the worker (unshare -m needs root): it can import and "
-                        "read the checks and answer keys"]  # fmt: skip
+        unavailable += [
+            "unprivileged user (not root)",
+            "network isolation (unshare -n needs root)",
+            "a user of its own for the grader's baseline worker (not root): a learner's process could "
+            "signal or renice it",
+            "private /tmp tmpfs and hidden course folders (unshare -m needs root)",
+            "a read-only view of the host's files: its world-writable folders (/var/tmp, ...) are "
+            "shared with other gradings and outlive this one (needs root)",
+            "a PID and IPC namespace of its own (needs root): processes and SysV/POSIX IPC of other "
+            "gradings are visible",
+            "the grader's own code hidden from the worker (unshare -m needs root): it can import and "
+            "read the checks and answer keys",
+        ]
         workdir = Path(tempfile.mkdtemp(prefix="effkit-worker-"))
         workdir.chmod(0o700)
         env["HOME"] = str(workdir)
         if expose:
-            unavailable.append("read-only view of the grader's inputs (the worker could change them)")
+            unavailable.append(
+                "read-only view of the grader's inputs (the worker could change them)"
+            )
             env["EFFKIT_GRADER_DATA"] = str(expose)
         if nodes:
-            unavailable.append("the GPU hidden from the worker (only CUDA_VISIBLE_DEVICES, which it could change)")
+            unavailable.append(
+                "the GPU hidden from the worker (only CUDA_VISIBLE_DEVICES, which it could change)"
+            )
         if state_dir:  # a link, so the folder is inside the working directory here too
             (workdir / "state").symlink_to(Path(state_dir).resolve(), target_is_directory=True)
             env["EFFKIT_GRADER_STATE"] = str(workdir / "state")
@@ -362,9 +421,17 @@ def launch(
         unavailable += [f"cgroup controller {c}" for c in missing]
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                pass_fds=pass_fds, start_new_session=True, cwd=cwd, env=env,
-                                preexec_fn=_preexec(limits, cgroup, cores))  # fmt: skip
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=pass_fds,
+            start_new_session=True,
+            cwd=cwd,
+            env=env,
+            preexec_fn=_preexec(limits, cgroup, cores),
+        )
     finally:
         if log_path:
             log.close()
@@ -384,11 +451,24 @@ class StateFolder:
         self.unavailable: list[str] = []
         self.mounted = False
         if is_root() and shutil.which("mount"):
-            done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0700", "tmpfs",
-                                   str(self.path)], capture_output=True, text=True)  # fmt: skip
+            done = subprocess.run(
+                [
+                    "mount",
+                    "-t",
+                    "tmpfs",
+                    "-o",
+                    f"size={size_mb}m,mode=0700",
+                    "tmpfs",
+                    str(self.path),
+                ],
+                capture_output=True,
+                text=True,
+            )
             self.mounted = done.returncode == 0
         if not self.mounted:
-            self.unavailable.append("a size limit on the checkpoint folder (it is on the grader's disk)")
+            self.unavailable.append(
+                "a size limit on the checkpoint folder (it is on the grader's disk)"
+            )
 
     def close(self) -> None:
         if self.mounted:

@@ -19,11 +19,27 @@ STAGE = "/mnt"  # where the view is built before it is moved over the repository
 # Worker entry points and the core pieces they import (process tree walk, pipes, quiz answers, the
 # timed worker's audit and data), then per lesson: the package, its probes, the timed runtime and the
 # task modules those import. Parent-side modules (checks, references, keys) are never listed.
-_CORE = ("grader", "grader.sandbox", "grader.sandbox.worker", "grader.sandbox.probe_worker",
-         "grader.sandbox.learner_view", "grader.sandbox.proctree", "grader.sandbox.tamper",
-         "grader.sandbox.channel", "grader.sandbox.commit", "grader.sandbox.seal", "grader.sandbox.fence",
-         "grader.sandbox.relay", "grader.sandbox.timelimit", "grader.kit", "grader.kit.worker",
-         "grader.kit.assignment", "grader.kit.audit", "grader.kit.data", "grader.assignments")  # fmt: skip
+_CORE = (
+    "grader",
+    "grader.sandbox",
+    "grader.sandbox.worker",
+    "grader.sandbox.probe_worker",
+    "grader.sandbox.learner_view",
+    "grader.sandbox.proctree",
+    "grader.sandbox.tamper",
+    "grader.sandbox.channel",
+    "grader.sandbox.commit",
+    "grader.sandbox.seal",
+    "grader.sandbox.fence",
+    "grader.sandbox.relay",
+    "grader.sandbox.timelimit",
+    "grader.kit",
+    "grader.kit.worker",
+    "grader.kit.assignment",
+    "grader.kit.audit",
+    "grader.kit.data",
+    "grader.assignments",
+)
 _LESSONS = {
     "lesson1": ("probes", "task"),
     "lesson2": ("probes", "probe_data", "runtime"),
@@ -50,7 +66,10 @@ WITHHELD = {
 WORKER_MODULES: tuple[str, ...] = _CORE + tuple(
     name
     for lesson, modules in _LESSONS.items()
-    for name in (f"grader.assignments.{lesson}", *(f"grader.assignments.{lesson}.{m}" for m in modules))
+    for name in (
+        f"grader.assignments.{lesson}",
+        *(f"grader.assignments.{lesson}.{m}" for m in modules),
+    )
 )
 
 
@@ -67,26 +86,41 @@ def withheld_source(path: Path, names: list[str], lesson: str) -> str:
     module = ".".join(path.with_suffix("").parts[-2:])
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in names:
-            why = (f"{module}.{node.name} is {lesson}'s reference answer, withheld from the grader's worker: "
-                   "write your own")  # fmt: skip
+            why = (
+                f"{module}.{node.name} is {lesson}'s reference answer, withheld from the grader's worker: "
+                "write your own"
+            )
             node.body = ast.parse(f"raise ReferenceAnswerWithheld({why!r})").body
-    after = [i + 1 for i, n in enumerate(tree.body) if isinstance(n, ast.ImportFrom) and n.module == "__future__"]
-    tree.body[max(after, default=0):max(after, default=0)] = ast.parse(
-        "class ReferenceAnswerWithheld(RuntimeError):\n    pass\n").body
+    after = [
+        i + 1
+        for i, n in enumerate(tree.body)
+        if isinstance(n, ast.ImportFrom) and n.module == "__future__"
+    ]
+    tree.body[max(after, default=0) : max(after, default=0)] = ast.parse(
+        "class ReferenceAnswerWithheld(RuntimeError):\n    pass\n"
+    ).body
     return ast.unparse(tree) + "\n"
 
 
 def effkit_files(root: Path = REPO_ROOT) -> list[Path]:
     """effkit's files as the worker may see them: everything but compiled caches (a ``.pyc`` would
     carry a withheld function's code)."""
-    return sorted(p for p in (root / "effkit").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return sorted(
+        p for p in (root / "effkit").rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    )
 
 
 def other_copies(package: str, root: Path = REPO_ROOT) -> list[Path]:
     """Every ``package`` folder the worker's import system could reach other than ours: an installed
     copy in a site directory, the folder an editable install's finder maps it to."""
-    found = {Path(p) / package for p in [*site.getsitepackages(), site.getusersitepackages(), *sys.path] if p}
-    for mod in list(sys.modules.values()):  # setuptools' editable finders: MAPPING = {"grader": path}
+    found = {
+        Path(p) / package
+        for p in [*site.getsitepackages(), site.getusersitepackages(), *sys.path]
+        if p
+    }
+    for mod in list(
+        sys.modules.values()
+    ):  # setuptools' editable finders: MAPPING = {"grader": path}
         mapping = getattr(mod, "MAPPING", None)
         if isinstance(mapping, dict) and isinstance(mapping.get(package), str):
             found.add(Path(mapping[package]))
@@ -98,6 +132,7 @@ def view_mounts(root: Path = REPO_ROOT, lesson: str | None = None) -> list[str]:
     """Shell commands (root, inside the worker's private mount namespace, after the course folders
     are hidden) that leave at ``root`` only the allow-listed view, with ``lesson``'s ``WITHHELD``
     functions raising. ``root`` stays on ``sys.path``."""
+
     def q(arg) -> str:
         return shlex.quote(str(arg))
 
@@ -108,8 +143,10 @@ def view_mounts(root: Path = REPO_ROOT, lesson: str | None = None) -> list[str]:
     for name in WORKER_MODULES:
         src = module_file(name, root)
         files.setdefault(src.parent.relative_to(root), []).append(src)
-    cmds += [f"mkdir -p {q(f'{STAGE}/{d}')} && cp {' '.join(q(s) for s in srcs)} {q(f'{STAGE}/{d}')}"
-             for d, srcs in sorted(files.items())]  # fmt: skip
+    cmds += [
+        f"mkdir -p {q(f'{STAGE}/{d}')} && cp {' '.join(q(s) for s in srcs)} {q(f'{STAGE}/{d}')}"
+        for d, srcs in sorted(files.items())
+    ]
     # effkit (the course's library): copied, sources only, the lesson's withheld answers masked
     withheld: dict[Path, list[str]] = {}
     for dotted in WITHHELD.get(lesson or "", ()):
@@ -119,16 +156,22 @@ def view_mounts(root: Path = REPO_ROOT, lesson: str | None = None) -> list[str]:
     for src in effkit_files(root):
         if src not in withheld:
             dirs.setdefault(src.parent.relative_to(root), []).append(src)
-    cmds += [f"mkdir -p {q(f'{STAGE}/{d}')} && cp {' '.join(q(s) for s in srcs)} {q(f'{STAGE}/{d}')}"
-             for d, srcs in sorted(dirs.items())]  # fmt: skip
+    cmds += [
+        f"mkdir -p {q(f'{STAGE}/{d}')} && cp {' '.join(q(s) for s in srcs)} {q(f'{STAGE}/{d}')}"
+        for d, srcs in sorted(dirs.items())
+    ]
     for src, names in withheld.items():
-        cmds.append(f"printf %s {q(withheld_source(src, names, lesson))} > {q(f'{STAGE}/{src.relative_to(root)}')}")
+        cmds.append(
+            f"printf %s {q(withheld_source(src, names, lesson))} > {q(f'{STAGE}/{src.relative_to(root)}')}"
+        )
     # a Python installation inside the repository: bound, read-only to the worker's user anyway
     # (root-owned); it keeps its own files whole.
     carried = [*{Path(p).resolve() for p in (sys.prefix, sys.base_prefix)}]
     for path in carried:
         if path.is_dir() and root.resolve() in path.resolve().parents:
             rel = path.resolve().relative_to(root.resolve())
-            cmds.append(f"mkdir -p {q(f'{STAGE}/{rel}')} && mount --rbind {q(path)} {q(f'{STAGE}/{rel}')}")
+            cmds.append(
+                f"mkdir -p {q(f'{STAGE}/{rel}')} && mount --rbind {q(path)} {q(f'{STAGE}/{rel}')}"
+            )
     cmds.append(f"mount --move {STAGE} {q(root)}")
     return cmds

@@ -26,16 +26,29 @@ class CallResult:
 
 
 class ProbeSession:
-    def __init__(self, probes: str, setup: list[tuple[str, str]], cells: list[tuple[str, str]],
-                 names: list[str], limits: Limits | None = None, startup_timeout_s: float = 120.0,
-                 loopback: bool = False, grader_only: bool = False, join: ProbeSession | None = None,
-                 cpu_only: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        probes: str,
+        setup: list[tuple[str, str]],
+        cells: list[tuple[str, str]],
+        names: list[str],
+        limits: Limits | None = None,
+        startup_timeout_s: float = 120.0,
+        loopback: bool = False,
+        grader_only: bool = False,
+        join: ProbeSession | None = None,
+        cpu_only: bool = False,
+    ):
         self.probes, self.setup, self.cells, self.names = probes, setup, cells, names
         self.limits, self.startup_timeout_s = limits or Limits(), startup_timeout_s
         self.loopback = loopback  # see launch(loopback=...): ranks of one worker talking over TCP
         self.cpu_only = cpu_only  # see Assignment.cpu_only: the worker sees no GPU
-        self.join = join  # another session whose network namespace this worker joins (launch(netns=...))
-        self.netns_fd: int | None = None  # this worker's namespace, held open from before any learner code
+        self.join = (
+            join  # another session whose network namespace this worker joins (launch(netns=...))
+        )
+        self.netns_fd: int | None = (
+            None  # this worker's namespace, held open from before any learner code
+        )
         self.evidence: list[str] = []
         self.unavailable: list[str] = []
         self.load_errors: list[dict] = []
@@ -47,7 +60,9 @@ class ProbeSession:
         self.netns: int | None = None
         self.memory_at_setup: int | None = None  # see memory_growth
         if grader_only and cells:
-            raise ValueError("a grader-only session runs no learner cell")  # its uid is the baseline's
+            raise ValueError(
+                "a grader-only session runs no learner cell"
+            )  # its uid is the baseline's
         self.grader_only = grader_only  # see launch(grader_only=...)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -61,11 +76,20 @@ class ProbeSession:
                 prefix="effkit-probe-", suffix=".log", delete=False
             )  # noqa: SIM115
             self.log.close()
-            self.box = launch("grader.sandbox.probe_worker", [str(evt_w), str(cmd_r)], pass_fds=(evt_w, cmd_r),
-                              limits=self.limits, env_extra=env, log_path=Path(self.log.name),
-                              state_dir=self.state_dir, loopback=self.loopback,
-                              grader_only=self.grader_only, netns=self._join_path(),
-                              no_gpu=self.cpu_only, lesson=self.probes.split(".")[-2])  # fmt: skip
+            self.box = launch(
+                "grader.sandbox.probe_worker",
+                [str(evt_w), str(cmd_r)],
+                pass_fds=(evt_w, cmd_r),
+                limits=self.limits,
+                env_extra=env,
+                log_path=Path(self.log.name),
+                state_dir=self.state_dir,
+                loopback=self.loopback,
+                grader_only=self.grader_only,
+                netns=self._join_path(),
+                no_gpu=self.cpu_only,
+                lesson=self.probes.split(".")[-2],
+            )
         finally:
             os.close(evt_w)
             os.close(cmd_r)
@@ -82,14 +106,24 @@ class ProbeSession:
         if self.loopback and self.netns is not None and self.netns != _netns("self"):
             self.netns_fd = os.open(f"/proc/{self.box.pid}/ns/net", os.O_RDONLY)
         if self.join is not None and (self.netns is None or self.netns != self.join.netns):
-            raise ChannelError("the worker did not start in the namespace it was to join", "protocol")
+            raise ChannelError(
+                "the worker did not start in the namespace it was to join", "protocol"
+            )
         if self.loopback and self.netns is not None and self.netns == _netns("self"):
             note = "a network namespace of the worker's own: its loopback traffic is counted with the host's"
             if note not in self.unavailable:
                 self.unavailable.append(note)
         # ranks that talk over the loopback may talk over nothing else (grader/sandbox/fence.py)
-        self.end.send({"cmd": "load", "probes": self.probes, "setup": self.setup, "cells": self.cells,
-                       "names": self.names, "fence": self.loopback})  # fmt: skip
+        self.end.send(
+            {
+                "cmd": "load",
+                "probes": self.probes,
+                "setup": self.setup,
+                "cells": self.cells,
+                "names": self.names,
+                "fence": self.loopback,
+            }
+        )
         try:
             setup, _ = self.end.receive(self.startup_timeout_s)
             if setup.get("event") != "setup_loaded":
@@ -104,7 +138,9 @@ class ProbeSession:
         if loaded.get("event") != "loaded":
             raise ChannelError(f"unexpected answer to load: {str(loaded)[:80]}", "protocol")
         self.load_errors = loaded.get("errors", [])
-        if self.loopback and not fence.supported():  # the parent's own knowledge, not the worker's word
+        if (
+            self.loopback and not fence.supported()
+        ):  # the parent's own knowledge, not the worker's word
             note = f"no seccomp fence on {platform.machine()}: the ranks' unix sockets and locks are not refused"
             if note not in self.unavailable:
                 self.unavailable.append(note)
@@ -116,8 +152,12 @@ class ProbeSession:
             return None
         if self.join.netns_fd is None:
             if self.join.netns is not None and self.join.netns == _netns("self"):
-                return None  # no namespaces here (not root): both workers are on the host's loopback
-            raise ChannelError("the session to join holds no network namespace of its own", "protocol")
+                return (
+                    None  # no namespaces here (not root): both workers are on the host's loopback
+                )
+            raise ChannelError(
+                "the session to join holds no network namespace of its own", "protocol"
+            )
         return f"/proc/{os.getpid()}/fd/{self.join.netns_fd}"
 
     def _note(self, evidence) -> None:
@@ -181,7 +221,10 @@ class ProbeSession:
         if note not in self.unavailable:
             self.unavailable.append(note)
         try:
-            fields = dict(line.split(":", 1) for line in Path(f"/proc/{self.box.pid}/status").read_text().splitlines())
+            fields = dict(
+                line.split(":", 1)
+                for line in Path(f"/proc/{self.box.pid}/status").read_text().splitlines()
+            )
             return int(fields["VmRSS"].split()[0]) << 10, int(fields["VmHWM"].split()[0]) << 10
         except (OSError, KeyError, ValueError, IndexError):
             return None, None
@@ -200,7 +243,9 @@ class ProbeSession:
         self.close()
 
     # -- calls ----------------------------------------------------------------------------------
-    def call(self, probe: str, timeout_s: float, serve=None, max_blob: int = MAX_BLOB, **args) -> CallResult:
+    def call(
+        self, probe: str, timeout_s: float, serve=None, max_blob: int = MAX_BLOB, **args
+    ) -> CallResult:
         """Run ``probe`` in the worker; ``serve(request, blobs) -> reply`` answers its requests; a result
         carrying a blob over ``max_blob`` bytes is refused unread (and the worker stopped)."""
         if self.box is None:
@@ -223,8 +268,11 @@ class ProbeSession:
                     data = msg.get("data")
                     return CallResult(True, data if isinstance(data, dict) else {}, blobs)
                 if kind == "raised":
-                    return CallResult(False, failure=f"raised {str(msg.get('message'))[:400]}",
-                                      data={"traceback": str(msg.get("traceback", ""))[:2000]})  # fmt: skip
+                    return CallResult(
+                        False,
+                        failure=f"raised {str(msg.get('message'))[:400]}",
+                        data={"traceback": str(msg.get("traceback", ""))[:2000]},
+                    )
                 raise ChannelError(f"unexpected message {str(msg)[:80]}", "protocol")
         except ChannelError as err:
             oom = self.box.cgroup is not None and self.box.cgroup.oom_killed()

@@ -155,8 +155,14 @@ class Worker:
         try:
             msg, blobs = probe(self, **cmd.get("args", {}))
         except BaseException as err:  # noqa: BLE001 - learner code raised: the parent decides what it means
-            self.chan.send({"event": "raised", "message": f"{type(err).__name__}: {err}", "traceback": _tb(err),
-                            "evidence": self.evidence()})  # fmt: skip
+            self.chan.send(
+                {
+                    "event": "raised",
+                    "message": f"{type(err).__name__}: {err}",
+                    "traceback": _tb(err),
+                    "evidence": self.evidence(),
+                }
+            )
             return
         self.chan.send({"event": "result", "data": msg, "evidence": self.evidence()}, blobs)
 

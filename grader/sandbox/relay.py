@@ -27,7 +27,9 @@ def install(rank: int, world: int, ask) -> None:
     import torch.distributed as dist
 
     group = _group_class()
-    dist.Backend.register_backend("grader", lambda store, r, w, timeout: group(r, w, ask), devices=["cpu"])
+    dist.Backend.register_backend(
+        "grader", lambda store, r, w, timeout: group(r, w, ask), devices=["cpu"]
+    )
     dist.init_process_group("grader", store=dist.HashStore(), rank=rank, world_size=world)
 
 
@@ -67,11 +69,17 @@ def _group_class():
             return "grader"
 
         def _call(self, op: str, tensors, **extra) -> list:
-            metas, blobs = zip(*(tensor_msg(t) for t in tensors), strict=True) if tensors else ((), ())
-            reply = self._ask({"event": "dev", "kind": "collective", "op": op, "tensors": list(metas), **extra},
-                              list(blobs))  # fmt: skip
+            metas, blobs = (
+                zip(*(tensor_msg(t) for t in tensors), strict=True) if tensors else ((), ())
+            )
+            reply = self._ask(
+                {"event": "dev", "kind": "collective", "op": op, "tensors": list(metas), **extra},
+                list(blobs),
+            )
             if not isinstance(reply, dict) or reply.get("error") or "out" not in reply:
-                raise RuntimeError(f"the grader's process group: {(reply or {}).get('error', 'no answer')}")
+                raise RuntimeError(
+                    f"the grader's process group: {(reply or {}).get('error', 'no answer')}"
+                )
             out = []
             for t, raw in zip(reply["meta"], reply["out"], strict=True):
                 out.append(tensor_from(t, base64.b64decode(raw)))
@@ -104,7 +112,9 @@ def _group_class():
         for name in REDUCE:
             if op == getattr(dist.ReduceOp, name.upper()):
                 return name
-        raise RuntimeError(f"the grader's process group reduces by {', '.join(REDUCE)} only, not {op}")
+        raise RuntimeError(
+            f"the grader's process group reduces by {', '.join(REDUCE)} only, not {op}"
+        )
 
     return RelayGroup
 
@@ -132,7 +142,9 @@ class Relay:
         self.done = [False] * world
         self.pending: dict[int, dict[int, tuple]] = {}
         self.answers: dict[int, tuple[list, str]] = {}
-        self.log: list[dict] = []  # one entry per collective, in order: op, reduce, shapes, each rank's tensors
+        self.log: list[
+            dict
+        ] = []  # one entry per collective, in order: op, reduce, shapes, each rank's tensors
         self.failure = ""
 
     def serve_for(self, rank: int):
@@ -146,7 +158,11 @@ class Relay:
     def _serve(self, rank: int, msg: dict, blobs) -> dict:
         try:
             request = self._parse(rank, msg, blobs)
-        except (ChannelError, TypeError, ValueError) as err:  # a forged request fails its rank, never the grader
+        except (
+            ChannelError,
+            TypeError,
+            ValueError,
+        ) as err:  # a forged request fails its rank, never the grader
             with self.cond:
                 self.failure = self.failure or f"rank {rank}: {err}"
                 self.cond.notify_all()
@@ -162,58 +178,90 @@ class Relay:
             if k not in self.answers:
                 missing = [r for r in range(self.world) if r not in self.pending.get(k, {})]
                 why = "stopped" if ready else f"did not join within {self.wait_s:.0f} s"
-                return {"error": f"collective {k} ({request[0]}): rank {missing[0] if missing else '?'} {why}"}
+                return {
+                    "error": f"collective {k} ({request[0]}): rank {missing[0] if missing else '?'} {why}"
+                }
             out, error = self.answers[k]
         if error:
             return {"error": error}
-        return {"meta": [m for m, _ in out], "out": [base64.b64encode(raw).decode() for _, raw in out]}
+        return {
+            "meta": [m for m, _ in out],
+            "out": [base64.b64encode(raw).decode() for _, raw in out],
+        }
 
     def _gone(self, k: int) -> bool:
         """A peer that has not sent its k-th request and never will (its call ended), or a failure."""
         waiting = self.pending.get(k, {})
-        return bool(self.failure) or any(self.done[r] for r in range(self.world) if r not in waiting)
+        return bool(self.failure) or any(
+            self.done[r] for r in range(self.world) if r not in waiting
+        )
 
     def _parse(self, rank: int, msg: dict, blobs) -> tuple:
         op, metas = msg.get("op"), msg.get("tensors")
         if msg.get("kind") != "collective" or op not in OPS:
             raise ChannelError(f"not a collective the grader relays: {str(msg)[:80]}", "protocol")
-        if not isinstance(metas, list) or len(metas) != len(blobs) or len(metas) > MAX_TENSORS or not all(
-            isinstance(m, dict) for m in metas
+        if (
+            not isinstance(metas, list)
+            or len(metas) != len(blobs)
+            or len(metas) > MAX_TENSORS
+            or not all(isinstance(m, dict) for m in metas)
         ):
             raise ChannelError("a collective's tensors do not match their descriptions", "protocol")
         self.sent[rank] += sum(len(b) for b in blobs)
         if self.sent[rank] > MAX_BYTES or self.calls[rank] >= MAX_CALLS:
-            raise ChannelError(f"more than {MAX_CALLS} collectives or {MAX_BYTES >> 20} MB sent", "too_big")
+            raise ChannelError(
+                f"more than {MAX_CALLS} collectives or {MAX_BYTES >> 20} MB sent", "too_big"
+            )
         tensors = [tensor_from(m, bytes(b)) for m, b in zip(metas, blobs, strict=True)]
         reduce, root = msg.get("reduce", "sum"), msg.get("root", 0)
         if op == "allreduce" and reduce not in REDUCE:
             raise ChannelError(f"reduce {str(reduce)[:20]!r} is not one of {REDUCE}", "protocol")
         if op == "broadcast" and not (type(root) is int and 0 <= root < self.world):
             raise ChannelError(f"broadcast from rank {str(root)[:20]}, not a rank", "protocol")
-        return op, reduce if op == "allreduce" else None, root if op == "broadcast" else None, tensors
+        return (
+            op,
+            reduce if op == "allreduce" else None,
+            root if op == "broadcast" else None,
+            tensors,
+        )
 
     def _answer(self, k: int, requests: dict[int, tuple]) -> tuple[list, str]:
         """Every rank's k-th request: the answer (the same for all, or one per rank) and an error."""
         import torch
 
         first = requests[0]
-        kinds = {r: (op, red, root, [(str(t.dtype), tuple(t.shape)) for t in ts])
-                 for r, (op, red, root, ts) in requests.items()}  # fmt: skip
+        kinds = {
+            r: (op, red, root, [(str(t.dtype), tuple(t.shape)) for t in ts])
+            for r, (op, red, root, ts) in requests.items()
+        }
         if any(v != kinds[0] for v in kinds.values()):
             other = next(r for r, v in kinds.items() if v != kinds[0])
-            return [], (f"collective {k}: rank 0 called {_say(kinds[0])} while rank {other} called "
-                        f"{_say(kinds[other])}")  # fmt: skip
+            return [], (
+                f"collective {k}: rank 0 called {_say(kinds[0])} while rank {other} called "
+                f"{_say(kinds[other])}"
+            )
         op, reduce, root, _ = first
         per_rank = [requests[r][3] for r in range(self.world)]
-        self.log.append({"op": op, "reduce": reduce, "root": root,
-                         "dtypes": [str(t.dtype).removeprefix("torch.") for t in first[3]],
-                         "numels": [t.numel() for t in first[3]], "tensors": per_rank})  # fmt: skip
+        self.log.append(
+            {
+                "op": op,
+                "reduce": reduce,
+                "root": root,
+                "dtypes": [str(t.dtype).removeprefix("torch.") for t in first[3]],
+                "numels": [t.numel() for t in first[3]],
+                "tensors": per_rank,
+            }
+        )
         if op == "allreduce":
             out = []
             for ts in zip(*per_rank, strict=True):
                 stack = torch.stack(ts)
-                value = {"sum": stack.sum(0), "avg": stack.sum(0) / self.world,
-                         "max": stack.amax(0), "min": stack.amin(0)}[reduce]  # fmt: skip
+                value = {
+                    "sum": stack.sum(0),
+                    "avg": stack.sum(0) / self.world,
+                    "max": stack.amax(0),
+                    "min": stack.amin(0),
+                }[reduce]
                 out.append(value.to(ts[0].dtype))
         elif op == "broadcast":
             out = per_rank[root]

@@ -11,8 +11,16 @@ import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
 # Per-mount flags a bind remount must restate or it clears them (mount(2), MS_REMOUNT | MS_BIND).
-KEPT = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": 1024,
-        "nodiratime": 2048, "relatime": 1 << 21, "strictatime": 1 << 24, "nosymfollow": 256}  # fmt: skip
+KEPT = {
+    "nosuid": MS_NOSUID,
+    "nodev": MS_NODEV,
+    "noexec": MS_NOEXEC,
+    "noatime": 1024,
+    "nodiratime": 2048,
+    "relatime": 1 << 21,
+    "strictatime": 1 << 24,
+    "nosymfollow": 256,
+}
 UNSEALED = ("/proc",)  # per PID namespace already; learner tools write /proc/self/* legitimately
 
 

@@ -39,7 +39,6 @@ class WorkerFailed(RuntimeError):
         self.kind, self.detail, self.role = kind, detail, role
 
 
-
 @dataclass
 class Worker:
     """A timed worker: its sandbox (:class:`grader.sandbox.launch.Sandbox`: process, cgroup, what the
@@ -83,21 +82,35 @@ class Worker:
             return read(_clock() + timeout_s)
         except ChannelError as err:
             if err.kind == "timeout":
-                raise WorkerFailed(f"the {self.role} did not finish {what} within {timeout_s:.0f} s "
-                                   f"(an infinite loop, or far slower than the baseline); stopped it",
-                                   kind="timeout", role=self.role) from None  # fmt: skip
+                raise WorkerFailed(
+                    f"the {self.role} did not finish {what} within {timeout_s:.0f} s "
+                    f"(an infinite loop, or far slower than the baseline); stopped it",
+                    kind="timeout",
+                    role=self.role,
+                ) from None
             if err.kind == "crash":
                 code = self.proc.wait(timeout=10)
-                raise WorkerFailed(f"the {self.role} process died during {what} (exit code {code}); "
-                                   f"last output:\n{self.log_tail()}", kind="crash", role=self.role) from None  # fmt: skip
-            raise WorkerFailed(f"the {self.role} process broke the grader's pipe: {err}", kind="protocol",
-                               role=self.role) from None  # fmt: skip
+                raise WorkerFailed(
+                    f"the {self.role} process died during {what} (exit code {code}); "
+                    f"last output:\n{self.log_tail()}",
+                    kind="crash",
+                    role=self.role,
+                ) from None
+            raise WorkerFailed(
+                f"the {self.role} process broke the grader's pipe: {err}",
+                kind="protocol",
+                role=self.role,
+            ) from None
 
     def blob(self, n: object, timeout_s: float, what: str) -> bytearray:
         """The ``n`` raw bytes that follow an event on the pipe (the worker's weights)."""
         if not isinstance(n, int) or isinstance(n, bool) or not 0 < n <= MAX_BLOB_BYTES:
-            raise WorkerFailed(f"the {self.role} announced {n!r} bytes of weights (at most "
-                               f"{MAX_BLOB_BYTES >> 20} MiB): refused", kind="protocol", role=self.role)  # fmt: skip
+            raise WorkerFailed(
+                f"the {self.role} announced {n!r} bytes of weights (at most "
+                f"{MAX_BLOB_BYTES >> 20} MiB): refused",
+                kind="protocol",
+                role=self.role,
+            )
         return self._read(what, timeout_s, lambda deadline: self.reader.blob(n, deadline))
 
     def uses_memfd(self) -> bool:
@@ -105,7 +118,9 @@ class Worker:
         while nothing in the worker runs) and leave to read that table: root without
         CAP_SYS_PTRACE (a default container) may not open another uid's /proc/<pid>/fd."""
         if self.memfd_ok is None:
-            self.memfd_ok = hasattr(os, "memfd_create") and getattr(self.box, "cgroup", None) is not None
+            self.memfd_ok = (
+                hasattr(os, "memfd_create") and getattr(self.box, "cgroup", None) is not None
+            )
             try:
                 self.memfd_ok = self.memfd_ok and os.listdir(f"/proc/{self.box.pid}/fd") is not None
             except OSError:
@@ -115,34 +130,53 @@ class Worker:
     def commit(self, event: dict, timeout_s: float, what: str) -> bytearray:
         """The training state an event announced: from the worker's sealed memfd (the worker is
         frozen first: the copy is off the clock) or the bytes after it on the pipe."""
-        if not self.uses_memfd():  # what the parent asked for (grader.timed.protocol), whatever the event says
+        if (
+            not self.uses_memfd()
+        ):  # what the parent asked for (grader.timed.protocol), whatever the event says
             return self.blob(event.get("nbytes"), timeout_s, what)
         self.pause()
         n, fd_no = event.get("nbytes"), event.get("memfd")
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (n, fd_no)) or not (
-                0 < n <= MAX_BLOB_BYTES and 0 <= fd_no < 1 << 20):  # fmt: skip
-            raise WorkerFailed(f"the {self.role} announced {n!r} bytes of weights in descriptor {fd_no!r} "
-                               f"(at most {MAX_BLOB_BYTES >> 20} MiB): refused", kind="protocol", role=self.role)  # fmt: skip
+            0 < n <= MAX_BLOB_BYTES and 0 <= fd_no < 1 << 20
+        ):
+            raise WorkerFailed(
+                f"the {self.role} announced {n!r} bytes of weights in descriptor {fd_no!r} "
+                f"(at most {MAX_BLOB_BYTES >> 20} MiB): refused",
+                kind="protocol",
+                role=self.role,
+            )
         try:
             return read_sealed_memfd(self.box.pid, fd_no, n)
         except (OSError, ValueError) as err:
-            raise WorkerFailed(f"the {self.role} did not hand over {what} as the grader asked ({err})",
-                               kind="protocol", role=self.role) from None  # fmt: skip
+            raise WorkerFailed(
+                f"the {self.role} did not hand over {what} as the grader asked ({err})",
+                kind="protocol",
+                role=self.role,
+            ) from None
 
     def event(self, timeout_s: float, what: str) -> tuple[dict, float]:
         """Next JSON event and the parent's clock when it arrived."""
-        line = self._read(what, timeout_s, lambda deadline: self.reader.line(deadline, max_line=MAX_EVENT_BYTES))
+        line = self._read(
+            what, timeout_s, lambda deadline: self.reader.line(deadline, max_line=MAX_EVENT_BYTES)
+        )
         t = _clock()
         try:
             event = json.loads(line)
         except ValueError:
             event = None
         if not isinstance(event, dict):  # learner code wrote to the grader's pipe
-            raise WorkerFailed(f"the {self.role} process sent garbage on the grader's pipe: "
-                               f"{line[:80]!r}", kind="protocol", role=self.role)  # fmt: skip
+            raise WorkerFailed(
+                f"the {self.role} process sent garbage on the grader's pipe: {line[:80]!r}",
+                kind="protocol",
+                role=self.role,
+            )
         if event.get("event") == "error":
-            raise WorkerFailed(event.get("message", "error"), kind=event.get("kind", "error"),
-                               detail=event.get("traceback", ""), role=self.role)  # fmt: skip
+            raise WorkerFailed(
+                event.get("message", "error"),
+                kind=event.get("kind", "error"),
+                detail=event.get("traceback", ""),
+                role=self.role,
+            )
         return event, t
 
     def expect(self, name: str, timeout_s: float, what: str) -> tuple[dict, float]:
@@ -189,8 +223,9 @@ class Worker:
                     pass
 
 
-def start_worker(role: str, workdir: Path, config: dict, cpu_cores: int | None = None,
-                 inputs: Path | None = None) -> Worker:  # fmt: skip
+def start_worker(
+    role: str, workdir: Path, config: dict, cpu_cores: int | None = None, inputs: Path | None = None
+) -> Worker:
     """A fresh ``python -m grader.sandbox.worker`` in the sandbox (:func:`grader.sandbox.launch.launch`): its own
     session and cgroup, a private empty working directory, no network, an unprivileged user where
     the grader is root, and of the parent's files only ``inputs`` (read-only). Its weights come
@@ -213,16 +248,25 @@ def start_worker(role: str, workdir: Path, config: dict, cpu_cores: int | None =
     env = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"), "EFFKIT_DATA": ""}
     cores = None
     if cpu_cores and hasattr(os, "sched_getaffinity"):
-        cores = sorted(os.sched_getaffinity(0))[-cpu_cores:]  # the last cores: away from core 0's IRQs
+        cores = sorted(os.sched_getaffinity(0))[
+            -cpu_cores:
+        ]  # the last cores: away from core 0's IRQs
         env["OMP_NUM_THREADS"] = str(len(cores))
     # A commit's memfd is one file of up to MAX_BLOB_BYTES (RLIMIT_FSIZE counts it); every place a
     # worker can write is a size-limited tmpfs and memory is its cgroup's: the larger cap adds no room.
     limits = Limits(memory_mb=8192, pids=256, file_mb=MAX_BLOB_BYTES >> 20)
     try:
-        box = launch("grader.sandbox.worker", [json.dumps(config), str(evt_w), str(cmd_r)],
-                     pass_fds=(evt_w, cmd_r), limits=limits,
-                     log_path=log_path, env_extra=env, cores=cores, expose=inputs,
-                     grader_only=role == "baseline")  # fmt: skip
+        box = launch(
+            "grader.sandbox.worker",
+            [json.dumps(config), str(evt_w), str(cmd_r)],
+            pass_fds=(evt_w, cmd_r),
+            limits=limits,
+            log_path=log_path,
+            env_extra=env,
+            cores=cores,
+            expose=inputs,
+            grader_only=role == "baseline",
+        )
     finally:
         os.close(evt_w)
         os.close(cmd_r)
@@ -286,7 +330,9 @@ def read_sealed_memfd(pid: int, fd_no: int, n: int) -> bytearray:
     fd = os.open(link, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
-        if not os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:") or not stat.S_ISREG(st.st_mode):
+        if not os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:") or not stat.S_ISREG(
+            st.st_mode
+        ):
             raise ValueError("the descriptor is not a memfd")
         if st.st_size != n or fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS != SEALS:
             raise ValueError(f"the memfd holds {st.st_size} bytes, not {n}, or is not sealed")

@@ -10,8 +10,15 @@ import sys
 import time
 import types
 
-TIME_FUNCTIONS = ("perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic",
-                  "monotonic_ns", "process_time")  # fmt: skip
+TIME_FUNCTIONS = (
+    "perf_counter",
+    "perf_counter_ns",
+    "time",
+    "time_ns",
+    "monotonic",
+    "monotonic_ns",
+    "process_time",
+)
 WATCHED_PREFIXES = ("effkit", "grader")
 
 
@@ -32,7 +39,9 @@ def snapshot() -> dict[str, object]:
                 for klass in reversed(value.__mro__[:-1]):
                     resolved.update(vars(klass))
                 for cattr, cvalue in resolved.items():
-                    if callable(cvalue) or isinstance(cvalue, staticmethod | classmethod | property):
+                    if callable(cvalue) or isinstance(
+                        cvalue, staticmethod | classmethod | property
+                    ):
                         state[f"{name}.{attr}.{cattr}"] = cvalue
     return state
 

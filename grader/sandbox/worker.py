@@ -28,8 +28,17 @@ from grader.sandbox.tamper import replaced, snapshot
 
 # The parent's modules: watched too where the machine cannot hide them from the worker (no root, no
 # view: they are importable, so replacing their functions is reported as before); absent otherwise.
-GRADER_MODULES = ("grader.kit.audit", "grader.timed.gate", "grader.frontends.notebook", "grader.scoring.perf", "grader.timed.protocol",
-                  "grader.common.quiet", "grader.sandbox.supervisor", "grader.scoring.targets", "grader.sandbox.timelimit")  # fmt: skip
+GRADER_MODULES = (
+    "grader.kit.audit",
+    "grader.timed.gate",
+    "grader.frontends.notebook",
+    "grader.scoring.perf",
+    "grader.timed.protocol",
+    "grader.common.quiet",
+    "grader.sandbox.supervisor",
+    "grader.scoring.targets",
+    "grader.sandbox.timelimit",
+)
 
 
 def watched_modules(runtime_module: str) -> list[str]:
@@ -37,15 +46,23 @@ def watched_modules(runtime_module: str) -> list[str]:
     functions is detected: the worker-side core and the runtime's own assignment package. Nothing
     else of the grader is in the worker's view (:mod:`grader.sandbox.learner_view`)."""
     package = runtime_module.rpartition(".")[0] + "."
-    return [m for m in WORKER_MODULES if m.startswith(package) or not m.startswith("grader.assignments.")
-            if m not in ("grader.sandbox.worker", "grader.sandbox.probe_worker")]  # fmt: skip
+    return [
+        m
+        for m in WORKER_MODULES
+        if m.startswith(package) or not m.startswith("grader.assignments.")
+        if m not in ("grader.sandbox.worker", "grader.sandbox.probe_worker")
+    ]
 
 
 def assignment_modules(runtime_module: str) -> list[str]:
     """Every module of the runtime's assignment package this worker can find (its checks too where
     nothing hides them): imported before learner code so that replacing their functions is detected."""
     package = importlib.import_module(runtime_module.rpartition(".")[0])
-    return [f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__) if not m.ispkg]
+    return [
+        f"{package.__name__}.{m.name}"
+        for m in pkgutil.iter_modules(package.__path__)
+        if not m.ispkg
+    ]
 
 
 class Diverged(RuntimeError):
@@ -96,12 +113,16 @@ class Worker:
         for name in watched_modules(config["assignment_module"]):
             importlib.import_module(name)  # so that replacing any of their functions is detected
         for name in (*GRADER_MODULES, *assignment_modules(config["assignment_module"])):
-            with contextlib.suppress(ModuleNotFoundError):  # not in this worker's view: nothing to replace
+            with contextlib.suppress(
+                ModuleNotFoundError
+            ):  # not in this worker's view: nothing to replace
                 importlib.import_module(name)
         self.assignment = importlib.import_module(config["assignment_module"])
         self.device = config["device"]
         self.learner_object = None
-        self.commit_fd: int | None = None  # the last chunk's sealed state (grader.sandbox.commit.to_memfd)
+        self.commit_fd: int | None = (
+            None  # the last chunk's sealed state (grader.sandbox.commit.to_memfd)
+        )
         self.before = snapshot()  # clocks and effkit/grader functions before any learner code
 
     # -- learner code -----------------------------------------------------------------------
@@ -121,8 +142,9 @@ class Worker:
                 f"your solution cells define no {cmd['object_name']!r}; keep that name for your class"
             )
         self.learner_object = obj
-        self.channel.send("loaded", replaced=changed,
-                          reference_reused=self.assignment.reuses_reference(obj))  # fmt: skip
+        self.channel.send(
+            "loaded", replaced=changed, reference_reused=self.assignment.reuses_reference(obj)
+        )
 
     # -- training ---------------------------------------------------------------------------
     def chunk(self, cmd: dict) -> None:
@@ -134,7 +156,9 @@ class Worker:
         trainer, model, audit = self.trainer, self.model, self.audit
         j, parts = cmd.get("part", (0, 1))
         spe = trainer.steps_per_epoch
-        n = min(round((j + 1) * spe / parts) - round(j * spe / parts), trainer.total_steps - self.steps)
+        n = min(
+            round((j + 1) * spe / parts) - round(j * spe / parts), trainer.total_steps - self.steps
+        )
         if n > 0:
             trainer.train_steps(n)
             sync(self.device)
@@ -143,13 +167,19 @@ class Worker:
             self.epoch += 1
         bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
         if bad:
-            raise Diverged(f"training diverged: NaN/inf in the weights ({bad[0]}, ...) in epoch "
-                           f"{self.epoch + (j < parts - 1)}, i.e. the loss became NaN. " + audit.nan_hint())  # fmt: skip
+            raise Diverged(
+                f"training diverged: NaN/inf in the weights ({bad[0]}, ...) in epoch "
+                f"{self.epoch + (j < parts - 1)}, i.e. the loss became NaN. " + audit.nan_hint()
+            )
         report = {"epoch": self.epoch}
         if cmd.get("finish"):
             audit.finish(trainer.pipeline, self.epoch)
             # Learner code also runs *during* training (the pipeline): look for tampering again.
-            report = {"audit": audit.report(), "steps": self.steps, "replaced": replaced(self.before)}
+            report = {
+                "audit": audit.report(),
+                "steps": self.steps,
+                "replaced": replaced(self.before),
+            }
         event = "done" if cmd.get("finish") else "chunk_done"
         if not cmd.get("send_weights"):
             self.channel.send(event, **report)
@@ -176,7 +206,9 @@ class Worker:
         trainer = self.trainer
         state = load_state(Path(os.environ["EFFKIT_GRADER_DATA"]) / start)
         self.model.load_state_dict(state["model"])
-        own = trainer.optimizer.state_dict()  # its hyper-parameters are the recipe's, not committed ones
+        own = (
+            trainer.optimizer.state_dict()
+        )  # its hyper-parameters are the recipe's, not committed ones
         own["state"] = state["optimizer"]
         trainer.optimizer.load_state_dict(own)
         c, parts = cmd["chunk"], cmd["parts"]
@@ -187,10 +219,15 @@ class Worker:
             warnings.simplefilter("ignore")
             for _ in range(first):
                 trainer.scheduler.step()
-        trainer.skip_batches(first)  # the very batches the chunk trained on (same seed, same stream)
+        trainer.skip_batches(
+            first
+        )  # the very batches the chunk trained on (same seed, same stream)
         try:  # and the learner's dropout masks, from its committed generators
             set_rng(state, self.device)
-        except (RuntimeError, ValueError):  # a state torch refuses: the replay differs, the learner's doing
+        except (
+            RuntimeError,
+            ValueError,
+        ):  # a state torch refuses: the replay differs, the learner's doing
             pass
         if hasattr(trainer, "step"):
             trainer.step = first
@@ -204,12 +241,19 @@ class Worker:
         inputs = Path(os.environ["EFFKIT_GRADER_DATA"])  # the parent's inputs, read-only here
         seed_caches(inputs)
         self.trainer = self.assignment.build_trainer(
-            self.learner_object, self.audit, str(inputs / spec["data_dir"]), self.device,
-            spec["seed"], spec["profile"], spec["hooks"],
+            self.learner_object,
+            self.audit,
+            str(inputs / spec["data_dir"]),
+            self.device,
+            spec["seed"],
+            spec["profile"],
+            spec["hooks"],
         )
         self.model = self.assignment.model_of(self.trainer)
         if spec.get("init_path"):  # the parent's initial weights: runs r of A and B start equal
-            state = torch.load(inputs / spec["init_path"], map_location=self.device, weights_only=True)
+            state = torch.load(
+                inputs / spec["init_path"], map_location=self.device, weights_only=True
+            )
             self.model.load_state_dict(state)
         self.steps, self.epoch = 0, 0
 
@@ -231,8 +275,12 @@ class Worker:
             except Diverged as err:
                 self.channel.send("error", kind="nan", message=str(err))
             except BaseException as err:  # noqa: BLE001 - report anything the learner's code raises
-                self.channel.send("error", kind="exception", message=f"{type(err).__name__}: {err}",
-                                  traceback=_short_traceback(err))  # fmt: skip
+                self.channel.send(
+                    "error",
+                    kind="exception",
+                    message=f"{type(err).__name__}: {err}",
+                    traceback=_short_traceback(err),
+                )
                 if isinstance(err, KeyboardInterrupt | SystemExit):
                     return
 
@@ -243,8 +291,12 @@ def main(argv: list[str]) -> int:
     try:
         Worker(config, channel).serve()
     except BaseException as err:  # noqa: BLE001 - start-up failures must reach the parent too
-        channel.send("error", kind="startup", message=f"{type(err).__name__}: {err}",
-                     traceback=_short_traceback(err))  # fmt: skip
+        channel.send(
+            "error",
+            kind="startup",
+            message=f"{type(err).__name__}: {err}",
+            traceback=_short_traceback(err),
+        )
         return 1
     return 0
 

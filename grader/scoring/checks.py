@@ -40,13 +40,17 @@ class Context:
 
 def expect(ok: bool, message: str) -> None:
     if not ok:  # a failure the learner cannot read is a grader bug: say so rather than nothing
-        raise CheckFailed(message or "failed, and the grader gave no reason: a grader bug, report it")
+        raise CheckFailed(
+            message or "failed, and the grader gave no reason: a grader bug, report it"
+        )
 
 
 def stub_reason(failure: str) -> str:
     if "NotImplementedError" in failure:
-        return ("your solution still raises NotImplementedError: replace the "
-                "`raise NotImplementedError()` stub with your code")  # fmt: skip
+        return (
+            "your solution still raises NotImplementedError: replace the "
+            "`raise NotImplementedError()` stub with your code"
+        )
     return ""
 
 
@@ -57,15 +61,22 @@ def stub_reason(failure: str) -> str:
 TEST_SEED_ENV = "EFFKIT_GRADER_TEST_SEED"
 
 
-def grade_cells(assignment, cells: list[tuple[str, str]], only: list[str] | None = None,
-                seed: int | None = None) -> tuple[dict[str, CellVerdict], dict]:  # fmt: skip
+def grade_cells(
+    assignment, cells: list[tuple[str, str]], only: list[str] | None = None, seed: int | None = None
+) -> tuple[dict[str, CellVerdict], dict]:
     """Run the assignment's cell checks on the learner's ``cells`` (grade_id, source)."""
     plain = [(gid, to_python(src)[0]) for gid, src in cells]
     session = ProbeSession(
-        assignment.probes, assignment.trusted_cells(), plain, list(assignment.names),
-        loopback=assignment.loopback, cpu_only=assignment.cpu_only,
+        assignment.probes,
+        assignment.trusted_cells(),
+        plain,
+        list(assignment.names),
+        loopback=assignment.loopback,
+        cpu_only=assignment.cpu_only,
     )
-    fixed = seed is None and bool(os.environ.get(TEST_SEED_ENV))  # the repository's tests only (TEST_SEED_ENV)
+    fixed = seed is None and bool(
+        os.environ.get(TEST_SEED_ENV)
+    )  # the repository's tests only (TEST_SEED_ENV)
     if fixed:
         seed = int(os.environ[TEST_SEED_ENV])
     rng = random.Random(seed if seed is not None else random.SystemRandom().getrandbits(64))
@@ -85,10 +96,16 @@ def grade_cells(assignment, cells: list[tuple[str, str]], only: list[str] | None
     errors = [f"{e['cell']}: {e['message']}" for e in session.load_errors]
     unavailable = list(session.unavailable)
     if fixed:  # said in every graded cell's output, so a course that sets it by mistake sees it
-        unavailable.append(f"secret draws: {TEST_SEED_ENV} fixes the checks' tasks and data (for the "
-                           "repository's tests only; a learner could know them)")  # fmt: skip
-    report = {"flags": list(session.evidence), "unavailable": unavailable,
-              "worker_uid": session.worker_uid, "cell_errors": errors}  # fmt: skip
+        unavailable.append(
+            f"secret draws: {TEST_SEED_ENV} fixes the checks' tasks and data (for the "
+            "repository's tests only; a learner could know them)"
+        )
+    report = {
+        "flags": list(session.evidence),
+        "unavailable": unavailable,
+        "worker_uid": session.worker_uid,
+        "cell_errors": errors,
+    }
     return verdicts, report
 
 
@@ -99,8 +116,10 @@ def gate_problem(assignment, cells: list[tuple[str, str]], known: dict | None = 
     source = "\n".join(src for _, src in cells)
     used = [n for n in assignment.reference_names if n in source]
     if used:
-        return (f"your solution uses effkit's {used[0]}, the reference answer: write your own "
-                "to earn the performance points")  # fmt: skip
+        return (
+            f"your solution uses effkit's {used[0]}, the reference answer: write your own "
+            "to earn the performance points"
+        )
     if not assignment.speed_gate:
         return ""
     known = {g: v for g, v in (known or {}).items() if g in assignment.speed_gate}

@@ -36,7 +36,9 @@ class PerfResult:
     report: dict = field(default_factory=dict)
 
 
-def load_gate(assignment_id: str, spec, table: str, device: str | None = None) -> tuple[gates.Gate, str, list[str]]:
+def load_gate(
+    assignment_id: str, spec, table: str, device: str | None = None
+) -> tuple[gates.Gate, str, list[str]]:
     """The gate for the targets row ``table`` (device class, or ``cpu-fp32``: see
     :func:`grader.scoring.targets.table_for`). ``cpu-fp32`` falls back to the ``cpu`` calibration when it
     has none of its own (said in the report): its noise was measured with bf16 on a CPU that has
@@ -51,19 +53,29 @@ def load_gate(assignment_id: str, spec, table: str, device: str | None = None) -
     notes = []
     if table == NO_NATIVE_BF16 and not (gates.calibration_dir(name) / f"{name}.json").is_file():
         fallback = f"{assignment_id}-{spec.calibration_name}-cpu"
-        notes.append(f"the accuracy gate has no calibration {name} (a CPU without native bf16); using {fallback}")
+        notes.append(
+            f"the accuracy gate has no calibration {name} (a CPU without native bf16); using {fallback}"
+        )
         name = fallback
     try:
         cal = gates.Calibration.load(name)
-        if device is not None and _model(cal.device) != _model(device) and cal.sd_pair_pp < FALLBACK_SD_PAIR_PP:
-            notes.append(f"the accuracy gate's calibration {name} was measured on {cal.device}, not this "
-                         f"{device}: its per-pair SD {cal.sd_pair_pp:.2f} pp widened to {FALLBACK_SD_PAIR_PP} pp "
-                         "(instructors: python -m grader calibrate on this machine)")  # fmt: skip
+        if (
+            device is not None
+            and _model(cal.device) != _model(device)
+            and cal.sd_pair_pp < FALLBACK_SD_PAIR_PP
+        ):
+            notes.append(
+                f"the accuracy gate's calibration {name} was measured on {cal.device}, not this "
+                f"{device}: its per-pair SD {cal.sd_pair_pp:.2f} pp widened to {FALLBACK_SD_PAIR_PP} pp "
+                "(instructors: python -m grader calibrate on this machine)"
+            )
             return gates.Gate(spec.repeats, FALLBACK_SD_PAIR_PP), f"{name} (widened)", notes
         return gates.Gate.from_calibration(spec.repeats, cal), name, notes
     except FileNotFoundError:
-        note = (f"the accuracy gate is not calibrated for {name}; using a conservative "
-                f"{FALLBACK_SD_PAIR_PP} pp per-pair SD (instructors: python -m grader calibrate)")  # fmt: skip
+        note = (
+            f"the accuracy gate is not calibrated for {name}; using a conservative "
+            f"{FALLBACK_SD_PAIR_PP} pp per-pair SD (instructors: python -m grader calibrate)"
+        )
         return gates.Gate(spec.repeats, FALLBACK_SD_PAIR_PP), "fallback", [*notes, note]
 
 
@@ -73,39 +85,70 @@ def _model(device: str) -> str:
     return re.sub(r" \(\d+ threads?\)$", "", device)
 
 
-def grade(assignment, cells: list[tuple[str, str]], max_points: float, *, device: str | None = None,
-          spec_name: str | None = None, progress=print, gate_verdicts: dict | None = None) -> PerfResult:  # fmt: skip
+def grade(
+    assignment,
+    cells: list[tuple[str, str]],
+    max_points: float,
+    *,
+    device: str | None = None,
+    spec_name: str | None = None,
+    progress=print,
+    gate_verdicts: dict | None = None,
+) -> PerfResult:
     device = device or default_device()
     name = device_name(device)
     target = target_for(assignment, name)
     spec = assignment.spec(device, spec_name)
-    gate, calibration, notes = load_gate(assignment.id, spec, target.table or target.device_class, name)
+    gate, calibration, notes = load_gate(
+        assignment.id, spec, target.table or target.device_class, name
+    )
     progress(f"Measuring on {name}: baseline vs your code, {spec.repeats} paired runs ...")
     if not cells:
         m = Measurement(device=name, spec=spec)
-        m.problems.append(f"no solution cell found: keep the cell that defines {assignment.object_name} "
-                          "(with its nbgrader metadata) in the notebook")  # fmt: skip
+        m.problems.append(
+            f"no solution cell found: keep the cell that defines {assignment.object_name} "
+            "(with its nbgrader metadata) in the notebook"
+        )
     else:
         try:
-            m = measure(assignment, cells, spec, device, progress=progress,
-                        correctness=lambda: gate_problem(assignment, cells, gate_verdicts),
-                        second_look=gate.needs_second_look)  # fmt: skip
+            m = measure(
+                assignment,
+                cells,
+                spec,
+                device,
+                progress=progress,
+                correctness=lambda: gate_problem(assignment, cells, gate_verdicts),
+                second_look=gate.needs_second_look,
+            )
         except WorkerFailed as err:
-            raise GradingError(f"the grader could not run the baseline: {err}\n{err.detail}") from err
+            raise GradingError(
+                f"the grader could not run the baseline: {err}\n{err.detail}"
+            ) from err
     m.device = name
     return decide(m, target, gate, max_points, calibration, notes, assignment.id)
 
 
-def decide(m: Measurement, target: Target, gate: gates.Gate, max_points: float, calibration: str,
-           notes: list[str], assignment_id: str) -> PerfResult:  # fmt: skip
+def decide(
+    m: Measurement,
+    target: Target,
+    gate: gates.Gate,
+    max_points: float,
+    calibration: str,
+    notes: list[str],
+    assignment_id: str,
+) -> PerfResult:
     reasons = list(m.problems)
     if m.error is not None:
         reasons.insert(0, str(m.error))
     stub = (m.error is not None and str(m.error).startswith("NotImplementedError")) or any(
-        "NotImplementedError" in p for p in m.problems)  # the released stub, untouched (the speed gate says so)
+        "NotImplementedError" in p for p in m.problems
+    )  # the released stub, untouched (the speed gate says so)
     if stub:
-        reasons.insert(0, "no performance points: your solution cells still raise NotImplementedError "
-                          "- replace each `raise NotImplementedError()` stub with your code")  # fmt: skip
+        reasons.insert(
+            0,
+            "no performance points: your solution cells still raise NotImplementedError "
+            "- replace each `raise NotImplementedError()` stub with your code",
+        )
     diffs = m.accuracy_diffs_pp()
     verdict = gate.decide(diffs) if diffs else None
     speedup = m.speedup()
@@ -119,8 +162,10 @@ def decide(m: Measurement, target: Target, gate: gates.Gate, max_points: float, 
             credit = target.credit(speedup)
     flags = list(m.flags) + notes
     if verdict is not None and verdict.suspiciously_high:
-        flags.append(f"your accuracy is {verdict.mean_diff_pp:+.2f} pp above the baseline: not penalised, "
-                     "but unusual for a pipeline change - check you did not change the training")  # fmt: skip
+        flags.append(
+            f"your accuracy is {verdict.mean_diff_pp:+.2f} pp above the baseline: not penalised, "
+            "but unusual for a pipeline change - check you did not change the training"
+        )
     points = round(credit * max_points, 2)
     report = {
         "assignment": assignment_id,
@@ -141,8 +186,11 @@ def decide(m: Measurement, target: Target, gate: gates.Gate, max_points: float, 
         "max_points": max_points,
         "problems": reasons,
         "flags": flags,
-        "error": ({"kind": m.error.kind, "message": str(m.error), "detail": m.error.detail}
-                  if m.error else None),  # fmt: skip
+        "error": (
+            {"kind": m.error.kind, "message": str(m.error), "detail": m.error.detail}
+            if m.error
+            else None
+        ),
         "phases_s": m.phases_s,
         "work_checks": m.work_checks,
         "work_problems": m.work_problems,
@@ -156,45 +204,67 @@ def _median(values: list[float]) -> float:
 
 def feedback_text(r: dict) -> str:
     t = r["target"]
-    lines = [f"== effkit grader: {r['assignment']} performance ==",
-             f"device     {r['device']}  (class {r['device_class']})"]  # fmt: skip
+    lines = [
+        f"== effkit grader: {r['assignment']} performance ==",
+        f"device     {r['device']}  (class {r['device_class']})",
+    ]
     spec = r["spec"]
     pairs = sum(x["role"] == "baseline" for x in r["runs"])
-    second = f" (+{pairs - spec['repeats']} on fresh data: the gate's second look)" if pairs > spec["repeats"] else ""
-    lines.append(f"protocol   {spec['repeats']} paired runs{second} of {spec['epochs']} epochs x "
-                 f"{spec['n_train']} samples of the grader's own data, {spec.get('chunks_per_epoch', 2)} chunks per epoch "
-                 "interleaved ABBA; warm-up excluded; timed by the grader")  # fmt: skip
+    second = (
+        f" (+{pairs - spec['repeats']} on fresh data: the gate's second look)"
+        if pairs > spec["repeats"]
+        else ""
+    )
+    lines.append(
+        f"protocol   {spec['repeats']} paired runs{second} of {spec['epochs']} epochs x "
+        f"{spec['n_train']} samples of the grader's own data, {spec.get('chunks_per_epoch', 2)} chunks per epoch "
+        "interleaved ABBA; warm-up excluded; timed by the grader"
+    )
     for role, label in (("baseline", "baseline"), ("learner", "yours")):
         runs = [x for x in r["runs"] if x["role"] == role]
         if runs:
             secs = [x["seconds"] for x in runs]
-            lines.append(f"{label:10s} {_median(secs):7.2f} s/run ({_median([x['samples_per_s'] for x in runs]):7.0f} "
-                         f"samples/s)   runs: " + " ".join(f"{s:.2f}" for s in secs))  # fmt: skip
+            lines.append(
+                f"{label:10s} {_median(secs):7.2f} s/run ({_median([x['samples_per_s'] for x in runs]):7.0f} "
+                f"samples/s)   runs: " + " ".join(f"{s:.2f}" for s in secs)
+            )
     if r["speedup"] is not None:
         ratios = r["speed_ratios"]
         of = " of the second look" if second else ""
-        lines.append(f"speedup    {r['speedup']:.2f}x (median of {len(ratios)} back-to-back chunk pairs{of}, range {min(ratios):.2f}-"
-                     f"{max(ratios):.2f}); target {t['target']:.2f}x, floor {t['floor']:.2f}x ({t['source']})")  # fmt: skip
+        lines.append(
+            f"speedup    {r['speedup']:.2f}x (median of {len(ratios)} back-to-back chunk pairs{of}, range {min(ratios):.2f}-"
+            f"{max(ratios):.2f}); target {t['target']:.2f}x, floor {t['floor']:.2f}x ({t['source']})"
+        )
         if t.get("table") == "cpu-fp32":
-            lines.append("note       this CPU has no native bf16 (no AMX / AVX512-BF16): fp32 is the right policy "
-                         "here and 16-bit cannot pay, so full points mean your choice did not slow training "
-                         "(targets row cpu-fp32)")  # fmt: skip
+            lines.append(
+                "note       this CPU has no native bf16 (no AMX / AVX512-BF16): fp32 is the right policy "
+                "here and 16-bit cannot pay, so full points mean your choice did not slow training "
+                "(targets row cpu-fp32)"
+            )
     g = r["gate"]
     if g:
         accs = [(x["role"], x["accuracy"]) for x in r["runs"] if x["accuracy"] is not None]
         base = _median([a for role, a in accs if role == "baseline"]) * 100
         mine = _median([a for role, a in accs if role == "learner"]) * 100
         looks = g.get("look_means_pp") or []
-        mean = (" then ".join(f"{m:+.2f}" for m in looks) + " pp (two looks)" if len(looks) > 1
-                else f"{g['mean_diff_pp']:+.2f} pp")  # fmt: skip
-        lines.append(f"accuracy   baseline {base:.2f}%, yours {mine:.2f}% on the grader's held-out set; "
-                     f"paired mean {mean}, gate {g['threshold_pp']:+.2f} pp: " + ("pass" if g["passed"] else "FAIL"))  # fmt: skip
+        mean = (
+            " then ".join(f"{m:+.2f}" for m in looks) + " pp (two looks)"
+            if len(looks) > 1
+            else f"{g['mean_diff_pp']:+.2f} pp"
+        )
+        lines.append(
+            f"accuracy   baseline {base:.2f}%, yours {mine:.2f}% on the grader's held-out set; "
+            f"paired mean {mean}, gate {g['threshold_pp']:+.2f} pp: "
+            + ("pass" if g["passed"] else "FAIL")
+        )
     for p in r["problems"]:
         lines.append(f"problem    {p}")
     if r["error"] and r["error"]["detail"]:
         lines.append("           " + r["error"]["detail"].replace("\n", "\n           "))
     for f in r["flags"]:
         lines.append(f"flag       {f}")
-    lines.append(f"points     {r['points']:g} / {r['max_points']:g}"
-                 + (f"  (speed credit {r['credit']:.0%})" if not r["problems"] else ""))  # fmt: skip
+    lines.append(
+        f"points     {r['points']:g} / {r['max_points']:g}"
+        + (f"  (speed credit {r['credit']:.0%})" if not r["problems"] else "")
+    )
     return "\n".join(lines)

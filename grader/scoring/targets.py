@@ -65,7 +65,9 @@ def device_class(device_name: str) -> str:
 def default_targets(assignment) -> dict[str, dict[str, float]]:
     """The assignment's own table (``Assignment.targets``, in its package), by device class."""
     if not assignment.targets:
-        raise ValueError(f"assignment {assignment.id!r} has no speedup targets (it is not graded on speed)")
+        raise ValueError(
+            f"assignment {assignment.id!r} has no speedup targets (it is not graded on speed)"
+        )
     return assignment.targets
 
 
@@ -75,7 +77,9 @@ def table_for(assignment, device_name: str) -> str:
     calibration are both keyed by it (:func:`grader.scoring.perf.load_gate`)."""
     cls = device_class(device_name)
     if cls == "cpu" and NO_NATIVE_BF16 in default_targets(assignment):
-        return "cpu" if cpu_native_bf16() else NO_NATIVE_BF16  # this machine's CPU: the grader times here
+        return (
+            "cpu" if cpu_native_bf16() else NO_NATIVE_BF16
+        )  # this machine's CPU: the grader times here
     return cls
 
 
@@ -89,11 +93,20 @@ def target_for(assignment, device_name: str, overrides_file: Path | None = None)
     custom = overrides.get(assignment.id, {}).get(table, {})
     unknown = set(custom) - {"target", "floor"}
     if unknown:
-        raise ValueError(f"unknown keys {sorted(unknown)} in target overrides {source}; use target, floor")
+        raise ValueError(
+            f"unknown keys {sorted(unknown)} in target overrides {source}; use target, floor"
+        )
     entry.update({k: float(v) for k, v in custom.items()})
     if not 0 < entry["floor"] < entry["target"]:
         raise ValueError(
             f"target overrides for {assignment.id}/{table} need 0 < floor < target, got {entry} ({source})"
         )
-    return Target(assignment.id, device_name, cls, entry["target"], entry["floor"],
-                  source if custom else "default", table)
+    return Target(
+        assignment.id,
+        device_name,
+        cls,
+        entry["target"],
+        entry["floor"],
+        source if custom else "default",
+        table,
+    )

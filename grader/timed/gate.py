@@ -27,6 +27,8 @@ ASSIGNMENTS_DIR = Path(__file__).resolve().parents[1] / "assignments"
 def calibration_dir(name: str) -> Path:
     """Calibration ``<assignment>-<spec>-<device class>`` lives in its assignment's package."""
     return ASSIGNMENTS_DIR / name.split("-", 1)[0] / "calibration"
+
+
 TOLERANCE_PP = 0.5  # the course's promise: accuracy within 0.5 pp of the baseline
 Z_ONE_SIDED_99 = 2.3263  # Phi^-1(0.99): false fails of a correct optimisation below 1%
 Z_DROP = 1.7507  # Phi^-1(0.96): a real drop of DROP_PP passes in under 4% (margin below 5%)
@@ -69,7 +71,9 @@ class Calibration:
         return cls(**data)
 
     @classmethod
-    def from_runs(cls, name: str, device: str, baseline: list[float], other: list[float]) -> Calibration:
+    def from_runs(
+        cls, name: str, device: str, baseline: list[float], other: list[float]
+    ) -> Calibration:
         """From paired accuracies (fractions) of the baseline and a correct optimisation."""
         if len(baseline) != len(other) or len(baseline) < 3:
             raise ValueError(f"need >= 3 paired runs, got {len(baseline)} and {len(other)}")
@@ -111,7 +115,9 @@ class Gate:
     @classmethod
     def from_calibration(cls, repeats: int, cal: Calibration) -> Gate:
         means = tuple(cal.grading_means_pp) if cal.grading_repeats == repeats else ()
-        return cls(repeats, cal.sd_pair_pp, residuals_pp=tuple(cal.differences_pp), grading_means_pp=means)
+        return cls(
+            repeats, cal.sd_pair_pp, residuals_pp=tuple(cal.differences_pp), grading_means_pp=means
+        )
 
     @property
     def from_gradings(self) -> bool:
@@ -120,8 +126,16 @@ class Gate:
 
     def gradings_rates(self, drop_pp: float | None = None) -> tuple[int, int, int]:
         """(gradings, correct ones below the threshold, ones that a real ``drop_pp`` drop would pass)."""
-        t, means, drop = self.threshold_pp, self.grading_means_pp, self.drop_pp if drop_pp is None else drop_pp
-        return len(means), sum(m < t - EPS_PP for m in means), sum(m - drop >= t - EPS_PP for m in means)
+        t, means, drop = (
+            self.threshold_pp,
+            self.grading_means_pp,
+            self.drop_pp if drop_pp is None else drop_pp,
+        )
+        return (
+            len(means),
+            sum(m < t - EPS_PP for m in means),
+            sum(m - drop >= t - EPS_PP for m in means),
+        )
 
     def gradings_bounds(self, drop_pp: float | None = None) -> tuple[float, float]:
         """95% upper bounds of (false fail, false pass) with the second look: correct work must fall
@@ -142,13 +156,22 @@ class Gate:
     def _gradings_threshold(self) -> float:
         """The highest grid point, at most -tolerance, with correct gradings below it in < RECHECK_RATE."""
         means, k = self.grading_means_pp, 0
-        while upper_bound(sum(m < -self.tolerance_pp - k * GRID_PP - EPS_PP for m in means), len(means)) > RECHECK_RATE:
+        while (
+            upper_bound(
+                sum(m < -self.tolerance_pp - k * GRID_PP - EPS_PP for m in means), len(means)
+            )
+            > RECHECK_RATE
+        ):
             k += 1  # ends below the lowest mean at the latest: 0 of >= 59 bounds the rate under 5%
         return round(-self.tolerance_pp - k * GRID_PP, 6)
 
     def needs_second_look(self, diffs_pp: list[float]) -> bool:
         """The first ``repeats`` pairs fell below a gradings-set threshold: train as many more."""
-        return self.from_gradings and len(diffs_pp) == self.repeats and not self.decide(diffs_pp).passed
+        return (
+            self.from_gradings
+            and len(diffs_pp) == self.repeats
+            and not self.decide(diffs_pp).passed
+        )
 
     @functools.cached_property
     def _bootstrap_means(self) -> list[float]:
@@ -156,8 +179,10 @@ class Gate:
         rng = random.Random(0)
         centre = statistics.fmean(self.residuals_pp)
         pool = [r - centre for r in self.residuals_pp]
-        return sorted(statistics.fmean(rng.choice(pool) for _ in range(self.repeats))
-                      for _ in range(BOOTSTRAP_TRIALS))  # fmt: skip
+        return sorted(
+            statistics.fmean(rng.choice(pool) for _ in range(self.repeats))
+            for _ in range(BOOTSTRAP_TRIALS)
+        )
 
     @property
     def se_pp(self) -> float:
@@ -200,24 +225,39 @@ class Gate:
     def decide(self, diffs_pp: list[float]) -> GateVerdict:
         r, t = self.repeats, self.threshold_pp
         second = self.from_gradings and len(diffs_pp) == 2 * r
-        looks = [statistics.fmean(x) for x in ([diffs_pp[:r], diffs_pp[r:]] if second else [diffs_pp]) if x]
-        mean = looks[-1] if looks else float("nan")  # the look that is scored: the second, once taken
+        looks = [
+            statistics.fmean(x)
+            for x in ([diffs_pp[:r], diffs_pp[r:]] if second else [diffs_pp])
+            if x
+        ]
+        mean = (
+            looks[-1] if looks else float("nan")
+        )  # the look that is scored: the second, once taken
         passed = mean >= t - EPS_PP  # (a second look is taken only after a first one below t)
-        noise = (f"a correct pipeline falls below it in {self.gradings_rates()[1]} of {len(self.grading_means_pp)} "
-                 "measured gradings" if self.from_gradings else
-                 f"the -{self.tolerance_pp} pp tolerance, widened by the measured run-to-run noise, SE {self.se_pp:.2f} pp")  # fmt: skip
+        noise = (
+            f"a correct pipeline falls below it in {self.gradings_rates()[1]} of {len(self.grading_means_pp)} "
+            "measured gradings"
+            if self.from_gradings
+            else f"the -{self.tolerance_pp} pp tolerance, widened by the measured run-to-run noise, SE {self.se_pp:.2f} pp"
+        )
         if not looks:
             why = "no accuracy could be measured"
         elif second and not passed:
-            why = (f"your accuracy is {looks[0]:+.2f} pp vs the baseline in {r} paired runs and {looks[1]:+.2f} pp in "
-                   f"{r} more on fresh data (the grader's held-out sets): both below the gate at {t:+.2f} pp ({noise}, "
-                   f"twice in a row in < {self.gradings_bounds()[0]:.2%})")  # fmt: skip
+            why = (
+                f"your accuracy is {looks[0]:+.2f} pp vs the baseline in {r} paired runs and {looks[1]:+.2f} pp in "
+                f"{r} more on fresh data (the grader's held-out sets): both below the gate at {t:+.2f} pp ({noise}, "
+                f"twice in a row in < {self.gradings_bounds()[0]:.2%})"
+            )
         elif not passed:
-            why = (f"your accuracy is {mean:+.2f} pp vs the baseline (mean of {len(diffs_pp)} paired runs on the "
-                   f"grader's held-out set), below the gate at {t:+.2f} pp ({noise})")  # fmt: skip
+            why = (
+                f"your accuracy is {mean:+.2f} pp vs the baseline (mean of {len(diffs_pp)} paired runs on the "
+                f"grader's held-out set), below the gate at {t:+.2f} pp ({noise})"
+            )
         elif second and looks[0] < t:
-            why = (f"accuracy {looks[0]:+.2f} pp vs the baseline in {r} paired runs, below the gate ({t:+.2f} pp); "
-                   f"{looks[1]:+.2f} pp in {r} more on fresh data: within it")  # fmt: skip
+            why = (
+                f"accuracy {looks[0]:+.2f} pp vs the baseline in {r} paired runs, below the gate ({t:+.2f} pp); "
+                f"{looks[1]:+.2f} pp in {r} more on fresh data: within it"
+            )
         else:
             why = f"accuracy {mean:+.2f} pp vs the baseline: within the gate ({t:+.2f} pp)"
         # Symmetric to the fail threshold, rounding included: flag only gains that noise does not
@@ -234,7 +274,9 @@ class GateVerdict:
     se_pp: float
     suspiciously_high: bool
     message: str
-    look_means_pp: tuple[float, ...] = ()  # one mean per look: the second only after the first fell below
+    look_means_pp: tuple[
+        float, ...
+    ] = ()  # one mean per look: the second only after the first fell below
 
     def to_dict(self) -> dict:
         return asdict(self)

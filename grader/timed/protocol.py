@@ -47,7 +47,9 @@ class GradingSpec:
     # The learner trains the baseline's own data stream (lesson 3 changes precision, not data): a
     # replay from its committed state sees its batches and dropout masks, so a mismatch is scored.
     replay_scored: bool = False
-    data: str = "easy"  # lesson 2's synthetic images: "hard" where a run would reach 100% on the easy set
+    data: str = (
+        "easy"  # lesson 2's synthetic images: "hard" where a run would reach 100% on the easy set
+    )
 
     @property
     def calibration_name(self) -> str:
@@ -76,7 +78,9 @@ class Measurement:
     flags: list[str] = field(default_factory=list)  # reported, no effect on points
     error: WorkerFailed | None = None
     phases_s: dict = field(default_factory=dict)
-    work_checks: list[dict] = field(default_factory=list)  # grader.timed.replay's figures, per chunk checked
+    work_checks: list[dict] = field(
+        default_factory=list
+    )  # grader.timed.replay's figures, per chunk checked
     # Said only when the accuracy gate passed: a pipeline that trains wrongly also changes its
     # weights unlike the reference, and the gate's verdict is the explanation a learner can act on.
     work_problems: list[str] = field(default_factory=list)
@@ -91,8 +95,16 @@ class Measurement:
 
     def speed_ratios(self) -> list[float]:
         """time_A / time_B for each pair of chunks (same run, same epoch, back to back)."""
-        a = {(r, k): s for role, r, k, s in self.chunks if role == "baseline" and r >= self.scored_from}
-        b = {(r, k): s for role, r, k, s in self.chunks if role == "learner" and r >= self.scored_from}
+        a = {
+            (r, k): s
+            for role, r, k, s in self.chunks
+            if role == "baseline" and r >= self.scored_from
+        }
+        b = {
+            (r, k): s
+            for role, r, k, s in self.chunks
+            if role == "learner" and r >= self.scored_from
+        }
         return [a[key] / b[key] for key in sorted(a) if key in b]
 
     def speedup(self) -> float:
@@ -100,8 +112,11 @@ class Measurement:
         return statistics.median(ratios) if ratios else float("nan")
 
     def accuracy_diffs_pp(self) -> list[float]:
-        return [100 * (tb.accuracy - ta.accuracy) for ta, tb in self.pairs()
-                if ta.accuracy is not None and tb.accuracy is not None]  # fmt: skip
+        return [
+            100 * (tb.accuracy - ta.accuracy)
+            for ta, tb in self.pairs()
+            if ta.accuracy is not None and tb.accuracy is not None
+        ]
 
 
 def _private_dir() -> Path:
@@ -110,8 +125,15 @@ def _private_dir() -> Path:
     return path
 
 
-def measure(assignment, cells: list[tuple[str, str]], spec: GradingSpec, device: str,
-            progress=print, correctness=None, second_look=None) -> Measurement:  # fmt: skip
+def measure(
+    assignment,
+    cells: list[tuple[str, str]],
+    spec: GradingSpec,
+    device: str,
+    progress=print,
+    correctness=None,
+    second_look=None,
+) -> Measurement:
     """Run the protocol for ``cells`` (name, source) of the learner; see the module docstring.
 
     ``correctness() -> str`` says why speed cannot count ('' when it can): the caller's correctness
@@ -130,8 +152,9 @@ def measure(assignment, cells: list[tuple[str, str]], spec: GradingSpec, device:
         return _measure(assignment, cells, spec, device, progress, correctness, second_look)
 
 
-def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
-             correctness=None, second_look=None) -> Measurement:  # fmt: skip
+def _measure(
+    assignment, cells, spec: GradingSpec, device: str, progress, correctness=None, second_look=None
+) -> Measurement:
     runtime = assignment.runtime()
     t_start = _clock()
     out = Measurement(device=device, spec=spec)
@@ -140,8 +163,10 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
     problem = correctness() if correctness is not None else ""
     out.phases_s["correctness"] = _clock() - t_start
     if problem:
-        out.problems.append("your code fails the grader's correctness checks, and speed only "
-                            f"counts for correct code: {problem}")  # fmt: skip
+        out.problems.append(
+            "your code fails the grader's correctness checks, and speed only "
+            f"counts for correct code: {problem}"
+        )
         out.phases_s["total"] = _clock() - t_start
         return out
     workdir = _private_dir()
@@ -152,15 +177,21 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
     workers: dict[str, Worker] = {}
     try:
         for role in ("baseline", "learner"):
-            workers[role] = start_worker(role, workdir, {
-                "assignment_module": assignment.runtime_module, "device": device, "role": role},
-                cpu_cores=spec.cpu_cores if device == "cpu" else None, inputs=reveal.exposed)  # fmt: skip
+            workers[role] = start_worker(
+                role,
+                workdir,
+                {"assignment_module": assignment.runtime_module, "device": device, "role": role},
+                cpu_cores=spec.cpu_cores if device == "cpu" else None,
+                inputs=reveal.exposed,
+            )
         data = runtime.GraderData(workdir, spec, device)  # writes sets while workers import
         reveal.show_shared(data)  # a run's training set and initial weights: at its first chunk
         out.phases_s["data"] = _clock() - t_start
         # Said as each phase ends (seconds since the grading began): a grading stopped from outside
         # (a lease, a job limit) writes no report, and its log must still say where the time went.
-        progress(f"  {out.phases_s['data']:6.1f} s  the grader's data and initial weights are ready")
+        progress(
+            f"  {out.phases_s['data']:6.1f} s  the grader's data and initial weights are ready"
+        )
         for w in workers.values():
             w.expect("ready", spec.startup_timeout_s, "starting up")
             w.pause()
@@ -172,21 +203,34 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
             code, dropped = to_python(source)
             plain.append((name, code))
             out.flags += [f"ignored IPython syntax in {name}, {d}" for d in dropped]
-        out.flags += [f"protection unavailable here (timed worker): {u}" for u in b.unavailable or []]
-        b.send(cmd="load", cells=[*assignment.trusted_cells(), *plain], object_name=assignment.object_name)
+        out.flags += [
+            f"protection unavailable here (timed worker): {u}" for u in b.unavailable or []
+        ]
+        b.send(
+            cmd="load",
+            cells=[*assignment.trusted_cells(), *plain],
+            object_name=assignment.object_name,
+        )
         loaded, _ = b.expect("loaded", spec.load_timeout_s, "running your solution cells")
         b.pause()
         if loaded["replaced"]:
-            out.flags.append("your code replaced " + ", ".join(loaded["replaced"][:6]) +
-                             " - ignored: the grader's clock and evaluation run in other processes")  # fmt: skip
+            out.flags.append(
+                "your code replaced "
+                + ", ".join(loaded["replaced"][:6])
+                + " - ignored: the grader's clock and evaluation run in other processes"
+            )
         if loaded["reference_reused"]:
             out.problems.append(loaded["reference_reused"])
             return out
         hooks = dict(spec.hooks, epochs=1)
         limit = spec.startup_timeout_s
         for w in (a, b):  # warm-up: allocator, thread pools, lazy imports; not scored
-            begin = {"data_dir": _rel(data, data.warmup_dir), "seed": 0, "hooks": hooks,
-                     "profile": spec.profile}  # fmt: skip
+            begin = {
+                "data_dir": _rel(data, data.warmup_dir),
+                "seed": 0,
+                "hooks": hooks,
+                "profile": spec.profile,
+            }
             t_go = w.send(cmd="chunk", begin=begin, part=[0, 1], finish=True)
             done, t_end = w.expect("done", limit, "the warm-up run")
             w.pause()
@@ -196,8 +240,10 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
         # Audit problems do not stop the protocol: the runs and the grader's own evaluation still
         # happen, so the report shows everything that is wrong (e.g. skipped training AND accuracy).
         out.phases_s["warmup"] = _clock() - t_start
-        progress(f"  {out.phases_s['warmup']:6.1f} s  warm-up done (baseline {out.warmup_s['baseline']:.1f} s, "
-                 f"yours {out.warmup_s['learner']:.1f} s); now the timed runs")  # fmt: skip
+        progress(
+            f"  {out.phases_s['warmup']:6.1f} s  warm-up done (baseline {out.warmup_s['baseline']:.1f} s, "
+            f"yours {out.warmup_s['learner']:.1f} s); now the timed runs"
+        )
         _timed_runs(out, a, b, data, spec, progress, range(spec.repeats), reveal, commits)
         out.phases_s["runs"] = _clock() - t_start
         _evaluate(out, data, runtime, range(spec.repeats))
@@ -205,8 +251,10 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
         diffs = out.accuracy_diffs_pp()
         if second_look is not None and not out.problems and second_look(diffs):
             # Below the gate: a second, independent look (fresh data) before any points are lost.
-            progress(f"  your accuracy is {sum(diffs) / len(diffs):+.2f} pp vs the baseline after {spec.repeats} "
-                     f"paired runs, below the gate: {spec.repeats} more on fresh data before deciding")  # fmt: skip
+            progress(
+                f"  your accuracy is {sum(diffs) / len(diffs):+.2f} pp vs the baseline after {spec.repeats} "
+                f"paired runs, below the gate: {spec.repeats} more on fresh data before deciding"
+            )
             more = data.add_look()  # both workers are frozen while the parent writes it
             reveal.show_shared(data)
             _timed_runs(out, a, b, data, spec, progress, more, reveal, commits)
@@ -217,8 +265,17 @@ def _measure(assignment, cells, spec: GradingSpec, device: str, progress,
         b.close()  # done with learner code: the replays need the baseline worker alone
         scored = sorted({t.repeat for t in out.runs if t.repeat >= out.scored_from})
         if scored and not out.problems:
-            out.work_problems = check_work(out, data, commits, a, reveal, spec, scored,
-                                           lambda r: _begin_of(data, spec, r), spec.startup_timeout_s)  # fmt: skip
+            out.work_problems = check_work(
+                out,
+                data,
+                commits,
+                a,
+                reveal,
+                spec,
+                scored,
+                lambda r: _begin_of(data, spec, r),
+                spec.startup_timeout_s,
+            )
             out.phases_s["work_check"] = _clock() - t_start
             progress(f"  {out.phases_s['work_check']:6.1f} s  the timed chunks' work checked")
         return out
@@ -249,12 +306,26 @@ def _evaluate(out: Measurement, data, runtime, repeats: range) -> None:
 
 
 def _begin_of(data, spec: GradingSpec, r: int) -> dict:
-    return {"data_dir": _rel(data, data.train_dirs[r]), "seed": data.seeds[r], "profile": spec.profile,
-            "hooks": dict(spec.hooks, epochs=spec.epochs), "init_path": _rel(data, data.init_paths[r])}  # fmt: skip
+    return {
+        "data_dir": _rel(data, data.train_dirs[r]),
+        "seed": data.seeds[r],
+        "profile": spec.profile,
+        "hooks": dict(spec.hooks, epochs=spec.epochs),
+        "init_path": _rel(data, data.init_paths[r]),
+    }
 
 
-def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec, progress, repeats: range,
-                reveal: Reveal, commits: Commits) -> None:  # fmt: skip
+def _timed_runs(
+    out: Measurement,
+    a: Worker,
+    b: Worker,
+    data,
+    spec: GradingSpec,
+    progress,
+    repeats: range,
+    reveal: Reveal,
+    commits: Commits,
+) -> None:
     """Paired runs ``repeats`` of ``epochs`` epochs, advanced in chunks of 1/``chunks_per_epoch``
     epoch, interleaved A B B A A B ...
 
@@ -274,15 +345,26 @@ def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec,
         reveal.show_run(data, r)  # both workers are frozen: from now on, only timed chunks run
         for c in range(spec.epochs * parts):
             last = c == spec.epochs * parts - 1
-            for w in ((a, b) if i % 2 == 0 else (b, a)):  # ABBA: linear drift cancels
+            for w in (a, b) if i % 2 == 0 else (b, a):  # ABBA: linear drift cancels
                 base = [x[3] for x in out.chunks if x[0] == "baseline" and x[2] == c]
-                limit = (spec.startup_timeout_s if not base else
-                         spec.min_timeout_s + spec.timeout_factor * max(base))  # fmt: skip
+                limit = (
+                    spec.startup_timeout_s
+                    if not base
+                    else spec.min_timeout_s + spec.timeout_factor * max(base)
+                )
                 memfd = a.uses_memfd() and b.uses_memfd()  # the same hand-over on both sides
-                t_go = w.send(cmd="chunk", begin=begin if c == 0 else None, part=[c % parts, parts],
-                              finish=last, send_weights="memfd" if memfd else "pipe")  # fmt: skip
-                event, t_end = w.expect("done" if last else "chunk_done", limit,
-                                        f"epoch {c // parts + 1} of run {r + 1}")  # fmt: skip
+                t_go = w.send(
+                    cmd="chunk",
+                    begin=begin if c == 0 else None,
+                    part=[c % parts, parts],
+                    finish=last,
+                    send_weights="memfd" if memfd else "pipe",
+                )
+                event, t_end = w.expect(
+                    "done" if last else "chunk_done",
+                    limit,
+                    f"epoch {c // parts + 1} of run {r + 1}",
+                )
                 # Through the pipe, on the clock until its last byte: a worker that runs while it
                 # sends could work ahead of its next chunk, unseen. A sealed memfd is copied out
                 # after the event, with the worker frozen. The weights file is written by us alone.
@@ -291,8 +373,12 @@ def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec,
                 try:
                     state = commits.add(w.role, r, c, blob)
                 except Exception as err:  # noqa: BLE001 - refused by weights_only or its shape
-                    raise WorkerFailed(f"the {w.role} sent a training state the grader cannot read "
-                                       f"({type(err).__name__})", kind="protocol", role=w.role) from err  # fmt: skip
+                    raise WorkerFailed(
+                        f"the {w.role} sent a training state the grader cannot read "
+                        f"({type(err).__name__})",
+                        kind="protocol",
+                        role=w.role,
+                    ) from err
                 if last:
                     buffer = io.BytesIO()
                     torch.save(state["model"], buffer)
@@ -300,13 +386,21 @@ def _timed_runs(out: Measurement, a: Worker, b: Worker, data, spec: GradingSpec,
                 w.pause()
                 escaped = b.escaped()
                 if escaped:  # a process nothing stops could steal the core while A is timed
-                    raise WorkerFailed(f"your code left {len(escaped)} process(es) running outside the worker's "
-                                       "process group, where the grader cannot stop them: your code is not timed "
-                                       "(speed check 0)", kind="escaped", role="learner")  # fmt: skip
+                    raise WorkerFailed(
+                        f"your code left {len(escaped)} process(es) running outside the worker's "
+                        "process group, where the grader cannot stop them: your code is not timed "
+                        "(speed check 0)",
+                        kind="escaped",
+                        role="learner",
+                    )
                 left = b.box.left_session() if w is b else []
-                if left and not any(f.startswith(LEFT_SESSION) for f in out.flags):  # reported, no effect
-                    out.flags.append(f"{LEFT_SESSION} (pids {left[:4]}); it was stopped with your worker "
-                                     "whenever the baseline was timed, and killed with it")  # fmt: skip
+                if left and not any(
+                    f.startswith(LEFT_SESSION) for f in out.flags
+                ):  # reported, no effect
+                    out.flags.append(
+                        f"{LEFT_SESSION} (pids {left[:4]}); it was stopped with your worker "
+                        "whenever the baseline was timed, and killed with it"
+                    )
                 out.chunks.append((w.role, r, c, t_end - t_go))
                 seconds[w.role, r] = seconds.get((w.role, r), 0.0) + t_end - t_go
                 if last:
@@ -336,8 +430,11 @@ def _collect(out: Measurement, role: str, done: dict, warmup: bool) -> None:
             out.problems.append(text)
     changed = done.get("replaced") or []
     if changed and role == "learner":
-        note = ("your code replaced " + ", ".join(changed[:6]) +
-                " - ignored: the grader's clock and evaluation run in other processes")  # fmt: skip
+        note = (
+            "your code replaced "
+            + ", ".join(changed[:6])
+            + " - ignored: the grader's clock and evaluation run in other processes"
+        )
         if note not in out.flags:
             out.flags.append(note)
 
@@ -356,11 +453,15 @@ def weights_problems(data, repeats: range, flags: list[str] | None = None) -> li
         except FileNotFoundError:
             continue  # reported by the evaluation
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            problems.append(f"run {r + 1}: your weights file is a link, not a file the worker wrote: refused")
+            problems.append(
+                f"run {r + 1}: your weights file is a link, not a file the worker wrote: refused"
+            )
             continue
         try:
             mine = torch.load(path, map_location="cpu", weights_only=True)
-            base = torch.load(data.weights_path("baseline", r), map_location="cpu", weights_only=True)
+            base = torch.load(
+                data.weights_path("baseline", r), map_location="cpu", weights_only=True
+            )
             init = torch.load(data.init_paths[r], map_location="cpu", weights_only=True)
         except Exception:  # noqa: BLE001 - unreadable weights are reported by the evaluation
             continue
@@ -368,8 +469,14 @@ def weights_problems(data, repeats: range, flags: list[str] | None = None) -> li
         if floats and all(k in base and torch.equal(mine[k], base[k]) for k in floats):
             # A flag, not a refusal: a pipeline that feeds exactly the baseline's batches (the naive
             # one, or it with more workers) legitimately trains bit-identical weights.
-            flags.append(f"run {r + 1}: your weights are bit-identical to the baseline's (same batches, same "
-                         "seed?) - reported, not penalised")  # fmt: skip
-        elif any(k in init for k in floats) and all(torch.equal(mine[k], init[k]) for k in floats if k in init):
-            problems.append(f"run {r + 1}: your weights never moved from the initial weights: no training happened")
+            flags.append(
+                f"run {r + 1}: your weights are bit-identical to the baseline's (same batches, same "
+                "seed?) - reported, not penalised"
+            )
+        elif any(k in init for k in floats) and all(
+            torch.equal(mine[k], init[k]) for k in floats if k in init
+        ):
+            problems.append(
+                f"run {r + 1}: your weights never moved from the initial weights: no training happened"
+            )
     return problems

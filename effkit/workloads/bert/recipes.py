@@ -73,9 +73,11 @@ def _make_model(spec: BertProfile, train_texts: list[str], attn: str | None, mod
                 hf_logging.enable_progress_bar()
         return model, tokenizer, choice.note, lr, target
     if choice is not None:  # a pretrained model was wanted and none exists: say it loudly
-        print(f"note: {choice.note}; a {spec.layers}-layer x {spec.hidden} BERT with a "
-              "WordPiece tokenizer trained on SST-2 instead: expect far lower accuracy.",
-              flush=True)
+        print(
+            f"note: {choice.note}; a {spec.layers}-layer x {spec.hidden} BERT with a "
+            "WordPiece tokenizer trained on SST-2 instead: expect far lower accuracy.",
+            flush=True,
+        )
     lr, target = spec.lr_and_target("scratch")
     tokenizer = trained_wordpiece(train_texts, spec.vocab_size)
     config = BertConfig(

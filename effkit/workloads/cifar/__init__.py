@@ -41,14 +41,34 @@ from effkit.workloads.cifar.recipes import (
 from effkit.workloads.common import Trainer
 
 __all__ = [
-    "CIFAR_MEAN", "CIFAR_STD", "DEFAULT_EVAL_EVERY", "HOOKS", "PROFILES", "RECIPES",
-    "CifarDataError", "DevicePipeline", "Profile", "TorchvisionPipeline", "build",
-    "load_cifar", "make_synthetic_cifar", "prepare_data",
-]  # fmt: skip
+    "CIFAR_MEAN",
+    "CIFAR_STD",
+    "DEFAULT_EVAL_EVERY",
+    "HOOKS",
+    "PROFILES",
+    "RECIPES",
+    "CifarDataError",
+    "DevicePipeline",
+    "Profile",
+    "TorchvisionPipeline",
+    "build",
+    "load_cifar",
+    "make_synthetic_cifar",
+    "prepare_data",
+]
 
 RECIPES = ("naive", "optimized")
-HOOKS = ("pipeline", "epochs", "batch_size", "lr", "precision", "channels_last", "compile",
-         "target", "tta")  # fmt: skip
+HOOKS = (
+    "pipeline",
+    "epochs",
+    "batch_size",
+    "lr",
+    "precision",
+    "channels_last",
+    "compile",
+    "target",
+    "tta",
+)
 
 # airbench94 states its LR as 11.5 per 1024 examples, decoupled from the Nesterov momentum of
 # 0.85 (a step moves 1 + 1/(1 - 0.85) times the gradient); for a mean-reduced loss at batch 1024
@@ -95,22 +115,48 @@ def recipe_config(recipe: str, p: Profile, hooks: dict) -> RecipeConfig:
     """The settings of ``recipe`` under profile ``p``, with hook overrides applied."""
     if recipe == "naive":
         cfg = RecipeConfig(
-            recipe="naive", profile=p.name, model="resnet", depth=p.naive_depth,
-            width=p.naive_width, epochs=p.naive_epochs,
-            batch_size=p.naive_batch, lr=0.1, momentum=0.9, nesterov=False, weight_decay=5e-4,
-            label_smoothing=0.0, precision="off", channels_last=False, compile=False,
-            target=p.target, eval_every_epochs=p.eval_every_epochs,
-        )  # fmt: skip
+            recipe="naive",
+            profile=p.name,
+            model="resnet",
+            depth=p.naive_depth,
+            width=p.naive_width,
+            epochs=p.naive_epochs,
+            batch_size=p.naive_batch,
+            lr=0.1,
+            momentum=0.9,
+            nesterov=False,
+            weight_decay=5e-4,
+            label_smoothing=0.0,
+            precision="off",
+            channels_last=False,
+            compile=False,
+            target=p.target,
+            eval_every_epochs=p.eval_every_epochs,
+        )
     else:
         batch = hooks.get("batch_size", p.opt_batch)
         cfg = RecipeConfig(
-            recipe="optimized", profile=p.name, model="airbench", epochs=p.opt_epochs,
-            batch_size=batch, lr=scale_lr_for(batch), momentum=AIRBENCH_MOMENTUM, nesterov=True,
-            weight_decay=AIRBENCH_WEIGHT_DECAY, label_smoothing=0.2, precision=p.opt_precision,
-            channels_last=p.opt_channels_last, compile=p.opt_compile, target=p.target,
-            eval_every_epochs=p.eval_every_epochs, widths=p.opt_widths, tta=p.opt_tta,
-            bias_lr_scale=64.0, warmup_frac=0.23, final_lr_ratio=0.07,
-        )  # fmt: skip
+            recipe="optimized",
+            profile=p.name,
+            model="airbench",
+            epochs=p.opt_epochs,
+            batch_size=batch,
+            lr=scale_lr_for(batch),
+            momentum=AIRBENCH_MOMENTUM,
+            nesterov=True,
+            weight_decay=AIRBENCH_WEIGHT_DECAY,
+            label_smoothing=0.2,
+            precision=p.opt_precision,
+            channels_last=p.opt_channels_last,
+            compile=p.opt_compile,
+            target=p.target,
+            eval_every_epochs=p.eval_every_epochs,
+            widths=p.opt_widths,
+            tta=p.opt_tta,
+            bias_lr_scale=64.0,
+            warmup_frac=0.23,
+            final_lr_ratio=0.07,
+        )
     overrides = {k: v for k, v in hooks.items() if k != "pipeline"}
     return replace(cfg, **overrides)
 
@@ -121,20 +167,37 @@ def scale_lr_for(batch: int) -> float:
 
 
 def _airbench_pipeline(dataset, batch_size, device, seed, dtype=torch.float32):
-    return DevicePipeline(dataset, batch_size, device, seed, pad=2, padding_mode="reflect",
-                          flip="alternating", drop_last=True, dtype=dtype)  # fmt: skip
+    return DevicePipeline(
+        dataset,
+        batch_size,
+        device,
+        seed,
+        pad=2,
+        padding_mode="reflect",
+        flip="alternating",
+        drop_last=True,
+        dtype=dtype,
+    )
 
 
 def measured_precision(cfg: RecipeConfig) -> tuple[RecipeConfig, str]:
-    """"auto" on a CPU, resolved by timing the recipe's own model (effkit.precision_probe)."""
+    """ "auto" on a CPU, resolved by timing the recipe's own model (effkit.precision_probe)."""
     if cfg.model == "airbench":
         key, make = f"cifar airbench {cfg.widths}", lambda: airbench_net(cfg.widths)
     else:
-        key, make = f"cifar resnet{cfg.depth}x{cfg.width}", lambda: naive_resnet(cfg.depth, cfg.width)
+        key, make = (
+            f"cifar resnet{cfg.depth}x{cfg.width}",
+            lambda: naive_resnet(cfg.depth, cfg.width),
+        )
     layout = torch.channels_last if cfg.channels_last else torch.contiguous_format
     example = torch.randn(PROBE_BATCH, 3, 32, 32).contiguous(memory_format=layout)
-    mode, why = cpu_precision(f"{key} channels_last={cfg.channels_last}",
-                              lambda: make().to(memory_format=layout), example, 10, cache_dir=data_home())  # fmt: skip
+    mode, why = cpu_precision(
+        f"{key} channels_last={cfg.channels_last}",
+        lambda: make().to(memory_format=layout),
+        example,
+        10,
+        cache_dir=data_home(),
+    )
     return replace(cfg, precision=mode), why
 
 

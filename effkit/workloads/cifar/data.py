@@ -25,8 +25,17 @@ from effkit.workloads.cifar.hard import DIFFICULTIES, hard_images
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)
 LABEL_NAMES = (
-    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
-)  # fmt: skip
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+)
 BASE_FOLDER = CIFAR10.base_folder  # "cifar-10-batches-py"
 MANIFEST = "effkit_synthetic.json"  # marks (and checksums) a synthetic dataset
 
@@ -186,7 +195,6 @@ def synthetic_images(n: int, seed: int, difficulty: str = "easy") -> tuple[np.nd
     plateaus below 100% instead of depending on luck.
     """
     if difficulty != "easy":
-
         if difficulty not in DIFFICULTIES:
             raise ValueError(f"difficulty must be one of {DIFFICULTIES}, got {difficulty!r}")
         return hard_images(n, seed)
@@ -229,8 +237,13 @@ def _md5(path: Path) -> str:
     return hashlib.md5(path.read_bytes(), usedforsecurity=False).hexdigest()
 
 
-def make_synthetic_cifar(root: str | Path, n_train: int = 5000, n_test: int = 1000, seed: int = 0,
-                         difficulty: str = "easy"):  # fmt: skip
+def make_synthetic_cifar(
+    root: str | Path,
+    n_train: int = 5000,
+    n_test: int = 1000,
+    seed: int = 0,
+    difficulty: str = "easy",
+):
     """Write a synthetic CIFAR-10 into ``root/cifar-10-batches-py`` in the official format.
 
     Five ``data_batch_*`` files and a ``test_batch`` (pickled dicts of ``data``: uint8
@@ -263,15 +276,23 @@ def make_synthetic_cifar(root: str | Path, n_train: int = 5000, n_test: int = 10
             chunks = np.array_split(np.arange(len(images)), len(names))
             for i, (name, rows) in enumerate(zip(names, chunks, strict=True)):
                 kind = "training" if split == "train" else "testing"
-                _write_pickle(base / name, {
-                    "batch_label": f"{kind} batch {i + 1} of {len(names)}",
-                    "labels": [int(v) for v in labels[rows]],
-                    "data": np.ascontiguousarray(flat[rows]),
-                    "filenames": [f"synthetic_{split}_{r:05d}.png" for r in rows],
-                })  # fmt: skip
-        _write_pickle(base / "batches.meta", {
-            "num_cases_per_batch": -(-n_train // 5), "label_names": list(LABEL_NAMES), "num_vis": 3072,
-        })  # fmt: skip
+                _write_pickle(
+                    base / name,
+                    {
+                        "batch_label": f"{kind} batch {i + 1} of {len(names)}",
+                        "labels": [int(v) for v in labels[rows]],
+                        "data": np.ascontiguousarray(flat[rows]),
+                        "filenames": [f"synthetic_{split}_{r:05d}.png" for r in rows],
+                    },
+                )
+        _write_pickle(
+            base / "batches.meta",
+            {
+                "num_cases_per_batch": -(-n_train // 5),
+                "label_names": list(LABEL_NAMES),
+                "num_vis": 3072,
+            },
+        )
         manifest = {
             "generator": "effkit.workloads.cifar.make_synthetic_cifar",
             "n_train": n_train,

@@ -24,13 +24,15 @@ def _textures(rng: np.random.Generator, kinds: np.ndarray) -> np.ndarray:
     sy, sx = np.sin(freq * yy + py), np.sin(freq * xx + px)
     out = np.empty((n, 32, 32), np.float32)
     # Per kind, on its own rows only: computing all five for every image would cost 5x.
-    for k, texture in enumerate((
-        lambda i: sy[i] > 0,
-        lambda i: sx[i] > 0,
-        lambda i: sy[i] * sx[i] > 0,
-        lambda i: (sy[i] > 0.5) & (sx[i] > 0.5),  # spots on a lattice
-        lambda i: np.abs(np.sin(freq[i] * np.hypot(yy - 16, xx - 16) + py[i])) < 0.4,  # rings
-    )):  # fmt: skip
+    for k, texture in enumerate(
+        (
+            lambda i: sy[i] > 0,
+            lambda i: sx[i] > 0,
+            lambda i: sy[i] * sx[i] > 0,
+            lambda i: (sy[i] > 0.5) & (sx[i] > 0.5),  # spots on a lattice
+            lambda i: np.abs(np.sin(freq[i] * np.hypot(yy - 16, xx - 16) + py[i])) < 0.4,  # rings
+        )
+    ):
         idx = np.flatnonzero(kinds == k)
         out[idx] = texture(idx)
     return out
@@ -54,8 +56,9 @@ def hard_images(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     disc = (np.hypot(yy - cy, xx - cx) < rng.uniform(7, 12, (n, 1, 1))).astype(np.float32)
     hue = (labels * 36.0 + rng.uniform(-25, 25, n)) % 360
     fg = _hsv_to_rgb(hue, rng.uniform(0.5, 1.0, n), rng.uniform(0.6, 1.0, n)).astype(np.float32)
-    distractor = _hsv_to_rgb(rng.uniform(0, 360, n), rng.uniform(0.5, 1.0, n),
-                             rng.uniform(0.6, 1.0, n)).astype(np.float32)  # fmt: skip
+    distractor = _hsv_to_rgb(
+        rng.uniform(0, 360, n), rng.uniform(0.5, 1.0, n), rng.uniform(0.6, 1.0, n)
+    ).astype(np.float32)
     bg = (rng.uniform(0.1, 0.6, (n, 3)) * rng.uniform(0.4, 1.0, (n, 1))).astype(np.float32)
     contrast = rng.uniform(0.12, 0.7, (n, 1, 1)).astype(np.float32)
     a_obj = (obj * disc * contrast)[..., None]

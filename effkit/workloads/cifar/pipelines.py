@@ -53,12 +53,14 @@ class TorchvisionPipeline:
         # A shallow copy: our transform must not leak into the caller's dataset object (the arrays
         # themselves are shared, not copied).
         self.dataset = copy.copy(dataset)
-        self.dataset.transform = transforms.Compose([
-            transforms.RandomCrop(32, padding=4),
-            transforms.RandomHorizontalFlip(),
-            transforms.ToTensor(),
-            transforms.Normalize(CIFAR_MEAN, CIFAR_STD),
-        ])  # fmt: skip
+        self.dataset.transform = transforms.Compose(
+            [
+                transforms.RandomCrop(32, padding=4),
+                transforms.RandomHorizontalFlip(),
+                transforms.ToTensor(),
+                transforms.Normalize(CIFAR_MEAN, CIFAR_STD),
+            ]
+        )
         self.device = torch.device(device)
         self.generator = torch.Generator().manual_seed(seed)
         self.loader = DataLoader(

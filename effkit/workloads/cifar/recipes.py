@@ -71,8 +71,15 @@ class _Trainer:
 
     stop_at_target = False
 
-    def __init__(self, cfg: RecipeConfig, model: nn.Module, pipeline, test_set: DeviceTestSet,
-                 device: torch.device, info: dict):  # fmt: skip
+    def __init__(
+        self,
+        cfg: RecipeConfig,
+        model: nn.Module,
+        pipeline,
+        test_set: DeviceTestSet,
+        device: torch.device,
+        info: dict,
+    ):
         self.cfg, self.model, self.pipeline, self.test_set = cfg, model, pipeline, test_set
         self.recipe, self.device, self.target, self.info = cfg.recipe, device, cfg.target, info
         self.steps_per_epoch = len(pipeline)
@@ -217,8 +224,9 @@ class NaiveTrainer(_Trainer):
 
     def __init__(self, cfg: RecipeConfig, pipeline, test_set, device, info):
         super().__init__(cfg, naive_resnet(cfg.depth, cfg.width), pipeline, test_set, device, info)
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=cfg.lr,
-                                         momentum=cfg.momentum, weight_decay=cfg.weight_decay)  # fmt: skip
+        self.optimizer = torch.optim.SGD(
+            self.model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        )
         self.scheduler = warmup_cosine(self.optimizer, self.total_steps, 0)
 
     def train_steps(self, n: int) -> Work:
@@ -252,10 +260,15 @@ class OptimizedTrainer(_Trainer):
         # The LR multiplier on BN shifts must not multiply their weight decay: divide it back out.
         fast = cfg.lr * cfg.bias_lr_scale
         self.optimizer = torch.optim.SGD(
-            [dict(params=norm_shifts, lr=fast, weight_decay=cfg.weight_decay / cfg.bias_lr_scale),
-             dict(params=others, lr=cfg.lr, weight_decay=cfg.weight_decay)],
-            momentum=cfg.momentum, nesterov=cfg.nesterov,
-        )  # fmt: skip
+            [
+                dict(
+                    params=norm_shifts, lr=fast, weight_decay=cfg.weight_decay / cfg.bias_lr_scale
+                ),
+                dict(params=others, lr=cfg.lr, weight_decay=cfg.weight_decay),
+            ],
+            momentum=cfg.momentum,
+            nesterov=cfg.nesterov,
+        )
         warmup = round(cfg.warmup_frac * self.total_steps)
         self.scheduler = one_cycle(self.optimizer, self.total_steps, warmup, cfg.final_lr_ratio)
         self.lookahead: Lookahead | None = None

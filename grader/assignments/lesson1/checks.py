@@ -40,14 +40,22 @@ QUIZ_KEY = {  # question -> the right choice; the notebook only holds the questi
     "q4": "b",  # sync before reading the clock: GPU work is asynchronous
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {"a": "that is the spread of all pairs; the interval is narrower, from order statistics around the median, with its coverage stated",
-           "c": "no mean and no standard deviation: timing noise is skewed, so the median of pairs and an order-statistic interval are used"},
-    "q2": {"a": "faster matmuls do not help while the accelerator sits idle waiting for the next batch",
-           "b": "the optimizer step is part of compute; 70% of the time is spent waiting for data"},
-    "q3": {"b": "warm-up steps are usually slower, not faster: they pay allocations, worker start-up and lazy initialisation",
-           "c": "the LR schedule does not change how long a step takes"},
-    "q4": {"a": "synchronising frees no memory",
-           "c": "the data loader is unrelated: without a sync the clock stops when the kernels are launched, not finished"},
+    "q1": {
+        "a": "that is the spread of all pairs; the interval is narrower, from order statistics around the median, with its coverage stated",
+        "c": "no mean and no standard deviation: timing noise is skewed, so the median of pairs and an order-statistic interval are used",
+    },
+    "q2": {
+        "a": "faster matmuls do not help while the accelerator sits idle waiting for the next batch",
+        "b": "the optimizer step is part of compute; 70% of the time is spent waiting for data",
+    },
+    "q3": {
+        "b": "warm-up steps are usually slower, not faster: they pay allocations, worker start-up and lazy initialisation",
+        "c": "the LR schedule does not change how long a step takes",
+    },
+    "q4": {
+        "a": "synchronising frees no memory",
+        "c": "the data loader is unrelated: without a sync the clock stops when the kernels are launched, not finished",
+    },
 }
 
 
@@ -60,7 +68,12 @@ class DeviceServer:
     """
 
     def __init__(self, data_s: float, compute_s: float, cold_s: float = 0.0, hidden_s: float = 0.0):
-        self.data_s, self.compute_s, self.cold_s, self.hidden_s = data_s, compute_s, cold_s, hidden_s
+        self.data_s, self.compute_s, self.cold_s, self.hidden_s = (
+            data_s,
+            compute_s,
+            cold_s,
+            hidden_s,
+        )
         self._owed = 0.0  # hidden pipeline time the next forward pass pays
         self.events: list[tuple[str, int, float, float]] = []  # kind, samples, arrived, answered
 
@@ -97,7 +110,9 @@ class DeviceServer:
         return sum(1 for e in self.events if e[0] == "data")
 
 
-def _server(ctx: Context, truth: str = "compute", cold_steps: int = 0, hidden: bool = False) -> DeviceServer:
+def _server(
+    ctx: Context, truth: str = "compute", cold_steps: int = 0, hidden: bool = False
+) -> DeviceServer:
     compute = ctx.rng.uniform(*COMPUTE_S)
     data = compute * ctx.rng.uniform(*(INPUT_BOUND if truth == "input pipeline" else COMPUTE_BOUND))
     if hidden:  # the pipeline's time moves into the forward pass; next() costs what a prefetch does
@@ -125,8 +140,10 @@ def _throughput_hint(ratio: float, batch_size: int) -> str:
     if abs(ratio * batch_size - 1) < 0.5:
         return f" Off by the batch size ({batch_size}): count samples (work.samples), not steps."
     if ratio < 1:
-        return (" Too low: are the warm-up steps (and the trainer's cold start) inside your "
-                "timed region, or do you time more steps than you count?")  # fmt: skip
+        return (
+            " Too low: are the warm-up steps (and the trainer's cold start) inside your "
+            "timed region, or do you time more steps than you count?"
+        )
     return " Too high: do you count more samples than the steps you timed, or skip steps?"
 
 
@@ -135,19 +152,41 @@ def throughput_once(ctx: Context, batch_size: int, warmup: int, steps: int) -> N
     theirs, ours = [], []
     for _ in range(CALLS):
         server = _server(ctx, "compute", cold_steps=steps)
-        theirs.append(_number(_call(ctx, "throughput", server, shown, batch_size=batch_size, steps=steps,
-                                    warmup=warmup), shown, "samples/s"))  # fmt: skip
+        theirs.append(
+            _number(
+                _call(
+                    ctx,
+                    "throughput",
+                    server,
+                    shown,
+                    batch_size=batch_size,
+                    steps=steps,
+                    warmup=warmup,
+                ),
+                shown,
+                "samples/s",
+            )
+        )
         truth = server.throughput(warmup)
-        expect(truth is not None, f"expected {shown} to run {warmup} warm-up steps, then {steps} timed steps "
-                                  f"with trainer.train_steps; it ran {server.steps()} steps")  # fmt: skip
+        expect(
+            truth is not None,
+            f"expected {shown} to run {warmup} warm-up steps, then {steps} timed steps "
+            f"with trainer.train_steps; it ran {server.steps()} steps",
+        )
         ours.append(truth)
     ratios = [t / o for t, o in zip(theirs, ours, strict=True)]
     ratio = statistics.median(ratios)
-    summary = (f"{shown}: yours {statistics.median(theirs):.1f} samples/s, the grader's record of the same "
-               f"steps {statistics.median(ours):.1f} samples/s (batch {batch_size}, ratios "
-               + ", ".join(f"{r:.2f}" for r in ratios) + ")")  # fmt: skip
-    expect(abs(ratio - 1) <= TOLERANCE, f"expected your throughput within ±{TOLERANCE:.0%} of the grader's "
-                                        f"record; {summary}: median ratio {ratio:.2f}." + _throughput_hint(ratio, batch_size))  # fmt: skip
+    summary = (
+        f"{shown}: yours {statistics.median(theirs):.1f} samples/s, the grader's record of the same "
+        f"steps {statistics.median(ours):.1f} samples/s (batch {batch_size}, ratios "
+        + ", ".join(f"{r:.2f}" for r in ratios)
+        + ")"
+    )
+    expect(
+        abs(ratio - 1) <= TOLERANCE,
+        f"expected your throughput within ±{TOLERANCE:.0%} of the grader's "
+        f"record; {summary}: median ratio {ratio:.2f}." + _throughput_hint(ratio, batch_size),
+    )
     ctx.ok(f"{summary}: median ratio {ratio:.2f}")
 
 
@@ -169,10 +208,16 @@ def check_data_wait(ctx: Context) -> None:
             share = _number(
                 _call(ctx, "data_wait", server, shown, batch_size=32, steps=5), shown, "a share"
             )
-            expect(0 <= share <= 1, f"expected {shown} to return a fraction in [0, 1], got {share:.3g} "
-                                    "(seconds instead of a share?)")  # fmt: skip
-            expect(server.steps() >= 5, f"expected {shown} to run 5 steps over trainer.pipeline; it asked "
-                                        f"for {server.steps()} batches")  # fmt: skip
+            expect(
+                0 <= share <= 1,
+                f"expected {shown} to return a fraction in [0, 1], got {share:.3g} "
+                "(seconds instead of a share?)",
+            )
+            expect(
+                server.steps() >= 5,
+                f"expected {shown} to run 5 steps over trainer.pipeline; it asked "
+                f"for {server.steps()} batches",
+            )
             shares.append(share)
             recorded.append(server.data_share())
         share, rec = statistics.median(shares), statistics.median(recorded)
@@ -181,46 +226,81 @@ def check_data_wait(ctx: Context) -> None:
             if abs(1 - share - rec) <= SHARE_TOLERANCE
             else ""
         )
-        expect(abs(share - rec) <= SHARE_TOLERANCE,
-               f"on an {truth}-bound trainer the grader recorded a data-wait share of {rec:.0%}; your "
-               f"{shown} returned {share:.0%} (allowed ±{SHARE_TOLERANCE:.0%}).{hint}")  # fmt: skip
+        expect(
+            abs(share - rec) <= SHARE_TOLERANCE,
+            f"on an {truth}-bound trainer the grader recorded a data-wait share of {rec:.0%}; your "
+            f"{shown} returned {share:.0%} (allowed ±{SHARE_TOLERANCE:.0%}).{hint}",
+        )
         ctx.ok(f"{truth}-bound trainer: data-wait share {share:.0%} (recorded {rec:.0%})")
 
 
 def check_bottleneck(ctx: Context) -> None:
     # both kinds, twice, in random order: a fixed answer fails; one input-bound trainer hides its
     # pipeline's time in the forward pass: a data-wait share misses it
-    order = [("input pipeline", False), ("input pipeline", True), ("compute", False), ("compute", False)]
+    order = [
+        ("input pipeline", False),
+        ("input pipeline", True),
+        ("compute", False),
+        ("compute", False),
+    ]
     ctx.rng.shuffle(order)
     for truth, hidden in order:
         names = []
         while len(names) < RETRIES and (not names or names[0] != truth):
-            data = _call(ctx, "bottleneck", _server(ctx, truth, hidden=hidden),
-                         "name_bottleneck(trainer)", batch_size=32)  # fmt: skip
+            data = _call(
+                ctx,
+                "bottleneck",
+                _server(ctx, truth, hidden=hidden),
+                "name_bottleneck(trainer)",
+                batch_size=32,
+            )
             value = data.get("value") if data.get("type") == "str" else None
-            expect(isinstance(value, str) and value.strip().lower() in BOTTLENECKS,
-                   f"expected name_bottleneck(trainer) to return one of {BOTTLENECKS}, got "
-                   f"{data.get('repr', value)!r}")  # fmt: skip
+            expect(
+                isinstance(value, str) and value.strip().lower() in BOTTLENECKS,
+                f"expected name_bottleneck(trainer) to return one of {BOTTLENECKS}, got "
+                f"{data.get('repr', value)!r}",
+            )
             names.append(value.strip().lower())
         name = max(BOTTLENECKS, key=names.count)
-        hint = (" Its batches arrive at once: the pipeline's time is spent while the model computes"
-                " (as DataLoader workers share its cores), where a data-wait timer cannot see it —"
-                " time steps with and without the pipeline instead." if hidden else "")
-        expect(name == truth, f"on a trainer whose {'data' if truth != 'compute' else 'compute'} dominates "
-                              f"each step, expected {truth!r}, got {name!r}.{hint}")  # fmt: skip
-    ctx.ok("input-bound (one with its pipeline's cost hidden from next()) and compute-bound trainers"
-           " named right (each twice)")
+        hint = (
+            " Its batches arrive at once: the pipeline's time is spent while the model computes"
+            " (as DataLoader workers share its cores), where a data-wait timer cannot see it —"
+            " time steps with and without the pipeline instead."
+            if hidden
+            else ""
+        )
+        expect(
+            name == truth,
+            f"on a trainer whose {'data' if truth != 'compute' else 'compute'} dominates "
+            f"each step, expected {truth!r}, got {name!r}.{hint}",
+        )
+    ctx.ok(
+        "input-bound (one with its pipeline's cost hidden from next()) and compute-bound trainers"
+        " named right (each twice)"
+    )
 
 
 check_quiz = quiz_check(QUIZ_KEY, QUIZ_WHY)
 
 
-CELL_CHECKS = {"test_throughput": check_throughput, "test_data_wait": check_data_wait,
-               "test_bottleneck": check_bottleneck, "test_quiz": check_quiz}  # fmt: skip
+CELL_CHECKS = {
+    "test_throughput": check_throughput,
+    "test_data_wait": check_data_wait,
+    "test_bottleneck": check_bottleneck,
+    "test_quiz": check_quiz,
+}
 
 
-ASSIGNMENT = Assignment(id="lesson1", notebook="lesson1", object_name="measure_throughput",
-                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
-                        runtime_module="", timeout_s=180, probes="grader.assignments.lesson1.probes",
-                        names=("measure_throughput", "data_wait_share", "name_bottleneck"),
-                        cell_checks=CELL_CHECKS)  # fmt: skip
+ASSIGNMENT = Assignment(
+    id="lesson1",
+    notebook="lesson1",
+    object_name="measure_throughput",
+    performance_cell=None,
+    setup_cell="setup",
+    setup_source=SETUP_SOURCE,
+    runtime_module="",
+    timeout_s=180,
+    probes="grader.assignments.lesson1.probes",
+    names=("measure_throughput", "data_wait_share", "name_bottleneck"),
+    cell_checks=CELL_CHECKS,
+)

@@ -25,19 +25,29 @@ QUIZ_KEY = {  # the notebook holds only the questions
     "q5": "c",  # the next bottleneck moves: re-profile after each fix
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {"a": "the profiler records the warm-up steps too (and drops them): it does not make them cheaper",
-           "c": "the schedule only chooses which steps are recorded; it does not change the step"},
-    "q2": {"a": "total time includes everything the operator called: a wrapper like aten::linear would look as "
-                "costly as the matmul inside it",
-           "b": "call counts say how often, not how long: a thousand 2 µs ops can cost less than one convolution"},
-    "q3": {"b": "the profiler adds a cost per operator, so a step with many small operators slows down more "
-                "than one with a few big ones: the overhead is not a constant factor",
-           "c": "a Chrome trace is exported after the steps ran; the slowdown is the recording itself"},
-    "q4": {"a": "the value is small; the cost is waiting for every kernel queued before it to finish",
-           "c": "the CPU also reads it, but the cost on a GPU is the stall: the launch queue drains"},
-    "q5": {"a": "a fix moves time elsewhere: what was second is now first, and the doctor's ranking changes",
-           "b": "throughput alone cannot say why: only a profile splits the step again"},
-}  # fmt: skip
+    "q1": {
+        "a": "the profiler records the warm-up steps too (and drops them): it does not make them cheaper",
+        "c": "the schedule only chooses which steps are recorded; it does not change the step",
+    },
+    "q2": {
+        "a": "total time includes everything the operator called: a wrapper like aten::linear would look as "
+        "costly as the matmul inside it",
+        "b": "call counts say how often, not how long: a thousand 2 µs ops can cost less than one convolution",
+    },
+    "q3": {
+        "b": "the profiler adds a cost per operator, so a step with many small operators slows down more "
+        "than one with a few big ones: the overhead is not a constant factor",
+        "c": "a Chrome trace is exported after the steps ran; the slowdown is the recording itself",
+    },
+    "q4": {
+        "a": "the value is small; the cost is waiting for every kernel queued before it to finish",
+        "c": "the CPU also reads it, but the cost on a GPU is the stall: the launch queue drains",
+    },
+    "q5": {
+        "a": "a fix moves time elsewhere: what was second is now first, and the doctor's ranking changes",
+        "b": "throughput alone cannot say why: only a profile splits the step again",
+    },
+}
 
 
 def draw_cases(rng) -> list[tuple[str, int]]:
@@ -57,8 +67,10 @@ def profile_case(label: str, seed: int) -> dict:
 def grade_labels(truth: list[str], answers) -> tuple[int, list[str]]:
     """How many answers equal the truth, and one line per wrong one (answers are untrusted)."""
     if not isinstance(answers, list) or len(answers) != len(truth):
-        raise CheckFailed(f"the grader expected {len(truth)} labels back and got "
-                          f"{len(answers) if isinstance(answers, list) else type(answers).__name__}")  # fmt: skip
+        raise CheckFailed(
+            f"the grader expected {len(truth)} labels back and got "
+            f"{len(answers) if isinstance(answers, list) else type(answers).__name__}"
+        )
     right, wrong = 0, []
     for i, (want, got) in enumerate(zip(truth, answers, strict=True), 1):
         shown = str(got)[:40] if isinstance(got, str) else type(got).__name__
@@ -84,11 +96,24 @@ def check_diagnose(ctx: Context) -> None:
     ctx.ok(summary + ("" if not wrong else f"; missed: {'; '.join(wrong)}"))
 
 
-CELL_CHECKS = {"test_diagnose": check_diagnose, "test_fast_step_equal": step_checks.check_equal,
-               "test_fast_step_speed": step_checks.check_speed, "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
+CELL_CHECKS = {
+    "test_diagnose": check_diagnose,
+    "test_fast_step_equal": step_checks.check_equal,
+    "test_fast_step_speed": step_checks.check_speed,
+    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+}
 NAMES = ("diagnose", "fast_step")
 
-ASSIGNMENT = Assignment(id="lesson10", notebook="lesson10", object_name="diagnose",
-                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
-                        runtime_module="", timeout_s=120, probes="grader.assignments.lesson10.probes",
-                        names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip
+ASSIGNMENT = Assignment(
+    id="lesson10",
+    notebook="lesson10",
+    object_name="diagnose",
+    performance_cell=None,
+    setup_cell="setup",
+    setup_source=SETUP_SOURCE,
+    runtime_module="",
+    timeout_s=120,
+    probes="grader.assignments.lesson10.probes",
+    names=NAMES,
+    cell_checks=CELL_CHECKS,
+)

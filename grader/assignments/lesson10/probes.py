@@ -33,8 +33,11 @@ def probe_diagnose(worker, profiles: list):
             labels.append(f"raised {type(err).__name__}"[:MAX_LABEL])
             continue
         # str.__getitem__: a plain str even from a str subclass with its own methods
-        labels.append(str.__getitem__(label, slice(0, MAX_LABEL)) if isinstance(label, str)
-                      else f"returned {type(label).__name__}"[:MAX_LABEL])  # fmt: skip
+        labels.append(
+            str.__getitem__(label, slice(0, MAX_LABEL))
+            if isinstance(label, str)
+            else f"returned {type(label).__name__}"[:MAX_LABEL]
+        )
     return {"labels": labels}, []
 
 
@@ -48,8 +51,10 @@ def probe_fast_step(worker, seed: int, batch: int, steps: int, lr: float, weight
     model, losses = task.run(fn, task.Task(seed, batch, steps), lr, weight_decay)
     weights = task.flat(model)  # the grader's own reading of the model it handed over
     if weights.dtype != torch.float32 or weights.numel() != task.numel():
-        raise TypeError(f"after your steps the model holds {weights.numel()} {weights.dtype} numbers, expected "
-                        f"{task.numel()} float32: update the parameters in place, keep their dtype")  # fmt: skip
+        raise TypeError(
+            f"after your steps the model holds {weights.numel()} {weights.dtype} numbers, expected "
+            f"{task.numel()} float32: update the parameters in place, keep their dtype"
+        )
     meta, raw = tensor_msg(weights)
     return {"losses": [_plain_loss(v) for v in losses], "weights": meta}, [raw]
 

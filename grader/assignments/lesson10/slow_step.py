@@ -18,7 +18,9 @@ FEATURES, HIDDEN, CLASSES = 32, 64, 10
 def slow_step(model, inputs, targets, lr, weight_decay):
     """One SGD step with weight decay on the mean cross-entropy of the batch; returns the mean loss."""
     params = list(model.parameters())
-    grads = [torch.zeros(p.shape, dtype=torch.float64) for p in params]  # float64 where float32 does
+    grads = [
+        torch.zeros(p.shape, dtype=torch.float64) for p in params
+    ]  # float64 where float32 does
     total = 0.0
     for i in range(len(inputs)):  # one sample at a time: hundreds of tiny operators per step
         x = torch.tensor(inputs[i].tolist()).unsqueeze(0)  # to a Python list and back: a new tensor
@@ -28,7 +30,9 @@ def slow_step(model, inputs, targets, lr, weight_decay):
             g += sample_grad.double()
         total += loss.item()  # and another
     with torch.no_grad():
-        for p, g in zip(params, grads, strict=True):  # a Python loop over the parameters, small operators each
+        for p, g in zip(
+            params, grads, strict=True
+        ):  # a Python loop over the parameters, small operators each
             update = (g / len(inputs)).float() + weight_decay * p
             p -= lr * update
     return total / len(inputs)
@@ -40,8 +44,11 @@ class Task:
     def __init__(self, seed: int, batch: int, steps: int):
         self.seed, self.batch, self.steps = seed, batch, steps
         g = torch.Generator().manual_seed(seed)
-        self.init = {name: torch.randn(p.shape, generator=g) * (0.5 if name.endswith("bias") else 1.5 / p.shape[-1] ** 0.5)
-                     for name, p in _shape_model().named_parameters()}  # fmt: skip
+        self.init = {
+            name: torch.randn(p.shape, generator=g)
+            * (0.5 if name.endswith("bias") else 1.5 / p.shape[-1] ** 0.5)
+            for name, p in _shape_model().named_parameters()
+        }
         teacher = torch.randn(FEATURES, CLASSES, generator=g)
         self.batches = []
         for _ in range(steps):
@@ -57,8 +64,13 @@ class Task:
 
 def _shape_model() -> nn.Module:
     # GELU, not ReLU: a kink at zero lets rounding pick a gradient (see Pitfalls)
-    return nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, HIDDEN), nn.GELU(),
-                         nn.Linear(HIDDEN, CLASSES))  # fmt: skip
+    return nn.Sequential(
+        nn.Linear(FEATURES, HIDDEN),
+        nn.GELU(),
+        nn.Linear(HIDDEN, HIDDEN),
+        nn.GELU(),
+        nn.Linear(HIDDEN, CLASSES),
+    )
 
 
 def run(step, task: Task, lr: float, weight_decay: float) -> tuple[nn.Module, list]:

@@ -26,7 +26,9 @@ from grader.kit.checks import (
 )
 
 EQUAL_STEPS = 3  # steps of the equality check: enough for a wrong update to compound
-TIMED_STEPS = 8  # steps per timed call: ~0.4 s of the original; the call's fixed ~10 ms is small beside it
+TIMED_STEPS = (
+    8  # steps per timed call: ~0.4 s of the original; the call's fixed ~10 ms is small beside it
+)
 PAIRS = 6  # [min, max] of 6 pairs covers the median 97% of the time
 TARGET = 3.0  # the interval's low end: the reference's lowest 5.9x (300 gradings, busy core), the per-sample loop's highest high end 1.5x
 TOLERANCE = 1e-3  # relative error of the update: honest <= ~1e-6 over 1,000 tasks (GELU; slow_step.py), mistakes >= 3e-2
@@ -36,8 +38,12 @@ CALL_SECONDS = 30.0
 
 def draw(rng) -> dict:
     """A task and its hyperparameters, secret per grading (the step must use the ones it is given)."""
-    return {"seed": rng.randrange(1 << 30), "batch": rng.choice((48, 64, 80)),
-            "lr": round(rng.uniform(0.05, 0.2), 4), "weight_decay": round(rng.uniform(0.005, 0.02), 4)}  # fmt: skip
+    return {
+        "seed": rng.randrange(1 << 30),
+        "batch": rng.choice((48, 64, 80)),
+        "lr": round(rng.uniform(0.05, 0.2), 4),
+        "weight_decay": round(rng.uniform(0.005, 0.02), 4),
+    }
 
 
 @contextlib.contextmanager
@@ -64,7 +70,9 @@ def call_learner(ctx: Context, spec: dict, steps: int):
     r = ctx.session.call("fast_step", CALL_SECONDS, steps=steps, **spec)
     if not r.ok:
         stub = [e for e in ctx.session.load_errors if e.get("cell") == "fast_step"]
-        raise CheckFailed(stub_reason(stub[0]["message"] if stub else r.failure) or f"fast_step {r.failure}")
+        raise CheckFailed(
+            stub_reason(stub[0]["message"] if stub else r.failure) or f"fast_step {r.failure}"
+        )
     return r
 
 
@@ -72,8 +80,10 @@ def mismatch(r, init: torch.Tensor, want: torch.Tensor, losses: list[float], ste
     """Why the worker's answer is not the original step's result ('' when it is). Everything here is
     untrusted: the weights are rebuilt from bytes of a known dtype and size, the losses must be floats."""
     try:
-        got = tensor_from(r.data.get("weights") if isinstance(r.data.get("weights"), dict) else {},
-                          r.blobs[0] if len(r.blobs) == 1 else b"")  # fmt: skip
+        got = tensor_from(
+            r.data.get("weights") if isinstance(r.data.get("weights"), dict) else {},
+            r.blobs[0] if len(r.blobs) == 1 else b"",
+        )
     except ChannelError as err:
         return f"the grader could not read the weights back ({err})"
     if got.dtype != torch.float32 or got.shape != want.shape:
@@ -84,18 +94,27 @@ def mismatch(r, init: torch.Tensor, want: torch.Tensor, losses: list[float], ste
     error = float((got - want).norm() / update)
     if error > TOLERANCE:
         moved = float((got - init).norm() / update)
-        hint = (" (the weights did not move: does your step update the model's parameters in place?)" if moved < 1e-6
-                else ": the learning rate and weight decay given, every sample, the mean loss")  # fmt: skip
-        return (f"after {steps} step{'s' if steps > 1 else ''} your weights differ from the original step's by {error:.1e} of the update "
-                f"(allowed {TOLERANCE:.0e}){hint}")  # fmt: skip
+        hint = (
+            " (the weights did not move: does your step update the model's parameters in place?)"
+            if moved < 1e-6
+            else ": the learning rate and weight decay given, every sample, the mean loss"
+        )
+        return (
+            f"after {steps} step{'s' if steps > 1 else ''} your weights differ from the original step's by {error:.1e} of the update "
+            f"(allowed {TOLERANCE:.0e}){hint}"
+        )
     said = r.data.get("losses")
     if not isinstance(said, list) or len(said) != steps:
         return f"expected {steps} losses back (one per step), got {str(said)[:60]}"
     for i, (got_loss, want_loss) in enumerate(zip(said, losses, strict=True), 1):
-        if not isinstance(got_loss, float) or abs(got_loss - want_loss) > LOSS_TOLERANCE * abs(want_loss):
+        if not isinstance(got_loss, float) or abs(got_loss - want_loss) > LOSS_TOLERANCE * abs(
+            want_loss
+        ):
             shown = f"{got_loss:.6g}" if isinstance(got_loss, float) else str(got_loss)[:40]
-            return (f"step {i} returned the loss {shown}, the original step's mean loss is {want_loss:.6g}: "
-                    "return the batch's mean cross-entropy as a float")  # fmt: skip
+            return (
+                f"step {i} returned the loss {shown}, the original step's mean loss is {want_loss:.6g}: "
+                "return the batch's mean cross-entropy as a float"
+            )
     return ""
 
 
@@ -129,7 +148,9 @@ def _sched(session) -> dict:
     for tid in os.listdir(f"/proc/{box.pid}/task") if box is not None else []:
         try:
             with open(f"/proc/{box.pid}/task/{tid}/stat") as f:
-                nice = int(f.read().rpartition(")")[2].split()[16])  # field 19, after the command name
+                nice = int(
+                    f.read().rpartition(")")[2].split()[16]
+                )  # field 19, after the command name
             out[int(tid)] = (nice, tuple(sorted(os.sched_getaffinity(int(tid)))))
         except (OSError, ValueError, IndexError):
             continue
@@ -149,31 +170,46 @@ def _timed(session, probe: str, spec: dict):
 
 def check_speed(ctx: Context) -> None:
     base = draw(ctx.rng)
-    seeds = [ctx.rng.randrange(1 << 30) for _ in range(PAIRS + 1)]  # a task per pair (the first: warm-up)
+    seeds = [
+        ctx.rng.randrange(1 << 30) for _ in range(PAIRS + 1)
+    ]  # a task per pair (the first: warm-up)
     # one untimed step first (it starts the worker if none runs): a step that changes the result
     # is refused before any timing, a correct one pays its first-call costs here
     first = base | {"seed": ctx.rng.randrange(1 << 30)}
     problem = mismatch(call_learner(ctx, first, 1), *reference(first, 1), 1)
-    expect(not problem, f"{problem}. Speed counts only for the original step's result (see test_fast_step_equal)")
+    expect(
+        not problem,
+        f"{problem}. Speed counts only for the original step's result (see test_fast_step_equal)",
+    )
     bare, runs = baseline_session(ctx.session), {"a": [], "b": []}
     try:
         # the learner's worker frozen while the baseline starts and shields itself (non-dumpable: no
         # ptrace from a process of the same user); any later change of its priority or cores is seen
         _paused(ctx.session, True)
-        if isinstance(bare, ProbeSession):  # (in process, the tests', there is no process to shield)
+        if isinstance(
+            bare, ProbeSession
+        ):  # (in process, the tests', there is no process to shield)
             shield = bare.call("shield", CALL_SECONDS)
-            expect(shield.ok and shield.data.get("dumpable") == 0,
-                   f"the grader's baseline worker could not start ({shield.failure}): a grader bug, report it")  # fmt: skip
+            expect(
+                shield.ok and shield.data.get("dumpable") == 0,
+                f"the grader's baseline worker could not start ({shield.failure}): a grader bug, report it",
+            )
         _paused(bare, True)
         before = _sched(bare)
 
         def original():
             now = _sched(bare)
-            expect(all(now.get(t, v) == v for t, v in before.items()), "the grader's baseline worker had its "
-                   "priority or cores changed while yours ran: no speed points")  # fmt: skip
+            expect(
+                all(now.get(t, v) == v for t, v in before.items()),
+                "the grader's baseline worker had its "
+                "priority or cores changed while yours ran: no speed points",
+            )
             r = _timed(bare, "slow_step", base | {"seed": seeds[len(runs["a"])]})
-            expect(r.ok, f"the grader's baseline worker failed ({r.failure}): it runs no code of yours; if your "
-                   "step does not reach it, report it")  # fmt: skip
+            expect(
+                r.ok,
+                f"the grader's baseline worker failed ({r.failure}): it runs no code of yours; if your "
+                "step does not reach it, report it",
+            )
             runs["a"].append(r)
 
         def yours():
@@ -186,13 +222,23 @@ def check_speed(ctx: Context) -> None:
     finally:
         _paused(ctx.session, False)
         bare.close()
-    for i, (seed, r) in enumerate(zip(seeds, runs["b"], strict=True)):  # the parent's own runs, after the timing
+    for i, (seed, r) in enumerate(
+        zip(seeds, runs["b"], strict=True)
+    ):  # the parent's own runs, after the timing
         problem = mismatch(r, *reference(base | {"seed": seed}, TIMED_STEPS), TIMED_STEPS)
-        expect(not problem, f"timed call {i + 1}: {problem}. Speed counts only for the original step's result "
-               "(see test_fast_step_equal)")  # fmt: skip
-    shown = (f"your step is {result.ratio:.1f}x as fast as the original (interval {result.ci_low:.1f}-"
-             f"{result.ci_high:.1f}x, covering the median {result.coverage:.0%} of the time over {result.pairs} "
-             f"pairs of {TIMED_STEPS} steps, each in its own worker on one CPU thread, timed by the grader)")  # fmt: skip
-    expect(result.ci_low >= TARGET, f"{shown}: the interval must start at {TARGET:g}x or above. Profile it: "
-           "is the step still one sample at a time?")  # fmt: skip
+        expect(
+            not problem,
+            f"timed call {i + 1}: {problem}. Speed counts only for the original step's result "
+            "(see test_fast_step_equal)",
+        )
+    shown = (
+        f"your step is {result.ratio:.1f}x as fast as the original (interval {result.ci_low:.1f}-"
+        f"{result.ci_high:.1f}x, covering the median {result.coverage:.0%} of the time over {result.pairs} "
+        f"pairs of {TIMED_STEPS} steps, each in its own worker on one CPU thread, timed by the grader)"
+    )
+    expect(
+        result.ci_low >= TARGET,
+        f"{shown}: the interval must start at {TARGET:g}x or above. Profile it: "
+        "is the step still one sample at a time?",
+    )
     ctx.ok(f"{shown}; target {TARGET:g}x")

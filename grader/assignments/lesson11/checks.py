@@ -37,31 +37,63 @@ def _run(ctx: Context) -> dict:
         return cached
     data_seed, init_seed = ctx.rng.randrange(1 << 30), ctx.rng.randrange(1 << 30)
     args = {"data_seed": data_seed, "init_seed": init_seed, "config": dict(task.CONFIG)}
-    run = {"data_seed": data_seed, "init_seed": init_seed, "ok": True, "failure": "", "ranks": [], "weights": [],
-           "log": None}  # fmt: skip
+    run = {
+        "data_seed": data_seed,
+        "init_seed": init_seed,
+        "ok": True,
+        "failure": "",
+        "ranks": [],
+        "weights": [],
+        "log": None,
+    }
     base, sessions, relay = ctx.session, [], Relay(task.WORLD, wait_s=task.RANK_SECONDS)
     try:
         if getattr(base, "box", True) is None:
             base.start()  # rank 0's cells load before the clock of the ranks' call starts
         if hasattr(base, "call_ranks"):  # the tests' in-process harness: it forks the ranks itself
-            results = base.call_ranks("train", task.RANK_SECONDS + 5, task.WORLD, relay=relay, **args)
+            results = base.call_ranks(
+                "train", task.RANK_SECONDS + 5, task.WORLD, relay=relay, **args
+            )
         else:
-            sessions = [ProbeSession(base.probes, base.setup, base.cells, base.names, base.limits, loopback=True,
-                                     cpu_only=base.cpu_only)]  # fmt: skip
+            sessions = [
+                ProbeSession(
+                    base.probes,
+                    base.setup,
+                    base.cells,
+                    base.names,
+                    base.limits,
+                    loopback=True,
+                    cpu_only=base.cpu_only,
+                )
+            ]
             sessions[0].start()
-            results = _call_ranks([base, *sessions], "train", task.RANK_SECONDS + 5, relay=relay, **args)
+            results = _call_ranks(
+                [base, *sessions], "train", task.RANK_SECONDS + 5, relay=relay, **args
+            )
         run["log"] = relay.log
         for rank, r in enumerate(results):
             late = "did not return within" in r.failure
-            run["ranks"].append(r.data if r.ok else {"error": f"rank {rank} did not finish within "
-                                f"{task.RANK_SECONDS:.0f} s and was killed (a collective its peer never joined?)"
-                                if late else f"rank {rank}: {r.failure}"})  # fmt: skip
+            run["ranks"].append(
+                r.data
+                if r.ok
+                else {
+                    "error": f"rank {rank} did not finish within "
+                    f"{task.RANK_SECONDS:.0f} s and was killed (a collective its peer never joined?)"
+                    if late
+                    else f"rank {rank}: {r.failure}"
+                }
+            )
             run["weights"] += r.blobs[:1] if r.ok else [b""]
-        if any(len(r.blobs) != 1 or not isinstance(c, dict) for r, c in zip(results, run["ranks"], strict=True)
-               if r.ok):  # fmt: skip
+        if any(
+            len(r.blobs) != 1 or not isinstance(c, dict)
+            for r, c in zip(results, run["ranks"], strict=True)
+            if r.ok
+        ):
             run.update(ok=False, failure="the worker's answer had the wrong shape")
         elif relay.failure:
-            run.update(ok=False, failure=f"a rank broke the grader's process group ({relay.failure})")
+            run.update(
+                ok=False, failure=f"a rank broke the grader's process group ({relay.failure})"
+            )
     except ChannelError as err:
         run.update(ok=False, failure=f"your solution cells did not load ({err})")
     finally:
@@ -70,7 +102,9 @@ def _run(ctx: Context) -> dict:
     return run
 
 
-def _call_ranks(sessions: list, probe: str, timeout_s: float, relay: Relay | None = None, **args) -> list[CallResult]:
+def _call_ranks(
+    sessions: list, probe: str, timeout_s: float, relay: Relay | None = None, **args
+) -> list[CallResult]:
     """``probe`` in every rank's worker at once (rank r in ``sessions[r]``), each on its own clock;
     ``relay`` answers their collectives."""
     results: list = [None] * len(sessions)
@@ -79,11 +113,18 @@ def _call_ranks(sessions: list, probe: str, timeout_s: float, relay: Relay | Non
         try:
             serve = relay.serve_for(rank) if relay is not None else None
             results[rank] = sessions[rank].call(probe, timeout_s, serve, rank=rank, **args)
-        except (OSError, ValueError) as err:  # a pipe the worker broke: its failure, not the grader's
-            results[rank] = CallResult(False, failure=f"rank {rank}'s worker broke its channel ({err})")
+        except (
+            OSError,
+            ValueError,
+        ) as err:  # a pipe the worker broke: its failure, not the grader's
+            results[rank] = CallResult(
+                False, failure=f"rank {rank}'s worker broke its channel ({err})"
+            )
         finally:
             if relay is not None:
-                relay.finish(rank)  # a peer waiting in a collective this rank never joins stops waiting
+                relay.finish(
+                    rank
+                )  # a peer waiting in a collective this rank never joins stops waiting
 
     threads = [threading.Thread(target=call, args=(r,)) for r in range(len(sessions))]
     for t in threads:
@@ -110,23 +151,29 @@ def _served(run: dict) -> list[list[int]]:
     out = []
     for rank, claims in enumerate(run["ranks"]):
         served = claims.get("served")
-        expect(isinstance(served, list) and all(type(i) is int and 0 <= i < task.N for i in served),
-               f"rank {rank}'s record of served samples is not a list of indices in [0, {task.N})")  # fmt: skip
+        expect(
+            isinstance(served, list) and all(type(i) is int and 0 <= i < task.N for i in served),
+            f"rank {rank}'s record of served samples is not a list of indices in [0, {task.N})",
+        )
         out.append(served)
     return out
 
 
 def _exchanges(run: dict) -> tuple[list[list[int]], str]:
     """The ranks' gradient all-reduces as this process performed them (never a rank's claim)."""
-    expect(run.get("log") is not None,
-           "the grader holds no record of the ranks' collectives: their communication is unmeasured")  # fmt: skip
+    expect(
+        run.get("log") is not None,
+        "the grader holds no record of the ranks' collectives: their communication is unmeasured",
+    )
     return exchange.syncs(run["log"], task.param_bytes() // 8)
 
 
 def _traffic(run: dict) -> str:
     found, _ = _exchanges(run)
-    return (f"the ranks all-reduced {len(found)} whole gradients of {task.param_bytes() / 1e3:.0f} KB through the "
-            f"grader's process group ({len(run['log'])} collectives in all)")
+    return (
+        f"the ranks all-reduced {len(found)} whole gradients of {task.param_bytes() / 1e3:.0f} KB through the "
+        f"grader's process group ({len(run['log'])} collectives in all)"
+    )
 
 
 def _reference(run: dict):
@@ -143,28 +190,39 @@ def check_weights(ctx: Context) -> None:
     served = _served(run)
     want = task.per_rank_samples()
     for rank, s in enumerate(served):
-        expect(len(s) == want,
-               f"rank {rank} served {len(s)} samples in {task.CONFIG['epochs']} epochs; its share is {want} "
-               f"({task.N} samples / {task.WORLD} ranks per epoch): does each rank read only its shard "
-               "(DistributedSampler), and did you train every epoch?")  # fmt: skip
+        expect(
+            len(s) == want,
+            f"rank {rank} served {len(s)} samples in {task.CONFIG['epochs']} epochs; its share is {want} "
+            f"({task.N} samples / {task.WORLD} ranks per epoch): does each rank read only its shard "
+            "(DistributedSampler), and did you train every epoch?",
+        )
     ctx.ok(f"each rank served its share: {want} samples over {task.CONFIG['epochs']} epochs")
     steps = task.optimizer_steps()
-    expect(len(_exchanges(run)[0]) >= steps,
-           f"{_traffic(run)}, for {steps} optimizer steps: the gradients were not averaged across the ranks; "
-           "wrap the model in DistributedDataParallel and let its backward synchronise them")  # fmt: skip
+    expect(
+        len(_exchanges(run)[0]) >= steps,
+        f"{_traffic(run)}, for {steps} optimizer steps: the gradients were not averaged across the ranks; "
+        "wrap the model in DistributedDataParallel and let its backward synchronise them",
+    )
     ctx.ok(_traffic(run))
     ref = _reference(run)[0]
     start = task.model(run["init_seed"]).state_dict()
     moved = max(float((ref[k] - start[k]).abs().max()) for k in ref)
     for rank, raw in enumerate(run["weights"]):
         got = task.from_bytes(raw)
-        expect(got is not None, f"rank {rank} returned {len(raw)} bytes of weights, not the model's parameters")
+        expect(
+            got is not None,
+            f"rank {rank} returned {len(raw)} bytes of weights, not the model's parameters",
+        )
         err = max(float((got[k] - ref[k]).abs().max()) for k in ref)
-        expect(err == err and err <= task.TOL,
-               f"rank {rank}'s final weights differ from one process trained on the same global batches by "
-               f"{err:.2e} (tolerance {task.TOL:g}; training moved them by {moved:.2f}): check the loss scaling "
-               "under accumulation, that every rank starts from the same weights, and the optimizer recipe")  # fmt: skip
-    ctx.ok(f"every rank's weights equal one process over the same global batches (max difference <= {task.TOL:g})")
+        expect(
+            err == err and err <= task.TOL,
+            f"rank {rank}'s final weights differ from one process trained on the same global batches by "
+            f"{err:.2e} (tolerance {task.TOL:g}; training moved them by {moved:.2f}): check the loss scaling "
+            "under accumulation, that every rank starts from the same weights, and the optimizer recipe",
+        )
+    ctx.ok(
+        f"every rank's weights equal one process over the same global batches (max difference <= {task.TOL:g})"
+    )
 
 
 def check_sampler(ctx: Context) -> None:
@@ -174,42 +232,62 @@ def check_sampler(ctx: Context) -> None:
     per_epoch = task.N // task.WORLD
     epochs = task.CONFIG["epochs"]
     for rank, s in enumerate(served):
-        expect(len(s) == epochs * per_epoch,
-               f"rank {rank} served {len(s)} samples; {epochs} epochs of its shard are {epochs * per_epoch}")
+        expect(
+            len(s) == epochs * per_epoch,
+            f"rank {rank} served {len(s)} samples; {epochs} epochs of its shard are {epochs * per_epoch}",
+        )
     for e in range(epochs):
-        chunk = [s[e * per_epoch:(e + 1) * per_epoch] for s in served]
+        chunk = [s[e * per_epoch : (e + 1) * per_epoch] for s in served]
         seen = sorted(i for c in chunk for i in c)
         twice = sorted({i for i in seen if seen.count(i) > 1})
-        expect(not twice, f"epoch {e}: samples {twice[:5]} were served more than once across the ranks "
-                          "(each rank must read a disjoint shard: DistributedSampler)")  # fmt: skip
-        expect(seen == list(range(task.N)), f"epoch {e}: {task.N - len(set(seen))} samples were never served")
-    ctx.ok(f"every epoch, each of the {task.N} samples was served exactly once across the {task.WORLD} ranks")
+        expect(
+            not twice,
+            f"epoch {e}: samples {twice[:5]} were served more than once across the ranks "
+            "(each rank must read a disjoint shard: DistributedSampler)",
+        )
+        expect(
+            seen == list(range(task.N)),
+            f"epoch {e}: {task.N - len(set(seen))} samples were never served",
+        )
+    ctx.ok(
+        f"every epoch, each of the {task.N} samples was served exactly once across the {task.WORLD} ranks"
+    )
     for rank, s in enumerate(served):
         for e in range(1, epochs):
-            expect(s[e * per_epoch:(e + 1) * per_epoch] != s[(e - 1) * per_epoch:e * per_epoch],
-                   f"rank {rank} served epoch {e} in the same order as epoch {e - 1}: call "
-                   "sampler.set_epoch(epoch) at the start of each epoch")  # fmt: skip
+            expect(
+                s[e * per_epoch : (e + 1) * per_epoch] != s[(e - 1) * per_epoch : e * per_epoch],
+                f"rank {rank} served epoch {e} in the same order as epoch {e - 1}: call "
+                "sampler.set_epoch(epoch) at the start of each epoch",
+            )
     ctx.ok("each epoch was reshuffled (set_epoch)")
 
 
 def check_no_sync(ctx: Context) -> None:
-    check_weights(Context(ctx.session, ctx.rng))  # the exchange only means something for a correct run
+    check_weights(
+        Context(ctx.session, ctx.rng)
+    )  # the exchange only means something for a correct run
     run, steps, acc = _run(ctx), task.optimizer_steps(), task.CONFIG["accumulation"]
     found, stray = _exchanges(run)
     expect(not stray, f"{stray}: besides the gradients, nothing else needs all-reducing here")
-    expect(len(found) == steps,
-           f"{_traffic(run)}, for {steps} optimizer steps of {acc} micro-batches: one all-reduce per optimizer "
-           "step is enough; skip the others with `with model.no_sync():` on every micro-batch but the last")  # fmt: skip
+    expect(
+        len(found) == steps,
+        f"{_traffic(run)}, for {steps} optimizer steps of {acc} micro-batches: one all-reduce per optimizer "
+        "step is enough; skip the others with `with model.no_sync():` on every micro-batch but the last",
+    )
     own = _reference(run)[1]
     for j, group in enumerate(found):
         for rank in range(task.WORLD):
-            expect(exchange.brings(exchange.sent(run["log"], group, rank), own[j][rank], task.WORLD),
-                   f"gradient all-reduce {j + 1} of {steps}: what rank {rank} sent is not its own gradient "
-                   f"accumulated over optimizer step {j + 1}'s {acc} micro-batches (the grader recomputed it from "
-                   f"the samples rank {rank} served): the one all-reduce per step must carry what the "
-                   "micro-batches under no_sync accumulated")  # fmt: skip
-    ctx.ok(f"one gradient all-reduce per optimizer step, each carrying every rank's accumulated gradient: "
-           f"{_traffic(run)} for {steps} steps")
+            expect(
+                exchange.brings(exchange.sent(run["log"], group, rank), own[j][rank], task.WORLD),
+                f"gradient all-reduce {j + 1} of {steps}: what rank {rank} sent is not its own gradient "
+                f"accumulated over optimizer step {j + 1}'s {acc} micro-batches (the grader recomputed it from "
+                f"the samples rank {rank} served): the one all-reduce per step must carry what the "
+                "micro-batches under no_sync accumulated",
+            )
+    ctx.ok(
+        f"one gradient all-reduce per optimizer step, each carrying every rank's accumulated gradient: "
+        f"{_traffic(run)} for {steps} steps"
+    )
 
 
 def _sharded_run(ctx: Context) -> dict:
@@ -224,16 +302,28 @@ def _sharded_run(ctx: Context) -> dict:
     run = {**seeds, "ok": False, "failure": "", "ranks": [], "growth": []}
     try:
         for rank in range(mem.WORLD):
-            sessions.append(ProbeSession(base.probes, base.setup, base.cells, base.names, base.limits,
-                                         loopback=True, join=sessions[0] if rank else None,
-                                         cpu_only=base.cpu_only))  # fmt: skip
+            sessions.append(
+                ProbeSession(
+                    base.probes,
+                    base.setup,
+                    base.cells,
+                    base.names,
+                    base.limits,
+                    loopback=True,
+                    join=sessions[0] if rank else None,
+                    cpu_only=base.cpu_only,
+                )
+            )
             sessions[-1].start()
 
         results = _call_ranks(sessions, "train_rank", CALL_SECONDS, port=port, **seeds)
         run["growth"] = [s.memory_growth() for s in sessions]
         failed = [r for r in results if not r.ok]
-        run.update(ok=not failed, failure=failed[0].failure if failed else "",
-                   ranks=[r.data if r.ok else {} for r in results])  # fmt: skip
+        run.update(
+            ok=not failed,
+            failure=failed[0].failure if failed else "",
+            ranks=[r.data if r.ok else {} for r in results],
+        )
     except ChannelError as err:
         run["failure"] = f"your solution cells did not load ({err})"
     finally:
@@ -246,34 +336,48 @@ def check_memory_budget(ctx: Context) -> None:
     run = _sharded_run(ctx)
     expect(run["ok"], stub_reason(run["failure"]) or f"training failed: {run['failure']}")
     errors = [str(c.get("error")) for c in run["ranks"] if isinstance(c, dict) and c.get("error")]
-    expect(not errors and all(isinstance(c, dict) for c in run["ranks"]),
-           (stub_reason(errors[0]) or "; ".join(errors)) if errors else "a rank sent no claims")  # fmt: skip
+    expect(
+        not errors and all(isinstance(c, dict) for c in run["ranks"]),
+        (stub_reason(errors[0]) or "; ".join(errors)) if errors else "a rank sent no claims",
+    )
     want = mem.fingerprint(mem.reference(run["init_seed"], run["data_seed"]), run["form_seed"])
     worst = 0.0
     for rank, claims in enumerate(run["ranks"]):
         got = claims.get("forms")
-        expect(isinstance(got, list) and len(got) == len(want) and all(type(v) is float for v in got),
-               f"rank {rank}'s weights could not be read back")  # fmt: skip
+        expect(
+            isinstance(got, list) and len(got) == len(want) and all(type(v) is float for v in got),
+            f"rank {rank}'s weights could not be read back",
+        )
         err = max(abs(a - b) for a, b in zip(got, want, strict=True))
-        expect(err == err and err <= mem.TOL,
-               f"rank {rank}'s final weights differ from one process's Adam over the global batch (both ranks' "
-               f"micro-batches of each step) by {err:.1e} in RMS (tolerance {mem.TOL:g}): average the gradients "
-               "across the ranks, one optimizer step per micro-batch, Adam with config['lr']")  # fmt: skip
+        expect(
+            err == err and err <= mem.TOL,
+            f"rank {rank}'s final weights differ from one process's Adam over the global batch (both ranks' "
+            f"micro-batches of each step) by {err:.1e} in RMS (tolerance {mem.TOL:g}): average the gradients "
+            "across the ranks, one optimizer step per micro-batch, Adam with config['lr']",
+        )
         worst = max(worst, err)
-    ctx.ok(f"every rank's weights equal one process's Adam over the global batch ({worst:.1e} RMS apart at "
-           f"most; tolerance {mem.TOL:g})")  # fmt: skip
-    expect(len(run["growth"]) == mem.WORLD and None not in run["growth"],
-           "the grader could not read every rank's memory (neither a memory cgroup nor the worker's "
-           "/proc status): the budget is unmeasured, so it cannot be awarded here")  # fmt: skip
+    ctx.ok(
+        f"every rank's weights equal one process's Adam over the global batch ({worst:.1e} RMS apart at "
+        f"most; tolerance {mem.TOL:g})"
+    )
+    expect(
+        len(run["growth"]) == mem.WORLD and None not in run["growth"],
+        "the grader could not read every rank's memory (neither a memory cgroup nor the worker's "
+        "/proc status): the budget is unmeasured, so it cannot be awarded here",
+    )
     worst = max(range(mem.WORLD), key=lambda r: run["growth"][r])
     per = run["growth"][worst] / mem.parameters()
-    figure = (f"peak {' and '.join(f'{g / 2**20:.0f}' for g in run['growth'])} MiB on ranks "
-              f"{' and '.join(map(str, range(mem.WORLD)))}: rank {worst}'s = {per:.1f} bytes per parameter and rank "
-              f"(the kernel's count; budget {mem.BUDGET:g})")  # fmt: skip
-    expect(per <= mem.BUDGET,
-           f"{figure}. Every rank holds its whole copy: parameters 4 + gradients 4 + DDP's bucket copy 4 + Adam's "
-           "moments 8 = 20 bytes per parameter. Shard the optimizer state (ZeroRedundancyOptimizer) and let the "
-           "gradients live in DDP's buckets (gradient_as_bucket_view=True), or shard everything (fully_shard)")  # fmt: skip
+    figure = (
+        f"peak {' and '.join(f'{g / 2**20:.0f}' for g in run['growth'])} MiB on ranks "
+        f"{' and '.join(map(str, range(mem.WORLD)))}: rank {worst}'s = {per:.1f} bytes per parameter and rank "
+        f"(the kernel's count; budget {mem.BUDGET:g})"
+    )
+    expect(
+        per <= mem.BUDGET,
+        f"{figure}. Every rank holds its whole copy: parameters 4 + gradients 4 + DDP's bucket copy 4 + Adam's "
+        "moments 8 = 20 bytes per parameter. Shard the optimizer state (ZeroRedundancyOptimizer) and let the "
+        "gradients live in DDP's buckets (gradient_as_bucket_view=True), or shard everything (fully_shard)",
+    )
     ctx.ok(figure)
 
 
@@ -295,25 +399,51 @@ QUIZ_KEY = {  # the notebook holds only the questions
     "q5": "c",  # gloo on CPU, nccl on GPUs
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {"a": "that is a naive all-reduce through one rank (the root receives N-1 buffers); the ring sends "
-                "2 (N-1)/N of the buffer from every rank, whatever N",
-           "c": "each rank sends its buffer in N chunks around the ring twice (reduce-scatter, all-gather): "
-                "2 (N-1)/N of it, not N times it"},
-    "q2": {"a": "the ranks still read disjoint shards: DistributedSampler splits whatever permutation it draws",
-           "b": "nothing fails: the sampler silently draws the same permutation (seed + epoch, epoch stuck at 0)"},
-    "q3": {"b": "sharding gradients too is ZeRO-2; ZeRO-1 keeps full gradients on every rank",
-           "c": "sharding parameters too is ZeRO-3 (FSDP's FULL_SHARD); ZeRO-1 keeps full parameters"},
-    "q4": {"a": "DDP starts a bucket's all-reduce as soon as its gradients are ready, during backward, not after",
-           "c": "buckets are about overlap and fewer, larger messages; every rank still holds every gradient"},
-    "q5": {"a": "NCCL needs CUDA tensors and one GPU per rank; on CPU tensors it refuses",
-           "b": "MPI exists but needs a PyTorch built with it; gloo ships with every build and runs on CPU"},
-}  # fmt: skip
+    "q1": {
+        "a": "that is a naive all-reduce through one rank (the root receives N-1 buffers); the ring sends "
+        "2 (N-1)/N of the buffer from every rank, whatever N",
+        "c": "each rank sends its buffer in N chunks around the ring twice (reduce-scatter, all-gather): "
+        "2 (N-1)/N of it, not N times it",
+    },
+    "q2": {
+        "a": "the ranks still read disjoint shards: DistributedSampler splits whatever permutation it draws",
+        "b": "nothing fails: the sampler silently draws the same permutation (seed + epoch, epoch stuck at 0)",
+    },
+    "q3": {
+        "b": "sharding gradients too is ZeRO-2; ZeRO-1 keeps full gradients on every rank",
+        "c": "sharding parameters too is ZeRO-3 (FSDP's FULL_SHARD); ZeRO-1 keeps full parameters",
+    },
+    "q4": {
+        "a": "DDP starts a bucket's all-reduce as soon as its gradients are ready, during backward, not after",
+        "c": "buckets are about overlap and fewer, larger messages; every rank still holds every gradient",
+    },
+    "q5": {
+        "a": "NCCL needs CUDA tensors and one GPU per rank; on CPU tensors it refuses",
+        "b": "MPI exists but needs a PyTorch built with it; gloo ships with every build and runs on CPU",
+    },
+}
 
-CELL_CHECKS = {"test_weights": check_weights, "test_sampler": check_sampler, "test_no_sync": check_no_sync,
-               "test_memory_budget": check_memory_budget, "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
+CELL_CHECKS = {
+    "test_weights": check_weights,
+    "test_sampler": check_sampler,
+    "test_no_sync": check_no_sync,
+    "test_memory_budget": check_memory_budget,
+    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+}
 NAMES = ("train_ddp", "train_sharded")
 
-ASSIGNMENT = Assignment(id="lesson11", notebook="lesson11", object_name="train_ddp",
-                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
-                        runtime_module="", timeout_s=120, probes="grader.assignments.lesson11.probes",
-                        names=NAMES, cell_checks=CELL_CHECKS, loopback=True, cpu_only=True)  # fmt: skip
+ASSIGNMENT = Assignment(
+    id="lesson11",
+    notebook="lesson11",
+    object_name="train_ddp",
+    performance_cell=None,
+    setup_cell="setup",
+    setup_source=SETUP_SOURCE,
+    runtime_module="",
+    timeout_s=120,
+    probes="grader.assignments.lesson11.probes",
+    names=NAMES,
+    cell_checks=CELL_CHECKS,
+    loopback=True,
+    cpu_only=True,
+)

@@ -14,7 +14,9 @@ WORLD = 2
 # 2048 hidden units: 26,628 float64 parameters, 213 KB a gradient all-reduce through the relay
 N, D, HIDDEN, CLASSES = 128, 8, 2048, 4
 CONFIG = {"epochs": 2, "batch_size": 8, "accumulation": 2, "lr": 0.05, "momentum": 0.9}
-RANK_SECONDS = 40.0  # gloo's timeout in a rank; the parent waits a little longer for each rank's call
+RANK_SECONDS = (
+    40.0  # gloo's timeout in a rank; the parent waits a little longer for each rank's call
+)
 TOL = 1e-8  # max |difference| of any weight; float64 DDP vs one process differ by ~1e-15
 
 
@@ -50,7 +52,10 @@ def shapes() -> dict[str, tuple[int, ...]]:
 
 def to_bytes(state: dict) -> bytes:
     """The parameters in ``shapes()`` order as raw little-endian float64 (never a pickle)."""
-    return b"".join(state[k].detach().to(torch.float64).contiguous().numpy().astype("<f8").tobytes() for k in shapes())
+    return b"".join(
+        state[k].detach().to(torch.float64).contiguous().numpy().astype("<f8").tobytes()
+        for k in shapes()
+    )
 
 
 def from_bytes(raw: bytes) -> dict[str, torch.Tensor] | None:
@@ -60,6 +65,6 @@ def from_bytes(raw: bytes) -> dict[str, torch.Tensor] | None:
         return None
     flat, out, at = np.frombuffer(raw, dtype="<f8"), {}, 0
     for k, s in shapes().items():
-        out[k] = torch.from_numpy(flat[at:at + sizes[k]].copy()).reshape(s)
+        out[k] = torch.from_numpy(flat[at : at + sizes[k]].copy()).reshape(s)
         at += sizes[k]
     return out

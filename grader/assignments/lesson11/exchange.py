@@ -20,7 +20,9 @@ def syncs(log: list[dict], numel: int) -> tuple[list[list[int]], str]:
     in ``log``), and a description of any that do not add up to whole gradients ("" if none)."""
     out, group, size, stray = [], [], 0, ""
     for i, call in enumerate(log):
-        if call["op"] != "allreduce" or not any(d.startswith(("float", "bfloat")) for d in call["dtypes"]):
+        if call["op"] != "allreduce" or not any(
+            d.startswith(("float", "bfloat")) for d in call["dtypes"]
+        ):
             continue
         group.append(i)
         size += sum(call["numels"])
@@ -28,16 +30,24 @@ def syncs(log: list[dict], numel: int) -> tuple[list[list[int]], str]:
             out.append(group)
             group, size = [], 0
         elif size > numel:
-            stray = stray or f"collectives {group[0]}-{i} all-reduce {size:,} values, not whole gradients of {numel:,}"
+            stray = (
+                stray
+                or f"collectives {group[0]}-{i} all-reduce {size:,} values, not whole gradients of {numel:,}"
+            )
             group, size = [], 0
     if group:
-        stray = stray or f"collectives {group[0]}-{group[-1]} all-reduce {size:,} values, less than a gradient"
+        stray = (
+            stray
+            or f"collectives {group[0]}-{group[-1]} all-reduce {size:,} values, less than a gradient"
+        )
     return out, stray
 
 
 def sent(log: list[dict], group: list[int], rank: int) -> torch.Tensor:
     """What ``rank`` contributed to one exchange, as one float64 vector."""
-    return torch.cat([t.reshape(-1).to(torch.float64) for i in group for t in log[i]["tensors"][rank]])
+    return torch.cat(
+        [t.reshape(-1).to(torch.float64) for i in group for t in log[i]["tensors"][rank]]
+    )
 
 
 def brings(values: torch.Tensor, own: torch.Tensor, world: int) -> bool:
@@ -52,7 +62,9 @@ def brings(values: torch.Tensor, own: torch.Tensor, world: int) -> bool:
     return False
 
 
-def reference(x, y, init_seed: int, served: list[list[int]], config: dict = CONFIG) -> dict[str, torch.Tensor]:
+def reference(
+    x, y, init_seed: int, served: list[list[int]], config: dict = CONFIG
+) -> dict[str, torch.Tensor]:
     """One process, rank 0's initial weights, micro-batch ``k`` = every rank's ``k``-th batch of
     ``served`` together; the loss of each is divided by ``accumulation`` and the optimizer steps
     every ``accumulation`` micro-batches (what DDP's averaged, accumulated gradient equals)."""
@@ -67,13 +79,16 @@ def reference_run(x, y, init_seed: int, served: list[list[int]], config: dict = 
     params = list(net.parameters())
     opt = torch.optim.SGD(params, lr=config["lr"], momentum=config["momentum"])
     b, acc = config["batch_size"], config["accumulation"]
-    steps, own = [], [torch.zeros(sum(p.numel() for p in params), dtype=torch.float64) for _ in served]
+    steps, own = (
+        [],
+        [torch.zeros(sum(p.numel() for p in params), dtype=torch.float64) for _ in served],
+    )
     for k in range(len(served[0]) // b):
         for r, rank in enumerate(served):  # each rank's share of this micro-batch, on its own
-            i = rank[k * b:(k + 1) * b]
+            i = rank[k * b : (k + 1) * b]
             grads = torch.autograd.grad(F.cross_entropy(net(x[i]), y[i]) / acc, params)
             own[r] += torch.cat([g.reshape(-1) for g in grads])
-        idx = [i for rank in served for i in rank[k * b:(k + 1) * b]]
+        idx = [i for rank in served for i in rank[k * b : (k + 1) * b]]
         (F.cross_entropy(net(x[idx]), y[idx]) / acc).backward()
         if (k + 1) % acc == 0:
             opt.step()

@@ -40,8 +40,10 @@ def parameters() -> int:
 
 def batches(seed: int, rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     g = torch.Generator().manual_seed(seed * WORLD + rank)
-    return [(torch.randn(BATCH, D, generator=g), torch.randint(0, CLASSES, (BATCH,), generator=g))
-            for _ in range(STEPS)]  # fmt: skip
+    return [
+        (torch.randn(BATCH, D, generator=g), torch.randint(0, CLASSES, (BATCH,), generator=g))
+        for _ in range(STEPS)
+    ]
 
 
 def reference(init_seed: int, data_seed: int) -> dict[str, torch.Tensor]:

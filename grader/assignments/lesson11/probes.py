@@ -60,14 +60,22 @@ def probe_train(worker, rank: int, data_seed: int, init_seed: int, config: dict)
         if not isinstance(out, torch.nn.Module):
             raise TypeError(f"train_ddp returned a {type(out).__name__}, not the model (or None)")
         state = out.state_dict()
-        missing = [k for k in ddp_task.shapes() if k not in state or tuple(state[k].shape) != ddp_task.shapes()[k]]
+        missing = [
+            k
+            for k in ddp_task.shapes()
+            if k not in state or tuple(state[k].shape) != ddp_task.shapes()[k]
+        ]
         if missing:
-            raise KeyError(f"the returned model has no parameter {missing[0]} of shape {ddp_task.shapes()[missing[0]]}")
+            raise KeyError(
+                f"the returned model has no parameter {missing[0]} of shape {ddp_task.shapes()[missing[0]]}"
+            )
         weights = ddp_task.to_bytes(state)
         claims.update(served=[int(i) for i in dataset.served][:10_000])
     except BaseException as err:  # noqa: BLE001  (the rank's failure is reported, as a claim)
         claims["error"] = f"rank {rank}: {type(err).__name__}: {str(err)[:300]}"
-        claims["traceback"] = "".join(traceback.format_exception(type(err), err, err.__traceback__))[-1500:]
+        claims["traceback"] = "".join(
+            traceback.format_exception(type(err), err, err.__traceback__)
+        )[-1500:]
     if dist.is_initialized():
         dist.destroy_process_group()
     return claims, [weights]
@@ -108,10 +116,20 @@ def probe_train_rank(worker, rank: int, port: int, data_seed: int, init_seed: in
     claims: dict = {"error": ""}
     try:
         torch.set_num_threads(1)
-        store = dist.TCPStore("127.0.0.1", port, memory_task.WORLD, is_master=rank == 0,
-                              timeout=datetime.timedelta(seconds=ddp_task.RANK_SECONDS))  # fmt: skip
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=memory_task.WORLD,
-                                timeout=datetime.timedelta(seconds=ddp_task.RANK_SECONDS))  # fmt: skip
+        store = dist.TCPStore(
+            "127.0.0.1",
+            port,
+            memory_task.WORLD,
+            is_master=rank == 0,
+            timeout=datetime.timedelta(seconds=ddp_task.RANK_SECONDS),
+        )
+        dist.init_process_group(
+            "gloo",
+            store=store,
+            rank=rank,
+            world_size=memory_task.WORLD,
+            timeout=datetime.timedelta(seconds=ddp_task.RANK_SECONDS),
+        )
         model = memory_task.model(init_seed)
         batches = memory_task.batches(data_seed, rank)
         fn = worker.ns.get("train_sharded")
@@ -120,7 +138,9 @@ def probe_train_rank(worker, rank: int, port: int, data_seed: int, init_seed: in
         out = fn(rank, memory_task.WORLD, model, batches, dict(memory_task.CONFIG))
         out = model if out is None else getattr(out, "module", out)
         if not hasattr(out, "state_dict"):
-            raise TypeError(f"train_sharded returned a {type(out).__name__}, not the model (or None)")
+            raise TypeError(
+                f"train_sharded returned a {type(out).__name__}, not the model (or None)"
+            )
         del batches, fn
         gc.collect()  # the optimizer's state goes with train_sharded's frame, before the weights are gathered
         state = _full_state(out)
@@ -130,7 +150,9 @@ def probe_train_rank(worker, rank: int, port: int, data_seed: int, init_seed: in
         claims["forms"] = memory_task.fingerprint(state, form_seed)
     except BaseException as err:  # noqa: BLE001  (the rank's failure is reported, as a claim)
         claims["error"] = f"rank {rank}: {type(err).__name__}: {str(err)[:300]}"
-        claims["traceback"] = "".join(traceback.format_exception(type(err), err, err.__traceback__))[-1500:]
+        claims["traceback"] = "".join(
+            traceback.format_exception(type(err), err, err.__traceback__)
+        )[-1500:]
     if dist.is_initialized():
         dist.destroy_process_group()
     return claims, []

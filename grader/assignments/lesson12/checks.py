@@ -19,25 +19,47 @@ QUIZ_KEY = {  # the notebook holds only the questions
     "q5": "b",  # one study in a shared storage, every worker's trials seen by the sampler
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {"a": "9 is how many survive the first rung (27 / 3) and train to 3 epochs; a third of those reach 9",
-           "c": "one would be left after a further rung; with eta = 3, 9 -> 3 survive to the 9-epoch rung"},
-    "q2": {"a": "a 0.4 pp gap is smaller than the ±1 pp a single config moves between seeds: the order can flip "
-                "on a re-run, so 'higher' is noise",
-           "c": "the batch size says nothing about which result is real; only more seeds shrink the noise"},
-    "q3": {"b": "a trial costs the same whether its point came from a grid or a random draw",
-           "c": "grid points are independent trials and parallelise perfectly; the waste is in coverage"},
-    "q4": {"a": "successive halving costs far less than the grid: most trials stop after the first rung",
-           "c": "ASHA (Optuna's SuccessiveHalvingPruner) is asynchronous and built for parallel workers"},
-    "q5": {"a": "separate in-memory studies cannot see each other's trials: each sampler and pruner learns from "
-                "a fraction of the results, and pruners compare against too few trials",
-           "c": "n_jobs threads share one machine (and Python's GIL); it is no way to add machines"},
-}  # fmt: skip
+    "q1": {
+        "a": "9 is how many survive the first rung (27 / 3) and train to 3 epochs; a third of those reach 9",
+        "c": "one would be left after a further rung; with eta = 3, 9 -> 3 survive to the 9-epoch rung",
+    },
+    "q2": {
+        "a": "a 0.4 pp gap is smaller than the ±1 pp a single config moves between seeds: the order can flip "
+        "on a re-run, so 'higher' is noise",
+        "c": "the batch size says nothing about which result is real; only more seeds shrink the noise",
+    },
+    "q3": {
+        "b": "a trial costs the same whether its point came from a grid or a random draw",
+        "c": "grid points are independent trials and parallelise perfectly; the waste is in coverage",
+    },
+    "q4": {
+        "a": "successive halving costs far less than the grid: most trials stop after the first rung",
+        "c": "ASHA (Optuna's SuccessiveHalvingPruner) is asynchronous and built for parallel workers",
+    },
+    "q5": {
+        "a": "separate in-memory studies cannot see each other's trials: each sampler and pruner learns from "
+        "a fraction of the results, and pruners compare against too few trials",
+        "c": "n_jobs threads share one machine (and Python's GIL); it is no way to add machines",
+    },
+}
 
-CELL_CHECKS = {"test_search": check_search, "test_pruning": check_pruning,
-               "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
+CELL_CHECKS = {
+    "test_search": check_search,
+    "test_pruning": check_pruning,
+    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+}
 NAMES = ("Search",)
 
-ASSIGNMENT = Assignment(id="lesson12", notebook="lesson12", object_name="Search",
-                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
-                        runtime_module="", timeout_s=120, probes="grader.assignments.lesson12.probes",
-                        names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip
+ASSIGNMENT = Assignment(
+    id="lesson12",
+    notebook="lesson12",
+    object_name="Search",
+    performance_cell=None,
+    setup_cell="setup",
+    setup_source=SETUP_SOURCE,
+    runtime_module="",
+    timeout_s=120,
+    probes="grader.assignments.lesson12.probes",
+    names=NAMES,
+    cell_checks=CELL_CHECKS,
+)

@@ -23,8 +23,10 @@ GRID = {  # the grader's exhaustive search: 8 x 5 x 3 = 120 configurations
 
 def grid_configs() -> list[dict]:
     lrs = [min(v, SPACE["lr"]["high"]) for v in GRID["lr"]]
-    return [{"lr": lr, "batch_size": b, "weight_decay": wd}
-            for lr, b, wd in itertools.product(lrs, GRID["batch_size"], GRID["weight_decay"])]  # fmt: skip
+    return [
+        {"lr": lr, "batch_size": b, "weight_decay": wd}
+        for lr, b, wd in itertools.product(lrs, GRID["batch_size"], GRID["weight_decay"])
+    ]
 
 
 @functools.lru_cache(maxsize=4)

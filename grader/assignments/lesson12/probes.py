@@ -15,7 +15,9 @@ def _plain(value):
     try:
         return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError):
-        if isinstance(value, dict):  # name the culprit: a numpy int from np.random.choice is the usual one
+        if isinstance(
+            value, dict
+        ):  # name the culprit: a numpy int from np.random.choice is the usual one
             for key, item in value.items():
                 try:
                     json.dumps(item, allow_nan=False)
@@ -35,7 +37,9 @@ def probe_start(worker, space: dict, budget: int, max_epochs: int, seed: int):
 def _search(worker):
     search = getattr(worker, "search", None)
     if search is None:
-        raise RuntimeError("the search was not started (Search(...) raised or the worker restarted)")
+        raise RuntimeError(
+            "the search was not started (Search(...) raised or the worker restarted)"
+        )
     return search
 
 

@@ -38,7 +38,9 @@ class SearchRun:
     def unpruned_cost(self) -> int:
         """What the same trials cost had none been stopped (the search without pruning): a stopped
         trial charged its full MAX_EPOCHS; one cut by the budget only what it ran (no decision of yours)."""
-        return self.spent + sum(ht.MAX_EPOCHS - len(t["scores"]) for t in self.trials if t["status"] == "stopped")
+        return self.spent + sum(
+            ht.MAX_EPOCHS - len(t["scores"]) for t in self.trials if t["status"] == "stopped"
+        )
 
     @property
     def saved(self) -> float:
@@ -53,24 +55,35 @@ def validate(config) -> dict:
     """The configuration as plain floats and ints, or CheckFailed saying what is wrong."""
     shape = '{"lr": 0.05, "batch_size": 64, "weight_decay": 1e-4}'
     if isinstance(config, dict) and "not_json" in config:
-        raise CheckFailed(f"ask() must return a dict of plain values like {shape} (or None to end the search); "
-                          f"yours held {str(config['not_json'])[:80]}: convert numpy numbers with int() / float()")
-    expect(isinstance(config, dict),
-           f"ask() must return a dict of plain values like {shape} (or None to end the search), "
-           f"got {config!r:.80}")  # fmt: skip
-    expect(set(config) == set(ht.SPACE), f"ask() returned the keys {sorted(config)}; expected exactly "
-                                         f"{sorted(ht.SPACE)}, e.g. {shape}")  # fmt: skip
+        raise CheckFailed(
+            f"ask() must return a dict of plain values like {shape} (or None to end the search); "
+            f"yours held {str(config['not_json'])[:80]}: convert numpy numbers with int() / float()"
+        )
+    expect(
+        isinstance(config, dict),
+        f"ask() must return a dict of plain values like {shape} (or None to end the search), "
+        f"got {config!r:.80}",
+    )
+    expect(
+        set(config) == set(ht.SPACE),
+        f"ask() returned the keys {sorted(config)}; expected exactly "
+        f"{sorted(ht.SPACE)}, e.g. {shape}",
+    )
     out = {}
     for name, dim in ht.SPACE.items():
         value = config[name]
         if dim["type"] == "categorical":
-            expect(isinstance(value, int) and not isinstance(value, bool) and value in dim["choices"],
-                   f"{name} = {value!r} is not one of the search space's choices {dim['choices']}")  # fmt: skip
+            expect(
+                isinstance(value, int) and not isinstance(value, bool) and value in dim["choices"],
+                f"{name} = {value!r} is not one of the search space's choices {dim['choices']}",
+            )
             out[name] = int(value)
         else:
-            expect(_number(value) and dim["low"] <= value <= dim["high"],
-                   f"{name} = {value!r} is outside the search space [{dim['low']:g}, {dim['high']:g}]: a search "
-                   f"only chooses inside the space it was given")  # fmt: skip
+            expect(
+                _number(value) and dim["low"] <= value <= dim["high"],
+                f"{name} = {value!r} is outside the search space [{dim['low']:g}, {dim['high']:g}]: a search "
+                f"only chooses inside the space it was given",
+            )
             out[name] = float(value)
     return out
 
@@ -81,18 +94,30 @@ def _call(ctx: Context, run: SearchRun, probe: str, what: str, **args) -> dict:
     run.policy_seconds += time.perf_counter() - start
     if not r.ok:
         stub = [e for e in ctx.session.load_errors if e.get("cell") == "search"]
-        raise CheckFailed(stub_reason(stub[0]["message"] if stub else r.failure) or f"{what} {r.failure}")
-    expect(run.policy_seconds <= POLICY_SECONDS,
-           f"your policy took {run.policy_seconds:.0f} s to decide (at most {POLICY_SECONDS:.0f} s in all): "
-           f"a search policy must be cheap next to the trials it runs")  # fmt: skip
+        raise CheckFailed(
+            stub_reason(stub[0]["message"] if stub else r.failure) or f"{what} {r.failure}"
+        )
+    expect(
+        run.policy_seconds <= POLICY_SECONDS,
+        f"your policy took {run.policy_seconds:.0f} s to decide (at most {POLICY_SECONDS:.0f} s in all): "
+        f"a search policy must be cheap next to the trials it runs",
+    )
     return r.data
 
 
 def run_search(ctx: Context, task_seed: int) -> SearchRun:
     """The ask-and-tell loop: the policy chooses, this process trains, measures and charges."""
     run = SearchRun(task_seed)
-    _call(ctx, run, "start", "Search(...)", space=ht.SPACE, budget=BUDGET, max_epochs=ht.MAX_EPOCHS,
-          seed=ctx.rng.randrange(1 << 30))  # fmt: skip
+    _call(
+        ctx,
+        run,
+        "start",
+        "Search(...)",
+        space=ht.SPACE,
+        budget=BUDGET,
+        max_epochs=ht.MAX_EPOCHS,
+        seed=ctx.rng.randrange(1 << 30),
+    )
     while run.spent < BUDGET and len(run.trials) < MAX_TRIALS:
         n = len(run.trials)
         answer = _call(ctx, run, "ask", f"ask({n})", trial=n).get("config")
@@ -117,7 +142,9 @@ def run_search(ctx: Context, task_seed: int) -> SearchRun:
             run.train_seconds += time.perf_counter() - start
             run.spent += 1
             record["scores"].append(score)
-            stop = _call(ctx, run, "report", f"report({n}, {epoch}, ...)", trial=n, epoch=epoch, score=score)
+            stop = _call(
+                ctx, run, "report", f"report({n}, {epoch}, ...)", trial=n, epoch=epoch, score=score
+            )
             if epoch == ht.MAX_EPOCHS:
                 record["status"] = "complete"
             elif stop.get("stop") is True:
@@ -155,15 +182,21 @@ def _why(run: SearchRun, chosen: dict | None) -> str:
     complete = sum(t["status"] == "complete" for t in run.trials)
     lrs = {round(t["config"]["lr"], 12) for t in run.trials}
     if chosen is None:
-        return ("no trial ran to the end, so there is nothing to choose: let the best trials finish "
-                f"(report() returning False up to epoch {ht.MAX_EPOCHS})")
+        return (
+            "no trial ran to the end, so there is nothing to choose: let the best trials finish "
+            f"(report() returning False up to epoch {ht.MAX_EPOCHS})"
+        )
     if len(lrs) == 1:
-        return (f"every trial used the learning rate {next(iter(lrs)):.3g}: the learning rate is the axis that "
-                "matters most; a grid over the others cannot make up for it. Search it on a log scale")
+        return (
+            f"every trial used the learning rate {next(iter(lrs)):.3g}: the learning rate is the axis that "
+            "matters most; a grid over the others cannot make up for it. Search it on a log scale"
+        )
     if complete <= 1:
         return "only one trial ran to the end: stop the weak ones early, but let several promising ones finish"
-    return (f"your search tried {len(run.trials)} configurations; explore more of them cheaply (stop the weak "
-            "ones after an epoch or two) and sample the learning rate on a log scale")
+    return (
+        f"your search tried {len(run.trials)} configurations; explore more of them cheaply (stop the weak "
+        "ones after an epoch or two) and sample the learning rate on a log scale"
+    )
 
 
 def evaluate(ctx: Context) -> Outcome:
@@ -173,25 +206,34 @@ def evaluate(ctx: Context) -> Outcome:
         return cached
     task_seed = ctx.rng.randrange(1 << 20)
     run = run_search(ctx, task_seed)
-    counts = {s: sum(t["status"] == s for t in run.trials) for s in ("complete", "stopped", "cut by the budget")}
-    lines = [f"your search: {len(run.trials)} trials ({counts['complete']} complete, {counts['stopped']} stopped, "
-             f"{counts['cut by the budget']} cut by the budget), {run.spent} of {BUDGET} epochs ({run.ended}); "
-             f"training {run.train_seconds:.1f} s, your policy's decisions {run.policy_seconds:.1f} s"]  # fmt: skip
+    counts = {
+        s: sum(t["status"] == s for t in run.trials)
+        for s in ("complete", "stopped", "cut by the budget")
+    }
+    lines = [
+        f"your search: {len(run.trials)} trials ({counts['complete']} complete, {counts['stopped']} stopped, "
+        f"{counts['cut by the budget']} cut by the budget), {run.spent} of {BUDGET} epochs ({run.ended}); "
+        f"training {run.train_seconds:.1f} s, your policy's decisions {run.policy_seconds:.1f} s"
+    ]
     picked = choose(run)
     grid_best, grid_val, grid_cost = ht.grid_search(task_seed)
     seeds = [ctx.rng.randrange(1 << 30) for _ in range(FINAL_SEEDS)]
     grid_test = ht.test_accuracy(task_seed, grid_best, seeds)
-    lines.append(f"the grader's grid: {len(ht.grid_configs())} configurations, {grid_cost} epochs; its best "
-                 f"({_shown(grid_best)}) scores {grid_test:.1%} held out (mean of {FINAL_SEEDS} fresh seeds)")
+    lines.append(
+        f"the grader's grid: {len(ht.grid_configs())} configurations, {grid_cost} epochs; its best "
+        f"({_shown(grid_best)}) scores {grid_test:.1%} held out (mean of {FINAL_SEEDS} fresh seeds)"
+    )
     if picked is None:
         outcome = Outcome(run, False, f"{lines[0]}. {_why(run, None)}.", lines)
     else:
         config, val, runs = picked
         mine = ht.test_accuracy(task_seed, config, seeds)
         gap = grid_test - mine
-        lines.append(f"your choice ({_shown(config)}; validation {val:.1%} over {runs} run(s)) scores {mine:.1%} "
-                     f"held out on the same seeds: {gap * 100:+.1f} pp below the grid's best (at most "
-                     f"{MARGIN * 100:.0f} pp), for {run.spent / grid_cost:.0%} of the grid's cost")  # fmt: skip
+        lines.append(
+            f"your choice ({_shown(config)}; validation {val:.1%} over {runs} run(s)) scores {mine:.1%} "
+            f"held out on the same seeds: {gap * 100:+.1f} pp below the grid's best (at most "
+            f"{MARGIN * 100:.0f} pp), for {run.spent / grid_cost:.0%} of the grid's cost"
+        )
         passed = gap <= MARGIN
         message = "; ".join(lines) + ("" if passed else f". {_why(run, config)}.")
         outcome = Outcome(run, passed, message, lines)
@@ -209,14 +251,21 @@ def check_search(ctx: Context) -> None:
 def check_pruning(ctx: Context) -> None:
     outcome = evaluate(ctx)
     run = outcome.run
-    expect(outcome.passed, "pruning saves budget only when the search still finds a good configuration, and this "
-                           f"one did not: {outcome.message}")  # fmt: skip
+    expect(
+        outcome.passed,
+        "pruning saves budget only when the search still finds a good configuration, and this "
+        f"one did not: {outcome.message}",
+    )
     stopped = sum(t["status"] == "stopped" for t in run.trials)
-    saving = (f"{run.spent} epochs spent where the same {len(run.trials)} trials, none stopped, would cost "
-              f"{run.unpruned_cost}: {run.saved:.0%} saved by stopping {stopped} of them early")
-    expect(run.saved >= MIN_SAVED,
-           f"{saving}, less than the {MIN_SAVED:.0%} required. "
-           + ("Your search never stopped a trial: " if stopped == 0 else "")
-           + "compare each trial after an epoch or two with the others at the same epoch and stop the weak "
-             "ones (successive halving, or Optuna's MedianPruner / SuccessiveHalvingPruner)")  # fmt: skip
+    saving = (
+        f"{run.spent} epochs spent where the same {len(run.trials)} trials, none stopped, would cost "
+        f"{run.unpruned_cost}: {run.saved:.0%} saved by stopping {stopped} of them early"
+    )
+    expect(
+        run.saved >= MIN_SAVED,
+        f"{saving}, less than the {MIN_SAVED:.0%} required. "
+        + ("Your search never stopped a trial: " if stopped == 0 else "")
+        + "compare each trial after an epoch or two with the others at the same epoch and stop the weak "
+        "ones (successive halving, or Optuna's MedianPruner / SuccessiveHalvingPruner)",
+    )
     ctx.ok(saving)

@@ -17,22 +17,52 @@ STANDARD_DOMAINS = ("", "ai.onnx")
 INPUT, OUTPUT = "features", "logits"
 _STRINGS = {"metadata_props", "doc_string"}  # free text: allowed, then stripped before onnxruntime
 ALLOWED = {  # message type -> the fields that may be set; every other field is refused
-    "onnx.ModelProto": {"ir_version", "opset_import", "producer_name", "producer_version", "domain",
-                        "model_version", "graph"} | _STRINGS,
+    "onnx.ModelProto": {
+        "ir_version",
+        "opset_import",
+        "producer_name",
+        "producer_version",
+        "domain",
+        "model_version",
+        "graph",
+    }
+    | _STRINGS,
     "onnx.OperatorSetIdProto": {"domain", "version"},
     "onnx.GraphProto": {"node", "name", "initializer", "input", "output", "value_info"} | _STRINGS,
     "onnx.NodeProto": {"input", "output", "name", "op_type", "domain", "attribute"} | _STRINGS,
-    "onnx.AttributeProto": {"name", "type", "f", "i", "s", "t", "floats", "ints", "strings", "tensors",
-                            "doc_string"},
-    "onnx.TensorProto": {"dims", "data_type", "float_data", "int32_data", "int64_data", "double_data",
-                         "uint64_data", "raw_data", "name", "doc_string", "data_location"},
+    "onnx.AttributeProto": {
+        "name",
+        "type",
+        "f",
+        "i",
+        "s",
+        "t",
+        "floats",
+        "ints",
+        "strings",
+        "tensors",
+        "doc_string",
+    },
+    "onnx.TensorProto": {
+        "dims",
+        "data_type",
+        "float_data",
+        "int32_data",
+        "int64_data",
+        "double_data",
+        "uint64_data",
+        "raw_data",
+        "name",
+        "doc_string",
+        "data_location",
+    },
     "onnx.ValueInfoProto": {"name", "type"} | _STRINGS,
     "onnx.TypeProto": {"tensor_type", "denotation"},
     "onnx.TypeProto.Tensor": {"elem_type", "shape"},
     "onnx.TensorShapeProto": {"dim"},
     "onnx.TensorShapeProto.Dimension": {"dim_value", "dim_param", "denotation"},
     "onnx.StringStringEntryProto": {"key", "value"},
-}  # fmt: skip
+}
 # numeric element types only (no STRING: variable-length data, no use here)
 _DTYPES = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 16}
 _ATTR_TYPES = {1, 2, 3, 4, 6, 7, 8, 9}  # FLOAT INT STRING TENSOR FLOATS INTS STRINGS TENSORS
@@ -42,7 +72,9 @@ _ATTR_TYPES = {1, 2, 3, 4, 6, 7, 8, 9}  # FLOAT INT STRING TENSOR FLOATS INTS ST
 class Checked:
     model: object  # onnx.ModelProto
     ops: dict[str, int]  # op type -> count
-    clean: bytes = b""  # what onnxruntime is given: the checked model, doc strings and metadata stripped
+    clean: bytes = (
+        b""  # what onnxruntime is given: the checked model, doc strings and metadata stripped
+    )
 
 
 def _kind(raw: bytes) -> str:
@@ -98,8 +130,14 @@ def refused_field(msg, path: str = "model") -> str:
                 if bad:
                     return bad
             elif not _values(kind, fd.name, item):
-                named = fd.enum_type.values_by_number.get(item) if fd.enum_type is not None else None
-                return f"{where} = {named.name}" if named is not None else f"{where} to a value it does not allow"
+                named = (
+                    fd.enum_type.values_by_number.get(item) if fd.enum_type is not None else None
+                )
+                return (
+                    f"{where} = {named.name}"
+                    if named is not None
+                    else f"{where} to a value it does not allow"
+                )
     return ""
 
 
@@ -121,45 +159,71 @@ def _dims(value_info) -> list:
 def validate(raw: bytes, dim: int, classes: int) -> Checked:
     import onnx
 
-    expect(0 < len(raw) <= MAX_BYTES, f"the file is {len(raw)} bytes; the grader accepts 1 byte to {MAX_BYTES >> 20} MiB")
+    expect(
+        0 < len(raw) <= MAX_BYTES,
+        f"the file is {len(raw)} bytes; the grader accepts 1 byte to {MAX_BYTES >> 20} MiB",
+    )
     kind = _kind(raw)
-    expect(not kind, f"the file you wrote is {kind}, not an ONNX model: the grader never unpickles anything and "
-                     f"serves ONNX only. Export with torch.onnx.export, then quantize the .onnx file")  # fmt: skip
+    expect(
+        not kind,
+        f"the file you wrote is {kind}, not an ONNX model: the grader never unpickles anything and "
+        f"serves ONNX only. Export with torch.onnx.export, then quantize the .onnx file",
+    )
     try:
         model = onnx.load_model_from_string(raw)
     except Exception as err:  # noqa: BLE001  (any parse error is the file's)
-        raise CheckFailed(f"the file is not an ONNX protobuf ({type(err).__name__}): write the model with "
-                             "torch.onnx.export or onnx.save") from None  # fmt: skip
+        raise CheckFailed(
+            f"the file is not an ONNX protobuf ({type(err).__name__}): write the model with "
+            "torch.onnx.export or onnx.save"
+        ) from None
     bad = refused_field(model)
-    expect(not bad, f"the model sets {bad}: the grader does not serve that. It serves tensors stored inline (no "
-                    "external data: onnx.save(..., save_as_external_data=False)) and operators and opsets of the "
-                    "standard ONNX domain (those outside the standard ONNX domain: custom, contrib and Python ops, "
-                    "are refused; onnxruntime.quantization.quantize_dynamic writes standard ones: "
-                    "DynamicQuantizeLinear, MatMulInteger); no sparse tensors, string tensors, subgraphs (If, Loop, "
-                    "Scan), local functions or training info")  # fmt: skip
-    expect(model.ir_version <= onnx.IR_VERSION, f"the model's IR version {model.ir_version} is newer than the grader's")
+    expect(
+        not bad,
+        f"the model sets {bad}: the grader does not serve that. It serves tensors stored inline (no "
+        "external data: onnx.save(..., save_as_external_data=False)) and operators and opsets of the "
+        "standard ONNX domain (those outside the standard ONNX domain: custom, contrib and Python ops, "
+        "are refused; onnxruntime.quantization.quantize_dynamic writes standard ones: "
+        "DynamicQuantizeLinear, MatMulInteger); no sparse tensors, string tensors, subgraphs (If, Loop, "
+        "Scan), local functions or training info",
+    )
+    expect(
+        model.ir_version <= onnx.IR_VERSION,
+        f"the model's IR version {model.ir_version} is newer than the grader's",
+    )
     graph = model.graph
     try:
         onnx.checker.check_model(model)
     except Exception as err:  # noqa: BLE001
-        raise CheckFailed(f"onnx.checker refuses the model: {str(err).splitlines()[0][:200]}") from None
+        raise CheckFailed(
+            f"onnx.checker refuses the model: {str(err).splitlines()[0][:200]}"
+        ) from None
     inits = {t.name for t in graph.initializer}
     inputs = [i for i in graph.input if i.name not in inits]
-    expect([i.name for i in inputs] == [INPUT] and [o.name for o in graph.output] == [OUTPUT],
-           f"the model's inputs are {[i.name for i in inputs]} and outputs {[o.name for o in graph.output]}; the "
-           f"grader sends {INPUT!r} and reads {OUTPUT!r}: pass input_names=[{INPUT!r}], "
-           f"output_names=[{OUTPUT!r}] to torch.onnx.export")  # fmt: skip
+    expect(
+        [i.name for i in inputs] == [INPUT] and [o.name for o in graph.output] == [OUTPUT],
+        f"the model's inputs are {[i.name for i in inputs]} and outputs {[o.name for o in graph.output]}; the "
+        f"grader sends {INPUT!r} and reads {OUTPUT!r}: pass input_names=[{INPUT!r}], "
+        f"output_names=[{OUTPUT!r}] to torch.onnx.export",
+    )
     for info, last, what in ((inputs[0], dim, "input"), (graph.output[0], classes, "output")):
         elem = info.type.tensor_type.elem_type
-        expect(elem == onnx.TensorProto.FLOAT, f"the {what} {info.name!r} is "
-               f"{onnx.TensorProto.DataType.Name(elem)}; the grader sends and reads float32 (quantize the weights "
-               "inside the model, not its interface)")  # fmt: skip
+        expect(
+            elem == onnx.TensorProto.FLOAT,
+            f"the {what} {info.name!r} is "
+            f"{onnx.TensorProto.DataType.Name(elem)}; the grader sends and reads float32 (quantize the weights "
+            "inside the model, not its interface)",
+        )
         dims = _dims(info)
-        expect(len(dims) == 2 and dims[1] == last, f"the {what} {info.name!r} has shape {dims}; expected "
-                                                   f"[batch, {last}]")  # fmt: skip
-        expect(not isinstance(dims[0], int), f"the {what} {info.name!r} has a fixed batch size {dims[0]}: a "
-               "server batches requests. Export with a free batch dimension (dynamic_shapes=({0: 'batch'},) "
-               "with dynamo=True, or dynamic_axes)")  # fmt: skip
+        expect(
+            len(dims) == 2 and dims[1] == last,
+            f"the {what} {info.name!r} has shape {dims}; expected [batch, {last}]",
+        )
+        expect(
+            not isinstance(dims[0], int),
+            f"the {what} {info.name!r} has a fixed batch size {dims[0]}: a "
+            "server batches requests. Export with a free batch dimension (dynamic_shapes=({0: 'batch'},) "
+            "with dynamo=True, or dynamic_axes)",
+        )
     ops: dict[str, int] = {}
     for n in graph.node:
         ops[n.op_type] = ops.get(n.op_type, 0) + 1

@@ -14,7 +14,11 @@ import numpy as np
 
 from effkit.abtest import median_ci, median_ci_coverage
 
-ROUNDS, PER_ROUND, WARMUP = 24, 600, 200  # 16 x 300 left identical models 1.5x vs 1.9x apart in one run
+ROUNDS, PER_ROUND, WARMUP = (
+    24,
+    600,
+    200,
+)  # 16 x 300 left identical models 1.5x vs 1.9x apart in one run
 TOLERANCE = 1e-4  # the same row through the same session: onnxruntime answers it bit for bit
 
 
@@ -41,8 +45,17 @@ def judge(times: np.ndarray) -> list[LatencyAB]:
     for i in range(1, len(times)):
         ratios = list(p95s[0] / p95s[i])
         lo, hi = median_ci(ratios)
-        out.append(LatencyAB(statistics.median(ratios), lo, hi, median_ci_coverage(len(ratios)), len(ratios),
-                             _pct(times[0].ravel()), _pct(times[i].ravel())))  # fmt: skip
+        out.append(
+            LatencyAB(
+                statistics.median(ratios),
+                lo,
+                hi,
+                median_ci_coverage(len(ratios)),
+                len(ratios),
+                _pct(times[0].ravel()),
+                _pct(times[i].ravel()),
+            )
+        )
     return out
 
 
@@ -53,13 +66,19 @@ def answers_problem(accuracy_logits: np.ndarray, idx: np.ndarray, answers: np.nd
     bad |= answers.argmax(1) != want.argmax(1)
     if not bad.any():
         return ""
-    return (f"{int(bad.sum())} of the {len(idx)} requests the grader timed were answered otherwise than the same "
-            f"row one request at a time in the accuracy check (first: request {int(np.flatnonzero(bad)[0])}): "
-            "a model must give the same answer whenever it is asked")  # fmt: skip
+    return (
+        f"{int(bad.sum())} of the {len(idx)} requests the grader timed were answered otherwise than the same "
+        f"row one request at a time in the accuracy check (first: request {int(np.flatnonzero(bad)[0])}): "
+        "a model must give the same answer whenever it is asked"
+    )
 
 
 def b64(data) -> str:
-    return base64.b64encode(data if isinstance(data, bytes | bytearray) else np.ascontiguousarray(data, np.float32).tobytes()).decode()
+    return base64.b64encode(
+        data
+        if isinstance(data, bytes | bytearray)
+        else np.ascontiguousarray(data, np.float32).tobytes()
+    ).decode()
 
 
 def floats(r, i: int, shape: tuple, dtype=np.float32) -> np.ndarray | None:

@@ -52,10 +52,14 @@ def probe_open(worker, model: str, rows: str, dim: int, classes: int):
         x = _array(rows, dim)
         outs = [sess.run([artifact.OUTPUT], {artifact.INPUT: x[:n]})[0] for n in (3, 1)]
     except Exception as err:  # noqa: BLE001  (onnxruntime refusing the file is the file's problem)
-        return {"problem": f"onnxruntime could not run your model: {type(err).__name__}: {str(err)[:200]}"}, []
+        return {
+            "problem": f"onnxruntime could not run your model: {type(err).__name__}: {str(err)[:200]}"
+        }, []
     shapes = [list(np.shape(o)) for o in outs]
-    blobs = [np.ascontiguousarray(o, np.float32).tobytes() if np.shape(o) == (n, classes) else b""
-             for o, n in zip(outs, (3, 1), strict=True)]  # fmt: skip
+    blobs = [
+        np.ascontiguousarray(o, np.float32).tobytes() if np.shape(o) == (n, classes) else b""
+        for o, n in zip(outs, (3, 1), strict=True)
+    ]
     return {"ops": checked.ops, "shapes": shapes}, blobs
 
 
@@ -65,9 +69,15 @@ def probe_requests(worker, x: str, dim: int, classes: int):
     return {"rows": len(outs)}, [outs.tobytes()]
 
 
-def probe_latency(worker, base: str, own: str, seed: int, rounds: int, per_round: int, warmup: int, classes: int):
+def probe_latency(
+    worker, base: str, own: str, seed: int, rounds: int, per_round: int, warmup: int, classes: int
+):
     """The three sessions, one request loop, rounds in A B C / C B A order: drift hits all alike."""
-    sessions = [artifact.session(base64.b64decode(base)), _STATE["mine"], artifact.session(base64.b64decode(own))]
+    sessions = [
+        artifact.session(base64.b64decode(base)),
+        _STATE["mine"],
+        artifact.session(base64.b64decode(own)),
+    ]
     x = _STATE["x"]
     idx = plan(seed, len(x), rounds, per_round, warmup)
     times = np.empty((len(sessions), rounds, per_round))
@@ -77,5 +87,7 @@ def probe_latency(worker, base: str, own: str, seed: int, rounds: int, per_round
     for r in range(rounds):
         at = warmup + r * per_round
         for s in range(len(sessions)) if r % 2 == 0 else reversed(range(len(sessions))):
-            times[s, r], outs[s, at : at + per_round] = answer(sessions[s], x, idx[at : at + per_round], classes)
+            times[s, r], outs[s, at : at + per_round] = answer(
+                sessions[s], x, idx[at : at + per_round], classes
+            )
     return {"requests": len(idx)}, [times.tobytes(), outs.tobytes()]

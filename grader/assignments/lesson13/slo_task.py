@@ -28,7 +28,14 @@ def draw(seed: int) -> dict[str, torch.Tensor]:
     x = torch.randn(N_TRAIN + N_CALIB + N_TEST, DIM, generator=g)
     y = (x @ oracle).argmax(1)
     a, b = N_TRAIN, N_TRAIN + N_CALIB
-    return {"x": x[:a], "y": y[:a], "x_calib": x[a:b], "y_calib": y[a:b], "x_test": x[b:], "y_test": y[b:]}
+    return {
+        "x": x[:a],
+        "y": y[:a],
+        "x_calib": x[a:b],
+        "y_calib": y[a:b],
+        "x_test": x[b:],
+        "y_test": y[b:],
+    }
 
 
 def build(widths: list[int]) -> nn.Sequential:
@@ -64,7 +71,9 @@ def train(seed: int) -> nn.Sequential:
     return net.eval().requires_grad_(False)
 
 
-def with_massive_activations(net: nn.Sequential, seed: int, count: int, scale: float) -> nn.Sequential:
+def with_massive_activations(
+    net: nn.Sequential, seed: int, count: int, scale: float
+) -> nn.Sequential:
     """The same function with ``count`` constant units of value ``scale`` feeding the head."""
     linears = [m for m in net if isinstance(m, nn.Linear)]
     last, head = linears[-2], linears[-1]
@@ -88,8 +97,16 @@ def with_massive_activations(net: nn.Sequential, seed: int, count: int, scale: f
 
 
 def to_plain(net: nn.Module) -> dict:
-    return {"widths": widths_of(net), "tensors": {k: {"shape": list(v.shape), "b64": base64.b64encode(
-        v.detach().float().contiguous().numpy().tobytes()).decode()} for k, v in net.state_dict().items()}}  # fmt: skip
+    return {
+        "widths": widths_of(net),
+        "tensors": {
+            k: {
+                "shape": list(v.shape),
+                "b64": base64.b64encode(v.detach().float().contiguous().numpy().tobytes()).decode(),
+            }
+            for k, v in net.state_dict().items()
+        },
+    }
 
 
 def from_plain(plain: dict) -> nn.Sequential:
@@ -103,10 +120,17 @@ def from_plain(plain: dict) -> nn.Sequential:
 
 
 def tensor_plain(t: torch.Tensor) -> dict:
-    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
-            "b64": base64.b64encode(t.contiguous().numpy().tobytes()).decode()}  # fmt: skip
+    return {
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "shape": list(t.shape),
+        "b64": base64.b64encode(t.contiguous().numpy().tobytes()).decode(),
+    }
 
 
 def tensor_unplain(p: dict) -> torch.Tensor:
     dtype = {"float32": torch.float32, "int64": torch.int64}[p["dtype"]]
-    return torch.frombuffer(bytearray(base64.b64decode(p["b64"])), dtype=dtype).reshape(p["shape"]).clone()
+    return (
+        torch.frombuffer(bytearray(base64.b64decode(p["b64"])), dtype=dtype)
+        .reshape(p["shape"])
+        .clone()
+    )

@@ -41,15 +41,32 @@ from effkit.workloads.cifar import CIFAR_MEAN, CIFAR_STD"""
 
 # The grader's own measurement settings (how they were chosen: benchmarks/results/grader-notes.md).
 SPECS = {
-    "smoke": GradingSpec(name="smoke", profile="smoke", n_train=2000, n_eval=3000, n_warmup=300,
-                         epochs=2, repeats=2, cpu_cores=1),  # fmt: skip
+    "smoke": GradingSpec(
+        name="smoke",
+        profile="smoke",
+        n_train=2000,
+        n_eval=3000,
+        n_warmup=300,
+        epochs=2,
+        repeats=2,
+        cpu_cores=1,
+    ),
     # Plumbing only (the gate is not calibrated for it): tests of messages and cell wiring.
-    "tiny": GradingSpec(name="tiny", profile="smoke", n_train=300, n_eval=500, n_warmup=200,
-                        epochs=1, repeats=1),  # fmt: skip
-    "gpu": GradingSpec(name="gpu", profile="gpu", n_train=20000, n_eval=10000, n_warmup=5000,
-                       epochs=2, repeats=3, min_timeout_s=60.0, data="hard"),  # fmt: skip
+    "tiny": GradingSpec(
+        name="tiny", profile="smoke", n_train=300, n_eval=500, n_warmup=200, epochs=1, repeats=1
+    ),
+    "gpu": GradingSpec(
+        name="gpu",
+        profile="gpu",
+        n_train=20000,
+        n_eval=10000,
+        n_warmup=5000,
+        epochs=2,
+        repeats=3,
+        min_timeout_s=60.0,
+        data="hard",
+    ),
 }
-
 
 
 def _ok(text: str, lines: list[str] | None = None) -> None:
@@ -75,10 +92,20 @@ def local(pipeline_cls):
 def remote(ctx):
     def run(n, data_seed, bs, seed, epochs, device="cpu"):
         call = f"FastPipeline(dataset, batch_size={bs}, device={device!r}, seed={seed})"
-        r = ctx.session.call("epochs", CHECK_SECONDS + 10, n=n, data_seed=data_seed, batch_size=bs, seed=seed,
-                             epochs=epochs, device=device)  # fmt: skip
+        r = ctx.session.call(
+            "epochs",
+            CHECK_SECONDS + 10,
+            n=n,
+            data_seed=data_seed,
+            batch_size=bs,
+            seed=seed,
+            epochs=epochs,
+            device=device,
+        )
         if not r.ok:
-            raise AssertionError(stub_reason(r.failure) or f"{call}, len() or iterating it {r.failure}")
+            raise AssertionError(
+                stub_reason(r.failure) or f"{call}, len() or iterating it {r.failure}"
+            )
         data = r.data
         expect(not data.get("bad"), str(data.get("bad")))
         blobs, out = iter(r.blobs), []
@@ -87,14 +114,20 @@ def remote(ctx):
                 batches = []
                 for b in epoch:
                     for part in ("x", "y"):
-                        expect(str(b[part].get("device", "")).split(":")[0] == device,
-                               f"expected x and y on {device}, got {b[part].get('device')}")  # fmt: skip
-                    batches.append((tensor_from(b["x"], next(blobs)), tensor_from(b["y"], next(blobs))))
+                        expect(
+                            str(b[part].get("device", "")).split(":")[0] == device,
+                            f"expected x and y on {device}, got {b[part].get('device')}",
+                        )
+                    batches.append(
+                        (tensor_from(b["x"], next(blobs)), tensor_from(b["y"], next(blobs)))
+                    )
                 out.append(batches)
             shape = data["after"]["shape"]
             pixels = np.frombuffer(next(blobs), dtype=np.uint8).reshape(shape)
         except (ChannelError, KeyError, StopIteration, TypeError, ValueError) as err:
-            raise AssertionError(f"the grader could not read what your pipeline produced ({err})") from err
+            raise AssertionError(
+                f"the grader could not read what your pipeline produced ({err})"
+            ) from err
         length = data.get("len")
         expect(isinstance(length, int), f"expected len() to return an int, got {length!r}")
         return length, out, (pixels, data["after"]["targets"])
@@ -108,11 +141,20 @@ def contract(run, lines=None, data_seed=1, seed=0) -> None:
     ds = probe_dataset(n, seed=data_seed)
     length, (batches,), _ = run(n, data_seed, bs, seed, 1)
     want = expected_len(n, bs)
-    expect(length == want, f"expected len() = {want} batches per epoch ({n} images, batch {bs}), got {length}")
+    expect(
+        length == want,
+        f"expected len() = {want} batches per epoch ({n} images, batch {bs}), got {length}",
+    )
     check_batches(batches, n, bs, "cpu")
-    _ok("batches: float32 x of B x 3 x 32 x 32 and int64 y, on the requested device, len() right", lines)
+    _ok(
+        "batches: float32 x of B x 3 x 32 x 32 and int64 y, on the requested device, len() right",
+        lines,
+    )
     epoch_record(batches, ds)
-    _ok("normalised with CIFAR_MEAN/CIFAR_STD, every image once, labels aligned, exact crops/flips", lines)
+    _ok(
+        "normalised with CIFAR_MEAN/CIFAR_STD, every image once, labels aligned, exact crops/flips",
+        lines,
+    )
 
 
 def augmentation(run, lines=None, data_seed=2, seed=0) -> None:
@@ -121,11 +163,19 @@ def augmentation(run, lines=None, data_seed=2, seed=0) -> None:
     ds = probe_dataset(n, seed=data_seed)
     _, (e1, e2), _ = run(n, data_seed, bs, seed, 2)
     first, second = epoch_record(e1, ds), epoch_record(e2, ds)
-    expect(first["order"] != sorted(first["order"]), "expected a shuffled order, got the dataset order")
-    expect(first["order"] != second["order"], "expected a new order every epoch (every iter() reshuffles)")
+    expect(
+        first["order"] != sorted(first["order"]), "expected a shuffled order, got the dataset order"
+    )
+    expect(
+        first["order"] != second["order"],
+        "expected a new order every epoch (every iter() reshuffles)",
+    )
     _ok("shuffled, and reshuffled every epoch", lines)
     offsets = set(first["offsets"] + second["offsets"])
-    expect(len(offsets) >= 10, f"expected random crop offsets; only {len(offsets)} distinct in 2 epochs")
+    expect(
+        len(offsets) >= 10,
+        f"expected random crop offsets; only {len(offsets)} distinct in 2 epochs",
+    )
     flips = first["flips"] + second["flips"]
     rate = sum(flips) / len(flips)
     expect(0.25 < rate < 0.75, f"expected about half the images flipped, got {rate:.0%}")
@@ -137,19 +187,30 @@ def hidden(run, lines=None, data_seed=3, seed=5) -> None:
     n, bs = 70, 32  # 32 + 32 + 6: the last batch is partial
     ds = probe_dataset(n, seed=data_seed)
     length, epochs, (pixels, targets) = run(n, data_seed, bs, seed, 3)
-    expect(length == expected_len(n, bs), f"expected len() = 3 for 70 images in batches of 32, got {length}")
+    expect(
+        length == expected_len(n, bs),
+        f"expected len() = 3 for 70 images in batches of 32, got {length}",
+    )
     records = []
     for batches in epochs:
         check_batches(batches, n, bs, "cpu")
         records.append(epoch_record(batches, ds))
     dy = {o[0] for r in records for o in r["offsets"]}
     dx = {o[1] for r in records for o in r["offsets"]}
-    expect(len(dy) >= 7 and len(dx) >= 7, f"expected crop offsets over the whole 0..8 range, got rows "
-                                           f"{sorted(dy)} and columns {sorted(dx)}")  # fmt: skip
+    expect(
+        len(dy) >= 7 and len(dx) >= 7,
+        f"expected crop offsets over the whole 0..8 range, got rows "
+        f"{sorted(dy)} and columns {sorted(dx)}",
+    )
     _, (other,), _ = run(n, data_seed, bs, seed + 1, 1)
-    expect(epoch_record(other, ds)["order"] != records[0]["order"], "expected another seed to give another order")
-    expect(np.array_equal(pixels, ds.data) and list(targets) == list(ds.targets),
-           "your pipeline modified the dataset it was given (copy before changing data)")  # fmt: skip
+    expect(
+        epoch_record(other, ds)["order"] != records[0]["order"],
+        "expected another seed to give another order",
+    )
+    expect(
+        np.array_equal(pixels, ds.data) and list(targets) == list(ds.targets),
+        "your pipeline modified the dataset it was given (copy before changing data)",
+    )
     _ok("partial last batch, crop range over 3 epochs, seeds, dataset untouched", lines)
 
 
@@ -176,25 +237,46 @@ def check_hidden(pipeline_cls) -> None:
 
 # -- out of the kernel (grader.scoring.checks): the same judging on plain tensors from the sandboxed worker --
 def cell_contract(ctx) -> None:
-    contract(remote(ctx), ctx.lines, data_seed=ctx.rng.randrange(1 << 20), seed=ctx.rng.randrange(1 << 20))
+    contract(
+        remote(ctx),
+        ctx.lines,
+        data_seed=ctx.rng.randrange(1 << 20),
+        seed=ctx.rng.randrange(1 << 20),
+    )
 
 
 def cell_augmentation(ctx) -> None:
-    augmentation(remote(ctx), ctx.lines, data_seed=ctx.rng.randrange(1 << 20), seed=ctx.rng.randrange(1 << 20))
-    hidden(remote(ctx), ctx.lines, data_seed=ctx.rng.randrange(1 << 20), seed=ctx.rng.randrange(1 << 20))
+    augmentation(
+        remote(ctx),
+        ctx.lines,
+        data_seed=ctx.rng.randrange(1 << 20),
+        seed=ctx.rng.randrange(1 << 20),
+    )
+    hidden(
+        remote(ctx),
+        ctx.lines,
+        data_seed=ctx.rng.randrange(1 << 20),
+        seed=ctx.rng.randrange(1 << 20),
+    )
 
 
-REFERENCE_REUSED = ("your pipeline's batches are bit-identical to effkit's DevicePipeline (the reference answer) "
-                    "for the same data and seed: write your own pipeline to earn the performance points")
+REFERENCE_REUSED = (
+    "your pipeline's batches are bit-identical to effkit's DevicePipeline (the reference answer) "
+    "for the same data and seed: write your own pipeline to earn the performance points"
+)
 
 
 def same_batches(mine, ref) -> bool:
     import torch
 
     return len(mine) == len(ref) and all(
-        len(a) == len(b) and all(torch.equal(xa, xb) and torch.equal(ya, yb) for (xa, ya), (xb, yb) in zip(a, b, strict=True))
+        len(a) == len(b)
+        and all(
+            torch.equal(xa, xb) and torch.equal(ya, yb)
+            for (xa, ya), (xb, yb) in zip(a, b, strict=True)
+        )
         for a, b in zip(mine, ref, strict=True)
-    )  # fmt: skip
+    )
 
 
 def cell_not_the_reference(ctx) -> None:
@@ -215,17 +297,29 @@ def cell_not_the_reference(ctx) -> None:
 
 QUIZ_KEY = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}  # the notebook holds only the questions
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {"a": "the timer measures what it says — time inside next(); the workers' CPU time simply is not spent there",
-           "c": "it applies the same random crops and flips: the grader checks that the augmentation is unchanged"},
-    "q2": {"a": "the optimizer step is the same for both pipelines",
-           "b": "evaluation is outside the training loop being measured"},
-    "q3": {"b": "pairing and a large held-out set make grading slower, not faster; they are there for statistical power",
-           "c": "accuracy does vary between runs (initial weights, data order): that is why runs are paired"},
-    "q4": {"a": "they change when bytes move, not the numbers computed",
-           "c": "the model is unchanged; only the copies become asynchronous"},
+    "q1": {
+        "a": "the timer measures what it says — time inside next(); the workers' CPU time simply is not spent there",
+        "c": "it applies the same random crops and flips: the grader checks that the augmentation is unchanged",
+    },
+    "q2": {
+        "a": "the optimizer step is the same for both pipelines",
+        "b": "evaluation is outside the training loop being measured",
+    },
+    "q3": {
+        "b": "pairing and a large held-out set make grading slower, not faster; they are there for statistical power",
+        "c": "accuracy does vary between runs (initial weights, data order): that is why runs are paired",
+    },
+    "q4": {
+        "a": "they change when bytes move, not the numbers computed",
+        "c": "the model is unchanged; only the copies become asynchronous",
+    },
 }
-CELL_CHECKS = {"test_contract": cell_contract, "test_augmentation": cell_augmentation,
-               "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY), "not_the_reference": cell_not_the_reference}
+CELL_CHECKS = {
+    "test_contract": cell_contract,
+    "test_augmentation": cell_augmentation,
+    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+    "not_the_reference": cell_not_the_reference,
+}
 
 
 def grade_performance(notebook: str = "lesson2.ipynb") -> float | None:
@@ -237,8 +331,10 @@ def grade_performance(notebook: str = "lesson2.ipynb") -> float | None:
 # clears the target, the unchanged naive pipeline stays under the floor. The GPU rows are one H200's
 # until an instructor measures theirs (`grader calibrate`, `grader stress`, then overrides).
 GPU_MEASURED = {"target": 1.3, "floor": 1.1}
-TARGETS = {"cpu": {"target": 1.35, "floor": 1.15},
-           **{cls: dict(GPU_MEASURED) for cls in ("h100", "a100", "l4", "t4", "gpu")}}
+TARGETS = {
+    "cpu": {"target": 1.35, "floor": 1.15},
+    **{cls: dict(GPU_MEASURED) for cls in ("h100", "a100", "l4", "t4", "gpu")},
+}
 
 
 ASSIGNMENT = Assignment(

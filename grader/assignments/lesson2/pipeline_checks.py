@@ -31,11 +31,15 @@ def one_epoch(pipe, n: int, what: str = "one epoch") -> list[tuple[torch.Tensor,
     batches, seen = [], 0
     with time_limit(CHECK_SECONDS, f"iterating {what}"):
         for batch in pipe:
-            expect(isinstance(batch, tuple | list) and len(batch) == 2,
-                   f"expected each batch to be a pair (x, y), got {type(batch).__name__}")  # fmt: skip
+            expect(
+                isinstance(batch, tuple | list) and len(batch) == 2,
+                f"expected each batch to be a pair (x, y), got {type(batch).__name__}",
+            )
             x, y = batch
-            expect(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor),
-                   f"expected x and y to be tensors, got {type(x).__name__} and {type(y).__name__}")  # fmt: skip
+            expect(
+                isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor),
+                f"expected x and y to be tensors, got {type(x).__name__} and {type(y).__name__}",
+            )
             batches.append((x, y))
             seen += int(y.shape[0]) if y.dim() else 1
             expect(seen <= n, f"one epoch yielded more than the dataset's {n} samples")
@@ -43,19 +47,32 @@ def one_epoch(pipe, n: int, what: str = "one epoch") -> list[tuple[torch.Tensor,
 
 
 def check_batches(batches, n: int, batch_size: int, device: str) -> None:
-    want_batches, last = expected_len(n, batch_size), n - batch_size * (expected_len(n, batch_size) - 1)
-    expect(len(batches) == want_batches,
-           f"expected every image exactly once per epoch: {n} images in {want_batches} batches of "
-           f"{batch_size} (the last with {last}), got {len(batches)} batches")  # fmt: skip
+    want_batches, last = (
+        expected_len(n, batch_size),
+        n - batch_size * (expected_len(n, batch_size) - 1),
+    )
+    expect(
+        len(batches) == want_batches,
+        f"expected every image exactly once per epoch: {n} images in {want_batches} batches of "
+        f"{batch_size} (the last with {last}), got {len(batches)} batches",
+    )
     for i, (x, y) in enumerate(batches):
         at = f"batch {i}"
         expect(x.dtype == torch.float32, f"{at}: expected x.dtype float32, got {x.dtype}")
         expect(y.dtype == torch.int64, f"{at}: expected y.dtype int64, got {y.dtype}")
-        expect(x.dim() == 4 and tuple(x.shape[1:]) == (3, 32, 32),
-               f"{at}: expected x of shape B x 3 x 32 x 32, got {tuple(x.shape)}")  # fmt: skip
-        expect(y.shape == (x.shape[0],), f"{at}: expected y of shape ({x.shape[0]},), got {tuple(y.shape)}")
-        expect(x.device.type == torch.device(device).type and y.device.type == torch.device(device).type,
-               f"{at}: expected x and y on {device}, got {x.device} and {y.device}")  # fmt: skip
+        expect(
+            x.dim() == 4 and tuple(x.shape[1:]) == (3, 32, 32),
+            f"{at}: expected x of shape B x 3 x 32 x 32, got {tuple(x.shape)}",
+        )
+        expect(
+            y.shape == (x.shape[0],),
+            f"{at}: expected y of shape ({x.shape[0]},), got {tuple(y.shape)}",
+        )
+        expect(
+            x.device.type == torch.device(device).type
+            and y.device.type == torch.device(device).type,
+            f"{at}: expected x and y on {device}, got {x.device} and {y.device}",
+        )
         want = batch_size if i < len(batches) - 1 else n - batch_size * (len(batches) - 1)
         expect(x.shape[0] == want, f"{at}: expected {want} samples, got {x.shape[0]}")
 
@@ -70,12 +87,17 @@ def decode(x: torch.Tensor) -> torch.Tensor:
     std = torch.tensor(CIFAR_STD, dtype=torch.float64).view(1, 3, 1, 1)
     raw = (x * std + mean) * 255
     lo, hi = raw.min().item(), raw.max().item()
-    expect(lo > -0.5 and hi < 255.5,
-           f"expected x = (pixel / 255 - CIFAR_MEAN) / CIFAR_STD; de-normalising gives values in "
-           f"[{lo:.1f}, {hi:.1f}] instead of [0, 255] (missing /255, or wrong mean/std?)")  # fmt: skip
+    expect(
+        lo > -0.5 and hi < 255.5,
+        f"expected x = (pixel / 255 - CIFAR_MEAN) / CIFAR_STD; de-normalising gives values in "
+        f"[{lo:.1f}, {hi:.1f}] instead of [0, 255] (missing /255, or wrong mean/std?)",
+    )
     err = (raw - raw.round()).abs().max().item()
-    expect(err < 0.02, f"expected x = (pixel / 255 - CIFAR_MEAN) / CIFAR_STD per channel; "
-                       f"de-normalising gives non-integer pixels (off by up to {err:.2f})")  # fmt: skip
+    expect(
+        err < 0.02,
+        f"expected x = (pixel / 255 - CIFAR_MEAN) / CIFAR_STD per channel; "
+        f"de-normalising gives non-integer pixels (off by up to {err:.2f})",
+    )
     return raw.round().to(torch.int64).permute(0, 2, 3, 1)
 
 
@@ -84,7 +106,9 @@ def locate(img: np.ndarray, source: np.ndarray) -> tuple[int, int, int, bool]:
     fg = img.max(axis=-1) > 0
     expect(fg.sum() >= 28 * 28, "an image is mostly black: more than 4 px of padding in it")
     ids = np.unique(img[..., 2][fg])
-    expect(len(ids) == 1, f"an image mixes pixels of several source images (ids {ids[:5].tolist()})")
+    expect(
+        len(ids) == 1, f"an image mixes pixels of several source images (ids {ids[:5].tolist()})"
+    )
     k = int(ids[0]) - 1
     expect(0 <= k < len(source), f"an image has an unknown id {k}")
     r, c = np.nonzero(fg)
@@ -95,14 +119,18 @@ def locate(img: np.ndarray, source: np.ndarray) -> tuple[int, int, int, bool]:
     dx = int(dxf[0]) - 31 + PAD if flipped else int(dxn[0]) + PAD
     oy = int(dy[0])
     padded = np.pad(source[k], ((PAD, PAD), (PAD, PAD), (0, 0)))
-    expect(0 <= oy <= 2 * PAD and 0 <= dx <= 2 * PAD,
-           f"image {k}: not a crop within the 4-pixel padding (offset {oy - PAD:+d}, {dx - PAD:+d})")  # fmt: skip
+    expect(
+        0 <= oy <= 2 * PAD and 0 <= dx <= 2 * PAD,
+        f"image {k}: not a crop within the 4-pixel padding (offset {oy - PAD:+d}, {dx - PAD:+d})",
+    )
     want = padded[oy : oy + 32, dx : dx + 32]
     if flipped:
         want = want[:, ::-1]
-    expect(np.array_equal(img, want),
-           f"image {k}: not an exact 32x32 crop of the zero-padded (4 px) image, mirrored or not "
-           f"({int((img != want).any(-1).sum())} pixels differ)")  # fmt: skip
+    expect(
+        np.array_equal(img, want),
+        f"image {k}: not an exact 32x32 crop of the zero-padded (4 px) image, mirrored or not "
+        f"({int((img != want).any(-1).sum())} pixels differ)",
+    )
     return k, oy, dx, flipped
 
 
@@ -115,16 +143,21 @@ def epoch_record(batches, dataset) -> dict:
         labels = y.detach().cpu().tolist()
         for img, label in zip(pixels, labels, strict=True):
             k, oy, ox, fl = locate(img, source)
-            expect(label == targets[k], f"image {k} came with label {label}, expected {targets[k]} "
-                                        "(labels must stay aligned with their images)")  # fmt: skip
+            expect(
+                label == targets[k],
+                f"image {k} came with label {label}, expected {targets[k]} "
+                "(labels must stay aligned with their images)",
+            )
             order.append(k)
             offsets.append((oy, ox))
             flips.append(fl)
     missing = sorted(set(range(len(source))) - set(order))
     dupes = len(order) - len(set(order))
-    expect(not missing and not dupes,
-           f"expected every image exactly once per epoch; {len(missing)} missing (e.g. {missing[:3]}), "
-           f"{dupes} repeated")  # fmt: skip
+    expect(
+        not missing and not dupes,
+        f"expected every image exactly once per epoch; {len(missing)} missing (e.g. {missing[:3]}), "
+        f"{dupes} repeated",
+    )
     return {"order": order, "offsets": offsets, "flips": flips}
 
 

@@ -17,7 +17,9 @@ def _describe(value) -> str:
     return type(value).__name__
 
 
-def probe_epochs(worker, n: int, data_seed: int, batch_size: int, seed: int, epochs: int, device: str = "cpu"):
+def probe_epochs(
+    worker, n: int, data_seed: int, batch_size: int, seed: int, epochs: int, device: str = "cpu"
+):
     cls = worker.ns.get("FastPipeline")
     if not callable(cls):
         raise NameError("your solution cells define no FastPipeline")
@@ -33,7 +35,9 @@ def probe_epochs(worker, n: int, data_seed: int, batch_size: int, seed: int, epo
                 return out, blobs
             x, y = batch
             if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
-                out["bad"] = f"expected x and y to be tensors, got {_describe(x)} and {_describe(y)}"
+                out["bad"] = (
+                    f"expected x and y to be tensors, got {_describe(x)} and {_describe(y)}"
+                )
                 return out, blobs
             (xm, xb), (ym, yb) = tensor_msg(x), tensor_msg(y)
             batches.append({"x": xm, "y": ym})

@@ -22,11 +22,19 @@ from grader.kit.data import grader_images, write_train_set
 # learner code runs, so replacing one of them from a solution cell is detected and reported.
 
 
-def build_trainer(learner_obj, audit: EpochAudit, data_dir: str, device: str, seed: int,
-                  profile: str, hooks: dict):  # fmt: skip
+def build_trainer(
+    learner_obj, audit: EpochAudit, data_dir: str, device: str, seed: int, profile: str, hooks: dict
+):
     inner = learner_obj if learner_obj is not None else cifar.TorchvisionPipeline
-    return cifar.build("naive", profile, data_dir=data_dir, device=device, seed=seed,
-                       pipeline=audit.wrap(inner), **hooks)  # fmt: skip
+    return cifar.build(
+        "naive",
+        profile,
+        data_dir=data_dir,
+        device=device,
+        seed=seed,
+        pipeline=audit.wrap(inner),
+        **hooks,
+    )
 
 
 def model_of(trainer) -> torch.nn.Module:
@@ -36,10 +44,14 @@ def model_of(trainer) -> torch.nn.Module:
 def reuses_reference(obj) -> str:
     """A reason to refuse the answer when it *is* effkit's reference pipeline, else ''."""
     if isinstance(obj, type) and issubclass(obj, DevicePipeline):
-        return ("your FastPipeline is (a subclass of) effkit's DevicePipeline, the reference answer: "
-                "write your own pipeline to earn the performance points")  # fmt: skip
+        return (
+            "your FastPipeline is (a subclass of) effkit's DevicePipeline, the reference answer: "
+            "write your own pipeline to earn the performance points"
+        )
     if getattr(obj, "func", None) is DevicePipeline or obj is DevicePipeline:
-        return "your FastPipeline wraps effkit's DevicePipeline, the reference answer: write your own"
+        return (
+            "your FastPipeline wraps effkit's DevicePipeline, the reference answer: write your own"
+        )
     return ""
 
 
@@ -56,7 +68,9 @@ class GraderData:
         # initial weights. The held-out set and every worker's weights stay outside it.
         self.inputs = self.workdir / "inputs"
         self.inputs.mkdir(mode=0o755, parents=True, exist_ok=True)
-        self.warmup_dir = write_train_set(self.inputs / "warmup", spec.n_warmup, secrets.randbits(31), spec.data)
+        self.warmup_dir = write_train_set(
+            self.inputs / "warmup", spec.n_warmup, secrets.randbits(31), spec.data
+        )
         self.train_dirs: list[Path] = []
         self.seeds: list[int] = []
         self.init_paths: list[Path] = []
@@ -70,19 +84,25 @@ class GraderData:
         spec, first = self.spec, len(self.train_dirs)
         hooks = dict(spec.hooks, epochs=spec.epochs)
         for r in range(first, first + spec.repeats):
-            path = write_train_set(self.inputs / f"train{r}", spec.n_train, secrets.randbits(31), spec.data)
+            path = write_train_set(
+                self.inputs / f"train{r}", spec.n_train, secrets.randbits(31), spec.data
+            )
             seed = secrets.randbelow(2**31)
             # A clean trainer per repeat (no learner code in this process): its initial weights are
             # shared by both workers, so run r of A and B differ only in the input pipeline; later
             # it evaluates the weights both workers saved.
-            trainer = cifar.build("naive", spec.profile, data_dir=path, device=self.device, seed=seed, **hooks)
+            trainer = cifar.build(
+                "naive", spec.profile, data_dir=path, device=self.device, seed=seed, **hooks
+            )
             init = self.inputs / f"init{r}.pt"
             torch.save({k: v.detach().cpu() for k, v in trainer.model.state_dict().items()}, init)
             self.train_dirs.append(path)
             self.seeds.append(seed)
             self.init_paths.append(init)
             self.trainers.append(trainer)
-        images, labels = grader_images(spec.n_eval, secrets.randbits(31), spec.data)  # never written to disk
+        images, labels = grader_images(
+            spec.n_eval, secrets.randbits(31), spec.data
+        )  # never written to disk
         held_out = types.SimpleNamespace(data=images, targets=labels.tolist())
         self.eval_sets.append(DeviceTestSet(held_out, self.device))
         return range(first, first + spec.repeats)
@@ -99,7 +119,9 @@ class GraderData:
         except FileNotFoundError as err:
             raise InvalidWeights(f"no trained weights were saved ({path.name})") from err
         except Exception as err:  # unpickling refused, wrong keys or shapes
-            raise InvalidWeights(f"the trained weights do not fit the recipe's model: {err}") from err
+            raise InvalidWeights(
+                f"the trained weights do not fit the recipe's model: {err}"
+            ) from err
         trainer.test_set = self.eval_sets[r // self.spec.repeats]
         return float(trainer.evaluate())
 

@@ -47,8 +47,11 @@ def probe_batch(seed: int = 0, n: int = 8, length: int = 12) -> dict[str, torch.
     g = torch.Generator().manual_seed(seed)
     mask = torch.ones(n, length, dtype=torch.int64)
     mask[n // 2 :, length // 2 :] = 0  # some padding, as in real batches
-    return {"input_ids": torch.randint(1, 32, (n, length), generator=g), "attention_mask": mask,
-            "labels": torch.randint(0, 2, (n,), generator=g)}  # fmt: skip
+    return {
+        "input_ids": torch.randint(1, 32, (n, length), generator=g),
+        "attention_mask": mask,
+        "labels": torch.randint(0, 2, (n,), generator=g),
+    }
 
 
 class SpyScaler(torch.amp.GradScaler):
@@ -83,8 +86,12 @@ class SpyOptimizer(torch.optim.SGD):
         self.step_norms: list[float] = []
 
     def step(self, closure=None):
-        grads = [p.grad.detach().float().reshape(-1) for g in self.param_groups for p in g["params"]
-                 if p.grad is not None]  # fmt: skip
+        grads = [
+            p.grad.detach().float().reshape(-1)
+            for g in self.param_groups
+            for p in g["params"]
+            if p.grad is not None
+        ]
         self.step_norms.append(float(torch.cat(grads).norm()) if grads else 0.0)
         return super().step(closure)
 

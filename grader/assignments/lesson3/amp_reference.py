@@ -12,7 +12,9 @@ import torch
 from grader.assignments.lesson3.amp_checks import LR, ProbeModel, flat_params
 
 
-def reference_update(start: ProbeModel, batch: dict, max_grad_norm: float) -> tuple[torch.Tensor, float]:
+def reference_update(
+    start: ProbeModel, batch: dict, max_grad_norm: float
+) -> tuple[torch.Tensor, float]:
     """(parameter change, loss) of a correct float64 step from ``start``'s weights: clip, then SGD."""
     model = ProbeModel().double()
     model.load_state_dict(start.state_dict())

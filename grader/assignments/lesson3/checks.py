@@ -35,13 +35,44 @@ from effkit.workloads import bert"""
 # calibrated on this model, and the grader's sentences are its own made-up words anyway.
 _HOOKS = {"batch_size": 8, "lr": 1e-3, "model": "scratch"}
 SPECS = {
-    "smoke": GradingSpec(name="smoke", profile="cpu", n_train=384, n_eval=600, n_warmup=32,
-                         epochs=1, repeats=2, hooks=_HOOKS, chunks_per_epoch=4, cpu_cores=1, replay_scored=True),  # fmt: skip
+    "smoke": GradingSpec(
+        name="smoke",
+        profile="cpu",
+        n_train=384,
+        n_eval=600,
+        n_warmup=32,
+        epochs=1,
+        repeats=2,
+        hooks=_HOOKS,
+        chunks_per_epoch=4,
+        cpu_cores=1,
+        replay_scored=True,
+    ),
     # Plumbing only (the gate is not calibrated for it): tests of messages and cell wiring.
-    "tiny": GradingSpec(name="tiny", profile="cpu", n_train=96, n_eval=200, n_warmup=16,
-                        epochs=1, repeats=1, hooks=_HOOKS, chunks_per_epoch=4, replay_scored=True),  # fmt: skip
-    "gpu": GradingSpec(name="gpu", profile="gpu", n_train=4096, n_eval=2000, n_warmup=256,
-                       epochs=1, repeats=3, hooks={"batch_size": 32}, min_timeout_s=60.0, replay_scored=True),  # fmt: skip
+    "tiny": GradingSpec(
+        name="tiny",
+        profile="cpu",
+        n_train=96,
+        n_eval=200,
+        n_warmup=16,
+        epochs=1,
+        repeats=1,
+        hooks=_HOOKS,
+        chunks_per_epoch=4,
+        replay_scored=True,
+    ),
+    "gpu": GradingSpec(
+        name="gpu",
+        profile="gpu",
+        n_train=4096,
+        n_eval=2000,
+        n_warmup=256,
+        epochs=1,
+        repeats=3,
+        hooks={"batch_size": 32},
+        min_timeout_s=60.0,
+        replay_scored=True,
+    ),
 }
 
 # Targets from measured gradings on the CPU and one H100 run (figures: benchmarks/results/grader-code-notes.md):
@@ -75,7 +106,11 @@ ASSIGNMENT = Assignment(
 
 CASES = (  # (caps, expected mode, why)
     (dict(type="cpu", name="Xeon with AMX", bf16=True), "bf16", "a CPU with bf16"),
-    (dict(type="cuda", name="NVIDIA A100", bf16=True, fp16=True), "bf16", "an A100 (bf16 and fp16)"),
+    (
+        dict(type="cuda", name="NVIDIA A100", bf16=True, fp16=True),
+        "bf16",
+        "an A100 (bf16 and fp16)",
+    ),
     (dict(type="cuda", name="Tesla T4", bf16=False, fp16=True), "fp16", "a T4 (fp16 only)"),
     (dict(type="cpu", name="old CPU", bf16=False, fp16=False), "off", "a CPU without bf16"),
 )
@@ -87,8 +122,14 @@ def _ok(text: str) -> None:
 
 _SCALER_HINTS = (
     ("after step()", " - expected scaler.update() after scaler.step(optimizer), in every step"),
-    ("_scale is None", " - expected the scaled loss back-propagated: scaler.scale(loss).backward()"),
-    ("already been called", " - expected scaler.unscale_(optimizer) once per step, before clipping"),
+    (
+        "_scale is None",
+        " - expected the scaled loss back-propagated: scaler.scale(loss).backward()",
+    ),
+    (
+        "already been called",
+        " - expected scaler.unscale_(optimizer) once per step, before clipping",
+    ),
 )
 _TRUSTED: set[int] = set()  # ids of steps the grader itself runs (the baseline's reference step)
 
@@ -101,12 +142,19 @@ def _call(step, model, batch, optimizer, policy, scaler, what: str, max_grad_nor
             loss = step(model, batch, optimizer, policy, scaler, max_grad_norm)
     except NotImplementedError:
         raise  # the untouched stub: let it say so itself
-    except (RuntimeError, AssertionError) as err:  # GradScaler's own complaints: name the rule broken
+    except (
+        RuntimeError,
+        AssertionError,
+    ) as err:  # GradScaler's own complaints: name the rule broken
         hint = next((h for key, h in _SCALER_HINTS if key in str(err)), "")
-        raise AssertionError(f"{what}: amp_train_step raised {type(err).__name__}: {err}{hint}") from err
-    expect(isinstance(loss, numbers.Real) and not isinstance(loss, bool),
-           f"expected amp_train_step to return the loss as a Python float (float(loss.detach())), "
-           f"got {type(loss).__name__}")  # fmt: skip
+        raise AssertionError(
+            f"{what}: amp_train_step raised {type(err).__name__}: {err}{hint}"
+        ) from err
+    expect(
+        isinstance(loss, numbers.Real) and not isinstance(loss, bool),
+        f"expected amp_train_step to return the loss as a Python float (float(loss.detach())), "
+        f"got {type(loss).__name__}",
+    )
     return float(loss)
 
 
@@ -116,19 +164,32 @@ def check_policy(choose_policy, make_scaler) -> None:
         for caps, want, why in CASES:
             with time_limit(CHECK_SECONDS, "choose_policy"):
                 got = choose_policy(DeviceCaps(**caps))
-            expect(isinstance(got, AmpPolicy), f"expected choose_policy to return an AmpPolicy, got {got!r}")
-            expect(got.mode == want and got.device_type == caps["type"],
-                   f"for {why} expected AmpPolicy({caps['type']!r}, {want!r}), got {got!r}")  # fmt: skip
+            expect(
+                isinstance(got, AmpPolicy),
+                f"expected choose_policy to return an AmpPolicy, got {got!r}",
+            )
+            expect(
+                got.mode == want and got.device_type == caps["type"],
+                f"for {why} expected AmpPolicy({caps['type']!r}, {want!r}), got {got!r}",
+            )
         _ok("precision: bf16 where supported, fp16 on CUDA without bf16, otherwise fp32")
         for mode, enabled in (("bf16", False), ("off", False), ("fp16", True)):
             with time_limit(CHECK_SECONDS, "make_scaler"):
                 scaler = make_scaler(AmpPolicy("cpu", mode))
-            expect(isinstance(scaler, torch.amp.GradScaler),
-                   f"expected make_scaler to return a torch.amp.GradScaler, got {scaler!r}")  # fmt: skip
-            expect(scaler.is_enabled() == enabled,
-                   f"for {mode} expected a GradScaler with enabled={enabled}, got enabled={scaler.is_enabled()}"
-                   + (" (bf16 has fp32's exponent range: loss scaling only adds work)" if mode == "bf16" else "")
-                   + (" (fp16 gradients underflow without loss scaling)" if mode == "fp16" else ""))  # fmt: skip
+            expect(
+                isinstance(scaler, torch.amp.GradScaler),
+                f"expected make_scaler to return a torch.amp.GradScaler, got {scaler!r}",
+            )
+            expect(
+                scaler.is_enabled() == enabled,
+                f"for {mode} expected a GradScaler with enabled={enabled}, got enabled={scaler.is_enabled()}"
+                + (
+                    " (bf16 has fp32's exponent range: loss scaling only adds work)"
+                    if mode == "bf16"
+                    else ""
+                )
+                + (" (fp16 gradients underflow without loss scaling)" if mode == "fp16" else ""),
+            )
         _ok("a loss scaler only for fp16 (bf16 and fp32 need none)")
 
 
@@ -141,25 +202,36 @@ def _check_update(step, policy, scaler, seed: int, what: str, model=None, optimi
     before = probe.flat_params(model)
     loss = _call(step, model, batch, optimizer, policy, scaler, what)
     expect(math.isfinite(loss), f"{what}: expected a finite loss, got {loss}")
-    expect(abs(loss - want_loss) <= 0.03 * abs(want_loss) + 1e-3,
-           f"{what}: expected the loss of this batch, {want_loss:.4f}, got {loss:.4f}")  # fmt: skip
+    expect(
+        abs(loss - want_loss) <= 0.03 * abs(want_loss) + 1e-3,
+        f"{what}: expected the loss of this batch, {want_loss:.4f}, got {loss:.4f}",
+    )
     got = probe.flat_params(model) - before
     expect(bool(got.any()), f"{what}: the parameters did not change: expected an optimizer step")
     norms = optimizer.step_norms if isinstance(optimizer, probe.SpyOptimizer) else []
     if norms:
-        expect(norms[-1] <= 1.0 * 1.02,
-               f"{what}: the optimizer was stepped with gradients of norm {norms[-1]:.4g}; expected them "
-               f"clipped to max_grad_norm = 1.0 (clip_grad_norm_(model.parameters(), max_grad_norm))")  # fmt: skip
-        expect(norms[-1] >= 0.5,
-               f"{what}: the optimizer was stepped with gradients of norm {norms[-1]:.3g}; expected 1.0 "
-               f"(= max_grad_norm): clip only after scaler.unscale_(optimizer) - clipping the loss-scaled "
-               f"gradients shrinks the update by the loss scale")  # fmt: skip
+        expect(
+            norms[-1] <= 1.0 * 1.02,
+            f"{what}: the optimizer was stepped with gradients of norm {norms[-1]:.4g}; expected them "
+            f"clipped to max_grad_norm = 1.0 (clip_grad_norm_(model.parameters(), max_grad_norm))",
+        )
+        expect(
+            norms[-1] >= 0.5,
+            f"{what}: the optimizer was stepped with gradients of norm {norms[-1]:.3g}; expected 1.0 "
+            f"(= max_grad_norm): clip only after scaler.unscale_(optimizer) - clipping the loss-scaled "
+            f"gradients shrinks the update by the loss scale",
+        )
     err = probe.relative_error(got, want)
-    expect(err < 0.1, f"{what}: the parameter update differs from a correct clipped step by {err:.0%} "
-                      f"(norm {float(got.norm()):.4g}, expected {float(want.norm()):.4g})")  # fmt: skip
-    expect(probe.grads_cleared(model),
-           f"{what}: expected the gradients cleared after the step (optimizer.zero_grad()), "
-           "or the next step adds to them")  # fmt: skip
+    expect(
+        err < 0.1,
+        f"{what}: the parameter update differs from a correct clipped step by {err:.0%} "
+        f"(norm {float(got.norm()):.4g}, expected {float(want.norm()):.4g})",
+    )
+    expect(
+        probe.grads_cleared(model),
+        f"{what}: expected the gradients cleared after the step (optimizer.zero_grad()), "
+        "or the next step adds to them",
+    )
     return loss
 
 
@@ -170,9 +242,11 @@ def check_step(amp_train_step) -> None:
         model = probe.ProbeModel(0)
         _check_update(amp_train_step, policy, policy.make_scaler(), 0, "bf16 step", model=model)
         kinds = {dt for dt, on in model.seen}
-        expect(any(on for _, on in model.seen) and torch.bfloat16 in kinds,
-               f"expected the forward pass under policy.autocast() (matmuls in torch.bfloat16), but "
-               f"the model's matmuls ran in {sorted(map(str, kinds))}")  # fmt: skip
+        expect(
+            any(on for _, on in model.seen) and torch.bfloat16 in kinds,
+            f"expected the forward pass under policy.autocast() (matmuls in torch.bfloat16), but "
+            f"the model's matmuls ran in {sorted(map(str, kinds))}",
+        )
         _ok("forward and loss under autocast (bf16 matmuls), finite loss returned as a float")
         _ok("gradients clipped to max_grad_norm, one optimizer step, gradients cleared")
 
@@ -186,22 +260,44 @@ def check_scaler(amp_train_step) -> None:
         optimizer = probe.SpyOptimizer(model.parameters())
         _check_update(amp_train_step, policy, scaler, 1, "fp16 step", model, optimizer)
         model.poison, before, scale = True, probe.flat_params(model), scaler.get_scale()
-        _call(amp_train_step, model, probe.probe_batch(1), optimizer, policy, scaler, "a step with NaN gradients")
+        _call(
+            amp_train_step,
+            model,
+            probe.probe_batch(1),
+            optimizer,
+            policy,
+            scaler,
+            "a step with NaN gradients",
+        )
         changed = int((probe.flat_params(model) != before).sum())
-        expect(changed == 0, f"a step with inf/NaN gradients changed {changed} parameter values; expected the "
-                             "update skipped (scaler.step(optimizer) skips it; optimizer.step() does not)")  # fmt: skip
-        expect(scaler.get_scale() < scale,
-               f"after a step with inf/NaN gradients expected the loss scale to back off from {scale:g} to "
-               f"{scale / 2:g} (scaler.update()), got {scaler.get_scale():g}")  # fmt: skip
+        expect(
+            changed == 0,
+            f"a step with inf/NaN gradients changed {changed} parameter values; expected the "
+            "update skipped (scaler.step(optimizer) skips it; optimizer.step() does not)",
+        )
+        expect(
+            scaler.get_scale() < scale,
+            f"after a step with inf/NaN gradients expected the loss scale to back off from {scale:g} to "
+            f"{scale / 2:g} (scaler.update()), got {scaler.get_scale():g}",
+        )
         calls = scaler.calls
         expect("scale" in calls, f"expected scaler.scale(loss).backward(); the scaler saw {calls}")
-        expect("unscale_" in calls and "step" in calls and calls.index("unscale_") < calls.index("step"),
-               f"expected scaler.unscale_(optimizer) before clipping and scaler.step(optimizer); "
-               f"the scaler saw {calls}")  # fmt: skip
-        expect(calls[-1:] == ["update"], f"expected scaler.update() after scaler.step(); the scaler saw {calls}")
+        expect(
+            "unscale_" in calls
+            and "step" in calls
+            and calls.index("unscale_") < calls.index("step"),
+            f"expected scaler.unscale_(optimizer) before clipping and scaler.step(optimizer); "
+            f"the scaler saw {calls}",
+        )
+        expect(
+            calls[-1:] == ["update"],
+            f"expected scaler.update() after scaler.step(); the scaler saw {calls}",
+        )
         _ok("fp16: scaled backward, unscale_ before clipping, scaler.step and scaler.update")
         model.poison = False
-        _check_update(amp_train_step, policy, scaler, 1, "the step after a skipped one", model, optimizer)
+        _check_update(
+            amp_train_step, policy, scaler, 1, "the step after a skipped one", model, optimizer
+        )
         _ok("a step with inf/NaN gradients is skipped, the loss scale backs off, training goes on")
 
 
@@ -209,24 +305,50 @@ def check_hidden(choose_policy, make_scaler, amp_train_step) -> None:
     """Other seeds, AdamW, the learner's own scaler for fp16, several steps in a row."""
     with quiet():
         for seed in (3, 4):
-            _check_update(amp_train_step, AmpPolicy("cpu", "off"), torch.amp.GradScaler("cpu", enabled=False),
-                          seed, f"an fp32 step (seed {seed})")  # fmt: skip
+            _check_update(
+                amp_train_step,
+                AmpPolicy("cpu", "off"),
+                torch.amp.GradScaler("cpu", enabled=False),
+                seed,
+                f"an fp32 step (seed {seed})",
+            )
         policy = choose_policy(DeviceCaps("cpu", "cpu", bf16=True))
         model = probe.ProbeModel(5)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
         scaler = make_scaler(policy)
-        losses = [_call(amp_train_step, model, probe.probe_batch(5), optimizer, policy, scaler, f"step {i + 1}")
-                  for i in range(8)]  # fmt: skip
-        expect(all(map(math.isfinite, losses)) and losses[-1] < losses[0],
-               f"expected 8 AdamW steps on one batch to lower the loss, got {losses[0]:.3f} -> {losses[-1]:.3f}")
+        losses = [
+            _call(
+                amp_train_step,
+                model,
+                probe.probe_batch(5),
+                optimizer,
+                policy,
+                scaler,
+                f"step {i + 1}",
+            )
+            for i in range(8)
+        ]
+        expect(
+            all(map(math.isfinite, losses)) and losses[-1] < losses[0],
+            f"expected 8 AdamW steps on one batch to lower the loss, got {losses[0]:.3f} -> {losses[-1]:.3f}",
+        )
         fp16 = make_scaler(AmpPolicy("cpu", "fp16"))
         model, scale = probe.ProbeModel(6), fp16.get_scale()
         model.poison = True
         before = probe.flat_params(model)
-        _call(amp_train_step, model, probe.probe_batch(6), torch.optim.SGD(model.parameters(), lr=0.1),
-              AmpPolicy("cpu", "fp16"), fp16, "your fp16 scaler on NaN gradients")  # fmt: skip
-        expect(bool((probe.flat_params(model) == before).all()) and fp16.get_scale() < scale,
-               "with your make_scaler's fp16 scaler, expected a NaN step skipped and the scale reduced")
+        _call(
+            amp_train_step,
+            model,
+            probe.probe_batch(6),
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            AmpPolicy("cpu", "fp16"),
+            fp16,
+            "your fp16 scaler on NaN gradients",
+        )
+        expect(
+            bool((probe.flat_params(model) == before).all()) and fp16.get_scale() < scale,
+            "with your make_scaler's fp16 scaler, expected a NaN step skipped and the scale reduced",
+        )
 
 
 def grade_performance(notebook: str = "lesson3.ipynb") -> float | None:
@@ -245,7 +367,9 @@ class _Remote:
         r = self.ctx.session.call(probe_name, CHECK_SECONDS + 10, **args)
         if not r.ok:
             hint = next((h for key, h in _SCALER_HINTS if key in r.failure), "")
-            raise AssertionError(stub_reason(r.failure) or f"{what}: amp_train_step {r.failure}{hint}")
+            raise AssertionError(
+                stub_reason(r.failure) or f"{what}: amp_train_step {r.failure}{hint}"
+            )
         ran = r.data.get("reference_ran") if isinstance(r.data, dict) else None
         self.ran |= {str(n)[:40] for n in ran} if isinstance(ran, list) else set()
         return r
@@ -253,16 +377,22 @@ class _Remote:
     def setup(self, seed: int, mode: str, scaler: str, optimizer: str) -> tuple[str, torch.Tensor]:
         self.n += 1
         key = f"s{self.n}"
-        r = self.call("setup", "setting up", key=key, seed=seed, mode=mode, scaler=scaler, optimizer=optimizer)
+        r = self.call(
+            "setup", "setting up", key=key, seed=seed, mode=mode, scaler=scaler, optimizer=optimizer
+        )
         self.scale = r.data.get("scale")
         return key, tensor_from(r.data["params"], r.blobs[0])
 
-    def step(self, key: str, batch_seed: int, what: str, poison: bool = False) -> tuple[dict, torch.Tensor]:
+    def step(
+        self, key: str, batch_seed: int, what: str, poison: bool = False
+    ) -> tuple[dict, torch.Tensor]:
         r = self.call("step", what, key=key, batch_seed=batch_seed, poison=poison)
         loss = r.data.get("loss", {})
-        expect(loss.get("type") == "number",
-               f"expected amp_train_step to return the loss as a Python float (float(loss.detach())), "
-               f"got {loss.get('type')}")  # fmt: skip
+        expect(
+            loss.get("type") == "number",
+            f"expected amp_train_step to return the loss as a Python float (float(loss.detach())), "
+            f"got {loss.get('type')}",
+        )
         return r.data, tensor_from(r.data["params"], r.blobs[0])
 
 
@@ -276,46 +406,82 @@ def _judge_update(seed, batch_seed, before, data, after, what) -> None:
     """The parent's reference step from ``before``; the worker's ``after`` must match it."""
     want, want_loss = reference_update(_model_at(before, seed), probe.probe_batch(batch_seed), 1.0)
     loss = data["loss"]["value"]
-    expect(loss is not None and math.isfinite(loss), f"{what}: expected a finite loss, got {data['loss'].get('repr')}")
-    expect(abs(loss - want_loss) <= 0.03 * abs(want_loss) + 1e-3,
-           f"{what}: expected the loss of this batch, {want_loss:.4f}, got {loss:.4f}")  # fmt: skip
+    expect(
+        loss is not None and math.isfinite(loss),
+        f"{what}: expected a finite loss, got {data['loss'].get('repr')}",
+    )
+    expect(
+        abs(loss - want_loss) <= 0.03 * abs(want_loss) + 1e-3,
+        f"{what}: expected the loss of this batch, {want_loss:.4f}, got {loss:.4f}",
+    )
     got = after - before
     expect(bool(got.any()), f"{what}: the parameters did not change: expected an optimizer step")
     if data.get("norm") is not None:
-        expect(data["norm"] <= 1.02, f"{what}: the optimizer was stepped with gradients of norm {data['norm']:.4g}; "
-                                     "expected them clipped to max_grad_norm = 1.0")  # fmt: skip
-        expect(data["norm"] >= 0.5, f"{what}: the optimizer was stepped with gradients of norm {data['norm']:.3g}; "
-                                    "expected 1.0: clip only after scaler.unscale_(optimizer)")  # fmt: skip
+        expect(
+            data["norm"] <= 1.02,
+            f"{what}: the optimizer was stepped with gradients of norm {data['norm']:.4g}; "
+            "expected them clipped to max_grad_norm = 1.0",
+        )
+        expect(
+            data["norm"] >= 0.5,
+            f"{what}: the optimizer was stepped with gradients of norm {data['norm']:.3g}; "
+            "expected 1.0: clip only after scaler.unscale_(optimizer)",
+        )
     err = probe.relative_error(got, want)
-    expect(err < 0.1, f"{what}: the parameter update differs from a correct clipped step by {err:.0%} "
-                      f"(norm {float(got.norm()):.4g}, expected {float(want.norm()):.4g})")  # fmt: skip
-    expect(data.get("cleared") is True, f"{what}: expected the gradients cleared after the step "
-                                        "(optimizer.zero_grad()), or the next step adds to them")  # fmt: skip
+    expect(
+        err < 0.1,
+        f"{what}: the parameter update differs from a correct clipped step by {err:.0%} "
+        f"(norm {float(got.norm()):.4g}, expected {float(want.norm()):.4g})",
+    )
+    expect(
+        data.get("cleared") is True,
+        f"{what}: expected the gradients cleared after the step "
+        "(optimizer.zero_grad()), or the next step adds to them",
+    )
 
 
-STEP_REFUSED = "your amp_train_step uses effkit's default_train_step, the reference answer: write your own"
+STEP_REFUSED = (
+    "your amp_train_step uses effkit's default_train_step, the reference answer: write your own"
+)
 
 
 def _refuse_reference(ctx, remote: _Remote | None = None) -> None:
     """By name in the source, or (``remote``) by behaviour: its code ran inside the learner's step."""
     source = "\n".join(src for _, src in ctx.session.cells)
     expect("default_train_step" not in source, STEP_REFUSED)
-    expect(remote is None or "default_train_step" not in remote.ran, STEP_REFUSED + " (it ran inside your step)")
+    expect(
+        remote is None or "default_train_step" not in remote.ran,
+        STEP_REFUSED + " (it ran inside your step)",
+    )
 
 
 def cell_policy(ctx) -> None:
     r = _Remote(ctx).call("policy", "choose_policy / make_scaler")
     for (caps, want, why), got in zip(CASES, r.data["cases"], strict=True):
-        expect(got["is_policy"], f"expected choose_policy to return an AmpPolicy, got {got['repr']}")
-        expect(got["mode"] == want and got["device_type"] == caps["type"],
-               f"for {why} expected AmpPolicy({caps['type']!r}, {want!r}), got {got['repr']}")  # fmt: skip
+        expect(
+            got["is_policy"], f"expected choose_policy to return an AmpPolicy, got {got['repr']}"
+        )
+        expect(
+            got["mode"] == want and got["device_type"] == caps["type"],
+            f"for {why} expected AmpPolicy({caps['type']!r}, {want!r}), got {got['repr']}",
+        )
     ctx.ok("precision: bf16 where supported, fp16 on CUDA without bf16, otherwise fp32")
     for s in r.data["scalers"]:
         enabled = s["mode"] == "fp16"
-        expect(s["is_scaler"], f"expected make_scaler to return a torch.amp.GradScaler, got {s['repr']}")
-        expect(s["enabled"] == enabled, f"for {s['mode']} expected a GradScaler with enabled={enabled}, got "
-               f"enabled={s['enabled']}" + (" (bf16 has fp32's exponent range: loss scaling only adds work)"
-               if s["mode"] == "bf16" else ""))  # fmt: skip
+        expect(
+            s["is_scaler"],
+            f"expected make_scaler to return a torch.amp.GradScaler, got {s['repr']}",
+        )
+        expect(
+            s["enabled"] == enabled,
+            f"for {s['mode']} expected a GradScaler with enabled={enabled}, got "
+            f"enabled={s['enabled']}"
+            + (
+                " (bf16 has fp32's exponent range: loss scaling only adds work)"
+                if s["mode"] == "bf16"
+                else ""
+            ),
+        )
     ctx.ok("a loss scaler only for fp16 (bf16 and fp32 need none)")
 
 
@@ -327,9 +493,11 @@ def cell_step(ctx) -> None:
     _refuse_reference(ctx, remote)
     _judge_update(0, 0, before, data, after, "bf16 step")
     kinds = {dt for dt, on in data["seen"]}
-    expect(any(on for _, on in data["seen"]) and "bfloat16" in kinds,
-           f"expected the forward pass under policy.autocast() (matmuls in torch.bfloat16), but the model's "
-           f"matmuls ran in {sorted(kinds)}")  # fmt: skip
+    expect(
+        any(on for _, on in data["seen"]) and "bfloat16" in kinds,
+        f"expected the forward pass under policy.autocast() (matmuls in torch.bfloat16), but the model's "
+        f"matmuls ran in {sorted(kinds)}",
+    )
     ctx.ok("bf16: autocast forward, the batch's loss, a clipped update, gradients cleared")
 
 
@@ -343,19 +511,31 @@ def cell_scaler(ctx) -> None:
     scale = data["scale"]
     nan, p2 = remote.step(key, 1, "a step with NaN gradients", poison=True)
     changed = int((p2 != p1).sum())
-    expect(changed == 0, f"a step with inf/NaN gradients changed {changed} parameter values; expected the update "
-                         "skipped (scaler.step(optimizer) skips it; optimizer.step() does not)")  # fmt: skip
-    expect(nan["scale"] is not None and scale is not None and nan["scale"] < scale,
-           f"after a step with inf/NaN gradients expected the loss scale to back off from {scale} (scaler.update()), "
-           f"got {nan['scale']}")  # fmt: skip
+    expect(
+        changed == 0,
+        f"a step with inf/NaN gradients changed {changed} parameter values; expected the update "
+        "skipped (scaler.step(optimizer) skips it; optimizer.step() does not)",
+    )
+    expect(
+        nan["scale"] is not None and scale is not None and nan["scale"] < scale,
+        f"after a step with inf/NaN gradients expected the loss scale to back off from {scale} (scaler.update()), "
+        f"got {nan['scale']}",
+    )
     calls = nan["calls"]
     expect("scale" in calls, f"expected scaler.scale(loss).backward(); the scaler saw {calls}")
-    expect("unscale_" in calls and "step" in calls and calls.index("unscale_") < calls.index("step"),
-           f"expected scaler.unscale_(optimizer) before clipping and scaler.step(optimizer); the scaler saw {calls}")
-    expect(calls[-1:] == ["update"], f"expected scaler.update() after scaler.step(); the scaler saw {calls}")
+    expect(
+        "unscale_" in calls and "step" in calls and calls.index("unscale_") < calls.index("step"),
+        f"expected scaler.unscale_(optimizer) before clipping and scaler.step(optimizer); the scaler saw {calls}",
+    )
+    expect(
+        calls[-1:] == ["update"],
+        f"expected scaler.update() after scaler.step(); the scaler saw {calls}",
+    )
     data, p3 = remote.step(key, 1, "the step after a skipped one")
     _judge_update(1, 1, p2, data, p3, "the step after a skipped one")
-    ctx.ok("fp16: scaled backward, unscale_ before clipping, a NaN step skipped and the scale backed off")
+    ctx.ok(
+        "fp16: scaled backward, unscale_ before clipping, a NaN step skipped and the scale backed off"
+    )
     # hidden: fp32 on other seeds, 8 AdamW steps with the learner's own choice, their fp16 scaler
     for seed in (ctx.rng.randrange(100, 1000), ctx.rng.randrange(1000, 9000)):
         key, before = remote.setup(seed, "off", "off", "spy")
@@ -367,19 +547,30 @@ def cell_scaler(ctx) -> None:
         _, params = remote.step(key, 5, f"AdamW step {i + 1}")
     batch = probe.probe_batch(5)
     loss0, loss8 = (float(_model_at(p, 5)(**batch).loss.detach()) for p in (first, params))
-    expect(math.isfinite(loss8) and loss8 < loss0, f"expected 8 AdamW steps on one batch to lower the loss "
-                                                    f"(recomputed by the grader): {loss0:.3f} -> {loss8:.3f}")  # fmt: skip
+    expect(
+        math.isfinite(loss8) and loss8 < loss0,
+        f"expected 8 AdamW steps on one batch to lower the loss "
+        f"(recomputed by the grader): {loss0:.3f} -> {loss8:.3f}",
+    )
     key, before = remote.setup(6, "fp16", "learner", "sgd")
     start = remote.scale
     nan, after = remote.step(key, 6, "your fp16 scaler on NaN gradients", poison=True)
-    expect(bool((after == before).all()) and None not in (start, nan["scale"]) and nan["scale"] < start,
-           "with your make_scaler's fp16 scaler, expected a NaN step skipped and the scale reduced")
-    ctx.ok("hidden: fp32 steps on other seeds, 8 AdamW steps lower the loss, your fp16 scaler skips a NaN step")
+    expect(
+        bool((after == before).all())
+        and None not in (start, nan["scale"])
+        and nan["scale"] < start,
+        "with your make_scaler's fp16 scaler, expected a NaN step skipped and the scale reduced",
+    )
+    ctx.ok(
+        "hidden: fp32 steps on other seeds, 8 AdamW steps lower the loss, your fp16 scaler skips a NaN step"
+    )
 
 
-REFERENCE_RAN = ("effkit's own answer ran when the grader called your functions ({}): that is the reference "
-                 "answer, however it is reached; write your own choose_policy, make_scaler and amp_train_step "
-                 "to earn the performance points")  # fmt: skip
+REFERENCE_RAN = (
+    "effkit's own answer ran when the grader called your functions ({}): that is the reference "
+    "answer, however it is reached; write your own choose_policy, make_scaler and amp_train_step "
+    "to earn the performance points"
+)
 
 
 def cell_not_the_reference(ctx) -> None:
@@ -402,18 +593,35 @@ def cell_not_the_reference(ctx) -> None:
 
 QUIZ_KEY = {"q1": "b", "q2": "a", "q3": "b", "q4": "c"}  # the notebook holds only the questions
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {"a": "bf16 has fewer mantissa bits (7) than fp16 (10); its advantage is fp32's 8-bit exponent range",
-           "c": "bf16 trains fine on hardware with bf16 units (A100, H100, TPUs, recent CPUs)"},
-    "q2": {"b": "clipping before backward clips nothing, and skipping unscale_ clips scaled gradients",
-           "c": "without scaling, small fp16 gradients underflow to zero"},
-    "q3": {"a": "without native bf16 units the CPU converts to and from fp32 around each op: no faster arithmetic",
-           "c": "it runs — emulated, and usually slower"},
-    "q4": {"a": "the master weights, optimizer state and CUDA's fp32-listed ops (softmax, layer norm, losses) stay in fp32",
-           "b": "inputs are cast per op; weights, optimizer state and precision-sensitive ops stay in fp32"},
+    "q1": {
+        "a": "bf16 has fewer mantissa bits (7) than fp16 (10); its advantage is fp32's 8-bit exponent range",
+        "c": "bf16 trains fine on hardware with bf16 units (A100, H100, TPUs, recent CPUs)",
+    },
+    "q2": {
+        "b": "clipping before backward clips nothing, and skipping unscale_ clips scaled gradients",
+        "c": "without scaling, small fp16 gradients underflow to zero",
+    },
+    "q3": {
+        "a": "without native bf16 units the CPU converts to and from fp32 around each op: no faster arithmetic",
+        "c": "it runs — emulated, and usually slower",
+    },
+    "q4": {
+        "a": "the master weights, optimizer state and CUDA's fp32-listed ops (softmax, layer norm, losses) stay in fp32",
+        "b": "inputs are cast per op; weights, optimizer state and precision-sensitive ops stay in fp32",
+    },
 }
-CELL_CHECKS = {"test_policy": cell_policy, "test_step": cell_step, "test_scaler": cell_scaler,
-               "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY), "not_the_reference": cell_not_the_reference}
-ASSIGNMENT = dataclasses.replace(ASSIGNMENT, probes="grader.assignments.lesson3.probes",
-                                 names=("choose_policy", "make_scaler", "amp_train_step"), cell_checks=CELL_CHECKS,
-                                 speed_gate=("test_policy", "test_step", "test_scaler", "not_the_reference"),
-                                 reference_names=("default_train_step",))  # fmt: skip
+CELL_CHECKS = {
+    "test_policy": cell_policy,
+    "test_step": cell_step,
+    "test_scaler": cell_scaler,
+    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+    "not_the_reference": cell_not_the_reference,
+}
+ASSIGNMENT = dataclasses.replace(
+    ASSIGNMENT,
+    probes="grader.assignments.lesson3.probes",
+    names=("choose_policy", "make_scaler", "amp_train_step"),
+    cell_checks=CELL_CHECKS,
+    speed_gate=("test_policy", "test_step", "test_scaler", "not_the_reference"),
+    reference_names=("default_train_step",),
+)

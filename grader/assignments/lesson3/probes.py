@@ -31,8 +31,11 @@ def _reference_code() -> dict:
     compare equal by content: a copy compiled at the same line would match an equality lookup)."""
     from effkit.workloads.bert.trainer import default_train_step
 
-    named = {"default_train_step": default_train_step, "choose_precision": choose_precision,
-             "AmpPolicy.make_scaler": AmpPolicy.make_scaler}  # fmt: skip
+    named = {
+        "default_train_step": default_train_step,
+        "choose_precision": choose_precision,
+        "AmpPolicy.make_scaler": AmpPolicy.make_scaler,
+    }
     return {id(fn.__code__): (fn.__code__, name) for name, fn in named.items()}
 
 
@@ -93,15 +96,27 @@ def probe_policy(worker):
         with watch.watching():
             got = choose(DeviceCaps(**caps))
         ok = type(got) is AmpPolicy
-        cases.append({"is_policy": ok, "device_type": str(got.device_type) if ok else "",
-                      "mode": str(got.mode) if ok else "", "repr": _repr(got)})  # fmt: skip
+        cases.append(
+            {
+                "is_policy": ok,
+                "device_type": str(got.device_type) if ok else "",
+                "mode": str(got.mode) if ok else "",
+                "repr": _repr(got),
+            }
+        )
     scalers = []
     for mode in ("bf16", "off", "fp16"):
         with watch.watching():
             s = make(AmpPolicy("cpu", mode))
         ok = isinstance(s, torch.amp.GradScaler)
-        scalers.append({"mode": mode, "is_scaler": ok, "enabled": bool(s.is_enabled()) if ok else None,
-                        "repr": _repr(s)})  # fmt: skip
+        scalers.append(
+            {
+                "mode": mode,
+                "is_scaler": ok,
+                "enabled": bool(s.is_enabled()) if ok else None,
+                "repr": _repr(s),
+            }
+        )
     return {"cases": cases, "scalers": scalers, "reference_ran": sorted(watch.ran)}, []
 
 
@@ -118,18 +133,26 @@ def probe_setup(worker, key: str, seed: int, mode: str, scaler: str, optimizer: 
             scale = _fn(worker, "make_scaler")(policy)
     else:
         policy = AmpPolicy("cpu", mode)
-        scale = {"spy": probe.SpyScaler, "off": lambda: torch.amp.GradScaler("cpu", enabled=False),
-                 "policy": policy.make_scaler}[scaler]()  # fmt: skip
-    opt = {"spy": lambda: probe.SpyOptimizer(model.parameters()),
-           "adamw": lambda: torch.optim.AdamW(model.parameters(), lr=1e-2),
-           "sgd": lambda: torch.optim.SGD(model.parameters(), lr=0.1)}[optimizer]()  # fmt: skip
+        scale = {
+            "spy": probe.SpyScaler,
+            "off": lambda: torch.amp.GradScaler("cpu", enabled=False),
+            "policy": policy.make_scaler,
+        }[scaler]()
+    opt = {
+        "spy": lambda: probe.SpyOptimizer(model.parameters()),
+        "adamw": lambda: torch.optim.AdamW(model.parameters(), lr=1e-2),
+        "sgd": lambda: torch.optim.SGD(model.parameters(), lr=0.1),
+    }[optimizer]()
     _SCENARIOS[key] = {"model": model, "optimizer": opt, "policy": policy, "scaler": scale}
     worker.watch(model)
     worker.watch(opt)
     meta, raw = tensor_msg(probe.flat_params(model))
     enabled = isinstance(scale, torch.amp.GradScaler) and scale.is_enabled()
-    return {"params": meta, "scale": float(scale.get_scale()) if enabled else None,
-            "reference_ran": sorted(watch.ran)}, [raw]  # fmt: skip
+    return {
+        "params": meta,
+        "scale": float(scale.get_scale()) if enabled else None,
+        "reference_ran": sorted(watch.ran),
+    }, [raw]
 
 
 def probe_step(worker, key: str, batch_seed: int, poison: bool = False):
@@ -138,7 +161,11 @@ def probe_step(worker, key: str, batch_seed: int, poison: bool = False):
     model.poison = poison
     model.seen.clear()
     calls = len(getattr(scaler, "calls", []))
-    step, batch, watch = _fn(worker, "amp_train_step"), probe.probe_batch(batch_seed), _ReferenceWatch()
+    step, batch, watch = (
+        _fn(worker, "amp_train_step"),
+        probe.probe_batch(batch_seed),
+        _ReferenceWatch(),
+    )
     with watch.watching():
         loss = step(model, batch, opt, policy, scaler, 1.0)
     if isinstance(loss, bool) or not isinstance(loss, int | float):
@@ -156,7 +183,9 @@ def probe_step(worker, key: str, batch_seed: int, poison: bool = False):
         "seen": [[str(dt).removeprefix("torch."), bool(on)] for dt, on in model.seen],
         "calls": list(getattr(scaler, "calls", []))[calls:],
         "scale": float(scaler.get_scale()) if enabled else None,
-        "norm": opt.step_norms[-1] if isinstance(opt, probe.SpyOptimizer) and opt.step_norms else None,
+        "norm": opt.step_norms[-1]
+        if isinstance(opt, probe.SpyOptimizer) and opt.step_norms
+        else None,
         "optimizer_steps": len(opt.step_norms) if isinstance(opt, probe.SpyOptimizer) else None,
         "reference_ran": sorted(watch.ran),
     }, [raw]

@@ -73,39 +73,68 @@ class StepAudit:
     def finish(self, pipeline, expected_epochs: int) -> None:
         want = expected_epochs * self.steps_per_epoch
         if self.calls != want:
-            self.problems.append(f"the train step ran {self.calls} times; the grader's schedule needs {want}")
+            self.problems.append(
+                f"the train step ran {self.calls} times; the grader's schedule needs {want}"
+            )
         # fp16 skips a few early steps while the scaler finds its scale; a step that never updates
         # (or skips most updates) is not training.
         if self.updates < 0.75 * self.calls:
-            self.problems.append(f"the optimizer updated the weights in only {self.updates} of {self.calls} steps "
-                                 "(skipped steps are for inf/NaN gradients only)")  # fmt: skip
+            self.problems.append(
+                f"the optimizer updated the weights in only {self.updates} of {self.calls} steps "
+                "(skipped steps are for inf/NaN gradients only)"
+            )
         if self.nonfinite:
-            self.problems.append(f"the train step returned a non-finite or non-float loss at step(s) "
-                                 f"{self.nonfinite[:5]}")  # fmt: skip
+            self.problems.append(
+                f"the train step returned a non-finite or non-float loss at step(s) "
+                f"{self.nonfinite[:5]}"
+            )
 
     def nan_hint(self) -> str:
         return "Check the step: autocast around the forward only, and clip after scaler.unscale_(optimizer)."
 
     def report(self) -> dict:
-        return {"steps": self.calls, "samples": self.samples, "updates": self.updates,
-                "problems": list(self.problems)}  # fmt: skip
+        return {
+            "steps": self.calls,
+            "samples": self.samples,
+            "updates": self.updates,
+            "problems": list(self.problems),
+        }
 
 
 EpochAudit = StepAudit  # the name grader.sandbox.worker instantiates
 
 
-def build_trainer(learner_obj, audit: StepAudit, data_dir: str, device: str, seed: int,
-                  profile: str, hooks: dict):  # fmt: skip
+def build_trainer(
+    learner_obj, audit: StepAudit, data_dir: str, device: str, seed: int, profile: str, hooks: dict
+):
     if learner_obj is None:  # the baseline: fp32, effkit's reference step
-        trainer = bert.build("naive", profile, data_dir=data_dir, device=device, seed=seed,
-                             precision="off", train_step=audit.wrap(default_train_step), **hooks)  # fmt: skip
+        trainer = bert.build(
+            "naive",
+            profile,
+            data_dir=data_dir,
+            device=device,
+            seed=seed,
+            precision="off",
+            train_step=audit.wrap(default_train_step),
+            **hooks,
+        )
     else:
         choose_policy, make_scaler = _learner_parts(learner_obj)
         policy = choose_policy(DeviceCaps.detect(device))
-        trainer = bert.build("naive", profile, data_dir=data_dir, device=device, seed=seed,
-                             precision=policy.mode, train_step=audit.wrap(learner_obj), **hooks)  # fmt: skip
+        trainer = bert.build(
+            "naive",
+            profile,
+            data_dir=data_dir,
+            device=device,
+            seed=seed,
+            precision=policy.mode,
+            train_step=audit.wrap(learner_obj),
+            **hooks,
+        )
         trainer.scaler = make_scaler(trainer.policy)  # the learner's scaler choice, not effkit's
-    trainer.pipeline = None  # the worker drains trainer.pipeline; the recipe's loader is not audited
+    trainer.pipeline = (
+        None  # the worker drains trainer.pipeline; the recipe's loader is not audited
+    )
     audit.steps_per_epoch = trainer.steps_per_epoch
     return trainer
 
@@ -129,8 +158,10 @@ def reuses_reference(fn) -> str:
 
     inner = getattr(fn, "func", fn)  # functools.partial
     if inner is default_train_step:
-        return ("your amp_train_step is effkit's default_train_step, the reference answer: write "
-                "your own step to earn these points")  # fmt: skip
+        return (
+            "your amp_train_step is effkit's default_train_step, the reference answer: write "
+            "your own step to earn these points"
+        )
     call = vars(type(inner)).get("__call__")  # a callable object: look at its __call__
     code = getattr(inner, "__code__", None) or getattr(call, "__code__", None)
     names = _names(code) if code is not None else set()
@@ -153,7 +184,9 @@ class GraderData:
         # initial weights. The held-out set and every worker's weights stay outside it.
         self.inputs = self.workdir / "inputs"
         self.inputs.mkdir(mode=0o755, parents=True, exist_ok=True)
-        self.warmup_dir = write_text_set(self.inputs / "warmup", grader_sentences(spec.n_warmup, secrets.randbits(31)))
+        self.warmup_dir = write_text_set(
+            self.inputs / "warmup", grader_sentences(spec.n_warmup, secrets.randbits(31))
+        )
         self.train_dirs: list[Path] = []
         self.seeds: list[int] = []
         self.init_paths: list[Path] = []
@@ -179,8 +212,16 @@ class GraderData:
             # its trainers while both workers are frozen, in the parent's private folder).
             private = write_text_set(self.workdir / f"eval{r}", train, held_out)
             try:
-                trainer = bert.build("naive", spec.profile, data_dir=private, device=self.device, seed=seed,
-                                     precision="off", eval_split="dev", **hooks)  # fmt: skip
+                trainer = bert.build(
+                    "naive",
+                    spec.profile,
+                    data_dir=private,
+                    device=self.device,
+                    seed=seed,
+                    precision="off",
+                    eval_split="dev",
+                    **hooks,
+                )
             finally:
                 shutil.rmtree(private, ignore_errors=True)
             init = self.inputs / f"init{r}.pt"
@@ -201,7 +242,9 @@ class GraderData:
         from effkit.workloads.bert.tokenizer import tokenizer_cache_dir
 
         key = tokenizer_cache_dir(trainer.train_texts, bert.PROFILES[profile].vocab_size, ".").name
-        trainer.tokenizer.save_pretrained(str(self.inputs / "effkit-cache" / "bert" / "tokenizers" / key))
+        trainer.tokenizer.save_pretrained(
+            str(self.inputs / "effkit-cache" / "bert" / "tokenizers" / key)
+        )
 
     def weights_path(self, role: str, r: int) -> Path:
         return self.workdir / f"{role}-{r}.pt"  # written by the parent from the worker's pipe
@@ -215,7 +258,9 @@ class GraderData:
         except FileNotFoundError as err:
             raise InvalidWeights(f"no trained weights were saved ({path.name})") from err
         except Exception as err:  # unpickling refused, wrong keys or shapes
-            raise InvalidWeights(f"the trained weights do not fit the recipe's model: {err}") from err
+            raise InvalidWeights(
+                f"the trained weights do not fit the recipe's model: {err}"
+            ) from err
         return float(trainer.evaluate("dev"))
 
 
@@ -232,6 +277,8 @@ def learner_run(ns: dict | None) -> float:
         trainer = bert.build("naive", "smoke", precision="off")
     else:
         policy = ns["choose_policy"](DeviceCaps.detect("cpu"))
-        trainer = bert.build("naive", "smoke", precision=policy.mode, train_step=ns["amp_train_step"])
+        trainer = bert.build(
+            "naive", "smoke", precision=policy.mode, train_step=ns["amp_train_step"]
+        )
         trainer.scaler = ns["make_scaler"](trainer.policy)
     return train_to_target(trainer, eval_every=trainer.eval_every, progress=False).accuracy

@@ -13,8 +13,10 @@ from effkit.workloads.bert.data import _write_tsv
 
 POSITIVE = "good great superb wonderful".split()
 NEGATIVE = "bad awful dull boring".split()
-FILLER = ("the a of and to in is it that this film movie story with as for its but on by cast "
-          "plot script scenes audience feels more than one most all about from there").split()  # fmt: skip
+FILLER = (
+    "the a of and to in is it that this film movie story with as for its but on by cast "
+    "plot script scenes audience feels more than one most all about from there"
+).split()
 
 
 def grader_sentences(n: int, seed: int) -> list[tuple[str, int]]:
@@ -25,13 +27,17 @@ def grader_sentences(n: int, seed: int) -> list[tuple[str, int]]:
     rows = []
     for label in labels:
         words = [rng.choice(FILLER) for _ in range(rng.randint(0, 2))]
-        for _ in range(rng.randint(2, 4)):  # most tokens carry the label: a strong signal from step 1
+        for _ in range(
+            rng.randint(2, 4)
+        ):  # most tokens carry the label: a strong signal from step 1
             words.insert(rng.randint(0, len(words)), rng.choice(POSITIVE if label else NEGATIVE))
         rows.append((" ".join(words), label))
     return rows
 
 
-def write_text_set(root: Path, train: list[tuple[str, int]], held_out: list[tuple[str, int]] | None = None) -> Path:
+def write_text_set(
+    root: Path, train: list[tuple[str, int]], held_out: list[tuple[str, int]] | None = None
+) -> Path:
     """``train.tsv`` from ``train``; ``dev.tsv``/``test.tsv`` from ``held_out`` (else 4 train rows)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=False)

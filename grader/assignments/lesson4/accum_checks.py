@@ -53,7 +53,9 @@ def _grad(params: torch.Tensor, seed: int, losses) -> torch.Tensor:
 
 
 def _loss_sum(model, x, y):
-    return F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE, reduction="sum")
+    return F.cross_entropy(
+        model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE, reduction="sum"
+    )
 
 
 def real_tokens(window) -> int:
@@ -66,15 +68,25 @@ def reference_grad(params: torch.Tensor, seed: int, window) -> torch.Tensor:
     return _grad(params, seed, lambda m: [_loss_sum(m, x, y) / n for x, y in window])
 
 
-def wrong_grads(params: torch.Tensor, seed: int, window, accum_steps: int) -> dict[str, torch.Tensor]:
+def wrong_grads(
+    params: torch.Tensor, seed: int, window, accum_steps: int
+) -> dict[str, torch.Tensor]:
     """What the usual mistakes give on ``window``, by name (the names are the hints' keys)."""
     k = len(window)
     padded = sum(y.numel() for _, y in window)
     return {
-        "micro_mean": _grad(params, seed, lambda m: [_loss_sum(m, x, y) / int((y != IGNORE).sum()) / k
-                                                     for x, y in window]),  # fmt: skip
-        "micro_mean_accum": _grad(params, seed, lambda m: [_loss_sum(m, x, y) / int((y != IGNORE).sum())
-                                                           / accum_steps for x, y in window]),  # fmt: skip
+        "micro_mean": _grad(
+            params,
+            seed,
+            lambda m: [_loss_sum(m, x, y) / int((y != IGNORE).sum()) / k for x, y in window],
+        ),
+        "micro_mean_accum": _grad(
+            params,
+            seed,
+            lambda m: [
+                _loss_sum(m, x, y) / int((y != IGNORE).sum()) / accum_steps for x, y in window
+            ],
+        ),
         "padding": _grad(params, seed, lambda m: [_loss_sum(m, x, y) / padded for x, y in window]),
         "sum": _grad(params, seed, lambda m: [_loss_sum(m, x, y) for x, y in window]),
     }

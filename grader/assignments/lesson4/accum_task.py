@@ -37,8 +37,12 @@ def flat_params(model: nn.Module) -> torch.Tensor:
 
 
 def flat_grads(model: nn.Module) -> torch.Tensor:
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).clone()
-                      for p in model.parameters()])  # fmt: skip
+    return torch.cat(
+        [
+            (p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).clone()
+            for p in model.parameters()
+        ]
+    )
 
 
 class RecordingSGD(torch.optim.SGD):
@@ -49,8 +53,11 @@ class RecordingSGD(torch.optim.SGD):
         super().__init__(params, lr=lr)
 
     def step(self, closure=None):
-        grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).clone()
-                 for g in self.param_groups for p in g["params"]]  # fmt: skip
+        grads = [
+            (p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).clone()
+            for g in self.param_groups
+            for p in g["params"]
+        ]
         self.recorded.append(torch.cat(grads))
         return super().step(closure)
 
@@ -61,4 +68,7 @@ RecordingSGD([torch.zeros(1, requires_grad=True)])
 
 
 def tensors(micro_batches) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [(torch.tensor(x, dtype=torch.int64), torch.tensor(y, dtype=torch.int64)) for x, y in micro_batches]
+    return [
+        (torch.tensor(x, dtype=torch.int64), torch.tensor(y, dtype=torch.int64))
+        for x, y in micro_batches
+    ]

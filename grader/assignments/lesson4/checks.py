@@ -39,28 +39,36 @@ QUIZ_KEY = {  # the notebook holds only the questions
     "q4": "b",  # past the critical batch, a bigger batch stops cutting the steps to target
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {"a": "16 is one micro-batch on one GPU; multiply by 8 accumulation steps and 4 ranks",
-           "b": "128 is one GPU's window (8 x 16); the 4 ranks average their gradients too"},
-    "q2": {"a": "a per-micro-batch mean weighs a 5-token micro-batch's tokens as much as the 100-token one's",
-           "c": "each micro-batch then contributes a full mean: the window counts its short micro-batches too much"},
-    "q3": {"b": "with 4x the batch there are 4x fewer steps: unchanged LR covers a quarter of the distance",
-           "c": "square-root scaling is a heuristic for adaptive optimizers; for SGD, linear scaling with warm-up is the first setting"},
-    "q4": {"a": "halving holds only well below the critical batch, where the gradient estimate is noisy",
-           "c": "the final accuracy need not drop; what is lost is sample efficiency"},
+    "q1": {
+        "a": "16 is one micro-batch on one GPU; multiply by 8 accumulation steps and 4 ranks",
+        "b": "128 is one GPU's window (8 x 16); the 4 ranks average their gradients too",
+    },
+    "q2": {
+        "a": "a per-micro-batch mean weighs a 5-token micro-batch's tokens as much as the 100-token one's",
+        "c": "each micro-batch then contributes a full mean: the window counts its short micro-batches too much",
+    },
+    "q3": {
+        "b": "with 4x the batch there are 4x fewer steps: unchanged LR covers a quarter of the distance",
+        "c": "square-root scaling is a heuristic for adaptive optimizers; for SGD, linear scaling with warm-up is the first setting",
+    },
+    "q4": {
+        "a": "halving holds only well below the critical batch, where the gradient estimate is noisy",
+        "c": "the final accuracy need not drop; what is lost is sample efficiency",
+    },
 }
 
 HINTS = {
     "micro_mean": "it is the per-micro-batch mean divided by the number of micro-batches: each micro-batch "
-                  "weighs the same whatever its token count. Sum the token losses (reduction='sum') and "
-                  "divide by the real tokens of the whole window",
+    "weighs the same whatever its token count. Sum the token losses (reduction='sum') and "
+    "divide by the real tokens of the whole window",
     "micro_mean_accum": "it is the per-micro-batch mean divided by accum_steps: in the short last window that "
-                        "also shrinks the gradient. Divide each micro-batch's loss sum by the real tokens of its "
-                        "own window",
+    "also shrinks the gradient. Divide each micro-batch's loss sum by the real tokens of its "
+    "own window",
     "padding": "it divides by every label position, padding included: count only labels != IGNORE",
     "sum": "it is the plain sum of the token losses: divide by the window's real-token count",
     "stale": "it is this window's gradient plus the previous window's: clear the gradients after each step "
-             "(optimizer.zero_grad())",
-}  # fmt: skip
+    "(optimizer.zero_grad())",
+}
 
 
 def _describe(window) -> str:
@@ -76,8 +84,10 @@ def _diagnose(got, params, seed, window, accum_steps, previous, want) -> str:
         return HINTS["stale"]
     scale = float(got.double() @ want / (want @ want))
     if ac.relative_error(got, scale * want) < MATCH:
-        return (f"it points the right way but is {scale:.3g}x the right size: divide each loss sum by the "
-                "real tokens of the whole window, once")  # fmt: skip
+        return (
+            f"it points the right way but is {scale:.3g}x the right size: divide each loss sum by the "
+            "real tokens of the whole window, once"
+        )
     return "check the loss: cross-entropy summed over real tokens (ignore_index=IGNORE), divided by the window's count"
 
 
@@ -87,8 +97,14 @@ def _draw(ctx: Context, count: int, accum_steps: int, seed: int) -> list:
         batches = ac.make_micro_batches(ctx.rng, count)
         params = ac.flat_params(ac.TokenModel(seed))
         full = [w for w in ac.windows(ac.tensors(batches), accum_steps) if len(w) > 1]
-        if all(ac.relative_error(ac.wrong_grads(params, seed, w, accum_steps)["micro_mean"],
-                                 ac.reference_grad(params, seed, w)) >= ac.MIN_GAP for w in full):  # fmt: skip
+        if all(
+            ac.relative_error(
+                ac.wrong_grads(params, seed, w, accum_steps)["micro_mean"],
+                ac.reference_grad(params, seed, w),
+            )
+            >= ac.MIN_GAP
+            for w in full
+        ):
             return batches
     raise CheckFailed("the grader could not draw uneven micro-batches (a grader bug: report it)")
 
@@ -102,8 +118,11 @@ def _tensor(meta, raw: bytes, what: str) -> torch.Tensor:
 
 def _refuse_reference(ctx: Context) -> None:
     source = "\n".join(src for _, src in ctx.session.cells)
-    expect("GradAccumulator" not in source, "your train_accumulated uses effkit's GradAccumulator, the lesson's "
-           "reference answer: write the accumulation yourself")  # fmt: skip
+    expect(
+        "GradAccumulator" not in source,
+        "your train_accumulated uses effkit's GradAccumulator, the lesson's "
+        "reference answer: write the accumulation yourself",
+    )
 
 
 def run_and_compare(ctx: Context, count: int, accum_steps: int) -> str:
@@ -112,26 +131,39 @@ def run_and_compare(ctx: Context, count: int, accum_steps: int) -> str:
     seed = ctx.rng.randrange(1 << 20)
     batches = _draw(ctx, count, accum_steps, seed)
     shown = f"train_accumulated(model, optimizer, {count} micro-batches, accum_steps={accum_steps})"
-    r = ctx.session.call("train", CALL_SECONDS, seed=seed, micro_batches=batches, accum_steps=accum_steps)
+    r = ctx.session.call(
+        "train", CALL_SECONDS, seed=seed, micro_batches=batches, accum_steps=accum_steps
+    )
     if not r.ok:
         raise CheckFailed(stub_reason(r.failure) or f"{shown} {r.failure}")
     steps, metas = r.data.get("steps"), r.data.get("grads")
-    expect(isinstance(steps, int) and isinstance(metas, list) and len(r.blobs) == len(metas) + 2,
-           "the worker's answer was malformed")  # fmt: skip
+    expect(
+        isinstance(steps, int) and isinstance(metas, list) and len(r.blobs) == len(metas) + 2,
+        "the worker's answer was malformed",
+    )
     init = _tensor(r.data.get("init"), r.blobs[0], "parameter tensor")
-    expect(torch.equal(init, ac.flat_params(ac.TokenModel(seed))), "the model the grader built was changed "
-           "before your function ran (a grader bug, or tampering)")  # fmt: skip
+    expect(
+        torch.equal(init, ac.flat_params(ac.TokenModel(seed))),
+        "the model the grader built was changed "
+        "before your function ran (a grader bug, or tampering)",
+    )
     wins = ac.windows(ac.tensors(batches), accum_steps)
     sizes = [len(w) for w in wins]
     if steps != len(wins):
         hint = ""
         if steps == count // accum_steps and count % accum_steps:
-            hint = (f" The short last window ({sizes[-1]} micro-batch(es)) was never stepped: a loop that steps "
-                    "when (i + 1) % accum_steps == 0 never fires for it. Step after the last micro-batch too.")
+            hint = (
+                f" The short last window ({sizes[-1]} micro-batch(es)) was never stepped: a loop that steps "
+                "when (i + 1) % accum_steps == 0 never fires for it. Step after the last micro-batch too."
+            )
         elif steps == count:
-            hint = " That is one step per micro-batch: step once per window, after its last backward."
-        raise CheckFailed(f"{shown}: {count} micro-batches in windows of {accum_steps} make {len(wins)} windows "
-                          f"(sizes {sizes}), so expected {len(wins)} optimizer steps; your function made {steps}.{hint}")  # fmt: skip
+            hint = (
+                " That is one step per micro-batch: step once per window, after its last backward."
+            )
+        raise CheckFailed(
+            f"{shown}: {count} micro-batches in windows of {accum_steps} make {len(wins)} windows "
+            f"(sizes {sizes}), so expected {len(wins)} optimizer steps; your function made {steps}.{hint}"
+        )
     expect(len(metas) == len(wins), "the worker's answer was malformed")
     params, previous = init.double(), None
     for k, window in enumerate(wins):
@@ -141,14 +173,19 @@ def run_and_compare(ctx: Context, count: int, accum_steps: int) -> str:
         err = ac.relative_error(got, want)
         if not err <= TOLERANCE:
             why = _diagnose(got, params, seed, window, accum_steps, previous, want)
-            raise CheckFailed(f"{shown}: the gradient of step {k + 1} of {len(wins)} (window of {_describe(window)}) "
-                              f"differs from the grader's float64 full-batch gradient by {err:.1%}: {why}.")  # fmt: skip
+            raise CheckFailed(
+                f"{shown}: the gradient of step {k + 1} of {len(wins)} (window of {_describe(window)}) "
+                f"differs from the grader's float64 full-batch gradient by {err:.1%}: {why}."
+            )
         params, previous = params - ac.LR * want, got
     after = _tensor(r.data.get("after"), r.blobs[-1], "parameter tensor")
     expect(after.shape == init.shape, "the worker's answer was malformed")
     moved = ac.relative_error(after - init, params - init.double())
-    expect(moved <= 1e-3, f"{shown}: the gradients were right, but the weights after training are not the "
-                          f"optimizer's steps with them (off by {moved:.1%}): step only with optimizer.step()")  # fmt: skip
+    expect(
+        moved <= 1e-3,
+        f"{shown}: the gradients were right, but the weights after training are not the "
+        f"optimizer's steps with them (off by {moved:.1%}): step only with optimizer.step()",
+    )
     return f"{count} micro-batches, accum_steps={accum_steps}: {len(wins)} steps (windows {sizes}), gradients exact"
 
 
@@ -162,12 +199,25 @@ def check_last_window(ctx: Context) -> None:
         ctx.ok(run_and_compare(ctx, count, accum_steps))
 
 
-CELL_CHECKS = {"test_full_windows": check_full_windows, "test_last_window": check_last_window,
-               "test_recipe": check_recipe, "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
+CELL_CHECKS = {
+    "test_full_windows": check_full_windows,
+    "test_last_window": check_last_window,
+    "test_recipe": check_recipe,
+    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+}
 NAMES = ("train_accumulated", "choose_recipe")
 
 
-ASSIGNMENT = Assignment(id="lesson4", notebook="lesson4", object_name="train_accumulated",
-                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
-                        runtime_module="", timeout_s=120, probes="grader.assignments.lesson4.probes",
-                        names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip
+ASSIGNMENT = Assignment(
+    id="lesson4",
+    notebook="lesson4",
+    object_name="train_accumulated",
+    performance_cell=None,
+    setup_cell="setup",
+    setup_source=SETUP_SOURCE,
+    runtime_module="",
+    timeout_s=120,
+    probes="grader.assignments.lesson4.probes",
+    names=NAMES,
+    cell_checks=CELL_CHECKS,
+)

@@ -23,8 +23,12 @@ def probe_train(worker, seed: int, micro_batches: list, accum_steps: int):
     fn(model, optimizer, ac.tensors(micro_batches), accum_steps)
     grads = [tensor_msg(g) for g in optimizer.recorded[:MAX_STEPS]]
     after_meta, after_raw = tensor_msg(ac.flat_params(model))
-    msg = {"init": init_meta, "steps": len(optimizer.recorded), "grads": [m for m, _ in grads],
-           "after": after_meta}  # fmt: skip
+    msg = {
+        "init": init_meta,
+        "steps": len(optimizer.recorded),
+        "grads": [m for m, _ in grads],
+        "after": after_meta,
+    }
     return msg, [init_raw, *(raw for _, raw in grads), after_raw]
 
 
@@ -36,7 +40,12 @@ def probe_recipe(worker, micro_batch: int, base_batch: int, base_lr: float, budg
     fn = worker.ns.get("choose_recipe")
     if not callable(fn):
         raise NameError("your solution cells define no function 'choose_recipe'")
-    answer = fn(micro_batch=micro_batch, base_batch=base_batch, base_lr=base_lr, budget_samples=budget_samples)
+    answer = fn(
+        micro_batch=micro_batch,
+        base_batch=base_batch,
+        base_lr=base_lr,
+        budget_samples=budget_samples,
+    )
     try:
         plain = json.loads(json.dumps(answer, allow_nan=False))
     except (TypeError, ValueError):

@@ -54,15 +54,26 @@ def task_data(seed: int) -> tuple[torch.Tensor, ...]:
 
 def student(seed: int) -> nn.Module:
     torch.manual_seed(seed)
-    net = nn.Sequential(nn.Linear(DIM, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(),
-                        nn.Linear(WIDTH, CLASSES))  # fmt: skip
+    net = nn.Sequential(
+        nn.Linear(DIM, WIDTH),
+        nn.ReLU(),
+        nn.Linear(WIDTH, WIDTH),
+        nn.ReLU(),
+        nn.Linear(WIDTH, CLASSES),
+    )
     with torch.no_grad():
         net[-1].weight.mul_(HEAD_SCALE)
     return net
 
 
-def run(seed: int, accum_steps: int, lr: float, warmup_steps: int, target: float = TARGET,
-        stop_at: int | None = None) -> Run:  # fmt: skip
+def run(
+    seed: int,
+    accum_steps: int,
+    lr: float,
+    warmup_steps: int,
+    target: float = TARGET,
+    stop_at: int | None = None,
+) -> Run:
     """Train one recipe on the task of ``seed``; stop at ``target`` or after ``stop_at`` samples."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -88,7 +99,9 @@ def _run(seed, accum_steps, lr, warmup_steps, data, target, stop_at) -> Run:
         acc.step()
         schedule.step()
         seen = (step + 1) * batch
-        if seen // EVERY == (seen - batch) // EVERY:  # evaluate each time a multiple of EVERY is passed
+        if (
+            seen // EVERY == (seen - batch) // EVERY
+        ):  # evaluate each time a multiple of EVERY is passed
             continue
         with torch.no_grad():
             logits = net(x_test)

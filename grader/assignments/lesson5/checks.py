@@ -54,14 +54,22 @@ QUIZ_KEY = {  # the notebook holds only the questions
     "q4": "b",  # activations ~ input size: sqrt(16) = 4 segments
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {"a": "4 GB holds only fp32 weights; gradients and Adam's two moments come on top (~16 bytes per parameter)",
-           "c": "64 GB is 64 bytes per parameter: four times what mixed-precision Adam keeps"},
-    "q2": {"a": "reentrant checkpointing only tracks gradients through inputs that require them: the block's parameters get none",
-           "c": "it saves memory and raises no error: the missing gradients are silent"},
-    "q3": {"b": "keeping the matmul outputs keeps more memory than keeping only block inputs",
-           "c": "it keeps the matmul outputs as well as the inputs: more memory"},
-    "q4": {"a": "one segment keeps only its input but recomputes the whole network's activations at once in backward",
-           "c": "16 segments keep 16 boundary activations: no better than about sqrt(16) segments"},
+    "q1": {
+        "a": "4 GB holds only fp32 weights; gradients and Adam's two moments come on top (~16 bytes per parameter)",
+        "c": "64 GB is 64 bytes per parameter: four times what mixed-precision Adam keeps",
+    },
+    "q2": {
+        "a": "reentrant checkpointing only tracks gradients through inputs that require them: the block's parameters get none",
+        "c": "it saves memory and raises no error: the missing gradients are silent",
+    },
+    "q3": {
+        "b": "keeping the matmul outputs keeps more memory than keeping only block inputs",
+        "c": "it keeps the matmul outputs as well as the inputs: more memory",
+    },
+    "q4": {
+        "a": "one segment keeps only its input but recomputes the whole network's activations at once in backward",
+        "c": "16 segments keep 16 boundary activations: no better than about sqrt(16) segments",
+    },
 }
 
 
@@ -86,13 +94,21 @@ def _forward_plans(ctx: Context, ops: frozenset[str]) -> list[CheckpointPlan]:
     ]
 
 
-def _diagnose(data: dict, got: torch.Tensor, seed: int, rng_seed: int, plan: CheckpointPlan,
-              shape: tuple[int, int] = (cc.BATCH, cc.SEQ)) -> str:  # fmt: skip
+def _diagnose(
+    data: dict,
+    got: torch.Tensor,
+    seed: int,
+    rng_seed: int,
+    plan: CheckpointPlan,
+    shape: tuple[int, int] = (cc.BATCH, cc.SEQ),
+) -> str:
     missing = data.get("missing") or []
     if missing:
-        return (f"{len(missing)} parameters got no gradient (e.g. {str(missing[0])[:40]}): with use_reentrant=True "
-                "a checkpointed block whose input does not require grad (block 0 is fed data) passes no gradient "
-                "to its parameters. Use checkpoint(..., use_reentrant=False)")  # fmt: skip
+        return (
+            f"{len(missing)} parameters got no gradient (e.g. {str(missing[0])[:40]}): with use_reentrant=True "
+            "a checkpointed block whose input does not require grad (block 0 is fed data) passes no gradient "
+            "to its parameters. Use checkpoint(..., use_reentrant=False)"
+        )
     _, no_rng = reference_grads(seed, rng_seed, plan, preserve_rng_state=False, shape=shape)
     if _rel(got, no_rng) < MATCH:
         return (
@@ -111,8 +127,10 @@ def _plan_calls_hint(data: dict, plan: CheckpointPlan) -> str:
     skipped = [i for i in plan.blocks if total[i] == fwd[i]]
     extra = [i for i in range(cc.N_BLOCKS) if i not in plan.blocks and total[i] != fwd[i]]
     if skipped:
-        return (f"the gradients are right, but blocks {skipped} of the plan ran only in forward: they were not "
-                "checkpointed (a checkpointed block runs again in backward)")  # fmt: skip
+        return (
+            f"the gradients are right, but blocks {skipped} of the plan ran only in forward: they were not "
+            "checkpointed (a checkpointed block runs again in backward)"
+        )
     if extra:
         return f"the gradients are right, but blocks {extra} are not in the plan and were recomputed in backward"
     return ""
@@ -123,21 +141,35 @@ def _forward(ctx: Context, seed: int, plan: CheckpointPlan, shape: tuple[int, in
     gradients compared with this process's plain stack; returns what passed."""
     rng_seed = ctx.rng.randrange(1 << 20)
     shown = f"checkpointed_forward(blocks, x, {plan.to_data()})"
-    r = ctx.session.call("forward", CALL_SECONDS, seed=seed, rng_seed=rng_seed, plan=plan.to_data(),
-                         batch=shape[0], seq=shape[1])  # fmt: skip
+    r = ctx.session.call(
+        "forward",
+        CALL_SECONDS,
+        seed=seed,
+        rng_seed=rng_seed,
+        plan=plan.to_data(),
+        batch=shape[0],
+        seq=shape[1],
+    )
     if not r.ok:
         raise CheckFailed(stub_reason(r.failure) or f"{shown} {r.failure}")
     expect(len(r.blobs) == 2, "the worker's answer was malformed")
     out = _tensor(r.data.get("out"), r.blobs[0], "output")
     got = _tensor(r.data.get("grads"), r.blobs[1], "gradient")
     want_out, want = reference_grads(seed, rng_seed, shape=shape)
-    expect(got.shape == want.shape and out.shape == want_out.shape, "the worker's answer was malformed")
+    expect(
+        got.shape == want.shape and out.shape == want_out.shape, "the worker's answer was malformed"
+    )
     err = _rel(got, want)
     if not err <= TOLERANCE:
         why = _diagnose(r.data, got, seed, rng_seed, plan, shape)
-        raise CheckFailed(f"{shown}: the gradients differ from the plain stack's by {err:.1%}: {why}.")
-    expect(_rel(out, want_out) <= TOLERANCE, f"{shown}: the gradients are right but the output differs from "
-                                             "the plain stack's: return the last block's output")  # fmt: skip
+        raise CheckFailed(
+            f"{shown}: the gradients differ from the plain stack's by {err:.1%}: {why}."
+        )
+    expect(
+        _rel(out, want_out) <= TOLERANCE,
+        f"{shown}: the gradients are right but the output differs from "
+        "the plain stack's: return the last block's output",
+    )
     hint = _plan_calls_hint(r.data, plan)
     expect(not hint, f"{shown}: {hint}")
     return f"{plan.describe(cc.N_BLOCKS)}: gradients equal to the plain stack's (relative error {err:.0e})"
@@ -153,8 +185,11 @@ def _check_released(ctx: Context, seed: int) -> None:
     shape, plan = cc.memory_shape(ctx.rng), CheckpointPlan.everything(cc.N_BLOCKS)
     passed = _forward(ctx, seed, plan, shape)
     growth = getattr(ctx.session, "memory_growth", lambda: None)()
-    expect(growth is not None, f"{plan.describe(cc.N_BLOCKS)}: the grader could not read the worker's memory, "
-                               "so it cannot see whether the activations were released")  # fmt: skip
+    expect(
+        growth is not None,
+        f"{plan.describe(cc.N_BLOCKS)}: the grader could not read the worker's memory, "
+        "so it cannot see whether the activations were released",
+    )
     # every saved tensor of a block is a fixed number of bytes per token (27,840 plain, 1,536 with
     # every block checkpointed, at any batch and length): measured on the small batch and scaled
     stack, (x, _) = cc.build_stack(seed), cc.draw_batch(seed + 1)
@@ -163,10 +198,13 @@ def _check_released(ctx: Context, seed: int) -> None:
     limit = kept + RELEASED * (plain - kept)
     mib = f"{growth / 2**20:.0f} MiB at its peak; the plain stack keeps {plain / 2**20:.0f} MiB of activations for "
     mib += f"backward, this plan {kept / 2**20:.0f} MiB (batch {shape[0]}x{shape[1]}, measured by the grader)"
-    expect(growth <= limit, f"{plan.describe(cc.N_BLOCKS)}: the gradients are right, but the activations were not "
-                            f"released: the worker's memory grew by {mib}. A checkpointed block keeps only its input "
-                            "and torch.utils.checkpoint recomputes the rest in backward, one block at a time; "
-                            "running a block again whose activations you kept saves no memory")  # fmt: skip
+    expect(
+        growth <= limit,
+        f"{plan.describe(cc.N_BLOCKS)}: the gradients are right, but the activations were not "
+        f"released: the worker's memory grew by {mib}. A checkpointed block keeps only its input "
+        "and torch.utils.checkpoint recomputes the rest in backward, one block at a time; "
+        "running a block again whose activations you kept saves no memory",
+    )
     ctx.ok(f"{passed}; activations released: the worker's memory grew by {mib}")
 
 
@@ -179,12 +217,27 @@ def check_gradients(ctx: Context) -> None:
     _check_released(ctx, seed)
 
 
-CELL_CHECKS = {"test_gradients": check_gradients, "test_budget": check_budget, "test_speed": check_speed,
-               "test_least_recompute": check_least_recompute, "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
+CELL_CHECKS = {
+    "test_gradients": check_gradients,
+    "test_budget": check_budget,
+    "test_speed": check_speed,
+    "test_least_recompute": check_least_recompute,
+    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+}
 NAMES = ("checkpointed_forward", "plan_checkpointing")
 
 
-ASSIGNMENT = Assignment(id="lesson5", notebook="lesson5", object_name="plan_checkpointing",
-                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
-                        runtime_module="", timeout_s=180, probes="grader.assignments.lesson5.probes",
-                        names=NAMES, cell_checks=CELL_CHECKS, cpu_only=True)  # fmt: skip
+ASSIGNMENT = Assignment(
+    id="lesson5",
+    notebook="lesson5",
+    object_name="plan_checkpointing",
+    performance_cell=None,
+    setup_cell="setup",
+    setup_source=SETUP_SOURCE,
+    runtime_module="",
+    timeout_s=180,
+    probes="grader.assignments.lesson5.probes",
+    names=NAMES,
+    cell_checks=CELL_CHECKS,
+    cpu_only=True,
+)

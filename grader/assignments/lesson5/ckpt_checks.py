@@ -76,8 +76,12 @@ def memory_shape(rng) -> tuple[int, int]:
 def flat_grads(stack: nn.Module) -> tuple[torch.Tensor, list[str]]:
     """All gradients in one vector (zeros where missing), and the names of the missing ones."""
     missing = [n for n, p in stack.named_parameters() if p.grad is None]
-    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1)
-                      for p in stack.parameters()])  # fmt: skip
+    flat = torch.cat(
+        [
+            (p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1)
+            for p in stack.parameters()
+        ]
+    )
     return flat, missing
 
 
@@ -109,9 +113,17 @@ def ops_in(stack: nn.Module, x: torch.Tensor) -> frozenset[str]:
     return frozenset(census.names)
 
 
-def time_plans(stack: nn.Module, x: torch.Tensor, plans: dict[str, CheckpointPlan], rounds: int,
-               steps: int, max_rounds: int | None = None, settled=None,
-               time_cap_s: float | None = None, device: str = "cpu") -> dict[str, dict]:  # fmt: skip
+def time_plans(
+    stack: nn.Module,
+    x: torch.Tensor,
+    plans: dict[str, CheckpointPlan],
+    rounds: int,
+    steps: int,
+    max_rounds: int | None = None,
+    settled=None,
+    time_cap_s: float | None = None,
+    device: str = "cpu",
+) -> dict[str, dict]:
     """Interleaved timing of forward + backward under each plan, in this process, on ``device``
     (the grading's device: on a CUDA machine the plans are timed on the GPU, synchronised).
 
@@ -144,8 +156,14 @@ def time_plans(stack: nn.Module, x: torch.Tensor, plans: dict[str, CheckpointPla
         for name in names:
             ratios = [b / s for b, s in zip(seconds[names[0]], seconds[name], strict=True)]
             low, high = median_ci(ratios)
-            out[name] = {"ratio": statistics.median(ratios), "low": low, "high": high, "rounds": len(ratios),
-                         "coverage": median_ci_coverage(len(ratios)), "step_s": statistics.median(seconds[name])}  # fmt: skip
+            out[name] = {
+                "ratio": statistics.median(ratios),
+                "low": low,
+                "high": high,
+                "rounds": len(ratios),
+                "coverage": median_ci_coverage(len(ratios)),
+                "step_s": statistics.median(seconds[name]),
+            }
         return out
 
     seconds: dict[str, list[float]] = {name: [] for name in names}
@@ -161,7 +179,12 @@ def time_plans(stack: nn.Module, x: torch.Tensor, plans: dict[str, CheckpointPla
                 r += 1
             result = summary()
             out_of_time = time_cap_s is not None and _clock() - t_start > time_cap_s
-            if settled is None or settled(result) or out_of_time or r + rounds > (max_rounds or rounds):
+            if (
+                settled is None
+                or settled(result)
+                or out_of_time
+                or r + rounds > (max_rounds or rounds)
+            ):
                 return result
 
 

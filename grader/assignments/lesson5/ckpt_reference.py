@@ -21,9 +21,13 @@ from grader.assignments.lesson5.ckpt_checks import (
 )
 
 
-def reference_grads(seed: int, rng_seed: int, plan: CheckpointPlan | None = None,
-                    preserve_rng_state: bool = True, shape: tuple[int, int] = (BATCH, SEQ),
-                    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def reference_grads(
+    seed: int,
+    rng_seed: int,
+    plan: CheckpointPlan | None = None,
+    preserve_rng_state: bool = True,
+    shape: tuple[int, int] = (BATCH, SEQ),
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(output, flat gradients) of the plain stack on a batch of ``shape``; with ``plan``:
     checkpointed by hand, for naming a mistake (``preserve_rng_state=False``: the recompute draws
     new dropout masks)."""

@@ -76,19 +76,28 @@ def _fitting_plan(ctx: Context, name: str) -> tuple[object, torch.Tensor, Checkp
     try:
         kept = plan_bytes(stack, x, plan)
     except UncountedSaves:  # torch < 2.12: what SAC keeps bypasses the hooks that count bytes
-        raise CheckFailed(f"this grader runs torch {torch.__version__}, which cannot count what selective "
-                          f"checkpointing keeps (torch >= 2.12 can): your plan ({plan.describe(cc.N_BLOCKS)}) "
-                          "cannot be checked against the budget here, so it earns no budget or speed points "
-                          "on this grader. Plan whole blocks (\"save\": None), or have it graded on torch "
-                          ">= 2.12.") from None  # fmt: skip
+        raise CheckFailed(
+            f"this grader runs torch {torch.__version__}, which cannot count what selective "
+            f"checkpointing keeps (torch >= 2.12 can): your plan ({plan.describe(cc.N_BLOCKS)}) "
+            "cannot be checked against the budget here, so it earns no budget or speed points "
+            'on this grader. Plan whole blocks ("save": None), or have it graded on torch '
+            ">= 2.12."
+        ) from None
     if kept > budget:
-        advice = ("the plain stack" if not plan.blocks else
-                  "checkpoint more blocks" if plan.save is None else
-                  "checkpoint more blocks, or keep fewer ops")  # fmt: skip
-        raise CheckFailed(f"budget {budget / 2**20:.2f} MiB ({budget / plain:.0%} of the plain stack's {plain / 2**20:.2f}"
-                          f" MiB): your plan ({plan.describe(cc.N_BLOCKS)}) keeps {kept / 2**20:.2f} MiB, measured by "
-                          f"the grader on its own copy — over budget" + ("" if not plan.blocks else f"; {advice}")
-                          + ". Measure what each block keeps (saved_activation_bytes) and plan from it.")  # fmt: skip
+        advice = (
+            "the plain stack"
+            if not plan.blocks
+            else "checkpoint more blocks"
+            if plan.save is None
+            else "checkpoint more blocks, or keep fewer ops"
+        )
+        raise CheckFailed(
+            f"budget {budget / 2**20:.2f} MiB ({budget / plain:.0%} of the plain stack's {plain / 2**20:.2f}"
+            f" MiB): your plan ({plan.describe(cc.N_BLOCKS)}) keeps {kept / 2**20:.2f} MiB, measured by "
+            f"the grader on its own copy — over budget"
+            + ("" if not plan.blocks else f"; {advice}")
+            + ". Measure what each block keeps (saved_activation_bytes) and plan from it."
+        )
     return stack, x, plan, kept, budget
 
 
@@ -96,8 +105,10 @@ def check_budget(ctx: Context) -> None:
     _refuse_reference(ctx)
     for name in ("loose", "tight"):
         _, _, plan, kept, budget = _fitting_plan(ctx, name)
-        ctx.ok(f"{name} budget {budget / 2**20:.2f} MiB: your plan ({plan.describe(cc.N_BLOCKS)}) keeps "
-               f"{kept / 2**20:.2f} MiB (measured by the grader)")  # fmt: skip
+        ctx.ok(
+            f"{name} budget {budget / 2**20:.2f} MiB: your plan ({plan.describe(cc.N_BLOCKS)}) keeps "
+            f"{kept / 2**20:.2f} MiB (measured by the grader)"
+        )
 
 
 def _timing(ctx: Context) -> dict:
@@ -136,8 +147,9 @@ def _timing(ctx: Context) -> dict:
 
         device = grading_device()
         steps = CUDA_STEPS if device.startswith("cuda") else STEPS
-        t = cc.time_plans(stack, x, plans, ROUNDS, steps, MAX_ROUNDS, settled, TIME_CAP_S,
-                          device=device)  # fmt: skip
+        t = cc.time_plans(
+            stack, x, plans, ROUNDS, steps, MAX_ROUNDS, settled, TIME_CAP_S, device=device
+        )
         if same_work:
             t["yours"] = dict(t["grader"], same_work=True)
         cache.update(plan=plan, best=best, device=device, t=t)
@@ -145,9 +157,11 @@ def _timing(ctx: Context) -> dict:
         raise CheckFailed(cache["failed"])
     t, plan, best = cache["t"], cache["plan"], cache["best"]
     where = "one CPU thread" if cache["device"] == "cpu" else cache["device"]
-    ctx.lines.append(f"  timed here ({t['yours']['rounds']} interleaved rounds, {where}): checkpoint everything "
-                     f"{t['everything']['step_s'] * 1e3:.0f} ms/step, your plan {t['yours']['step_s'] * 1e3:.0f} ms, "
-                     f"the grader's plan ({best.describe(cc.N_BLOCKS)}) {t['grader']['step_s'] * 1e3:.0f} ms")  # fmt: skip
+    ctx.lines.append(
+        f"  timed here ({t['yours']['rounds']} interleaved rounds, {where}): checkpoint everything "
+        f"{t['everything']['step_s'] * 1e3:.0f} ms/step, your plan {t['yours']['step_s'] * 1e3:.0f} ms, "
+        f"the grader's plan ({best.describe(cc.N_BLOCKS)}) {t['grader']['step_s'] * 1e3:.0f} ms"
+    )
     return cache
 
 
@@ -166,21 +180,36 @@ def check_speed(ctx: Context) -> None:
         timing["t"]["grader"],
     )
     if plan == CheckpointPlan.everything(cc.N_BLOCKS):
-        raise CheckFailed(f"your plan checkpoints every block: it fits, but recomputes all of them. The budget needed "
-                          f"{len(best.blocks)} blocks: the grader's plan ran {grader['ratio']:.2f}x as fast as "
-                          "checkpointing everything. Checkpoint only what the budget needs.")  # fmt: skip
+        raise CheckFailed(
+            f"your plan checkpoints every block: it fits, but recomputes all of them. The budget needed "
+            f"{len(best.blocks)} blocks: the grader's plan ran {grader['ratio']:.2f}x as fast as "
+            "checkpointing everything. Checkpoint only what the budget needs."
+        )
     if grader["low"] <= 1.0 and plan.save is None and len(plan.blocks) <= len(best.blocks):
         # The timing could not show even the grader's own plan faster (a machine too noisy for
         # MAX_ROUNDS / TIME_CAP_S): noise is not the learner's fault, so judge by structure, as
         # test_least_recompute does - no more whole blocks recomputed than the grader's plan.
-        ctx.ok(f"your plan recomputes no more blocks than the grader's (timing inconclusive on this machine: "
-               f"{_interval(grader)})")  # fmt: skip
+        ctx.ok(
+            f"your plan recomputes no more blocks than the grader's (timing inconclusive on this machine: "
+            f"{_interval(grader)})"
+        )
         return
-    expect(yours["low"] > 1.0, f"your plan ({plan.describe(cc.N_BLOCKS)}) was not measurably faster than checkpointing "
-                               f"every block: {_interval(yours)}"
-                               + ("; keeping ops selectively adds a dispatch cost per op that the recompute it "
-                                  "saves does not pay back here" if plan.save is not None else ""))  # fmt: skip
-    same = " (as many blocks as the grader's plan: the same work, timed once)" if yours.get("same_work") else ""
+    expect(
+        yours["low"] > 1.0,
+        f"your plan ({plan.describe(cc.N_BLOCKS)}) was not measurably faster than checkpointing "
+        f"every block: {_interval(yours)}"
+        + (
+            "; keeping ops selectively adds a dispatch cost per op that the recompute it "
+            "saves does not pay back here"
+            if plan.save is not None
+            else ""
+        ),
+    )
+    same = (
+        " (as many blocks as the grader's plan: the same work, timed once)"
+        if yours.get("same_work")
+        else ""
+    )
     ctx.ok(f"your plan ran {_interval(yours)} as fast as checkpointing every block{same}")
 
 
@@ -201,27 +230,39 @@ def check_least_recompute(ctx: Context) -> None:
         # exact count. One block more than needed costs a few percent of a step, which a busy
         # machine's noise can hide or invert (a timed share of 152% was seen): judge the count, and
         # report the timing as what it bought.
-        timed = (f"timed here: yours {_interval(yours)}, the grader's {grader['ratio']:.2f}x over "
-                 "checkpointing everything")  # fmt: skip
-        expect(len(plan.blocks) <= len(best.blocks),
-               f"your plan ({plan.describe(cc.N_BLOCKS)}) recomputes {len(plan.blocks)} whole blocks where "
-               f"{len(best.blocks)} fit the budget (the grader's plan: {best.describe(cc.N_BLOCKS)}); every extra "
-               f"block is a forward pass repeated in backward ({timed}): recompute only what the budget needs")  # fmt: skip
-        ctx.ok(f"your plan recomputes no more blocks than the budget needs ({len(plan.blocks)}; {timed})")
+        timed = (
+            f"timed here: yours {_interval(yours)}, the grader's {grader['ratio']:.2f}x over "
+            "checkpointing everything"
+        )
+        expect(
+            len(plan.blocks) <= len(best.blocks),
+            f"your plan ({plan.describe(cc.N_BLOCKS)}) recomputes {len(plan.blocks)} whole blocks where "
+            f"{len(best.blocks)} fit the budget (the grader's plan: {best.describe(cc.N_BLOCKS)}); every extra "
+            f"block is a forward pass repeated in backward ({timed}): recompute only what the budget needs",
+        )
+        ctx.ok(
+            f"your plan recomputes no more blocks than the budget needs ({len(plan.blocks)}; {timed})"
+        )
         return
-    if grader["low"] <= 1.0:  # the timing could not show the grader's own plan faster: judge by structure
-        expect(len(plan.blocks) <= len(best.blocks) and plan.save == best.save,
-               f"your plan ({plan.describe(cc.N_BLOCKS)}) checkpoints more than the grader's ({best.describe(cc.N_BLOCKS)}) "
-               "(the timing here was inconclusive): recompute only what the budget needs")  # fmt: skip
+    if (
+        grader["low"] <= 1.0
+    ):  # the timing could not show the grader's own plan faster: judge by structure
+        expect(
+            len(plan.blocks) <= len(best.blocks) and plan.save == best.save,
+            f"your plan ({plan.describe(cc.N_BLOCKS)}) checkpoints more than the grader's ({best.describe(cc.N_BLOCKS)}) "
+            "(the timing here was inconclusive): recompute only what the budget needs",
+        )
         ctx.ok(
             f"your plan recomputes no more than the grader's (timing inconclusive: {_interval(grader)})"
         )
         return
     share = (yours["ratio"] - 1) / gain
-    expect(share >= MIN_SHARE,
-           f"your plan ({plan.describe(cc.N_BLOCKS)}) recovered {max(share, 0):.0%} of the speed the grader's plan "
-           f"({best.describe(cc.N_BLOCKS)}) gained over checkpointing everything ({_interval(yours)} vs "
-           f"{grader['ratio']:.2f}x); at least {MIN_SHARE:.0%} earns this point: recompute only what the budget needs")  # fmt: skip
+    expect(
+        share >= MIN_SHARE,
+        f"your plan ({plan.describe(cc.N_BLOCKS)}) recovered {max(share, 0):.0%} of the speed the grader's plan "
+        f"({best.describe(cc.N_BLOCKS)}) gained over checkpointing everything ({_interval(yours)} vs "
+        f"{grader['ratio']:.2f}x); at least {MIN_SHARE:.0%} earns this point: recompute only what the budget needs",
+    )
     ctx.ok(
         f"your plan recovered {share:.0%} of the grader's plan's gain ({grader['ratio']:.2f}x over everything)"
     )

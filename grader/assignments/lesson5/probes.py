@@ -62,7 +62,9 @@ def _learner(worker, name: str):
     return fn
 
 
-def probe_forward(worker, seed: int, rng_seed: int, plan: dict, batch: int = cc.BATCH, seq: int = cc.SEQ):
+def probe_forward(
+    worker, seed: int, rng_seed: int, plan: dict, batch: int = cc.BATCH, seq: int = cc.SEQ
+):
     fn = _learner(worker, "checkpointed_forward")
     stack = worker.watch(cc.build_stack(seed))
     x, w = cc.draw_batch(seed + 1, int(batch), int(seq))
@@ -72,18 +74,27 @@ def probe_forward(worker, seed: int, rng_seed: int, plan: dict, batch: int = cc.
     torch.manual_seed(rng_seed)
     out = fn(stack, x, json.loads(json.dumps(plan)))  # a fresh copy: the parent's plan stays intact
     if not isinstance(out, torch.Tensor) or out.shape != x.shape:
-        raise TypeError(f"checkpointed_forward must return the stack's output, a tensor of shape {tuple(x.shape)}; "
-                        f"got {type(out).__name__} {tuple(getattr(out, 'shape', ()))}")  # fmt: skip
+        raise TypeError(
+            f"checkpointed_forward must return the stack's output, a tensor of shape {tuple(x.shape)}; "
+            f"got {type(out).__name__} {tuple(getattr(out, 'shape', ()))}"
+        )
     if not out.requires_grad:
-        raise RuntimeError("the output of checkpointed_forward does not require grad: no gradient can reach the "
-                           "blocks' parameters (use_reentrant=True with an input that does not require grad?)")  # fmt: skip
+        raise RuntimeError(
+            "the output of checkpointed_forward does not require grad: no gradient can reach the "
+            "blocks' parameters (use_reentrant=True with an input that does not require grad?)"
+        )
     forward_calls = list(calls)
     (out * w).sum().backward()
     grads, missing = cc.flat_grads(stack)
     out_meta, out_raw = tensor_msg(out)
     grad_meta, grad_raw = tensor_msg(grads)
-    msg = {"out": out_meta, "grads": grad_meta, "missing": missing[:50], "forward_calls": forward_calls,
-           "calls": list(calls)}  # fmt: skip
+    msg = {
+        "out": out_meta,
+        "grads": grad_meta,
+        "missing": missing[:50],
+        "forward_calls": forward_calls,
+        "calls": list(calls),
+    }
     return msg, [out_raw, grad_raw]
 
 
@@ -95,8 +106,10 @@ def probe_plan(worker, seed: int, budget_bytes: int):
     try:
         text = json.dumps(plan)
     except (TypeError, ValueError) as err:
-        raise TypeError(f"plan_checkpointing must return plain data (a dict of lists of ints and strings), "
-                        f"got {plan!r:.100} ({err})") from None  # fmt: skip
+        raise TypeError(
+            f"plan_checkpointing must return plain data (a dict of lists of ints and strings), "
+            f"got {plan!r:.100} ({err})"
+        ) from None
     if len(text) > 10_000:
         raise ValueError("the plan is too long (over 10,000 characters as JSON)")
     return {"plan": json.loads(text)}, []

@@ -37,15 +37,24 @@ QUIZ_KEY = {  # the notebook holds only the questions
     "q4": "b",  # the best epoch's weights, saved when they happened
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {"b": "Young: sqrt(2 x 30 s x 86,400 s) = 2,277 s, about 38 minutes; 3 hours loses too much work per failure",
-           "c": "saving every 30 s spends half the time writing checkpoints"},
-    "q2": {"a": "without the RNG states, dropout and shuffling draw different numbers after the resume",
-           "b": "without the position the resumed epoch repeats or skips batches"},
-    "q3": {"a": "it is not faster: it adds an fsync and a rename",
-           "c": "os.replace compresses nothing; it swaps a complete file in atomically"},
-    "q4": {"a": "epoch 10 is patience epochs past the best: its validation loss was worse",
-           "c": "averaging weights is a different technique (SWA), not what early stopping keeps"},
+    "q1": {
+        "b": "Young: sqrt(2 x 30 s x 86,400 s) = 2,277 s, about 38 minutes; 3 hours loses too much work per failure",
+        "c": "saving every 30 s spends half the time writing checkpoints",
+    },
+    "q2": {
+        "a": "without the RNG states, dropout and shuffling draw different numbers after the resume",
+        "b": "without the position the resumed epoch repeats or skips batches",
+    },
+    "q3": {
+        "a": "it is not faster: it adds an fsync and a rename",
+        "c": "os.replace compresses nothing; it swaps a complete file in atomically",
+    },
+    "q4": {
+        "a": "epoch 10 is patience epochs past the best: its validation loss was worse",
+        "c": "averaging weights is a different technique (SWA), not what early stopping keeps",
+    },
 }
+
 
 def _story(ctx: Context, sc: Scenario) -> None:
     for note in sc.notes:
@@ -78,7 +87,8 @@ def check_resume(ctx: Context) -> None:
             f"after {len(sc.lives) - 1} kills and restarts your final weights differ from the grader's uninterrupted "
             f"run (max |difference| {diff:.2e} from its best weights). A resumed run is bit-equal only if the "
             "checkpoint holds everything its future depends on: model, optimizer (momentum), scheduler, the torch "
-            "RNG state (dropout), the epoch and the next batch, and the early-stopping counters")  # fmt: skip
+            "RNG state (dropout), the epoch and the next batch, and the early-stopping counters"
+        )
     ctx.ok(
         f"final weights equal the uninterrupted run's bit for bit ({ref['epochs']} epochs, seed {sc.seed})"
     )
@@ -98,13 +108,17 @@ def check_torn(ctx: Context) -> None:
     after = sc.lives[k + 1] if k + 1 < len(sc.lives) else None
     expect(after is not None, "the run did not continue after the kill mid-save")
     if after.failure:
-        raise CheckFailed(f"after the kill in the middle of a save, the restarted {after.failure}. A save interrupted "
-                          "half-way must never destroy or replace the last complete checkpoint: write to a temporary "
-                          "file, flush and os.fsync it, then os.replace it onto the final name")  # fmt: skip
+        raise CheckFailed(
+            f"after the kill in the middle of a save, the restarted {after.failure}. A save interrupted "
+            "half-way must never destroy or replace the last complete checkpoint: write to a temporary "
+            "file, flush and os.fsync it, then os.replace it onto the final name"
+        )
     if after.first is not None and after.first < sc.lives[k].done - SPE:
-        raise CheckFailed(f"after the kill in the middle of a save (step {sc.lives[k].done} done) the run began again at "
-                          f"step {after.first}: the interrupted save destroyed the last complete checkpoint. Write to a "
-                          "temporary file, fsync, then os.replace onto the name")  # fmt: skip
+        raise CheckFailed(
+            f"after the kill in the middle of a save (step {sc.lives[k].done} done) the run began again at "
+            f"step {after.first}: the interrupted save destroyed the last complete checkpoint. Write to a "
+            "temporary file, fsync, then os.replace onto the name"
+        )
     ctx.ok(f"the next worker resumed at step {after.first} from a complete checkpoint")
 
 
@@ -123,9 +137,11 @@ def check_best(ctx: Context) -> None:
         )
         return
     if _equal(sc.final, ref["last"]):
-        raise CheckFailed(f"early stopping fired after epoch {ref['epochs']} and you kept that epoch's weights; the best "
-                          f"validation loss was epoch {ref['best_epoch'] + 1}'s. Save the best weights when they "
-                          "happen (best.pt) and load them before returning")  # fmt: skip
+        raise CheckFailed(
+            f"early stopping fired after epoch {ref['epochs']} and you kept that epoch's weights; the best "
+            f"validation loss was epoch {ref['best_epoch'] + 1}'s. Save the best weights when they "
+            "happen (best.pt) and load them before returning"
+        )
     raise CheckFailed(
         "your final weights are neither the best nor the last of the grader's run (see test_resume)"
     )
@@ -135,9 +151,24 @@ def _overhead(ctx: Context) -> None:
     check_overhead(ctx)
 
 
-CELL_CHECKS = {"test_resume": check_resume, "test_torn": check_torn, "test_best": check_best,
-               "test_overhead": _overhead, "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
+CELL_CHECKS = {
+    "test_resume": check_resume,
+    "test_torn": check_torn,
+    "test_best": check_best,
+    "test_overhead": _overhead,
+    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+}
 NAMES = ("train",)
-ASSIGNMENT = Assignment(id="lesson6", notebook="lesson6", object_name="train", performance_cell=None,
-                        setup_cell="setup", setup_source=SETUP_SOURCE, runtime_module="", timeout_s=180,
-                        probes="grader.assignments.lesson6.probes", names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip
+ASSIGNMENT = Assignment(
+    id="lesson6",
+    notebook="lesson6",
+    object_name="train",
+    performance_cell=None,
+    setup_cell="setup",
+    setup_source=SETUP_SOURCE,
+    runtime_module="",
+    timeout_s=180,
+    probes="grader.assignments.lesson6.probes",
+    names=NAMES,
+    cell_checks=CELL_CHECKS,
+)

@@ -167,7 +167,9 @@ def tear(directory: Path, watcher: SaveWatcher) -> str:
     try:  # renamed already: plant the torn temporary file
         with os.fdopen(open_regular(directory / final), "rb") as src:
             data = src.read()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
     except OSError:
         return f"the kill interrupted a write to {name}"
     with os.fdopen(fd, "wb") as out:
@@ -175,5 +177,7 @@ def tear(directory: Path, watcher: SaveWatcher) -> str:
         with contextlib.suppress(OSError):
             info = os.stat(directory)
             os.fchown(out.fileno(), info.st_uid, info.st_gid)
-    return (f"the save finished before the kill landed; the grader left half of it as {name}, "
-            "as a kill mid-write would")  # fmt: skip
+    return (
+        f"the save finished before the kill landed; the grader left half of it as {name}, "
+        "as a kill mid-write would"
+    )

@@ -57,7 +57,9 @@ class Scenario:
     state: Path | None = None  # the checkpoint folder, kept for test_overhead
     folder: StateFolder | None = None
     notes: list[str] = field(default_factory=list)
-    pairs: list[tuple[float, float]] = field(default_factory=list)  # (baseline, learner) s per epoch
+    pairs: list[tuple[float, float]] = field(
+        default_factory=list
+    )  # (baseline, learner) s per epoch
     timing_failure: str = ""  # the baseline's own failure (a grader bug)
 
 
@@ -90,7 +92,9 @@ def _weights(r) -> dict:
         raise CheckFailed(f"the worker sent malformed weights ({err})") from err
 
 
-def _life(ctx: Context, sc: Scenario, life: Life, kill_at: int, state: Path, timer: EpochTimer) -> bool:
+def _life(
+    ctx: Context, sc: Scenario, life: Life, kill_at: int, state: Path, timer: EpochTimer
+) -> bool:
     """One worker: returns True when the run may go on to a next worker."""
     session, number = ctx.session, len(sc.lives)
     watcher = SaveWatcher(state, lambda: session.box is not None and kill_now(session.box))
@@ -105,8 +109,10 @@ def _life(ctx: Context, sc: Scenario, life: Life, kill_at: int, state: Path, tim
         if life.first is None:
             life.first = step
         elif step != life.done:  # every batch in order: the kills and the timed epochs rely on it
-            life.failure = (f"train(task, ckpt_dir) asked for step {step} right after step {life.done - 1}: train "
-                            "every batch of task.batches(epoch, start) with task.train_step, in order")  # fmt: skip
+            life.failure = (
+                f"train(task, ckpt_dir) asked for step {step} right after step {life.done - 1}: train "
+                "every batch of task.batches(epoch, start) with task.train_step, in order"
+            )
             raise _Kill("malformed")
         if life.kind == "step" and step >= kill_at:
             raise _Kill(step)
@@ -138,9 +144,11 @@ def _life(ctx: Context, sc: Scenario, life: Life, kill_at: int, state: Path, tim
         return False
     total = sc.ref["epochs"] * SPE
     if life.done != total:  # never reached its kill, or hid steps from it: nothing was proved
-        life.failure = (f"train(task, ckpt_dir) returned having told the grader of steps up to {life.done} of the "
-                        f"run's {total}: every step must go through task.train_step on the task given, whose hook "
-                        "tells the grader where the run is (where it kills it)")  # fmt: skip
+        life.failure = (
+            f"train(task, ckpt_dir) returned having told the grader of steps up to {life.done} of the "
+            f"run's {total}: every step must go through task.train_step on the task given, whose hook "
+            "tells the grader where the run is (where it kills it)"
+        )
         return False
     sc.final = _weights(r)
     life.end = "finished"
@@ -210,9 +218,11 @@ def _resume_problem(sc: Scenario) -> str:
             return f"after {where}, the restarted {after.failure}"
         if after.first is not None and after.first < before.done - SPE:
             lost = "from step 0" if after.first == 0 else f"from step {after.first}"
-            return (f"after {where} (step {before.done} done), the restarted run began {lost}: it lost "
-                    f"{before.done - after.first} steps, more than one epoch ({SPE}). Save at least once per epoch, "
-                    "and never destroy the last complete checkpoint while writing the next")  # fmt: skip
+            return (
+                f"after {where} (step {before.done} done), the restarted run began {lost}: it lost "
+                f"{before.done - after.first} steps, more than one epoch ({SPE}). Save at least once per epoch, "
+                "and never destroy the last complete checkpoint while writing the next"
+            )
     return ""
 
 

@@ -128,9 +128,15 @@ def reference_loop(task: Task) -> dict:
             bad += 1
             if bad >= task.patience:
                 break
-    return {"task": task, "best": best, "last": weights(task.model), "losses": losses,
-            "best_epoch": losses.index(best_loss), "epochs": len(losses),
-            "stopped": bad >= task.patience}  # fmt: skip
+    return {
+        "task": task,
+        "best": best,
+        "last": weights(task.model),
+        "losses": losses,
+        "best_epoch": losses.index(best_loss),
+        "epochs": len(losses),
+        "stopped": bad >= task.patience,
+    }
 
 
 def reference_run(seed: int, max_epochs: int = MAX_EPOCHS) -> dict:

@@ -12,7 +12,9 @@ import time
 from grader.assignments.lesson6.task import MAX_EPOCHS, Task
 from grader.kit.checks import ProbeSession
 
-BARE_SECONDS = 900.0  # the baseline's one call spans the whole fault injection (worker starts included)
+BARE_SECONDS = (
+    900.0  # the baseline's one call spans the whole fault injection (worker starts included)
+)
 WAIT_SECONDS = 60.0  # one drive: two baseline segments, a fraction of a second normally
 SEGMENT = Task.steps_per_epoch // 2  # steps per timed window
 _clock = time.perf_counter
@@ -24,9 +26,13 @@ class _Stop(Exception):
 
 class EpochTimer:
     def __init__(self, probes: str, setup: list[tuple[str, str]], seed: int) -> None:
-        self.session = ProbeSession(probes, setup, [], [], grader_only=True)  # refuses learner cells
+        self.session = ProbeSession(
+            probes, setup, [], [], grader_only=True
+        )  # refuses learner cells
         self.seed = seed
-        self.bare: dict[int, float] = {}  # segment -> seconds, the grader's loop without checkpoints
+        self.bare: dict[
+            int, float
+        ] = {}  # segment -> seconds, the grader's loop without checkpoints
         self.learner: dict[int, float] = {}  # segment -> seconds, the learner's train
         self.failure = ""  # the baseline's own failure (a grader bug)
         self.unavailable: list[str] = []
@@ -35,14 +41,18 @@ class EpochTimer:
         self._at = -1  # the segment start the baseline waits at
         self._finished = self._closing = False
         self._bare_go: dict[int, float] = {}
-        self._go: tuple[int, int, float] | None = None  # the learner's last segment start: (life, segment, time)
+        self._go: tuple[int, int, float] | None = (
+            None  # the learner's last segment start: (life, segment, time)
+        )
         self._thread = threading.Thread(target=self._run, daemon=True, name="lesson6-baseline")
         self._thread.start()
 
     # -- the baseline's thread ----------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            r = self.session.call("bare", BARE_SECONDS, self._serve, seed=self.seed, max_epochs=MAX_EPOCHS)
+            r = self.session.call(
+                "bare", BARE_SECONDS, self._serve, seed=self.seed, max_epochs=MAX_EPOCHS
+            )
             failure = "" if r.ok else r.failure
         except _Stop:
             failure = ""
@@ -72,7 +82,10 @@ class EpochTimer:
     def ready(self, timeout_s: float) -> bool:
         """Wait until the baseline stands at its first step (its worker started, untimed)."""
         with self._cond:
-            return self._cond.wait_for(lambda: self._at >= 0 or self._finished, timeout_s) and not self._finished
+            return (
+                self._cond.wait_for(lambda: self._at >= 0 or self._finished, timeout_s)
+                and not self._finished
+            )
 
     def _drive(self, through: int, box) -> None:
         """Let the baseline run its segments up to ``through``; the learner's worker frozen meanwhile."""
@@ -100,7 +113,11 @@ class EpochTimer:
         if step % SEGMENT:
             return
         now, seg = _clock(), step // SEGMENT
-        if self._go is not None and self._go[:2] == (life, seg - 1) and first < self._go[1] * SEGMENT:
+        if (
+            self._go is not None
+            and self._go[:2] == (life, seg - 1)
+            and first < self._go[1] * SEGMENT
+        ):
             self.learner[seg - 1] = now - self._go[2]
         self._drive(seg if seg % 2 == 0 else seg - 1, box)  # ABBA: even segments the baseline first
         self._go = (life, seg, _clock())  # after the thaw: the go-ahead follows at once

@@ -29,14 +29,22 @@ QUIZ_KEY = {  # the notebook holds only the questions
     "q4": "b",  # shuffle within mega-batches and the batch order
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {"a": "padding is counted against what the model computes (rows x padded width), not against the real tokens",
-           "c": "attention masks hide padding from the result, not from the arithmetic: padded positions are still computed"},
-    "q2": {"a": "a budget does not change the learning rate; it changes how many rows a batch holds",
-           "b": "a budget groups nothing by itself: without sorting, one long row still sets the whole batch's width"},
-    "q3": {"b": "rounding to 8 adds padding; it pays only because tensor cores work on tiles of multiples of 8",
-           "c": "the attention mask works for any width; 8 is about the matrix units' tile shapes"},
-    "q4": {"a": "a full sort gives the same batches in the same order every epoch: short reviews always together, first",
-           "c": "dropping short sequences loses data; every example must be seen once per epoch"},
+    "q1": {
+        "a": "padding is counted against what the model computes (rows x padded width), not against the real tokens",
+        "c": "attention masks hide padding from the result, not from the arithmetic: padded positions are still computed",
+    },
+    "q2": {
+        "a": "a budget does not change the learning rate; it changes how many rows a batch holds",
+        "b": "a budget groups nothing by itself: without sorting, one long row still sets the whole batch's width",
+    },
+    "q3": {
+        "b": "rounding to 8 adds padding; it pays only because tensor cores work on tiles of multiples of 8",
+        "c": "the attention mask works for any width; 8 is about the matrix units' tile shapes",
+    },
+    "q4": {
+        "a": "a full sort gives the same batches in the same order every epoch: short reviews always together, first",
+        "c": "dropping short sequences loses data; every example must be seen once per epoch",
+    },
 }
 
 
@@ -46,10 +54,21 @@ def _requests(ctx: Context) -> tuple[list[np.ndarray], list[dict]]:
     seeds = (ctx.rng.randrange(1 << 20), ctx.rng.randrange(1 << 20))
     requests = []
     for d, lengths in enumerate(dists):
-        for mode in ({"batch_size": ctx.rng.choice((16, 32, 64))}, {"max_tokens": ctx.rng.choice((512, 1024, 2048))}):
+        for mode in (
+            {"batch_size": ctx.rng.choice((16, 32, 64))},
+            {"max_tokens": ctx.rng.choice((512, 1024, 2048))},
+        ):
             for seed, epoch in ((seeds[0], 0), (seeds[0], 1), (seeds[1], 0)):
-                requests.append({"dist": d, "lengths": [int(x) for x in lengths], "batch_size": mode.get("batch_size"),
-                                 "max_tokens": mode.get("max_tokens"), "seed": seed, "epoch": epoch})
+                requests.append(
+                    {
+                        "dist": d,
+                        "lengths": [int(x) for x in lengths],
+                        "batch_size": mode.get("batch_size"),
+                        "max_tokens": mode.get("max_tokens"),
+                        "seed": seed,
+                        "epoch": epoch,
+                    }
+                )
     return dists, requests
 
 
@@ -58,11 +77,16 @@ def _answers(ctx: Context, requests: list[dict]) -> list[list[list[int]]]:
     if not r.ok:
         raise CheckFailed(stub_reason(r.failure) or f"bucket_batches(...) {r.failure}")
     answers = r.data.get("answers")
-    expect(isinstance(answers, list) and len(answers) == len(requests), "the worker's answer was malformed")
+    expect(
+        isinstance(answers, list) and len(answers) == len(requests),
+        "the worker's answer was malformed",
+    )
     out = []
     for req, raw in zip(requests, answers, strict=True):
         if isinstance(raw, str):
-            raise CheckFailed(f"bucket_batches({_shown(req)}) returned {raw[:80]}: return a list of lists of indices")
+            raise CheckFailed(
+                f"bucket_batches({_shown(req)}) returned {raw[:80]}: return a list of lists of indices"
+            )
         try:
             out.append(v.parse_batches(raw, len(req["lengths"])))
         except ValueError as err:
@@ -71,7 +95,11 @@ def _answers(ctx: Context, requests: list[dict]) -> list[list[list[int]]]:
 
 
 def _shown(req: dict) -> str:
-    mode = f"batch_size={req['batch_size']}" if req.get("batch_size") else f"max_tokens={req['max_tokens']}"
+    mode = (
+        f"batch_size={req['batch_size']}"
+        if req.get("batch_size")
+        else f"max_tokens={req['max_tokens']}"
+    )
     return f"{len(req['lengths'])} lengths, {mode}, seed={req['seed']}, epoch={req['epoch']}"
 
 
@@ -85,7 +113,9 @@ def check_coverage(ctx: Context) -> None:
     for req, batches in zip(requests, answers, strict=True):
         problem = v.coverage_problem(batches, len(req["lengths"]))
         expect(problem is None, f"bucket_batches({_shown(req)}): {problem}")
-    ctx.ok(f"{len(requests)} epochs on 3 length distributions drawn for this grading: every index exactly once")
+    ctx.ok(
+        f"{len(requests)} epochs on 3 length distributions drawn for this grading: every index exactly once"
+    )
 
 
 def check_budget(ctx: Context) -> None:
@@ -96,7 +126,9 @@ def check_budget(ctx: Context) -> None:
         if problem is None and req["max_tokens"]:
             problem = v.budget_problem(lengths, batches, req["max_tokens"])
         expect(problem is None, f"bucket_batches({_shown(req)}): {problem}")
-    ctx.ok("every batch within its batch size or token budget (rows x longest rounded up to 8), batches filled")
+    ctx.ok(
+        "every batch within its batch size or token budget (rows x longest rounded up to 8), batches filled"
+    )
 
 
 def check_padding(ctx: Context) -> None:
@@ -106,15 +138,19 @@ def check_padding(ctx: Context) -> None:
         problem = v.padding_problem(lengths, batches, req["batch_size"], req["max_tokens"])
         expect(problem is None, f"bucket_batches({_shown(req)}): {problem}")
         if req["epoch"] == 0 and req["seed"] == requests[0]["seed"]:
-            ctx.ok(f"{_shown(req)}: padding {v.padding_share(lengths, batches):.1%}, a full sort's "
-                   f"{v.optimum_share(lengths, req['batch_size'], req['max_tokens']):.1%}")
+            ctx.ok(
+                f"{_shown(req)}: padding {v.padding_share(lengths, batches):.1%}, a full sort's "
+                f"{v.optimum_share(lengths, req['batch_size'], req['max_tokens']):.1%}"
+            )
 
 
 def check_randomness(ctx: Context) -> None:
     dists, requests, answers = _graded(ctx)
     groups: dict[tuple, dict] = {}
     for req, batches in zip(requests, answers, strict=True):
-        groups.setdefault((req["dist"], req["batch_size"], req["max_tokens"]), {})[(req["seed"], req["epoch"])] = batches
+        groups.setdefault((req["dist"], req["batch_size"], req["max_tokens"]), {})[
+            (req["seed"], req["epoch"])
+        ] = batches
     for epochs in groups.values():  # the same batches every epoch first: the more basic mistake
         problem = v.randomness_problem(epochs)
         expect(problem is None, problem or "")
@@ -128,34 +164,71 @@ def check_speed(ctx: Context) -> None:
     seed = ctx.rng.randrange(1 << 20)
     lengths = st.task_data(seed)["lengths"]
     learner_seed = ctx.rng.randrange(1 << 20)
-    requests = [{"lengths": [int(x) for x in lengths], "batch_size": st.BATCH, "max_tokens": None,
-                 "seed": learner_seed, "epoch": e} for e in range(st.MAX_PAIRS + 1)]  # fmt: skip
+    requests = [
+        {
+            "lengths": [int(x) for x in lengths],
+            "batch_size": st.BATCH,
+            "max_tokens": None,
+            "seed": learner_seed,
+            "epoch": e,
+        }
+        for e in range(st.MAX_PAIRS + 1)
+    ]
     epochs = _answers(ctx, requests)
     for req, batches in zip(requests, epochs, strict=True):
-        problem = v.coverage_problem(batches, len(lengths)) or v.size_problem(lengths, batches, st.BATCH, None)
-        expect(problem is None, f"not timed: bucket_batches({_shown(req)}) on the grader's training set: {problem}")
+        problem = v.coverage_problem(batches, len(lengths)) or v.size_problem(
+            lengths, batches, st.BATCH, None
+        )
+        expect(
+            problem is None,
+            f"not timed: bucket_batches({_shown(req)}) on the grader's training set: {problem}",
+        )
     r = st.train_ab(seed, epochs)
     ab = r["ab"]
-    shown = (f"{ab.ratio:.2f}x the samples per second of random batches padded to {st.MAX_LEN} (interval "
-             f"{ab.ci_low:.2f}-{ab.ci_high:.2f}x covering the median {ab.coverage:.0%} of the time, {ab.pairs} "
-             f"interleaved epochs each, one thread; {r['tokens_mine'] / r['tokens_random']:.0%} of its computed tokens)")
-    expect(ab.ci_low > SPEED_FLOOR, f"the grader's encoder trained with your batches ran at {shown}: not measurably "
-                                    f"faster than padding to the maximum. Group rows of similar length so each batch pads little")
+    shown = (
+        f"{ab.ratio:.2f}x the samples per second of random batches padded to {st.MAX_LEN} (interval "
+        f"{ab.ci_low:.2f}-{ab.ci_high:.2f}x covering the median {ab.coverage:.0%} of the time, {ab.pairs} "
+        f"interleaved epochs each, one thread; {r['tokens_mine'] / r['tokens_random']:.0%} of its computed tokens)"
+    )
+    expect(
+        ab.ci_low > SPEED_FLOOR,
+        f"the grader's encoder trained with your batches ran at {shown}: not measurably "
+        f"faster than padding to the maximum. Group rows of similar length so each batch pads little",
+    )
     ctx.ok(f"training speed: {shown}")
     drop = r["acc_random"] - r["acc_mine"]
-    expect(drop <= ACC_MARGIN, f"held-out accuracy {r['acc_mine']:.1%} with your batches against {r['acc_random']:.1%} "
-                               f"with random ones after {r['epochs']} epochs: more than {ACC_MARGIN:.0%} lost. Batches "
-                               "that always hold the same rows, in the same order, train worse: keep them random")
-    ctx.ok(f"held-out accuracy {r['acc_mine']:.1%} (random batches: {r['acc_random']:.1%}, same samples, same epochs)")
+    expect(
+        drop <= ACC_MARGIN,
+        f"held-out accuracy {r['acc_mine']:.1%} with your batches against {r['acc_random']:.1%} "
+        f"with random ones after {r['epochs']} epochs: more than {ACC_MARGIN:.0%} lost. Batches "
+        "that always hold the same rows, in the same order, train worse: keep them random",
+    )
+    ctx.ok(
+        f"held-out accuracy {r['acc_mine']:.1%} (random batches: {r['acc_random']:.1%}, same samples, same epochs)"
+    )
 
 
-CELL_CHECKS = {"test_coverage": check_coverage, "test_budget": check_budget, "test_padding": check_padding,
-               "test_randomness": check_randomness, "test_speed": check_speed,
-               "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
+CELL_CHECKS = {
+    "test_coverage": check_coverage,
+    "test_budget": check_budget,
+    "test_padding": check_padding,
+    "test_randomness": check_randomness,
+    "test_speed": check_speed,
+    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+}
 NAMES = ("bucket_batches",)
 
 
-ASSIGNMENT = Assignment(id="lesson7", notebook="lesson7", object_name="bucket_batches",
-                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
-                        runtime_module="", timeout_s=120, probes="grader.assignments.lesson7.probes",
-                        names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip
+ASSIGNMENT = Assignment(
+    id="lesson7",
+    notebook="lesson7",
+    object_name="bucket_batches",
+    performance_cell=None,
+    setup_cell="setup",
+    setup_source=SETUP_SOURCE,
+    runtime_module="",
+    timeout_s=120,
+    probes="grader.assignments.lesson7.probes",
+    names=NAMES,
+    cell_checks=CELL_CHECKS,
+)

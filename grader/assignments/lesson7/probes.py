@@ -17,7 +17,10 @@ def _plain(answer) -> list | str:
         batches = list(answer)
         out, count = [], 0
         for batch in batches:
-            row = [int(i) if isinstance(i, numbers.Integral) and not isinstance(i, bool) else None for i in batch]
+            row = [
+                int(i) if isinstance(i, numbers.Integral) and not isinstance(i, bool) else None
+                for i in batch
+            ]
             count += len(row)
             if None in row or count > MAX_INDICES:
                 return f"not a list of index lists ({type(answer).__name__} holding {type(batch).__name__})"
@@ -33,7 +36,12 @@ def probe_batches(worker, requests: list):
         raise NameError("your solution cells define no function 'bucket_batches'")
     answers = []
     for req in requests:
-        answer = fn(list(req["lengths"]), batch_size=req.get("batch_size"), max_tokens=req.get("max_tokens"),
-                    seed=req["seed"], epoch=req["epoch"])
+        answer = fn(
+            list(req["lengths"]),
+            batch_size=req.get("batch_size"),
+            max_tokens=req.get("max_tokens"),
+            seed=req["seed"],
+            epoch=req["epoch"],
+        )
         answers.append(_plain(answer))
     return {"answers": answers}, []

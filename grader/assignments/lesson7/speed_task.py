@@ -16,10 +16,12 @@ from effkit.measure import one_thread
 
 N_TRAIN, N_TEST, MAX_LEN, VOCAB, BATCH = 2000, 1024, 64, 256, 32
 KEYWORDS = 24  # ids 1..24 vote for class 1, 25..48 for class 0; the rest are neutral
-PAIRS, MAX_PAIRS = 6, 10  # timed pairs after one warm-up epoch each: at least 6 (the interval covers the median 97%
+PAIRS, MAX_PAIRS = (
+    6,
+    10,
+)  # timed pairs after one warm-up epoch each: at least 6 (the interval covers the median 97%
 # of the time), up to 10 while the interval is wider than +-10% of the ratio (a loaded machine)
 LR = 3e-3
-
 
 
 def draw_lengths(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -49,8 +51,14 @@ def task_data(seed: int) -> dict:
     train_len, test_len = draw_lengths(rng, N_TRAIN), draw_lengths(rng, N_TEST)
     x_train, y_train = _sequences(rng, train_len)
     x_test, y_test = _sequences(rng, test_len)
-    return {"lengths": train_len, "x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test,
-            "test_lengths": test_len}
+    return {
+        "lengths": train_len,
+        "x_train": x_train,
+        "y_train": y_train,
+        "x_test": x_test,
+        "y_test": y_test,
+        "test_lengths": test_len,
+    }
 
 
 class Encoder(nn.Module):
@@ -78,7 +86,7 @@ def random_epochs(seed: int, n: int, epochs: int) -> list[list[list[int]]]:
     out = []
     for _ in range(epochs):
         order = rng.permutation(n).tolist()
-        out.append([order[i:i + BATCH] for i in range(0, n, BATCH)])
+        out.append([order[i : i + BATCH] for i in range(0, n, BATCH)])
     return out
 
 
@@ -88,7 +96,9 @@ def accuracy(model: nn.Module, data: dict) -> float:
     return float((logits.argmax(1) == data["y_test"]).float().mean())
 
 
-def train_ab(seed: int, mine: list[list[list[int]]], pairs: int = PAIRS, max_pairs: int = MAX_PAIRS) -> dict:
+def train_ab(
+    seed: int, mine: list[list[list[int]]], pairs: int = PAIRS, max_pairs: int = MAX_PAIRS
+) -> dict:
     """Time epochs of random-padded-to-max (A) against the learner's batches (B); accuracy of both."""
     data = task_data(seed)
     lengths = data["lengths"]
@@ -112,11 +122,24 @@ def train_ab(seed: int, mine: list[list[list[int]]], pairs: int = PAIRS, max_pai
                 opt.step()
                 tokens[arm] += len(batch) * width
             return sum(len(b) for b in batches)
+
         return once
 
     with one_thread():
-        ab = compare(epoch("A", baseline, True), epoch("B", mine, False), warmup=1,
-                     min_pairs=pairs, max_pairs=max_pairs, rel_ci=0.1)
+        ab = compare(
+            epoch("A", baseline, True),
+            epoch("B", mine, False),
+            warmup=1,
+            min_pairs=pairs,
+            max_pairs=max_pairs,
+            rel_ci=0.1,
+        )
         acc = {k: accuracy(m, data) for k, m in models.items()}
-    return {"ab": ab, "acc_random": acc["A"], "acc_mine": acc["B"], "epochs": done["B"],
-            "tokens_random": tokens["A"], "tokens_mine": tokens["B"]}
+    return {
+        "ab": ab,
+        "acc_random": acc["A"],
+        "acc_mine": acc["B"],
+        "epochs": done["B"],
+        "tokens_random": tokens["A"],
+        "tokens_mine": tokens["B"],
+    }

@@ -42,8 +42,10 @@ def coverage_problem(batches: list[list[int]], n: int) -> str | None:
     seen = np.bincount(np.fromiter((i for b in batches for i in b), dtype=np.int64), minlength=n)
     missing, doubled = int((seen == 0).sum()), int((seen > 1).sum())
     if missing:
-        return (f"{missing} of {n} indices never appear in the epoch: did the last, partial batch "
-                "get dropped? Every example must be seen once per epoch.")
+        return (
+            f"{missing} of {n} indices never appear in the epoch: did the last, partial batch "
+            "get dropped? Every example must be seen once per epoch."
+        )
     if doubled:
         return f"{doubled} indices appear more than once in one epoch."
     return None
@@ -51,16 +53,21 @@ def coverage_problem(batches: list[list[int]], n: int) -> str | None:
 
 def budget_problem(lengths: np.ndarray, batches: list[list[int]], max_tokens: int) -> str | None:
     """None if every batch of more than one row fits rows x padded width <= max_tokens."""
-    over = [b for b in batches if len(b) > 1 and len(b) * padded_width(lengths[b].max()) > max_tokens]
+    over = [
+        b for b in batches if len(b) > 1 and len(b) * padded_width(lengths[b].max()) > max_tokens
+    ]
     if over:
         worst = max(len(b) * padded_width(lengths[b].max()) for b in over)
-        return (f"{len(over)} batches exceed the token budget of {max_tokens} (worst {worst}) counted "
-                "as rows x width padded to a multiple of 8: size batches by tokens, not rows.")
+        return (
+            f"{len(over)} batches exceed the token budget of {max_tokens} (worst {worst}) counted "
+            "as rows x width padded to a multiple of 8: size batches by tokens, not rows."
+        )
     return None
 
 
-def size_problem(lengths: np.ndarray, batches: list[list[int]], batch_size: int | None,
-                 max_tokens: int | None) -> str | None:
+def size_problem(
+    lengths: np.ndarray, batches: list[list[int]], batch_size: int | None, max_tokens: int | None
+) -> str | None:
     """None if batches are as full as asked: at most ``batch_size`` rows and at most 10% more batches
     than needed (batch size), or at most 10% more batches than a full sort's greedy cut (budget).
     Without it, batches of one row would have no padding at all."""
@@ -72,8 +79,10 @@ def size_problem(lengths: np.ndarray, batches: list[list[int]], batch_size: int 
     else:
         need = len(split_by_budget(np.argsort(lengths, kind="stable"), lengths, max_tokens, 8))
     if len(batches) > 1.1 * need + 1:
-        return (f"{len(batches)} batches where about {need} are enough: fill each batch up to the "
-                "batch size (or the token budget); smaller batches mean more, slower steps.")
+        return (
+            f"{len(batches)} batches where about {need} are enough: fill each batch up to the "
+            "batch size (or the token budget); smaller batches mean more, slower steps."
+        )
     return None
 
 
@@ -81,16 +90,24 @@ def optimum_share(lengths: np.ndarray, batch_size: int | None, max_tokens: int |
     """Padding share of a full length sort sliced by batch size, or cut greedily by the budget."""
     if batch_size is not None:
         return sorted_padding_share(lengths, batch_size)
-    return padding_share(lengths, split_by_budget(np.argsort(lengths, kind="stable"), lengths, max_tokens, 8))
+    return padding_share(
+        lengths, split_by_budget(np.argsort(lengths, kind="stable"), lengths, max_tokens, 8)
+    )
 
 
-def padding_problem(lengths: np.ndarray, batches: list[list[int]], batch_size: int | None,
-                    max_tokens: int | None = None) -> str | None:
+def padding_problem(
+    lengths: np.ndarray,
+    batches: list[list[int]],
+    batch_size: int | None,
+    max_tokens: int | None = None,
+) -> str | None:
     """None if the padding share is within PADDING_SLACK of a full sort's."""
     share, optimum = padding_share(lengths, batches), optimum_share(lengths, batch_size, max_tokens)
     if share > optimum + PADDING_SLACK:
-        return (f"padding share {share:.1%} against {optimum:.1%} for a full sort: group examples "
-                "of similar length (sort within mega-batches) before slicing batches.")
+        return (
+            f"padding share {share:.1%} against {optimum:.1%} for a full sort: group examples "
+            "of similar length (sort within mega-batches) before slicing batches."
+        )
     return None
 
 
@@ -101,8 +118,10 @@ def randomness_problem(epochs: dict[tuple[int, int], list[list[int]]]) -> str | 
     for a in keys:
         for b in keys:
             if a < b and firsts[a] == firsts[b]:
-                return (f"seed/epoch {a} and {b} give identical batches in identical order: a full "
-                        "sort is not a sampler. Shuffle before grouping and shuffle the batch order.")
+                return (
+                    f"seed/epoch {a} and {b} give identical batches in identical order: a full "
+                    "sort is not a sampler. Shuffle before grouping and shuffle the batch order."
+                )
     return None
 
 
@@ -117,6 +136,8 @@ def order_problem(lengths: np.ndarray, batches: list[list[int]]) -> str | None:
     ranks = np.argsort(np.argsort(means, kind="stable"), kind="stable")
     rho = float(np.corrcoef(np.arange(len(batches)), ranks)[0, 1])
     if abs(rho) > limit:
-        return (f"the batch order follows length (rank correlation {rho:+.2f} between a batch's position and "
-                "its mean length): shuffle the order of the batches after grouping.")
+        return (
+            f"the batch order follows length (rank correlation {rho:+.2f} between a batch's position and "
+            "its mean length): shuffle the order of the batches after grouping."
+        )
     return None

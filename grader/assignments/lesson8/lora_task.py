@@ -15,14 +15,28 @@ import warnings
 import torch
 from torch import nn
 
-POS = ("good great excellent wonderful superb delightful brilliant charming enjoyable moving lovely fine "
-       "pleasant solid clever funny beautiful fresh smart warm").split()  # fmt: skip
-NEG = ("bad awful terrible boring dull poor weak clumsy tedious bland lousy stupid ugly messy silly flat "
-       "lazy sloppy stale cold").split()  # fmt: skip
+POS = (
+    "good great excellent wonderful superb delightful brilliant charming enjoyable moving lovely fine "
+    "pleasant solid clever funny beautiful fresh smart warm"
+).split()
+NEG = (
+    "bad awful terrible boring dull poor weak clumsy tedious bland lousy stupid ugly messy silly flat "
+    "lazy sloppy stale cold"
+).split()
 NOUN = "movie film story plot cast script ending acting show picture".split()
-TEMPLATES = ("the {n} was {neg}{a} .", "this {n} is {neg}{a} .", "a {neg}{a} {n} .", "i found the {n} {neg}{a} .")
+TEMPLATES = (
+    "the {n} was {neg}{a} .",
+    "this {n} is {neg}{a} .",
+    "a {neg}{a} {n} .",
+    "i found the {n} {neg}{a} .",
+)
 MAX_LEN, BATCH, STEPS, FULL_LR, HELD_OUT = 12, 16, 80, 5e-5, 1000
-TARGET_CHOICES = (("query", "value"), ("key", "value"), ("query", "dense"), ("value", "intermediate.dense"))
+TARGET_CHOICES = (
+    ("query", "value"),
+    ("key", "value"),
+    ("query", "dense"),
+    ("value", "intermediate.dense"),
+)
 
 
 # -- seeded builders (worker and parent) --------------------------------------------------------
@@ -39,7 +53,9 @@ def draw_layer(seed: int) -> tuple[nn.Linear, torch.Tensor, torch.Tensor, int, f
     return base, x, w, r, alpha
 
 
-def draw_adapters(seed: int, fan_in: int, fan_out: int, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+def draw_adapters(
+    seed: int, fan_in: int, fan_out: int, r: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed + 1)
     return torch.randn(r, fan_in, generator=g) * 0.3, torch.randn(fan_out, r, generator=g) * 0.3
 
@@ -48,9 +64,16 @@ def tiny_bert(seed: int):
     """A small random BERT (2 layers, width 32) and a batch of token ids, from ``seed``."""
     from transformers import BertConfig, BertModel
 
-    cfg = BertConfig(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                     attention_probs_dropout_prob=0.0)  # fmt: skip
+    cfg = BertConfig(
+        vocab_size=97,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     torch.manual_seed(seed)
     model = BertModel(cfg).eval()
     ids = torch.randint(0, 97, (3, 10), generator=torch.Generator().manual_seed(seed + 2))
@@ -82,15 +105,20 @@ def peft_layer_reference(seed: int) -> dict[str, torch.Tensor]:
     base, x, w, r, alpha = draw_layer(seed)
     a, b = draw_adapters(seed, base.in_features, base.out_features, r)
     with _quiet():
-        model = get_peft_model(_Holder(base), LoraConfig(r=r, lora_alpha=alpha, target_modules=["layer"]))
+        model = get_peft_model(
+            _Holder(base), LoraConfig(r=r, lora_alpha=alpha, target_modules=["layer"])
+        )
     lora = model.base_model.model.layer
     with torch.no_grad():
         lora.lora_A["default"].weight.copy_(a)
         lora.lora_B["default"].weight.copy_(b)
     y = model(x)
     (y * w).sum().backward()
-    out = {"y": y.detach(), "grad_a": lora.lora_A["default"].weight.grad.clone(),
-           "grad_b": lora.lora_B["default"].weight.grad.clone()}  # fmt: skip
+    out = {
+        "y": y.detach(),
+        "grad_a": lora.lora_A["default"].weight.grad.clone(),
+        "grad_b": lora.lora_B["default"].weight.grad.clone(),
+    }
     merged = model.merge_and_unload().layer
     out["merged_w"], out["merged_b"] = merged.weight.detach().clone(), merged.bias.detach().clone()
     return out
@@ -102,7 +130,9 @@ def peft_trainable(seed: int, targets: list[str], r: int, alpha: float) -> tuple
 
     model, _ = tiny_bert(seed)
     with _quiet():
-        peft_model = get_peft_model(model, LoraConfig(r=r, lora_alpha=alpha, target_modules=list(targets)))
+        peft_model = get_peft_model(
+            model, LoraConfig(r=r, lora_alpha=alpha, target_modules=list(targets))
+        )
     adapted = sum(1 for n, _ in peft_model.named_modules() if n.endswith("lora_A"))
     return peft_model.get_nb_trainable_parameters()[0], adapted
 
@@ -113,7 +143,11 @@ def _sentences(rng: random.Random, n: int) -> tuple[list[str], list[int]]:
     for _ in range(n):
         positive, negated = rng.random() < 0.5, rng.random() < 0.5
         adjective = rng.choice(POS if positive else NEG)
-        texts.append(rng.choice(TEMPLATES).format(n=rng.choice(NOUN), a=adjective, neg="not " if negated else ""))
+        texts.append(
+            rng.choice(TEMPLATES).format(
+                n=rng.choice(NOUN), a=adjective, neg="not " if negated else ""
+            )
+        )
         labels.append(int(positive != negated))
     return texts, labels
 
@@ -128,7 +162,9 @@ def _tokenizer():
 
 
 def _encode(texts, labels):
-    enc = _tokenizer()(texts, padding="max_length", truncation=True, max_length=MAX_LEN, return_tensors="pt")
+    enc = _tokenizer()(
+        texts, padding="max_length", truncation=True, max_length=MAX_LEN, return_tensors="pt"
+    )
     return enc, torch.tensor(labels)
 
 
@@ -147,8 +183,12 @@ def _model(seed: int):
 def state_bytes(optimizer: torch.optim.Optimizer, params) -> int:
     """Gradient + optimizer-state bytes, counted from the tensors themselves after a step."""
     grads = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
-    states = sum(v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values()
-                 if torch.is_tensor(v) and v.dim() > 0)  # fmt: skip
+    states = sum(
+        v.numel() * v.element_size()
+        for s in optimizer.state.values()
+        for v in s.values()
+        if torch.is_tensor(v) and v.dim() > 0
+    )
     return grads + states
 
 
@@ -166,9 +206,14 @@ def finetune(seed: int, recipe: dict | None, memory_limit: int | None = None) ->
         model = _model(seed)
         lr = FULL_LR
         if recipe is not None:
-            cfg = LoraConfig(task_type="SEQ_CLS", r=recipe["r"], lora_alpha=recipe["lora_alpha"],
-                             target_modules=recipe["target_modules"], lora_dropout=0.0,
-                             modules_to_save=recipe.get("modules_to_save") or None)  # fmt: skip
+            cfg = LoraConfig(
+                task_type="SEQ_CLS",
+                r=recipe["r"],
+                lora_alpha=recipe["lora_alpha"],
+                target_modules=recipe["target_modules"],
+                lora_dropout=0.0,
+                modules_to_save=recipe.get("modules_to_save") or None,
+            )
             with _quiet():
                 model, lr = get_peft_model(model, cfg), recipe["lr"]
         params = [p for p in model.parameters() if p.requires_grad]
@@ -182,15 +227,24 @@ def finetune(seed: int, recipe: dict | None, memory_limit: int | None = None) ->
             if measured is None:
                 measured = state_bytes(optimizer, params)
                 if memory_limit is not None and measured > memory_limit:
-                    return {"bytes": measured, "over": True, "trainable": sum(p.numel() for p in params)}
+                    return {
+                        "bytes": measured,
+                        "over": True,
+                        "trainable": sum(p.numel() for p in params),
+                    }
             optimizer.zero_grad(set_to_none=True)
         seconds = time.perf_counter() - start
         model.eval()
         enc, y = _encode(*_sentences(random.Random(seed ^ 0x5EED), HELD_OUT))
         with torch.no_grad():
             acc = float((model(**enc).logits.argmax(-1) == y).float().mean())
-        return {"acc": acc, "bytes": measured, "over": False, "seconds": seconds,
-                "trainable": sum(p.numel() for p in params)}  # fmt: skip
+        return {
+            "acc": acc,
+            "bytes": measured,
+            "over": False,
+            "seconds": seconds,
+            "trainable": sum(p.numel() for p in params),
+        }
     finally:
         torch.set_num_threads(threads)
 

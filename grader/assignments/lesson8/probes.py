@@ -58,13 +58,30 @@ def probe_layer(worker, seed: int):
     grad_b = b_param.grad if b_param.grad is not None else zero
     merged = layer.merged()
     if not isinstance(merged, torch.nn.Linear):
-        raise TypeError(f"LoRALinear.merged() must return an nn.Linear, got {type(merged).__name__}")
+        raise TypeError(
+            f"LoRALinear.merged() must return an nn.Linear, got {type(merged).__name__}"
+        )
     with torch.no_grad():
         y_merged = merged(x)
     bias = merged.bias if merged.bias is not None else zero
-    meta, blobs = _pack({"y0": y0, "y": y, "grad_a": grad_a, "grad_b": grad_b, "merged_w": merged.weight,
-                         "merged_b": bias, "y_merged": y_merged})  # fmt: skip
-    return {"tensors": meta, "trainable": trainable, "got_grad": got_grad[:50], "r": r, "alpha": alpha}, blobs
+    meta, blobs = _pack(
+        {
+            "y0": y0,
+            "y": y,
+            "grad_a": grad_a,
+            "grad_b": grad_b,
+            "merged_w": merged.weight,
+            "merged_b": bias,
+            "y_merged": y_merged,
+        }
+    )
+    return {
+        "tensors": meta,
+        "trainable": trainable,
+        "got_grad": got_grad[:50],
+        "r": r,
+        "alpha": alpha,
+    }, blobs
 
 
 def probe_inject(worker, seed: int, targets: list[str], r: int, alpha: float):
@@ -76,7 +93,10 @@ def probe_inject(worker, seed: int, targets: list[str], r: int, alpha: float):
     with torch.no_grad():
         at_init = model(ids).last_hidden_state
     g = torch.Generator().manual_seed(seed + 3)
-    for name, p in model.named_parameters():  # adapters away from zero, so gradients reach both A and B
+    for (
+        name,
+        p,
+    ) in model.named_parameters():  # adapters away from zero, so gradients reach both A and B
         if "lora_" in name:
             with torch.no_grad():
                 p.copy_(torch.randn(p.shape, generator=g) * 0.1)

@@ -38,36 +38,46 @@ QUIZ_KEY = {  # the notebook holds only the questions
     "q4": "b",  # distillation makes inference cheaper, not training
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {"a": "a KL divergence is never negative already; T² restores the soft term's gradient scale, which shrinks as 1/T²",
-           "c": "the softmax already normalises over the classes; T² compensates the 1/T² shrink of the soft gradients"},
-    "q2": {"a": "with fixed inputs and a frozen teacher its logits never change: running it every step repeats the same work",
-           "b": "dropout makes the targets noisy, and it still costs a teacher forward every step"},
-    "q3": {"b": "an encoder layer's compute is per layer: with the width unchanged, 3 of 6 layers is about half",
-           "c": "a quarter would need a narrower student too; depth alone halves the layers' compute"},
-    "q4": {"a": "each distillation step costs more (a teacher forward, or a cache lookup), not less",
-           "c": "the hard-label term usually stays (the alpha mix); the teacher's targets came from labelled training too"},
+    "q1": {
+        "a": "a KL divergence is never negative already; T² restores the soft term's gradient scale, which shrinks as 1/T²",
+        "c": "the softmax already normalises over the classes; T² compensates the 1/T² shrink of the soft gradients",
+    },
+    "q2": {
+        "a": "with fixed inputs and a frozen teacher its logits never change: running it every step repeats the same work",
+        "b": "dropout makes the targets noisy, and it still costs a teacher forward every step",
+    },
+    "q3": {
+        "b": "an encoder layer's compute is per layer: with the width unchanged, 3 of 6 layers is about half",
+        "c": "a quarter would need a narrower student too; depth alone halves the layers' compute",
+    },
+    "q4": {
+        "a": "each distillation step costs more (a teacher forward, or a cache lookup), not less",
+        "c": "the hard-label term usually stays (the alpha mix); the teacher's targets came from labelled training too",
+    },
 }
 
 HINTS = {
     "no_t2": "it is the loss without the T^2 factor on the soft term. Soft-target gradients shrink as 1/T^2; "
-             "multiply the KL by temperature ** 2 so the soft term keeps its weight when T changes",
+    "multiply the KL by temperature ** 2 so the soft term keeps its weight when T changes",
     "reversed": "it is KL(student || teacher): the arguments are reversed. F.kl_div(input, target) computes "
-                "KL(target || input) and wants the *student's* log-probabilities as input and the teacher's "
-                "distribution as target",
+    "KL(target || input) and wants the *student's* log-probabilities as input and the teacher's "
+    "distribution as target",
     "softmax_input": "it passes probabilities (softmax) where F.kl_div expects log-probabilities: use "
-                     "F.log_softmax(student_logits / T, dim=-1) as its input",
+    "F.log_softmax(student_logits / T, dim=-1) as its input",
     "softmax_both_log_target": "it passes the student's softmax (not log_softmax) as F.kl_div's input: the "
-                               "input must be log-probabilities",
+    "input must be log-probabilities",
     "mean_reduction": "it averages the KL over classes too (reduction='mean'): use reduction='batchmean', the "
-                      "KL per sample averaged over the batch",
+    "KL per sample averaged over the batch",
     "alpha_swapped": "alpha weighs the wrong term: alpha multiplies the soft (KL) term, 1 - alpha the "
-                     "cross-entropy with the labels",
+    "cross-entropy with the labels",
     "soft_ce": "the hard term uses the softened logits (student / T): the cross-entropy with the labels uses "
-               "the student's plain logits",
-}  # fmt: skip
+    "the student's plain logits",
+}
 
 
-def mistakes(s: torch.Tensor, t: torch.Tensor, y: torch.Tensor, temp: float, alpha: float) -> dict[str, torch.Tensor]:
+def mistakes(
+    s: torch.Tensor, t: torch.Tensor, y: torch.Tensor, temp: float, alpha: float
+) -> dict[str, torch.Tensor]:
     """What the usual mistakes give on these numbers, by name (the names are the hints' keys)."""
     log_s, log_t = F.log_softmax(s / temp, -1), F.log_softmax(t / temp, -1)
     kl = F.kl_div(log_s, log_t, reduction="batchmean", log_target=True)
@@ -75,11 +85,16 @@ def mistakes(s: torch.Tensor, t: torch.Tensor, y: torch.Tensor, temp: float, alp
     soft = temp**2
     return {
         "no_t2": alpha * kl + (1 - alpha) * ce,
-        "reversed": alpha * soft * F.kl_div(log_t, log_s, reduction="batchmean", log_target=True) + (1 - alpha) * ce,
-        "softmax_input": alpha * soft * F.kl_div(log_s.exp(), log_t.exp(), reduction="batchmean") + (1 - alpha) * ce,
-        "softmax_both_log_target": alpha * soft * F.kl_div(log_s.exp(), log_t, reduction="batchmean", log_target=True)
+        "reversed": alpha * soft * F.kl_div(log_t, log_s, reduction="batchmean", log_target=True)
         + (1 - alpha) * ce,
-        "mean_reduction": alpha * soft * F.kl_div(log_s, log_t, reduction="mean", log_target=True) + (1 - alpha) * ce,
+        "softmax_input": alpha * soft * F.kl_div(log_s.exp(), log_t.exp(), reduction="batchmean")
+        + (1 - alpha) * ce,
+        "softmax_both_log_target": alpha
+        * soft
+        * F.kl_div(log_s.exp(), log_t, reduction="batchmean", log_target=True)
+        + (1 - alpha) * ce,
+        "mean_reduction": alpha * soft * F.kl_div(log_s, log_t, reduction="mean", log_target=True)
+        + (1 - alpha) * ce,
         "alpha_swapped": (1 - alpha) * soft * kl + alpha * ce,
         "soft_ce": alpha * soft * kl + (1 - alpha) * F.cross_entropy(s / temp, y),
     }
@@ -91,11 +106,15 @@ def draw_cases(ctx: Context, count: int = 4) -> list[dict]:
     for i in range(count):
         n, c = ctx.rng.randint(4, 9), ctx.rng.randint(3, 10)
         scale = ctx.rng.choice((1.0, 3.0, 6.0))
-        cases.append({"student": [[ctx.rng.gauss(0, scale) for _ in range(c)] for _ in range(n)],
-                      "teacher": [[ctx.rng.gauss(0, scale) for _ in range(c)] for _ in range(n)],
-                      "labels": [ctx.rng.randrange(c) for _ in range(n)],
-                      "temperature": float(ctx.rng.choice((2.0, 3.0, 4.0, 5.0))),
-                      "alpha": 1.0 if i == 0 else float(ctx.rng.choice((0.3, 0.5, 0.7, 0.9)))})  # fmt: skip
+        cases.append(
+            {
+                "student": [[ctx.rng.gauss(0, scale) for _ in range(c)] for _ in range(n)],
+                "teacher": [[ctx.rng.gauss(0, scale) for _ in range(c)] for _ in range(n)],
+                "labels": [ctx.rng.randrange(c) for _ in range(n)],
+                "temperature": float(ctx.rng.choice((2.0, 3.0, 4.0, 5.0))),
+                "alpha": 1.0 if i == 0 else float(ctx.rng.choice((0.3, 0.5, 0.7, 0.9))),
+            }
+        )
     return cases
 
 
@@ -110,9 +129,15 @@ def _results(ctx: Context, cases: list[dict]) -> list[tuple[torch.Tensor, torch.
     if not r.ok:
         raise CheckFailed(stub_reason(r.failure) or f"distillation_loss(...) {r.failure}")
     metas = r.data.get("tensors")
-    expect(isinstance(metas, list) and len(metas) == 2 * len(cases) == len(r.blobs), "the worker's answer was malformed")
+    expect(
+        isinstance(metas, list) and len(metas) == 2 * len(cases) == len(r.blobs),
+        "the worker's answer was malformed",
+    )
     try:
-        tensors = [tensor_from(m if isinstance(m, dict) else {}, raw) for m, raw in zip(metas, r.blobs, strict=True)]
+        tensors = [
+            tensor_from(m if isinstance(m, dict) else {}, raw)
+            for m, raw in zip(metas, r.blobs, strict=True)
+        ]
     except ChannelError as err:
         raise CheckFailed(f"the worker sent a malformed tensor ({err})") from err
     return list(zip(tensors[::2], tensors[1::2], strict=True))
@@ -125,7 +150,9 @@ def _reference(case: dict) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.
     value = kd_loss(s, t, y, case["temperature"], case["alpha"])
     (grad,) = torch.autograd.grad(value, s)
     wrong = {}
-    with warnings.catch_warnings():  # reduction="mean" warns that it is not the KL: that is the mistake
+    with (
+        warnings.catch_warnings()
+    ):  # reduction="mean" warns that it is not the KL: that is the mistake
         warnings.simplefilter("ignore", UserWarning)
         wrong_values = mistakes(s, t, y, case["temperature"], case["alpha"])
     for name, v in wrong_values.items():
@@ -139,8 +166,10 @@ def _diagnose(got: torch.Tensor, wrong: dict[str, torch.Tensor], what: str) -> s
         key = name + ":value" if what == "value" else name
         if _rel(got, wrong[key]) < MATCH:
             return HINTS[name]
-    return ("check each piece: log_softmax of both logits divided by T, F.kl_div(student_log_probs, teacher_probs, "
-            "reduction='batchmean') times T^2 and alpha, plus (1 - alpha) times F.cross_entropy(student_logits, labels)")
+    return (
+        "check each piece: log_softmax of both logits divided by T, F.kl_div(student_log_probs, teacher_probs, "
+        "reduction='batchmean') times T^2 and alpha, plus (1 - alpha) times F.cross_entropy(student_logits, labels)"
+    )
 
 
 def _shown(case: dict) -> str:
@@ -155,9 +184,15 @@ def _check(ctx: Context, what: str) -> None:
         got, want = (value, want_value) if what == "value" else (grad, want_grad)
         err = _rel(got, want)
         if not err <= TOLERANCE:
-            shown = f"{got.item():.6g} vs the grader's {want.item():.6g}" if what == "value" else f"off by {err:.1%}"
-            raise CheckFailed(f"distillation_loss on the grader's {_shown(case)}: the {what} is {shown}: "
-                              f"{_diagnose(got, wrong, what)}.")  # fmt: skip
+            shown = (
+                f"{got.item():.6g} vs the grader's {want.item():.6g}"
+                if what == "value"
+                else f"off by {err:.1%}"
+            )
+            raise CheckFailed(
+                f"distillation_loss on the grader's {_shown(case)}: the {what} is {shown}: "
+                f"{_diagnose(got, wrong, what)}."
+            )
         ctx.ok(f"{_shown(case)}: {what} equal to the grader's reference (relative error {err:.0e})")
 
 
@@ -169,12 +204,25 @@ def check_gradient(ctx: Context) -> None:
     _check(ctx, "gradient")
 
 
-CELL_CHECKS = {"test_loss_value": check_value, "test_loss_gradient": check_gradient, "test_recipe": check_recipe,
-               "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}  # fmt: skip
+CELL_CHECKS = {
+    "test_loss_value": check_value,
+    "test_loss_gradient": check_gradient,
+    "test_recipe": check_recipe,
+    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+}
 NAMES = ("distillation_loss", "distillation_recipe")
 
 
-ASSIGNMENT = Assignment(id="lesson9", notebook="lesson9", object_name="distillation_loss",
-                        performance_cell=None, setup_cell="setup", setup_source=SETUP_SOURCE,
-                        runtime_module="", timeout_s=120, probes="grader.assignments.lesson9.probes",
-                        names=NAMES, cell_checks=CELL_CHECKS)  # fmt: skip
+ASSIGNMENT = Assignment(
+    id="lesson9",
+    notebook="lesson9",
+    object_name="distillation_loss",
+    performance_cell=None,
+    setup_cell="setup",
+    setup_source=SETUP_SOURCE,
+    runtime_module="",
+    timeout_s=120,
+    probes="grader.assignments.lesson9.probes",
+    names=NAMES,
+    cell_checks=CELL_CHECKS,
+)

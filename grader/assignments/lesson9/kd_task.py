@@ -29,7 +29,14 @@ def task_data(seed: int) -> dict[str, torch.Tensor]:
     x = torch.randn(N_TEACHER + N_LABELLED + N_TEST, DIM, generator=g)
     y = (torch.relu(x @ w1) @ w2).argmax(1)
     a, b = N_TEACHER, N_TEACHER + N_LABELLED
-    return {"x_teacher": x[:a], "y_teacher": y[:a], "x": x[a:b], "y": y[a:b], "x_test": x[b:], "y_test": y[b:]}
+    return {
+        "x_teacher": x[:a],
+        "y_teacher": y[:a],
+        "x": x[a:b],
+        "y": y[a:b],
+        "x_test": x[b:],
+        "y_test": y[b:],
+    }
 
 
 def mlp(hidden_layers: int, seed: int) -> nn.Sequential:
@@ -49,7 +56,6 @@ def accuracy(net: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
         return float((net(x).argmax(1) == y).float().mean())
 
 
-
 @functools.lru_cache(maxsize=4)
 def teacher(seed: int) -> nn.Sequential:
     """The teacher of task ``seed``: TEACHER_LAYERS hidden layers trained on the large set."""
@@ -57,7 +63,10 @@ def teacher(seed: int) -> nn.Sequential:
     net = mlp(TEACHER_LAYERS, seed + 1)
     opt = torch.optim.Adam(net.parameters(), lr=LR)
     g = torch.Generator().manual_seed(seed + 2)
-    with one_thread(), torch.enable_grad():  # trained on first use, maybe from inside a no_grad block
+    with (
+        one_thread(),
+        torch.enable_grad(),
+    ):  # trained on first use, maybe from inside a no_grad block
         for _ in range(TEACHER_EPOCHS):
             for idx in torch.randperm(N_TEACHER, generator=g).split(128):
                 opt.zero_grad()
@@ -73,7 +82,9 @@ def student(seed: int, layers: int, init: str) -> nn.Sequential:
         source = _linears(teacher(seed))
         picked = layer_map(TEACHER_LAYERS, layers)  # hidden layers kept, e.g. 4 -> 2: [0, 2]
         with torch.no_grad():
-            for dst, i in zip(_linears(net)[:-1] + [_linears(net)[-1]], [*picked, TEACHER_LAYERS], strict=True):
+            for dst, i in zip(
+                _linears(net)[:-1] + [_linears(net)[-1]], [*picked, TEACHER_LAYERS], strict=True
+            ):
                 dst.load_state_dict(source[i].state_dict())
     return net
 
@@ -92,7 +103,9 @@ def train_student(seed: int, temperature: float, alpha: float, layers: int, init
         for _ in range(EPOCHS):
             for idx in torch.randperm(N_LABELLED, generator=g).split(BATCH):
                 opt.zero_grad()
-                kd_loss(net(data["x"][idx]), cached[idx], data["y"][idx], temperature, alpha).backward()
+                kd_loss(
+                    net(data["x"][idx]), cached[idx], data["y"][idx], temperature, alpha
+                ).backward()
                 opt.step()
         seconds = time.perf_counter() - start
     return {"acc": accuracy(net, data["x_test"], data["y_test"]), "seconds": seconds, "net": net}
@@ -109,6 +122,7 @@ def inference_ab(seed: int, net: nn.Module, pairs: int = 8):
                 for _ in range(4):
                     model(x)
             return 4 * len(x)
+
         return once
 
     with one_thread():

@@ -29,10 +29,14 @@ def probe_loss(worker, cases: list):
         loss = fn(student, teacher, labels, case["temperature"], case["alpha"])
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             got = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
-            raise TypeError(f"distillation_loss must return a scalar tensor (one number), got {got}")
+            raise TypeError(
+                f"distillation_loss must return a scalar tensor (one number), got {got}"
+            )
         if not loss.requires_grad:
-            raise TypeError("distillation_loss returned a tensor with no gradient: compute it from the student's "
-                            "logits with torch operations (no .item(), no .detach())")  # fmt: skip
+            raise TypeError(
+                "distillation_loss returned a tensor with no gradient: compute it from the student's "
+                "logits with torch operations (no .item(), no .detach())"
+            )
         (grad,) = torch.autograd.grad(loss.reshape(()), student)
         for t in (loss.detach().reshape(1), grad):
             meta, raw = tensor_msg(t.double())

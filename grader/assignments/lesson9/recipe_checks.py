@@ -20,18 +20,34 @@ INITS = ("teacher", "scratch")
 
 def validate(recipe) -> tuple[float, float, int, str]:
     shape = '{"temperature": 4.0, "alpha": 0.9, "student_layers": 2, "student_init": "teacher"}'
-    expect(isinstance(recipe, dict) and "not_json" not in recipe,
-           f"distillation_recipe() must return a dict of plain values like {shape}, got {recipe!r:.80}")  # fmt: skip
-    expect(set(recipe) == set(KEYS), f"distillation_recipe() returned the keys {sorted(recipe)}; expected exactly "
-                                     f"{list(KEYS)}, e.g. {shape}")  # fmt: skip
+    expect(
+        isinstance(recipe, dict) and "not_json" not in recipe,
+        f"distillation_recipe() must return a dict of plain values like {shape}, got {recipe!r:.80}",
+    )
+    expect(
+        set(recipe) == set(KEYS),
+        f"distillation_recipe() returned the keys {sorted(recipe)}; expected exactly "
+        f"{list(KEYS)}, e.g. {shape}",
+    )
     temp, alpha, layers, init = (recipe[k] for k in KEYS)
     number = (int, float)
-    expect(isinstance(temp, number) and not isinstance(temp, bool) and math.isfinite(temp) and 0 < temp <= 100,
-           f"temperature must be a number in (0, 100], got {temp!r}")  # fmt: skip
-    expect(isinstance(alpha, number) and not isinstance(alpha, bool) and 0 <= alpha <= 1,
-           f"alpha must be a number in [0, 1], got {alpha!r}")  # fmt: skip
-    expect(isinstance(layers, int) and not isinstance(layers, bool) and 1 <= layers <= kt.TEACHER_LAYERS,
-           f"student_layers must be an int from 1 to {kt.TEACHER_LAYERS} (the teacher's depth), got {layers!r}")
+    expect(
+        isinstance(temp, number)
+        and not isinstance(temp, bool)
+        and math.isfinite(temp)
+        and 0 < temp <= 100,
+        f"temperature must be a number in (0, 100], got {temp!r}",
+    )
+    expect(
+        isinstance(alpha, number) and not isinstance(alpha, bool) and 0 <= alpha <= 1,
+        f"alpha must be a number in [0, 1], got {alpha!r}",
+    )
+    expect(
+        isinstance(layers, int)
+        and not isinstance(layers, bool)
+        and 1 <= layers <= kt.TEACHER_LAYERS,
+        f"student_layers must be an int from 1 to {kt.TEACHER_LAYERS} (the teacher's depth), got {layers!r}",
+    )
     expect(init in INITS, f"student_init must be one of {list(INITS)}, got {init!r}")
     return float(temp), float(alpha), layers, init
 
@@ -51,27 +67,43 @@ def check_recipe(ctx: Context) -> None:
     if not r.ok:
         raise CheckFailed(stub_reason(r.failure) or f"distillation_recipe() {r.failure}")
     temp, alpha, layers, init = validate(r.data.get("recipe"))
-    ctx.ok(f"recipe: T = {temp:g}, alpha = {alpha:g}, student of {layers} hidden layers from {init} "
-           f"(teacher: {kt.TEACHER_LAYERS})")
+    ctx.ok(
+        f"recipe: T = {temp:g}, alpha = {alpha:g}, student of {layers} hidden layers from {init} "
+        f"(teacher: {kt.TEACHER_LAYERS})"
+    )
     gaps, lines, first = [], [], None
     for i in range(SEEDS):
         seed = ctx.rng.randrange(1 << 20)
         mine = kt.train_student(seed, temp, alpha, layers, init)
         base = kt.train_student(seed, 1.0, 0.0, layers, init)
-        teacher_acc = kt.accuracy(kt.teacher(seed), *(kt.task_data(seed)[k] for k in ("x_test", "y_test")))
+        teacher_acc = kt.accuracy(
+            kt.teacher(seed), *(kt.task_data(seed)[k] for k in ("x_test", "y_test"))
+        )
         gaps.append(mine["acc"] - base["acc"])
-        lines.append(f"task {i + 1}: teacher {teacher_acc:.1%}, labels alone {base['acc']:.1%}, yours {mine['acc']:.1%}")
+        lines.append(
+            f"task {i + 1}: teacher {teacher_acc:.1%}, labels alone {base['acc']:.1%}, yours {mine['acc']:.1%}"
+        )
         first = first or (seed, mine["net"])
     gap = sum(gaps) / len(gaps)
     report = "; ".join(lines)
-    expect(gap >= MARGIN, f"{report}. Your student beat the same student on labels alone by {gap * 100:+.1f} pp on "
-                          f"average, less than the {MARGIN * 100:.0f} pp required: {_why(temp, alpha)}.")  # fmt: skip
-    ctx.ok(f"{report}: {gap * 100:+.1f} pp over labels alone on average (>= {MARGIN * 100:.0f} pp; "
-           f"{kt.N_LABELLED} labelled samples x {kt.EPOCHS} epochs for both)")
+    expect(
+        gap >= MARGIN,
+        f"{report}. Your student beat the same student on labels alone by {gap * 100:+.1f} pp on "
+        f"average, less than the {MARGIN * 100:.0f} pp required: {_why(temp, alpha)}.",
+    )
+    ctx.ok(
+        f"{report}: {gap * 100:+.1f} pp over labels alone on average (>= {MARGIN * 100:.0f} pp; "
+        f"{kt.N_LABELLED} labelled samples x {kt.EPOCHS} epochs for both)"
+    )
     ab = kt.inference_ab(*first)
-    expect(ab.ci_low > 1.0, f"inference: your student runs at {ab.ratio:.2f}x the teacher's speed (95% interval "
-                            f"{ab.ci_low:.2f}-{ab.ci_high:.2f}x, {ab.pairs} interleaved pairs, one thread): not "
-                            f"measurably faster. A student as deep as the teacher saves nothing at inference; "
-                            f"keep fewer layers (DistilBERT keeps every other one)")  # fmt: skip
-    ctx.ok(f"inference: {ab.ratio:.2f}x the teacher's speed (95% interval {ab.ci_low:.2f}-{ab.ci_high:.2f}x, "
-           f"{ab.pairs} interleaved pairs, one thread, grader's measurement)")
+    expect(
+        ab.ci_low > 1.0,
+        f"inference: your student runs at {ab.ratio:.2f}x the teacher's speed (95% interval "
+        f"{ab.ci_low:.2f}-{ab.ci_high:.2f}x, {ab.pairs} interleaved pairs, one thread): not "
+        f"measurably faster. A student as deep as the teacher saves nothing at inference; "
+        f"keep fewer layers (DistilBERT keeps every other one)",
+    )
+    ctx.ok(
+        f"inference: {ab.ratio:.2f}x the teacher's speed (95% interval {ab.ci_low:.2f}-{ab.ci_high:.2f}x, "
+        f"{ab.pairs} interleaved pairs, one thread, grader's measurement)"
+    )

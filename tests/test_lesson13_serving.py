@@ -13,9 +13,9 @@ import time
 import numpy as np
 import onnx
 import pytest
-from exercise_cells import InProcess, grade_in_process, solution_cells  # noqa: E402  (tests/ is on sys.path)
+from exercise_cells import InProcess, grade_in_process, solution_cells, solution_path  # noqa: E402  (tests/ is on sys.path)
 from onnx import TensorProto, helper, numpy_helper
-from test_lesson13_exercise import _EXPORT, SOLUTION  # noqa: E402
+from test_lesson13_exercise import _EXPORT  # noqa: E402
 
 from grader import assignments
 from grader.assignments.lesson13 import artifact
@@ -23,6 +23,7 @@ from grader.assignments.lesson13 import probes as lesson13_probes
 from grader.scoring.checks import CheckFailed
 
 A = assignments.get("lesson13")
+SOLUTION = solution_path("lesson13")
 GRADED = ["test_artifact", "test_accuracy", "test_latency"]
 DIM, CLASSES = 4, 3
 

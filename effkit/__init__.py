@@ -4,7 +4,7 @@ Importing it fails with a clear message below ``MIN_TORCH`` (pyproject.toml decl
 transformers 5 turns PyTorch off below 2.6, which would otherwise break the BERT workload deep inside a lesson.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+import importlib.metadata
 
 MIN_TORCH = (2, 6)
 
@@ -12,8 +12,8 @@ MIN_TORCH = (2, 6)
 def _check_torch() -> None:
     # from the installed metadata: no torch import here (workers import effkit and start fast)
     try:
-        found = version("torch")
-    except PackageNotFoundError:  # a torch built from source or vendored: nothing to compare
+        found = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:  # a torch built from source or vendored: nothing to compare
         return
     parts = found.split("+")[0].split(".")
     numbers = tuple(int(p) for p in parts[:2] if p.isdigit())

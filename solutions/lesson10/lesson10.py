@@ -121,7 +121,8 @@ check_my_work("test_diagnose", "lesson10.ipynb")
 # def slow_step(model, inputs, targets, lr, weight_decay):
 #     """One SGD step with weight decay on the mean cross-entropy of the batch; returns the mean loss."""
 #     params = list(model.parameters())
-#     grads = [torch.zeros(p.shape, dtype=torch.float64) for p in params]  # float64 where float32 does
+#     # float64 where float32 would do
+#     grads = [torch.zeros(p.shape, dtype=torch.float64) for p in params]
 #     total = 0.0
 #     for i in range(len(inputs)):  # one sample at a time: hundreds of tiny operators per step
 #         x = torch.tensor(inputs[i].tolist()).unsqueeze(0)  # to a Python list and back: a new tensor
@@ -131,7 +132,8 @@ check_my_work("test_diagnose", "lesson10.ipynb")
 #             g += sample_grad.double()
 #         total += loss.item()  # and another
 #     with torch.no_grad():
-#         for p, g in zip(params, grads, strict=True):  # a Python loop over the parameters, small operators each
+#         # a Python loop over the parameters, small operators each
+#         for p, g in zip(params, grads, strict=True):
 #             update = (g / len(inputs)).float() + weight_decay * p
 #             p -= lr * update
 #     return total / len(inputs)

@@ -433,17 +433,5 @@ CELL_CHECKS = {
 NAMES = ("train_ddp", "train_sharded")
 
 ASSIGNMENT = Assignment(
-    id="lesson11",
-    notebook="lesson11",
-    object_name="train_ddp",
-    performance_cell=None,
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
-    runtime_module="",
-    timeout_s=120,
-    probes="grader.assignments.lesson11.probes",
-    names=NAMES,
-    cell_checks=CELL_CHECKS,
-    loopback=True,
-    cpu_only=True,
+    "lesson11", "train_ddp", SETUP_SOURCE, CELL_CHECKS, names=NAMES, loopback=True, cpu_only=True
 )

@@ -338,19 +338,15 @@ TARGETS = {
 
 
 ASSIGNMENT = Assignment(
-    id="lesson2",
-    notebook="lesson2",
-    object_name="FastPipeline",
+    "lesson2",
+    "FastPipeline",
+    SETUP_SOURCE,
+    CELL_CHECKS,
     performance_cell="test_speed",
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
     runtime_module="grader.assignments.lesson2.runtime",
     specs=SPECS,
-    timeout_s=120,
     targets=TARGETS,
-    probes="grader.assignments.lesson2.probes",
     names=("FastPipeline",),
-    cell_checks=CELL_CHECKS,
     speed_gate=("test_contract", "not_the_reference"),
     reference_names=("DevicePipeline",),
 )

@@ -6,7 +6,6 @@ Every entry point replays stderr on stdout: nbgrader scores a test cell with any
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
 
@@ -90,19 +89,6 @@ TARGETS = {
     "cpu-fp32": {"target": 0.9, "floor": 0.7},
 }
 
-
-ASSIGNMENT = Assignment(
-    id="lesson3",
-    notebook="lesson3",
-    object_name="amp_train_step",
-    performance_cell="test_speed",
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
-    runtime_module="grader.assignments.lesson3.runtime",
-    specs=SPECS,
-    timeout_s=120,
-    targets=TARGETS,
-)
 
 CASES = (  # (caps, expected mode, why)
     (dict(type="cpu", name="Xeon with AMX", bf16=True), "bf16", "a CPU with bf16"),
@@ -617,11 +603,16 @@ CELL_CHECKS = {
     "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
     "not_the_reference": cell_not_the_reference,
 }
-ASSIGNMENT = dataclasses.replace(
-    ASSIGNMENT,
-    probes="grader.assignments.lesson3.probes",
+ASSIGNMENT = Assignment(
+    "lesson3",
+    "amp_train_step",
+    SETUP_SOURCE,
+    CELL_CHECKS,
     names=("choose_policy", "make_scaler", "amp_train_step"),
-    cell_checks=CELL_CHECKS,
+    performance_cell="test_speed",
+    runtime_module="grader.assignments.lesson3.runtime",
+    specs=SPECS,
+    targets=TARGETS,
     speed_gate=("test_policy", "test_step", "test_scaler", "not_the_reference"),
     reference_names=("default_train_step",),
 )

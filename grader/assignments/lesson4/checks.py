@@ -208,16 +208,4 @@ CELL_CHECKS = {
 NAMES = ("train_accumulated", "choose_recipe")
 
 
-ASSIGNMENT = Assignment(
-    id="lesson4",
-    notebook="lesson4",
-    object_name="train_accumulated",
-    performance_cell=None,
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
-    runtime_module="",
-    timeout_s=120,
-    probes="grader.assignments.lesson4.probes",
-    names=NAMES,
-    cell_checks=CELL_CHECKS,
-)
+ASSIGNMENT = Assignment("lesson4", "train_accumulated", SETUP_SOURCE, CELL_CHECKS, names=NAMES)

@@ -228,16 +228,11 @@ NAMES = ("checkpointed_forward", "plan_checkpointing")
 
 
 ASSIGNMENT = Assignment(
-    id="lesson5",
-    notebook="lesson5",
-    object_name="plan_checkpointing",
-    performance_cell=None,
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
-    runtime_module="",
+    "lesson5",
+    "plan_checkpointing",
+    SETUP_SOURCE,
+    CELL_CHECKS,
     timeout_s=180,
-    probes="grader.assignments.lesson5.probes",
     names=NAMES,
-    cell_checks=CELL_CHECKS,
     cpu_only=True,
 )

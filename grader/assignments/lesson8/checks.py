@@ -315,15 +315,5 @@ NAMES = ("LoRALinear", "inject_lora", "lora_recipe")
 
 
 ASSIGNMENT = Assignment(
-    id="lesson8",
-    notebook="lesson8",
-    object_name="inject_lora",
-    performance_cell=None,
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
-    runtime_module="",
-    timeout_s=180,
-    probes="grader.assignments.lesson8.probes",
-    names=NAMES,
-    cell_checks=CELL_CHECKS,
+    "lesson8", "inject_lora", SETUP_SOURCE, CELL_CHECKS, timeout_s=180, names=NAMES
 )

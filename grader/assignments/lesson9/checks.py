@@ -213,16 +213,4 @@ CELL_CHECKS = {
 NAMES = ("distillation_loss", "distillation_recipe")
 
 
-ASSIGNMENT = Assignment(
-    id="lesson9",
-    notebook="lesson9",
-    object_name="distillation_loss",
-    performance_cell=None,
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
-    runtime_module="",
-    timeout_s=120,
-    probes="grader.assignments.lesson9.probes",
-    names=NAMES,
-    cell_checks=CELL_CHECKS,
-)
+ASSIGNMENT = Assignment("lesson9", "distillation_loss", SETUP_SOURCE, CELL_CHECKS, names=NAMES)

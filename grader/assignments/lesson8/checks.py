@@ -13,13 +13,12 @@ import torch
 from grader.assignments.lesson8 import lora_task as lt
 from grader.kit.checks import (
     Assignment,
-    ChannelError,
     CheckFailed,
     Context,
     expect,
     quiz_check,
+    received_tensor,
     stub_reason,
-    tensor_from,
 )
 
 TOLERANCE = 1e-5  # relative error against peft: the same arithmetic
@@ -61,13 +60,7 @@ def _tensors(r) -> dict[str, torch.Tensor]:
     expect(
         isinstance(meta, dict) and len(meta) == len(r.blobs), "the worker's answer was malformed"
     )
-    try:
-        return {
-            k: tensor_from(m if isinstance(m, dict) else {}, raw)
-            for (k, m), raw in zip(meta.items(), r.blobs, strict=True)
-        }
-    except ChannelError as err:
-        raise CheckFailed(f"the worker sent a malformed tensor ({err})") from err
+    return {k: received_tensor(m, raw) for (k, m), raw in zip(meta.items(), r.blobs, strict=True)}
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -109,34 +109,27 @@ EpochAudit = StepAudit  # the name grader.sandbox.worker instantiates
 def build_trainer(
     learner_obj, audit: StepAudit, data_dir: str, device: str, seed: int, profile: str, hooks: dict
 ):
-    if learner_obj is None:  # the baseline: fp32, effkit's reference step
-        trainer = bert.build(
+    def build(precision: str, step):
+        return bert.build(
             "naive",
             profile,
             data_dir=data_dir,
             device=device,
             seed=seed,
-            precision="off",
-            train_step=audit.wrap(default_train_step),
+            precision=precision,
+            train_step=audit.wrap(step),
             **hooks,
         )
+
+    if learner_obj is None:  # the baseline: fp32, effkit's reference step
+        trainer = build("off", default_train_step)
     else:
         choose_policy, make_scaler = _learner_parts(learner_obj)
         policy = choose_policy(DeviceCaps.detect(device))
-        trainer = bert.build(
-            "naive",
-            profile,
-            data_dir=data_dir,
-            device=device,
-            seed=seed,
-            precision=policy.mode,
-            train_step=audit.wrap(learner_obj),
-            **hooks,
-        )
+        trainer = build(policy.mode, learner_obj)
         trainer.scaler = make_scaler(trainer.policy)  # the learner's scaler choice, not effkit's
-    trainer.pipeline = (
-        None  # the worker drains trainer.pipeline; the recipe's loader is not audited
-    )
+    # the worker drains trainer.pipeline; the recipe's loader is not audited
+    trainer.pipeline = None
     audit.steps_per_epoch = trainer.steps_per_epoch
     return trainer
 

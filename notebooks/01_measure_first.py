@@ -70,39 +70,12 @@ DEVICE = lesson.device()
 DEVICE_NAME = device_name(DEVICE)
 # This lesson's experiment sizes per profile; the recipes' own sizes live in their profiles.
 SIZES = {
-    "smoke": dict(
-        steps=2,
-        repeats=3,
-        batches=(100, 800),
-        ab_steps=1,
-        epochs=2,
-        target=0.80,
-        wait_steps=8,
-        pipe_steps=3,
-        pairs=6,
-    ),
-    "cpu": dict(
-        steps=3,
-        repeats=3,
-        batches=(250, 1000),
-        ab_steps=1,
-        epochs=1,
-        target=None,
-        wait_steps=8,
-        pipe_steps=2,
-        pairs=6,
-    ),
-    "gpu": dict(
-        steps=20,
-        repeats=5,
-        batches=(1024, 8192),
-        ab_steps=10,
-        epochs=12,
-        target=None,
-        wait_steps=None,
-        pipe_steps=20,
-        pairs=10,
-    ),
+    "smoke": dict(steps=2, repeats=3, batches=(100, 800), ab_steps=1, epochs=2, target=0.80,
+                  wait_steps=8, pipe_steps=3, pairs=6),
+    "cpu": dict(steps=3, repeats=3, batches=(250, 1000), ab_steps=1, epochs=1, target=None,
+                wait_steps=8, pipe_steps=2, pairs=6),
+    "gpu": dict(steps=20, repeats=5, batches=(1024, 8192), ab_steps=10, epochs=12, target=None,
+                wait_steps=None, pipe_steps=20, pairs=10),
 }[PROFILE]
 DOLLARS_PER_HOUR = 3.00 if DEVICE.type == "cuda" else 0.10  # example prices: put in yours
 print(f"profile {PROFILE!r} on {DEVICE_NAME}")
@@ -203,22 +176,11 @@ for i, who in enumerate(order):
 for p in range(6):
     ax.annotate(f"pair {p + 1}", (2 * p + 1, -0.55), ha="center", fontsize=8)
 ax.annotate("", xy=(12, 0.62), xytext=(0, 0.62), arrowprops=dict(arrowstyle="->", color="gray"))
-ax.text(
-    6,
-    0.75,
-    "time: slow drift (a neighbour's job, throttling) hits A and B alike",
-    ha="center",
-    fontsize=9,
-    color="gray",
-)
-ax.set(
-    xlim=(-0.2, 12.2),
-    ylim=(-0.9, 1.0),
-    yticks=[],
-    xticks=[],
-    title="effkit.abtest.compare: warm-up, then pairs in ABBA order; "
-    "ratio per pair = speed B / speed A",
-)
+ax.text(6, 0.75, "time: slow drift (a neighbour's job, throttling) hits A and B alike",
+        ha="center", fontsize=9, color="gray")
+ax.set(xlim=(-0.2, 12.2), ylim=(-0.9, 1.0), yticks=[], xticks=[],
+       title="effkit.abtest.compare: warm-up, then pairs in ABBA order; "
+             "ratio per pair = speed B / speed A")
 for side in ("top", "right", "left", "bottom"):
     ax.spines[side].set_visible(False)
 plt.show()
@@ -240,15 +202,9 @@ def fast_recipe(batch):
 
 
 a, b, k = fast_recipe(small), fast_recipe(big), SIZES["ab_steps"]
-batch_ab = lesson.ab(
-    f"batch {small} vs {big}",
-    lambda: a.train_steps(k).samples,
-    lambda: b.train_steps(k).samples,
-    pairs=SIZES["pairs"],
-    a_label=f"batch {small}",
-    b_label=f"batch {big}",
-    unit="images/s",
-)
+batch_ab = lesson.ab(f"batch {small} vs {big}", lambda: a.train_steps(k).samples,
+                     lambda: b.train_steps(k).samples, pairs=SIZES["pairs"],
+                     a_label=f"batch {small}", b_label=f"batch {big}", unit="images/s")
 lesson.check_guess(GUESS_BIG_BATCH_SPEEDUP, batch_ab.ratio, "big-batch speed-up", "{:.2f}x")
 
 # %% [markdown]
@@ -260,7 +216,8 @@ lesson.check_guess(GUESS_BIG_BATCH_SPEEDUP, batch_ab.ratio, "big-batch speed-up"
 runs = {}
 for batch in (small, big):
     trainer = fast_recipe(batch)
-    runs[batch] = train_to_target(trainer, eval_every=trainer.eval_every, device_label=DEVICE_NAME)
+    runs[batch] = train_to_target(trainer, eval_every=trainer.eval_every,
+                                  device_label=DEVICE_NAME)
 
 
 # %%
@@ -279,13 +236,11 @@ for batch, run in runs.items():
     per_epoch = run.train_seconds / (run.samples / run.config["n_train"])
     spent = run.time_to_target_s or run.train_seconds
     needed = epochs_to_target(run, batch)
-    print(
-        f"batch {batch:5d}: epoch {per_epoch:5.1f} s, time-to-target "
-        f"{fmt_s(run.time_to_target_s):>11} after "
-        f"{'-' if needed is None else f'{needed:.2f}'} epochs,"
-        f" cost ${cost_to_target(spent, DOLLARS_PER_HOUR):.5f} at ${DOLLARS_PER_HOUR:.2f}/h,"
-        f" final accuracy {run.accuracy:.1%}"
-    )
+    print(f"batch {batch:5d}: epoch {per_epoch:5.1f} s, time-to-target "
+          f"{fmt_s(run.time_to_target_s):>11} after "
+          f"{'-' if needed is None else f'{needed:.2f}'} epochs,"
+          f" cost ${cost_to_target(spent, DOLLARS_PER_HOUR):.5f} at ${DOLLARS_PER_HOUR:.2f}/h,"
+          f" final accuracy {run.accuracy:.1%}")
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
@@ -314,33 +269,25 @@ elif ttt_big is None:
 elif big_later:
     ttt_words = f"batch {big} reached the target later ({fmt_s(ttt_big)} vs {fmt_s(ttt_small)})"
 else:
-    ttt_words = f"batch {big} reached the target no later ({fmt_s(ttt_big)} vs {fmt_s(ttt_small)})"
+    ttt_words = (f"batch {big} reached the target no later ({fmt_s(ttt_big)} vs"
+                 f" {fmt_s(ttt_small)})")
 speed_word = batch_ab.verdict.word
 if speed_word == "faster" and big_later:
-    batch_conclusion = (
-        f"batch {big} is faster per image, yet {ttt_words}: epoch time would"
-        " have picked the wrong recipe"
-    )
+    batch_conclusion = (f"batch {big} is faster per image, yet {ttt_words}: epoch time would"
+                        " have picked the wrong recipe")
 elif speed_word == "faster":
-    batch_conclusion = (
-        f"batch {big} is faster per image and {ttt_words}: here the two"
-        " agree, which you only know because you measured both"
-    )
+    batch_conclusion = (f"batch {big} is faster per image and {ttt_words}: here the two"
+                        " agree, which you only know because you measured both")
 else:
-    batch_conclusion = (
-        f"throughput: {speed_word} (batch {big} vs {small}); time-to-target: {ttt_words}"
-    )
+    batch_conclusion = (f"throughput: {speed_word} (batch {big} vs {small}); time-to-target:"
+                        f" {ttt_words}")
 needed = {batch: epochs_to_target(run, batch) for batch, run in runs.items()}
 if all(needed.values()):
-    batch_conclusion += (
-        f"; epochs to the target: {needed[big]:.2f} at batch {big} vs"
-        f" {needed[small]:.2f} at batch {small}"
-    )
+    batch_conclusion += (f"; epochs to the target: {needed[big]:.2f} at batch {big} vs"
+                         f" {needed[small]:.2f} at batch {small}")
 print(batch_conclusion)
-print(
-    "(time-to-target: one run per batch size, so training noise between seeds is not"
-    " covered: repeat with other seeds before generalising)"
-)
+print("(time-to-target: one run per batch size, so training noise between seeds is not"
+      " covered: repeat with other seeds before generalising)")
 
 # %% [markdown]
 # Cost-to-target is time-to-target times the price per hour (`cost_to_target`). A run that never
@@ -361,10 +308,8 @@ y = torch.zeros(8, dtype=torch.int64, device=DEVICE)
 flops_per_image = train_flops(lambda: loss_fn(model(x), y).backward()) / len(x)
 model.zero_grad(set_to_none=True)
 print(f"naive CIFAR: {flops_per_image / 1e6:.1f} MFLOP per training image (fwd + bwd)")
-print(
-    f"naive BERT : {naive_bert.flops_per_sample / 1e6:.1f} MFLOP per sentence, "
-    f"padded to {padded_length:.0f} tokens"
-)
+print(f"naive BERT : {naive_bert.flops_per_sample / 1e6:.1f} MFLOP per sentence, "
+      f"padded to {padded_length:.0f} tokens")
 
 # %% [markdown]
 # Both naive recipes ask for fp32, but what the hardware computes in can differ: on an NVIDIA GPU
@@ -391,28 +336,20 @@ bert_peak, bert_peak_source = lesson.peak_flops_for(DEVICE, bert_precision)
 low_peak, low_source = lesson.peak_flops_for(DEVICE, "bf16")
 cifar_mfu = mfu(flops_per_image, cifar_sps, peak)
 bert_mfu = mfu(naive_bert.flops_per_sample, bert_sps, bert_peak)
-for label, prec, pk, source in [
-    ("CIFAR", cifar_precision, peak, peak_source),
-    ("BERT", bert_precision, bert_peak, bert_peak_source),
-]:
+for label, prec, pk, source in [("CIFAR", cifar_precision, peak, peak_source),
+                               ("BERT", bert_precision, bert_peak, bert_peak_source)]:
     shown = "unknown" if pk is None else f"{pk / 1e12:.3f} TFLOP/s"
     print(f"{label} runs in {prec}: peak {shown} — {source} ({DEVICE_NAME})")
 print(f"MFU naive CIFAR: {cifar_mfu:.1%}")
-print(
-    f"MFU naive BERT : {bert_mfu:.1%} counting padding;"
-    f" {bert_mfu * (1 - pad_share):.1%} on real tokens only"
-)
+print(f"MFU naive BERT : {bert_mfu:.1%} counting padding;"
+      f" {bert_mfu * (1 - pad_share):.1%} on real tokens only")
 lesson.check_guess(GUESS_MFU, cifar_mfu, "naive CIFAR MFU", "{:.1%}")
 if low_peak:
-    print(
-        f"this device's bf16 peak: {low_peak / 1e12:.3f} TFLOP/s ({low_source}): against it the"
-        f" same run would score {cifar_mfu * peak / low_peak:.2%} — the headroom lesson 3 chases"
-    )
+    print(f"this device's bf16 peak: {low_peak / 1e12:.3f} TFLOP/s ({low_source}): against it the"
+          f" same run would score {cifar_mfu * peak / low_peak:.2%} — the headroom lesson 3 chases")
 else:
-    print(
-        f"no bf16 peak here ({low_source}): 16-bit arithmetic has no faster unit on this"
-        " device to chase — lesson 3 measures what that means"
-    )
+    print(f"no bf16 peak here ({low_source}): 16-bit arithmetic has no faster unit on this"
+          " device to chase — lesson 3 measures what that means")
 
 # %% [markdown]
 # A low MFU says how much room there is, not where the time goes. The next two sections look for
@@ -433,10 +370,8 @@ for x, y in tqdm(split.wrap(steps), total=SIZES["wait_steps"] or len(naive_cifar
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
-print(
-    f"naive CIFAR on {DEVICE_NAME}: {split.total_s:.1f} s, of which "
-    f"{split.data_s:.1f} s waiting for data = {split.data_share:.0%}"
-)
+print(f"naive CIFAR on {DEVICE_NAME}: {split.total_s:.1f} s, of which "
+      f"{split.data_s:.1f} s waiting for data = {split.data_share:.0%}")
 
 # %% [markdown]
 # A fresh epoch also restarts the DataLoader's worker processes: a real cost of this recipe,
@@ -478,15 +413,9 @@ def without_pipeline():
     return sum(step_on(fixed_x, fixed_y) for _ in range(step_batches))
 
 
-pipeline_ab = lesson.ab(
-    "naive CIFAR: with vs without its input pipeline",
-    with_pipeline,
-    without_pipeline,
-    pairs=SIZES["pairs"],
-    a_label="with the pipeline",
-    b_label="compute only",
-    unit="images/s",
-)
+pipeline_ab = lesson.ab("naive CIFAR: with vs without its input pipeline", with_pipeline,
+                        without_pipeline, pairs=SIZES["pairs"], a_label="with the pipeline",
+                        b_label="compute only", unit="images/s")
 
 
 def lost_share(result):
@@ -495,10 +424,8 @@ def lost_share(result):
 
 
 pipe_share = lost_share(pipeline_ab)
-print(
-    f"time lost to the input pipeline: {pipe_share[0]:.0%} (interval {pipe_share[1]:.0%}-"
-    f"{pipe_share[2]:.0%}); the data-wait timer saw {split.data_share:.0%}"
-)
+print(f"time lost to the input pipeline: {pipe_share[0]:.0%} (interval {pipe_share[1]:.0%}-"
+      f"{pipe_share[2]:.0%}); the data-wait timer saw {split.data_share:.0%}")
 
 # Each A burst starts a fresh pass over the pipeline: it pays one worker start-up per burst,
 # where the recipe pays one per epoch. How much of the loss is that start-up?
@@ -511,11 +438,9 @@ startup_s = statistics.median(starts)
 a_burst_s = step_batches * len(fixed_y) / pipeline_ab.a_median
 b_burst_s = step_batches * len(fixed_y) / pipeline_ab.b_median
 steady = max(0.0, 1 - b_burst_s / max(a_burst_s - startup_s, b_burst_s))
-print(
-    f"worker start-up + first batch: {startup_s:.2f} s (median of 3), in every {step_batches}-step"
-    f" A burst; the recipe pays it once per {naive_cifar.steps_per_epoch} steps."
-    f" Without it, roughly {steady:.0%} of the step time (an estimate: no interval)"
-)
+print(f"worker start-up + first batch: {startup_s:.2f} s (median of 3), in every {step_batches}-step"
+      f" A burst; the recipe pays it once per {naive_cifar.steps_per_epoch} steps."
+      f" Without it, roughly {steady:.0%} of the step time (an estimate: no interval)")
 
 # %% [markdown]
 # Weigh per-epoch costs as the recipe does: the A/B above pays a worker start-up every few steps,
@@ -541,10 +466,8 @@ print(f"trace written to {prof.trace.resolve()}")
 print(f"top operators by self time, 3 steps on {DEVICE_NAME}:")
 for name, ms in prof.top_ops[:8]:
     print(f"{ms:10.1f} ms  {name}")
-print(
-    f"{prof.outside_ops_ms:10.1f} ms  outside every operator (the `ProfilerStep#` wrapper's self"
-    " time: Python and waiting for data)"
-)
+print(f"{prof.outside_ops_ms:10.1f} ms  outside every operator (the `ProfilerStep#` wrapper's self"
+      " time: Python and waiting for data)")
 
 # %% [markdown]
 # **Open the trace:** go to <https://ui.perfetto.dev>, click *Open trace file* and pick
@@ -566,63 +489,40 @@ print(
 # %%
 corpus = naive_bert.eval_sets[naive_bert.eval_split]  # held-out sentences: same lengths as train
 rows = torch.randperm(len(corpus), generator=torch.Generator().manual_seed(0))[
-    : naive_bert.describe()["batch_size"]
-].numpy()
+    : naive_bert.describe()["batch_size"]].numpy()
 trimmed = batching.pad_batch(corpus, rows)
 pad_to = 128 - trimmed["input_ids"].shape[1]
-padded = {
-    k: F.pad(v, (0, pad_to), value=corpus.pad_id if k == "input_ids" else 0) if v.dim() == 2 else v
-    for k, v in trimmed.items()
-}
-print(
-    f"one batch of {len(rows)} sentences: padded to 128 vs to {trimmed['input_ids'].shape[1]}"
-    " tokens"
-)
+padded = {k: F.pad(v, (0, pad_to), value=corpus.pad_id if k == "input_ids" else 0)
+          if v.dim() == 2 else v for k, v in trimmed.items()}
+print(f"one batch of {len(rows)} sentences: padded to 128 vs to {trimmed['input_ids'].shape[1]}"
+      " tokens")
 
 
 def bert_steps(batch, n=SIZES["pipe_steps"]):
     batch = {k: v.to(DEVICE) for k, v in batch.items()}
     for _ in range(n):
-        default_train_step(
-            naive_bert.model,
-            batch,
-            naive_bert.optimizer,
-            naive_bert.policy,
-            naive_bert.scaler,
-            MAX_GRAD_NORM,
-        )
+        default_train_step(naive_bert.model, batch, naive_bert.optimizer, naive_bert.policy,
+                           naive_bert.scaler, MAX_GRAD_NORM)
     return n * len(rows)
 
 
-padding_ab = lesson.ab(
-    "naive BERT: padded to 128 vs dynamic padding",
-    lambda: bert_steps(padded),
-    lambda: bert_steps(trimmed),
-    pairs=SIZES["pairs"],
-    a_label="padded to 128",
-    b_label="dynamic padding",
-    unit="sentences/s",
-)
+padding_ab = lesson.ab("naive BERT: padded to 128 vs dynamic padding", lambda: bert_steps(padded),
+                       lambda: bert_steps(trimmed), pairs=SIZES["pairs"], a_label="padded to 128",
+                       b_label="dynamic padding", unit="sentences/s")
 pad_time = lost_share(padding_ab)
-print(
-    f"time lost to padding: {pad_time[0]:.0%} (interval {pad_time[1]:.0%}-{pad_time[2]:.0%});"
-    f" {pad_share:.0%} of the tokens were padding"
-)
+print(f"time lost to padding: {pad_time[0]:.0%} (interval {pad_time[1]:.0%}-{pad_time[2]:.0%});"
+      f" {pad_share:.0%} of the tokens were padding")
 
 # %%
-waste = {
-    f"CIFAR: input pipeline (start-up every {step_batches} steps)": (pipe_share, "lesson 2"),
-    "BERT: padding to 128 tokens": (pad_time, "lesson 7"),
-}
+waste = {f"CIFAR: input pipeline (start-up every {step_batches} steps)": (pipe_share, "lesson 2"),
+         "BERT: padding to 128 tokens": (pad_time, "lesson 7")}
 
 
 def waste_verdict(name, share, fixed_in):
     """One workload's measured waste, worded only as far as its interval allows."""
     mid, lo, hi = share
     if lo > 0:
-        return (
-            f"{name}: {mid:.0%} of its step time (interval {lo:.0%}-{hi:.0%}) — fixed in {fixed_in}"
-        )
+        return f"{name}: {mid:.0%} of its step time (interval {lo:.0%}-{hi:.0%}) — fixed in {fixed_in}"
     return f"{name}: no evidence of time lost (interval {lo:.0%}-{hi:.0%} includes 0)"
 
 
@@ -632,24 +532,17 @@ top_op = prof.top_ops[0][0]
 print(f"Measured waste on {DEVICE_NAME}, each a share of its own workload's step time:")
 for line in verdicts:
     print(f"* {line}")
-print(
-    f"The profiler's most expensive operator in the naive CIFAR step: {top_op}"
-    f" ({prof.top_ops[0][1]:.1f} ms; {prof.outside_ops_ms:.1f} ms outside every operator)"
-)
+print(f"The profiler's most expensive operator in the naive CIFAR step: {top_op}"
+      f" ({prof.top_ops[0][1]:.1f} ms; {prof.outside_ops_ms:.1f} ms outside every operator)")
 
 fig, ax = plt.subplots(figsize=(7, 2.4))
 names = list(waste)
 mids = [100 * share[0] for share, _ in waste.values()]
-err = [
-    [100 * (share[0] - share[1]) for share, _ in waste.values()],
-    [100 * (share[2] - share[0]) for share, _ in waste.values()],
-]
+err = [[100 * (share[0] - share[1]) for share, _ in waste.values()],
+       [100 * (share[2] - share[0]) for share, _ in waste.values()]]
 ax.barh(names, mids, xerr=err, capsize=5, color="tab:red")
-ax.set(
-    xlabel="% of training time lost (median, interval)",
-    xlim=(0, 100),
-    title=f"Measured waste, each a share of its own workload's time — {DEVICE_NAME}",
-)
+ax.set(xlabel="% of training time lost (median, interval)", xlim=(0, 100),
+       title=f"Measured waste, each a share of its own workload's time — {DEVICE_NAME}")
 plt.show()
 
 # %% [markdown]
@@ -665,10 +558,8 @@ precision = optimized.describe()["precision"]
 opt_sps, _ = throughput(optimized, repeats=1)
 # your turn: count its FLOPs per image with train_flops (as in section 3) and compute its MFU
 # against lesson.peak_flops_for(DEVICE, "bf16" if precision == "bf16" else "fp32")
-print(
-    f"optimized CIFAR ({precision}): {opt_sps:.0f} images/s on {DEVICE_NAME},"
-    f" {opt_sps / cifar_sps:.1f}x the naive recipe's images/s (different models!)"
-)
+print(f"optimized CIFAR ({precision}): {opt_sps:.0f} images/s on {DEVICE_NAME},"
+      f" {opt_sps / cifar_sps:.1f}x the naive recipe's images/s (different models!)")
 
 # %% [markdown]
 # ### In your own words
@@ -690,26 +581,18 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=1)
 
 # %% tags=["summary"]
 print(lesson.summary_header(1, DEVICE_NAME))
-print(
-    f"* throughput: naive CIFAR {cifar_sps:.0f} images/s; naive BERT {bert_sps:.0f}"
-    f" sentences/s = {bert_tps:.0f} real tokens/s ({pad_share:.0%} of tokens are padding)"
-)
+print(f"* throughput: naive CIFAR {cifar_sps:.0f} images/s; naive BERT {bert_sps:.0f}"
+      f" sentences/s = {bert_tps:.0f} real tokens/s ({pad_share:.0%} of tokens are padding)")
 print(f"* batch {big} vs {small}: {batch_ab.verdict}")
 print(f"* time-to-target: {batch_conclusion}")
-print(
-    f"* cost-to-target at ${DOLLARS_PER_HOUR:.2f}/h (batch {small}):"
-    f" ${cost_to_target(ttt_small or runs[small].train_seconds, DOLLARS_PER_HOUR):.5f}"
-)
-print(
-    f"* MFU against the peak of the precision each ran in: CIFAR ({cifar_precision})"
-    f" {'unknown' if cifar_mfu is None else f'{cifar_mfu:.1%}'}, BERT ({bert_precision})"
-    f" {'unknown' if bert_mfu is None else f'{bert_mfu:.1%}'}"
-)
-print(
-    f"* input pipeline: the data-wait timer saw {split.data_share:.0%};"
-    f" the A/B without it: {pipe_share[0]:.0%} of the step time with a worker start-up every"
-    f" {step_batches} steps, roughly {steady:.0%} without"
-)
+print(f"* cost-to-target at ${DOLLARS_PER_HOUR:.2f}/h (batch {small}):"
+      f" ${cost_to_target(ttt_small or runs[small].train_seconds, DOLLARS_PER_HOUR):.5f}")
+print(f"* MFU against the peak of the precision each ran in: CIFAR ({cifar_precision})"
+      f" {'unknown' if cifar_mfu is None else f'{cifar_mfu:.1%}'}, BERT ({bert_precision})"
+      f" {'unknown' if bert_mfu is None else f'{bert_mfu:.1%}'}")
+print(f"* input pipeline: the data-wait timer saw {split.data_share:.0%};"
+      f" the A/B without it: {pipe_share[0]:.0%} of the step time with a worker start-up every"
+      f" {step_batches} steps, roughly {steady:.0%} without")
 print(f"* padding: {pad_time[0]:.0%} of BERT's step time ({pad_share:.0%} of its tokens)")
 print(f"* measured waste per workload: {top_bottleneck}")
 

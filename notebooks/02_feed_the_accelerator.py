@@ -91,17 +91,14 @@ for workload, source in lesson.data_location(PROFILE).items():
 fig, axes = plt.subplots(3, 1, figsize=(9, 3.6), sharex=True)
 prep, train = 1.0, 1.6
 layouts = {
-    "no workers: prepare, then train": [
-        ("main", i * (prep + train), prep, "prepare") for i in range(4)
-    ]
+    "no workers: prepare, then train": [("main", i * (prep + train), prep, "prepare")
+                                        for i in range(4)]
     + [("main", i * (prep + train) + prep, train, "train") for i in range(4)],
     "2 workers: prepare in parallel (needs free cores)": [
-        (f"worker {i % 2}", 0.5 * prep * i, prep, "prepare") for i in range(6)
-    ]
+        (f"worker {i % 2}", 0.5 * prep * i, prep, "prepare") for i in range(6)]
     + [("main", prep + i * train, train, "train") for i in range(5)],
-    "on the device: one gather per batch": [
-        ("main", i * (train + 0.15), 0.15, "prepare") for i in range(5)
-    ]
+    "on the device: one gather per batch": [("main", i * (train + 0.15), 0.15, "prepare")
+                                            for i in range(5)]
     + [("main", i * (train + 0.15) + 0.15, train, "train") for i in range(5)],
 }
 colours = {"prepare": "tab:orange", "train": "tab:blue"}
@@ -112,12 +109,8 @@ for ax, (title, blocks) in zip(axes, layouts.items(), strict=True):
     ax.set_yticks(range(len(lanes)), lanes)
     ax.set_title(title, fontsize=9, loc="left")
 axes[-1].set(xlabel="time →", xlim=(0, 9.5), xticks=[])
-axes[0].legend(
-    handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()],
-    labels=list(colours),
-    loc="upper right",
-    fontsize=8,
-)
+axes[0].legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()],
+               labels=list(colours), loc="upper right", fontsize=8)
 fig.suptitle("Schematic (not measured): batch preparation vs training", fontsize=10)
 fig.tight_layout()
 plt.show()
@@ -138,16 +131,13 @@ plt.show()
 # each epoch really costs. The price: per-epoch costs weigh more in a short epoch than in a full
 # one — section 4 checks the A/B against whole runs on the full set.
 
-
 # %%
 def on_subset(pipeline_cls, n=SIZES["ab_images"]):
     """A pipeline factory over the first `n` training images (same class, same arguments)."""
-
     def make(dataset, batch_size, device, seed=0):
         part = copy.copy(dataset)
         part.data, part.targets = dataset.data[:n], dataset.targets[:n]
         return pipeline_cls(part, batch_size, device, seed)
-
     return make
 
 
@@ -156,15 +146,9 @@ def epoch_ab(name, pipeline_a, pipeline_b, a_label, b_label):
     a = cifar.build("naive", PROFILE, pipeline=on_subset(pipeline_a))
     b = cifar.build("naive", PROFILE, pipeline=on_subset(pipeline_b))
     steps = a.steps_per_epoch
-    return lesson.ab(
-        name,
-        lambda: a.train_steps(steps).samples,
-        lambda: b.train_steps(steps).samples,
-        pairs=SIZES["pairs"],
-        a_label=a_label,
-        b_label=b_label,
-        unit="images/s",
-    )
+    return lesson.ab(name, lambda: a.train_steps(steps).samples,
+                     lambda: b.train_steps(steps).samples, pairs=SIZES["pairs"],
+                     a_label=a_label, b_label=b_label, unit="images/s")
 
 
 naive = cifar.build("naive", PROFILE)
@@ -184,42 +168,24 @@ naive.describe()["pipeline"], naive.describe()["num_workers"], naive.describe()[
 # * `pin_memory` + `non_blocking=True`: page-locked host memory, so the copy to the GPU can run
 #   asynchronously, overlapped with compute [CUDA best practices, pinned memory].
 
-
 # %%
 class LoaderPipeline(TorchvisionPipeline):
     """TorchvisionPipeline with the DataLoader knobs exposed (same per-image transforms)."""
 
-    def __init__(
-        self,
-        dataset,
-        batch_size,
-        device,
-        seed=0,
-        *,
-        num_workers=2,
-        persistent_workers=False,
-        prefetch_factor=None,
-        pin_memory=False,
-    ):
+    def __init__(self, dataset, batch_size, device, seed=0, *, num_workers=2,
+                 persistent_workers=False, prefetch_factor=None, pin_memory=False):
         super().__init__(dataset, batch_size, device, seed, num_workers=num_workers)
         self.non_blocking = pin_memory
         self.loader = DataLoader(
-            self.dataset,
-            batch_size=batch_size,
-            shuffle=True,
-            generator=self.generator,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
+            self.dataset, batch_size=batch_size, shuffle=True, generator=self.generator,
+            num_workers=num_workers, pin_memory=pin_memory,
             persistent_workers=persistent_workers and num_workers > 0,
-            prefetch_factor=prefetch_factor if num_workers > 0 else None,
-        )
+            prefetch_factor=prefetch_factor if num_workers > 0 else None)
 
     def __iter__(self):
         for x, y in self.loader:
-            yield (
-                x.to(self.device, non_blocking=self.non_blocking),
-                y.to(self.device, non_blocking=self.non_blocking),
-            )
+            yield (x.to(self.device, non_blocking=self.non_blocking),
+                   y.to(self.device, non_blocking=self.non_blocking))
 
 
 # %% [markdown]
@@ -236,9 +202,8 @@ train_set = cifar.load_cifar(cifar.prepare_data(PROFILE), train=True)
 
 
 def loader_images_per_s(workers, batches=SIZES["sweep_batches"], prefetch_factor=4):
-    pipe = LoaderPipeline(
-        train_set, 128, DEVICE, num_workers=workers, prefetch_factor=prefetch_factor
-    )
+    pipe = LoaderPipeline(train_set, 128, DEVICE, num_workers=workers,
+                          prefetch_factor=prefetch_factor)
     stream = iter(pipe)
     next(stream)  # start-up: not timed
     with StepTimer(DEVICE) as timer:
@@ -268,13 +233,8 @@ lesson.check_guess(GUESS_BEST_WORKERS, best_workers, "fastest num_workers (loade
 t = torch.zeros(4)
 print(f"on {DEVICE_NAME}: .to(DEVICE) returns the same tensor: {t.to(DEVICE) is t}")
 PIN = DEVICE.type == "cuda"
-tuned_loader = functools.partial(
-    LoaderPipeline,
-    num_workers=best_workers,
-    persistent_workers=True,
-    prefetch_factor=4,
-    pin_memory=PIN,
-)
+tuned_loader = functools.partial(LoaderPipeline, num_workers=best_workers,
+                                 persistent_workers=True, prefetch_factor=4, pin_memory=PIN)
 if best_workers:
     tuned_desc = f"{best_workers} workers, persistent, prefetch 4, pin_memory={PIN}"
 else:  # batches are made in the training process: nothing to keep alive or prefetch
@@ -282,13 +242,8 @@ else:  # batches are made in the training process: nothing to keep alive or pref
 print(f"tuned DataLoader: {tuned_desc}")
 
 # %%
-loader_ab = epoch_ab(
-    "naive -> tuned DataLoader",
-    TorchvisionPipeline,
-    tuned_loader,
-    "naive (2 workers)",
-    "tuned DataLoader",
-)
+loader_ab = epoch_ab("naive -> tuned DataLoader", TorchvisionPipeline, tuned_loader,
+                     "naive (2 workers)", "tuned DataLoader")
 
 # %% [markdown]
 # ## 2. Cache what does not change: tokenize once
@@ -311,10 +266,8 @@ tokenizer = bert.trained_wordpiece(sst2.texts, spec.vocab_size)
 collate = batching.TokenizeAndPadCollate(tokenizer, spec.max_length)
 with StepTimer() as once:
     corpus = batching.encode_once(tokenizer, sst2.texts, sst2.labels, spec.max_length)
-print(
-    f"tokenizing all {len(corpus)} training sentences once: {once.seconds:.2f} s"
-    f" on {device_name('cpu')}"
-)
+print(f"tokenizing all {len(corpus)} training sentences once: {once.seconds:.2f} s"
+      f" on {device_name('cpu')}")
 
 
 # %%
@@ -328,15 +281,11 @@ def cached_batch(rows, length=spec.max_length):
 
 
 generator = torch.Generator().manual_seed(0)
-index_batches = [
-    torch.randperm(len(corpus), generator=generator)[: spec.naive_batch].numpy()
-    for _ in range(SIZES["text_batches"])
-]
+index_batches = [torch.randperm(len(corpus), generator=generator)[: spec.naive_batch].numpy()
+                 for _ in range(SIZES["text_batches"])]
 raw = collate([(sst2.texts[i], sst2.labels[i]) for i in index_batches[0]])
-same = all(
-    torch.equal(raw[k], cached_batch(index_batches[0])[k])
-    for k in ("input_ids", "attention_mask", "labels")
-)
+same = all(torch.equal(raw[k], cached_batch(index_batches[0])[k])
+           for k in ("input_ids", "attention_mask", "labels"))
 print(f"cached batch identical to the tokenized one: {same}")
 
 
@@ -353,16 +302,9 @@ def from_cache():
     return len(index_batches) * spec.naive_batch
 
 
-text_ab = lesson.ab(
-    "BERT batches: tokenize each time vs cached ids",
-    tokenize_in_loop,
-    from_cache,
-    pairs=SIZES["pairs"],
-    a_label="tokenizing",
-    b_label="cached ids",
-    unit="sentences/s",
-    dev=torch.device("cpu"),
-)
+text_ab = lesson.ab("BERT batches: tokenize each time vs cached ids", tokenize_in_loop,
+                    from_cache, pairs=SIZES["pairs"], a_label="tokenizing",
+                    b_label="cached ids", unit="sentences/s", dev=torch.device("cpu"))
 lesson.check_guess(GUESS_CACHE_SPEEDUP, text_ab.ratio, "caching speed-up", "{:.1f}x")
 
 # %% [markdown]
@@ -383,38 +325,24 @@ lesson.check_guess(GUESS_CACHE_SPEEDUP, text_ab.ratio, "caching speed-up", "{:.1
 # (4 px zero padding, random flips).
 
 # %%
-device_ab = epoch_ab(
-    "naive -> DevicePipeline",
-    TorchvisionPipeline,
-    DevicePipeline,
-    "naive (2 workers)",
-    "DevicePipeline",
-)
+device_ab = epoch_ab("naive -> DevicePipeline", TorchvisionPipeline, DevicePipeline,
+                     "naive (2 workers)", "DevicePipeline")
 
 # %%
-lesson.plot_ab(
-    {
-        f"tuned DataLoader\n({best_workers} workers)\nvs naive": loader_ab,
-        "DevicePipeline\nvs naive": device_ab,
-    },
-    f"Naive CIFAR recipe, input pipeline only changed — {DEVICE_NAME}",
-)
+lesson.plot_ab({f"tuned DataLoader\n({best_workers} workers)\nvs naive": loader_ab,
+                "DevicePipeline\nvs naive": device_ab},
+               f"Naive CIFAR recipe, input pipeline only changed — {DEVICE_NAME}")
 plt.show()
 for name, result in (("tuned DataLoader", loader_ab), ("DevicePipeline", device_ab)):
     print(f"{name}: {result.verdict}")
 # The two bars are two A/Bs, each with its *own* measurement of the naive baseline. Their ratios
 # can be set side by side only if the baseline ran at about the same speed in both.
 base_gap = max(loader_ab.a_median, device_ab.a_median) / min(loader_ab.a_median, device_ab.a_median)
-print(
-    f"the naive baseline measured {loader_ab.a_median:,.0f} images/s in the first A/B and"
-    f" {device_ab.a_median:,.0f} in the second ({base_gap:.2f}x apart): "
-    + (
-        "close enough to set the two bars side by side"
-        if base_gap <= 1.25
-        else "too far apart to compare the two bars — each says only how its pipeline did against"
-        " the baseline measured beside it"
-    )
-)
+print(f"the naive baseline measured {loader_ab.a_median:,.0f} images/s in the first A/B and"
+      f" {device_ab.a_median:,.0f} in the second ({base_gap:.2f}x apart): "
+      + ("close enough to set the two bars side by side" if base_gap <= 1.25 else
+         "too far apart to compare the two bars — each says only how its pipeline did against"
+         " the baseline measured beside it"))
 
 # %% [markdown]
 # Each bar is **one** A/B, interleaved against its own run of the baseline; green means the
@@ -440,15 +368,12 @@ runs = [(seed, name) for seed in range(SIZES["seeds"]) for name in accuracy]
 for seed, name in tqdm(runs, desc="train to the end", unit="run"):
     pipeline = TorchvisionPipeline if name == "naive" else DevicePipeline
     trainer = cifar.build("naive", PROFILE, pipeline=pipeline, seed=seed, **epochs)
-    result = train_to_target(
-        trainer, eval_every=trainer.eval_every, progress=False, device_label=DEVICE_NAME
-    )
+    result = train_to_target(trainer, eval_every=trainer.eval_every, progress=False,
+                             device_label=DEVICE_NAME)
     accuracy[name].append(result.accuracy)
     seconds[name].append(result.train_seconds)
-    print(
-        f"seed {seed}, {name:15}: accuracy {result.accuracy:.1%} after"
-        f" {result.train_seconds:.1f} s of training ({result.steps} steps), {DEVICE_NAME}"
-    )
+    print(f"seed {seed}, {name:15}: accuracy {result.accuracy:.1%} after"
+          f" {result.train_seconds:.1f} s of training ({result.steps} steps), {DEVICE_NAME}")
 
 # %%
 n_test = result.config["n_test"]
@@ -461,28 +386,21 @@ else:
     se_pp = 100 * (2 * base * (1 - base) / n_test) ** 0.5
     noise = "test-set noise (one seed: training noise not covered)"
 same = abs(delta_pp) <= 2 * se_pp
-accuracy_verdict = (
-    f"within {noise}" if same else f"beyond {noise}: train more seeds before concluding"
-)
-print(
-    f"DevicePipeline - naive: {delta_pp:+.1f} pp, standard error {se_pp:.1f} pp: {accuracy_verdict}"
-)
+accuracy_verdict = (f"within {noise}" if same
+                    else f"beyond {noise}: train more seeds before concluding")
+print(f"DevicePipeline - naive: {delta_pp:+.1f} pp, standard error {se_pp:.1f} pp:"
+      f" {accuracy_verdict}")
 run_ratio = statistics.mean(seconds["naive"]) / statistics.mean(seconds["DevicePipeline"])
 inside = device_ab.ci_low <= run_ratio <= device_ab.ci_high
-print(
-    f"whole runs: DevicePipeline trained {run_ratio:.2f}x as fast as naive"
-    f" ({statistics.mean(seconds['DevicePipeline']):.1f} s vs"
-    f" {statistics.mean(seconds['naive']):.1f} s); the A/B said {device_ab.ratio:.2f}x"
-    f" [{device_ab.ci_low:.2f}-{device_ab.ci_high:.2f}]: "
-    + (
-        "inside the A/B's interval: the two measurements agree"
-        if inside
-        else "outside the A/B's interval. A candidate cause: the A/B's epochs are"
-        f" {SIZES['ab_images']} images, so per-epoch costs such as the naive loader's worker"
-        f" start-up weigh {result.config['n_train'] / SIZES['ab_images']:.0f}x more there than in"
-        " a full epoch; and one whole run per pipeline has no interval of its own"
-    )
-)
+print(f"whole runs: DevicePipeline trained {run_ratio:.2f}x as fast as naive"
+      f" ({statistics.mean(seconds['DevicePipeline']):.1f} s vs"
+      f" {statistics.mean(seconds['naive']):.1f} s); the A/B said {device_ab.ratio:.2f}x"
+      f" [{device_ab.ci_low:.2f}-{device_ab.ci_high:.2f}]: "
+      + ("inside the A/B's interval: the two measurements agree" if inside else
+         "outside the A/B's interval. A candidate cause: the A/B's epochs are"
+         f" {SIZES['ab_images']} images, so per-epoch costs such as the naive loader's worker"
+         f" start-up weigh {result.config['n_train'] / SIZES['ab_images']:.0f}x more there than in"
+         " a full epoch; and one whole run per pipeline has no interval of its own"))
 
 # %% [markdown]
 # ## Your turn
@@ -495,10 +413,8 @@ print(
 # %%
 MY_WORKERS, MY_PREFETCH = 1, 2  # your turn: change these
 mine = loader_images_per_s(MY_WORKERS, prefetch_factor=MY_PREFETCH)
-print(
-    f"num_workers={MY_WORKERS}, prefetch_factor={MY_PREFETCH}: {mine:.0f} images/s from the"
-    f" loader alone on {DEVICE_NAME} (sweep best: {sweep[best_workers]:.0f})"
-)
+print(f"num_workers={MY_WORKERS}, prefetch_factor={MY_PREFETCH}: {mine:.0f} images/s from the"
+      f" loader alone on {DEVICE_NAME} (sweep best: {sweep[best_workers]:.0f})")
 
 # %% [markdown]
 # ### In your own words
@@ -520,17 +436,13 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=2)
 
 # %% tags=["summary"]
 print(lesson.summary_header(2, DEVICE_NAME))
-print(
-    f"* naive recipe, 2-worker DataLoader: {loader_ab.a_median:.0f} images/s (one-epoch"
-    f" bursts of {SIZES['ab_images']} images)"
-)
+print(f"* naive recipe, 2-worker DataLoader: {loader_ab.a_median:.0f} images/s (one-epoch"
+      f" bursts of {SIZES['ab_images']} images)")
 print(f"* tuned DataLoader ({tuned_desc}): {loader_ab.verdict}")
 print(f"* DevicePipeline: {device_ab.verdict}")
 print(f"* building BERT batches (not training steps) from cached ids: {text_ab.verdict}")
-print(
-    f"* accuracy naive {base:.1%} vs DevicePipeline {fast:.1%} ({SIZES['seeds']} seed(s)):"
-    f" {delta_pp:+.1f} pp, {accuracy_verdict}"
-)
+print(f"* accuracy naive {base:.1%} vs DevicePipeline {fast:.1%} ({SIZES['seeds']} seed(s)):"
+      f" {delta_pp:+.1f} pp, {accuracy_verdict}")
 print(f"* whole runs: DevicePipeline {run_ratio:.2f}x as fast as naive")
 
 # %% [markdown]

@@ -56,7 +56,8 @@ DEVICE_NAME = device_name(DEVICE)
 SIZES = {
     "smoke": dict(widths=(64, 256, 1024), matmul_rows=256, matmul_reps=3, bert_steps=1, pairs=6),
     "cpu": dict(widths=(64, 256, 1024), matmul_rows=512, matmul_reps=4, bert_steps=1, pairs=6),
-    "gpu": dict(widths=(256, 1024, 4096), matmul_rows=8192, matmul_reps=20, bert_steps=20, pairs=8),
+    "gpu": dict(widths=(256, 1024, 4096), matmul_rows=8192, matmul_reps=20, bert_steps=20,
+                pairs=8),
 }[PROFILE]
 print(f"profile {PROFILE!r} on {DEVICE_NAME}")
 
@@ -82,38 +83,22 @@ formats = {"fp32": (1, 8, 23), "bf16": (1, 8, 7), "fp16": (1, 5, 10)}
 fig, ax = plt.subplots(figsize=(9, 2.2))
 for row, (sign, exponent, mantissa) in enumerate(formats.values()):
     start = 0
-    for width, colour, label in (
-        (sign, "tab:red", "sign"),
-        (exponent, "tab:green", "exponent"),
-        (mantissa, "tab:blue", "mantissa"),
-    ):
+    for width, colour, label in ((sign, "tab:red", "sign"), (exponent, "tab:green", "exponent"),
+                                 (mantissa, "tab:blue", "mantissa")):
         ax.barh(row, width, left=start, color=colour, edgecolor="white")
-        ax.text(
-            start + width / 2,
-            row,
-            f"{label} {width}" if width > 2 else str(width),
-            ha="center",
-            va="center",
-            color="white",
-            fontsize=8,
-        )
+        ax.text(start + width / 2, row, f"{label} {width}" if width > 2 else str(width),
+                ha="center", va="center", color="white", fontsize=8)
         start += width
 ax.set_yticks(range(3), list(formats))
 ax.invert_yaxis()
-ax.set(
-    xlim=(0, 32),
-    xlabel="bits",
-    title="Bit layouts: bf16 keeps fp32's range (8 exponent"
-    " bits), fp16 keeps more precision (10 mantissa bits)",
-)
+ax.set(xlim=(0, 32), xlabel="bits", title="Bit layouts: bf16 keeps fp32's range (8 exponent"
+       " bits), fp16 keeps more precision (10 mantissa bits)")
 plt.show()
 
 for dtype in (torch.float32, torch.bfloat16, torch.float16):
     info = torch.finfo(dtype)
-    print(
-        f"{str(dtype):15} max {info.max:9.3g}   smallest normal {info.tiny:9.3g}"
-        f"   step at 1.0: {info.eps:.3g}"
-    )
+    print(f"{str(dtype):15} max {info.max:9.3g}   smallest normal {info.tiny:9.3g}"
+          f"   step at 1.0: {info.eps:.3g}")
 
 # %% [markdown]
 # **fp16** has only 5 exponent bits: small values underflow and large ones overflow, so training
@@ -140,16 +125,8 @@ LOW = here.dtype or torch.bfloat16  # the 16-bit type this lesson measures on th
 LOW_NAME = {torch.bfloat16: "bf16", torch.float16: "fp16"}[LOW]
 cpu_flags = set()
 if DEVICE.type == "cpu" and Path("/proc/cpuinfo").exists():
-    cpu_flags = set(
-        re.findall(
-            r"\w+",
-            next(
-                ln
-                for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("flags")
-            ),
-        )
-    )
+    cpu_flags = set(re.findall(r"\w+", next(ln for ln in Path("/proc/cpuinfo").read_text()
+                                            .splitlines() if ln.startswith("flags"))))
 units = sorted(cpu_flags & {"amx_bf16", "avx512_bf16", "avx512_fp16", "amx_fp16"})
 print(f"this lesson measures {LOW_NAME} on {DEVICE_NAME}")
 if DEVICE.type == "cpu":
@@ -221,10 +198,8 @@ tiny.zero_grad()
 reference = tiny.weight.grad.clone()
 zero_plain = float((plain == 0).float().mean())
 print(f"fp16, no scaling : {zero_plain:.0%} of the weight gradients are zero")
-print(
-    f"fp16, scale 2^16 : {(scaled == 0).float().mean():.0%} zero, max relative error vs fp32 "
-    f"{((scaled - reference).abs() / reference.abs()).max():.1e}"
-)
+print(f"fp16, scale 2^16 : {(scaled == 0).float().mean():.0%} zero, max relative error vs fp32 "
+      f"{((scaled - reference).abs() / reference.abs()).max():.1e}")
 lesson.check_guess(GUESS_ZERO_SHARE, zero_plain, "zero gradients without scaling", "{:.0%}")
 
 # %% [markdown]
@@ -255,10 +230,8 @@ for step in range(40):
 scales = [scale for _, scale, _ in history] + [scaler.get_scale()]
 skips = [step for step, _, skipped in history if skipped]
 for step in skips:
-    print(
-        f"step {step:2d}: scale {scales[step]:8.0f} -> inf gradients, step SKIPPED,"
-        f" next scale {scales[step + 1]:.0f}"
-    )
+    print(f"step {step:2d}: scale {scales[step]:8.0f} -> inf gradients, step SKIPPED,"
+          f" next scale {scales[step + 1]:.0f}")
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 3))
@@ -275,26 +248,19 @@ plt.show()
 probing = [s for s in skips if s != SPIKE_STEP]
 gaps = sorted({b - a for a, b in zip(probing, probing[1:], strict=False)})
 if SPIKE_STEP in skips:
-    print(
-        f"step {SPIKE_STEP}: the loss spike overflowed the gradients; the scaler skipped that"
-        " update instead of writing inf into the weights, and halved the scale."
-    )
+    print(f"step {SPIKE_STEP}: the loss spike overflowed the gradients; the scaler skipped that"
+          " update instead of writing inf into the weights, and halved the scale.")
 if probing:
-    print(
-        f"steps {probing}: probing skips. After {GROWTH_INTERVAL} clean steps the scaler doubles"
-        " the scale; once the scale is above what these gradients tolerate, the next step"
-        " overflows, is skipped and the scale halves again."
-    )
+    print(f"steps {probing}: probing skips. After {GROWTH_INTERVAL} clean steps the scaler doubles"
+          " the scale; once the scale is above what these gradients tolerate, the next step"
+          " overflows, is skipped and the scale halves again.")
     if gaps:
-        print(
-            f"gaps between probing skips: {gaps} steps — about 1 update lost every"
-            f" {GROWTH_INTERVAL + 1} steps with growth_interval={GROWTH_INTERVAL}; with the"
-            " default 2000, about 1 in 2001."
-        )
+        print(f"gaps between probing skips: {gaps} steps — about 1 update lost every"
+              f" {GROWTH_INTERVAL + 1} steps with growth_interval={GROWTH_INTERVAL}; with the"
+              " default 2000, about 1 in 2001.")
 else:
-    print(
-        "no probing skips in these 40 steps: the scale never grew past what the gradients tolerate."
-    )
+    print("no probing skips in these 40 steps: the scale never grew past what the gradients"
+          " tolerate.")
 
 # %% [markdown]
 # bf16 needs none of this: its range is fp32's. A gradient of 1e-8 and a value of 2e7 both
@@ -330,21 +296,15 @@ def matmul_work(width, precision):
                 out = layer(data)
             out.float().sum().backward()
         return SIZES["matmul_reps"] * SIZES["matmul_rows"]
-
     return run
 
 
 sweep = {}
 for width in SIZES["widths"]:
-    sweep[width] = lesson.ab(
-        f"{width}x{width} linear layer: fp32 vs {LOW_NAME}",
-        matmul_work(width, "fp32"),
-        matmul_work(width, LOW_NAME),
-        pairs=SIZES["pairs"],
-        a_label="fp32",
-        b_label=LOW_NAME,
-        unit="rows/s",
-    )
+    sweep[width] = lesson.ab(f"{width}x{width} linear layer: fp32 vs {LOW_NAME}",
+                             matmul_work(width, "fp32"), matmul_work(width, LOW_NAME),
+                             pairs=SIZES["pairs"], a_label="fp32", b_label=LOW_NAME,
+                             unit="rows/s")
 
 # %% [markdown]
 # Now the naive BERT recipe, nothing changed but `precision=`. Its work is matrix
@@ -361,15 +321,10 @@ GUESS_BERT_SPEEDUP = None  # your guess
 bert_fp32 = bert.build("naive", PROFILE, precision="off")
 bert_low = bert.build("naive", PROFILE, precision=LOW_NAME)
 k = SIZES["bert_steps"]
-bert_ab = lesson.ab(
-    f"naive BERT ({bert_fp32.describe()['hidden']} wide): fp32 vs {LOW_NAME}",
-    lambda: bert_fp32.train_steps(k).samples,
-    lambda: bert_low.train_steps(k).samples,
-    pairs=SIZES["pairs"],
-    a_label="fp32",
-    b_label=LOW_NAME,
-    unit="sentences/s",
-)
+bert_ab = lesson.ab(f"naive BERT ({bert_fp32.describe()['hidden']} wide): fp32 vs {LOW_NAME}",
+                    lambda: bert_fp32.train_steps(k).samples,
+                    lambda: bert_low.train_steps(k).samples, pairs=SIZES["pairs"],
+                    a_label="fp32", b_label=LOW_NAME, unit="sentences/s")
 lesson.check_guess(GUESS_BERT_SPEEDUP, bert_ab.ratio, "BERT 16-bit speed-up", "{:.2f}x")
 
 # %% [markdown]
@@ -386,16 +341,11 @@ acc = {"fp32": bert_fp32.evaluate(), LOW_NAME: bert_low.evaluate()}
 delta = acc[LOW_NAME] - acc["fp32"]
 se = math.sqrt(sum(p * (1 - p) for p in acc.values()) / n_eval)
 steps_each = (bert_ab.pairs + 1) * k  # one warm-up burst, then one burst per pair
-accuracy_line = (
-    f"held-out accuracy after the same {steps_each} training steps: fp32 {acc['fp32']:.1%}, {LOW_NAME} {acc[LOW_NAME]:.1%} on {n_eval} sentences;"
-    f" difference {100 * delta:+.1f} pp, 95% test-set interval"
-    f" {100 * (delta - 1.96 * se):+.1f} to {100 * (delta + 1.96 * se):+.1f} pp — "
-    + (
-        "no loss this test set can show"
-        if delta + 1.96 * se >= 0
-        else f"{LOW_NAME} measurably lost accuracy here"
-    )
-)
+accuracy_line = (f"held-out accuracy after the same {steps_each} training steps: fp32 {acc['fp32']:.1%}, {LOW_NAME} {acc[LOW_NAME]:.1%} on {n_eval} sentences;"
+                 f" difference {100 * delta:+.1f} pp, 95% test-set interval"
+                 f" {100 * (delta - 1.96 * se):+.1f} to {100 * (delta + 1.96 * se):+.1f} pp — "
+                 + ("no loss this test set can show" if delta + 1.96 * se >= 0 else
+                    f"{LOW_NAME} measurably lost accuracy here"))
 print(accuracy_line)
 
 # %%
@@ -414,29 +364,21 @@ if costs:
 print(f"On {DEVICE_NAME}: {where}.")
 small_costs = [w for w in costs if w < max(SIZES["widths"])]
 if DEVICE.type == "cuda" and small_costs:
-    print(
-        f"At width {', '.join(map(str, small_costs))} the GPU is *overhead-bound*: each op finishes in"
-        " microseconds, so the time goes to launching kernels and to autocast's extra cast kernels,"
-        " not to arithmetic — 16-bit units cannot help and the casts cost. Fewer, fused kernels"
-        " (torch.compile, CUDA graphs) are the fix for that regime, not a smaller dtype."
-    )
+    print(f"At width {', '.join(map(str, small_costs))} the GPU is *overhead-bound*: each op finishes in"
+          " microseconds, so the time goes to launching kernels and to autocast's extra cast kernels,"
+          " not to arithmetic — 16-bit units cannot help and the casts cost. Fewer, fused kernels"
+          " (torch.compile, CUDA graphs) are the fix for that regime, not a smaller dtype.")
 print(f"Naive BERT: {bert_ab.verdict}")
 if here.mode != "off" and bert_ab.verdict.word == "slower":
-    print(
-        f"choose_precision(..., 'auto') picked {here.mode} for this device, and the A/B says"
-        " it is slower here: a capability table is no substitute for measuring."
-    )
+    print(f"choose_precision(..., 'auto') picked {here.mode} for this device, and the A/B says"
+          " it is slower here: a capability table is no substitute for measuring.")
 elif here.mode == "off":
-    print(
-        f"choose_precision(..., 'auto') kept fp32 on this device (no native 16-bit unit);"
-        f" the A/B of {LOW_NAME} says: {bert_ab.verdict.word}."
-    )
+    print(f"choose_precision(..., 'auto') kept fp32 on this device (no native 16-bit unit);"
+          f" the A/B of {LOW_NAME} says: {bert_ab.verdict.word}.")
 if DEVICE.type == "cpu" and not units:
-    print(
-        "This CPU reports no 16-bit matrix unit (no amx_bf16 or avx512_bf16 flag): 16 bits"
-        " offer it no faster arithmetic, only conversions and other kernels — which is what"
-        " the A/Bs above measured."
-    )
+    print("This CPU reports no 16-bit matrix unit (no amx_bf16 or avx512_bf16 flag): 16 bits"
+          " offer it no faster arithmetic, only conversions and other kernels — which is what"
+          " the A/Bs above measured.")
 
 # %% [markdown]
 # ## Your turn
@@ -446,15 +388,9 @@ if DEVICE.type == "cpu" and not units:
 
 # %%
 MY_WIDTH = 512  # your turn: change this
-mine = lesson.ab(
-    f"{MY_WIDTH}x{MY_WIDTH} linear layer: fp32 vs {LOW_NAME}",
-    matmul_work(MY_WIDTH, "fp32"),
-    matmul_work(MY_WIDTH, LOW_NAME),
-    pairs=SIZES["pairs"],
-    a_label="fp32",
-    b_label=LOW_NAME,
-    unit="rows/s",
-)
+mine = lesson.ab(f"{MY_WIDTH}x{MY_WIDTH} linear layer: fp32 vs {LOW_NAME}",
+                 matmul_work(MY_WIDTH, "fp32"), matmul_work(MY_WIDTH, LOW_NAME),
+                 pairs=SIZES["pairs"], a_label="fp32", b_label=LOW_NAME, unit="rows/s")
 
 # %% [markdown]
 # ### In your own words
@@ -481,14 +417,10 @@ fp32_ops = [name for name, out in outputs.items() if out.dtype == torch.float32]
 print(lesson.summary_header(3, DEVICE_NAME))
 print(f"* auto precision here: {here.mode}; a simulated T4 gets fp16 + GradScaler")
 print(f"* autocast {LOW}: {', '.join(low_ops)} in 16 bits; {', '.join(fp32_ops)} in fp32")
-print(
-    f"* tiny fp16 gradients: {zero_plain:.0%} zero unscaled,"
-    f" {(scaled == 0).float().mean():.0%} zero with loss scaling"
-)
-print(
-    f"* GradScaler (growth_interval {GROWTH_INTERVAL}): scale {history[0][1]:.0f} ->"
-    f" {scaler.get_scale():.0f}, skipped steps {skips} (each halved the scale)"
-)
+print(f"* tiny fp16 gradients: {zero_plain:.0%} zero unscaled,"
+      f" {(scaled == 0).float().mean():.0%} zero with loss scaling")
+print(f"* GradScaler (growth_interval {GROWTH_INTERVAL}): scale {history[0][1]:.0f} ->"
+      f" {scaler.get_scale():.0f}, skipped steps {skips} (each halved the scale)")
 print(f"* linear layers: {where}")
 for width, result in sweep.items():
     print(f"  - width {width}: {result.verdict}")

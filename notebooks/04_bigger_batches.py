@@ -64,54 +64,16 @@ DEVICE_NAME = device_name(DEVICE)
 # The naive CIFAR recipe's ResNet (one block per stage, narrowed on CPUs) on the course's
 # synthetic CIFAR-like images; sizes per profile.
 SIZES = {
-    "smoke": dict(
-        depth=10,
-        width=16,
-        n_train=1500,
-        n_test=300,
-        batches=(16, 64, 256),
-        burst_samples=256,
-        pairs=6,
-        epochs=1.0,
-        seeds=(0,),
-        sweep=(64, 256),
-        sweep_epochs=1.0,
-        target=0.3,
-        noise_batches=4,
-        evals=3,
-    ),
-    "cpu": dict(
-        depth=10,
-        width=16,
-        n_train=8000,
-        n_test=1000,
-        batches=(8, 16, 32, 64, 128, 256, 512),
-        burst_samples=1024,
-        pairs=6,
-        epochs=2.0,
-        seeds=(0, 1),
-        sweep=(32, 128, 512),
-        sweep_epochs=3.0,
-        target=0.6,
-        noise_batches=16,
-        evals=8,
-    ),
-    "gpu": dict(
-        depth=18,
-        width=64,
-        n_train=25000,
-        n_test=5000,
-        batches=(32, 64, 128, 256, 512, 1024, 2048),
-        burst_samples=16384,
-        pairs=8,
-        epochs=4.0,
-        seeds=(0, 1),
-        sweep=(64, 256, 1024, 4096),
-        sweep_epochs=6.0,
-        target=0.8,
-        noise_batches=32,
-        evals=10,
-    ),
+    "smoke": dict(depth=10, width=16, n_train=1500, n_test=300, batches=(16, 64, 256),
+                  burst_samples=256, pairs=6, epochs=1.0, seeds=(0,), sweep=(64, 256),
+                  sweep_epochs=1.0, target=0.3, noise_batches=4, evals=3),
+    "cpu": dict(depth=10, width=16, n_train=8000, n_test=1000, batches=(8, 16, 32, 64, 128, 256, 512),
+                burst_samples=1024, pairs=6, epochs=2.0, seeds=(0, 1), sweep=(32, 128, 512),
+                sweep_epochs=3.0, target=0.6, noise_batches=16, evals=8),
+    "gpu": dict(depth=18, width=64, n_train=25000, n_test=5000,
+                batches=(32, 64, 128, 256, 512, 1024, 2048), burst_samples=16384, pairs=8,
+                epochs=4.0, seeds=(0, 1), sweep=(64, 256, 1024, 4096), sweep_epochs=6.0,
+                target=0.8, noise_batches=32, evals=10),
 }[PROFILE]
 print(f"profile {PROFILE!r} on {DEVICE_NAME}")
 
@@ -150,13 +112,12 @@ def train_burst(batch):
     def run():
         for step in range(steps):
             start = (step * batch) % (SIZES["n_train"] - batch)
-            x, y = X_TRAIN[start : start + batch], Y_TRAIN[start : start + batch]
+            x, y = X_TRAIN[start:start + batch], Y_TRAIN[start:start + batch]
             loss = F.cross_entropy(model(x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
         return steps * batch
-
     return run
 
 
@@ -178,7 +139,6 @@ def saved_bytes(batch):
     def pack(t):
         seen[(t.data_ptr(), t.numel(), t.dtype)] = t.numel() * t.element_size()
         return t.detach()  # not `t`: a saved output would keep its graph alive (no backward here)
-
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         loss = F.cross_entropy(model(X_TRAIN[:batch]), Y_TRAIN[:batch])
     del loss
@@ -192,14 +152,10 @@ throughput = {b: timed(train_burst(b)) for b in tqdm(SIZES["batches"], desc="bat
 b1, b2 = SIZES["batches"][0], SIZES["batches"][2]
 bytes_per_sample = (saved_bytes(b2) - saved_bytes(b1)) / (b2 - b1)
 for b, speed in throughput.items():
-    print(
-        f"batch {b:5d}: {speed:8,.0f} samples/s   activations ~{b * bytes_per_sample / 2**20:8.1f} MiB"
-    )
+    print(f"batch {b:5d}: {speed:8,.0f} samples/s   activations ~{b * bytes_per_sample / 2**20:8.1f} MiB")
 small, large = min(throughput), max(throughput)
 gain = throughput[large] / throughput[small]
-lesson.check_guess(
-    GUESS_THROUGHPUT_GAIN, gain, f"samples/s at batch {large} / batch {small}", "{:.1f}x"
-)
+lesson.check_guess(GUESS_THROUGHPUT_GAIN, gain, f"samples/s at batch {large} / batch {small}", "{:.1f}x")
 
 # %% [markdown]
 # Where does it flatten? A curve from single medians cannot say; an A/B per doubling can. Each
@@ -209,27 +165,16 @@ lesson.check_guess(
 doublings = {}
 for b in SIZES["batches"][1:-1:2] if len(SIZES["batches"]) > 4 else SIZES["batches"][:-1]:
     doublings[f"{b} -> {2 * b}"] = lesson.ab(
-        f"batch {b} vs {2 * b}",
-        train_burst(b),
-        train_burst(2 * b),
-        pairs=SIZES["pairs"],
-        a_label=f"batch {b}",
-        b_label=f"batch {2 * b}",
-        threshold=1.1,
-        dev=DEVICE,
-    )
+        f"batch {b} vs {2 * b}", train_burst(b), train_burst(2 * b), pairs=SIZES["pairs"],
+        a_label=f"batch {b}", b_label=f"batch {2 * b}", threshold=1.1, dev=DEVICE)
 flat = next((name for name, r in doublings.items() if r.verdict.word != "faster"), None)
 
 # %%
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
 sizes_ = list(throughput)
 ax1.plot(sizes_, list(throughput.values()), "o-", label="samples/s")
-ax1.set(
-    xscale="log",
-    xlabel="batch size",
-    ylabel="samples/s",
-    title=f"Throughput vs batch — {DEVICE_NAME}",
-)
+ax1.set(xscale="log", xlabel="batch size", ylabel="samples/s",
+        title=f"Throughput vs batch — {DEVICE_NAME}")
 mem = ax1.twinx()
 mem.plot(sizes_, [b * bytes_per_sample / 2**20 for b in sizes_], "s--", color="tab:red")
 mem.set_ylabel("saved activations (MiB)", color="tab:red")
@@ -238,18 +183,12 @@ ax2.axhline(1.1, color="gray", lw=0.8, ls=":")
 plt.tight_layout()
 plt.show()
 if flat is None:
-    print(
-        f"Every doubling we tried was more than 10% faster: throughput had not flattened by batch {large}."
-    )
+    print(f"Every doubling we tried was more than 10% faster: throughput had not flattened by batch {large}.")
 else:
-    print(
-        f"First doubling whose gain the A/B cannot show to exceed 10%: {flat} ({doublings[flat].verdict})"
-    )
-print(
-    f"Activations grow linearly: {bytes_per_sample / 2**10:.0f} KiB per sample here, so a 16 GiB"
-    f" accelerator holds about {16 * 2**30 / bytes_per_sample:,.0f} samples of this model's"
-    " activations (weights and optimizer state not counted) — the memory wall."
-)
+    print(f"First doubling whose gain the A/B cannot show to exceed 10%: {flat} ({doublings[flat].verdict})")
+print(f"Activations grow linearly: {bytes_per_sample / 2**10:.0f} KiB per sample here, so a 16 GiB"
+      f" accelerator holds about {16 * 2**30 / bytes_per_sample:,.0f} samples of this model's"
+      " activations (weights and optimizer state not counted) — the memory wall.")
 
 # %% [markdown]
 # ## 2. Accumulation: a big batch in small pieces
@@ -263,41 +202,17 @@ print(
 fig, ax = plt.subplots(figsize=(10, 2.6))
 for i in range(3):
     ax.add_patch(Rectangle((i * 2.2, 1.0), 1.9, 0.8, color="tab:blue", alpha=0.8))
-    ax.text(
-        i * 2.2 + 0.95,
-        1.4,
-        f"micro-batch {i + 1}\nforward + backward",
-        ha="center",
-        va="center",
-        color="white",
-        fontsize=8,
-    )
-    ax.add_patch(
-        FancyArrowPatch(
-            (i * 2.2 + 0.95, 1.0), (i * 2.2 + 0.95, 0.55), arrowstyle="->", mutation_scale=12
-        )
-    )
+    ax.text(i * 2.2 + 0.95, 1.4, f"micro-batch {i + 1}\nforward + backward", ha="center",
+            va="center", color="white", fontsize=8)
+    ax.add_patch(FancyArrowPatch((i * 2.2 + 0.95, 1.0), (i * 2.2 + 0.95, 0.55), arrowstyle="->",
+                                 mutation_scale=12))
     ax.text(i * 2.2 + 0.95, 0.75, "loss_sum / N_window" if i == 0 else "", ha="left", fontsize=7)
 ax.add_patch(Rectangle((0, 0.1), 6.3, 0.4, color="tab:green", alpha=0.7))
-ax.text(
-    3.15,
-    0.3,
-    ".grad accumulates (no_sync under DDP: no all-reduce until the last)",
-    ha="center",
-    va="center",
-    fontsize=8,
-    color="white",
-)
+ax.text(3.15, 0.3, ".grad accumulates (no_sync under DDP: no all-reduce until the last)",
+        ha="center", va="center", fontsize=8, color="white")
 ax.add_patch(Rectangle((6.8, 0.1), 1.9, 1.7, color="tab:orange", alpha=0.85))
-ax.text(
-    7.75,
-    0.95,
-    "unscale\nclip\noptimizer.step\nzero_grad",
-    ha="center",
-    va="center",
-    fontsize=8,
-    color="white",
-)
+ax.text(7.75, 0.95, "unscale\nclip\noptimizer.step\nzero_grad", ha="center", va="center",
+        fontsize=8, color="white")
 ax.set(xlim=(-0.2, 9), ylim=(0, 2), title="One accumulation window = one optimizer step")
 ax.axis("off")
 plt.show()
@@ -337,18 +252,14 @@ def micro_batch(rows, max_len, lengths):
     return x, y
 
 
-window = [
-    micro_batch(4, 24, [24, 20, 22, 18]),  # 84 real tokens
-    micro_batch(4, 24, [5, 3, 6, 2]),  # 16
-    micro_batch(2, 24, [4, 1]),
-]  # 5: e.g. the tail of the data
+window = [micro_batch(4, 24, [24, 20, 22, 18]),  # 84 real tokens
+          micro_batch(4, 24, [5, 3, 6, 2]),  # 16
+          micro_batch(2, 24, [4, 1])]  # 5: e.g. the tail of the data
 tokens = [int((y != IGNORE).sum()) for _, y in window]
 
 
 def token_loss_sum(model, x, y):
-    return F.cross_entropy(
-        model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE, reduction="sum"
-    )
+    return F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE, reduction="sum")
 
 
 def flat_grad(model):
@@ -363,50 +274,35 @@ ref_model.load_state_dict({k: v.double() for k, v in token_model.state_dict().it
 sum(token_loss_sum(ref_model, x, y) for x, y in window).div(sum(tokens)).backward()
 full = flat_grad(ref_model).float()
 
-accumulator = GradAccumulator(
-    token_model, torch.optim.SGD(token_model.parameters(), lr=0.0), len(window)
-)
+accumulator = GradAccumulator(token_model, torch.optim.SGD(token_model.parameters(), lr=0.0), len(window))
 for i, (x, y) in enumerate(window):  # effkit: normalise by the whole window's token count
     with accumulator.micro_step(is_last=i == len(window) - 1):
         accumulator.backward(token_loss_sum(token_model, x, y), window_count=sum(tokens))
 right = flat_grad(token_model)
 for x, y in window:  # the bug: mean per micro-batch, divided by the number of micro-batches
-    (
-        F.cross_entropy(token_model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE)
-        / len(window)
-    ).backward()
+    (F.cross_entropy(token_model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE)
+     / len(window)).backward()
 wrong = flat_grad(token_model)
-errors = {
-    "window token count\n(effkit GradAccumulator)": float((right - full).norm() / full.norm()),
-    "per-micro-batch mean\n/ accum_steps": float((wrong - full).norm() / full.norm()),
-}
+errors = {"window token count\n(effkit GradAccumulator)": float((right - full).norm() / full.norm()),
+          "per-micro-batch mean\n/ accum_steps": float((wrong - full).norm() / full.norm())}
 print(f"tokens per micro-batch: {tokens} (window: {sum(tokens)})")
 for name, err in errors.items():
     print(f"{name.replace(chr(10), ' '):48} relative gradient error {err:.2e}")
-lesson.check_guess(
-    GUESS_MEAN_ERROR,
-    errors["per-micro-batch mean\n/ accum_steps"],
-    "per-micro-batch mean's gradient error",
-    "{:.0%}",
-)
+lesson.check_guess(GUESS_MEAN_ERROR, errors["per-micro-batch mean\n/ accum_steps"],
+                   "per-micro-batch mean's gradient error", "{:.0%}")
 
 # %%
 fig, ax = plt.subplots(figsize=(6, 3))
 ax.bar(list(errors), list(errors.values()), color=["tab:green", "tab:red"])
-ax.set(
-    yscale="log",
-    ylabel="|g - g_full| / |g_full|",
-    title=f"Gradient vs the float64 full batch (tokens {' / '.join(map(str, tokens))})",
-)
+ax.set(yscale="log", ylabel="|g - g_full| / |g_full|",
+       title=f"Gradient vs the float64 full batch (tokens {' / '.join(map(str, tokens))})")
 plt.show()
 # Per-micro-batch mean / accum_steps gives each token of micro-batch i the weight
 # 1 / (len(window) * tokens[i]); the full batch gives every token 1 / sum(tokens).
 overweight = [sum(tokens) / (len(window) * t) for t in tokens]
-print(
-    f"Under the per-micro-batch mean the {tokens[-1]} tokens of the last micro-batch weigh as much"
-    f" as the {tokens[0]} of the first: each of them counts {overweight[-1]:.1f}x what the full"
-    f" batch gives it, each token of the first {overweight[0]:.2f}x."
-)
+print(f"Under the per-micro-batch mean the {tokens[-1]} tokens of the last micro-batch weigh as much"
+      f" as the {tokens[0]} of the first: each of them counts {overweight[-1]:.1f}x what the full"
+      f" batch gives it, each token of the first {overweight[0]:.2f}x.")
 
 # %% [markdown]
 # Accumulation is not free speed: each micro-batch is a smaller, less efficient step. A/B on the
@@ -426,25 +322,18 @@ def accumulated_burst(batch, accum):
     def run():
         for step in range(steps):
             start = (step * batch) % (SIZES["n_train"] - batch)
-            x, y = X_TRAIN[start : start + batch], Y_TRAIN[start : start + batch]
+            x, y = X_TRAIN[start:start + batch], Y_TRAIN[start:start + batch]
             for i, (xm, ym) in enumerate(zip(x.chunk(accum), y.chunk(accum), strict=True)):
                 with accumulator.micro_step(is_last=i == accum - 1):
                     accumulator.backward(F.cross_entropy(acc_model(xm), ym, reduction="sum"), batch)
             accumulator.step()
         return steps * batch
-
     return run
 
 
-accum_ab = lesson.ab(
-    f"batch {big} vs 2 x {big // 2} accumulated",
-    accumulated_burst(big, 1),
-    accumulated_burst(big, 2),
-    pairs=SIZES["pairs"],
-    a_label=f"batch {big}",
-    b_label=f"2 x {big // 2} accumulated",
-    dev=DEVICE,
-)
+accum_ab = lesson.ab(f"batch {big} vs 2 x {big // 2} accumulated", accumulated_burst(big, 1),
+                     accumulated_burst(big, 2), pairs=SIZES["pairs"], a_label=f"batch {big}",
+                     b_label=f"2 x {big // 2} accumulated", dev=DEVICE)
 
 # %% [markdown]
 # ## 3. Scale the learning rate with the batch — and warm up
@@ -457,10 +346,8 @@ accum_ab = lesson.ab(
 
 # %%
 for rule in ("linear", "sqrt"):
-    print(
-        f"{rule:6} rule, base LR 0.1 at batch 128:",
-        ", ".join(f"batch {b}: {scale_lr(0.1, 128, b, rule):.3g}" for b in (256, 1024, 4096)),
-    )
+    print(f"{rule:6} rule, base LR 0.1 at batch 128:", ", ".join(
+        f"batch {b}: {scale_lr(0.1, 128, b, rule):.3g}" for b in (256, 1024, 4096)))
 
 # %% [markdown]
 # The seed course's example: the naive recipe's ResNet (SGD, momentum 0.9, weight decay 5e-4,
@@ -468,15 +355,12 @@ for rule in ("linear", "sqrt"):
 # accumulating 2 micro-batches of 128 — with the LR left at 0.1, scaled to 0.2, and scaled with a
 # short warm-up (the first 10% of the steps). Same samples seen by every run.
 
-
 # %%
 def evaluate(net):
     net.eval()
     with torch.no_grad():
-        correct = sum(
-            int((net(x).argmax(1) == y).sum())
-            for x, y in zip(X_TEST.split(500), Y_TEST.split(500), strict=True)
-        )
+        correct = sum(int((net(x).argmax(1) == y).sum())
+                      for x, y in zip(X_TEST.split(500), Y_TEST.split(500), strict=True))
     net.train()
     return correct / SIZES["n_test"]
 
@@ -488,20 +372,14 @@ def train_run(batch, accum, lr, warmup_frac, epochs, seed, bar=None):
     steps = max(1, int(epochs * SIZES["n_train"] / batch))
     sched = warmup_cosine(opt, steps, int(warmup_frac * steps))
     acc = GradAccumulator(net, opt, accum)
-    order = (
-        torch.randperm(
-            SIZES["n_train"] * (int(epochs) + 1), generator=torch.Generator().manual_seed(seed)
-        )
-        % SIZES["n_train"]
-    )
+    order = torch.randperm(SIZES["n_train"] * (int(epochs) + 1), generator=torch.Generator()
+                           .manual_seed(seed)) % SIZES["n_train"]
     curve, every = [], max(1, steps // SIZES["evals"])
     for step in range(steps):
-        idx = order[step * batch : (step + 1) * batch].to(DEVICE)
+        idx = order[step * batch:(step + 1) * batch].to(DEVICE)
         for i, part in enumerate(idx.chunk(accum)):
             with acc.micro_step(is_last=i == accum - 1):
-                acc.backward(
-                    F.cross_entropy(net(X_TRAIN[part]), Y_TRAIN[part], reduction="sum"), batch
-                )
+                acc.backward(F.cross_entropy(net(X_TRAIN[part]), Y_TRAIN[part], reduction="sum"), batch)
         acc.step()
         sched.step()
         if (step + 1) % every == 0 or step == steps - 1:
@@ -511,19 +389,16 @@ def train_run(batch, accum, lr, warmup_frac, epochs, seed, bar=None):
     return curve, net
 
 
-RECIPES = {
-    "batch 128, LR 0.1": (128, 1, 0.1, 0.0),
-    "2 x 128, LR 0.1 (unscaled)": (256, 2, 0.1, 0.0),
-    "2 x 128, LR 0.2, no warm-up": (256, 2, 0.2, 0.0),
-    "2 x 128, LR 0.2, warm-up 10%": (256, 2, 0.2, 0.1),
-}
+RECIPES = {"batch 128, LR 0.1": (128, 1, 0.1, 0.0),
+           "2 x 128, LR 0.1 (unscaled)": (256, 2, 0.1, 0.0),
+           "2 x 128, LR 0.2, no warm-up": (256, 2, 0.2, 0.0),
+           "2 x 128, LR 0.2, warm-up 10%": (256, 2, 0.2, 0.1)}
 total_steps = sum(int(SIZES["epochs"] * SIZES["n_train"] / b) for b, *_ in RECIPES.values())
 curves = {}
 with tqdm(total=total_steps * len(SIZES["seeds"]), desc="training runs", unit="step") as bar:
     for name, (batch, accum, lr, warm) in RECIPES.items():
-        curves[name] = [
-            train_run(batch, accum, lr, warm, SIZES["epochs"], s, bar)[0] for s in SIZES["seeds"]
-        ]
+        curves[name] = [train_run(batch, accum, lr, warm, SIZES["epochs"], s, bar)[0]
+                        for s in SIZES["seeds"]]
 
 # %%
 TARGET = SIZES["target"]
@@ -533,23 +408,15 @@ def samples_to_target(curve):
     return next((n for n, accuracy in curve if accuracy >= TARGET), None)
 
 
-learning_curves(
-    curves,
-    TARGET,
-    ["black", "tab:gray", "tab:red", "tab:green"],
-    xlabel="training samples seen",
-    ylabel="test accuracy",
-    title=f"Same samples, bigger batch — {DEVICE_NAME}, seeds {list(SIZES['seeds'])}",
-)
+learning_curves(curves, TARGET, ["black", "tab:gray", "tab:red", "tab:green"], xlabel="training samples seen",
+                ylabel="test accuracy", title=f"Same samples, bigger batch — {DEVICE_NAME}, seeds {list(SIZES['seeds'])}")
 plt.show()
 final = {name: [run[-1][1] for run in runs] for name, runs in curves.items()}
 reached = {name: [samples_to_target(run) for run in runs] for name, runs in curves.items()}
 for name in RECIPES:
     hit = ", ".join("not reached" if n is None else f"{n:,}" for n in reached[name])
-    print(
-        f"{name:30} final accuracy {', '.join(f'{a:.1%}' for a in final[name]):14}"
-        f" samples to {TARGET:.0%}: {hit}"
-    )
+    print(f"{name:30} final accuracy {', '.join(f'{a:.1%}' for a in final[name]):14}"
+          f" samples to {TARGET:.0%}: {hit}")
 
 
 def spread(values):
@@ -567,10 +434,8 @@ for name in list(RECIPES)[1:]:
     if side is None:
         word = "within the baseline's seed range — no difference these seeds can show"
     elif separation_p > 0.05:
-        word = (
-            f"{side} every baseline seed, but with {n_seeds} seed(s) each that happens by chance"
-            f" with p = {separation_p:.2f}: not evidence of a difference"
-        )
+        word = (f"{side} every baseline seed, but with {n_seeds} seed(s) each that happens by chance"
+                f" with p = {separation_p:.2f}: not evidence of a difference")
     else:
         word = f"{side} every baseline seed (one-sided permutation p = {separation_p:.3f})"
     print(f"{name}: final accuracy {lo:.1%}-{hi:.1%}, {word} ({n_seeds} seed(s) each)")
@@ -594,20 +459,14 @@ probe_net.eval()
 n_b = SIZES["noise_batches"]
 perm = torch.randperm(SIZES["n_train"], generator=torch.Generator().manual_seed(3)).to(DEVICE)
 small_b, big_b = 16, min(512, SIZES["n_train"] // 2)
-small_batches = [
-    (X_TRAIN[perm[i * small_b : (i + 1) * small_b]], Y_TRAIN[perm[i * small_b : (i + 1) * small_b]])
-    for i in range(n_b)
-]
-big_batches = [
-    (X_TRAIN[perm[i * big_b : (i + 1) * big_b]], Y_TRAIN[perm[i * big_b : (i + 1) * big_b]])
-    for i in range(2)
-]
+small_batches = [(X_TRAIN[perm[i * small_b:(i + 1) * small_b]], Y_TRAIN[perm[i * small_b:(i + 1) * small_b]])
+                 for i in range(n_b)]
+big_batches = [(X_TRAIN[perm[i * big_b:(i + 1) * big_b]], Y_TRAIN[perm[i * big_b:(i + 1) * big_b]])
+               for i in range(2)]
 noise = measure_noise_scale(probe_net, F.cross_entropy, small_batches, big_batches)
-print(
-    f"gradient noise scale B_simple ~ {noise.b_simple:,.0f} samples"
-    f" (|G|^2 {noise.true_grad_sq:.3g}, tr(Sigma) {noise.trace_sigma:.3g}; from {n_b} batches of"
-    f" {small_b} and 2 of {big_b}) — an order of magnitude, not a precise number"
-)
+print(f"gradient noise scale B_simple ~ {noise.b_simple:,.0f} samples"
+      f" (|G|^2 {noise.true_grad_sq:.3g}, tr(Sigma) {noise.trace_sigma:.3g}; from {n_b} batches of"
+      f" {small_b} and 2 of {big_b}) — an order of magnitude, not a precise number")
 
 # %%
 sweep_curves = {}
@@ -621,16 +480,10 @@ with tqdm(total=sweep_total, desc="batch-size sweep", unit="step") as bar:
         steps_needed[b] = None if hit is None else hit // b
 for b, steps in steps_needed.items():
     budget = int(SIZES["sweep_epochs"] * SIZES["n_train"] / b)
-    print(
-        f"batch {b:5d}, LR {scale_lr(0.1, 128, b):.3g}: "
-        + (
-            f"target not reached within {SIZES['sweep_epochs']} epochs = {budget} steps (censored:"
-            " the fixed epoch budget gives big batches fewer steps, so this is not evidence that"
-            " the batch cannot reach it)"
-            if steps is None
-            else f"{steps} steps to {TARGET:.0%}"
-        )
-    )
+    print(f"batch {b:5d}, LR {scale_lr(0.1, 128, b):.3g}: "
+          + (f"target not reached within {SIZES['sweep_epochs']} epochs = {budget} steps (censored:"
+             " the fixed epoch budget gives big batches fewer steps, so this is not evidence that"
+             " the batch cannot reach it)" if steps is None else f"{steps} steps to {TARGET:.0%}"))
 
 # %%
 fig, ax = plt.subplots(figsize=(6.5, 3.5))
@@ -638,36 +491,20 @@ hits = {b: s for b, s in steps_needed.items() if s is not None}
 if hits:
     ax.plot(list(hits), list(hits.values()), "o-", label="measured (linear LR, warm-up)")
     # Anchor the model at the largest batch that reached the target: S_min = S(B) / (1 + B_noise / B).
-    s_min = (
-        hits[max(hits)] / (1 + noise.b_simple / max(hits))
-        if math.isfinite(noise.b_simple)
-        else None
-    )
+    s_min = hits[max(hits)] / (1 + noise.b_simple / max(hits)) if math.isfinite(noise.b_simple) else None
     if s_min is not None and noise.b_simple > 0:
-        grid = [2**k for k in range(4, 14)]
-        ax.plot(
-            grid,
-            [steps_to_target_model(g, s_min, noise.b_simple) for g in grid],
-            "--",
-            color="gray",
-            label=f"S_min (1 + B_noise/B), B_noise = {noise.b_simple:,.0f}",
-        )
-ax.set(
-    xscale="log",
-    yscale="log",
-    xlabel="batch size",
-    ylabel=f"steps to {TARGET:.0%}",
-    title=f"Steps to target vs batch — {DEVICE_NAME}",
-)
+        grid = [2 ** k for k in range(4, 14)]
+        ax.plot(grid, [steps_to_target_model(g, s_min, noise.b_simple) for g in grid], "--",
+                color="gray", label=f"S_min (1 + B_noise/B), B_noise = {noise.b_simple:,.0f}")
+ax.set(xscale="log", yscale="log", xlabel="batch size", ylabel=f"steps to {TARGET:.0%}",
+       title=f"Steps to target vs batch — {DEVICE_NAME}")
 ax.legend(fontsize=8)
 plt.show()
 ordered = sorted(hits)
 for a, b in zip(ordered, ordered[1:], strict=False):
     cut = hits[a] / hits[b]
-    print(
-        f"batch {a} -> {b} ({b // a}x): steps to target {hits[a]} -> {hits[b]},"
-        f" {cut:.2f}x fewer (perfect scaling: {b // a}x) — one seed, so read it as a trend"
-    )
+    print(f"batch {a} -> {b} ({b // a}x): steps to target {hits[a]} -> {hits[b]},"
+          f" {cut:.2f}x fewer (perfect scaling: {b // a}x) — one seed, so read it as a trend")
 
 # %% [markdown]
 # ## 5. Clip after unscaling
@@ -697,14 +534,10 @@ for order_ in ("clip, then unscale (wrong)", "unscale, then clip (right)"):
         before = float(nn.utils.clip_grad_norm_(net.parameters(), 1.0))
     after = float(torch.cat([p.grad.reshape(-1) for p in net.parameters()]).norm())
     norms[order_] = (before, after)
-    print(
-        f"{order_:28} norm seen by the clip {before:10.4g} -> gradient the optimizer uses {after:.4g}"
-    )
+    print(f"{order_:28} norm seen by the clip {before:10.4g} -> gradient the optimizer uses {after:.4g}")
 shrink = norms["unscale, then clip (right)"][1] / norms["clip, then unscale (wrong)"][1]
-print(
-    f"Clipping before unscaling left the optimizer a gradient {shrink:,.0f}x smaller than the"
-    " correctly unscaled-then-clipped one."
-)
+print(f"Clipping before unscaling left the optimizer a gradient {shrink:,.0f}x smaller than the"
+      " correctly unscaled-then-clipped one.")
 
 # %% [markdown]
 # **Under DDP (preview, lesson 11).** Each rank's backward all-reduces the gradients; inside a
@@ -722,10 +555,8 @@ print(
 # %%
 MY_ACCUM, MY_LR, MY_WARMUP = 4, scale_lr(0.1, 128, 512), 0.1  # your turn: change these
 mine, _ = train_run(128 * MY_ACCUM, MY_ACCUM, MY_LR, MY_WARMUP, SIZES["epochs"], 0)
-print(
-    f"effective batch {128 * MY_ACCUM}, LR {MY_LR:.3g}: final accuracy {mine[-1][1]:.1%},"
-    f" samples to {TARGET:.0%}: {samples_to_target(mine)}"
-)
+print(f"effective batch {128 * MY_ACCUM}, LR {MY_LR:.3g}: final accuracy {mine[-1][1]:.1%},"
+      f" samples to {TARGET:.0%}: {samples_to_target(mine)}")
 
 # %% [markdown]
 # ### In your own words
@@ -747,59 +578,33 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=4)
 
 # %% tags=["summary"]
 print(lesson.summary_header(4, DEVICE_NAME))
-print(
-    f"* throughput: {throughput[small]:,.0f} samples/s at batch {small}, {throughput[large]:,.0f}"
-    f" at {large} ({gain:.1f}x)"
-)
-print(
-    "* "
-    + (
-        f"first doubling not shown to gain >10%: {flat}"
-        if flat
-        else f"every doubling tried gained >10% up to batch {large}"
-    )
-)
+print(f"* throughput: {throughput[small]:,.0f} samples/s at batch {small}, {throughput[large]:,.0f}"
+      f" at {large} ({gain:.1f}x)")
+print("* " + (f"first doubling not shown to gain >10%: {flat}" if flat else
+              f"every doubling tried gained >10% up to batch {large}"))
 for name, r in doublings.items():
     print(f"  - {name}: {r.verdict}")
 print(f"* activations: {bytes_per_sample / 2**10:.0f} KiB per sample, linear in the batch")
-print(
-    f"* gradient error vs float64 full batch: window token count {errors[list(errors)[0]]:.1e},"
-    f" per-micro-batch mean {errors[list(errors)[1]]:.0%}"
-)
+print(f"* gradient error vs float64 full batch: window token count {errors[list(errors)[0]]:.1e},"
+      f" per-micro-batch mean {errors[list(errors)[1]]:.0%}")
 print(f"* accumulation 2 x {big // 2} vs batch {big}: {accum_ab.verdict}")
 for name in RECIPES:
     print(f"* {name}: final accuracy {', '.join(f'{a:.1%}' for a in final[name])}")
-print(
-    f"* gradient noise scale ~ {noise.b_simple:,.0f} samples; steps to {TARGET:.0%}: "
-    + ", ".join(
-        f"batch {b}: {s if s is not None else 'not reached'}" for b, s in steps_needed.items()
-    )
-)
+print(f"* gradient noise scale ~ {noise.b_simple:,.0f} samples; steps to {TARGET:.0%}: "
+      + ", ".join(f"batch {b}: {s if s is not None else 'not reached'}" for b, s in steps_needed.items()))
 print(f"* clip before unscale: the optimizer got a gradient {shrink:,.0f}x too small")
 side = "above" if 256 > noise.b_simple else "below"
-print(
-    f"* the effective batch 256 of section 3 is {side} the measured noise scale (~{noise.b_simple:,.0f});"
-    " McCandlish et al.'s model then predicts that linear scaling"
-    + (" cannot make up for half the steps" if side == "above" else " makes up for half the steps")
-    + " — a model's prediction, checked against the sweep:"
-)
-checks = (
-    [(a, b) for a, b in zip(ordered, ordered[1:], strict=False)]
-    if math.isfinite(noise.b_simple)
-    else []
-)
+print(f"* the effective batch 256 of section 3 is {side} the measured noise scale (~{noise.b_simple:,.0f});"
+      " McCandlish et al.'s model then predicts that linear scaling"
+      + (" cannot make up for half the steps" if side == "above" else " makes up for half the steps")
+      + " — a model's prediction, checked against the sweep:")
+checks = [(a, b) for a, b in zip(ordered, ordered[1:], strict=False)] if math.isfinite(noise.b_simple) else []
 for a, b in checks:
-    predicted = steps_to_target_model(a, 1.0, noise.b_simple) / steps_to_target_model(
-        b, 1.0, noise.b_simple
-    )
-    print(
-        f"  batch {a} -> {b}: the model predicts {predicted:.2f}x fewer steps, the sweep measured"
-        f" {hits[a] / hits[b]:.2f}x (one seed; perfect scaling {b // a}x)"
-    )
+    predicted = steps_to_target_model(a, 1.0, noise.b_simple) / steps_to_target_model(b, 1.0, noise.b_simple)
+    print(f"  batch {a} -> {b}: the model predicts {predicted:.2f}x fewer steps, the sweep measured"
+          f" {hits[a] / hits[b]:.2f}x (one seed; perfect scaling {b // a}x)")
 if not checks:
-    print(
-        "  fewer than two sweep batches reached the target (censored): nothing to check it against"
-    )
+    print("  fewer than two sweep batches reached the target (censored): nothing to check it against")
 
 # %% [markdown]
 # ### Quiz and exercise

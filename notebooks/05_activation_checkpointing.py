@@ -68,45 +68,12 @@ PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
 DEVICE = lesson.device()
 DEVICE_NAME = device_name(DEVICE)
 SIZES = {
-    "smoke": dict(
-        dim=64,
-        heads=4,
-        layers=4,
-        batch=4,
-        seq=64,
-        deep=16,
-        pairs=6,
-        steps=1,
-        grid_batch=(1, 2, 4),
-        grid_seq=(32, 64),
-        grid_layers=(2, 4),
-    ),
-    "cpu": dict(
-        dim=128,
-        heads=4,
-        layers=8,
-        batch=8,
-        seq=256,
-        deep=36,
-        pairs=6,
-        steps=1,
-        grid_batch=(1, 2, 4, 8),
-        grid_seq=(64, 128, 256),
-        grid_layers=(2, 4, 8),
-    ),
-    "gpu": dict(
-        dim=768,
-        heads=12,
-        layers=12,
-        batch=8,
-        seq=1024,
-        deep=64,
-        pairs=8,
-        steps=3,
-        grid_batch=(1, 2, 4, 8),
-        grid_seq=(256, 512, 1024),
-        grid_layers=(4, 8, 12),
-    ),
+    "smoke": dict(dim=64, heads=4, layers=4, batch=4, seq=64, deep=16, pairs=6, steps=1,
+                  grid_batch=(1, 2, 4), grid_seq=(32, 64), grid_layers=(2, 4)),
+    "cpu": dict(dim=128, heads=4, layers=8, batch=8, seq=256, deep=36, pairs=6, steps=1,
+                grid_batch=(1, 2, 4, 8), grid_seq=(64, 128, 256), grid_layers=(2, 4, 8)),
+    "gpu": dict(dim=768, heads=12, layers=12, batch=8, seq=1024, deep=64, pairs=8, steps=3,
+                grid_batch=(1, 2, 4, 8), grid_seq=(256, 512, 1024), grid_layers=(4, 8, 12)),
 }[PROFILE]
 print(f"profile {PROFILE!r} on {DEVICE_NAME}")
 
@@ -124,9 +91,7 @@ class Block(nn.Module):
 
     def forward(self, x):
         b, t, d = x.shape
-        q, k, v = (
-            self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        )
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.drop(self.proj(attn.transpose(1, 2).reshape(b, t, d)))
         return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
@@ -134,9 +99,7 @@ class Block(nn.Module):
 
 def stack(layers=SIZES["layers"], dropout=0.1, seed=0):
     torch.manual_seed(seed)
-    return nn.Sequential(*[Block(SIZES["dim"], SIZES["heads"], dropout) for _ in range(layers)]).to(
-        DEVICE
-    )
+    return nn.Sequential(*[Block(SIZES["dim"], SIZES["heads"], dropout) for _ in range(layers)]).to(DEVICE)
 
 
 def batch(b=SIZES["batch"], t=SIZES["seq"], seed=1):
@@ -147,10 +110,8 @@ def batch(b=SIZES["batch"], t=SIZES["seq"], seed=1):
 model, x = stack(), batch()
 tokens = x.shape[0] * x.shape[1]
 n_params = sum(p.numel() for p in model.parameters())
-print(
-    f"{SIZES['layers']} blocks of width {SIZES['dim']}: {n_params / 1e6:.2f} M parameters;"
-    f" a batch of {x.shape[0]} x {x.shape[1]} = {tokens:,} tokens"
-)
+print(f"{SIZES['layers']} blocks of width {SIZES['dim']}: {n_params / 1e6:.2f} M parameters;"
+      f" a batch of {x.shape[0]} x {x.shape[1]} = {tokens:,} tokens")
 
 # %% [markdown]
 # ## 1. What autograd keeps
@@ -165,12 +126,8 @@ saved = []
 
 
 def pack(t):
-    saved.append(
-        (tuple(t.shape), str(t.dtype).removeprefix("torch."), t.numel() * t.element_size())
-    )
-    return (
-        t.detach()
-    )  # not `t`: a saved output would hold its own graph alive (a leak if no backward)
+    saved.append((tuple(t.shape), str(t.dtype).removeprefix("torch."), t.numel() * t.element_size()))
+    return t.detach()  # not `t`: a saved output would hold its own graph alive (a leak if no backward)
 
 
 one_block = stack(layers=1)
@@ -195,12 +152,8 @@ GUESS_BYTES_PER_TOKEN = None  # your guess, e.g. 5000
 # %%
 per_block = saved_activation_bytes(lambda: one_block(x).sum())
 bytes_per_token = per_block / tokens
-lesson.check_guess(
-    GUESS_BYTES_PER_TOKEN, bytes_per_token, "bytes one block keeps per token", "{:,.0f}"
-)
-print(
-    f"= {bytes_per_token / 4 / SIZES['dim']:.1f} numbers of width d per token (d = {SIZES['dim']})"
-)
+lesson.check_guess(GUESS_BYTES_PER_TOKEN, bytes_per_token, "bytes one block keeps per token", "{:,.0f}")
+print(f"= {bytes_per_token / 4 / SIZES['dim']:.1f} numbers of width d per token (d = {SIZES['dim']})")
 
 # %% [markdown]
 # ## 2. The memory anatomy of training
@@ -229,18 +182,14 @@ def tensor_bytes(tensors):
 anatomy = {
     "parameters": tensor_bytes(opt_model.parameters()),
     "gradients": tensor_bytes(p.grad for p in opt_model.parameters()),
-    "optimizer state": tensor_bytes(
-        v for s in opt.state.values() for v in s.values() if v.dim() > 0
-    ),
+    "optimizer state": tensor_bytes(v for s in opt.state.values() for v in s.values() if v.dim() > 0),
     "activations": saved_activation_bytes(lambda: opt_model(x).sum()),
 }
 for name, nbytes in anatomy.items():
     print(f"{name:16} {nbytes / 2**20:9.2f} MiB  ({nbytes / n_params:6.1f} bytes per parameter)")
 static = anatomy["parameters"] + anatomy["gradients"] + anatomy["optimizer state"]
-print(
-    f"parameters + gradients + Adam: {static / n_params:.1f} bytes per parameter; activations at"
-    f" batch {x.shape[0]} x {x.shape[1]}: {anatomy['activations'] / static:.1f}x all of that"
-)
+print(f"parameters + gradients + Adam: {static / n_params:.1f} bytes per parameter; activations at"
+      f" batch {x.shape[0]} x {x.shape[1]}: {anatomy['activations'] / static:.1f}x all of that")
 opt_model = opt = None  # free them
 
 # %% [markdown]
@@ -249,9 +198,7 @@ opt_model = opt = None  # free them
 
 # %%
 grid = []
-cells = [
-    (b, t, n) for b in SIZES["grid_batch"] for t in SIZES["grid_seq"] for n in SIZES["grid_layers"]
-]
+cells = [(b, t, n) for b in SIZES["grid_batch"] for t in SIZES["grid_seq"] for n in SIZES["grid_layers"]]
 for b, t, n in tqdm(cells, desc="activation grid"):
     net, xb = stack(layers=n), batch(b, t)
     grid.append((b, t, n, saved_activation_bytes(lambda: net(xb).sum())))  # noqa: B023
@@ -263,32 +210,17 @@ fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
 for n in SIZES["grid_layers"]:
     pts = sorted((b * t, m / 2**20) for b, t, nn_, m in grid if nn_ == n)
     ax1.plot(*zip(*pts, strict=True), "o-", label=f"{n} layers")
-ax1.set(
-    xlabel="tokens per batch (batch x sequence)",
-    ylabel="saved activations (MiB)",
-    title=f"Activations grow with batch x seq x layers — {DEVICE_NAME}",
-)
+ax1.set(xlabel="tokens per batch (batch x sequence)", ylabel="saved activations (MiB)",
+        title=f"Activations grow with batch x seq x layers — {DEVICE_NAME}")
 ax1.legend(fontsize=8)
-ax2.bar(
-    list(anatomy),
-    [v / 2**20 for v in anatomy.values()],
-    color=["tab:blue", "tab:orange", "tab:purple", "tab:red"],
-)
-ax2.set(
-    ylabel="MiB",
-    title=f"Training memory, batch {x.shape[0]} x {x.shape[1]}, {SIZES['layers']} layers",
-)
+ax2.bar(list(anatomy), [v / 2**20 for v in anatomy.values()],
+        color=["tab:blue", "tab:orange", "tab:purple", "tab:red"])
+ax2.set(ylabel="MiB", title=f"Training memory, batch {x.shape[0]} x {x.shape[1]}, {SIZES['layers']} layers")
 plt.tight_layout()
 plt.show()
-print(
-    f"bytes per token per layer over the grid: {min(per_token_layer):,.0f} to {max(per_token_layer):,.0f}"
-    f" ({spread:.2f}x apart): "
-    + (
-        "linear in batch x sequence x layers"
-        if spread < 1.1
-        else "not exactly linear (see which cells differ)"
-    )
-)
+print(f"bytes per token per layer over the grid: {min(per_token_layer):,.0f} to {max(per_token_layer):,.0f}"
+      f" ({spread:.2f}x apart): " + ("linear in batch x sequence x layers" if spread < 1.1 else
+                                     "not exactly linear (see which cells differ)"))
 
 # %% [markdown]
 # ## 3. Checkpoint the blocks
@@ -301,53 +233,21 @@ print(
 fig, ax = plt.subplots(figsize=(10, 2.8))
 for i in range(4):
     ax.add_patch(Rectangle((i * 1.6, 1.6), 1.3, 0.6, color="tab:blue", alpha=0.85))
-    ax.text(
-        i * 1.6 + 0.65,
-        1.9,
-        f"block {i + 1}\nforward",
-        ha="center",
-        va="center",
-        color="white",
-        fontsize=8,
-    )
+    ax.text(i * 1.6 + 0.65, 1.9, f"block {i + 1}\nforward", ha="center", va="center", color="white", fontsize=8)
     ax.add_patch(Rectangle((i * 1.6, 1.1), 0.3, 0.35, color="tab:green"))  # the kept input
     ax.add_patch(Rectangle((6.6 - i * 1.6 + 0.2, 0.1), 0.6, 0.6, color="tab:orange", alpha=0.85))
-    ax.text(
-        6.6 - i * 1.6 + 0.5,
-        0.4,
-        "re-\nforward",
-        ha="center",
-        va="center",
-        fontsize=7,
-        color="white",
-    )
+    ax.text(6.6 - i * 1.6 + 0.5, 0.4, "re-\nforward", ha="center", va="center", fontsize=7, color="white")
     ax.add_patch(Rectangle((6.6 - i * 1.6 + 0.85, 0.1), 0.6, 0.6, color="tab:red", alpha=0.85))
-    ax.text(
-        6.6 - i * 1.6 + 1.15,
-        0.4,
-        "back-\nward",
-        ha="center",
-        va="center",
-        fontsize=7,
-        color="white",
-    )
-ax.add_patch(
-    FancyArrowPatch((0.15, 1.1), (6.8, 0.75), arrowstyle="->", mutation_scale=10, color="tab:green")
-)
+    ax.text(6.6 - i * 1.6 + 1.15, 0.4, "back-\nward", ha="center", va="center", fontsize=7, color="white")
+ax.add_patch(FancyArrowPatch((0.15, 1.1), (6.8, 0.75), arrowstyle="->", mutation_scale=10, color="tab:green"))
 ax.text(0.4, 1.25, "kept: block inputs only", fontsize=8, color="tab:green")
-ax.set(
-    xlim=(-0.2, 8.8),
-    ylim=(0, 2.4),
-    title="Checkpointed blocks: forward keeps inputs, backward recomputes one block at a time",
-)
+ax.set(xlim=(-0.2, 8.8), ylim=(0, 2.4), title="Checkpointed blocks: forward keeps inputs, backward recomputes one block at a time")
 ax.axis("off")
 plt.show()
 
 # %%
 checkpointed = copy.deepcopy(model)
-checkpoint_modules(
-    checkpointed, Block
-)  # each Block's forward now runs under checkpoint(use_reentrant=False)
+checkpoint_modules(checkpointed, Block)  # each Block's forward now runs under checkpoint(use_reentrant=False)
 plain_bytes = saved_activation_bytes(lambda: model(x).sum())
 ckpt_bytes = saved_activation_bytes(lambda: checkpointed(x).sum())
 
@@ -360,10 +260,8 @@ def grads(net, seed=0):
 
 
 grad_gap = float((grads(checkpointed) - grads(model)).abs().max())
-print(
-    f"kept for backward: plain {plain_bytes / 2**20:.2f} MiB, every block checkpointed"
-    f" {ckpt_bytes / 2**20:.2f} MiB ({plain_bytes / ckpt_bytes:.0f}x less)"
-)
+print(f"kept for backward: plain {plain_bytes / 2**20:.2f} MiB, every block checkpointed"
+      f" {ckpt_bytes / 2**20:.2f} MiB ({plain_bytes / ckpt_bytes:.0f}x less)")
 print(f"largest gradient difference, checkpointed vs plain (dropout on, same seed): {grad_gap:.1e}")
 
 # %% [markdown]
@@ -379,10 +277,8 @@ with warnings.catch_warnings(record=True) as caught:
     first[1](checkpoint(first[0], x, use_reentrant=True)).pow(2).mean().backward()
 block0 = list(first[0].parameters())
 missing = sum(p.grad is None for p in block0)
-print(
-    f"use_reentrant=True, input without requires_grad: {missing} of {len(block0)} parameters of block 0"
-    " got no gradient" + (f" (PyTorch warned: {caught[0].message})" if caught else "")
-)
+print(f"use_reentrant=True, input without requires_grad: {missing} of {len(block0)} parameters of block 0"
+      " got no gradient" + (f" (PyTorch warned: {caught[0].message})" if caught else ""))
 first.zero_grad(set_to_none=True)
 first[1](checkpoint(first[0], x, use_reentrant=False)).pow(2).mean().backward()
 print(f"use_reentrant=False: {sum(p.grad is None for p in block0)} without a gradient")
@@ -403,20 +299,11 @@ def step(net, xb=x):
             net.zero_grad(set_to_none=True)
             net(xb).pow(2).mean().backward()
         return SIZES["steps"] * xb.shape[0] * xb.shape[1]
-
     return run
 
 
-ckpt_ab = lesson.ab(
-    "plain vs every block checkpointed",
-    step(model),
-    step(checkpointed),
-    pairs=SIZES["pairs"],
-    a_label="plain",
-    b_label="checkpointed",
-    unit="tokens/s",
-    dev=DEVICE,
-)
+ckpt_ab = lesson.ab("plain vs every block checkpointed", step(model), step(checkpointed),
+                    pairs=SIZES["pairs"], a_label="plain", b_label="checkpointed", unit="tokens/s", dev=DEVICE)
 lesson.check_guess(GUESS_SLOWDOWN, 1 / ckpt_ab.ratio, "step time, checkpointed / plain", "{:.2f}x")
 
 # %% [markdown]
@@ -430,16 +317,15 @@ lesson.check_guess(GUESS_SLOWDOWN, 1 / ckpt_ab.ratio, "step time, checkpointed /
 # layers: one op each), all for one extra forward. Measured on a deep MLP (Linear + GELU layers):
 
 # %%
-deep = nn.Sequential(
-    *[nn.Sequential(nn.Linear(SIZES["dim"], SIZES["dim"]), nn.GELU()) for _ in range(SIZES["deep"])]
-).to(DEVICE)
+deep = nn.Sequential(*[nn.Sequential(nn.Linear(SIZES["dim"], SIZES["dim"]), nn.GELU())
+                       for _ in range(SIZES["deep"])]).to(DEVICE)
 n = SIZES["deep"]
 segment_peaks = {}
 for k in tqdm(range(1, n + 1), desc="segments"):
     segments = sqrt_segments(n, segments=k)
     kept = saved_activation_bytes(lambda: run_segments(deep, x, segments).sum())  # noqa: B023
     longest = max(segments, key=len)
-    working = saved_activation_bytes(lambda: deep[longest.start : longest.stop](x).sum())  # noqa: B023
+    working = saved_activation_bytes(lambda: deep[longest.start:longest.stop](x).sum())  # noqa: B023
     segment_peaks[k] = (kept, working)
 best_k = min(segment_peaks, key=lambda k: sum(segment_peaks[k]))
 sqrt_k = len(sqrt_segments(n))
@@ -449,38 +335,21 @@ block_a_over_i = per_block / (x.numel() * x.element_size())  # one transformer b
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.6))
 ks = list(segment_peaks)
-ax.plot(
-    ks,
-    [segment_peaks[k][0] / 2**20 for k in ks],
-    "s--",
-    label="kept after forward (segment inputs)",
-)
-ax.plot(
-    ks, [segment_peaks[k][1] / 2**20 for k in ks], "^--", label="one segment rebuilt in backward"
-)
+ax.plot(ks, [segment_peaks[k][0] / 2**20 for k in ks], "s--", label="kept after forward (segment inputs)")
+ax.plot(ks, [segment_peaks[k][1] / 2**20 for k in ks], "^--", label="one segment rebuilt in backward")
 ax.plot(ks, [sum(segment_peaks[k]) / 2**20 for k in ks], "o-", color="black", label="peak ≈ sum")
-ax.axvline(
-    math.sqrt(n * a_over_i), color="gray", ls=":", label=f"√(n·a/i) = {math.sqrt(n * a_over_i):.1f}"
-)
-ax.set(
-    xlabel="segments k",
-    ylabel="MiB",
-    title=f"{n} layers cut into k checkpointed segments — measured",
-)
+ax.axvline(math.sqrt(n * a_over_i), color="gray", ls=":", label=f"√(n·a/i) = {math.sqrt(n * a_over_i):.1f}")
+ax.set(xlabel="segments k", ylabel="MiB", title=f"{n} layers cut into k checkpointed segments — measured")
 ax.legend(fontsize=8)
 plt.show()
 plain_deep = saved_activation_bytes(lambda: deep(x).sum())
-print(
-    f"{n} Linear+GELU layers (a/i = {a_over_i:.1f}): plain keeps {plain_deep / 2**20:.1f} MiB; lowest measured"
-    f" peak at k = {best_k} ({sum(segment_peaks[best_k]) / 2**20:.2f} MiB); √n segments (k = {sqrt_k}):"
-    f" {sum(segment_peaks[sqrt_k]) / 2**20:.2f} MiB; every layer its own segment (k = {n}):"
-    f" {sum(segment_peaks[n]) / 2**20:.2f} MiB"
-)
-print(
-    f"A transformer block (section 1) keeps a/i = {block_a_over_i:.1f} inputs' worth: by the formula above,"
-    f" √(n·a/i) >= n while n <= {block_a_over_i:.0f} blocks, so for stacks that shallow the formula puts the"
-    " lowest peak at one segment per block (not measured here for transformer blocks)."
-)
+print(f"{n} Linear+GELU layers (a/i = {a_over_i:.1f}): plain keeps {plain_deep / 2**20:.1f} MiB; lowest measured"
+      f" peak at k = {best_k} ({sum(segment_peaks[best_k]) / 2**20:.2f} MiB); √n segments (k = {sqrt_k}):"
+      f" {sum(segment_peaks[sqrt_k]) / 2**20:.2f} MiB; every layer its own segment (k = {n}):"
+      f" {sum(segment_peaks[n]) / 2**20:.2f} MiB")
+print(f"A transformer block (section 1) keeps a/i = {block_a_over_i:.1f} inputs' worth: by the formula above,"
+      f" √(n·a/i) >= n while n <= {block_a_over_i:.0f} blocks, so for stacks that shallow the formula puts the"
+      " lowest peak at one segment per block (not measured here for transformer blocks).")
 
 # %% [markdown]
 # ## 5. Selective checkpointing: keep the matmuls, recompute the rest
@@ -497,9 +366,7 @@ print(
 selective = copy.deepcopy(model)
 checkpoint_modules(selective, Block, save_ops=MATMUL_OPS)
 backwards = copy.deepcopy(model)  # the wrong way round: keep pointwise outputs, recompute matmuls
-checkpoint_modules(
-    backwards, Block, save_ops={"gelu", "native_layer_norm", "add", "native_dropout"}
-)
+checkpoint_modules(backwards, Block, save_ops={"gelu", "native_layer_norm", "add", "native_dropout"})
 
 
 def kept(net):
@@ -511,63 +378,32 @@ def kept(net):
 
 
 def mib(nbytes):
-    return (
-        "not countable on this torch (< 2.12)" if nbytes is None else f"{nbytes / 2**20:8.2f} MiB"
-    )
+    return "not countable on this torch (< 2.12)" if nbytes is None else f"{nbytes / 2**20:8.2f} MiB"
 
 
-memory = {
-    "plain": plain_bytes,
-    "save matmuls\n(selective)": kept(selective),
-    "save pointwise\n(recompute matmuls)": kept(backwards),
-    "checkpoint\neverything": ckpt_bytes,
-}
+memory = {"plain": plain_bytes, "save matmuls\n(selective)": kept(selective),
+          "save pointwise\n(recompute matmuls)": kept(backwards), "checkpoint\neverything": ckpt_bytes}
 for name, nbytes in memory.items():
     print(f"{name.replace(chr(10), ' '):36} keeps {mib(nbytes)}")
 sel_gap = float((grads(selective) - grads(model)).abs().max())
 print(f"selective: largest gradient difference vs plain {sel_gap:.1e}")
-sel_ab = lesson.ab(
-    "every block checkpointed vs selective (save matmuls)",
-    step(checkpointed),
-    step(selective),
-    pairs=SIZES["pairs"],
-    a_label="checkpoint everything",
-    b_label="selective",
-    unit="tokens/s",
-    dev=DEVICE,
-)
-wrong_ab = lesson.ab(
-    "save matmuls vs save pointwise (recompute matmuls)",
-    step(selective),
-    step(backwards),
-    pairs=SIZES["pairs"],
-    a_label="save matmuls",
-    b_label="save pointwise",
-    unit="tokens/s",
-    dev=DEVICE,
-)
+sel_ab = lesson.ab("every block checkpointed vs selective (save matmuls)", step(checkpointed), step(selective),
+                   pairs=SIZES["pairs"], a_label="checkpoint everything", b_label="selective", unit="tokens/s",
+                   dev=DEVICE)
+wrong_ab = lesson.ab("save matmuls vs save pointwise (recompute matmuls)", step(selective), step(backwards),
+                     pairs=SIZES["pairs"], a_label="save matmuls", b_label="save pointwise", unit="tokens/s",
+                     dev=DEVICE)
 
 # %%
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
-ax1.bar(
-    list(memory),
-    [(v or 0) / 2**20 for v in memory.values()],
-    color=["tab:gray", "tab:green", "tab:red", "tab:blue"],
-)
+ax1.bar(list(memory), [(v or 0) / 2**20 for v in memory.values()], color=["tab:gray", "tab:green", "tab:red", "tab:blue"])
 ax1.set(ylabel="kept for backward (MiB)", title=f"What each policy keeps — {DEVICE_NAME}")
 for i, nbytes in enumerate(memory.values()):
     if nbytes is None:
         ax1.text(i, 0, "not countable\non this torch", ha="center", va="bottom", fontsize=7)
 ax1.tick_params(axis="x", labelsize=8)
-lesson.plot_ab(
-    {
-        "checkpointed\n/ plain": ckpt_ab,
-        "selective\n/ checkpointed": sel_ab,
-        "save pointwise\n/ save matmuls": wrong_ab,
-    },
-    "Speed ratios (B/A)",
-    ax=ax2,
-)
+lesson.plot_ab({"checkpointed\n/ plain": ckpt_ab, "selective\n/ checkpointed": sel_ab,
+                "save pointwise\n/ save matmuls": wrong_ab}, "Speed ratios (B/A)", ax=ax2)
 plt.tight_layout()
 plt.show()
 print(f"selective vs checkpoint everything: {sel_ab.verdict}")
@@ -578,7 +414,6 @@ print(f"save pointwise (recompute the matmuls) vs save matmuls: {wrong_ab.verdic
 # backward differentiates a different network. `checkpoint` stashes the RNG state before the
 # block and restores it for the recompute (`preserve_rng_state=True`, the default; it costs a
 # little time). Turn it off and the gradients are wrong:
-
 
 # %%
 def grads_no_rng(net, seed=0):
@@ -593,10 +428,8 @@ def grads_no_rng(net, seed=0):
 
 reference = grads(model)
 rng_gap = float((grads_no_rng(model) - reference).norm() / reference.norm())
-print(
-    f"preserve_rng_state=False with dropout 0.1: gradient off by {rng_gap:.0%} (relative norm);"
-    f" with the default: {grad_gap:.1e} (largest difference)"
-)
+print(f"preserve_rng_state=False with dropout 0.1: gradient off by {rng_gap:.0%} (relative norm);"
+      f" with the default: {grad_gap:.1e} (largest difference)")
 
 # %% [markdown]
 # ## 6. On a GPU: memory measured by the allocator — and can checkpointing be a *speed* win?
@@ -610,30 +443,16 @@ print(
 
 # %%
 if DEVICE.type == "cuda":
-    gpu_peak = {
-        name: peak_cuda_memory(lambda net=net: net(x).pow(2).mean().backward(), DEVICE)
-        for name, net in (("plain", model), ("checkpointed", checkpointed))
-    }
-    print(
-        ", ".join(f"{k}: peak {v / 2**20:,.0f} MiB" for k, v in gpu_peak.items()),
-        f"on {DEVICE_NAME}",
-    )
+    gpu_peak = {name: peak_cuda_memory(lambda net=net: net(x).pow(2).mean().backward(), DEVICE)
+                for name, net in (("plain", model), ("checkpointed", checkpointed))}
+    print(", ".join(f"{k}: peak {v / 2**20:,.0f} MiB" for k, v in gpu_peak.items()), f"on {DEVICE_NAME}")
     small, big = x[: max(1, x.shape[0] // 4)], batch(4 * max(1, x.shape[0] // 4))
-    big_ab = lesson.ab(
-        "plain at batch b vs checkpointed at 4b",
-        step(model, small),
-        step(checkpointed, big),
-        pairs=SIZES["pairs"],
-        a_label=f"plain, batch {small.shape[0]}",
-        b_label=f"checkpointed, batch {big.shape[0]}",
-        unit="tokens/s",
-        dev=DEVICE,
-    )
-    outcome = {
-        "faster": "here the bigger batch paid for the recompute",
-        "slower": "here it did not: the small batch already kept the GPU busy, so the recompute"
-        " is pure cost",
-    }.get(big_ab.verdict.word, "here no difference could be shown")
+    big_ab = lesson.ab("plain at batch b vs checkpointed at 4b", step(model, small), step(checkpointed, big),
+                       pairs=SIZES["pairs"], a_label=f"plain, batch {small.shape[0]}",
+                       b_label=f"checkpointed, batch {big.shape[0]}", unit="tokens/s", dev=DEVICE)
+    outcome = {"faster": "here the bigger batch paid for the recompute",
+               "slower": "here it did not: the small batch already kept the GPU busy, so the recompute"
+                         " is pure cost"}.get(big_ab.verdict.word, "here no difference could be shown")
     gpu_line = f"checkpointed at 4x the batch vs plain: {big_ab.verdict} — {outcome}"
     print(gpu_line)
 else:
@@ -652,21 +471,11 @@ MY_BUDGET = 0.5  # your turn: a fraction of the plain model's activations
 budget = int(MY_BUDGET * plain_bytes)
 my_plan = plan_for_budget(model, x, budget)
 mine = apply_plan(copy.deepcopy(model), my_plan)
-print(
-    f"budget {budget / 2**20:.2f} MiB: {my_plan.describe(len(model))}, keeps"
-    f" {plan_bytes(model, x, my_plan) / 2**20:.2f} MiB"
-    f" (everything checkpointed: {plan_bytes(model, x, CheckpointPlan.everything(len(model))) / 2**20:.2f} MiB)"
-)
-plan_ab = lesson.ab(
-    "checkpoint everything vs your plan",
-    step(checkpointed),
-    step(mine),
-    pairs=SIZES["pairs"],
-    a_label="checkpoint everything",
-    b_label="your plan",
-    unit="tokens/s",
-    dev=DEVICE,
-)
+print(f"budget {budget / 2**20:.2f} MiB: {my_plan.describe(len(model))}, keeps"
+      f" {plan_bytes(model, x, my_plan) / 2**20:.2f} MiB"
+      f" (everything checkpointed: {plan_bytes(model, x, CheckpointPlan.everything(len(model))) / 2**20:.2f} MiB)")
+plan_ab = lesson.ab("checkpoint everything vs your plan", step(checkpointed), step(mine), pairs=SIZES["pairs"],
+                    a_label="checkpoint everything", b_label="your plan", unit="tokens/s", dev=DEVICE)
 
 # %% [markdown]
 # ### In your own words
@@ -689,32 +498,20 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=5)
 
 # %% tags=["summary"]
 print(lesson.summary_header(5, DEVICE_NAME))
-print(
-    f"* one block keeps {bytes_per_token:,.0f} bytes per token; activations over the grid:"
-    f" {min(per_token_layer):,.0f}-{max(per_token_layer):,.0f} bytes per token per layer"
-)
-print(
-    f"* parameters + gradients + AdamW state: {static / n_params:.1f} bytes per parameter;"
-    f" activations at batch {x.shape[0]} x {x.shape[1]}: {anatomy['activations'] / static:.1f}x that"
-)
-print(
-    f"* every block checkpointed: {plain_bytes / 2**20:.2f} -> {ckpt_bytes / 2**20:.2f} MiB kept,"
-    f" gradients equal to {grad_gap:.0e}"
-)
+print(f"* one block keeps {bytes_per_token:,.0f} bytes per token; activations over the grid:"
+      f" {min(per_token_layer):,.0f}-{max(per_token_layer):,.0f} bytes per token per layer")
+print(f"* parameters + gradients + AdamW state: {static / n_params:.1f} bytes per parameter;"
+      f" activations at batch {x.shape[0]} x {x.shape[1]}: {anatomy['activations'] / static:.1f}x that")
+print(f"* every block checkpointed: {plain_bytes / 2**20:.2f} -> {ckpt_bytes / 2**20:.2f} MiB kept,"
+      f" gradients equal to {grad_gap:.0e}")
 print(f"* its step time: {ckpt_ab.verdict}")
-print(
-    f"* segments ({n} layers, a/i = {a_over_i:.1f}): lowest measured peak at k = {best_k};"
-    f" √(n·a/i) = {math.sqrt(n * a_over_i):.1f}, √n = {math.sqrt(n):.1f}"
-)
-print(
-    f"* selective (save matmuls) keeps {mib(memory['save matmuls' + chr(10) + '(selective)']).strip()};"
-    f" vs checkpoint everything: {sel_ab.verdict}"
-)
+print(f"* segments ({n} layers, a/i = {a_over_i:.1f}): lowest measured peak at k = {best_k};"
+      f" √(n·a/i) = {math.sqrt(n * a_over_i):.1f}, √n = {math.sqrt(n):.1f}")
+print(f"* selective (save matmuls) keeps {mib(memory['save matmuls' + chr(10) + '(selective)']).strip()};"
+      f" vs checkpoint everything: {sel_ab.verdict}")
 print(f"* save pointwise instead (recompute matmuls): {wrong_ab.verdict}")
 print(f"* recompute without the RNG state: gradients off by {rng_gap:.0%}")
-print(
-    f"* your plan at {MY_BUDGET:.0%}: {my_plan.describe(len(model))}; vs everything: {plan_ab.verdict}"
-)
+print(f"* your plan at {MY_BUDGET:.0%}: {my_plan.describe(len(model))}; vs everything: {plan_ab.verdict}")
 print(f"* GPU: {gpu_line}")
 
 # %% [markdown]

@@ -78,57 +78,15 @@ DEVICE_NAME = device_name(DEVICE)
 # The naive CIFAR recipe's ResNet (one block per stage, narrowed on CPUs) on the course's
 # synthetic CIFAR-like images; sizes per profile.
 SIZES = {
-    "smoke": dict(
-        depth=10,
-        width=8,
-        n_train=640,
-        n_val=256,
-        batch=64,
-        epochs=2,
-        seeds=(0,),
-        target=0.25,
-        es_train=320,
-        es_epochs=6,
-        patience=1,
-        kills=4,
-        pairs=6,
-        burst_steps=2,
-        resume_steps=6,
-    ),
-    "cpu": dict(
-        depth=10,
-        width=8,
-        n_train=3200,
-        n_val=1000,
-        batch=64,
-        epochs=5,
-        seeds=(0, 1, 2),
-        target=0.85,
-        es_train=640,
-        es_epochs=25,
-        patience=3,
-        kills=10,
-        pairs=8,
-        burst_steps=6,
-        resume_steps=30,
-    ),
-    "gpu": dict(
-        depth=18,
-        width=64,
-        n_train=20000,
-        n_val=5000,
-        batch=256,
-        epochs=6,
-        seeds=(0, 1, 2),
-        target=0.8,
-        es_train=5000,
-        es_epochs=30,
-        patience=4,
-        kills=10,
-        pairs=8,
-        burst_steps=20,
-        resume_steps=60,
-    ),
+    "smoke": dict(depth=10, width=8, n_train=640, n_val=256, batch=64, epochs=2, seeds=(0,),
+                  target=0.25, es_train=320, es_epochs=6, patience=1, kills=4, pairs=6,
+                  burst_steps=2, resume_steps=6),
+    "cpu": dict(depth=10, width=8, n_train=3200, n_val=1000, batch=64, epochs=5, seeds=(0, 1, 2),
+                target=0.85, es_train=640, es_epochs=25, patience=3, kills=10, pairs=8,
+                burst_steps=6, resume_steps=30),
+    "gpu": dict(depth=18, width=64, n_train=20000, n_val=5000, batch=256, epochs=6, seeds=(0, 1, 2),
+                target=0.8, es_train=5000, es_epochs=30, patience=4, kills=10, pairs=8,
+                burst_steps=20, resume_steps=60),
 }[PROFILE]
 print(f"profile {PROFILE!r} on {DEVICE_NAME}")
 
@@ -160,7 +118,6 @@ def evaluate(net, x=X_VAL, y=Y_VAL):
 # final accuracy after a fixed budget but **how long it takes to reach the accuracy you need** —
 # counting the evaluations that tell you it was reached.
 
-
 # %%
 def constant(optimizer, total_steps, warmup_steps):
     return LambdaLR(optimizer, lambda step: 1.0)
@@ -169,11 +126,8 @@ def constant(optimizer, total_steps, warmup_steps):
 # Same peak LR for all three, so only the schedule's *shape* differs. (Each shape's best LR may
 # differ too: comparing each at its own tuned LR is a search — lesson 12.)
 PEAK_LR = 0.2
-SCHEDULES = {
-    f"constant LR {PEAK_LR}": (constant, PEAK_LR),
-    f"warm-up + cosine, peak {PEAK_LR}": (warmup_cosine, PEAK_LR),
-    f"one-cycle, peak {PEAK_LR}": (one_cycle, PEAK_LR),
-}
+SCHEDULES = {f"constant LR {PEAK_LR}": (constant, PEAK_LR), f"warm-up + cosine, peak {PEAK_LR}": (warmup_cosine, PEAK_LR),
+             f"one-cycle, peak {PEAK_LR}": (one_cycle, PEAK_LR)}
 
 
 def train_schedule(schedule, peak, seed, bar):
@@ -190,7 +144,7 @@ def train_schedule(schedule, peak, seed, bar):
             order = torch.randperm(SIZES["n_train"], generator=gen).to(DEVICE)
         sync(DEVICE)
         t0 = time.perf_counter()
-        idx = order[(step % steps_per_epoch) * SIZES["batch"] :][: SIZES["batch"]]
+        idx = order[(step % steps_per_epoch) * SIZES["batch"]:][:SIZES["batch"]]
         loss = F.cross_entropy(net(X_TRAIN[idx]), Y_TRAIN[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -208,9 +162,7 @@ def train_schedule(schedule, peak, seed, bar):
     return curve
 
 
-total_steps = (
-    SIZES["epochs"] * (SIZES["n_train"] // SIZES["batch"]) * len(SCHEDULES) * len(SIZES["seeds"])
-)
+total_steps = SIZES["epochs"] * (SIZES["n_train"] // SIZES["batch"]) * len(SCHEDULES) * len(SIZES["seeds"])
 curves = {}
 with tqdm(total=total_steps, desc="schedules", unit="step") as bar:
     for name, (schedule, peak) in SCHEDULES.items():
@@ -224,22 +176,14 @@ def time_to_target(curve):
     return next((t for t, accuracy in curve if accuracy >= TARGET), None)
 
 
-learning_curves(
-    curves,
-    TARGET,
-    ["tab:gray", "tab:blue", "tab:orange"],
-    xlabel="wall seconds (training + evaluations)",
-    ylabel="validation accuracy",
-    title=f"LR schedules — {DEVICE_NAME}, seeds {list(SIZES['seeds'])}",
-)
+learning_curves(curves, TARGET, ["tab:gray", "tab:blue", "tab:orange"], xlabel="wall seconds (training + evaluations)",
+                ylabel="validation accuracy", title=f"LR schedules — {DEVICE_NAME}, seeds {list(SIZES['seeds'])}")
 plt.show()
 reached = {name: [time_to_target(run) for run in runs] for name, runs in curves.items()}
 for name, times in reached.items():
     shown = ", ".join("not reached" if t is None else f"{t:.1f} s" for t in times)
-    print(
-        f"{name:28} final accuracy {', '.join(f'{run[-1][1]:.1%}' for run in curves[name]):14}"
-        f" time to {TARGET:.0%}: {shown}"
-    )
+    print(f"{name:28} final accuracy {', '.join(f'{run[-1][1]:.1%}' for run in curves[name]):14}"
+          f" time to {TARGET:.0%}: {shown}")
 base = reached[f"constant LR {PEAK_LR}"]
 for name in list(SCHEDULES)[1:]:
     mine = reached[name]
@@ -248,10 +192,8 @@ for name in list(SCHEDULES)[1:]:
     elif all(t is None for t in mine) and None not in base:
         word = "never reached the target within the budget; the constant LR did on every seed"
     elif None not in mine and None in base:
-        word = (
-            f"reached the target on every seed; the constant LR on {sum(t is not None for t in base)}"
-            f" of {len(base)}"
-        )
+        word = (f"reached the target on every seed; the constant LR on {sum(t is not None for t in base)}"
+                f" of {len(base)}")
     elif len(SIZES["seeds"]) < 2 or None in mine + base:
         word = "too few seeds reaching the target for a comparison"
     elif max(mine) < min(base):
@@ -273,7 +215,7 @@ for name in list(SCHEDULES)[1:]:
 # validation loss turns.
 
 # %%
-es_x, es_y = X_TRAIN[: SIZES["es_train"]], Y_TRAIN[: SIZES["es_train"]]
+es_x, es_y = X_TRAIN[:SIZES["es_train"]], Y_TRAIN[:SIZES["es_train"]]
 es_dir = Path(tempfile.mkdtemp(prefix="lesson6-es-"))
 net = new_model(0)
 opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
@@ -283,9 +225,7 @@ history, train_s, eval_s = [], 0.0, 0.0
 for epoch in tqdm(range(SIZES["es_epochs"]), desc="early stopping", unit="epoch"):
     sync(DEVICE)
     t0 = time.perf_counter()
-    for idx in torch.randperm(len(es_x), generator=torch.Generator().manual_seed(epoch)).split(
-        SIZES["batch"]
-    ):
+    for idx in torch.randperm(len(es_x), generator=torch.Generator().manual_seed(epoch)).split(SIZES["batch"]):
         loss = F.cross_entropy(net(es_x[idx.to(DEVICE)]), es_y[idx.to(DEVICE)])
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -305,25 +245,19 @@ last_loss = evaluate(net)[1]
 manager.restore_best(net)
 best_loss = evaluate(net)[1]
 epochs_run = len(history)
-print(
-    f"stopped after {epochs_run} of {SIZES['es_epochs']} epochs (patience {SIZES['patience']}); best "
-    f"validation loss {stopper.best:.4f} at epoch {stopper.best_epoch + 1}"
-)
+print(f"stopped after {epochs_run} of {SIZES['es_epochs']} epochs (patience {SIZES['patience']}); best "
+      f"validation loss {stopper.best:.4f} at epoch {stopper.best_epoch + 1}")
 print(f"last weights: loss {last_loss:.4f}; restored best.pt: loss {best_loss:.4f}")
 eval_share = eval_s / (train_s + eval_s)
-print(
-    f"evaluating {SIZES['n_val']} samples every epoch of {SIZES['es_train']}: {eval_s:.2f} s of "
-    f"{train_s + eval_s:.2f} s ({eval_share:.0%} of the run)"
-)
+print(f"evaluating {SIZES['n_val']} samples every epoch of {SIZES['es_train']}: {eval_s:.2f} s of "
+      f"{train_s + eval_s:.2f} s ({eval_share:.0%} of the run)")
 
 # %%
 fig, ax = plt.subplots(figsize=(6.5, 3.2))
 ax.plot(range(1, epochs_run + 1), history, "o-", label="validation loss")
 ax.axvline(stopper.best_epoch + 1, color="tab:green", ls="--", label="best (restored)")
 ax.axvline(epochs_run, color="tab:red", ls=":", label="stopped")
-ax.set(
-    xlabel="epoch", ylabel="validation loss", title=f"Early stopping, patience {SIZES['patience']}"
-)
+ax.set(xlabel="epoch", ylabel="validation loss", title=f"Early stopping, patience {SIZES['patience']}")
 ax.legend(fontsize=8)
 plt.show()
 
@@ -344,17 +278,9 @@ F.cross_entropy(net(X_TRAIN[:64]), Y_TRAIN[:64]).backward()
 opt.step()
 sched.step()
 ckpt_dir = Path(tempfile.mkdtemp(prefix="lesson6-ckpt-"))
-path = save_checkpoint(
-    ckpt_dir / "last.pt",
-    net,
-    optimizer=opt,
-    scheduler=sched,
-    scaler=torch.amp.GradScaler("cpu"),
-    early_stopping=EarlyStopping(3),
-    epoch=0,
-    step=1,
-    batch_in_epoch=1,
-)
+path = save_checkpoint(ckpt_dir / "last.pt", net, optimizer=opt, scheduler=sched,
+                       scaler=torch.amp.GradScaler("cpu"), early_stopping=EarlyStopping(3),
+                       epoch=0, step=1, batch_in_epoch=1)
 
 
 def nbytes(obj):
@@ -369,9 +295,7 @@ def nbytes(obj):
 
 payload = torch.load(path, weights_only=True)
 for key in ("model", "optimizer", "scheduler", "scaler", "early_stopping", "rng", "progress"):
-    print(
-        f"{key:15} {nbytes(payload[key]) / 1024:9.1f} KiB of tensors   {str(payload[key])[:60]!r}..."
-    )
+    print(f"{key:15} {nbytes(payload[key]) / 1024:9.1f} KiB of tensors   {str(payload[key])[:60]!r}...")
 print(f"file: {path.stat().st_size / 1024:.0f} KiB")
 
 # %% [markdown]
@@ -433,18 +357,12 @@ def kill_during_saves(save, path, rng):
 
 torn = {}
 rng = random.Random(0)
-for name, save in tqdm(
-    [("torch.save in place", save_in_place), ("atomic save_checkpoint", save_atomic)],
-    desc="kill during saves",
-):
-    torn[name] = sum(
-        kill_during_saves(save, ckpt_dir / f"{name[:5]}.pt", rng) for _ in range(SIZES["kills"])
-    )
+for name, save in tqdm([("torch.save in place", save_in_place), ("atomic save_checkpoint", save_atomic)],
+                       desc="kill during saves"):
+    torn[name] = sum(kill_during_saves(save, ckpt_dir / f"{name[:5]}.pt", rng) for _ in range(SIZES["kills"]))
 for name, count in torn.items():
     print(f"{name:24} {count} of {SIZES['kills']} kills left an unloadable checkpoint")
-lesson.check_guess(
-    GUESS_TORN, torn["torch.save in place"], "torn checkpoints from torch.save in place", "{:.0f}"
-)
+lesson.check_guess(GUESS_TORN, torn["torch.save in place"], "torn checkpoints from torch.save in place", "{:.0f}")
 
 # %% [markdown]
 # Keep two files: **last** (for resuming; overwritten every save) and **best** (the best
@@ -461,7 +379,6 @@ lesson.check_guess(
 # position, then the global torch RNG. The data order does not depend on that RNG here (the
 # sampler derives it from seed and epoch); what does is the `torch.rand` draw every step that
 # stands in for dropout — forget the RNG and the resumed run draws different "dropout" noise.
-
 
 # %%
 def run(steps, ckpt=None, stop_at=None, keep_position=True, keep_rng=True):
@@ -482,15 +399,8 @@ def run(steps, ckpt=None, stop_at=None, keep_position=True, keep_rng=True):
         order = torch.tensor(list(sampler))
         for idx in order.split(SIZES["batch"]):
             if step == stop_at:
-                return save_checkpoint(
-                    ckpt_dir / "resume.pt",
-                    net,
-                    optimizer=opt,
-                    scheduler=sched,
-                    epoch=epoch,
-                    step=step,
-                    batch_in_epoch=batch,
-                )
+                return save_checkpoint(ckpt_dir / "resume.pt", net, optimizer=opt, scheduler=sched,
+                                       epoch=epoch, step=step, batch_in_epoch=batch)
             noise = torch.rand(()) * 1e-3  # stands in for dropout: a draw from the global torch RNG
             idx = idx.to(DEVICE)
             loss = F.cross_entropy(net(X_TRAIN[idx]), Y_TRAIN[idx]) * (1 + noise)
@@ -507,24 +417,18 @@ def run(steps, ckpt=None, stop_at=None, keep_position=True, keep_rng=True):
 
 n = SIZES["resume_steps"]
 with tqdm(total=4, desc="resume runs", unit="run") as bar:
-    straight = run(n)
-    bar.update(1)  # noqa: E702
+    straight = run(n); bar.update(1)  # noqa: E702
     saved = run(n, stop_at=n // 2 + 1)  # the crash: everything after this is lost
-    results = {"resumed (everything saved)": run(n, ckpt=saved)}
-    bar.update(1)  # noqa: E702
-    results["resumed, position not saved"] = run(n, ckpt=saved, keep_position=False)
-    bar.update(1)  # noqa: E702
-    results["resumed, RNG not saved"] = run(n, ckpt=saved, keep_rng=False)
-    bar.update(1)  # noqa: E702
+    results = {"resumed (everything saved)": run(n, ckpt=saved)}; bar.update(1)  # noqa: E702
+    results["resumed, position not saved"] = run(n, ckpt=saved, keep_position=False); bar.update(1)  # noqa: E702
+    results["resumed, RNG not saved"] = run(n, ckpt=saved, keep_rng=False); bar.update(1)  # noqa: E702
 ref = torch.cat([p.detach().flatten() for p in straight.parameters()])
 resume_diff = {}
 for name, model in results.items():
     got = torch.cat([p.detach().flatten() for p in model.parameters()])
     resume_diff[name] = float((got - ref).abs().max())
-    print(
-        f"{name:28} bit-equal to the uninterrupted run: {torch.equal(got, ref)!s:5}  "
-        f"max |difference| {resume_diff[name]:.2e}"
-    )
+    print(f"{name:28} bit-equal to the uninterrupted run: {torch.equal(got, ref)!s:5}  "
+          f"max |difference| {resume_diff[name]:.2e}")
 
 # %% [markdown]
 # ## 5. What a save costs, and how often to save
@@ -557,27 +461,15 @@ def burst(save_every_step):
                 burst_manager.save(net, optimizer=opt, scheduler=sched, step=step + 1)
                 save_times.append(time.perf_counter() - t0)
         return SIZES["burst_steps"] * SIZES["batch"]
-
     return go
 
 
-save_ab = lesson.ab(
-    "training vs training + a save every step",
-    burst(False),
-    burst(True),
-    pairs=SIZES["pairs"],
-    a_label="no saves",
-    b_label="a save every step",
-    dev=DEVICE,
-)
+save_ab = lesson.ab("training vs training + a save every step", burst(False), burst(True),
+                    pairs=SIZES["pairs"], a_label="no saves", b_label="a save every step", dev=DEVICE)
 save_s = statistics.median(save_times)
 step_s = SIZES["batch"] / save_ab.a_median
-lesson.check_guess(
-    GUESS_SAVE_EVERY_STEP, save_ab.ratio, "speed with a save every step / without", "{:.2f}x"
-)
-print(
-    f"one save: {save_s * 1e3:.1f} ms (median of {len(save_times)}); one training step: {step_s * 1e3:.1f} ms"
-)
+lesson.check_guess(GUESS_SAVE_EVERY_STEP, save_ab.ratio, "speed with a save every step / without", "{:.2f}x")
+print(f"one save: {save_s * 1e3:.1f} ms (median of {len(save_times)}); one training step: {step_s * 1e3:.1f} ms")
 
 # %% [markdown]
 # So how often? Saving every `τ` seconds of work costs `δ/τ` of the time in saves; a failure
@@ -593,24 +485,15 @@ fig, ax = plt.subplots(figsize=(7, 3.6))
 grid = [save_s * 2 ** (k / 4) for k in range(200) if save_s * 2 ** (k / 4) < 3e6]  # up to ~a month
 for (label, mtbf), colour in zip(MTBF.items(), ["tab:red", "tab:blue", "tab:green"], strict=True):
     shown = [t for t in grid if t < 20 * mtbf]
-    ax.plot(
-        shown, [100 * overhead(t, save_s, mtbf) for t in shown], color=colour, label=f"MTBF {label}"
-    )
+    ax.plot(shown, [100 * overhead(t, save_s, mtbf) for t in shown], color=colour, label=f"MTBF {label}")
     best = daly_interval(save_s, mtbf)
     ax.plot([best], [100 * overhead(best, save_s, mtbf)], "o", color=colour)
-    print(
-        f"MTBF {label:7}: save every {young_interval(save_s, mtbf):7.1f} s (Young), "
-        f"{best:7.1f} s (Daly) = every {steps_between_saves(best, step_s):,} steps here; expected "
-        f"overhead {overhead(best, save_s, mtbf):.2%} vs {overhead(step_s, save_s, mtbf):.0%} saving every step"
-    )
-ax.set(
-    xscale="log",
-    yscale="log",
-    xlabel="seconds of training between saves",
-    ylabel="expected extra wall time (%)",
-    ylim=(1e-2, 1e3),
-    title=f"Checkpoint interval vs failure rate — save measured at {save_s * 1e3:.1f} ms",
-)
+    print(f"MTBF {label:7}: save every {young_interval(save_s, mtbf):7.1f} s (Young), "
+          f"{best:7.1f} s (Daly) = every {steps_between_saves(best, step_s):,} steps here; expected "
+          f"overhead {overhead(best, save_s, mtbf):.2%} vs {overhead(step_s, save_s, mtbf):.0%} saving every step")
+ax.set(xscale="log", yscale="log", xlabel="seconds of training between saves",
+       ylabel="expected extra wall time (%)", ylim=(1e-2, 1e3),
+       title=f"Checkpoint interval vs failure rate — save measured at {save_s * 1e3:.1f} ms")
 ax.legend(fontsize=8)
 plt.show()
 
@@ -622,30 +505,17 @@ plt.show()
 # %%
 fig, ax = plt.subplots(figsize=(10, 2.2))
 COLOURS = {"work": "tab:blue", "save": "tab:orange", "lost": "tab:red", "restart": "tab:gray"}
-TIMELINE = [
-    (0, 2.0, "work", "τ of work"),
-    (2.0, 0.25, "save", "δ"),
-    (2.25, 2.0, "work", "τ"),
-    (4.25, 0.25, "save", "δ"),
-    (4.5, 1.1, "lost", "lost"),
-    (5.6, 0.5, "restart", "R"),
-    (6.1, 1.1, "work", "redo"),
-    (7.2, 0.9, "work", ""),
-    (8.1, 0.25, "save", "δ"),
-]
+TIMELINE = [(0, 2.0, "work", "τ of work"), (2.0, 0.25, "save", "δ"), (2.25, 2.0, "work", "τ"),
+            (4.25, 0.25, "save", "δ"), (4.5, 1.1, "lost", "lost"), (5.6, 0.5, "restart", "R"),
+            (6.1, 1.1, "work", "redo"), (7.2, 0.9, "work", ""), (8.1, 0.25, "save", "δ")]
 for start, width, kind, label in TIMELINE:
     ax.add_patch(Rectangle((start, 0.3), width, 0.5, color=COLOURS[kind], alpha=0.85))
     ax.text(start + width / 2, 0.55, label, ha="center", va="center", color="white", fontsize=8)
 ax.add_patch(FancyArrowPatch((5.6, 1.3), (5.6, 0.85), arrowstyle="->", mutation_scale=14))
 ax.text(5.6, 1.4, "failure: the work since the last complete save is lost", ha="center", fontsize=8)
 ax.add_patch(FancyArrowPatch((4.5, 0.15), (7.2, 0.15), arrowstyle="<->", mutation_scale=10))
-ax.text(
-    5.85,
-    -0.15,
-    "cost of one failure: the lost work (< τ + δ), restart R, and redoing it",
-    ha="center",
-    fontsize=8,
-)
+ax.text(5.85, -0.15, "cost of one failure: the lost work (< τ + δ), restart R, and redoing it",
+        ha="center", fontsize=8)
 ax.set(xlim=(-0.2, 10), ylim=(-0.4, 1.7), title="Checkpoint interval τ, save cost δ, restart R")
 ax.axis("off")
 plt.show()
@@ -682,26 +552,18 @@ plt.show()
 
 # %%
 MY_PEAK, MY_WARMUP_FRAC = 0.4, 0.3  # your turn: change these
-with tqdm(
-    total=SIZES["epochs"] * (SIZES["n_train"] // SIZES["batch"]), desc="your schedule"
-) as bar:
+with tqdm(total=SIZES["epochs"] * (SIZES["n_train"] // SIZES["batch"]), desc="your schedule") as bar:
     mine = train_schedule(lambda o, t, w: one_cycle(o, t, int(MY_WARMUP_FRAC * t)), MY_PEAK, 0, bar)
 hit = time_to_target(mine)
-print(
-    f"one-cycle, peak {MY_PEAK}, warm-up {MY_WARMUP_FRAC:.0%}: final accuracy {mine[-1][1]:.1%}, time to"
-    f" {TARGET:.0%}: {'not reached' if hit is None else f'{hit:.1f} s'}"
-)
+print(f"one-cycle, peak {MY_PEAK}, warm-up {MY_WARMUP_FRAC:.0%}: final accuracy {mine[-1][1]:.1%}, time to"
+      f" {TARGET:.0%}: {'not reached' if hit is None else f'{hit:.1f} s'}")
 mtbf_for_100 = mtbf_for_interval(100 * step_s, save_s)
 if young_holds(save_s, mtbf_for_100):
-    print(
-        f"saving every 100 steps is Young-optimal here for an MTBF of {readable_duration(mtbf_for_100)}"
-    )
+    print(f"saving every 100 steps is Young-optimal here for an MTBF of {readable_duration(mtbf_for_100)}")
 else:  # Young's first-order rule needs saves much shorter than the MTBF: say it does not apply
-    print(
-        f"saving every 100 steps would be Young-optimal only for an MTBF of {readable_duration(mtbf_for_100)},"
-        f" barely {mtbf_for_100 / save_s:.1f} saves long, where Young's first-order rule does not hold:"
-        " on any real machine 100 steps is far too often to save"
-    )
+    print(f"saving every 100 steps would be Young-optimal only for an MTBF of {readable_duration(mtbf_for_100)},"
+          f" barely {mtbf_for_100 / save_s:.1f} saves long, where Young's first-order rule does not hold:"
+          " on any real machine 100 steps is far too often to save")
 
 # %% [markdown]
 # ### In your own words
@@ -727,15 +589,11 @@ print(lesson.summary_header(6, DEVICE_NAME))
 for name, times in reached.items():
     shown = ", ".join("not reached" if t is None else f"{t:.1f} s" for t in times)
     print(f"* {name}: time to {TARGET:.0%} validation accuracy {shown} ({len(times)} seed(s))")
-print(
-    f"* early stopping (patience {SIZES['patience']}): {epochs_run} of {SIZES['es_epochs']} epochs run;"
-    f" best epoch {stopper.best_epoch + 1}; evaluations {eval_share:.0%} of the run's time;"
-    f" restoring best.pt: loss {last_loss:.4f} -> {best_loss:.4f}"
-)
-print(
-    f"* checkpoint of a {sum(p.numel() for p in net.parameters()):,}-parameter model: "
-    f"{path.stat().st_size / 1024:.0f} KiB; one save {save_s * 1e3:.1f} ms, one step {step_s * 1e3:.1f} ms"
-)
+print(f"* early stopping (patience {SIZES['patience']}): {epochs_run} of {SIZES['es_epochs']} epochs run;"
+      f" best epoch {stopper.best_epoch + 1}; evaluations {eval_share:.0%} of the run's time;"
+      f" restoring best.pt: loss {last_loss:.4f} -> {best_loss:.4f}")
+print(f"* checkpoint of a {sum(p.numel() for p in net.parameters()):,}-parameter model: "
+      f"{path.stat().st_size / 1024:.0f} KiB; one save {save_s * 1e3:.1f} ms, one step {step_s * 1e3:.1f} ms")
 for name, count in torn.items():
     print(f"* {name}: {count} of {SIZES['kills']} random kills left an unloadable checkpoint")
 for name, diff in resume_diff.items():
@@ -743,10 +601,8 @@ for name, diff in resume_diff.items():
 print(f"* a save every step vs none: {save_ab.verdict}")
 for label, mtbf in MTBF.items():
     best = daly_interval(save_s, mtbf)
-    print(
-        f"* MTBF {label}: save every {best:.0f} s ({steps_between_saves(best, step_s):,} steps),"
-        f" expected overhead {overhead(best, save_s, mtbf):.2%}"
-    )
+    print(f"* MTBF {label}: save every {best:.0f} s ({steps_between_saves(best, step_s):,} steps),"
+          f" expected overhead {overhead(best, save_s, mtbf):.2%}")
 
 # %% [markdown]
 # ### Quiz and exercise

@@ -73,11 +73,9 @@ train, _ = lesson_setup.sst2_splits(PROFILE, say=False)  # its own line below sa
 # token ids without padding, cut at the profile's maximum length (as a pad-to-max pipeline would)
 ids = tokenizer(list(train.texts), truncation=True, max_length=SIZES["seq"])["input_ids"]
 lengths = np.array([len(x) for x in ids])
-print(
-    f"SST-2: {len(ids):,} training rows ({'synthetic sentences: smoke' if PROFILE == 'smoke' else 'real GLUE data'});"
-    f" tokens per row: mean {lengths.mean():.1f}, median {np.median(lengths):.0f}, max {lengths.max()}"
-    f" (cut at {SIZES['seq']})"
-)
+print(f"SST-2: {len(ids):,} training rows ({'synthetic sentences: smoke' if PROFILE == 'smoke' else 'real GLUE data'});"
+      f" tokens per row: mean {lengths.mean():.1f}, median {np.median(lengths):.0f}, max {lengths.max()}"
+      f" (cut at {SIZES['seq']})")
 
 # %% [markdown]
 # ## 1. How long are the sentences?
@@ -91,21 +89,14 @@ GUESS_PAD_TO_MAX_SHARE = None  # your guess in percent, e.g. 50
 
 # %%
 pad_to_max_share = 1 - lengths.sum() / (len(lengths) * SIZES["seq"])
-lesson.check_guess(
-    GUESS_PAD_TO_MAX_SHARE,
-    100 * pad_to_max_share,
-    f"padding share when padding to {SIZES['seq']} (%)",
-    "{:.1f}",
-)
+lesson.check_guess(GUESS_PAD_TO_MAX_SHARE, 100 * pad_to_max_share, f"padding share when padding to {SIZES['seq']} (%)",
+                   "{:.1f}")
 fig, ax = plt.subplots(figsize=(8, 3))
 ax.hist(lengths, bins=range(0, SIZES["seq"] + 2), color="tab:blue")
 ax.axvline(SIZES["seq"], color="tab:red", ls="--", label=f"pad to max ({SIZES['seq']})")
 ax.axvline(np.median(lengths), color="black", ls=":", label=f"median ({np.median(lengths):.0f})")
-ax.set(
-    xlabel="tokens per training row (with [CLS] and [SEP])",
-    ylabel="rows",
-    title=f"SST-2 train: length distribution ({PROFILE} profile)",
-)
+ax.set(xlabel="tokens per training row (with [CLS] and [SEP])", ylabel="rows",
+       title=f"SST-2 train: length distribution ({PROFILE} profile)")
 ax.legend()
 plt.show()
 
@@ -131,30 +122,22 @@ B = SIZES["batch"]
 budget = B * padded_width(np.median(lengths))  # tokens per batch: a median-width batch of B rows
 rng = np.random.default_rng(0)
 order = rng.permutation(len(lengths))
-random_batches = [order[i : i + B] for i in range(0, len(order), B)]
-grouped = list(
-    LengthGroupedSampler(B, lengths=lengths.tolist(), generator=torch.Generator().manual_seed(0))
-)
-grouped_batches = [grouped[i : i + B] for i in range(0, len(grouped), B)]
+random_batches = [order[i:i + B] for i in range(0, len(order), B)]
+grouped = list(LengthGroupedSampler(B, lengths=lengths.tolist(), generator=torch.Generator().manual_seed(0)))
+grouped_batches = [grouped[i:i + B] for i in range(0, len(grouped), B)]
 samplers = {
     f"pad to max ({SIZES['seq']})": pad_to_max_share,
     "dynamic padding (random)": padding_share(lengths, random_batches),
     "length-grouped (HF)": padding_share(lengths, grouped_batches),
-    "bucketed (effkit)": padding_share(
-        lengths, bucketed := bucket_batches(lengths, batch_size=B, seed=0)
-    ),
-    f"token budget ({budget})": padding_share(
-        lengths, bucket_batches(lengths, max_tokens=budget, seed=0)
-    ),
+    "bucketed (effkit)": padding_share(lengths, bucketed := bucket_batches(lengths, batch_size=B, seed=0)),
+    f"token budget ({budget})": padding_share(lengths, bucket_batches(lengths, max_tokens=budget, seed=0)),
     "full sort (optimum)": sorted_padding_share(lengths, B),
 }
 for name, share in samplers.items():
     print(f"{name:28} {share:6.1%} of computed tokens are padding")
 unrounded = padding_share(lengths, bucketed, multiple=1)
-print(
-    f"bucketed without the rounding to 8: {unrounded:.1%}, so the rounding adds "
-    f"{100 * (samplers['bucketed (effkit)'] - unrounded):.1f} of its {100 * samplers['bucketed (effkit)']:.1f} points"
-)
+print(f"bucketed without the rounding to 8: {unrounded:.1%}, so the rounding adds "
+      f"{100 * (samplers['bucketed (effkit)'] - unrounded):.1f} of its {100 * samplers['bucketed (effkit)']:.1f} points")
 fig, ax = plt.subplots(figsize=(8, 3))
 ax.barh(list(samplers)[::-1], [100 * s for s in list(samplers.values())[::-1]], color="tab:gray")
 ax.set(xlabel="padding share (%)", title=f"Padding share, batches of {B} ({PROFILE} profile)")
@@ -170,10 +153,8 @@ plt.show()
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 3), sharey=True)
-shown = (
-    ("random batches, dynamic padding", random_batches),
-    ("bucketed batches", bucket_batches(lengths, batch_size=B, seed=0)),
-)
+shown = (("random batches, dynamic padding", random_batches),
+         ("bucketed batches", bucket_batches(lengths, batch_size=B, seed=0)))
 for ax, (title, batches) in zip(axes, shown, strict=True):
     y = 0
     for batch in batches[:3]:
@@ -201,22 +182,16 @@ plt.show()
 # %%
 torch.manual_seed(0)
 extra = {} if SIZES["layers"] is None else {"num_hidden_layers": SIZES["layers"]}
-probe_model = AutoModelForSequenceClassification.from_pretrained(
-    ENCODER.source, num_labels=2, **extra
-).eval()
+probe_model = AutoModelForSequenceClassification.from_pretrained(ENCODER.source, num_labels=2, **extra).eval()
 one = tokenizer([train.texts[0]], return_tensors="pt")
-padded = tokenizer(
-    [train.texts[0]], padding="max_length", max_length=SIZES["seq"], return_tensors="pt"
-)
+padded = tokenizer([train.texts[0]], padding="max_length", max_length=SIZES["seq"], return_tensors="pt")
 with torch.no_grad():
     alone = probe_model(**one).logits
     masked = probe_model(**padded).logits
     unmasked = probe_model(input_ids=padded["input_ids"]).logits  # no mask: padding is attended to
 mask_diff, nomask_diff = float((alone - masked).abs().max()), float((alone - unmasked).abs().max())
-print(
-    f"attention: {probe_model.config._attn_implementation}; one row of {one['input_ids'].shape[1]} tokens alone vs"
-    f" padded to {SIZES['seq']}: largest logit difference {mask_diff:.1e} with the mask, {nomask_diff:.1e} without"
-)
+print(f"attention: {probe_model.config._attn_implementation}; one row of {one['input_ids'].shape[1]} tokens alone vs"
+      f" padded to {SIZES['seq']}: largest logit difference {mask_diff:.1e} with the mask, {nomask_diff:.1e} without")
 
 # %% [markdown]
 # ## 4. What it buys: training steps, padded to the maximum vs bucketed
@@ -235,9 +210,7 @@ GUESS_SPEEDUP = None  # your guess, e.g. 2.0
 def collate(rows, pad_to_max):
     features = [{"input_ids": ids[i]} for i in rows]
     if pad_to_max:
-        enc = tokenizer.pad(
-            features, padding="max_length", max_length=SIZES["seq"], return_tensors="pt"
-        )
+        enc = tokenizer.pad(features, padding="max_length", max_length=SIZES["seq"], return_tensors="pt")
     else:
         enc = tokenizer.pad(features, padding=True, pad_to_multiple_of=8, return_tensors="pt")
     labels = torch.tensor([train.labels[i] for i in rows])
@@ -251,15 +224,13 @@ def epochs(sampler):
 
 def random_sampler(epoch):
     order = np.random.default_rng([1, epoch]).permutation(len(lengths))
-    return [order[i : i + B].tolist() for i in range(0, len(order), B)]
+    return [order[i:i + B].tolist() for i in range(0, len(order), B)]
 
 
 def trainer(sampler, pad_to_max, seed=0, steps=SIZES["burst"]):
     """A burst of training steps on its own copy of the encoder; returns the rows it saw."""
     torch.manual_seed(seed)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        ENCODER.source, num_labels=2, **extra
-    ).to(DEVICE)
+    model = AutoModelForSequenceClassification.from_pretrained(ENCODER.source, num_labels=2, **extra).to(DEVICE)
     opt, feed = torch.optim.AdamW(model.parameters(), lr=5e-5), epochs(sampler)
     model.train()
 
@@ -273,24 +244,14 @@ def trainer(sampler, pad_to_max, seed=0, steps=SIZES["burst"]):
             opt.zero_grad(set_to_none=True)
             rows += len(batch)
         return rows
-
     return run
 
 
 bucketed_sampler = lambda epoch: bucket_batches(lengths, batch_size=B, seed=0, epoch=epoch)  # noqa: E731
-step_ab = lesson.ab(
-    "training: pad to max vs bucketed",
-    trainer(random_sampler, True),
-    trainer(bucketed_sampler, False),
-    pairs=SIZES["pairs"],
-    a_label="pad to max",
-    b_label="bucketed",
-    dev=DEVICE,
-)
+step_ab = lesson.ab("training: pad to max vs bucketed", trainer(random_sampler, True), trainer(bucketed_sampler, False),
+                    pairs=SIZES["pairs"], a_label="pad to max", b_label="bucketed", dev=DEVICE)
 lesson.check_guess(GUESS_SPEEDUP, step_ab.ratio, "bucketed / pad-to-max training speed", "{:.2f}x")
-token_ratio = (1 - samplers["bucketed (effkit)"]) / (
-    1 - pad_to_max_share
-)  # computed tokens, pad-to-max / bucketed
+token_ratio = (1 - samplers["bucketed (effkit)"]) / (1 - pad_to_max_share)  # computed tokens, pad-to-max / bucketed
 print(f"pad to max computes {token_ratio:.1f}x the tokens bucketing does (same real tokens)")
 
 # %% [markdown]
@@ -321,13 +282,7 @@ print(f"pad to max computes {token_ratio:.1f}x the tokens bucketing does (same r
 
 # %%
 flat = DataCollatorWithFlattening()([{"input_ids": ids[i]} for i in range(3)])
-print(
-    "lengths",
-    [len(ids[i]) for i in range(3)],
-    "-> one row of",
-    flat["input_ids"].shape[1],
-    "tokens;",
-)
+print("lengths", [len(ids[i]) for i in range(3)], "-> one row of", flat["input_ids"].shape[1], "tokens;")
 print("position_ids restart at each sequence:", flat["position_ids"][0].tolist())
 
 # %% [markdown]
@@ -341,15 +296,10 @@ print("position_ids restart at each sequence:", flat["position_ids"][0].tolist()
 # %%
 MY_BUDGET = 2 * budget  # your turn: tokens per batch
 budget_sampler = lambda epoch: bucket_batches(lengths, max_tokens=MY_BUDGET, seed=0, epoch=epoch)  # noqa: E731
-mine_ab = lesson.ab(
-    f"training: bucketed by {B} rows vs a budget of {MY_BUDGET} tokens",
-    trainer(bucketed_sampler, False, steps=SIZES["turn_burst"]),
-    trainer(budget_sampler, False, steps=SIZES["turn_burst"]),
-    pairs=SIZES["pairs"],
-    a_label=f"{B} rows",
-    b_label=f"{MY_BUDGET} tokens",
-    dev=DEVICE,
-)
+mine_ab = lesson.ab(f"training: bucketed by {B} rows vs a budget of {MY_BUDGET} tokens",
+                    trainer(bucketed_sampler, False, steps=SIZES["turn_burst"]),
+                    trainer(budget_sampler, False, steps=SIZES["turn_burst"]), pairs=SIZES["pairs"],
+                    a_label=f"{B} rows", b_label=f"{MY_BUDGET} tokens", dev=DEVICE)
 
 # %% [markdown]
 # ### In your own words
@@ -372,16 +322,10 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=7)
 
 # %% tags=["summary"]
 print(lesson.summary_header(7, DEVICE_NAME, f"; encoder: {ENCODER.note}"))
-print(
-    f"* SST-2 train ({len(lengths):,} rows): mean {lengths.mean():.1f} tokens, median {np.median(lengths):.0f}"
-)
+print(f"* SST-2 train ({len(lengths):,} rows): mean {lengths.mean():.1f} tokens, median {np.median(lengths):.0f}")
 print("* padding share: " + "; ".join(f"{name} {share:.1%}" for name, share in samplers.items()))
-print(
-    f"* attention mask: padded vs alone, logits within {mask_diff:.0e} (without the mask: {nomask_diff:.0e})"
-)
-print(
-    f"* training, batches of {B}: {step_ab.verdict} (pad to max computes {token_ratio:.1f}x the tokens)"
-)
+print(f"* attention mask: padded vs alone, logits within {mask_diff:.0e} (without the mask: {nomask_diff:.0e})")
+print(f"* training, batches of {B}: {step_ab.verdict} (pad to max computes {token_ratio:.1f}x the tokens)")
 print(f"* your token budget ({MY_BUDGET}): {mine_ab.verdict}")
 print("* accuracy cost of bucketing (Δacc over seeds): not measured in this lesson (see section 4)")
 print(f"* this run took {time.perf_counter() - STARTED:.0f} s in profile {PROFILE!r}")

@@ -60,14 +60,9 @@ SIZES = {
     "cpu": dict(layers=None, batch=16, seq=32, steps=120, eval_rows=872, pairs=6, burst=2),
     "gpu": dict(layers=None, batch=32, seq=64, steps=600, eval_rows=872, pairs=8, burst=5),
 }[PROFILE]
-FULL_LR, LORA_LR = (
-    5e-5,
-    1e-3,
-)  # LoRA's adapters start at zero and are few: a ~20x higher LR is usual
+FULL_LR, LORA_LR = 5e-5, 1e-3  # LoRA's adapters start at zero and are few: a ~20x higher LR is usual
 lesson_setup.quiet_transformers()  # the classifier head is new by design: no load report
-ENCODER = (
-    lesson_setup.pretrained_encoder()
-)  # LoRA on random weights would measure nothing worth learning
+ENCODER = lesson_setup.pretrained_encoder()  # LoRA on random weights would measure nothing worth learning
 print(f"profile {PROFILE!r} on {DEVICE_NAME}; encoder: {ENCODER.note}")
 
 
@@ -75,24 +70,18 @@ def encoder(seed=0):
     """The pretrained encoder with a fresh 2-way head (cut to fewer layers in smoke)."""
     torch.manual_seed(seed)
     extra = {} if SIZES["layers"] is None else {"num_hidden_layers": SIZES["layers"]}
-    return AutoModelForSequenceClassification.from_pretrained(
-        ENCODER.source, num_labels=2, **extra
-    ).to(DEVICE)
+    return AutoModelForSequenceClassification.from_pretrained(ENCODER.source, num_labels=2, **extra).to(DEVICE)
 
 
 def lora(model, targets=("query", "value"), r=8, alpha=16):
-    cfg = LoraConfig(
-        task_type="SEQ_CLS", r=r, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0
-    )
+    cfg = LoraConfig(task_type="SEQ_CLS", r=r, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0)
     return get_peft_model(model, cfg)
 
 
 full_model = encoder()
 n_params = sum(p.numel() for p in full_model.parameters())
-print(
-    f"{n_params / 1e6:.1f} M parameters, {full_model.config.num_hidden_layers} layers of width"
-    f" {full_model.config.hidden_size}"
-)
+print(f"{n_params / 1e6:.1f} M parameters, {full_model.config.num_hidden_layers} layers of width"
+      f" {full_model.config.hidden_size}")
 
 # %% [markdown]
 # ## 1. What LoRA changes
@@ -109,30 +98,16 @@ print(
 # %%
 fig, ax = plt.subplots(figsize=(9, 3))
 ax.add_patch(Rectangle((0, 0.4), 2.2, 2.2, color="tab:gray", alpha=0.7))
-ax.text(
-    1.1,
-    1.5,
-    "W (frozen)\nout x in\nno gradient,\nno AdamW state",
-    ha="center",
-    va="center",
-    fontsize=9,
-)
+ax.text(1.1, 1.5, "W (frozen)\nout x in\nno gradient,\nno AdamW state", ha="center", va="center", fontsize=9)
 ax.add_patch(Rectangle((3.0, 1.9), 2.2, 0.35, color="tab:orange"))
 ax.text(4.1, 2.07, "A: r x in (random)", ha="center", va="center", fontsize=8)
 ax.add_patch(Rectangle((3.0, 0.4), 0.35, 1.3, color="tab:green"))
 ax.text(3.5, 1.05, "B: out x r\n(zeros)", ha="left", va="center", fontsize=8)
-ax.text(
-    6.0,
-    1.5,
-    "y = x W^T + (alpha/r) x A^T B^T\n\ntrained: A, B (+ head)\nmerge: W' = W + (alpha/r) B A",
-    fontsize=9,
-    va="center",
-)
+ax.text(6.0, 1.5, "y = x W^T + (alpha/r) x A^T B^T\n\ntrained: A, B (+ head)\nmerge: W' = W + (alpha/r) B A",
+        fontsize=9, va="center")
 ax.add_patch(FancyArrowPatch((2.3, 1.5), (2.9, 1.5), arrowstyle="<-", mutation_scale=12))
 ax.text(2.6, 1.65, "+", ha="center", fontsize=14)
-ax.set(
-    xlim=(-0.2, 10), ylim=(0.2, 2.6), title="LoRA: a frozen weight plus a trainable low-rank update"
-)
+ax.set(xlim=(-0.2, 10), ylim=(0.2, 2.6), title="LoRA: a frozen weight plus a trainable low-rank update")
 ax.axis("off")
 plt.show()
 
@@ -156,9 +131,7 @@ GUESS_TRAINABLE_PERCENT = None  # your guess, e.g. 5.0
 # %%
 lora_model = lora(encoder())
 trainable, total = lora_model.get_nb_trainable_parameters()
-lesson.check_guess(
-    GUESS_TRAINABLE_PERCENT, 100 * trainable / total, "percent of parameters LoRA trains", "{:.2f}"
-)
+lesson.check_guess(GUESS_TRAINABLE_PERCENT, 100 * trainable / total, "percent of parameters LoRA trains", "{:.2f}")
 
 
 def tensor_bytes(tensors):
@@ -170,43 +143,28 @@ def one_step_anatomy(model, lr):
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr)
     ids = torch.randint(1000, 2000, (SIZES["batch"], SIZES["seq"]), device=DEVICE)
-    model(
-        input_ids=ids, labels=torch.zeros(SIZES["batch"], dtype=torch.long, device=DEVICE)
-    ).loss.backward()
+    model(input_ids=ids, labels=torch.zeros(SIZES["batch"], dtype=torch.long, device=DEVICE)).loss.backward()
     opt.step()
-    return {
-        "weights": tensor_bytes(model.parameters()),
-        "gradients": tensor_bytes(p.grad for p in params),
-        "AdamW state": tensor_bytes(v for s in opt.state.values() for v in s.values()),
-    }
+    return {"weights": tensor_bytes(model.parameters()), "gradients": tensor_bytes(p.grad for p in params),
+            "AdamW state": tensor_bytes(v for s in opt.state.values() for v in s.values())}
 
 
-anatomy = {
-    "full fine-tuning": one_step_anatomy(copy.deepcopy(full_model), FULL_LR),
-    "LoRA r=8 (q, v)": one_step_anatomy(lora(encoder()), LORA_LR),
-}
+anatomy = {"full fine-tuning": one_step_anatomy(copy.deepcopy(full_model), FULL_LR),
+           "LoRA r=8 (q, v)": one_step_anatomy(lora(encoder()), LORA_LR)}
 for name, parts in anatomy.items():
-    arithmetic = 16 * (n_params if name.startswith("full") else trainable) + (
-        0 if name.startswith("full") else 4 * (total - trainable)
-    )
-    print(
-        f"{name:18} "
-        + ", ".join(f"{k} {v / 2**20:7.2f} MiB" for k, v in parts.items())
-        + f"; total {sum(parts.values()) / 2**20:6.1f} MiB (arithmetic: {arithmetic / 2**20:6.1f} MiB)"
-    )
+    arithmetic = 16 * (n_params if name.startswith("full") else trainable) + (0 if name.startswith("full") else
+                                                                             4 * (total - trainable))
+    print(f"{name:18} " + ", ".join(f"{k} {v / 2**20:7.2f} MiB" for k, v in parts.items())
+          + f"; total {sum(parts.values()) / 2**20:6.1f} MiB (arithmetic: {arithmetic / 2**20:6.1f} MiB)")
 full_static, lora_static = (sum(p.values()) for p in anatomy.values())
 grad_opt = {k: v["gradients"] + v["AdamW state"] for k, v in anatomy.items()}
-print(
-    f"gradients + AdamW state: {grad_opt['full fine-tuning'] / grad_opt['LoRA r=8 (q, v)']:,.0f}x less with LoRA;"
-    f" with the frozen weights counted: {full_static / lora_static:.1f}x less"
-)
+print(f"gradients + AdamW state: {grad_opt['full fine-tuning'] / grad_opt['LoRA r=8 (q, v)']:,.0f}x less with LoRA;"
+      f" with the frozen weights counted: {full_static / lora_static:.1f}x less")
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.2))
 left = [0, 0]
-for part, color in zip(
-    ("weights", "gradients", "AdamW state"), ("tab:gray", "tab:orange", "tab:purple"), strict=True
-):
+for part, color in zip(("weights", "gradients", "AdamW state"), ("tab:gray", "tab:orange", "tab:purple"), strict=True):
     vals = [anatomy[k][part] / 2**20 for k in anatomy]
     ax.barh(list(anatomy), vals, left=left, color=color, label=part)
     left = [a + b for a, b in zip(left, vals, strict=True)]
@@ -229,16 +187,10 @@ plt.show()
 # %%
 layers_n, width = full_model.config.num_hidden_layers, full_model.config.hidden_size
 inner = full_model.config.intermediate_size
-target_sets = {
-    "query, value": (["query", "value"], 2 * (width + width)),
-    "query, key, value, attention output": (
-        ["query", "key", "value", "attention.output.dense"],
-        4 * (width + width),
-    ),
-    "every linear layer": (["query", "key", "value", "dense"], 4 * 2 * width + 2 * (width + inner)),
-}
-
-
+target_sets = {"query, value": (["query", "value"], 2 * (width + width)),
+               "query, key, value, attention output": (["query", "key", "value", "attention.output.dense"],
+                                                       4 * (width + width)),
+               "every linear layer": (["query", "key", "value", "dense"], 4 * 2 * width + 2 * (width + inner))}
 def trainable_numel(model, keep):
     return sum(p.numel() for n, p in model.named_parameters() if p.requires_grad and keep(n))
 
@@ -247,33 +199,16 @@ rows = []
 for name, (targets, per_rank) in target_sets.items():
     for r in (1, 8, 64):
         adapted = lora(encoder(), targets, r, 2 * r)
-        rows.append(
-            (
-                name,
-                r,
-                adapted.get_nb_trainable_parameters()[0],
-                r * per_rank * layers_n,
-                trainable_numel(
-                    adapted, lambda n: "lora_" not in n
-                ),  # the classifier: peft trains a copy of it
-                trainable_numel(adapted, lambda n: "lora_" in n and "pooler" in n),
-            )
-        )  # "dense" matches the pooler's too
-print(
-    f"{'targets':38} {'r':>3} {'peft counts':>12} {'r(in+out) x layers':>19} {'classifier':>10} "
-    f"{'pooler LoRA':>11}  share"
-)
+        rows.append((name, r, adapted.get_nb_trainable_parameters()[0], r * per_rank * layers_n,
+                     trainable_numel(adapted, lambda n: "lora_" not in n),  # the classifier: peft trains a copy of it
+                     trainable_numel(adapted, lambda n: "lora_" in n and "pooler" in n)))  # "dense" matches the pooler's too
+print(f"{'targets':38} {'r':>3} {'peft counts':>12} {'r(in+out) x layers':>19} {'classifier':>10} "
+      f"{'pooler LoRA':>11}  share")
 for name, r, counted, arithmetic, head, pooler in rows:
-    print(
-        f"{name:38} {r:3d} {counted:12,} {arithmetic:19,} {head:10,} {pooler:11,}  {counted / n_params:6.2%}"
-    )
-adds_up = all(
-    counted == arithmetic + head + pooler for _, _, counted, arithmetic, head, pooler in rows
-)
-print(
-    f"peft's count = the arithmetic + the classifier it trains (task_type SEQ_CLS) + a LoRA on the pooler's "
-    f"dense layer where the targets name 'dense': {'every row' if adds_up else 'NOT every row: see the columns'}"
-)
+    print(f"{name:38} {r:3d} {counted:12,} {arithmetic:19,} {head:10,} {pooler:11,}  {counted / n_params:6.2%}")
+adds_up = all(counted == arithmetic + head + pooler for _, _, counted, arithmetic, head, pooler in rows)
+print(f"peft's count = the arithmetic + the classifier it trains (task_type SEQ_CLS) + a LoRA on the pooler's "
+      f"dense layer where the targets name 'dense': {'every row' if adds_up else 'NOT every row: see the columns'}")
 
 # %% [markdown]
 # ## 4. Step time: what LoRA saves and what it does not
@@ -293,15 +228,11 @@ GUESS_STEP_SPEEDUP = None  # your guess, e.g. 1.3
 
 # %%
 tokenizer = AutoTokenizer.from_pretrained(ENCODER.source)
-train, held_out = lesson_setup.sst2_splits(
-    PROFILE
-)  # held_out: GLUE SST-2 dev (872 rows) in cpu/gpu
+train, held_out = lesson_setup.sst2_splits(PROFILE)  # held_out: GLUE SST-2 dev (872 rows) in cpu/gpu
 
 
 def encode(texts, labels):
-    enc = tokenizer(
-        list(texts), padding=True, truncation=True, max_length=SIZES["seq"], return_tensors="pt"
-    )
+    enc = tokenizer(list(texts), padding=True, truncation=True, max_length=SIZES["seq"], return_tensors="pt")
     return {k: v.to(DEVICE) for k, v in enc.items()}, torch.tensor(list(labels), device=DEVICE)
 
 
@@ -325,24 +256,13 @@ def trainer(model, lr, seed=0):
             opt.step()
             opt.zero_grad(set_to_none=True)
         return steps * SIZES["batch"]
-
     return run
 
 
 full_run, lora_run = trainer(encoder(), FULL_LR), trainer(lora(encoder()), LORA_LR)
-step_ab = lesson.ab(
-    "training step: full fine-tuning vs LoRA",
-    full_run,
-    lora_run,
-    pairs=SIZES["pairs"],
-    a_label="full fine-tuning",
-    b_label="LoRA",
-    unit="samples/s",
-    dev=DEVICE,
-)
-lesson.check_guess(
-    GUESS_STEP_SPEEDUP, step_ab.ratio, "LoRA step speed / full fine-tuning's", "{:.2f}x"
-)
+step_ab = lesson.ab("training step: full fine-tuning vs LoRA", full_run, lora_run, pairs=SIZES["pairs"],
+                    a_label="full fine-tuning", b_label="LoRA", unit="samples/s", dev=DEVICE)
+lesson.check_guess(GUESS_STEP_SPEEDUP, step_ab.ratio, "LoRA step speed / full fine-tuning's", "{:.2f}x")
 
 # %% [markdown]
 # And the forward pass alone (inference, `torch.no_grad`): the frozen model, against the same model
@@ -357,29 +277,18 @@ def infer(model):  # a burst of SIZES["burst"] forward passes on probe_enc, unde
     return lesson.inference_burst(model, probe_enc, SIZES["burst"])
 
 
-fwd_ab = lesson.ab(
-    "inference: base model vs unmerged LoRA",
-    infer(base_eval),
-    infer(adapted_eval),
-    pairs=SIZES["pairs"],
-    a_label="base model",
-    b_label="unmerged LoRA",
-    dev=DEVICE,
-)
+fwd_ab = lesson.ab("inference: base model vs unmerged LoRA", infer(base_eval), infer(adapted_eval),
+                   pairs=SIZES["pairs"], a_label="base model", b_label="unmerged LoRA", dev=DEVICE)
 # What the two verdicts together say (never more than their intervals allow):
-saves = {
-    "faster": "the LoRA step is faster: backward skips the frozen weights' gradients (the word embedding's"
-    f" among them) and AdamW updates {trainable / total:.2%} of the parameters instead of all",
-    "slower": "the LoRA step is slower here: the adapters' extra work outweighed what backward and AdamW skip",
-    "no clear difference": "no step-time difference this measurement can resolve",
-}[step_ab.verdict.word]
-not_saved = {
-    "faster": "the unmerged forward measured faster, which LoRA's arithmetic cannot explain: re-run",
-    "slower": "the forward with unmerged adapters is slower than the frozen model's: it runs the same"
-    " matmuls plus the adapters'",
-    "no clear difference": "the forward is not cheaper: no difference from the frozen model's that this"
-    " measurement can resolve (it runs the same matmuls plus the adapters')",
-}[fwd_ab.verdict.word]
+saves = {"faster": "the LoRA step is faster: backward skips the frozen weights' gradients (the word embedding's"
+                   f" among them) and AdamW updates {trainable / total:.2%} of the parameters instead of all",
+         "slower": "the LoRA step is slower here: the adapters' extra work outweighed what backward and AdamW skip",
+         "no clear difference": "no step-time difference this measurement can resolve"}[step_ab.verdict.word]
+not_saved = {"faster": "the unmerged forward measured faster, which LoRA's arithmetic cannot explain: re-run",
+             "slower": "the forward with unmerged adapters is slower than the frozen model's: it runs the same"
+                       " matmuls plus the adapters'",
+             "no clear difference": "the forward is not cheaper: no difference from the frozen model's that this"
+                                    " measurement can resolve (it runs the same matmuls plus the adapters')"}[fwd_ab.verdict.word]
 step_line = f"{saves}; {not_saved}"
 print(step_line)
 
@@ -393,14 +302,13 @@ print(step_line)
 # can reach. One seed: the interval printed is the binomial error of the held-out set, not the
 # run-to-run spread.
 
-
 # %%
 def evaluate(model, rows=SIZES["eval_rows"]):
     model.eval()
     correct = 0
     with torch.no_grad():
         for start in range(0, rows, 64):
-            enc, y = encode(held_out.texts[start : start + 64], held_out.labels[start : start + 64])
+            enc, y = encode(held_out.texts[start:start + 64], held_out.labels[start:start + 64])
             correct += int((model(**enc).logits.argmax(-1) == y).sum())
     rows = min(rows, len(held_out.texts))
     acc = correct / rows
@@ -408,33 +316,23 @@ def evaluate(model, rows=SIZES["eval_rows"]):
 
 
 results = {}
-for name, model, lr in (
-    ("full fine-tuning", encoder(), FULL_LR),
-    ("LoRA r=8 (q, v)", lora(encoder()), LORA_LR),
-):
+for name, model, lr in (("full fine-tuning", encoder(), FULL_LR), ("LoRA r=8 (q, v)", lora(encoder()), LORA_LR)):
     run = trainer(model, lr)
     start = time.perf_counter()
     for _ in tqdm(range(SIZES["steps"]), desc=name):
         run(1)
     seconds = time.perf_counter() - start
     results[name] = (model, *evaluate(model), seconds)
-    print(
-        f"{name:18} accuracy {results[name][1]:.1%} ± {results[name][2]:.1%} on {min(SIZES['eval_rows'], len(held_out.texts))}"
-        f" held-out rows after {SIZES['steps']} steps of {SIZES['batch']} (max {SIZES['seq']} tokens),"
-        f" trained in {seconds:.0f} s"
-    )
+    print(f"{name:18} accuracy {results[name][1]:.1%} ± {results[name][2]:.1%} on {min(SIZES['eval_rows'], len(held_out.texts))}"
+          f" held-out rows after {SIZES['steps']} steps of {SIZES['batch']} (max {SIZES['seq']} tokens),"
+          f" trained in {seconds:.0f} s")
 (_, acc_full, err_full, t_full), (lora_trained, acc_lora, err_lora, t_lora) = results.values()
 gap = acc_full - acc_lora
 gap_err = math.hypot(err_full, err_lora)
-accuracy_line = (
-    f"LoRA {acc_lora:.1%} vs full fine-tuning {acc_full:.1%}: "
-    + (
-        "no difference this evaluation can resolve"
-        if abs(gap) <= gap_err
-        else f"{'full fine-tuning' if gap > 0 else 'LoRA'} ahead by {abs(gap):.1%}"
-    )
-    + f" (difference {-gap:+.1%}, ± {gap_err:.1%} binomial); training time {t_lora:.0f} s vs {t_full:.0f} s"
-)
+accuracy_line = (f"LoRA {acc_lora:.1%} vs full fine-tuning {acc_full:.1%}: " +
+                 ("no difference this evaluation can resolve" if abs(gap) <= gap_err else
+                  f"{'full fine-tuning' if gap > 0 else 'LoRA'} ahead by {abs(gap):.1%}") +
+                 f" (difference {-gap:+.1%}, ± {gap_err:.1%} binomial); training time {t_lora:.0f} s vs {t_full:.0f} s")
 print(accuracy_line)
 
 # %% [markdown]
@@ -448,39 +346,16 @@ merged = copy.deepcopy(lora_trained).merge_and_unload().eval()
 lora_trained.eval()
 with torch.no_grad():
     merge_diff = float((merged(**probe_enc).logits - lora_trained(**probe_enc).logits).abs().max())
-print(
-    f"largest logit difference, merged vs unmerged: {merge_diff:.1e}; merged model type:"
-    f" {type(merged).__name__}"
-)
-merge_ab = lesson.ab(
-    "inference: unmerged LoRA vs merged",
-    infer(lora_trained),
-    infer(merged),
-    pairs=SIZES["pairs"],
-    a_label="unmerged LoRA",
-    b_label="merged",
-    dev=DEVICE,
-)
-same_ab = lesson.ab(
-    "inference: base model vs merged",
-    infer(base_eval),
-    infer(merged),
-    pairs=SIZES["pairs"],
-    a_label="base model",
-    b_label="merged",
-    dev=DEVICE,
-)
+print(f"largest logit difference, merged vs unmerged: {merge_diff:.1e}; merged model type:"
+      f" {type(merged).__name__}")
+merge_ab = lesson.ab("inference: unmerged LoRA vs merged", infer(lora_trained), infer(merged), pairs=SIZES["pairs"],
+                     a_label="unmerged LoRA", b_label="merged", dev=DEVICE)
+same_ab = lesson.ab("inference: base model vs merged", infer(base_eval), infer(merged), pairs=SIZES["pairs"],
+                    a_label="base model", b_label="merged", dev=DEVICE)
 
 # %%
-lesson.plot_ab(
-    {
-        "LoRA step\n/ full step": step_ab,
-        "unmerged fwd\n/ base fwd": fwd_ab,
-        "merged\n/ unmerged": merge_ab,
-        "merged\n/ base": same_ab,
-    },
-    f"Speed ratios (B/A) — {DEVICE_NAME}",
-)
+lesson.plot_ab({"LoRA step\n/ full step": step_ab, "unmerged fwd\n/ base fwd": fwd_ab,
+                "merged\n/ unmerged": merge_ab, "merged\n/ base": same_ab}, f"Speed ratios (B/A) — {DEVICE_NAME}")
 plt.show()
 
 # %% [markdown]
@@ -504,19 +379,11 @@ plt.show()
 MY_TARGETS, MY_RANK = ["query", "key", "value", "dense"], 16  # your turn
 mine = lora(encoder(), MY_TARGETS, MY_RANK, 2 * MY_RANK)
 mine_anatomy = one_step_anatomy(lora(encoder(), MY_TARGETS, MY_RANK, 2 * MY_RANK), LORA_LR)
-print(
-    f"{MY_TARGETS}, r={MY_RANK}: {mine.get_nb_trainable_parameters()[0]:,} trainable; gradients + AdamW"
-    f" {(mine_anatomy['gradients'] + mine_anatomy['AdamW state']) / 2**20:.2f} MiB"
-)
-mine_ab = lesson.ab(
-    "training step: LoRA (q, v, r=8) vs yours",
-    trainer(lora(encoder()), LORA_LR),
-    trainer(mine, LORA_LR),
-    pairs=SIZES["pairs"],
-    a_label="LoRA q,v r=8",
-    b_label="yours",
-    dev=DEVICE,
-)
+print(f"{MY_TARGETS}, r={MY_RANK}: {mine.get_nb_trainable_parameters()[0]:,} trainable; gradients + AdamW"
+      f" {(mine_anatomy['gradients'] + mine_anatomy['AdamW state']) / 2**20:.2f} MiB")
+mine_ab = lesson.ab("training step: LoRA (q, v, r=8) vs yours", trainer(lora(encoder()), LORA_LR),
+                    trainer(mine, LORA_LR), pairs=SIZES["pairs"], a_label="LoRA q,v r=8", b_label="yours",
+                    dev=DEVICE)
 
 # %% [markdown]
 # ### In your own words
@@ -539,24 +406,16 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=8)
 
 # %% tags=["summary"]
 print(lesson.summary_header(8, DEVICE_NAME, f"; encoder: {ENCODER.note}"))
-print(
-    f"* LoRA r=8 on query and value trains {trainable:,} of {total:,} parameters ({trainable / total:.2%})"
-)
-print(
-    f"* gradients + AdamW state: {grad_opt['full fine-tuning'] / 2**20:.0f} MiB full vs"
-    f" {grad_opt['LoRA r=8 (q, v)'] / 2**20:.2f} MiB LoRA (measured); with weights:"
-    f" {full_static / 2**20:.0f} vs {lora_static / 2**20:.0f} MiB — the frozen weights stay"
-)
+print(f"* LoRA r=8 on query and value trains {trainable:,} of {total:,} parameters ({trainable / total:.2%})")
+print(f"* gradients + AdamW state: {grad_opt['full fine-tuning'] / 2**20:.0f} MiB full vs"
+      f" {grad_opt['LoRA r=8 (q, v)'] / 2**20:.2f} MiB LoRA (measured); with weights:"
+      f" {full_static / 2**20:.0f} vs {lora_static / 2**20:.0f} MiB — the frozen weights stay")
 print(f"* training step: {step_ab.verdict}")
 print(f"* forward pass with unmerged adapters: {fwd_ab.verdict}")
 print(f"* so: {step_line}")
-print(
-    f"* accuracy ({SIZES['steps']} steps of {SIZES['batch']}, {SIZES['seq']} tokens): {accuracy_line}"
-)
-print(
-    f"* merged: logits within {merge_diff:.0e}; vs unmerged: {str(merge_ab.verdict).rstrip('.')};"
-    f" vs the base model: {same_ab.verdict}"
-)
+print(f"* accuracy ({SIZES['steps']} steps of {SIZES['batch']}, {SIZES['seq']} tokens): {accuracy_line}")
+print(f"* merged: logits within {merge_diff:.0e}; vs unmerged: {str(merge_ab.verdict).rstrip('.')};"
+      f" vs the base model: {same_ab.verdict}")
 print(f"* your targets {MY_TARGETS}, r={MY_RANK}: {mine_ab.verdict}")
 
 # %% [markdown]

@@ -58,67 +58,24 @@ PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
 DEVICE = lesson.device()
 DEVICE_NAME = device_name(DEVICE)
 SIZES = {
-    "smoke": dict(
-        teacher_layers=2,
-        student_layers=1,
-        batch=8,
-        seq=16,
-        teacher_steps=6,
-        steps=6,
-        rows=64,
-        eval_rows=64,
-        seeds=2,
-        pairs=6,
-        burst=1,
-    ),
-    "cpu": dict(
-        teacher_layers=None,
-        student_layers=3,
-        batch=16,
-        seq=32,
-        teacher_steps=150,
-        steps=60,
-        rows=1000,
-        eval_rows=872,
-        seeds=2,
-        pairs=6,
-        burst=2,
-    ),
-    "gpu": dict(
-        teacher_layers=None,
-        student_layers=3,
-        batch=32,
-        seq=64,
-        teacher_steps=600,
-        steps=400,
-        rows=8000,
-        eval_rows=872,
-        seeds=3,
-        pairs=8,
-        burst=5,
-    ),
+    "smoke": dict(teacher_layers=2, student_layers=1, batch=8, seq=16, teacher_steps=6, steps=6, rows=64,
+                  eval_rows=64, seeds=2, pairs=6, burst=1),
+    "cpu": dict(teacher_layers=None, student_layers=3, batch=16, seq=32, teacher_steps=150, steps=60, rows=1000,
+                eval_rows=872, seeds=2, pairs=6, burst=2),
+    "gpu": dict(teacher_layers=None, student_layers=3, batch=32, seq=64, teacher_steps=600, steps=400, rows=8000,
+                eval_rows=872, seeds=3, pairs=8, burst=5),
 }[PROFILE]
 LR, TEMPERATURE, ALPHA = 5e-5, 4.0, 0.9
 lesson_setup.quiet_transformers()  # the classifier head is new by design: no load report
-ENCODER = (
-    lesson_setup.pretrained_encoder()
-)  # a teacher that never learned language has nothing to teach
+ENCODER = lesson_setup.pretrained_encoder()  # a teacher that never learned language has nothing to teach
 print(f"profile {PROFILE!r} on {DEVICE_NAME}; encoder: {ENCODER.note}")
 
 tokenizer = AutoTokenizer.from_pretrained(ENCODER.source)
-train, held_out = lesson_setup.sst2_splits(
-    PROFILE
-)  # held_out: GLUE SST-2 dev (872 rows) in cpu/gpu
+train, held_out = lesson_setup.sst2_splits(PROFILE)  # held_out: GLUE SST-2 dev (872 rows) in cpu/gpu
 
 
 def encode(texts, labels):
-    enc = tokenizer(
-        list(texts),
-        padding="max_length",
-        truncation=True,
-        max_length=SIZES["seq"],
-        return_tensors="pt",
-    )
+    enc = tokenizer(list(texts), padding="max_length", truncation=True, max_length=SIZES["seq"], return_tensors="pt")
     return {k: v.to(DEVICE) for k, v in enc.items()}, torch.tensor(list(labels), device=DEVICE)
 
 
@@ -128,10 +85,7 @@ def evaluate(model, rows=SIZES["eval_rows"]):
     rows, correct = min(rows, len(held_out.texts)), 0
     with torch.no_grad():
         for start in range(0, rows, 64):
-            enc, y = encode(
-                held_out.texts[start : min(start + 64, rows)],
-                held_out.labels[start : min(start + 64, rows)],
-            )
+            enc, y = encode(held_out.texts[start:min(start + 64, rows)], held_out.labels[start:min(start + 64, rows)])
             correct += int((model(**enc).logits.argmax(-1) == y).sum())
     acc = correct / rows
     return acc, 1.96 * math.sqrt(acc * (1 - acc) / rows)
@@ -146,22 +100,12 @@ def evaluate(model, rows=SIZES["eval_rows"]):
 
 # %%
 teacher, teacher_seconds = lesson_setup.fine_tune(
-    ENCODER.source,
-    train,
-    encode,
-    steps=SIZES["teacher_steps"],
-    batch=SIZES["batch"],
-    lr=LR,
-    device=DEVICE,
-    layers=SIZES["teacher_layers"],
-    desc="fine-tuning the teacher",
-)
+    ENCODER.source, train, encode, steps=SIZES["teacher_steps"], batch=SIZES["batch"], lr=LR,
+    device=DEVICE, layers=SIZES["teacher_layers"], desc="fine-tuning the teacher")
 teacher_acc, teacher_err = evaluate(teacher)
 teacher.requires_grad_(False).eval()
-print(
-    f"teacher: {teacher.config.num_hidden_layers} layers, accuracy {teacher_acc:.1%} ± {teacher_err:.1%} on the"
-    f" held-out rows after {SIZES['teacher_steps']} steps of {SIZES['batch']} ({teacher_seconds:.0f} s)"
-)
+print(f"teacher: {teacher.config.num_hidden_layers} layers, accuracy {teacher_acc:.1%} ± {teacher_err:.1%} on the"
+      f" held-out rows after {SIZES['teacher_steps']} steps of {SIZES['batch']} ({teacher_seconds:.0f} s)")
 
 # %% [markdown]
 # ## 2. Soft targets and the temperature
@@ -179,35 +123,18 @@ print(
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 2.8))
-boxes = {
-    "inputs": (0.2, 1.0),
-    "teacher\n(6 layers, frozen)": (2.4, 1.8),
-    "student\n(3 layers)": (2.4, 0.2),
-    "softmax(z_t / T)": (5.0, 1.8),
-    "softmax(z_s / T)\nand z_s": (5.0, 0.2),
-    "alpha T² KL + (1 - alpha) CE": (7.6, 1.0),
-}
+boxes = {"inputs": (0.2, 1.0), "teacher\n(6 layers, frozen)": (2.4, 1.8), "student\n(3 layers)": (2.4, 0.2),
+         "softmax(z_t / T)": (5.0, 1.8), "softmax(z_s / T)\nand z_s": (5.0, 0.2),
+         "alpha T² KL + (1 - alpha) CE": (7.6, 1.0)}
 for text, (x, y) in boxes.items():
-    ax.add_patch(
-        FancyBboxPatch((x, y), 2.0, 0.7, boxstyle="round,pad=0.05", color="tab:blue", alpha=0.25)
-    )
+    ax.add_patch(FancyBboxPatch((x, y), 2.0, 0.7, boxstyle="round,pad=0.05", color="tab:blue", alpha=0.25))
     ax.text(x + 1.0, y + 0.35, text, ha="center", va="center", fontsize=9)
-for (x0, y0), (x1, y1) in (
-    ((2.2, 1.35), (2.4, 2.1)),
-    ((2.2, 1.35), (2.4, 0.5)),
-    ((4.4, 2.15), (5.0, 2.15)),
-    ((4.4, 0.55), (5.0, 0.55)),
-    ((7.0, 2.1), (7.6, 1.5)),
-    ((7.0, 0.6), (7.6, 1.2)),
-):
+for (x0, y0), (x1, y1) in (((2.2, 1.35), (2.4, 2.1)), ((2.2, 1.35), (2.4, 0.5)), ((4.4, 2.15), (5.0, 2.15)),
+                           ((4.4, 0.55), (5.0, 0.55)), ((7.0, 2.1), (7.6, 1.5)), ((7.0, 0.6), (7.6, 1.2))):
     ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), arrowstyle="->", mutation_scale=12))
 ax.text(5.0, 2.75, "cached once (no augmentation)", fontsize=8, color="tab:red")
 ax.text(7.6, 0.0, "labels y", fontsize=8)
-ax.set(
-    xlim=(0, 9.8),
-    ylim=(-0.2, 3.0),
-    title="Distillation: the student learns from the teacher's softened outputs",
-)
+ax.set(xlim=(0, 9.8), ylim=(-0.2, 3.0), title="Distillation: the student learns from the teacher's softened outputs")
 ax.axis("off")
 plt.show()
 
@@ -223,30 +150,19 @@ GUESS_MINORITY_PERCENT_AT_T4 = None  # your guess, e.g. 20.0
 probe_enc, _ = encode(held_out.texts[:64], held_out.labels[:64])
 probe_logits = teacher_logits(teacher, probe_enc)
 minority = {t: float(F.softmax(probe_logits / t, -1).min(-1).values.mean()) for t in (1, 2, 4, 8)}
-print(
-    "teacher's mean probability of its less likely class: "
-    + ", ".join(f"T={t}: {p:.1%}" for t, p in minority.items())
-)
-lesson.check_guess(
-    GUESS_MINORITY_PERCENT_AT_T4,
-    100 * minority[4],
-    "percent on the less likely class at T=4",
-    "{:.1f}",
-)
+print("teacher's mean probability of its less likely class: " +
+      ", ".join(f"T={t}: {p:.1%}" for t, p in minority.items()))
+lesson.check_guess(GUESS_MINORITY_PERCENT_AT_T4, 100 * minority[4], "percent on the less likely class at T=4", "{:.1f}")
 student_logits = torch.zeros_like(probe_logits, requires_grad=True)
 labels = probe_logits.argmax(-1)
 grads = {}
 for t in (1, 2, 4, 8):
-    for name, loss_fn in (
-        ("with T²", lambda s, t=t: kd_loss(s, probe_logits, labels, t, alpha=1.0)),
-        ("without T²", lambda s, t=t: kd_loss(s, probe_logits, labels, t, alpha=1.0) / t**2),
-    ):
+    for name, loss_fn in (("with T²", lambda s, t=t: kd_loss(s, probe_logits, labels, t, alpha=1.0)),
+                          ("without T²", lambda s, t=t: kd_loss(s, probe_logits, labels, t, alpha=1.0) / t**2)):
         (g,) = torch.autograd.grad(loss_fn(student_logits), student_logits)
         grads.setdefault(name, []).append(float(g.norm()))
-print(
-    "gradient norm of the soft term at T = 1, 2, 4, 8: "
-    + "; ".join(f"{k}: " + ", ".join(f"{v:.3f}" for v in vals) for k, vals in grads.items())
-)
+print("gradient norm of the soft term at T = 1, 2, 4, 8: " +
+      "; ".join(f"{k}: " + ", ".join(f"{v:.3f}" for v in vals) for k, vals in grads.items()))
 
 # %% [markdown]
 # ## 3. Cache the teacher's logits: the efficiency step
@@ -266,16 +182,10 @@ GUESS_CACHE_SPEEDUP = None  # your guess, e.g. 1.5
 subset = list(range(min(SIZES["rows"], len(train.texts))))
 sub_texts, sub_labels = [train.texts[i] for i in subset], [train.labels[i] for i in subset]
 start = time.perf_counter()
-cached = torch.cat(
-    [
-        teacher_logits(teacher, encode(sub_texts[i : i + 64], sub_labels[i : i + 64])[0])
-        for i in tqdm(range(0, len(subset), 64), desc="caching teacher logits")
-    ]
-)
+cached = torch.cat([teacher_logits(teacher, encode(sub_texts[i:i + 64], sub_labels[i:i + 64])[0])
+                    for i in tqdm(range(0, len(subset), 64), desc="caching teacher logits")])
 cache_seconds = time.perf_counter() - start
-print(
-    f"teacher logits for {len(subset):,} rows cached in {cache_seconds:.1f} s: {cached.numel() * 4 / 1024:.0f} KiB"
-)
+print(f"teacher logits for {len(subset):,} rows cached in {cache_seconds:.1f} s: {cached.numel() * 4 / 1024:.0f} KiB")
 
 
 def make_student(seed, init):
@@ -283,9 +193,7 @@ def make_student(seed, init):
     torch.manual_seed(seed)
     if init == "teacher":
         return student_from_teacher(teacher, SIZES["student_layers"]).to(DEVICE)
-    config = AutoConfig.from_pretrained(
-        ENCODER.source, num_labels=2, num_hidden_layers=SIZES["student_layers"]
-    )
+    config = AutoConfig.from_pretrained(ENCODER.source, num_labels=2, num_hidden_layers=SIZES["student_layers"])
     return AutoModelForSequenceClassification.from_config(config).to(DEVICE)
 
 
@@ -303,28 +211,17 @@ def trainer(model, seed, alpha=ALPHA, use_cache=True):
             opt.step()
             opt.zero_grad(set_to_none=True)
         return steps * SIZES["batch"]
-
     return run
 
 
-cache_ab = lesson.ab(
-    "distillation step: teacher run every step vs cached logits",
-    trainer(make_student(0, "teacher"), 0, use_cache=False),
-    trainer(make_student(0, "teacher"), 0),
-    pairs=SIZES["pairs"],
-    a_label="teacher every step",
-    b_label="cached logits",
-    dev=DEVICE,
-)
-lesson.check_guess(
-    GUESS_CACHE_SPEEDUP, cache_ab.ratio, "cached step speed / teacher-every-step's", "{:.2f}x"
-)
-cache_line = {
-    "faster": f"caching the teacher's logits makes each step faster ({cache_ab.ratio:.2f}x) for a one-off"
-    f" {cache_seconds:.0f} s",
-    "slower": "the cached step measured slower, which the arithmetic cannot explain: re-run",
-    "no clear difference": "no step-time difference this measurement can resolve",
-}[cache_ab.verdict.word]
+cache_ab = lesson.ab("distillation step: teacher run every step vs cached logits",
+                     trainer(make_student(0, "teacher"), 0, use_cache=False), trainer(make_student(0, "teacher"), 0),
+                     pairs=SIZES["pairs"], a_label="teacher every step", b_label="cached logits", dev=DEVICE)
+lesson.check_guess(GUESS_CACHE_SPEEDUP, cache_ab.ratio, "cached step speed / teacher-every-step's", "{:.2f}x")
+cache_line = {"faster": f"caching the teacher's logits makes each step faster ({cache_ab.ratio:.2f}x) for a one-off"
+                        f" {cache_seconds:.0f} s",
+              "slower": "the cached step measured slower, which the arithmetic cannot explain: re-run",
+              "no clear difference": "no step-time difference this measurement can resolve"}[cache_ab.verdict.word]
 print(cache_line)
 
 # %% [markdown]
@@ -341,24 +238,17 @@ print(cache_line)
 # distillation loss (`T = 4`, `alpha = 0.9`) or on labels alone (`alpha = 0`).
 
 # %%
-print(
-    f"student layers kept from the teacher: {layer_map(teacher.config.num_hidden_layers, SIZES['student_layers'])}"
-)
+print(f"student layers kept from the teacher: {layer_map(teacher.config.num_hidden_layers, SIZES['student_layers'])}")
 runs = {}
-plan = [
-    (seed, init, alpha)
-    for seed in range(SIZES["seeds"])
-    for init, alpha in (("teacher", ALPHA), ("teacher", 0.0))
-] + [(0, "scratch", ALPHA), (0, "scratch", 0.0)]
+plan = [(seed, init, alpha) for seed in range(SIZES["seeds"]) for init, alpha in
+        (("teacher", ALPHA), ("teacher", 0.0))] + [(0, "scratch", ALPHA), (0, "scratch", 0.0)]
 for seed, init, alpha in tqdm(plan, desc="training students"):
     model = make_student(seed + 1, init)
     trainer(model, seed + 1, alpha=alpha)(SIZES["steps"])
     runs[(seed, init, alpha)] = (model, *evaluate(model))
     kind = "distilled" if alpha else "labels alone"
-    print(
-        f"seed {seed}, from {init:7}, {kind:12}: accuracy {runs[(seed, init, alpha)][1]:.1%}"
-        f" ± {runs[(seed, init, alpha)][2]:.1%}"
-    )
+    print(f"seed {seed}, from {init:7}, {kind:12}: accuracy {runs[(seed, init, alpha)][1]:.1%}"
+          f" ± {runs[(seed, init, alpha)][2]:.1%}")
 
 
 def gap_line(init, seeds):
@@ -371,20 +261,11 @@ def gap_line(init, seeds):
     mean = sum(diffs) / len(diffs)
     labels_only = sum(runs[(s, init, 0.0)][1] for s in seeds) / len(seeds)
     gap = teacher_acc - labels_only
-    closed = (
-        f"; {mean / gap:.0%} of the {gap:.1%} gap to the teacher"
-        if gap > err and mean > err
-        else ""
-    )
-    verdict = (
-        "no difference this evaluation can resolve"
-        if abs(mean) <= err
-        else (f"distillation {'ahead' if mean > 0 else 'behind'} by {abs(mean):.1%}{closed}")
-    )
-    return (
-        f"from {init}, over {len(seeds)} seed(s): {verdict} (per seed {', '.join(f'{d:+.1%}' for d in diffs)};"
-        f" ± {err:.1%} binomial)"
-    )
+    closed = f"; {mean / gap:.0%} of the {gap:.1%} gap to the teacher" if gap > err and mean > err else ""
+    verdict = "no difference this evaluation can resolve" if abs(mean) <= err else (
+        f"distillation {'ahead' if mean > 0 else 'behind'} by {abs(mean):.1%}{closed}")
+    return (f"from {init}, over {len(seeds)} seed(s): {verdict} (per seed {', '.join(f'{d:+.1%}' for d in diffs)};"
+            f" ± {err:.1%} binomial)")
 
 
 kd_lines = [gap_line("teacher", range(SIZES["seeds"])), gap_line("scratch", [0])]
@@ -392,21 +273,12 @@ print("\n".join(kd_lines))
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3))
-names = ["teacher"] + [
-    f"{init}, {'KD' if a else 'labels'}" for init in ("teacher", "scratch") for a in (ALPHA, 0.0)
-]
-accs = [teacher_acc] + [
-    sum(r[1] for k, r in runs.items() if k[1:] == (init, a))
-    / sum(1 for k in runs if k[1:] == (init, a))
-    for init in ("teacher", "scratch")
-    for a in (ALPHA, 0.0)
-]
+names = ["teacher"] + [f"{init}, {'KD' if a else 'labels'}" for init in ("teacher", "scratch") for a in (ALPHA, 0.0)]
+accs = [teacher_acc] + [sum(r[1] for k, r in runs.items() if k[1:] == (init, a)) /
+                        sum(1 for k in runs if k[1:] == (init, a)) for init in ("teacher", "scratch") for a in (ALPHA, 0.0)]
 ax.barh(names, accs, color=["tab:gray", "tab:green", "tab:olive", "tab:blue", "tab:cyan"])
-ax.set(
-    xlabel="held-out accuracy (mean over seeds)",
-    xlim=(0.4, 1.0),
-    title=f"Students ({SIZES['student_layers']} layers, {SIZES['steps']} steps) — {DEVICE_NAME}",
-)
+ax.set(xlabel="held-out accuracy (mean over seeds)", xlim=(0.4, 1.0),
+       title=f"Students ({SIZES['student_layers']} layers, {SIZES['steps']} steps) — {DEVICE_NAME}")
 plt.tight_layout()
 plt.show()
 
@@ -424,26 +296,17 @@ def infer(model):  # a burst of SIZES["burst"] forward passes on probe_enc, unde
     return lesson.inference_burst(model, probe_enc, SIZES["burst"])
 
 
-infer_ab = lesson.ab(
-    "inference: teacher vs student",
-    infer(teacher),
-    infer(best_student),
-    pairs=SIZES["pairs"],
-    a_label="teacher",
-    b_label="student",
-    dev=DEVICE,
-)
+infer_ab = lesson.ab("inference: teacher vs student", infer(teacher), infer(best_student), pairs=SIZES["pairs"],
+                     a_label="teacher", b_label="student", dev=DEVICE)
 
 
 def weight_bytes(model):
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-memory_line = (
-    f"weights: teacher {weight_bytes(teacher) / 2**20:.0f} MiB, student {weight_bytes(best_student) / 2**20:.0f}"
-    f" MiB ({weight_bytes(best_student) / weight_bytes(teacher):.0%}; the word embeddings, 30,522 x 384,"
-    " are kept whole)"
-)
+memory_line = (f"weights: teacher {weight_bytes(teacher) / 2**20:.0f} MiB, student {weight_bytes(best_student) / 2**20:.0f}"
+               f" MiB ({weight_bytes(best_student) / weight_bytes(teacher):.0%}; the word embeddings, 30,522 x 384,"
+               " are kept whole)")
 print(memory_line)
 
 # %% [markdown]
@@ -454,15 +317,12 @@ print(memory_line)
 # `kd_loss(..., alpha=1.0)` on the trained student's logits for a few temperatures. Then try it
 # *without* `T²` and with the KL's arguments reversed: by how much does each differ?
 
-
 # %%
 def my_soft_term(student_logits, teacher_logits, temperature):
     log_p_student = F.log_softmax(student_logits / temperature, dim=-1)
     p_teacher = F.softmax(teacher_logits / temperature, dim=-1)
     kl_per_sample = (p_teacher * (p_teacher.clamp_min(1e-12).log() - log_p_student)).sum(-1)
-    return (
-        temperature**2 * kl_per_sample.mean()
-    )  # your turn: drop the T², or swap the two distributions
+    return temperature**2 * kl_per_sample.mean()  # your turn: drop the T², or swap the two distributions
 
 
 with torch.no_grad():
@@ -470,10 +330,8 @@ with torch.no_grad():
 for t in (1.0, 2.0, 4.0):
     mine_value = float(my_soft_term(student_probe, probe_logits, t))
     reference = float(kd_loss(student_probe, probe_logits, labels, t, alpha=1.0))
-    print(
-        f"T = {t}: yours {mine_value:.5f}, kd_loss {reference:.5f}, relative difference"
-        f" {abs(mine_value - reference) / max(reference, 1e-12):.1e}"
-    )
+    print(f"T = {t}: yours {mine_value:.5f}, kd_loss {reference:.5f}, relative difference"
+          f" {abs(mine_value - reference) / max(reference, 1e-12):.1e}")
 
 # %% [markdown]
 # ### In your own words
@@ -496,19 +354,13 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=9)
 
 # %% tags=["summary"]
 print(lesson.summary_header(9, DEVICE_NAME, f"; encoder: {ENCODER.note}"))
-print(
-    f"* teacher: {teacher.config.num_hidden_layers} layers, {teacher_acc:.1%} ± {teacher_err:.1%} after"
-    f" {SIZES['teacher_steps']} steps of {SIZES['batch']} ({SIZES['seq']} tokens)"
-)
-print(
-    f"* soft targets: the less likely class gets {minority[1]:.1%} at T=1, {minority[4]:.1%} at T=4"
-)
+print(f"* teacher: {teacher.config.num_hidden_layers} layers, {teacher_acc:.1%} ± {teacher_err:.1%} after"
+      f" {SIZES['teacher_steps']} steps of {SIZES['batch']} ({SIZES['seq']} tokens)")
+print(f"* soft targets: the less likely class gets {minority[1]:.1%} at T=1, {minority[4]:.1%} at T=4")
 print(f"* caching the teacher's logits: {cache_ab.verdict}")
 print(f"* so: {cache_line}")
-print(
-    f"* students ({SIZES['student_layers']} layers, {SIZES['steps']} steps of {SIZES['batch']} on"
-    f" {len(subset):,} rows): " + "; ".join(kd_lines)
-)
+print(f"* students ({SIZES['student_layers']} layers, {SIZES['steps']} steps of {SIZES['batch']} on"
+      f" {len(subset):,} rows): " + "; ".join(kd_lines))
 print(f"* inference: {infer_ab.verdict}")
 print(f"* memory: {memory_line}")
 

@@ -50,13 +50,9 @@ from effkit.profiling import profile_training
 # %%
 PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
 RECIPES = ("cifar:naive", "cifar:optimized")
-SIZES = {
-    "smoke": dict(
-        active=3, pairs=6, steps_per_burst=2, recipe_steps=dict(wait=0, warmup=1, active=1, timed=1)
-    ),
-    "cpu": dict(active=5, pairs=8, steps_per_burst=4, recipe_steps=dict(active=5)),
-    "gpu": dict(active=5, pairs=8, steps_per_burst=4, recipe_steps=dict(active=5)),
-}[PROFILE]
+SIZES = {"smoke": dict(active=3, pairs=6, steps_per_burst=2, recipe_steps=dict(wait=0, warmup=1, active=1, timed=1)),
+         "cpu": dict(active=5, pairs=8, steps_per_burst=4, recipe_steps=dict(active=5)),
+         "gpu": dict(active=5, pairs=8, steps_per_burst=4, recipe_steps=dict(active=5))}[PROFILE]  # fmt: skip
 torch.set_num_threads(1)  # one thread: the machine is shared, and figures per thread compare
 CPU_NAME = device_name("cpu")
 work = Path(tempfile.mkdtemp(prefix="lesson10-"))
@@ -76,37 +72,18 @@ parts = [("wait", 1, "#dddddd"), ("warmup", 2, "#f6d7a7"), ("active", 3, "#9ecae
 x = 0.0
 for name, n, color in parts:
     for _ in range(n):
-        ax.add_patch(
-            FancyBboxPatch(
-                (x + 0.05, 1.1), 0.9, 0.6, boxstyle="round,pad=0.02", fc=color, ec="gray"
-            )
-        )
+        ax.add_patch(FancyBboxPatch((x + 0.05, 1.1), 0.9, 0.6, boxstyle="round,pad=0.02", fc=color, ec="gray"))
         ax.text(x + 0.5, 1.4, f"{name}\nstep", ha="center", va="center", fontsize=8)
         x += 1
 ax.text(3.0, 1.95, "only the active steps reach the table and the trace", ha="center", fontsize=9)
 x = 0.0
-for name, w, color in [
-    ("data", 0.6, "#fdae6b"),
-    ("forward", 1.2, "#6baed6"),
-    ("backward", 2.0, "#3182bd"),
-    ("optimizer", 0.7, "#74c476"),
-    ("other", 0.3, "#bcbddc"),
-]:
-    ax.add_patch(
-        FancyBboxPatch(
-            (x + 0.02, 0.2), w - 0.04, 0.5, boxstyle="round,pad=0.02", fc=color, ec="gray"
-        )
-    )
-    ax.text(
-        x + w / 2, 0.45, f'record_function\n"step/{name}"', ha="center", va="center", fontsize=7
-    )
+for name, w, color in [("data", 0.6, "#fdae6b"), ("forward", 1.2, "#6baed6"), ("backward", 2.0, "#3182bd"),
+                       ("optimizer", 0.7, "#74c476"), ("other", 0.3, "#bcbddc")]:  # fmt: skip
+    ax.add_patch(FancyBboxPatch((x + 0.02, 0.2), w - 0.04, 0.5, boxstyle="round,pad=0.02", fc=color, ec="gray"))
+    ax.text(x + w / 2, 0.45, f'record_function\n"step/{name}"', ha="center", va="center", fontsize=7)
     x += w
 ax.text(x + 0.1, 0.45, "<- one active step, split into ranges", va="center", fontsize=9)
-ax.set(
-    xlim=(0, 7.5),
-    ylim=(0, 2.2),
-    title="torch.profiler: schedule(wait=1, warmup=2, active=3) and ranges",
-)
+ax.set(xlim=(0, 7.5), ylim=(0, 2.2), title="torch.profiler: schedule(wait=1, warmup=2, active=3) and ranges")
 ax.axis("off")
 plt.show()
 
@@ -125,20 +102,15 @@ GUESS_DATA_SHARE = None  # your guess, a fraction, e.g. 0.2
 # %%
 step = planted_step(("data", "sync"), seed=0)
 trace_path = work / "trace.json"
-with profile(
-    activities=[ProfilerActivity.CPU]
-    + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else []),
-    schedule=schedule(wait=1, warmup=2, active=SIZES["active"]),
-    on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path)),
-) as prof:
+with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else []),
+             schedule=schedule(wait=1, warmup=2, active=SIZES["active"]),
+             on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path))) as prof:  # fmt: skip
     for _ in range(1 + 2 + SIZES["active"]):
         step.run()  # data, forward, backward, optimizer, other: each in its record_function range
         prof.step()
 print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
-print(
-    f"Chrome trace: {trace_path} ({trace_path.stat().st_size / 2**20:.1f} MiB) — open it in "
-    "https://ui.perfetto.dev or chrome://tracing"
-)
+print(f"Chrome trace: {trace_path} ({trace_path.stat().st_size / 2**20:.1f} MiB) — open it in "
+      "https://ui.perfetto.dev or chrome://tracing")
 
 # %% [markdown]
 # Read the table by **Self CPU** (an operator's own time, without what it called): `aten::linear`
@@ -149,40 +121,19 @@ print(
 
 # %%
 events = json.loads(trace_path.read_text())["traceEvents"]
-ranges = [
-    e
-    for e in events
-    if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("step/")
-]
+ranges = [e for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("step/")]
 t0 = min(e["ts"] for e in ranges)
-colors = {
-    "data": "#fdae6b",
-    "forward": "#6baed6",
-    "backward": "#3182bd",
-    "optimizer": "#74c476",
-    "other": "#bcbddc",
-}
+colors = {"data": "#fdae6b", "forward": "#6baed6", "backward": "#3182bd", "optimizer": "#74c476", "other": "#bcbddc"}
 ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("dur", 0) > 0]
 fig, ax = plt.subplots(figsize=(11, 2.6))
 for name, color in colors.items():  # one broken_barh per row: thousands of bars in one call
     spans = [((e["ts"] - t0) / 1e3, e["dur"] / 1e3) for e in ranges if e["name"] == f"step/{name}"]
     ax.broken_barh(spans, (0.7, 0.6), facecolors=color)
-ax.broken_barh(
-    [((e["ts"] - t0) / 1e3, e["dur"] / 1e3) for e in ops], (-0.25, 0.5), facecolors="#636363"
-)
-ax.set(
-    yticks=[0, 1],
-    yticklabels=["operators", "ranges"],
-    xlabel="ms since the first recorded step",
-    title=f"Chrome trace of {SIZES['active']} active steps (CPU thread): gaps between operators are Python",
-)
-ax.legend(
-    handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()],
-    labels=list(colors),
-    ncol=5,
-    loc="upper right",
-    fontsize=8,
-)
+ax.broken_barh([((e["ts"] - t0) / 1e3, e["dur"] / 1e3) for e in ops], (-0.25, 0.5), facecolors="#636363")
+ax.set(yticks=[0, 1], yticklabels=["operators", "ranges"], xlabel="ms since the first recorded step",
+       title=f"Chrome trace of {SIZES['active']} active steps (CPU thread): gaps between operators are Python")
+ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()], labels=list(colors),
+          ncol=5, loc="upper right", fontsize=8)  # fmt: skip
 plt.show()
 
 # %% [markdown]
@@ -197,17 +148,10 @@ plt.show()
 patient = profile_training(planted_step(("data", "sync"), seed=0), active=SIZES["active"])
 split = {k: v / patient["step_ms"] for k, v in patient["ranges_ms"].items()}
 print("share of the profiled step: " + ", ".join(f"{k} {v:.0%}" for k, v in split.items()))
-print(
-    f"{patient['syncs_per_step']:.0f} syncs and {patient['ops_per_step']:.0f} operators per step; "
-    f"{patient['step_ms_unprofiled']:.1f} ms per step unprofiled (median), {patient['step_ms']:.1f} ms profiled"
-)
-lesson.check_guess(
-    GUESS_DATA_SHARE,
-    split["data"],
-    "share of the profiled step in data (section 2: the profiler "
-    "inflates ranges of many small operators more)",
-    "{:.0%}",
-)
+print(f"{patient['syncs_per_step']:.0f} syncs and {patient['ops_per_step']:.0f} operators per step; "
+      f"{patient['step_ms_unprofiled']:.1f} ms per step unprofiled (median), {patient['step_ms']:.1f} ms profiled")
+lesson.check_guess(GUESS_DATA_SHARE, split["data"], "share of the profiled step in data (section 2: the profiler "
+                   "inflates ranges of many small operators more)", "{:.0%}")
 
 # %% [markdown]
 # ## 2. What the profiler costs
@@ -242,19 +186,10 @@ def profiled_steps():
 
 for _ in range(2):
     plain_steps()  # warm-up outside the comparison
-overhead_ab = lesson.ab(
-    "steps without vs with the profiler recording",
-    plain_steps,
-    profiled_steps,
-    pairs=SIZES["pairs"],
-    a_label="unprofiled",
-    b_label="profiled",
-    unit="steps/s",
-    dev=torch.device("cpu"),
-)
-lesson.check_guess(
-    GUESS_PROFILER_SLOWDOWN, 1 / overhead_ab.ratio, "slowdown under the profiler", "{:.2f}x"
-)
+overhead_ab = lesson.ab("steps without vs with the profiler recording", plain_steps, profiled_steps,
+                        pairs=SIZES["pairs"], a_label="unprofiled", b_label="profiled", unit="steps/s",
+                        dev=torch.device("cpu"))  # fmt: skip
+lesson.check_guess(GUESS_PROFILER_SLOWDOWN, 1 / overhead_ab.ratio, "slowdown under the profiler", "{:.2f}x")
 
 # %% [markdown]
 # ## 3. The bottleneck doctor
@@ -290,11 +225,9 @@ fixed_once = profile_training(planted_step(("sync",), seed=0), active=SIZES["act
 print(doctor.report(fixed_once))
 fixed_twice = profile_training(planted_step((), seed=0), active=SIZES["active"])
 print(doctor.report(fixed_twice))
-print(
-    f"unprofiled median step: {patient['step_ms_unprofiled']:.1f} ms -> {fixed_once['step_ms_unprofiled']:.1f} ms "
-    f"-> {fixed_twice['step_ms_unprofiled']:.1f} ms (single medians, not an A/B: see the interval above for how "
-    "much one step moves on this machine)"
-)
+print(f"unprofiled median step: {patient['step_ms_unprofiled']:.1f} ms -> {fixed_once['step_ms_unprofiled']:.1f} ms "
+      f"-> {fixed_twice['step_ms_unprofiled']:.1f} ms (single medians, not an A/B: see the interval above for how "
+      "much one step moves on this machine)")
 
 # %% [markdown]
 # The course's own CIFAR recipes (smoke size: synthetic images; the optimized recipe's data is
@@ -331,23 +264,14 @@ if torch.cuda.is_available():
     snapshot = work / "memory_snapshot.pickle"
     torch.cuda.memory._dump_snapshot(str(snapshot))
     torch.cuda.memory._record_memory_history(enabled=None)
-    kernels = sorted(
-        (e for e in gpu_prof.events() if e.device_type.name == "CUDA"),
-        key=lambda e: e.time_range.start,
-    )
-    gaps = [
-        b.time_range.start - a.time_range.end for a, b in zip(kernels, kernels[1:], strict=False)
-    ]
+    kernels = sorted((e for e in gpu_prof.events() if e.device_type.name == "CUDA"), key=lambda e: e.time_range.start)
+    gaps = [b.time_range.start - a.time_range.end for a, b in zip(kernels, kernels[1:], strict=False)]
     busy = sum(e.time_range.elapsed_us() for e in kernels)
     span = kernels[-1].time_range.end - kernels[0].time_range.start if kernels else 0
-    print(
-        f"{len(kernels)} kernels, GPU busy {busy / max(span, 1):.0%} of their span; largest gap "
-        f"{max(gaps, default=0):.0f} µs; memory snapshot: {snapshot} (open it at https://pytorch.org/memory_viz)"
-    )
+    print(f"{len(kernels)} kernels, GPU busy {busy / max(span, 1):.0%} of their span; largest gap "
+          f"{max(gaps, default=0):.0f} µs; memory snapshot: {snapshot} (open it at https://pytorch.org/memory_viz)")
 else:
-    print(
-        "No CUDA device here: the kernel-gap and memory-snapshot cell did not run (it runs as written on a GPU)."
-    )
+    print("No CUDA device here: the kernel-gap and memory-snapshot cell did not run (it runs as written on a GPU).")
 
 # %% [markdown]
 # ## Your turn
@@ -358,9 +282,7 @@ else:
 # Then fix the first finding and profile again.
 
 # %%
-mine_step = planted_step(
-    ("optimizer",), seed=2
-)  # your turn: plant, or build a TrainStep of your own
+mine_step = planted_step(("optimizer",), seed=2)  # your turn: plant, or build a TrainStep of your own
 mine = profile_training(mine_step, active=SIZES["active"])
 print(doctor.report(mine))
 
@@ -385,22 +307,16 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=10)
 # %% tags=["summary"]
 print(lesson.summary_header(10, CPU_NAME))
 first = doctor.diagnose(patient)
-print(
-    f"* patient (data + sync planted): {patient['step_ms_unprofiled']:.1f} ms per step unprofiled; data "
-    f"{split['data']:.0%} of the profiled step, {patient['syncs_per_step']:.0f} syncs per step"
-)
-print(
-    f"* doctor, ranked: {', '.join(f.label for f in first)}; after fixing data: "
-    f"{', '.join(f.label for f in doctor.diagnose(fixed_once))}; after fixing both: "
-    f"{', '.join(f.label for f in doctor.diagnose(fixed_twice))}"
-)
+print(f"* patient (data + sync planted): {patient['step_ms_unprofiled']:.1f} ms per step unprofiled; data "
+      f"{split['data']:.0%} of the profiled step, {patient['syncs_per_step']:.0f} syncs per step")
+print(f"* doctor, ranked: {', '.join(f.label for f in first)}; after fixing data: "
+      f"{', '.join(f.label for f in doctor.diagnose(fixed_once))}; after fixing both: "
+      f"{', '.join(f.label for f in doctor.diagnose(fixed_twice))}")
 print(f"* profiler cost: {overhead_ab.verdict}")
 for name, p in recipes.items():
-    print(
-        f"* {name} (smoke-size recipe, synthetic images, whatever the profile): "
-        f"{p['step_ms_unprofiled']:.0f} ms per step; doctor: "
-        f"{', '.join(f.label for f in doctor.diagnose(p))}"
-    )
+    print(f"* {name} (smoke-size recipe, synthetic images, whatever the profile): "
+          f"{p['step_ms_unprofiled']:.0f} ms per step; doctor: "
+          f"{', '.join(f.label for f in doctor.diagnose(p))}")
 
 # %% [markdown]
 # ### Quiz and exercise

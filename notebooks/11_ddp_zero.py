@@ -63,18 +63,8 @@ LESSON_START = time.perf_counter()
 PROFILE = lesson.profile()
 CPU_NAME = device_name(torch.device("cpu"))
 SIZES = {
-    "smoke": dict(
-        width=256, batch=32, steps=4, repeats=2, pairs=6, burst=2, sizes_kb=[16, 256, 1024, 4096]
-    ),
-    "cpu": dict(
-        width=1024,
-        batch=64,
-        steps=12,
-        repeats=5,
-        pairs=10,
-        burst=3,
-        sizes_kb=[16, 256, 1024, 8192, 32768],
-    ),
+    "smoke": dict(width=256, batch=32, steps=4, repeats=2, pairs=6, burst=2, sizes_kb=[16, 256, 1024, 4096]),
+    "cpu": dict(width=1024, batch=64, steps=12, repeats=5, pairs=10, burst=3, sizes_kb=[16, 256, 1024, 8192, 32768]),
 }
 SIZES["gpu"] = SIZES["cpu"]
 S = SIZES[PROFILE]
@@ -83,15 +73,11 @@ print(f"profile {PROFILE!r} on {CPU_NAME}; 2 gloo ranks, one thread each")
 
 def mlp(width=S["width"], seed=0):
     torch.manual_seed(seed)
-    return nn.Sequential(
-        nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)
-    )
+    return nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10))
 
 
-print(
-    f"the model: {sum(p.numel() for p in mlp().parameters()):,} parameters "
-    f"({sum(p.numel() for p in mlp().parameters()) * 4 / 2**20:.1f} MiB of fp32 gradients to all-reduce per step)"
-)
+print(f"the model: {sum(p.numel() for p in mlp().parameters()):,} parameters "
+      f"({sum(p.numel() for p in mlp().parameters()) * 4 / 2**20:.1f} MiB of fp32 gradients to all-reduce per step)")
 
 # %% [markdown]
 # ## 1. Ranks, process groups and torchrun
@@ -110,7 +96,6 @@ print(
 # From a notebook, `effkit.data_parallel.run_ranks(fn, 2)` does the same on this machine: it forks 2
 # processes, sets those variables, brings the gloo group up and returns what `fn(rank, world_size)`
 # returns on each rank.
-
 
 # %%
 def hello(rank, world):
@@ -135,11 +120,7 @@ for line in dp.run_ranks(hello, 2):
 fig, ax = plt.subplots(figsize=(10, 2.8))
 for r, y in ((0, 1.2), (1, 0.2)):
     ax.broken_barh([(0, 3)], (y, 0.6), color="tab:blue")
-    ax.broken_barh(
-        [(3, 1.2), (4.2, 1.2), (5.4, 1.2)],
-        (y, 0.6),
-        color=["tab:orange", "tab:orange", "tab:orange"],
-    )
+    ax.broken_barh([(3, 1.2), (4.2, 1.2), (5.4, 1.2)], (y, 0.6), color=["tab:orange", "tab:orange", "tab:orange"])
     ax.text(-0.2, y + 0.3, f"rank {r}", ha="right", va="center")
     ax.text(1.5, y + 0.3, "forward", ha="center", va="center", color="white")
     for i, x in enumerate((3.6, 4.8, 6.0)):
@@ -149,13 +130,8 @@ for i, x in enumerate((4.2, 5.4, 6.6)):
     ax.text(x + 0.5, 1.0, f"all-reduce b{i}", ha="center", va="center", fontsize=7, color="white")
 ax.broken_barh([(7.8, 0.6)], (0.2, 1.6), color="tab:purple")
 ax.text(8.1, 1.0, "step", ha="center", va="center", color="white", rotation=90)
-ax.set(
-    xlim=(-1.2, 9),
-    ylim=(0, 2),
-    yticks=[],
-    xlabel="time",
-    title="DDP: each bucket's all-reduce (green) overlaps the rest of the backward pass (orange)",
-)
+ax.set(xlim=(-1.2, 9), ylim=(0, 2), yticks=[], xlabel="time",
+       title="DDP: each bucket's all-reduce (green) overlaps the rest of the backward pass (orange)")
 plt.show()
 
 # %% [markdown]
@@ -179,7 +155,6 @@ plt.show()
 # %%
 GUESS_MAX_DIFFERENCE = None  # e.g. 1e-3
 
-
 # %%
 def data(n=256):
     g = torch.Generator().manual_seed(0)
@@ -187,14 +162,10 @@ def data(n=256):
     return x, (x[:, :10] + 0.3 * torch.randn(n, 10, generator=g, dtype=torch.float64)).argmax(1)
 
 
-def train_ddp(
-    rank, world, accumulation=2, per_rank_batch=8, epochs=2, sync_every_micro_batch=False
-):
+def train_ddp(rank, world, accumulation=2, per_rank_batch=8, epochs=2, sync_every_micro_batch=False):
     torch.manual_seed(0)
     x, y = data()
-    model = DDP(
-        mlp(width=32, seed=rank).double()
-    )  # different seeds on purpose: DDP broadcasts rank 0's
+    model = DDP(mlp(width=32, seed=rank).double())  # different seeds on purpose: DDP broadcasts rank 0's
     syncs = [0]
 
     def counting_hook(state, bucket):  # DDP's own all-reduce, counted
@@ -204,9 +175,7 @@ def train_ddp(
         return allreduce_hook(None, bucket)
 
     model.register_comm_hook(None, counting_hook)
-    sampler = DistributedSampler(
-        TensorDataset(x, y), num_replicas=world, rank=rank, shuffle=True, seed=0
-    )
+    sampler = DistributedSampler(TensorDataset(x, y), num_replicas=world, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(TensorDataset(x, y), batch_size=per_rank_batch, sampler=sampler)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     orders, losses = [], []
@@ -227,12 +196,8 @@ def train_ddp(
     dist.all_reduce(stats)
     if rank == 0:  # log (and save) once, not once per rank
         print(f"[rank 0] mean training loss over both ranks: {stats[0] / stats[1]:.4f}")
-    return {
-        "weights": {k: v.clone() for k, v in model.module.state_dict().items()},
-        "orders": orders,
-        "syncs": syncs[0],
-        "steps": len(losses) // accumulation,
-    }
+    return {"weights": {k: v.clone() for k, v in model.module.state_dict().items()}, "orders": orders,
+            "syncs": syncs[0], "steps": len(losses) // accumulation}
 
 
 def one_process(orders, accumulation=2, per_rank_batch=8):
@@ -241,9 +206,7 @@ def one_process(orders, accumulation=2, per_rank_batch=8):
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     for epoch in range(len(orders[0])):
         for i in range(len(orders[0][epoch]) // per_rank_batch):
-            idx = [
-                j for o in orders for j in o[epoch][i * per_rank_batch : (i + 1) * per_rank_batch]
-            ]
+            idx = [j for o in orders for j in o[epoch][i * per_rank_batch:(i + 1) * per_rank_batch]]
             (F.cross_entropy(model(x[idx]), y[idx]) / accumulation).backward()
             if (i + 1) % accumulation == 0:
                 opt.step()
@@ -255,16 +218,10 @@ runs = dp.run_ranks(train_ddp, 2)
 reference = one_process([r["orders"] for r in runs])
 max_diff = max(float((r["weights"][k] - v).abs().max()) for r in runs for k, v in reference.items())
 overlap = set(runs[0]["orders"][0]) & set(runs[1]["orders"][0])
-print(
-    f"epoch 0: rank 0 read {len(runs[0]['orders'][0])} samples, rank 1 {len(runs[1]['orders'][0])}, "
-    f"{len(overlap)} in common; epoch 1 reshuffled: {runs[0]['orders'][0] != runs[0]['orders'][1]}"
-)
-print(
-    f"all-reduces counted by the hook: {[r['syncs'] for r in runs]} for {runs[0]['steps']} optimizer steps"
-)
-lesson.check_guess(
-    GUESS_MAX_DIFFERENCE, max_diff, "max |DDP weights - one-process weights|", "{:.1e}"
-)
+print(f"epoch 0: rank 0 read {len(runs[0]['orders'][0])} samples, rank 1 {len(runs[1]['orders'][0])}, "
+      f"{len(overlap)} in common; epoch 1 reshuffled: {runs[0]['orders'][0] != runs[0]['orders'][1]}")
+print(f"all-reduces counted by the hook: {[r['syncs'] for r in runs]} for {runs[0]['steps']} optimizer steps")
+lesson.check_guess(GUESS_MAX_DIFFERENCE, max_diff, "max |DDP weights - one-process weights|", "{:.1e}")
 
 # %% [markdown]
 # The difference is float64 rounding: the two ranks' gradients are summed in another order than one
@@ -289,10 +246,7 @@ grad_bytes = sum(p.numel() for p in mlp().parameters()) * 4
 
 
 def allreduce_times(rank, world):
-    return {
-        kb: statistics.median(dp.time_allreduce(kb * 1024, repeats=5))
-        for kb in S["sizes_kb"] + [grad_bytes // 1024]
-    }
+    return {kb: statistics.median(dp.time_allreduce(kb * 1024, repeats=5)) for kb in S["sizes_kb"] + [grad_bytes // 1024]}
 
 
 measured = dp.run_ranks(allreduce_times, 2)[0]
@@ -300,39 +254,24 @@ sizes = sorted(S["sizes_kb"])
 small, big = sizes[0], sizes[-1]
 # least squares over the sizes: t = 2 (N-1)/N x bytes / B + 2 (N-1) a, and 2 (N-1)/N = 1, 2 (N-1) = 2 for N = 2
 A = torch.tensor([[kb * 1024.0, 2.0] for kb in sizes], dtype=torch.float64)
-coef = torch.linalg.lstsq(
-    A, torch.tensor([measured[kb] for kb in sizes], dtype=torch.float64)[:, None]
-).solution
+coef = torch.linalg.lstsq(A, torch.tensor([measured[kb] for kb in sizes], dtype=torch.float64)[:, None]).solution
 bandwidth, latency = 1.0 / max(float(coef[0]), 1e-15), max(float(coef[1]), 0.0)
 fig, ax = plt.subplots(figsize=(6, 3.5))
-ax.loglog(
-    [kb * 1024 for kb in sizes],
-    [measured[kb] * 1e3 for kb in sizes],
-    "o",
-    label="measured (median of 5)",
-)
+ax.loglog([kb * 1024 for kb in sizes], [measured[kb] * 1e3 for kb in sizes], "o", label="measured (median of 5)")
 grid = [kb * 1024 for kb in range(small, big + 1, max(1, (big - small) // 200))]
-ax.loglog(
-    grid,
-    [dp.ring_allreduce_seconds(b, 2, bandwidth, latency) * 1e3 for b in grid],
-    "-",
-    label=f"ring model: {bandwidth / 1e9:.2f} GB/s, {latency * 1e6:.0f} us latency",
-)
+ax.loglog(grid, [dp.ring_allreduce_seconds(b, 2, bandwidth, latency) * 1e3 for b in grid], "-",
+          label=f"ring model: {bandwidth / 1e9:.2f} GB/s, {latency * 1e6:.0f} us latency")
 ax.set(xlabel="buffer (bytes)", ylabel="all-reduce (ms)", title="2 gloo ranks on the loopback")
 ax.legend()
 plt.show()
 model_ms = dp.ring_allreduce_seconds(grad_bytes, 2, bandwidth, latency) * 1e3
 grad_ms = measured[grad_bytes // 1024] * 1e3
-print(
-    f"this model's gradients ({grad_bytes / 2**20:.1f} MiB): measured {grad_ms:.2f} ms, the model fitted on "
-    f"{len(sizes)} other sizes ({small}-{big} KiB) predicts {model_ms:.2f} ms (medians of 5: a busy machine's "
-    "spikes move single sizes by 2x)"
-)
+print(f"this model's gradients ({grad_bytes / 2**20:.1f} MiB): measured {grad_ms:.2f} ms, the model fitted on "
+      f"{len(sizes)} other sizes ({small}-{big} KiB) predicts {model_ms:.2f} ms (medians of 5: a busy machine's "
+      "spikes move single sizes by 2x)")
 for n in (8, 64):
-    print(
-        f"  the same model, {n} ranks at this bandwidth: {dp.ring_allreduce_seconds(grad_bytes, n, bandwidth, latency) * 1e3:.2f} ms "
-        f"(2 (N-1)/N = {2 * (n - 1) / n:.2f})"
-    )
+    print(f"  the same model, {n} ranks at this bandwidth: {dp.ring_allreduce_seconds(grad_bytes, n, bandwidth, latency) * 1e3:.2f} ms "
+          f"(2 (N-1)/N = {2 * (n - 1) / n:.2f})")
 lesson.check_guess(GUESS_ALLREDUCE_MS, grad_ms, "all-reduce of the gradients (ms)", "{:.2f}")
 
 # %% [markdown]
@@ -341,7 +280,6 @@ lesson.check_guess(GUESS_ALLREDUCE_MS, grad_ms, "all-reduce of the gradients (ms
 # With 4 micro-batches per optimizer step, DDP without `no_sync` all-reduces 4 times; with it, once.
 # Both ranks run the same interleaved A/B (A: sync every micro-batch, B: `no_sync`), a fixed number of
 # pairs so that they stay in step; rank 0's clock is the verdict.
-
 
 # %%
 def no_sync_ab(rank, world):
@@ -360,7 +298,6 @@ def no_sync_ab(rank, world):
                 opt.step()
                 opt.zero_grad()
             return S["burst"] * 4 * S["batch"] * world
-
         return run
 
     return compare(burst(False), burst(True), min_pairs=S["pairs"], max_pairs=S["pairs"])
@@ -368,9 +305,7 @@ def no_sync_ab(rank, world):
 
 no_sync_result = dp.run_ranks(no_sync_ab, 2)[0]
 no_sync_result.verdict = lesson.lesson_verdict(no_sync_result, "sync every micro-batch", "no_sync")
-print(
-    f"samples/s (both ranks): sync every micro-batch {no_sync_result.a_median:,.0f}, no_sync {no_sync_result.b_median:,.0f}"
-)
+print(f"samples/s (both ranks): sync every micro-batch {no_sync_result.a_median:,.0f}, no_sync {no_sync_result.b_median:,.0f}")
 print(f"  -> {no_sync_result.verdict}")
 
 # %% [markdown]
@@ -380,7 +315,6 @@ print(f"  -> {no_sync_result.verdict}")
 # samples per second. Alternated 1, 2, 1, 2, ... so that the machine's mood hits both.
 # The DDP paper (Li et al., 2020) measures this on up to 256 GPUs for ResNet50 and BERT; here two
 # ranks share two busy cores, so read the number as a property of this machine.
-
 
 # %%
 def throughput(rank, world):
@@ -407,22 +341,14 @@ for _ in range(S["repeats"]):
         speeds[world].append(dp.run_ranks(throughput, world)[0])
 ratios = sorted(b / a for a, b in zip(speeds[1], speeds[2], strict=True))
 efficiency = statistics.median(ratios) / 2
-print(
-    f"samples/s, median of {S['repeats']}: 1 rank {statistics.median(speeds[1]):,.0f}, "
-    f"2 ranks {statistics.median(speeds[2]):,.0f}"
-)
-print(
-    f"scaling efficiency (2-rank speed / 2 x 1-rank speed): {efficiency:.0%} "
-    f"(per-repeat range {ratios[0] / 2:.0%}-{ratios[-1] / 2:.0%}, {S['repeats']} repeats)"
-)
+print(f"samples/s, median of {S['repeats']}: 1 rank {statistics.median(speeds[1]):,.0f}, "
+      f"2 ranks {statistics.median(speeds[2]):,.0f}")
+print(f"scaling efficiency (2-rank speed / 2 x 1-rank speed): {efficiency:.0%} "
+      f"(per-repeat range {ratios[0] / 2:.0%}-{ratios[-1] / 2:.0%}, {S['repeats']} repeats)")
 if efficiency > 1:
-    print(
-        "  above 100%: the 1-rank runs were slowed more by the machine's other jobs than the 2-rank runs; "
-        "no data-parallel job scales better than linearly on the same cores"
-    )
-print(
-    "  on 2 shared cores this measures the machine (other jobs, the loopback, one core per rank), not DDP"
-)
+    print("  above 100%: the 1-rank runs were slowed more by the machine's other jobs than the 2-rank runs; "
+          "no data-parallel job scales better than linearly on the same cores")
+print("  on 2 shared cores this measures the machine (other jobs, the loopback, one core per rank), not DDP")
 
 # %% [markdown]
 # ## 4. ZeRO: shard what every rank holds
@@ -443,10 +369,8 @@ for psi, n in ((7.5e9, 64), (sum(p.numel() for p in mlp().parameters()), 2)):
     print(f"{psi:,.0f} parameters on {n} ranks, GB per rank:")
     for stage in range(4):
         b = dp.zero_bytes_per_rank(psi, n, stage)
-        print(
-            f"  stage {stage}: params {b['params'] / 1e9:8.4f}  grads {b['grads'] / 1e9:8.4f}  "
-            f"optimizer {b['optimizer'] / 1e9:8.4f}  total {b['total'] / 1e9:8.4f}"
-        )
+        print(f"  stage {stage}: params {b['params'] / 1e9:8.4f}  grads {b['grads'] / 1e9:8.4f}  "
+              f"optimizer {b['optimizer'] / 1e9:8.4f}  total {b['total'] / 1e9:8.4f}")
 
 # %% [markdown]
 # Now measured: Adam (fp32 here: 8 bytes of state per parameter) under plain DDP, under
@@ -456,7 +380,6 @@ for psi, n in ((7.5e9, 64), (sum(p.numel() for p in mlp().parameters()), 2)):
 # the bytes of optimizer state and of parameters each rank holds, and the step time. Watch the
 # balance: `ZeroRedundancyOptimizer` assigns *whole parameter tensors* to ranks, FSDP2 shards every
 # tensor along its first dimension.
-
 
 # %%
 def memory_and_time(rank, world):
@@ -477,13 +400,8 @@ def memory_and_time(rank, world):
             opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         else:
             model = DDP(model)
-            opt = (
-                ZeroRedundancyOptimizer(
-                    model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3
-                )
-                if name.startswith("ZeRO")
-                else torch.optim.Adam(model.parameters(), lr=1e-3)
-            )
+            opt = (ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
+                   if name.startswith("ZeRO") else torch.optim.Adam(model.parameters(), lr=1e-3))
         times = []
         for _ in range(S["steps"]):
             t0 = time.perf_counter()
@@ -491,34 +409,24 @@ def memory_and_time(rank, world):
             opt.step()
             opt.zero_grad()
             times.append(time.perf_counter() - t0)
-        out[name] = {
-            "optimizer": dp.optimizer_state_bytes(opt),
-            "params": dp.param_bytes(model),
-            "step_ms": statistics.median(times[1:]) * 1e3,
-        }
+        out[name] = {"optimizer": dp.optimizer_state_bytes(opt), "params": dp.param_bytes(model),
+                     "step_ms": statistics.median(times[1:]) * 1e3}
     return out
 
 
 mem = dp.run_ranks(memory_and_time, 2)
 for name in mem[0]:
-    print(
-        f"{name:34s} "
-        + "  ".join(
-            f"rank {r}: optimizer {m[name]['optimizer'] / 2**20:5.2f} MiB, "
-            f"params {m[name]['params'] / 2**20:5.2f} MiB, step {m[name]['step_ms']:5.1f} ms"
-            for r, m in enumerate(mem)
-        )
-    )
+    print(f"{name:34s} " + "  ".join(f"rank {r}: optimizer {m[name]['optimizer'] / 2**20:5.2f} MiB, "
+                                      f"params {m[name]['params'] / 2**20:5.2f} MiB, step {m[name]['step_ms']:5.1f} ms"
+                                      for r, m in enumerate(mem)))
 ddp_state = mem[0]["DDP + Adam"]["optimizer"]
 zero_state = max(m["ZeRO-1 (ZeroRedundancyOptimizer)"]["optimizer"] for m in mem)
 fsdp_params = max(m["FSDP2 fully_shard (ZeRO-3)"]["params"] for m in mem)
-print(
-    f"largest rank's optimizer state under ZeRO-1: {zero_state / ddp_state:.0%} of DDP's (it gives whole "
-    f"parameter tensors to ranks: the {S['width']}x{S['width']} layer is {S['width'] ** 2 / grad_bytes * 4:.0%} of "
-    "the model, so one rank holds most of the state); "
-    f"parameters under FSDP2: {fsdp_params / mem[0]['DDP + Adam']['params']:.0%} of DDP's "
-    "(exact byte counts; step times are single medians on a shared CPU: indicative only)"
-)
+print(f"largest rank's optimizer state under ZeRO-1: {zero_state / ddp_state:.0%} of DDP's (it gives whole "
+      f"parameter tensors to ranks: the {S['width']}x{S['width']} layer is {S['width'] ** 2 / grad_bytes * 4:.0%} of "
+      "the model, so one rank holds most of the state); "
+      f"parameters under FSDP2: {fsdp_params / mem[0]['DDP + Adam']['params']:.0%} of DDP's "
+      "(exact byte counts; step times are single medians on a shared CPU: indicative only)")
 
 # %% [markdown]
 # ### What the kernel charges each rank
@@ -556,17 +464,12 @@ def rank_peak(rank, world, recipe, width, layers):
 
     ctypes.CDLL("libc.so.6").mallopt(-3, 64 << 10)  # M_MMAP_THRESHOLD, fixed: freed tensors go back
     with open("/proc/self/clear_refs", "w") as f:
-        f.write(
-            "5"
-        )  # this process's peak (VmHWM) := what it holds now (a forked rank inherits the kernel's)
+        f.write("5")  # this process's peak (VmHWM) := what it holds now (a forked rank inherits the kernel's)
     start = _status_bytes("VmRSS")
     torch.manual_seed(0)
-    model = nn.Sequential(
-        nn.Linear(64, width),
-        nn.ReLU(),
-        *[m for _ in range(layers) for m in (nn.Linear(width, width), nn.ReLU())],
-        nn.Linear(width, 10),
-    )
+    model = nn.Sequential(nn.Linear(64, width), nn.ReLU(),
+                          *[m for _ in range(layers) for m in (nn.Linear(width, width), nn.ReLU())],
+                          nn.Linear(width, 10))  # fmt: skip
     params = sum(p.numel() for p in model.parameters())
     if recipe.startswith("FSDP2"):
         cpu = init_device_mesh("cpu", (world,))
@@ -577,11 +480,8 @@ def rank_peak(rank, world, recipe, width, layers):
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     else:
         net = DDP(model, gradient_as_bucket_view=recipe != "DDP")
-        opt = (
-            ZeroRedundancyOptimizer(net.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
-            if recipe.startswith("ZeRO")
-            else torch.optim.Adam(net.parameters(), lr=1e-3)
-        )
+        opt = (ZeroRedundancyOptimizer(net.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
+               if recipe.startswith("ZeRO") else torch.optim.Adam(net.parameters(), lr=1e-3))  # fmt: skip
     x, y = torch.randn(16, 64), torch.randint(10, (16,))
     for _ in range(3):
         F.cross_entropy(net(x), y).backward()
@@ -595,35 +495,20 @@ for recipe in ARITHMETIC:
     out = dp.run_ranks(rank_peak, 2, args=(recipe, *DEEP))
     per_rank[recipe] = max(b for b, _ in out)  # the larger rank: the one that runs out first
 n_params = out[0][1]
-print(
-    f"deep MLP: {DEEP[1]} hidden layers of {DEEP[0]}, {n_params / 1e6:.2f}M fp32 parameters; 2 gloo ranks, 3 Adam steps"
-)
+print(f"deep MLP: {DEEP[1]} hidden layers of {DEEP[0]}, {n_params / 1e6:.2f}M fp32 parameters; 2 gloo ranks, 3 Adam steps")
 for recipe, measured in per_rank.items():
-    print(
-        f"  {recipe:22s} larger rank's peak growth {measured:5.1f} bytes per parameter "
-        f"(arithmetic {ARITHMETIC[recipe]}; {measured * n_params / 2**20:6.1f} MiB)"
-    )
+    print(f"  {recipe:22s} larger rank's peak growth {measured:5.1f} bytes per parameter "
+          f"(arithmetic {ARITHMETIC[recipe]}; {measured * n_params / 2**20:6.1f} MiB)")
 above = [per_rank[r] - ARITHMETIC[r] for r in ARITHMETIC]
-print(
-    f"measured minus arithmetic: {min(above):+.1f} to {max(above):+.1f} bytes per parameter "
-    f"({min(above) * n_params / 2**20:+.0f} to {max(above) * n_params / 2**20:+.0f} MiB: gloo's buffers, the inputs, "
-    "the allocator's slack; fixed costs, expected to shrink per parameter as the model grows, which one model "
-    "size does not measure); ordered as the arithmetic: "
-    f"{'yes' if sorted(per_rank, key=per_rank.get) == sorted(ARITHMETIC, key=ARITHMETIC.get) else 'no'}"
-)
+print(f"measured minus arithmetic: {min(above):+.1f} to {max(above):+.1f} bytes per parameter "
+      f"({min(above) * n_params / 2**20:+.0f} to {max(above) * n_params / 2**20:+.0f} MiB: gloo's buffers, the inputs, "
+      "the allocator's slack; fixed costs, expected to shrink per parameter as the model grows, which one model "
+      "size does not measure); ordered as the arithmetic: "
+      f"{'yes' if sorted(per_rank, key=per_rank.get) == sorted(ARITHMETIC, key=ARITHMETIC.get) else 'no'}")
 fig, ax = plt.subplots(figsize=(7, 2.8))
-ax.barh(
-    list(per_rank), list(per_rank.values()), color="tab:blue", label="measured (the kernel's count)"
-)
-ax.scatter(
-    list(ARITHMETIC.values()),
-    list(ARITHMETIC),
-    color="black",
-    marker="|",
-    s=300,
-    zorder=3,
-    label="arithmetic",
-)
+ax.barh(list(per_rank), list(per_rank.values()), color="tab:blue", label="measured (the kernel's count)")
+ax.scatter(list(ARITHMETIC.values()), list(ARITHMETIC), color="black", marker="|", s=300, zorder=3,
+           label="arithmetic")  # fmt: skip
 ax.invert_yaxis()
 ax.set_xlabel("peak bytes per parameter on the larger rank")
 ax.set_title(f"Per-rank memory, {n_params / 1e6:.1f}M parameters, 2 ranks ({CPU_NAME})")
@@ -637,7 +522,6 @@ plt.show()
 # Gathering a sharded model on rank 0 to save it costs rank 0 the whole model's memory. DCP instead
 # has **every rank write its own shard** (one `.distcp` file each, plus a `.metadata` index) and can
 # load them back on a different number of ranks (resharding).
-
 
 # %%
 def save_and_load(rank, world, folder):
@@ -654,10 +538,8 @@ def save_and_load(rank, world, folder):
     state = {"model": fresh.state_dict()}
     dcp.load(state, checkpoint_id=folder)
     fresh.load_state_dict(state["model"])
-    return max(
-        float((a.full_tensor() - b.full_tensor()).abs().max())
-        for a, b in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True)
-    )
+    return max(float((a.full_tensor() - b.full_tensor()).abs().max())
+               for a, b in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True))
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -672,12 +554,9 @@ print(f"checkpoint files: {files}; weights loaded back, max difference {max(diff
 # number of samples. Make it exact for uneven shards (rank 0 with 3 samples, rank 1 with 5): all-reduce
 # the sum *and* the count. The cell prints what each rank gets; both must print the true mean.
 
-
 # %%
 def global_mean(values):
-    t = torch.tensor(
-        [sum(values) / len(values)], dtype=torch.float64
-    )  # your turn: send sum and count
+    t = torch.tensor([sum(values) / len(values)], dtype=torch.float64)  # your turn: send sum and count
     dist.all_reduce(t)
     return float(t[0]) / dist.get_world_size()
 
@@ -687,9 +566,7 @@ def uneven(rank, world):
     return global_mean(values)
 
 
-print(
-    f"each rank's global mean: {dp.run_ranks(uneven, 2)}; the true mean is {sum([1, 2, 3, 10, 20, 30, 40, 50]) / 8}"
-)
+print(f"each rank's global mean: {dp.run_ranks(uneven, 2)}; the true mean is {sum([1, 2, 3, 10, 20, 30, 40, 50]) / 8}")
 
 # %% [markdown]
 # ### In your own words
@@ -711,28 +588,18 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=11)
 
 # %% tags=["summary"]
 print(lesson.summary_header(11, CPU_NAME, " (2 gloo ranks, one thread each)"))
-print(
-    f"* DDP on 2 ranks = one process over the global batch: max weight difference {max_diff:.1e} (float64); "
-    f"{[r['syncs'] for r in runs]} all-reduces for {runs[0]['steps']} optimizer steps with no_sync"
-)
-print(
-    f"* all-reduce of {grad_bytes / 2**20:.1f} MiB: measured {grad_ms:.2f} ms, ring model {model_ms:.2f} ms "
-    f"({bandwidth / 1e9:.2f} GB/s, {latency * 1e6:.0f} us fitted on {small}-{big} KiB)"
-)
+print(f"* DDP on 2 ranks = one process over the global batch: max weight difference {max_diff:.1e} (float64); "
+      f"{[r['syncs'] for r in runs]} all-reduces for {runs[0]['steps']} optimizer steps with no_sync")
+print(f"* all-reduce of {grad_bytes / 2**20:.1f} MiB: measured {grad_ms:.2f} ms, ring model {model_ms:.2f} ms "
+      f"({bandwidth / 1e9:.2f} GB/s, {latency * 1e6:.0f} us fitted on {small}-{big} KiB)")
 print(f"* no_sync against syncing every micro-batch: {no_sync_result.verdict}")
-print(
-    f"* scaling efficiency of 2 ranks: {efficiency:.0%} (range {ratios[0] / 2:.0%}-{ratios[-1] / 2:.0%} over "
-    f"{S['repeats']} repeats): this shared 2-core machine, not DDP's limit"
-)
+print(f"* scaling efficiency of 2 ranks: {efficiency:.0%} (range {ratios[0] / 2:.0%}-{ratios[-1] / 2:.0%} over "
+      f"{S['repeats']} repeats): this shared 2-core machine, not DDP's limit")
 fsdp_state = max(m["FSDP2 fully_shard (ZeRO-3)"]["optimizer"] for m in mem)
-print(
-    f"* largest rank: ZeRO-1 optimizer state {zero_state / ddp_state:.0%} of DDP's; FSDP2 parameters "
-    f"{fsdp_params / mem[0]['DDP + Adam']['params']:.0%}, optimizer state {fsdp_state / ddp_state:.0%} of DDP's; DCP wrote {sum(f.endswith('.distcp') for f in files)} shards"
-)
-print(
-    f"* each rank's peak memory per parameter, the kernel's count ({n_params / 1e6:.2f}M parameters): "
-    + ", ".join(f"{r} {v:.1f} B (arithmetic {ARITHMETIC[r]})" for r, v in per_rank.items())
-)
+print(f"* largest rank: ZeRO-1 optimizer state {zero_state / ddp_state:.0%} of DDP's; FSDP2 parameters "
+      f"{fsdp_params / mem[0]['DDP + Adam']['params']:.0%}, optimizer state {fsdp_state / ddp_state:.0%} of DDP's; DCP wrote {sum(f.endswith('.distcp') for f in files)} shards")
+print(f"* each rank's peak memory per parameter, the kernel's count ({n_params / 1e6:.2f}M parameters): "
+      + ", ".join(f"{r} {v:.1f} B (arithmetic {ARITHMETIC[r]})" for r, v in per_rank.items()))
 print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s")
 
 # %% [markdown]

@@ -67,81 +67,28 @@ PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
 DEVICE = lesson.device()  # where the classifier is fine-tuned; serving is on one CPU thread
 CPU_NAME = device_name("cpu")
 SIZES = {
-    "smoke": dict(
-        layers=2,
-        batch=8,
-        seq=16,
-        steps=6,
-        eval_rows=64,
-        requests=40,
-        burst=4,
-        pairs=6,
-        batches=(1, 4),
-        rounds=2,
-        load_s=0.5,
-        load_rounds=2,
-        rates=(0.5, 1.25),
-    ),
-    "cpu": dict(
-        layers=None,
-        batch=16,
-        seq=32,
-        steps=80,
-        eval_rows=872,
-        requests=240,
-        burst=10,
-        pairs=8,
-        batches=(1, 4, 16),
-        rounds=4,
-        load_s=3.0,
-        load_rounds=3,
-        rates=(0.25, 0.5, 0.75, 1.0, 1.25),
-    ),
-    "gpu": dict(
-        layers=None,
-        batch=32,
-        seq=32,
-        steps=400,
-        eval_rows=872,
-        requests=400,
-        burst=10,
-        pairs=8,
-        batches=(1, 4, 16, 32),
-        rounds=4,
-        load_s=3.0,
-        load_rounds=3,
-        rates=(0.25, 0.5, 0.75, 1.0, 1.25),
-    ),
+    "smoke": dict(layers=2, batch=8, seq=16, steps=6, eval_rows=64, requests=40, burst=4, pairs=6,
+                  batches=(1, 4), rounds=2, load_s=0.5, load_rounds=2, rates=(0.5, 1.25)),
+    "cpu": dict(layers=None, batch=16, seq=32, steps=80, eval_rows=872, requests=240, burst=10, pairs=8,
+                batches=(1, 4, 16), rounds=4, load_s=3.0, load_rounds=3, rates=(0.25, 0.5, 0.75, 1.0, 1.25)),
+    "gpu": dict(layers=None, batch=32, seq=32, steps=400, eval_rows=872, requests=400, burst=10, pairs=8,
+                batches=(1, 4, 16, 32), rounds=4, load_s=3.0, load_rounds=3, rates=(0.25, 0.5, 0.75, 1.0, 1.25)),
 }[PROFILE]
 LR = 5e-5
 lesson_setup.quiet_transformers()  # the classifier head is new by design: no load report
-logging.getLogger("root").setLevel(
-    logging.ERROR
-)  # quantize_dynamic's "consider pre-processing" hint
+logging.getLogger("root").setLevel(logging.ERROR)  # quantize_dynamic's "consider pre-processing" hint
 warnings.filterwarnings("ignore", category=UserWarning)
 ENCODER = lesson_setup.pretrained_encoder()
-print(
-    f"profile {PROFILE!r}; fine-tuning on {device_name(DEVICE)}, serving on {CPU_NAME} (one thread); "
-    f"encoder: {ENCODER.note}"
-)
+print(f"profile {PROFILE!r}; fine-tuning on {device_name(DEVICE)}, serving on {CPU_NAME} (one thread); "
+      f"encoder: {ENCODER.note}")
 
 tokenizer = AutoTokenizer.from_pretrained(ENCODER.source)
-train, held_out = lesson_setup.sst2_splits(
-    PROFILE
-)  # held_out: GLUE SST-2 dev (872 rows) in cpu/gpu
+train, held_out = lesson_setup.sst2_splits(PROFILE)  # held_out: GLUE SST-2 dev (872 rows) in cpu/gpu
 
 
 def encode(texts, labels=None):
-    enc = tokenizer(
-        list(texts),
-        padding="max_length",
-        truncation=True,
-        max_length=SIZES["seq"],
-        return_tensors="pt",
-    )
-    return {k: enc[k] for k in ("input_ids", "attention_mask")}, (
-        torch.tensor(list(labels)) if labels else None
-    )
+    enc = tokenizer(list(texts), padding="max_length", truncation=True, max_length=SIZES["seq"], return_tensors="pt")
+    return {k: enc[k] for k in ("input_ids", "attention_mask")}, (torch.tensor(list(labels)) if labels else None)
 
 
 # %% [markdown]
@@ -152,15 +99,8 @@ def encode(texts, labels=None):
 
 # %%
 model, finetune_seconds = lesson_setup.fine_tune(
-    ENCODER.source,
-    train,
-    encode,
-    steps=SIZES["steps"],
-    batch=SIZES["batch"],
-    lr=LR,
-    device=DEVICE,
-    layers=SIZES["layers"],
-)
+    ENCODER.source, train, encode, steps=SIZES["steps"], batch=SIZES["batch"], lr=LR, device=DEVICE,
+    layers=SIZES["layers"])
 model = model.cpu().eval().requires_grad_(False)
 eval_rows = min(SIZES["eval_rows"], len(held_out.texts))
 eval_enc, eval_y = encode(held_out.texts[:eval_rows], held_out.labels[:eval_rows])
@@ -183,7 +123,6 @@ print(f"fine-tuned {SIZES['steps']} steps of {SIZES['batch']} in {finetune_secon
 # and run by onnxruntime, a runtime made for inference, with one thread; PyTorch eager, also on one
 # thread, is the other fp32 version.
 
-
 # %%
 class Logits(torch.nn.Module):
     """The classifier with plain tensors in and logits out: what ONNX export needs."""
@@ -200,17 +139,9 @@ work = Path(tempfile.mkdtemp(prefix="lesson13-"))
 fp32_path, int8_path = str(work / "fp32.onnx"), str(work / "int8.onnx")
 sample, _ = encode(held_out.texts[:2])
 start = time.perf_counter()
-torch.onnx.export(
-    Logits(model),
-    (sample["input_ids"], sample["attention_mask"]),
-    fp32_path,
-    input_names=["input_ids", "attention_mask"],
-    output_names=["logits"],
-    dynamic_shapes=({0: "batch"}, {0: "batch"}),
-    dynamo=True,
-    external_data=False,
-    verbose=False,
-)
+torch.onnx.export(Logits(model), (sample["input_ids"], sample["attention_mask"]), fp32_path,
+                  input_names=["input_ids", "attention_mask"], output_names=["logits"],
+                  dynamic_shapes=({0: "batch"}, {0: "batch"}), dynamo=True, external_data=False, verbose=False)
 export_seconds = time.perf_counter() - start
 options = ort.SessionOptions()
 options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
@@ -222,17 +153,15 @@ print(f"exported in {export_seconds:.1f} s: {os.path.getsize(fp32_path) / 2**20:
 def torch_server(feed):
     torch.set_num_threads(1)
     with torch.no_grad():
-        return model(
-            input_ids=torch.from_numpy(feed["input_ids"]),
-            attention_mask=torch.from_numpy(feed["attention_mask"]),
-        ).logits.numpy()
+        return model(input_ids=torch.from_numpy(feed["input_ids"]),
+                     attention_mask=torch.from_numpy(feed["attention_mask"])).logits.numpy()
 
 
 def onnx_server(session):
     return lambda feed: session.run(["logits"], feed)[0]
 
 
-requests = [{k: v[i : i + 1].numpy() for k, v in eval_enc.items()} for i in range(eval_rows)]
+requests = [{k: v[i:i + 1].numpy() for k, v in eval_enc.items()} for i in range(eval_rows)]
 
 
 def latencies(servers: dict, count: int, rounds: int = SIZES["rounds"], warmup: int = 5) -> dict:
@@ -257,14 +186,10 @@ def pct(values) -> tuple[float, float, float]:
     return tuple(float(v) for v in np.percentile(np.asarray(values) * 1e3, [50, 95, 99]))
 
 
-fp32_lat = latencies(
-    {"PyTorch fp32": torch_server, "onnxruntime fp32": onnx_server(fp32_session)}, SIZES["requests"]
-)
+fp32_lat = latencies({"PyTorch fp32": torch_server, "onnxruntime fp32": onnx_server(fp32_session)}, SIZES["requests"])
 for name, values in fp32_lat.items():
     p50, p95, p99 = pct(values)
-    print(
-        f"{name:18s} batch 1, {len(values)} requests: P50 {p50:.1f} ms, P95 {p95:.1f} ms, P99 {p99:.1f} ms"
-    )
+    print(f"{name:18s} batch 1, {len(values)} requests: P50 {p50:.1f} ms, P95 {p95:.1f} ms, P99 {p99:.1f} ms")
 
 # %% [markdown]
 # ## 3. int8: smaller weights, fewer bytes per request
@@ -292,29 +217,17 @@ start = time.perf_counter()
 quantize_dynamic(fp32_path, int8_path, weight_type=QuantType.QInt8)
 quantize_seconds = time.perf_counter() - start
 int8_session = ort.InferenceSession(int8_path, options, providers=["CPUExecutionProvider"])
-stored = [
-    (
-        onnx.numpy_helper.to_array(t).nbytes,
-        t.name,
-        list(t.dims),
-        onnx.TensorProto.DataType.Name(t.data_type).lower(),
-    )
-    for t in onnx.load(int8_path).graph.initializer
-]  # the int8 file's tensors, read from the file itself
+stored = [(onnx.numpy_helper.to_array(t).nbytes, t.name, list(t.dims), onnx.TensorProto.DataType.Name(t.data_type).lower())
+          for t in onnx.load(int8_path).graph.initializer]  # the int8 file's tensors, read from the file itself
 weights = {}  # bytes by element type
 for nbytes, _, _, kind in stored:
     weights[kind] = weights.get(kind, 0) + nbytes
 largest = max(stored)
-sizes_line = (
-    f"file sizes: fp32 {os.path.getsize(fp32_path) / 2**20:.0f} MiB, int8 "
-    f"{os.path.getsize(int8_path) / 2**20:.0f} MiB (quantized in {quantize_seconds:.1f} s; its tensors: "
-    + ", ".join(
-        f"{kind} {n / 2**20:.1f} MiB"
-        for kind, n in sorted(weights.items(), key=lambda kv: -kv[1])
-        if n >= 2**20 / 10
-    )
-    + f"; the largest, {largest[1]} {' x '.join(map(str, largest[2]))}, is {largest[3]})"
-)
+sizes_line = (f"file sizes: fp32 {os.path.getsize(fp32_path) / 2**20:.0f} MiB, int8 "
+              f"{os.path.getsize(int8_path) / 2**20:.0f} MiB (quantized in {quantize_seconds:.1f} s; its tensors: "
+              + ", ".join(f"{kind} {n / 2**20:.1f} MiB" for kind, n in sorted(weights.items(), key=lambda kv: -kv[1])
+                          if n >= 2**20 / 10)
+              + f"; the largest, {largest[1]} {' x '.join(map(str, largest[2]))}, is {largest[3]})")
 print(sizes_line)
 
 
@@ -326,32 +239,18 @@ def burst(session):
         for feed in feeds:
             session.run(["logits"], feed)
         return len(feeds)
-
     return run
 
 
-int8_ab = lesson.ab(
-    "batch-1 requests: onnxruntime fp32 vs int8",
-    burst(fp32_session),
-    burst(int8_session),
-    pairs=SIZES["pairs"],
-    a_label="fp32",
-    b_label="int8",
-    unit="requests/s",
-    dev=torch.device("cpu"),
-)
-lesson.check_guess(
-    GUESS_INT8_SPEEDUP, int8_ab.ratio, "int8 requests/s over fp32's, batch 1", "{:.2f}x"
-)
-int8_lat = latencies(
-    {"onnxruntime fp32": onnx_server(fp32_session), "onnxruntime int8": onnx_server(int8_session)},
-    SIZES["requests"],
-)
+int8_ab = lesson.ab("batch-1 requests: onnxruntime fp32 vs int8", burst(fp32_session), burst(int8_session),
+                    pairs=SIZES["pairs"], a_label="fp32", b_label="int8", unit="requests/s",
+                    dev=torch.device("cpu"))
+lesson.check_guess(GUESS_INT8_SPEEDUP, int8_ab.ratio, "int8 requests/s over fp32's, batch 1", "{:.2f}x")
+int8_lat = latencies({"onnxruntime fp32": onnx_server(fp32_session), "onnxruntime int8": onnx_server(int8_session)},
+                     SIZES["requests"])
 for name, values in int8_lat.items():
     p50, p95, p99 = pct(values)
-    print(
-        f"{name:18s} batch 1, {len(values)} requests: P50 {p50:.1f} ms, P95 {p95:.1f} ms, P99 {p99:.1f} ms"
-    )
+    print(f"{name:18s} batch 1, {len(values)} requests: P50 {p50:.1f} ms, P95 {p95:.1f} ms, P99 {p99:.1f} ms")
 
 # %% [markdown]
 # **Predict.** How many points of held-out accuracy will int8 lose against fp32 (a negative number
@@ -360,40 +259,26 @@ for name, values in int8_lat.items():
 # %%
 GUESS_ACCURACY_DROP_POINTS = None  # your guess, e.g. 1.0
 
-
 # %%
 def predictions(serve, batch=64):
-    return np.concatenate(
-        [
-            serve({k: v[i : i + batch].numpy() for k, v in eval_enc.items()}).argmax(1)
-            for i in range(0, eval_rows, batch)
-        ]
-    )
+    return np.concatenate([serve({k: v[i:i + batch].numpy() for k, v in eval_enc.items()}).argmax(1)
+                           for i in range(0, eval_rows, batch)])
 
 
 labels = eval_y.numpy()
-preds = {
-    "PyTorch fp32": predictions(torch_server),
-    "onnxruntime fp32": predictions(onnx_server(fp32_session)),
-    "onnxruntime int8": predictions(onnx_server(int8_session)),
-}
+preds = {"PyTorch fp32": predictions(torch_server), "onnxruntime fp32": predictions(onnx_server(fp32_session)),
+         "onnxruntime int8": predictions(onnx_server(int8_session))}
 accuracy = {name: float((p == labels).mean()) for name, p in preds.items()}
 changed = int((preds["onnxruntime int8"] != preds["onnxruntime fp32"]).sum())
 drop = accuracy["onnxruntime fp32"] - accuracy["onnxruntime int8"]
-drop_err = (
-    1.96 * math.sqrt(max(changed, 1)) / eval_rows
-)  # paired: only the changed predictions vary
+drop_err = 1.96 * math.sqrt(max(changed, 1)) / eval_rows  # paired: only the changed predictions vary
 for name, acc in accuracy.items():
-    print(
-        f"{name:18s} held-out accuracy {acc:.1%} ± {1.96 * math.sqrt(acc * (1 - acc) / eval_rows):.1%} "
-        f"({eval_rows} rows)"
-    )
+    print(f"{name:18s} held-out accuracy {acc:.1%} ± {1.96 * math.sqrt(acc * (1 - acc) / eval_rows):.1%} "
+          f"({eval_rows} rows)")
 lesson.check_guess(GUESS_ACCURACY_DROP_POINTS, 100 * drop, "accuracy points lost by int8", "{:.2f}")
-accuracy_line = (
-    f"int8 changed {changed} of {eval_rows} predictions: accuracy {drop * 100:+.1f} points lost "
-    f"(± {drop_err * 100:.1f}, paired)"
-    + (" — no loss this evaluation can resolve" if abs(drop) <= drop_err else "")
-)
+accuracy_line = (f"int8 changed {changed} of {eval_rows} predictions: accuracy {drop * 100:+.1f} points lost "
+                 f"(± {drop_err * 100:.1f}, paired)" + (" — no loss this evaluation can resolve"
+                                                        if abs(drop) <= drop_err else ""))
 print(accuracy_line)
 
 # %% [markdown]
@@ -410,10 +295,8 @@ print(accuracy_line)
 curve = {}
 for name, session in (("fp32", fp32_session), ("int8", int8_session)):
     for size in tqdm(SIZES["batches"], desc=f"batch sizes, {name}"):
-        feeds = [
-            {k: v[i : i + size].numpy() for k, v in eval_enc.items()}
-            for i in range(0, max(eval_rows - size, 1), size)
-        ][: max(8, SIZES["requests"] // (4 * size))]
+        feeds = [{k: v[i:i + size].numpy() for k, v in eval_enc.items()}
+                 for i in range(0, max(eval_rows - size, 1), size)][:max(8, SIZES["requests"] // (4 * size))]
         session.run(["logits"], feeds[0])  # warm-up for this shape
         times = []
         for feed in feeds:
@@ -428,11 +311,8 @@ for name, color in (("fp32", "tab:gray"), ("int8", "tab:green")):
     ax.plot(xs, ys, "o-", color=color, label=f"onnxruntime {name}")
     for s, x, y in zip(SIZES["batches"], xs, ys, strict=True):
         ax.annotate(f"batch {s}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-ax.set(
-    xlabel="throughput (sentences/s, one thread)",
-    ylabel="P95 service time per batch (ms)",
-    title=f"Latency against throughput — {CPU_NAME}, {SIZES['seq']} tokens",
-)
+ax.set(xlabel="throughput (sentences/s, one thread)", ylabel="P95 service time per batch (ms)",
+       title=f"Latency against throughput — {CPU_NAME}, {SIZES['seq']} tokens")
 ax.legend()
 plt.tight_layout()
 plt.show()
@@ -460,53 +340,32 @@ GUESS_FP32_OVERLOAD = None  # your guess, e.g. 3 (times the SLO)
 # %%
 fp32_p50, fp32_p95, _ = pct(int8_lat["onnxruntime fp32"])
 SLO_MS, SLO_RPS = 3 * fp32_p95, 0.8 * 1e3 / fp32_p50
-LOAD_COUNT = max(
-    30, round(SLO_RPS * SIZES["load_s"])
-)  # requests a round: ~load_s seconds of arrivals
-print(
-    f"SLO: P95 <= {SLO_MS:.1f} ms at {SLO_RPS:.0f} requests/s (Poisson arrivals, {LOAD_COUNT} requests a round)"
-)
+LOAD_COUNT = max(30, round(SLO_RPS * SIZES["load_s"]))  # requests a round: ~load_s seconds of arrivals
+print(f"SLO: P95 <= {SLO_MS:.1f} ms at {SLO_RPS:.0f} requests/s (Poisson arrivals, {LOAD_COUNT} requests a round)")
 sessions = {"fp32": fp32_session, "int8": int8_session}
-configs = [
-    (name, size) for name in sessions for size in (1, SIZES["batches"][-1])
-]  # one at a time, largest batch
+configs = [(name, size) for name in sessions for size in (1, SIZES["batches"][-1])]  # one at a time, largest batch
 load_p95, load_busy = {c: [] for c in configs}, {c: [] for c in configs}
 for r in tqdm(range(SIZES["load_rounds"]), desc="open-loop rounds"):
-    for name, size in configs if r % 2 == 0 else configs[::-1]:
-        run = open_loop(
-            onnx_server(sessions[name]),
-            requests,
-            SLO_RPS,
-            LOAD_COUNT,
-            max_batch=size,
-            warmup=LOAD_COUNT // 10,
-            seed=r,
-        )
+    for name, size in (configs if r % 2 == 0 else configs[::-1]):
+        run = open_loop(onnx_server(sessions[name]), requests, SLO_RPS, LOAD_COUNT, max_batch=size,
+                        warmup=LOAD_COUNT // 10, seed=r)
         load_p95[(name, size)].append(run.percentiles()[1])
         load_busy[(name, size)].append(run.busy)
 slo_rows = []
 for (name, size), p95s in load_p95.items():
     throughput = curve[(name, size)][1]
-    verdict = "meets" if max(p95s) <= SLO_MS else "misses" if min(p95s) > SLO_MS else "borderline"
+    verdict = ("meets" if max(p95s) <= SLO_MS else "misses" if min(p95s) > SLO_MS else "borderline")
     slo_rows.append((name, size, throughput, p95s, verdict))
-    print(
-        f"{name} max batch {size:2d}: server busy {np.median(load_busy[(name, size)]):.0%} of the time; P95 under "
-        f"load {np.median(p95s):7.1f} ms (rounds {min(p95s):.1f}-{max(p95s):.1f}; one request alone: "
-        f"{curve[(name, 1)][0] * 1e3:.1f} ms) -> {verdict}"
-    )
+    print(f"{name} max batch {size:2d}: server busy {np.median(load_busy[(name, size)]):.0%} of the time; P95 under "
+          f"load {np.median(p95s):7.1f} ms (rounds {min(p95s):.1f}-{max(p95s):.1f}; one request alone: "
+          f"{curve[(name, 1)][0] * 1e3:.1f} ms) -> {verdict}")
 overload = np.median(load_p95[("fp32", 1)]) / SLO_MS
-lesson.check_guess(
-    GUESS_FP32_OVERLOAD, overload, "fp32 batch-1 P95 over the SLO, open loop", "{:.1f}x"
-)
-meeting = sorted(
-    (r for r in slo_rows if r[4] == "meets"), key=lambda r: -r[2]
-)  # most throughput: fewest cores
-slo_line = (
-    f"of the configurations meeting P95 <= {SLO_MS:.1f} ms at {SLO_RPS:.0f} req/s in every one of "
-    f"{SIZES['load_rounds']} open-loop rounds, the one with the most throughput (fewest cores for the load): "
-    + (f"{meeting[0][0]} at max batch {meeting[0][1]}" if meeting else "none of those measured")
-    + f"; the accuracy int8 costs: {accuracy_line}"
-)
+lesson.check_guess(GUESS_FP32_OVERLOAD, overload, "fp32 batch-1 P95 over the SLO, open loop", "{:.1f}x")
+meeting = sorted((r for r in slo_rows if r[4] == "meets"), key=lambda r: -r[2])  # most throughput: fewest cores
+slo_line = (f"of the configurations meeting P95 <= {SLO_MS:.1f} ms at {SLO_RPS:.0f} req/s in every one of "
+            f"{SIZES['load_rounds']} open-loop rounds, the one with the most throughput (fewest cores for the load): "
+            + (f"{meeting[0][0]} at max batch {meeting[0][1]}" if meeting else "none of those measured") +
+            f"; the accuracy int8 costs: {accuracy_line}")
 print(slo_line)
 
 # %% [markdown]
@@ -523,53 +382,27 @@ fig, ax = plt.subplots(figsize=(7, 3.5))
 fp32_capacity = 1e3 / fp32_p50
 for name, color in (("fp32", "tab:gray"), ("int8", "tab:green")):
     rates = [f * fp32_capacity for f in SIZES["rates"]]
-    p95s = [
-        open_loop(
-            onnx_server(sessions[name]),
-            requests,
-            rate,
-            max(20, round(rate * SIZES["load_s"] / 2)),
-            warmup=5,
-            seed=7,
-        ).percentiles()[1]
-        for rate in rates
-    ]
+    p95s = [open_loop(onnx_server(sessions[name]), requests, rate, max(20, round(rate * SIZES["load_s"] / 2)),
+                      warmup=5, seed=7).percentiles()[1] for rate in rates]
     ax.plot(rates, p95s, "o-", color=color, label=f"onnxruntime {name}, batch 1")
 ax.axhline(SLO_MS, color="tab:red", ls="--", label="SLO P95")
 ax.axvline(SLO_RPS, color="tab:red", ls=":", label="SLO rate")
-ax.set(
-    xlabel="offered load (requests/s, Poisson)",
-    ylabel="P95 latency (ms), open loop",
-    yscale="log",
-    title=f"Latency against load — {CPU_NAME}, one thread",
-)
+ax.set(xlabel="offered load (requests/s, Poisson)", ylabel="P95 latency (ms), open loop", yscale="log",
+       title=f"Latency against load — {CPU_NAME}, one thread")
 ax.legend(fontsize=8)
 plt.tight_layout()
 plt.show()
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 2.4))
-boxes = {
-    "requests\n(arrive at Y/s)": (0.2, 0.8),
-    "queue": (2.3, 0.8),
-    "batcher\n(waits for b)": (4.2, 0.8),
-    "model\nfp32 or int8": (6.1, 0.8),
-    "answers\n(P95 <= X ms?)": (8.0, 0.8),
-}
+boxes = {"requests\n(arrive at Y/s)": (0.2, 0.8), "queue": (2.3, 0.8), "batcher\n(waits for b)": (4.2, 0.8),
+         "model\nfp32 or int8": (6.1, 0.8), "answers\n(P95 <= X ms?)": (8.0, 0.8)}
 for text, (x, y) in boxes.items():
-    ax.add_patch(
-        FancyBboxPatch((x, y), 1.6, 0.8, boxstyle="round,pad=0.05", color="tab:blue", alpha=0.25)
-    )
+    ax.add_patch(FancyBboxPatch((x, y), 1.6, 0.8, boxstyle="round,pad=0.05", color="tab:blue", alpha=0.25))
     ax.text(x + 0.8, y + 0.4, text, ha="center", va="center", fontsize=9)
 for x0, x1 in ((1.8, 2.3), (3.9, 4.2), (5.8, 6.1), (7.7, 8.0)):
     ax.add_patch(FancyArrowPatch((x0, 1.2), (x1, 1.2), arrowstyle="->", mutation_scale=12))
-ax.text(
-    2.3,
-    0.2,
-    "latency = wait in queue + wait for the batch + service time",
-    fontsize=9,
-    color="tab:red",
-)
+ax.text(2.3, 0.2, "latency = wait in queue + wait for the batch + service time", fontsize=9, color="tab:red")
 ax.set(xlim=(0, 9.8), ylim=(0, 2.0), title="Where a request's latency comes from")
 ax.axis("off")
 plt.show()
@@ -588,17 +421,11 @@ plt.show()
 
 # %%
 per_channel_path = str(work / "int8_per_channel.onnx")
-quantize_dynamic(
-    fp32_path, per_channel_path, weight_type=QuantType.QInt8, per_channel=True
-)  # your turn: vary it
+quantize_dynamic(fp32_path, per_channel_path, weight_type=QuantType.QInt8, per_channel=True)  # your turn: vary it
 mine = ort.InferenceSession(per_channel_path, options, providers=["CPUExecutionProvider"])
 mine_acc = float((predictions(onnx_server(mine)) == labels).mean())
-mine_p50, mine_p95, mine_p99 = pct(
-    latencies({"yours": onnx_server(mine)}, SIZES["requests"] // 2)["yours"]
-)
-print(
-    f"yours: accuracy {mine_acc:.1%}, batch-1 P50 {mine_p50:.1f} ms, P95 {mine_p95:.1f} ms, P99 {mine_p99:.1f} ms"
-)
+mine_p50, mine_p95, mine_p99 = pct(latencies({"yours": onnx_server(mine)}, SIZES["requests"] // 2)["yours"])
+print(f"yours: accuracy {mine_acc:.1%}, batch-1 P50 {mine_p50:.1f} ms, P95 {mine_p95:.1f} ms, P99 {mine_p99:.1f} ms")
 
 # %% [markdown]
 # ### In your own words
@@ -621,23 +448,17 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=13)
 
 # %% tags=["summary"]
 print(lesson.summary_header(13, CPU_NAME, f" (serving: one thread); encoder: {ENCODER.note}"))
-print(
-    f"* model: {model.config.num_hidden_layers} layers fine-tuned {SIZES['steps']} steps of {SIZES['batch']} "
-    f"({SIZES['seq']} tokens); held-out accuracy fp32 {accuracy['onnxruntime fp32']:.1%} on {eval_rows} rows"
-)
+print(f"* model: {model.config.num_hidden_layers} layers fine-tuned {SIZES['steps']} steps of {SIZES['batch']} "
+      f"({SIZES['seq']} tokens); held-out accuracy fp32 {accuracy['onnxruntime fp32']:.1%} on {eval_rows} rows")
 for name, values in {**fp32_lat, **int8_lat}.items():
     p50, p95, p99 = pct(values)
-    print(
-        f"* {name}, batch 1: P50 {p50:.1f} / P95 {p95:.1f} / P99 {p99:.1f} ms ({len(values)} requests)"
-    )
+    print(f"* {name}, batch 1: P50 {p50:.1f} / P95 {p95:.1f} / P99 {p99:.1f} ms ({len(values)} requests)")
 print(f"* int8 against fp32, batch 1: {int8_ab.verdict}")
 print(f"* {sizes_line}")
 print(f"* accuracy: {accuracy_line}")
 for name, size, _, p95s, verdict in slo_rows:
-    print(
-        f"* open loop at {SLO_RPS:.0f} req/s, {name} max batch {size}: P95 {np.median(p95s):.1f} ms "
-        f"(rounds {min(p95s):.1f}-{max(p95s):.1f}) -> {verdict}"
-    )
+    print(f"* open loop at {SLO_RPS:.0f} req/s, {name} max batch {size}: P95 {np.median(p95s):.1f} ms "
+          f"(rounds {min(p95s):.1f}-{max(p95s):.1f}) -> {verdict}")
 print(f"* SLO: {slo_line}")
 
 # %% [markdown]

@@ -18,26 +18,30 @@ if TYPE_CHECKING:  # annotations only: workers import this module and never need
 
 @dataclass(frozen=True)
 class Assignment:
+    """``Assignment("lesson4", "train_accumulated", SETUP_SOURCE, CELL_CHECKS)``: the rest defaults
+    to what a lesson without a timed grading uses (its notebook and probes named after its id)."""
+
     id: str
-    notebook: str  # notebook name without .ipynb
     object_name: str  # what the solution cells must define
-    performance_cell: str | None  # grade_id of the cell the grader fills in; None: no timed grading
-    setup_cell: str  # grade_id of the locked setup cell
-    setup_source: str  # its code, run before the solution cells in the measured process
-    runtime_module: str  # imported by workers and parent: build_trainer, GraderData, ...
+    setup_source: str  # the locked setup cell's code, run before the solution cells in every worker
+    # grade_id -> check run by the parent on the probe worker's plain data (grader.scoring.checks)
+    cell_checks: dict = field(default_factory=dict)
+    names: tuple[
+        str, ...
+    ] = ()  # what the solution cells define that the checks call (default: object_name)
+    notebook: str = ""  # notebook name without .ipynb (default: the id)
+    probes: str = ""  # the worker-side probe module (default: grader.assignments.<id>.probes)
+    setup_cell: str = "setup"  # grade_id of the locked setup cell
+    performance_cell: str | None = (
+        None  # grade_id of the cell the timed grading fills; None: no timing
+    )
+    runtime_module: str = ""  # imported by timed workers and parent: build_trainer, GraderData, ...
     specs: dict[str, GradingSpec] = field(default_factory=dict)
     timeout_s: int = 120  # nbgrader's per-cell limit for this notebook (nbgrader_config.py)
-    # Correctness out of the kernel (grader.scoring.checks): the worker-side probe module, the names the
-    # solution cells define, and grade_id -> check run by the parent on the worker's plain data.
-    probes: str = ""
-    names: tuple[str, ...] = ()
-    cell_checks: dict = field(default_factory=dict)
     # the worker's private network namespace gets its loopback up (lesson 11: gloo ranks in one sandbox)
     loopback: bool = False
-    # the workers see no GPU (launch(no_gpu=True)): the task is specified on the CPU (lesson 11: gloo
-    # ranks whose budget is host memory, which GPU memory would escape), and on a GPU host FSDP2's
-    # default mesh would put the shards on cuda:0 while the grader's batches stay on the CPU (an H200
-    # graded the reference 0/3)
+    # the workers see no GPU: the task is specified on the CPU (lesson 11: gloo ranks whose budget is
+    # host memory, which GPU memory would escape; FSDP2's default mesh would shard onto cuda:0)
     cpu_only: bool = False
     # grade_ids of the cell checks that must pass for speed to count; run by the parent through
     # grader.scoring.checks before any timed worker starts (never a verdict from inside a timed worker)
@@ -48,6 +52,13 @@ class Assignment:
     # speedup targets per device class (grader.scoring.targets: "target" full points, "floor" none);
     # instructors override them in course/grader_targets.json
     targets: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        probes = f"grader.assignments.{self.id}.probes"
+        defaults = {"names": (self.object_name,), "notebook": self.id, "probes": probes}
+        for name, value in defaults.items():
+            if not getattr(self, name):
+                object.__setattr__(self, name, value)
 
     @property
     def kernel_free(self) -> bool:

@@ -7,7 +7,7 @@ from grader.sandbox.channel import ChannelError, tensor_from, tensor_msg
 from grader.sandbox.launch import StateFolder
 from grader.sandbox.probe import CallResult, ProbeSession
 from grader.sandbox.relay import Relay
-from grader.scoring.checks import CheckFailed, Context, expect, stub_reason
+from grader.scoring.checks import CheckFailed, Context, expect, received_tensor, stub_reason
 from grader.scoring.quiz import quiz_check
 from grader.timed.protocol import GradingSpec
 
@@ -25,6 +25,7 @@ __all__ = [
     "expect",
     "quiet",
     "quiz_check",
+    "received_tensor",
     "stub_reason",
     "tensor_from",
     "tensor_msg",

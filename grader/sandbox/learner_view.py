@@ -38,6 +38,7 @@ _CORE = (
     "grader.kit.assignment",
     "grader.kit.audit",
     "grader.kit.data",
+    "grader.kit.timed_runtime",
     "grader.assignments",
 )
 _LESSONS = {

@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass, field
 
 from grader.common.cellcode import to_python
+from grader.sandbox.channel import ChannelError, tensor_from
 from grader.sandbox.probe import ProbeSession
 
 
@@ -43,6 +44,15 @@ def expect(ok: bool, message: str) -> None:
         raise CheckFailed(
             message or "failed, and the grader gave no reason: a grader bug, report it"
         )
+
+
+def received_tensor(meta, raw: bytes, what: str = "tensor"):
+    """A tensor a probe worker sent, rebuilt from bytes of a validated dtype and size; anything
+    malformed fails the check rather than the grader."""
+    try:
+        return tensor_from(meta if isinstance(meta, dict) else {}, raw)
+    except ChannelError as err:
+        raise CheckFailed(f"the worker sent a malformed {what} ({err})") from err
 
 
 def stub_reason(failure: str) -> str:

@@ -292,15 +292,10 @@ CELL_CHECKS = {
 
 
 ASSIGNMENT = Assignment(
-    id="lesson1",
-    notebook="lesson1",
-    object_name="measure_throughput",
-    performance_cell=None,
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
-    runtime_module="",
+    "lesson1",
+    "measure_throughput",
+    SETUP_SOURCE,
+    CELL_CHECKS,
     timeout_s=180,
-    probes="grader.assignments.lesson1.probes",
     names=("measure_throughput", "data_wait_share", "name_bottleneck"),
-    cell_checks=CELL_CHECKS,
 )

@@ -104,16 +104,4 @@ CELL_CHECKS = {
 }
 NAMES = ("diagnose", "fast_step")
 
-ASSIGNMENT = Assignment(
-    id="lesson10",
-    notebook="lesson10",
-    object_name="diagnose",
-    performance_cell=None,
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
-    runtime_module="",
-    timeout_s=120,
-    probes="grader.assignments.lesson10.probes",
-    names=NAMES,
-    cell_checks=CELL_CHECKS,
-)
+ASSIGNMENT = Assignment("lesson10", "diagnose", SETUP_SOURCE, CELL_CHECKS, names=NAMES)

@@ -55,17 +55,7 @@ def _run(ctx: Context) -> dict:
                 "train", task.RANK_SECONDS + 5, task.WORLD, relay=relay, **args
             )
         else:
-            sessions = [
-                ProbeSession(
-                    base.probes,
-                    base.setup,
-                    base.cells,
-                    base.names,
-                    base.limits,
-                    loopback=True,
-                    cpu_only=base.cpu_only,
-                )
-            ]
+            sessions = [_rank_session(base)]
             sessions[0].start()
             results = _call_ranks(
                 [base, *sessions], "train", task.RANK_SECONDS + 5, relay=relay, **args
@@ -132,6 +122,21 @@ def _call_ranks(
     for t in threads:
         t.join()
     return results
+
+
+def _rank_session(base: ProbeSession, join: ProbeSession | None = None) -> ProbeSession:
+    """A rank's worker: the learner's cells as ``base`` holds them, the loopback up (gloo), ``join``
+    sharing another rank's network namespace."""
+    return ProbeSession(
+        base.probes,
+        base.setup,
+        base.cells,
+        base.names,
+        base.limits,
+        loopback=True,
+        join=join,
+        cpu_only=base.cpu_only,
+    )
 
 
 def _close(base, sessions: list) -> None:
@@ -302,18 +307,7 @@ def _sharded_run(ctx: Context) -> dict:
     run = {**seeds, "ok": False, "failure": "", "ranks": [], "growth": []}
     try:
         for rank in range(mem.WORLD):
-            sessions.append(
-                ProbeSession(
-                    base.probes,
-                    base.setup,
-                    base.cells,
-                    base.names,
-                    base.limits,
-                    loopback=True,
-                    join=sessions[0] if rank else None,
-                    cpu_only=base.cpu_only,
-                )
-            )
+            sessions.append(_rank_session(base, join=sessions[0] if rank else None))
             sessions[-1].start()
 
         results = _call_ranks(sessions, "train_rank", CALL_SECONDS, port=port, **seeds)
@@ -433,17 +427,5 @@ CELL_CHECKS = {
 NAMES = ("train_ddp", "train_sharded")
 
 ASSIGNMENT = Assignment(
-    id="lesson11",
-    notebook="lesson11",
-    object_name="train_ddp",
-    performance_cell=None,
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
-    runtime_module="",
-    timeout_s=120,
-    probes="grader.assignments.lesson11.probes",
-    names=NAMES,
-    cell_checks=CELL_CHECKS,
-    loopback=True,
-    cpu_only=True,
+    "lesson11", "train_ddp", SETUP_SOURCE, CELL_CHECKS, names=NAMES, loopback=True, cpu_only=True
 )

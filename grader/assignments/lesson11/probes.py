@@ -36,6 +36,14 @@ class RecordingDataset:
         return self.x[i], self.y[i]
 
 
+def _failed(claims: dict, rank: int, err: BaseException) -> None:
+    """A rank's failure, said as a claim the parent reports (never a verdict)."""
+    claims["error"] = f"rank {rank}: {type(err).__name__}: {str(err)[:300]}"
+    claims["traceback"] = "".join(traceback.format_exception(type(err), err, err.__traceback__))[
+        -1500:
+    ]
+
+
 def probe_train(worker, rank: int, data_seed: int, init_seed: int, config: dict):
     """Part (a): this worker *is* rank ``rank``, a sandbox of its own in a network namespace of its
     own. Its default process group is the grader's relay (:mod:`grader.sandbox.relay`): every collective is a
@@ -72,10 +80,7 @@ def probe_train(worker, rank: int, data_seed: int, init_seed: int, config: dict)
         weights = ddp_task.to_bytes(state)
         claims.update(served=[int(i) for i in dataset.served][:10_000])
     except BaseException as err:  # noqa: BLE001  (the rank's failure is reported, as a claim)
-        claims["error"] = f"rank {rank}: {type(err).__name__}: {str(err)[:300]}"
-        claims["traceback"] = "".join(
-            traceback.format_exception(type(err), err, err.__traceback__)
-        )[-1500:]
+        _failed(claims, rank, err)
     if dist.is_initialized():
         dist.destroy_process_group()
     return claims, [weights]
@@ -149,10 +154,7 @@ def probe_train_rank(worker, rank: int, port: int, data_seed: int, init_seed: in
             raise KeyError(f"the returned model's {bad[0]} has shape {tuple(state[bad[0]].shape)}")
         claims["forms"] = memory_task.fingerprint(state, form_seed)
     except BaseException as err:  # noqa: BLE001  (the rank's failure is reported, as a claim)
-        claims["error"] = f"rank {rank}: {type(err).__name__}: {str(err)[:300]}"
-        claims["traceback"] = "".join(
-            traceback.format_exception(type(err), err, err.__traceback__)
-        )[-1500:]
+        _failed(claims, rank, err)
     if dist.is_initialized():
         dist.destroy_process_group()
     return claims, []

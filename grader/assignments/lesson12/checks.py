@@ -50,16 +50,4 @@ CELL_CHECKS = {
 }
 NAMES = ("Search",)
 
-ASSIGNMENT = Assignment(
-    id="lesson12",
-    notebook="lesson12",
-    object_name="Search",
-    performance_cell=None,
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
-    runtime_module="",
-    timeout_s=120,
-    probes="grader.assignments.lesson12.probes",
-    names=NAMES,
-    cell_checks=CELL_CHECKS,
-)
+ASSIGNMENT = Assignment("lesson12", "Search", SETUP_SOURCE, CELL_CHECKS)

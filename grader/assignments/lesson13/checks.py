@@ -375,16 +375,4 @@ CELL_CHECKS = {
 }
 NAMES = ("export_for_slo",)
 
-ASSIGNMENT = Assignment(
-    id="lesson13",
-    notebook="lesson13",
-    object_name="export_for_slo",
-    performance_cell=None,
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
-    runtime_module="",
-    timeout_s=180,
-    probes="grader.assignments.lesson13.probes",
-    names=NAMES,
-    cell_checks=CELL_CHECKS,
-)
+ASSIGNMENT = Assignment("lesson13", "export_for_slo", SETUP_SOURCE, CELL_CHECKS, timeout_s=180)

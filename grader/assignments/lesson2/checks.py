@@ -40,32 +40,11 @@ from effkit.workloads import cifar
 from effkit.workloads.cifar import CIFAR_MEAN, CIFAR_STD"""
 
 # The grader's own measurement settings (how they were chosen: benchmarks/results/grader-notes.md).
-SPECS = {
-    "smoke": GradingSpec(
-        name="smoke",
-        profile="smoke",
-        n_train=2000,
-        n_eval=3000,
-        n_warmup=300,
-        epochs=2,
-        repeats=2,
-        cpu_cores=1,
-    ),
+SPECS = {  # name, workload profile, n_train, n_eval, n_warmup, epochs, repeats; then options
+    "smoke": GradingSpec("smoke", "smoke", 2000, 3000, 300, 2, 2, cpu_cores=1),
     # Plumbing only (the gate is not calibrated for it): tests of messages and cell wiring.
-    "tiny": GradingSpec(
-        name="tiny", profile="smoke", n_train=300, n_eval=500, n_warmup=200, epochs=1, repeats=1
-    ),
-    "gpu": GradingSpec(
-        name="gpu",
-        profile="gpu",
-        n_train=20000,
-        n_eval=10000,
-        n_warmup=5000,
-        epochs=2,
-        repeats=3,
-        min_timeout_s=60.0,
-        data="hard",
-    ),
+    "tiny": GradingSpec("tiny", "smoke", 300, 500, 200, 1, 1),
+    "gpu": GradingSpec("gpu", "gpu", 20000, 10000, 5000, 2, 3, min_timeout_s=60.0, data="hard"),
 }
 
 
@@ -338,19 +317,15 @@ TARGETS = {
 
 
 ASSIGNMENT = Assignment(
-    id="lesson2",
-    notebook="lesson2",
-    object_name="FastPipeline",
+    "lesson2",
+    "FastPipeline",
+    SETUP_SOURCE,
+    CELL_CHECKS,
     performance_cell="test_speed",
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
     runtime_module="grader.assignments.lesson2.runtime",
     specs=SPECS,
-    timeout_s=120,
     targets=TARGETS,
-    probes="grader.assignments.lesson2.probes",
     names=("FastPipeline",),
-    cell_checks=CELL_CHECKS,
     speed_gate=("test_contract", "not_the_reference"),
     reference_names=("DevicePipeline",),
 )

@@ -17,6 +17,8 @@ from effkit.workloads import cifar
 from effkit.workloads.cifar.pipelines import DevicePipeline, DeviceTestSet
 from grader.kit.audit import EpochAudit as EpochAudit  # re-exported for the worker
 from grader.kit.data import grader_images, write_train_set
+from grader.kit.timed_runtime import GraderData as TimedData
+from grader.kit.timed_runtime import InvalidWeights as InvalidWeights  # the parent catches it here
 
 # Imported at module level on purpose: the worker snapshots these modules' functions before any
 # learner code runs, so replacing one of them from a solution cell is detected and reported.
@@ -55,75 +57,35 @@ def reuses_reference(obj) -> str:
     return ""
 
 
-class InvalidWeights(ValueError):
-    pass
-
-
-class GraderData:
-    """The grader's data for one grading; every seed is fresh and secret."""
+class GraderData(TimedData):
+    """Lesson 2's data: the grader's synthetic CIFAR-format sets (grader.kit.data)."""
 
     def __init__(self, workdir: Path, spec, device: str):
-        self.workdir, self.spec, self.device = Path(workdir), spec, device
-        # What the workers may read (read-only, see grader.sandbox.launch.launch): training sets and the
-        # initial weights. The held-out set and every worker's weights stay outside it.
-        self.inputs = self.workdir / "inputs"
-        self.inputs.mkdir(mode=0o755, parents=True, exist_ok=True)
-        self.warmup_dir = write_train_set(
-            self.inputs / "warmup", spec.n_warmup, secrets.randbits(31), spec.data
-        )
-        self.train_dirs: list[Path] = []
-        self.seeds: list[int] = []
-        self.init_paths: list[Path] = []
-        self.trainers = []
-        self.eval_sets = []  # one held-out set per look (grader.timed.gate's second look is independent)
-        self.add_look()
+        self.eval_sets = []  # one held-out set per look, in this process's memory only
+        super().__init__(workdir, spec, device)
 
-    def add_look(self) -> range:
-        """``spec.repeats`` more paired runs on fresh data: training sets, seeds, initial weights
-        and a held-out set of their own. Returns the new runs' indices."""
-        spec, first = self.spec, len(self.train_dirs)
-        hooks = dict(spec.hooks, epochs=spec.epochs)
-        for r in range(first, first + spec.repeats):
-            path = write_train_set(
-                self.inputs / f"train{r}", spec.n_train, secrets.randbits(31), spec.data
-            )
-            seed = secrets.randbelow(2**31)
-            # A clean trainer per repeat (no learner code in this process): its initial weights are
-            # shared by both workers, so run r of A and B differ only in the input pipeline; later
-            # it evaluates the weights both workers saved.
-            trainer = cifar.build(
-                "naive", spec.profile, data_dir=path, device=self.device, seed=seed, **hooks
-            )
-            init = self.inputs / f"init{r}.pt"
-            torch.save({k: v.detach().cpu() for k, v in trainer.model.state_dict().items()}, init)
-            self.train_dirs.append(path)
-            self.seeds.append(seed)
-            self.init_paths.append(init)
-            self.trainers.append(trainer)
-        images, labels = grader_images(
-            spec.n_eval, secrets.randbits(31), spec.data
-        )  # never written to disk
+    def write_warmup(self, folder: Path) -> Path:
+        return write_train_set(folder, self.spec.n_warmup, secrets.randbits(31), self.spec.data)
+
+    def new_look(self) -> None:
+        images, labels = grader_images(self.spec.n_eval, secrets.randbits(31), self.spec.data)
         held_out = types.SimpleNamespace(data=images, targets=labels.tolist())
         self.eval_sets.append(DeviceTestSet(held_out, self.device))
-        return range(first, first + spec.repeats)
 
-    def weights_path(self, role: str, r: int) -> Path:
-        return self.workdir / f"{role}-{r}.pt"  # written by the parent from the worker's pipe
+    def new_run(self, r: int, seed: int):
+        spec = self.spec
+        path = write_train_set(
+            self.inputs / f"train{r}", spec.n_train, secrets.randbits(31), spec.data
+        )
+        hooks = dict(spec.hooks, epochs=spec.epochs)
+        trainer = cifar.build(
+            "naive", spec.profile, data_dir=path, device=self.device, seed=seed, **hooks
+        )
+        return path, trainer
 
-    def evaluate(self, path: Path, r: int) -> float:
-        """Accuracy of the saved weights on the held-out set, by the recipe's own evaluate()."""
-        trainer = self.trainers[r]
-        try:
-            state = torch.load(path, map_location=self.device, weights_only=True)
-            trainer.model.load_state_dict(state, strict=True)
-        except FileNotFoundError as err:
-            raise InvalidWeights(f"no trained weights were saved ({path.name})") from err
-        except Exception as err:  # unpickling refused, wrong keys or shapes
-            raise InvalidWeights(
-                f"the trained weights do not fit the recipe's model: {err}"
-            ) from err
+    def held_out_accuracy(self, trainer, r: int) -> float:
         trainer.test_set = self.eval_sets[r // self.spec.repeats]
-        return float(trainer.evaluate())
+        return trainer.evaluate()
 
 
 def prepare_learner_data() -> None:

@@ -17,6 +17,8 @@ from effkit.amp import DeviceCaps
 from effkit.workloads import bert
 from effkit.workloads.bert.trainer import default_train_step
 from grader.assignments.lesson3.text_data import grader_sentences, write_text_set
+from grader.kit.timed_runtime import GraderData as TimedData
+from grader.kit.timed_runtime import InvalidWeights as InvalidWeights  # the parent catches it here
 
 # Imported at module level on purpose: the worker snapshots these modules' functions before any
 # learner code runs, so replacing one of them from a solution cell is detected and reported.
@@ -107,34 +109,27 @@ EpochAudit = StepAudit  # the name grader.sandbox.worker instantiates
 def build_trainer(
     learner_obj, audit: StepAudit, data_dir: str, device: str, seed: int, profile: str, hooks: dict
 ):
-    if learner_obj is None:  # the baseline: fp32, effkit's reference step
-        trainer = bert.build(
+    def build(precision: str, step):
+        return bert.build(
             "naive",
             profile,
             data_dir=data_dir,
             device=device,
             seed=seed,
-            precision="off",
-            train_step=audit.wrap(default_train_step),
+            precision=precision,
+            train_step=audit.wrap(step),
             **hooks,
         )
+
+    if learner_obj is None:  # the baseline: fp32, effkit's reference step
+        trainer = build("off", default_train_step)
     else:
         choose_policy, make_scaler = _learner_parts(learner_obj)
         policy = choose_policy(DeviceCaps.detect(device))
-        trainer = bert.build(
-            "naive",
-            profile,
-            data_dir=data_dir,
-            device=device,
-            seed=seed,
-            precision=policy.mode,
-            train_step=audit.wrap(learner_obj),
-            **hooks,
-        )
+        trainer = build(policy.mode, learner_obj)
         trainer.scaler = make_scaler(trainer.policy)  # the learner's scaler choice, not effkit's
-    trainer.pipeline = (
-        None  # the worker drains trainer.pipeline; the recipe's loader is not audited
-    )
+    # the worker drains trainer.pipeline; the recipe's loader is not audited
+    trainer.pipeline = None
     audit.steps_per_epoch = trainer.steps_per_epoch
     return trainer
 
@@ -171,67 +166,43 @@ def reuses_reference(fn) -> str:
     return ""
 
 
-class InvalidWeights(ValueError):
-    pass
+class GraderData(TimedData):
+    """Lesson 3's data: the grader's own sentences (text_data), a held-out set per look."""
 
+    def write_warmup(self, folder: Path) -> Path:
+        return write_text_set(folder, grader_sentences(self.spec.n_warmup, secrets.randbits(31)))
 
-class GraderData:
-    """The grader's data for one grading; every seed is fresh and secret."""
+    def new_look(self) -> None:
+        self.held_out = grader_sentences(self.spec.n_eval, secrets.randbits(31))
 
-    def __init__(self, workdir: Path, spec, device: str):
-        self.workdir, self.spec, self.device = Path(workdir), spec, device
-        # What the workers may read (read-only, see grader.sandbox.launch.launch): training sets and the
-        # initial weights. The held-out set and every worker's weights stay outside it.
-        self.inputs = self.workdir / "inputs"
-        self.inputs.mkdir(mode=0o755, parents=True, exist_ok=True)
-        self.warmup_dir = write_text_set(
-            self.inputs / "warmup", grader_sentences(spec.n_warmup, secrets.randbits(31))
-        )
-        self.train_dirs: list[Path] = []
-        self.seeds: list[int] = []
-        self.init_paths: list[Path] = []
-        self.trainers = []
-        self.add_look()
-
-    def add_look(self) -> range:
-        """``spec.repeats`` more paired runs on fresh data: training texts, seeds, initial weights
-        and a held-out set of their own (grader.timed.gate's second look is independent of the first).
-        Returns the new runs' indices."""
-        spec, first = self.spec, len(self.train_dirs)
-        held_out = grader_sentences(spec.n_eval, secrets.randbits(31))
+    def new_run(self, r: int, seed: int):
+        spec = self.spec
+        train = grader_sentences(spec.n_train, secrets.randbits(31))
+        path = write_text_set(self.inputs / f"train{r}", train)
+        # The clean trainer reads the same training texts (hence the same tokenizer and model
+        # shapes) with the held-out set as its dev split. Its folder is deleted right away: learner
+        # code runs only after this constructor returns, and never sees the held-out sentences (a
+        # second look builds its trainers while both workers are frozen, in the parent's folder).
+        private = write_text_set(self.workdir / f"eval{r}", train, self.held_out)
         hooks = dict(spec.hooks, epochs=spec.epochs, max_train_samples=spec.n_train)
-        for r in range(first, first + spec.repeats):
-            train = grader_sentences(spec.n_train, secrets.randbits(31))
-            path = write_text_set(self.inputs / f"train{r}", train)
-            seed = secrets.randbelow(2**31)
-            # A clean trainer per repeat (no learner code in this process), on the same training
-            # texts (hence the same tokenizer and model shapes) with the held-out set as its dev
-            # split: its initial weights are shared by both workers, and it later evaluates the
-            # weights both saved. Its folder is deleted right away: learner code runs only after
-            # this constructor returns, and never sees the held-out sentences (a second look builds
-            # its trainers while both workers are frozen, in the parent's private folder).
-            private = write_text_set(self.workdir / f"eval{r}", train, held_out)
-            try:
-                trainer = bert.build(
-                    "naive",
-                    spec.profile,
-                    data_dir=private,
-                    device=self.device,
-                    seed=seed,
-                    precision="off",
-                    eval_split="dev",
-                    **hooks,
-                )
-            finally:
-                shutil.rmtree(private, ignore_errors=True)
-            init = self.inputs / f"init{r}.pt"
-            torch.save({k: v.detach().cpu() for k, v in trainer.model.state_dict().items()}, init)
-            self._share_tokenizer(trainer, spec.profile)
-            self.train_dirs.append(path)
-            self.seeds.append(seed)
-            self.init_paths.append(init)
-            self.trainers.append(trainer)
-        return range(first, first + spec.repeats)
+        try:
+            trainer = bert.build(
+                "naive",
+                spec.profile,
+                data_dir=private,
+                device=self.device,
+                seed=seed,
+                precision="off",
+                eval_split="dev",
+                **hooks,
+            )
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
+        self._share_tokenizer(trainer, spec.profile)
+        return path, trainer
+
+    def held_out_accuracy(self, trainer, r: int) -> float:
+        return trainer.evaluate("dev")
 
     def _share_tokenizer(self, trainer, profile: str) -> None:
         """Give the workers this trainer's tokenizer (in ``inputs/effkit-cache``, which each worker
@@ -245,23 +216,6 @@ class GraderData:
         trainer.tokenizer.save_pretrained(
             str(self.inputs / "effkit-cache" / "bert" / "tokenizers" / key)
         )
-
-    def weights_path(self, role: str, r: int) -> Path:
-        return self.workdir / f"{role}-{r}.pt"  # written by the parent from the worker's pipe
-
-    def evaluate(self, path: Path, r: int) -> float:
-        """Accuracy of the saved weights on the held-out set, by the recipe's own evaluate()."""
-        trainer = self.trainers[r]
-        try:
-            state = torch.load(path, map_location=self.device, weights_only=True)
-            trainer.model.load_state_dict(state, strict=True)
-        except FileNotFoundError as err:
-            raise InvalidWeights(f"no trained weights were saved ({path.name})") from err
-        except Exception as err:  # unpickling refused, wrong keys or shapes
-            raise InvalidWeights(
-                f"the trained weights do not fit the recipe's model: {err}"
-            ) from err
-        return float(trainer.evaluate("dev"))
 
 
 def prepare_learner_data() -> None:

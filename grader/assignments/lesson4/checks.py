@@ -13,13 +13,12 @@ from grader.assignments.lesson4 import accum_checks as ac
 from grader.assignments.lesson4.recipe_checks import check_recipe
 from grader.kit.checks import (
     Assignment,
-    ChannelError,
     CheckFailed,
     Context,
     expect,
     quiz_check,
+    received_tensor,
     stub_reason,
-    tensor_from,
 )
 
 CALL_SECONDS = 30.0
@@ -109,13 +108,6 @@ def _draw(ctx: Context, count: int, accum_steps: int, seed: int) -> list:
     raise CheckFailed("the grader could not draw uneven micro-batches (a grader bug: report it)")
 
 
-def _tensor(meta, raw: bytes, what: str) -> torch.Tensor:
-    try:
-        return tensor_from(meta if isinstance(meta, dict) else {}, raw)
-    except ChannelError as err:
-        raise CheckFailed(f"the worker sent a malformed {what} ({err})") from err
-
-
 def _refuse_reference(ctx: Context) -> None:
     source = "\n".join(src for _, src in ctx.session.cells)
     expect(
@@ -141,7 +133,7 @@ def run_and_compare(ctx: Context, count: int, accum_steps: int) -> str:
         isinstance(steps, int) and isinstance(metas, list) and len(r.blobs) == len(metas) + 2,
         "the worker's answer was malformed",
     )
-    init = _tensor(r.data.get("init"), r.blobs[0], "parameter tensor")
+    init = received_tensor(r.data.get("init"), r.blobs[0], "parameter tensor")
     expect(
         torch.equal(init, ac.flat_params(ac.TokenModel(seed))),
         "the model the grader built was changed "
@@ -167,7 +159,7 @@ def run_and_compare(ctx: Context, count: int, accum_steps: int) -> str:
     expect(len(metas) == len(wins), "the worker's answer was malformed")
     params, previous = init.double(), None
     for k, window in enumerate(wins):
-        got = _tensor(metas[k], r.blobs[1 + k], "gradient")
+        got = received_tensor(metas[k], r.blobs[1 + k], "gradient")
         expect(got.shape == params.shape, f"the gradient of step {k + 1} has the wrong shape")
         want = ac.reference_grad(params, seed, window)
         err = ac.relative_error(got, want)
@@ -178,7 +170,7 @@ def run_and_compare(ctx: Context, count: int, accum_steps: int) -> str:
                 f"differs from the grader's float64 full-batch gradient by {err:.1%}: {why}."
             )
         params, previous = params - ac.LR * want, got
-    after = _tensor(r.data.get("after"), r.blobs[-1], "parameter tensor")
+    after = received_tensor(r.data.get("after"), r.blobs[-1], "parameter tensor")
     expect(after.shape == init.shape, "the worker's answer was malformed")
     moved = ac.relative_error(after - init, params - init.double())
     expect(
@@ -208,16 +200,4 @@ CELL_CHECKS = {
 NAMES = ("train_accumulated", "choose_recipe")
 
 
-ASSIGNMENT = Assignment(
-    id="lesson4",
-    notebook="lesson4",
-    object_name="train_accumulated",
-    performance_cell=None,
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
-    runtime_module="",
-    timeout_s=120,
-    probes="grader.assignments.lesson4.probes",
-    names=NAMES,
-    cell_checks=CELL_CHECKS,
-)
+ASSIGNMENT = Assignment("lesson4", "train_accumulated", SETUP_SOURCE, CELL_CHECKS, names=NAMES)

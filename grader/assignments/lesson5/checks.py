@@ -22,13 +22,12 @@ from grader.assignments.lesson5.plan_checks import (
 )
 from grader.kit.checks import (
     Assignment,
-    ChannelError,
     CheckFailed,
     Context,
     expect,
     quiz_check,
+    received_tensor,
     stub_reason,
-    tensor_from,
 )
 
 TOLERANCE = 1e-5  # relative gradient error: checkpointing changes no arithmetic
@@ -71,13 +70,6 @@ QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
         "c": "16 segments keep 16 boundary activations: no better than about sqrt(16) segments",
     },
 }
-
-
-def _tensor(meta, raw: bytes, what: str) -> torch.Tensor:
-    try:
-        return tensor_from(meta if isinstance(meta, dict) else {}, raw)
-    except ChannelError as err:
-        raise CheckFailed(f"the worker sent a malformed {what} ({err})") from err
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -153,8 +145,8 @@ def _forward(ctx: Context, seed: int, plan: CheckpointPlan, shape: tuple[int, in
     if not r.ok:
         raise CheckFailed(stub_reason(r.failure) or f"{shown} {r.failure}")
     expect(len(r.blobs) == 2, "the worker's answer was malformed")
-    out = _tensor(r.data.get("out"), r.blobs[0], "output")
-    got = _tensor(r.data.get("grads"), r.blobs[1], "gradient")
+    out = received_tensor(r.data.get("out"), r.blobs[0], "output")
+    got = received_tensor(r.data.get("grads"), r.blobs[1], "gradient")
     want_out, want = reference_grads(seed, rng_seed, shape=shape)
     expect(
         got.shape == want.shape and out.shape == want_out.shape, "the worker's answer was malformed"
@@ -228,16 +220,11 @@ NAMES = ("checkpointed_forward", "plan_checkpointing")
 
 
 ASSIGNMENT = Assignment(
-    id="lesson5",
-    notebook="lesson5",
-    object_name="plan_checkpointing",
-    performance_cell=None,
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
-    runtime_module="",
+    "lesson5",
+    "plan_checkpointing",
+    SETUP_SOURCE,
+    CELL_CHECKS,
     timeout_s=180,
-    probes="grader.assignments.lesson5.probes",
     names=NAMES,
-    cell_checks=CELL_CHECKS,
     cpu_only=True,
 )

@@ -169,16 +169,16 @@ def _interval(r: dict) -> str:
     return f"{r['ratio']:.2f}x, interval {r['low']:.2f}-{r['high']:.2f} covering the median {r['coverage']:.0%} of the time"
 
 
-def check_speed(ctx: Context) -> None:
-    """Faster than checkpointing every block: the plan's interval lies above 1."""
+def _plans(ctx: Context) -> tuple:
+    """The learner's plan, the grader's, and both timings against checkpointing everything."""
     _refuse_reference(ctx)
     timing = _timing(ctx)
-    plan, best, yours, grader = (
-        timing["plan"],
-        timing["best"],
-        timing["t"]["yours"],
-        timing["t"]["grader"],
-    )
+    return timing["plan"], timing["best"], timing["t"]["yours"], timing["t"]["grader"]
+
+
+def check_speed(ctx: Context) -> None:
+    """Faster than checkpointing every block: the plan's interval lies above 1."""
+    plan, best, yours, grader = _plans(ctx)
     if plan == CheckpointPlan.everything(cc.N_BLOCKS):
         raise CheckFailed(
             f"your plan checkpoints every block: it fits, but recomputes all of them. The budget needed "
@@ -216,14 +216,7 @@ def check_speed(ctx: Context) -> None:
 def check_least_recompute(ctx: Context) -> None:
     """At least MIN_SHARE of the gain the grader's own plan (fewest blocks) measured over
     checkpointing everything, in the same interleaved rounds."""
-    _refuse_reference(ctx)
-    timing = _timing(ctx)
-    plan, best, yours, grader = (
-        timing["plan"],
-        timing["best"],
-        timing["t"]["yours"],
-        timing["t"]["grader"],
-    )
+    plan, best, yours, grader = _plans(ctx)
     gain = grader["ratio"] - 1
     if plan.save is None and best.save is None:
         # Whole-block plans on identical blocks: the recompute a plan adds is its extra blocks, an

@@ -159,16 +159,4 @@ CELL_CHECKS = {
     "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
 }
 NAMES = ("train",)
-ASSIGNMENT = Assignment(
-    id="lesson6",
-    notebook="lesson6",
-    object_name="train",
-    performance_cell=None,
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
-    runtime_module="",
-    timeout_s=180,
-    probes="grader.assignments.lesson6.probes",
-    names=NAMES,
-    cell_checks=CELL_CHECKS,
-)
+ASSIGNMENT = Assignment("lesson6", "train", SETUP_SOURCE, CELL_CHECKS, timeout_s=180)

@@ -219,16 +219,4 @@ CELL_CHECKS = {
 NAMES = ("bucket_batches",)
 
 
-ASSIGNMENT = Assignment(
-    id="lesson7",
-    notebook="lesson7",
-    object_name="bucket_batches",
-    performance_cell=None,
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
-    runtime_module="",
-    timeout_s=120,
-    probes="grader.assignments.lesson7.probes",
-    names=NAMES,
-    cell_checks=CELL_CHECKS,
-)
+ASSIGNMENT = Assignment("lesson7", "bucket_batches", SETUP_SOURCE, CELL_CHECKS)

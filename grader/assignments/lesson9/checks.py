@@ -15,13 +15,12 @@ from effkit.distill import kd_loss
 from grader.assignments.lesson9.recipe_checks import check_recipe
 from grader.kit.checks import (
     Assignment,
-    ChannelError,
     CheckFailed,
     Context,
     expect,
     quiz_check,
+    received_tensor,
     stub_reason,
-    tensor_from,
 )
 
 TOLERANCE = 1e-6  # float64 both sides: the same arithmetic, summed in another order
@@ -133,13 +132,7 @@ def _results(ctx: Context, cases: list[dict]) -> list[tuple[torch.Tensor, torch.
         isinstance(metas, list) and len(metas) == 2 * len(cases) == len(r.blobs),
         "the worker's answer was malformed",
     )
-    try:
-        tensors = [
-            tensor_from(m if isinstance(m, dict) else {}, raw)
-            for m, raw in zip(metas, r.blobs, strict=True)
-        ]
-    except ChannelError as err:
-        raise CheckFailed(f"the worker sent a malformed tensor ({err})") from err
+    tensors = [received_tensor(m, raw) for m, raw in zip(metas, r.blobs, strict=True)]
     return list(zip(tensors[::2], tensors[1::2], strict=True))
 
 
@@ -213,16 +206,4 @@ CELL_CHECKS = {
 NAMES = ("distillation_loss", "distillation_recipe")
 
 
-ASSIGNMENT = Assignment(
-    id="lesson9",
-    notebook="lesson9",
-    object_name="distillation_loss",
-    performance_cell=None,
-    setup_cell="setup",
-    setup_source=SETUP_SOURCE,
-    runtime_module="",
-    timeout_s=120,
-    probes="grader.assignments.lesson9.probes",
-    names=NAMES,
-    cell_checks=CELL_CHECKS,
-)
+ASSIGNMENT = Assignment("lesson9", "distillation_loss", SETUP_SOURCE, CELL_CHECKS, names=NAMES)

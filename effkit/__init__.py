@@ -13,7 +13,9 @@ def _check_torch() -> None:
     # from the installed metadata: no torch import here (workers import effkit and start fast)
     try:
         found = importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:  # a torch built from source or vendored: nothing to compare
+    except (
+        importlib.metadata.PackageNotFoundError
+    ):  # a torch built from source or vendored: nothing to compare
         return
     parts = found.split("+")[0].split(".")
     numbers = tuple(int(p) for p in parts[:2] if p.isdigit())

@@ -15,8 +15,9 @@ import pytest
 
 from grader.assignments.lesson1 import checks as lesson1
 from grader.common import course
-from grader.sandbox.launch import Limits, descendants, is_root
+from grader.sandbox.launch import Limits, is_root
 from grader.sandbox.probe import ProbeSession
+from grader.sandbox.proctree import descendants
 
 SETUP = [("setup", "import os, sys, time\n")]
 ROOT_ONLY = pytest.mark.skipif(not is_root(), reason="needs root: reported as unavailable instead")

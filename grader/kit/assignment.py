@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: workers import this module and never need the protocol
-    from grader.timed.protocol import GradingSpec
+    from grader.timed.measurement import GradingSpec
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.sandbox import fence
+from grader.sandbox.box import Sandbox
 from grader.sandbox.channel import MAX_BLOB, ChannelError, Endpoint, widen
-from grader.sandbox.launch import Limits, Sandbox, launch
+from grader.sandbox.launch import Limits, launch
 
 
 @dataclass

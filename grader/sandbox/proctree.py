@@ -11,7 +11,7 @@ from pathlib import Path
 
 def descendants(root: int) -> list[int]:
     """Every live process whose ancestry reaches ``root`` (a /proc walk; orphans re-parented to a
-    subreaper above us are found through it, see ``grader.sandbox.launch.become_subreaper``)."""
+    subreaper above us are found through it, see ``grader.sandbox.box.become_subreaper``)."""
     parent: dict[int, int] = {}
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if entry.isdigit():

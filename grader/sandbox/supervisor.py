@@ -22,7 +22,7 @@ from grader.sandbox.commit import SEALS
 from grader.sandbox.launch import Limits, launch
 
 if TYPE_CHECKING:
-    from grader.sandbox.launch import Sandbox
+    from grader.sandbox.box import Sandbox
 
 _clock = time.perf_counter  # captured at import; this process never runs learner code
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ class WorkerFailed(RuntimeError):
 
 @dataclass
 class Worker:
-    """A timed worker: its sandbox (:class:`grader.sandbox.launch.Sandbox`: process, cgroup, what the
+    """A timed worker: its sandbox (:class:`grader.sandbox.box.Sandbox`: process, cgroup, what the
     machine could not give) and the two pipes the parent opened. Stopping, resuming, finding
     escaped processes and killing are the sandbox's; the worker adds the channel and a graceful exit."""
 

@@ -8,115 +8,23 @@ still fork out of a stopped group; the audit and replays make that visible.
 from __future__ import annotations
 
 import io
-import os
 import shutil
-import stat
-import statistics
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.common.cellcode import QUIZ_CELL, to_python
 from grader.sandbox.supervisor import Worker, WorkerFailed, _clock, boosted_self, start_worker
+from grader.timed.measurement import GradingSpec, Measurement, Timing
 from grader.timed.replay import Commits, Reveal, check_work
+from grader.timed.weights import weights_problems
 
-__all__ = ["GradingSpec", "Measurement", "Timing", "WorkerFailed", "measure"]
-
-
-@dataclass(frozen=True)
-class GradingSpec:
-    """The grader's own measurement settings (the same for baseline and learner)."""
-
-    name: str
-    profile: str  # workload profile passed to build()
-    n_train: int  # training images per repeat (a fresh set per repeat)
-    n_eval: int  # held-out images, generated in the parent only
-    n_warmup: int  # images in the warm-up set
-    epochs: int
-    repeats: int
-    hooks: dict = field(default_factory=dict)  # recipe overrides, e.g. {"lr": 0.02}
-    chunks_per_epoch: int = 2  # timed chunks per epoch: more back-to-back pairs, a steadier median
-    timeout_factor: float = 3.0  # learner run limit: this x the baseline's time ...
-    min_timeout_s: float = 20.0  # ... plus this much
-    startup_timeout_s: float = 240.0
-    load_timeout_s: float = 30.0
-    calibration: str = ""  # gate calibration to use (default: this spec's name)
-    # On a CPU, pin both workers (and their DataLoader children) to this many cores with as many
-    # OpenMP threads; None: all cores. See supervisor.start_worker for why one core is steadier.
-    cpu_cores: int | None = None
-    # The learner trains the baseline's own data stream (lesson 3 changes precision, not data): a
-    # replay from its committed state sees its batches and dropout masks, so a mismatch is scored.
-    replay_scored: bool = False
-    data: str = (
-        "easy"  # lesson 2's synthetic images: "hard" where a run would reach 100% on the easy set
-    )
-
-    @property
-    def calibration_name(self) -> str:
-        return self.calibration or self.name
-
-
-@dataclass
-class Timing:
-    role: str
-    repeat: int
-    seconds: float
-    samples: int
-    accuracy: float | None = None
-
-
-@dataclass
-class Measurement:
-    """Raw outcome of the protocol; :mod:`grader.scoring.perf` turns it into points and feedback."""
-
-    device: str
-    spec: GradingSpec
-    runs: list[Timing] = field(default_factory=list)
-    chunks: list[tuple[str, int, int, float]] = field(default_factory=list)  # role, run, chunk, s
-    warmup_s: dict = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)  # any one of these means no points
-    flags: list[str] = field(default_factory=list)  # reported, no effect on points
-    error: WorkerFailed | None = None
-    phases_s: dict = field(default_factory=dict)
-    work_checks: list[dict] = field(
-        default_factory=list
-    )  # grader.timed.replay's figures, per chunk checked
-    # Said only when the accuracy gate passed: a pipeline that trains wrongly also changes its
-    # weights unlike the reference, and the gate's verdict is the explanation a learner can act on.
-    work_problems: list[str] = field(default_factory=list)
-    # After a second look, its runs alone are scored (speed and accuracy): code that behaves one way
-    # in the first look and another in the second gains nothing from the first.
-    scored_from: int = 0
-
-    def pairs(self) -> list[tuple[Timing, Timing]]:
-        a = {t.repeat: t for t in self.runs if t.role == "baseline"}
-        b = {t.repeat: t for t in self.runs if t.role == "learner"}
-        return [(a[r], b[r]) for r in sorted(a) if r in b]
-
-    def speed_ratios(self) -> list[float]:
-        """time_A / time_B for each pair of chunks (same run, same epoch, back to back)."""
-        a = {
-            (r, k): s
-            for role, r, k, s in self.chunks
-            if role == "baseline" and r >= self.scored_from
-        }
-        b = {
-            (r, k): s
-            for role, r, k, s in self.chunks
-            if role == "learner" and r >= self.scored_from
-        }
-        return [a[key] / b[key] for key in sorted(a) if key in b]
-
-    def speedup(self) -> float:
-        ratios = self.speed_ratios()
-        return statistics.median(ratios) if ratios else float("nan")
-
-    def accuracy_diffs_pp(self) -> list[float]:
-        return [
-            100 * (tb.accuracy - ta.accuracy)
-            for ta, tb in self.pairs()
-            if ta.accuracy is not None and tb.accuracy is not None
-        ]
+__all__ = [
+    "GradingSpec",
+    "Measurement",
+    "Timing",
+    "WorkerFailed",
+    "measure",
+]  # the timed layer's face
 
 
 def _private_dir() -> Path:
@@ -437,46 +345,3 @@ def _collect(out: Measurement, role: str, done: dict, warmup: bool) -> None:
         )
         if note not in out.flags:
             out.flags.append(note)
-
-
-def weights_problems(data, repeats: range, flags: list[str] | None = None) -> list[str]:
-    """Parent-side checks of the learner's saved weights before they are evaluated: a plain file
-    (no link: a learner could point it at the baseline's), different from the baseline's weights of
-    the same run, and moved away from the shared initial weights (training happened)."""
-    import torch
-
-    problems, flags = [], flags if flags is not None else []
-    for r in repeats:
-        path = data.weights_path("learner", r)
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            continue  # reported by the evaluation
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            problems.append(
-                f"run {r + 1}: your weights file is a link, not a file the worker wrote: refused"
-            )
-            continue
-        try:
-            mine = torch.load(path, map_location="cpu", weights_only=True)
-            base = torch.load(
-                data.weights_path("baseline", r), map_location="cpu", weights_only=True
-            )
-            init = torch.load(data.init_paths[r], map_location="cpu", weights_only=True)
-        except Exception:  # noqa: BLE001 - unreadable weights are reported by the evaluation
-            continue
-        floats = [k for k, v in mine.items() if torch.is_tensor(v) and v.is_floating_point()]
-        if floats and all(k in base and torch.equal(mine[k], base[k]) for k in floats):
-            # A flag, not a refusal: a pipeline that feeds exactly the baseline's batches (the naive
-            # one, or it with more workers) legitimately trains bit-identical weights.
-            flags.append(
-                f"run {r + 1}: your weights are bit-identical to the baseline's (same batches, same "
-                "seed?) - reported, not penalised"
-            )
-        elif any(k in init for k in floats) and all(
-            torch.equal(mine[k], init[k]) for k in floats if k in init
-        ):
-            problems.append(
-                f"run {r + 1}: your weights never moved from the initial weights: no training happened"
-            )
-    return problems

@@ -1,0 +1,109 @@
+"""What a timed grading is told (``GradingSpec``) and what it measured (``Measurement``): plain data.
+
+Assignments declare their specs with these, so this module imports nothing of the protocol.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: assignments import this module, never the supervisor
+    from grader.sandbox.supervisor import WorkerFailed
+
+
+@dataclass(frozen=True)
+class GradingSpec:
+    """The grader's own measurement settings (the same for baseline and learner)."""
+
+    name: str
+    profile: str  # workload profile passed to build()
+    n_train: int  # training images per repeat (a fresh set per repeat)
+    n_eval: int  # held-out images, generated in the parent only
+    n_warmup: int  # images in the warm-up set
+    epochs: int
+    repeats: int
+    hooks: dict = field(default_factory=dict)  # recipe overrides, e.g. {"lr": 0.02}
+    chunks_per_epoch: int = 2  # timed chunks per epoch: more back-to-back pairs, a steadier median
+    timeout_factor: float = 3.0  # learner run limit: this x the baseline's time ...
+    min_timeout_s: float = 20.0  # ... plus this much
+    startup_timeout_s: float = 240.0
+    load_timeout_s: float = 30.0
+    calibration: str = ""  # gate calibration to use (default: this spec's name)
+    # On a CPU, pin both workers (and their DataLoader children) to this many cores with as many
+    # OpenMP threads; None: all cores. See supervisor.start_worker for why one core is steadier.
+    cpu_cores: int | None = None
+    # The learner trains the baseline's own data stream (lesson 3 changes precision, not data): a
+    # replay from its committed state sees its batches and dropout masks, so a mismatch is scored.
+    replay_scored: bool = False
+    data: str = (
+        "easy"  # lesson 2's synthetic images: "hard" where a run would reach 100% on the easy set
+    )
+
+    @property
+    def calibration_name(self) -> str:
+        return self.calibration or self.name
+
+
+@dataclass
+class Timing:
+    role: str
+    repeat: int
+    seconds: float
+    samples: int
+    accuracy: float | None = None
+
+
+@dataclass
+class Measurement:
+    """Raw outcome of the protocol; :mod:`grader.scoring.perf` turns it into points and feedback."""
+
+    device: str
+    spec: GradingSpec
+    runs: list[Timing] = field(default_factory=list)
+    chunks: list[tuple[str, int, int, float]] = field(default_factory=list)  # role, run, chunk, s
+    warmup_s: dict = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # any one of these means no points
+    flags: list[str] = field(default_factory=list)  # reported, no effect on points
+    error: WorkerFailed | None = None
+    phases_s: dict = field(default_factory=dict)
+    work_checks: list[dict] = field(
+        default_factory=list
+    )  # grader.timed.replay's figures, per chunk checked
+    # Said only when the accuracy gate passed: a pipeline that trains wrongly also changes its
+    # weights unlike the reference, and the gate's verdict is the explanation a learner can act on.
+    work_problems: list[str] = field(default_factory=list)
+    # After a second look, its runs alone are scored (speed and accuracy): code that behaves one way
+    # in the first look and another in the second gains nothing from the first.
+    scored_from: int = 0
+
+    def pairs(self) -> list[tuple[Timing, Timing]]:
+        a = {t.repeat: t for t in self.runs if t.role == "baseline"}
+        b = {t.repeat: t for t in self.runs if t.role == "learner"}
+        return [(a[r], b[r]) for r in sorted(a) if r in b]
+
+    def speed_ratios(self) -> list[float]:
+        """time_A / time_B for each pair of chunks (same run, same epoch, back to back)."""
+        a = {
+            (r, k): s
+            for role, r, k, s in self.chunks
+            if role == "baseline" and r >= self.scored_from
+        }
+        b = {
+            (r, k): s
+            for role, r, k, s in self.chunks
+            if role == "learner" and r >= self.scored_from
+        }
+        return [a[key] / b[key] for key in sorted(a) if key in b]
+
+    def speedup(self) -> float:
+        ratios = self.speed_ratios()
+        return statistics.median(ratios) if ratios else float("nan")
+
+    def accuracy_diffs_pp(self) -> list[float]:
+        return [
+            100 * (tb.accuracy - ta.accuracy)
+            for ta, tb in self.pairs()
+            if ta.accuracy is not None and tb.accuracy is not None
+        ]

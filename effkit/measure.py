@@ -28,7 +28,7 @@ _T = 1e12
 
 
 def _tensor_core(fp32: float, tf32: float, half: float) -> dict[str, float]:
-    """FLOP/s peaks, from datasheet TFLOP/s, of a GPU with TF32 and bf16/fp16 (equal) tensor cores."""
+    """FLOP/s peaks, from datasheet TFLOP/s, of a GPU with TF32 and bf16 = fp16 tensor cores."""
     return {"fp32": fp32 * _T, "tf32": tf32 * _T, "bf16": half * _T, "fp16": half * _T}
 
 

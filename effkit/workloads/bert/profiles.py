@@ -66,8 +66,8 @@ class BertProfile:
         return self.lr, self.target
 
 
-# Hand-laid, one line per concern (data and weights, from-scratch model size, schedule, target, other
-# kinds of weights): the formatter would put each keyword on a line of its own.
+# Hand-laid, one line per concern (data and weights, from-scratch model size, schedule, target,
+# other kinds of weights): the formatter would put each keyword on a line of its own.
 # fmt: off
 # Synthetic data, a small model from scratch: seconds on a CPU. The other profiles say what differs.
 _SMOKE = BertProfile(

@@ -38,7 +38,7 @@ from effkit.workloads.cifar.recipes import (
     RecipeConfig,
     resolve_precision,
 )
-from effkit.workloads.common import Trainer
+from effkit.workloads.common import Trainer, check_build_args
 
 __all__ = [
     "CIFAR_MEAN",
@@ -197,12 +197,8 @@ def build(
     LR with ``batch_size`` unless ``lr`` is given too; the naive one keeps lr 0.1. The trainer's
     ``eval_every`` is the profile's evaluation cadence in steps, for ``train_to_target``.
     """
-    if recipe not in RECIPES:
-        raise ValueError(f"unknown CIFAR recipe {recipe!r}; choose one of {RECIPES}")
+    check_build_args("cifar", recipe, RECIPES, hooks, HOOKS)
     p = get_profile(profile)
-    unknown = sorted(set(hooks) - set(HOOKS))
-    if unknown:
-        raise ValueError(f"unknown hook(s) {unknown} for cifar.build; available: {HOOKS}")
     pipeline_cls = hooks.get("pipeline")
     if pipeline_cls is not None and not callable(pipeline_cls):
         raise ValueError(f"pipeline must be a class, got {pipeline_cls!r}")

@@ -424,34 +424,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.model and args.workload != "bert":
         p.error("--model applies to the bert workload only")
     model_hooks = {"model": args.model} if args.model else {}
+    # What both benchmarks take alike: which profile, data and output folder, and how to run.
+    where = (args.profile, args.data, args.out)
+    how = dict(device=args.device, seed=args.seed, pairs=args.pairs, progress=not args.quiet)
     try:
         if args.against:
             if args.workload != "bert":
                 raise ValueError("--against hf-trainer compares BERT recipes only")
             peer.run(
-                args.profile,
-                args.data,
-                args.out,
-                device=args.device,
-                seed=args.seed,
-                pairs=args.pairs,
-                progress=not args.quiet,
+                *where,
+                **how,
                 hooks={**model_hooks, **({"compile": True} if args.compile else {})},
                 full_run=not args.ab_only,
             )
             return 0
-        run(
-            args.workload,
-            args.profile,
-            args.data,
-            args.out,
-            device=args.device,
-            seed=args.seed,
-            burst_s=args.burst,
-            pairs=args.pairs,
-            progress=not args.quiet,
-            hooks=model_hooks,
-        )
+        run(args.workload, *where, **how, burst_s=args.burst, hooks=model_hooks)
     except (ValueError, FileNotFoundError) as e:
         print(f"effkit.bench: error: {e}", file=sys.stderr)
         return 2

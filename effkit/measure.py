@@ -25,19 +25,26 @@ from effkit.peak_memory import peak_memory_bytes, reset_peak_memory  # noqa: F40
 # enabled. A precision a model lacks natively (bf16 on V100/T4) is absent: no peak, no MFU.
 # The A10G (AWS) has no public datasheet: it is deliberately absent rather than given the A10's.
 _T = 1e12
+
+
+def _tensor_core(fp32: float, tf32: float, half: float) -> dict[str, float]:
+    """FLOP/s peaks, from datasheet TFLOP/s, of a GPU with TF32 and bf16 = fp16 tensor cores."""
+    return {"fp32": fp32 * _T, "tf32": tf32 * _T, "bf16": half * _T, "fp16": half * _T}
+
+
 PEAK_FLOPS: dict[str, dict[str, float]] = {
-    "H100 SXM": {"fp32": 67 * _T, "tf32": 494.7 * _T, "bf16": 989.4 * _T, "fp16": 989.4 * _T},
-    "H100 PCIe": {"fp32": 51 * _T, "tf32": 378 * _T, "bf16": 756 * _T, "fp16": 756 * _T},
-    "H100 NVL": {"fp32": 60 * _T, "tf32": 417.5 * _T, "bf16": 835.5 * _T, "fp16": 835.5 * _T},
-    "H200 SXM": {"fp32": 67 * _T, "tf32": 494.7 * _T, "bf16": 989.4 * _T, "fp16": 989.4 * _T},
-    "H200 NVL": {"fp32": 60 * _T, "tf32": 417.5 * _T, "bf16": 835.5 * _T, "fp16": 835.5 * _T},
-    "A100": {"fp32": 19.5 * _T, "tf32": 156 * _T, "bf16": 312 * _T, "fp16": 312 * _T},
-    "A10": {"fp32": 31.2 * _T, "tf32": 62.5 * _T, "bf16": 125 * _T, "fp16": 125 * _T},
-    "L4": {"fp32": 30.3 * _T, "tf32": 60 * _T, "bf16": 121 * _T, "fp16": 121 * _T},
-    "L40": {"fp32": 90.5 * _T, "tf32": 90.5 * _T, "bf16": 181 * _T, "fp16": 181 * _T},
-    "L40S": {"fp32": 91.6 * _T, "tf32": 183 * _T, "bf16": 362 * _T, "fp16": 362 * _T},
-    "RTX 4090": {"fp32": 82.6 * _T, "tf32": 82.6 * _T, "bf16": 165.2 * _T, "fp16": 165.2 * _T},
-    "RTX 3090": {"fp32": 35.6 * _T, "tf32": 35.6 * _T, "bf16": 71 * _T, "fp16": 71 * _T},
+    "H100 SXM": _tensor_core(67, 494.7, 989.4),
+    "H100 PCIe": _tensor_core(51, 378, 756),
+    "H100 NVL": _tensor_core(60, 417.5, 835.5),
+    "H200 SXM": _tensor_core(67, 494.7, 989.4),  # the H100's compute, more memory
+    "H200 NVL": _tensor_core(60, 417.5, 835.5),
+    "A100": _tensor_core(19.5, 156, 312),
+    "A10": _tensor_core(31.2, 62.5, 125),
+    "L4": _tensor_core(30.3, 60, 121),
+    "L40": _tensor_core(90.5, 90.5, 181),
+    "L40S": _tensor_core(91.6, 183, 362),
+    "RTX 4090": _tensor_core(82.6, 82.6, 165.2),
+    "RTX 3090": _tensor_core(35.6, 35.6, 71),
     "V100 SXM2": {"fp32": 15.7 * _T, "fp16": 125 * _T},
     "V100 PCIe": {"fp32": 14 * _T, "fp16": 112 * _T},
     "V100S PCIe": {"fp32": 16.4 * _T, "fp16": 130 * _T},

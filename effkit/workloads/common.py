@@ -80,6 +80,22 @@ class RunResult:
         return asdict(self)
 
 
+def check_build_args(
+    workload: str, recipe: str, recipes: tuple[str, ...], hooks: dict, accepted: tuple[str, ...]
+) -> None:
+    """A workload's ``build`` refuses a recipe it lacks or a hook it does not know (a misspelt
+    hook silently ignored would change what a learner measures)."""
+    if recipe not in recipes:
+        raise ValueError(
+            f"unknown recipe {recipe!r} for the {workload} workload; choose one of {recipes}"
+        )
+    unknown = sorted(set(hooks) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f"unknown hook(s) {unknown} for the {workload} workload; accepted: {accepted}"
+        )
+
+
 def train_to_target(
     trainer: Trainer,
     *,

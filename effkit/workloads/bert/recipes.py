@@ -24,6 +24,7 @@ from effkit.workloads.bert.pretrained import resolve_encoder
 from effkit.workloads.bert.profiles import BertProfile, get_profile, prepare_data
 from effkit.workloads.bert.tokenizer import load_pretrained_tokenizer, trained_wordpiece
 from effkit.workloads.bert.trainer import MAX_GRAD_NORM, BertTrainer, default_train_step
+from effkit.workloads.common import check_build_args
 
 RECIPES = ("naive", "optimized")
 HOOKS = (
@@ -233,12 +234,8 @@ def build(
     the profile's choice, falling back as :func:`~effkit.workloads.bert.pretrained.resolve_encoder`
     says).
     """
-    if recipe not in RECIPES:
-        raise ValueError(f"unknown recipe {recipe!r}; choose one of {RECIPES}")
+    check_build_args("bert", recipe, RECIPES, hooks, HOOKS)
     spec = get_profile(profile)
-    unknown = sorted(set(hooks) - set(HOOKS))
-    if unknown:
-        raise ValueError(f"unknown hook(s) {unknown} for the bert workload; accepted: {HOOKS}")
     optimized = recipe == "optimized"
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     policy = choose_precision(device, hooks.get("precision", "auto" if optimized else "off"))

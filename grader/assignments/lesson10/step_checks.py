@@ -8,12 +8,14 @@ run as the grader's user, hence the freeze, non-dumpable baseline and priority c
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 import torch
 
 from effkit.abtest import compare
+from effkit.measure import (
+    one_thread,  # the parent runs the original step on one thread, as the worker does
+)
 from grader.assignments.lesson10 import slow_step as task
 from grader.kit.checks import (
     ChannelError,
@@ -44,17 +46,6 @@ def draw(rng) -> dict:
         "lr": round(rng.uniform(0.05, 0.2), 4),
         "weight_decay": round(rng.uniform(0.005, 0.02), 4),
     }
-
-
-@contextlib.contextmanager
-def one_thread():
-    """The parent's run on one thread, as the worker's: the comparison is of the steps, not of thread pools."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def reference(spec: dict, steps: int) -> tuple[torch.Tensor, torch.Tensor, list[float]]:

@@ -2,7 +2,6 @@
 
 from grader.common.device import default_device
 from grader.common.quiet import quiet
-from grader.kit.assignment import Assignment
 from grader.sandbox.channel import ChannelError, tensor_from, tensor_msg
 from grader.sandbox.launch import StateFolder
 from grader.sandbox.probe import CallResult, ProbeSession
@@ -12,7 +11,6 @@ from grader.scoring.quiz import quiz_check
 from grader.timed.measurement import GradingSpec
 
 __all__ = [
-    "Assignment",
     "CallResult",
     "ChannelError",
     "CheckFailed",

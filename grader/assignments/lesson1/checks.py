@@ -12,7 +12,8 @@ import statistics
 import time
 
 from grader.assignments.lesson1.task import BOTTLENECKS, TOLERANCE  # the setup cell's (worker side)
-from grader.kit.checks import Assignment, CheckFailed, Context, expect, quiz_check, stub_reason
+from grader.kit.assignment import Assignment
+from grader.kit.checks import CheckFailed, Context, expect, quiz_check, stub_reason
 
 SHARE_TOLERANCE = 0.15  # |learner's data-wait share - the recorded share|
 CALLS = 3

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from effkit.doctor_plants import profile_named
 from grader.assignments.lesson10 import step_checks
-from grader.kit.checks import Assignment, CheckFailed, Context, expect, quiz_check, stub_reason
+from grader.kit.assignment import Assignment
+from grader.kit.checks import CheckFailed, Context, expect, quiz_check, stub_reason
 
 LABELS = ("data", "sync", "overhead", "padding", "optimizer", "none")
 CASES = 8  # every label once, and two more drawn

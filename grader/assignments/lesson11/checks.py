@@ -12,8 +12,8 @@ import threading
 from grader.assignments.lesson11 import ddp_task as task
 from grader.assignments.lesson11 import exchange
 from grader.assignments.lesson11 import memory_task as mem
+from grader.kit.assignment import Assignment
 from grader.kit.checks import (
-    Assignment,
     CallResult,
     ChannelError,
     CheckFailed,

@@ -7,7 +7,8 @@ charges the budget (:mod:`search_checks`); only configurations and stop bools cr
 from __future__ import annotations
 
 from grader.assignments.lesson12.search_checks import check_pruning, check_search
-from grader.kit.checks import Assignment, quiz_check
+from grader.kit.assignment import Assignment
+from grader.kit.checks import quiz_check
 
 SETUP_SOURCE = "import optuna"  # the learner may use Optuna's ask-and-tell (or write successive halving by hand)
 

@@ -20,15 +20,8 @@ import numpy as np
 import torch
 
 from grader.assignments.lesson13 import artifact, serve, server, slo_task
-from grader.kit.checks import (
-    Assignment,
-    CheckFailed,
-    Context,
-    ProbeSession,
-    expect,
-    quiz_check,
-    stub_reason,
-)
+from grader.kit.assignment import Assignment
+from grader.kit.checks import CheckFailed, Context, ProbeSession, expect, quiz_check, stub_reason
 
 MAX_DROP = 0.01  # held-out accuracy below the fp32 baseline's; calibration: grader/assignments/lesson13/README.md
 MIN_AGREEMENT = 0.97  # top-1 agreement with the fp32 baseline

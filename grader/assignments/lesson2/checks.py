@@ -19,15 +19,8 @@ from grader.assignments.lesson2.pipeline_checks import (
     probe_dataset,
     time_limit,
 )
-from grader.kit.checks import (
-    Assignment,
-    ChannelError,
-    GradingSpec,
-    quiet,
-    quiz_check,
-    stub_reason,
-    tensor_from,
-)
+from grader.kit.assignment import Assignment
+from grader.kit.checks import ChannelError, GradingSpec, quiet, quiz_check, stub_reason, tensor_from
 from grader.kit.in_notebook import grade_saved_notebook
 
 SETUP_SOURCE = """\

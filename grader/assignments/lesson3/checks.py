@@ -15,7 +15,8 @@ from effkit.amp import AmpPolicy, DeviceCaps
 from grader.assignments.lesson3 import amp_checks as probe
 from grader.assignments.lesson3.amp_reference import reference_update
 from grader.assignments.lesson3.runtime import reuses_reference as reference_reason
-from grader.kit.checks import Assignment, GradingSpec, quiet, quiz_check, stub_reason, tensor_from
+from grader.kit.assignment import Assignment
+from grader.kit.checks import GradingSpec, quiet, quiz_check, stub_reason, tensor_from
 from grader.kit.in_notebook import grade_saved_notebook
 from grader.kit.worker import CHECK_SECONDS, expect, time_limit
 

@@ -11,15 +11,8 @@ import torch
 
 from grader.assignments.lesson4 import accum_checks as ac
 from grader.assignments.lesson4.recipe_checks import check_recipe
-from grader.kit.checks import (
-    Assignment,
-    CheckFailed,
-    Context,
-    expect,
-    quiz_check,
-    received_tensor,
-    stub_reason,
-)
+from grader.kit.assignment import Assignment
+from grader.kit.checks import CheckFailed, Context, expect, quiz_check, received_tensor, stub_reason
 
 CALL_SECONDS = 30.0
 TOLERANCE = 1e-4  # relative gradient error of float32 accumulation vs the float64 reference

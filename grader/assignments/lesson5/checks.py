@@ -20,15 +20,8 @@ from grader.assignments.lesson5.plan_checks import (
     check_least_recompute,
     check_speed,
 )
-from grader.kit.checks import (
-    Assignment,
-    CheckFailed,
-    Context,
-    expect,
-    quiz_check,
-    received_tensor,
-    stub_reason,
-)
+from grader.kit.assignment import Assignment
+from grader.kit.checks import CheckFailed, Context, expect, quiz_check, received_tensor, stub_reason
 
 TOLERANCE = 1e-5  # relative gradient error: checkpointing changes no arithmetic
 MATCH = 1e-4  # "your gradient is what this mistake gives"

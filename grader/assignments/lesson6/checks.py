@@ -14,13 +14,8 @@ from grader.assignments.lesson6.scenario import (
     _resume_problem,
     run_scenario,
 )
-from grader.kit.checks import (
-    Assignment,
-    CheckFailed,
-    Context,
-    expect,
-    quiz_check,
-)
+from grader.kit.assignment import Assignment
+from grader.kit.checks import CheckFailed, Context, expect, quiz_check
 
 SETUP_SOURCE = """\
 import math

@@ -11,15 +11,8 @@ import re
 import torch
 
 from grader.assignments.lesson8 import lora_task as lt
-from grader.kit.checks import (
-    Assignment,
-    CheckFailed,
-    Context,
-    expect,
-    quiz_check,
-    received_tensor,
-    stub_reason,
-)
+from grader.kit.assignment import Assignment
+from grader.kit.checks import CheckFailed, Context, expect, quiz_check, received_tensor, stub_reason
 
 TOLERANCE = 1e-5  # relative error against peft: the same arithmetic
 CALL_SECONDS = 30

@@ -13,15 +13,8 @@ import torch.nn.functional as F
 
 from effkit.distill import kd_loss
 from grader.assignments.lesson9.recipe_checks import check_recipe
-from grader.kit.checks import (
-    Assignment,
-    CheckFailed,
-    Context,
-    expect,
-    quiz_check,
-    received_tensor,
-    stub_reason,
-)
+from grader.kit.assignment import Assignment
+from grader.kit.checks import CheckFailed, Context, expect, quiz_check, received_tensor, stub_reason
 
 TOLERANCE = 1e-6  # float64 both sides: the same arithmetic, summed in another order
 MATCH = 1e-6

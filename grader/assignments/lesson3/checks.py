@@ -442,13 +442,20 @@ def cell_policy(ctx) -> None:
     ctx.ok("a loss scaler only for fp16 (bf16 and fp32 need none)")
 
 
-def cell_step(ctx) -> None:
+def _first_step(ctx, seed: int, mode: str, scaler: str):
+    """The learner's step once, on the grader's model and batch ``seed``, judged against the
+    reference update: (remote, model key, the step's report, the weights after it)."""
     _refuse_reference(ctx)
     remote = _Remote(ctx)
-    key, before = remote.setup(0, "bf16", "policy", "spy")
-    data, after = remote.step(key, 0, "bf16 step")
+    key, before = remote.setup(seed, mode, "policy" if mode == "bf16" else "spy", scaler)
+    data, after = remote.step(key, seed, f"{mode} step")
     _refuse_reference(ctx, remote)
-    _judge_update(0, 0, before, data, after, "bf16 step")
+    _judge_update(seed, seed, before, data, after, f"{mode} step")
+    return remote, key, data, after
+
+
+def cell_step(ctx) -> None:
+    _, _, data, _ = _first_step(ctx, 0, "bf16", "spy")
     kinds = {dt for dt, on in data["seen"]}
     expect(
         any(on for _, on in data["seen"]) and "bfloat16" in kinds,
@@ -459,12 +466,7 @@ def cell_step(ctx) -> None:
 
 
 def cell_scaler(ctx) -> None:
-    _refuse_reference(ctx)
-    remote = _Remote(ctx)
-    key, p0 = remote.setup(1, "fp16", "spy", "spy")
-    data, p1 = remote.step(key, 1, "fp16 step")
-    _refuse_reference(ctx, remote)
-    _judge_update(1, 1, p0, data, p1, "fp16 step")
+    remote, key, data, p1 = _first_step(ctx, 1, "fp16", "spy")
     scale = data["scale"]
     nan, p2 = remote.step(key, 1, "a step with NaN gradients", poison=True)
     changed = int((p2 != p1).sum())

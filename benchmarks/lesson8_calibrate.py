@@ -20,37 +20,16 @@ import torch
 from effkit.measure import device_name
 from grader.assignments.lesson8 import lora_task as lt
 
-RECIPES = {
-    "reference (q,v r8 a16 lr1e-3)": {
-        "target_modules": ["query", "value"],
-        "r": 8,
-        "lora_alpha": 16,
-        "lr": 1e-3,
-    },
-    "full fine-tuning's LR (5e-5)": {
-        "target_modules": ["query", "value"],
-        "r": 8,
-        "lora_alpha": 16,
-        "lr": 5e-5,
-    },
-    "alpha 1 at r 8 (scale 1/8)": {
-        "target_modules": ["query", "value"],
-        "r": 8,
-        "lora_alpha": 1,
-        "lr": 1e-3,
-    },
+REFERENCE = {"target_modules": ["query", "value"], "r": 8, "lora_alpha": 16, "lr": 1e-3}
+RECIPES = {  # each a change to the reference
+    "reference (q,v r8 a16 lr1e-3)": REFERENCE,
+    "full fine-tuning's LR (5e-5)": {**REFERENCE, "lr": 5e-5},
+    "alpha 1 at r 8 (scale 1/8)": {**REFERENCE, "lora_alpha": 1},
     "no attention (FFN dense only)": {
+        **REFERENCE,
         "target_modules": ["intermediate.dense", "output.dense"],
-        "r": 8,
-        "lora_alpha": 16,
-        "lr": 1e-3,
     },
-    "rank 1 (q,v a2 lr1e-3)": {
-        "target_modules": ["query", "value"],
-        "r": 1,
-        "lora_alpha": 2,
-        "lr": 1e-3,
-    },
+    "rank 1 (q,v a2 lr1e-3)": {**REFERENCE, "r": 1, "lora_alpha": 2},
 }
 
 

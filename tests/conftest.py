@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 # OpenMP threads that spin at barriers collapse when other jobs share the 2 cores (a training
 # step ran ~3x slower); PASSIVE makes timing tests, notebook kernels (they inherit this
 # environment) and the grader's workers behave on a busy machine. An explicit setting wins.
@@ -37,8 +39,32 @@ TIMED_FILES = {
 
 
 def pytest_collection_modifyitems(config, items):
-    import pytest
-
     for item in items:
         if item.path.name in TIMED_FILES:
             item.add_marker(pytest.mark.timed)
+
+
+def _ab_result(ratios):
+    """An `effkit.abtest.ABResult` as `compare` would return for these per-pair speed ratios
+    (its median, the median's 95 % interval and that interval's real coverage)."""
+    from effkit.abtest import ABResult, median_ci, median_ci_coverage
+
+    lo, hi = median_ci(ratios, 0.95)
+    return ABResult(
+        ratio=sorted(ratios)[len(ratios) // 2],
+        ci_low=lo,
+        ci_high=hi,
+        confidence=0.95,
+        pairs=len(ratios),
+        a_speeds=[1.0] * len(ratios),
+        b_speeds=list(ratios),
+        ratios=list(ratios),
+        seconds=1.0,
+        coverage=median_ci_coverage(len(ratios), 0.95),
+    )
+
+
+@pytest.fixture
+def ab_result():
+    """``ab_result(ratios)``: what `effkit.abtest.compare` returns for those pairs (the verdict tests)."""
+    return _ab_result

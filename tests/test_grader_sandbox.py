@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sandboxed_throughput import SETUP, session, throughput
 
 from grader.assignments.lesson1 import checks as lesson1
 from grader.common import course
@@ -19,35 +20,12 @@ from grader.sandbox.launch import Limits, is_root
 from grader.sandbox.probe import ProbeSession
 from grader.sandbox.proctree import descendants
 
-SETUP = [("setup", "import os, sys, time\n")]
 ROOT_ONLY = pytest.mark.skipif(not is_root(), reason="needs root: reported as unavailable instead")
 
 
-def _session(body: str, limits: Limits | None = None) -> ProbeSession:
-    src = "def measure_throughput(trainer, steps, warmup):\n" + "\n".join(
-        "    " + line for line in body.splitlines()
-    )
-    return ProbeSession(
-        "grader.assignments.lesson1.probes",
-        SETUP,
-        [("measure_throughput", src)],
-        ["measure_throughput"],
-        limits=limits,
-    )
-
-
 def _run(body: str, timeout_s: float = 30, limits: Limits | None = None):
-    with _session(body, limits) as s:
-        r = s.call(
-            "throughput",
-            timeout_s,
-            lesson1.DeviceServer(0, 0),
-            batch_size=4,
-            steps=1,
-            warmup=0,
-            seed=0,
-        )
-        return r, s
+    with session(body, limits) as s:
+        return throughput(s, timeout_s), s
 
 
 def test_without_root_the_report_lists_what_is_unavailable():
@@ -99,10 +77,8 @@ except OSError:
     pass
 return hits"""
     before = grader_file.stat().st_mtime
-    with _session(body) as s:
-        r = s.call(
-            "throughput", 30, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0
-        )
+    with session(body) as s:
+        r = throughput(s)
     assert r.ok and r.data["value"] == 0.0
     assert grader_file.stat().st_mtime == before
     assert any("for writing" in f for f in s.evidence), s.evidence  # attempts are flagged
@@ -145,29 +121,12 @@ try:
 except OSError:
     pass
 return float(seen + 100 * (os.environ.get('CUDA_VISIBLE_DEVICES') == ''))"""
-        src = "def measure_throughput(trainer, steps, warmup):\n" + "\n".join(
-            "    " + ln for ln in body.splitlines()
-        )
         for cpu_only, want in (
             (True, 100.0),
             (False, 14.0),
         ):  # hidden; and what an ordinary worker sees
-            with ProbeSession(
-                "grader.assignments.lesson1.probes",
-                SETUP,
-                [("measure_throughput", src)],
-                ["measure_throughput"],
-                cpu_only=cpu_only,
-            ) as s:
-                r = s.call(
-                    "throughput",
-                    30,
-                    lesson1.DeviceServer(0, 0),
-                    batch_size=4,
-                    steps=1,
-                    warmup=0,
-                    seed=0,
-                )
+            with session(body, cpu_only=cpu_only) as s:
+                r = throughput(s)
             assert r.ok and r.data["value"] == want, (cpu_only, r.failure, r.data)
     finally:
         shutil.rmtree(stand_in, ignore_errors=True)
@@ -204,17 +163,13 @@ def test_a_fork_bomb_stops_at_the_pid_limit_and_is_killed_whole():
     t = time.monotonic()
     # A first call (steps=1) returns at once, so the worker's start and the probe's first imports
     # (5+ s at a load average of 8) are not inside the bomb's 5-second window.
-    with _session(
+    with session(
         "if steps == 1:\n    return 1.0\nwhile True:\n    try:\n        os.fork()\n"
         "    except OSError:\n        pass",
         limits=Limits(pids=24),
     ) as s:
-        assert s.call(
-            "throughput", 60, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0
-        ).ok
-        r = s.call(
-            "throughput", 5, lesson1.DeviceServer(0, 0), batch_size=4, steps=2, warmup=0, seed=0
-        )
+        assert throughput(s, 60).ok
+        r = throughput(s, 5, steps=2)
         assert (
             not r.ok
             and "did not return within 5 s" in r.failure
@@ -226,15 +181,13 @@ def test_a_fork_bomb_stops_at_the_pid_limit_and_is_killed_whole():
 
 @ROOT_ONLY
 def test_a_process_that_leaves_the_session_is_still_frozen_and_killed():
-    with _session("""pid = os.fork()
+    with session("""pid = os.fork()
 if pid == 0:
     os.setsid()
     while True:
         pass
 return float(pid)""") as s:
-        r = s.call(
-            "throughput", 30, lesson1.DeviceServer(0, 0), batch_size=4, steps=1, warmup=0, seed=0
-        )
+        r = throughput(s)
         child = _host_pid(
             s.box, int(r.data["value"])
         )  # the worker sees its own PID namespace's numbers
@@ -428,18 +381,10 @@ return float(d.startswith(os.getcwd()))"""
     read = """d = os.environ['EFFKIT_GRADER_STATE']
 return float(open(os.path.join(d, 'ckpt')).read()) + 100 * os.path.exists('/tmp/work/private')"""
     for body, want in ((write, 1.0), (read, 42.0)):
-        session = _session(body)
-        session.state_dir = state
-        with session as s:
-            r = s.call(
-                "throughput",
-                30,
-                lesson1.DeviceServer(0, 0),
-                batch_size=4,
-                steps=1,
-                warmup=0,
-                seed=0,
-            )
+        worker = session(body)
+        worker.state_dir = state
+        with worker as s:
+            r = throughput(s)
         assert r.ok and r.data["value"] == want, r
         assert not [f for f in s.evidence if "outside its working directory" in f], s.evidence
     assert (state / "ckpt").read_text() == "42"

@@ -275,8 +275,7 @@ def test_the_loopback_brought_up_reaches_only_the_sandbox_itself(monkeypatch):
         shutil, "which", lambda cmd, *a, **k: None if cmd == "ip" else which(cmd, *a, **k)
     )
 
-    from grader.assignments.lesson1 import checks as lesson1
-    from grader.sandbox.probe import ProbeSession
+    from sandboxed_throughput import session, throughput  # tests/ is on sys.path
 
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
@@ -290,25 +289,8 @@ try:
     return 0.0
 except OSError as err:
     return float(err.errno or -1)"""
-        src = "def measure_throughput(trainer, steps, warmup):\n" + "\n".join(
-            "    " + ln for ln in body.splitlines()
-        )
-        with ProbeSession(
-            "grader.assignments.lesson1.probes",
-            [("setup", "import os\n")],
-            [("measure_throughput", src)],
-            ["measure_throughput"],
-            loopback=True,
-        ) as s:
-            r = s.call(
-                "throughput",
-                30,
-                lesson1.DeviceServer(0, 0),
-                batch_size=4,
-                steps=1,
-                warmup=0,
-                seed=0,
-            )
+        with session(body, loopback=True) as s:
+            r = throughput(s)
     assert r.ok and r.data["value"] == errno.ECONNREFUSED, (r.failure, r.data)
 
 

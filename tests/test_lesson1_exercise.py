@@ -141,28 +141,25 @@ def test_nbgrader_autograde_never_runs_the_kernel_and_ignores_forged_outputs(tmp
     shutil.copytree(ROOT / "solutions", tmp_path / "solutions")
     env = dict(os.environ, EFFKIT_COURSE_ROOT=str(tmp_path))
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    nbgrader = [sys.executable, "-m", "nbgrader"]
-    gen = subprocess.run(
-        [*nbgrader, "generate_assignment", "lesson1", "--force"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+
+    def nbgrader(command: str, timeout: float | None = None):  # on lesson1, in the copied course
+        return subprocess.run(
+            [sys.executable, "-m", "nbgrader", command, "lesson1", "--force"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    gen = nbgrader("generate_assignment")
     assert gen.returncode == 0, gen.stderr[-3000:]
     subs = {"ada": SOLUTION, "una": EXERCISE, "eve": SUBMISSIONS / "forged_outputs.forged-ipynb"}
     for student, notebook in subs.items():
         folder = tmp_path / "course" / "submitted" / student / "lesson1"
         folder.mkdir(parents=True)
         shutil.copy(notebook, folder / "lesson1.ipynb")
-    run = subprocess.run(
-        [*nbgrader, "autograde", "lesson1", "--force"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    run = nbgrader("autograde", timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     with Gradebook(f"sqlite:///{tmp_path / 'course' / 'gradebook.db'}") as gb:
         scores = {

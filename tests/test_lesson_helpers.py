@@ -105,36 +105,20 @@ def test_lesson_cli_takes_options_before_lessons_and_names_unknown_ones(capsys, 
     assert "unknown lesson(s) ['no_such_lesson']" in capsys.readouterr().err
 
 
-def _result(ratios):
-    from effkit.abtest import ABResult, median_ci
-
-    lo, hi = median_ci(ratios, 0.95)
-    return ABResult(
-        ratio=sorted(ratios)[len(ratios) // 2],
-        ci_low=lo,
-        ci_high=hi,
-        confidence=0.95,
-        pairs=len(ratios),
-        a_speeds=[1.0] * len(ratios),
-        b_speeds=list(ratios),
-        ratios=list(ratios),
-        seconds=1.0,
-        coverage=median_ci_coverage(len(ratios), 0.95),
-    )
-
-
-def test_a_uselessly_wide_interval_is_called_no_evidence_and_smoke_is_never_evidence(monkeypatch):
+def test_a_uselessly_wide_interval_is_called_no_evidence_and_smoke_is_never_evidence(
+    monkeypatch, ab_result
+):
     monkeypatch.setenv("EFFKIT_PROFILE", "cpu")
-    wide = lesson.lesson_verdict(_result([0.03, 0.4, 0.7, 0.8, 3.0, 26.71]), "A", "B")
+    wide = lesson.lesson_verdict(ab_result([0.03, 0.4, 0.7, 0.8, 3.0, 26.71]), "A", "B")
     assert wide.word == "no clear difference" and wide.sentence.startswith("no evidence either way")
     # the same coverage phrase as every verdict: tests/test_notebooks.py finds verdicts by it
     assert re.search(r"covering the median (\d+)% of the time over 6 pairs", wide.sentence), (
         wide.sentence
     )
-    tight = lesson.lesson_verdict(_result([0.95, 0.98, 1.0, 1.01, 1.02, 1.04]), "A", "B")
+    tight = lesson.lesson_verdict(ab_result([0.95, 0.98, 1.0, 1.01, 1.02, 1.04]), "A", "B")
     assert tight.sentence.startswith("no clear difference") and "not evidence" not in tight.sentence
     monkeypatch.setenv("EFFKIT_PROFILE", "smoke")
-    fast = lesson.lesson_verdict(_result([1.5, 1.6, 1.7, 1.8, 1.9, 2.0]), "A", "B")
+    fast = lesson.lesson_verdict(ab_result([1.5, 1.6, 1.7, 1.8, 1.9, 2.0]), "A", "B")
     assert fast.word == "faster" and fast.sentence.endswith(f"[{lesson.SMOKE_NOTE}]")
 
 

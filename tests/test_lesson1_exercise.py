@@ -205,10 +205,12 @@ def test_a_hidden_pipeline_costs_the_next_forward_pass_not_next(monkeypatch):
 
 @pytest.mark.slow
 def test_a_wrong_quiz_choice_is_told_why_it_is_wrong():
-    wrong = 'QUIZ_ANSWERS = {"q1": "a", "q2": "c", "q3": "a", "q4": "b"}'
+    # q1 wrong, the rest right
+    wrong = 'QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "b", "q4": "c"}'
+    assert lesson1.QUIZ_KEY == {"q1": "a", "q2": "c", "q3": "b", "q4": "c"}  # keep `wrong` in step
     verdicts, _ = grade(LESSON, reference_cells(LESSON, quiz=wrong), only=["test_quiz"])
     v = verdicts["test_quiz"]
     assert not v.passed and "3 of 4 answers right" in v.reason, v.reason
-    assert f"q1: (a) — {lesson1.QUIZ_WHY['q1']['a']}" in v.reason, v.reason
+    assert f"q1: (b) — {lesson1.QUIZ_WHY['q1']['b']}" in v.reason, v.reason
     for question, choices in lesson1.QUIZ_WHY.items():  # feedback only for wrong choices
         assert lesson1.QUIZ_KEY[question] not in choices and choices, question

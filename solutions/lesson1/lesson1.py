@@ -183,21 +183,22 @@ check_my_work("test_bottleneck", "lesson1.ipynb")
 # The grader checks your answers outside this notebook.
 #
 # 1. An A/B comparison reports a speedup with a *median-of-pairs interval*. It tells you:
-#    (a) the smallest and largest ratio of all measured pairs; (b) where the typical (median) A/B ratio
-#    lies, with the interval's real coverage stated; (c) the mean speedup plus or minus one standard deviation.
+#    (a) where the typical (median) A/B ratio lies, with the interval's real coverage stated;
+#    (b) the smallest and largest ratio of all measured pairs; (c) the mean speedup plus or minus
+#    one standard deviation.
 # 2. A training loop spends 70% of its time waiting for data. What do you optimise first?
 #    (a) the model's matmuls, in lower precision; (b) the optimizer; (c) the input pipeline: the
 #    accelerator idles while it waits for batches.
 # 3. Why are warm-up steps left out of a throughput measurement?
-#    (a) they pay one-off costs (allocations, worker start-up, lazy initialisation) that a long run
-#    does not; (b) they are always faster than later steps; (c) the learning rate is lower then.
+#    (a) they are always faster than later steps; (b) they pay one-off costs (allocations, worker
+#    start-up, lazy initialisation) that a long run does not; (c) the learning rate is lower then.
 # 4. Why call `sync(device)` before reading the clock on a GPU?
-#    (a) to free memory; (b) GPU work runs asynchronously: without it you time the launch, not the
-#    work; (c) to flush the data loader.
+#    (a) to free memory; (b) to flush the data loader; (c) GPU work runs asynchronously: without it
+#    you time the launch, not the work.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}
+QUIZ_ANSWERS = {"q1": "a", "q2": "c", "q3": "b", "q4": "c"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

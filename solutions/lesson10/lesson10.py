@@ -207,28 +207,28 @@ print(compare(lambda: run(slow_step, task, 0.1, 0.01), lambda: run(fast_step, ta
 # The grader checks your answers outside this notebook.
 #
 # 1. `torch.profiler.schedule(wait=1, warmup=2, active=5)`: why skip and warm up before recording?
-#    (a) the profiler makes warm-up steps cheaper; (b) the first steps pay one-off costs
-#    (allocations, lazy initialisation, the profiler's own start-up) that would distort the
-#    average; (c) the schedule changes what the step computes.
+#    (a) the first steps pay one-off costs (allocations, lazy initialisation, the profiler's own
+#    start-up) that would distort the average; (b) the profiler makes warm-up steps cheaper; (c) the
+#    schedule changes what the step computes.
 # 2. In `prof.key_averages().table(...)`, which column ranks where the time *goes*?
-#    (a) CPU total, since it includes everything an operator called; (b) the number of calls;
-#    (c) self CPU (or self CUDA) time: an operator's own time, without its children.
+#    (a) self CPU (or self CUDA) time: an operator's own time, without its children; (b) the number
+#    of calls; (c) CPU total, since it includes everything an operator called.
 # 3. A step runs at 1,000 samples/s with the profiler on and 1,400 without. What do you report?
-#    (a) 1,400 samples/s, measured without the profiler; use the profile for where the time goes;
-#    (b) 1,000 × 1.4, since the profiler's overhead is a constant factor; (c) 1,000, since the
-#    Chrome trace export slows the step.
+#    (a) 1,000, since the Chrome trace export slows the step; (b) 1,000 × 1.4, since the profiler's
+#    overhead is a constant factor; (c) 1,400 samples/s, measured without the profiler; use the
+#    profile for where the time goes.
 # 4. Why does one `loss.item()` per step hurt on a GPU, when reading one number is cheap?
-#    (a) copying 4 bytes is slow; (b) the CPU must wait until every kernel queued before it has
-#    finished, so it cannot queue the next step's kernels ahead: the GPU idles at each step;
+#    (a) the CPU must wait until every kernel queued before it has finished, so it cannot queue the
+#    next step's kernels ahead: the GPU idles at each step; (b) copying 4 bytes is slow;
 #    (c) `.item()` copies the whole tensor to the CPU.
 # 5. You fixed the doctor's first finding and the step is 30% faster. What next?
-#    (a) stop: the other findings were ranked below, so they were never real; (b) measure
-#    throughput only; (c) profile again: the shares have changed, and the next bottleneck may be
-#    one that was not even listed before.
+#    (a) stop: the other findings were ranked below, so they were never real; (b) profile again: the
+#    shares have changed, and the next bottleneck may be one that was not even listed before;
+#    (c) measure throughput only.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b", "q5": "c"}
+QUIZ_ANSWERS = {"q1": "a", "q2": "a", "q3": "c", "q4": "a", "q5": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

@@ -179,21 +179,21 @@ check_my_work("test_memory_budget", "lesson11.ipynb")
 #
 # 1. A ring all-reduce of a B-byte gradient buffer over N ranks: each rank sends about (a) (N - 1) B;
 #    (b) 2 (N - 1) / N x B, so the time per rank barely grows with N; (c) N x B.
-# 2. A DDP job forgets `sampler.set_epoch(epoch)`. (a) The ranks read overlapping shards; (b) it
-#    raises an error at the second epoch; (c) every epoch visits the samples in the first epoch's
-#    order.
+# 2. A DDP job forgets `sampler.set_epoch(epoch)`. (a) The ranks read overlapping shards; (b) every
+#    epoch visits the samples in the first epoch's order; (c) it raises an error at the second
+#    epoch.
 # 3. ZeRO stage 1 (`ZeroRedundancyOptimizer`) on N ranks divides by N (a) the optimizer state
 #    (Adam's moments, the fp32 master weights); (b) the optimizer state and the gradients; (c) the
 #    optimizer state, the gradients and the parameters.
 # 4. DDP puts gradients in ~25 MB buckets so that (a) the all-reduce can start after the whole
-#    backward pass; (b) a bucket's all-reduce starts as soon as its gradients are ready, overlapping
-#    with the rest of the backward pass; (c) each rank keeps only its bucket of the gradients.
+#    backward pass; (b) each rank keeps only its bucket of the gradients; (c) a bucket's all-reduce
+#    starts as soon as its gradients are ready, overlapping with the rest of the backward pass.
 # 5. Which backend for which job? (a) NCCL everywhere; (b) MPI on CPU, gloo on GPU; (c) gloo for CPU
 #    tensors, NCCL for GPU tensors (one GPU per rank).
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b", "q5": "c"}
+QUIZ_ANSWERS = {"q1": "b", "q2": "b", "q3": "a", "q4": "c", "q5": "c"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

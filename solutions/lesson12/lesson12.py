@@ -130,24 +130,24 @@ check_my_work("test_pruning", "lesson12.ipynb")
 #    best third at each rung and trains the survivors 3 times longer. How many reach 9 epochs?
 #    (a) 9; (b) 3; (c) 1.
 # 2. Two configurations score 71.2% and 71.6% validation accuracy; re-running one configuration on
-#    other seeds moves it by about ±1 point. (a) Choose the 71.6% one; (b) neither is a winner yet:
-#    re-run both on new seeds and compare the means (or take either); (c) choose the one with the
-#    smaller batch.
-# 3. Why does random search usually beat a grid of the same number of trials when one
-#    hyperparameter matters much more than the others (Bergstra & Bengio, 2012)? (a) a 3 x 3 grid
-#    tries only 3 values of the important one, 9 random trials try 9; (b) a random trial trains
-#    faster; (c) a grid cannot run in parallel.
-# 4. The risk of stopping trials after their first epoch is that (a) it costs more than the grid;
-#    (b) it favours configurations that start fast (a large learning rate) over ones that end best,
-#    which Hyperband hedges with brackets that start later; (c) it cannot run in parallel.
-# 5. A team runs trials on 8 machines. With Optuna they (a) run an in-memory study per machine and
-#    compare the bests at the end; (b) point every worker at one study in a shared storage (an RDB
-#    URL such as `postgresql://...`, or a journal file), so the sampler and the pruner see every
-#    trial; (c) set `n_jobs=8` in `study.optimize`.
+#    other seeds moves it by about ±1 point. (a) Choose the 71.6% one; (b) choose the one with the
+#    smaller batch; (c) neither is a winner yet: re-run both on new seeds and compare the means (or
+#    take either).
+# 3. Why does random search usually beat a grid of the same number of trials when one hyperparameter
+#    matters much more than the others (Bergstra & Bengio, 2012)? (a) a grid cannot run in parallel;
+#    (b) a random trial trains faster; (c) a 3 x 3 grid tries only 3 values of the important one, 9
+#    random trials try 9.
+# 4. The risk of stopping trials after their first epoch is that (a) it favours configurations that
+#    start fast (a large learning rate) over ones that end best, which Hyperband hedges with
+#    brackets that start later; (b) it costs more than the grid; (c) it cannot run in parallel.
+# 5. A team runs trials on 8 machines. With Optuna they (a) point every worker at one study in a
+#    shared storage (an RDB URL such as `postgresql://...`, or a journal file), so the sampler and
+#    the pruner see every trial; (b) run an in-memory study per machine and compare the bests at the
+#    end; (c) set `n_jobs=8` in `study.optimize`.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "b", "q2": "b", "q3": "a", "q4": "b", "q5": "b"}
+QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "c", "q4": "a", "q5": "a"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

@@ -101,8 +101,9 @@ check_my_work("test_latency", "lesson13.ipynb")
 # Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., "q3": ..., "q4": ...}`.
 # The grader checks your answers outside this notebook.
 #
-# 1. An SLO says "P95 latency ≤ 20 ms". It means (a) the mean latency is at most 20 ms; (b) at least
-#    95% of requests finish within 20 ms; (c) 95% of the serving time is spent in requests under 20 ms.
+# 1. An SLO says "P95 latency ≤ 20 ms". It means (a) the mean latency is at most 20 ms; (b) 95% of
+#    the serving time is spent in requests under 20 ms; (c) at least 95% of requests finish within
+#    20 ms.
 # 2. Dynamic int8 quantization of the grader's head costs accuracy because (a) the head's weights
 #    have outliers; (b) it was calibrated on too few rows; (c) the head's input gets one scale for the
 #    whole tensor, set by the few huge activations, so every other value rounds to zero.
@@ -115,7 +116,7 @@ check_my_work("test_latency", "lesson13.ipynb")
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}
+QUIZ_ANSWERS = {"q1": "c", "q2": "c", "q3": "a", "q4": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

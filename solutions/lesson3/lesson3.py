@@ -169,9 +169,9 @@ grade_performance()
 # The grader checks your answers outside this notebook.
 #
 # 1. Why does bf16 training need no loss scaling while fp16 does?
-#    (a) bf16 has more mantissa bits; (b) bf16 keeps fp32's 8 exponent bits, so small gradients do
-#    not underflow, while fp16's 5 exponent bits flush them to zero unless the loss is scaled up;
-#    (c) bf16 is only used for inference.
+#    (a) bf16 has more mantissa bits; (b) bf16 is only used for inference; (c) bf16 keeps fp32's 8
+#    exponent bits, so small gradients do not underflow, while fp16's 5 exponent bits flush them to
+#    zero unless the loss is scaled up.
 # 2. With a `GradScaler` and gradient clipping, the right order is:
 #    (a) `scaler.scale(loss).backward()`, `scaler.unscale_(opt)`, clip, `scaler.step(opt)`,
 #    `scaler.update()`; (b) clip, `scaler.scale(loss).backward()`, `scaler.step(opt)`;
@@ -187,7 +187,7 @@ grade_performance()
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "b", "q2": "a", "q3": "b", "q4": "c"}
+QUIZ_ANSWERS = {"q1": "c", "q2": "a", "q3": "b", "q4": "c"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

@@ -132,13 +132,13 @@ check_my_work("test_recipe", "lesson4.ipynb")
 # 3. A ResNet trained with SGD at batch 128 and LR 0.1 moves to an effective batch of 512. A good
 #    first setting is: (a) LR 0.4 (linear scaling) with a short warm-up; (b) LR 0.1, unchanged; (c) LR
 #    0.2 (square-root scaling) and no warm-up.
-# 4. Past the critical batch size (McCandlish et al. 2018), doubling the batch: (a) halves the steps
-#    to the target; (b) barely reduces the steps to the target, so it mostly costs more samples;
+# 4. Past the critical batch size (McCandlish et al. 2018), doubling the batch: (a) barely reduces
+#    the steps to the target, so it mostly costs more samples; (b) halves the steps to the target;
 #    (c) always lowers the final accuracy.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "c", "q2": "b", "q3": "a", "q4": "b"}
+QUIZ_ANSWERS = {"q1": "c", "q2": "b", "q3": "a", "q4": "a"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

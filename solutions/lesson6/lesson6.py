@@ -139,12 +139,12 @@ check_my_work("test_overhead", "lesson6.ipynb")
 # 3. Why write a checkpoint to a temporary file and then `os.replace` it onto its name?
 #    (a) it is faster than writing in place; (b) a crash in the middle of the write leaves the old,
 #    complete checkpoint in place; (c) it compresses the file.
-# 4. Early stopping with patience 3 fires after epoch 10. The model to keep is: (a) epoch 10's;
-#    (b) epoch 7's, saved when its validation loss was the best; (c) the average of epochs 7-10.
+# 4. Early stopping with patience 3 fires after epoch 10. The model to keep is: (a) epoch 7's, saved
+#    when its validation loss was the best; (b) epoch 10's; (c) the average of epochs 7-10.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "a", "q2": "c", "q3": "b", "q4": "b"}
+QUIZ_ANSWERS = {"q1": "a", "q2": "c", "q3": "b", "q4": "a"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

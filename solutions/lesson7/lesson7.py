@@ -107,22 +107,22 @@ check_my_work("test_speed", "lesson7.ipynb")
 # Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., "q3": ..., "q4": ...}`.
 # The grader checks your answers outside this notebook.
 #
-# 1. The padding share of a run is (a) padded tokens divided by real tokens; (b) padded tokens
-#    divided by computed tokens (rows × padded width, summed over batches); (c) zero once an
-#    attention mask hides the padding.
-# 2. Why size batches by a token budget instead of a row count? (a) it allows a higher learning
-#    rate; (b) it removes padding by itself, without sorting; (c) the tokens per step — hence memory
-#    and step time — stay roughly constant: many short rows or a few long ones.
-# 3. Why round padded widths up to a multiple of 8 on a GPU? (a) tensor cores work on tiles whose
-#    sides are multiples of 8 (fp16/bf16), so aligned shapes run on them efficiently; (b) it reduces
-#    padding; (c) the attention mask only works on such widths.
+# 1. The padding share of a run is (a) padded tokens divided by real tokens; (b) zero once an
+#    attention mask hides the padding; (c) padded tokens divided by computed tokens (rows × padded
+#    width, summed over batches).
+# 2. Why size batches by a token budget instead of a row count? (a) the tokens per step — hence
+#    memory and step time — stay roughly constant: many short rows or a few long ones; (b) it
+#    removes padding by itself, without sorting; (c) it allows a higher learning rate.
+# 3. Why round padded widths up to a multiple of 8 on a GPU? (a) the attention mask only works on
+#    such widths; (b) it reduces padding; (c) tensor cores work on tiles whose sides are multiples
+#    of 8 (fp16/bf16), so aligned shapes run on them efficiently.
 # 4. A length-bucketing sampler keeps training random by (a) sorting the whole set by length once;
 #    (b) shuffling per epoch, sorting only within mega-batches, then shuffling the order of the
 #    batches; (c) dropping the shortest sequences.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}
+QUIZ_ANSWERS = {"q1": "c", "q2": "a", "q3": "c", "q4": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

@@ -137,14 +137,14 @@ check_my_work("test_recipe", "lesson8.ipynb")
 #    (a) 4 bytes; (b) 8 bytes; (c) 16 bytes.
 # 2. Compared with the frozen model's forward, a LoRA model's forward pass: (a) is about r / d as
 #    expensive; (b) costs the base matmuls plus the adapters', so no less; (c) skips the frozen layers.
-# 3. `lora_B` starts at zero so that: (a) the adapted model starts exactly as the pretrained one;
-#    (b) A receives no gradient at first and stays random; (c) the merged weight needs no bias.
+# 3. `lora_B` starts at zero so that: (a) A receives no gradient at first and stays random; (b) the
+#    adapted model starts exactly as the pretrained one; (c) the merged weight needs no bias.
 # 4. After `merge_and_unload()`, inference with the adapted model costs: (a) the base plus r
 #    extra matmuls; (b) exactly the base model's; (c) less than the base model's.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "c", "q2": "b", "q3": "a", "q4": "b"}
+QUIZ_ANSWERS = {"q1": "c", "q2": "b", "q3": "b", "q4": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

@@ -35,14 +35,14 @@ from effkit.workloads import cifar
 from grader.assignments.lesson1.task import BOTTLENECKS, TOLERANCE"""
 
 QUIZ_KEY = {  # question -> the right choice; the notebook only holds the questions
-    "q1": "b",  # median-of-pairs interval: where the typical A/B ratio lies, with stated coverage
+    "q1": "a",  # median-of-pairs interval: where the typical A/B ratio lies, with stated coverage
     "q2": "c",  # a high data-wait share: the accelerator idles, so fix the input pipeline first
-    "q3": "a",  # warm-up excluded: first steps pay one-off costs (allocations, workers starting)
-    "q4": "b",  # sync before reading the clock: GPU work is asynchronous
+    "q3": "b",  # warm-up excluded: first steps pay one-off costs (allocations, workers starting)
+    "q4": "c",  # sync before reading the clock: GPU work is asynchronous
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
-        "a": "that is the spread of all pairs; the interval is narrower, from order statistics around the median, with its coverage stated",
+        "b": "that is the spread of all pairs; the interval is narrower, from order statistics around the median, with its coverage stated",
         "c": "no mean and no standard deviation: timing noise is skewed, so the median of pairs and an order-statistic interval are used",
     },
     "q2": {
@@ -50,12 +50,12 @@ QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
         "b": "the optimizer step is part of compute; 70% of the time is spent waiting for data",
     },
     "q3": {
-        "b": "warm-up steps are usually slower, not faster: they pay allocations, worker start-up and lazy initialisation",
+        "a": "warm-up steps are usually slower, not faster: they pay allocations, worker start-up and lazy initialisation",
         "c": "the LR schedule does not change how long a step takes",
     },
     "q4": {
         "a": "synchronising frees no memory",
-        "c": "the data loader is unrelated: without a sync the clock stops when the kernels are launched, not finished",
+        "b": "the data loader is unrelated: without a sync the clock stops when the kernels are launched, not finished",
     },
 }
 

@@ -19,34 +19,34 @@ CALL_SECONDS = 30
 SETUP_SOURCE = "import math"
 
 QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "b",  # wait + warmup steps are dropped: first steps pay one-off costs
-    "q2": "c",  # self time vs total time
-    "q3": "a",  # never quote throughput under the profiler
-    "q4": "b",  # on a GPU .item() waits for every queued kernel
-    "q5": "c",  # the next bottleneck moves: re-profile after each fix
+    "q1": "a",  # wait + warmup steps are dropped: first steps pay one-off costs
+    "q2": "a",  # self time vs total time
+    "q3": "c",  # never quote throughput under the profiler
+    "q4": "a",  # on a GPU .item() waits for every queued kernel
+    "q5": "b",  # the next bottleneck moves: re-profile after each fix
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
-        "a": "the profiler records the warm-up steps too (and drops them): it does not make them cheaper",
+        "b": "the profiler records the warm-up steps too (and drops them): it does not make them cheaper",
         "c": "the schedule only chooses which steps are recorded; it does not change the step",
     },
     "q2": {
-        "a": "total time includes everything the operator called: a wrapper like aten::linear would look as "
-        "costly as the matmul inside it",
         "b": "call counts say how often, not how long: a thousand 2 µs ops can cost less than one convolution",
+        "c": "total time includes everything the operator called: a wrapper like aten::linear would look as "
+        "costly as the matmul inside it",
     },
     "q3": {
+        "a": "a Chrome trace is exported after the steps ran; the slowdown is the recording itself",
         "b": "the profiler adds a cost per operator, so a step with many small operators slows down more "
         "than one with a few big ones: the overhead is not a constant factor",
-        "c": "a Chrome trace is exported after the steps ran; the slowdown is the recording itself",
     },
     "q4": {
-        "a": "the value is small; the cost is waiting for every kernel queued before it to finish",
+        "b": "the value is small; the cost is waiting for every kernel queued before it to finish",
         "c": "the CPU also reads it, but the cost on a GPU is the stall: the launch queue drains",
     },
     "q5": {
         "a": "a fix moves time elsewhere: what was second is now first, and the doctor's ranking changes",
-        "b": "throughput alone cannot say why: only a profile splits the step again",
+        "c": "throughput alone cannot say why: only a profile splits the step again",
     },
 }
 

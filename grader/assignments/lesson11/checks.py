@@ -387,9 +387,9 @@ from torch.utils.data import DataLoader, DistributedSampler"""
 
 QUIZ_KEY = {  # the notebook holds only the questions
     "q1": "b",  # ring all-reduce: each rank moves 2 (N-1)/N of the buffer
-    "q2": "c",  # without set_epoch every epoch repeats the first one's order
+    "q2": "b",  # without set_epoch every epoch repeats the first one's order
     "q3": "a",  # ZeRO-1 shards the optimizer state: 12 psi / N
-    "q4": "b",  # DDP overlaps bucket all-reduces with the rest of backward
+    "q4": "c",  # DDP overlaps bucket all-reduces with the rest of backward
     "q5": "c",  # gloo on CPU, nccl on GPUs
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
@@ -401,7 +401,7 @@ QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     },
     "q2": {
         "a": "the ranks still read disjoint shards: DistributedSampler splits whatever permutation it draws",
-        "b": "nothing fails: the sampler silently draws the same permutation (seed + epoch, epoch stuck at 0)",
+        "c": "nothing fails: the sampler silently draws the same permutation (seed + epoch, epoch stuck at 0)",
     },
     "q3": {
         "b": "sharding gradients too is ZeRO-2; ZeRO-1 keeps full gradients on every rank",
@@ -409,7 +409,7 @@ QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     },
     "q4": {
         "a": "DDP starts a bucket's all-reduce as soon as its gradients are ready, during backward, not after",
-        "c": "buckets are about overlap and fewer, larger messages; every rank still holds every gradient",
+        "b": "buckets are about overlap and fewer, larger messages; every rank still holds every gradient",
     },
     "q5": {
         "a": "NCCL needs CUDA tensors and one GPU per rank; on CPU tensors it refuses",

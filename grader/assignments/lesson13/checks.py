@@ -46,7 +46,7 @@ import onnxruntime as ort
 from onnxruntime.quantization import QuantType, quantize_dynamic"""
 
 QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "b",  # P95 = the latency 95% of requests stay under
+    "q1": "c",  # P95 = the latency 95% of requests stay under
     "q2": "c",  # per-tensor activation scale set by the outlier
     "q3": "a",  # batching trades latency for throughput
     "q4": "b",  # warm-up, many requests, interleaved
@@ -54,7 +54,7 @@ QUIZ_KEY = {  # the notebook holds only the questions
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
         "a": "that is the mean; a mean hides the slow tail an SLO is about",
-        "c": "95% of the time budget says nothing about single requests: P95 is a percentile of the latencies",
+        "b": "95% of the time budget says nothing about single requests: P95 is a percentile of the latencies",
     },
     "q2": {
         "a": "int8 weights of the head are per-tensor too, but weights have no outliers here: the input does",

@@ -550,11 +550,11 @@ def cell_not_the_reference(ctx) -> None:
     ctx.ok("your policy, scaler and step are your own (effkit's answers never ran inside them)")
 
 
-QUIZ_KEY = {"q1": "b", "q2": "a", "q3": "b", "q4": "c"}  # the notebook holds only the questions
+QUIZ_KEY = {"q1": "c", "q2": "a", "q3": "b", "q4": "c"}  # the notebook holds only the questions
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
         "a": "bf16 has fewer mantissa bits (7) than fp16 (10); its advantage is fp32's 8-bit exponent range",
-        "c": "bf16 trains fine on hardware with bf16 units (A100, H100, TPUs, recent CPUs)",
+        "b": "bf16 trains fine on hardware with bf16 units (A100, H100, TPUs, recent CPUs)",
     },
     "q2": {
         "b": "clipping before backward clips nothing, and skipping unscale_ clips scaled gradients",

@@ -28,7 +28,7 @@ QUIZ_KEY = {  # the notebook holds only the questions
     "q1": "c",  # effective batch = micro-batch x accumulation steps x ranks
     "q2": "b",  # normalise by the window's real-token count, not per micro-batch
     "q3": "a",  # linear scaling for SGD: LR x k; warm-up for the early steps
-    "q4": "b",  # past the critical batch, a bigger batch stops cutting the steps to target
+    "q4": "a",  # past the critical batch, a bigger batch stops cutting the steps to target
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
@@ -44,7 +44,7 @@ QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
         "c": "square-root scaling is a heuristic for adaptive optimizers; for SGD, linear scaling with warm-up is the first setting",
     },
     "q4": {
-        "a": "halving holds only well below the critical batch, where the gradient estimate is noisy",
+        "b": "halving holds only well below the critical batch, where the gradient estimate is noisy",
         "c": "the final accuracy need not drop; what is lost is sample efficiency",
     },
 }

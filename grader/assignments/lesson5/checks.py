@@ -41,8 +41,8 @@ from effkit.act_checkpoint import saved_activation_bytes"""
 
 QUIZ_KEY = {  # the notebook holds only the questions
     "q1": "b",  # mixed-precision Adam: ~16 bytes per parameter -> 16 GB for 1B
-    "q2": "b",  # use_reentrant=True, input without requires_grad: no gradients for the block
-    "q3": "a",  # keep matmuls: more memory than full checkpointing, fewer FLOPs recomputed
+    "q2": "a",  # use_reentrant=True, input without requires_grad: no gradients for the block
+    "q3": "c",  # keep matmuls: more memory than full checkpointing, fewer FLOPs recomputed
     "q4": "b",  # activations ~ input size: sqrt(16) = 4 segments
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
@@ -51,12 +51,12 @@ QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
         "c": "64 GB is 64 bytes per parameter: four times what mixed-precision Adam keeps",
     },
     "q2": {
-        "a": "reentrant checkpointing only tracks gradients through inputs that require them: the block's parameters get none",
+        "b": "reentrant checkpointing only tracks gradients through inputs that require them: the block's parameters get none",
         "c": "it saves memory and raises no error: the missing gradients are silent",
     },
     "q3": {
+        "a": "it keeps the matmul outputs as well as the inputs: more memory",
         "b": "keeping the matmul outputs keeps more memory than keeping only block inputs",
-        "c": "it keeps the matmul outputs as well as the inputs: more memory",
     },
     "q4": {
         "a": "one segment keeps only its input but recomputes the whole network's activations at once in backward",

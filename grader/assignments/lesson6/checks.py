@@ -29,7 +29,7 @@ QUIZ_KEY = {  # the notebook holds only the questions
     "q1": "a",  # sqrt(2 x 30 s x 24 h) = 2277 s, about 38 minutes
     "q2": "c",  # the validation set is data, not state of the run
     "q3": "b",  # write to a temporary file, fsync, rename: the old file survives a crash
-    "q4": "b",  # the best epoch's weights, saved when they happened
+    "q4": "a",  # the best epoch's weights, saved when they happened
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
@@ -45,7 +45,7 @@ QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
         "c": "os.replace compresses nothing; it swaps a complete file in atomically",
     },
     "q4": {
-        "a": "epoch 10 is patience epochs past the best: its validation loss was worse",
+        "b": "epoch 10 is patience epochs past the best: its validation loss was worse",
         "c": "averaging weights is a different technique (SWA), not what early stopping keeps",
     },
 }

@@ -24,23 +24,23 @@ SETUP_SOURCE = """\
 import numpy as np"""
 
 QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "b",  # padding share = padded tokens / computed tokens
-    "q2": "c",  # a token budget keeps tokens per step (memory, time) steady
-    "q3": "a",  # multiples of 8: tensor-core tile shapes
+    "q1": "c",  # padding share = padded tokens / computed tokens
+    "q2": "a",  # a token budget keeps tokens per step (memory, time) steady
+    "q3": "c",  # multiples of 8: tensor-core tile shapes
     "q4": "b",  # shuffle within mega-batches and the batch order
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
         "a": "padding is counted against what the model computes (rows x padded width), not against the real tokens",
-        "c": "attention masks hide padding from the result, not from the arithmetic: padded positions are still computed",
+        "b": "attention masks hide padding from the result, not from the arithmetic: padded positions are still computed",
     },
     "q2": {
-        "a": "a budget does not change the learning rate; it changes how many rows a batch holds",
         "b": "a budget groups nothing by itself: without sorting, one long row still sets the whole batch's width",
+        "c": "a budget does not change the learning rate; it changes how many rows a batch holds",
     },
     "q3": {
+        "a": "the attention mask works for any width; 8 is about the matrix units' tile shapes",
         "b": "rounding to 8 adds padding; it pays only because tensor cores work on tiles of multiples of 8",
-        "c": "the attention mask works for any width; 8 is about the matrix units' tile shapes",
     },
     "q4": {
         "a": "a full sort gives the same batches in the same order every epoch: short reviews always together, first",

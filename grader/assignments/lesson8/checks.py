@@ -25,7 +25,7 @@ from torch import nn"""
 QUIZ_KEY = {  # the notebook holds only the questions
     "q1": "c",  # AdamW full fine-tuning, fp32: 16 bytes per parameter (weights, grads, two states)
     "q2": "b",  # LoRA's forward is not cheaper: the base matmul still runs, plus the adapter's
-    "q3": "a",  # B starts at zero: the model starts exactly as the pretrained one
+    "q3": "b",  # B starts at zero: the model starts exactly as the pretrained one
     "q4": "b",  # merge: W + (alpha/r) B A, zero inference overhead
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
@@ -38,7 +38,7 @@ QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
         "c": "frozen layers still run forward; they only skip weight gradients and optimizer states",
     },
     "q3": {
-        "b": "A does get gradients once B moves; B = 0 makes the adapted model start exactly as the pretrained one",
+        "a": "A does get gradients once B moves; B = 0 makes the adapted model start exactly as the pretrained one",
         "c": "the merge adds (alpha/r) B A to W; biases are untouched either way",
     },
     "q4": {

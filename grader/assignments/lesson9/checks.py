@@ -24,27 +24,27 @@ import torch
 import torch.nn.functional as F"""
 
 QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "b",  # soft-target gradients scale as 1/T^2: multiply by T^2
-    "q2": "c",  # the teacher's logits can be cached once when inputs are not augmented
-    "q3": "a",  # a 3-of-6-layer student: about half the encoder's compute per token
-    "q4": "b",  # distillation makes inference cheaper, not training
+    "q1": "a",  # soft-target gradients scale as 1/T^2: multiply by T^2
+    "q2": "b",  # the teacher's logits can be cached once when inputs are not augmented
+    "q3": "b",  # a 3-of-6-layer student: about half the encoder's compute per token
+    "q4": "c",  # distillation makes inference cheaper, not training
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
-        "a": "a KL divergence is never negative already; T² restores the soft term's gradient scale, which shrinks as 1/T²",
+        "b": "a KL divergence is never negative already; T² restores the soft term's gradient scale, which shrinks as 1/T²",
         "c": "the softmax already normalises over the classes; T² compensates the 1/T² shrink of the soft gradients",
     },
     "q2": {
         "a": "with fixed inputs and a frozen teacher its logits never change: running it every step repeats the same work",
-        "b": "dropout makes the targets noisy, and it still costs a teacher forward every step",
+        "c": "dropout makes the targets noisy, and it still costs a teacher forward every step",
     },
     "q3": {
-        "b": "an encoder layer's compute is per layer: with the width unchanged, 3 of 6 layers is about half",
+        "a": "an encoder layer's compute is per layer: with the width unchanged, 3 of 6 layers is about half",
         "c": "a quarter would need a narrower student too; depth alone halves the layers' compute",
     },
     "q4": {
         "a": "each distillation step costs more (a teacher forward, or a cache lookup), not less",
-        "c": "the hard-label term usually stays (the alpha mix); the teacher's targets came from labelled training too",
+        "b": "the hard-label term usually stays (the alpha mix); the teacher's targets came from labelled training too",
     },
 }
 

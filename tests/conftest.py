@@ -68,3 +68,22 @@ def _ab_result(ratios):
 def ab_result():
     """``ab_result(ratios)``: what `effkit.abtest.compare` returns for those pairs (the verdict tests)."""
     return _ab_result
+
+
+@pytest.fixture
+def tiny_bert_config():
+    """``tiny_bert_config(layers)``: a BERT classifier's config small enough to build in a test."""
+    transformers = pytest.importorskip("transformers")
+
+    def config(layers: int = 2):
+        return transformers.BertConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=layers,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=16,
+            num_labels=2,
+        )
+
+    return config

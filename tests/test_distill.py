@@ -189,21 +189,15 @@ def test_layer_map_keeps_every_other_layer():
         layer_map(4, 5)
 
 
-def test_student_from_teacher_copies_every_other_layer_and_leaves_the_teacher_alone():
-    from transformers import BertConfig, BertForSequenceClassification
+def test_student_from_teacher_copies_every_other_layer_and_leaves_the_teacher_alone(
+    tiny_bert_config,
+):
+    from transformers import BertForSequenceClassification
 
     from effkit.distill import student_from_teacher
 
     torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=4,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=16,
-        num_labels=2,
-    )
+    config = tiny_bert_config(layers=4)
     teacher = BertForSequenceClassification(config).eval().requires_grad_(False)
     student = student_from_teacher(teacher, 2)
     assert len(student.bert.encoder.layer) == 2 and student.config.num_hidden_layers == 2

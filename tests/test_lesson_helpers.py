@@ -316,21 +316,13 @@ def test_quiet_transformers_silences_the_load_report():
     assert transformers.logging.get_verbosity() == transformers.logging.ERROR
 
 
-def test_fine_tune_is_seeded_and_trains_the_whole_classifier(tmp_path):
+def test_fine_tune_is_seeded_and_trains_the_whole_classifier(tmp_path, tiny_bert_config):
     transformers = pytest.importorskip("transformers")
     from types import SimpleNamespace
 
     from effkit import lesson_setup
 
-    config = transformers.BertConfig(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=16,
-        num_labels=2,
-    )
+    config = tiny_bert_config(layers=2)
     transformers.BertForSequenceClassification(config).save_pretrained(tmp_path / "tiny")
     train = SimpleNamespace(
         texts=[f"row {i}" for i in range(20)], labels=[i % 2 for i in range(20)]

@@ -150,6 +150,15 @@ def check_policy(choose_policy, make_scaler) -> None:
         _ok("a loss scaler only for fp16 (bf16 and fp32 need none)")
 
 
+def _expect_update_close(got, want, what: str) -> None:
+    err = probe.relative_error(got, want)
+    expect(
+        err < 0.1,
+        f"{what}: the parameter update differs from a correct clipped step by {err:.0%} "
+        f"(norm {float(got.norm()):.4g}, expected {float(want.norm()):.4g})",
+    )
+
+
 def _check_update(step, policy, scaler, seed: int, what: str, model=None, optimizer=None) -> float:
     """One step on the probe; the parameter change must match a correct clipped fp32 step."""
     model = model or probe.ProbeModel(seed)
@@ -178,12 +187,7 @@ def _check_update(step, policy, scaler, seed: int, what: str, model=None, optimi
             f"(= max_grad_norm): clip only after scaler.unscale_(optimizer) - clipping the loss-scaled "
             f"gradients shrinks the update by the loss scale",
         )
-    err = probe.relative_error(got, want)
-    expect(
-        err < 0.1,
-        f"{what}: the parameter update differs from a correct clipped step by {err:.0%} "
-        f"(norm {float(got.norm()):.4g}, expected {float(want.norm()):.4g})",
-    )
+    _expect_update_close(got, want, what)
     expect(
         probe.grads_cleared(model),
         f"{what}: expected the gradients cleared after the step (optimizer.zero_grad()), "
@@ -384,12 +388,7 @@ def _judge_update(seed, batch_seed, before, data, after, what) -> None:
             f"{what}: the optimizer was stepped with gradients of norm {data['norm']:.3g}; "
             "expected 1.0: clip only after scaler.unscale_(optimizer)",
         )
-    err = probe.relative_error(got, want)
-    expect(
-        err < 0.1,
-        f"{what}: the parameter update differs from a correct clipped step by {err:.0%} "
-        f"(norm {float(got.norm()):.4g}, expected {float(want.norm()):.4g})",
-    )
+    _expect_update_close(got, want, what)
     expect(
         data.get("cleared") is True,
         f"{what}: expected the gradients cleared after the step "

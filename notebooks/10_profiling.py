@@ -52,7 +52,7 @@ PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
 RECIPES = ("cifar:naive", "cifar:optimized")
 SIZES = {"smoke": dict(active=3, pairs=6, steps_per_burst=2, recipe_steps=dict(wait=0, warmup=1, active=1, timed=1)),
          "cpu": dict(active=5, pairs=8, steps_per_burst=4, recipe_steps=dict(active=5)),
-         "gpu": dict(active=5, pairs=8, steps_per_burst=4, recipe_steps=dict(active=5))}[PROFILE]  # fmt: skip
+         "gpu": dict(active=5, pairs=8, steps_per_burst=4, recipe_steps=dict(active=5))}[PROFILE]
 torch.set_num_threads(1)  # one thread: the machine is shared, and figures per thread compare
 CPU_NAME = device_name("cpu")
 work = Path(tempfile.mkdtemp(prefix="lesson10-"))
@@ -78,7 +78,7 @@ for name, n, color in parts:
 ax.text(3.0, 1.95, "only the active steps reach the table and the trace", ha="center", fontsize=9)
 x = 0.0
 for name, w, color in [("data", 0.6, "#fdae6b"), ("forward", 1.2, "#6baed6"), ("backward", 2.0, "#3182bd"),
-                       ("optimizer", 0.7, "#74c476"), ("other", 0.3, "#bcbddc")]:  # fmt: skip
+                       ("optimizer", 0.7, "#74c476"), ("other", 0.3, "#bcbddc")]:
     ax.add_patch(FancyBboxPatch((x + 0.02, 0.2), w - 0.04, 0.5, boxstyle="round,pad=0.02", fc=color, ec="gray"))
     ax.text(x + w / 2, 0.45, f'record_function\n"step/{name}"', ha="center", va="center", fontsize=7)
     x += w
@@ -104,7 +104,7 @@ step = planted_step(("data", "sync"), seed=0)
 trace_path = work / "trace.json"
 with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else []),
              schedule=schedule(wait=1, warmup=2, active=SIZES["active"]),
-             on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path))) as prof:  # fmt: skip
+             on_trace_ready=lambda p: p.export_chrome_trace(str(trace_path))) as prof:
     for _ in range(1 + 2 + SIZES["active"]):
         step.run()  # data, forward, backward, optimizer, other: each in its record_function range
         prof.step()
@@ -133,7 +133,7 @@ ax.broken_barh([((e["ts"] - t0) / 1e3, e["dur"] / 1e3) for e in ops], (-0.25, 0.
 ax.set(yticks=[0, 1], yticklabels=["operators", "ranges"], xlabel="ms since the first recorded step",
        title=f"Chrome trace of {SIZES['active']} active steps (CPU thread): gaps between operators are Python")
 ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()], labels=list(colors),
-          ncol=5, loc="upper right", fontsize=8)  # fmt: skip
+          ncol=5, loc="upper right", fontsize=8)
 plt.show()
 
 # %% [markdown]
@@ -188,7 +188,7 @@ for _ in range(2):
     plain_steps()  # warm-up outside the comparison
 overhead_ab = lesson.ab("steps without vs with the profiler recording", plain_steps, profiled_steps,
                         pairs=SIZES["pairs"], a_label="unprofiled", b_label="profiled", unit="steps/s",
-                        dev=torch.device("cpu"))  # fmt: skip
+                        dev=torch.device("cpu"))
 lesson.check_guess(GUESS_PROFILER_SLOWDOWN, 1 / overhead_ab.ratio, "slowdown under the profiler", "{:.2f}x")
 
 # %% [markdown]

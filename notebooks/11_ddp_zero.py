@@ -469,7 +469,7 @@ def rank_peak(rank, world, recipe, width, layers):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, width), nn.ReLU(),
                           *[m for _ in range(layers) for m in (nn.Linear(width, width), nn.ReLU())],
-                          nn.Linear(width, 10))  # fmt: skip
+                          nn.Linear(width, 10))
     params = sum(p.numel() for p in model.parameters())
     if recipe.startswith("FSDP2"):
         cpu = init_device_mesh("cpu", (world,))
@@ -481,7 +481,7 @@ def rank_peak(rank, world, recipe, width, layers):
     else:
         net = DDP(model, gradient_as_bucket_view=recipe != "DDP")
         opt = (ZeroRedundancyOptimizer(net.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3)
-               if recipe.startswith("ZeRO") else torch.optim.Adam(net.parameters(), lr=1e-3))  # fmt: skip
+               if recipe.startswith("ZeRO") else torch.optim.Adam(net.parameters(), lr=1e-3))
     x, y = torch.randn(16, 64), torch.randint(10, (16,))
     for _ in range(3):
         F.cross_entropy(net(x), y).backward()
@@ -508,7 +508,7 @@ print(f"measured minus arithmetic: {min(above):+.1f} to {max(above):+.1f} bytes 
 fig, ax = plt.subplots(figsize=(7, 2.8))
 ax.barh(list(per_rank), list(per_rank.values()), color="tab:blue", label="measured (the kernel's count)")
 ax.scatter(list(ARITHMETIC.values()), list(ARITHMETIC), color="black", marker="|", s=300, zorder=3,
-           label="arithmetic")  # fmt: skip
+           label="arithmetic")
 ax.invert_yaxis()
 ax.set_xlabel("peak bytes per parameter on the larger rank")
 ax.set_title(f"Per-rank memory, {n_params / 1e6:.1f}M parameters, 2 ranks ({CPU_NAME})")

@@ -133,7 +133,7 @@ epoch_line = {"faster": f"an epoch at batch 512 ran {epoch_ab.ratio:.1f}x as fas
                         "both",
               "slower": f"an epoch at batch 512 ran slower ({epoch_ab.ratio:.2f}x) than one at batch 32 here",
               "no clear difference": "no per-epoch cost difference between batch 32 and 512 that this measurement "
-                                     "can resolve"}[epoch_ab.verdict.word]  # fmt: skip
+                                     "can resolve"}[epoch_ab.verdict.word]
 print(epoch_line)
 
 # %% [markdown]
@@ -217,7 +217,7 @@ for name, ledgers in searches.items():
     rows.append({"name": name, "trials": mean(lg.trials for lg in ledgers), "complete": mean(lg.complete for lg in ledgers),
                  "best": mean(lg.best for lg in ledgers), "saved": mean(lg.saved for lg in ledgers),
                  "hits": len(reached), "median_epochs": statistics.median(e for e, _ in reached) if reached else None,
-                 "median_seconds": statistics.median(s for _, s in reached) if reached else None})  # fmt: skip
+                 "median_seconds": statistics.median(s for _, s in reached) if reached else None})
 print(f"{'search':16} {'trials':>7} {'complete':>9} {'best val':>9} {'saved':>6}  target {TARGET:.1%}: reached, "
       f"median cost (means and medians over {S['search_seeds']} search seed(s))")
 for r in rows:
@@ -338,7 +338,7 @@ start = time.perf_counter()
 procs = [subprocess.Popen([sys.executable, "-m", "effkit.hpo", "worker", "--storage", storage, "--study", study_name,
                            "--trials", str(S["worker_trials"]), "--seed", str(k), "--n-train", str(S["n_train"]),
                           "--max-epochs", str(S["max_epochs"])], env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for k in range(S["workers"])]  # fmt: skip
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for k in range(S["workers"])]
 for p in procs:
     print(p.communicate()[0].strip().splitlines()[-1])
 parallel_seconds = time.perf_counter() - start

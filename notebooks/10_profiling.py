@@ -27,7 +27,8 @@
 # `cpu` (168 s at load average 6-7; the imports alone took 52 s there), 38 s in `smoke` at load ~4.5.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one: the same
-# steps, with the CUDA activity recorded as well), `smoke` (tests only: fewer steps and pairs; its
+# steps, still built and run on the CPU, so the profiler records no GPU work for them; section 4's
+# code is what shows the GPU-only views), `smoke` (tests only: fewer steps and pairs; its
 # numbers show the code runs, not what is true). Every step runs on **one CPU thread**. The quiz and
 # the graded exercise (write the doctor's judgement yourself) are in `exercises/lesson10/`.
 

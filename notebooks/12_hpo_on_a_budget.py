@@ -143,11 +143,13 @@ print(epoch_line)
 # Bengio 2012: when one axis matters most, 9 random trials try 9 learning rates where a 3 x 3 grid
 # tries 3). **TPE** (Bergstra et al. 2011, Optuna's default sampler) fits densities to the good and
 # the bad trials so far and samples where the ratio favours the good. The **pruners** stop a trial
-# between epochs: the *median* pruner when its score is below the median of earlier trials at the
-# same epoch; *successive halving* (Jamieson & Talwalkar 2016; asynchronous: ASHA, Li et al. 2020)
-# keeps only the top 1/η of the trials at each rung (1, 3, 9 epochs for η = 3, as drawn below); *Hyperband*
-# (Li et al. 2018) runs several successive halvings that start at different rungs, hedging against a
-# first epoch that predicts badly. The "TPE + SHA" search below uses Optuna's defaults, which differ
+# between epochs: the *median* pruner (Optuna's `MedianPruner`) when the trial's *best* score so far
+# is below the median of the *completed* trials' scores at the same epoch, and only once
+# `n_startup_trials` trials have completed and the trial is past `n_warmup_steps`; *successive
+# halving* (Jamieson & Talwalkar 2016; asynchronous: ASHA, Li et al. 2020) keeps only the top 1/η of
+# the trials at each rung (1, 3, 9 epochs for η = 3, as drawn below); *Hyperband* (Li et al. 2018)
+# runs several successive halvings that start at different rungs, hedging against a first epoch that
+# predicts badly. The "TPE + SHA" search below uses Optuna's defaults, which differ
 # from the drawing: `SuccessiveHalvingPruner()` keeps the top quarter (η = 4) and picks its first
 # rung itself (`min_resource="auto"`).
 

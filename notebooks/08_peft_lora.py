@@ -365,8 +365,11 @@ plt.show()
 # themselves still sit in memory in full precision. **QLoRA** (Dettmers et al. 2023) stores them in
 # 4 bits (NF4, with double quantisation of the scales) and computes in bf16, training LoRA
 # adapters on top: a 65 B model fine-tunes on one 48 GB GPU. It needs `bitsandbytes`' CUDA kernels
-# (`BitsAndBytesConfig(load_in_4bit=True)` in transformers, then `prepare_model_for_kbit_training`
-# and a `LoraConfig` in peft), so this course runs it only where a GPU exists; the 22.7 M-parameter
+# and the QLoRA settings spelled out, since `BitsAndBytesConfig(load_in_4bit=True)` alone means FP4,
+# no double quantisation and fp32 compute: `BitsAndBytesConfig(load_in_4bit=True,
+# bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)`
+# in transformers, then `prepare_model_for_kbit_training` and a `LoraConfig` in peft. No profile of
+# this course runs it (none installs `bitsandbytes`, and it needs a CUDA GPU); the 22.7 M-parameter
 # encoder here fits in 91 MB anyway.
 
 # %% [markdown]

@@ -120,6 +120,11 @@ print(f"teacher: {teacher.config.num_hidden_layers} layers, accuracy {teacher_ac
 # The gradient of the soft term with respect to the student's logits is `(p_s - p_t) / T`, and
 # `p_s - p_t` itself shrinks about as `1/T` for large `T`: so without `T²` the soft term fades
 # as `T` grows. `effkit.distill.kd_loss` is this loss.
+#
+# On SST-2 there are only two classes, so a soft target is one number, the teacher's confidence
+# that a sentence is positive: the part of dark knowledge that says which *wrong* classes are close
+# (a "7" that looks like a "1") has nothing to say here. What the student can still learn from the
+# teacher is how sure it is, sentence by sentence; with many classes, soft targets carry more.
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 2.8))

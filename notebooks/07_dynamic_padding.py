@@ -114,8 +114,12 @@ plt.show()
 #   many short rows or a few long ones, so the tokens per step stay steady.
 # * **Full sort**: the optimum for padding — and not a sampler: the same batches every epoch.
 #
-# Widths are rounded up to a multiple of 8 (`pad_to_multiple_of=8`): on GPUs, tensor cores compute
-# fp16/bf16 matrix products in tiles whose sides are multiples of 8, so aligned shapes use them fully.
+# Widths are rounded up to a multiple of 8 (`pad_to_multiple_of=8`, Hugging Face's usual setting).
+# On GPUs, tensor cores compute fp16/bf16 matrix products fastest when every dimension is a multiple
+# of 8. Which products does the width reach? In the linear layers the token dimension is batch x
+# width, already a multiple of 8 whenever the batch is, and the hidden sizes (384, 1536) are too; the
+# width itself is a matrix side only in attention (queries x keys, then x values). So the rounding
+# can help attention's matmuls, and it always costs padding: measure it before keeping it.
 
 # %%
 B = SIZES["batch"]
@@ -147,7 +151,7 @@ plt.show()
 # How much of what is left under bucketing is the rounding to 8 is the last line above: with a
 # median of about 10 tokens on real SST-2 (printed above), a width rounded up to 16 is a lot of
 # padding for short rows. A CPU has no tensor cores for the rounding to feed; it is kept here so
-# that the lesson's padding shares are those a GPU run would pay.
+# that the lesson's padding shares are those a GPU run with the usual setting would pay.
 #
 # The picture of it, on the first batches of each sampler (blue: real tokens, grey: padding):
 
@@ -358,5 +362,6 @@ print(f"* this run took {time.perf_counter() - STARTED:.0f} s in profile {PROFIL
 #
 # ### What to try next
 #
-# * On a GPU, time `pad_to_multiple_of=8` against `None` in bf16 autocast: the rounding pays there.
+# * On a GPU, time `pad_to_multiple_of=8` against `None` in bf16 autocast: does the rounding pay for
+#   its padding there, at this batch size?
 # * Measure Δacc of bucketing against random batches over 5 seeds of full fine-tuning (`gpu` profile).

@@ -114,8 +114,8 @@ check_my_work("test_speed", "lesson7.ipynb")
 #    memory and step time — stay roughly constant: many short rows or a few long ones; (b) it
 #    removes padding by itself, without sorting; (c) it allows a higher learning rate.
 # 3. Why round padded widths up to a multiple of 8 on a GPU? (a) the attention mask only works on
-#    such widths; (b) it reduces padding; (c) tensor cores work on tiles whose sides are multiples
-#    of 8 (fp16/bf16), so aligned shapes run on them efficiently.
+#    such widths; (b) it reduces padding; (c) tensor cores run fp16/bf16 matmuls fastest on sides
+#    that are multiples of 8, and the width is a side of attention's matmuls (it adds padding too).
 # 4. A length-bucketing sampler keeps training random by (a) sorting the whole set by length once;
 #    (b) shuffling per epoch, sorting only within mega-batches, then shuffling the order of the
 #    batches; (c) dropping the shortest sequences.

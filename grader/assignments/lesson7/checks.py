@@ -26,7 +26,7 @@ import numpy as np"""
 QUIZ_KEY = {  # the notebook holds only the questions
     "q1": "c",  # padding share = padded tokens / computed tokens
     "q2": "a",  # a token budget keeps tokens per step (memory, time) steady
-    "q3": "c",  # multiples of 8: tensor-core tile shapes
+    "q3": "c",  # multiples of 8: tensor-core shapes, for attention's matmuls
     "q4": "b",  # shuffle within mega-batches and the batch order
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
@@ -40,7 +40,7 @@ QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     },
     "q3": {
         "a": "the attention mask works for any width; 8 is about the matrix units' tile shapes",
-        "b": "rounding to 8 adds padding; it pays only because tensor cores work on tiles of multiples of 8",
+        "b": "rounding to 8 adds padding; what it can buy is aligned attention matmuls on tensor cores",
     },
     "q4": {
         "a": "a full sort gives the same batches in the same order every epoch: short reviews always together, first",

@@ -206,6 +206,12 @@ for name, values in fp32_lat.items():
 # price: rounding error in every layer, which may or may not change predictions — measured below on
 # held-out SST-2.
 #
+# One CPU detail: onnxruntime's x86 int8 kernels multiply unsigned 8-bit activations by signed 8-bit
+# weights, and without VNNI instructions (AVX512-VNNI or AVX-VNNI) the pairwise sums can saturate a
+# 16-bit intermediate; onnxruntime's quantization guide then recommends `reduce_range=True` (7-bit
+# weights), at some accuracy cost. With VNNI, full 8 bits are safe. The next cell says which this CPU
+# has.
+#
 # **Predict.** How many times faster than fp32 onnxruntime will the int8 model serve single
 # requests?
 
@@ -213,6 +219,10 @@ for name, values in fp32_lat.items():
 GUESS_INT8_SPEEDUP = None  # your guess, e.g. 1.5
 
 # %%
+cpu_flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+has_vnni = any(flag in cpu_flags for flag in ("avx512_vnni", "avx_vnni"))
+print(f"{CPU_NAME}: " + ("VNNI present: full 8-bit weights are safe" if has_vnni
+                         else "no VNNI found: onnxruntime recommends reduce_range=True (7-bit weights) here"))
 start = time.perf_counter()
 quantize_dynamic(fp32_path, int8_path, weight_type=QuantType.QInt8)
 quantize_seconds = time.perf_counter() - start

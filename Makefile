@@ -43,8 +43,11 @@ lint: $(STAMP)  ## ruff's lint and format checks (`ruff format .` fixes the seco
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The venv's bin goes first on PATH: formgrader creates the gradebook by running `alembic`, which
+# lives there (without it: HTTP 500 "No such file or directory: 'alembic'"). LAB_ARGS adds flags.
+LAB_ARGS ?=
 lab: $(STAMP)  ## JupyterLab on the course, nbgrader extensions enabled
-	$(BIN)/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 notebooks: $(STAMP)  ## rebuild the lesson notebooks (and their README) from notebooks/*.py
 	$(BIN)/python -m effkit.lesson build

@@ -34,7 +34,12 @@ c.CourseDirectory.autograded_directory = f"{COURSE}/autograded"
 c.CourseDirectory.feedback_directory = f"{COURSE}/feedback"
 c.CourseDirectory.solution_directory = f"{COURSE}/released_solutions"
 c.CourseDirectory.db_url = f"sqlite:///{ROOT / COURSE / 'gradebook.db'}"
-c.Exchange.root = str(ROOT / COURSE / "exchange")  # not /srv/nbgrader: no root rights needed
+# Not /srv/nbgrader: no root rights needed. nbgrader never creates the exchange itself: without it a
+# learner's Assignments list says "The exchange directory does not exist" until the first release.
+# A cohort on JupyterHub shares one exchange between users instead (EFFKIT_EXCHANGE, grader/cohort).
+EXCHANGE = Path(os.environ.get("EFFKIT_EXCHANGE") or ROOT / COURSE / "exchange")
+EXCHANGE.mkdir(parents=True, exist_ok=True)
+c.Exchange.root = str(EXCHANGE)
 
 # Learners get a stub that fails loudly until they write their code.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}

@@ -186,6 +186,53 @@ def running_jupyterlab(root: Path, startup_timeout_s: float = 60.0) -> Iterator[
             _stop(process)
 
 
+@contextlib.contextmanager
+def running_make_lab(
+    root: Path, env_extra: dict, startup_timeout_s: float = 90.0
+) -> Iterator[LabServer]:
+    """`make lab` exactly as a learner types it (the Makefile's recipe, PATH without the venv's
+    bin: the test must catch a recipe that only works from an activated venv), on a free port."""
+    with tempfile.TemporaryDirectory(prefix="effkit-make-lab-") as tmp:
+        tmp_path = Path(tmp)
+        venv_bin = str(Path(sys.executable).parent)
+        path = os.pathsep.join(
+            p for p in os.environ.get("PATH", "").split(os.pathsep) if p != venv_bin
+        )
+        port, token = free_port(), secrets.token_hex(24)
+        env = dict(
+            os.environ,
+            PATH=path,
+            JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+            JUPYTER_DATA_DIR=str(tmp_path / "data"),
+            JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+            JUPYTER_PLATFORM_DIRS="1",
+            JUPYTER_TOKEN=token,  # jupyter_server reads its token from here
+            **env_extra,
+        )
+        _answer_news_prompt(tmp_path / "config")
+        args = (
+            f"--no-browser --port={port} --ServerApp.ip=127.0.0.1 --ServerApp.port_retries=0 "
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"
+        )
+        log_path = tmp_path / "make-lab.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                ["make", "--no-print-directory", "lab", f"LAB_ARGS={args}"],
+                cwd=root,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        server = LabServer(f"http://127.0.0.1:{port}", token, process, log_path)
+        try:
+            _wait_until_up(server, startup_timeout_s)
+            yield server
+        finally:
+            _stop(process)
+
+
 @dataclass
 class PageResult:
     found: dict[str, list[str]]  # selector -> innerText of each match
@@ -247,3 +294,22 @@ def open_in_chromium(
         finally:
             browser.close()
     return result
+
+
+@contextlib.contextmanager
+def chromium_page(chromium: str, viewport: tuple[int, int] = (1400, 1000)) -> Iterator[object]:
+    """A Playwright page in headless Chromium, for tests that click through several pages; the
+    page's uncaught errors collect in ``page.effkit_errors``."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, timeout=30_000
+        )
+        try:
+            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+            page.effkit_errors = []
+            page.on("pageerror", lambda exc: page.effkit_errors.append(str(exc)))
+            yield page
+        finally:
+            browser.close()

@@ -167,3 +167,42 @@ def test_lesson1_renders_in_jupyterlab_with_validate_button(chromium):
         f"opening {LESSON} in JupyterLab changed the file (sha256 "
         f"{hashlib.sha256(raw).hexdigest()[:12]} before); the test must leave the lesson alone"
     )
+
+
+def test_make_lab_opens_formgrader_and_the_learners_assignment_list(chromium, tmp_path):
+    """On a fresh course (no gradebook, no exchange yet) `make lab` must give the instructor a
+    working formgrader (it creates the gradebook with `alembic`, from the venv's bin) and the
+    learner an Assignments list (nbgrader needs the exchange folder to exist)."""
+    import urllib.request
+
+    from browser_util import chromium_page, running_make_lab
+
+    course = tmp_path / "course"
+    shots = ROOT / "runs" / "browser"
+    with running_make_lab(ROOT, {"EFFKIT_COURSE_DIR": str(course)}) as server:
+        api = f"{server.url}/formgrader/api/assignments?token={server.token}"
+        try:
+            with urllib.request.urlopen(api, timeout=60) as response:
+                listed = json.loads(response.read())
+        except OSError as err:  # HTTPError 500 when alembic is not found
+            pytest.fail(f"{api}: {err}\nserver log:\n{server.log_tail()}")
+        with chromium_page(chromium) as page:
+            page.goto(f"{server.url}/formgrader?token={server.token}")
+            page.get_by_text("lesson1", exact=True).first.wait_for(timeout=60_000)
+            page.screenshot(path=str(shots / "make-lab-formgrader.png"))
+            formgrader_text = page.inner_text("body")
+            page.goto(f"{server.url}/lab?token={server.token}")
+            page.wait_for_selector("#jp-main-dock-panel", timeout=60_000)
+            page.get_by_text("Nbgrader", exact=True).first.click()
+            page.get_by_text("Assignment List", exact=True).first.click()
+            page.get_by_text("Released assignments").first.wait_for(timeout=30_000)
+            page.wait_for_timeout(2_000)  # the lists fill in from the server after the headings
+            page.screenshot(path=str(shots / "make-lab-assignment-list.png"))
+            assignments_text = page.inner_text("#jp-main-dock-panel")
+        log = server.log_tail()
+    names = {a["name"] for a in listed}
+    assert {"lesson1", "lesson13"} <= names, f"formgrader lists {sorted(names)}\n{log}"
+    assert "lesson2" in formgrader_text, formgrader_text[:2000]
+    assert "exchange directory does not exist" not in assignments_text, assignments_text
+    assert "There are no assignments to fetch." in assignments_text, assignments_text
+    assert (course / "exchange").is_dir() and (course / "gradebook.db").is_file()

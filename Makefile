@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.effkit-installed
 DEMO_ARGS ?=
 SST2 ?= ../shared/data/sst2
 
-.PHONY: setup browser demo test test-oldest-torch lint lab exercises notebooks site bench dashboard gpu-check gpu-check-lessons gpu-rehearsal clean
+.PHONY: setup browser cohort down test-cohort demo test test-oldest-torch lint lab exercises notebooks site bench dashboard gpu-check gpu-check-lessons gpu-rehearsal clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "effkit needs Python >= 3.10"'
@@ -48,6 +48,16 @@ lint: $(STAMP)  ## ruff's lint and format checks (`ruff format .` fixes the seco
 LAB_ARGS ?=
 lab: $(STAMP)  ## JupyterLab on the course, nbgrader extensions enabled
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab --notebook-dir=. $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+
+# A cohort on this machine (root: one Unix account per learner): JupyterHub + nbgrader's exchange +
+# formgrader as a service, every assignment released. `make cohort down` stops it. COHORT_ARGS adds
+# options (`--learners 30`, `--port 8000`); see README "Running a cohort".
+COHORT_ARGS ?=
+cohort: $(STAMP)
+	@$(BIN)/python -c "import jupyterhub" 2>/dev/null || $(BIN)/python -m pip install -q -e ".[cohort]"
+	$(BIN)/python -m grader cohort $(if $(filter down,$(MAKECMDGOALS)),down,up $(COHORT_ARGS))
+down:
+	@$(if $(filter cohort,$(MAKECMDGOALS)),:,echo "did you mean: make cohort down"; exit 2)
 
 notebooks: $(STAMP)  ## rebuild the lesson notebooks (and their README) from notebooks/*.py
 	$(BIN)/python -m effkit.lesson build

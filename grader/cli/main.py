@@ -1,4 +1,4 @@
-"""Command line: ``python -m grader {check,perf,autograde,generate,gate-sim,calibrate,calibrate-gradings,budget,stress}``.
+"""Command line: ``python -m grader {check,perf,autograde,generate,cohort,gate-sim,calibrate,calibrate-gradings,budget,stress}``.
 
 Exit status 0 when grading ran, whatever the score; 2 when it could not run (a malformed
 notebook, an unknown assignment, a baseline that failed).
@@ -13,7 +13,7 @@ from grader.cli import tools
 from grader.common import course
 from grader.common.course import write_report
 from grader.common.quiet import quiet
-from grader.frontends import pipeline
+from grader.frontends import cohort, pipeline
 from grader.frontends.autograde import autograde, generate
 from grader.frontends.check import check
 from grader.frontends.notebook import NotebookError, nbgrader_meta, solution_sources
@@ -105,6 +105,11 @@ COMMANDS = {
     "calibrate-gradings": calibrate_gradings,
     "budget": budget,
     "stress": stress,
+    "cohort": lambda a: {
+        "up": lambda: cohort.up(a.learners, a.port, a.prefix, a.exchange),
+        "down": cohort.down,
+        "status": cohort.status,
+    }[a.action](),
 }
 
 
@@ -163,6 +168,14 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--busy", type=int, default=1)
     s.add_argument("--spec")
     s.add_argument("--json")
+    s = sub.add_parser("cohort", help="JupyterHub for an instructor and N learners (needs root)")
+    s.add_argument("action", choices=["up", "down", "status"])
+    s.add_argument("--learners", type=int, default=2)
+    s.add_argument("--port", type=int, default=8000, help="the hub's port on 127.0.0.1")
+    s.add_argument("--prefix", default="effkit-", help="Unix account names start with this")
+    s.add_argument(
+        "--exchange", default="", help="default: $EFFKIT_EXCHANGE or /srv/nbgrader/exchange"
+    )
     args = p.parse_args(argv)
     return COMMANDS[args.command](args)
 

@@ -7,6 +7,7 @@ autograde`` they only print a note: the grader fills those cells from outside th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -17,11 +18,36 @@ from pathlib import Path
 from grader.common.quiet import quiet
 
 
+def _check_report(notebook: Path) -> dict:
+    """``python -m grader check`` of the saved notebook. Validation (nbgrader's Validate button)
+    runs every test cell in one go: the report is kept per saved version of the notebook, so one
+    grading answers them all."""
+    state = notebook.stat()
+    key = hashlib.sha256(f"{notebook.resolve()}:{state.st_mtime_ns}:{state.st_size}".encode())
+    cache = Path(tempfile.gettempdir()) / f"effkit-check-{os.getuid()}-{key.hexdigest()[:16]}.json"
+    if os.environ.get("NBGRADER_EXECUTION") == "validate" and cache.is_file():
+        return json.loads(cache.read_text())
+    print(f"Checking the solution cells *saved* in {notebook} (save first) ...", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "report.json"
+        proc = subprocess.run(
+            [sys.executable, "-m", "grader", "check", str(notebook), "--json", str(out)],
+            capture_output=True,
+            text=True,
+        )
+        if not out.is_file():
+            raise RuntimeError(f"the grader could not run:\n{proc.stdout[-2000:]}")
+        text = out.read_text()
+    cache.write_text(text)
+    return json.loads(text)
+
+
 def check_my_work(grade_id: str, notebook: str) -> None:
     """What a notebook's test cell runs: the grader's own check of the *saved* notebook, in a fresh
-    process (``python -m grader check``, the same code as autograding). Under nbgrader the
-    grader overwrites this cell's output, so it only prints a note there."""
-    if os.environ.get("NBGRADER_EXECUTION"):
+    process (``python -m grader check``, the same code as autograding); nbgrader's Validate button
+    runs it too, so a failing check shows the grader's reason before submitting. Under autograde
+    the grader overwrites this cell's output, so it only prints a note there."""
+    if os.environ.get("NBGRADER_EXECUTION", "validate") != "validate":
         print(
             "Graded by the grader outside this notebook's kernel; its verdict replaces this output."
         )
@@ -30,17 +56,7 @@ def check_my_work(grade_id: str, notebook: str) -> None:
         raise FileNotFoundError(
             f"cannot find {Path(notebook).resolve()}: run this from your notebook's folder"
         )
-    print(f"Checking the solution cells *saved* in {notebook} (save first) ...", flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "report.json"
-        proc = subprocess.run(
-            [sys.executable, "-m", "grader", "check", notebook, "--json", str(out)],
-            capture_output=True,
-            text=True,
-        )
-        if not out.is_file():
-            raise RuntimeError(f"the grader could not run:\n{proc.stdout[-2000:]}")
-        report = json.loads(out.read_text())
+    report = _check_report(Path(notebook))
     cell = (report.get("out_of_kernel") or {}).get("cells", {}).get(grade_id)
     if cell is None:
         raise RuntimeError(f"the grader has no check called {grade_id!r}")

@@ -1,0 +1,228 @@
+"""``python -m grader cohort up|down|status``: a whole cohort on this machine with one command.
+
+JupyterHub (``jupyterhub_config.py`` at the repository root) serves JupyterLab to an instructor and
+N learners, each a Unix account (``cohort_host``); nbgrader's exchange is shared between them and
+formgrader runs as the instructor's hub service on this repository. ``up`` also releases every
+assignment, so learners can fetch at once. State lives in ``course/hub/`` (private to its owner).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from grader.common import course
+from grader.frontends import cohort_host
+from grader.frontends.autograde import REPO_ROOT, nbgrader_env
+
+COURSE_ID = "effkit"  # must match nbgrader_config.py's CourseDirectory.course_id
+
+
+@dataclass
+class Plan:
+    """Everything ``jupyterhub_config.py`` needs, written to ``course/hub/cohort.json``."""
+
+    instructor: str
+    learners: list[str]
+    url: str
+    hub_port: int
+    proxy_api_port: int
+    service_port: int
+    state_dir: str
+    exchange: str
+    learner_config: str
+    venv_bin: str
+    proxy_command: str
+    course_id: str = COURSE_ID
+    changed_modes: dict[str, int] = field(default_factory=dict)
+
+
+def state_dir() -> Path:
+    return course.course_dir() / "hub"
+
+
+def plan_file() -> Path:
+    return state_dir() / "cohort.json"
+
+
+def load_plan() -> Plan | None:
+    try:
+        return Plan(**json.loads(plan_file().read_text()))
+    except FileNotFoundError:
+        return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pid() -> int | None:
+    try:
+        pid = int((state_dir() / "jupyterhub.pid").read_text())
+        os.kill(pid, 0)
+        return pid
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return None
+
+
+def _wait_healthy(url: str, hub: subprocess.Popen, log: Path, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and hub.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{url}/hub/health", timeout=3) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.5)
+    tail = log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
+    raise cohort_host.HostError(
+        f"JupyterHub did not answer {url}/hub/health; its log ends:\n{tail}"
+    )
+
+
+def release_all(exchange: Path) -> list[str]:
+    """``nbgrader release_assignment`` for every generated exercise, into the shared exchange."""
+    env = nbgrader_env() | {"EFFKIT_EXCHANGE": str(exchange)}
+    released = []
+    ids = sorted(
+        (p.name for p in (REPO_ROOT / course.RELEASE_DIR).iterdir() if p.is_dir()),
+        key=lambda a: int("".join(ch for ch in a if ch.isdigit()) or 0),
+    )
+    for aid in ids:
+        done = subprocess.run(
+            [sys.executable, "-m", "nbgrader", "release_assignment", aid, "--force"],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise cohort_host.HostError(f"nbgrader could not release {aid}:\n{done.stderr[-2000:]}")
+        released.append(aid)
+    return released
+
+
+def up(learners: int = 2, port: int = 8000, prefix: str = "effkit-", exchange: str = "") -> int:
+    """Start (or report) the cohort; prints the address and where the accounts' passwords are."""
+    if _pid() is not None:
+        print(
+            f"a cohort is already running: {load_plan().url} (`python -m grader cohort down` stops it)"
+        )
+        return 0
+    try:
+        import jupyterhub  # noqa: F401 - only to say what is missing before changing anything
+    except ImportError:
+        print("grader cohort: JupyterHub is not installed: pip install -e '.[cohort]'")
+        return 2
+    try:
+        cohort_host.require_root()
+        folder = state_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o700)
+        names = [f"{prefix}instructor"] + [f"{prefix}learner{i + 1}" for i in range(learners)]
+        accounts = folder / "accounts.json"
+        cohort_host.make_accounts(names, accounts)
+        exchange_dir = Path(
+            exchange or os.environ.get("EFFKIT_EXCHANGE") or "/srv/nbgrader/exchange"
+        )
+        old = load_plan()
+        plan = Plan(
+            instructor=names[0],
+            learners=names[1:],
+            url=f"http://127.0.0.1:{port}",
+            hub_port=_free_port(),
+            proxy_api_port=_free_port(),
+            service_port=_free_port(),
+            state_dir=str(folder),
+            exchange=str(exchange_dir),
+            learner_config=str(exchange_dir.parent / f"{COURSE_ID}-learner-config"),
+            venv_bin=str(Path(sys.executable).parent),
+            proxy_command=cohort_host.proxy_command(folder),
+            changed_modes=old.changed_modes if old else {},
+        )
+        cohort_host.make_exchange(exchange_dir)
+        cohort_host.write_learner_config(Path(plan.learner_config), COURSE_ID, exchange_dir)
+        cohort_host.open_interpreter_path(Path(sys.executable), plan.changed_modes)
+        cohort_host.restrict_repository(REPO_ROOT, plan.changed_modes)
+        plan_file().write_text(json.dumps(asdict(plan), indent=1))
+        released = release_all(exchange_dir)
+        log = folder / "jupyterhub.log"
+        with open(log, "ab") as out:
+            hub = subprocess.Popen(
+                [
+                    str(Path(plan.venv_bin) / "jupyterhub"),
+                    "-f",
+                    str(REPO_ROOT / "jupyterhub_config.py"),
+                ],
+                cwd=folder,
+                env=dict(
+                    os.environ,
+                    EFFKIT_COHORT_STATE=str(plan_file()),
+                    PATH=f"{plan.venv_bin}:{os.environ.get('PATH', '')}",
+                ),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        _wait_healthy(plan.url, hub, log)
+    except cohort_host.HostError as err:
+        print(f"grader cohort up: {err}")
+        return 2
+    print(f"cohort up at {plan.url}  (log: {log})")
+    print(
+        f"  instructor: {plan.instructor}  -> formgrader at {plan.url}/services/{COURSE_ID}/formgrader"
+    )
+    print(f"  learners:   {', '.join(plan.learners)}")
+    print(f"  passwords:  {accounts} (readable by you only)")
+    print(f"  released:   {', '.join(released)} into {exchange_dir}")
+    print("  stop with:  make cohort down   (or python -m grader cohort down)")
+    return 0
+
+
+def down() -> int:
+    """Stop the hub (it stops the proxy, the formgrader service and every learner's server),
+    end what the accounts still run, and put back every file mode ``up`` changed."""
+    plan, pid = load_plan(), _pid()
+    if pid is not None:
+        os.killpg(os.getpgid(pid), signal.SIGTERM)
+        for _ in range(60):
+            if _pid() is None:
+                break
+            time.sleep(0.5)
+        else:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+    if plan is None:
+        print("no cohort here (nothing in course/hub/cohort.json)")
+        return 0
+    cohort_host.stop_user_processes([plan.instructor, *plan.learners])
+    restored = cohort_host.restore_modes(plan.changed_modes)
+    plan.changed_modes = {}
+    plan_file().write_text(json.dumps(asdict(plan), indent=1))
+    (state_dir() / "jupyterhub.pid").unlink(missing_ok=True)
+    print(
+        f"cohort down ({'hub stopped' if pid else 'hub was not running'}; {len(restored)} file modes restored)"
+    )
+    print("accounts and the exchange are kept: `cohort up` again finds every submission")
+    return 0
+
+
+def status() -> int:
+    plan, pid = load_plan(), _pid()
+    if plan is None or pid is None:
+        print("no cohort running")
+        return 1
+    print(f"cohort running at {plan.url} (pid {pid}); learners: {', '.join(plan.learners)}")
+    return 0

@@ -1,0 +1,172 @@
+"""The machine side of a cohort: Unix accounts, who may read what, the exchange, the learners' config.
+
+Learners are separate Unix users because that is what keeps them apart: nbgrader's exchange and
+JupyterHub's local spawner both rest on file ownership. The course repository stays its owner's:
+learners may run its interpreter and import effkit and grader (open source), never read solutions/,
+course/ (gradebook, submissions, feedback) or the git history. Every mode changed is recorded so
+``cohort down`` puts it back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+# Closed to learners: the reference solutions, the private course folder, tests (they carry
+# reference submissions), benchmarks and the history of all of them.
+PRIVATE = ("solutions", "course", "tests", "benchmarks", "runs", ".git")
+
+
+class HostError(RuntimeError):
+    """The machine cannot host a cohort as asked; the message says what to do."""
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise HostError(
+            "a cohort makes one Unix account per learner (useradd) and runs JupyterHub's local "
+            "spawner, which switches to those accounts: run it as root (on a course VM or container)"
+        )
+
+
+def make_accounts(names: list[str], accounts_file: Path) -> dict[str, str]:
+    """Create the Unix users that do not exist yet and give each a fresh random password.
+
+    Passwords go to ``accounts_file`` (mode 0600, readable by the instructor's account only)."""
+    if shutil.which("useradd") is None or shutil.which("chpasswd") is None:
+        raise HostError("useradd and chpasswd are needed (Debian: the passwd package)")
+    passwords = {}
+    for name in names:
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            subprocess.run(
+                ["useradd", "--create-home", "--shell", "/bin/bash", name],
+                check=True,
+                capture_output=True,
+            )
+        passwords[name] = secrets.token_urlsafe(12)
+    lines = "".join(f"{n}:{p}\n" for n, p in passwords.items())
+    subprocess.run(["chpasswd"], input=lines, text=True, check=True, capture_output=True)
+    fd = os.open(accounts_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(passwords, fh, indent=1)
+    return passwords
+
+
+def _set_mode(path: Path, mode: int, changed: dict[str, int]) -> None:
+    old = stat.S_IMODE(path.stat().st_mode)
+    if old != mode:
+        changed.setdefault(str(path), old)
+        path.chmod(mode)
+
+
+def restrict_repository(repo: Path, changed: dict[str, int]) -> None:
+    """Learners may traverse the repository (to import effkit and grader) but not list it, and
+    the private folders are closed to them."""
+    _set_mode(repo, stat.S_IMODE(repo.stat().st_mode) & ~0o044 | 0o011, changed)
+    for name in PRIVATE:
+        path = repo / name
+        if path.exists():
+            _set_mode(path, stat.S_IMODE(path.stat().st_mode) & ~0o077, changed)
+
+
+def open_interpreter_path(python: Path, changed: dict[str, int]) -> None:
+    """Learners' kernels run the course's interpreter: every folder above it must let them pass
+    (e.g. pyenv under a 0700 /root). Adds only the traverse bit, never read."""
+    for folder in reversed(Path(os.path.realpath(python)).parents):
+        mode = stat.S_IMODE(folder.stat().st_mode)
+        if not mode & 0o001:
+            _set_mode(folder, mode | 0o001, changed)
+
+
+def restore_modes(changed: dict[str, int]) -> list[str]:
+    restored = []
+    for path, mode in changed.items():
+        try:
+            os.chmod(path, mode)
+            restored.append(path)
+        except FileNotFoundError:
+            pass
+    return restored
+
+
+def make_exchange(exchange: Path) -> None:
+    """nbgrader's shared exchange: world-writable with the sticky bit (its documented setup), so
+    every learner can submit and nobody can delete another's files."""
+    exchange.mkdir(parents=True, exist_ok=True)
+    exchange.chmod(0o1777)
+    for parent in exchange.parents:
+        if parent == Path("/"):
+            break
+        parent.chmod(stat.S_IMODE(parent.stat().st_mode) | 0o005)
+
+
+def write_learner_config(folder: Path, course_id: str, exchange: Path) -> None:
+    """What every learner's JupyterLab reads (JUPYTER_CONFIG_PATH): the course and exchange, and
+    formgrader switched off (it would find nothing: the course folder is closed to learners)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "nbgrader_config.py").write_text(
+        "c = get_config()  # noqa: F821\n"
+        f"c.CourseDirectory.course_id = {course_id!r}\n"
+        f"c.Exchange.root = {str(exchange)!r}\n"
+    )
+    server = {
+        "ServerApp": {
+            "jpserver_extensions": {
+                "nbgrader.server_extensions.formgrader": False,
+                "nbgrader.server_extensions.course_list": False,
+            }
+        }
+    }
+    (folder / "jupyter_server_config.json").write_text(json.dumps(server, indent=1))
+    labconfig = folder / "labconfig"
+    labconfig.mkdir(exist_ok=True)
+    disabled = {
+        f"@jupyter/nbgrader:{name}": True
+        for name in ("formgrader", "create-assignment", "course-list")
+    }
+    (labconfig / "page_config.json").write_text(
+        json.dumps({"disabledExtensions": disabled}, indent=1)
+    )
+    for path in [folder, labconfig, *folder.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def proxy_command(state_dir: Path) -> str:
+    """configurable-http-proxy (JupyterHub's proxy, an npm package): the one on PATH, else
+    installed once into the cohort's state folder from the npm registry."""
+    found = shutil.which("configurable-http-proxy")
+    if found:
+        return found
+    local = state_dir / "node_modules" / ".bin" / "configurable-http-proxy"
+    if not local.exists():
+        if shutil.which("npm") is None:
+            raise HostError(
+                "JupyterHub's proxy needs Node.js and npm (Debian: apt-get install npm)"
+            )
+        print("installing configurable-http-proxy from the npm registry (once) ...", flush=True)
+        done = subprocess.run(
+            ["npm", "install", "--prefix", str(state_dir), "--no-audit", "--no-fund", "--silent"]
+            + ["configurable-http-proxy@5"],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0 or not local.exists():
+            raise HostError(
+                f"npm could not install configurable-http-proxy:\n{done.stderr[-2000:]}"
+            )
+    return str(local)
+
+
+def stop_user_processes(names: list[str]) -> None:
+    """Whatever a learner account still runs after the hub stopped (a kernel's child, a runaway
+    job) ends with the cohort."""
+    for name in names:
+        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)

@@ -1,0 +1,91 @@
+"""JupyterHub for an effkit cohort: one instructor, N learners, nbgrader's exchange, formgrader as a service.
+
+Started by ``python -m grader cohort up`` (``make cohort``), which writes the plan this file reads
+(``course/hub/cohort.json``: accounts, ports, paths) and prepares the machine. What a real deployment
+changes is marked **DEPLOY** below: the authenticator, TLS and the public address, the exchange path,
+and where learner servers run (GPU nodes).
+"""
+
+import json
+import os
+from pathlib import Path
+
+c = get_config()  # noqa: F821 - provided by traitlets when JupyterHub loads this file
+
+REPO = Path(__file__).resolve().parent
+STATE = Path(os.environ.get("EFFKIT_COHORT_STATE") or REPO / "course" / "hub" / "cohort.json")
+plan = json.loads(STATE.read_text())
+hub_dir = Path(plan["state_dir"])
+
+# DEPLOY: listen on the public address behind TLS (c.JupyterHub.ssl_cert / ssl_key, or a reverse
+# proxy that terminates TLS). Here: loopback only.
+c.JupyterHub.bind_url = plan["url"]
+c.JupyterHub.hub_bind_url = f"http://127.0.0.1:{plan['hub_port']}"
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{plan['proxy_api_port']}"
+c.ConfigurableHTTPProxy.command = [plan["proxy_command"]]
+c.ConfigurableHTTPProxy.pid_file = str(hub_dir / "proxy.pid")
+c.JupyterHub.db_url = f"sqlite:///{hub_dir / 'jupyterhub.sqlite'}"
+c.JupyterHub.cookie_secret_file = str(hub_dir / "cookie_secret")
+c.JupyterHub.pid_file = str(hub_dir / "jupyterhub.pid")
+c.JupyterHub.cleanup_servers = True  # `cohort down` stops the learners' servers too
+
+# Accounts are local Unix users made by `cohort up` (useradd): each learner's files are theirs alone,
+# so learner B cannot read A's notebooks or feedback, and nbgrader's exchange knows who submitted.
+# PAM checks their passwords. DEPLOY: an OAuth authenticator (GitHub, your university's SSO) with
+# the same usernames; LocalAuthenticator.create_system_users=True makes the Unix users on first login.
+c.JupyterHub.authenticator_class = "pam"
+c.PAMAuthenticator.open_sessions = False  # no login session (utmp, limits) for a notebook server
+c.Authenticator.allowed_users = set(plan["learners"]) | {plan["instructor"]}
+
+# Every learner runs JupyterLab from the course's own environment, as their own user.
+# DEPLOY: for GPU nodes use a batch or container spawner (batchspawner, kubespawner) with the
+# same command; learner servers never need the GPU for grading, only for their own runs.
+c.JupyterHub.spawner_class = "localprocess"
+c.Spawner.cmd = [str(Path(plan["venv_bin"]) / "jupyterhub-singleuser")]
+c.Spawner.default_url = "/lab"
+c.Spawner.notebook_dir = "~"
+c.Spawner.start_timeout = 180  # a 2-core machine starts JupyterLab in ~15 s, slower under load
+c.Spawner.http_timeout = 180
+c.Spawner.environment = {
+    "PATH": f"{plan['venv_bin']}:/usr/local/bin:/usr/bin:/bin",
+    # nbgrader's course id and exchange, and formgrader switched off (see grader/frontends/cohort_host.py)
+    "JUPYTER_CONFIG_PATH": plan["learner_config"],
+    "OMP_WAIT_POLICY": "PASSIVE",
+}
+
+# The instructor grades through formgrader, run as a hub service on the course repository (the
+# account that ran `cohort up` owns it): nbgrader's "one class, multiple graders" layout. The group
+# name must start with "formgrade-" and the service be named after the course.
+course = plan["course_id"]
+c.JupyterHub.load_groups = {f"formgrade-{course}": {"users": [plan["instructor"]]}}
+c.JupyterHub.load_roles = [
+    {
+        "name": f"formgrade-{course}",
+        "groups": [f"formgrade-{course}"],
+        "scopes": [
+            f"access:services!service={course}",
+            "list:services",
+            f"read:services!service={course}",
+        ],
+    },
+    {"name": "server", "scopes": ["inherit"]},  # nbgrader's course list asks the hub for services
+]
+service_cmd = [str(Path(plan["venv_bin"]) / "jupyterhub-singleuser")]
+if os.geteuid() == 0:
+    service_cmd.append("--ServerApp.allow_root=True")
+c.JupyterHub.services = [
+    {
+        "name": course,
+        "url": f"http://127.0.0.1:{plan['service_port']}",
+        "command": service_cmd,
+        "cwd": str(REPO),
+        "environment": {
+            "JUPYTERHUB_DEFAULT_URL": "/formgrader",
+            "PATH": f"{plan['venv_bin']}:/usr/local/bin:/usr/bin:/bin",  # alembic, for the gradebook
+            "EFFKIT_EXCHANGE": plan["exchange"],  # read by nbgrader_config.py
+            "JUPYTER_CONFIG_DIR": str(hub_dir / "formgrader-config"),
+            "OMP_WAIT_POLICY": "PASSIVE",
+        },
+        "oauth_no_confirm": True,
+    }
+]

@@ -1,4 +1,4 @@
-"""Command line: ``python -m grader {check,perf,autograde,generate,gate-sim,calibrate,calibrate-gradings,budget,stress}``.
+"""Command line: ``python -m grader {check,perf,autograde,generate,gate-sim,calibrate,calibrate-gradings,budget,stress,leaderboard}``.
 
 Exit status 0 when grading ran, whatever the score; 2 when it could not run (a malformed
 notebook, an unknown assignment, a baseline that failed).
@@ -16,6 +16,7 @@ from grader.common.quiet import quiet
 from grader.frontends import pipeline
 from grader.frontends.autograde import autograde, generate
 from grader.frontends.check import check
+from grader.frontends.leaderboard_page import run as leaderboard
 from grader.frontends.notebook import NotebookError, nbgrader_meta, solution_sources
 from grader.scoring.perf import GradingError, grade
 from grader.timed import gate
@@ -105,6 +106,7 @@ COMMANDS = {
     "calibrate-gradings": calibrate_gradings,
     "budget": budget,
     "stress": stress,
+    "leaderboard": lambda a: leaderboard(a.assignments, a.out, a.publish, a.real_names),
 }
 
 
@@ -163,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--busy", type=int, default=1)
     s.add_argument("--spec")
     s.add_argument("--json")
+    s = sub.add_parser("leaderboard", help="best verified speedups per lesson: JSON and HTML page")
+    s.add_argument("assignments", nargs="*", help="default: every timed lesson")
+    s.add_argument("--out", help="folder for the page and records (default: course/leaderboard)")
+    s.add_argument("--publish", help="also copy the page (index.html) into this folder")
+    s.add_argument("--real-names", action="store_true", help="student ids instead of pseudonyms")
     args = p.parse_args(argv)
     return COMMANDS[args.command](args)
 

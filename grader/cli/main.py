@@ -167,8 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--json")
     s = sub.add_parser("leaderboard", help="best verified speedups per lesson: JSON and HTML page")
     s.add_argument("assignments", nargs="*", help="default: every timed lesson")
-    s.add_argument("--out", help="folder for the page and records (default: course/leaderboard)")
-    s.add_argument("--publish", help="also copy the page (index.html) into this folder")
+    s.add_argument(
+        "--out",
+        help="folder for the page and the records, which name students: keep it private "
+        "(default: course/leaderboard)",
+    )
+    s.add_argument("--publish", help="copy the page alone (index.html) into this folder")
     s.add_argument("--real-names", action="store_true", help="student ids instead of pseudonyms")
     args = p.parse_args(argv)
     return COMMANDS[args.command](args)

@@ -31,7 +31,7 @@ COLUMNS = (
     "accuracy diff",
     "device",
     "date",
-    "gradings / moves",
+    "gradings / record moves",
     "history",
 )
 
@@ -69,7 +69,8 @@ def sparkline(history: list[dict], width: int = 96, height: int = 22) -> str:
             steps.append(",".join(xy(i, prev)))
         steps.append(",".join(xy(i, r)))
         prev = r
-    steps.append(",".join(xy(len(history) - 1, prev)))
+    if points[-1][0] < len(history) - 1:
+        steps.append(",".join(xy(len(history) - 1, prev)))
     dots = "".join(
         '<circle cx="{}" cy="{}" r="1.6"/>'.format(*xy(i, h["speedup"]))
         for i, h in enumerate(history)
@@ -152,7 +153,7 @@ def text_tables(boards: list[dict], real_names: bool = False) -> str:
                 lines.append(
                     f"  {row['rank']:>4}  {name(row, real_names)[:28]:28s} {row['speedup']:6.2f}x  "
                     f"{_interval(row):22s} {_diff(row):>10s}  {row['date']}  "
-                    f"{row['gradings']} gradings, {row['moves']} moves"
+                    f"gradings {row['gradings']}, moves {row['moves']}"
                 )
             if group["unranked"]:
                 lines.append(

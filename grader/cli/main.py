@@ -1,4 +1,4 @@
-"""Command line: ``python -m grader {check,perf,autograde,generate,cohort,gate-sim,calibrate,calibrate-gradings,budget,stress}``.
+"""Command line: ``python -m grader {check,perf,autograde,generate,cohort,leaderboard,gate-sim,calibrate,calibrate-gradings,budget,stress}``.
 
 Exit status 0 when grading ran, whatever the score; 2 when it could not run (a malformed
 notebook, an unknown assignment, a baseline that failed).
@@ -16,6 +16,7 @@ from grader.common.quiet import quiet
 from grader.frontends import cohort, pipeline
 from grader.frontends.autograde import autograde, generate
 from grader.frontends.check import check
+from grader.frontends.leaderboard_page import run as leaderboard
 from grader.frontends.notebook import NotebookError, nbgrader_meta, solution_sources
 from grader.scoring.perf import GradingError, grade
 from grader.timed import gate
@@ -110,6 +111,7 @@ COMMANDS = {
         "down": cohort.down,
         "status": cohort.status,
     }[a.action](),
+    "leaderboard": lambda a: leaderboard(a.assignments, a.out, a.publish, a.real_names),
 }
 
 
@@ -176,6 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument(
         "--exchange", default="", help="default: $EFFKIT_EXCHANGE or /srv/nbgrader/exchange"
     )
+    s = sub.add_parser("leaderboard", help="best verified speedups per lesson: JSON and HTML page")
+    s.add_argument("assignments", nargs="*", help="default: every timed lesson")
+    s.add_argument(
+        "--out",
+        help="folder for the page and the records, which name students: keep it private "
+        "(default: course/leaderboard)",
+    )
+    s.add_argument("--publish", help="copy the page alone (index.html) into this folder")
+    s.add_argument("--real-names", action="store_true", help="student ids instead of pseudonyms")
     args = p.parse_args(argv)
     return COMMANDS[args.command](args)
 

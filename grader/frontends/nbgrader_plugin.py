@@ -16,6 +16,7 @@ from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Unicode
 
 from grader import assignments
+from grader.common import course, evidence
 from grader.common.quiet import quiet
 from grader.frontends.outputs import fill_graded_cells, fill_performance_cell
 
@@ -112,5 +113,16 @@ class GradePerformance(NbGraderPreprocessor):
             folder = Path(resources.get("metadata", {}).get("path") or ".")
             report = dict(result.report, student=info.get("student"), notebook=info.get("notebook"))
             (folder / f"{info['notebook']}.grader.json").write_text(json.dumps(report, indent=1))
+            self.archive(report)
             self.log.info("Performance: %s / %s points", result.points, result.max_points)
         return nb, resources
+
+    def archive(self, report: dict) -> None:
+        """Keep a signed copy for the leaderboard (``grader.common.evidence``); the points are
+        already in the notebook, so a failure here is logged, never a failed grading."""
+        try:
+            path = evidence.archive(course.course_dir(), report)
+        except (OSError, evidence.EvidenceError) as err:
+            self.log.error("grading report not archived (no leaderboard record): %s", err)
+            return
+        self.log.info("Signed grading report archived: %s", path)

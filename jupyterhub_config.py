@@ -83,6 +83,7 @@ c.JupyterHub.services = [
             "JUPYTERHUB_DEFAULT_URL": "/formgrader",
             "PATH": f"{plan['venv_bin']}:/usr/local/bin:/usr/bin:/bin",  # alembic, for the gradebook
             "EFFKIT_EXCHANGE": plan["exchange"],  # read by nbgrader_config.py
+            "EFFKIT_COURSE_DIR": plan["course_dir"],
             "JUPYTER_CONFIG_DIR": str(hub_dir / "formgrader-config"),
             "OMP_WAIT_POLICY": "PASSIVE",
         },

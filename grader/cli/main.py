@@ -108,7 +108,7 @@ COMMANDS = {
     "stress": stress,
     "cohort": lambda a: {
         "up": lambda: cohort.up(a.learners, a.port, a.prefix, a.exchange),
-        "down": cohort.down,
+        "down": lambda: cohort.down(a.remove_accounts),
         "status": cohort.status,
     }[a.action](),
     "leaderboard": lambda a: leaderboard(a.assignments, a.out, a.publish, a.real_names),
@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--learners", type=int, default=2)
     s.add_argument("--port", type=int, default=8000, help="the hub's port on 127.0.0.1")
     s.add_argument("--prefix", default="effkit-", help="Unix account names start with this")
+    s.add_argument("--remove-accounts", action="store_true", help="down: also delete the accounts")
     s.add_argument(
         "--exchange", default="", help="default: $EFFKIT_EXCHANGE or /srv/nbgrader/exchange"
     )

@@ -38,6 +38,7 @@ class Plan:
     proxy_api_port: int
     service_port: int
     state_dir: str
+    course_dir: str
     exchange: str
     learner_config: str
     venv_bin: str
@@ -146,6 +147,7 @@ def up(learners: int = 2, port: int = 8000, prefix: str = "effkit-", exchange: s
             proxy_api_port=_free_port(),
             service_port=_free_port(),
             state_dir=str(folder),
+            course_dir=str(course.course_dir()),
             exchange=str(exchange_dir),
             learner_config=str(exchange_dir.parent / f"{COURSE_ID}-learner-config"),
             venv_bin=str(Path(sys.executable).parent),
@@ -192,7 +194,7 @@ def up(learners: int = 2, port: int = 8000, prefix: str = "effkit-", exchange: s
     return 0
 
 
-def down() -> int:
+def down(remove_accounts: bool = False) -> int:
     """Stop the hub (it stops the proxy, the formgrader service and every learner's server),
     end what the accounts still run, and put back every file mode ``up`` changed."""
     plan, pid = load_plan(), _pid()
@@ -212,6 +214,12 @@ def down() -> int:
     plan.changed_modes = {}
     plan_file().write_text(json.dumps(asdict(plan), indent=1))
     (state_dir() / "jupyterhub.pid").unlink(missing_ok=True)
+    if remove_accounts:
+        cohort_host.remove_accounts([plan.instructor, *plan.learners])
+        print(
+            f"removed the accounts {', '.join([plan.instructor, *plan.learners])} and their homes"
+        )
+        return 0
     print(
         f"cohort down ({'hub stopped' if pid else 'hub was not running'}; {len(restored)} file modes restored)"
     )

@@ -170,3 +170,8 @@ def stop_user_processes(names: list[str]) -> None:
     job) ends with the cohort."""
     for name in names:
         subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+
+
+def remove_accounts(names: list[str]) -> None:
+    for name in names:
+        subprocess.run(["userdel", "--remove", name], capture_output=True)

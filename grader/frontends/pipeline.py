@@ -8,6 +8,7 @@ and ``check_my_work`` all go through these steps; ``render`` and ``Report.to_jso
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +70,13 @@ class Report:
         }
 
 
+def _readable(path: Path) -> bool:
+    try:
+        return path.is_file() and os.access(path, os.R_OK)
+    except OSError:  # a folder above it is closed to this user (a cohort's learner)
+        return False
+
+
 def load(path: str | Path, assignment_id: str | None = None) -> Submission:
     """Raises NotebookError (not a notebook) or ValueError (unknown assignment) with a clear message."""
     path = Path(path)
@@ -80,7 +88,7 @@ def load(path: str | Path, assignment_id: str | None = None) -> Submission:
         )
     notes = []
     src_path = course.source_notebook(a.id, a.notebook)
-    if not src_path.is_file():
+    if not _readable(src_path):  # a learner's own check: solutions/ is the instructor's
         src_path = course.release_notebook(a.id, a.notebook)
         notes.append("instructor source notebook not found: hidden tests skipped")
     source = read_notebook(src_path)

@@ -42,6 +42,15 @@ def _check_report(notebook: Path) -> dict:
     return json.loads(text)
 
 
+def _points(notebook: Path, grade_id: str) -> float:
+    """The cell's points as nbgrader will count them (its metadata in the saved notebook)."""
+    for cell in json.loads(notebook.read_text()).get("cells", []):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("grade_id") == grade_id:
+            return float(meta.get("points", 0))
+    return 0.0
+
+
 def check_my_work(grade_id: str, notebook: str) -> None:
     """What a notebook's test cell runs: the grader's own check of the *saved* notebook, in a fresh
     process (``python -m grader check``, the same code as autograding); nbgrader's Validate button
@@ -60,6 +69,11 @@ def check_my_work(grade_id: str, notebook: str) -> None:
     cell = (report.get("out_of_kernel") or {}).get("cells", {}).get(grade_id)
     if cell is None:
         raise RuntimeError(f"the grader has no check called {grade_id!r}")
+    points = _points(Path(notebook), grade_id)
+    earned = points if cell["passed"] else 0
+    print(
+        f"{grade_id}: {earned:g} / {points:g} points ({'passed' if cell['passed'] else 'failed'})"
+    )
     for line in cell["lines"]:
         print(line)
     for flag in report["out_of_kernel"]["flags"]:

@@ -54,6 +54,24 @@ def _submit_file(root: Path, student: str, source: Path | bytes) -> Path:
     return path
 
 
+def _without(grade_id: str) -> bytes:
+    """Lesson 1's reference notebook with one graded cell deleted."""
+    nb = json.loads(SOLUTION.read_text())
+    nb["cells"] = [
+        c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") != grade_id
+    ]
+    return json.dumps(nb).encode()
+
+
+def _points(grade_id: str) -> float:
+    nb = json.loads(SOLUTION.read_text())
+    return sum(
+        c["metadata"].get("nbgrader", {}).get("points", 0)
+        for c in nb["cells"]
+        if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id
+    )
+
+
 def _stripped(path: Path) -> Path:
     """Lesson 1's notebook with every cell's nbgrader metadata gone (cells pasted elsewhere)."""
     nb = json.loads(SOLUTION.read_text())
@@ -104,10 +122,8 @@ def test_screening_gives_one_reason_per_fault_and_keeps_a_notebook_missing_a_cel
             (folder / name).write_bytes(data)
         return folder / name
 
-    nb = json.loads(SOLUTION.read_text())
     put("ok", SOLUTION.read_bytes())
-    del nb["cells"][-1]  # the quiz's test cell deleted by the learner: still graded (0 for it)
-    put("one_cell_gone", json.dumps(nb).encode())
+    put("one_cell_gone", _without("test_quiz"))  # a deleted test cell: graded (0 for it)
     put("garbage", os.urandom(2000) + b"\xff")
     put("empty", b"")
     put("json", b'{"a": 1}')
@@ -152,6 +168,7 @@ def test_bad_submissions_get_a_reason_each_others_are_graded_and_no_grade_is_los
     before = _scores(course)
     assert before["alice"][0] == before["bob"][0] == FULL
     _submit_file(course, "alice", os.urandom(3000) + b"\xff")  # a newer, damaged submission
+    _submit_file(course, "bob", _without("test_quiz"))  # a newer one, its quiz test cell deleted
     faults = {
         "carol": (ROOT / "solutions" / "lesson2" / "lesson2.ipynb", "looks like lesson2's"),
         "dave": (b"", "is empty"),
@@ -183,7 +200,9 @@ def test_bad_submissions_get_a_reason_each_others_are_graded_and_no_grade_is_los
     after = _scores(course)
     assert after["alice"] == before["alice"]  # score and submission time untouched
     assert (course / "course" / "autograded" / "alice" / AID / f"{AID}.ipynb").is_file()
-    assert after["bob"][0] == FULL  # the others graded
+    # the others graded: the newest submission only (nbgrader alone kept the deleted cell's score)
+    assert after["bob"][0] == FULL - _points("test_quiz") < FULL
+    assert "graded cell 'test_quiz' is missing from the notebook: 0 points" in out
     assert not set(faults) & set(after)  # nothing recorded for a submission not graded
     assert "byte-identical" not in out
 
@@ -191,18 +210,18 @@ def test_bad_submissions_get_a_reason_each_others_are_graded_and_no_grade_is_los
 @pytest.mark.slow
 def test_plain_nbgrader_autograde_refuses_them_too_and_keeps_the_grade(course):
     """Formgrader's path: nbgrader's own reading refuses a file that is not a notebook, and
-    RefuseForeignNotebook (first autograde preprocessor) another lesson's cells, before any score
+    ScreenSubmission (first autograde preprocessor) another lesson's cells, before any score
     is saved."""
     assert _scores(course)["alice"][0] == _scores(course)["bob"][0] == FULL
     _submit_file(course, "alice", b"\x00garbage")
     _stripped(course / "course" / "submitted" / "bob" / AID / f"{AID}.ipynb")
     done = _run(course, "-m", "nbgrader", "autograde", AID, "--force", ok=False)
     log = done.stdout + done.stderr
+    after = _scores(course)
+    assert after["alice"][0] == after["bob"][0] == FULL, log[-3000:]
     assert done.returncode != 0
     assert "[effkit] bob/lesson1 not graded, earlier grades kept: none of lesson1's graded" in log
     assert "There was an error processing assignment 'lesson1' for student 'alice'" in log
-    after = _scores(course)
-    assert after["alice"][0] == after["bob"][0] == FULL, log[-3000:]
 
 
 @pytest.mark.slow

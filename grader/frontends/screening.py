@@ -1,9 +1,10 @@
 """Screening submissions before nbgrader grades them: what cannot be graded, and why.
 
-A submission that is not a notebook, is far too large, or is another lesson's notebook is not
-graded at all, so the gradebook keeps whatever it held for that learner (nbgrader's SaveAutoGrades
-would otherwise write zeros over an earlier grade). Each reason is one line saying what is wrong
-and what to do. Byte-identical submissions are noted (possible copying), never penalised.
+A submission that is not a notebook, is far too large, or is another lesson's notebook is left out
+of nbgrader's run, so the gradebook keeps what it held for that learner (scores, submission time)
+and ``autograded/`` its notebook; nbgrader alone would fail with a traceback or, for a notebook
+without the lesson's cells, "grade" it silently with the earlier scores. Each reason is one line
+saying what is wrong and what to do. Byte-identical submissions are noted (possible copying), never penalised.
 """
 
 from __future__ import annotations

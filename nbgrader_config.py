@@ -57,6 +57,7 @@ c.Execute.interrupt_on_timeout = True  # a stuck cell scores 0; the following ce
 # learner's notebook never runs under autograde); GradeCells then writes every graded cell's
 # outputs, GradePerformance the timed cell's. All of it before nbgrader reads the scores.
 c.Autograde.autograde_preprocessors = [
+    "grader.frontends.nbgrader_screen.ScreenSubmission",  # other lesson's notebook; missing cells
     "grader.frontends.nbgrader_plugin.ExecuteUnlessOutOfKernel",
     "grader.frontends.nbgrader_plugin.GradeCells",
     "grader.frontends.nbgrader_plugin.GradePerformance",

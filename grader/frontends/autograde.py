@@ -14,8 +14,7 @@ from pathlib import Path
 
 from grader import assignments
 from grader.common import course
-from grader.frontends import sources
-from grader.frontends.notebook import NotebookError, read_notebook
+from grader.frontends import screening, sources
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,18 +81,33 @@ def generate(assignment_ids: list[str], check: bool = False) -> int:
 
 
 def screen_submissions(assignment_id: str) -> tuple[list[str], dict[str, str]]:
-    """Students with a readable submission, and the reason for each unreadable one."""
-    good, bad = [], {}
+    """Students whose notebook can be graded, and the reason for each one that cannot
+    (``grader.frontends.screening``: not a notebook, too large, another lesson's)."""
+    a = assignments.get(assignment_id)
+    known = screening.source_ids()
+    db = f"sqlite:///{course.course_dir() / 'gradebook.db'}"
+    expected = screening.expected_ids(db, assignment_id, a.notebook)
+    if expected is None:  # not generated yet: nbgrader will say so
+        expected = known.get(assignment_id, set())
     submitted = course.course_dir() / "submitted"
-    for folder in sorted(submitted.glob(f"*/{assignment_id}")):
-        student = folder.parent.name
-        try:
-            for path in sorted(folder.glob("*.ipynb")):
-                read_notebook(path)
-            good.append(student)
-        except NotebookError as err:
-            bad[student] = str(err)
-    return good, bad
+    return screening.screen(submitted, assignment_id, a.notebook, expected, known)
+
+
+def copying_notes(assignment_id: str, students: list[str]) -> list[str]:
+    """One line per group of byte-identical submissions: possible copying, a note only."""
+    a = assignments.get(assignment_id)
+    groups = screening.identical_groups(
+        course.course_dir() / "submitted",
+        assignment_id,
+        a.notebook,
+        students,
+        course.release_notebook(assignment_id, a.notebook),
+    )
+    return [
+        f"note: {', '.join(g)} submitted byte-identical {a.notebook}.ipynb files: possible "
+        "copying, for you to look at (graded as usual, no points taken)"
+        for g in groups
+    ]
 
 
 def cohort(assignment_id: str, students: list[str]) -> list[dict]:
@@ -217,7 +231,7 @@ def autograde(assignment_id: str, *, spec: str | None = None, force: bool = True
         )
         return 2
     for student, why in bad.items():
-        print(f"[{student}] excluded, gradebook untouched: {why}")
+        print(f"[{student}] not graded, any earlier grade kept in the gradebook: {why}")
     if good:
         args = ["autograde", assignment_id] + (["--force"] if force else [])
         if bad:
@@ -231,6 +245,8 @@ def autograde(assignment_id: str, *, spec: str | None = None, force: bool = True
     rows = cohort(assignment_id, good)
     print_table(assignment_id, rows, bad)
     png = plot(assignment_id, rows, course.course_dir() / "reports" / f"{assignment_id}_cohort.png")
+    for line in copying_notes(assignment_id, good):
+        print(line)
     print(f"plot: {png}\ngrades: {course.course_dir() / 'grades.csv'}")
     graded = [r for r in rows if r["total"] is not None]
     return 0 if graded or not good else 1

@@ -59,6 +59,12 @@ cohort: $(STAMP)
 down:
 	@$(if $(filter cohort,$(MAKECMDGOALS)),:,echo "did you mean: make cohort down"; exit 2)
 
+# Two learners and an instructor through the hub in headless Chromium (tests/test_cohort.py; root;
+# screenshots and step times in runs/cohort/). Too long for CI's budget beside the suite.
+test-cohort: $(STAMP) browser
+	@$(BIN)/python -c "import jupyterhub" 2>/dev/null || $(BIN)/python -m pip install -q -e ".[cohort]"
+	EFFKIT_TEST_COHORT=1 $(BIN)/python -m pytest tests/test_cohort.py -s -p no:cacheprovider
+
 notebooks: $(STAMP)  ## rebuild the lesson notebooks (and their README) from notebooks/*.py
 	$(BIN)/python -m effkit.lesson build
 

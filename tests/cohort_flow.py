@@ -29,7 +29,9 @@ class Steps:
         self.folder.mkdir(parents=True, exist_ok=True)
         shot = self.folder / f"{len(self.done) + 1:02d}-{name}.png"
         page.screenshot(path=str(shot))
-        self.done.append({"step": name, "seconds": round(time.monotonic() - started, 1), "screenshot": str(shot)})
+        self.done.append(
+            {"step": name, "seconds": round(time.monotonic() - started, 1), "screenshot": str(shot)}
+        )
         (self.folder / "steps.json").write_text(json.dumps(self.done, indent=1))
 
 
@@ -66,6 +68,8 @@ def _row(page, list_id: str, name: str):
 
 
 def fetch(page, aid: str) -> None:
+    if _row(page, "fetched_assignments_list", aid).count():
+        return  # fetched in an earlier session
     _row(page, "released_assignments_list", aid).get_by_role("button", name="Fetch").click()
     _row(page, "fetched_assignments_list", aid).first.wait_for(timeout=60_000)
 
@@ -98,7 +102,9 @@ def fill_in(page, path: str, solution: Path) -> int:
     nb = got["body"]["content"]
     ref = json.loads(solution.read_text())
     answers = {
-        c["metadata"]["nbgrader"]["grade_id"]: HIDDEN.sub("", SOLUTION.sub("", "".join(c["source"])))
+        c["metadata"]["nbgrader"]["grade_id"]: HIDDEN.sub(
+            "", SOLUTION.sub("", "".join(c["source"]))
+        )
         for c in ref["cells"]
         if c.get("metadata", {}).get("nbgrader", {}).get("solution")
     }
@@ -108,7 +114,9 @@ def fill_in(page, path: str, solution: Path) -> int:
         if gid in answers:
             cell["source"] = answers[gid]
             filled += 1
-    put = _api(page, "PUT", f"api/contents/{path}", {"type": "notebook", "format": "json", "content": nb})
+    put = _api(
+        page, "PUT", f"api/contents/{path}", {"type": "notebook", "format": "json", "content": nb}
+    )
     assert put["status"] in (200, 201), put
     return filled
 
@@ -140,3 +148,71 @@ def run_cell(page, text: str, wait_for: str, timeout_s: float = 300) -> str:
     output = cell.locator(".jp-OutputArea")
     output.filter(has_text=wait_for).wait_for(timeout=timeout_s * 1000)
     return output.inner_text()
+
+
+def formgrader(page, url: str, user: str, password: str) -> None:
+    """The instructor logs in and lands on formgrader (the course's hub service)."""
+    login(page, url, user, password, "/services/effkit/formgrader")
+    page.get_by_text("Manage Assignments").first.wait_for(timeout=180_000)
+    page.locator("tr", has_text="lesson1").first.wait_for(timeout=60_000)
+
+
+def _modal_ok(page, timeout_s: float) -> str:
+    """Wait for formgrader's result dialog, read it, press OK."""
+    modal = page.locator(".modal-dialog").filter(has=page.locator(".modal-footer button"))
+    modal.first.wait_for(timeout=timeout_s * 1000)
+    text = modal.first.inner_text()
+    modal.first.locator(".modal-footer button").first.click()
+    modal.first.wait_for(state="hidden", timeout=30_000)
+    return text
+
+
+def _assignment_row(page, aid: str):
+    return page.locator("tr").filter(has=page.locator(f'td.name[data-order="{aid}"]')).first
+
+
+def collect(page, aid: str) -> str:
+    _assignment_row(page, aid).locator("td.collect a").click()
+    return _modal_ok(page, 120)
+
+
+def autograde(page, url: str, aid: str, learners: list[str], timeout_s: float = 900) -> dict:
+    """Press autograde for each learner's submission; returns each one's score and the dialog."""
+    page.goto(f"{url}/services/effkit/formgrader/manage_submissions/{aid}")
+    scores = {}
+    for who in learners:
+        row = page.locator("tr").filter(has=page.locator(f'td.student-id[data-order="{who}"]'))
+        row.first.wait_for(timeout=60_000)
+        row.first.locator("td.autograde a").click()
+        said = _modal_ok(page, timeout_s)  # formgrader says "Success" or shows nbgrader's error
+        row.filter(has=page.locator("td.status", has_text="graded")).first.wait_for(timeout=60_000)
+        scores[who] = (row.first.locator("td.score").inner_text().strip() or None, said)
+    return scores
+
+
+def feedback(page, url: str, aid: str) -> tuple[str, str]:
+    """Generate, then release, every learner's feedback for ``aid``."""
+    page.goto(f"{url}/services/effkit/formgrader/manage_assignments")
+    _assignment_row(page, aid).wait_for(timeout=60_000)
+    _assignment_row(page, aid).locator("td.generate-feedback a").click()
+    made = _modal_ok(page, 300)
+    _assignment_row(page, aid).locator("td.release-feedback a").click()
+    released = _modal_ok(page, 120)
+    return made, released
+
+
+def read_feedback(page, aid: str) -> str:
+    """In the Assignment List: Fetch Feedback, "view feedback" (the file browser goes to it), then
+    open the feedback page as a browser tab would; returns its text."""
+    row = _row(page, "submitted_assignments_list", aid).first
+    row.get_by_role("button", name="Fetch Feedback").click()
+    link = _row(page, "submitted_assignments_list", aid).first.get_by_text("view feedback")
+    link.wait_for(timeout=60_000)
+    link.click()
+    page.locator(".jp-DirListing-item", has_text=f"{aid}.html").first.wait_for(timeout=60_000)
+    listing = _api(page, "GET", f"api/contents/{aid}/feedback")
+    assert listing["status"] == 200, listing
+    newest = max(item["name"] for item in listing["body"]["content"])
+    page.goto(page.url.split("/lab")[0] + f"/files/{aid}/feedback/{newest}/{aid}.html")
+    page.wait_for_load_state("load", timeout=60_000)
+    return page.inner_text("body")

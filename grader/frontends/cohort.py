@@ -8,6 +8,7 @@ assignment, so learners can fetch at once. State lives in ``course/hub/`` (priva
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -38,12 +39,12 @@ class Plan:
     proxy_api_port: int
     service_port: int
     state_dir: str
-    course_dir: str
     exchange: str
     learner_config: str
     venv_bin: str
     proxy_command: str
     course_id: str = COURSE_ID
+    course_dir: str = ""
     changed_modes: dict[str, int] = field(default_factory=dict)
 
 
@@ -57,9 +58,11 @@ def plan_file() -> Path:
 
 def load_plan() -> Plan | None:
     try:
-        return Plan(**json.loads(plan_file().read_text()))
+        saved = json.loads(plan_file().read_text())
     except FileNotFoundError:
         return None
+    known = Plan.__dataclass_fields__  # a plan written by another version: keep what is known
+    return Plan(**{k: v for k, v in saved.items() if k in known})
 
 
 def _free_port() -> int:
@@ -93,26 +96,34 @@ def _wait_healthy(url: str, hub: subprocess.Popen, log: Path, timeout_s: float =
     )
 
 
-def release_all(exchange: Path) -> list[str]:
-    """``nbgrader release_assignment`` for every generated exercise, into the shared exchange."""
+def release_all(exchange: Path, release_dir: Path) -> list[str]:
+    """Every assignment into the gradebook (``nbgrader generate_assignment``, rendered into the
+    cohort's own ``release_dir``: exercises/ stays as committed) and into the shared exchange."""
     env = nbgrader_env() | {"EFFKIT_EXCHANGE": str(exchange)}
-    released = []
+    where = f"--CourseDirectory.release_directory={release_dir}"
     ids = sorted(
-        (p.name for p in (REPO_ROOT / course.RELEASE_DIR).iterdir() if p.is_dir()),
+        (
+            p.name
+            for p in (REPO_ROOT / course.SOURCE_DIR).iterdir()
+            if (p / f"{p.name}.ipynb").is_file()
+        ),
         key=lambda a: int("".join(ch for ch in a if ch.isdigit()) or 0),
     )
-    for aid in ids:
+    steps = [["generate_assignment", "*", "--force", where]]
+    steps += [["release_assignment", aid, "--force", where] for aid in ids]
+    for args in steps:
         done = subprocess.run(
-            [sys.executable, "-m", "nbgrader", "release_assignment", aid, "--force"],
+            [sys.executable, "-m", "nbgrader", *args],
             cwd=REPO_ROOT,
             env=env,
             capture_output=True,
             text=True,
         )
         if done.returncode != 0:
-            raise cohort_host.HostError(f"nbgrader could not release {aid}:\n{done.stderr[-2000:]}")
-        released.append(aid)
-    return released
+            raise cohort_host.HostError(
+                f"nbgrader {' '.join(args[:2])} failed:\n{done.stderr[-2000:]}"
+            )
+    return ids
 
 
 def up(learners: int = 2, port: int = 8000, prefix: str = "effkit-", exchange: str = "") -> int:
@@ -122,9 +133,9 @@ def up(learners: int = 2, port: int = 8000, prefix: str = "effkit-", exchange: s
             f"a cohort is already running: {load_plan().url} (`python -m grader cohort down` stops it)"
         )
         return 0
-    try:
-        import jupyterhub  # noqa: F401 - only to say what is missing before changing anything
-    except ImportError:
+    if (
+        importlib.util.find_spec("jupyterhub") is None
+    ):  # say what is missing before changing anything
         print("grader cohort: JupyterHub is not installed: pip install -e '.[cohort]'")
         return 2
     try:
@@ -159,7 +170,7 @@ def up(learners: int = 2, port: int = 8000, prefix: str = "effkit-", exchange: s
         cohort_host.open_interpreter_path(Path(sys.executable), plan.changed_modes)
         cohort_host.restrict_repository(REPO_ROOT, plan.changed_modes)
         plan_file().write_text(json.dumps(asdict(plan), indent=1))
-        released = release_all(exchange_dir)
+        released = release_all(exchange_dir, folder / "release")
         log = folder / "jupyterhub.log"
         with open(log, "ab") as out:
             hub = subprocess.Popen(

@@ -36,11 +36,16 @@ def require_root() -> None:
 
 
 def make_accounts(names: list[str], accounts_file: Path) -> dict[str, str]:
-    """Create the Unix users that do not exist yet and give each a fresh random password.
+    """Create the Unix users that do not exist yet; each keeps the password ``accounts_file`` has
+    for it, or gets a random one.
 
     Passwords go to ``accounts_file`` (mode 0600, readable by the instructor's account only)."""
     if shutil.which("useradd") is None or shutil.which("chpasswd") is None:
         raise HostError("useradd and chpasswd are needed (Debian: the passwd package)")
+    try:  # a restart keeps everyone's password; only new accounts get one
+        kept = json.loads(accounts_file.read_text())
+    except (FileNotFoundError, ValueError):
+        kept = {}
     passwords = {}
     for name in names:
         try:
@@ -51,7 +56,9 @@ def make_accounts(names: list[str], accounts_file: Path) -> dict[str, str]:
                 check=True,
                 capture_output=True,
             )
-        passwords[name] = secrets.token_urlsafe(12)
+        # Debian's useradd leaves homes world-readable (HOME_MODE unset): B could read A's notebooks
+        os.chmod(pwd.getpwnam(name).pw_dir, 0o700)
+        passwords[name] = kept.get(name) or secrets.token_urlsafe(12)
     lines = "".join(f"{n}:{p}\n" for n, p in passwords.items())
     subprocess.run(["chpasswd"], input=lines, text=True, check=True, capture_output=True)
     fd = os.open(accounts_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

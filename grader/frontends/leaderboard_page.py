@@ -15,10 +15,10 @@ from grader.common import course, evidence
 from grader.frontends import leaderboard as lb
 
 CSS = """
-body{font:15px/1.45 system-ui,sans-serif;max-width:64rem;margin:2rem auto;padding:0 1rem;color:#222}
+body{font:15px/1.45 system-ui,sans-serif;max-width:80rem;margin:2rem auto;padding:0 1rem;color:#222}
 h1{margin-bottom:.2rem}h2{margin-top:2.2rem;border-bottom:2px solid #ddd}h3{margin-bottom:.3rem}
 .rules{background:#f6f8fa;border:1px solid #e1e4e8;border-radius:6px;padding:.6rem 1.2rem}
-table{border-collapse:collapse;width:100%;margin:.4rem 0 1rem}
+table{border-collapse:collapse;width:100%;margin:.4rem 0 1rem;font-size:.93em}
 th,td{padding:.3rem .5rem;border-bottom:1px solid #eee;text-align:left;white-space:nowrap}
 td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#fafafa}
 .muted{color:#777;font-size:.9em}svg{vertical-align:middle}

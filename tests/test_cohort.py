@@ -1,0 +1,234 @@
+"""A cohort through JupyterHub in a real browser: two learners, an instructor, nbgrader's exchange.
+
+``python -m grader cohort up`` starts the hub (Unix accounts, PAM, formgrader as a service); then, in
+headless Chromium, learner A fetches lessons 1 and 2, fills in solutions, validates lesson 1 and
+runs lesson 2's performance cell to see the grader's speedup before submitting; learner B submits
+lesson 2; the hub restarts mid-session; the instructor collects, autogrades (the out-of-kernel
+grader) and releases feedback in formgrader; A reads the feedback; B can read none of A's work; the
+leaderboard shows both learners' graded speedups. Each step writes a screenshot and its time to
+``runs/cohort/`` (``steps.json``). Needs root (accounts), Chromium and JupyterHub: ``make
+test-cohort`` (about 10 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cohort_flow as flow
+import pytest
+from browser_util import chromium_page, find_chromium, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / "runs" / "cohort"
+
+pytestmark = pytest.mark.slow
+WHOLE_PATH = pytest.mark.skipif(
+    os.environ.get("EFFKIT_TEST_COHORT") != "1",
+    reason="the whole cohort path runs with `make test-cohort` (~6 min: it grades lesson 2 three times)",
+)
+
+
+def _grader(env: dict, *args: str, timeout: int = 600) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "grader", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, f"grader {args}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    if os.geteuid() != 0 or find_chromium() is None or shutil.which("useradd") is None:
+        pytest.fail("the cohort test needs root, useradd and chromium (apt-get install chromium)")
+    pytest.importorskip("jupyterhub", reason="pip install -e '.[cohort]' (make test does)")
+    tag = secrets.token_hex(2)
+    course = tmp_path_factory.mktemp("cohort") / "course"
+    exchange = Path(f"/srv/effkit-test-{tag}/exchange")
+    port = free_port()
+    env = dict(os.environ, EFFKIT_COURSE_DIR=str(course))
+    up = ["cohort", "up", "--learners", "2", "--port", str(port), "--prefix", f"ek{tag}-"]
+    up += ["--exchange", str(exchange)]
+    print(_grader(env, *up))
+    accounts = json.loads((course / "hub" / "accounts.json").read_text())
+    try:
+        yield {
+            "url": f"http://127.0.0.1:{port}",
+            "env": env,
+            "up": up,
+            "accounts": accounts,
+            "instructor": f"ek{tag}-instructor",
+            "a": f"ek{tag}-learner1",
+            "b": f"ek{tag}-learner2",
+            "exchange": exchange,
+            "course": course,
+        }
+    finally:
+        _grader(env, "cohort", "down", "--remove-accounts")
+        shutil.rmtree(exchange.parent, ignore_errors=True)
+
+
+def _step(steps: flow.Steps, page, name: str, started: float) -> None:
+    steps.record(page, name, started)
+    print(f"[cohort] {name}: {steps.done[-1]['seconds']} s", flush=True)
+
+
+def test_learners_log_in_see_the_course_and_cannot_reach_each_other(hub):
+    """The hub's part CI runs: accounts, logins, the released course, and learners kept apart."""
+    url, acc, a, b = hub["url"], hub["accounts"], hub["a"], hub["b"]
+    steps = flow.Steps(SHOTS / "smoke")
+    with chromium_page(find_chromium()) as page:
+        t = time.monotonic()
+        flow.open_lab(page, url, a, acc[a])
+        flow.assignment_list(page)
+        flow.fetch(page, "lesson1")
+        _step(steps, page, "a-fetches-lesson1", t)
+        released = page.inner_text("#released_assignments_list")
+        assert "lesson13" in released and "lesson2" in released, released
+        assert page.get_by_text("Formgrader", exact=True).count() == 0  # not in a learner's menu
+        flow.logout(page, url)
+        t = time.monotonic()
+        flow.open_lab(page, url, b, acc[b])
+        page.goto(f"{url}/user/{a}/lab")
+        page.wait_for_selector("text=403", timeout=30_000)
+        _step(steps, page, "b-tries-a-s-server", t)
+        assert "403 : You do not have permission" in page.inner_text("body"), page.url
+    _b_cannot_read_a(hub)
+
+
+@WHOLE_PATH
+def test_two_learners_and_an_instructor_through_the_hub(hub):
+    url, acc = hub["url"], hub["accounts"]
+    a, b, teacher = hub["a"], hub["b"], hub["instructor"]
+    shutil.rmtree(SHOTS, ignore_errors=True)
+    steps = flow.Steps(SHOTS)
+    with chromium_page(find_chromium()) as page:
+        t = time.monotonic()
+        flow.open_lab(page, url, a, acc[a])
+        flow.assignment_list(page)
+        _step(steps, page, "a-logs-in", t)
+        t = time.monotonic()
+        flow.fetch(page, "lesson1")
+        flow.fetch(page, "lesson2")
+        _step(steps, page, "a-fetches-lessons-1-and-2", t)
+        t = time.monotonic()
+        assert flow.fill_in(page, "lesson1/lesson1.ipynb", ROOT / "solutions/lesson1/lesson1.ipynb")
+        assert flow.fill_in(page, "lesson2/lesson2.ipynb", ROOT / "solutions/lesson2/lesson2.ipynb")
+        flow.open_notebook(page, "lesson1/lesson1.ipynb")
+        verdict = flow.validate(page)
+        _step(steps, page, "a-validates-lesson1", t)
+        assert "Success! Your notebook passes all the tests." in verdict, verdict
+        flow.close_dialog(page)
+        t = time.monotonic()
+        out = flow.run_cell(page, 'check_my_work("test_data_wait"', "compute-bound")
+        _step(steps, page, "a-sees-a-check-before-submitting", t)
+        assert "test_data_wait: 2 / 2 points (passed)" in out, out
+        t = time.monotonic()
+        flow.open_notebook(page, "lesson2/lesson2.ipynb")
+        out = flow.run_cell(page, "grade_performance()", "points", timeout_s=600)
+        _step(steps, page, "a-sees-lesson2-speedup-before-submitting", t)
+        assert "speedup" in out and "points" in out, out
+        t = time.monotonic()
+        page.goto(page.url.split("/lab")[0] + "/lab")
+        flow.assignment_list(page)
+        flow.submit(page, "lesson1")
+        flow.submit(page, "lesson2")
+        _step(steps, page, "a-submits", t)
+        flow.logout(page, url)
+
+        t = time.monotonic()
+        flow.open_lab(page, url, b, acc[b])
+        flow.assignment_list(page)
+        flow.fetch(page, "lesson2")
+        assert flow.fill_in(page, "lesson2/lesson2.ipynb", ROOT / "solutions/lesson2/lesson2.ipynb")
+        flow.submit(page, "lesson2")
+        _step(steps, page, "b-fetches-and-submits-lesson2", t)
+        flow.logout(page, url)
+
+    # The hub restarts mid-session: every server stops; nothing submitted may be lost.
+    t = time.monotonic()
+    _grader(hub["env"], "cohort", "down")
+    _grader(hub["env"], *hub["up"])
+    steps.done.append({"step": "hub-restarts", "seconds": round(time.monotonic() - t, 1)})
+
+    with chromium_page(find_chromium()) as page:
+        t = time.monotonic()
+        flow.formgrader(page, url, teacher, acc[teacher])
+        _step(steps, page, "instructor-opens-formgrader", t)
+        for aid, learners in (("lesson1", [a]), ("lesson2", [a, b])):
+            t = time.monotonic()
+            log = flow.collect(page, aid)
+            _step(steps, page, f"instructor-collects-{aid}", t)
+            assert all(f"Collecting submission: {who} {aid}" in log for who in learners), log
+            t = time.monotonic()
+            scores = flow.autograde(page, url, aid, learners)
+            _step(steps, page, f"instructor-autogrades-{aid}", t)
+            assert all(score and "Success" in said for score, said in scores.values()), scores
+            t = time.monotonic()
+            flow.feedback(page, url, aid)
+            _step(steps, page, f"instructor-releases-feedback-{aid}", t)
+
+    with chromium_page(find_chromium()) as page:
+        t = time.monotonic()
+        flow.open_lab(page, url, a, acc[a])
+        flow.assignment_list(page)
+        text = flow.read_feedback(page, "lesson1")
+        _step(steps, page, "a-reads-feedback", t)
+        assert "Score: 12.0 / 12.0" in text or "12 / 12" in text, text[:2000]
+
+    _b_cannot_read_a(hub)
+    t = time.monotonic()
+    out = _grader(hub["env"], "leaderboard", "lesson2")
+    page_path = hub["course"] / "leaderboard" / "index.html"
+    with chromium_page(find_chromium()) as page:
+        page.goto(page_path.as_uri())
+        board = page.inner_text("body")
+        _step(steps, page, "leaderboard", t)
+    print(out)
+    records = json.loads((hub["course"] / "leaderboard" / "lesson2.json").read_text())
+    assert len(records["records"]) == 2 if "records" in records else records, records
+    assert a not in board and b not in board, "the page shows pseudonyms, never account names"
+
+
+def _b_cannot_read_a(hub) -> None:
+    """As learner B's Unix account: A's home, A's submission and feedback in the exchange."""
+    a, b, exchange = hub["a"], hub["b"], hub["exchange"]
+    probe = (
+        "import os, sys\n"
+        "leaks = []\n"
+        "for path in sys.argv[1:]:\n"
+        "    try:\n"
+        "        os.listdir(path) if os.path.isdir(path) else open(path).read()\n"
+        "        leaks.append(path)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print(leaks)\n"
+    )
+    targets = [
+        f"/home/{a}/lesson1/lesson1.ipynb",
+        f"/home/{a}/lesson1",
+        f"/home/{a}",
+        str(exchange / "effkit" / "inbound"),
+        str(exchange / "effkit" / "feedback"),
+        str(ROOT / "solutions" / "lesson1" / "lesson1.ipynb"),
+        str(hub["course"] / "gradebook.db"),
+    ]
+    done = subprocess.run(
+        ["runuser", "-u", b, "--", sys.executable, "-c", probe, *targets],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", f"learner B could read: {done.stdout}"

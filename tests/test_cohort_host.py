@@ -1,0 +1,147 @@
+"""The cohort's machine-side pieces, without starting a hub (the browser test does: make test-cohort).
+
+What learners may read, the modes ``cohort down`` puts back, the learners' Jupyter config (formgrader
+off, the course's exchange on) and the hub config that ``jupyterhub_config.py`` builds from a plan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import asdict
+from pathlib import Path
+
+from browser_util import running_jupyterlab
+
+from grader.frontends import cohort, cohort_host
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_the_repository_is_closed_to_learners_and_down_puts_every_mode_back(tmp_path):
+    repo = tmp_path / "repo"
+    for name in ("solutions", "course", ".git", "effkit", "grader"):
+        (repo / name).mkdir(parents=True)
+    repo.chmod(0o755)
+    before = {p: _mode(p) for p in [repo, *repo.iterdir()]}
+    changed: dict[str, int] = {}
+    cohort_host.restrict_repository(repo, changed)
+    assert _mode(repo) == 0o711  # learners pass through to effkit/ and grader/, cannot list
+    for private in ("solutions", "course", ".git"):
+        assert _mode(repo / private) & 0o077 == 0, private
+    for public in ("effkit", "grader"):
+        assert _mode(repo / public) == 0o755, public
+    cohort_host.restrict_repository(repo, changed)  # a second `up` keeps the first originals
+    cohort_host.restore_modes(changed)
+    assert {p: _mode(p) for p in before} == before
+
+
+def test_only_the_traverse_bit_opens_the_way_to_the_interpreter(tmp_path):
+    private = tmp_path / "root"
+    python = private / "pyenv" / "bin" / "python3"
+    python.parent.mkdir(parents=True)
+    python.write_text("")
+    private.chmod(0o700)
+    changed: dict[str, int] = {}
+    cohort_host.open_interpreter_path(python, changed)
+    assert _mode(private) == 0o701  # pass through, never list
+    cohort_host.restore_modes(changed)
+    assert _mode(private) == 0o700
+
+
+def test_learners_servers_run_without_formgrader_and_with_the_course_exchange(
+    tmp_path, monkeypatch
+):
+    config = tmp_path / "learner-config"
+    exchange = tmp_path / "exchange"
+    exchange.mkdir()
+    cohort_host.write_learner_config(config, "effkit", exchange)
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(config))  # what the hub's spawner sets
+    home = tmp_path / "home"
+    home.mkdir()
+    with running_jupyterlab(home) as server:
+
+        def get(path: str) -> int:
+            try:
+                with urllib.request.urlopen(
+                    f"{server.url}/{path}{'&' if '?' in path else '?'}token={server.token}"
+                ) as r:
+                    return r.status
+            except urllib.error.HTTPError as err:
+                return err.code
+
+        formgrader, assignments = (
+            get("formgrader/api/assignments"),
+            get("assignments?course_id=effkit"),
+        )
+        log = server.log_tail(20_000)
+    assert formgrader == 404, log  # a learner's server has no formgrader
+    assert assignments == 200, log  # ... but nbgrader's Assignment List
+    nbgrader = (config / "nbgrader_config.py").read_text()
+    assert "course_id = 'effkit'" in nbgrader and str(exchange) in nbgrader
+    page = json.loads((config / "labconfig" / "page_config.json").read_text())
+    assert page["disabledExtensions"]["@jupyter/nbgrader:formgrader"] is True
+
+
+def test_the_hub_config_reads_the_plan(tmp_path):
+    from traitlets.config.loader import PyFileConfigLoader
+
+    plan = cohort.Plan(
+        instructor="t-instructor",
+        learners=["t-learner1", "t-learner2"],
+        url="http://127.0.0.1:8123",
+        hub_port=8124,
+        proxy_api_port=8125,
+        service_port=8126,
+        state_dir=str(tmp_path),
+        exchange="/srv/x/exchange",
+        learner_config="/srv/x/config",
+        venv_bin=str(Path(sys.executable).parent),
+        proxy_command="/usr/bin/configurable-http-proxy",
+        course_dir=str(tmp_path / "course"),
+    )
+    state = tmp_path / "cohort.json"
+    state.write_text(json.dumps(asdict(plan)))
+    os.environ["EFFKIT_COHORT_STATE"] = str(state)
+    try:
+        c = PyFileConfigLoader("jupyterhub_config.py", path=str(ROOT)).load_config()
+    finally:
+        del os.environ["EFFKIT_COHORT_STATE"]
+    assert c.JupyterHub.bind_url == "http://127.0.0.1:8123"
+    assert c.Authenticator.allowed_users == {"t-instructor", "t-learner1", "t-learner2"}
+    (service,) = c.JupyterHub.services
+    assert service["name"] == "effkit" and service["cwd"] == str(ROOT)  # named after the course
+    assert service["environment"]["EFFKIT_COURSE_DIR"] == str(tmp_path / "course")
+    assert c.JupyterHub.load_groups == {"formgrade-effkit": {"users": ["t-instructor"]}}
+    assert c.Spawner.environment["JUPYTER_CONFIG_PATH"] == "/srv/x/config"
+
+
+def test_a_plan_from_another_version_still_loads(tmp_path, monkeypatch):
+    monkeypatch.setenv("EFFKIT_COURSE_DIR", str(tmp_path / "course"))
+    cohort.state_dir().mkdir(parents=True)
+    old = {
+        "instructor": "i",
+        "learners": ["l"],
+        "url": "u",
+        "hub_port": 1,
+        "proxy_api_port": 2,
+        "service_port": 3,
+        "state_dir": "s",
+        "exchange": "e",
+        "learner_config": "c",
+        "venv_bin": "v",
+        "proxy_command": "p",
+        "changed_modes": {"/x": 0o755},
+        "a_field_from_later": True,
+    }
+    cohort.plan_file().write_text(json.dumps(old))
+    plan = cohort.load_plan()
+    assert plan.changed_modes == {"/x": 0o755} and plan.course_dir == ""

@@ -167,23 +167,27 @@ def running_jupyterlab(root: Path, startup_timeout_s: float = 60.0) -> Iterator[
             # No network here: don't let the page wait on (or toast about) update checks.
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         ]
-        log_path = tmp_path / "jupyter-lab.log"
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                command,
-                cwd=root,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group, so teardown can kill it whole
-            )
-        server = LabServer(f"http://127.0.0.1:{port}", token, process, log_path)
-        try:
+        with _serving(command, root, env, port, token, tmp_path / "jupyter-lab.log") as server:
             _wait_until_up(server, startup_timeout_s)
             yield server
-        finally:
-            _stop(process)
+
+
+@contextlib.contextmanager
+def _serving(command, root, env, port, token, log_path: Path) -> Iterator[LabServer]:
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, so teardown can kill it whole
+        )
+    try:
+        yield LabServer(f"http://127.0.0.1:{port}", token, process, log_path)
+    finally:
+        _stop(process)
 
 
 @contextlib.contextmanager
@@ -214,23 +218,10 @@ def running_make_lab(
             f"--no-browser --port={port} --ServerApp.ip=127.0.0.1 --ServerApp.port_retries=0 "
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"
         )
-        log_path = tmp_path / "make-lab.log"
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                ["make", "--no-print-directory", "lab", f"LAB_ARGS={args}"],
-                cwd=root,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        server = LabServer(f"http://127.0.0.1:{port}", token, process, log_path)
-        try:
+        command = ["make", "--no-print-directory", "lab", f"LAB_ARGS={args}"]
+        with _serving(command, root, env, port, token, tmp_path / "make-lab.log") as server:
             _wait_until_up(server, startup_timeout_s)
             yield server
-        finally:
-            _stop(process)
 
 
 @dataclass

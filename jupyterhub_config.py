@@ -8,7 +8,10 @@ and where learner servers run (GPU nodes).
 
 import json
 import os
+import resource
 from pathlib import Path
+
+from jupyterhub.spawner import LocalProcessSpawner
 
 c = get_config()  # noqa: F821 - provided by traitlets when JupyterHub loads this file
 
@@ -37,10 +40,27 @@ c.JupyterHub.authenticator_class = "pam"
 c.PAMAuthenticator.open_sessions = False  # no login session (utmp, limits) for a notebook server
 c.Authenticator.allowed_users = set(plan["learners"]) | {plan["instructor"]}
 
+
 # Every learner runs JupyterLab from the course's own environment, as their own user.
 # DEPLOY: for GPU nodes use a batch or container spawner (batchspawner, kubespawner) with the
 # same command; learner servers never need the GPU for grading, only for their own runs.
-c.JupyterHub.spawner_class = "localprocess"
+class CappedSpawner(LocalProcessSpawner):
+    """JupyterHub's local spawner, with a cap on the tasks (processes and threads) each learner's
+    account may run: one learner's fork bomb cannot take the machine from the others. DEPLOY:
+    memory and CPU per learner need cgroups (systemdspawner, or a container spawner)."""
+
+    def make_preexec_fn(self, name):
+        become_user = super().make_preexec_fn(name)
+        cap = int(plan.get("max_tasks", 2048))
+
+        def preexec():
+            resource.setrlimit(resource.RLIMIT_NPROC, (cap, cap))  # per Unix user, threads count
+            become_user()
+
+        return preexec
+
+
+c.JupyterHub.spawner_class = CappedSpawner
 c.Spawner.cmd = [str(Path(plan["venv_bin"]) / "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
 c.Spawner.notebook_dir = "~"

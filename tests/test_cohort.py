@@ -105,6 +105,12 @@ def test_learners_log_in_see_the_course_and_cannot_reach_each_other(hub):
         _step(steps, page, "b-tries-a-s-server", t)
         assert "403 : You do not have permission" in page.inner_text("body"), page.url
     _b_cannot_read_a(hub)
+    # B's server runs under the cohort's task cap: a fork bomb stops at it, not at the machine
+    pids = subprocess.run(["pgrep", "-u", b, "-f", "jupyterhub-singleuser"], capture_output=True)
+    pid = pids.stdout.split()[0].decode()
+    limits = Path(f"/proc/{pid}/limits").read_text()
+    line = next(ln for ln in limits.splitlines() if ln.startswith("Max processes"))
+    assert line.split()[2:4] == ["2048", "2048"], line
 
 
 @WHOLE_PATH

@@ -45,6 +45,7 @@ class Plan:
     proxy_command: str
     course_id: str = COURSE_ID
     course_dir: str = ""
+    max_tasks: int = 2048  # processes + threads per learner account (RLIMIT_NPROC)
     changed_modes: dict[str, int] = field(default_factory=dict)
 
 

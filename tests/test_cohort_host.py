@@ -44,17 +44,22 @@ def test_the_repository_is_closed_to_learners_and_down_puts_every_mode_back(tmp_
     assert {p: _mode(p) for p in before} == before
 
 
-def test_only_the_traverse_bit_opens_the_way_to_the_interpreter(tmp_path):
+def test_only_the_traverse_bit_opens_the_way_to_the_interpreter_and_it_stays(tmp_path):
     private = tmp_path / "root"
     python = private / "pyenv" / "bin" / "python3"
     python.parent.mkdir(parents=True)
     python.write_text("")
     private.chmod(0o700)
-    changed: dict[str, int] = {}
-    cohort_host.open_interpreter_path(python, changed)
-    assert _mode(private) == 0o701  # pass through, never list
-    cohort_host.restore_modes(changed)
-    assert _mode(private) == 0o700
+    above = {p: _mode(p) for p in private.parents}  # pytest's own 0700 folders get opened too
+    try:
+        opened = cohort_host.open_interpreter_path(python)
+        assert str(private) in opened and all(Path(p) in python.parents for p in opened)
+        assert _mode(private) == 0o701  # pass through, never list
+        # never handed to restore_modes: removing it under a running grading breaks its workers
+        assert cohort_host.open_interpreter_path(python) == []
+    finally:
+        for path, mode in above.items():
+            path.chmod(mode)
 
 
 def test_learners_servers_run_without_formgrader_and_with_the_course_exchange(

@@ -168,7 +168,7 @@ def up(learners: int = 2, port: int = 8000, prefix: str = "effkit-", exchange: s
         )
         cohort_host.make_exchange(exchange_dir)
         cohort_host.write_learner_config(Path(plan.learner_config), COURSE_ID, exchange_dir)
-        cohort_host.open_interpreter_path(Path(sys.executable), plan.changed_modes)
+        opened = cohort_host.open_interpreter_path(Path(sys.executable))
         cohort_host.restrict_repository(REPO_ROOT, plan.changed_modes)
         plan_file().write_text(json.dumps(asdict(plan), indent=1))
         released = release_all(exchange_dir, folder / "release")
@@ -202,6 +202,10 @@ def up(learners: int = 2, port: int = 8000, prefix: str = "effkit-", exchange: s
     print(f"  learners:   {', '.join(plan.learners)}")
     print(f"  passwords:  {accounts} (readable by you only)")
     print(f"  released:   {', '.join(released)} into {exchange_dir}")
+    if opened:
+        print(
+            f"  opened for learners' kernels (traverse only, kept after down): {', '.join(opened)}"
+        )
     print("  stop with:  make cohort down   (or python -m grader cohort down)")
     return 0
 

@@ -3,8 +3,8 @@
 Learners are separate Unix users because that is what keeps them apart: nbgrader's exchange and
 JupyterHub's local spawner both rest on file ownership. The course repository stays its owner's:
 learners may run its interpreter and import effkit and grader (open source), never read solutions/,
-course/ (gradebook, submissions, feedback) or the git history. Every mode changed is recorded so
-``cohort down`` puts it back.
+course/ (gradebook, submissions, feedback) or the git history. Every mode the repository's folders
+change is recorded so ``cohort down`` puts it back.
 """
 
 from __future__ import annotations
@@ -84,13 +84,18 @@ def restrict_repository(repo: Path, changed: dict[str, int]) -> None:
             _set_mode(path, stat.S_IMODE(path.stat().st_mode) & ~0o077, changed)
 
 
-def open_interpreter_path(python: Path, changed: dict[str, int]) -> None:
+def open_interpreter_path(python: Path) -> list[str]:
     """Learners' kernels run the course's interpreter: every folder above it must let them pass
-    (e.g. pyenv under a 0700 /root). Adds only the traverse bit, never read."""
+    (e.g. pyenv under a 0700 /root). Adds only the traverse bit, never read, and ``down`` leaves
+    it: taking it away under a running grading breaks that grading's workers (their imports fail
+    mid-run; measured). Returns the folders opened."""
+    opened = []
     for folder in reversed(Path(os.path.realpath(python)).parents):
         mode = stat.S_IMODE(folder.stat().st_mode)
         if not mode & 0o001:
-            _set_mode(folder, mode | 0o001, changed)
+            folder.chmod(mode | 0o001)
+            opened.append(str(folder))
+    return opened
 
 
 def restore_modes(changed: dict[str, int]) -> list[str]:

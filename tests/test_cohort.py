@@ -87,7 +87,7 @@ def _step(steps: flow.Steps, page, name: str, started: float) -> None:
 def test_learners_log_in_see_the_course_and_cannot_reach_each_other(hub):
     """The hub's part CI runs: accounts, logins, the released course, and learners kept apart."""
     url, acc, a, b = hub["url"], hub["accounts"], hub["a"], hub["b"]
-    steps = flow.Steps(SHOTS / "smoke")
+    steps = flow.Steps(ROOT / "runs" / "cohort-smoke")
     with chromium_page(find_chromium()) as page:
         t = time.monotonic()
         flow.open_lab(page, url, a, acc[a])

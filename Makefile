@@ -33,6 +33,7 @@ test: $(STAMP) browser  ## lint, format check + the whole test suite (what CI ru
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python tests/lanes.py
+	EFFKIT_TEST_COHORT=smoke $(BIN)/python -m pytest tests/test_cohort.py -p no:cacheprovider
 
 # The exercise tests on the oldest torch pyproject.toml declares, in a second venv
 # (.venv-oldest-torch: torch X.Y from the registry, ~3 GB, built once; ~4 min in all here).

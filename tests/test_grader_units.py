@@ -803,6 +803,40 @@ def test_a_committed_state_carries_generator_states_of_the_right_shape_only():
             load_state(blob(rng=bad))
 
 
+def test_a_commit_the_graders_disk_cannot_hold_stops_the_grading_as_the_machines_fault(
+    tmp_path, monkeypatch
+):
+    """A full disk once failed CI's gpu-size rehearsal as "the baseline sent a training state the
+    grader cannot read": the machine's fault, said as such, before minutes of grading are spent."""
+    import io
+    import shutil
+    from collections import namedtuple
+
+    from grader.timed.replay import Commits, DiskFull
+
+    buffer = io.BytesIO()
+    torch.save({"model": {"w": torch.zeros(1000)}, "optimizer": {}}, buffer)
+    blob = buffer.getvalue()
+    usage = namedtuple("usage", "total used free")
+    commits = Commits(tmp_path / "c", expected=4)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**12, 0, 4 * len(blob)))
+    assert commits.add("baseline", 0, 0, blob)["model"]["w"].shape == (1000,)  # 4 fit
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**12, 0, 3 * len(blob) - 1))
+    with pytest.raises(DiskFull, match=r"3 more of .* MB need .* GB free \(free space there"):
+        commits.add("learner", 0, 0, blob)  # 3 left, not room for 3: refused before writing
+    assert not commits.path("learner", 0, 0).exists()
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**12, 0, 10**12))
+
+    def full(self, data):
+        self.write_text("half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(DiskFull, match="No space left on device"):
+        commits.add("learner", 0, 0, blob)  # taken meanwhile by another process
+    assert not commits.path("learner", 0, 0).exists()  # no torn state left behind
+
+
 def test_lesson2_grades_gpu_sized_runs_on_the_hard_stand_in_and_cpu_runs_on_the_calibrated_easy_set():
     import numpy as np
 

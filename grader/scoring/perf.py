@@ -121,9 +121,12 @@ def grade(
                 second_look=gate.needs_second_look,
             )
         except WorkerFailed as err:
-            raise GradingError(
-                f"the grader could not run the baseline: {err}\n{err.detail}"
-            ) from err
+            what = (
+                "the grader could not run"
+                if err.role == "grader"
+                else "the grader could not run the baseline"
+            )
+            raise GradingError(f"{what}: {err}\n{err.detail}".rstrip()) from err
     m.device = name
     return decide(m, target, gate, max_points, calibration, notes, assignment.id)
 

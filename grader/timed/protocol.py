@@ -15,7 +15,7 @@ from pathlib import Path
 from grader.common.cellcode import QUIZ_CELL, to_python
 from grader.sandbox.supervisor import Worker, WorkerFailed, _clock, boosted_self, start_worker
 from grader.timed.measurement import GradingSpec, Measurement, Timing
-from grader.timed.replay import Commits, Reveal, check_work
+from grader.timed.replay import Commits, DiskFull, Reveal, check_work
 from grader.timed.weights import weights_problems
 
 __all__ = [
@@ -81,7 +81,8 @@ def _measure(
     inputs = workdir / "inputs"  # GraderData writes the training inputs here (private) ...
     inputs.mkdir(mode=0o755)
     reveal = Reveal(inputs, workdir / "exposed")  # ... and workers read what is shown of them here
-    commits = Commits(workdir / "commits")
+    # every chunk of every run, both sides (a second look adds more: checked as they come)
+    commits = Commits(workdir / "commits", 2 * spec.repeats * spec.epochs * spec.chunks_per_epoch)
     workers: dict[str, Worker] = {}
     try:
         for role in ("baseline", "learner"):
@@ -188,7 +189,7 @@ def _measure(
             progress(f"  {out.phases_s['work_check']:6.1f} s  the timed chunks' work checked")
         return out
     except WorkerFailed as err:
-        if err.role == "baseline":
+        if err.role in ("baseline", "grader"):
             raise  # the grader itself could not run: not the learner's fault, no verdict
         out.error = err
         return out
@@ -280,6 +281,8 @@ def _timed_runs(
                 t_end = t_end if memfd else _clock()
                 try:
                     state = commits.add(w.role, r, c, blob)
+                except DiskFull as err:  # the grader's disk: no verdict, whoever sent the state
+                    raise WorkerFailed(str(err), kind="host", role="grader") from err
                 except Exception as err:  # noqa: BLE001 - refused by weights_only or its shape
                     raise WorkerFailed(
                         f"the {w.role} sent a training state the grader cannot read "

@@ -67,20 +67,43 @@ class Reveal:
         self.show(Path(data.init_paths[r]))
 
 
-class Commits:
-    """The committed states of one grading, on the parent's private disk (they can be large)."""
+class DiskFull(RuntimeError):
+    """The grader's own disk cannot hold the commits: the machine's fault, never the learner's."""
 
-    def __init__(self, folder: Path):
+
+class Commits:
+    """The committed states of one grading, on the parent's private disk (they can be large: a
+    gpu-profile lesson 3 grading keeps five of ~1 GB). ``expected`` commits in all; the grading
+    stops at the first commit that shows the rest cannot fit, not minutes later at a full disk."""
+
+    def __init__(self, folder: Path, expected: int = 1):
         self.folder = Path(folder)
         self.folder.mkdir(mode=0o700, exist_ok=True)
+        self.expected, self.added = expected, 0
 
     def path(self, role: str, r: int, c: int) -> Path:
         return self.folder / f"{role}-{r}-{c}.pt"
 
     def add(self, role: str, r: int, c: int, blob: bytes) -> dict:
         state = load_state(blob)  # refused here, before anything else reads it
-        self.path(role, r, c).write_bytes(blob)
+        left = max(1, self.expected - self.added)
+        free = shutil.disk_usage(self.folder).free
+        if free < left * len(blob):
+            raise DiskFull(self._short(left, len(blob), free))
+        try:
+            self.path(role, r, c).write_bytes(blob)
+        except OSError as err:  # ENOSPC or a quota: another process took the space meanwhile
+            self.path(role, r, c).unlink(missing_ok=True)
+            raise DiskFull(f"{self._short(left, len(blob), free)} ({err})") from err
+        self.added += 1
         return state
+
+    def _short(self, left: int, size: int, free: int) -> str:
+        return (
+            f"the grading machine's disk cannot hold this grading's training states: {left} more "
+            f"of {size / 1e6:,.0f} MB need {left * size / 1e9:.1f} GB in {self.folder}, "
+            f"{free / 1e9:.1f} GB free (free space there, or set TMPDIR to a larger disk)"
+        )
 
     def state(self, role: str, r: int, c: int) -> dict:
         return load_state(self.path(role, r, c))

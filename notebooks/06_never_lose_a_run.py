@@ -216,7 +216,8 @@ for name in list(SCHEDULES)[1:]:
 
 # %%
 es_x, es_y = X_TRAIN[:SIZES["es_train"]], Y_TRAIN[:SIZES["es_train"]]
-es_dir = Path(tempfile.mkdtemp(prefix="lesson6-es-"))
+es_tmp = tempfile.TemporaryDirectory(prefix="lesson6-es-")  # removed when the kernel stops
+es_dir = Path(es_tmp.name)
 net = new_model(0)
 opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
 stopper = EarlyStopping(patience=SIZES["patience"], mode="min")
@@ -277,7 +278,8 @@ sched = warmup_cosine(opt, 100, 10)
 F.cross_entropy(net(X_TRAIN[:64]), Y_TRAIN[:64]).backward()
 opt.step()
 sched.step()
-ckpt_dir = Path(tempfile.mkdtemp(prefix="lesson6-ckpt-"))
+ckpt_tmp = tempfile.TemporaryDirectory(prefix="lesson6-ckpt-")  # removed when the kernel stops
+ckpt_dir = Path(ckpt_tmp.name)
 path = save_checkpoint(ckpt_dir / "last.pt", net, optimizer=opt, scheduler=sched,
                        scaler=torch.amp.GradScaler("cpu"), early_stopping=EarlyStopping(3),
                        epoch=0, step=1, batch_in_epoch=1)

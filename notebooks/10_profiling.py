@@ -56,7 +56,8 @@ SIZES = {"smoke": dict(active=3, pairs=6, steps_per_burst=2, recipe_steps=dict(w
          "gpu": dict(active=5, pairs=8, steps_per_burst=4, recipe_steps=dict(active=5))}[PROFILE]
 torch.set_num_threads(1)  # one thread: the machine is shared, and figures per thread compare
 CPU_NAME = device_name("cpu")
-work = Path(tempfile.mkdtemp(prefix="lesson10-"))
+work_dir = tempfile.TemporaryDirectory(prefix="lesson10-")  # removed when the kernel stops
+work = Path(work_dir.name)
 print(f"profile {PROFILE!r}; {CPU_NAME}; CUDA: {torch.cuda.is_available()}")
 
 # %% [markdown]

@@ -135,7 +135,8 @@ class Logits(torch.nn.Module):
         return self.classifier(input_ids=input_ids, attention_mask=attention_mask).logits
 
 
-work = Path(tempfile.mkdtemp(prefix="lesson13-"))
+work_dir = tempfile.TemporaryDirectory(prefix="lesson13-")  # removed when the kernel stops
+work = Path(work_dir.name)
 fp32_path, int8_path = str(work / "fp32.onnx"), str(work / "int8.onnx")
 sample, _ = encode(held_out.texts[:2])
 start = time.perf_counter()

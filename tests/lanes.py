@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -106,6 +107,10 @@ def main(args: list[str]) -> int:
     # A lane killed by a signal has a negative code: that is a failure, not less than 0 (a killed timed
     # lane once passed CI's exit code, its summary line missing).
     codes = [0 if rc == 5 else rc for rc in (timed_rc, untimed_rc)]
+    if os.environ.get("EFFKIT_KEEP_TEST_TMP") != "1":  # ~0.7 GB a run; CI's disk is this machine's
+        shutil.rmtree(base, ignore_errors=True)
+    else:
+        print(f"[lanes] kept the lanes' temporary files in {base}")
     return 1 if any(rc < 0 for rc in codes) else max(codes)
 
 

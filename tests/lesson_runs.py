@@ -6,12 +6,15 @@ from the same executed notebooks, so CI runs every lesson once, not twice.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 _TMP = Path(tempfile.mkdtemp(prefix="effkit-lessons-"))
+atexit.register(shutil.rmtree, _TMP, ignore_errors=True)  # 13 executed lessons: ~350 MB a session
 EXECUTED = _TMP / "executed"
 SMOKE_ENV = {"EFFKIT_PROFILE": "smoke", "MPLBACKEND": "Agg", "EFFKIT_DATA": str(_TMP / "data")}
 

@@ -177,7 +177,8 @@ def crash_at(step):
     return hook
 
 
-folder = tempfile.mkdtemp()
+folder_tmp = tempfile.TemporaryDirectory()  # removed when the kernel stops
+folder = folder_tmp.name
 with single_thread():
     try:
         train(Task(seed=0, hook=crash_at(30)), folder)

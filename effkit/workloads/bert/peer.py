@@ -137,8 +137,8 @@ def run(
     hf_model = bert.build(
         "optimized", profile, data_dir=data_dir, device=device, seed=seed, **same
     ).model
-    tmp = Path(tempfile.mkdtemp(prefix="hf-trainer-"))
-    _, collator, make = _hf_parts(opt, device, seed, tmp)
+    tmp = tempfile.TemporaryDirectory(prefix="hf-trainer-")  # Trainer's output_dir, gone on return
+    _, collator, make = _hf_parts(opt, device, seed, Path(tmp.name))
     # HF's length-grouped sampler sorts each mega-batch of ``mult`` batches longest first, so a
     # Trainer segment is timed over half a mega-batch and each optimized burst is compared with
     # the mean of the segments before and after it (a whole mega-batch, and drift cancels).

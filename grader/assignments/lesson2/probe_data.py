@@ -16,9 +16,9 @@ import numpy as np
 def _template_dataset():
     from effkit.workloads.cifar.data import load_cifar, make_synthetic_cifar
 
-    root = tempfile.mkdtemp(prefix="effkit-probe-")
-    make_synthetic_cifar(root, n_train=5, n_test=1, seed=0)
-    return load_cifar(root, train=True)
+    with tempfile.TemporaryDirectory(prefix="effkit-probe-") as root:
+        make_synthetic_cifar(root, n_train=5, n_test=1, seed=0)
+        return load_cifar(root, train=True)  # read into memory: the folder may go
 
 
 def probe_dataset(n: int, seed: int = 0):

@@ -18,15 +18,16 @@
 # forward pass). We will:
 #
 # 1. take the memory of full fine-tuning apart — weights, gradients, AdamW's two states — and
-#    LoRA's, by arithmetic and by counting the tensors;
+#    LoRA's, by arithmetic and by counting the tensors, then measure the peak of a training step;
 # 2. count trainable parameters for ranks and target modules, and see what alpha does;
 # 3. time a training step, and a forward pass, with and without LoRA (`effkit.lesson` A/B verdicts);
-# 4. fine-tune on SST-2 both ways and compare accuracy;
+# 4. fine-tune on SST-2 both ways over paired seeds and compare accuracy;
 # 5. merge the adapters into the weights for inference with zero overhead — measured;
 # 6. name the next step on a GPU: QLoRA.
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU, with other jobs running): about 2.5 min in
-# `cpu` (149 s at load average 1.7-2.5; 247 s at 4-5), 9 s in `smoke`.
+# **Run time** (measured on a 2-core Intel Xeon VM, no GPU, load average 0.4-1.5 from other jobs):
+# about 3.5 min in `cpu` (203 s: three paired seeds of both fine-tunings take 2.6 min of it), 17 s
+# in `smoke`.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one), `smoke`
 # (tests only: a 2-layer encoder on synthetic sentences; its numbers show the code runs, not what
@@ -39,6 +40,7 @@
 # %matplotlib inline
 import copy
 import math
+import statistics
 import time
 
 import matplotlib.pyplot as plt
@@ -49,16 +51,18 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from effkit import lesson, lesson_setup
+from effkit.abtest import median_ci, median_ci_coverage
 from effkit.measure import device_name
+from effkit.peak_memory import peak_memory_bytes, reset_peak_memory
 
 # %%
 PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
 DEVICE = lesson.device()
 DEVICE_NAME = device_name(DEVICE)
 SIZES = {
-    "smoke": dict(layers=2, batch=8, seq=16, steps=6, eval_rows=64, pairs=6, burst=1),
-    "cpu": dict(layers=None, batch=16, seq=32, steps=120, eval_rows=872, pairs=6, burst=2),
-    "gpu": dict(layers=None, batch=32, seq=64, steps=600, eval_rows=872, pairs=8, burst=5),
+    "smoke": dict(layers=2, batch=8, seq=16, steps=6, eval_rows=64, pairs=6, burst=1, seeds=2),
+    "cpu": dict(layers=None, batch=16, seq=32, steps=100, eval_rows=872, pairs=6, burst=2, seeds=3),
+    "gpu": dict(layers=None, batch=32, seq=64, steps=600, eval_rows=872, pairs=8, burst=5, seeds=5),
 }[PROFILE]
 FULL_LR, LORA_LR = 5e-5, 1e-3  # LoRA's adapters start at zero and are few: a ~20x higher LR is usual
 lesson_setup.quiet_transformers()  # the classifier head is new by design: no load report
@@ -119,8 +123,8 @@ plt.show()
 # of weight only. (Activations come on top, and LoRA shrinks them little: backward still needs the
 # inputs of every nonlinearity — GELU, softmax, layer norm — and of every adapted layer to pass
 # gradients down to the adapters below; only a frozen linear layer's input can be dropped, since the
-# gradient it passes down needs its weight, not its input. This lesson does not measure
-# activations; lesson 5 does.)
+# gradient it passes down needs its weight, not its input. Section 4 measures a training step's
+# peak, activations included; lesson 5 takes activations apart.)
 #
 # **Predict.** With rank 8 on the query and value projections of every layer (plus the 2-way head),
 # what share of the encoder's parameters does LoRA train, in percent?
@@ -293,14 +297,69 @@ step_line = f"{saves}; {not_saved}"
 print(step_line)
 
 # %% [markdown]
+# ### Peak memory of a training step, measured
+#
+# Section 2 counted tensors; a training step also holds **activations** and temporaries, and what
+# the machine must have is the *peak*. We measure it: on a GPU, the caching allocator's
+# `max_memory_allocated`; on a CPU, the process's resident-set peak (`VmHWM`, reset before each
+# measurement, or a sampler thread where the kernel refuses the reset: `effkit.peak_memory`). The
+# figure is the rise above the resting model during two steps (the first creates AdamW's state, the
+# second runs with it in place), each arm twice in the order A B B A on a fresh model.
+#
+# **Predict.** LoRA cut gradients + AdamW state by hundreds of times. By how many times does it cut
+# the *peak* rise of a training step?
+
+# %%
+GUESS_PEAK_RATIO = None  # your guess, e.g. 10
+
+
+def training_peak(build, lr):
+    """(bytes the process grew to above the resting model during two training steps, how measured)."""
+    run = trainer(build(), lr)
+    how = reset_peak_memory(DEVICE)
+    resting = peak_memory_bytes(DEVICE)  # right after a reset: what is resident now
+    run(2)
+    rise = peak_memory_bytes(DEVICE) - resting
+    del run
+    return rise, how
+
+
+arms = {"full fine-tuning": (encoder, FULL_LR), "LoRA r=8 (q, v)": (lambda: lora(encoder()), LORA_LR)}
+peaks = {name: [] for name in arms}
+for name in ["full fine-tuning", "LoRA r=8 (q, v)", "LoRA r=8 (q, v)", "full fine-tuning"]:  # A B B A
+    rise, how = training_peak(*arms[name])
+    peaks[name].append(rise)
+peak = {name: statistics.median(v) for name, v in peaks.items()}
+for name, values in peaks.items():
+    rest = peak[name] - grad_opt[name]
+    print(f"{name:18} peak rise {' and '.join(f'{v / 2**20:6.1f}' for v in values)} MiB ({how}); of which"
+          f" gradients + AdamW state {grad_opt[name] / 2**20:6.1f} MiB, the rest (activations, temporaries)"
+          f" {rest / 2**20:6.1f} MiB")
+peak_ratio = peak["full fine-tuning"] / peak["LoRA r=8 (q, v)"]
+lesson.check_guess(GUESS_PEAK_RATIO, peak_ratio, "full fine-tuning's peak rise / LoRA's", "{:.1f}x")
+spread = max(max(v) / min(v) for v in peaks.values())
+peak_line = (f"a training step's peak rise: {peak['full fine-tuning'] / 2**20:.0f} MiB full vs"
+             f" {peak['LoRA r=8 (q, v)'] / 2**20:.0f} MiB LoRA ({peak_ratio:.1f}x; repeats within {spread:.2f}x"
+             f" of each other), far less than the {grad_opt['full fine-tuning'] / grad_opt['LoRA r=8 (q, v)']:,.0f}x"
+             " cut in gradients + AdamW state: activations stay"
+             if peak_ratio < grad_opt["full fine-tuning"] / grad_opt["LoRA r=8 (q, v)"] / 2 else
+             f"a training step's peak rise: {peak_ratio:.1f}x less with LoRA (repeats within {spread:.2f}x)")
+print(peak_line)
+
+# %% [markdown]
 # ## 5. Accuracy: LoRA against full fine-tuning on SST-2
 #
 # Both start from the same pretrained encoder and the same head initialisation, see the same
 # batches, and train the same number of steps; each with its usual learning rate (full fine-tuning
 # 5e-5, LoRA 1e-3). On this CPU that is a *short* fine-tuning (the step count and sequence length
 # are printed with the result): the accuracies are what this budget reaches, not what either method
-# can reach. One seed: the interval printed is the binomial error of the held-out set, not the
-# run-to-run spread.
+# can reach.
+#
+# One run per method would compare two draws of luck. We **pair seeds**: seed `s` fixes the head's
+# initialisation and the order of the batches for *both* methods, so the difference LoRA − full
+# within a seed is free of the luck they share; the verdict rests on the median of those paired
+# differences and its order-statistic interval, whose real coverage (75% with 3 seeds, 94% with 5)
+# is printed beside it.
 
 # %%
 def evaluate(model, rows=SIZES["eval_rows"]):
@@ -315,24 +374,36 @@ def evaluate(model, rows=SIZES["eval_rows"]):
     return acc, 1.96 * math.sqrt(acc * (1 - acc) / rows)
 
 
-results = {}
-for name, model, lr in (("full fine-tuning", encoder(), FULL_LR), ("LoRA r=8 (q, v)", lora(encoder()), LORA_LR)):
-    run = trainer(model, lr)
+def fine_tune(model, lr, seed, desc):
+    run = trainer(model, lr, seed)
     start = time.perf_counter()
-    for _ in tqdm(range(SIZES["steps"]), desc=name):
+    for _ in tqdm(range(SIZES["steps"]), desc=desc, leave=False):
         run(1)
-    seconds = time.perf_counter() - start
-    results[name] = (model, *evaluate(model), seconds)
-    print(f"{name:18} accuracy {results[name][1]:.1%} ± {results[name][2]:.1%} on {min(SIZES['eval_rows'], len(held_out.texts))}"
-          f" held-out rows after {SIZES['steps']} steps of {SIZES['batch']} (max {SIZES['seq']} tokens),"
-          f" trained in {seconds:.0f} s")
-(_, acc_full, err_full, t_full), (lora_trained, acc_lora, err_lora, t_lora) = results.values()
-gap = acc_full - acc_lora
-gap_err = math.hypot(err_full, err_lora)
-accuracy_line = (f"LoRA {acc_lora:.1%} vs full fine-tuning {acc_full:.1%}: " +
-                 ("no difference this evaluation can resolve" if abs(gap) <= gap_err else
-                  f"{'full fine-tuning' if gap > 0 else 'LoRA'} ahead by {abs(gap):.1%}") +
-                 f" (difference {-gap:+.1%}, ± {gap_err:.1%} binomial); training time {t_lora:.0f} s vs {t_full:.0f} s")
+    return model, evaluate(model)[0], time.perf_counter() - start
+
+
+results, lora_trained = {"full fine-tuning": [], "LoRA r=8 (q, v)": []}, None
+for seed in tqdm(range(SIZES["seeds"]), desc="paired seeds"):
+    for name, lr in (("full fine-tuning", FULL_LR), ("LoRA r=8 (q, v)", LORA_LR)):
+        model = encoder(seed) if name.startswith("full") else lora(encoder(seed))  # same head init
+        model, accuracy, seconds = fine_tune(model, lr, seed, f"{name}, seed {seed}")
+        results[name].append((accuracy, seconds))
+        if lora_trained is None and name.startswith("LoRA"):
+            lora_trained = model  # seed 0's, merged in section 6
+        print(f"seed {seed}  {name:18} accuracy {accuracy:.1%} on {min(SIZES['eval_rows'], len(held_out.texts))}"
+              f" held-out rows, trained in {seconds:.0f} s")
+        del model
+acc = {name: [r[0] for r in runs] for name, runs in results.items()}
+diffs = [b - a for a, b in zip(acc["full fine-tuning"], acc["LoRA r=8 (q, v)"], strict=True)]
+lo, hi = median_ci(diffs)
+coverage = median_ci_coverage(len(diffs))
+t_full, t_lora = (statistics.median(r[1] for r in runs) for runs in results.values())
+verdict_words = ("no difference these seeds can resolve (the interval spans 0)" if lo <= 0 <= hi else
+                 f"LoRA ahead by at least {lo:.1%} (the interval excludes 0)" if lo > 0 else
+                 f"full fine-tuning ahead by at least {-hi:.1%} (the interval excludes 0)")
+accuracy_line = (f"LoRA − full fine-tuning, paired over {len(diffs)} seeds: median {statistics.median(diffs):+.1%}"
+                 f" (interval {lo:+.1%} to {hi:+.1%}, real coverage {coverage:.0%}): {verdict_words};"
+                 f" median training time {t_lora:.0f} s LoRA vs {t_full:.0f} s full")
 print(accuracy_line)
 
 # %% [markdown]
@@ -413,6 +484,7 @@ print(f"* LoRA r=8 on query and value trains {trainable:,} of {total:,} paramete
 print(f"* gradients + AdamW state: {grad_opt['full fine-tuning'] / 2**20:.0f} MiB full vs"
       f" {grad_opt['LoRA r=8 (q, v)'] / 2**20:.2f} MiB LoRA (measured); with weights:"
       f" {full_static / 2**20:.0f} vs {lora_static / 2**20:.0f} MiB — the frozen weights stay")
+print(f"* {peak_line}")
 print(f"* training step: {step_ab.verdict}")
 print(f"* forward pass with unmerged adapters: {fwd_ab.verdict}")
 print(f"* so: {step_line}")

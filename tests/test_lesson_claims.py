@@ -78,6 +78,17 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
         " LoRA on it: the gap is now counted per row",
     ),
     (
+        "08_peft_lora",
+        r"One seed: the interval printed is the binomial error",
+        "one run per method compared two draws of luck: seeds are paired now, the verdict is the paired differences'"
+        " median and its order-statistic interval",
+    ),
+    (
+        "08_peft_lora",
+        r"This lesson does not measure\s*\n#\s*activations",
+        "a training step's peak memory is measured now (effkit.peak_memory): activations show in it",
+    ),
+    (
         "09_distillation",
         r"for s in seeds\) / math\.sqrt\(len\(seeds\)\)",
         "every seed is scored on the same held-out rows: their sampling error does not shrink with more seeds",

@@ -16,19 +16,20 @@
 # **Goal:** train one model on several processes ("ranks") so that each computes the gradient of
 # its share of the batch, and know what that costs in communication and saves in memory. We will:
 #
-# 1. start ranks and a process group (`gloo` on CPU, `nccl` on GPUs), as `torchrun` does;
+# 1. start ranks and a process group (`gloo` on CPU, `nccl` on GPUs) with `torchrun`, then from the
+#    notebook;
 # 2. check that DDP over 2 ranks *is* one process over the global batch: DistributedSampler +
 #    `set_epoch`, seeding, `no_sync` under accumulation (lesson 4), rank-0-only logging and metrics
 #    averaged across ranks;
 # 3. measure the all-reduce against the ring cost model `2 (N-1)/N x bytes / bandwidth`, `no_sync`'s
-#    saving, and the scaling efficiency of 2 ranks on this machine;
+#    saving, the scaling efficiency of 2 ranks on this machine, and where a 2-rank step's time goes
+#    (compute side by side, communication, overlap);
 # 4. do ZeRO's memory arithmetic, then measure per-rank memory and step time of
 #    `ZeroRedundancyOptimizer` (ZeRO-1) and FSDP2's `fully_shard` (ZeRO-3), and save a sharded
 #    checkpoint with `torch.distributed.checkpoint`.
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU): about 35 s in `cpu` (33 s on a quiet
-# machine; 59 s at load average ~5 before the per-rank memory cell), 15-51 s in `smoke` (the test
-# harness's runs at load 3-8). The summary's last line prints this run's own time.
+# **Run time** (measured on a 2-core Intel Xeon VM, no GPU): about 40 s in `cpu` (37 s at load
+# average 2.6-4 from other jobs), 14 s in `smoke`. The summary's last line prints this run's own time.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (the same code with `gloo`:
 # the NCCL lines are shown, not run, since one GPU gives one rank), `smoke` (tests only: tiny sizes,
@@ -40,7 +41,11 @@
 # %%
 # %matplotlib inline
 import contextlib
+import os
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -55,7 +60,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from effkit import data_parallel as dp
 from effkit import lesson
-from effkit.abtest import compare
+from effkit.abtest import compare, median_ci, median_ci_coverage
 from effkit.measure import device_name
 
 # %%
@@ -93,9 +98,43 @@ print(f"the model: {sum(p.numel() for p in mlp().parameters()):,} parameters "
 #          --rdzv-id job42 train.py
 # ```
 #
-# From a notebook, `effkit.data_parallel.run_ranks(fn, 2)` does the same on this machine: it forks 2
-# processes, sets those variables, brings the gloo group up and returns what `fn(rank, world_size)`
-# returns on each rank.
+# First the real launcher: the next cell writes a 10-line script and starts it with torchrun
+# (`python -m torch.distributed.run` is the same program as the `torchrun` command), exactly as
+# you would start a training script on a GPU node (with `"nccl"` there).
+
+# %%
+script = Path(tempfile.mkdtemp(prefix="lesson11-")) / "hello_torchrun.py"
+script.write_text("""import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")  # reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by torchrun
+t = torch.tensor([float(dist.get_rank())])
+dist.all_reduce(t)
+env = {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+line = f"rank {dist.get_rank()} of {dist.get_world_size()}: sum of ranks {t.item():.0f}; {env}"
+(Path(__file__).parent / f"rank{dist.get_rank()}.txt").write_text(line)  # one file a rank: no interleaving
+dist.destroy_process_group()
+""")
+started = time.perf_counter()
+launched = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(script)], capture_output=True, text=True, timeout=180,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+torchrun_s = time.perf_counter() - started
+for rank_file in sorted(script.parent.glob("rank*.txt")):
+    print(rank_file.read_text())
+shutil.rmtree(script.parent, ignore_errors=True)
+if launched.returncode != 0:
+    raise RuntimeError(f"torchrun failed (exit code {launched.returncode}):\n{launched.stderr[-3000:]}")
+print(f"torchrun: 2 ranks ran the script in {torchrun_s:.1f} s (each rank imports torch afresh)")
+
+# %% [markdown]
+# From a notebook, `effkit.data_parallel.run_ranks(fn, 2)` does the same on this machine without a
+# script file: it forks 2 processes (which share the notebook's imports: no seconds of start-up per
+# run), sets those variables, brings the gloo group up and returns what `fn(rank, world_size)`
+# returns on each rank. The rest of the lesson uses it.
 
 # %%
 def hello(rank, world):
@@ -348,7 +387,94 @@ print(f"scaling efficiency (2-rank speed / 2 x 1-rank speed): {efficiency:.0%} "
 if efficiency > 1:
     print("  above 100%: the 1-rank runs were slowed more by the machine's other jobs than the 2-rank runs; "
           "no data-parallel job scales better than linearly on the same cores")
-print("  on 2 shared cores this measures the machine (other jobs, the loopback, one core per rank), not DDP")
+
+# %% [markdown]
+# ### Where a 2-rank step's time goes
+#
+# An efficiency alone says nothing about *why*. A 2-rank DDP step is the 1-rank step's compute,
+# slowed by what the two ranks share (here: two cores, their memory bandwidth, the machine's other
+# jobs), plus the part of the all-reduce that backward does not hide. The next cell times three
+# versions of the same step on both ranks, in alternating order, a barrier before each burst:
+# **compute only** (no all-reduce: what the ranks cost each other), **all-reduce after backward**
+# (one flat all-reduce of every gradient, averaged and copied back: nothing overlapped) and **DDP**
+# (buckets all-reduced while backward goes on). Li et al. (2020) show the same breakdown for
+# ResNet50 and BERT on GPUs, where NCCL moves the buckets with the network and copy engines while
+# the GPU computes.
+#
+# **Predict.** How many milliseconds per step does DDP's overlap save against
+# all-reduce-after-backward here, where each rank has one core for both its compute and its gloo
+# communication?
+
+# %%
+GUESS_OVERLAP_SAVES_MS = None  # e.g. 2.0
+
+
+def step_anatomy(rank, world):
+    plain, ddp = mlp(seed=0), DDP(mlp(seed=0))
+    opts = {id(m): torch.optim.SGD(m.parameters(), lr=1e-3) for m in (plain, ddp)}
+    x, y = torch.randn(S["batch"], 64), torch.randint(10, (S["batch"],))
+
+    def step(model, sync):
+        F.cross_entropy(model(x), y).backward()
+        if sync:  # what DDP does, but after backward: one flat buffer, averaged, copied back
+            grads = [p.grad for p in model.parameters()]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat)
+            flat /= world
+            for g, chunk in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+                g.copy_(chunk.view_as(g))
+        opts[id(model)].step()
+        opts[id(model)].zero_grad()
+
+    arms = {"compute only": lambda: step(plain, False), "all-reduce after backward": lambda: step(plain, True),
+            "DDP (overlapped)": lambda: step(ddp, False)}
+    for run in list(arms.values()) * 2:  # warm-up
+        run()
+    seconds = {name: [] for name in arms}
+    for r in range(S["pairs"]):
+        for name in list(arms) if r % 2 == 0 else list(reversed(arms)):
+            dist.barrier()  # both ranks start each burst together
+            t0 = time.perf_counter()
+            for _ in range(S["burst"]):
+                arms[name]()
+            seconds[name].append((time.perf_counter() - t0) / S["burst"])
+    return seconds
+
+
+one, two = {}, {}
+for _ in range(2):  # 1 rank, 2 ranks, 1, 2: the machine's drift hits both
+    for world, into in ((1, one), (2, two)):
+        for name, v in dp.run_ranks(step_anatomy, world)[0].items():  # rank 0's clock
+            into.setdefault(name, []).extend(v)
+
+
+def ms_interval(v):
+    return (1e3 * statistics.median(v), *(1e3 * b for b in median_ci(v)))
+
+
+ms = {name: ms_interval(v) for name, v in two.items()}
+alone = ms_interval(one["compute only"])
+coverage = median_ci_coverage(2 * S["pairs"])
+print(f"ms per step, rank 0, median (interval, real coverage {coverage:.0%}) over {2 * S['pairs']} bursts of {S['burst']}:")
+print(f"  1 rank alone                          {alone[0]:7.2f} ({alone[1]:.2f}-{alone[2]:.2f})")
+for name, (med, lo, hi) in ms.items():
+    print(f"  2 ranks, {name:28} {med:7.2f} ({lo:.2f}-{hi:.2f})")
+compute, after, overlapped = (ms[k] for k in ms)
+one_rank_s = alone[0] / 1e3
+contention = compute[0] / alone[0]
+exposed = overlapped[0] - compute[0]
+overlap_line = (f"DDP's overlap hid at least {after[1] - overlapped[2]:.2f} ms of the all-reduce" if overlapped[2] < after[1]
+                else "DDP's step was slower than all-reduce-after-backward" if overlapped[1] > after[2]
+                else "no saving from DDP's overlap that these intervals can resolve: on one core per rank the "
+                     "all-reduce's work competes with backward for the same core")
+anatomy_line = (f"the 2-rank DDP step is {overlapped[0] / (1e3 * one_rank_s):.1f}x the 1-rank step: computing side by"
+                f" side costs {contention:.2f}x (shared cores and memory), and {exposed:.2f} ms of the"
+                f" {overlapped[0]:.2f} ms step ({exposed / overlapped[0]:.0%}) is communication backward did not hide"
+                f" (the gradients' all-reduce alone: {grad_ms:.2f} ms, section 3"
+                + (": in a step an all-reduce also waits for the slower rank to arrive" if exposed > 2 * grad_ms else "")
+                + f"); {overlap_line}")
+print(anatomy_line)
+lesson.check_guess(GUESS_OVERLAP_SAVES_MS, after[0] - overlapped[0], "ms per step DDP's overlap saved (medians)", "{:.2f}")
 
 # %% [markdown]
 # ## 4. ZeRO: shard what every rank holds
@@ -601,7 +727,8 @@ print(f"* all-reduce of {grad_bytes / 2**20:.1f} MiB: measured {grad_ms:.2f} ms,
       f"({bandwidth / 1e9:.2f} GB/s, {latency * 1e6:.0f} us fitted on {small}-{big} KiB)")
 print(f"* no_sync against syncing every micro-batch: {no_sync_result.verdict}")
 print(f"* scaling efficiency of 2 ranks: {efficiency:.0%} (range {ratios[0] / 2:.0%}-{ratios[-1] / 2:.0%} over "
-      f"{S['repeats']} repeats): this shared 2-core machine, not DDP's limit")
+      f"{S['repeats']} repeats); {anatomy_line}")
+print(f"* torchrun started 2 ranks from a script and ran it in {torchrun_s:.1f} s")
 fsdp_state = max(m["FSDP2 fully_shard (ZeRO-3)"]["optimizer"] for m in mem)
 print(f"* largest rank: ZeRO-1 optimizer state {zero_state / ddp_state:.0%} of DDP's; FSDP2 parameters "
       f"{fsdp_params / mem[0]['DDP + Adam']['params']:.0%}, optimizer state {fsdp_state / ddp_state:.0%} of DDP's; DCP wrote {sum(f.endswith('.distcp') for f in files)} shards")

@@ -312,6 +312,16 @@ for n in (8, 64):
     print(f"  the same model, {n} ranks at this bandwidth: {dp.ring_allreduce_seconds(grad_bytes, n, bandwidth, latency) * 1e3:.2f} ms "
           f"(2 (N-1)/N = {2 * (n - 1) / n:.2f})")
 lesson.check_guess(GUESS_ALLREDUCE_MS, grad_ms, "all-reduce of the gradients (ms)", "{:.2f}")
+# Why the fit misses: a ring model has one bandwidth, but the bytes each size moved per second differ,
+# even above 1 MiB where the latency term is negligible.
+rates = {kb: kb * 1024 / measured[kb] / 1e9 for kb in sizes + [grad_bytes // 1024]}
+print("bytes moved per second, by size: " + ", ".join(f"{kb:,} KiB {r:.2f} GB/s" for kb, r in sorted(rates.items())))
+large = {kb: r for kb, r in rates.items() if kb >= 1024}
+slowest, fastest = min(large, key=large.get), max(large, key=large.get)
+print(f"from 1 MiB up the rate still varies {large[fastest] / large[slowest]:.2f}x (fastest at {fastest:,} KiB, slowest"
+      f" at {slowest:,} KiB; buffers that fit in the CPU's caches copy faster: a likely cause, not measured here):"
+      f" one bandwidth cannot fit them all, and the fitted line is off by {abs(model_ms / grad_ms - 1):.0%} at this"
+      " model's size. Fit a cost model over the sizes you will use it at.")
 
 # %% [markdown]
 # ### `no_sync` under accumulation, timed

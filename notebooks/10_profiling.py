@@ -23,8 +23,9 @@
 #    first one, and watch the *next* one come up; then on the course's CIFAR recipes;
 # 4. see the GPU-only views (kernel gaps, the CUDA memory snapshot) as code that runs on a GPU.
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU, with other jobs running): about 2.8 min in
-# `cpu` (168 s at load average 6-7; the imports alone took 52 s there), 38 s in `smoke` at load ~4.5.
+# **Run time** (measured on a 2-core Intel Xeon VM, no GPU, load average 2-3 from other jobs): about
+# 50 s in `cpu` (48 s, of which 29 s compile the overhead-bound step with a cold cache), 16-40 s in
+# `smoke` (warm or cold compile cache).
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one: the same
 # steps, still built and run on the CPU, so the profiler records no GPU work for them; section 4's
@@ -34,13 +35,16 @@
 
 # %%
 # %matplotlib inline
+import dataclasses
 import json
 import tempfile
+import time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.patches import FancyBboxPatch
+from torch._dynamo.utils import counters
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from effkit import doctor, lesson
@@ -232,6 +236,63 @@ print(f"unprofiled median step: {patient['step_ms_unprofiled']:.1f} ms -> {fixed
       "much one step moves on this machine)")
 
 # %% [markdown]
+# ### The overhead finding's fix, measured: `torch.compile`
+#
+# At batch 2 the step is a few hundred tiny operators: the time goes to Python and the dispatcher,
+# not to arithmetic. That is what `torch.compile` is for: TorchDynamo captures the forward (and
+# AOTAutograd the backward) as a graph, and Inductor fuses the small operators into a few generated
+# kernels (C++ on a CPU, Triton on a GPU), so fewer dispatches remain. On a GPU,
+# `mode="reduce-overhead"` also replays the step as a CUDA graph, removing each kernel's launch.
+# PyTorch's performance tuning guide and Hugging Face's single-GPU guide both put these first for
+# overhead-bound steps. It is not free: the first call compiles, and those seconds are the
+# recipe's too.
+#
+# **Predict.** After how many training steps does compiling this step pay back its compile time?
+
+# %%
+GUESS_BREAK_EVEN_STEPS = None  # e.g. 1000
+
+# %%
+print(doctor.report(profile_training(planted_step(("overhead",), seed=0), active=SIZES["active"])))
+eager_step = planted_step(("overhead",), seed=0)
+compiled_step = planted_step(("overhead",), seed=0)
+compiled_step = dataclasses.replace(compiled_step, loss=torch.compile(compiled_step.loss))  # forward + loss
+start = time.perf_counter()
+compiled_step.run()  # the first call compiles: Dynamo traces, Inductor generates and builds the kernels
+compile_s = time.perf_counter() - start
+# Inductor keeps compiled graphs on disk (/tmp/torchinductor_<user>): a second run of this lesson reuses them
+cache_hits = counters["inductor"]["fxgraph_cache_hit"]
+cache_note = (f"Inductor's on-disk cache held {cache_hits} of its graphs (an earlier run compiled them): a first"
+              " compile on a fresh machine takes longer" if cache_hits else "a cold compile: no cached graph reused")
+
+
+def steps_burst(step):
+    def run():
+        for _ in range(SIZES["steps_per_burst"]):
+            step.run()
+        return SIZES["steps_per_burst"] * step.batch_size
+    return run
+
+
+compile_ab = lesson.ab("overhead-bound step: eager vs torch.compile", steps_burst(eager_step), steps_burst(compiled_step),
+                       pairs=SIZES["pairs"], a_label="eager", b_label="compiled", unit="samples/s",
+                       dev=torch.device("cpu"))
+eager_step_s = eager_step.batch_size / compile_ab.a_median
+if compile_ab.ci_low > 1:  # the step's saving, from the ratio's interval
+    saved = [eager_step_s * (1 - 1 / r) for r in (compile_ab.ci_low, compile_ab.ci_high)]
+    break_even = [compile_s / s for s in saved]  # most steps first
+    compile_line = (f"compiling took {compile_s:.1f} s and saves {1e3 * saved[0]:.2f}-{1e3 * saved[1]:.2f} ms a step"
+                    f" (interval of the speed ratio): it pays back after {break_even[1]:,.0f}-{break_even[0]:,.0f} steps;"
+                    f" {cache_note}")
+    lesson.check_guess(GUESS_BREAK_EVEN_STEPS, compile_s / (eager_step_s * (1 - 1 / compile_ab.ratio)),
+                       "steps to pay back the compile (at the median ratio)", "{:,.0f}")
+else:
+    compile_line = (f"compiling took {compile_s:.1f} s and no speed-up this measurement can resolve: it never pays"
+                    f" back here; {cache_note}")
+    lesson.check_guess(GUESS_BREAK_EVEN_STEPS, float("inf"), "steps to pay back the compile", "{:,.0f}")
+print(compile_line)
+
+# %% [markdown]
 # The course's own CIFAR recipes (smoke size: synthetic images; the optimized recipe's data is
 # already on the device, its step is convolutions):
 
@@ -315,6 +376,7 @@ print(f"* doctor, ranked: {', '.join(f.label for f in first)}; after fixing data
       f"{', '.join(f.label for f in doctor.diagnose(fixed_once))}; after fixing both: "
       f"{', '.join(f.label for f in doctor.diagnose(fixed_twice))}")
 print(f"* profiler cost: {overhead_ab.verdict}")
+print(f"* torch.compile on the overhead-bound step (batch 2): {compile_ab.verdict} {compile_line}")
 for name, p in recipes.items():
     print(f"* {name} (smoke-size recipe, synthetic images, whatever the profile): "
           f"{p['step_ms_unprofiled']:.0f} ms per step; doctor: "
@@ -337,7 +399,10 @@ for name, p in recipes.items():
 # * PyTorch, [Understanding CUDA memory usage](https://pytorch.org/docs/stable/torch_cuda_memory.html)
 #   (`_record_memory_history`, the snapshot viewer at https://pytorch.org/memory_viz).
 # * PyTorch, [Performance tuning guide](https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html)
-#   (syncs, `foreach`/`fused` optimizers, DataLoader workers).
+#   (syncs, `foreach`/`fused` optimizers, DataLoader workers, `torch.compile`, CUDA graphs);
+#   [Introduction to torch.compile](https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html);
+#   Hugging Face, [Efficient training on a single GPU](https://huggingface.co/docs/transformers/perf_train_gpu_one)
+#   (`torch_compile=True`).
 # * H. He, [Making Deep Learning Go Brrrr From First Principles](https://horace.io/brrr_intro.html)
 #   (compute-, memory- and overhead-bound).
 #
@@ -347,4 +412,5 @@ for name, p in recipes.items():
 # * Plant a pair (`planted_step(("padding", "optimizer"))`) and check the ranking against the
 #   validation table in `benchmarks/results/README.md`.
 # * On a GPU: the same doctor with CUDA activity recorded, and the memory snapshot of lesson 5's
-#   checkpointed model.
+#   checkpointed model; compile the overhead-bound step with `mode="reduce-overhead"` (CUDA graphs)
+#   and compare its pay-back with the CPU's.

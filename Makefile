@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.effkit-installed
 DEMO_ARGS ?=
 SST2 ?= ../shared/data/sst2
 
-.PHONY: setup browser cohort down test-cohort demo test test-oldest-torch lint lab exercises notebooks site bench dashboard gpu-check gpu-check-lessons gpu-rehearsal clean
+.PHONY: setup browser cohort down test-cohort demo test test-oldest-torch lint lab exercises notebooks site record bench dashboard gpu-check gpu-check-lessons gpu-rehearsal clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "effkit needs Python >= 3.10"'
@@ -74,6 +74,11 @@ notebooks: $(STAMP)  ## rebuild the lesson notebooks (and their README) from not
 SITE_ARGS ?=
 site: $(STAMP)  ## static course site with executed lessons -> docs/_build/html/index.html
 	$(BIN)/python docs/build.py $(SITE_ARGS)
+
+# One lesson at a time in the cpu profile, on a quiet machine: the site shows these outputs, and
+# each lesson's stated run time is checked against its quiet recording (tests/test_lesson_record.py).
+record: $(STAMP)  ## record the lessons' cpu runs for the site -> docs/recorded/ (RECORD="07_dynamic_padding ...")
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m effkit.lesson record $(RECORD)
 
 exercises: $(STAMP)  ## regenerate the student versions in exercises/ from solutions/
 	$(BIN)/python -m grader generate

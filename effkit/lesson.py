@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from effkit import lesson_build, measure
+from effkit import lesson_record, measure
 from effkit.abtest import ABResult, Verdict, compare, verdict
 from effkit.lesson_key_points import KEY_POINTS
 from effkit.measure import device_name
@@ -346,4 +346,4 @@ def peak_flops_for(dev: torch.device, precision: str = "fp32") -> tuple[float | 
 
 
 if __name__ == "__main__":
-    lesson_build.main()
+    lesson_record.main()  # build | run | record

@@ -1,0 +1,91 @@
+"""Recorded lesson runs (effkit.lesson_record): the manifest, staleness, the site page's banner, and
+the run time each lesson states against its quiet recorded run."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import nbformat
+import pytest
+from script_module import load
+
+from effkit import lesson_build, lesson_record
+from effkit.syllabus import ready
+
+
+def _fake_run(slug, folder):  # what execute() leaves behind, without minutes of running
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(lesson_build.NOTEBOOKS / f"{slug}.ipynb", folder / f"{slug}.ipynb")
+    return folder / f"{slug}.ipynb", 123.4
+
+
+def test_a_record_notes_how_it_ran_and_turns_stale_when_the_source_changes(tmp_path, monkeypatch):
+    monkeypatch.setattr(lesson_record, "_load_per_core", lambda: 0.4)
+    entry = lesson_record.record("08_peft_lora", tmp_path, run=_fake_run)
+    saved = json.loads((tmp_path / "manifest.json").read_text())["08_peft_lora"]
+    assert saved == entry and entry["profile"] == "cpu" and entry["wall_s"] == 123.4
+    assert entry["quiet"] and entry["source_sha256"] == lesson_record.source_hash("08_peft_lora")
+    assert lesson_record.state("08_peft_lora", tmp_path) == "current"
+    assert lesson_record.state("07_dynamic_padding", tmp_path) == "missing"
+    banner = lesson_record.banner("08_peft_lora", tmp_path)
+    assert "a quiet machine" in banner and "earlier version" not in banner
+    monkeypatch.setattr(
+        lesson_record, "source_hash", lambda slug: "0" * 64
+    )  # the source was edited
+    assert lesson_record.state("08_peft_lora", tmp_path) == "stale"
+    assert "earlier version of this lesson" in lesson_record.banner("08_peft_lora", tmp_path)
+
+
+def test_a_run_under_load_is_marked_so_and_the_profile_is_restored(tmp_path, monkeypatch):
+    loads = iter([0.5, 2.5])
+    monkeypatch.setattr(lesson_record, "_load_per_core", lambda: next(loads))
+    monkeypatch.setenv("EFFKIT_PROFILE", "smoke")
+    seen = {}
+
+    def run(slug, folder):
+        seen["profile"] = lesson_record.os.environ["EFFKIT_PROFILE"]
+        return _fake_run(slug, folder)
+
+    entry = lesson_record.record("08_peft_lora", tmp_path, run=run)
+    assert seen["profile"] == "cpu" and lesson_record.os.environ["EFFKIT_PROFILE"] == "smoke"
+    assert not entry["quiet"] and entry["load_per_core"] == [0.5, 2.5]
+    assert "load 2.5 per core" in lesson_record.banner("08_peft_lora", tmp_path)
+
+
+def test_the_site_page_of_a_recorded_lesson_opens_with_its_banner(tmp_path, monkeypatch):
+    monkeypatch.setattr(lesson_record, "_load_per_core", lambda: 0.2)
+    lesson_record.record("08_peft_lora", tmp_path, run=_fake_run)
+    monkeypatch.setattr(lesson_record, "RECORDED", tmp_path)
+    page = tmp_path / "page.ipynb"
+    load("docs/build.py")._recorded_page("08_peft_lora", page)
+    cells = nbformat.read(page, as_version=4).cells
+    assert cells[1].cell_type == "markdown" and cells[1].source.startswith("*Outputs recorded on")
+
+
+def _stated_cpu_seconds(slug: str) -> float | None:
+    """The run time the lesson's header states for the cpu profile ("about 3.5 min in `cpu`")."""
+    head = lesson_build.source_path(slug).read_text().split("# **Profiles", 1)[0]
+    m = re.search(r"about\s*(?:#\s*)?([\d.]+) (min|s) in\s*(?:#\s*)?`cpu`", head)
+    return None if m is None else float(m.group(1)) * (60 if m.group(2) == "min" else 1)
+
+
+QUIET_CURRENT = [
+    lesson.slug
+    for lesson in ready()
+    if lesson_record.state(lesson.slug) == "current"
+    and lesson_record.manifest()[lesson.slug]["quiet"]
+]
+
+
+@pytest.mark.skipif(
+    not QUIET_CURRENT, reason="no lesson has a current recording from a quiet machine yet"
+)
+@pytest.mark.parametrize("slug", QUIET_CURRENT)
+def test_a_lessons_stated_run_time_is_its_quiet_recorded_one(slug):
+    stated, recorded = _stated_cpu_seconds(slug), lesson_record.manifest()[slug]["wall_s"]
+    assert stated is not None, f"notebooks/{slug}.py states no `about N min in `cpu`` run time"
+    assert 0.75 <= stated / recorded <= 1.25, (
+        f"{slug} states {stated:.0f} s, recorded {recorded:.0f} s"
+    )

@@ -28,7 +28,14 @@ QUIET_LOAD = 1.0  # 1-minute load average per core above which a recorded run ti
 
 
 def source_hash(slug: str) -> str:
-    return hashlib.sha256(source_path(slug).read_bytes()).hexdigest()
+    """The source's hash without its **Run time** paragraph, which quotes the recording: stating a
+    freshly recorded run time must not make that recording stale."""
+    lines, keep, skipping = source_path(slug).read_text().splitlines(), [], False
+    for line in lines:
+        skipping = line.startswith("# **Run time**") or (skipping and line.strip() not in ("#", ""))
+        if not skipping:
+            keep.append(line)
+    return hashlib.sha256("\n".join(keep).encode()).hexdigest()
 
 
 def manifest(folder: Path | None = None) -> dict:

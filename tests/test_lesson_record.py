@@ -89,3 +89,20 @@ def test_a_lessons_stated_run_time_is_its_quiet_recorded_one(slug):
     assert 0.75 <= stated / recorded <= 1.25, (
         f"{slug} states {stated:.0f} s, recorded {recorded:.0f} s"
     )
+
+
+def test_restating_the_run_time_keeps_a_recording_current_and_any_other_edit_does_not(
+    tmp_path, monkeypatch
+):
+    src = tmp_path / "07_x.py"
+    src.write_text("# # Lesson\n#\n# **Run time** about 2 min in\n# `cpu`.\n#\n# Text.\nx = 1\n")
+    monkeypatch.setattr(lesson_record, "source_path", lambda slug: src)
+    before = lesson_record.source_hash("07_x")
+    src.write_text(
+        "# # Lesson\n#\n# **Run time** about 3.5 min in\n# `cpu` (203 s).\n#\n# Text.\nx = 1\n"
+    )
+    assert lesson_record.source_hash("07_x") == before
+    src.write_text(
+        "# # Lesson\n#\n# **Run time** about 3.5 min in\n# `cpu` (203 s).\n#\n# Text.\nx = 2\n"
+    )
+    assert lesson_record.source_hash("07_x") != before

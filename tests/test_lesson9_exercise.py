@@ -4,10 +4,13 @@ own logits, a recipe the grader trains itself (its own teacher and student).
 The reference's loss and quiz are graded once through the sandboxed worker; its recipe, its full marks and
 the stub's 0 are the instructor cycle's (tests/test_instructor_cycle.py). Wrong submissions are graded in
 this process on their cell data: the probe functions the worker would run, then the parent's checks on
-what they return (the sandboxed path is the reference's).
+what they return (the sandboxed path is the reference's). The recipe's constraints are drawn per
+grading: the lesson's own recipe fails draws with a black-box teacher or a one-layer serving budget
+(before anything trains), and the reference passes them.
 """
 
 import functools
+import json
 
 import pytest
 from exercise_cells import grade, grade_here, reference_cells  # noqa: E402
@@ -97,40 +100,104 @@ def test_a_loss_without_a_gradient_is_refused():
 
 # -- recipes: the grader trains them itself --------------------------------------------------------
 
+# A grading's draws (``fresh``: random.Random(seed), the constraints first): seed 0 has an open
+# teacher and room for 2 hidden layers (106,731 multiply-adds), so a mistake there is judged on its
+# own; seed 1 leaves room for 1 layer (27,419); seed 4 has a black-box teacher (1 layer); seed 10 a
+# black-box teacher with room for 2 layers.
+OPEN_DRAW, ONE_LAYER_DRAW, BLACK_BOX_DRAW, BLACK_BOX_TWO_LAYERS_DRAW = 0, 1, 4, 10
+# the lesson notebook's recipe (notebooks/09_distillation.py: T 4, alpha 0.9, every other teacher layer)
+LESSONS_CONSTANTS = (
+    '{"temperature": 4.0, "alpha": 0.9, "student_layers": 2, "student_init": "teacher"}'
+)
+
 RECIPES = {
-    # the reference recipe: passes on the grader's own runs
-    "reference": (
-        '{"temperature": 4.0, "alpha": 0.9, "student_layers": 2, "student_init": "teacher"}',
-        True,
-        "pp over",
-    ),
+    # the lesson's recipe where the draw allows it: passes on the grader's own runs
+    "lessons_constants_on_an_open_draw": (LESSONS_CONSTANTS, True, "pp over"),
     # labels alone: no distillation, no margin
     "labels_alone": (
         '{"temperature": 4.0, "alpha": 0.0, "student_layers": 2, "student_init": "teacher"}',
         False,
         "alpha 0 is training on labels alone",
     ),
-    # a student as deep as the teacher: distils fine, saves nothing at inference
+    # a student as deep as the teacher: over any drawn serving budget
     "as_deep_as_the_teacher": (
         '{"temperature": 4.0, "alpha": 0.9, "student_layers": 4, "student_init": "teacher"}',
         False,
-        "not measurably faster",
+        "compute the depth from the budget",
     ),
     # not data: refused before anything trains
     "not_json": ("object()", False, "must return a dict of plain values"),
 }
 
 
+def _fixed_recipe(answer: str) -> str:
+    return f"def distillation_recipe(constraints):\n    return {answer}\n"
+
+
+def _grade_recipe(cells, seed: int):
+    verdict = _grade_in_process(cells, ["test_recipe"], seed=seed)["test_recipe"]
+    return verdict, verdict.reason if not verdict.passed else " ".join(verdict.lines)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", RECIPES)
 def test_recipes_are_scored_on_the_graders_own_runs(name):
     answer, passes, words = RECIPES[name]
-    source = f"def distillation_recipe():\n    return {answer}\n"
-    verdict = _grade_in_process(
-        reference_cells(LESSON, distillation_recipe=source), ["test_recipe"], seed=7
-    )["test_recipe"]
-    text = verdict.reason if not verdict.passed else " ".join(verdict.lines)
+    cells = reference_cells(LESSON, distillation_recipe=_fixed_recipe(answer))
+    verdict, text = _grade_recipe(cells, OPEN_DRAW)
     assert verdict.passed == passes and words in text, text
+
+
+# -- the constraints are drawn per grading: the lesson's constants fail some draws, reasoning passes
+
+
+def test_the_lessons_constants_fail_a_black_box_teacher():
+    """Refused before anything trains: the teacher's layers cannot be copied from its logits."""
+    cells = reference_cells(LESSON, distillation_recipe=_fixed_recipe(LESSONS_CONSTANTS))
+    verdict, text = _grade_recipe(cells, BLACK_BOX_DRAW)
+    assert not verdict.passed and "this grading's teacher is a black box" in text, text
+    assert "Start from 'scratch'" in text, text
+
+
+def test_the_lessons_constants_fail_a_serving_budget_of_one_layer_with_the_arithmetic():
+    cells = reference_cells(LESSON, distillation_recipe=_fixed_recipe(LESSONS_CONSTANTS))
+    verdict, text = _grade_recipe(cells, ONE_LAYER_DRAW)
+    assert not verdict.passed, text
+    assert "costs 32 x 256 + 1 x 256 x 256 + 256 x 8 = 75,776 multiply-adds" in text, text
+    assert (
+        "constraints['max_multiply_adds'] is 27,419" in text
+        and "at most 1 hidden layer fits" in text
+    )
+
+
+def test_the_reference_meets_every_drawn_constraint_and_the_lessons_constants_do_not():
+    """Over 2,000 draws: the reference always chooses a student the constraints allow (1 or 2 layers,
+    copied only from an open teacher); the lesson's recipe is allowed in about 1 draw in 5 (1/2 x 0.43)."""
+    import random
+
+    ns: dict = {}
+    exec(dict(reference_cells(LESSON))["distillation_recipe"], ns)
+    lesson, allowed, depths = json.loads(LESSONS_CONSTANTS), 0, set()
+    for g in range(2000):
+        constraints = recipe_checks.draw_constraints(random.Random(g))
+        _, _, layers, init = recipe_checks.validate(ns["distillation_recipe"](constraints))
+        recipe_checks.check_fits(layers, init, constraints)
+        depths.add((layers, init))
+        try:
+            recipe_checks.check_fits(lesson["student_layers"], lesson["student_init"], constraints)
+            allowed += 1
+        except CheckFailed:
+            pass
+    assert depths == {(1, "teacher"), (2, "teacher"), (1, "scratch"), (2, "scratch")}, depths
+    assert 0.15 < allowed / 2000 < 0.28, allowed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [ONE_LAYER_DRAW, BLACK_BOX_DRAW, BLACK_BOX_TWO_LAYERS_DRAW])
+def test_the_reference_passes_draws_the_lessons_constants_fail(seed):
+    """1 layer from the teacher, 1 from scratch, 2 from scratch: each on three tasks the grader draws."""
+    verdict, text = _grade_recipe(reference_cells(LESSON), seed)
+    assert verdict.passed and "pp over labels alone" in text, text
 
 
 def test_validation_refuses_bools_nan_and_unknown_inits():

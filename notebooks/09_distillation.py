@@ -375,8 +375,8 @@ print(f"* memory: {memory_line}")
 # The quiz and the graded exercise are in `exercises/lesson9/`: write the distillation loss
 # (checked on the grader's own logits, values and gradients), and write the function that chooses
 # a distillation recipe for the constraints the grader draws for each grading (a teacher whose
-# layers may be copied or only its logits, a serving budget for the student): it trains your choice
-# itself on its own teacher and student — outside your notebook.
+# layers may be copied, or a black box that gives its logits only): it trains your choice itself on
+# its own teacher and student — outside your notebook.
 #
 # ### References
 #

@@ -373,8 +373,10 @@ print(f"* memory: {memory_line}")
 # ### Quiz and exercise
 #
 # The quiz and the graded exercise are in `exercises/lesson9/`: write the distillation loss
-# (checked on the grader's own logits, values and gradients), and choose a distillation recipe
-# that the grader trains itself on its own teacher and student — outside your notebook.
+# (checked on the grader's own logits, values and gradients), and write the function that chooses
+# a distillation recipe for the constraints the grader draws for each grading (a teacher whose
+# layers may be copied, or a black box that gives its logits only): it trains your choice itself on
+# its own teacher and student — outside your notebook.
 #
 # ### References
 #

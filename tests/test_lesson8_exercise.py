@@ -7,14 +7,17 @@ its recipe, its full marks and the stub's 0 are the instructor cycle's (tests/te
 Wrong submissions are graded in this process on their cell data: the probe functions the worker
 would run, then the parent's checks on what they return (the sandboxed path is the reference's).
 The recipe mistakes cost one full fine-tuning of the grader's task (~20 s, cached) and one LoRA run.
+The recipe's budget is drawn per grading: the lesson's own recipe fails draws that do not offer its
+modules or its bytes (no training, or one step), and the reference passes at the lowest drawn rank.
 """
 
 import functools
+import json
 
 import pytest
 from exercise_cells import grade, grade_here, reference_cells  # noqa: E402
 
-from grader.assignments.lesson8 import checks
+from grader.assignments.lesson8 import checks, recipe_checks
 from grader.scoring.checks import CheckFailed
 
 LESSON = "lesson8"
@@ -109,6 +112,13 @@ def test_code_mistakes_fail_the_cells_they_break_with_a_hint(name):
 
 # -- plausible mistakes in the recipe (the grader trains them itself) ------------------------------
 
+# A grading's draws (``fresh``: random.Random(seed), the budget first): seed 6 offers query and value
+# with room for r 8 (934,376 bytes), so a mistake there is judged on its own; seed 2 offers them with
+# room for r 4 only (536,083 bytes); seed 0 offers key and value, seed 4 query and key.
+OPEN_DRAW, TIGHT_DRAW, NO_QUERY_DRAW, NO_VALUE_DRAW = 6, 2, 0, 4
+# the lesson notebook's recipe (notebooks/08_peft_lora.py: q, v, r 8, alpha 16, LORA_LR 1e-3)
+LESSONS_CONSTANTS = '{"target_modules": ["query", "value"], "r": 8, "lora_alpha": 16, "lr": 1e-3}'
+
 RECIPE_MISTAKES = {
     # full fine-tuning's LR for the adapters: they barely move in 80 steps
     "full_finetuning_lr": (
@@ -119,26 +129,105 @@ RECIPE_MISTAKES = {
     "embeddings_trained": (
         '{"target_modules": ["query", "value"], "r": 8, "lora_alpha": 16, "lr": 1e-3, '
         '"modules_to_save": ["word_embeddings"]}',
-        "over the 5% budget",
+        "modules_to_save trains those modules whole",
     ),
     # not data: refused before anything trains
     "not_json": ("object()", "must return a dict of plain values"),
+    # a module this grading does not offer (a Llama name here): refused before anything trains
     "unknown_target": (
         '{"target_modules": ["q_proj"], "r": 8, "lora_alpha": 16, "lr": 1e-3}',
-        "peft refused",
+        "'q_proj' is not offered in this grading",
     ),
 }
+
+
+def _fixed_recipe(answer: str) -> str:
+    return f"def lora_recipe(budget):\n    import json\n    return {answer}\n"
+
+
+def _grade_recipe(source: str, seed: int):
+    return _grade_in_process(
+        reference_cells(LESSON, lora_recipe=source), ["test_recipe"], seed=seed
+    )["test_recipe"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", RECIPE_MISTAKES)
 def test_recipe_mistakes_earn_nothing_with_a_hint(name):
     answer, hint = RECIPE_MISTAKES[name]
-    source = f"def lora_recipe():\n    import json\n    return {answer}\n"
-    verdict = _grade_in_process(
-        reference_cells(LESSON, lora_recipe=source), ["test_recipe"], seed=7
-    )["test_recipe"]
+    verdict = _grade_recipe(_fixed_recipe(answer), OPEN_DRAW)
     assert not verdict.passed and hint in verdict.reason, verdict.reason
+
+
+# -- the budget is drawn per grading: the lesson's constants fail some draws, reasoning passes ------
+
+
+@pytest.mark.parametrize("seed", [NO_QUERY_DRAW, NO_VALUE_DRAW])
+def test_the_lessons_constants_fail_a_draw_that_does_not_offer_their_modules(seed):
+    """Refused before anything trains: the message names the offer and says to choose from it."""
+    verdict = _grade_recipe(_fixed_recipe(LESSONS_CONSTANTS), seed)
+    assert not verdict.passed, verdict.lines
+    assert "is not offered in this grading" in verdict.reason, verdict.reason
+    assert "choose your targets from budget['modules']" in verdict.reason, verdict.reason
+
+
+def test_the_lessons_constants_fail_a_budget_below_rank_8_with_the_arithmetic():
+    """Stopped after the first step (no full fine-tuning): bytes measured, the rank that fits named."""
+    verdict = _grade_recipe(_fixed_recipe(LESSONS_CONSTANTS), TIGHT_DRAW)
+    assert not verdict.passed, verdict.lines
+    assert "over this grading's budget['max_state_bytes'] = 536,083" in verdict.reason
+    assert "893,976 bytes" in verdict.reason and "r <= 4 fits" in verdict.reason, verdict.reason
+
+
+def _reference_recipe():
+    ns: dict = {}
+    exec(dict(reference_cells(LESSON))["lora_recipe"], ns)
+    return ns["lora_recipe"]
+
+
+def test_the_reference_fits_every_drawn_budget_and_the_lessons_constants_do_not():
+    """Arithmetic over 2,000 draws: the reference adapts two offered projections at r 4 to 12 within the
+    bytes; the lesson's recipe is offered and fits in about 5 draws of 27 (1/3 x 5/9)."""
+    import random
+
+    lesson, fits = json.loads(LESSONS_CONSTANTS), 0
+    for g in range(2000):
+        budget = recipe_checks.draw_budget(random.Random(g))
+        recipe = recipe_checks.validate(_reference_recipe()(budget))
+        recipe_checks.check_offered(recipe, budget)
+        assert 4 <= recipe["r"] <= 12 and len(recipe["target_modules"]) == 2, recipe
+        assert _state_bytes(recipe, budget) <= budget["max_state_bytes"], (g, recipe, budget)
+        offered = set(lesson["target_modules"]) <= set(budget["modules"])
+        fits += offered and _state_bytes(lesson, budget) <= budget["max_state_bytes"]
+    assert 0.12 < fits / 2000 < 0.26, fits
+
+
+def _state_bytes(recipe: dict, budget: dict) -> int:
+    dims = budget["modules"]
+    per_rank = sum(dims[t]["in"] + dims[t]["out"] for t in recipe["target_modules"])
+    return 12 * (budget["head_parameters"] + recipe["r"] * per_rank * budget["layers"])
+
+
+def test_the_budget_arithmetic_is_what_the_grader_measures():
+    """The bytes a learner computes from the budget (12 per trained parameter, the classifier counted)
+    are the bytes the grader counts from peft's tensors after one step."""
+    import random
+
+    from grader.assignments.lesson8 import lora_task
+
+    budget = recipe_checks.draw_budget(random.Random(NO_QUERY_DRAW))
+    recipe = recipe_checks.validate(_reference_recipe()(budget))
+    run = lora_task.finetune(1, recipe, memory_limit=0)  # over at once: one step, then it stops
+    assert run["over"] and run["bytes"] == _state_bytes(recipe, budget), (run, recipe)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [TIGHT_DRAW, NO_QUERY_DRAW, NO_VALUE_DRAW])
+def test_the_reference_passes_gradings_at_the_lowest_drawn_rank(seed):
+    """r 4, the lowest rank a draw leaves, on each pair of attention projections (q+v, k+v, q+k)."""
+    verdict = _grade_in_process(reference_cells(LESSON), ["test_recipe"], seed=seed)["test_recipe"]
+    assert verdict.passed, verdict.reason
+    assert "r 4," in verdict.lines[0], verdict.lines
 
 
 def test_validation_refuses_bools_nan_and_bad_names():

@@ -4,10 +4,13 @@ own logits, a recipe the grader trains itself (its own teacher and student).
 The reference's loss and quiz are graded once through the sandboxed worker; its recipe, its full marks and
 the stub's 0 are the instructor cycle's (tests/test_instructor_cycle.py). Wrong submissions are graded in
 this process on their cell data: the probe functions the worker would run, then the parent's checks on
-what they return (the sandboxed path is the reference's).
+what they return (the sandboxed path is the reference's). The recipe's constraints are drawn per
+grading: the lesson's own recipe fails the draws with a black-box teacher (before anything trains),
+and the reference passes them.
 """
 
 import functools
+import json
 
 import pytest
 from exercise_cells import grade, grade_here, reference_cells  # noqa: E402
@@ -97,13 +100,19 @@ def test_a_loss_without_a_gradient_is_refused():
 
 # -- recipes: the grader trains them itself --------------------------------------------------------
 
+# A grading's draws (``fresh``: random.Random(seed), the constraints first): seed 2 has an open
+# teacher (its layers may be copied), so a mistake there is judged on its own (its three tasks let
+# a teacher-deep student pass the margin, so the speed check is the one that fails it: on draw 0
+# it misses the margin first); seeds 1 and 3 a black box (its logits only).
+OPEN_DRAW, BLACK_BOX_DRAW, OTHER_BLACK_BOX_DRAW = 2, 1, 3
+# the lesson notebook's recipe (notebooks/09_distillation.py: T 4, alpha 0.9, every other teacher layer)
+LESSONS_CONSTANTS = (
+    '{"temperature": 4.0, "alpha": 0.9, "student_layers": 2, "student_init": "teacher"}'
+)
+
 RECIPES = {
-    # the reference recipe: passes on the grader's own runs
-    "reference": (
-        '{"temperature": 4.0, "alpha": 0.9, "student_layers": 2, "student_init": "teacher"}',
-        True,
-        "pp over",
-    ),
+    # the lesson's recipe where the draw allows it: passes on the grader's own runs
+    "lessons_constants_on_an_open_draw": (LESSONS_CONSTANTS, True, "pp over"),
     # labels alone: no distillation, no margin
     "labels_alone": (
         '{"temperature": 4.0, "alpha": 0.0, "student_layers": 2, "student_init": "teacher"}',
@@ -121,16 +130,63 @@ RECIPES = {
 }
 
 
+def _fixed_recipe(answer: str) -> str:
+    return f"def distillation_recipe(constraints):\n    return {answer}\n"
+
+
+def _grade_recipe(cells, seed: int):
+    verdict = _grade_in_process(cells, ["test_recipe"], seed=seed)["test_recipe"]
+    return verdict, verdict.reason if not verdict.passed else " ".join(verdict.lines)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", RECIPES)
 def test_recipes_are_scored_on_the_graders_own_runs(name):
     answer, passes, words = RECIPES[name]
-    source = f"def distillation_recipe():\n    return {answer}\n"
-    verdict = _grade_in_process(
-        reference_cells(LESSON, distillation_recipe=source), ["test_recipe"], seed=7
-    )["test_recipe"]
-    text = verdict.reason if not verdict.passed else " ".join(verdict.lines)
+    cells = reference_cells(LESSON, distillation_recipe=_fixed_recipe(answer))
+    verdict, text = _grade_recipe(cells, OPEN_DRAW)
     assert verdict.passed == passes and words in text, text
+
+
+# -- the constraints are drawn per grading: the lesson's constants fail some draws, reasoning passes
+
+
+def test_the_lessons_constants_fail_a_black_box_teacher():
+    """Refused before anything trains: the teacher's layers cannot be copied from its logits."""
+    cells = reference_cells(LESSON, distillation_recipe=_fixed_recipe(LESSONS_CONSTANTS))
+    verdict, text = _grade_recipe(cells, BLACK_BOX_DRAW)
+    assert not verdict.passed and "this grading's teacher is a black box" in text, text
+    assert "Start from 'scratch'" in text, text
+
+
+def test_the_reference_meets_every_drawn_constraint_and_the_lessons_constants_do_not():
+    """Over 2,000 draws: the reference copies the teacher's layers only when it may; the lesson's
+    recipe is refused on about half the draws (the black boxes)."""
+    import random
+
+    ns: dict = {}
+    exec(dict(reference_cells(LESSON))["distillation_recipe"], ns)
+    lesson, allowed, choices = json.loads(LESSONS_CONSTANTS), 0, set()
+    for g in range(2000):
+        constraints = recipe_checks.draw_constraints(random.Random(g))
+        _, _, layers, init = recipe_checks.validate(ns["distillation_recipe"](constraints))
+        recipe_checks.check_fits(init, constraints)
+        choices.add((layers, init))
+        try:
+            recipe_checks.check_fits(lesson["student_init"], constraints)
+            allowed += 1
+        except CheckFailed:
+            pass
+    assert choices == {(2, "teacher"), (2, "scratch")}, choices
+    assert 0.45 < allowed / 2000 < 0.55, allowed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [BLACK_BOX_DRAW, OTHER_BLACK_BOX_DRAW])
+def test_the_reference_passes_draws_the_lessons_constants_fail(seed):
+    """A black-box teacher: the reference's student (2 layers) starts from scratch, on three tasks."""
+    verdict, text = _grade_recipe(reference_cells(LESSON), seed)
+    assert verdict.passed and "pp over labels alone" in text, text
 
 
 def test_validation_refuses_bools_nan_and_unknown_inits():

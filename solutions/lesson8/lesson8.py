@@ -31,12 +31,18 @@
 #    every `nn.Linear` whose qualified name is a target or ends with `"." + target` (peft's rule:
 #    `"value"` matches `encoder.layer.0.attention.self.value`, `"dense"` matches every `...dense`)
 #    by a `LoRALinear` around it; return the model.
-# 3. Write `lora_recipe()`: return, as plain data, the LoRA settings the grader will fine-tune a
-#    pretrained encoder with (it uses peft itself):
+# 3. Write `lora_recipe(budget)`: return, as plain data, the LoRA settings the grader will fine-tune
+#    a pretrained encoder with (it uses peft itself) **under the constraints it draws for each grading**:
 #    `{"target_modules": [...], "r": int, "lora_alpha": number, "lr": float}` (optionally
-#    `"modules_to_save": [...]`, modules trained whole). The task: all-MiniLM-L6-v2 (6 x 384) on
-#    short sentences with negation ("the plot was not clever ."), 80 AdamW steps of 16, sequences of
-#    12 tokens, the classifier head trained as well.
+#    `"modules_to_save": [...]`, modules trained whole). `budget` is a dict:
+#    `budget["modules"]`, the modules that may carry adapters this time, each with its
+#    `{"in": ..., "out": ...}` features (two of `query`, `key`, `value`, drawn per grading, and
+#    `intermediate.dense`); `budget["layers"]`, how many times each name occurs (one per encoder
+#    layer); `budget["head_parameters"]`, the classifier the grader always trains whole; and
+#    `budget["max_state_bytes"]`, the gradient + AdamW state bytes allowed after the first step
+#    (fp32). Choose targets from the offer and a rank that fits the bytes: fixed names or a fixed
+#    rank fail some gradings. The task: all-MiniLM-L6-v2 (6 x 384) on short sentences with negation
+#    ("the plot was not clever ."), 80 AdamW steps of 16, sequences of 12 tokens.
 #
 # Write them with plain PyTorch; you may use peft in "Your turn" below to compare.
 #
@@ -44,9 +50,9 @@
 # layers, models, ranks and targets the grader draws; it compares the tensors with *peft's* own
 # LoRA on the same weights and the same A and B (3 points: initialisation, output, gradients of A
 # and B only, trainable count, merge; 2 points: injection). Your recipe comes back as data: the
-# grader fine-tunes with peft itself, measures the gradient + AdamW state bytes (budget: 5% of full
-# fine-tuning's) and the held-out accuracy against its own full fine-tuning on the same task (no
-# more than 5 points below) (3 points).
+# grader draws the budget, fine-tunes with peft itself, measures the gradient + AdamW state bytes
+# (over `budget["max_state_bytes"]`: no points) and the held-out accuracy against its own full
+# fine-tuning on the same task (no more than 5 points below) (3 points).
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import torch
@@ -101,12 +107,18 @@ def inject_lora(model, targets, r, alpha):
 
 
 # %% nbgrader={"grade": false, "grade_id": "lora_recipe", "locked": false, "schema_version": 3, "solution": true, "task": false}
-def lora_recipe():
-    """The LoRA settings the grader fine-tunes its pretrained encoder with (plain data)."""
+def lora_recipe(budget):
+    """The LoRA settings for this grading's budget (plain data): offered targets, a rank that fits."""
     ### BEGIN SOLUTION
-    # Attention projections, the usual rank 8 and alpha = 2r; an LR ~20x full fine-tuning's,
-    # because the adapters start at zero and are few (measured in the lesson).
-    return {"target_modules": ["query", "value"], "r": 8, "lora_alpha": 16, "lr": 1e-3}
+    # The attention projections offered: negation changes what a word attends to (the lesson's q, v).
+    targets = [m for m in ("query", "key", "value") if m in budget["modules"]]
+    # Each trained parameter costs 12 bytes here: an fp32 gradient and AdamW's two moments.
+    trainable = budget["max_state_bytes"] // 12 - budget["head_parameters"]
+    per_rank = budget["layers"] * sum(budget["modules"][m]["in"] + budget["modules"][m]["out"] for m in targets)
+    r = max(1, min(16, trainable // per_rank))  # the largest rank that fits, capped at 16
+    # alpha = 2r keeps the update's scale (alpha / r) as the rank changes; an LR ~20x full
+    # fine-tuning's, because the adapters start at zero and are few (measured in the lesson).
+    return {"target_modules": targets, "r": r, "lora_alpha": 2 * r, "lr": 1e-3}
     ### END SOLUTION
 
 

@@ -72,26 +72,38 @@ check_my_work("test_loss_gradient", "lesson9.ipynb")
 #
 # The grader owns a small task: a **teacher** MLP with 4 hidden layers of width 256, trained on
 # 16,384 samples, and only **512 labelled samples** for the student (the sample budget: 30 epochs
-# over them, Adam, batch 64). Choose how to distil it:
+# over them, Adam, batch 64). Choose how to distil it, **under constraints the grader draws for
+# each grading**:
 #
-# `distillation_recipe()` returns plain data,
+# `distillation_recipe(constraints)` returns plain data,
 # `{"temperature": float, "alpha": float, "student_layers": int, "student_init": "teacher" | "scratch"}`:
 # the temperature `T`, the weight `alpha` of the soft term, the student's number of hidden layers
 # (1 to 4, width 256 as the teacher's) and its initialisation — the teacher's own layers (every
-# other one, as DistilBERT) or fresh random weights.
+# other one, as DistilBERT) or fresh random weights. `constraints` is a dict:
+# `constraints["teacher"]`, the teacher's shape (`inputs`, `width`, `hidden_layers`, `classes`) and
+# `weights_available` — when false the teacher is a black box (only its logits, as from a served
+# model), so its layers cannot be copied; and `constraints["labelled_samples"]`. A fixed
+# initialisation fails some gradings: decide it from the constraints.
 #
-# **How it is graded** (3 points). Your function only *chooses*; the grader trains, in its own
-# process, with `effkit.distill.kd_loss` and the teacher's logits cached once. On three tasks it
-# draws, your student must beat **the same student (same depth, same initialisation, same samples
-# and steps) trained on labels alone** by at least 3 points of held-out accuracy on average, and be
-# **measurably faster at inference than the teacher** (the grader times both, interleaved, and the
-# 95% interval of the speed ratio must lie above 1).
+# **How it is graded** (3 points). Your function only *chooses*; the grader draws the constraints,
+# checks your choice against them, then trains, in its own process, with `effkit.distill.kd_loss`
+# and the teacher's logits cached once. On three tasks it draws, your student must beat **the same
+# student (same depth, same initialisation, same samples and steps) trained on labels alone** by at
+# least 3 points of held-out accuracy on average, and be **measurably faster at inference than the
+# teacher** (the grader times both, interleaved, and the 95% interval of the speed ratio must lie
+# above 1).
 
 # %% nbgrader={"grade": false, "grade_id": "distillation_recipe", "locked": false, "schema_version": 3, "solution": true, "task": false}
-def distillation_recipe():
-    """Temperature, soft-term weight, student depth and initialisation, as plain data."""
+def distillation_recipe(constraints):
+    """Temperature, soft-term weight, student depth and initialisation for these constraints, as plain data."""
     ### BEGIN SOLUTION
-    return {"temperature": 4.0, "alpha": 0.9, "student_layers": 2, "student_init": "teacher"}
+    teacher = constraints["teacher"]
+    # Every other layer, as DistilBERT: fewer layers to run at inference, a student faster than the teacher.
+    layers = max(1, teacher["hidden_layers"] // 2)
+    # Copy the teacher's layers when they are available (a head start); a black box gives logits only.
+    init = "teacher" if teacher["weights_available"] else "scratch"
+    # T = 4 softens the teacher's outputs; most weight on the soft term: 512 labels say less than it.
+    return {"temperature": 4.0, "alpha": 0.9, "student_layers": layers, "student_init": init}
     ### END SOLUTION
 
 

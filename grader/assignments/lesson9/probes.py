@@ -45,8 +45,9 @@ def probe_loss(worker, cases: list):
     return {"tensors": metas}, blobs
 
 
-def probe_recipe(worker):
-    answer = _learner(worker, "distillation_recipe")()
+def probe_recipe(worker, constraints: dict):
+    """The learner's recipe for the parent's drawn ``constraints``, as JSON (anything else: its type name)."""
+    answer = _learner(worker, "distillation_recipe")(constraints)
     try:
         plain = json.loads(json.dumps(answer, allow_nan=False))
     except (TypeError, ValueError):

@@ -1,12 +1,18 @@
-"""Lesson 9 part (b): a distillation recipe (temperature, mixing weight, student), trained by the grader.
+"""Lesson 9 part (b): a distillation recipe for constraints the grader draws, trained by the grader.
 
-The recipe crosses as JSON; this process trains the student with and without distillation and
-times it against the teacher, with no learner code running.
+``distillation_recipe(constraints)`` gets this grading's constraints as plain data: the teacher's
+shape and whether its weights may be copied, or only its logits are available (a black box, as a
+served model). A recipe copied from the lesson (2 layers from the teacher) fails the black-box
+draws; one that reasons from the constraints passes every draw (grader/assignments/lesson9/
+README.md, which says why the student's depth is not drawn too). The recipe crosses as JSON; this
+process trains the student with and without distillation and times it against the teacher, with
+no learner code running.
 """
 
 from __future__ import annotations
 
 import math
+import random
 
 from grader.assignments.lesson9 import kd_task as kt
 from grader.kit.checks import CheckFailed, Context, expect, stub_reason
@@ -16,17 +22,32 @@ SEEDS = 3
 MARGIN = 0.03  # mean held-out accuracy over labels alone; calibration: grader/assignments/lesson9/README.md
 KEYS = ("temperature", "alpha", "student_layers", "student_init")
 INITS = ("teacher", "scratch")
+BLACK_BOX = 0.5  # the chance that only the teacher's logits are available (no weights to copy)
+
+
+def draw_constraints(rng: random.Random) -> dict:
+    """This grading's constraints, drawn by the parent (``ctx.rng``): what the learner's function gets."""
+    return {
+        "teacher": {
+            "inputs": kt.DIM,
+            "width": kt.WIDTH,
+            "hidden_layers": kt.TEACHER_LAYERS,
+            "classes": kt.CLASSES,
+            "weights_available": rng.random() >= BLACK_BOX,
+        },
+        "labelled_samples": kt.N_LABELLED,
+    }
 
 
 def validate(recipe) -> tuple[float, float, int, str]:
     shape = '{"temperature": 4.0, "alpha": 0.9, "student_layers": 2, "student_init": "teacher"}'
     expect(
         isinstance(recipe, dict) and "not_json" not in recipe,
-        f"distillation_recipe() must return a dict of plain values like {shape}, got {recipe!r:.80}",
+        f"distillation_recipe(constraints) must return a dict of plain values like {shape}, got {recipe!r:.80}",
     )
     expect(
         set(recipe) == set(KEYS),
-        f"distillation_recipe() returned the keys {sorted(recipe)}; expected exactly "
+        f"distillation_recipe(constraints) returned the keys {sorted(recipe)}; expected exactly "
         f"{list(KEYS)}, e.g. {shape}",
     )
     temp, alpha, layers, init = (recipe[k] for k in KEYS)
@@ -52,6 +73,17 @@ def validate(recipe) -> tuple[float, float, int, str]:
     return float(temp), float(alpha), layers, init
 
 
+def check_fits(init: str, constraints: dict) -> None:
+    """Copied layers only from a teacher whose weights this grading makes available."""
+    expect(
+        init == "scratch" or constraints["teacher"]["weights_available"],
+        "student_init 'teacher': this grading's teacher is a black box (constraints['teacher']"
+        "['weights_available'] is false: only its logits are available, as from a served model), so "
+        "its layers cannot be copied. Start from 'scratch': distillation itself needs only the "
+        "teacher's outputs",
+    )
+
+
 def _why(temp: float, alpha: float) -> str:
     if alpha == 0:
         return "alpha 0 is training on labels alone: the teacher is never used. Give the soft term most of the weight"
@@ -63,14 +95,21 @@ def _why(temp: float, alpha: float) -> str:
 
 
 def check_recipe(ctx: Context) -> None:
-    r = ctx.session.call("recipe", CALL_SECONDS)
+    constraints = draw_constraints(ctx.rng)
+    r = ctx.session.call("recipe", CALL_SECONDS, constraints=constraints)
     if not r.ok:
-        raise CheckFailed(stub_reason(r.failure) or f"distillation_recipe() {r.failure}")
+        raise CheckFailed(stub_reason(r.failure) or f"distillation_recipe(constraints) {r.failure}")
     temp, alpha, layers, init = validate(r.data.get("recipe"))
-    ctx.ok(
-        f"recipe: T = {temp:g}, alpha = {alpha:g}, student of {layers} hidden layers from {init} "
-        f"(teacher: {kt.TEACHER_LAYERS})"
+    teacher = (
+        "open (weights may be copied)"
+        if constraints["teacher"]["weights_available"]
+        else "a black box (logits only)"
     )
+    ctx.ok(
+        f"this grading's constraints: teacher {teacher}; recipe: T = {temp:g}, alpha = {alpha:g}, "
+        f"student of {layers} hidden layers from {init} (teacher: {kt.TEACHER_LAYERS})"
+    )
+    check_fits(init, constraints)
     gaps, lines, first = [], [], None
     for i in range(SEEDS):
         seed = ctx.rng.randrange(1 << 20)

@@ -26,10 +26,10 @@
 #    paired seeds, and say only what the interval of the paired differences supports;
 # 6. time the student's inference against the teacher's and count their memory.
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU, with other jobs running): 317 s in `cpu`
-# at load average 2.3-3.8 (a test suite and two other jobs beside it; the process got ~one core:
-# expect less on a quiet machine; the teacher's fine-tuning alone takes ~100 s), 32 s in `smoke`
-# at load 3.4.
+# **Run time** (measured on a 2-core Intel Xeon VM, no GPU, one thread (`OMP_NUM_THREADS=1`), other
+# jobs beside it): 267 s in `cpu` at load average 1.0-1.5 (269 s of CPU time: about what a quiet
+# machine needs on one thread; the teacher's fine-tuning takes 70 s of it, the 18 student runs about
+# 3 minutes), 11-17 s in `smoke` at load 1.4-2.1.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one), `smoke`
 # (tests only: a 2-layer teacher, a 1-layer student, synthetic sentences; its numbers show the code
@@ -65,7 +65,7 @@ DEVICE_NAME = device_name(DEVICE)
 SIZES = {
     "smoke": dict(teacher_layers=2, student_layers=1, batch=8, seq=16, teacher_steps=6, steps=6, rows=64,
                   eval_rows=64, seeds=3, pairs=6, burst=1),
-    "cpu": dict(teacher_layers=None, student_layers=3, batch=16, seq=32, teacher_steps=150, steps=60, rows=1000,
+    "cpu": dict(teacher_layers=None, student_layers=3, batch=16, seq=32, teacher_steps=150, steps=50, rows=1000,
                 eval_rows=872, seeds=6, pairs=6, burst=2),
     "gpu": dict(teacher_layers=None, student_layers=3, batch=32, seq=64, teacher_steps=600, steps=400, rows=8000,
                 eval_rows=872, seeds=9, pairs=8, burst=5),
@@ -291,7 +291,7 @@ lesson.check_guess(GUESS_HIDDEN_CACHE_MIB_2000, 2000 * per_row_bytes / 2**20,
 # weights.
 #
 # The student's word-embedding table (30,522 x 384) stays frozen, in every arm alike. It is most of
-# the student's parameters (printed below), 60 steps on 1,000 sentences touch few of its rows, and
+# the student's parameters (printed below), 50 steps on 1,000 sentences touch few of its rows, and
 # its gradient and AdamW update over the whole table were ~40% of a training step on a 2-core
 # Xeon VM (0.32 s -> 0.18 s of CPU time per step with it frozen, one thread, measured while writing
 # this lesson): that time goes to more seeds instead. DistilBERT trained its embeddings; so can you,
@@ -308,7 +308,7 @@ del probe_student
 # %% [markdown]
 # ## 5. Labels alone, logit distillation, hidden-state distillation: paired over seeds
 #
-# Three arms, each trained the same number of steps (in `cpu`, 60 steps of 16 sentences) on the same
+# Three arms, each trained the same number of steps (in `cpu`, 50 steps of 16 sentences) on the same
 # 1,000-sentence subset:
 #
 # * **labels alone**: cross-entropy on the labels (`alpha = 0`);

@@ -94,6 +94,12 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
         "every seed is scored on the same held-out rows: their sampling error does not shrink with more seeds",
     ),
     (
+        "09_distillation",
+        r'"cpu": dict\([^)]*\bseeds=2\b',
+        "two seeds cannot resolve distillation against labels alone (issue 42): paired seeds and the median's"
+        " interval with its real coverage (effkit.abtest.median_ci) decide",
+    ),
+    (
         "12_hpo_on_a_budget",
         r"when their intervals overlap,\s*\n#\s*there is no winner",
         "overlapping intervals can still differ measurably: the interval of the difference decides",

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+import warnings
 from dataclasses import dataclass
 
 from effkit.abtest import Verdict, median_ci, median_ci_coverage
@@ -157,13 +158,10 @@ def quasi_random(seed: int):
     """Optuna's quasi-random sampler: a scrambled Sobol sequence (scrambling is what makes ``seed`` matter).
     Its first trial comes from its independent (random) sampler: the sequence needs the space, which
     Optuna learns from that first trial."""
-    import warnings
-
     import optuna
 
-    with (
-        warnings.catch_warnings()
-    ):  # "experimental" since Optuna 3.0: said once in the lesson, not per search
+    # "experimental" since Optuna 3.0: the lesson says so once, not a warning per search
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.QMCSampler(
             qmc_type="sobol", scramble=True, seed=seed, warn_independent_sampling=False

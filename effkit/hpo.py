@@ -192,13 +192,23 @@ def suggest(trial, space: dict = SPACE) -> dict:
     return out
 
 
-def optuna_objective(task: TuningTask, ledger: Ledger, budget: int | None = None, seed: int = 0):
+def optuna_objective(
+    task: TuningTask,
+    ledger: Ledger,
+    budget: int | None = None,
+    seed: int = 0,
+    fixed: dict | None = None,
+):
     """``study.optimize``'s objective: trains epoch by epoch, charges ``ledger``, reports, prunes.
-    At ``budget`` epochs it cuts the running trial and stops the study (``study.stop()``)."""
+    At ``budget`` epochs it cuts the running trial and stops the study (``study.stop()``). The
+    hyperparameters in ``fixed`` (a batch size chosen for throughput, say) are held, not searched."""
     import optuna
 
+    fixed = fixed or {}
+    space = {name: dim for name, dim in SPACE.items() if name not in fixed}
+
     def objective(trial):
-        config = suggest(trial)
+        config = suggest(trial, space) | fixed
         run = task.trial(config, seed=seed * 100_003 + trial.number)
         ledger.trials += 1
         score = 0.0
@@ -240,7 +250,11 @@ def main(argv: list[str] | None = None) -> int:
         "--n-train", type=int, default=2048, help="training (and validation) samples of the task"
     )
     ap.add_argument("--max-epochs", type=int, default=9)
+    ap.add_argument(
+        "--batch-size", type=int, help="hold the batch size at this value (chosen for throughput)"
+    )
     args = ap.parse_args(argv)
+    fixed = {} if args.batch_size is None else {"batch_size": args.batch_size}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         study_name=args.study,
@@ -254,7 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         args.task_seed, n_train=args.n_train, n_val=args.n_train, max_epochs=args.max_epochs
     )
     ledger = Ledger(f"worker {args.seed}", len(task.x))
-    study.optimize(optuna_objective(task, ledger, seed=args.seed), n_trials=args.trials)
+    study.optimize(
+        optuna_objective(task, ledger, seed=args.seed, fixed=fixed), n_trials=args.trials
+    )
     print(
         f"worker {args.seed}: {ledger.trials} trials, {ledger.epochs} epochs, {ledger.seconds:.1f} s; "
         f"the study now holds {len(study.trials)} trials"

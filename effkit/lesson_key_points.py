@@ -267,7 +267,7 @@ KEY_POINTS: dict[int, dict[str, tuple[str, ...]]] = {
         ),
     },
     12: {  # notebooks/12_hpo_on_a_budget.py
-        "pruning stops weak trials after a few epochs, and the epochs saved pay for more trials": (
+        "pruning stops weak trials after a few epochs, and the seconds saved pay for more trials": (
             "weak",
             "bad",
             "poor",
@@ -287,6 +287,13 @@ KEY_POINTS: dict[int, dict[str, tuple[str, ...]]] = {
             "variance",
             "interval",
             "chance",
+        ),
+        "the batch size is fixed for throughput, not tuned on validation; the learning rate is a nuisance": (
+            "throughput",
+            "nuisance",
+            "not tuned",
+            "speed",
+            "re-tun",
         ),
     },
     13: {  # notebooks/13_quantized_inference.py

@@ -119,3 +119,18 @@ def test_workers_share_one_study_through_the_storage(tmp_path, capsys):
         )
     assert len(optuna.load_study(study_name="s", storage=storage).trials) == 4
     assert "the study now holds 4 trials" in capsys.readouterr().out
+
+
+def test_a_fixed_batch_size_is_held_not_searched(tmp_path):
+    task = hpo.TuningTask(seed=1, **TINY)
+    ledger = hpo.Ledger("fixed", len(task.x))
+    study = _study(optuna.pruners.NopPruner())
+    study.optimize(hpo.optuna_objective(task, ledger, fixed={"batch_size": 128}), n_trials=3)
+    assert all(set(t.params) == {"lr", "weight_decay"} for t in study.trials)
+    assert [c["batch_size"] for _, c in ledger.completed] == [128] * 3
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    optuna.create_study(study_name="f", storage=storage, direction="maximize")
+    args = ["worker", "--storage", storage, "--study", "f", "--trials", "2", "--n-train", "128"]
+    assert hpo.main(args + ["--max-epochs", "2", "--batch-size", "64"]) == 0
+    trials = optuna.load_study(study_name="f", storage=storage).trials
+    assert len(trials) == 2 and all("batch_size" not in t.params for t in trials)

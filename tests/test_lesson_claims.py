@@ -104,6 +104,30 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
         r"when their intervals overlap,\s*\n#\s*there is no winner",
         "overlapping intervals can still differ measurably: the interval of the difference decides",
     ),
+    # lesson 12, issue 42 (patterns match the text of commit 234d155)
+    (
+        "12_hpo_on_a_budget",
+        r"learning rate \(log scale\), the batch size and the weight decay",
+        "the batch size was tuned for validation accuracy: the Tuning Playbook chooses it for throughput and holds"
+        " it (it governs training speed; with the LR and regularization re-tuned, batch sizes reach the same"
+        " validation performance)",
+    ),
+    (
+        "12_hpo_on_a_budget",
+        r'for b in S\["grid_bs"\]',
+        "the reference grid searched the batch size for validation accuracy; it is a fixed hyperparameter now",
+    ),
+    (
+        "12_hpo_on_a_budget",
+        r"gets the same budget of\s*\n?#?\s*epochs|each search gets \{S\['budget'\]\} epochs",
+        "an epoch budget charges epochs of different cost alike and never the sampler's own time: the searches'"
+        " budget is measured wall-clock seconds",
+    ),
+    (
+        "12_hpo_on_a_budget",
+        r"optuna_objective\(task, ledger, budget=",
+        "the searches ran on effkit.hpo's epoch budget; they run on effkit.hpo_clock's seconds",
+    ),
     (
         "13_quantized_inference",
         r"embeddings, 30,522 x 384, stay fp32",
@@ -194,3 +218,22 @@ def test_every_lesson_asks_for_its_mechanism_in_the_learners_own_words(slug):
     for point, phrases in points.items():
         assert isinstance(phrases, tuple) and 2 <= len(phrases) <= 5, (point, phrases)
         assert all(isinstance(p, str) and p == p.lower() and p.strip() for p in phrases), phrases
+
+
+def test_lesson12_holds_the_batch_size_and_budgets_seconds():
+    """Issue 42: the searches sample only the learning rate and the weight decay (the batch size is a fixed
+    hyperparameter, chosen for throughput) and every one runs on a wall-clock budget, quasi-random
+    search among them as the baseline."""
+    source = _source("12_hpo_on_a_budget")
+    fixed = re.search(r"^FIXED = (\{.*?\})", source, re.M)
+    assert fixed and "batch_size" in ast.literal_eval(fixed.group(1)), "FIXED holds the batch size"
+    calls = re.findall(r"run_search\((.*?)\)\n", source, re.S)
+    assert calls and all("fixed=FIXED" in call and 'S["budget_s"]' in call for call in calls), calls
+    assert "optuna_objective(" not in source, "an epoch-budget search is back"
+    assert (
+        re.search(r'^BASELINE = "quasi-random"', source, re.M)
+        and '"quasi-random": (quasi_random,' in source
+    )
+    assert "paired_difference(outcome[BASELINE]" in source, (
+        "each method is compared with the baseline"
+    )

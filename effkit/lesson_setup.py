@@ -4,7 +4,8 @@
 images into tensors on the device, `cifar_resnet()` makes the naive ResNet from a seed. For the
 BERT lessons (7, 8, 9, 13): `quiet_transformers()` silences the load report of a classifier head
 that is new by design, `pretrained_encoder()` refuses to run a lesson on random weights,
-`sst2_splits()` loads SST-2 for the profile from where the course keeps it, and `fine_tune()`
+`sst2_splits()` loads SST-2 for the profile from where the course keeps it (and
+`sst2_calibration_split()` the held-out phrases lesson 13 calibrates on), and `fine_tune()`
 gives lessons 9 and 13 the fine-tuned classifier they start from.
 
 **Why.** Each was the same five to ten lines of plumbing copied into several lessons; one copy
@@ -93,6 +94,15 @@ def sst2_splits(profile: str, say: bool = True):
             f" ({'synthetic sentences: smoke' if profile == 'smoke' else 'real GLUE data'})"
         )
     return train, held_out
+
+
+def sst2_calibration_split(profile: str):
+    """SST-2's 'dev' split: phrases of sentences held out from training (the shared folder's README),
+    and not the evaluation rows of `sst2_splits` either: what lesson 13 calibrates static int8 on."""
+    from effkit.workloads import bert
+
+    folder = sst2_folder() if profile != "smoke" else None
+    return bert.load_sst2(bert.prepare_data(profile, folder), splits=("dev",))["dev"]
 
 
 def fine_tune(

@@ -1,8 +1,13 @@
-"""Open-loop load: requests that arrive on their own schedule, a queue, a batcher, real service times.
+"""Serving measurements: one request at a time (closed loop), and open-loop load with a queue and a batcher.
 
-`open_loop(serve, feeds, rate)` replays Poisson arrivals in real time against one batching server; a
-request's latency runs from its arrival, so queueing counts, as in an SLO. A run past capacity ends when its
-requests are served, so its P95 depends on how many were sent: report the number.
+`closed_loop(servers, n, count)` times single requests of several servers interleaved in blocks (A B B A ...),
+so drift and a neighbour's job hit all of them alike. `open_loop(serve, feeds, rate)` replays Poisson arrivals in
+real time against one batching server; a request's latency runs from its arrival, so queueing counts, as in an
+SLO. A run past capacity ends when its requests are served, so its P95 depends on how many were sent: report the
+number. `replay_queue(service, arrivals)` computes, without waiting, the latencies a one-at-a-time FIFO server
+with those service times would give (Lindley's recursion): it is a model (service times independent of the
+load), to be checked against `open_loop` where both exist. `pad_to_longest` batches requests of different
+lengths by padding each batch only to its own longest request (as lesson 7 pads training batches).
 """
 
 from __future__ import annotations
@@ -59,6 +64,81 @@ def concat_feeds(feeds: Sequence[dict]) -> dict:
     return {k: np.concatenate([f[k] for f in feeds]) for k in feeds[0]}
 
 
+def pad_to_longest(feeds: Sequence[dict], pad: int | dict[str, int] = 0) -> dict:
+    """One batch from single-request feeds of shape [1, length_i]: each array right-padded along axis 1
+    to the batch's longest request, with ``pad`` (per key when a dict: a tokenizer's pad id for the ids,
+    0 for the attention mask). A batch of one is returned as it is: no padding at all."""
+    if len(feeds) == 1:
+        return feeds[0]
+    longest = max(f[k].shape[1] for f in feeds for k in f)
+    out = {}
+    for k in feeds[0]:
+        value = pad[k] if isinstance(pad, dict) else pad
+        rows = [
+            np.pad(f[k], ((0, 0), (0, longest - f[k].shape[1])), constant_values=value)
+            for f in feeds
+        ]
+        out[k] = np.concatenate(rows)
+    return out
+
+
+def closed_loop(
+    servers: dict[str, Callable[[int], object]],
+    available: int,
+    count: int,
+    rounds: int = 10,
+    warmup: int = 5,
+    sync: Callable[[], None] | None = None,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Per-request seconds of each server, one request at a time, in interleaved blocks.
+
+    ``servers[name](i)`` serves request ``i`` (of ``available``); every server gets the same
+    ``count`` requests in ``rounds`` blocks, the order of servers reversed every other block (A B, B A,
+    ...) so that slow drift hits all alike. ``sync`` runs before each clock read (a GPU's synchronise:
+    without it the clock reads a kernel launch, not its work). Returns ({name: seconds}, the request
+    index each timing belongs to, the same for every server).
+    """
+    if count < 1 or rounds < 1 or available < 1:
+        raise ValueError(
+            f"count, rounds and available must be >= 1: {count}, {rounds}, {available}"
+        )
+    wait = sync or (lambda: None)
+    for serve in servers.values():  # first calls allocate and fill caches: not requests
+        for i in range(min(warmup, available)):
+            serve(i)
+    wait()
+    blocks = np.array_split(np.arange(count) % available, rounds)
+    out: dict[str, list[float]] = {name: [] for name in servers}
+    for r, block in enumerate(blocks):
+        for name in list(servers) if r % 2 == 0 else list(reversed(servers)):
+            serve = servers[name]
+            for i in block:
+                wait()
+                t0 = _clock()
+                serve(int(i))
+                wait()
+                out[name].append(_clock() - t0)
+    return {k: np.asarray(v) for k, v in out.items()}, np.concatenate(blocks)
+
+
+def replay_queue(service_s: np.ndarray, arrivals_s: np.ndarray) -> np.ndarray:
+    """Latencies (s) of requests arriving at ``arrivals_s`` (sorted) at one FIFO server that serves one
+    at a time, request i taking ``service_s[i]``: finish_i = max(arrival_i, finish_(i-1)) + service_i.
+
+    Vectorised: with C the running sum of service times, finish_i = C_i + max over j <= i of
+    (arrival_j - C_(j-1)), the latest idle moment before i. A model: it assumes a request's service time
+    does not depend on the load (caches, frequency and a neighbour's job say otherwise).
+    """
+    service = np.asarray(service_s, dtype=float)
+    arrivals = np.asarray(arrivals_s, dtype=float)
+    if service.shape != arrivals.shape:
+        raise ValueError(f"one service time per arrival: {service.shape} vs {arrivals.shape}")
+    done = np.cumsum(service)
+    before = done - service  # C_(j-1)
+    finish = done + np.maximum.accumulate(arrivals - before)
+    return finish - arrivals
+
+
 def open_loop(
     serve: Callable[[dict], object],
     feeds: Sequence[dict],
@@ -68,16 +148,18 @@ def open_loop(
     max_wait_s: float = 0.0,
     warmup: int = 20,
     seed: int = 0,
+    collate: Callable[[Sequence[dict]], dict] = concat_feeds,
 ) -> LoadResult:
     """Serve ``count`` Poisson arrivals at ``rate``/s (the first ``warmup`` not counted); see the module doc.
 
-    ``feeds`` are single requests, used in turn; ``serve`` gets one batch (``concat_feeds``) per call.
+    ``feeds`` are single requests, used in turn; ``serve`` gets one batch per call, made by ``collate``
+    (``concat_feeds``; `pad_to_longest` for requests of different lengths).
     """
     if max_batch < 1 or max_wait_s < 0:
         raise ValueError(f"max_batch >= 1 and max_wait_s >= 0, got {max_batch}, {max_wait_s}")
     if not 0 <= warmup < count:
         raise ValueError(f"warmup must be in [0, count), got {warmup} of {count}")
-    serve(concat_feeds(list(feeds[:1])))  # the first call allocates: not a request
+    serve(collate(list(feeds[:1])))  # the first call allocates: not a request
     arrivals = poisson_arrivals(rate, count, seed)
     answered = np.empty(count)
     batches: list[int] = []
@@ -97,7 +179,7 @@ def open_loop(
         while tail < count and tail - head < max_batch and due[tail] <= now:
             tail += 1
         began = _clock()
-        serve(concat_feeds([feeds[i % len(feeds)] for i in range(head, tail)]))
+        serve(collate([feeds[i % len(feeds)] for i in range(head, tail)]))
         answered[head:tail] = done = _clock()
         serving += done - began
         batches.append(tail - head)

@@ -279,6 +279,21 @@ def test_sst2_splits_load_the_profiles_data_and_say_so_only_when_asked(
     assert capsys.readouterr().out == ""
 
 
+def test_the_calibration_split_is_neither_trained_nor_evaluated_on(monkeypatch, tmp_path):
+    from effkit import lesson_setup
+
+    monkeypatch.setenv("EFFKIT_DATA", str(tmp_path / "cache"))
+    train, held_out = lesson_setup.sst2_splits("smoke", say=False)
+    phrases = lesson_setup.sst2_calibration_split("smoke")
+    assert len(phrases.texts) == len(phrases.labels) > 0
+    # lesson 13 calibrates static int8 on these: rows it also scores would flatter the calibration.
+    # (The synthetic smoke sentences repeat a few short ones by chance: 2 of 500 here; the real
+    # shared split has none in common with either.)
+    assert phrases.texts != held_out.texts and phrases.texts != train.texts
+    assert len(set(phrases.texts) & set(held_out.texts)) <= 0.01 * len(phrases.texts)
+    assert len(set(phrases.texts) & set(train.texts)) <= 0.05 * len(phrases.texts)
+
+
 def test_sst2_folder_prefers_the_environment_then_the_shared_folder(monkeypatch, tmp_path):
     from effkit import lesson_setup
 

@@ -5,7 +5,14 @@ import time
 import numpy as np
 import pytest
 
-from effkit.serving import concat_feeds, open_loop, poisson_arrivals
+from effkit.serving import (
+    closed_loop,
+    concat_feeds,
+    open_loop,
+    pad_to_longest,
+    poisson_arrivals,
+    replay_queue,
+)
 
 SERVICE_S = 0.002
 FEEDS = [{"x": np.full((1, 3), i, dtype=np.float32)} for i in range(5)]
@@ -87,3 +94,65 @@ def test_concat_and_bad_input():
         open_loop(lambda f: None, FEEDS, rate=10, count=10, max_batch=0)
     with pytest.raises(ValueError, match="warmup"):
         open_loop(lambda f: None, FEEDS, rate=10, count=10, warmup=10)
+
+
+def test_pad_to_longest_pads_each_batch_only_to_its_own_longest():
+    feeds = [
+        {"ids": np.array([[5, 6]]), "mask": np.ones((1, 2), int)},
+        {"ids": np.array([[7, 8, 9, 4]]), "mask": np.ones((1, 4), int)},
+    ]
+    batch = pad_to_longest(feeds, pad={"ids": 3, "mask": 0})
+    assert batch["ids"].tolist() == [[5, 6, 3, 3], [7, 8, 9, 4]]
+    assert batch["mask"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+    assert pad_to_longest(feeds[:1]) is feeds[0]  # a batch of one is not padded at all
+    sizes: list[int] = []
+
+    def serve(feed):
+        sizes.append(feed["ids"].shape[1])
+
+    open_loop(serve, feeds, rate=500.0, count=6, max_batch=2, warmup=0, collate=pad_to_longest)
+    assert set(sizes) <= {2, 4}  # every batch as long as its longest request, never longer
+
+
+def test_closed_loop_interleaves_blocks_and_times_each_request():
+    calls: list[tuple[str, int]] = []
+    synced: list[int] = []
+
+    def server(name, seconds):
+        def serve(i):
+            calls.append((name, i))
+            time.sleep(seconds)
+
+        return serve
+
+    lat, served = closed_loop(
+        {"a": server("a", 0.001), "b": server("b", 0.003)},
+        available=7,
+        count=20,
+        rounds=4,
+        warmup=2,
+        sync=lambda: synced.append(1),
+    )
+    assert calls[:4] == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]  # the warm-up, not timed
+    timed = calls[4:]
+    assert [n for n, _ in timed[:5]] == ["a"] * 5 and [n for n, _ in timed[10:15]] == ["b"] * 5
+    assert [i for n, i in timed if n == "a"] == [i for n, i in timed if n == "b"] == list(served)
+    assert list(served) == [i % 7 for i in range(20)]
+    assert len(lat["a"]) == len(lat["b"]) == 20 and len(synced) == 1 + 2 * 40
+    assert np.median(lat["a"]) >= 0.001 and np.median(lat["b"]) > np.median(lat["a"])
+
+
+def test_replay_queue_is_lindleys_recursion():
+    rng = np.random.default_rng(2)
+    service = rng.exponential(0.002, size=500)
+    arrivals = poisson_arrivals(400.0, 500, seed=4)
+    finish, expected = 0.0, []
+    for a, s in zip(arrivals, service, strict=True):
+        finish = max(a, finish) + s
+        expected.append(finish - a)
+    assert np.allclose(replay_queue(service, arrivals), expected)
+    # idle server: latency is the service time; all at once: each waits for every one before it
+    assert np.allclose(replay_queue(np.full(3, 0.1), np.array([0.0, 1.0, 2.0])), 0.1)
+    assert np.allclose(replay_queue(np.full(3, 0.1), np.zeros(3)), [0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match="one service time"):
+        replay_queue(np.ones(2), np.ones(3))

@@ -112,12 +112,14 @@ def lesson_arms(
     comparisons: Sequence[tuple[str, str]],
     *,
     rounds: int = lesson.MIN_PAIRS,
+    settle: Sequence[tuple[str, str]] | None = None,
     unit: str = "tokens/s",
     dev: torch.device | None = None,
 ) -> ArmsResult:
-    """`time_arms` with a progress bar, up to twice ``rounds`` (once in smoke) until the
-    ``comparisons`` (a, b) settle; prints every arm's median with its interval, then each
-    comparison's `effkit.lesson.lesson_verdict` (kept in ``result.verdicts[(a, b)]``)."""
+    """`time_arms` with a progress bar, up to twice ``rounds`` (once in smoke) until the ratios
+    in ``settle`` (default: all ``comparisons``) settle; prints every arm's median with its
+    interval, then each comparison's `effkit.lesson.lesson_verdict` (kept in
+    ``result.verdicts[(a, b)]``)."""
     from tqdm.auto import tqdm
 
     if rounds < lesson.MIN_PAIRS:
@@ -130,7 +132,7 @@ def lesson_arms(
         device=dev,
         min_rounds=rounds,
         max_rounds=most,
-        pairs_to_settle=comparisons,
+        pairs_to_settle=comparisons if settle is None else settle,
         progress=lambda done: bar.update(1),
     )
     bar.close()

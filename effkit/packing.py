@@ -45,6 +45,20 @@ def pack_rows(lengths: Sequence[int], max_len: int) -> list[list[int]]:
     return rows
 
 
+def packed_share(
+    lengths: Sequence[int], batches: Sequence[Sequence[int]], max_len: int, multiple: int = 1
+) -> float:
+    """Padding share when each batch's sequences are packed (`pack_rows`) into rows padded to the
+    longest packed row, rounded up to ``multiple``: what `packed_inputs` computes on."""
+    computed = real = 0
+    for batch in batches:
+        sizes = [int(lengths[i]) for i in batch]
+        rows = pack_rows(sizes, max_len)
+        computed += len(rows) * padded_width(max(sum(sizes[i] for i in r) for r in rows), multiple)
+        real += sum(sizes)
+    return 1.0 - real / computed if computed else 0.0
+
+
 def packed_inputs(
     seqs: Sequence[Sequence[int]], max_len: int, pad_id: int = 0, multiple: int = 1
 ) -> dict[str, torch.Tensor]:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from effkit.packing import pack_rows, packed_inputs, packed_logits
+from effkit.packing import pack_rows, packed_inputs, packed_logits, packed_share
 
 
 def test_rows_hold_every_sequence_once_within_the_length():
@@ -13,6 +13,16 @@ def test_rows_hold_every_sequence_once_within_the_length():
     assert all(sum(lengths[i] for i in row) <= 16 for row in rows)
     # 75 tokens need at least 5 rows of 16; first-fit decreasing finds 5 here
     assert len(rows) == 5
+
+
+def test_packed_share_counts_the_rows_it_computes():
+    lengths = [9, 3, 14, 7, 7, 2, 16, 5, 1, 11]
+    # one batch of all ten: 5 rows of width 16 hold 75 real tokens
+    assert packed_share(lengths, [range(10)], 16) == pytest.approx(1 - 75 / 80)
+    batch = packed_inputs([[1] * n for n in lengths], max_len=16)
+    assert batch["input_ids"].numel() == 80  # what packed_inputs computes on is what it counts
+    # rounding a 3-token row up to 8 pads 5 of 8
+    assert packed_share([3], [[0]], 16, multiple=8) == pytest.approx(5 / 8)
 
 
 def test_a_sequence_longer_than_a_row_is_refused():

@@ -112,12 +112,15 @@ def lesson_arms(
     comparisons: Sequence[tuple[str, str]],
     *,
     rounds: int = lesson.MIN_PAIRS,
+    max_rounds: int | None = None,
     settle: Sequence[tuple[str, str]] | None = None,
+    rel_ci: float = 0.10,
     unit: str = "tokens/s",
     dev: torch.device | None = None,
 ) -> ArmsResult:
-    """`time_arms` with a progress bar, up to twice ``rounds`` (once in smoke) until the ratios
-    in ``settle`` (default: all ``comparisons``) settle; prints every arm's median with its
+    """`time_arms` with a progress bar, up to ``max_rounds`` (default twice ``rounds``; ``rounds``
+    in smoke) until the ratios in ``settle`` (default: all ``comparisons``) settle; prints every
+    arm's median with its
     interval, then each comparison's `effkit.lesson.lesson_verdict` (kept in
     ``result.verdicts[(a, b)]``)."""
     from tqdm.auto import tqdm
@@ -125,13 +128,14 @@ def lesson_arms(
     if rounds < lesson.MIN_PAIRS:
         raise ValueError(f"{rounds} rounds: fewer than {lesson.MIN_PAIRS} cover the median < 95%")
     dev = dev or lesson.device()
-    most = rounds if lesson.profile() == "smoke" else 2 * rounds
+    most = rounds if lesson.profile() == "smoke" else max(rounds, max_rounds or 2 * rounds)
     bar = tqdm(total=most, desc=name, unit="round")
     result = time_arms(
         arms,
         device=dev,
         min_rounds=rounds,
         max_rounds=most,
+        rel_ci=rel_ci,
         pairs_to_settle=comparisons if settle is None else settle,
         progress=lambda done: bar.update(1),
     )

@@ -64,6 +64,9 @@ def test_lesson_arms_prints_each_median_and_verdict(monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert "quick is faster than slow" in printed and f"{result.coverage:.0%}" in printed
     assert result.verdicts[("slow", "quick")].word == "faster"
+    same = {"one": _sleeper(0.01), "two": _sleeper(0.01)}
+    capped = arms.lesson_arms("same", same, [("one", "two")], rel_ci=0.0, max_rounds=7)
+    assert capped.rounds == 7, "an interval that never settles stops at max_rounds"
     with pytest.raises(ValueError, match="rounds"):
         arms.lesson_arms("x", {"a": _sleeper(0), "b": _sleeper(0)}, [], rounds=3)
 

@@ -71,6 +71,23 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
         r"padded to `max_length = 64`",
         "the gpu profile cuts at 128 and the guess is checked against the profile's own max_length",
     ),
+    # lesson 7 after issue 42 (patterns match the text of commit 234d155)
+    (
+        "07_dynamic_padding",
+        r"trainer\(random_sampler, True\), trainer\(bucketed_sampler, False\)",
+        "pad to max in random order against bucketed changed padding and order at once: what dynamic padding"
+        " alone buys was unknowable; one interleaved run now times pad to max, dynamic and bucketed",
+    ),
+    (
+        "07_dynamic_padding",
+        r"accuracy cost of bucketing \(Δacc over seeds\): not measured",
+        "the lesson measures it: random order vs bucketed, paired per seed, with the difference's interval",
+    ),
+    (
+        "07_dynamic_padding",
+        r"^# ## 5\. The step beyond: packing$",
+        "packing was described and never measured: it is built, checked against unpacked logits and timed",
+    ),
     (
         "08_peft_lora",
         r"classifier head and pooler it trains",
@@ -237,3 +254,41 @@ def test_lesson12_holds_the_batch_size_and_budgets_seconds():
     assert "paired_difference(outcome[BASELINE]" in source, (
         "each method is compared with the baseline"
     )
+
+
+def test_lesson7_times_its_arms_in_one_run_and_measures_packing_and_accuracy():
+    """Issue 42: dynamic padding, bucketing, the rounding to 8 and packing are separate arms of ONE
+    interleaved run (ratios paired within it, not medians of separate runs divided); packing is
+    checked against unpacked logits before it is timed; the accuracy cost of bucketing is measured
+    per seed and worded by `effkit.arms.difference_verdict`, the held-out rows' error included."""
+    source = _source("07_dynamic_padding")
+    code = "\n".join(ln for ln in source.splitlines() if not ln.startswith("#"))
+    assert code.count("lesson_arms(") == 1 and 'lesson.ab(f"training: pad to max' not in code
+    arms = re.search(r"^arms = \{(.*?)\}$", code, re.M | re.S)
+    assert arms, "one dict of timed arms"
+    keys = re.findall(r"(\w+): burst\(\1,", arms.group(1))
+    assert keys == ["PAD", "DYN", "BUC", "BUC1", "PACK"], keys
+    timed = re.findall(r"(\w+): burst\(\w+, (\w+)\(\d\), (\"\w+\"|\d)\)", arms.group(1))
+    assert [(key, how) for key, _, how in timed] == [
+        ("PAD", '"max"'),
+        ("DYN", "8"),
+        ("BUC", "8"),
+        ("BUC1", "1"),
+        ("PACK", '"packed"'),
+    ], timed
+    orders = [order for _, order, _ in timed]
+    assert orders == ["random_sampler"] * 2 + ["bucketed_sampler"] * 2 + ["random_sampler"]
+    assert re.search(r"packed_diff = .*packed_logits\(probe_model, pack\)", code), (
+        "packing is checked"
+    )
+    assert 'paired_difference(acc["random"], acc["bucketed"])' in code
+    # both accuracy arms collate alike (packed), so only the order of the sentences differs
+    assert re.search(
+        r'def right_after_steps.*?loss_and_width\(model, next\(feed\), "packed"\)', code, re.S
+    )
+    assert re.search(r"difference_verdict\(acc_diff, .*rows_error=rows_error\)", code)
+    summary = _cells(source)[
+        next(i for i, c in enumerate(_cells(source)) if c.startswith('# %% tags=["summary"]'))
+    ]
+    for printed in ("acc_line", "run.verdicts", "packed_diff", "pad_of[arm]", "run.interval(arm)"):
+        assert printed in summary, f"the summary prints {printed}"

@@ -24,7 +24,7 @@ ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))
 
 from effkit import lesson_record  # noqa: E402
-from effkit.lesson_build import execute, syllabus_table  # noqa: E402
+from effkit.lesson_build import NOTEBOOKS, execute, syllabus_table  # noqa: E402
 from effkit.syllabus import ready  # noqa: E402
 
 INDEX_HEAD = """# effkit — efficient deep-learning training
@@ -52,7 +52,9 @@ TOC = """
 def _recorded_page(slug: str, dest: Path) -> None:
     import nbformat
 
-    nb = nbformat.read(lesson_record.RECORDED / f"{slug}.ipynb", as_version=4)
+    nb = lesson_record.with_outputs(
+        NOTEBOOKS / f"{slug}.ipynb", lesson_record.RECORDED / f"{slug}.outputs.json"
+    )
     nb.cells.insert(
         1, nbformat.v4.new_markdown_cell(lesson_record.banner(slug))
     )  # below the title cell

@@ -1,7 +1,9 @@
 """Recorded lesson runs: the executed ``cpu`` notebooks the course site shows, with how they ran.
 
 ``python -m effkit.lesson record [slug ...]`` runs lessons one at a time in the ``cpu`` profile and
-keeps each executed copy in ``docs/recorded/`` with a manifest line: the source's hash (so a page
+keeps each run's outputs in ``docs/recorded/<slug>.outputs.json`` (data, keyed by each code
+cell's source: the committed notebooks stay clean, and the site puts the outputs back into them)
+with a manifest line: the source's hash (so a page
 built from an older source says so), the device, the wall time and the load average around it
 (a run time is quoted from a quiet machine only), the date and the versions. Readers then see
 results without running minutes of code; the site (`make site`) uses these records.
@@ -48,7 +50,7 @@ def state(slug: str, folder: Path | None = None) -> str:
     """The record's state: "current", "stale" (the source changed since) or "missing"."""
     folder = RECORDED if folder is None else folder  # looked up per call: tests swap it
     entry = manifest(folder).get(slug)
-    if entry is None or not (folder / f"{slug}.ipynb").is_file():
+    if entry is None or not (folder / f"{slug}.outputs.json").is_file():
         return "missing"
     return "current" if entry["source_sha256"] == source_hash(slug) else "stale"
 
@@ -66,7 +68,9 @@ def record(slug: str, folder: Path | None = None, profile: str = "cpu", run=exec
     os.environ["EFFKIT_PROFILE"] = profile
     before = _load_per_core()
     try:
-        _, wall_s = run(slug, folder)
+        path, wall_s = run(slug, folder)
+        keep_outputs(path, folder / f"{slug}.outputs.json")
+        path.unlink()
     finally:
         if saved is None:
             os.environ.pop("EFFKIT_PROFILE", None)
@@ -90,12 +94,46 @@ def record(slug: str, folder: Path | None = None, profile: str = "cpu", run=exec
     return entry
 
 
+def _cell_key(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def keep_outputs(executed: Path, dest: Path) -> None:
+    """The executed notebook's code-cell outputs, keyed by each cell's source, as JSON data."""
+    import nbformat
+
+    nb = nbformat.read(executed, as_version=4)
+    cells = [
+        {"key": _cell_key(c.source), "execution_count": c.execution_count, "outputs": c.outputs}
+        for c in nb.cells
+        if c.cell_type == "code"
+    ]
+    dest.write_text(json.dumps({"cells": cells}, indent=None) + "\n")
+
+
+def with_outputs(clean: Path, outputs: Path):
+    """The clean lesson notebook with its recorded outputs put back into the cells whose source is
+    unchanged since the recording (an edited cell shows none rather than another cell's)."""
+    import nbformat
+
+    nb = nbformat.read(clean, as_version=4)
+    recorded = {c["key"]: c for c in json.loads(outputs.read_text())["cells"]}
+    for cell in nb.cells:
+        found = recorded.get(_cell_key(cell.source)) if cell.cell_type == "code" else None
+        if found is not None:
+            cell.outputs = [nbformat.from_dict(o) for o in found["outputs"]]
+            cell.execution_count = found["execution_count"]
+    return nb
+
+
 def banner(slug: str, folder: Path | None = None) -> str:
     """The note a site page opens with: how its outputs were recorded, and whether they are stale."""
     folder = RECORDED if folder is None else folder  # looked up per call: tests swap it
     entry = manifest(folder)[slug]
     load = (
-        "a quiet machine" if entry["quiet"] else f"load {max(entry['load_per_core']):.1f} per core"
+        "a quiet machine"
+        if entry["quiet"]
+        else f"a machine under load ({max(entry['load_per_core']):.1f} per core)"
     )
     text = (
         f"*Outputs recorded on {entry['device']}, profile `{entry['profile']}`, {entry['date']}: "

@@ -25,8 +25,8 @@
 # and then let the numbers name the top bottleneck. Every figure is printed next to the device it
 # was measured on, and every conclusion is computed from the measurement above it.
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU): about 2.9 min in `cpu` (175 s), 47 s in `smoke`,
-# measured with nothing else running; `gpu`: 99 s on an H100 80GB HBM3.
+# **Run time**: about 1.8 min in `cpu` (110 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`); 47 s in `smoke` (a 2-core AMD EPYC VM,
+# nothing else running); `gpu`: 99 s on an H100 80GB HBM3.
 #
 # **Profiles.** `EFFKIT_PROFILE` picks the experiment size: `cpu` (the default without a GPU:
 # small real models, effects you can see in minutes), `gpu` (the default with one: the full

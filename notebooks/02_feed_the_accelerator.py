@@ -26,9 +26,8 @@
 # measuring every change A/B against the naive recipe with `effkit.lesson.ab`, only the input
 # pipeline swapped (`cifar.build(..., pipeline=...)`).
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU): about 2.3 min in `cpu` (136 s), 50 s in `smoke`,
-# measured with nothing else running; `gpu`: over 4 min on an H100 80GB HBM3 (stopped at
-# 235 s, 2026-11-23).
+# **Run time**: about 1.7 min in `cpu` (104 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`); 50 s in `smoke` (a 2-core AMD EPYC VM,
+# nothing else running); `gpu`: over 4 min on an H100 80GB HBM3 (stopped at 235 s, 2026-11-23).
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only). You will predict twice, and tune a loader yourself in *Your turn*. The

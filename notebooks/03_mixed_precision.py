@@ -25,8 +25,8 @@
 # 4. measure fp32 against autocast, A/B: matrix multiplications of growing size, then the naive
 #    BERT recipe — and let the verdicts say where 16 bits pay on this device.
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU): about 3.9 min in `cpu` (232 s), 18 s in `smoke`,
-# measured with nothing else running; `gpu`: 56 s on an H100 80GB HBM3.
+# **Run time**: about 1 min in `cpu` (55 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`; 232 s earlier on a 2-core AMD EPYC VM);
+# 18 s in `smoke` (the EPYC, nothing else running); `gpu`: 56 s on an H100 80GB HBM3.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only). You will predict twice and run your own A/B in *Your turn*. The quiz is

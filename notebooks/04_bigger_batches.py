@@ -28,8 +28,8 @@
 #    stops cutting the steps to a target;
 # 5. clip gradients only after unscaling them.
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU): about 2.5 min in `cpu` (151 s), 28 s in
-# `smoke`, measured with nothing else running; `gpu`: 3.7 min (223 s) on an H100 80GB HBM3.
+# **Run time**: about 2.1 min in `cpu` (126 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`); 28 s in `smoke` (a 2-core AMD EPYC VM,
+# nothing else running); `gpu`: 3.7 min (223 s) on an H100 80GB HBM3.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only: its numbers show the code runs, not what is true). You will predict

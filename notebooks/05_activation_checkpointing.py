@@ -26,8 +26,8 @@
 #    selective activation checkpointing), and see what dropout's random numbers need;
 # 6. see why, on a GPU, checkpointing plus a bigger micro-batch can be a *speed* win.
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU): about 40 s in `cpu` (38 s), 10 s in
-# `smoke`, measured with nothing else running; `gpu`: 70 s on an H100 80GB HBM3.
+# **Run time**: about 30 s in `cpu` (29 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`); 10 s in `smoke` (a 2-core AMD EPYC VM, nothing
+# else running); `gpu`: 70 s on an H100 80GB HBM3.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only: its numbers show the code runs, not what is true). On a CPU we measure

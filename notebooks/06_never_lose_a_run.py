@@ -26,8 +26,8 @@
 # 5. measure what a save costs and choose the interval from the failure rate (Young/Daly);
 # 6. preview `torch.distributed.checkpoint` for sharded state.
 #
-# **Run time** (measured on a 2-core AMD EPYC VM, no GPU): about 1.2 min in `cpu` (71 s), 13 s in
-# `smoke`, measured with nothing else running; `gpu`: 2.1 min (129 s) on an H100 80GB HBM3.
+# **Run time**: about 1.4 min in `cpu` (84 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`); 13 s in `smoke` (a 2-core AMD EPYC VM,
+# nothing else running); `gpu`: 2.1 min (129 s) on an H100 80GB HBM3.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only: its numbers show the code runs, not what is true). You will predict

@@ -51,7 +51,7 @@ def test_a_run_under_load_is_marked_so_and_the_profile_is_restored(tmp_path, mon
     entry = lesson_record.record("08_peft_lora", tmp_path, run=run)
     assert seen["profile"] == "cpu" and lesson_record.os.environ["EFFKIT_PROFILE"] == "smoke"
     assert not entry["quiet"] and entry["load_per_core"] == [0.5, 2.5]
-    assert "load 2.5 per core" in lesson_record.banner("08_peft_lora", tmp_path)
+    assert "under load (2.5 per core)" in lesson_record.banner("08_peft_lora", tmp_path)
 
 
 def test_the_site_page_of_a_recorded_lesson_opens_with_its_banner(tmp_path, monkeypatch):
@@ -106,3 +106,30 @@ def test_restating_the_run_time_keeps_a_recording_current_and_any_other_edit_doe
         "# # Lesson\n#\n# **Run time** about 3.5 min in\n# `cpu` (203 s).\n#\n# Text.\nx = 2\n"
     )
     assert lesson_record.source_hash("07_x") != before
+
+
+def test_recorded_outputs_go_back_only_into_the_cells_whose_source_is_unchanged(tmp_path):
+    clean = lesson_build.NOTEBOOKS / "05_activation_checkpointing.ipynb"
+    nb = nbformat.read(clean, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for i, cell in enumerate(code):  # an "executed" copy: every code cell printed its index
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"cell {i}\n")]
+        cell.execution_count = i + 1
+    executed = tmp_path / "run.ipynb"
+    nbformat.write(nb, executed)
+    lesson_record.keep_outputs(executed, tmp_path / "x.outputs.json")
+    edited = nbformat.read(clean, as_version=4)
+    [c for c in edited.cells if c.cell_type == "code"][1].source += "\nprint('edited')"
+    nbformat.write(edited, tmp_path / "edited.ipynb")
+    back = [
+        c
+        for c in lesson_record.with_outputs(
+            tmp_path / "edited.ipynb", tmp_path / "x.outputs.json"
+        ).cells
+        if c.cell_type == "code"
+    ]
+    assert back[0].outputs[0]["text"] == "cell 0\n" and back[0].execution_count == 1
+    assert (
+        back[1].outputs == [] and back[1].execution_count is None
+    )  # edited since: no stale output
+    assert back[-1].outputs[0]["text"] == f"cell {len(code) - 1}\n"

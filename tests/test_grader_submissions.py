@@ -143,20 +143,32 @@ def test_a_timed_workers_attacks_change_nothing_and_the_escape_is_flagged(course
         )  # no cgroup: a process outside the group is refused, not frozen
         return
     # the inputs were read-only and the baseline was not slowed: the gate passed on untouched
-    # weights, and the speed-up is the reference's (1.9-2.2x on this CPU); a spinner sharing the
-    # baseline's pinned core would have halved the baseline's speed, i.e. about doubled it
-    assert report["gate"]["passed"] and scores["test_speed"] == report["points"] == 5, report[
-        "problems"
-    ]
+    # weights, and a spinner sharing the baseline's pinned core would have halved the baseline's
+    # speed, i.e. about doubled eve's speed-up (the reference's is 1.5-2.2x here). The spinner does
+    # share eve's own core while eve is timed (it spins 0.3 s whenever it sees its worker idle for
+    # 20 ms, as at every chunk boundary): eve may lose speed to itself (1.29-1.33x in two CI runs,
+    # under the 1.35x target), never gain it. So: no gain, and the points are exactly the credit of
+    # the speed-up measured - the flag takes nothing away.
+    assert report["gate"]["passed"] and not report["problems"], report["problems"]
     assert report["speedup"] < 3.0
+    assert scores["test_speed"] == report["points"] == _credit_points(report) > 0
     assert any("left the worker's session" in f for f in report["flags"]), report["flags"]
+
+
+def _credit_points(report: dict) -> float:
+    """The speed points the report's own speed-up earns on its target (nothing deducted)."""
+    from grader.scoring.targets import Target
+
+    return round(Target(**report["target"]).credit(report["speedup"]) * 5.0, 2)
 
 
 def test_clock_and_grader_tampering_is_flagged_and_has_no_effect(course):
     root, _ = course
     report = _report(root, "eve")
-    # eve's pipeline is the correct one: full marks, whatever the kernel's patched function said
-    assert _cell_scores(root)["eve"]["test_speed"] == report["points"] == 5
+    # eve's pipeline is the correct one: the points of its measured speed-up, whatever the kernel's
+    # patched clock said (a clock 10x slow would have claimed ~10x), and no more
+    assert report["speedup"] < 3.0
+    assert _cell_scores(root)["eve"]["test_speed"] == report["points"] == _credit_points(report) > 0
     flags = " ".join(report["flags"])
     for name in ("time.perf_counter", "time.time", "time.monotonic"):
         assert name in flags

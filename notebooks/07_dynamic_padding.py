@@ -28,9 +28,9 @@
 #    of 8, and packed — in useful tokens per second, with each arm's padding;
 # 6. measure what bucketing costs in accuracy: random order against bucketed, paired over seeds.
 #
-# **Run time** (measured on a 2-core Intel Xeon VM with AVX-512, no GPU, one thread
-# (`OMP_NUM_THREADS=1`), with other jobs running): about 4 min in `cpu` (239 s at load average
-# 1.4-2.4; the summary's last line gives your run's), 31 s in `smoke` (at load average 3.0).
+# **Run time**: about 3.5 min in `cpu` (207 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`; one thread,
+# `OMP_NUM_THREADS=1`; the summary's last line gives your run's), 31 s in `smoke` (at load average
+# 3.0).
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one), `smoke`
 # (tests only: a 2-layer encoder on synthetic sentences; its numbers show the code runs, not what

@@ -26,10 +26,9 @@
 #    paired seeds, and say only what the interval of the paired differences supports;
 # 6. time the student's inference against the teacher's and count their memory.
 #
-# **Run time** (measured on a 2-core Intel Xeon VM, no GPU, one thread (`OMP_NUM_THREADS=1`), other
-# jobs beside it): 267 s in `cpu` at load average 1.0-1.5 (269 s of CPU time: about what a quiet
-# machine needs on one thread; the teacher's fine-tuning takes 70 s of it, the 18 student runs about
-# 3 minutes), 11-17 s in `smoke` at load 1.4-2.1.
+# **Run time**: about 4 min in `cpu` (239 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`; one thread,
+# `OMP_NUM_THREADS=1`: the teacher's fine-tuning takes about 1 min of it, the 18 student runs about
+# 3 min), 11-17 s in `smoke` at load 1.4-2.1.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one), `smoke`
 # (tests only: a 2-layer teacher, a 1-layer student, synthetic sentences; its numbers show the code

@@ -28,8 +28,8 @@
 #    `ZeroRedundancyOptimizer` (ZeRO-1) and FSDP2's `fully_shard` (ZeRO-3), and save a sharded
 #    checkpoint with `torch.distributed.checkpoint`.
 #
-# **Run time** (measured on a 2-core Intel Xeon VM, no GPU): about 40 s in `cpu` (37 s at load
-# average 2.6-4 from other jobs), 14 s in `smoke`. The summary's last line prints this run's own time.
+# **Run time**: about 30 s in `cpu` (28 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`), 14 s in `smoke`. The summary's last line prints
+# this run's own time.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (the same code with `gloo`:
 # the NCCL lines are shown, not run, since one GPU gives one rank), `smoke` (tests only: tiny sizes,

@@ -29,11 +29,10 @@
 # 6. run trials in parallel through one study in a shared storage (SQLite here; a database or a
 #    journal file across machines).
 #
-# **Run time** (measured on a shared 2-thread Intel Xeon VM, no GPU, under load from other jobs:
-# load average 1.4 rising to 2.5 during the run): about 2.2 min in `cpu` (132 s executed by
-# nbclient, 2026-11-28), 17 s in `smoke` (the test harness's run, load ~1.4-1.9). The searches take
-# a fixed 105 s of it in `cpu` (7 methods x 6 rounds x 2.5 s: their budget is seconds); the rest
-# grows with the machine's load. The summary's last line prints this run's own time.
+# **Run time**: about 2.3 min in `cpu` (138 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`), 17 s in `smoke` (the test harness's run,
+# load ~1.4-1.9). The searches take a fixed 105 s of it in `cpu` (7 methods x 6 rounds x 2.5 s:
+# their budget is seconds); the rest grows with the machine's load. The summary's last line prints
+# this run's own time.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (the same sizes: the task is
 # a small MLP, a GPU buys nothing here), `smoke` (tests only: a coarse grid, tiny budgets; its

@@ -28,9 +28,8 @@
 #    queue, a batcher), and see latency climb as the load nears capacity;
 # 6. in the `gpu` profile, serve on the GPU too (skipped, and said so, without one).
 #
-# **Run time** (measured on a 2-core Intel Xeon VM with AVX512-VNNI, no GPU, 2026-11-28): 196 s in `cpu`
-# (load average 1.4-2.6: another job beside it for the first minute; fine-tuning ~40 s, the closed
-# loops ~60 s, the open-loop rounds ~25 s), 36 s in `smoke`. Expect well under 5 minutes on a quiet machine.
+# **Run time**: about 4 min in `cpu` (233 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`, AVX512-VNNI; fine-tuning 33 s, the
+# closed loops about 70 s, the open-loop rounds about 25 s), 36 s in `smoke`.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one: the CPU
 # serving comparison, the fine-tuning on the GPU, and section 6's GPU serving), `smoke` (tests only:

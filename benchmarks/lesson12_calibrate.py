@@ -1,17 +1,19 @@
 """Calibrate lesson 12's search checks: the reference policy and plausible mistakes over several secret tasks.
 
-Usage: ``python benchmarks/lesson12_calibrate.py SEED [SEED ...] [--only NAME ...]``
+Usage: ``python benchmarks/lesson12_calibrate.py SEED [SEED ...] [--only NAME ...] [--budget EPOCHS]``
 
 Each seed is one grading's draws (``random.Random(seed)``: task, trial seeds, final seeds), graded in this
 process on the policy's cell source (the probe functions the worker would run, then the parent's
 checks): per policy, the gap of its chosen configuration below the grid's best (pp, held out, mean of 3
 fresh seeds), the share of budget saved by pruning, and both verdicts at the committed MARGIN and
 MIN_SAVED. One thread per run (deterministic per seed); the seconds printed are this machine's.
+``--budget`` grades under another ``BUDGET`` than the committed one: how BUDGET itself was chosen.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
@@ -21,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grader import assignments  # noqa: E402
-from grader.assignments.lesson12 import probes  # noqa: E402
+from grader.assignments.lesson12 import hpo_task, probes, search_checks  # noqa: E402
 from grader.cli.tools import reference_cells  # noqa: E402
 from grader.sandbox.probe import CallResult  # noqa: E402
 from grader.scoring.checks import CheckFailed, Context  # noqa: E402
@@ -72,10 +74,24 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("seeds", type=int, nargs="+")
     ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument(
+        "--budget", type=int, default=None, help="grade under this BUDGET (epochs) instead"
+    )
     args = ap.parse_args()
+    if args.budget is not None:
+        search_checks.BUDGET = args.budget
+    grid_cost = len(hpo_task.grid_configs()) * hpo_task.MAX_EPOCHS
+    print(
+        f"BUDGET {search_checks.BUDGET} epochs at {hpo_task.FIXED} (grid: {len(hpo_task.grid_configs())} "
+        f"configurations, {grid_cost} epochs, {grid_cost / search_checks.BUDGET:.1f}x the budget); MARGIN "
+        f"{search_checks.MARGIN:.0%}, MIN_SAVED {search_checks.MIN_SAVED:.0%}; load average "
+        f"{', '.join(f'{v:.2f}' for v in os.getloadavg())}",
+        flush=True,
+    )
     ref = dict(reference_cells(A))
     policies = {name: POLICIES[name][0] for name in CALIBRATED}
     for seed in args.seeds:
+        grid_shown = False
         for name, source in policies.items():
             if args.only and name not in args.only:
                 continue
@@ -90,6 +106,13 @@ def main() -> None:
                 f"| {gap.split(': ')[-1] if 'below' in gap else gap} | {time.perf_counter() - start:.1f} s",
                 flush=True,
             )
+            grid = next(
+                (line for line in outcome.lines if line.startswith("the grader's grid")), None
+            )
+            # the grid's best, once a seed: at an edge of the space, the grid would be too narrow
+            if grid and not grid_shown:
+                print(f"seed {seed} {grid}", flush=True)
+                grid_shown = True
 
 
 if __name__ == "__main__":

@@ -36,12 +36,17 @@ class Search:
     def __init__(self, space, budget, max_epochs, seed):
         self.grid = [10 ** (-6 + 5 * i / 15) for i in range(16)]
     def ask(self, trial):
-        return {"lr": 1e-3, "batch_size": 64, "weight_decay": self.grid[trial % len(self.grid)]}
+        return {"lr": 1e-3, "weight_decay": self.grid[trial % len(self.grid)]}
     def report(self, trial, epoch, score):
         return False
 '''
 _OUTSIDE = _REF.replace(
     'FloatDistribution(dim["low"], dim["high"]', 'FloatDistribution(dim["low"], 10 * dim["high"]'
+)
+# the reference still choosing the batch size it was once allowed to: refused at its first ask
+_OWN_BATCH = _REF.replace(
+    "return dict(self.running[trial].params)",
+    "return dict(self.running[trial].params, batch_size=32)",
 )
 _PRUNE_ALL = '''
 class Search:
@@ -51,7 +56,6 @@ class Search:
     def ask(self, trial):
         s = self.space
         return {"lr": math.exp(self.rng.uniform(math.log(s["lr"]["low"]), math.log(s["lr"]["high"]))),
-                "batch_size": self.rng.choice(s["batch_size"]["choices"]),
                 "weight_decay": math.exp(self.rng.uniform(math.log(s["weight_decay"]["low"]),
                                                           math.log(s["weight_decay"]["high"])))}
     def report(self, trial, epoch, score):
@@ -91,6 +95,14 @@ POLICIES = {
             "test_pruning": (False, "outside the search space"),
         },
     ),
+    # a batch size chosen by the search, which the lesson holds fixed at 128: refused with the reason
+    "asks_for_a_batch_size": (
+        _OWN_BATCH,
+        {
+            "test_search": (False, "held fixed at 128 in this round, as in the lesson"),
+            "test_pruning": (False, "held fixed at 128 in this round, as in the lesson"),
+        },
+    ),
     # every trial stopped after its first epoch: nothing complete, nothing to choose
     "stops_everything": (
         "import math\nimport random\n" + _PRUNE_ALL,
@@ -114,23 +126,35 @@ def test_policies_are_scored_on_the_graders_own_search(name):
         assert v.passed == passes and words in text, (gid, text)
 
 
-def test_validation_refuses_bools_nan_unknown_keys_and_off_grid_choices():
-    good = {"lr": 0.05, "batch_size": 64, "weight_decay": 1e-4}
+def test_validation_refuses_bools_nan_unknown_keys_and_another_batch_size():
+    good = {"lr": 0.05, "weight_decay": 1e-4}
     assert search_checks.validate(good) == good
+    # naming the held batch size is harmless: dropped, every trial trains at it anyway
+    assert search_checks.validate({**good, "batch_size": 128}) == good
     for bad in (
+        {**good, "batch_size": 64},
+        {**good, "batch_size": 128.0},
         {**good, "batch_size": True},
-        {**good, "batch_size": 48},
-        {**good, "batch_size": 64.0},
         {**good, "lr": float("nan")},
+        {**good, "lr": True},
         {**good, "lr": 0.0},
         {**good, "weight_decay": 1.0},
         {**good, "momentum": 0.9},
         {"lr": 0.05},
         {"not_json": "Tensor"},
-        [0.05, 64, 1e-4],
+        [0.05, 1e-4],
     ):
         with pytest.raises(CheckFailed):
             search_checks.validate(bad)
+    with pytest.raises(CheckFailed, match="held fixed at 128 in this round"):
+        search_checks.validate({**good, "batch_size": 512})
+
+
+def test_every_trial_trains_at_the_held_batch_size():
+    trial = hpo_task.Trial(987, {"lr": 0.1, "weight_decay": 1e-4}, seed=1)
+    assert trial.config["batch_size"] == hpo_task.FIXED["batch_size"] == 128
+    assert "batch_size" not in hpo_task.SPACE  # what the learner's Search is given to choose from
+    assert all(set(config) == set(hpo_task.SPACE) for config in hpo_task.grid_configs())
 
 
 def test_only_json_crosses_and_a_stop_is_one_bool():
@@ -171,7 +195,7 @@ def test_a_trial_trains_even_when_started_under_no_grad():
     import torch
 
     with torch.no_grad():
-        trial = hpo_task.Trial(987, {"lr": 0.1, "batch_size": 256, "weight_decay": 1e-4}, seed=1)
+        trial = hpo_task.Trial(987, {"lr": 0.1, "weight_decay": 1e-4}, seed=1)
         scores = [trial.step() for _ in range(2)]
     assert scores[-1] > 1.0 / hpo_task.CLASSES + 0.1, scores
 

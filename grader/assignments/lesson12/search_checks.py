@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 from grader.assignments.lesson12 import hpo_task as ht
 from grader.kit.checks import CheckFailed, Context, expect, stub_reason
 
-BUDGET = 150  # epochs the search may spend (the grid costs 1,080)
+# Epochs the search may spend. With the batch size held (hpo_task.FIXED) every epoch is the same work, so
+# this is a budget of seconds counted in units that do not depend on the machine: the grader trains every
+# trial itself, and a budget in seconds would grade its load, not the policy. Calibration: the README.
+BUDGET = 120
 MAX_TRIALS = 200
 CALL_SECONDS = 20
 POLICY_SECONDS = 30.0  # the policy's decisions, all calls together, on the parent's clock
@@ -52,8 +55,8 @@ def _number(value) -> bool:
 
 
 def validate(config) -> dict:
-    """The configuration as plain floats and ints, or CheckFailed saying what is wrong."""
-    shape = '{"lr": 0.05, "batch_size": 64, "weight_decay": 1e-4}'
+    """The configuration as plain floats (the held batch size dropped), or CheckFailed saying what is wrong."""
+    shape = '{"lr": 0.05, "weight_decay": 1e-4}'
     if isinstance(config, dict) and "not_json" in config:
         raise CheckFailed(
             f"ask() must return a dict of plain values like {shape} (or None to end the search); "
@@ -64,27 +67,32 @@ def validate(config) -> dict:
         f"ask() must return a dict of plain values like {shape} (or None to end the search), "
         f"got {config!r:.80}",
     )
+    config = dict(config)
+    # naming the held value is harmless (dropped: every trial trains at it); asking for another is refused
+    for name, held in ht.FIXED.items():
+        if name in config:
+            value = config.pop(name)
+            expect(
+                type(value) is type(held) and value == held,
+                f"{name} = {value!r}: the {name.replace('_', ' ')} is held fixed at {held} in this round, "
+                f"as in the lesson (chosen for throughput, not tuned on validation accuracy), and the grader "
+                f"trains every trial at {held}; ask() chooses only {' and '.join(sorted(ht.SPACE))}, "
+                f"e.g. {shape}",
+            )
     expect(
         set(config) == set(ht.SPACE),
         f"ask() returned the keys {sorted(config)}; expected exactly "
         f"{sorted(ht.SPACE)}, e.g. {shape}",
     )
     out = {}
-    for name, dim in ht.SPACE.items():
+    for name, dim in ht.SPACE.items():  # all floats: the batch size, the one categorical, is held
         value = config[name]
-        if dim["type"] == "categorical":
-            expect(
-                isinstance(value, int) and not isinstance(value, bool) and value in dim["choices"],
-                f"{name} = {value!r} is not one of the search space's choices {dim['choices']}",
-            )
-            out[name] = int(value)
-        else:
-            expect(
-                _number(value) and dim["low"] <= value <= dim["high"],
-                f"{name} = {value!r} is outside the search space [{dim['low']:g}, {dim['high']:g}]: a search "
-                f"only chooses inside the space it was given",
-            )
-            out[name] = float(value)
+        expect(
+            _number(value) and dim["low"] <= value <= dim["high"],
+            f"{name} = {value!r} is outside the search space [{dim['low']:g}, {dim['high']:g}]: a search "
+            f"only chooses inside the space it was given",
+        )
+        out[name] = float(value)
     return out
 
 
@@ -167,7 +175,7 @@ def choose(run: SearchRun) -> tuple[dict, float, int] | None:
 
 
 def _shown(config: dict) -> str:
-    return f"lr {config['lr']:.3g}, batch {config['batch_size']}, weight decay {config['weight_decay']:.2g}"
+    return f"lr {config['lr']:.3g}, weight decay {config['weight_decay']:.2g}"
 
 
 @dataclass
@@ -212,15 +220,17 @@ def evaluate(ctx: Context) -> Outcome:
     }
     lines = [
         f"your search: {len(run.trials)} trials ({counts['complete']} complete, {counts['stopped']} stopped, "
-        f"{counts['cut by the budget']} cut by the budget), {run.spent} of {BUDGET} epochs ({run.ended}); "
-        f"training {run.train_seconds:.1f} s, your policy's decisions {run.policy_seconds:.1f} s"
+        f"{counts['cut by the budget']} cut by the budget), {run.spent} of {BUDGET} epochs ({run.ended}), "
+        f"every trial at batch {ht.FIXED['batch_size']}; training {run.train_seconds:.1f} s, "
+        f"your policy's decisions {run.policy_seconds:.1f} s"
     ]
     picked = choose(run)
     grid_best, grid_val, grid_cost = ht.grid_search(task_seed)
     seeds = [ctx.rng.randrange(1 << 30) for _ in range(FINAL_SEEDS)]
     grid_test = ht.test_accuracy(task_seed, grid_best, seeds)
     lines.append(
-        f"the grader's grid: {len(ht.grid_configs())} configurations, {grid_cost} epochs; its best "
+        f"the grader's grid: {len(ht.GRID['lr'])} learning rates x {len(ht.GRID['weight_decay'])} weight "
+        f"decays = {len(ht.grid_configs())} configurations, {grid_cost} epochs; its best "
         f"({_shown(grid_best)}) scores {grid_test:.1%} held out (mean of {FINAL_SEEDS} fresh seeds)"
     )
     if picked is None:

@@ -576,10 +576,12 @@ print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s in profile {P
 #
 # The quiz and the graded exercise are in `exercises/lesson12/`: write a search policy (Optuna
 # allowed) that chooses configurations and stops trials; the grader runs the search on a task of
-# its own, trains every trial itself, and compares your choice with its own exhaustive grid. Its
-# rules were calibrated before this lesson took the playbook's view, and are kept: the grader counts
-# the budget in *epochs* (it trains every trial itself, at its own pace, so seconds would grade the
-# machine), and its space still includes the batch size — holding it at one value is a policy too.
+# its own, trains every trial itself, and compares your choice with its own exhaustive grid. It
+# follows this lesson's roles: the batch size is held at 128 for every trial, and your search
+# chooses the learning rate and the weight decay. Its budget is counted in *epochs*: with the batch
+# size held, every epoch is the same work, so an epoch budget is a budget of seconds in units that
+# do not depend on the machine (the grader trains every trial itself; seconds would grade its
+# machine and its load, not your search).
 #
 # ### References
 #

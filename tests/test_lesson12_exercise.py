@@ -131,9 +131,10 @@ def test_validation_refuses_bools_nan_unknown_keys_and_another_batch_size():
     assert search_checks.validate(good) == good
     # naming the held batch size is harmless: dropped, every trial trains at it anyway
     assert search_checks.validate({**good, "batch_size": 128}) == good
+    assert search_checks.validate({**good, "batch_size": 128.0}) == good
     for bad in (
         {**good, "batch_size": 64},
-        {**good, "batch_size": 128.0},
+        {**good, "batch_size": 128.5},
         {**good, "batch_size": True},
         {**good, "lr": float("nan")},
         {**good, "lr": True},

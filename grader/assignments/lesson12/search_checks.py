@@ -73,7 +73,8 @@ def validate(config) -> dict:
         if name in config:
             value = config.pop(name)
             expect(
-                type(value) is type(held) and value == held,
+                _number(value)
+                and value == held,  # 128.0 is the held size too, a JSON float's spelling
                 f"{name} = {value!r}: the {name.replace('_', ' ')} is held fixed at {held} in this round, "
                 f"as in the lesson (chosen for throughput, not tuned on validation accuracy), and the grader "
                 f"trains every trial at {held}; ask() chooses only {' and '.join(sorted(ht.SPACE))}, "

@@ -2,7 +2,8 @@
 
 Naive: a ``collate_fn`` that tokenizes raw strings per batch and pads to ``max_length``. Optimized:
 `encode_once` tokenizes the corpus once, `bucket_batches` groups similar lengths within shuffled chunks, and
-`pad_batch` pads each batch to its longest row rounded up to a multiple of 8 (full hardware tiles, few shapes).
+`pad_batch` pads each batch to its longest row, rounded up to a multiple (8 by default: full GPU tiles, few
+shapes; the optimized recipe rounds on a GPU only, see ``recipes.default_pad_multiple``).
 """
 
 from __future__ import annotations

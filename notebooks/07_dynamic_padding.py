@@ -28,7 +28,7 @@
 #    of 8, and packed — in useful tokens per second, with each arm's padding;
 # 6. measure what bucketing costs in accuracy: random order against bucketed, paired over seeds.
 #
-# **Run time**: about 3.5 min in `cpu` (207 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`; one thread,
+# **Run time**: about 4 min in `cpu` (230 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`; one thread,
 # `OMP_NUM_THREADS=1`; the summary's last line gives your run's), 31 s in `smoke` (at load average
 # 3.0).
 #
@@ -395,7 +395,10 @@ plt.show()
 # the masked-out blocks too: whether it still beats bucketing on this machine is the verdict's to
 # say, not the padding share's. The rounding to 8 has no tensor cores to feed on a CPU, so what it
 # can change here is the padding it adds (the `/8` vs `exact` verdicts); on a GPU it is the
-# trade-off the section 2 text describes.
+# trade-off the section 2 text describes. effkit's optimized BERT recipe acts on this measurement:
+# it pads exact widths on a CPU and rounds to 8 on a GPU only (`default_pad_multiple` in
+# `effkit/workloads/bert/recipes.py`), a choice timed in the recipe itself by
+# `benchmarks/bert_pad_multiple_ab.py`.
 
 # %% [markdown]
 # ## 6. What bucketing costs: accuracy, random order vs bucketed

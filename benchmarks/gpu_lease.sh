@@ -20,8 +20,9 @@
 # A stash exit 2 names a part whose sha256 is wrong (split again here); an exit 3 after a cold
 # start names the part /tmp lost: carry it again (parts already there stay, in any order).
 #
-# Each lane runs `gpu_check.py --only PATTERN --deadline` per pattern, in order, so the patterns
-# that matter most go first. A step may use all the time its lane has left (a fixed 240 s cut both
+# Each lane runs `gpu_check.py --suite all --only PATTERN --deadline` per pattern, in order, so the
+# patterns that matter most go first; both suites' step names match (`--list`), so a lesson's gpu
+# profile runs as e.g. "^lesson-10_profiling" (the lessons of issue 42: 07, 09, 10, 11, 13). A step may use all the time its lane has left (a fixed 240 s cut both
 # calibrations of the H200 lease short). Two lanes share the one GPU: say so beside any time they
 # measure. A second call while the machine is still warm (30 s) skips the setup. Used on 2026-11-26
 # (benchmarks/results/nvidia-h100-80gb-hbm3/README.md, third lease; benchmarks/results/nvidia-h200/).
@@ -55,7 +56,7 @@ lane(){ out=$1; shift
     l=$(left); [ $l -lt 40 ] && { say "$out: no time for $pat"; continue; }
     say "$out: $pat (deadline ${l}s)"
     log=$out.$(echo "$pat" | tr -c 'a-z0-9' _).log
-    $PY benchmarks/gpu_check.py --sst2 .sst2 --out $out --only "$pat" --step-timeout $(( l - 10 )) --deadline $(( l - 10 )) > $log 2>&1
+    $PY benchmarks/gpu_check.py --sst2 .sst2 --out $out --suite all --only "$pat" --step-timeout $(( l - 10 )) --deadline $(( l - 10 )) > $log 2>&1
     rc=$?; grep '^\[gpu-check\]' $log; [ $rc -gt 1 ] && { say "exit $rc:"; tail -8 $log; }
   done; }
 lane /tmp/gcA $LANE_A > $OUT/laneA.txt 2>&1 &

@@ -408,6 +408,11 @@ def main(argv: list[str] | None = None) -> int:
         help="with --against: torch.compile the optimized recipe (ablation)",
     )
     p.add_argument(
+        "--trainer-compile",
+        action="store_true",
+        help="with --against: the Trainer's own torch_compile=True (the peer of --compile)",
+    )
+    p.add_argument(
         "--ab-only",
         action="store_true",
         help="with --against: the throughput A/B only, no full runs (ablation rows)",
@@ -436,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
                 **how,
                 hooks={**model_hooks, **({"compile": True} if args.compile else {})},
                 full_run=not args.ab_only,
+                trainer_compile=args.trainer_compile,
             )
             return 0
         run(args.workload, *where, **how, burst_s=args.burst, hooks=model_hooks)

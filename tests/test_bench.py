@@ -150,3 +150,31 @@ def test_the_dashboard_reads_a_real_bench_result_and_counts_evaluations(bert_res
         assert row["eval_seconds_to_target"] == pytest.approx(evals) and evals > 0
         assert row["cost"] == pytest.approx(rec["time_to_target_s"] / 3600 * 2.0)
         assert row["samples_to_target"] % rec["config"]["batch_size"] == 0
+
+
+def test_trainer_compile_reaches_the_hf_trainer(tmp_path):
+    """--trainer-compile turns on the Trainer's own torch_compile: with the recipe left eager, every
+    graph dynamo compiles in this run is the Trainer's (none without the switch)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from effkit.workloads.bert import peer
+
+    def graphs(trainer_compile: bool) -> int:
+        torch._dynamo.reset()
+        counters.clear()
+        res = peer.run(
+            "smoke",
+            None,
+            tmp_path / str(trainer_compile),
+            device="cpu",
+            pairs=2,
+            progress=False,
+            full_run=False,
+            trainer_compile=trainer_compile,
+        )
+        assert res["hf_trainer_torch_compile"] is trainer_compile
+        return counters["stats"]["unique_graphs"]
+
+    assert graphs(False) == 0
+    assert graphs(True) >= 1

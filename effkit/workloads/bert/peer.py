@@ -3,7 +3,8 @@
     python -m effkit.bench bert --against hf-trainer --profile cpu --data DIR --out DIR
 
 The peer is ``transformers.Trainer`` with its own efficiency switches on (bf16, length grouping, dynamic
-padding, SDPA, fused AdamW), same model, weights, data and evaluation. Its length-grouped sampler puts the
+padding, SDPA, fused AdamW; ``torch_compile`` too with ``trainer_compile``), same model, weights, data and
+evaluation. Its length-grouped sampler puts the
 longest batches first, so throughput is timed over whole mega-batches, with optimized bursts interleaved.
 """
 
@@ -35,7 +36,7 @@ class _CountingCollator:
         return self.inner(features)
 
 
-def _hf_parts(opt_trainer, device: torch.device, seed: int, out_dir: Path):
+def _hf_parts(opt_trainer, device: torch.device, seed: int, out_dir: Path, compile_: bool = False):
     """(dataset, collator, make_trainer(model, steps, callbacks)) for the HF Trainer side."""
     from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
@@ -65,6 +66,7 @@ def _hf_parts(opt_trainer, device: torch.device, seed: int, out_dir: Path):
             use_cpu=device.type == "cpu",
             train_sampling_strategy="group_by_length",
             optim="adamw_torch_fused",
+            torch_compile=compile_,
             dataloader_num_workers=0,
             report_to="none",
             save_strategy="no",
@@ -122,9 +124,11 @@ def run(
     progress: bool = True,
     hooks: dict | None = None,
     full_run: bool = True,
+    trainer_compile: bool = False,
 ) -> dict:
     """Interleaved throughput A/B and full runs; ``hooks`` change the optimized recipe only
-    (e.g. ``{"compile": True}`` for an ablation row)."""
+    (e.g. ``{"compile": True}`` for an ablation row), ``trainer_compile`` turns on the Trainer's own
+    ``torch_compile`` (the fair peer of a compiled recipe)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     name = device_name(device)
     data_dir = bert.prepare_data(profile, data)
@@ -138,7 +142,7 @@ def run(
         "optimized", profile, data_dir=data_dir, device=device, seed=seed, **same
     ).model
     tmp = tempfile.TemporaryDirectory(prefix="hf-trainer-")  # Trainer's output_dir, gone on return
-    _, collator, make = _hf_parts(opt, device, seed, Path(tmp.name))
+    _, collator, make = _hf_parts(opt, device, seed, Path(tmp.name), trainer_compile)
     # HF's length-grouped sampler sorts each mega-batch of ``mult`` batches longest first, so a
     # Trainer segment is timed over half a mega-batch and each optimized burst is compared with
     # the mean of the segments before and after it (a whole mega-batch, and drift cancels).
@@ -157,7 +161,9 @@ def run(
         sync(device)
         return samples / (time.perf_counter() - t)
 
-    warm = 2
+    # A compiled Trainer meets a new width in most of its first mega-batches (recompiles): the
+    # same warm-up as a compiled recipe's, so no timed segment pays for compilation.
+    warm = 3 * segment if trainer_compile else 2
     clock = _interleaving_clock(device, collator, segment, warm, opt_burst)
     make(hf_model, warm + segment * (pairs + 1), [clock]).train()
     # opt[0] ran before the first timed Trainer segment (a warm-up); opt[i] sits between Trainer
@@ -188,6 +194,7 @@ def run(
         "python": platform.python_version(),
         "transformers": __import__("transformers").__version__,
         "optimized_hooks": hooks,
+        "hf_trainer_torch_compile": trainer_compile,
         "speedup": ab.ratio,
         "speedup_ci": [ab.ci_low, ab.ci_high],
         "speedup_ci_coverage": ab.coverage,
@@ -232,6 +239,7 @@ def run(
                 "collator": "DataCollatorWithPadding(pad_to_multiple_of=8)",
                 "attention": "sdpa",
                 "optim": "adamw_torch_fused",
+                "torch_compile": trainer_compile,
                 "dataloader_num_workers": 0,
                 "batch_size": full_opt.settings["batch_size"],
                 "lr": full_opt.settings["lr"],

@@ -146,10 +146,9 @@ def steps(out: Path, sst2: Path, cifar: Path, cache: Path, dry: bool) -> list[di
             + tiny,
         },
     ]
-    if (
-        not dry
-    ):  # compiled on both sides, the GPU peer issue 42 asks for; the dry run's CI budget has no
-        # room for two compilations (tests/test_bench.py runs --trainer-compile on the CPU instead)
+    # Compiled on both sides, the GPU peer issue 42 asks for. Not in the dry run: its CI budget has no
+    # room for two compilations (tests/test_bench.py runs --trainer-compile on the CPU instead).
+    if not dry:
         plan.append(
             {
                 "name": "peer-hf-trainer-compiled",

@@ -22,9 +22,10 @@
 #
 # Each lane runs `gpu_check.py --suite all --only PATTERN --deadline` per pattern, in order, so the
 # patterns that matter most go first; both suites' step names match (`--list`), so a lesson's gpu
-# profile runs as e.g. "^lesson-10_profiling" (the lessons of issue 42: 07, 09, 10, 11, 13). A step may use all the time its lane has left (a fixed 240 s cut both
-# calibrations of the H200 lease short). Two lanes share the one GPU: say so beside any time they
-# measure. A second call while the machine is still warm (30 s) skips the setup. Used on 2026-11-26
+# profile runs as e.g. "^lesson-10_profiling" (the lessons of issue 42: 07, 09, 10, 11, 13).
+# A step may use all the time its lane has left (a fixed 240 s cut both calibrations of the H200
+# lease short). Two lanes share the one GPU: say so beside any time they measure. A second call
+# while the machine is still warm (30 s) skips the setup. Used on 2026-11-26
 # (benchmarks/results/nvidia-h100-80gb-hbm3/README.md, third lease; benchmarks/results/nvidia-h200/).
 set -u
 T0=$(date +%s); END=$1; LANE_A=$2; LANE_B=$3

@@ -4,8 +4,8 @@
 
 The peer is ``transformers.Trainer`` with its own efficiency switches on (bf16, length grouping, dynamic
 padding, SDPA, fused AdamW; ``torch_compile`` too with ``trainer_compile``), same model, weights, data and
-evaluation. Its length-grouped sampler puts the
-longest batches first, so throughput is timed over whole mega-batches, with optimized bursts interleaved.
+evaluation. Its length-grouped sampler puts the longest batches first, so throughput is timed over whole
+mega-batches, with optimized bursts interleaved.
 """
 
 from __future__ import annotations

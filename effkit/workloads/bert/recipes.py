@@ -2,8 +2,8 @@
 
 ``build("naive" | "optimized", profile)`` returns a :class:`BertTrainer`. naive: library defaults (fp32,
 tokenizer in 2 DataLoader workers, rows padded to 128, batch 32, plain AdamW). optimized: tokenized once,
-length-bucketed batches padded to their longest row (rounded up to 8 on a GPU only), bf16 where native, a larger batch with sqrt LR scaling,
-fused AdamW. Hooks (``precision=``, ``train_step=``...) change one part for a lesson.
+length-bucketed batches padded to their longest row (rounded up to 8 on a GPU only), bf16 where native, a
+larger batch with sqrt LR scaling, fused AdamW. Hooks (``precision=``, ``train_step=``...) change one part for a lesson.
 """
 
 from __future__ import annotations
@@ -161,8 +161,8 @@ def _bucketed_stream(
 
 def default_pad_multiple(device: torch.device) -> int:
     """Widths rounded up to 8 on a GPU (tile-friendly attention matmuls, HF's usual setting; not yet
-    measured there), exact on a CPU: lesson 7 measured exact widths 1.12x faster (interval 1.04-1.22)
-    than rounding a bucketed batch, whose padding the rounding triples."""
+    measured there), exact on a CPU, where lesson 7 and ``benchmarks/bert_pad_multiple_ab.py`` find the
+    rounding only adds padding (it triples a bucketed batch's)."""
     return 8 if device.type == "cuda" else 1
 
 

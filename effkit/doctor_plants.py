@@ -1,7 +1,7 @@
 """Planted bottlenecks for the doctor: a small text classifier whose step can be broken on purpose.
 
 `planted_step` builds the classifier's :class:`~effkit.profiling.TrainStep` with any of the plants ``data``
-(Python tokenising in the step), ``sync``, ``overhead`` (batch 2), ``padding``, ``optimizer`` (foreach off)
+(Python tokenising in the step), ``sync``, ``overhead`` (batch 1), ``padding``, ``optimizer`` (foreach off)
 and, only where bf16 measurably pays here, ``precision``; the clean step runs in the precision that pays.
 `profile_named` profiles ``plant:<a>+<b>``, ``cifar:<recipe>`` or ``bert:<recipe>`` on one thread.
 """
@@ -126,7 +126,7 @@ def planted_step(plants: tuple[str, ...] | list[str] = (), seed: int = 0) -> Tra
     policy = choose_precision("cpu", "off" if PRECISION in plants else cpu_mode())
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    batch = 2 if "overhead" in plants else 32
+    batch = 1 if "overhead" in plants else 32
     n = 64 * batch
     lengths = [rng.randint(4, LENGTH) if "padding" in plants else LENGTH for _ in range(n)]
     labels = torch.randint(0, CLASSES, (n,))

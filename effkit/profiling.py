@@ -13,6 +13,7 @@ import statistics
 import time
 from bisect import bisect_right
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,6 +186,39 @@ def _optimizer_info(opt: torch.optim.Optimizer) -> dict:
     }
 
 
+def call_floor_us(device: str = "cpu", dtype: str = "float32", calls: int = 40) -> float:
+    """This host's fixed cost of one matmul call, now: the median self time of the matmul calls of a Linear
+    that does almost no work (width 8, batch 1, forward and backward) under the profiler, on ``device`` in
+    ``dtype``. A call's µs mean nothing across machines (dispatch speed, kernel choice and clock all move
+    them, and a busy core moves them again); as multiples of this floor, measured beside them, they do."""
+    lin = torch.nn.Linear(8, 8, device=device)
+    x = torch.randn(1, 8, device=device)
+    low = dtype in ("bfloat16", "float16")
+    cast = torch.autocast(device, dtype=getattr(torch, dtype)) if low else nullcontext()
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            with cast:
+                y = lin(x)
+            y.float().sum().backward()
+
+    run(5)  # kernel selection, allocator, lazy init
+    on_gpu = device == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with profile(activities=activities) as prof:
+        run(calls)
+        if on_gpu:
+            torch.cuda.synchronize()
+    times = [
+        getattr(e, "self_device_time_total", 0.0) if on_gpu else e.self_cpu_time_total
+        for e in prof.events()
+        if e.name in MATMUL_OPS
+    ]
+    if not times:
+        raise RuntimeError("no matmul call was recorded while measuring the call floor")
+    return float(statistics.median(times))
+
+
 def profile_training(
     step: TrainStep,
     *,
@@ -217,6 +251,11 @@ def profile_training(
     first = next(iter([*step.model.parameters(), *step.model.buffers()]), None)
     cuda = first is not None and first.device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    floor_args = (
+        "cuda" if cuda else "cpu",
+        dtype if dtype in ("bfloat16", "float16") else "float32",
+    )
+    floor_before = call_floor_us(*floor_args)
     if cuda:  # the peak of these steps, not of whatever ran before them
         torch.cuda.reset_peak_memory_stats()
     # repeat=1: one cycle; with repeat=0 the next cycle would start (and clear the events) at the last step()
@@ -233,6 +272,10 @@ def profile_training(
             prof.step()
     paddings = [float(step.padding(b)) for b in batches] if step.padding is not None else []
     data = summarize_events(prof.events(), active, on_gpu=ProfilerActivity.CUDA in activities)
+    # the yardstick the doctor reads the step's calls against (effkit.doctor.OVERHEAD_CALLS): measured
+    # just before and just after the steps, on their device, in their precision, under the same load;
+    # the lower of the two, since a neighbour's burst can only make a measurement slower
+    data["matmul_us_floor"] = min(floor_before, call_floor_us(*floor_args))
     if not data["step_ms"]:
         raise RuntimeError(
             "the profiler recorded no step: check the schedule (wait, warmup, active)"

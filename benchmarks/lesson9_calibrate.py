@@ -65,7 +65,7 @@ def main(seeds: list[int]) -> None:
             nets.setdefault(name, mine["net"])
     for name in RECIPES:
         gaps = [acc[name, s][0] - acc[name, s][1] for s in seeds]
-        ab = kt.inference_ab(seeds[0], nets[name])
+        ab, said = kt.inference_ab(seeds[0], nets[name])
         worst = (
             min(sum(gaps[i : i + 3]) / 3 for i in range(0, len(gaps) - 2))
             if len(gaps) >= 3
@@ -75,7 +75,7 @@ def main(seeds: list[int]) -> None:
             f"{name:44} gap over labels alone (pp): {' '.join(f'{g * 100:+.1f}' for g in gaps)}; "
             f"mean {sum(gaps) / len(gaps) * 100:+.1f}; mean of 3: {worst * 100:+.1f} (worst window); "
             f"student acc {sum(acc[name, s][0] for s in seeds) / len(seeds):.1%} (mean); "
-            f"speed {ab.ratio:.2f}x [{ab.ci_low:.2f}, {ab.ci_high:.2f}]",
+            f"speed {ab.ratio:.2f}x [{ab.ci_low:.2f}, {ab.ci_high:.2f}] {said} ({ab.pairs} pairs)",
             flush=True,
         )
     print(f"{time.perf_counter() - start:.0f} s")

@@ -163,6 +163,36 @@ def compare(
     return ab_result(a_speeds, b_speeds, confidence, seconds=_clock() - start)
 
 
+def settle(
+    a: Callable[[], object],
+    b: Callable[[], object],
+    *,
+    no_gain: float,
+    pairs: int = 8,
+    rounds: int = 4,
+    confidence: float = 0.99,
+    device: torch.device | str | None = None,
+) -> tuple[ABResult, str]:
+    """Is B faster than A? Rounds of ``pairs`` interleaved pairs, pooled, until the interval answers:
+    ``"faster"`` (low end above 1), ``"not faster"`` (high end below ``no_gain``: even that small a
+    speed-up is ruled out) or, after ``rounds`` rounds, ``"inconclusive"``. A busy machine widens the
+    interval; then it earns another round, not a verdict. Each look is at ``confidence`` (99%: up to four
+    looks at one question keep a wrong verdict under about 2%)."""
+    a_speeds: list[float] = []
+    b_speeds: list[float] = []
+    start = _clock()
+    for _ in range(rounds):
+        more = compare(a, b, device=device, min_pairs=pairs, max_pairs=pairs)
+        a_speeds += more.a_speeds
+        b_speeds += more.b_speeds
+        result = ab_result(a_speeds, b_speeds, confidence, seconds=_clock() - start)
+        if result.ci_low > 1.0:
+            return result, "faster"
+        if result.ci_high < no_gain:
+            return result, "not faster"
+    return result, "inconclusive"
+
+
 def speed_pairs(
     a: Callable[[], object],
     b: Callable[[], object],

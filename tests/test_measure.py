@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from effkit.abtest import compare, median_ci, median_ci_coverage, verdict
+from effkit.abtest import compare, median_ci, median_ci_coverage, settle, verdict
 from effkit.measure import (
     DataWaitSplit,
     StepTimer,
@@ -59,6 +59,23 @@ def test_ab_clock_is_immune_to_monkeypatching(monkeypatch):
 def _busy_sleep(s):
     time.sleep(s)
     return 1
+
+
+def test_settle_answers_each_question_and_measures_again_while_the_machine_blurs_it():
+    """Faster, ruled out, or another round: a burst of noise buys more pairs, never a verdict."""
+    a = lambda: time.sleep(0.02)  # noqa: E731
+    faster, said = settle(a, lambda: time.sleep(0.01), no_gain=1.2, pairs=6, rounds=3)
+    assert said == "faster" and faster.pairs == 6 and faster.ratio > 1.5
+    same, said = settle(a, a, no_gain=1.5, pairs=6, rounds=3)
+    assert said == "not faster" and same.ci_high < 1.5
+    state = {"n": 0}
+
+    def blurred():  # B's speed swings 0.5x-2x pair to pair: neither question can be settled
+        state["n"] += 1
+        time.sleep(0.01 if state["n"] % 2 else 0.04)
+
+    blur, said = settle(a, blurred, no_gain=1.2, pairs=6, rounds=2)
+    assert said == "inconclusive" and blur.pairs == 12
 
 
 def test_median_ci_covers_the_median_and_widens_with_few_samples():

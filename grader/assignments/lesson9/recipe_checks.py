@@ -94,6 +94,19 @@ def _why(temp: float, alpha: float) -> str:
     return f"try a higher temperature (T = {temp:g} now) or more weight on the soft term"
 
 
+def _why_not_faster(layers: int) -> str:
+    """A hint whose premise is true: only a student as deep as the teacher is told it is."""
+    if layers >= kt.TEACHER_LAYERS:
+        return (
+            "A student as deep as the teacher saves nothing at inference; keep fewer layers "
+            "(DistilBERT keeps every other one)"
+        )
+    return (
+        f"With {layers} of the teacher's {kt.TEACHER_LAYERS} layers it should be: grade again, and "
+        "if it repeats, say so to your instructor"
+    )
+
+
 def check_recipe(ctx: Context) -> None:
     constraints = draw_constraints(ctx.rng)
     r = ctx.session.call("recipe", CALL_SECONDS, constraints=constraints)
@@ -125,24 +138,34 @@ def check_recipe(ctx: Context) -> None:
         first = first or (seed, mine["net"])
     gap = sum(gaps) / len(gaps)
     report = "; ".join(lines)
-    expect(
-        gap >= MARGIN,
-        f"{report}. Your student beat the same student on labels alone by {gap * 100:+.1f} pp on "
-        f"average, less than the {MARGIN * 100:.0f} pp required: {_why(temp, alpha)}.",
+    # both halves are judged and both reasons given: a student as deep as the teacher sits near the margin
+    # on some CPUs' numerics (+2.9 pp on two AMD EPYCs), and its feedback must still say why it cannot pay
+    problems = []
+    if gap < MARGIN:
+        problems.append(
+            f"{report}. Your student beat the same student on labels alone by {gap * 100:+.1f} pp on "
+            f"average, less than the {MARGIN * 100:.0f} pp required: {_why(temp, alpha)}."
+        )
+    else:
+        ctx.ok(
+            f"{report}: {gap * 100:+.1f} pp over labels alone on average (>= {MARGIN * 100:.0f} pp; "
+            f"{kt.N_LABELLED} labelled samples x {kt.EPOCHS} epochs for both)"
+        )
+    ab, said = kt.inference_ab(*first)
+    measured = (
+        f"{ab.ratio:.2f}x the teacher's speed ({ab.coverage:.0%} interval {ab.ci_low:.2f}-"
+        f"{ab.ci_high:.2f}x, {ab.pairs} interleaved pairs, one thread, grader's measurement)"
     )
-    ctx.ok(
-        f"{report}: {gap * 100:+.1f} pp over labels alone on average (>= {MARGIN * 100:.0f} pp; "
-        f"{kt.N_LABELLED} labelled samples x {kt.EPOCHS} epochs for both)"
-    )
-    ab = kt.inference_ab(*first)
-    expect(
-        ab.ci_low > 1.0,
-        f"inference: your student runs at {ab.ratio:.2f}x the teacher's speed (95% interval "
-        f"{ab.ci_low:.2f}-{ab.ci_high:.2f}x, {ab.pairs} interleaved pairs, one thread): not "
-        f"measurably faster. A student as deep as the teacher saves nothing at inference; "
-        f"keep fewer layers (DistilBERT keeps every other one)",
-    )
-    ctx.ok(
-        f"inference: {ab.ratio:.2f}x the teacher's speed (95% interval {ab.ci_low:.2f}-{ab.ci_high:.2f}x, "
-        f"{ab.pairs} interleaved pairs, one thread, grader's measurement)"
-    )
+    if said == "not faster":
+        problems.append(
+            f"inference: your student runs at {measured}: not measurably faster, and even a "
+            f"{kt.NO_GAIN:g}x speed-up is ruled out. {_why_not_faster(layers)}"
+        )
+    elif said == "inconclusive":  # a busy machine: never a failure of the learner's work
+        ctx.ok(
+            f"inference: {measured}; the machine was too busy to settle it, and a speed-up is not "
+            "ruled out, so it counts"
+        )
+    else:
+        ctx.ok(f"inference: {measured}")
+    expect(not problems, " ".join(problems))

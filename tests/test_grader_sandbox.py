@@ -359,7 +359,9 @@ def test_a_dead_gradings_frozen_workers_are_swept_and_live_ones_kept():
         assert stale.freeze(True)
         removed = sweep_stale_cgroups()
         assert victim.wait(timeout=10) == -9  # thawed and killed
-        assert all(not d.exists() for d in stale.dirs.values()) and removed
+        # gone, by this sweep or by another grader's on the same machine (each grading sweeps at its
+        # start, so under load another one may get there first and leave `removed` empty here)
+        assert all(not d.exists() for d in stale.dirs.values())
         assert all(d.exists() for d in live.dirs.values())
         assert all(CGROUP_PARENT in str(d) and str(CGROUP_ROOT) in str(d) for d in removed if d)
     finally:

@@ -71,6 +71,23 @@ def cpu_features(cpuinfo: str | None = None) -> dict:
     }
 
 
+def cpu_isa(features: dict | None = None) -> str:
+    """The instruction set that decides this CPU's training speed and numerics, as one word for a device
+    name: "AMX", "AVX512-BF16", "AVX512", "AVX2" or torch's own capability where there are no flags. Three
+    2-core hosts called "AMD EPYC" ran the course (AVX512-BF16, and two AVX2-only generations): the model
+    name alone let one host's calibration stand for another's."""
+    f = features or cpu_features()
+    for flag, word in (
+        ("amx_bf16", "AMX"),
+        ("avx512_bf16", "AVX512-BF16"),
+        ("avx512f", "AVX512"),
+        ("avx2", "AVX2"),
+    ):
+        if flag in f["flags"]:
+            return word
+    return str(f["torch_capability"])
+
+
 def describe_cpu(features: dict | None = None) -> str:
     """One line for a figure's caption, e.g. "AVX512 kernels; avx512_bf16: native bf16"."""
     f = features or cpu_features()

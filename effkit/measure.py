@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from effkit.amp import cpu_isa
 from effkit.peak_memory import peak_memory_bytes, reset_peak_memory  # noqa: F401  (re-exported)
 
 # Dense (no sparsity) peak FLOP/s per precision, by exact GPU model. Sources: NVIDIA datasheets
@@ -109,7 +110,8 @@ def one_thread() -> Iterator[None]:
 
 
 def device_name(device: torch.device | str = "cpu") -> str:
-    """A human-readable device name to print next to every figure."""
+    """A human-readable device name to print next to every figure: a GPU's name, or a CPU's model, the
+    ISA that matters ([AMX], [AVX512-BF16], [AVX2], ...: :func:`effkit.amp.cpu_isa`) and its threads."""
     dev = torch.device(device)
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev.index or 0)
@@ -124,7 +126,8 @@ def device_name(device: torch.device | str = "cpu") -> str:
         except OSError:
             pass
         threads = torch.get_num_threads()
-        return f"CPU {model} ({threads} thread{'' if threads == 1 else 's'})"
+        # the ISA beside the model: "AMD EPYC" named an AVX512-BF16 host and two AVX2-only ones
+        return f"CPU {model} [{cpu_isa()}] ({threads} thread{'' if threads == 1 else 's'})"
     return dev.type
 
 

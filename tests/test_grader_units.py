@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import statistics
 import sys
 import warnings
@@ -315,6 +316,32 @@ def test_a_calibration_from_another_device_is_widened_not_trusted(tmp_path, monk
     other, name, notes = perf.load_gate("lesson9", spec, "cpu", "CPU AMD EPYC (2 threads)")
     assert "widened" in name and any("measured on CPU Some Xeon" in n for n in notes), notes
     assert other.sd_pair_pp == perf.FALLBACK_SD_PAIR_PP and other.decide([-1.0, -1.0]).passed
+
+
+def test_one_model_name_on_two_isas_is_two_devices_for_the_gate(tmp_path, monkeypatch):
+    """Lesson 2's gate was calibrated on a 2-core "AMD EPYC" with AVX512-BF16; an AVX2-only Zen 2, also
+    "AMD EPYC", used it unwidened and failed the reference (-0.98 pp, then -0.78 pp on fresh data). The
+    device name carries the ISA, so a calibration from the other kind is widened and flagged."""
+    from effkit.amp import cpu_isa
+    from effkit.measure import device_name
+    from grader.scoring import perf
+
+    flags = {"torch_capability": "AVX2", "native_bf16": False}
+    assert cpu_isa(flags | {"flags": ["avx512_bf16", "avx512f", "avx2"]}) == "AVX512-BF16"
+    assert cpu_isa(flags | {"flags": ["amx_bf16", "avx512_bf16", "avx512f", "avx2"]}) == "AMX"
+    assert cpu_isa(flags | {"flags": ["avx2"]}) == "AVX2"
+    assert cpu_isa(flags | {"flags": []}) == "AVX2"  # no flags (macOS): torch's own capability
+    assert re.fullmatch(r"CPU .+ \[[A-Z0-9-]+\] \(\d+ threads?\)", device_name("cpu"))
+    cal = gate.Calibration.from_runs(
+        "lesson9-smoke-cpu", "CPU AMD EPYC [AVX512-BF16] (2 threads)", [0.5] * 24, [0.5] * 24
+    )
+    cal.save(tmp_path)
+    monkeypatch.setattr(gate, "calibration_dir", lambda name: tmp_path)
+    spec = assignments.get("lesson3").specs["smoke"]
+    _, name, _ = perf.load_gate("lesson9", spec, "cpu", "CPU AMD EPYC [AVX512-BF16] (1 thread)")
+    assert "widened" not in name
+    _, name, notes = perf.load_gate("lesson9", spec, "cpu", "CPU AMD EPYC [AVX2] (2 threads)")
+    assert "widened" in name and any("[AVX512-BF16]" in n for n in notes), notes
 
 
 def test_gate_simulation_detects_an_underpowered_gate():

@@ -204,8 +204,10 @@ def report(profile: dict) -> str:
     """The profile's headline figures and the ranked findings, as text."""
     r = profile.get("ranges_ms") or {}
     split = ", ".join(f"{k} {v:.1f}" for k, v in r.items())
+    batch, step_ms = profile.get("batch_size"), _get(profile, "step_ms_unprofiled")
+    rate = f" = {float(batch) / step_ms * 1e3:,.0f} samples/s" if batch and step_ms else ""
     head = (
-        f"{profile.get('name', 'step')}: {_get(profile, 'step_ms_unprofiled'):.1f} ms per step unprofiled, "
+        f"{profile.get('name', 'step')} (batch {batch}): {step_ms:.1f} ms per step unprofiled{rate}, "
         f"{_get(profile, 'step_ms'):.1f} ms profiled (x{_get(profile, 'profiler_overhead', 0):.2f}); "
         f"ranges (ms) {split}"
     )

@@ -37,6 +37,7 @@
 # %matplotlib inline
 import dataclasses
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -162,12 +163,15 @@ lesson.check_guess(GUESS_DATA_SHARE, split["data"], "share of the profiled step 
 # %% [markdown]
 # ## 2. What the profiler costs
 #
-# Recording every operator costs time per operator, so a step of many small operators slows down
-# more than one of a few big ones: the overhead is not a constant factor, and a throughput measured
-# under the profiler is no throughput at all. Measure it: the same steps with and without the
-# profiler recording, interleaved.
+# The profiler costs twice. While it records, every operator pays a little, so a step of many
+# small operators slows down more than one of a few big ones: the overhead is not a constant
+# factor, and a throughput measured under the profiler is no throughput at all. And when a session
+# stops, the profiler turns everything it recorded into events: a cost per session that grows with
+# what was recorded. Measure both: the same steps with and without a short profiling session around
+# them, interleaved, and within each profiled burst, how long the stop took.
 #
-# **Predict.** How much slower is this step under the profiler (recording CPU operators)?
+# **Predict.** How much slower are these steps under a short profiling session (recording CPU
+# operators)?
 
 # %%
 GUESS_PROFILER_SLOWDOWN = None  # your guess, e.g. 1.3 (times slower)
@@ -183,19 +187,32 @@ def plain_steps():
     return burst
 
 
+stops = []  # seconds each session took to stop and build its events
+
+
 def profiled_steps():
-    with profile(activities=[ProfilerActivity.CPU]):
-        for _ in range(burst):
-            clean.run()
+    session = profile(activities=[ProfilerActivity.CPU])
+    session.__enter__()
+    for _ in range(burst):
+        clean.run()
+    start = time.perf_counter()
+    session.__exit__(None, None, None)  # stop recording, turn what it recorded into events
+    stops.append(time.perf_counter() - start)
     return burst
 
 
 for _ in range(2):
     plain_steps()  # warm-up outside the comparison
-overhead_ab = lesson.ab("steps without vs with the profiler recording", plain_steps, profiled_steps,
+overhead_ab = lesson.ab(f"{burst} steps without vs with a profiling session around them", plain_steps, profiled_steps,
                         pairs=SIZES["pairs"], a_label="unprofiled", b_label="profiled", unit="steps/s",
                         dev=torch.device("cpu"))
-lesson.check_guess(GUESS_PROFILER_SLOWDOWN, 1 / overhead_ab.ratio, "slowdown under the profiler", "{:.2f}x")
+lesson.check_guess(GUESS_PROFILER_SLOWDOWN, 1 / overhead_ab.ratio, "slowdown under a short session", "{:.2f}x")
+session_s = burst / overhead_ab.b_median  # one profiled burst, stop included (medians of the A/B)
+stop_s = statistics.median(stops)
+recording = (session_s - stop_s) / (burst / overhead_ab.a_median)
+print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians), stopping the session took "
+      f"{1e3 * stop_s:.0f} ms ({stop_s / session_s:.0%}); recording alone made the steps about x{recording:.2f} "
+      "slower (compare the x-factor each doctor's report below prints: its profiled / unprofiled step time)")
 
 # %% [markdown]
 # ## 3. The bottleneck doctor
@@ -255,9 +272,10 @@ print(f"unprofiled median step: {patient['step_ms_unprofiled']:.1f} ms -> {fixed
 # AOTAutograd the backward) as a graph, and Inductor fuses the small operators into a few generated
 # kernels (C++ on a CPU, Triton on a GPU), so fewer dispatches remain. On a GPU,
 # `mode="reduce-overhead"` also replays the step as a CUDA graph, removing each kernel's launch.
-# PyTorch's performance tuning guide and Hugging Face's single-GPU guide both put these first for
-# overhead-bound steps. It is not free: the first call compiles, and those seconds are the
-# recipe's too.
+# PyTorch's `torch.compile` getting-started guide calls fusion "the single most important
+# optimization that inductor performs" and says CUDA graphs "help eliminate the overhead from
+# launching individual kernels". It is not free: the first call compiles, and those seconds are
+# the recipe's too.
 #
 # **Predict.** After how many training steps does compiling this step pay back its compile time?
 
@@ -306,7 +324,8 @@ print(compile_line)
 
 # %% [markdown]
 # The course's own CIFAR recipes (smoke size: synthetic images; the optimized recipe's data is
-# already on the device, its step is convolutions):
+# already on the device, its step is convolutions). Compare them per image, not per step: their
+# batches differ (128 and 250 here), so a longer step can be the faster recipe.
 
 # %%
 recipes = {}
@@ -387,11 +406,13 @@ print(f"* patient (data + sync planted): {patient['step_ms_unprofiled']:.1f} ms 
 print(f"* doctor, ranked: {', '.join(f.label for f in first)}; after fixing data: "
       f"{', '.join(f.label for f in doctor.diagnose(fixed_once))}; after fixing both: "
       f"{', '.join(f.label for f in doctor.diagnose(fixed_twice))}")
-print(f"* profiler cost: {overhead_ab.verdict}")
+print(f"* profiler cost: a session of {burst} steps {overhead_ab.verdict}; stopping it took {stop_s / session_s:.0%} "
+      f"of that burst, recording about x{recording:.2f} per step")
 print(f"* torch.compile on the overhead-bound step (batch 1): {compile_ab.verdict} {compile_line}")
 for name, p in recipes.items():
     print(f"* {name} (smoke-size recipe, synthetic images, whatever the profile): "
-          f"{p['step_ms_unprofiled']:.0f} ms per step; doctor: "
+          f"{p['step_ms_unprofiled']:.0f} ms per step of {p['batch_size']} images "
+          f"({p['batch_size'] / p['step_ms_unprofiled'] * 1e3:,.0f} images/s); doctor: "
           f"{', '.join(f.label for f in doctor.diagnose(p))}")
 
 # %% [markdown]
@@ -413,6 +434,8 @@ for name, p in recipes.items():
 # * PyTorch, [Performance tuning guide](https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html)
 #   (syncs, `foreach`/`fused` optimizers, DataLoader workers, `torch.compile`, CUDA graphs);
 #   [Introduction to torch.compile](https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html);
+#   [torch.compile, Getting Started](https://pytorch.org/docs/stable/torch.compiler_get_started.html)
+#   (fusion as Inductor's most important optimization; CUDA graphs against launch overhead);
 #   Hugging Face, [Efficient training on a single GPU](https://huggingface.co/docs/transformers/perf_train_gpu_one)
 #   (`torch_compile=True`).
 # * H. He, [Making Deep Learning Go Brrrr From First Principles](https://horace.io/brrr_intro.html)

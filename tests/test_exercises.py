@@ -12,16 +12,16 @@ from grader import assignments
 # text of the reference answers (the quiz key's choice among them) that the released notebook must not hold
 ANSWERS = {
     "lesson1": ['"q3": "b"'],
-    "lesson4": ['"q2": "b"', "real_tokens"],
+    "lesson4": ['"q2": "a"', "real_tokens"],
     "lesson5": ['"q3": "c"', "MUST_SAVE"],
     "lesson6": ["os.fsync", '"q2": "c"'],
-    "lesson7": ['"q2": "a"', "argsort"],
-    "lesson8": ['"q3": "b"', "kaiming_uniform_"],
-    "lesson9": ['"q2": "b"', 'batchmean", log_target'],
+    "lesson7": ['"q2": "c"', "argsort"],
+    "lesson8": ['"q3": "c"', "kaiming_uniform_"],
+    "lesson9": ['"q2": "c"', 'batchmean", log_target'],
     "lesson10": ['"q4": "a"', "per_call_us"],
     "lesson11": ['"q2": "b"', "ddp.no_sync()", "fully_shard(layer)"],
     "lesson12": ['"q2": "c"', "self.study.tell(t, score)"],
-    "lesson13": ['"q2": "c"', "nodes_to_exclude=[head"],
+    "lesson13": ['"q2": "b"', "nodes_to_exclude=[head"],
 }
 
 

@@ -206,8 +206,8 @@ def test_a_hidden_pipeline_costs_the_next_forward_pass_not_next(monkeypatch):
 @pytest.mark.slow
 def test_a_wrong_quiz_choice_is_told_why_it_is_wrong():
     # q1 wrong, the rest right
-    wrong = 'QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "b", "q4": "c"}'
-    assert lesson1.QUIZ_KEY == {"q1": "a", "q2": "c", "q3": "b", "q4": "c"}  # keep `wrong` in step
+    wrong = 'QUIZ_ANSWERS = {"q1": "b", "q2": "a", "q3": "b", "q4": "a"}'
+    assert lesson1.QUIZ_KEY == {"q1": "c", "q2": "a", "q3": "b", "q4": "a"}  # keep `wrong` in step
     verdicts, _ = grade(LESSON, reference_cells(LESSON, quiz=wrong), only=["test_quiz"])
     v = verdicts["test_quiz"]
     assert not v.passed and "3 of 4 answers right" in v.reason, v.reason

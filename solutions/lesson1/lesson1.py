@@ -183,22 +183,25 @@ check_my_work("test_bottleneck", "lesson1.ipynb")
 # The grader checks your answers outside this notebook.
 #
 # 1. An A/B comparison reports a speedup with a *median-of-pairs interval*. It tells you:
-#    (a) where the typical (median) A/B ratio lies, with the interval's real coverage stated;
-#    (b) the smallest and largest ratio of all measured pairs; (c) the mean speedup plus or minus
-#    one standard deviation.
+#    (a) the range in which about 95% of single A/B pairs measured later will fall;
+#    (b) the mean speedup over the pairs, plus or minus one standard deviation of their ratios;
+#    (c) a range that holds the true median speed ratio with the coverage it states.
 # 2. A training loop spends 70% of its time waiting for data. What do you optimise first?
-#    (a) the model's matmuls, in lower precision; (b) the optimizer; (c) the input pipeline: the
-#    accelerator idles while it waits for batches.
+#    (a) the input pipeline, since the accelerator sits idle for most of each step;
+#    (b) the model's matmuls, moving them to bf16 so each step's compute ends sooner;
+#    (c) the optimizer, fusing its update kernels so the step spends less time in it.
 # 3. Why are warm-up steps left out of a throughput measurement?
-#    (a) they are always faster than later steps; (b) they pay one-off costs (allocations, worker
-#    start-up, lazy initialisation) that a long run does not; (c) the learning rate is lower then.
+#    (a) their learning rate is still ramping up, so each optimizer update does extra work;
+#    (b) they pay one-off costs (allocation, worker start-up, lazy init) a long run does not;
+#    (c) the timer needs a few readings to calibrate itself before its figures are trusted.
 # 4. Why call `sync(device)` before reading the clock on a GPU?
-#    (a) to free memory; (b) to flush the data loader; (c) GPU work runs asynchronously: without it
-#    you time the launch, not the work.
+#    (a) GPU work runs asynchronously: without it you time the kernel launches, not the work;
+#    (b) to flush the data loader's prefetched batches, so each timed step starts out the same;
+#    (c) to release the caching allocator's free blocks, so memory churn does not skew the time.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "a", "q2": "c", "q3": "b", "q4": "c"}
+QUIZ_ANSWERS = {"q1": "c", "q2": "a", "q3": "b", "q4": "a"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

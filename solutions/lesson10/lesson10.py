@@ -214,28 +214,30 @@ print(compare(lambda: run(slow_step, task, 0.1, 0.01), lambda: run(fast_step, ta
 # The grader checks your answers outside this notebook.
 #
 # 1. `torch.profiler.schedule(wait=1, warmup=2, active=5)`: why skip and warm up before recording?
-#    (a) the first steps pay one-off costs (allocations, lazy initialisation, the profiler's own
-#    start-up) that would distort the average; (b) the profiler makes warm-up steps cheaper; (c) the
-#    schedule changes what the step computes.
+#    (a) so the learning-rate warm-up is over and the recorded steps run at the final LR;
+#    (b) the first steps pay one-off costs (allocation, lazy init, the profiler's start-up);
+#    (c) recording every step would fill memory; skipping a few keeps the trace small.
 # 2. In `prof.key_averages().table(...)`, which column ranks where the time *goes*?
-#    (a) self CPU (or self CUDA) time: an operator's own time, without its children; (b) the number
-#    of calls; (c) CPU total, since it includes everything an operator called.
+#    (a) self time (CPU or CUDA): each operator's own time, without its children;
+#    (b) the number of calls, since the operators called most are the ones to fix;
+#    (c) CPU total time, since it counts everything the operator called inside it.
 # 3. A step runs at 1,000 samples/s with the profiler on and 1,400 without. What do you report?
-#    (a) 1,000, since the Chrome trace export slows the step; (b) 1,000 × 1.4, since the profiler's
-#    overhead is a constant factor; (c) 1,400 samples/s, measured without the profiler; use the
-#    profile for where the time goes.
+#    (a) 1,000 samples/s, since only the profiled run shows what the step really does;
+#    (b) 1,000 × 1.4 for any profiled step, since the profiler's overhead is a fixed factor;
+#    (c) 1,400 samples/s, measured without it; the profile says where the time goes.
 # 4. Why does one `loss.item()` per step hurt on a GPU, when reading one number is cheap?
-#    (a) the CPU must wait until every kernel queued before it has finished, so it cannot queue the
-#    next step's kernels ahead: the GPU idles at each step; (b) copying 4 bytes is slow;
-#    (c) `.item()` copies the whole tensor to the CPU.
+#    (a) it blocks the CPU until the queued kernels finish, so it cannot queue ahead: the GPU idles;
+#    (b) it detaches the loss from the graph, so autograd has to rebuild that graph at the next
+#    step;
+#    (c) it copies the whole loss tensor, its autograd graph included, from the GPU back to the CPU.
 # 5. You fixed the doctor's first finding and the step is 30% faster. What next?
-#    (a) stop: the other findings were ranked below, so they were never real; (b) profile again: the
-#    shares have changed, and the next bottleneck may be one that was not even listed before;
-#    (c) measure throughput only.
+#    (a) work down the first profile's list: its ranking still holds after the fix;
+#    (b) profile again: the shares have moved, and the next bottleneck may be new;
+#    (c) stop: the doctor ranked the other findings lower, so none of them matter.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "a", "q2": "a", "q3": "c", "q4": "a", "q5": "b"}
+QUIZ_ANSWERS = {"q1": "b", "q2": "a", "q3": "c", "q4": "a", "q5": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

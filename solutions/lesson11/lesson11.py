@@ -177,23 +177,30 @@ check_my_work("test_memory_budget", "lesson11.ipynb")
 # Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., ..., "q5": ...}`.
 # The grader checks your answers outside this notebook.
 #
-# 1. A ring all-reduce of a B-byte gradient buffer over N ranks: each rank sends about (a) (N - 1) B;
-#    (b) 2 (N - 1) / N x B, so the time per rank barely grows with N; (c) N x B.
-# 2. A DDP job forgets `sampler.set_epoch(epoch)`. (a) The ranks read overlapping shards; (b) every
-#    epoch visits the samples in the first epoch's order; (c) it raises an error at the second
-#    epoch.
-# 3. ZeRO stage 1 (`ZeroRedundancyOptimizer`) on N ranks divides by N (a) the optimizer state
-#    (Adam's moments, the fp32 master weights); (b) the optimizer state and the gradients; (c) the
-#    optimizer state, the gradients and the parameters.
-# 4. DDP puts gradients in ~25 MB buckets so that (a) the all-reduce can start after the whole
-#    backward pass; (b) each rank keeps only its bucket of the gradients; (c) a bucket's all-reduce
-#    starts as soon as its gradients are ready, overlapping with the rest of the backward pass.
-# 5. Which backend for which job? (a) NCCL everywhere; (b) MPI on CPU, gloo on GPU; (c) gloo for CPU
-#    tensors, NCCL for GPU tensors (one GPU per rank).
+# 1. A ring all-reduce of a B-byte gradient buffer over N ranks: each rank sends about
+#    (a) (N - 1) × B, so the time grows linearly with the number of ranks;
+#    (b) B / N, so the time shrinks as more ranks share the work;
+#    (c) 2 (N - 1) / N × B, so the time barely grows with N.
+# 2. A DDP job forgets `sampler.set_epoch(epoch)`. What happens?
+#    (a) the ranks read overlapping shards from the second epoch on;
+#    (b) every epoch repeats the first epoch's order on every rank;
+#    (c) the sampler raises an error when the second epoch starts.
+# 3. ZeRO stage 1 (`ZeroRedundancyOptimizer`) on N ranks divides by N
+#    (a) the optimizer state only (Adam's moments, any fp32 master weights);
+#    (b) the optimizer state and the gradients, each rank keeping its shard;
+#    (c) the optimizer state, the gradients and the parameters themselves.
+# 4. DDP puts gradients in ~25 MB buckets so that
+#    (a) each rank keeps only its own bucket of the gradients, saving memory;
+#    (b) a bucket fits the GPU's L2 cache, so its reduction runs entirely from on-chip memory;
+#    (c) a bucket's all-reduce starts once its gradients are ready, overlapping backward.
+# 5. Which backend for which job?
+#    (a) gloo for CPU tensors, NCCL for CUDA tensors (one GPU per rank);
+#    (b) NCCL for every job, since it also reduces CPU tensors in shared memory;
+#    (c) MPI for CPU tensors and gloo for GPU tensors, since both ship with PyTorch.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "b", "q2": "b", "q3": "a", "q4": "c", "q5": "c"}
+QUIZ_ANSWERS = {"q1": "c", "q2": "b", "q3": "a", "q4": "c", "q5": "a"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

@@ -129,28 +129,31 @@ check_my_work("test_pruning", "lesson12.ipynb")
 # Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., ..., "q5": ...}`.
 # The grader checks your answers outside this notebook.
 #
-# 1. Successive halving with reduction factor 3 starts 27 configurations at 1 epoch, keeps the
-#    best third at each rung and trains the survivors 3 times longer. How many reach 9 epochs?
+# 1. Successive halving with reduction factor 3 starts 27 configurations at 1 epoch, keeps the best
+#    third at each rung and trains the survivors 3 times longer. How many reach 9 epochs?
 #    (a) 9; (b) 3; (c) 1.
 # 2. Two configurations score 71.2% and 71.6% validation accuracy; re-running one configuration on
-#    other seeds moves it by about ±1 point. (a) Choose the 71.6% one; (b) choose the one with the
-#    smaller batch; (c) neither is a winner yet: re-run both on new seeds and compare the means (or
-#    take either).
+#    other seeds moves it by about ±1 point. What do you conclude?
+#    (a) take the 71.6% one: both had the same budget, and it scored higher;
+#    (b) take the one with the smaller batch, whose noisier gradients generalise;
+#    (c) neither wins yet: re-run both on new seeds and compare the means.
 # 3. Why does random search usually beat a grid of the same number of trials when one hyperparameter
-#    matters much more than the others (Bergstra & Bengio, 2012)? (a) a grid cannot run in parallel;
-#    (b) a random trial trains faster; (c) a 3 x 3 grid tries only 3 values of the important one, 9
-#    random trials try 9.
-# 4. The risk of stopping trials after their first epoch is that (a) it favours configurations that
-#    start fast (a large learning rate) over ones that end best, which Hyperband hedges with
-#    brackets that start later; (b) it costs more than the grid; (c) it cannot run in parallel.
-# 5. A team runs trials on 8 machines. With Optuna they (a) point every worker at one study in a
-#    shared storage (an RDB URL such as `postgresql://...`, or a journal file), so the sampler and
-#    the pruner see every trial; (b) run an in-memory study per machine and compare the bests at the
-#    end; (c) set `n_jobs=8` in `study.optimize`.
+#    matters much more than the others (Bergstra & Bengio, 2012)?
+#    (a) 9 random trials try 9 values of the important one; a 3 x 3 grid tries 3;
+#    (b) a grid's trials depend on one another, so they cannot run in parallel;
+#    (c) random points avoid the grid's corners, where training tends to diverge.
+# 4. The risk of stopping trials after their first epoch is that
+#    (a) it stops too few trials to save much compute over running the full grid;
+#    (b) it favours fast starters (a large LR) over the configurations that end best;
+#    (c) a rung waits for all trials' first epochs, so it cannot run in parallel.
+# 5. A team runs trials on 8 machines. With Optuna they
+#    (a) point every worker at one study in shared storage (an RDB URL, or a journal file);
+#    (b) run an in-memory study per machine, each with its own seed, then keep the overall best;
+#    (c) set `n_jobs=8` in `study.optimize`, which spreads the trials over the machines.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "c", "q4": "a", "q5": "a"}
+QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b", "q5": "a"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

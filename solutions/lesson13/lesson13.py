@@ -101,22 +101,26 @@ check_my_work("test_latency", "lesson13.ipynb")
 # Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., "q3": ..., "q4": ...}`.
 # The grader checks your answers outside this notebook.
 #
-# 1. An SLO says "P95 latency ≤ 20 ms". It means (a) the mean latency is at most 20 ms; (b) 95% of
-#    the serving time is spent in requests under 20 ms; (c) at least 95% of requests finish within
-#    20 ms.
-# 2. Dynamic int8 quantization of the grader's head costs accuracy because (a) the head's weights
-#    have outliers; (b) it was calibrated on too few rows; (c) the head's input gets one scale for the
-#    whole tensor, set by the few huge activations, so every other value rounds to zero.
-# 3. Serving batches of 32 instead of single requests (a) can raise throughput (one pass over the
-#    weights serves 32 requests), but a request waits for its batch and for the whole batch's compute,
-#    so its latency rises; (b) lowers every request's latency; (c) changes neither.
-# 4. To compare two models' P95 on a shared machine: (a) time 20 requests of each right after
-#    loading; (b) warm both up, time many requests of each in alternating blocks (A B B A ...) and
-#    give the ratio of their P95s an interval; (c) time all of A's requests, then all of B's.
+# 1. An SLO says "P95 latency ≤ 20 ms". It means
+#    (a) at least 95% of requests finish within 20 ms;
+#    (b) the mean latency is at most 20 ms;
+#    (c) 95% of the serving time is spent in requests under 20 ms.
+# 2. Dynamic int8 quantization of the grader's head costs accuracy because
+#    (a) it was calibrated on too few rows, so its scales miss the inputs' real range;
+#    (b) the head's input gets one scale, set by its few huge activations: the rest round to 0;
+#    (c) the head's weights have outliers, which stretch their per-tensor scale and lose the rest.
+# 3. Serving batches of 32 instead of single requests
+#    (a) lowers every request's latency, since the weights are read once per batch;
+#    (b) raises throughput and lowers latency, as long as the queue never runs dry;
+#    (c) raises throughput, but each request also waits for its batch to fill and run.
+# 4. To compare two models' P95 on a shared machine:
+#    (a) time 20 requests of each right after loading, and compare the two P95s;
+#    (b) warm both up, alternate blocks of each (A B B A ...), give the P95 ratio an interval;
+#    (c) warm both up, time thousands of A's requests, then thousands of B's, compare the P95s.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "c", "q2": "c", "q3": "a", "q4": "b"}
+QUIZ_ANSWERS = {"q1": "a", "q2": "b", "q3": "c", "q4": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

@@ -133,26 +133,34 @@ grade_performance()
 # Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., "q3": ..., "q4": ...}`.
 # The grader checks your answers outside this notebook.
 #
-# 1. On a 2-core machine, `DataWaitSplit` says the naive loop waits for data only a few percent of the
-#    time, yet a device-resident pipeline trains much faster. Why?
-#    (a) the timer is wrong; (b) the DataLoader's worker processes run on the same cores as the
-#    model, so their per-image work slows every step even when batches are ready in time;
-#    (c) the device-resident pipeline skips augmentation.
+# 1. On a 2-core machine, `DataWaitSplit` says the naive loop waits for data only a few percent of
+#    the time, yet a device-resident pipeline trains much faster. Why?
+#    (a) the DataLoader's workers share the model's two cores: their per-image work slows every
+#    step, batches ready or not;
+#    (b) the timer covers only each epoch's first batch, so it never sees the slow batches that
+#    arrive later in the epoch;
+#    (c) the device-resident pipeline crops each image once per run and reuses those crops, so later
+#    epochs do less work.
 # 2. Where does a batched, device-resident pipeline save most of its time?
-#    (a) in the optimizer step; (b) in evaluation; (c) in per-image Python and PIL calls and the
-#    per-batch host-to-device copy, replaced by a few tensor operations on the whole batch.
+#    (a) in the backward pass, since inputs created on the device need no autograd bookkeeping;
+#    (b) in the optimizer step, which reads contiguous batches and so runs its update faster;
+#    (c) in per-image Python and PIL calls and host-to-device copies, now a few batch-wide ops.
 # 3. Why does the grader compare accuracy over *paired* runs (same initial weights and data) with
 #    several thousand held-out images?
-#    (a) pairing cancels most run-to-run noise, so a real drop of about 1 pp is detectable and a
-#    correct pipeline is not failed by chance; (b) to make grading faster; (c) because accuracy
-#    never varies between runs.
+#    (a) a fixed seed makes both runs bit-identical, so any accuracy gap at all, however small,
+#    proves a bug in the pipeline;
+#    (b) pairing cancels most run-to-run noise: a real 1 pp drop shows, and a correct pipeline is
+#    not failed by chance;
+#    (c) paired runs stop at the same step count, so the speed ratio compares equal amounts of
+#    training work.
 # 4. What do `pin_memory=True` and `.to(device, non_blocking=True)` buy on a GPU?
-#    (a) more accurate gradients; (b) host-to-device copies that can overlap with compute;
-#    (c) a smaller model.
+#    (a) pinned host buffers, so host-to-device copies run asynchronously and overlap compute;
+#    (b) faster kernels, since pinned tensors are aligned for the GPU's wide vector memory loads;
+#    (c) less GPU memory, since kernels read pinned batches in place instead of copying them.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}
+QUIZ_ANSWERS = {"q1": "a", "q2": "c", "q3": "b", "q4": "a"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

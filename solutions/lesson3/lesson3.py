@@ -169,25 +169,29 @@ grade_performance()
 # The grader checks your answers outside this notebook.
 #
 # 1. Why does bf16 training need no loss scaling while fp16 does?
-#    (a) bf16 has more mantissa bits; (b) bf16 is only used for inference; (c) bf16 keeps fp32's 8
-#    exponent bits, so small gradients do not underflow, while fp16's 5 exponent bits flush them to
-#    zero unless the loss is scaled up.
+#    (a) bf16 has more mantissa bits than fp16, so small gradient updates lose less to rounding;
+#    (b) bf16 keeps fp32's 8 exponent bits, so small gradients do not underflow as in fp16's 5;
+#    (c) autocast runs the backward pass in fp32 for bf16, so gradients never pass through 16 bits.
 # 2. With a `GradScaler` and gradient clipping, the right order is:
 #    (a) `scaler.scale(loss).backward()`, `scaler.unscale_(opt)`, clip, `scaler.step(opt)`,
-#    `scaler.update()`; (b) clip, `scaler.scale(loss).backward()`, `scaler.step(opt)`;
-#    (c) `loss.backward()`, clip, `scaler.step(opt)` without scaling.
+#    `scaler.update()`;
+#    (b) `scaler.scale(loss).backward()`, clip, `scaler.unscale_(opt)`, `scaler.step(opt)`,
+#    `scaler.update()`;
+#    (c) `loss.backward()`, `scaler.unscale_(opt)`, clip, `scaler.step(opt)`, `scaler.update()`.
 # 3. On a CPU without AMX or AVX512-BF16 (AVX2 only), autocast to bf16 usually:
-#    (a) runs about 2x faster; (b) runs slower, because bf16 is emulated: fp32 is the right choice;
-#    (c) fails with an error.
-# 4. Under `torch.autocast` **on a CUDA GPU**, what stays in fp32?
-#    (a) nothing; (b) only the input batch; (c) the master weights and optimizer state, and
-#    precision-sensitive ops such as softmax, layer norm and the loss.
-#    (CPU autocast keeps fewer ops in fp32 — on a CPU the lesson printed softmax and layer norm
-#    coming out in 16 bits — so the answer is about CUDA's op lists.)
+#    (a) runs about 2x faster, since bf16 halves the bytes each matmul has to read;
+#    (b) fails with an error, since such a CPU has no instruction that computes in bf16;
+#    (c) runs slower, since each op converts to fp32 and back around fp32 arithmetic.
+# 4. Under `torch.autocast` **on a CUDA GPU**, what stays in fp32? (CPU autocast keeps fewer ops in
+#    fp32 — on a CPU the lesson printed softmax and layer norm coming out in 16 bits — so the answer
+#    is about CUDA's op lists.)
+#    (a) nothing: the weights, optimizer state and every op's output are cast to 16 bits;
+#    (b) the weights and optimizer state, and fp32-listed ops: softmax, layer norm, losses;
+#    (c) the weights and optimizer state only: softmax, layer norm, losses run in 16 bits.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "c", "q2": "a", "q3": "b", "q4": "c"}
+QUIZ_ANSWERS = {"q1": "b", "q2": "a", "q3": "c", "q4": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

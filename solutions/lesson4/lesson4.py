@@ -124,21 +124,27 @@ check_my_work("test_recipe", "lesson4.ipynb")
 # Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., "q3": ..., "q4": ...}`.
 # The grader checks your answers outside this notebook.
 #
-# 1. 4 GPUs each accumulate 8 micro-batches of 16 samples per optimizer step. The effective batch is:
-#    (a) 16; (b) 128; (c) 512.
+# 1. 4 GPUs each accumulate 8 micro-batches of 16 samples per optimizer step. The effective batch
+#    is:
+#    (a) 64; (b) 128; (c) 512.
 # 2. Micro-batches of one window hold 100, 20 and 5 real tokens. The loss each one back-propagates
-#    should be: (a) its mean token loss divided by 3; (b) its summed token loss divided by 125;
-#    (c) its summed token loss divided by its own token count.
+#    should be:
+#    (a) its summed token loss divided by the window's 125 real tokens;
+#    (b) its mean token loss divided by 3, the number of micro-batches;
+#    (c) its summed token loss divided by its own real-token count.
 # 3. A ResNet trained with SGD at batch 128 and LR 0.1 moves to an effective batch of 512. A good
-#    first setting is: (a) LR 0.4 (linear scaling) with a short warm-up; (b) LR 0.1, unchanged; (c) LR
-#    0.2 (square-root scaling) and no warm-up.
-# 4. Past the critical batch size (McCandlish et al. 2018), doubling the batch: (a) barely reduces
-#    the steps to the target, so it mostly costs more samples; (b) halves the steps to the target;
-#    (c) always lowers the final accuracy.
+#    first setting is:
+#    (a) LR 0.1, unchanged, since the averaged gradient keeps its scale;
+#    (b) LR 0.4 (linear scaling) with a short warm-up;
+#    (c) LR 0.2 (square-root scaling) and no warm-up.
+# 4. Past the critical batch size (McCandlish et al. 2018), doubling the batch:
+#    (a) still halves the steps to the target, since the gradient noise halves too;
+#    (b) barely cuts the steps to the target, so it mostly costs more samples;
+#    (c) always lowers the final accuracy, since each epoch then takes fewer steps.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "c", "q2": "b", "q3": "a", "q4": "a"}
+QUIZ_ANSWERS = {"q1": "c", "q2": "a", "q3": "b", "q4": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

@@ -139,20 +139,25 @@ check_my_work("test_least_recompute", "lesson5.ipynb")
 # The grader checks your answers outside this notebook.
 #
 # 1. Training a 1-billion-parameter model with mixed-precision Adam needs, before any activation,
-#    about: (a) 4 GB; (b) 16 GB; (c) 64 GB.
+#    about:
+#    (a) 8 GB; (b) 12 GB; (c) 16 GB.
 # 2. With `use_reentrant=True`, checkpointing the first block of a model fed with data (no
-#    `requires_grad`) gives: (a) no gradient for that block's parameters; (b) the same gradients, a
-#    little slower; (c) an out-of-memory error.
+#    `requires_grad`) gives:
+#    (a) no gradient for that block's parameters, though backward still runs;
+#    (b) the same gradients as without checkpointing, a little more slowly;
+#    (c) an error in backward, since no input of the checkpoint needs grad.
 # 3. Selective checkpointing that keeps the matmul outputs and recomputes the pointwise ops,
-#    compared with checkpointing the whole block: (a) keeps the same memory; (b) keeps less memory
-#    and recomputes fewer FLOPs; (c) keeps more memory, recomputes far fewer FLOPs.
-# 4. 16 layers, each keeping activations about the size of its input, cut into checkpointed
-#    segments (Chen et al. 2016): the peak memory is lowest near (a) 1 segment; (b) 4 segments;
-#    (c) 16 segments.
+#    compared with checkpointing the whole block:
+#    (a) keeps less memory and recomputes fewer FLOPs: better on both counts;
+#    (b) keeps the same memory, and recomputes just as many FLOPs;
+#    (c) keeps more memory, but recomputes far fewer FLOPs.
+# 4. 16 layers, each keeping activations about the size of its input, cut into checkpointed segments
+#    (Chen et al. 2016): the peak memory is lowest near
+#    (a) 1 segment; (b) 4 segments; (c) 16 segments.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "b", "q2": "a", "q3": "c", "q4": "b"}
+QUIZ_ANSWERS = {"q1": "c", "q2": "a", "q3": "c", "q4": "b"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

@@ -132,19 +132,26 @@ check_my_work("test_overhead", "lesson6.ipynb")
 # Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., "q3": ..., "q4": ...}`.
 # The grader checks your answers outside this notebook.
 #
-# 1. A checkpoint takes 30 s to write and your job fails about once every 24 hours. Young's rule says
-#    to save about every: (a) 38 minutes; (b) 3 hours; (c) 30 seconds.
+# 1. A checkpoint takes 30 s to write and your job fails about once every 24 hours. Young's rule
+#    says to save about every:
+#    (a) 27 minutes; (b) 38 minutes; (c) 4 hours.
 # 2. To resume a run with dropout and a shuffling sampler bit for bit, the checkpoint does **not**
-#    need: (a) the RNG states; (b) the epoch and the position in it; (c) the validation set.
+#    need:
+#    (a) the RNG states of torch, NumPy and Python;
+#    (b) the epoch and the batch position within it;
+#    (c) the validation set's images and labels.
 # 3. Why write a checkpoint to a temporary file and then `os.replace` it onto its name?
-#    (a) it is faster than writing in place; (b) a crash in the middle of the write leaves the old,
-#    complete checkpoint in place; (c) it compresses the file.
-# 4. Early stopping with patience 3 fires after epoch 10. The model to keep is: (a) epoch 7's, saved
-#    when its validation loss was the best; (b) epoch 10's; (c) the average of epochs 7-10.
+#    (a) a crash in the middle of the write leaves the old, complete checkpoint in place;
+#    (b) the rename flushes the data to disk, so no `fsync` is needed before it;
+#    (c) writing a fresh file avoids fragmenting the old one, so the write is faster.
+# 4. Early stopping with patience 3 fires after epoch 10. The model to keep is:
+#    (a) epoch 10's, the latest and the one trained the longest;
+#    (b) an average of the weights of epochs 7 to 10, to smooth out noise;
+#    (c) epoch 7's, saved when its validation loss was the best.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "a", "q2": "c", "q3": "b", "q4": "a"}
+QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "c"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

@@ -107,22 +107,26 @@ check_my_work("test_speed", "lesson7.ipynb")
 # Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., "q3": ..., "q4": ...}`.
 # The grader checks your answers outside this notebook.
 #
-# 1. The padding share of a run is (a) padded tokens divided by real tokens; (b) zero once an
-#    attention mask hides the padding; (c) padded tokens divided by computed tokens (rows × padded
-#    width, summed over batches).
-# 2. Why size batches by a token budget instead of a row count? (a) the tokens per step — hence
-#    memory and step time — stay roughly constant: many short rows or a few long ones; (b) it
-#    removes padding by itself, without sorting; (c) it allows a higher learning rate.
-# 3. Why round padded widths up to a multiple of 8 on a GPU? (a) the attention mask only works on
-#    such widths; (b) it reduces padding; (c) tensor cores run fp16/bf16 matmuls fastest on sides
-#    that are multiples of 8, and the width is a side of attention's matmuls (it adds padding too).
-# 4. A length-bucketing sampler keeps training random by (a) sorting the whole set by length once;
-#    (b) shuffling per epoch, sorting only within mega-batches, then shuffling the order of the
-#    batches; (c) dropping the shortest sequences.
+# 1. The padding share of a run is
+#    (a) padded tokens over computed tokens (rows × padded width), summed over batches;
+#    (b) padded tokens divided by real tokens, summed over every batch of the run;
+#    (c) zero once an attention mask hides the padded positions from the model.
+# 2. Why size batches by a token budget instead of a row count?
+#    (a) it removes padding by itself, since each batch then holds only rows of one length;
+#    (b) it lets a larger learning rate be used, since every step then sees more tokens;
+#    (c) memory and step time follow tokens per step, which then stay about constant.
+# 3. Why round padded widths up to a multiple of 8 on a GPU?
+#    (a) the attention mask is applied in blocks of 8 positions, so other widths would fail;
+#    (b) 16-bit tensor-core matmuls run fastest on sides divisible by 8; the width is a side;
+#    (c) it reduces padding, since fewer distinct widths mean fewer wasted positions per batch.
+# 4. A length-bucketing sampler keeps training random by
+#    (a) sorting by length once, then drawing the batches of that sort in a random order each epoch;
+#    (b) dropping the shortest and longest rows, so the widths within a batch vary less;
+#    (c) shuffling each epoch, sorting only within mega-batches, then shuffling the batch order.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "c", "q2": "a", "q3": "c", "q4": "b"}
+QUIZ_ANSWERS = {"q1": "a", "q2": "c", "q3": "b", "q4": "c"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

@@ -146,17 +146,23 @@ check_my_work("test_recipe", "lesson8.ipynb")
 # The grader checks your answers outside this notebook.
 #
 # 1. Full fine-tuning with AdamW in fp32 needs, per parameter, before any activation, about:
-#    (a) 4 bytes; (b) 8 bytes; (c) 16 bytes.
-# 2. Compared with the frozen model's forward, a LoRA model's forward pass: (a) is about r / d as
-#    expensive; (b) costs the base matmuls plus the adapters', so no less; (c) skips the frozen layers.
-# 3. `lora_B` starts at zero so that: (a) A receives no gradient at first and stays random; (b) the
-#    adapted model starts exactly as the pretrained one; (c) the merged weight needs no bias.
-# 4. After `merge_and_unload()`, inference with the adapted model costs: (a) the base plus r
-#    extra matmuls; (b) exactly the base model's; (c) less than the base model's.
+#    (a) 8 bytes; (b) 16 bytes; (c) 20 bytes.
+# 2. Compared with the frozen model's forward, a LoRA model's forward pass:
+#    (a) costs the base model's matmuls plus the adapters' small ones, so a little more;
+#    (b) costs about r / d as much, since only the rank-r adapters train;
+#    (c) costs less, since the frozen layers run their forward without autograd.
+# 3. `lora_B` starts at zero so that:
+#    (a) A gets no gradient at first, and keeps its random start as a fixed projection;
+#    (b) the merged weight W + (alpha / r) B A needs no rescaling of W after training;
+#    (c) the adapted model's output starts exactly equal to the pretrained model's.
+# 4. After `merge_and_unload()`, inference with the adapted model costs:
+#    (a) exactly the base model's: B A is folded into W;
+#    (b) the base model's plus two small matmuls per adapted layer;
+#    (c) less than the base model's, since W + B A has rank r.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "c", "q2": "b", "q3": "b", "q4": "b"}
+QUIZ_ANSWERS = {"q1": "b", "q2": "a", "q3": "c", "q4": "a"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

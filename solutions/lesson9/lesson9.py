@@ -118,22 +118,26 @@ check_my_work("test_recipe", "lesson9.ipynb")
 # Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., "q3": ..., "q4": ...}`.
 # The grader checks your answers outside this notebook.
 #
-# 1. Why multiply the soft term by `T²`? (a) the gradients of the softened KL shrink as `1/T²`, so
-#    without it the soft term fades as `T` grows; (b) to make the loss positive; (c) to normalise
-#    over the classes.
+# 1. Why multiply the soft term by `T²`?
+#    (a) to keep the KL term positive, since at a high `T` it can otherwise dip below zero;
+#    (b) to normalise the soft targets over the classes, which softening spreads out;
+#    (c) its gradients shrink as `1/T²`, so without it the soft term fades as `T` grows.
 # 2. Training data without random augmentation, a frozen teacher: the cheapest way to get its logits
-#    is (a) run the teacher in every step, under `no_grad`; (b) compute them once for the whole set
-#    and cache them; (c) run it in train mode for dropout's regularisation.
+#    is
+#    (a) to run the teacher in every step, under `no_grad` and in eval mode;
+#    (b) to run it in train mode, so that dropout regularises the targets;
+#    (c) to compute them once for the whole set and cache them.
 # 3. A student keeps 3 of a 6-layer encoder's layers (embeddings and head kept). Its inference
-#    compute per token is about (a) the same (width is unchanged); (b) half the encoder's; (c) a
-#    quarter.
-# 4. Compared with training the student on labels alone, distillation (a) makes each training step
-#    cheaper; (b) removes the need for labels entirely; (c) makes the resulting model cheaper to
-#    serve than the teacher, at the price of teacher forwards (or a cache) during training.
+#    compute per token is about
+#    (a) the same (width is unchanged); (b) half the encoder's; (c) a quarter.
+# 4. What does distilling a teacher into a smaller student buy, and at what price?
+#    (a) a model cheaper to serve than the teacher, paid for by teacher forwards in training;
+#    (b) cheaper training steps than labels alone, since soft targets carry more signal;
+#    (c) the teacher's accuracy at the student's serving cost, since it copies the outputs.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "a", "q2": "b", "q3": "b", "q4": "c"}
+QUIZ_ANSWERS = {"q1": "c", "q2": "c", "q3": "b", "q4": "a"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

@@ -35,27 +35,35 @@ from effkit.workloads import cifar
 from grader.assignments.lesson1.task import BOTTLENECKS, TOLERANCE"""
 
 QUIZ_KEY = {  # question -> the right choice; the notebook only holds the questions
-    "q1": "a",  # median-of-pairs interval: where the typical A/B ratio lies, with stated coverage
-    "q2": "c",  # a high data-wait share: the accelerator idles, so fix the input pipeline first
+    "q1": "c",  # median-of-pairs interval: where the median A/B ratio lies, with stated coverage
+    "q2": "a",  # a high data-wait share: the accelerator idles, so fix the input pipeline first
     "q3": "b",  # warm-up excluded: first steps pay one-off costs (allocations, workers starting)
-    "q4": "c",  # sync before reading the clock: GPU work is asynchronous
+    "q4": "a",  # sync before reading the clock: GPU work is asynchronous
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
-        "b": "that is the spread of all pairs; the interval is narrower, from order statistics around the median, with its coverage stated",
-        "c": "no mean and no standard deviation: timing noise is skewed, so the median of pairs and an order-statistic interval are used",
+        "a": "that would be a prediction interval for single pairs; this one brackets the median "
+        "ratio, and it narrows as pairs are added while single pairs stay as noisy",
+        "b": "no mean and no standard deviation: timing noise is skewed, so the median of pairs "
+        "and an order-statistic interval are used",
     },
     "q2": {
-        "a": "faster matmuls do not help while the accelerator sits idle waiting for the next batch",
-        "b": "the optimizer step is part of compute; 70% of the time is spent waiting for data",
+        "b": "faster matmuls shorten only the 30% spent computing: the 70% spent waiting stays, "
+        "so the step shrinks by 30% at most",
+        "c": "the optimizer step is part of the 30% spent computing; the 70% spent waiting for "
+        "data is untouched",
     },
     "q3": {
-        "a": "warm-up steps are usually slower, not faster: they pay allocations, worker start-up and lazy initialisation",
-        "c": "the LR schedule does not change how long a step takes",
+        "a": "the learning rate's value does not change how long a step takes; the first steps "
+        "are slow because of one-off costs",
+        "c": "a monotonic clock needs no calibration; the first steps themselves are slow "
+        "(allocations, worker start-up, lazy initialisation)",
     },
     "q4": {
-        "a": "synchronising frees no memory",
-        "b": "the data loader is unrelated: without a sync the clock stops when the kernels are launched, not finished",
+        "b": "the data loader is unrelated: without a sync the clock stops when the kernels are "
+        "launched, not finished",
+        "c": "synchronising frees no memory; it waits until every kernel queued so far has "
+        "finished",
     },
 }
 

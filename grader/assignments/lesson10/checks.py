@@ -19,7 +19,7 @@ CALL_SECONDS = 30
 SETUP_SOURCE = "import math"
 
 QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "a",  # wait + warmup steps are dropped: first steps pay one-off costs
+    "q1": "b",  # wait + warmup steps are dropped: first steps pay one-off costs
     "q2": "a",  # self time vs total time
     "q3": "c",  # never quote throughput under the profiler
     "q4": "a",  # on a GPU .item() waits for every queued kernel
@@ -27,26 +27,32 @@ QUIZ_KEY = {  # the notebook holds only the questions
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
-        "b": "the profiler records the warm-up steps too (and drops them): it does not make them cheaper",
-        "c": "the schedule only chooses which steps are recorded; it does not change the step",
+        "a": "the profiler's warm-up has nothing to do with the LR schedule, and an LR's value "
+        "does not change a step's cost",
+        "c": "the trace's size is set by active=5; the first steps are skipped for their one-off "
+        "costs, not for memory",
     },
     "q2": {
-        "b": "call counts say how often, not how long: a thousand 2 µs ops can cost less than one convolution",
-        "c": "total time includes everything the operator called: a wrapper like aten::linear would look as "
-        "costly as the matmul inside it",
+        "b": "call counts say how often, not how long: a thousand 2 µs ops can cost less than one "
+        "convolution",
+        "c": "total time includes everything the operator called: a wrapper like aten::linear "
+        "would look as costly as the matmul inside it",
     },
     "q3": {
-        "a": "a Chrome trace is exported after the steps ran; the slowdown is the recording itself",
-        "b": "the profiler adds a cost per operator, so a step with many small operators slows down more "
-        "than one with a few big ones: the overhead is not a constant factor",
+        "a": "the profiler's own recording slows the step: throughput is measured with it off, "
+        "the profile is for where the time goes",
+        "b": "the profiler adds a cost per operator, so a step with many small operators slows "
+        "down more than one with a few big ones: the overhead is not a constant factor",
     },
     "q4": {
-        "b": "the value is small; the cost is waiting for every kernel queued before it to finish",
-        "c": "the CPU also reads it, but the cost on a GPU is the stall: the launch queue drains",
+        "b": ".item() only reads a value; autograd builds a new graph every forward, item or not",
+        "c": "it copies one number; the cost on a GPU is the stall: the launch queue drains",
     },
     "q5": {
-        "a": "a fix moves time elsewhere: what was second is now first, and the doctor's ranking changes",
-        "c": "throughput alone cannot say why: only a profile splits the step again",
+        "a": "a fix moves time elsewhere: what was second may now be first, or something unlisted "
+        "may lead",
+        "c": "a lower rank is not 'not real': after the fix the others are a larger share of a "
+        "shorter step",
     },
 }
 

@@ -386,34 +386,39 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler"""
 
 QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "b",  # ring all-reduce: each rank moves 2 (N-1)/N of the buffer
+    "q1": "c",  # ring all-reduce: each rank moves 2 (N-1)/N of the buffer
     "q2": "b",  # without set_epoch every epoch repeats the first one's order
     "q3": "a",  # ZeRO-1 shards the optimizer state: 12 psi / N
     "q4": "c",  # DDP overlaps bucket all-reduces with the rest of backward
-    "q5": "c",  # gloo on CPU, nccl on GPUs
+    "q5": "a",  # gloo on CPU, nccl on GPUs
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
-        "a": "that is a naive all-reduce through one rank (the root receives N-1 buffers); the ring sends "
-        "2 (N-1)/N of the buffer from every rank, whatever N",
-        "c": "each rank sends its buffer in N chunks around the ring twice (reduce-scatter, all-gather): "
-        "2 (N-1)/N of it, not N times it",
+        "a": "that is a naive all-reduce through one rank (the root receives N-1 buffers); the "
+        "ring sends 2 (N-1)/N of the buffer from every rank, whatever N",
+        "b": "every rank must end with the whole reduced buffer: its chunks go around the ring "
+        "twice (reduce-scatter, all-gather), 2 (N-1)/N of B, which does not shrink with N",
     },
     "q2": {
-        "a": "the ranks still read disjoint shards: DistributedSampler splits whatever permutation it draws",
-        "c": "nothing fails: the sampler silently draws the same permutation (seed + epoch, epoch stuck at 0)",
+        "a": "the ranks still read disjoint shards: DistributedSampler splits whatever "
+        "permutation it draws",
+        "c": "nothing fails: the sampler silently draws the same permutation (seed + epoch, epoch "
+        "stuck at 0)",
     },
     "q3": {
         "b": "sharding gradients too is ZeRO-2; ZeRO-1 keeps full gradients on every rank",
         "c": "sharding parameters too is ZeRO-3 (FSDP's FULL_SHARD); ZeRO-1 keeps full parameters",
     },
     "q4": {
-        "a": "DDP starts a bucket's all-reduce as soon as its gradients are ready, during backward, not after",
-        "b": "buckets are about overlap and fewer, larger messages; every rank still holds every gradient",
+        "a": "buckets are about overlap and fewer, larger messages; every rank still holds every "
+        "gradient (sharding them is ZeRO-2)",
+        "b": "NCCL streams a bucket through device memory and the network; 25 MB trades "
+        "per-message overhead against how early the overlap starts",
     },
     "q5": {
-        "a": "NCCL needs CUDA tensors and one GPU per rank; on CPU tensors it refuses",
-        "b": "MPI exists but needs a PyTorch built with it; gloo ships with every build and runs on CPU",
+        "b": "NCCL needs CUDA tensors and one GPU per rank; on CPU tensors it refuses",
+        "c": "MPI needs a PyTorch built with it, and gloo is far slower than NCCL on GPUs; gloo "
+        "ships with every build and runs on CPU",
     },
 }
 

@@ -15,31 +15,38 @@ SETUP_SOURCE = "import optuna"  # the learner may use Optuna's ask-and-tell (or 
 QUIZ_KEY = {  # the notebook holds only the questions
     "q1": "b",  # successive halving, eta 3: 27 at 1 epoch -> 9 at 3 -> 3 at 9
     "q2": "c",  # a gap inside the seed noise is no winner: re-run both on new seeds
-    "q3": "c",  # a grid gives the important axis only as many values as its own grid line
-    "q4": "a",  # early rungs favour fast starters; Hyperband's brackets hedge
+    "q3": "a",  # a grid gives the important axis only as many values as its own grid line
+    "q4": "b",  # early rungs favour fast starters; Hyperband's brackets hedge
     "q5": "a",  # one study in a shared storage, every worker's trials seen by the sampler
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
-        "a": "9 is how many survive the first rung (27 / 3) and train to 3 epochs; a third of those reach 9",
-        "c": "one would be left after a further rung; with eta = 3, 9 -> 3 survive to the 9-epoch rung",
+        "a": "9 is how many survive the first rung (27 / 3) and train to 3 epochs; a third of "
+        "those reach 9",
+        "c": "one would be left after a further rung; with eta = 3, 9 -> 3 survive to the 9-epoch "
+        "rung",
     },
     "q2": {
-        "a": "a 0.4 pp gap is smaller than the ±1 pp a single config moves between seeds: the order can flip "
-        "on a re-run, so 'higher' is noise",
-        "b": "the batch size says nothing about which result is real; only more seeds shrink the noise",
+        "a": "a 0.4 pp gap is smaller than the ±1 pp a single config moves between seeds: the "
+        "order can flip on a re-run, so 'higher' is noise",
+        "b": "the batch size says nothing about which result is real; only more seeds shrink the "
+        "noise",
     },
     "q3": {
-        "a": "grid points are independent trials and parallelise perfectly; the waste is in coverage",
-        "b": "a trial costs the same whether its point came from a grid or a random draw",
+        "b": "grid points are independent trials and parallelise perfectly; the waste is in "
+        "coverage",
+        "c": "random points land in corners as often as anywhere; the gain is in how many "
+        "distinct values each axis gets",
     },
     "q4": {
-        "b": "successive halving costs far less than the grid: most trials stop after the first rung",
-        "c": "ASHA (Optuna's SuccessiveHalvingPruner) is asynchronous and built for parallel workers",
+        "a": "successive halving costs far less than the grid: most trials stop after the first "
+        "rung",
+        "c": "ASHA (Optuna's SuccessiveHalvingPruner) is asynchronous and built for parallel "
+        "workers",
     },
     "q5": {
-        "b": "separate in-memory studies cannot see each other's trials: each sampler and pruner learns from "
-        "a fraction of the results, and pruners compare against too few trials",
+        "b": "separate in-memory studies cannot see each other's trials: each sampler and pruner "
+        "learns from a fraction of the results, and pruners compare against too few trials",
         "c": "n_jobs threads share one machine (and Python's GIL); it is no way to add machines",
     },
 }

@@ -46,28 +46,34 @@ import onnxruntime as ort
 from onnxruntime.quantization import QuantType, quantize_dynamic"""
 
 QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "c",  # P95 = the latency 95% of requests stay under
-    "q2": "c",  # per-tensor activation scale set by the outlier
-    "q3": "a",  # batching trades latency for throughput
+    "q1": "a",  # P95 = the latency 95% of requests stay under
+    "q2": "b",  # per-tensor activation scale set by the outlier
+    "q3": "c",  # batching trades latency for throughput
     "q4": "b",  # warm-up, many requests, interleaved
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
-        "a": "that is the mean; a mean hides the slow tail an SLO is about",
-        "b": "95% of the time budget says nothing about single requests: P95 is a percentile of the latencies",
+        "b": "that is the mean; a mean hides the slow tail an SLO is about",
+        "c": "95% of the time budget says nothing about single requests: P95 is a percentile of "
+        "the latencies",
     },
     "q2": {
-        "a": "int8 weights of the head are per-tensor too, but weights have no outliers here: the input does",
-        "b": "dynamic quantization needs no calibration data: it measures each input's range at run time",
+        "a": "dynamic quantization needs no calibration data: it measures each input's range at "
+        "run time",
+        "c": "int8 weights of the head are per-tensor too, but weights have no outliers here: the "
+        "input does",
     },
     "q3": {
-        "b": "a batch of 32 takes longer than one request, and a request may wait for the batch to fill",
-        "c": "batching changes both: more requests per second, each waiting longer",
+        "a": "a batch of 32 takes longer than one request, and a request may wait for the batch "
+        "to fill",
+        "b": "even with a full queue each request waits for the whole batch's compute: more "
+        "requests per second, each waiting longer",
     },
     "q4": {
-        "a": "the first requests pay for allocation and caches, and 20 requests give no stable P95 (one slow "
-        "request moves it)",
-        "c": "a neighbour's job or a frequency change between the two blocks would be charged to one model",
+        "a": "the first requests pay for allocation and caches, and 20 requests give no stable "
+        "P95 (one slow request moves it)",
+        "c": "a neighbour's job or a frequency change between the two blocks would be charged to "
+        "one model",
     },
 }
 

@@ -267,23 +267,36 @@ def cell_not_the_reference(ctx) -> None:
     _ok("your batches are your own (not DevicePipeline's for the same seed)", ctx.lines)
 
 
-QUIZ_KEY = {"q1": "b", "q2": "c", "q3": "a", "q4": "b"}  # the notebook holds only the questions
+QUIZ_KEY = {  # the notebook holds only the questions
+    "q1": "a",  # workers on the model's cores slow every step; next() does not see it
+    "q2": "c",  # per-image Python/PIL work and copies become a few batch-wide tensor ops
+    "q3": "b",  # pairing cancels run-to-run noise: power to see a real drop, no false failures
+    "q4": "a",  # pinned memory + non_blocking: asynchronous copies that overlap compute
+}
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
-        "a": "the timer measures what it says — time inside next(); the workers' CPU time simply is not spent there",
-        "c": "it applies the same random crops and flips: the grader checks that the augmentation is unchanged",
+        "b": "the timer measures every next() call, not only the first; the workers' CPU time is "
+        "simply not spent inside next()",
+        "c": "it draws new random crops and flips every epoch: the grader checks that the "
+        "augmentation is unchanged",
     },
     "q2": {
-        "a": "the optimizer step is the same for both pipelines",
-        "b": "evaluation is outside the training loop being measured",
+        "a": "inputs never require gradients, wherever they were made: backward is the same for "
+        "both pipelines",
+        "b": "the optimizer updates the weights, not the batch: its step is the same for both "
+        "pipelines",
     },
     "q3": {
-        "b": "pairing and a large held-out set make grading slower, not faster; they are there for statistical power",
-        "c": "accuracy does vary between runs (initial weights, data order): that is why runs are paired",
+        "a": "the two pipelines draw different crops and flips, so the runs differ however they "
+        "are seeded: pairing shrinks the noise, it does not remove it",
+        "c": "speed is timed on its own; pairing and a large held-out set are there for "
+        "statistical power on accuracy",
     },
     "q4": {
-        "a": "they change when bytes move, not the numbers computed",
-        "c": "the model is unchanged; only the copies become asynchronous",
+        "b": "kernels read device memory either way; pinning changes how the host-to-device copy "
+        "runs, not the kernels",
+        "c": "the batch is still copied to the device; reading host memory in place (zero-copy) "
+        "is a different, slower mechanism",
     },
 }
 CELL_CHECKS = {

@@ -26,25 +26,30 @@ from grader.assignments.lesson4.accum_task import IGNORE"""
 
 QUIZ_KEY = {  # the notebook holds only the questions
     "q1": "c",  # effective batch = micro-batch x accumulation steps x ranks
-    "q2": "b",  # normalise by the window's real-token count, not per micro-batch
-    "q3": "a",  # linear scaling for SGD: LR x k; warm-up for the early steps
-    "q4": "a",  # past the critical batch, a bigger batch stops cutting the steps to target
+    "q2": "a",  # normalise by the window's real-token count, not per micro-batch
+    "q3": "b",  # linear scaling for SGD: LR x k; warm-up for the early steps
+    "q4": "b",  # past the critical batch, a bigger batch stops cutting the steps to target
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
-        "a": "16 is one micro-batch on one GPU; multiply by 8 accumulation steps and 4 ranks",
+        "a": "64 counts the 4 ranks' micro-batches but not the 8 accumulation steps",
         "b": "128 is one GPU's window (8 x 16); the 4 ranks average their gradients too",
     },
     "q2": {
-        "a": "a per-micro-batch mean weighs a 5-token micro-batch's tokens as much as the 100-token one's",
-        "c": "each micro-batch then contributes a full mean: the window counts its short micro-batches too much",
+        "b": "a per-micro-batch mean weighs each token of the 5-token micro-batch 20 times as "
+        "much as one of the 100-token one",
+        "c": "each micro-batch then contributes a full mean: the window counts its short "
+        "micro-batches too much",
     },
     "q3": {
-        "b": "with 4x the batch there are 4x fewer steps: unchanged LR covers a quarter of the distance",
-        "c": "square-root scaling is a heuristic for adaptive optimizers; for SGD, linear scaling with warm-up is the first setting",
+        "a": "with 4x the batch there are 4x fewer steps: an unchanged LR covers a quarter of the "
+        "distance per epoch",
+        "c": "square-root scaling is a heuristic for adaptive optimizers; for SGD, linear scaling "
+        "with warm-up is the first setting",
     },
     "q4": {
-        "b": "halving holds only well below the critical batch, where the gradient estimate is noisy",
+        "a": "halving holds only well below the critical batch, where gradient noise limits "
+        "progress; past it, less noise buys few steps",
         "c": "the final accuracy need not drop; what is lost is sample efficiency",
     },
 }

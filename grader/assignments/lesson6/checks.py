@@ -26,27 +26,32 @@ import torch
 from grader.assignments.lesson6.task import Task"""
 
 QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "a",  # sqrt(2 x 30 s x 24 h) = 2277 s, about 38 minutes
+    "q1": "b",  # sqrt(2 x 30 s x 24 h) = 2277 s, about 38 minutes
     "q2": "c",  # the validation set is data, not state of the run
-    "q3": "b",  # write to a temporary file, fsync, rename: the old file survives a crash
-    "q4": "a",  # the best epoch's weights, saved when they happened
+    "q3": "a",  # write to a temporary file, fsync, rename: the old file survives a crash
+    "q4": "c",  # the best epoch's weights, saved when they happened
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
-        "b": "Young: sqrt(2 x 30 s x 86,400 s) = 2,277 s, about 38 minutes; 3 hours loses too much work per failure",
-        "c": "saving every 30 s spends half the time writing checkpoints",
+        "a": "27 minutes is sqrt(30 s x 86,400 s): Young's interval is sqrt(2 x 30 s x 86,400 s) "
+        "= 2,277 s, about 38 minutes",
+        "c": "a failure would then lose about 2 hours of work on average; sqrt(2 x 30 s x 86,400 "
+        "s) is about 38 minutes",
     },
     "q2": {
-        "a": "without the RNG states, dropout and shuffling draw different numbers after the resume",
+        "a": "without the RNG states, dropout and shuffling draw different numbers after the "
+        "resume",
         "b": "without the position the resumed epoch repeats or skips batches",
     },
     "q3": {
-        "a": "it is not faster: it adds an fsync and a rename",
-        "c": "os.replace compresses nothing; it swaps a complete file in atomically",
+        "b": "a rename flushes nothing: without an fsync first, a power loss can leave the name "
+        "on an empty or partial file",
+        "c": "it is not faster: it writes a whole new file and adds an fsync and a rename",
     },
     "q4": {
-        "b": "epoch 10 is patience epochs past the best: its validation loss was worse",
-        "c": "averaging weights is a different technique (SWA), not what early stopping keeps",
+        "a": "epoch 10 is patience epochs past the best: its validation loss was worse",
+        "b": "averaging weights is a different technique (SWA, EMA) and would mix in the epochs "
+        "that got worse; early stopping keeps the best epoch's",
     },
 }
 

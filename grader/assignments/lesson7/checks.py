@@ -24,27 +24,33 @@ SETUP_SOURCE = """\
 import numpy as np"""
 
 QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "c",  # padding share = padded tokens / computed tokens
-    "q2": "a",  # a token budget keeps tokens per step (memory, time) steady
-    "q3": "c",  # multiples of 8: tensor-core shapes, for attention's matmuls
-    "q4": "b",  # shuffle within mega-batches and the batch order
+    "q1": "a",  # padding share = padded tokens / computed tokens
+    "q2": "c",  # a token budget keeps tokens per step (memory, time) steady
+    "q3": "b",  # multiples of 8: tensor-core shapes, for attention's matmuls
+    "q4": "c",  # shuffle within mega-batches and the batch order
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
-        "a": "padding is counted against what the model computes (rows x padded width), not against the real tokens",
-        "b": "attention masks hide padding from the result, not from the arithmetic: padded positions are still computed",
+        "b": "padding is counted against what the model computes (rows x padded width), not "
+        "against the real tokens",
+        "c": "attention masks hide padding from the result, not from the arithmetic: padded "
+        "positions are still computed",
     },
     "q2": {
-        "b": "a budget groups nothing by itself: without sorting, one long row still sets the whole batch's width",
-        "c": "a budget does not change the learning rate; it changes how many rows a batch holds",
+        "a": "a budget groups nothing by itself: without sorting, one long row still sets the "
+        "whole batch's width",
+        "b": "a budget does not change the learning rate; it changes how many rows a batch holds "
+        "(a step may see fewer tokens, not more)",
     },
     "q3": {
         "a": "the attention mask works for any width; 8 is about the matrix units' tile shapes",
-        "b": "rounding to 8 adds padding; what it can buy is aligned attention matmuls on tensor cores",
+        "c": "rounding up to 8 adds padding; what it can buy is aligned attention matmuls on "
+        "tensor cores",
     },
     "q4": {
-        "a": "a full sort gives the same batches in the same order every epoch: short reviews always together, first",
-        "c": "dropping short sequences loses data; every example must be seen once per epoch",
+        "a": "the batches then hold the same rows every epoch, only their order changes: a "
+        "bucketing sampler also reshuffles which rows share a batch",
+        "b": "dropping rows loses data; every example must be seen once per epoch",
     },
 }
 

@@ -20,27 +20,32 @@ import torch
 from torch import nn"""
 
 QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "c",  # AdamW full fine-tuning, fp32: 16 bytes per parameter (weights, grads, two states)
-    "q2": "b",  # LoRA's forward is not cheaper: the base matmul still runs, plus the adapter's
-    "q3": "b",  # B starts at zero: the model starts exactly as the pretrained one
-    "q4": "b",  # merge: W + (alpha/r) B A, zero inference overhead
+    "q1": "b",  # AdamW full fine-tuning, fp32: 16 bytes per parameter (weights, grads, two states)
+    "q2": "a",  # LoRA's forward is not cheaper: the base matmul still runs, plus the adapter's
+    "q3": "c",  # B starts at zero: the model starts exactly as the pretrained one
+    "q4": "a",  # merge: W + (alpha/r) B A, zero inference overhead
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q1": {
-        "a": "4 bytes are the fp32 weights alone; gradients and AdamW's two states add 12 more",
-        "b": "8 bytes cover weights and gradients, not AdamW's two states",
+        "a": "8 bytes cover weights and gradients, not AdamW's two states",
+        "c": "20 bytes add a separate fp32 master copy, which only mixed precision keeps: in fp32 "
+        "the weights are the master",
     },
     "q2": {
-        "a": "the frozen base matmuls still run in full; LoRA adds small matmuls on top",
-        "c": "frozen layers still run forward; they only skip weight gradients and optimizer states",
+        "b": "the frozen base matmuls still run in full; LoRA adds small matmuls on top",
+        "c": "frozen layers still run the same forward matmuls; what they skip is weight "
+        "gradients and optimizer states",
     },
     "q3": {
-        "a": "A does get gradients once B moves; B = 0 makes the adapted model start exactly as the pretrained one",
-        "c": "the merge adds (alpha/r) B A to W; biases are untouched either way",
+        "a": "A does get gradients once B moves; B = 0 makes the adapted model start exactly as "
+        "the pretrained one",
+        "b": "the merge adds (alpha/r) B A to W whatever B started at; B = 0 is about the start "
+        "of training, not the merge",
     },
     "q4": {
-        "a": "after merging, the adapter is folded into W: no extra matmuls remain",
-        "c": "the merged model has exactly the base model's shapes, so it costs the same",
+        "b": "after merging, the adapter is folded into W: no extra matmuls remain",
+        "c": "W + B A is as large and as full-rank as W: the merged model has the base model's "
+        "shapes and cost",
     },
 }
 

@@ -61,3 +61,49 @@ def test_a_fenced_process_opens_only_internet_sockets_and_no_other_channel():
     assert {k for k, v in got.items() if v == "ok"} == allowed, got
     assert all(got[k] == 1 for k in got if k not in allowed | {"child"}), got  # EPERM, not a crash
     assert got["child"] != 0, "a child process escaped the fence"
+
+
+BASE_PROBE = r"""
+import ctypes, json, os, socket, sys
+from grader.sandbox import fence
+print(fence.install(ranks=False), file=sys.stderr)
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(fn):
+    try:
+        fn()
+        return "ok"
+    except OSError as err:
+        return err.errno
+def syscall(*args):
+    if libc.syscall(*args) == -1:
+        raise OSError(ctypes.get_errno(), "")
+nr = {"x86_64": {"keyctl": 250, "add_key": 248, "io_uring_setup": 425, "bpf": 321, "perf_event_open": 298},
+      "aarch64": {"keyctl": 219, "add_key": 217, "io_uring_setup": 425, "bpf": 280, "perf_event_open": 241}}[
+    os.uname().machine]
+got = {
+    "keyctl": attempt(lambda: syscall(nr["keyctl"], 0, -4, 0)),
+    "add_key": attempt(lambda: syscall(nr["add_key"], b"user", b"side", b"x", 1, -4)),
+    "io_uring": attempt(lambda: syscall(nr["io_uring_setup"], 1, ctypes.create_string_buffer(120))),
+    "bpf": attempt(lambda: syscall(nr["bpf"], 0, 0, 0)),
+    "perf_event_open": attempt(lambda: syscall(nr["perf_event_open"], 0, 0, -1, -1, 0)),
+    "unix": attempt(lambda: socket.socket(socket.AF_UNIX).close()),
+    "socketpair": attempt(lambda: [s.close() for s in socket.socketpair()]),
+    "read": attempt(lambda: open(sys.executable, "rb").read(16)),
+}
+print(json.dumps(got))
+"""
+
+
+@pytest.mark.skipif(not fence.supported(), reason="no filter for this machine's ABI")
+def test_every_worker_is_refused_the_kernel_objects_gradings_would_share():
+    """Keyrings are per uid and every grading's worker is `nobody`: a second grading read the key the
+    first wrote. Every worker's fence refuses keyrings, io_uring, bpf and perf events (EPERM) and
+    leaves everything else to the sandbox (lesson 11's ranks add their own filter on top)."""
+    done = subprocess.run(
+        [sys.executable, "-c", BASE_PROBE], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    got = __import__("json").loads(done.stdout.splitlines()[-1])
+    refused = {"keyctl", "add_key", "io_uring", "bpf", "perf_event_open"}
+    assert {k for k in got if got[k] == 1} == refused, got  # EPERM, not a crash
+    assert all(got[k] == "ok" for k in got if k not in refused), got

@@ -509,3 +509,22 @@ mine.kill()"""
         assert os.getpriority(os.PRIO_PROCESS, target) == 0  # nothing got through
     finally:
         baseline.close()
+
+
+@ROOT_ONLY
+def test_a_worker_sees_no_other_gradings_cgroups_and_no_keyring():
+    """A worker graded beside another grading listed its cgroups and read their memory counters, and
+    read the key another grading's worker had written to the shared `nobody` keyring: now the cgroup
+    file system is out of view (a cgroup namespace rooted at its own) and keyrings are refused."""
+    body = """import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+nr = {"x86_64": 248, "aarch64": 217}[os.uname().machine]
+added = libc.syscall(nr, b"user", b"side", b"x", 1, -4)
+try:
+    seen = len(os.listdir('/sys/fs/cgroup'))
+except OSError:
+    seen = -1
+mine = open('/proc/self/cgroup').read().strip().rsplit(':', 1)[-1]
+return float(added == -1 and ctypes.get_errno() == 1) + 10 * float(seen <= 0) + 100 * float(mine == '/')"""
+    r, _ = _run(body)
+    assert r.ok and r.data["value"] == 111.0, r

@@ -1,7 +1,10 @@
-"""A seccomp filter for lesson 11's rank workers: only internet sockets, no channel the grader does not count.
+"""Seccomp filters for learner workers: kernel objects shared across gradings closed in every worker, and for
+lesson 11's ranks only internet sockets, no channel the grader does not count.
 
-Ranks must share no channel the grader does not see; this closes unix sockets, keyrings, locks and
-the like. Installed before any learner cell runs; unsupported architectures fail closed.
+`install(ranks=False)`, in every worker before learner code: keyrings (per uid, not namespaced: every
+grading's worker is `nobody`), io_uring, bpf, perf_event_open and userfaultfd refused, as Docker's default
+profile does. `install(ranks=True)` adds lesson 11's: unix sockets, socketpair, locks, mincore, cachestat.
+Unsupported architectures fail closed.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ _ABI = {
             "request_key": 249,
             "keyctl": 250,
             "seccomp": 317,
+            "perf_event_open": 298,
+            "bpf": 321,
+            "userfaultfd": 323,
         },
     ),
     "aarch64": (
@@ -39,6 +45,9 @@ _ABI = {
             "request_key": 218,
             "keyctl": 219,
             "seccomp": 277,
+            "perf_event_open": 241,
+            "bpf": 280,
+            "userfaultfd": 282,
         },
     ),
 }
@@ -46,7 +55,20 @@ _COMMON = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 42
 AF_INET, AF_INET6, AF_NETLINK, NETLINK_ROUTE = 2, 10, 16, 0
 # fcntl's lock commands: F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW
 LOCK_CMDS = (5, 6, 7, 36, 37, 38)
-DENIED = ("socketpair", "flock", "mincore", "add_key", "request_key", "keyctl", *_COMMON)
+# kernel objects one grading could share with another (a covert channel, a cache between learners) or use to
+# reach the kernel's attack surface: refused in every learner worker
+SHARED_KERNEL = (
+    "add_key",
+    "request_key",
+    "keyctl",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+)
+DENIED = ("socketpair", "flock", "mincore", "cachestat", *SHARED_KERNEL)
 
 _LD_W_ABS, _JEQ, _JGE, _RET = 0x20, 0x15, 0x35, 0x06
 _ALLOW, _ERRNO = 0x7FFF0000, 0x00050000
@@ -59,8 +81,30 @@ _NR, _ARCH, _ARG0, _ARG1, _ARG2 = (
 )  # offsets in struct seccomp_data (little endian: low words)
 
 
+def _number(nr: dict[str, int], name: str) -> int:
+    return nr[name] if name in nr else _COMMON[name]
+
+
+def _base_program(arch: int, nr: dict[str, int]) -> list[tuple[int, int, int, int]]:
+    """Every worker's filter: SHARED_KERNEL refused, everything else allowed, foreign ABIs refused."""
+    deny = (_RET, 0, 0, _ERRNO | errno.EPERM)
+    allow = (_RET, 0, 0, _ALLOW)
+    numbers = [_number(nr, name) for name in SHARED_KERNEL]
+    # each test jumps over the ones after it and the allow, to the deny
+    dispatch = [(_JEQ, len(numbers) - i, 0, n) for i, n in enumerate(numbers)]
+    return _head(arch) + dispatch + [allow, deny]
+
+
+def _head(arch: int) -> list[tuple[int, int, int, int]]:
+    deny = (_RET, 0, 0, _ERRNO | errno.EPERM)
+    head = [(_LD_W_ABS, 0, 0, _ARCH), (_JEQ, 1, 0, arch), deny, (_LD_W_ABS, 0, 0, _NR)]
+    if arch == _ABI["x86_64"][0]:
+        head += [(_JGE, 0, 1, 0x40000000), deny]  # x32 numbers: the same calls by another door
+    return head
+
+
 def _program(arch: int, nr: dict[str, int]) -> list[tuple[int, int, int, int]]:
-    """The filter as (code, jt, jf, k); jumps are relative, so it is built back to front."""
+    """Lesson 11's filter as (code, jt, jf, k); jumps are relative, so it is built back to front."""
     deny = (_RET, 0, 0, _ERRNO | errno.EPERM)
     allow = (_RET, 0, 0, _ALLOW)
     # socket: AF_INET / AF_INET6, and AF_NETLINK for NETLINK_ROUTE only (gloo's getifaddrs; an
@@ -78,7 +122,7 @@ def _program(arch: int, nr: dict[str, int]) -> list[tuple[int, int, int, int]]:
     # fcntl: the lock commands denied, every other command allowed
     lock = [(_LD_W_ABS, 0, 0, _ARG1)]
     lock += [(_JEQ, len(LOCK_CMDS) - i, 0, cmd) for i, cmd in enumerate(LOCK_CMDS)] + [allow, deny]
-    numbers = [nr[name] if name in nr else _COMMON[name] for name in DENIED]
+    numbers = [_number(nr, name) for name in DENIED]
     # after the dispatch: [allow][deny][fcntl block][socket block]
     tail = [allow, deny, *lock, *sock]
     dispatch = [(_JEQ, 0, 0, nr["socket"]), (_JEQ, 0, 0, nr["fcntl"])] + [
@@ -95,10 +139,7 @@ def _program(arch: int, nr: dict[str, int]) -> list[tuple[int, int, int, int]]:
         else:
             target = ahead + 1  # deny
         out.append((code, target, 0, k))
-    head = [(_LD_W_ABS, 0, 0, _ARCH), (_JEQ, 1, 0, arch), deny, (_LD_W_ABS, 0, 0, _NR)]
-    if arch == _ABI["x86_64"][0]:
-        head += [(_JGE, 0, 1, 0x40000000), deny]  # x32 numbers: the same calls by another door
-    return head + out + tail
+    return _head(arch) + out + tail
 
 
 def supported() -> bool:
@@ -106,13 +147,14 @@ def supported() -> bool:
     return platform.machine() in _ABI
 
 
-def install() -> str | None:
-    """Fence this process (every thread) in; None when done, else why not (nothing installed)."""
+def install(ranks: bool = True) -> str | None:
+    """Fence this process (every thread) in: lesson 11's ranks' filter, or with ``ranks=False`` every
+    worker's (SHARED_KERNEL); None when done, else why not (nothing installed)."""
     machine = platform.machine()
     if machine not in _ABI:
-        return f"no seccomp fence for {machine}: the ranks' unix sockets and locks are not refused"
+        return f"no seccomp fence for {machine}: keyrings, io_uring, bpf and (lesson 11) unix sockets are not refused"
     arch, nr = _ABI[machine]
-    prog = _program(arch, nr)
+    prog = _program(arch, nr) if ranks else _base_program(arch, nr)
     raw = b"".join(struct.pack("<HBBI", *ins) for ins in prog)
     buf = ctypes.create_string_buffer(raw, len(raw))
 

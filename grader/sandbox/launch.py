@@ -26,6 +26,8 @@ from grader.sandbox.box import Sandbox, become_subreaper
 from grader.sandbox.cgroups import Cgroup, sweep_stale_cgroups
 from grader.sandbox.learner_view import view_mounts
 
+CGROUP_FS = "/sys/fs/cgroup"
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 GRADER_ONLY = 65533  # the uid of workers that hold no learner code (no passwd entry needed: setpriv takes numbers)
@@ -167,6 +169,9 @@ def launch(
             else f"mount --bind /dev/null {_q(n)}"
             for n in nodes
         ]
+        # the cgroup file system shows every grading's cgroups and memory counters: none in view
+        if os.path.isdir(CGROUP_FS):
+            mounts.append(f"mount -t tmpfs -o size=1k,mode=0 tmpfs {CGROUP_FS}")
         if not grader_only:  # the repository as a learner's worker sees it: effkit, the venv, worker-side grader code
             mounts += view_mounts(lesson=lesson)
         if netns is not None:
@@ -236,6 +241,7 @@ def launch(
             "--net",
             "--ipc",
             "--pid",
+            "--cgroup",  # rooted at its own cgroup (joined in _preexec): no other grading's in view
             "--fork",
             *_kill_child(),
             "--mount-proc",

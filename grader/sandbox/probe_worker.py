@@ -130,11 +130,14 @@ class Worker:
         self.chan.send({"event": "setup_loaded"})
         if (self.chan.receive() or {}).get("cmd") != "cells":
             raise SystemExit(0)
-        # lesson 11's ranks: only internet sockets from here on (grader/sandbox/fence.py), before any learner
-        # cell; where the fence cannot be installed on a machine it supports, no cell runs (fail closed)
-        why = fence.install() if cmd.get("fence") and fence.supported() else None
+        # every worker: no keyring, io_uring, bpf, perf events (grader/sandbox/fence.py: kernel objects that
+        # gradings would share); lesson 11's ranks: only internet sockets too. Before any learner cell; where
+        # a fence cannot be installed on a machine it supports, no cell runs (fail closed)
+        why = fence.install(ranks=False) if fence.supported() else None
+        if not why and cmd.get("fence") and fence.supported():
+            why = fence.install()
         if why:
-            raise SystemExit(f"the ranks' seccomp fence could not be installed: {why}")
+            raise SystemExit(f"the worker's seccomp fence could not be installed: {why}")
         sys.addaudithook(_audit_filtered)
         for name, source in cmd["cells"]:
             filename = f"<cell {name}>"

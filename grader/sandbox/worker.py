@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from effkit.measure import sync
+from grader.sandbox import fence
 from grader.sandbox.commit import load_state, set_rng, to_memfd, training_state
 from grader.sandbox.learner_view import WORKER_MODULES
 from grader.sandbox.tamper import replaced, snapshot
@@ -127,6 +128,11 @@ class Worker:
 
     # -- learner code -----------------------------------------------------------------------
     def load(self, cmd: dict) -> None:
+        # no keyring, io_uring, bpf or perf events from here on (grader/sandbox/fence.py: kernel objects
+        # gradings would share); on a machine the fence supports, no learner cell runs without it
+        why = fence.install(ranks=False) if fence.supported() else None
+        if why:
+            raise SystemExit(f"the worker's seccomp fence could not be installed: {why}")
         module = types.ModuleType("learner_solution")
         module.__file__ = "<learner solution cells>"
         sys.modules["learner_solution"] = module

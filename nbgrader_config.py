@@ -40,6 +40,9 @@ c.CourseDirectory.db_url = f"sqlite:///{ROOT / COURSE / 'gradebook.db'}"
 EXCHANGE = Path(os.environ.get("EFFKIT_EXCHANGE") or ROOT / COURSE / "exchange")
 EXCHANGE.mkdir(parents=True, exist_ok=True)
 c.Exchange.root = str(EXCHANGE)
+# Collect refuses a submission filed under another learner's name (nbgrader 0.9 only warns, then
+# collects it over the real learner's work): grader/frontends/exchange.py
+c.ExchangeFactory.collect = "grader.frontends.exchange.OwnedCollect"
 
 # Learners get a stub that fails loudly until they write their code.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}

@@ -84,6 +84,17 @@ CODE_MISTAKES = {
         {"test_layer": False, "test_inject": False},
         "initialise lora_B to zeros",
     ),
+    # the injection borrowed from peft: the same modules, counts and gradients, none of the work
+    "peft_injection": (
+        {
+            "inject_lora": "def inject_lora(model, targets, r, alpha):\n"
+            "    from peft import LoraConfig, get_peft_model\n"
+            "    config = LoraConfig(r=r, lora_alpha=alpha, target_modules=list(targets))\n"
+            "    return get_peft_model(model, config)\n"
+        },
+        {"test_layer": True, "test_inject": False},
+        "wrapping each target in your own LoRALinear",
+    ),
     # merged weight without the scale
     "merge_unscaled": (
         {

@@ -162,6 +162,13 @@ def check_inject(ctx: Context) -> None:
         f"{shown}: right after injection the model's output differs from the base model's by "
         f"{e:.1%}: a fresh adapter must change nothing (lora_B starts at zero)",
     )
+    borrowed = r.data.get("borrowed")
+    expect(
+        not borrowed,
+        f"{shown}: the adapted model holds modules your LoRALinear did not build ({borrowed}): write "
+        "the injection in plain PyTorch, wrapping each target in your own LoRALinear (peft is for "
+        "comparing, in 'Your turn')",
+    )
     trainable = r.data.get("trainable") if isinstance(r.data.get("trainable"), dict) else {}
     want, adapted = lt.peft_trainable(seed, targets, rank, alpha)
     not_lora = sorted(n for n in trainable if "lora_" not in n)

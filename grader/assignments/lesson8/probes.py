@@ -106,7 +106,26 @@ def probe_inject(worker, seed: int, targets: list[str], r: int, alpha: float):
     trainable = {n: p.numel() for n, p in named.items() if p.requires_grad}
     got_grad = [n for n, p in named.items() if p.grad is not None and bool(p.grad.abs().sum() > 0)]
     meta, blobs = _pack({"at_init": at_init})
-    return {"tensors": meta, "trainable": trainable, "got_grad": got_grad[:200]}, blobs
+    return {
+        "tensors": meta,
+        "trainable": trainable,
+        "got_grad": got_grad[:200],
+        "borrowed": _borrowed(model, worker.ns.get("LoRALinear")),
+    }, blobs
+
+
+def _borrowed(model: torch.nn.Module, mine) -> list[str]:
+    """Modules built by a library rather than the learner's own LoRALinear (the cell asks for plain
+    PyTorch: a one-line ``get_peft_model`` adapts the same modules with the same counts)."""
+    out = []
+    for name, module in model.named_modules():
+        if any(c.__module__.split(".")[0] == "peft" for c in type(module).__mro__):
+            out.append(f"{name or 'the model'} ({type(module).__module__}.{type(module).__name__})")
+        elif any(n.startswith("lora_") for n, _ in module.named_parameters(recurse=False)) and not (
+            isinstance(mine, type) and isinstance(module, mine)
+        ):
+            out.append(f"{name} ({type(module).__name__}, not your LoRALinear)")
+    return out[:5]
 
 
 def probe_recipe(worker, budget: dict):

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+import subprocess
 import sys
 import urllib.error
 import urllib.request
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
 from browser_util import running_jupyterlab
 
 from grader.frontends import cohort, cohort_host
@@ -151,3 +154,55 @@ def test_a_plan_from_another_version_still_loads(tmp_path, monkeypatch):
     cohort.plan_file().write_text(json.dumps(old))
     plan = cohort.load_plan()
     assert plan.changed_modes == {"/x": 0o755} and plan.course_dir == ""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None, reason="needs root")
+def test_down_locks_the_accounts_it_keeps_and_up_unlocks_them(tmp_path):
+    """After `cohort down` the learner accounts stayed with passwords and shells, and the course was
+    reopened to them: as learner 2, the gradebook, grades and learner 1's work were readable. Now
+    down locks them (no login: password locked, account expired) and keeps the course closed."""
+    name = "effkit-locktest"
+    subprocess.run(["userdel", "--remove", name], capture_output=True)
+    try:
+        cohort_host.make_accounts([name], tmp_path / "accounts.json")
+
+        def shadow() -> list[str]:
+            line = next(
+                x for x in Path("/etc/shadow").read_text().splitlines() if x.startswith(name + ":")
+            )
+            return line.split(":")
+
+        assert not shadow()[1].startswith("!")
+        assert cohort_host.lock_accounts([name, "effkit-no-such-user"]) == [name]
+        locked = shadow()
+        assert locked[1].startswith("!") and locked[7] == "1", locked  # expired on 2 Jan 1970
+        assert cohort_host.lock_accounts([name], locked=False) == [name]
+        unlocked = shadow()
+        assert not unlocked[1].startswith("!") and unlocked[7] == "", unlocked
+    finally:
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+
+
+def test_down_keeps_the_course_closed_while_the_accounts_exist(tmp_path, monkeypatch):
+    """down restores the folders' modes only with --remove-accounts; otherwise it locks the accounts."""
+    repo = tmp_path / "repo"
+    (repo / "course").mkdir(parents=True)
+    changed: dict[str, int] = {}
+    cohort_host.restrict_repository(repo, changed)
+    plan = cohort.Plan(
+        instructor="t", learners=["a", "b"], url="http://127.0.0.1:8000", hub_port=1,
+        proxy_api_port=2, service_port=3, state_dir=str(tmp_path), exchange="", learner_config="",
+        venv_bin="", proxy_command="", changed_modes=changed,
+    )  # fmt: skip
+    calls = []
+    monkeypatch.setattr(cohort, "load_plan", lambda: plan)
+    monkeypatch.setattr(cohort, "_pid", lambda: None)
+    monkeypatch.setattr(cohort, "plan_file", lambda: tmp_path / "plan.json")
+    monkeypatch.setattr(cohort, "state_dir", lambda: tmp_path)
+    monkeypatch.setattr(cohort_host, "stop_user_processes", lambda names: None)
+    monkeypatch.setattr(cohort_host, "lock_accounts", lambda names: calls.append(names) or names)
+    monkeypatch.setattr(cohort_host, "remove_accounts", lambda names: calls.append(("rm", names)))
+    assert cohort.down() == 0
+    assert calls == [["t", "a", "b"]] and _mode(repo / "course") & 0o077 == 0
+    assert cohort.down(remove_accounts=True) == 0
+    assert calls[-1] == ("rm", ["t", "a", "b"]) and _mode(repo / "course") & 0o077 != 0

@@ -147,6 +147,7 @@ def up(learners: int = 2, port: int = 8000, prefix: str = "effkit-", exchange: s
         names = [f"{prefix}instructor"] + [f"{prefix}learner{i + 1}" for i in range(learners)]
         accounts = folder / "accounts.json"
         cohort_host.make_accounts(names, accounts)
+        cohort_host.lock_accounts(names, locked=False)  # a `down` locked them
         exchange_dir = Path(
             exchange or os.environ.get("EFFKIT_EXCHANGE") or "/srv/nbgrader/exchange"
         )
@@ -225,21 +226,30 @@ def down(remove_accounts: bool = False) -> int:
     if plan is None:
         print("no cohort here (nothing in course/hub/cohort.json)")
         return 0
-    cohort_host.stop_user_processes([plan.instructor, *plan.learners])
-    restored = cohort_host.restore_modes(plan.changed_modes)
-    plan.changed_modes = {}
-    plan_file().write_text(json.dumps(asdict(plan), indent=1))
+    accounts = [plan.instructor, *plan.learners]
+    cohort_host.stop_user_processes(accounts)
     (state_dir() / "jupyterhub.pid").unlink(missing_ok=True)
-    if remove_accounts:
-        cohort_host.remove_accounts([plan.instructor, *plan.learners])
+    if remove_accounts:  # no account left that could read the course: its modes go back
+        cohort_host.remove_accounts(accounts)
+        restored = cohort_host.restore_modes(plan.changed_modes)
+        plan.changed_modes = {}
+        plan_file().write_text(json.dumps(asdict(plan), indent=1))
         print(
-            f"removed the accounts {', '.join([plan.instructor, *plan.learners])} and their homes"
+            f"removed the accounts {', '.join(accounts)} and their homes; "
+            f"{len(restored)} file modes restored"
         )
         return 0
+    # The accounts stay, so the course stays closed to them (grades, gradebook, other learners'
+    # work, solutions) and they are locked: no login until `cohort up` unlocks them
+    locked = cohort_host.lock_accounts(accounts)
     print(
-        f"cohort down ({'hub stopped' if pid else 'hub was not running'}; {len(restored)} file modes restored)"
+        f"cohort down ({'hub stopped' if pid else 'hub was not running'}; {len(locked)} accounts "
+        "locked, the course still closed to them)"
     )
-    print("accounts and the exchange are kept: `cohort up` again finds every submission")
+    print(
+        "accounts and the exchange are kept: `cohort up` again unlocks them and finds every "
+        "submission; `cohort down --remove-accounts` removes them and reopens the folders"
+    )
     return 0
 
 

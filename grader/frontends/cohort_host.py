@@ -184,6 +184,21 @@ def stop_user_processes(names: list[str]) -> None:
         subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
 
 
+def lock_accounts(names: list[str], locked: bool = True) -> list[str]:
+    """Lock (or unlock) the accounts: no password login, expired, so no new session starts while the
+    course is down; ``up`` unlocks them. Returns the accounts changed."""
+    done = []
+    for name in names:
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        flags = ["--lock", "--expiredate", "1"] if locked else ["--unlock", "--expiredate", ""]
+        subprocess.run(["usermod", *flags, name], check=True, capture_output=True)
+        done.append(name)
+    return done
+
+
 def remove_accounts(names: list[str]) -> None:
     for name in names:
         subprocess.run(["userdel", "--remove", name], capture_output=True)

@@ -5,18 +5,37 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.effkit-installed
 DEMO_ARGS ?=
 SST2 ?= ../shared/data/sst2
+# Every install takes its versions from constraints.txt (see `constraints:` below); pyproject.toml
+# keeps the floors a user's own install needs.
+PIN    := -c constraints.txt
 
-.PHONY: setup browser cohort down test-cohort demo test test-oldest-torch lint lab exercises notebooks site record bench dashboard gpu-check gpu-check-lessons gpu-rehearsal clean
+.PHONY: setup constraints browser cohort down test-cohort demo test test-oldest-torch lint lab exercises notebooks site record bench dashboard gpu-check gpu-check-lessons gpu-rehearsal clean
 
-$(STAMP): pyproject.toml
-	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "effkit needs Python >= 3.10"'
+$(STAMP): pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "the course needs Python >= 3.11 (transformers 5)"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch/torchvision come from the registry as usual (CUDA builds; they also run on CPU).
-	$(BIN)/python -m pip install -q -e ".[course,dev]"
+	$(BIN)/python -m pip install -q $(PIN) -e ".[course,dev]"
 	@touch $(STAMP)
 
 setup: $(STAMP)
+
+# constraints.txt pins every package `.[course,dev,cohort]` resolves to, so CI, `make setup` and the
+# GPU lease (benchmarks/gpu_lease_wheels.py) install the same versions on every host and every day.
+# Regenerate it on purpose (a new release wanted, a dependency added), then run `make test`.
+# Made with `uv pip compile`: it resolves without installing (seconds, where a pip freeze needs a
+# fresh 7 GB venv), for Linux and macOS and every Python >= 3.11 at once (--universal: a pin that
+# differs by platform carries its marker), and --upgrade makes each resolution fresh. Where pip's
+# config caps versions on this host (/etc/xdg/pip/constraints.txt: torch wheels on local disk),
+# the resolution stays under the caps so the pins install here too. uv runs from its own venv.
+UV_VERSION := 0.13.9
+HOST_CAPS  := $(wildcard /etc/xdg/pip/constraints.txt)
+constraints:
+	@[ -x .venv-uv/bin/uv ] || { $(PYTHON) -m venv .venv-uv && .venv-uv/bin/python -m pip install -q "uv==$(UV_VERSION)"; }
+	.venv-uv/bin/uv pip compile pyproject.toml --extra course --extra dev --extra cohort \
+	  --universal --python-version 3.11 --upgrade $(addprefix -c ,$(HOST_CAPS)) \
+	  --custom-compile-command "make constraints" -o constraints.txt
 
 demo: $(STAMP)  ## the headline demo: benchmarks + autograding, one table
 	$(BIN)/python -m grader.cli.demo $(DEMO_ARGS)
@@ -55,7 +74,7 @@ lab: $(STAMP)  ## JupyterLab on the course, nbgrader extensions enabled
 # options (`--learners 30`, `--port 8000`); see README "Running a cohort".
 COHORT_ARGS ?=
 cohort: $(STAMP)
-	@$(BIN)/python -c "import jupyterhub" 2>/dev/null || $(BIN)/python -m pip install -q -e ".[cohort]"
+	@$(BIN)/python -c "import jupyterhub" 2>/dev/null || $(BIN)/python -m pip install -q $(PIN) -e ".[cohort]"
 	$(BIN)/python -m grader cohort $(if $(filter down,$(MAKECMDGOALS)),down,up $(COHORT_ARGS))
 down:
 	@$(if $(filter cohort,$(MAKECMDGOALS)),:,echo "did you mean: make cohort down"; exit 2)
@@ -63,7 +82,7 @@ down:
 # Two learners and an instructor through the hub in headless Chromium (tests/test_cohort.py; root;
 # screenshots and step times in runs/cohort/). Too long for CI's budget beside the suite.
 test-cohort: $(STAMP) browser
-	@$(BIN)/python -c "import jupyterhub" 2>/dev/null || $(BIN)/python -m pip install -q -e ".[cohort]"
+	@$(BIN)/python -c "import jupyterhub" 2>/dev/null || $(BIN)/python -m pip install -q $(PIN) -e ".[cohort]"
 	EFFKIT_TEST_COHORT=1 $(BIN)/python -m pytest tests/test_cohort.py -s -p no:cacheprovider
 
 notebooks: $(STAMP)  ## rebuild the lesson notebooks (and their README) from notebooks/*.py

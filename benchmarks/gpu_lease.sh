@@ -2,7 +2,7 @@
 # One call on a lent GPU machine (device tool `run`): set up the image's Python, then grade in two
 # lanes at once until END seconds after the start; everything comes back as $OUT/gc.tgz.
 #
-#   here:  python benchmarks/gpu_lease_wheels.py .whl && cp -r ../shared/data/sst2 .sst2
+#   here:  python benchmarks/gpu_lease_wheels.py .whl && cp -r ../shared/data/sst2 .sst2  (versions: constraints.txt)
 #   there: bash benchmarks/gpu_lease.sh 520 "^grade-lesson7- ^grade-lesson9-" "^grade-stub-lesson(7|9)$"
 #          (carry [".whl", ".sst2"]; timeout_s about END + 50)
 #

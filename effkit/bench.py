@@ -32,6 +32,7 @@ from effkit.abtest import ABResult, ab_result, speed_pairs, verdict  # noqa: E40
 from effkit.amp import cpu_features  # noqa: E402
 from effkit.measure import device_name, sync  # noqa: E402
 from effkit.workloads.bert import peer  # noqa: E402
+from effkit.workloads.bert.data import Sst2Unavailable  # noqa: E402
 from effkit.workloads.common import train_to_target  # noqa: E402
 
 # The figure a practitioner quotes, per workload. CIFAR's two recipes are different networks, so
@@ -445,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 0
         run(args.workload, *where, **how, burst_s=args.burst, hooks=model_hooks)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, Sst2Unavailable) as e:  # no data, bad args: one line
         print(f"effkit.bench: error: {e}", file=sys.stderr)
         return 2
     return 0

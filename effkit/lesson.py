@@ -145,8 +145,9 @@ def data_location(chosen: str | None = None) -> dict[str, str]:
         found["SST-2"] = f"the cache, {cache_root() / 'sst2'}"
     else:
         found["SST-2"] = (
-            "a download from the Hugging Face hub on first use (needs internet; offline:"
-            " set EFFKIT_SST2_DIR to a folder of train/dev/test.tsv)"
+            f"a download from the Hugging Face hub on first use, once, into {cache_root() / 'sst2'}"
+            " (needs internet and the course extra's `datasets`; offline: set EFFKIT_SST2_DIR to"
+            " a folder of GLUE's SST-2 TSVs)"
         )
     kind = cifar_profile(chosen).data
     real = data_home() / "real"

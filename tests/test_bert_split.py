@@ -104,7 +104,10 @@ def test_the_hub_path_splits_by_sentence(tmp_path, monkeypatch):
     fake = types.ModuleType("datasets")
     fake.load_dataset = lambda *a, **k: hub
     monkeypatch.setitem(sys.modules, "datasets", fake)
+    from effkit.workloads.bert import pretrained
     from effkit.workloads.bert.data import download_sst2_from_hub
+
+    monkeypatch.setattr(pretrained, "_hub_reachable", lambda: True)  # only the hub is absent
 
     data = load_sst2(download_sst2_from_hub(tmp_path / "sst2"))
     assert len(data["dev"]) > 0 and len(data["train"]) > 5 * len(data["dev"])

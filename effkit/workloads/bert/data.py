@@ -22,11 +22,17 @@ from effkit.workloads.bert.split import split_by_sentence
 SPLITS = ("train", "dev", "test")
 HEADER = "sentence\tlabel"
 GET_DATA_HINT = (
-    "Get GLUE SST-2 (https://dl.fbaipublicfiles.com/glue/data/SST-2.zip, or `datasets` "
-    "load_dataset('glue', 'sst2')) as train.tsv/dev.tsv/test.tsv with header 'sentence<TAB>label', "
-    "or use profile='smoke', which generates synthetic data in that format. Lessons and "
-    "benchmarks find a folder of those TSVs through $EFFKIT_SST2_DIR."
+    "Online, the course extra's `datasets` downloads GLUE SST-2 once into the cache; offline, set "
+    "EFFKIT_SST2_DIR to a folder of its TSVs (GLUE's own SST-2 folder from "
+    "https://dl.fbaipublicfiles.com/glue/data/SST-2.zip, or train.tsv/dev.tsv/test.tsv with header "
+    "'sentence<TAB>label'), or use profile='smoke', which generates synthetic data in that format."
 )
+# GLUE on the Hugging Face hub (the legacy name "glue" redirects there): parquet files, ~3 MB
+HUB_DATASET = ("nyu-mll/glue", "sst2")
+
+
+class Sst2Unavailable(RuntimeError):
+    """SST-2 is neither on disk nor downloadable here; the message is the one-line reason."""
 
 
 @dataclass
@@ -129,33 +135,53 @@ def _publish(tmp: Path, dest: Path) -> Path:
 
 
 def download_sst2_from_hub(dest: str | Path, seed: int = 0) -> Path:
-    """Fetch GLUE SST-2 from the Hugging Face hub and write it as TSVs under ``dest``.
+    """Fetch GLUE SST-2 from the Hugging Face hub once and write it as TSVs under ``dest``.
 
     The hub's 67,349 train rows (parse-tree phrases) are split by source sentence, 90/10 with a
     fixed seed, into train.tsv/dev.tsv with no dev phrase occurring inside a train phrase (see
     :mod:`effkit.workloads.bert.split`); its labeled validation set becomes test.tsv, matching the
-    offline copy used in this course.
+    offline copy used in this course. `datasets` (the course extra) downloads into a folder beside
+    ``dest`` with its own progress bars, removed once the TSVs are written. Raises
+    :class:`Sst2Unavailable` with a one-line reason when it cannot.
     """
     dest = Path(dest).expanduser()
     if all((dest / f"{s}.tsv").is_file() for s in SPLITS):
         return dest
     try:
-        from datasets import load_dataset  # optional: only needed when downloading
+        from datasets import load_dataset  # the course extra brings it; effkit's core does not
     except ImportError as err:
-        raise RuntimeError(
-            f"SST-2 is not at {dest} and the `datasets` package is not installed to download it "
-            f"(pip install datasets). {GET_DATA_HINT}"
+        raise Sst2Unavailable(
+            f"SST-2 is not at {dest} and the `datasets` package that downloads it is not "
+            f"installed (pip install -e '.[course]' brings it). {GET_DATA_HINT}"
         ) from err
+    from effkit.workloads.bert.pretrained import _hub_reachable
+
+    name, config = HUB_DATASET
+    if not _hub_reachable():  # offline, datasets would retry for ~25 s before saying so
+        raise Sst2Unavailable(
+            f"SST-2 is not at {dest} and the Hugging Face hub is not reachable from here "
+            f"(offline, or HF_HUB_OFFLINE is set) to download {name}/{config}. {GET_DATA_HINT}"
+        )
+    download = dest.parent / ".hub-download"
+    print(
+        f"SST-2: downloading GLUE {config} ({name} on the Hugging Face hub, ~3 MB) once into "
+        f"{dest} (offline: set EFFKIT_SST2_DIR to a folder of GLUE's SST-2 TSVs)",
+        flush=True,
+    )
     try:
-        hub = load_dataset("glue", "sst2")
+        hub = load_dataset(name, config, cache_dir=str(download))
+        train = list(zip(hub["train"]["sentence"], hub["train"]["label"], strict=True))
+        test = list(zip(hub["validation"]["sentence"], hub["validation"]["label"], strict=True))
     except Exception as err:  # offline, hub down, proxy: all end the same way for the user
-        raise RuntimeError(
-            f"could not download glue/sst2 from the Hugging Face hub ({type(err).__name__}: "
-            f"{err}). {GET_DATA_HINT} Then pass data_dir=<that folder>."
-        ) from err
-    train = list(zip(hub["train"]["sentence"], hub["train"]["label"], strict=True))
-    test = list(zip(hub["validation"]["sentence"], hub["validation"]["label"], strict=True))
-    return _write_leak_free(train, test, dest, seed)
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise Sst2Unavailable(
+            f"could not download {name}/{config} from the Hugging Face hub into {dest} "
+            f"({type(err).__name__}: {first}). {GET_DATA_HINT}"
+        ) from None
+    out = _write_leak_free(train, test, dest, seed)
+    shutil.rmtree(download, ignore_errors=True)  # the TSVs are the copy the course reads
+    print(f"SST-2: {len(train):,} GLUE training phrases and {len(test):,} held-out rows in {out}")
+    return out
 
 
 def _write_leak_free(glue_train, glue_dev, dest: Path, seed: int) -> Path:

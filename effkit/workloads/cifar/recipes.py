@@ -213,6 +213,8 @@ class _Trainer:
             "channels_last": cfg.channels_last,
             "compile": cfg.compile,
             "tta": cfg.tta,
+            # measured on a CPU during the first evaluation (effkit.workloads.cifar.pipelines)
+            "evaluation_batch": getattr(self.test_set, "choice", "") or "not chosen yet",
             "target": cfg.target,
             "stop_at_target": self.stop_at_target,
             "device": str(self.device),

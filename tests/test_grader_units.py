@@ -903,3 +903,19 @@ def test_every_probe_a_lessons_checks_call_is_defined_in_its_probes_module():
             called.add("quiz")
         missing = sorted(n for n in called if not callable(getattr(probes, f"probe_{n}", None)))
         assert not missing, f"{a.probes} lacks probe_{missing}"
+
+
+def test_autograde_refuses_to_grade_withheld_answers_unsealed(capsys):
+    """learner_view.WITHHELD hides effkit's answer from lessons 7, 9 and 10's workers only where the
+    grader is root (a mount namespace); elsewhere a one-line call to effkit would earn the points, so
+    autograde refuses unless told, and says why; lessons without withheld answers are unaffected."""
+    from grader.frontends import autograde as ag
+
+    for lesson in ("lesson7", "lesson9", "lesson10"):
+        why = ag.unsealed_reason(lesson, root=False)
+        assert why and "not root" in why and "--allow-unsealed" in why
+        assert ag.unsealed_reason(lesson, root=True) is None
+    assert ag.unsealed_reason("lesson2", root=False) is None
+    if os.geteuid() != 0:
+        assert ag.autograde("lesson10") == 2
+        assert "refused" in capsys.readouterr().out

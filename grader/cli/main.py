@@ -99,7 +99,7 @@ COMMANDS = {
         a.notebook, assignment_id=a.assignment, json_out=a.json, spec_name=a.spec, device=a.device
     ),
     "perf": perf,
-    "autograde": lambda a: autograde(a.assignment, spec=a.spec),
+    "autograde": lambda a: autograde(a.assignment, spec=a.spec, allow_unsealed=a.allow_unsealed),
     "generate": lambda a: generate(a.assignments, check=a.check),
     "gate-sim": gate_sim,
     "calibrate": calibrate,
@@ -131,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("autograde", help="nbgrader autograde + export + cohort summary and plot")
     s.add_argument("assignment")
     s.add_argument("--spec")
+    s.add_argument(
+        "--allow-unsealed",
+        action="store_true",
+        help="grade a lesson whose answers are withheld from workers even without root (not sealed)",
+    )
     s = sub.add_parser("generate", help="render solutions/<id>/<id>.py, then exercises/ (nbgrader)")
     s.add_argument("assignments", nargs="*", help="default: every folder in solutions/")
     s.add_argument(

@@ -15,6 +15,7 @@ from pathlib import Path
 from grader import assignments
 from grader.common import course
 from grader.frontends import screening, sources
+from grader.sandbox.learner_view import WITHHELD
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -218,12 +219,39 @@ def plot(assignment_id: str, rows: list[dict], path: Path) -> Path | None:
     return path
 
 
-def autograde(assignment_id: str, *, spec: str | None = None, force: bool = True) -> int:
+def unsealed_reason(assignment_id: str, root: bool | None = None) -> str | None:
+    """Why grading ``assignment_id`` here would not hold: its answers are withheld from the workers by
+    a mount namespace (learner_view.WITHHELD), which only root can build; without it every file,
+    effkit's answer included, stays readable to the learner's code. None when it holds."""
+    withheld = WITHHELD.get(assignment_id)
+    if not withheld or (os.geteuid() == 0 if root is None else root):
+        return None
+    return (
+        f"{assignment_id}'s workers must not see {', '.join(withheld)} (the exercise's answer, in "
+        "effkit): only root can hide it (a mount namespace per worker), and this grader is not root. "
+        "Run the grading as root, or pass --allow-unsealed to grade anyway (the one-line call to "
+        "effkit then earns points)"
+    )
+
+
+def autograde(
+    assignment_id: str,
+    *,
+    spec: str | None = None,
+    force: bool = True,
+    allow_unsealed: bool = False,
+) -> int:
     try:
         assignments.get(assignment_id)
     except ValueError as err:
         print(f"grader autograde: {err}")
         return 2
+    unsealed = unsealed_reason(assignment_id)
+    if unsealed and not allow_unsealed:
+        print(f"grader autograde: refused: {unsealed}")
+        return 2
+    if unsealed:
+        print(f"grader autograde: WARNING, grading unsealed: {unsealed}")
     good, bad = screen_submissions(assignment_id)
     if not good and not bad:
         print(

@@ -919,3 +919,21 @@ def test_autograde_refuses_to_grade_withheld_answers_unsealed(capsys):
     if os.geteuid() != 0:
         assert ag.autograde("lesson10") == 2
         assert "refused" in capsys.readouterr().out
+
+
+def test_missing_protections_are_said_once_and_listed_only_in_the_json():
+    """A learner's performance cell printed nine "protection unavailable here" lines, one of them saying
+    where the answer keys are: the learner sees one line with the count; the report keeps the list."""
+    from grader.frontends.outputs import cell_outputs
+    from grader.sandbox.launch import unavailable_note
+    from grader.scoring.checks import CellVerdict
+
+    items = [
+        "unprivileged user (not root)",
+        "the grader's own code hidden (grader/assignments ...)",
+    ]
+    line = unavailable_note(items)
+    assert "2 of the sandbox's protections" in line and "grader/assignments" not in line
+    verdict = CellVerdict("test_x", True, ["ok"])
+    text = cell_outputs(verdict, 1.0, {"unavailable": items, "flags": []})[0]["text"]
+    assert text.count("protection unavailable here") == 1 and "grader/assignments" not in text

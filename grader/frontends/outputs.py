@@ -14,6 +14,7 @@ from nbformat.v4 import new_output
 
 from grader.common.quiet import quiet
 from grader.frontends.notebook import nbgrader_meta, solution_sources
+from grader.sandbox.launch import unavailable_note
 from grader.scoring.checks import CellVerdict, grade_cells
 from grader.scoring.perf import GradingError, PerfResult, grade
 
@@ -21,7 +22,8 @@ from grader.scoring.perf import GradingError, PerfResult, grade
 def cell_outputs(v: CellVerdict, max_points: float, report: dict) -> list:
     text = "\n".join(v.lines)
     tail = [f"flag       {f}" for f in report.get("flags", [])]
-    tail += [f"note       protection unavailable here: {u}" for u in report.get("unavailable", [])]
+    if report.get("unavailable"):
+        tail.append(f"note       {unavailable_note(report['unavailable'])}")
     if v.passed:
         body = (text + "\n" if text else "") + "\n".join(tail)
         outs = [new_output("stream", name="stdout", text=(body + "\n") if body else "passed\n")]

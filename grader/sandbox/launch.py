@@ -79,6 +79,17 @@ def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
+def unavailable_note(items: list[str], where: str = "") -> str:
+    """The sandbox's missing protections as one line for a learner's view: how many, and who can act.
+    The list itself stays in the report's JSON ("unavailable"): it named, among others, where the
+    answer keys are, which only the instructor (grading as root) can do anything about."""
+    return (
+        f"protection unavailable here{where}: {len(items)} of the sandbox's protections are missing on "
+        "this machine (grading without root or without cgroups); the report's JSON lists them for "
+        "your instructor"
+    )
+
+
 def _preexec(limits: Limits, cgroup: Cgroup | None = None, cores: list[int] | None = None):
     def apply() -> None:
         # In the child, before exec: `unshare --fork` starts the worker at once, and a cgroup or

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from grader.common.cellcode import QUIZ_CELL, to_python
+from grader.sandbox.launch import unavailable_note
 from grader.sandbox.supervisor import Worker, WorkerFailed, _clock, boosted_self, start_worker
 from grader.timed.measurement import GradingSpec, Measurement, Timing
 from grader.timed.replay import Commits, DiskFull, Reveal, check_work
@@ -112,9 +113,8 @@ def _measure(
             code, dropped = to_python(source)
             plain.append((name, code))
             out.flags += [f"ignored IPython syntax in {name}, {d}" for d in dropped]
-        out.flags += [
-            f"protection unavailable here (timed worker): {u}" for u in b.unavailable or []
-        ]
+        if b.unavailable:  # one line, not one per protection: the list is in the report
+            out.flags.append(unavailable_note(b.unavailable, " (timed worker)"))
         b.send(
             cmd="load",
             cells=[*assignment.trusted_cells(), *plain],

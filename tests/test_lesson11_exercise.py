@@ -140,6 +140,19 @@ SUBMISSIONS = {  # name: (train_ddp source, which of test_weights / test_sampler
     ),
     # the record is the grader's, not a hook's: communication outside DDP counts too
     "extra_traffic_outside_ddp": (_EXTRA, (True, True, False), r"all-reduced 24 whole gradients"),
+    # threat: every micro-batch's gradient crosses by all_gather, while one all-reduce per step
+    # satisfies a count of all-reduces alone (14/14 on aadfaf4; deserved 12)
+    "gradients_gathered_beside_one_allreduce": (
+        _REF.replace(
+            "                (F.cross_entropy(ddp(x), y) / acc).backward()\n",
+            "                (F.cross_entropy(ddp(x), y) / acc).backward()\n"
+            "            if not last:\n"
+            "                flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])\n"
+            "                dist.all_gather([torch.empty_like(flat) for _ in range(world_size)], flat)\n",
+        ),
+        (True, True, False),
+        "crossed between the ranks outside",
+    ),
     # threat: a rank that lies about its weights
     "rank_lies_about_weights": (_LIAR, (False, True, False), "rank 1's final weights differ"),
     # threat: ranks reading each other's data and training alone, the record forged to look sharded

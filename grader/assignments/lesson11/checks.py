@@ -279,6 +279,16 @@ def check_no_sync(ctx: Context) -> None:
         f"{_traffic(run)}, for {steps} optimizer steps of {acc} micro-batches: one all-reduce per optimizer "
         "step is enough; skip the others with `with model.no_sync():` on every micro-batch but the last",
     )
+    # DDP broadcasts rank 0's weights once when it wraps the model; nothing else needs to cross
+    start = task.model(run["init_seed"])
+    allowed = sum(t.numel() for t in [*start.parameters(), *start.buffers()])
+    side, kinds = exchange.side_traffic(run["log"], found)
+    expect(
+        side <= allowed,
+        f"{side:,} float values crossed between the ranks outside the {len(found)} gradient all-reduces "
+        f"(by {', '.join(kinds)}); only DDP's one broadcast of the initial weights ({allowed:,}) is "
+        "needed: under no_sync, no gradient may travel by another collective",
+    )
     own = _reference(run)[1]
     for j, group in enumerate(found):
         for rank in range(task.WORLD):

@@ -43,6 +43,26 @@ def syncs(log: list[dict], numel: int) -> tuple[list[list[int]], str]:
     return out, stray
 
 
+def side_traffic(log: list[dict], groups: list[list[int]]) -> tuple[int, list[str]]:
+    """Float values that crossed between the ranks outside the gradient exchanges ``groups``, by any
+    collective (broadcast, all-gather, all-reduce), and which kinds carried them: a gradient gathered per
+    micro-batch beside one all-reduce per step would satisfy a count of all-reduces alone."""
+    inside = {i for g in groups for i in g}
+    values, kinds = 0, []
+    for i, call in enumerate(log):
+        floats = [
+            n
+            for d, n in zip(call["dtypes"], call["numels"], strict=True)
+            if d.startswith(("float", "bfloat"))
+        ]
+        if i in inside or not floats:
+            continue
+        values += sum(floats)
+        if call["op"] not in kinds:
+            kinds.append(call["op"])
+    return values, kinds
+
+
 def sent(log: list[dict], group: list[int], rank: int) -> torch.Tensor:
     """What ``rank`` contributed to one exchange, as one float64 vector."""
     return torch.cat(

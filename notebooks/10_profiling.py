@@ -406,7 +406,7 @@ print(f"* patient (data + sync planted): {patient['step_ms_unprofiled']:.1f} ms 
 print(f"* doctor, ranked: {', '.join(f.label for f in first)}; after fixing data: "
       f"{', '.join(f.label for f in doctor.diagnose(fixed_once))}; after fixing both: "
       f"{', '.join(f.label for f in doctor.diagnose(fixed_twice))}")
-print(f"* profiler cost: a session of {burst} steps {overhead_ab.verdict}; stopping it took {stop_s / session_s:.0%} "
+print(f"* profiler cost: a session of {burst} steps {str(overhead_ab.verdict).rstrip('.')}; stopping it took {stop_s / session_s:.0%} "
       f"of that burst, recording about x{recording:.2f} per step")
 print(f"* torch.compile on the overhead-bound step (batch 1): {compile_ab.verdict} {compile_line}")
 for name, p in recipes.items():

@@ -23,9 +23,10 @@
 #    first one, and watch the *next* one come up; then on the course's CIFAR recipes;
 # 4. see the GPU-only views (kernel gaps, the CUDA memory snapshot) as code that runs on a GPU.
 #
-# **Run time**: about 55 s in `cpu` (54 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`; about 30 s of it compile the overhead-bound step
-# with a cold cache, a warm Inductor cache cuts the run to about 22 s), 16-40 s in `smoke` (warm or
-# cold compile cache).
+# **Run time**: about 26 s in `cpu` (26 s recorded on a quiet 2-core AMD EPYC, Zen 3, AVX2 only, no GPU,
+# 2026-12-05, with a warm Inductor cache: the outputs in `docs/recorded/`; a cold cache adds the compile
+# of the overhead-bound step, about 30 s on a 2-core Intel Xeon with AMX, where the lesson took 54 s
+# cold), 16-40 s in `smoke` (warm or cold compile cache).
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one: the same
 # steps, still built and run on the CPU, so the profiler records no GPU work for them; section 4's

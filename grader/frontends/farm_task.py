@@ -64,11 +64,25 @@ def _pdeathsig_and_pin(cores: list[int] | None):
 def _kill_tree(root: int) -> None:
     # The grading's sandboxes leave their process group (unshare, setsid): walk /proc. Orphans
     # re-parent to this process (the subreaper), so a second walk from here finds the rest.
-    for target in [root, *descendants(root), *descendants(os.getpid())]:
+    doomed = [root, *descendants(root), *descendants(os.getpid())]
+    for target in doomed:
         try:
             os.kill(target, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+    # Killed orphans are now this long-lived Ray worker's children: reap them, or each grading
+    # would leave zombies behind (a hang test found two, the sandbox's unshare and sh)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        left = [p for p in doomed if os.path.exists(f"/proc/{p}")]
+        for pid in left:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass  # not (yet) ours: its parent dies first, then it is re-parented here
+        if not left:
+            return
+        time.sleep(0.05)
 
 
 def run_job(job: dict, *, limit_s: float, cores=None, slot=None, node_id="", attempt=1) -> str:

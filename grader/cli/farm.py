@@ -18,7 +18,7 @@ def add_parser(sub) -> None:
     s.add_argument("assignment")
     s.add_argument(
         "--address",
-        help="join this Ray cluster (e.g. auto, or HEAD:6379); default: a private Ray on loopback",
+        help="join this Ray cluster (e.g. auto, or HEAD:6379); default: a private Ray on this machine",
     )
     s.add_argument(
         "--slots",

@@ -3,8 +3,9 @@
 The driver (this process) screens the submissions as ``grader autograde`` does, skips those whose
 ledger entry is current (``farm_ledger``), sends the rest to Ray as tasks, and is the only writer
 of the ledger, the signed archive and, through ``farm_record``, nbgrader's gradebook. Without
-``--address`` it starts a private Ray on loopback with token authentication; with it, it joins a
-cluster (the instructor's, started with the same grader checkout on every node).
+``--address`` it starts a private Ray with token authentication; with it, it joins a cluster (the
+instructor's, started with the same grader checkout on every node). Ray 2.60 listens on every
+interface even then (it turns 127.0.0.1 into the host's address itself): the token is the guard.
 
 Slots: a timed grading holds one whole slot, a custom resource ``effkit_timed_slot`` (one unit per
 slot on each node) and the node's cores split evenly between its slots, or one GPU (``num_gpus=1``,
@@ -119,8 +120,9 @@ def _private_token() -> None:
 
 
 def start_ray(address: str | None, slots: int):
-    """Join ``address``, or start a private Ray: loopback only, token auth with a token of our
-    own, its sockets and token in a 0700 folder, no dashboard. Token auth needs Ray >= 2.52."""
+    """Join ``address``, or start a private Ray: token auth with a token of our own, its sockets
+    and token in a 0700 folder, no dashboard. Token auth needs Ray >= 2.52. Not loopback only:
+    Ray 2.60 binds its gRPC ports on every interface whatever ``_node_ip_address`` says."""
     # Ray reads these when it is first imported (its C++ config): set before ``import ray``
     os.environ.setdefault("RAY_AUTH_MODE", "token")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # a course host phones nobody
@@ -138,7 +140,6 @@ def start_ray(address: str | None, slots: int):
         num_cpus=slots,
         resources={SLOT: slots},
         include_dashboard=False,
-        _node_ip_address="127.0.0.1",
         _temp_dir=str(RAY_TMP),
         log_to_driver=False,
     )

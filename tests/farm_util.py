@@ -6,12 +6,15 @@ through the real pipeline, never a stand-in grader.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,8 +30,11 @@ def env(root: Path, **extra) -> dict:
     return out
 
 
-def make_course(root: Path) -> Path:
-    """``root`` with solutions/ and lesson 1 in nbgrader's gradebook (generate_assignment)."""
+@functools.cache
+def _generated() -> Path:
+    """One course with lesson 1 generated, made once per test process (nbgrader takes seconds)."""
+    root = Path(tempfile.mkdtemp(prefix="effkit-farm-course-"))
+    atexit.register(shutil.rmtree, root, True)
     shutil.copytree(ROOT / "solutions", root / "solutions")
     done = subprocess.run(
         [sys.executable, "-m", "nbgrader", "generate_assignment", AID, "--force"],
@@ -38,6 +44,12 @@ def make_course(root: Path) -> Path:
         text=True,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    return root
+
+
+def make_course(root: Path) -> Path:
+    """``root`` with solutions/ and lesson 1 in nbgrader's gradebook (generate_assignment)."""
+    shutil.copytree(_generated(), root, dirs_exist_ok=True)
     return root
 
 

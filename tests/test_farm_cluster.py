@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -78,6 +79,7 @@ def cluster():
     c.wait_for_nodes()
     yield c, nodes
     c.shutdown()
+    shutil.rmtree(_TOKEN_DIR, ignore_errors=True)
 
 
 def test_a_killed_worker_and_a_removed_node_cost_a_retry_never_a_grade(

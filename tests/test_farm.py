@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -202,3 +203,4 @@ def test_two_slot_holders_get_different_slots_and_cores_and_a_dead_ones_slot_is_
     assert other == theirs and time.perf_counter() - t0 < 5
     fh.close()
     fh2.close()
+    shutil.rmtree(f"/tmp/effkit-farm-slots-{node[:16]}", ignore_errors=True)

@@ -72,5 +72,16 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 
+# `python -m grader farm` records its results through nbgrader (the gradebook has one writer, the
+# farm's driver): the verdicts come from the farm's signed ledger instead of grading here.
+if os.environ.get("EFFKIT_FARM_VERDICTS"):
+    c.Autograde.autograde_preprocessors = [
+        "grader.frontends.nbgrader_farm.FarmVerdicts"
+        if p.endswith(".ExecuteUnlessOutOfKernel")
+        else p
+        for p in c.Autograde.autograde_preprocessors
+        if not p.endswith((".GradeCells", ".GradePerformance"))
+    ]
+
 # Formgrader / labextension behind a proxy: scope the cookie to the whole site.
 c.IdentityProvider.cookie_options = {"path": "/"}

@@ -23,13 +23,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common beside this file
 from _common import pip_download  # noqa: E402
 
-NAMES = """alembic asttokens beautifulsoup4 bleach colorlog comm defusedxml executing fastjsonschema
+NAMES = """alembic annotated-types asttokens beautifulsoup4 bleach colorlog comm defusedxml executing fastjsonschema
 ipykernel ipython ipython-pygments-lexers jsonschema jsonschema-specifications jupyter-client
 jupyter-core jupyter-events jupyter-server jupyterlab-pygments jupytext mako matplotlib-inline
 mdit-py-plugins mistune nbclient nbconvert nbformat nbgrader nest-asyncio2 onnxruntime optuna
 overrides pandocfilters pexpect platformdirs prompt-toolkit ptyprocess pure-eval
-python-json-logger pyzmq rapidfuzz referencing rfc3339-validator rfc3986-validator rpds-py
-soupsieve sqlalchemy stack-data tinycss2 tornado traitlets tzdata wcwidth webencodings""".split()
+pydantic pydantic-core python-json-logger pyzmq rapidfuzz referencing rfc3339-validator rfc3986-validator rpds-py
+soupsieve sqlalchemy stack-data tinycss2 tornado traitlets typing-inspection tzdata wcwidth
+webencodings""".split()
 ROOT = Path(__file__).resolve().parents[1]
 # the lent image: CPython 3.12 on x86_64 Linux (what constraints.txt's markers are read for)
 LEASE_ENV = {

@@ -1,4 +1,4 @@
-"""Command line: ``python -m grader {check,perf,autograde,generate,cohort,leaderboard,gate-sim,calibrate,calibrate-gradings,budget,stress}``.
+"""Command line: ``python -m grader {check,perf,autograde,farm,generate,cohort,leaderboard,gate-sim,calibrate,calibrate-gradings,budget,stress}``.
 
 Exit status 0 when grading ran, whatever the score; 2 when it could not run (a malformed
 notebook, an unknown assignment, a baseline that failed).
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from grader.cli import tools
+from grader.cli import farm, tools
 from grader.common import course
 from grader.common.course import write_report
 from grader.common.quiet import quiet
@@ -100,6 +100,7 @@ COMMANDS = {
     ),
     "perf": perf,
     "autograde": lambda a: autograde(a.assignment, spec=a.spec, allow_unsealed=a.allow_unsealed),
+    "farm": farm.main,
     "generate": lambda a: generate(a.assignments, check=a.check),
     "gate-sim": gate_sim,
     "calibrate": calibrate,
@@ -136,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="grade a lesson whose answers are withheld from workers even without root (not sealed)",
     )
+    farm.add_parser(sub)
     s = sub.add_parser("generate", help="render solutions/<id>/<id>.py, then exercises/ (nbgrader)")
     s.add_argument("assignments", nargs="*", help="default: every folder in solutions/")
     s.add_argument(

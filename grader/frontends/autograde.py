@@ -29,12 +29,14 @@ def nbgrader_env(spec: str | None = None) -> dict:
     return env
 
 
-def nbgrader(*args: str, spec: str | None = None) -> subprocess.CompletedProcess:
+def nbgrader(
+    *args: str, spec: str | None = None, env_extra: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run ``nbgrader ARGS`` with this repository's nbgrader_config.py and the course root."""
     return subprocess.run(
         [sys.executable, "-m", "nbgrader", *args],
         cwd=REPO_ROOT,
-        env=nbgrader_env(spec),
+        env=nbgrader_env(spec) | (env_extra or {}),
         text=True,
         capture_output=True,
     )

@@ -1,0 +1,220 @@
+"""One farm grading on a node: the real pipeline in a fresh process, its tree killed at the limit.
+
+``run_job`` is the body of the Ray task (``grader.frontends.farm``); it starts ``python -m
+grader.frontends.farm_task FOLDER`` in a private folder, pinned to the slot's cores, and waits at
+most the farm's limit. A fresh process per grading: no state (overrides snapshot, cgroups, imported
+learner modules) carries from one grading to the next, and a hang is ended by killing a process
+tree this task owns (it is the subreaper of every process the grading leaves behind) instead of
+the Ray worker. The report crosses back as JSON from a file in that folder (root 0700): learner
+code runs in the grading's sandboxes, which cannot see it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from grader.common import course
+from grader.frontends import pipeline
+from grader.frontends.farm_ledger import grader_version
+from grader.frontends.notebook import NotebookError, nbgrader_meta
+from grader.sandbox.box import become_subreaper
+from grader.sandbox.proctree import descendants
+from grader.scoring.perf import GradingError
+from grader.scoring.report import CellScore, GradingReport
+
+REPORT = "report.json"
+LOG = "grading.log"
+
+
+def failed(job: dict, reason: str, **meta) -> GradingReport:
+    """A report that says why this submission has no grade (one line, the learner's words)."""
+    return GradingReport(
+        assignment=job["assignment"],
+        student=job["student"],
+        notebook=job["notebook"],
+        submission_sha256=job["sha256"],
+        grader_version=job["grader_version"],
+        status="failed",
+        reason=reason,
+        timed=job.get("timed", False),
+        **meta,
+    )
+
+
+def _pdeathsig_and_pin(cores: list[int] | None):
+    def apply() -> None:
+        os.setsid()  # one process group per grading: killed as a whole at the limit
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with this task
+        if cores:
+            os.sched_setaffinity(0, cores)  # the timed protocol pins within these (supervisor)
+
+    return apply
+
+
+def _kill_tree(root: int) -> None:
+    # The grading's sandboxes leave their process group (unshare, setsid): walk /proc. Orphans
+    # re-parent to this process (the subreaper), so a second walk from here finds the rest.
+    doomed = [root, *descendants(root), *descendants(os.getpid())]
+    for target in doomed:
+        try:
+            os.kill(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    # Killed orphans are now this long-lived Ray worker's children: reap them, or each grading
+    # would leave zombies behind (a hang test found two, the sandbox's unshare and sh)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        left = [p for p in doomed if os.path.exists(f"/proc/{p}")]
+        for pid in left:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass  # not (yet) ours: its parent dies first, then it is re-parented here
+        if not left:
+            return
+        time.sleep(0.05)
+
+
+def run_job(job: dict, *, limit_s: float, cores=None, slot=None, node_id="", attempt=1) -> str:
+    """Grade ``job`` (a dict from the driver, notebook text included) and return the
+    ``GradingReport`` as JSON; never raises for the submission's faults, only for the node's."""
+    become_subreaper()
+    started = time.time()
+    meta = dict(
+        host=socket.gethostname(),
+        node_id=node_id,
+        pid=os.getpid(),
+        slot=slot,
+        cores=list(cores or []),
+        gpus=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        started_at=started,
+        attempt=attempt,
+    )
+    with tempfile.TemporaryDirectory(prefix="effkit-farm-") as tmp:  # mode 0700
+        folder = Path(tmp)
+        (folder / "job.json").write_text(json.dumps(job | {"meta": meta}))
+        env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+        if Path(job.get("course_root", "/nonexistent"), course.SOURCE_DIR).is_dir():
+            env["EFFKIT_COURSE_ROOT"] = job["course_root"]  # else the node's own checkout
+        with (folder / LOG).open("w") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "grader.frontends.farm_task", str(folder)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                preexec_fn=_pdeathsig_and_pin(cores),
+            )
+            try:
+                proc.wait(timeout=limit_s)
+            except subprocess.TimeoutExpired:
+                _kill_tree(proc.pid)
+                proc.wait()
+                end = time.time()
+                return failed(
+                    job,
+                    f"the grading did not finish within the farm's limit of {limit_s:g} s and was "
+                    "stopped (an endless loop in a cell?); nothing was graded",
+                    **meta,
+                    finished_at=end,
+                    wall_s=end - started,
+                ).model_dump_json()
+            _kill_tree(proc.pid)  # anything a sandbox left behind dies with its grading
+        out = folder / REPORT
+        if proc.returncode == 0 and out.is_file():
+            return out.read_text()
+        tail = (folder / LOG).read_text(errors="replace")[-600:].strip().replace("\n", " | ")
+        end = time.time()
+        return failed(
+            job,
+            f"the grading process exited with {proc.returncode} (the grader's fault, not the "
+            f"learner's; log tail: {tail})",
+            **meta,
+            finished_at=end,
+            wall_s=end - started,
+        ).model_dump_json()
+
+
+def grading_report(report: pipeline.Report, **meta) -> GradingReport:
+    """``report`` as the typed object that crosses between machines (``grader.scoring.report``);
+    ``meta`` names the submission (student, sha256, grader version) and where it ran."""
+    nb = report.submission.notebook
+    outputs = {
+        nbgrader_meta(c)["grade_id"]: json.loads(json.dumps(c.get("outputs", [])))
+        for c in nb.cells
+        if c.get("cell_type") == "code" and nbgrader_meta(c).get("grade")
+    }
+    return GradingReport(
+        assignment=report.submission.assignment.id,
+        notebook=report.submission.assignment.notebook,
+        status="graded",
+        total=report.total,
+        max_total=report.max_total,
+        cells=[CellScore(**vars(s)) for s in report.scores],
+        outputs=outputs,
+        notes=report.submission.notes,
+        performance=report.performance.report if report.performance else None,
+        out_of_kernel=report.cells.to_dict() if report.cells else None,
+        timed=report.submission.assignment.performance_cell is not None,
+        **meta,
+    )
+
+
+def grade_folder(folder: Path) -> GradingReport:
+    """In the fresh process: the real pipeline (``load`` + ``grade``) on the job's notebook."""
+    job = json.loads((folder / "job.json").read_text())
+    meta = job.pop("meta")
+    if job["grader_version"] != grader_version():
+        return failed(
+            job,
+            f"this node runs grader {grader_version()}, the driver {job['grader_version']}: "
+            "install the same effkit checkout on every node",
+            **meta,
+        )
+    path = folder / "submission" / f"{job['notebook']}.ipynb"
+    path.parent.mkdir()
+    path.write_text(job["notebook_text"])
+    try:
+        sub = pipeline.load(path, job["assignment"])
+        report = pipeline.grade(sub, job.get("spec"), job.get("device"))
+    except (NotebookError, ValueError) as err:
+        return failed(job, f"not graded: {err}", **meta)
+    except GradingError as err:
+        return failed(job, f"the grader could not run (not the learner's fault): {err}", **meta)
+    return grading_report(
+        report,
+        student=job["student"],
+        submission_sha256=job["sha256"],
+        grader_version=job["grader_version"],
+        **meta,
+    )
+
+
+def main(folder: str) -> int:
+    folder = Path(folder)
+    try:
+        report = grade_folder(folder)
+    except Exception:  # the grader's own bug: the driver reports it as such, with the trace
+        traceback.print_exc()
+        return 3
+    end = time.time()
+    report.finished_at = end
+    report.wall_s = end - (report.started_at or end)
+    tmp = folder / f".{REPORT}"
+    tmp.write_text(report.model_dump_json())
+    os.replace(tmp, folder / REPORT)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

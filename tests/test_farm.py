@@ -1,0 +1,206 @@
+"""``python -m grader farm`` on a private local Ray: bad input, the ledger, the gradebook, the report type.
+
+One real farm run (a private Ray on loopback, the real pipeline on lesson 1's stub) feeds the
+end-to-end checks; the ledger, the slot locks and the report type are also checked on their own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from farm_util import AID, ROOT, SOLUTION, STUB, env, make_course, scores, submit
+
+from grader.frontends import farm, farm_ledger
+from grader.frontends.farm_ledger import Ledger
+from grader.frontends.farm_task import failed
+from grader.scoring import perf, targets
+from grader.scoring.report import GradingReport, PerformanceReport
+from grader.timed import gate as gates
+from grader.timed.measurement import GradingSpec, Measurement, Timing
+
+# find_spec, not importorskip: importing ray here would fix its auth mode for this whole pytest
+# process before test_farm_cluster.py sets it (Ray reads it when first imported)
+if importlib.util.find_spec("ray") is None:
+    pytest.skip("ray is not installed (the `farm` extra)", allow_module_level=True)
+
+
+def _farm(root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "grader", "farm", AID, "--no-progress", *args],
+        cwd=ROOT,
+        env=env(root),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def farmed(tmp_path_factory):
+    """A course where bob handed in the untouched stub and four others could not be graded,
+    farmed once on a private local Ray with one slot."""
+    root = make_course(tmp_path_factory.mktemp("farm"))
+    submit(root, "bob", STUB)
+    submit(root, "carol", os.urandom(3000) + b"\xff")  # corrupt
+    submit(root, "dave", (ROOT / "solutions" / "lesson2" / "lesson2.ipynb").read_bytes())
+    submit(root, "erin", b"")
+    submit(root, "frank", None)  # no notebook at all
+    done = _farm(root, "--slots", "1", "--json", str(root / "run.json"))
+    return root, done, json.loads((root / "run.json").read_text())
+
+
+def test_bad_input_gets_one_reason_each_and_the_others_are_graded_and_recorded(farmed):
+    root, done, run = farmed
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]  # some not gradable
+    rows = {r["student"]: r for r in run["gradings"]}
+    assert rows["bob"]["status"] == "graded" and rows["bob"]["total"] == 0.0, rows["bob"]
+    assert rows["bob"]["graded_this_run"] and rows["bob"]["wall_s"] > 0
+    expect = {
+        "carol": "not a valid notebook file",
+        "dave": "looks like lesson2's notebook",
+        "erin": "is empty",
+        "frank": "no lesson1.ipynb in the submission (found: notes.txt)",
+    }
+    for student, phrase in expect.items():
+        assert rows[student]["status"] == "refused" and phrase in rows[student]["reason"]
+        assert f"{student:16s} refused" in done.stdout
+    # the driver wrote the gradebook through nbgrader, as formgrader shows autograde's results
+    assert scores(root) == {"bob": [0.0]}
+    autograded = root / "course" / "autograded" / "bob" / AID / f"{AID}.ipynb"
+    assert "NotImplementedError" in autograded.read_text()  # the grader's verdicts, in the notebook
+    ledger_entry = json.loads(Ledger(AID, root / "course").path("bob").read_text())
+    assert ledger_entry["recorded"] is True
+
+
+def test_a_second_run_grades_nothing_and_starts_no_ray(farmed):
+    root, _, first = farmed
+    t0 = time.perf_counter()
+    done = _farm(root, "--slots", "1", "--json", str(root / "again.json"))
+    took = time.perf_counter() - t0
+    run = json.loads((root / "again.json").read_text())
+    assert run["graded_this_run"] == 0 and run["up_to_date"] == 1, run
+    assert "Started a local Ray instance" not in done.stderr and took < 60
+    bob = next(r for r in run["gradings"] if r["student"] == "bob")
+    assert (
+        bob["started_at"]
+        == next(r for r in first["gradings"] if r["student"] == "bob")["started_at"]
+    )  # the ledger's grading, not a new one
+    assert scores(root) == {"bob": [0.0]}  # recorded once
+
+
+def test_a_changed_submission_or_grader_is_graded_again(farmed, monkeypatch):
+    root, _, _ = farmed
+    monkeypatch.setenv("EFFKIT_COURSE_ROOT", str(root))
+    version = farm_ledger.grader_version()
+    jobs, current, _ = farm.plan(AID, None, version)
+    assert not jobs and set(current) == {"bob"}
+    jobs, current, _ = farm.plan(AID, None, version + "-next")  # another grader: all stale
+    assert [j["student"] for j in jobs] == ["bob"] and not current
+    submit(root, "bob", SOLUTION)  # a newer submission
+    jobs, current, _ = farm.plan(AID, None, version)
+    assert [j["student"] for j in jobs] == ["bob"] and not current
+    assert jobs[0]["sha256"] == farm_ledger.sha256_file(SOLUTION)
+
+
+def test_the_ledger_refuses_an_edited_or_misfiled_entry(tmp_path):
+    course = tmp_path / "course"
+    ledger = Ledger(AID, course)
+    job = {
+        "assignment": AID,
+        "student": "bob",
+        "notebook": AID,
+        "sha256": "a" * 64,
+        "grader_version": "v1",
+    }
+    report = failed(job, "why").model_copy(update={"status": "graded", "reason": None, "total": 3})
+    path = ledger.write(report)
+    assert ledger.current("bob", "a" * 64, "v1") == report
+    assert ledger.current("bob", "b" * 64, "v1") is None  # another submission
+    assert ledger.current("bob", "a" * 64, "v2") is None  # another grader
+    signed = json.loads(path.read_text())
+    signed["report"]["total"] = 12.0  # a better score, written by someone without the key
+    path.write_text(json.dumps(signed))
+    got, _, why = ledger.read("bob")
+    assert got is None and "signature does not match" in why
+    ledger.write(report)
+    path.rename(ledger.path("carol"))  # bob's entry copied into carol's place
+    got, _, why = ledger.read("carol")
+    assert got is None and "another submission's" in why
+
+
+def test_a_report_for_another_submission_is_refused_by_the_driver():
+    job = {"assignment": AID, "student": "bob", "notebook": AID, "sha256": "a" * 64}
+    job["grader_version"] = "v1"
+    mine = failed(job, "x").model_copy(update={"status": "graded", "reason": None})
+    assert farm._accept(job, mine.model_dump_json()).status == "graded"
+    other = mine.model_copy(update={"submission_sha256": "b" * 64})
+    assert "another submission" in farm._accept(job, other.model_dump_json()).reason
+    assert "does not validate" in farm._accept(job, '{"status": "graded"}').reason
+
+
+def test_what_perf_decide_writes_validates_as_the_typed_report_and_survives_json():
+    """``perf.decide``'s dict, as a real timed grading ends, loads as ``PerformanceReport`` and
+    comes back equal from the JSON that crosses between machines."""
+    spec = GradingSpec("smoke", "smoke", 10, 10, 10, 1, 2)
+    m = Measurement(device="CPU test (2 threads)", spec=spec)
+    for r in range(2):
+        m.runs += [Timing("baseline", r, 2.0, 10, 0.8), Timing("learner", r, 1.0, 10, 0.8)]
+        m.chunks += [("baseline", r, c, 1.0) for c in (0, 1)]
+        m.chunks += [("learner", r, c, 0.5) for c in (0, 1)]
+    target = targets.Target("lesson2", "CPU test", "cpu", 1.5, 1.0, "test")
+    result = perf.decide(m, target, gates.Gate(2, 1.0), 5.0, "fallback", [], "lesson2")
+    job = {"assignment": "lesson2", "student": "bob", "notebook": "lesson2", "sha256": "a" * 64}
+    job["grader_version"] = "v1"
+    report = failed(job, "x").model_copy(
+        update={"status": "graded", "performance": PerformanceReport(**result.report)}
+    )
+    back = GradingReport.model_validate_json(report.model_dump_json())
+    assert back.performance.model_dump(mode="json") == json.loads(json.dumps(result.report))
+    assert back.performance.points == 5.0 and back.schema_version == 1
+    with pytest.raises(ValueError):
+        PerformanceReport.model_validate({k: v for k, v in result.report.items() if k != "points"})
+    with pytest.raises(ValueError):  # a future format is refused, not misread
+        GradingReport.model_validate_json(
+            report.model_dump_json().replace('"schema_version":1', '"schema_version":2')
+        )
+
+
+def test_two_slot_holders_get_different_slots_and_cores_and_a_dead_ones_slot_is_free():
+    """The slot lock is a flock: two gradings on one node never share a slot or its cores, and a
+    grading killed with SIGKILL frees its slot (the kernel drops the lock)."""
+    node = f"test-{os.getpid()}-{time.time_ns()}"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import json, time; from grader.frontends.farm import _slot_lock;"
+            f"s, cores, fh = _slot_lock({node!r}, 2); print(json.dumps([s, cores]), flush=True);"
+            "time.sleep(60)",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        theirs, their_cores = json.loads(holder.stdout.readline())
+        mine, cores, fh = farm._slot_lock(node, 2)
+        assert mine != theirs
+        if len(os.sched_getaffinity(0)) >= 2:
+            assert not set(cores) & set(their_cores), (cores, their_cores)
+    finally:
+        holder.kill()
+        holder.wait()
+    t0 = time.perf_counter()
+    other, _, fh2 = farm._slot_lock(node, 2)  # the killed holder's slot, at once
+    assert other == theirs and time.perf_counter() - t0 < 5
+    fh.close()
+    fh2.close()
+    shutil.rmtree(f"/tmp/effkit-farm-slots-{node[:16]}", ignore_errors=True)

@@ -8,11 +8,8 @@ import pytest
 
 from grader.sandbox import fence
 
-PROBE = r"""
-import ctypes, fcntl, json, os, socket, sys, threading
-early = socket.socket(socket.AF_INET)  # made before: still usable
-from grader.sandbox import fence
-print(fence.install(), file=sys.stderr)
+# what both probes do with a refused call: its errno, or "ok"
+HELPERS = r"""
 libc = ctypes.CDLL(None, use_errno=True)
 def attempt(fn):
     try:
@@ -23,6 +20,17 @@ def attempt(fn):
 def syscall(*args):
     if libc.syscall(*args) == -1:
         raise OSError(ctypes.get_errno(), "")
+"""
+
+PROBE = (
+    r"""
+import ctypes, fcntl, json, os, socket, sys, threading
+early = socket.socket(socket.AF_INET)  # made before: still usable
+from grader.sandbox import fence
+print(fence.install(), file=sys.stderr)
+"""
+    + HELPERS
+    + r"""
 nr = {"x86_64": {"keyctl": 250, "add_key": 248, "io_uring_setup": 425},
       "aarch64": {"keyctl": 219, "add_key": 217, "io_uring_setup": 425}}[os.uname().machine]
 f = open(sys.executable, "rb")
@@ -50,6 +58,7 @@ got["child"] = subprocess_rc = __import__("subprocess").run(
     [sys.executable, "-c", "import socket; socket.socket(socket.AF_UNIX)"], capture_output=True).returncode
 print(json.dumps(got))
 """
+)
 
 
 @pytest.mark.skipif(not fence.supported(), reason="no filter for this machine's ABI")
@@ -63,20 +72,14 @@ def test_a_fenced_process_opens_only_internet_sockets_and_no_other_channel():
     assert got["child"] != 0, "a child process escaped the fence"
 
 
-BASE_PROBE = r"""
+BASE_PROBE = (
+    r"""
 import ctypes, json, os, socket, sys
 from grader.sandbox import fence
 print(fence.install(ranks=False), file=sys.stderr)
-libc = ctypes.CDLL(None, use_errno=True)
-def attempt(fn):
-    try:
-        fn()
-        return "ok"
-    except OSError as err:
-        return err.errno
-def syscall(*args):
-    if libc.syscall(*args) == -1:
-        raise OSError(ctypes.get_errno(), "")
+"""
+    + HELPERS
+    + r"""
 nr = {"x86_64": {"keyctl": 250, "add_key": 248, "io_uring_setup": 425, "bpf": 321, "perf_event_open": 298},
       "aarch64": {"keyctl": 219, "add_key": 217, "io_uring_setup": 425, "bpf": 280, "perf_event_open": 241}}[
     os.uname().machine]
@@ -92,6 +95,7 @@ got = {
 }
 print(json.dumps(got))
 """
+)
 
 
 @pytest.mark.skipif(not fence.supported(), reason="no filter for this machine's ABI")

@@ -64,3 +64,24 @@ def test_the_course_configures_the_owner_checked_collect():
     config = PyFileConfigLoader("nbgrader_config.py", path=here).load_config()
     factory = ExchangeFactory(config=config)
     assert factory.collect is OwnedCollect
+
+
+@ROOT_ONLY
+def test_a_submission_the_instructor_placed_by_hand_is_collected(tmp_path, monkeypatch):
+    """Files the collecting account owns were put there by the instructor (no learner can make one):
+    collected, as nbgrader does, so a course run from one account keeps working."""
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
+    inbound = tmp_path / "exchange" / "effkit" / "inbound"
+    _submit(inbound, "carl", pwd.getpwuid(os.geteuid()).pw_name, "2026-12-01 10:00:00.000000")
+    config = Config()
+    config.CourseDirectory.root = str(tmp_path / "course")
+    config.CourseDirectory.course_id = "effkit"
+    config.CourseDirectory.assignment_id = "lesson2"
+    config.CourseDirectory.db_url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    config.Exchange.root = str(tmp_path / "exchange")
+    collect = OwnedCollect(
+        coursedir=CourseDirectory(config=config), authenticator=None, config=config
+    )
+    collect.start()
+    assert collect.refused == []
+    assert (tmp_path / "course" / "submitted" / "carl" / "lesson2" / "lesson2.ipynb").exists()

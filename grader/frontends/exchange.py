@@ -3,7 +3,8 @@
 nbgrader 0.9's exchange names each submission ``<student>+<assignment>+<time>`` and its collect only warns
 when the files belong to another account ("cheating attempt?"), then collects them: learner 2 could
 overwrite learner 1's graded work with `nbgrader submit --student=learner1`. `OwnedCollect` drops every
-record whose folder a different account owns, before choosing each learner's latest, and says so.
+record whose folder another account owns (neither the learner named nor the collecting instructor), before
+choosing each learner's latest, and says so.
 Configured in nbgrader_config.py (``c.ExchangeFactory.collect``), so formgrader's Collect uses it too.
 """
 
@@ -39,11 +40,12 @@ class OwnedCollect(ExchangeCollect):
         student = self.coursedir.student_id or "*"
         pattern = os.path.join(self.inbound_path, f"{student}+{self.coursedir.assignment_id}+*")
         records, self.refused = [], []
+        collector = pwd.getpwuid(os.geteuid()).pw_name
         for path in glob.glob(pattern):
             rec = self._path_to_record(path)
-            if (
-                owner(path) != rec["username"]
-            ):  # filed under another learner's name: never collected
+            # filed under another account's name: never collected (files the collecting account owns
+            # are the instructor's, placed by hand: no learner can make one)
+            if owner(path) not in (rec["username"], collector):
                 self.refused.append(rec["filename"])
                 self.log.error(
                     "REFUSED %s: filed as %s's submission but owned by %s; %s's earlier "

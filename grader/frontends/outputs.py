@@ -14,7 +14,7 @@ from nbformat.v4 import new_output
 
 from grader.common.quiet import quiet
 from grader.frontends.notebook import nbgrader_meta, solution_sources
-from grader.sandbox.launch import unavailable_note
+from grader.sandbox.launch import unavailable_lines
 from grader.scoring.checks import CellVerdict, grade_cells
 from grader.scoring.perf import GradingError, PerfResult, grade
 
@@ -22,8 +22,7 @@ from grader.scoring.perf import GradingError, PerfResult, grade
 def cell_outputs(v: CellVerdict, max_points: float, report: dict) -> list:
     text = "\n".join(v.lines)
     tail = [f"flag       {f}" for f in report.get("flags", [])]
-    if report.get("unavailable"):
-        tail.append(f"note       {unavailable_note(report['unavailable'])}")
+    tail += [f"note       {line}" for line in unavailable_lines(report.get("unavailable", []))]
     if v.passed:
         body = (text + "\n" if text else "") + "\n".join(tail)
         outs = [new_output("stream", name="stdout", text=(body + "\n") if body else "passed\n")]

@@ -17,7 +17,7 @@ from grader.common import course
 from grader.frontends.notebook import merge, nbgrader_meta, read_notebook, solution_ids
 from grader.frontends.outputs import CellsReport, fill_graded_cells, fill_performance_cell
 from grader.kit.assignment import Assignment
-from grader.sandbox.launch import unavailable_note
+from grader.sandbox.launch import unavailable_lines
 from grader.scoring.perf import PerfResult
 
 
@@ -147,8 +147,7 @@ def render(report: Report) -> str:
             out.append(f"\n[{gid}] " + ("passed" if v.passed else "FAILED: " + v.reason))
             out += v.lines
         out += [f"flag: {flag}" for flag in report.cells.flags]
-        if report.cells.unavailable:
-            out.append(unavailable_note(report.cells.unavailable))
+        out += unavailable_lines(report.cells.unavailable)
     if report.performance is not None:
         out.append("\n" + report.performance.feedback)
     return "\n".join(out)

@@ -79,6 +79,16 @@ def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
+def unavailable_lines(items: list[str], where: str = "") -> list[str]:
+    """What a learner's view says of ``items``: a fixed test seed verbatim (a course that sets it by
+    mistake must see it), every missing protection counted in one :func:`unavailable_note`."""
+    said = [i for i in items if i.startswith("secret draws:")]
+    rest = [i for i in items if not i.startswith("secret draws:")]
+    return [f"protection unavailable here{where}: {i}" for i in said] + (
+        [unavailable_note(rest, where)] if rest else []
+    )
+
+
 def unavailable_note(items: list[str], where: str = "") -> str:
     """The sandbox's missing protections as one line for a learner's view: how many, and who can act.
     The list itself stays in the report's JSON ("unavailable"): it named, among others, where the

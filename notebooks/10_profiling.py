@@ -241,8 +241,9 @@ print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians)
 # machine as much as on the work: dispatch speed, the kernel the library picks for this CPU's
 # instructions (AVX2, AVX512, AMX) and the clock all move it, and so does a busy core. The doctor
 # once drew its line at 40 µs, set on an Intel Xeon with AMX; on an AMD EPYC with faster kernels
-# even the clean step's calls took less than that, and the doctor called four of eight steps
-# overhead-bound that were not. So each profile also measures `matmul_us_floor`: the self time of a
+# even the clean step's calls took less than that, and the reference diagnosis named only 3 of 8
+# planted steps right, calling clean, sync, optimizer and padding steps overhead-bound. So each
+# profile also measures `matmul_us_floor`: the self time of a
 # matmul call that does almost no work (a width-8 `Linear`, batch 1), right after the steps, on
 # their device, in their precision and under the same load. On the 2-core AMD EPYC this lesson was
 # recorded on, the planted overhead step's work calls sit at 2-3x that floor and the clean step's

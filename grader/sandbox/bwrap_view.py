@@ -5,7 +5,8 @@ instructor's clone, a backup under /srv) stays reachable by path (issue 52 §2).
 the system folders, the Python installation, the repository view (``learner_view``: worker modules and
 effkit with the lesson's answers withheld) and the grading's inputs are bound read-only; ``/tmp`` and
 ``/dev/shm`` are size-capped tmpfs; ``/dev`` is minimal, GPU nodes bound only when granted; no cgroup
-file system. Opt-in (``EFFKIT_SANDBOX_VIEW=bwrap``) until a full suite and a GPU lease have run it.
+file system. Where bwrap is missing (a GPU image without network) or ``EFFKIT_SANDBOX_VIEW=unshare``,
+the ``unshare`` view stays and every report says so (:data:`MISSING`).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import shutil
 import sys
 from pathlib import Path
 
+from grader.sandbox import learner_view
 from grader.sandbox.learner_view import (
     REPO_ROOT,
-    WORKER_MODULES,
     effkit_files,
     module_file,
     other_copies,
@@ -30,9 +31,21 @@ from grader.sandbox.learner_view import (
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys")
 
 
+MISSING = (
+    "an allow-list file view (bubblewrap is not installed, or EFFKIT_SANDBOX_VIEW=unshare): the worker "
+    "sees the host's files less the course's, so another readable copy of the course on this machine "
+    "is reachable by path"
+)
+
+
 def wanted() -> bool:
-    """Whether this grader builds views with bubblewrap: asked for, and installed."""
-    return os.environ.get("EFFKIT_SANDBOX_VIEW") == "bwrap" and shutil.which("bwrap") is not None
+    """Whether this grader builds views with bubblewrap: installed, and not turned off."""
+    return os.environ.get("EFFKIT_SANDBOX_VIEW") != "unshare" and shutil.which("bwrap") is not None
+
+
+def unavailable_here() -> list[str]:
+    """What a root grader's reports list about the file view on this machine: nothing, or MISSING."""
+    return [] if wanted() else [MISSING]
 
 
 def prefixes() -> list[str]:
@@ -93,6 +106,11 @@ def view_args(
                 args += ["--size", "1024", "--perms", "0000", "--tmpfs", str(path)]
     else:
         args += _repository_view(root, lesson, fds)
+    data = os.environ.get(
+        "EFFKIT_DATA"
+    )  # the course's data sets (kept in the worker's environment)
+    if data and Path(data).is_dir():
+        args += ["--ro-bind", str(Path(data).resolve()), data]
     if expose is not None:
         args += ["--ro-bind", str(expose), exposed_at]
     if state_dir is not None:
@@ -131,7 +149,7 @@ def with_parents(args: list[str]) -> list[str]:
 def _repository_view(root: Path, lesson: str | None, fds: list[int]) -> list[str]:
     """One read-only bind per file a learner's worker may read; withheld answers as masked copies."""
     args: list[str] = []
-    for name in WORKER_MODULES:
+    for name in learner_view.WORKER_MODULES:  # read now: a test adds its own worker module
         src = module_file(name, root)
         args += ["--ro-bind", str(src), str(src)]
     withheld = withheld_files(root, lesson)

@@ -206,6 +206,7 @@ def launch(
         env["USER"] = env["LOGNAME"] = USER_NAMES[uid]
         cwd = "/"
     elif root and shutil.which("unshare") and shutil.which("setpriv"):
+        unavailable += [] if grader_only else [bwrap_view.MISSING]  # learner code: the view matters
         # Hide first: a course folder under /tmp (tests) disappears from view with the new /tmp.
         mounts = [
             f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(hidden)}" for hidden in hidden_paths()

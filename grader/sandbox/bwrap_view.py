@@ -141,6 +141,8 @@ def with_parents(args: list[str]) -> list[str]:
             out += args[i : i + 3]
             i += 3
         else:
+            if args[i] in ("--dir", "--tmpfs") and i + 1 < len(args):
+                made.add(args[i + 1])  # made with its own mode (/tmp/work: 0700)
             out.append(args[i])
             i += 1
     return out

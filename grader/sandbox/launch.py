@@ -161,8 +161,8 @@ def launch(
     someone else's) that this one joins instead of making its own: ranks of one job in sandboxes
     and cgroups of their own that still reach each other, and nothing else (lesson 11 (b)).
 
-    ``no_gpu``: the worker sees no GPU (``CUDA_VISIBLE_DEVICES=""``, and as root ``GPU_NODES`` replaced
-    by ``/dev/null`` in its mount namespace): for tasks specified on the CPU whose budget is host
+    ``no_gpu``: the worker sees no GPU (``CUDA_VISIBLE_DEVICES=""``, and as root ``GPU_NODES`` absent
+    from its bwrap view, or replaced by ``/dev/null`` in the unshare view): for tasks specified on the CPU whose budget is host
     memory (lesson 11), where device memory would be memory no cgroup counts.
 
     ``lesson``: the assignment whose learner code runs here; its ``learner_view.WITHHELD`` effkit

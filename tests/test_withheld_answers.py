@@ -73,3 +73,8 @@ def test_a_submission_that_calls_effkits_answer_earns_nothing_and_the_reference_
     ), verdicts
     verdicts, _ = grade_cells(a, _cells(lesson), only=[check], seed=7)
     assert verdicts[check].passed, verdicts[check].reason
+
+
+def test_every_lesson_that_withholds_an_answer_is_attacked_here():
+    """A lesson whose manifest withholds an effkit answer gets its one-line attack above."""
+    assert sorted(CALLS_EFFKIT) == sorted(assignments.withheld())

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from effkit import syllabus
+
 
 @dataclass(frozen=True)
 class Manifest:
@@ -59,6 +61,4 @@ class Manifest:
     @property
     def syllabus(self):
         """This lesson's row of ``effkit.syllabus`` (number, title, notebook): referenced, not copied."""
-        from effkit import syllabus  # lazily: a worker reading manifests never needs it
-
         return syllabus.by_assignment(self.id)

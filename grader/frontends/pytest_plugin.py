@@ -23,6 +23,7 @@ from grader import assignments
 from grader.scoring.report import CellScore, PerformanceReport
 
 OPTION = "--effkit-submission"
+_SUBMISSIONS = pytest.StashKey[dict]()  # notebook path -> assignment id
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -65,9 +66,6 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"{OPTION} {path.name}: {why}") from None
     config.args = [str(p) for p in paths]  # collect the submissions, not the testpaths
     config.stash[_SUBMISSIONS] = found
-
-
-_SUBMISSIONS = pytest.StashKey[dict]()  # notebook path -> assignment id
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):

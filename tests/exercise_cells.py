@@ -5,7 +5,8 @@ way a sandboxed worker would answer them, in this process (the sandboxed path is
 reference test); the tests of lessons 7 to 13 use them (lesson 5's keeps its own planner-only
 session, graded through grade_in_process). ``reference_cells``, ``stub_cells``, ``grade`` and
 ``grade_here`` are the exercise tests' one way to read a lesson's cells and grade them; ``POINTS`` is
-every assignment's graded cells and their points (tests/test_exercises.py checks the notebooks')."""
+each cell-checked assignment's graded cells and points, from its manifest (tests/test_manifest.py
+checks them against the notebooks)."""
 
 from __future__ import annotations
 

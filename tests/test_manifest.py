@@ -70,7 +70,8 @@ def test_a_lesson_without_a_manifest_fails_with_a_clear_error(lesson99):
 def test_a_manifest_for_another_lesson_or_a_broken_one_is_refused(lesson99):
     (lesson99 / "manifest.py").write_text(
         "from grader.kit.manifest import Manifest\n"
-        "MANIFEST = Manifest('lesson1', worker_modules=('probes',), points={'test_quiz': 2})\n"
+        "MANIFEST = Manifest('lesson1', worker_modules=('probes',), points={'test_quiz': 2},\n"
+        "                    reference_grading_s=10.0, stub_grading_s=5.0)\n"
     )
     with pytest.raises(TypeError, match=r"lesson99/manifest.py must define MANIFEST = Manifest\("):
         assignments.manifest("lesson99")
@@ -88,9 +89,15 @@ def test_a_manifest_for_another_lesson_or_a_broken_one_is_refused(lesson99):
         (dict(withheld=("doctor.diagnose",)), "effkit.module.function"),
         (dict(points={}), "positive score"),
         (dict(points={"test_quiz": 0}), "positive score"),
+        (dict(stub_grading_s=0.0), "measured wall seconds"),
     ],
 )
 def test_a_malformed_manifest_says_what_is_wrong(fields, error):
-    good = dict(worker_modules=("probes",), points={"test_quiz": 2})
+    good = dict(
+        worker_modules=("probes",),
+        points={"test_quiz": 2},
+        reference_grading_s=10.0,
+        stub_grading_s=5.0,
+    )
     with pytest.raises(ValueError, match=error):
         Manifest("lesson99", **(good | fields))

@@ -22,6 +22,10 @@ class Manifest:
     worker_modules: tuple[str, ...]
     # graded cell -> points, as the instructor's notebook must give them (tests/test_manifest.py)
     points: dict[str, float]
+    # wall seconds of `python -m grader check` on the reference solution and on the untouched stub,
+    # measured (the lesson's manifest says where): the demo's estimate of the time left
+    reference_grading_s: float
+    stub_grading_s: float
     # effkit functions that *are* this exercise's answer (the lesson says so): in this lesson's
     # workers their bodies raise (grader.sandbox.learner_view), so one line calling effkit earns nothing
     withheld: tuple[str, ...] = ()
@@ -40,6 +44,8 @@ class Manifest:
             raise ValueError(
                 f"{self.id}: withheld names effkit functions as 'effkit.module.function', not {bad}"
             )
+        if min(self.reference_grading_s, self.stub_grading_s) <= 0:
+            raise ValueError(f"{self.id}: grading times are measured wall seconds, above 0")
         if not self.points or any(p <= 0 for p in self.points.values()):
             raise ValueError(f"{self.id}: points must give every graded cell a positive score")
 

@@ -105,3 +105,8 @@ def test_lesson7_answered_through_effkits_twin_and_helpers_earns_only_the_quiz()
     earned = sorted(g for g, v in verdicts.items() if v.passed)
     assert earned == ["test_quiz"], {g: v.reason for g, v in verdicts.items()}
     assert "implements lesson7's reference answer" in verdicts["test_coverage"].reason, verdicts
+
+
+def test_every_lesson_that_withholds_an_answer_is_attacked_here():
+    """A lesson whose manifest withholds an effkit answer gets its one-line attack above."""
+    assert sorted(CALLS_EFFKIT) == sorted(assignments.withheld())

@@ -13,14 +13,14 @@ import site
 import sys
 from pathlib import Path
 
+from grader import assignments
 from grader.sandbox.answer_closure import answer_closure, defs, functions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STAGE = "/mnt"  # where the view is built before it is moved over the repository (see view_mounts)
 
 # Worker entry points and the core pieces they import (process tree walk, pipes, quiz answers, the
-# timed worker's audit and data), then per lesson: the package, its probes, the timed runtime and the
-# task modules those import. Parent-side modules (checks, references, keys) are never listed.
+# timed worker's audit and data, the registry and its manifests).
 _CORE = (
     "grader",
     "grader.sandbox",
@@ -39,42 +39,20 @@ _CORE = (
     "grader.kit",
     "grader.kit.worker",
     "grader.kit.assignment",
+    "grader.kit.manifest",
     "grader.kit.audit",
     "grader.kit.data",
     "grader.kit.timed_runtime",
     "grader.assignments",
 )
-_LESSONS = {
-    "lesson1": ("probes", "task"),
-    "lesson2": ("probes", "probe_data", "runtime"),
-    "lesson3": ("probes", "amp_checks", "runtime", "text_data"),
-    "lesson4": ("probes", "accum_task"),
-    "lesson5": ("probes", "ckpt_checks"),
-    "lesson6": ("probes", "task"),
-    "lesson7": ("probes",),
-    "lesson8": ("probes", "lora_task"),
-    "lesson9": ("probes",),
-    "lesson10": ("probes", "slow_step"),
-    "lesson11": ("probes", "ddp_task", "memory_task"),
-    "lesson12": ("probes",),
-    "lesson13": ("probes", "slo_task"),
-}
-# effkit functions that *are* an exercise's answer (the lesson says so): in that lesson's workers
-# their bodies raise, so one line that calls effkit earns nothing (issue 42). Copying the code from
-# the lesson into a cell is not stopped here.
-WITHHELD = {
-    "lesson7": ("effkit.length_buckets.bucket_batches",),
-    "lesson9": ("effkit.distill.kd_loss",),
-    "lesson10": ("effkit.doctor.diagnose",),
-}
-WORKER_MODULES: tuple[str, ...] = _CORE + tuple(
-    name
-    for lesson, modules in _LESSONS.items()
-    for name in (
-        f"grader.assignments.{lesson}",
-        *(f"grader.assignments.{lesson}.{m}" for m in modules),
-    )
-)
+# Per lesson (its manifest, grader/assignments/<id>/manifest.py, read through the registry): the
+# package, its probes, the timed runtime and the task modules those import. Parent-side modules
+# (checks, references, keys) are never listed.
+# WITHHELD: effkit functions that *are* an exercise's answer (the lesson says so): in that lesson's
+# workers their bodies raise, so one line that calls effkit earns nothing (issue 42). Copying the
+# code from the lesson into a cell is not stopped here.
+WITHHELD: dict[str, tuple[str, ...]] = assignments.withheld()
+WORKER_MODULES: tuple[str, ...] = _CORE + assignments.worker_modules()
 
 
 def module_file(name: str, root: Path = REPO_ROOT) -> Path:

@@ -12,6 +12,7 @@ the ``unshare`` view stays and every report says so (:data:`MISSING`).
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -193,6 +194,4 @@ def command(
 
 
 def _q(arg) -> str:
-    import shlex
-
     return shlex.quote(str(arg))

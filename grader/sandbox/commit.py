@@ -18,23 +18,27 @@ import torch
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW  # what the parent requires
 
 
-def training_state(trainer) -> bytes:
-    """What a worker commits: its model's state and its optimizer's per-parameter state."""
+def training_state(trainer, batches: dict | None = None) -> bytes:
+    """What a worker commits: its model's state and its optimizer's per-parameter state (and,
+    where the runtime keeps them, the chunk's batches: :meth:`grader.kit.audit.EpochAudit.take_kept`)."""
     buffer = io.BytesIO()
-    torch.save(_state(trainer), buffer)
+    torch.save(_state(trainer, batches), buffer)
     return buffer.getvalue()
 
 
-def _state(trainer) -> dict:
+def _state(trainer, batches: dict | None = None) -> dict:
     # The random generators' states too: a replay of the next chunk draws the same dropout masks.
     rng = {"cpu": torch.get_rng_state()}
     if getattr(trainer, "device", torch.device("cpu")).type == "cuda":
         rng["cuda"] = torch.cuda.get_rng_state(trainer.device)
-    return {
+    state = {
         "model": {k: v.detach().cpu() for k, v in trainer.model.state_dict().items()},
         "optimizer": _cpu(trainer.optimizer.state_dict()["state"]),
         "rng": rng,
     }
+    if batches is not None:
+        state["batches"] = batches
+    return state
 
 
 def set_rng(state: dict, device) -> None:
@@ -46,11 +50,11 @@ def set_rng(state: dict, device) -> None:
         torch.cuda.set_rng_state(rng["cuda"], torch.device(device))
 
 
-def to_memfd(trainer) -> tuple[int, int]:
+def to_memfd(trainer, batches: dict | None = None) -> tuple[int, int]:
     """The training state in a new memfd sealed against any change: (its fd, its size)."""
     fd = os.memfd_create("effkit-commit", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     with open(fd, "wb", closefd=False) as f:
-        torch.save(_state(trainer), f)
+        torch.save(_state(trainer, batches), f)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
     return fd, os.fstat(fd).st_size
 
@@ -92,4 +96,23 @@ def load_state(blob_or_path) -> dict:
         )
     ):
         raise ValueError("not a training state (its generator states)")
+    if "batches" in state and not _kept_batches(state["batches"]):
+        raise ValueError("not a training state (its kept batches)")
     return state
+
+
+def _kept_batches(kept) -> bool:
+    """``{"x": float32 N x 3 x 32 x 32, "y": int64 N, "sizes": int64 steps summing to N}``."""
+    if not (isinstance(kept, dict) and set(kept) == {"x", "y", "sizes"}):
+        return False
+    x, y, sizes = kept["x"], kept["y"], kept["sizes"]
+    return (
+        all(torch.is_tensor(t) for t in (x, y, sizes))
+        and x.dtype == torch.float32
+        and x.dim() == 4
+        and tuple(x.shape[1:]) == (3, 32, 32)
+        and y.dtype == torch.int64 == sizes.dtype
+        and y.dim() == 1 == sizes.dim()
+        and len(y) == len(x) == int(sizes.sum())
+        and bool((sizes > 0).all())
+    )

@@ -133,6 +133,12 @@ class Worker:
         why = fence.install(ranks=False) if fence.supported() else None
         if why:
             raise SystemExit(f"the worker's seccomp fence could not be installed: {why}")
+        # The reference answers this worker never needs refuse to run from here on, whatever route
+        # learner code takes to them (a list, getattr on a built string): the timed run is judged
+        # on what it ran, not only on what the probe worker saw (grader/README.md, threat model).
+        refuse = getattr(self.assignment, "refuse_reference_answers", None)
+        if refuse is not None:
+            refuse()
         module = types.ModuleType("learner_solution")
         module.__file__ = "<learner solution cells>"
         sys.modules["learner_solution"] = module
@@ -160,6 +166,8 @@ class Worker:
         if cmd.get("begin"):
             self._begin(cmd["begin"])
         trainer, model, audit = self.trainer, self.model, self.audit
+        if getattr(audit, "keep", False):
+            audit.kept.clear()  # the warm-up's, or what a previous chunk left: this chunk's only
         j, parts = cmd.get("part", (0, 1))
         spe = trainer.steps_per_epoch
         n = min(
@@ -178,6 +186,8 @@ class Worker:
                 f"{self.epoch + (j < parts - 1)}, i.e. the loss became NaN. " + audit.nan_hint()
             )
         report = {"epoch": self.epoch}
+        # taken before finish() drains the epoch's tail: only batches the trainer trained on
+        kept = audit.take_kept() if getattr(audit, "keep", False) else None
         if cmd.get("finish"):
             audit.finish(trainer.pipeline, self.epoch)
             # Learner code also runs *during* training (the pipeline): look for tampering again.
@@ -196,10 +206,10 @@ class Worker:
         if cmd["send_weights"] == "memfd":
             if self.commit_fd is not None:
                 os.close(self.commit_fd)
-            self.commit_fd, nbytes = to_memfd(trainer)
+            self.commit_fd, nbytes = to_memfd(trainer, kept)
             self.channel.send(event, memfd=self.commit_fd, nbytes=nbytes, **report)
         else:
-            self.channel.send_bytes(event, training_state(trainer), **report)
+            self.channel.send_bytes(event, training_state(trainer, kept), **report)
 
     def replay(self, cmd: dict) -> None:
         """Chunk ``chunk`` of a run again, through the reference path, from a committed state
@@ -225,9 +235,10 @@ class Worker:
             warnings.simplefilter("ignore")
             for _ in range(first):
                 trainer.scheduler.step()
-        trainer.skip_batches(
-            first
-        )  # the very batches the chunk trained on (same seed, same stream)
+        if cmd.get("batches"):  # the batches the learner's timed chunk trained on, as committed
+            trainer._batches = iter(self._kept_batches(cmd["batches"], n))
+        else:  # the very batches the chunk trained on (same seed, same stream)
+            trainer.skip_batches(first)
         try:  # and the learner's dropout masks, from its committed generators
             set_rng(state, self.device)
         except (
@@ -242,8 +253,20 @@ class Worker:
             sync(self.device)
         self.channel.send_bytes("replayed", training_state(trainer))
 
+    def _kept_batches(self, name: str, n: int) -> list:
+        """A timed chunk's batches (a safetensors file the parent wrote): exactly ``n`` steps."""
+        from safetensors.torch import load_file
+
+        kept = load_file(str(Path(os.environ["EFFKIT_GRADER_DATA"]) / name))
+        sizes = kept["sizes"].tolist()
+        if len(sizes) != n:
+            raise ValueError(f"the kept batches hold {len(sizes)} steps, the chunk has {n}")
+        xs, ys = kept["x"].split(sizes), kept["y"].split(sizes)
+        return [(x.to(self.device), y.to(self.device)) for x, y in zip(xs, ys, strict=True)]
+
     def _begin(self, spec: dict) -> None:
         self.audit = self.assignment.EpochAudit()
+        self.audit.keep = bool(getattr(self.assignment, "KEEP_BATCHES", False))
         inputs = Path(os.environ["EFFKIT_GRADER_DATA"])  # the parent's inputs, read-only here
         seed_caches(inputs)
         self.trainer = self.assignment.build_trainer(

@@ -248,9 +248,11 @@ def _timed_runs(
 
     parts = spec.chunks_per_epoch
     seconds: dict[tuple[str, int], float] = {}
+    judge = getattr(data, "judge_kept", None)  # a runtime whose workers commit their batches
     i = 0
     for r in repeats:
         begin = _begin_of(data, spec, r)
+        commits.draw(r, spec.epochs * parts)  # the chunks to replay, kept secret in this process
         reveal.show_run(data, r)  # both workers are frozen: from now on, only timed chunks run
         for c in range(spec.epochs * parts):
             last = c == spec.epochs * parts - 1
@@ -295,6 +297,9 @@ def _timed_runs(
                     torch.save(state["model"], buffer)
                     data.weights_path(w.role, r).write_bytes(buffer.getvalue())
                 w.pause()
+                kept = state.pop("batches", None)
+                if kept is not None and judge is not None:
+                    _judge_kept(out, judge, commits, w.role, r, c, kept)
                 escaped = b.escaped()
                 if escaped:  # a process nothing stops could steal the core while A is timed
                     raise WorkerFailed(
@@ -323,6 +328,25 @@ def _timed_runs(
 
 
 LEFT_SESSION = "your code started a process that left the worker's session"
+
+
+def _judge_kept(out: Measurement, judge, commits: Commits, role: str, r: int, c: int, kept) -> None:
+    """What a timed chunk trained on, judged here (the learner's every chunk; the baseline's drawn
+    ones, a check of the judge itself), and the learner's drawn chunks kept for their replay."""
+    drawn = c in commits.drawn.get(r, ())
+    if role == "baseline" and not drawn:
+        return
+    found = judge(r, c, kept)
+    if found and role == "baseline":  # the reference pipeline fails the judge: a grader bug
+        raise WorkerFailed(
+            f"the baseline's timed batches failed the grader's judge: {found}", role="baseline"
+        )
+    for problem in found:
+        text = f"your timed run {r + 1}, chunk {c + 1}: {problem}"
+        if text not in out.problems and len(out.problems) < 8:
+            out.problems.append(text)
+    if role == "learner" and drawn:
+        commits.keep_batches(r, c, kept)
 
 
 def _rel(data, path: Path) -> str:

@@ -6,6 +6,7 @@ Ties the returned weights to work done inside timed chunks (after "Proof-of-Lear
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import shutil
@@ -25,6 +26,12 @@ from grader.sandbox.commit import load_state
 SIZE_BAND = (0.2, 5.0)  # learner update norm / baseline update norm, same chunk, every chunk
 MIN_COSINE_FIRST = 0.1  # chunk 0: cosine of the learner's update with the baseline's
 MIN_COSINE = 0.5  # a replayed chunk: cosine of the learner's update with the replay's
+# An exact replay (the same batches through the recipe's own step, from the same state: lesson 2 with
+# its kept batches, lesson 3's reference stream) differs from honest training only by rounding and
+# bf16/fp32 autocast; the bands are calibrated in grader/README.md (threat model, "the timed run is
+# the checked run"): a step on part of each batch, or other batches, falls outside them.
+EXACT_COSINE = 0.9
+EXACT_SIZE_BAND = (0.8, 1.25)
 REPLAYS_PER_RUN = 2  # chunks drawn per scored run (among chunks 1..K-1; chunk 0 needs no replay)
 
 
@@ -80,12 +87,31 @@ class Commits:
         self.folder = Path(folder)
         self.folder.mkdir(mode=0o700, exist_ok=True)
         self.expected, self.added = expected, 0
+        self.drawn: dict[int, list[int]] = {}  # run -> chunks to replay, secret until the chunk ran
+
+    def draw(self, r: int, k_chunks: int) -> list[int]:
+        """The chunks of run ``r`` to replay, drawn before it starts (among 1..K-1: chunk 0 is
+        compared with the baseline's own), so that their batches can be kept as they come."""
+        pool = range(1, k_chunks)
+        self.drawn[r] = sorted(random.SystemRandom().sample(pool, min(REPLAYS_PER_RUN, len(pool))))
+        return self.drawn[r]
+
+    def kept_path(self, r: int, c: int) -> Path:
+        return self.folder / f"kept-{r}-{c}.safetensors"
+
+    def keep_batches(self, r: int, c: int, kept: dict) -> None:
+        """The learner's chunk ``c`` batches, for its replay: safetensors (a header and raw bytes)."""
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in kept.items()}, str(self.kept_path(r, c)))
 
     def path(self, role: str, r: int, c: int) -> Path:
         return self.folder / f"{role}-{r}-{c}.pt"
 
     def add(self, role: str, r: int, c: int, blob: bytes) -> dict:
         state = load_state(blob)  # refused here, before anything else reads it
+        if "batches" in state:  # judged and kept by the caller; the disk holds the state alone
+            blob = _without_batches(state)
         left = max(1, self.expected - self.added)
         free = shutil.disk_usage(self.folder).free
         if free < left * len(blob):
@@ -107,6 +133,12 @@ class Commits:
 
     def state(self, role: str, r: int, c: int) -> dict:
         return load_state(self.path(role, r, c))
+
+
+def _without_batches(state: dict) -> bytes:
+    buffer = io.BytesIO()
+    torch.save({k: v for k, v in state.items() if k != "batches"}, buffer)
+    return buffer.getvalue()
 
 
 def update(start: dict, end: dict) -> torch.Tensor:
@@ -158,7 +190,7 @@ def check_work(
     timeout_s: float,
 ) -> list[str]:
     """Problems for ``runs`` (their chunks all committed); every figure lands in ``out.work_checks``."""
-    problems, draw = [], random.SystemRandom()
+    problems = []
     k_chunks = spec.epochs * spec.chunks_per_epoch
     for r in runs:
         bad = []
@@ -195,16 +227,24 @@ def check_work(
                 c == 0 and not cos >= MIN_COSINE_FIRST
             ):
                 bad.append((c, "the baseline's", cos, ratio))
-        for c in sorted(draw.sample(range(1, k_chunks), min(REPLAYS_PER_RUN, k_chunks - 1))):
+        drawn = commits.drawn.get(r) or commits.draw(r, k_chunks)
+        for c in drawn:
             start = commits.path("learner", r, c - 1)
             name = f"replay-{r}-{c}.pt"
             shutil.copyfile(start, reveal.exposed / name)
             (reveal.exposed / name).chmod(0o644)
+            kept = commits.kept_path(r, c)
+            extra = {}
+            if kept.exists():  # the learner's own batches: an exact replay of what it trained on
+                extra["batches"] = kept.name
+                shutil.copyfile(kept, reveal.exposed / kept.name)
+                (reveal.exposed / kept.name).chmod(0o644)
             baseline.send(
                 cmd="replay",
                 begin=dict(begin_of(r), init_path=name),
                 chunk=c,
                 parts=spec.chunks_per_epoch,
+                **extra,
             )
             event, _ = baseline.expect(
                 "replayed", timeout_s, f"replaying chunk {c + 1} of run {r + 1}"
@@ -214,19 +254,22 @@ def check_work(
             ]
             baseline.pause()
             (reveal.exposed / name).unlink()
+            if extra:
+                (reveal.exposed / kept.name).unlink()
             start_model = commits.state("learner", r, c - 1)["model"]
             cos, ratio = compare(
                 update(start_model, commits.state("learner", r, c)["model"]),
                 update(start_model, end),
             )
+            against = "replay of your batches" if extra else "replay"
             out.work_checks.append(
-                {"run": r, "chunk": c, "against": "replay", "cosine": cos, "ratio": ratio}
+                {"run": r, "chunk": c, "against": against, "cosine": cos, "ratio": ratio}
             )
-            if cos >= MIN_COSINE and SIZE_BAND[0] <= ratio <= SIZE_BAND[1]:
+            exact = bool(extra) or spec.replay_scored
+            (lo, hi), least = (EXACT_SIZE_BAND, EXACT_COSINE) if exact else (SIZE_BAND, MIN_COSINE)
+            if cos >= least and lo <= ratio <= hi:
                 continue
-            if (
-                spec.replay_scored
-            ):  # the learner trains the reference's own stream: the replay is exact
+            if exact:  # the replay trained the very batches the learner's chunk did
                 bad.append((c, "the grader's replay of it", cos, ratio))
             else:  # its own pipeline (lesson 2): other batches, so a replay is only statistical
                 out.flags.append(

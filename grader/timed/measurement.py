@@ -37,6 +37,9 @@ class GradingSpec:
     # The learner trains the baseline's own data stream (lesson 3 changes precision, not data): a
     # replay from its committed state sees its batches and dropout masks, so a mismatch is scored.
     replay_scored: bool = False
+    # A scored replay's least cosine with the learner's chunk update: the loose 0.5 where honest
+    # runs were never measured against a cheaper step (grader/README.md, threat model).
+    replay_cosine: float = 0.5
     data: str = (
         "easy"  # lesson 2's synthetic images: "hard" where a run would reach 100% on the easy set
     )

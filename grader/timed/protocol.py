@@ -334,17 +334,15 @@ def _judge_kept(out: Measurement, judge, commits: Commits, role: str, r: int, c:
     """What a timed chunk trained on, judged here (the learner's every chunk; the baseline's drawn
     ones, a check of the judge itself), and the learner's drawn chunks kept for their replay."""
     drawn = c in commits.drawn.get(r, ())
-    if role == "baseline" and not drawn:
-        return
+    failed = any(p.startswith("your timed run ") for p in out.problems)
+    if (role == "baseline" and not drawn) or (role == "learner" and failed):
+        return  # one failing chunk says it: no points either way, and less of the parent's time
     found = judge(r, c, kept)
     if found and role == "baseline":  # the reference pipeline fails the judge: a grader bug
         raise WorkerFailed(
             f"the baseline's timed batches failed the grader's judge: {found}", role="baseline"
         )
-    for problem in found:
-        text = f"your timed run {r + 1}, chunk {c + 1}: {problem}"
-        if text not in out.problems and len(out.problems) < 8:
-            out.problems.append(text)
+    out.problems += [f"your timed run {r + 1}, chunk {c + 1}: {problem}" for problem in found]
     if role == "learner" and drawn:
         commits.keep_batches(r, c, kept)
 

@@ -26,12 +26,12 @@ from grader.sandbox.commit import load_state
 SIZE_BAND = (0.2, 5.0)  # learner update norm / baseline update norm, same chunk, every chunk
 MIN_COSINE_FIRST = 0.1  # chunk 0: cosine of the learner's update with the baseline's
 MIN_COSINE = 0.5  # a replayed chunk: cosine of the learner's update with the replay's
-# An exact replay (the same batches through the recipe's own step, from the same state: lesson 2 with
-# its kept batches, lesson 3's reference stream) differs from honest training only by rounding and
-# bf16/fp32 autocast; the bands are calibrated in grader/README.md (threat model, "the timed run is
-# the checked run"): a step on part of each batch, or other batches, falls outside them.
-EXACT_COSINE = 0.9
-EXACT_SIZE_BAND = (0.8, 1.25)
+# A replay of the learner's own kept batches (lesson 2) repeats its chunk exactly: honest updates
+# matched it to the bit on this CPU (cosine 1.0000000, size 1.000x); a step on 40% of each batch
+# gave cosine 0.93-0.97, size 1.01-1.16x (grader/README.md, threat model "the timed run is the
+# checked run"). GPU kernels are not bit-reproducible: 0.99 leaves them room (not yet measured).
+KEPT_COSINE = 0.99
+KEPT_SIZE_BAND = (0.9, 1.1)
 REPLAYS_PER_RUN = 2  # chunks drawn per scored run (among chunks 1..K-1; chunk 0 needs no replay)
 
 
@@ -265,11 +265,14 @@ def check_work(
             out.work_checks.append(
                 {"run": r, "chunk": c, "against": against, "cosine": cos, "ratio": ratio}
             )
-            exact = bool(extra) or spec.replay_scored
-            (lo, hi), least = (EXACT_SIZE_BAND, EXACT_COSINE) if exact else (SIZE_BAND, MIN_COSINE)
+            (lo, hi), least = SIZE_BAND, MIN_COSINE
+            if extra:
+                (lo, hi), least = KEPT_SIZE_BAND, KEPT_COSINE
+            elif spec.replay_scored:
+                least = spec.replay_cosine
             if cos >= least and lo <= ratio <= hi:
                 continue
-            if exact:  # the replay trained the very batches the learner's chunk did
+            if extra or spec.replay_scored:  # the replay trained the very batches the chunk did
                 bad.append((c, "the grader's replay of it", cos, ratio))
             else:  # its own pipeline (lesson 2): other batches, so a replay is only statistical
                 out.flags.append(

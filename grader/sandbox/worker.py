@@ -7,6 +7,7 @@ could forge events, which the parent-side clock and evaluation make pointless.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 import linecache
@@ -190,6 +191,13 @@ class Worker:
         kept = audit.take_kept() if getattr(audit, "keep", False) else None
         if cmd.get("finish"):
             audit.finish(trainer.pipeline, self.epoch)
+            now = _instance_functions(trainer, model)
+            planted = sorted(k for k, v in now.items() if self.methods.get(k) != v)
+            if planted:  # in-process, so only a tripwire: the kept batches' replay is the proof
+                audit.problems.append(
+                    f"your code replaced the grader's {', '.join(planted[:3])} on its instance: the "
+                    "timed run must train with the recipe's own step"
+                )
             # Learner code also runs *during* training (the pipeline): look for tampering again.
             report = {
                 "audit": audit.report(),
@@ -285,6 +293,7 @@ class Worker:
             )
             self.model.load_state_dict(state)
         self.steps, self.epoch = 0, 0
+        self.methods = _instance_functions(self.trainer, self.model)  # before any chunk runs
 
     def serve(self) -> None:
         self.channel.send("ready", pid=os.getpid())
@@ -312,6 +321,18 @@ class Worker:
                 )
                 if isinstance(err, KeyboardInterrupt | SystemExit):
                     return
+
+
+def _instance_functions(*objects) -> dict[str, int]:
+    """Functions held on the instances themselves (``trainer._optimizer_step = fake``), by identity:
+    the grader's objects get none after their build, so one that appears or changes is planted."""
+    kinds = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)
+    return {
+        f"{type(obj).__name__}.{k}": id(v)
+        for obj in objects
+        for k, v in vars(obj).items()
+        if isinstance(v, kinds)
+    }
 
 
 def main(argv: list[str]) -> int:

@@ -7,8 +7,10 @@ still fork out of a stopped group; the audit and replays make that visible.
 
 from __future__ import annotations
 
+import importlib
 import io
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -248,7 +250,7 @@ def _timed_runs(
 
     parts = spec.chunks_per_epoch
     seconds: dict[tuple[str, int], float] = {}
-    judge = getattr(data, "judge_kept", None)  # a runtime whose workers commit their batches
+    judge = _chunk_judge(data)
     i = 0
     for r in repeats:
         begin = _begin_of(data, spec, r)
@@ -328,6 +330,16 @@ def _timed_runs(
 
 
 LEFT_SESSION = "your code started a process that left the worker's session"
+
+
+def _chunk_judge(data):
+    """The lesson's parent-only judge of a timed chunk's kept batches (``<its package>.timed_checks``,
+    never in a worker's view), where its runtime keeps them; else None."""
+    runtime = sys.modules[type(data).__module__]
+    if not getattr(runtime, "KEEP_BATCHES", False):
+        return None
+    package = runtime.__name__.rpartition(".")[0]
+    return importlib.import_module(f"{package}.timed_checks").ChunkJudge(data)
 
 
 def _judge_kept(out: Measurement, judge, commits: Commits, role: str, r: int, c: int, kept) -> None:

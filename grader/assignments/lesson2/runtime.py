@@ -72,7 +72,7 @@ def reuses_reference(obj) -> str:
 
 
 # The timed workers commit every chunk's batches with its state: the parent judges what the timed
-# run trained on (GraderData.judge_kept) and replays a drawn chunk on exactly those batches.
+# run trained on (timed_checks, parent only) and replays a drawn chunk on exactly those batches.
 KEEP_BATCHES = True
 
 
@@ -81,8 +81,8 @@ class GraderData(TimedData):
 
     def __init__(self, workdir: Path, spec, device: str):
         self.eval_sets = []  # one held-out set per look, in this process's memory only
-        self.run_sets: list[tuple] = []  # per run: (images, labels), for judging its batches
-        self._judges: dict[int, tuple] = {}
+        # per run: (images, labels), for the parent's judge of its timed batches (timed_checks)
+        self.run_sets: list[tuple] = []
         super().__init__(workdir, spec, device)
 
     def write_warmup(self, folder: Path) -> Path:
@@ -107,21 +107,6 @@ class GraderData(TimedData):
     def held_out_accuracy(self, trainer, r: int) -> float:
         trainer.test_set = self.eval_sets[r // self.spec.repeats]
         return trainer.evaluate()
-
-    def judge_kept(self, r: int, c: int, kept: dict) -> list[str]:
-        """Problems with the batches timed chunk ``c`` of run ``r`` trained on (parent only)."""
-        from grader.assignments.lesson2 import timed_checks  # not in the worker's view
-
-        if r not in self._judges:
-            images, labels = self.run_sets[r]
-            bs = self.trainers[r].cfg.batch_size
-            reference = timed_checks.reference_batches(
-                images, labels, bs, self.device, self.seeds[r]
-            )
-            self._judges[r] = (timed_checks.RunImages(images, labels), bs, reference)
-        run, bs, reference = self._judges[r]
-        steps = timed_checks.chunk_steps(self.spec, len(run.images), bs, c)
-        return timed_checks.judge(run, kept, steps, bs, reference)
 
 
 def prepare_learner_data() -> None:

@@ -149,3 +149,22 @@ def reference_batches(images: np.ndarray, labels, batch_size: int, device: str, 
                 return state["last"]
 
     return batch
+
+
+class ChunkJudge:
+    """The protocol's judge for one grading: ``judge(r, c, kept)`` -> problems with the batches
+    timed chunk ``c`` of run ``r`` trained on (``data``: lesson 2's ``GraderData``)."""
+
+    def __init__(self, data):
+        self.data, self.runs = data, {}
+
+    def __call__(self, r: int, c: int, kept: dict) -> list[str]:
+        data = self.data
+        if r not in self.runs:
+            images, labels = data.run_sets[r]
+            bs = data.trainers[r].cfg.batch_size
+            reference = reference_batches(images, labels, bs, data.device, data.seeds[r])
+            self.runs[r] = (RunImages(images, labels), bs, reference)
+        run, bs, reference = self.runs[r]
+        steps = chunk_steps(data.spec, len(run.images), bs, c)
+        return judge(run, kept, steps, bs, reference)

@@ -113,3 +113,26 @@ def test_a_committed_state_carries_kept_batches_of_the_right_shape_only():
         else:
             with pytest.raises(ValueError, match="kept batches"):
                 load_state(buffer.getvalue())
+
+
+def test_a_function_planted_on_the_graders_trainer_instance_is_seen():
+    """The timed worker's tripwire (in-process: the kept batches' replay is the proof)."""
+    from grader.sandbox.worker import _instance_functions
+
+    model = torch.nn.Linear(2, 2)
+
+    class Trainer:
+        def _optimizer_step(self, *args):
+            pass
+
+    trainer = Trainer()
+    trainer.train_step = print  # a step handed in at build: part of the snapshot
+    before = _instance_functions(trainer, model)
+    assert _instance_functions(trainer, model) == before
+    trainer._optimizer_step = lambda *args: None
+    model.forward = lambda x: x
+    now = _instance_functions(trainer, model)
+    assert sorted(k for k, v in now.items() if before.get(k) != v) == [
+        "Linear.forward",
+        "Trainer._optimizer_step",
+    ]

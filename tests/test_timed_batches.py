@@ -107,11 +107,11 @@ def test_a_committed_state_carries_kept_batches_of_the_right_shape_only():
         ({**good, "extra": x}, False),
     ):
         buffer = io.BytesIO()
-        torch.save({"model": {"w": torch.ones(2)}, "optimizer": {}, "batches": batches}, buffer)
+        torch.save({"model": {"w": torch.ones(2)}, "optimizer": {}, "kept": batches}, buffer)
         if ok:
-            assert load_state(buffer.getvalue())["batches"]["sizes"].tolist() == [3, 1]
+            assert load_state(buffer.getvalue())["kept"]["sizes"].tolist() == [3, 1]
         else:
-            with pytest.raises(ValueError, match="kept batches"):
+            with pytest.raises(ValueError, match="what it kept of the chunk"):
                 load_state(buffer.getvalue())
 
 
@@ -136,3 +136,16 @@ def test_a_function_planted_on_the_graders_trainer_instance_is_seen():
         "Linear.forward",
         "Trainer._optimizer_step",
     ]
+
+
+def test_a_steps_losses_are_held_to_the_replays():
+    """Lesson 3's timed steps report their losses; half a batch's loss is another number."""
+    from grader.timed.replay import losses_differ
+
+    ref = torch.tensor([0.0100, 0.0070, 0.0060], dtype=torch.float64)
+    assert losses_differ(ref * 1.01, ref) == ""  # bf16 rounding
+    assert losses_differ(ref * 1.2, ref).startswith("step 1: 0.0120, the replay's 0.0100")
+    assert "2 losses for 3 replayed steps" in losses_differ(ref[:2], ref)
+    buffer = io.BytesIO()
+    torch.save({"model": {}, "optimizer": {}, "kept": {"losses": ref}}, buffer)
+    assert load_state(buffer.getvalue())["kept"]["losses"].tolist() == ref.tolist()

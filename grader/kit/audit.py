@@ -111,9 +111,9 @@ class EpochAudit:
     def take_kept(self) -> dict | None:
         """The current chunk's batches as plain CPU tensors (x and y concatenated, the batch
         sizes), and a fresh start for the next chunk; ``None`` where nothing is kept."""
+        kept, self.kept = self.kept, []
         if not self.keep:
             return None
-        kept, self.kept = self.kept, []
         if not kept:
             return {
                 "x": torch.zeros(0, 3, 32, 32),

@@ -18,15 +18,15 @@ import torch
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW  # what the parent requires
 
 
-def training_state(trainer, batches: dict | None = None) -> bytes:
-    """What a worker commits: its model's state and its optimizer's per-parameter state (and,
-    where the runtime keeps them, the chunk's batches: :meth:`grader.kit.audit.EpochAudit.take_kept`)."""
+def training_state(trainer, kept: dict | None = None) -> bytes:
+    """What a worker commits: its model's state and its optimizer's per-parameter state (and what
+    its audit kept of the chunk: lesson 2's batches, lesson 3's step losses; ``take_kept``)."""
     buffer = io.BytesIO()
-    torch.save(_state(trainer, batches), buffer)
+    torch.save(_state(trainer, kept), buffer)
     return buffer.getvalue()
 
 
-def _state(trainer, batches: dict | None = None) -> dict:
+def _state(trainer, kept: dict | None = None) -> dict:
     # The random generators' states too: a replay of the next chunk draws the same dropout masks.
     rng = {"cpu": torch.get_rng_state()}
     if getattr(trainer, "device", torch.device("cpu")).type == "cuda":
@@ -36,8 +36,8 @@ def _state(trainer, batches: dict | None = None) -> dict:
         "optimizer": _cpu(trainer.optimizer.state_dict()["state"]),
         "rng": rng,
     }
-    if batches is not None:
-        state["batches"] = batches
+    if kept is not None:
+        state["kept"] = kept
     return state
 
 
@@ -50,11 +50,11 @@ def set_rng(state: dict, device) -> None:
         torch.cuda.set_rng_state(rng["cuda"], torch.device(device))
 
 
-def to_memfd(trainer, batches: dict | None = None) -> tuple[int, int]:
+def to_memfd(trainer, kept: dict | None = None) -> tuple[int, int]:
     """The training state in a new memfd sealed against any change: (its fd, its size)."""
     fd = os.memfd_create("effkit-commit", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     with open(fd, "wb", closefd=False) as f:
-        torch.save(_state(trainer, batches), f)
+        torch.save(_state(trainer, kept), f)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
     return fd, os.fstat(fd).st_size
 
@@ -96,9 +96,17 @@ def load_state(blob_or_path) -> dict:
         )
     ):
         raise ValueError("not a training state (its generator states)")
-    if "batches" in state and not _kept_batches(state["batches"]):
-        raise ValueError("not a training state (its kept batches)")
+    if "kept" in state and not (_kept_batches(state["kept"]) or _kept_losses(state["kept"])):
+        raise ValueError("not a training state (what it kept of the chunk)")
     return state
+
+
+def _kept_losses(kept) -> bool:
+    """``{"losses": float64, one per step}``."""
+    if not (isinstance(kept, dict) and set(kept) == {"losses"}):
+        return False
+    losses = kept["losses"]
+    return torch.is_tensor(losses) and losses.dtype == torch.float64 and losses.dim() == 1
 
 
 def _kept_batches(kept) -> bool:

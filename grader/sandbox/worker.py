@@ -167,8 +167,8 @@ class Worker:
         if cmd.get("begin"):
             self._begin(cmd["begin"])
         trainer, model, audit = self.trainer, self.model, self.audit
-        if getattr(audit, "keep", False):
-            audit.kept.clear()  # the warm-up's, or what a previous chunk left: this chunk's only
+        if hasattr(audit, "take_kept"):
+            audit.take_kept()  # the warm-up's, or what a previous chunk left: this chunk's only
         j, parts = cmd.get("part", (0, 1))
         spe = trainer.steps_per_epoch
         n = min(
@@ -188,7 +188,7 @@ class Worker:
             )
         report = {"epoch": self.epoch}
         # taken before finish() drains the epoch's tail: only batches the trainer trained on
-        kept = audit.take_kept() if getattr(audit, "keep", False) else None
+        kept = audit.take_kept() if hasattr(audit, "take_kept") else None
         if cmd.get("finish"):
             audit.finish(trainer.pipeline, self.epoch)
             now = _instance_functions(trainer, model)
@@ -259,7 +259,8 @@ class Worker:
         if n > 0:
             trainer.train_steps(n)
             sync(self.device)
-        self.channel.send_bytes("replayed", training_state(trainer))
+        kept = self.audit.take_kept() if hasattr(self.audit, "take_kept") else None
+        self.channel.send_bytes("replayed", training_state(trainer, kept))
 
     def _kept_batches(self, name: str, n: int) -> list:
         """A timed chunk's batches (a safetensors file the parent wrote): exactly ``n`` steps."""

@@ -299,8 +299,8 @@ def _timed_runs(
                     torch.save(state["model"], buffer)
                     data.weights_path(w.role, r).write_bytes(buffer.getvalue())
                 w.pause()
-                kept = state.pop("batches", None)
-                if kept is not None and judge is not None:
+                kept = state.pop("kept", None)
+                if kept is not None:
                     _judge_kept(out, judge, commits, w.role, r, c, kept)
                 escaped = b.escaped()
                 if escaped:  # a process nothing stops could steal the core while A is timed
@@ -346,8 +346,10 @@ def _judge_kept(out: Measurement, judge, commits: Commits, role: str, r: int, c:
     """What a timed chunk trained on, judged here (the learner's every chunk; the baseline's drawn
     ones, a check of the judge itself), and the learner's drawn chunks kept for their replay."""
     drawn = c in commits.drawn.get(r, ())
+    if role == "learner" and drawn:  # for its replay (grader.timed.replay.check_work)
+        commits.keep(r, c, kept)
     failed = any(p.startswith("your timed run ") for p in out.problems)
-    if (role == "baseline" and not drawn) or (role == "learner" and failed):
+    if judge is None or (role == "baseline" and not drawn) or (role == "learner" and failed):
         return  # one failing chunk says it: no points either way, and less of the parent's time
     found = judge(r, c, kept)
     if found and role == "baseline":  # the reference pipeline fails the judge: a grader bug
@@ -355,8 +357,6 @@ def _judge_kept(out: Measurement, judge, commits: Commits, role: str, r: int, c:
             f"the baseline's timed batches failed the grader's judge: {found}", role="baseline"
         )
     out.problems += [f"your timed run {r + 1}, chunk {c + 1}: {problem}" for problem in found]
-    if role == "learner" and drawn:
-        commits.keep_batches(r, c, kept)
 
 
 def _rel(data, path: Path) -> str:

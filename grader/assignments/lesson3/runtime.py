@@ -49,6 +49,7 @@ class StepAudit:
     def __init__(self):
         self.calls = self.samples = self.updates = 0
         self.nonfinite: list[int] = []
+        self.losses: list[float] = []  # this chunk's, committed with it (grader.timed.replay)
         self.steps_per_epoch = 0
         self.problems: list[str] = []
         self._hooked: set[int] = set()
@@ -63,11 +64,19 @@ class StepAudit:
             audit.calls += 1
             audit.samples += int(batch["labels"].shape[0])
             loss = step(model, batch, optimizer, policy, scaler, max_grad_norm)
+            number = isinstance(loss, int | float) and not isinstance(loss, bool)
+            audit.losses.append(float(loss) if number else float("nan"))
             if not isinstance(loss, int | float) or loss != loss or abs(loss) == float("inf"):
                 audit.nonfinite.append(audit.calls)
             return loss
 
         return audited_step
+
+    def take_kept(self) -> dict:
+        """The current chunk's step losses (the parent holds them to its replay's), and a fresh
+        start for the next chunk."""
+        losses, self.losses = self.losses, []
+        return {"losses": torch.tensor(losses, dtype=torch.float64)}
 
     def _updated(self) -> None:
         self.updates += 1

@@ -2,7 +2,6 @@
 the contract the probe worker checked. Fast: the judge on hand-made chunks, no grading."""
 
 import copy
-import io
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ from grader.assignments.lesson2 import timed_checks
 from grader.assignments.lesson2.checks import REFERENCE_REUSED, SPECS
 from grader.assignments.lesson2.probe_data import _template_dataset
 from grader.kit.data import grader_images
-from grader.sandbox.commit import load_state
+from grader.sandbox.commit import encode, load_state
 
 N, BS, SEED = 600, 32, 11
 
@@ -106,13 +105,12 @@ def test_a_committed_state_carries_kept_batches_of_the_right_shape_only():
         ({**good, "x": x.double()}, False),
         ({**good, "extra": x}, False),
     ):
-        buffer = io.BytesIO()
-        torch.save({"model": {"w": torch.ones(2)}, "optimizer": {}, "kept": batches}, buffer)
+        blob = encode({"model": {"w": torch.ones(2)}, "optimizer": {}, "kept": batches})
         if ok:
-            assert load_state(buffer.getvalue())["kept"]["sizes"].tolist() == [3, 1]
+            assert load_state(blob)["kept"]["sizes"].tolist() == [3, 1]
         else:
             with pytest.raises(ValueError, match="what it kept of the chunk"):
-                load_state(buffer.getvalue())
+                load_state(blob)
 
 
 def test_a_function_planted_on_the_graders_trainer_instance_is_seen():
@@ -146,6 +144,35 @@ def test_a_steps_losses_are_held_to_the_replays():
     assert losses_differ(ref * 1.01, ref) == ""  # bf16 rounding
     assert losses_differ(ref * 1.2, ref).startswith("step 1: 0.0120, the replay's 0.0100")
     assert "2 losses for 3 replayed steps" in losses_differ(ref[:2], ref)
+    blob = encode({"model": {}, "optimizer": {}, "kept": {"losses": ref}})
+    assert load_state(blob)["kept"]["losses"].tolist() == ref.tolist()
+
+
+def test_a_commit_is_parsed_never_unpickled():
+    """Issue 52 §3b: safetensors both ways; a pickle (even of plain tensors) and an unknown key are
+    refused; tied weights, optimizer state and generators survive the trip."""
+    import io
+
+    from grader.sandbox.commit import decode
+
+    w = torch.randn(3, 2)
+    state = {
+        "model": {"a.weight": w, "b.weight": w},  # tied: one storage
+        "optimizer": {0: {"step": torch.tensor(4.0), "exp_avg": torch.ones(3, 2)}, 1: {"step": 2}},
+        "rng": {"cpu": torch.get_rng_state()},
+    }
+    back = load_state(encode(state))
+    assert torch.equal(back["model"]["b.weight"], w) and back["optimizer"][1]["step"].item() == 2
+    assert torch.equal(back["rng"]["cpu"], torch.get_rng_state())
     buffer = io.BytesIO()
-    torch.save({"model": {}, "optimizer": {}, "kept": {"losses": ref}}, buffer)
-    assert load_state(buffer.getvalue())["kept"]["losses"].tolist() == ref.tolist()
+    torch.save({"model": {"w": w}, "optimizer": {}}, buffer)
+    with pytest.raises(ValueError, match="not a training state"):
+        load_state(buffer.getvalue())
+    with pytest.raises(ValueError, match="key 'other/x'"):
+        decode(_with_key("other/x"))
+
+
+def _with_key(key: str) -> bytes:
+    from safetensors.torch import save
+
+    return save({key: torch.zeros(1)})

@@ -1,8 +1,9 @@
 """What a timed worker commits at the end of every timed chunk, and how the parent reads it back.
 
 The worker side of :mod:`grader.timed.replay` (which the learner's worker cannot see: its thresholds and
-checks are the parent's, :mod:`grader.sandbox.learner_view`). A state is ``torch.save`` bytes of plain tensors,
-read with ``weights_only=True``: no pickle code crosses. With a freezer the state goes into a sealed
+checks are the parent's, :mod:`grader.sandbox.learner_view`). A state is safetensors bytes (a JSON header
+and raw tensor bytes, keys ``model/<name>``, ``optimizer/<id>/<field>``, ``rng/<device>``, ``kept/<field>``):
+the parent parses it and unpickles nothing, not even with ``weights_only``. With a freezer the state goes into a sealed
 memfd (``to_memfd``): writing it is memory speed, on the clock; the parent copies it out while the
 worker is frozen, off the clock (a bert-base state with Adam is ~1.3 GB: seconds through a pipe).
 """
@@ -10,7 +11,6 @@ worker is frozen, off the clock (a bert-base state with Adam is ~1.3 GB: seconds
 from __future__ import annotations
 
 import fcntl
-import io
 import os
 
 import torch
@@ -21,9 +21,50 @@ SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW  # what the
 def training_state(trainer, kept: dict | None = None) -> bytes:
     """What a worker commits: its model's state and its optimizer's per-parameter state (and what
     its audit kept of the chunk: lesson 2's batches, lesson 3's step losses; ``take_kept``)."""
-    buffer = io.BytesIO()
-    torch.save(_state(trainer, kept), buffer)
-    return buffer.getvalue()
+    return encode(_state(trainer, kept))
+
+
+def encode(state: dict) -> bytes:
+    """A state (``model``, ``optimizer``, optional ``rng`` and ``kept``) as safetensors bytes."""
+    from safetensors.torch import save
+
+    flat = {f"model/{k}": v for k, v in state["model"].items()}
+    for pid, fields in state["optimizer"].items():
+        for field, v in fields.items():
+            if v is not None:  # a number (an old optimizer's step) as a float64 scalar
+                flat[f"optimizer/{pid}/{field}"] = (
+                    v if torch.is_tensor(v) else torch.tensor(v, dtype=torch.float64)
+                )
+    for part in ("rng", "kept"):
+        flat |= {f"{part}/{k}": v for k, v in (state.get(part) or {}).items()}
+    out, storages = {}, set()
+    for key, v in flat.items():
+        v = v.detach().cpu().contiguous()
+        where = v.untyped_storage().data_ptr()
+        if v.numel() and where in storages:  # tied weights: safetensors stores each storage once
+            v = v.clone()
+        storages.add(v.untyped_storage().data_ptr())
+        out[key] = v
+    return save(out)
+
+
+def decode(blob: bytes) -> dict:
+    """Safetensors bytes back to a state's nested dicts; an unknown key is refused."""
+    from safetensors.torch import load
+
+    state: dict = {"model": {}, "optimizer": {}}
+    for key, v in load(bytes(blob)).items():
+        part, _, rest = key.partition("/")
+        if part == "model" and rest:
+            state["model"][rest] = v
+        elif part == "optimizer" and rest.partition("/")[0].isdigit() and rest.partition("/")[2]:
+            pid, _, field = rest.partition("/")
+            state["optimizer"].setdefault(int(pid), {})[field] = v
+        elif part in ("rng", "kept") and rest:
+            state.setdefault(part, {})[rest] = v
+        else:
+            raise ValueError(f"not a training state (key {key[:60]!r})")
+    return state
 
 
 def _state(trainer, kept: dict | None = None) -> dict:
@@ -54,7 +95,7 @@ def to_memfd(trainer, kept: dict | None = None) -> tuple[int, int]:
     """The training state in a new memfd sealed against any change: (its fd, its size)."""
     fd = os.memfd_create("effkit-commit", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     with open(fd, "wb", closefd=False) as f:
-        torch.save(_state(trainer, kept), f)
+        f.write(training_state(trainer, kept))
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
     return fd, os.fstat(fd).st_size
 
@@ -70,8 +111,16 @@ def _cpu(obj):
 def load_state(blob_or_path) -> dict:
     """A committed state, refused unless it is ``{"model": {name: tensor}, "optimizer": {...}}`` with,
     optionally, ``"rng"``: generator states of the sizes this torch uses (a replay loads them)."""
-    src = io.BytesIO(blob_or_path) if isinstance(blob_or_path, bytes | bytearray) else blob_or_path
-    state = torch.load(src, map_location="cpu", weights_only=True)
+    blob = blob_or_path
+    if not isinstance(blob, bytes | bytearray):
+        with open(blob, "rb") as f:
+            blob = f.read()
+    from safetensors import SafetensorError
+
+    try:
+        state = decode(blob)
+    except SafetensorError as err:  # a malformed header or sizes: refused by the parser itself
+        raise ValueError(f"not a training state ({err})") from err
     if not (
         isinstance(state, dict)
         and isinstance(state.get("model"), dict)

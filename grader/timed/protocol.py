@@ -8,13 +8,13 @@ still fork out of a stopped group; the audit and replays make that visible.
 from __future__ import annotations
 
 import importlib
-import io
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 from grader.common.cellcode import QUIZ_CELL, to_python
+from grader.sandbox.commit import encode
 from grader.sandbox.launch import unavailable_note
 from grader.sandbox.supervisor import Worker, WorkerFailed, _clock, boosted_self, start_worker
 from grader.timed.measurement import GradingSpec, Measurement, Timing
@@ -246,7 +246,6 @@ def _timed_runs(
     shown to the workers just before its first chunk, and every chunk ends with a commit of the
     training state (:mod:`grader.timed.replay`).
     """
-    import torch
 
     parts = spec.chunks_per_epoch
     seconds: dict[tuple[str, int], float] = {}
@@ -294,10 +293,9 @@ def _timed_runs(
                         kind="protocol",
                         role=w.role,
                     ) from err
-                if last:
-                    buffer = io.BytesIO()
-                    torch.save(state["model"], buffer)
-                    data.weights_path(w.role, r).write_bytes(buffer.getvalue())
+                if last:  # safetensors, like the commit: the parent never unpickles learner bytes
+                    weights = encode({"model": state["model"], "optimizer": {}})
+                    data.weights_path(w.role, r).write_bytes(weights)
                 w.pause()
                 kept = state.pop("kept", None)
                 if kept is not None:

@@ -6,7 +6,6 @@ Ties the returned weights to work done inside timed chunks (after "Proof-of-Lear
 
 from __future__ import annotations
 
-import io
 import os
 import random
 import shutil
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from grader.sandbox.commit import load_state
+from grader.sandbox.commit import encode, load_state
 
 # Bounds, calibrated on honest and forged gradings (grader/README.md, threat model "training off the clock"; figures in
 # benchmarks/results/lesson2-work-check-30-xeon-amx-2c.json). Honest chunk-0 cosines vary with the two
@@ -140,9 +139,7 @@ class Commits:
 
 
 def _without_batches(state: dict) -> bytes:
-    buffer = io.BytesIO()
-    torch.save({k: v for k, v in state.items() if k != "kept"}, buffer)
-    return buffer.getvalue()
+    return encode({k: v for k, v in state.items() if k != "kept"})
 
 
 def update(start: dict, end: dict) -> torch.Tensor:

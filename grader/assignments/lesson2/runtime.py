@@ -1,8 +1,8 @@
 """Runtime of pipeline assignments on the CIFAR workload: what workers and the parent call.
 
 The learner's pipeline runs inside the unchanged naive recipe, so any speed-up is the pipeline's;
-the parent evaluates on data the learner never had. Weights from a worker are loaded only with
-``weights_only=True`` and strict key/shape checks.
+the parent evaluates on data the learner never had. Weights from a worker are read only as
+safetensors (parsed, never unpickled), with strict key/shape checks.
 """
 
 from __future__ import annotations

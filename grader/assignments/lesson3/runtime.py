@@ -1,7 +1,7 @@
 """Runtime of train-step assignments on the BERT workload (lesson 3): what workers and the parent call.
 
 Only the precision and the step differ between A and B, so the speed-up is mixed precision's.
-Worker weights load only with ``weights_only=True`` and strict key/shape checks.
+Worker weights are safetensors (parsed, never unpickled), loaded with strict key/shape checks.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import types
 import numpy as np
 import torch
 
+from grader.assignments.lesson2.checks import REFERENCE_REUSED
 from grader.assignments.lesson2.pipeline_checks import PAD, decode
 
 PATCH = slice(12, 20)  # an 8x8 patch of the source that every crop within the padding keeps whole
@@ -116,8 +117,6 @@ def judge(run: RunImages, kept: dict, steps: range, batch_size: int, reference) 
             )
     x0, y0 = reference(steps.start)
     if torch.equal(kept["x"][: len(x0)], x0.cpu()) and torch.equal(kept["y"][: len(y0)], y0.cpu()):
-        from grader.assignments.lesson2.checks import REFERENCE_REUSED
-
         problems.append(REFERENCE_REUSED)
     return problems
 

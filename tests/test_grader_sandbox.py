@@ -258,6 +258,7 @@ def test_descendants_walk_finds_grandchildren():
 def test_the_parent_refuses_linked_baseline_and_untrained_weights(tmp_path):
     import torch
 
+    from grader.sandbox.commit import encode
     from grader.timed.protocol import weights_problems
 
     class Data:
@@ -267,19 +268,22 @@ def test_the_parent_refuses_linked_baseline_and_untrained_weights(tmp_path):
         def weights_path(role, r):
             return tmp_path / f"{role}{r}.pt"
 
+    def state(w):  # weights as a worker commits them: safetensors, never a pickle
+        return encode({"model": {"w": w}, "optimizer": {}})
+
     init = {"w": torch.zeros(3)}
-    torch.save(init, Data.init_paths[0])
-    torch.save({"w": torch.ones(3)}, Data.weights_path("baseline", 0))
+    torch.save(init, Data.init_paths[0])  # the grader's own file
+    Data.weights_path("baseline", 0).write_bytes(state(torch.ones(3)))
     learner = Data.weights_path("learner", 0)
-    torch.save({"w": torch.full((3,), 0.5)}, learner)
-    assert weights_problems(Data, range(1)) == []
-    torch.save({"w": torch.ones(3)}, learner)
+    learner.write_bytes(state(torch.full((3,), 0.5)))
     flags = []
+    assert weights_problems(Data, range(1), flags) == [] and flags == []
+    learner.write_bytes(state(torch.ones(3)))
     assert (
         weights_problems(Data, range(1), flags) == []
         and "bit-identical to the baseline's" in flags[0]
     )
-    torch.save(init, learner)
+    learner.write_bytes(state(torch.zeros(3)))
     assert "never moved" in weights_problems(Data, range(1))[0]
     learner.unlink()
     learner.symlink_to(Data.weights_path("baseline", 0))

@@ -1,9 +1,10 @@
 """Lesson 10's grader calibration: the reference diagnose() against the grader's own planted cases.
 
 ``python grader/assignments/lesson10/calibration/lesson10_calibrate.py 1 2 3 4 5`` draws each seed's 8 cases exactly as a grading does
-(``checks.draw_cases``), profiles them in this process (``checks.profile_case``) and prints, per grading,
-how many labels the reference solution and effkit's doctor get right, and every miss with its profile's
-key figures. PASS_AT must sit below the reference's worst grading.
+(``checks.draw_cases``: plants, pairs and decoys), profiles them in this process (``checks.profile_case``) and
+prints every case's evidence (shares of the step, matmul calls as multiples of the host's call floor, syncs),
+how many labels the reference solution and effkit's doctor get right per grading, and each figure's range per
+case kind: the gap between a plant and its decoy. PASS_AT must sit below the reference's worst grading.
 
 ``python grader/assignments/lesson10/calibration/lesson10_calibrate.py --step [--busy N] 1 2 3`` calibrates part (b) instead: per seed it
 grades ``test_fast_step_equal`` and ``test_fast_step_speed`` through the sandbox, as a grading does
@@ -37,31 +38,58 @@ from grader.assignments.lesson10 import checks  # noqa: E402
 SOLUTION = ROOT / "solutions" / "lesson10" / "lesson10.ipynb"
 
 
+def _figures(p: dict) -> dict:
+    """The evidence each rule reads, as shares of the step and multiples of the host's call floor."""
+    step, r = p["step_ms"], p["ranges_ms"]
+    return {
+        "data": r["data"] / step,
+        "optimizer": r["optimizer"] / step,
+        "calls": (p["matmul_us_work"] or 0.0) / p["matmul_us_floor"],
+        "padding": p["padding_share"] or 0.0,
+        "syncs": p["syncs_per_step"],
+        "sync_ms": p["sync_ms"] / step,
+    }
+
+
 def main(seeds: list[int]) -> None:
     ns: dict = {}
     exec(checks.SETUP_SOURCE, ns)  # noqa: S102  (the repository's own reference)
     exec(dict(solution_cells(SOLUTION, SOLUTION))["diagnose"], ns)  # noqa: S102
+    print(
+        f"device: {device_name('cpu')}; load {os.getloadavg()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
     worst = len(checks.LABELS) + 99
+    seen: dict[
+        str, list[float]
+    ] = {}  # "<case kind> <figure>" -> values: the gaps between plant and decoy
     for seed in seeds:
+        start = time.perf_counter()
         cases = checks.draw_cases(random.Random(seed))
         right_ref = right_doc = 0
-        for label, case_seed in cases:
-            p = checks.profile_case(label, case_seed)
+        for label, case_seed, plants, decoys in cases:
+            p = checks.profile_case(plants, decoys, case_seed)
             ref, doc = ns["diagnose"](p), doctor.diagnose(p)[0].label
             right_ref += ref == label
             right_doc += doc == label
-            if ref != label or doc != label:
-                r = p["ranges_ms"]
-                print(
-                    f"  seed {seed}: planted {label}, reference {ref}, doctor {doc}; step {p['step_ms']:.1f} ms, "
-                    f"data {r['data'] / p['step_ms']:.0%}, optimizer {r['optimizer'] / p['step_ms']:.0%}, "
-                    f"matmul median {p['matmul_us_median']:.0f} us, syncs {p['syncs_per_step']:.0f}"
-                )
+            f = _figures(p)
+            name = checks.case_name(plants, decoys)
+            for key, value in f.items():
+                seen.setdefault(f"{name} {key}", []).append(value)
+            print(
+                f"  seed {seed} {name}: reference {ref}, doctor {doc}; step {p['step_ms']:.1f} ms; "
+                + ", ".join(f"{k} {v:.3g}" for k, v in f.items())
+                + ("" if ref == doc == label else "  <- MISS"),
+                flush=True,
+            )
         worst = min(worst, right_ref)
         print(
-            f"seed {seed}: reference {right_ref}/{len(cases)}, doctor {right_doc}/{len(cases)}",
+            f"seed {seed}: reference {right_ref}/{len(cases)}, doctor {right_doc}/{len(cases)}, "
+            f"{time.perf_counter() - start:.0f} s, load {os.getloadavg()[0]:.1f}",
             flush=True,
         )
+    print("range of each figure per case kind (the gap between a plant and its decoy):")
+    for key in sorted(seen):
+        print(f"  {key}: {min(seen[key]):.3g} - {max(seen[key]):.3g} (n={len(seen[key])})")
     print(f"reference's worst grading: {worst}/{checks.CASES}; PASS_AT = {checks.PASS_AT}")
 
 

@@ -436,7 +436,10 @@ for name, p in recipes.items():
 #
 # The quiz and the graded exercise are in `exercises/lesson10/`: write `diagnose(profile)` yourself.
 # The grader plants bottlenecks in training steps you never see, profiles them itself and hands
-# your function only the plain profile; it counts how many you name right.
+# your function only the plain profile; it counts how many you name right. It also sets each
+# plant's tell-tale field where it costs little (`foreach=False` on a step whose optimizer is a
+# small share, batch 1 of long rows, one `.item()`, a little padding) and sometimes plants two
+# at once: the label is the costliest, so read what each suspect costs, not whether it is there.
 #
 # ### References
 #

@@ -63,10 +63,10 @@ QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
 }
 
 
-# a pair: one of PAIRED with the PARTNER plant, whose NaN checks and reads cost -12% to +22% of a CPU step as
-# measured under load, against 28-43% for the data plant and ~90% of each sample's time for batch 1 (README,
-# calibration). Not the optimizer loop (-2% to +13%) nor padding (whose cost is the padded positions' compute,
-# an estimate, not a removal one can time): beside the NaN checks, which leads would be a coin toss
+# a pair: one of PAIRED with the PARTNER plant. Timed unprofiled under load 6.5-10.5 (README, --costs), removing
+# the data plant saved 28-46% of the pair's step and removing the syncs -12% to +23%, at least 2x less in every
+# round; batch 1 cost 82-92% of each sample's time. Not the optimizer loop (-5% to +13%, about what the NaN checks
+# cost) nor padding (its cost is the padded positions' compute, which no removal times): their lead would be a toss
 PARTNER = "sync"
 PAIRED = ("data", "overhead")
 

@@ -131,15 +131,13 @@ def planted_step(
         raise ValueError(
             f"decoys {sorted(decoys)}: choose from {DECOYS}, none of them also planted"
         )
-    if (
-        len([d for d in decoys if d in LONG_ROWS]) > 1
-    ):  # batch 1 would make the optimizer a big share again
+    # together, batch 1 would make the optimizer a big share again
+    if len([d for d in decoys if d in LONG_ROWS]) > 1:
         raise ValueError(f"at most one of the decoys {sorted(LONG_ROWS)} per step")
     long = max([LONG_ROWS[d] for d in decoys if d in LONG_ROWS], default=LENGTH)
-    if long > LENGTH and "data" in plants:
-        raise ValueError(
-            "the data plant tokenises rows of LENGTH tokens: no long-row decoy beside it"
-        )
+    # the data plant tokenises rows of LENGTH tokens, and long rows would cure the overhead plant's batch 1
+    if long > LENGTH and {"data", "overhead"} & set(plants):
+        raise ValueError("no long-row decoy beside the data or the overhead plant")
     unknown = set(plants) - set(here)
     if PRECISION in unknown:
         raise ValueError(

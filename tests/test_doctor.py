@@ -223,6 +223,7 @@ def test_each_decoy_sets_its_plants_tell_tale_field_without_the_plant():
         (("sync",), ("sync",)),  # a decoy is never its own plant
         ((), ("optimizer", "overhead")),  # batch 1 would make the optimizer a big share again
         (("data",), ("optimizer",)),  # the data plant tokenises rows of LENGTH tokens
+        (("overhead",), ("optimizer",)),  # long rows would cure batch 1
         ((), ("precision",)),
     ):
         with pytest.raises(ValueError):

@@ -1,8 +1,8 @@
 """The bottleneck doctor: profile a few training steps, then name the next bottleneck with evidence.
 
 `diagnose` is a pure function of :func:`effkit.profiling.profile_training`'s plain data: each rule reads
-measured figures and every finding carries its evidence, the share of the step its fix may save, the fix and
-its lesson. ``python -m effkit.doctor cifar:naive`` profiles a course recipe; ``--validate`` plants
+measured figures and every finding carries its evidence, an estimate of what its fix saves (a share of the
+profiled step, for ranking), the fix and its lesson. ``python -m effkit.doctor cifar:naive`` profiles a course recipe; ``--validate`` plants
 bottlenecks (:mod:`effkit.doctor_plants`) and prints the confusion table. Profile on a quiet core: per-call
 times depend on the host, and a "none" under load is not evidence.
 """
@@ -39,7 +39,10 @@ LABELS = ("data", "sync", "overhead", "precision", "padding", "optimizer", "memo
 class Finding:
     label: str  # one of LABELS
     title: str
-    share: float  # fraction of the step its fix may save (upper bound), for ranking
+    # what the evidence costs, as a share of the *profiled* step: an estimate for ranking, not a bound. The
+    # profiler slows a range of many small operators more than one of Python (the data range), and a fix can
+    # remove more than its evidence counts (the NaN checks' own operators beside the syncs): lesson 10 prints both
+    share: float
     evidence: str
     fix: str
     lesson: int
@@ -47,7 +50,7 @@ class Finding:
     def line(self) -> str:
         return (
             f"[{self.label}] {self.title} — evidence: {self.evidence}; fix: {self.fix} "
-            f"(lesson {self.lesson}); may save up to {self.share:.0%} of the step"
+            f"(lesson {self.lesson}); about {self.share:.0%} of the profiled step"
         )
 
 

@@ -3,7 +3,10 @@
 `planted_step` builds the classifier's :class:`~effkit.profiling.TrainStep` with any of the plants ``data``
 (Python tokenising in the step), ``sync``, ``overhead`` (batch 1), ``padding``, ``optimizer`` (foreach off)
 and, only where bf16 measurably pays here, ``precision``; the clean step runs in the precision that pays.
-`profile_named` profiles ``plant:<a>+<b>``, ``cifar:<recipe>`` or ``bert:<recipe>`` on one thread.
+A *decoy* sets the field a plant is known by without its cost (one ``loss.item()``, a little padding, foreach
+off on a step whose optimizer is a small share, batch 1 of long rows): a judge that reads the flag and not the
+time names it wrongly. `profile_named` profiles ``plant:<a>+<b>`` (``~<decoy>`` appended), ``cifar:<recipe>``
+or ``bert:<recipe>`` on one thread.
 """
 
 from __future__ import annotations
@@ -33,6 +36,11 @@ PAIRS = (
     ("data", "optimizer"),
     ("overhead", "sync"),
 )
+DECOYS = ("sync", "padding", "optimizer", "overhead")
+# the decoys' rows: long enough that the optimizer loop is a small share of the step (foreach off) and that batch 1
+# still gives each matmul call many times the host's empty-call cost (lesson10 README, calibration)
+LONG_ROWS = {"optimizer": 256, "overhead": 1024}
+LITTLE_PADDING = 3  # the padding decoy's rows lack at most this many tokens of LENGTH: ~5% padding
 VOCAB, LENGTH, DIM, BLOCKS, CLASSES = 512, 32, 32, 4, 4
 WORDS = ["".join(random.Random(i).choices(string.ascii_lowercase, k=5)) for i in range(VOCAB - 2)]
 TOKEN = {w: i + 2 for i, w in enumerate(WORDS)}  # 0: padding, 1: unknown
@@ -111,9 +119,25 @@ def _bare_step(mode: str):
     return run
 
 
-def planted_step(plants: tuple[str, ...] | list[str] = (), seed: int = 0) -> TrainStep:
-    """The small text classifier's step with ``plants`` (names from :func:`plants_here`) broken on purpose."""
+def planted_step(
+    plants: tuple[str, ...] | list[str] = (),
+    seed: int = 0,
+    decoys: tuple[str, ...] | list[str] = (),
+) -> TrainStep:
+    """The small text classifier's step with ``plants`` (names from :func:`plants_here`) broken on purpose,
+    and ``decoys`` (from :data:`DECOYS`, none of them also planted): their tell-tale field without their cost."""
     here = plants_here()
+    if set(decoys) - set(DECOYS) or set(decoys) & set(plants):
+        raise ValueError(
+            f"decoys {sorted(decoys)}: choose from {DECOYS}, none of them also planted"
+        )
+    # together, batch 1 would make the optimizer a big share again
+    if len([d for d in decoys if d in LONG_ROWS]) > 1:
+        raise ValueError(f"at most one of the decoys {sorted(LONG_ROWS)} per step")
+    long = max([LONG_ROWS[d] for d in decoys if d in LONG_ROWS], default=LENGTH)
+    # the data plant tokenises rows of LENGTH tokens, and long rows would cure the overhead plant's batch 1
+    if long > LENGTH and {"data", "overhead"} & set(plants):
+        raise ValueError("no long-row decoy beside the data or the overhead plant")
     unknown = set(plants) - set(here)
     if PRECISION in unknown:
         raise ValueError(
@@ -126,11 +150,12 @@ def planted_step(plants: tuple[str, ...] | list[str] = (), seed: int = 0) -> Tra
     policy = choose_precision("cpu", "off" if PRECISION in plants else cpu_mode())
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    batch = 1 if "overhead" in plants else 32
+    batch = 1 if "overhead" in plants or "overhead" in decoys else 32
     n = 64 * batch
-    lengths = [rng.randint(4, LENGTH) if "padding" in plants else LENGTH for _ in range(n)]
+    low = 4 if "padding" in plants else long - LITTLE_PADDING if "padding" in decoys else long
+    lengths = [rng.randint(low, long) for _ in range(n)]
     labels = torch.randint(0, CLASSES, (n,))
-    ids = torch.zeros(n, LENGTH, dtype=torch.long)
+    ids = torch.zeros(n, long, dtype=torch.long)
     for i, n_tok in enumerate(lengths):
         ids[i, :n_tok] = torch.randint(2, VOCAB, (n_tok,))
     mask = ids.ne(0)
@@ -155,11 +180,12 @@ def planted_step(plants: tuple[str, ...] | list[str] = (), seed: int = 0) -> Tra
 
     model = TextNet(nan_checks="sync" in plants)
     loss_fn = nn.CrossEntropyLoss()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach="optimizer" not in plants)
+    looped = "optimizer" in plants or "optimizer" in decoys
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=not looped)
     history = []
 
     def after(loss):
-        if "sync" in plants:
+        if "sync" in plants or "sync" in decoys:  # the decoy: this one read per step, no NaN checks
             history.append(loss.item())
 
     def padding(b):
@@ -177,7 +203,7 @@ def planted_step(plants: tuple[str, ...] | list[str] = (), seed: int = 0) -> Tra
         batch_size=batch,
         after=after,
         padding=padding,
-        name="plant:" + ("+".join(plants) or "clean"),
+        name="plant:" + ("+".join(plants) or "clean") + "".join("~" + d for d in decoys),
     )
 
 
@@ -253,11 +279,12 @@ def profile_named(name: str, seed: int = 0, **kw) -> dict:
         if kind == "bert":
             return profile_training(bert_step(what, seed), **kw)
         if kind == "plant":
+            what, *decoys = what.split("~")
             plants = tuple(p for p in what.split("+") if p and p != "clean")
-            return profile_training(planted_step(plants, seed), **kw)
+            return profile_training(planted_step(plants, seed, tuple(decoys)), **kw)
     finally:
         torch.set_num_threads(threads)
     raise ValueError(
         f"unknown workload {name!r}: use cifar:naive, cifar:optimized, bert:naive, bert:optimized "
-        "or plant:<a>+<b>"
+        "or plant:<a>+<b>~<decoy>"
     )

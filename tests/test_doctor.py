@@ -199,6 +199,37 @@ def test_precision_is_planted_only_where_bf16_measurably_pays(monkeypatch):
         assert dp.bf16_pays_here.__wrapped__(rounds=3, steps=10) is pays
 
 
+def test_each_decoy_sets_its_plants_tell_tale_field_without_the_plant():
+    """Lesson 10's decoys: the field a flag-reading judge names (one sync, some padding, foreach off, batch 1)
+    on a step that lacks the plant's cost (no NaN checks; 5% padding; long rows). Whether they cost little is
+    measured by benchmarks/lesson10_calibrate.py; here, that each is what it claims and refuses what it cannot be."""
+    from effkit.doctor_plants import LENGTH, LONG_ROWS
+
+    sync = planted_step((), decoys=("sync",))
+    batch = sync.next_batch()
+    loss = sync.loss(batch)
+    assert not sync.model.nan_checks
+    sync.after(loss)  # the one read per step
+    padding = planted_step((), decoys=("padding",))
+    assert 0.0 < padding.padding(padding.next_batch()) < 0.1
+    assert planted_step(("padding",)).padding(planted_step(("padding",)).next_batch()) > 0.3
+    optimizer = planted_step((), decoys=("optimizer",))
+    assert optimizer.optimizer.param_groups[0]["foreach"] is False
+    assert optimizer.next_batch()[0].shape == (32, LONG_ROWS["optimizer"])
+    overhead = planted_step(("sync",), decoys=("overhead",))
+    assert overhead.batch_size == 1 and overhead.next_batch()[0].shape == (1, LONG_ROWS["overhead"])
+    assert planted_step(("overhead",)).next_batch()[0].shape == (1, LENGTH)
+    for plants, decoys in (
+        (("sync",), ("sync",)),  # a decoy is never its own plant
+        ((), ("optimizer", "overhead")),  # batch 1 would make the optimizer a big share again
+        (("data",), ("optimizer",)),  # the data plant tokenises rows of LENGTH tokens
+        (("overhead",), ("optimizer",)),  # long rows would cure batch 1
+        ((), ("precision",)),
+    ):
+        with pytest.raises(ValueError):
+            planted_step(plants, decoys=decoys)
+
+
 @pytest.fixture(scope="module")
 def planted_profiles() -> dict[str, dict]:
     """Every single plant and the clean step, profiled once here as a grading profiles them."""

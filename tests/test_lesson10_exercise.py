@@ -9,6 +9,7 @@ for the whole module, so the submissions are judged on the same profiles.
 """
 
 import functools
+import itertools
 import random
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def profiled():
     """The grader's profiles of SEED's cases, measured once (profile_case is the costly part)."""
     cached = functools.lru_cache(maxsize=None)(checks.profile_case)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(checks, "profile_case", lambda label, seed: dict(cached(label, seed)))
+        mp.setattr(checks, "profile_case", lambda *case: dict(cached(*case)))
         yield
 
 
@@ -55,12 +56,39 @@ def _grade(
 
 def test_every_label_is_drawn_and_the_case_name_never_reaches_the_learner(monkeypatch):
     cases = checks.draw_cases(random.Random(SEED))
-    assert len(cases) == checks.CASES and set(label for label, _ in cases) == set(checks.LABELS)
+    assert len(cases) == checks.CASES and set(label for label, *_ in cases) == set(checks.LABELS)
     assert (
         checks.draw_cases(random.Random(SEED + 1)) != cases
     )  # the order and seeds are the grading's secret
     monkeypatch.setattr(checks, "profile_named", lambda name, seed: {"name": name, "step_ms": 1.0})
-    assert checks.profile_case("data", 3) == {"step_ms": 1.0}
+    assert checks.profile_case(("data", "sync"), ("padding",), 3) == {"step_ms": 1.0}
+
+
+def _reads_flags(order, data_first, plants, decoys):
+    """What a judge reading only the tell-tale fields says (batch 1, foreach off, any padding, any sync),
+    in ``order``, with the data share read first or last: the label it would give the case."""
+    if data_first and "data" in plants:
+        return "data"
+    present = set(plants) | set(decoys)
+    return next((flag for flag in order if flag in present), "data" if "data" in plants else "none")
+
+
+def test_every_drawn_grading_fails_a_judge_that_reads_flags_in_any_order():
+    """The decoys and pairs are drawn so that no order of flag reading reaches PASS_AT in any grading: the
+    two "none" cases carry the long-row decoys, which every such judge names. Each case's label is its first
+    plant, every decoy sits where it is not the label, and each pair's second plant is the cheap one."""
+    orders = list(itertools.permutations(checks.DECOYS))
+    for seed in range(300):
+        cases = checks.draw_cases(random.Random(seed))
+        assert sorted(d for *_, decoys in cases for d in decoys) == sorted(checks.DECOYS)
+        for label, _, plants, decoys in cases:
+            assert label == (plants[0] if plants else "none") and label not in decoys
+            assert plants[1:] in ((), (checks.PARTNER,))
+        for order in orders:
+            for data_first in (False, True):
+                said = [_reads_flags(order, data_first, p, d) for _, _, p, d in cases]
+                right = sum(s == label for s, (label, *_) in zip(said, cases, strict=True))
+                assert right < checks.PASS_AT, (seed, order, data_first, cases)
 
 
 _REF = dict(reference_cells(LESSON))["diagnose"]
@@ -84,15 +112,29 @@ def diagnose(profile):
     biggest = max(ranges, key=ranges.get)
     return {"data": "data", "optimizer": "optimizer"}.get(biggest, "none")
 """
+# the review's shortcut: each plant's tell-tale field, no time read (8 of 8 before the decoys and pairs)
+_READS_FLAGS = """
+def diagnose(profile):
+    if profile["batch_size"] == 1:
+        return "overhead"
+    if not profile["optimizer"]["foreach"]:
+        return "optimizer"
+    if (profile["padding_share"] or 0) > 0:
+        return "padding"
+    if profile["syncs_per_step"] > 0:
+        return "sync"
+    return "data" if profile["ranges_ms"]["data"] / profile["step_ms"] > 0.25 else "none"
+"""
 _LIST = 'def diagnose(profile):\n    return ["data"]\n'
 _READS_NAME = 'def diagnose(profile):\n    return profile["name"].split(":")[1]\n'
 _HUGE = 'def diagnose(profile):\n    return "data" * 10_000_000\n'
 
 SUBMISSIONS = {
     "reference": (_REF, True, "8 of 8 planted bottlenecks named"),
-    "always_data": (_ALWAYS_DATA, False, "you said 'data', the grader planted"),
-    "three_rules": (_THREE_RULES, False, "the grader planted 'overhead'"),
-    "biggest_range": (_BIGGEST_RANGE, False, "you said 'none', the grader planted 'sync'"),
+    "always_data": (_ALWAYS_DATA, False, "you said 'data', the costliest plant was"),
+    "three_rules": (_THREE_RULES, False, "the costliest plant was 'overhead'"),
+    "biggest_range": (_BIGGEST_RANGE, False, "you said 'none', the costliest plant was 'sync'"),
+    "reads_flags": (_READS_FLAGS, False, "the costliest plant was 'none'"),
     "a_list": (_LIST, False, "'returned list' is not one of"),
     "reads_the_case_name": (_READS_NAME, False, "'raised KeyError' is not one of"),
     "huge_string": (_HUGE, False, "is not one of"),
@@ -120,7 +162,7 @@ def test_the_stub_is_named_as_a_stub():
     with pytest.raises(CheckFailed, match="NotImplementedError"):
         import unittest.mock as um
 
-        with um.patch.object(checks, "profile_case", lambda label, seed: {}):
+        with um.patch.object(checks, "profile_case", lambda *case: {}):
             A.cell_checks["test_diagnose"](ctx)
 
 

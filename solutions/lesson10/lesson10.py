@@ -34,8 +34,15 @@
 # | `"optimizer"` | `Adam(foreach=False)`: a Python loop over the parameter tensors | 10 |
 # | `"none"` | nothing planted | |
 #
-# Every label appears at least once. `test_diagnose` (5 points) needs at least **7 of the 8**
-# labels right. Return a plain string; anything else counts as wrong.
+# Every label appears at least once, and `"none"` twice. **The fields can mislead.** Each
+# plant's tell-tale field also turns up where it costs little: one `loss.item()` per step, 5%
+# padding, `foreach=False` on a step whose optimizer is a small share of the time, batch 1 of rows
+# long enough that its matmuls are not tiny. And a case may hold two plants, the NaN-check syncs
+# beside another: the label is always the plant that costs **the most of the step**, so
+# `"foreach": False` alone does not make `"optimizer"`, nor `batch_size == 1` `"overhead"`. Read
+# what each suspect costs (its share of `step_ms`, the matmul calls against `matmul_us_floor`)
+# before you name it. `test_diagnose` (5 points) needs at least **7 of the 8** labels right.
+# Return a plain string; anything else counts as wrong.
 #
 # ## The profile you get
 #
@@ -71,7 +78,7 @@
 # yours, and busy. (A line of 40 µs that fitted one Intel Xeon called the clean, sync, optimizer and
 # padding steps of an AMD EPYC overhead-bound: its kernels were faster, so even a clean step's calls
 # took less than 40 µs there.) When two things look wrong, name the one
-# whose fix saves the most time.
+# whose fix saves the most time; when one field looks wrong and costs little, it is not the bottleneck.
 #
 # **Part (b)**, further down: fix a slow training step. The grader holds your step to the original's
 # result and times it against the original.
@@ -85,7 +92,7 @@ def diagnose(profile):
     ### BEGIN SOLUTION
     step = max(profile["step_ms"], 1e-9)
     ranges = profile["ranges_ms"]
-    found = {}  # label -> share of the step its fix may save
+    found = {}  # label -> what its evidence costs, as a share of the profiled step: the ranking key
     data = ranges.get("data", 0.0) / step
     if data >= 0.25:
         found["data"] = data

@@ -3,11 +3,17 @@
 The parent plants a bottleneck per case, profiles each step itself and sends only the plain
 profile to the worker's ``diagnose``; part (b) is in :mod:`step_checks`. No learner code runs here.
 Profiles are timing and move run to run, hence one miss in ``CASES`` is allowed.
+
+Every field that gives a plant away also appears where it costs little (a *decoy*: one ``loss.item()``, 5%
+padding, ``foreach=False`` where the optimizer is ~2% of the step, batch 1 of rows long enough that no call is
+tiny), and one case may hold a second plant, the NaN-check syncs, that costs several times less than the first:
+a judge that reads flags instead of shares and call times names the decoy or the pair's cheap plant. The label is always the plant that costs the most of
+the step; the gaps are calibrated (README: ``benchmarks/lesson10_calibrate.py``).
 """
 
 from __future__ import annotations
 
-from effkit.doctor_plants import profile_named
+from effkit.doctor_plants import DECOYS, LONG_ROWS, profile_named
 from grader.assignments.lesson10 import step_checks
 from grader.kit.assignment import Assignment
 from grader.kit.checks import CheckFailed, Context, expect, quiz_check, stub_reason
@@ -57,16 +63,54 @@ QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
 }
 
 
-def draw_cases(rng) -> list[tuple[str, int]]:
-    """(label, data seed) per case: every label once plus CASES - len(LABELS) drawn, shuffled."""
-    labels = list(LABELS) + [rng.choice(LABELS[:-1]) for _ in range(CASES - len(LABELS))]
-    rng.shuffle(labels)
-    return [(label, rng.randrange(1 << 30)) for label in labels]
+# a pair: one of PAIRED with the PARTNER plant. Timed unprofiled under load 6.5-10.5 (README, --costs), removing
+# the data plant saved 28-46% of the pair's step and removing the syncs -12% to +23%, at least 2x less in every
+# round; batch 1 cost 82-92% of each sample's time. Not the optimizer loop (-5% to +13%, about what the NaN checks
+# cost) nor padding (its cost is the padded positions' compute, which no removal times): their lead would be a toss
+PARTNER = "sync"
+PAIRED = ("data", "overhead")
 
 
-def profile_case(label: str, seed: int) -> dict:
+def _fits(decoy: str, plants: tuple[str, ...], decoys: list[str]) -> bool:
+    """A decoy never sits on its own plant, and long rows neither beside batch 1 (the overhead plant, which they
+    would cure), the data plant (which tokenises rows of the usual length) nor the other long-row decoy."""
+    long_rows = decoy in LONG_ROWS and (
+        {"overhead", "data"} & set(plants) or set(decoys) & set(LONG_ROWS)
+    )
+    return decoy not in plants and decoy not in decoys and not long_rows
+
+
+def draw_cases(rng) -> list[tuple[str, int, tuple[str, ...], tuple[str, ...]]]:
+    """(label, data seed, plants, decoys) per case, shuffled: every label once, a second "none" and one more
+    bottleneck, paired with the cheap ``PARTNER`` plant when it is one of ``PAIRED``. The two long-row decoys
+    (``foreach=False``, batch 1) sit on the two "none" cases, so a judge that reads either flag instead of the
+    share or the call time misses two cases whatever else it gets right; the other decoys on any case they fit.
+    The label is the first plant ("none": nothing planted)."""
+    extra = rng.choice(LABELS[:-1])
+    labels = [*LABELS, "none", extra]
+    plants = [() if x == "none" else (x,) for x in labels[:-1]]
+    plants.append((extra, PARTNER) if extra in PAIRED else (extra,))
+    decoys: list[list[str]] = [[] for _ in labels]
+    nones = [i for i, x in enumerate(labels) if x == "none"]
+    for i, decoy in zip(nones, rng.sample(sorted(LONG_ROWS), len(LONG_ROWS)), strict=True):
+        decoys[i].append(decoy)
+    for decoy in DECOYS:
+        if decoy not in LONG_ROWS:
+            decoys[
+                rng.choice([i for i in range(CASES) if _fits(decoy, plants[i], decoys[i])])
+            ].append(decoy)
+    cases = [(labels[i], rng.randrange(1 << 30), plants[i], tuple(decoys[i])) for i in range(CASES)]
+    rng.shuffle(cases)
+    return cases
+
+
+def case_name(plants: tuple[str, ...], decoys: tuple[str, ...] = ()) -> str:
+    return "plant:" + ("+".join(plants) or "clean") + "".join("~" + d for d in decoys)
+
+
+def profile_case(plants: tuple[str, ...], decoys: tuple[str, ...], seed: int) -> dict:
     """The parent's own profile of a planted step, as the plain data the learner sees."""
-    profile = profile_named(f"plant:{'clean' if label == 'none' else label}", seed=seed)
+    profile = profile_named(case_name(plants, decoys), seed=seed)
     profile.pop("name", None)  # the case name would say what was planted
     return profile
 
@@ -86,17 +130,17 @@ def grade_labels(truth: list[str], answers) -> tuple[int, list[str]]:
         elif not isinstance(got, str) or got not in LABELS:
             wrong.append(f"case {i}: {shown!r} is not one of {', '.join(LABELS)}")
         else:
-            wrong.append(f"case {i}: you said {got!r}, the grader planted {want!r}")
+            wrong.append(f"case {i}: you said {got!r}, the costliest plant was {want!r}")
     return right, wrong
 
 
 def check_diagnose(ctx: Context) -> None:
     cases = draw_cases(ctx.rng)
-    profiles = [profile_case(label, seed) for label, seed in cases]
+    profiles = [profile_case(plants, decoys, seed) for _, seed, plants, decoys in cases]
     r = ctx.session.call("diagnose", CALL_SECONDS, profiles=profiles)
     stub = [e for e in ctx.session.load_errors if e.get("cell") == "diagnose"]
     expect(r.ok, stub_reason(stub[0]["message"] if stub else r.failure) or f"diagnose {r.failure}")
-    truth = [label for label, _ in cases]
+    truth = [label for label, *_ in cases]
     right, wrong = grade_labels(truth, r.data.get("labels"))
     summary = f"{right} of {len(truth)} planted bottlenecks named (at least {PASS_AT} needed)"
     expect(right >= PASS_AT, f"{summary}. " + "; ".join(wrong[:8]))

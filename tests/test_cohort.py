@@ -120,6 +120,11 @@ def test_learners_log_in_see_the_course_and_cannot_reach_each_other(hub):
     limits = Path(f"/proc/{pid}/limits").read_text()
     line = next(ln for ln in limits.splitlines() if ln.startswith("Max processes"))
     assert line.split()[2:4] == ["2048", "2048"], line
+    # ... in its own cgroup (memory, CPU) and with a private /tmp (tests/test_cohort_limits.py)
+    groups = Path(f"/proc/{pid}/cgroup").read_text()
+    assert f"effkit-cohort/{b}" in groups, groups
+    mounts = [ln.split() for ln in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()]
+    assert any(m[4] == "/tmp" and "tmpfs" in m for m in mounts), "B's /tmp is the host's"
 
 
 @WHOLE_PATH

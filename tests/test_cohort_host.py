@@ -130,7 +130,7 @@ def test_the_hub_config_reads_the_plan(tmp_path):
     assert service["environment"]["EFFKIT_COURSE_DIR"] == str(tmp_path / "course")
     assert c.JupyterHub.load_groups == {"formgrade-effkit": {"users": ["t-instructor"]}}
     assert c.Spawner.environment["JUPYTER_CONFIG_PATH"] == "/srv/x/config"
-    assert c.JupyterHub.spawner_class.__name__ == "CappedSpawner"  # the per-learner task cap
+    assert c.JupyterHub.spawner_class.__name__ == "LimitedSpawner"  # limits per learner
 
 
 def test_a_plan_from_another_version_still_loads(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grader.common import course
-from grader.frontends import cohort_host
+from grader.frontends import cohort_host, cohort_limits
 from grader.frontends.autograde import REPO_ROOT, nbgrader_env
 
 COURSE_ID = "effkit"  # must match nbgrader_config.py's CourseDirectory.course_id
@@ -45,7 +45,10 @@ class Plan:
     proxy_command: str
     course_id: str = COURSE_ID
     course_dir: str = ""
-    max_tasks: int = 2048  # processes + threads per learner account (RLIMIT_NPROC)
+    max_tasks: int = 2048  # processes + threads per learner account (RLIMIT_NPROC, pids cgroup)
+    memory_mb: int = 3072  # per learner: cohort_limits.Limits
+    cpus: float = 1.0
+    tmp_mb: int = 512
     changed_modes: dict[str, int] = field(default_factory=dict)
 
 
@@ -127,7 +130,15 @@ def release_all(exchange: Path, release_dir: Path) -> list[str]:
     return ids
 
 
-def up(learners: int = 2, port: int = 8000, prefix: str = "effkit-", exchange: str = "") -> int:
+def up(
+    learners: int = 2,
+    port: int = 8000,
+    prefix: str = "effkit-",
+    exchange: str = "",
+    memory_gb: float = 3.0,
+    cpus: float = 1.0,
+    tmp_mb: int = 512,
+) -> int:
     """Start (or report) the cohort; prints the address and where the accounts' passwords are."""
     if _pid() is not None:
         print(
@@ -166,6 +177,9 @@ def up(learners: int = 2, port: int = 8000, prefix: str = "effkit-", exchange: s
             venv_bin=str(Path(sys.executable).parent),
             proxy_command=cohort_host.proxy_command(folder),
             changed_modes=old.changed_modes if old else {},
+            memory_mb=int(memory_gb * 1024),
+            cpus=cpus,
+            tmp_mb=tmp_mb,
         )
         cohort_host.make_exchange(exchange_dir)
         cohort_host.write_learner_config(Path(plan.learner_config), COURSE_ID, exchange_dir)
@@ -203,6 +217,12 @@ def up(learners: int = 2, port: int = 8000, prefix: str = "effkit-", exchange: s
     print(f"  learners:   {', '.join(plan.learners)}")
     print(f"  passwords:  {accounts} (readable by you only)")
     print(f"  released:   {', '.join(released)} into {exchange_dir}")
+    groups = cohort_limits.kind()
+    print(
+        f"  per learner: {plan.memory_mb / 1024:g} GiB memory (their /tmp included), "
+        f"{plan.cpus:g} CPU, {plan.max_tasks} tasks, private /tmp of {plan.tmp_mb} MiB"
+        + ("" if groups else "; memory, CPU and tasks NOT limited: no writable cgroup file system")
+    )
     if opened:
         print(
             f"  opened for learners' kernels (traverse only, kept after down): {', '.join(opened)}"
@@ -228,6 +248,7 @@ def down(remove_accounts: bool = False) -> int:
         return 0
     accounts = [plan.instructor, *plan.learners]
     cohort_host.stop_user_processes(accounts)
+    cohort_limits.remove(accounts)  # their cgroups, empty now
     (state_dir() / "jupyterhub.pid").unlink(missing_ok=True)
     if remove_accounts:  # no account left that could read the course: its modes go back
         cohort_host.remove_accounts(accounts)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -50,6 +51,7 @@ class Plan:
     cpus: float = 1.0
     tmp_mb: int = 512
     changed_modes: dict[str, int] = field(default_factory=dict)
+    traverse: dict[str, int] = field(default_factory=dict)  # folder -> mode, opened by ACL
 
 
 def state_dir() -> Path:
@@ -67,6 +69,16 @@ def load_plan() -> Plan | None:
         return None
     known = Plan.__dataclass_fields__  # a plan written by another version: keep what is known
     return Plan(**{k: v for k, v in saved.items() if k in known})
+
+
+def _uids(names: list[str]) -> list[int]:
+    found = []
+    for name in names:
+        try:
+            found.append(pwd.getpwnam(name).pw_uid)
+        except KeyError:
+            pass
+    return found
 
 
 def _free_port() -> int:
@@ -183,7 +195,8 @@ def up(
         )
         cohort_host.make_exchange(exchange_dir)
         cohort_host.write_learner_config(Path(plan.learner_config), COURSE_ID, exchange_dir)
-        opened = cohort_host.open_interpreter_path(Path(sys.executable))
+        by_acl, opened = cohort_host.open_interpreter_path(Path(sys.executable), _uids(names))
+        plan.traverse = {**by_acl, **(old.traverse if old else {})}  # the first up's modes
         cohort_host.restrict_repository(REPO_ROOT, plan.changed_modes)
         plan_file().write_text(json.dumps(asdict(plan), indent=1))
         released = release_all(exchange_dir, folder / "release")
@@ -223,9 +236,15 @@ def up(
         f"{plan.cpus:g} CPU, {plan.max_tasks} tasks, private /tmp of {plan.tmp_mb} MiB"
         + ("" if groups else "; memory, CPU and tasks NOT limited: no writable cgroup file system")
     )
+    if plan.traverse:
+        print(
+            f"  opened to the cohort's accounts (ACL, traverse only; down removes it): "
+            f"{', '.join(plan.traverse)}"
+        )
     if opened:
         print(
-            f"  opened for learners' kernels (traverse only, kept after down): {', '.join(opened)}"
+            f"  opened to all accounts (no ACLs on this file system; traverse only, kept after "
+            f"down): {', '.join(opened)}"
         )
     print("  stop with:  make cohort down   (or python -m grader cohort down)")
     return 0
@@ -249,15 +268,23 @@ def down(remove_accounts: bool = False) -> int:
     accounts = [plan.instructor, *plan.learners]
     cohort_host.stop_user_processes(accounts)
     cohort_limits.remove(accounts)  # their cgroups, empty now
+    uids = _uids(accounts)
+    cohort_host.close_interpreter_path(plan.traverse, uids)  # nothing of theirs runs any more
+    plan.traverse = {}
+    plan_file().write_text(json.dumps(asdict(plan), indent=1))
     (state_dir() / "jupyterhub.pid").unlink(missing_ok=True)
     if remove_accounts:  # no account left that could read the course: its modes go back
+        # before userdel: useradd reuses uids, and a new account would own what these left
+        places = [*cohort_host.SHARED_TMP, *([Path(plan.exchange)] if plan.exchange else [])]
+        left = cohort_host.remove_files_of(uids, places)
         cohort_host.remove_accounts(accounts)
         restored = cohort_host.restore_modes(plan.changed_modes)
         plan.changed_modes = {}
         plan_file().write_text(json.dumps(asdict(plan), indent=1))
         print(
             f"removed the accounts {', '.join(accounts)} and their homes; "
-            f"{len(restored)} file modes restored"
+            f"{len(restored)} file modes restored; {left} of their files removed from "
+            "/tmp and the exchange"
         )
         return 0
     # The accounts stay, so the course stays closed to them (grades, gradebook, other learners'

@@ -18,6 +18,8 @@ import stat
 import subprocess
 from pathlib import Path
 
+from grader.frontends import cohort_acl
+
 # Closed to learners: the reference solutions, the private course folder, tests (they carry
 # reference submissions), benchmarks and the history of all of them.
 PRIVATE = ("solutions", "course", "tests", "benchmarks", "runs", ".git")
@@ -84,18 +86,32 @@ def restrict_repository(repo: Path, changed: dict[str, int]) -> None:
             _set_mode(path, stat.S_IMODE(path.stat().st_mode) & ~0o077, changed)
 
 
-def open_interpreter_path(python: Path) -> list[str]:
+def open_interpreter_path(python: Path, uids: list[int]) -> tuple[dict[str, int], list[str]]:
     """Learners' kernels run the course's interpreter: every folder above it must let them pass
-    (e.g. pyenv under a 0700 /root). Adds only the traverse bit, never read, and ``down`` leaves
-    it: taking it away under a running grading breaks that grading's workers (their imports fail
-    mid-run; measured). Returns the folders opened."""
-    opened = []
+    (e.g. pyenv under a 0700 /root). Each such folder gets an ACL entry per cohort account
+    (traverse only, ``cohort_acl``), which ``close_interpreter_path`` removes; where the file system
+    has no ACLs, the traverse bit for all (o+x), kept after ``down`` as before: taking it away under
+    a running grading broke that grading's workers. Returns ({folder: mode before}, folders o+x)."""
+    by_acl, for_all = {}, []
     for folder in reversed(Path(os.path.realpath(python)).parents):
         mode = stat.S_IMODE(folder.stat().st_mode)
-        if not mode & 0o001:
+        if mode & 0o001:
+            continue
+        try:
+            cohort_acl.open_to(str(folder), uids)
+            by_acl[str(folder)] = mode
+        except OSError:
             folder.chmod(mode | 0o001)
-            opened.append(str(folder))
-    return opened
+            for_all.append(str(folder))
+    return by_acl, for_all
+
+
+def close_interpreter_path(opened: dict[str, int], uids: list[int]) -> None:
+    for folder, mode in opened.items():
+        try:
+            cohort_acl.close_to(folder, uids, mode)
+        except FileNotFoundError:
+            pass
 
 
 def restore_modes(changed: dict[str, int]) -> list[str]:
@@ -197,6 +213,36 @@ def lock_accounts(names: list[str], locked: bool = True) -> list[str]:
         subprocess.run(["usermod", *flags, name], check=True, capture_output=True)
         done.append(name)
     return done
+
+
+SHARED_TMP = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
+
+
+def remove_files_of(uids: list[int], places: list[Path]) -> int:
+    """Remove everything the uids own under ``places`` (never following links, never leaving the
+    file system), deepest first; a folder of theirs that holds another account's files goes to root
+    (0700) instead. Returns how many entries were removed."""
+    removed, owned = 0, set(uids)
+    for place in places if owned else []:
+        if not place.is_dir():
+            continue
+        device = place.stat().st_dev
+        for folder, dirs, files in os.walk(place, topdown=False):
+            for name in files + dirs:
+                path = os.path.join(folder, name)
+                try:
+                    st = os.lstat(path)
+                except FileNotFoundError:
+                    continue
+                if st.st_uid not in owned or st.st_dev != device:
+                    continue
+                try:
+                    os.rmdir(path) if stat.S_ISDIR(st.st_mode) else os.unlink(path)
+                    removed += 1
+                except OSError:  # a folder still holding others' files
+                    os.lchown(path, 0, 0)
+                    os.chmod(path, 0o700)
+    return removed
 
 
 def remove_accounts(names: list[str]) -> None:

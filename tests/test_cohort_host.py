@@ -249,3 +249,19 @@ def test_down_keeps_the_course_closed_while_the_accounts_exist(tmp_path, monkeyp
     assert calls == [["t", "a", "b"]] and _mode(repo / "course") & 0o077 == 0
     assert cohort.down(remove_accounts=True) == 0
     assert calls[-1] == ("rm", ["t", "a", "b"]) and _mode(repo / "course") & 0o077 != 0
+
+
+def test_the_cohort_names_its_learners_in_the_gradebook(tmp_path, monkeypatch):
+    """Formgrader listed the cohort's learners as "None, None" (nbgrader adds them on collect)."""
+    from nbgrader.api import Gradebook
+
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")  # alembic
+    db = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    cohort.name_students(db, ["ek-learner1", "ek-learner2"])
+    cohort.name_students(db, ["ek-learner1", "ek-learner2"])  # every `up` again: no duplicates
+    with Gradebook(db) as gb:
+        names = {s.id: (s.last_name, s.first_name) for s in gb.students}
+    assert names == {
+        "ek-learner1": ("Learner 1", "ek-learner1"),
+        "ek-learner2": ("Learner 2", "ek-learner2"),
+    }

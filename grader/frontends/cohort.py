@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grader.common import course
-from grader.frontends import cohort_host, cohort_limits
+from grader.frontends import cohort_host, cohort_limits, leaderboard_page
 from grader.frontends.autograde import REPO_ROOT, nbgrader_env
 
 COURSE_ID = "effkit"  # must match nbgrader_config.py's CourseDirectory.course_id
@@ -52,6 +52,7 @@ class Plan:
     tmp_mb: int = 512
     changed_modes: dict[str, int] = field(default_factory=dict)
     traverse: dict[str, int] = field(default_factory=dict)  # folder -> mode, opened by ACL
+    leaderboard: str = ""  # the published page's folder, read-only to learners (~/leaderboard)
 
 
 def state_dir() -> Path:
@@ -142,6 +143,16 @@ def release_all(exchange: Path, release_dir: Path) -> list[str]:
     return ids
 
 
+def name_students(db_url: str, learners: list[str]) -> None:
+    """Every learner into the gradebook with a name (formgrader shows "None, None" for students
+    nbgrader adds on collect). DEPLOY: real names from your roster (`nbgrader db student import`)."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url, COURSE_ID) as gb:
+        for i, name in enumerate(learners, 1):
+            gb.update_or_create_student(name, last_name=f"Learner {i}", first_name=name)
+
+
 def up(
     learners: int = 2,
     port: int = 8000,
@@ -192,6 +203,7 @@ def up(
             memory_mb=int(memory_gb * 1024),
             cpus=cpus,
             tmp_mb=tmp_mb,
+            leaderboard=str(exchange_dir.parent / f"{COURSE_ID}-leaderboard"),
         )
         cohort_host.make_exchange(exchange_dir)
         cohort_host.write_learner_config(Path(plan.learner_config), COURSE_ID, exchange_dir)
@@ -200,6 +212,11 @@ def up(
         cohort_host.restrict_repository(REPO_ROOT, plan.changed_modes)
         plan_file().write_text(json.dumps(asdict(plan), indent=1))
         released = release_all(exchange_dir, folder / "release")
+        name_students(f"sqlite:///{course.course_dir() / 'gradebook.db'}", plan.learners)
+        cohort_host.share_folder(Path(plan.leaderboard), "leaderboard", plan.learners)
+        page = course.course_dir() / "leaderboard" / "index.html"
+        if page.is_file():  # the page as last written, until the next `grader leaderboard`
+            leaderboard_page.publish_page(page, Path(plan.leaderboard))
         log = folder / "jupyterhub.log"
         with open(log, "ab") as out:
             hub = subprocess.Popen(
@@ -230,6 +247,10 @@ def up(
     print(f"  learners:   {', '.join(plan.learners)}")
     print(f"  passwords:  {accounts} (readable by you only)")
     print(f"  released:   {', '.join(released)} into {exchange_dir}")
+    print(
+        f"  leaderboard: `python -m grader leaderboard` publishes it to {plan.leaderboard} "
+        "(read-only; ~/leaderboard in every learner's home)"
+    )
     groups = cohort_limits.kind()
     print(
         f"  per learner: {plan.memory_mb / 1024:g} GiB memory (their /tmp included), "

@@ -167,6 +167,19 @@ def write_learner_config(folder: Path, course_id: str, exchange: Path) -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
+def share_folder(folder: Path, link: str, learners: list[str]) -> None:
+    """A folder every learner reads and none writes (root's, 0755), linked as ``~/<link>`` in each
+    learner's home so JupyterLab's file browser shows it. A learner's own file by that name stays."""
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chown(folder, 0, 0)
+    folder.chmod(0o755)
+    for name in learners:
+        try:
+            os.symlink(folder, Path(pwd.getpwnam(name).pw_dir) / link)
+        except (KeyError, OSError):  # no such account or home, or their own file by that name
+            pass
+
+
 def proxy_command(state_dir: Path) -> str:
     """configurable-http-proxy (JupyterHub's proxy, an npm package): the one on PATH, else
     installed once into the cohort's state folder from the npm registry."""

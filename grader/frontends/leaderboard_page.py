@@ -196,7 +196,25 @@ def run(
         print(f"{len(rejected)} report(s) rejected: listed on stderr, not on the page")
     print(f"\npage: {page} (JupyterLab: right-click it > Open With > HTML Viewer)")
     print(f"records: {folder}/<lesson>.json")
+    if publish is None and not real_names:  # a cohort on this machine: where its learners look
+        publish = cohort_folder()
     if publish:
-        Path(publish).mkdir(parents=True, exist_ok=True)
-        print(f"published: {shutil.copy2(page, Path(publish) / 'index.html')}")
+        print(f"published: {publish_page(page, Path(publish))}")
     return 0
+
+
+def cohort_folder() -> str | None:
+    """The read-only folder ``cohort up`` made for the page (every learner's ``~/leaderboard``)."""
+    from grader.frontends import cohort
+
+    plan = cohort.load_plan()
+    return plan.leaderboard if plan and plan.leaderboard else None
+
+
+def publish_page(page: Path, folder: Path) -> Path:
+    """Copy the page alone into ``folder``, readable by every account, writable by none but ours."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o755)
+    dest = Path(shutil.copyfile(page, folder / "index.html"))
+    dest.chmod(0o644)
+    return dest

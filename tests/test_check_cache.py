@@ -1,4 +1,4 @@
-"""Validate's cached grader report (grader/kit/in_notebook.py) is the learner's alone.
+"""What Validate runs in a learner's kernel (grader/kit/in_notebook.py): a private report, a real reason.
 
 Validate runs every test cell at once and the report of one ``python -m grader check`` answers
 them all, kept in ``/tmp/effkit-check-<uid>-*.json``. It was 0644 there (scores and speed-ups
@@ -61,3 +61,18 @@ def test_a_report_readable_by_others_or_planted_is_never_used(notebook):
         cache.chmod(0o600)
         os.chown(cache, 65534, 65534)
         assert in_notebook._check_report(path) == {"points": 3}
+
+
+def test_validate_on_another_lessons_notebook_names_the_real_problem(tmp_path, monkeypatch):
+    """Lesson 2's notebook saved as lesson1/lesson1.ipynb: its test cells ask for lesson2.ipynb.
+    Validate (which runs the notebook in its own folder) blamed the working directory."""
+    folder = tmp_path / "lesson1"
+    folder.mkdir()
+    (folder / "lesson1.ipynb").write_text("{}")
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
+    with pytest.raises(FileNotFoundError) as err:
+        in_notebook.check_my_work("test_pipeline", "lesson2.ipynb")
+    said = str(err.value)
+    assert "lesson1/ holds lesson1.ipynb" in said and "another lesson's notebook" in said, said
+    assert "run this from your notebook's folder" not in said

@@ -68,6 +68,22 @@ def _points(notebook: Path, grade_id: str) -> float:
     return 0.0
 
 
+def _missing_notebook(notebook: Path) -> str:
+    """Why this cell's notebook is not where the cell runs. Validate runs a notebook in its own
+    folder, so a missing one there is nearly always another lesson's notebook saved (or fetched)
+    under this folder's name, not a wrong working directory."""
+    here = Path.cwd()
+    others = sorted(p.name for p in here.glob("*.ipynb"))
+    if not others:
+        return f"cannot find {notebook.resolve()}: run this from your notebook's folder"
+    return (
+        f"this cell is from {notebook.name}, but {here.name}/ holds {', '.join(others)}: it looks "
+        f"like another lesson's notebook saved under another name. Each lesson's notebook keeps "
+        f"its own name in its own folder: open {notebook.stem}'s notebook (fetch it again from "
+        f"the Assignment List if needed) and validate that one"
+    )
+
+
 def check_my_work(grade_id: str, notebook: str) -> None:
     """What a notebook's test cell runs: the grader's own check of the *saved* notebook, in a fresh
     process (``python -m grader check``, the same code as autograding); nbgrader's Validate button
@@ -79,9 +95,7 @@ def check_my_work(grade_id: str, notebook: str) -> None:
         )
         return
     if not Path(notebook).is_file():
-        raise FileNotFoundError(
-            f"cannot find {Path(notebook).resolve()}: run this from your notebook's folder"
-        )
+        raise FileNotFoundError(_missing_notebook(Path(notebook)))
     report = _check_report(Path(notebook))
     cell = (report.get("out_of_kernel") or {}).get("cells", {}).get(grade_id)
     if cell is None:

@@ -138,6 +138,7 @@ def test_learners_servers_run_without_formgrader_and_with_the_course_exchange(
     assert assignments == 200, log  # ... but nbgrader's Assignment List
     nbgrader = (config / "nbgrader_config.py").read_text()
     assert "course_id = 'effkit'" in nbgrader and str(exchange) in nbgrader
+    assert "c.Execute.timeout = 600" in nbgrader  # Validate's real checks outlast nbgrader's 30 s
     page = json.loads((config / "labconfig" / "page_config.json").read_text())
     assert page["disabledExtensions"]["@jupyter/nbgrader:formgrader"] is True
 

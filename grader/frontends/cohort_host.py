@@ -136,6 +136,9 @@ def make_exchange(exchange: Path) -> None:
         parent.chmod(stat.S_IMODE(parent.stat().st_mode) | 0o005)
 
 
+VALIDATE_TIMEOUT_S = 600
+
+
 def write_learner_config(folder: Path, course_id: str, exchange: Path) -> None:
     """What every learner's JupyterLab reads (JUPYTER_CONFIG_PATH): the course and exchange, and
     formgrader switched off (it would find nothing: the course folder is closed to learners)."""
@@ -144,6 +147,9 @@ def write_learner_config(folder: Path, course_id: str, exchange: Path) -> None:
         "c = get_config()  # noqa: F821\n"
         f"c.CourseDirectory.course_id = {course_id!r}\n"
         f"c.Exchange.root = {str(exchange)!r}\n"
+        # Validate runs the grader's real checks (one `grader check`, minutes on a learner's CPU
+        # share): nbgrader's default 30 s per cell interrupted it on 1 core (make test-cohort)
+        f"c.Execute.timeout = {VALIDATE_TIMEOUT_S}\n"
     )
     server = {
         "ServerApp": {

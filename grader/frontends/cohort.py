@@ -213,10 +213,10 @@ def up(
         plan_file().write_text(json.dumps(asdict(plan), indent=1))
         released = release_all(exchange_dir, folder / "release")
         name_students(f"sqlite:///{course.course_dir() / 'gradebook.db'}", plan.learners)
-        cohort_host.share_folder(Path(plan.leaderboard), "leaderboard", plan.learners)
+        cohort_host.share_folder(Path(plan.leaderboard))
         page = course.course_dir() / "leaderboard" / "index.html"
         if page.is_file():  # the page as last written, until the next `grader leaderboard`
-            leaderboard_page.publish_page(page, Path(plan.leaderboard))
+            leaderboard_page.publish_to_cohort(page)
         log = folder / "jupyterhub.log"
         with open(log, "ab") as out:
             hub = subprocess.Popen(
@@ -249,7 +249,7 @@ def up(
     print(f"  released:   {', '.join(released)} into {exchange_dir}")
     print(
         f"  leaderboard: `python -m grader leaderboard` publishes it to {plan.leaderboard} "
-        "(read-only; ~/leaderboard in every learner's home)"
+        "and ~/leaderboard/ in every learner's home (read-only)"
     )
     groups = cohort_limits.kind()
     print(

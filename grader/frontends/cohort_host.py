@@ -173,17 +173,49 @@ def write_learner_config(folder: Path, course_id: str, exchange: Path) -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
-def share_folder(folder: Path, link: str, learners: list[str]) -> None:
-    """A folder every learner reads and none writes (root's, 0755), linked as ``~/<link>`` in each
-    learner's home so JupyterLab's file browser shows it. A learner's own file by that name stays."""
+def share_folder(folder: Path) -> None:
+    """A folder every account reads and none but root writes (the published leaderboard)."""
     folder.mkdir(parents=True, exist_ok=True)
     os.chown(folder, 0, 0)
     folder.chmod(0o755)
+
+
+def copy_into_homes(page: Path, learners: list[str], folder: str = "leaderboard") -> list[str]:
+    """``page`` as ``~/<folder>/<name>`` for each learner: a root-owned 0755 folder with a 0644 copy,
+    which JupyterLab opens (its file server refuses a symlink out of the home). The home is the
+    learner's, so every step is relative to descriptors opened without following links, and a
+    folder by that name that is not root's is left alone. Returns the learners served."""
+    data, served = page.read_bytes(), []
     for name in learners:
         try:
-            os.symlink(folder, Path(pwd.getpwnam(name).pw_dir) / link)
-        except (KeyError, OSError):  # no such account or home, or their own file by that name
-            pass
+            home = os.open(pwd.getpwnam(name).pw_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except (KeyError, OSError):
+            continue
+        try:
+            try:
+                os.mkdir(folder, 0o755, dir_fd=home)
+            except FileExistsError:
+                pass
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=home)
+        except OSError:
+            os.close(home)
+            continue
+        try:
+            if os.fstat(fd).st_uid != 0:
+                continue  # the learner's own folder by that name: theirs, not ours to write in
+            os.fchmod(fd, 0o755)
+            tmp = f".{page.name}.{os.getpid()}"
+            out = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd
+            )
+            with os.fdopen(out, "wb") as fh:
+                fh.write(data)
+            os.rename(tmp, page.name, src_dir_fd=fd, dst_dir_fd=fd)
+            served.append(name)
+        finally:
+            os.close(fd)
+            os.close(home)
+    return served
 
 
 def proxy_command(state_dir: Path) -> str:

@@ -196,19 +196,23 @@ def run(
         print(f"{len(rejected)} report(s) rejected: listed on stderr, not on the page")
     print(f"\npage: {page} (JupyterLab: right-click it > Open With > HTML Viewer)")
     print(f"records: {folder}/<lesson>.json")
-    if publish is None and not real_names:  # a cohort on this machine: where its learners look
-        publish = cohort_folder()
     if publish:
         print(f"published: {publish_page(page, Path(publish))}")
+    elif not real_names:  # a cohort on this machine: where its learners look
+        publish_to_cohort(page)
     return 0
 
 
-def cohort_folder() -> str | None:
-    """The read-only folder ``cohort up`` made for the page (every learner's ``~/leaderboard``)."""
-    from grader.frontends import cohort
+def publish_to_cohort(page: Path) -> None:
+    """Into the cohort's read-only folder and every learner's ``~/leaderboard/`` (root's, 0755)."""
+    from grader.frontends import cohort, cohort_host
 
     plan = cohort.load_plan()
-    return plan.leaderboard if plan and plan.leaderboard else None
+    if not plan or not plan.leaderboard:
+        return
+    print(f"published: {publish_page(page, Path(plan.leaderboard))}")
+    served = cohort_host.copy_into_homes(page, plan.learners)
+    print(f"  and as ~/leaderboard/{page.name} for {len(served)} of {len(plan.learners)} learners")
 
 
 def publish_page(page: Path, folder: Path) -> Path:

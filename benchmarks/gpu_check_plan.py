@@ -189,7 +189,7 @@ def steps(out: Path, sst2: Path, cifar: Path, cache: Path, dry: bool) -> list[di
             "env": env,
             "argv": [
                 PY,
-                "benchmarks/lesson5_calibrate.py",
+                "grader/assignments/lesson5/calibration/lesson5_calibrate.py",
                 *(["1", "everything"] if dry else ["2"]),
             ],
         }

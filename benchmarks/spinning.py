@@ -1,7 +1,7 @@
 """The busy core of issue 23's goal: processes that spin while a campaign grades.
 
 A correct solution must not lose points with one competing busy core. The campaigns (``busy_core_rate.py``,
-``lesson5_calibrate.py --busy``, ``lesson10_calibrate.py --busy``) make that core with ``while True: pass`` processes,
+``grader/assignments/lesson5/calibration/lesson5_calibrate.py --busy``, ``grader/assignments/lesson10/calibration/lesson10_calibrate.py --busy``) make that core with ``while True: pass`` processes,
 unpinned, as another user's job would be: the scheduler, not the campaign, decides which core each one takes.
 """
 

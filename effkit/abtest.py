@@ -7,7 +7,6 @@ that interval supports. Each call should last >= ~50 ms and synchronise its devi
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +16,7 @@ from itertools import islice
 import torch
 
 from effkit.measure import sync
+from effkit.percentiles import closed_ranks
 
 # perf_counter is captured at import so a later monkeypatch of time.perf_counter (in a learner's
 # notebook, say) cannot bend our clock.
@@ -68,46 +68,27 @@ class ABResult:
         )
 
 
-def _order_k(n: int, confidence: float) -> int:
-    """The largest k (>= 1) with P(Binom(n, 1/2) < k) <= (1 - confidence) / 2."""
-    alpha = 1 - confidence
-    cdf, k = 0.0, 0
-    for i in range(n + 1):
-        p = math.comb(n, i) / 2**n
-        if cdf + p > alpha / 2:
-            break
-        cdf += p
-        k = i + 1
-    return max(k, 1)
-
-
 def median_ci_coverage(n: int, confidence: float = 0.95) -> float:
-    """Real coverage of `median_ci` for ``n`` values: 1 - 2 P(Binom(n, 1/2) < k).
+    """Real coverage of `median_ci` for ``n`` values (`effkit.percentiles.closed_ranks` at q = 50).
 
     Order-statistic intervals come in steps: with n = 3 the widest one, [min, max], covers the
     true median only 75% of the time, with 5 values 94%, with 6 values 97%. A "95% CI" from
-    fewer than 6 pairs is not one; say the coverage you have.
+    fewer than 6 pairs is not one; say the coverage you have. For a fixed n only: `compare` stops
+    early once the interval is narrow, and `effkit.stopping_coverage` measures what that costs.
     """
-    if n < 1:
-        return 0.0
-    k = _order_k(n, confidence)
-    below = sum(math.comb(n, i) for i in range(k)) / 2**n
-    return 1 - 2 * below
+    return 0.0 if n < 1 else closed_ranks(n, 50, confidence)[2]
 
 
 def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
-    """Distribution-free CI for the median from order statistics (binomial, p = 1/2).
+    """Distribution-free CI for the median from order statistics (binomial, p = 1/2): the one
+    implementation, `effkit.percentiles`, with an unbounded end closed at the extreme value.
 
     Its real coverage is `median_ci_coverage(len(values), confidence)`, which is below
     ``confidence`` for fewer than 6 values (the interval is then [min, max]).
     """
     xs = sorted(values)
-    n = len(xs)
-    if n < 3:
-        return xs[0], xs[-1]
-    # The CI is [x_(k), x_(n-k+1)] (1-based); with few samples the widest one, [min, max].
-    k = _order_k(n, confidence)
-    return xs[k - 1], xs[n - k]
+    low, high, _ = closed_ranks(len(xs), 50, confidence)
+    return xs[low - 1], xs[high - 1]
 
 
 def _timed(fn: Callable[[], object], device: torch.device | str | None) -> tuple[float, float]:

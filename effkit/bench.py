@@ -268,9 +268,16 @@ def _fmt(v, spec=".1f", none="—"):
 def table(result: dict) -> str:
     head = result.get("headline") or headline(result)
     weights = (result["recipes"].get("naive", {}).get("config") or {}).get("model")
+    opt = result["recipes"].get("optimized", {}).get("config") or {}
+    # The recipe's per-host choices (effkit.precision_probe, effkit.batch_probe, the evaluation batch).
+    choices = [
+        opt[k] for k in ("precision_choice", "batch_choice", "evaluation_batch") if opt.get(k)
+    ]
     rows = [
         f"{result['workload']} / {result['profile']} on {result['device']}"
-        + (f", {weights}" if weights else ""),
+        + (f", {weights}" if weights else "")
+        + (" — synthetic stand-in data, not CIFAR-10" if opt.get("data") == "synthetic" else ""),
+        *(["optimized recipe's choices on this host: " + "; ".join(choices)] if choices else []),
         f"HEADLINE: {head['what']}: {_fmt(head['value'], '.2f')}x "
         f"(Δacc {result['accuracy_delta_pp']:+.2f} pp)",
         f"{'recipe':<10} {'samples/s':>10} {'tokens/s':>10} {'t→target s':>10} "

@@ -228,6 +228,14 @@ def summary_header(number: int, device_label: str, extra: str = "") -> str:
     return line
 
 
+def cifar_data_note(trainer) -> str:
+    """ "; CIFAR data: ..." for a summary header: which CIFAR a lesson's trainer ran on, stand-in or real."""
+    data = trainer.describe().get("data")
+    return "; CIFAR data: " + (
+        "the synthetic stand-in, not CIFAR-10" if data == "synthetic" else f"{data}"
+    )
+
+
 def check_guess(guess: float | None, measured: float, what: str, fmt: str = "{:.2f}") -> None:
     """Print a learner's prediction next to the measurement (or a reminder to write one);
     in smoke the line says the measurement is not evidence."""

@@ -24,6 +24,7 @@ read the interval as "what this run supports", not more.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -74,6 +75,17 @@ def percentile_ranks(
     high = highs[0] if highs else None
     coverage = below(n + 1 if high is None else high) - below(0 if low is None else low)
     return low, high, coverage
+
+
+@functools.cache  # pure, and called once per pair of every A/B and every simulated one
+def closed_ranks(n: int, q: float, confidence: float = 0.95) -> tuple[int, int, float]:
+    """`percentile_ranks`, but an end no order statistic can bound becomes the extreme value (rank 1
+    or n) and the coverage is that closed interval's, lower than asked: what an A/B of a few pairs has.
+    """
+    low, high, _ = percentile_ranks(n, q, confidence)
+    low, high = low or 1, high or n
+    cdf = _binom_cdf(n, q / 100)
+    return low, high, cdf[high - 1] - cdf[low - 1]  # P(low <= B <= high - 1)
 
 
 @dataclass(frozen=True)

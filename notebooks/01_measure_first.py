@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from effkit import lesson
+from effkit.abtest import median_ci_coverage
 from effkit.measure import (
     DataWaitSplit,
     StepTimer,
@@ -59,6 +60,7 @@ from effkit.measure import (
     train_flops,
 )
 from effkit.profiling import profile_steps
+from effkit.stopping_coverage import stopping_rule_coverage
 from effkit.workloads import bert, cifar
 from effkit.workloads.bert import batching
 from effkit.workloads.bert.trainer import MAX_GRAD_NORM, default_train_step
@@ -82,11 +84,13 @@ print(f"profile {PROFILE!r} on {DEVICE_NAME}")
 
 
 # %% [markdown]
-# **Where the data comes from.** The `cpu` and `gpu` profiles train on real SST-2 and CIFAR-10.
-# Offline (or to use a copy you already have), point `EFFKIT_SST2_DIR` at a folder with GLUE
-# SST-2's `train.tsv`/`dev.tsv`/`test.tsv` and `EFFKIT_CIFAR_DIR` at one holding
-# `cifar-10-batches-py/` — in the shell before `jupyter lab`, or in the cell below with
-# `os.environ[...] = ...` before anything loads. `smoke` generates synthetic data in both formats.
+# **Where the data comes from.** SST-2 is real in the `cpu` and `gpu` profiles: downloaded once, or
+# read from a folder with GLUE SST-2's `train.tsv`/`dev.tsv`/`test.tsv` that `EFFKIT_SST2_DIR` points
+# at. CIFAR-10 is real in `gpu` (downloaded once); `cpu` uses real CIFAR-10 only where it finds a copy
+# (`EFFKIT_CIFAR_DIR` pointing at a folder holding `cifar-10-batches-py/`, or an earlier download) and
+# otherwise a **synthetic stand-in** in CIFAR's format, and says so in its summary (the recorded outputs
+# ran on the stand-in). Set the variables in the shell before `jupyter lab`, or in the cell below with
+# `os.environ[...] = ...` before anything loads. `smoke` generates synthetic data for both.
 
 # %%
 for workload, source in lesson.data_location(PROFILE).items():
@@ -102,6 +106,10 @@ for workload, source in lesson.data_location(PROFILE).items():
 #   asynchronous, and without a sync you time the kernel *launches*;
 # * **warm up** first: the first steps pay for worker start-up, allocation, autotuning;
 # * **repeat** and take the median: single timings on a shared machine vary by 20% and more.
+#
+# At work, PyTorch's own `torch.utils.benchmark.Timer` applies the same rules to a snippet
+# (`blocked_autorange` warms up, synchronises CUDA and repeats; `Compare` tabulates several): use
+# it for an operator or a step; this lesson times whole training runs, which it does not cover.
 
 # %%
 naive_cifar = cifar.build("naive", PROFILE)
@@ -165,6 +173,19 @@ lesson.check_guess(GUESS_PAD_SHARE, pad_share, "share of padding tokens", "{:.0%
 # difference* only as far as that interval allows. With n pairs the widest such interval,
 # [min, max], covers the true median with probability 1 - 2·0.5ⁿ: 75% for 3 pairs, 97% for 6 —
 # so the lessons use at least 6.
+#
+# That figure is for a number of pairs fixed in advance. `lesson.ab` adds pairs (up to twice as
+# many) until the interval is narrow, and a rule that looks at the data before it stops stops
+# early precisely when the interval happens to be narrow — when it is likelier to miss. Its real
+# coverage is not a formula, so we simulate it: A/Bs whose true median ratio is known, run through
+# the same rule (`effkit.stopping_coverage`), for quiet and noisy machines.
+
+# %%
+for spread, outliers, what in ((0.03, 0.0, "quiet"), (0.10, 0.0, "noisy"), (0.10, 0.1, "noisy, 10% outliers")):
+    covered, used = stopping_rule_coverage(6, 12, rel_ci=0.10, spread=spread, outliers=outliers)
+    print(f"{what:>20} (pair-to-pair SD {spread:.0%}): the interval covers the true median {covered:.1%} "
+          f"of the time, after {used:.1f} pairs on average")
+print(f"{'fixed 6 pairs':>20}: {median_ci_coverage(6):.1%} (the formula above)")
 
 # %%
 # A diagram of the protocol: why interleave, and what the interval is made of.
@@ -580,7 +601,7 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=1)
 # ## Summary
 
 # %% tags=["summary"]
-print(lesson.summary_header(1, DEVICE_NAME))
+print(lesson.summary_header(1, DEVICE_NAME, lesson.cifar_data_note(naive_cifar)))
 print(f"* throughput: naive CIFAR {cifar_sps:.0f} images/s; naive BERT {bert_sps:.0f}"
       f" sentences/s = {bert_tps:.0f} real tokens/s ({pad_share:.0%} of tokens are padding)")
 print(f"* batch {big} vs {small}: {batch_ab.verdict}")
@@ -613,7 +634,8 @@ print(f"* measured waste per workload: {top_bottleneck}")
 # * A. Chowdhery et al., *PaLM: Scaling Language Modeling with Pathways*, 2022, appendix B — MFU.
 # * PyTorch: [profiler recipe](https://pytorch.org/tutorials/recipes/recipes/profiler_recipe.html),
 #   [`torch.utils.flop_counter`](https://pytorch.org/docs/stable/torch.html),
-#   [DataLoader](https://pytorch.org/docs/stable/data.html); [Perfetto](https://perfetto.dev/docs/).
+#   [DataLoader](https://pytorch.org/docs/stable/data.html); [Perfetto](https://perfetto.dev/docs/);
+#   [`torch.utils.benchmark`](https://pytorch.org/docs/stable/benchmark_utils.html) (`Timer`, `Compare`).
 # * K. Jordan, [cifar10-airbench](https://github.com/KellerJordan/cifar10-airbench), 2024 — the
 #   optimized CIFAR recipe.
 #

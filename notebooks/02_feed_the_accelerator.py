@@ -69,11 +69,13 @@ print(f"profile {PROFILE!r} on {DEVICE_NAME}, {os.cpu_count()} CPU cores")
 
 
 # %% [markdown]
-# **Where the data comes from.** The `cpu` and `gpu` profiles train on real SST-2 and CIFAR-10.
-# Offline (or to use a copy you already have), point `EFFKIT_SST2_DIR` at a folder with GLUE
-# SST-2's `train.tsv`/`dev.tsv`/`test.tsv` and `EFFKIT_CIFAR_DIR` at one holding
-# `cifar-10-batches-py/` — in the shell before `jupyter lab`, or in the cell below with
-# `os.environ[...] = ...` before anything loads. `smoke` generates synthetic data in both formats.
+# **Where the data comes from.** SST-2 is real in the `cpu` and `gpu` profiles: downloaded once, or
+# read from a folder with GLUE SST-2's `train.tsv`/`dev.tsv`/`test.tsv` that `EFFKIT_SST2_DIR` points
+# at. CIFAR-10 is real in `gpu` (downloaded once); `cpu` uses real CIFAR-10 only where it finds a copy
+# (`EFFKIT_CIFAR_DIR` pointing at a folder holding `cifar-10-batches-py/`, or an earlier download) and
+# otherwise a **synthetic stand-in** in CIFAR's format, and says so in its summary (the recorded outputs
+# ran on the stand-in). Set the variables in the shell before `jupyter lab`, or in the cell below with
+# `os.environ[...] = ...` before anything loads. `smoke` generates synthetic data for both.
 
 # %%
 for workload, source in lesson.data_location(PROFILE).items():
@@ -434,7 +436,7 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=2)
 # ## Summary
 
 # %% tags=["summary"]
-print(lesson.summary_header(2, DEVICE_NAME))
+print(lesson.summary_header(2, DEVICE_NAME, lesson.cifar_data_note(naive)))
 print(f"* naive recipe, 2-worker DataLoader: {loader_ab.a_median:.0f} images/s (one-epoch"
       f" bursts of {SIZES['ab_images']} images)")
 print(f"* tuned DataLoader ({tuned_desc}): {loader_ab.verdict}")

@@ -63,11 +63,10 @@ print(f"profile {PROFILE!r} on {DEVICE_NAME}")
 
 
 # %% [markdown]
-# **Where the data comes from.** The `cpu` and `gpu` profiles train on real SST-2 and CIFAR-10.
-# Offline (or to use a copy you already have), point `EFFKIT_SST2_DIR` at a folder with GLUE
-# SST-2's `train.tsv`/`dev.tsv`/`test.tsv` and `EFFKIT_CIFAR_DIR` at one holding
-# `cifar-10-batches-py/` — in the shell before `jupyter lab`, or in the cell below with
-# `os.environ[...] = ...` before anything loads. `smoke` generates synthetic data in both formats.
+# **Where the data comes from.** This lesson trains on SST-2, real in the `cpu` and `gpu` profiles:
+# downloaded once, or read from a folder with GLUE SST-2's `train.tsv`/`dev.tsv`/`test.tsv` that
+# `EFFKIT_SST2_DIR` points at (set it in the shell before `jupyter lab`, or in the cell below with
+# `os.environ[...] = ...` before anything loads). `smoke` generates synthetic sentences.
 
 # %%
 for workload, source in lesson.data_location(PROFILE).items():
@@ -308,8 +307,9 @@ for width in SIZES["widths"]:
 
 # %% [markdown]
 # Now the naive BERT recipe, nothing changed but `precision=`. Its work is matrix
-# multiplications (attention and MLP) of its hidden width: 64 in `smoke`, 256 in `cpu`, 768
-# (bert-base) in `gpu`.
+# multiplications (attention and MLP) of its hidden width: 64 in `smoke`, 384 in `cpu` (the packaged
+# all-MiniLM-L6-v2; 256 only in the from-scratch fallback when no weights are found), 768 (bert-base)
+# in `gpu`.
 #
 # **Predict.** From the sweep above: will the naive BERT at this profile's width run faster in
 # 16 bits? Write the speed ratio you expect (16-bit / fp32, e.g. `1.5`).

@@ -228,6 +228,13 @@ plt.show()
 # setting, fixed in October 2024 by normalising by the window's token count (pull request #34191);
 # models that do not accept that count still got the per-micro-batch normalisation (issue #37766).
 #
+# At work you rarely write this loop by hand: 🤗 Accelerate's `Accelerator(gradient_accumulation_steps=N)`
+# with `with accelerator.accumulate(model):` skips the gradient all-reduce on all but the last
+# micro-batch (DDP's `no_sync`) and steps the optimizer once per window, and the Trainer's
+# `gradient_accumulation_steps` does the same. Neither can know how many real tokens your window
+# holds: the normalisation below stays your job (Accelerate's guide shows it with the window's
+# token count gathered first).
+#
 # Let's see it on a small token model with masked padding: one window of three micro-batches
 # with very different numbers of real tokens, against a float64 full-batch reference.
 #
@@ -631,6 +638,8 @@ if not checks:
 #   [arXiv:2205.10287](https://arxiv.org/abs/2205.10287) — the square-root rule for Adam.
 # * PyTorch: [`DistributedDataParallel.no_sync`](https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html),
 #   [AMP: working with unscaled gradients](https://pytorch.org/docs/stable/notes/amp_examples.html#working-with-unscaled-gradients).
+# * 🤗 Accelerate: [gradient accumulation](https://huggingface.co/docs/accelerate/usage_guides/gradient_accumulation)
+#   (`Accelerator.accumulate`, and loss normalisation by the window's token count).
 #
 # ### What to try next
 #

@@ -161,9 +161,12 @@ print(f"= {bytes_per_token / 4 / SIZES['dim']:.1f} numbers of width d per token 
 # Four things share the accelerator's memory:
 #
 # * **parameters** and **gradients**: one number each per parameter;
-# * **optimizer state**: Adam keeps two (first and second moments). In mixed precision the usual
-#   bill is 16 bytes per parameter: bf16/fp16 weights (2) and gradients (2), an fp32 master copy
-#   (4) and fp32 moments (4 + 4) (Rajbhandari et al., ZeRO). Our fp32 training: 4 + 4 + 8 = 16 too;
+# * **optimizer state**: Adam keeps two (first and second moments). The ZeRO paper's accounting
+#   for mixed precision (Rajbhandari et al., the Apex/Megatron recipe, which keeps 16-bit weights)
+#   is 16 bytes per parameter: fp16 weights (2) and gradients (2), an fp32 master copy (4) and fp32
+#   moments (4 + 4). PyTorch's autocast is not that recipe: it keeps the weights, gradients and
+#   moments in fp32 (4 + 4 + 8 = 16 bytes, as in our fp32 training) and casts copies for each
+#   matmul, so under autocast only the activations shrink;
 # * **activations**: what autograd keeps, growing with **batch × sequence × layers**.
 #
 # Measured, not assumed: one AdamW step on our stack, then every tensor counted.
@@ -434,8 +437,11 @@ print(f"preserve_rng_state=False with dropout 0.1: gradient off by {rng_gap:.0%}
 # %% [markdown]
 # ## 6. On a GPU: memory measured by the allocator — and can checkpointing be a *speed* win?
 #
-# On a GPU, `torch.cuda.max_memory_allocated` measures the real peak (forward *and* backward,
-# workspaces included), so it also shows the recompute's working set. The argument for a speed
+# On a GPU, `torch.cuda.max_memory_allocated` measures the peak of live tensors (forward *and*
+# backward, workspaces included), so it also shows the recompute's working set. It is not what an
+# out-of-memory error depends on: the caching allocator *reserves* more than it hands out
+# (`torch.cuda.max_memory_reserved`, fragmentation included), and the CUDA context takes a few
+# hundred MiB outside both. Plan against reserved memory plus the context, not allocated memory. The argument for a speed
 # win: a GPU that is under-used at the batch that fits runs faster per sample at a bigger one
 # (lesson 4), so "checkpoint + a 4x bigger micro-batch" *might* beat "plain + a small micro-batch"
 # in tokens/s despite the recompute — but only if the small batch left the GPU idle. Whether it

@@ -269,7 +269,11 @@ plt.show()
 # depends on: the **model**, the **optimizer** (momentum, Adam's moments — often twice the
 # model), the **LR scheduler**'s step, the **GradScaler** (fp16), the **early-stopping**
 # counters, **every RNG** (Python, NumPy, torch CPU and CUDA: dropout, augmentation) and the
-# **sampler's position** (epoch and next batch). `effkit.resume.save_checkpoint` writes all of it:
+# **sampler's position** (epoch and next batch). `effkit.resume.save_checkpoint` writes all of it,
+# so that you can see each piece. At work the same pieces come from libraries: 🤗 Accelerate's
+# `accelerator.save_state()` / `load_state()` save the model, optimizer, scheduler, scaler and RNG
+# states (and `skip_first_batches` resumes mid-epoch), and torchdata's `StatefulDataLoader` (a
+# drop-in `DataLoader` with `state_dict()`) keeps the loader's position, workers included.
 
 # %%
 net = new_model(0)
@@ -630,6 +634,9 @@ for label, mtbf in MTBF.items():
 # * PyTorch: [Distributed Checkpoint (DCP)](https://pytorch.org/docs/stable/distributed.checkpoint.html),
 #   [saving and loading a general checkpoint](https://pytorch.org/tutorials/recipes/recipes/saving_and_loading_a_general_checkpoint.html),
 #   [reproducibility](https://pytorch.org/docs/stable/notes/randomness.html).
+# * 🤗 Accelerate: [checkpointing](https://huggingface.co/docs/accelerate/usage_guides/checkpoint)
+#   (`save_state`, `load_state`, `skip_first_batches`); torchdata:
+#   [`StatefulDataLoader`](https://pytorch.org/data/beta/torchdata.stateful_dataloader.html).
 #
 # ### What to try next
 #

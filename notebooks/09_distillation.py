@@ -424,16 +424,19 @@ print(memory_line)
 # ## Your turn
 #
 # Write the soft term yourself, without `kd_loss`: the KL divergence between the teacher's and the
-# student's distributions at temperature `T`, averaged per sample, times `T²`. Check it against
-# `kd_loss(..., alpha=1.0)` on the trained student's logits for a few temperatures. Then try it
-# *without* `T²` and with the KL's arguments reversed: by how much does each differ?
+# student's distributions at temperature `T`, averaged per sample, times `T²`. The cell starts from a
+# first attempt with the two classic mistakes: the KL's arguments reversed (`F.kl_div` takes the
+# *student's* log-probabilities first and the teacher's probabilities second) and no `T²`. Fix it
+# until it matches `kd_loss(..., alpha=1.0)` on the trained student's logits at every temperature
+# below (relative difference ~1e-6), then put each mistake back alone: by how much does each differ,
+# and which one grows with `T`?
 
 # %%
 def my_soft_term(student_logits, teacher_logits, temperature):
-    log_p_student = F.log_softmax(student_logits / temperature, dim=-1)
-    p_teacher = F.softmax(teacher_logits / temperature, dim=-1)
-    kl_per_sample = (p_teacher * (p_teacher.clamp_min(1e-12).log() - log_p_student)).sum(-1)
-    return temperature**2 * kl_per_sample.mean()  # your turn: drop the T², or swap the two distributions
+    # your turn: a first attempt with two mistakes; fix both
+    log_p_teacher = F.log_softmax(teacher_logits / temperature, dim=-1)
+    p_student = F.softmax(student_logits / temperature, dim=-1)
+    return F.kl_div(log_p_teacher, p_student, reduction="batchmean")
 
 
 with torch.no_grad():

@@ -469,12 +469,17 @@ for name, iso_rows in iso.items():
 spread = max(grid_iso.values()) - min(grid_iso.values())
 noise = 2 * math.sqrt(2) * seed_sd  # two standard deviations of the difference of two single runs
 best_wd = max(grid_iso, key=grid_iso.get)
+# A spread wider than the noise can come from one bad endpoint alone: name the weight decays that
+# the noise cannot tell from the best, and only the rest as measurably worse.
+tied = sorted(wd for wd, v in grid_iso.items() if grid_iso[best_wd] - v <= noise)
+worse = sorted(wd for wd in grid_iso if wd not in tied)
 isolation_line = (f"grid isolation: the best validation over {len(lrs)} learning rates spans {100 * spread:.1f} points "
-                  f"across weight decays {min(grid_iso):g}-{max(grid_iso):g} (best at {best_wd:g}); two SDs of the "
-                  f"difference of two single runs are {100 * noise:.1f} points: "
-                  + (f"the weight decay matters here by more than the seed noise (in the range searched, at batch "
-                     f"{FIXED['batch_size']})" if spread > noise else
-                     "no larger than the seed noise: this round cannot say the weight decay matters"))
+                  f"across weight decays {min(grid_iso):g}-{max(grid_iso):g}; two SDs of the difference of two single "
+                  f"runs are {100 * noise:.1f} points, so " + ", ".join(f"{wd:g}" for wd in tied)
+                  + " cannot be told apart from the best"
+                  + (f", and {', '.join(f'{wd:g}' for wd in worse)} {'is' if len(worse) == 1 else 'are'} measurably worse (at batch "
+                     f"{FIXED['batch_size']})"
+                     if worse else ": this round cannot say the weight decay matters in the range searched"))
 print(isolation_line)
 fig, ax = plt.subplots(figsize=(7.5, 3.6))
 points = ax.scatter([c["weight_decay"] for _, c in pooled[BASELINE]], [v for v, _ in pooled[BASELINE]],
@@ -614,8 +619,8 @@ print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s in profile {P
 #
 # * Hold the batch size at 512 instead (`FIXED`) and re-run sections 2–5: the fastest epochs, the
 #   fewest steps — where does the best learning rate move, and does the grid's best hold?
-# * The playbook's yardstick for an adaptive sampler is quasi-random search with *twice* its budget:
-#   add a "quasi-random, 2x" method with `2 * S["budget_s"]` and compare TPE with it.
+# * Li et al.'s Hyperband paper reports every method against random search with *twice* its budget
+#   ("random_2x"): add a "quasi-random, 2x" method with `2 * S["budget_s"]` and compare TPE with it.
 # * Search the recipes of the earlier lessons: warm-up steps, accumulation, precision — each axis a
 #   grid would multiply, a sampler only adds.
 # * Give the pruners a task whose first epoch predicts the last one badly (a small learning rate

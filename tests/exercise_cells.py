@@ -5,7 +5,8 @@ way a sandboxed worker would answer them, in this process (the sandboxed path is
 reference test); the tests of lessons 7 to 13 use them (lesson 5's keeps its own planner-only
 session, graded through grade_in_process). ``reference_cells``, ``stub_cells``, ``grade`` and
 ``grade_here`` are the exercise tests' one way to read a lesson's cells and grade them; ``POINTS`` is
-every assignment's graded cells and their points (tests/test_exercises.py checks the notebooks')."""
+each cell-checked assignment's graded cells and points, from its manifest (tests/test_manifest.py
+checks them against the notebooks)."""
 
 from __future__ import annotations
 
@@ -28,49 +29,11 @@ from grader.scoring.checks import CellVerdict, CheckFailed, Context, grade_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# each exercise's graded cells and their points, as its instructor notebook must give them
+# each exercise's graded cells and their points, as its manifest declares them (the instructor's
+# notebook must give them: tests/test_manifest.py), for the exercises whose every graded cell is a
+# cell check (lessons 2 and 3 fill a timed performance cell too)
 POINTS = {
-    "lesson1": {"test_throughput": 4, "test_data_wait": 2, "test_bottleneck": 4, "test_quiz": 2},
-    "lesson4": {"test_full_windows": 4, "test_last_window": 2, "test_recipe": 4, "test_quiz": 2},
-    "lesson5": {
-        "test_gradients": 3,
-        "test_budget": 2,
-        "test_speed": 2,
-        "test_least_recompute": 1,
-        "test_quiz": 2,
-    },
-    "lesson6": {
-        "test_resume": 4,
-        "test_torn": 2,
-        "test_best": 2,
-        "test_overhead": 2,
-        "test_quiz": 2,
-    },
-    "lesson7": {
-        "test_coverage": 2,
-        "test_budget": 2,
-        "test_padding": 2,
-        "test_randomness": 2,
-        "test_speed": 2,
-        "test_quiz": 2,
-    },
-    "lesson8": {"test_layer": 3, "test_inject": 2, "test_recipe": 3, "test_quiz": 2},
-    "lesson9": {"test_loss_value": 3, "test_loss_gradient": 2, "test_recipe": 3, "test_quiz": 2},
-    "lesson10": {
-        "test_diagnose": 5,
-        "test_fast_step_equal": 2,
-        "test_fast_step_speed": 3,
-        "test_quiz": 2,
-    },
-    "lesson11": {
-        "test_weights": 4,
-        "test_sampler": 3,
-        "test_no_sync": 2,
-        "test_memory_budget": 3,
-        "test_quiz": 2,
-    },
-    "lesson12": {"test_search": 4, "test_pruning": 3, "test_quiz": 2},
-    "lesson13": {"test_artifact": 2, "test_accuracy": 3, "test_latency": 3, "test_quiz": 2},
+    m.id: m.points for m in assignments.manifests() if not assignments.get(m.id).performance_cell
 }
 
 

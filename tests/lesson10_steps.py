@@ -2,7 +2,7 @@
 
 ``PER_SAMPLE_LOOP_KEPT`` is the half-fix: the list round trips, the float64 sum and ``.item()`` per
 sample are gone, the per-sample loop is kept. Correct, and only ~1.1-1.3x faster than the original:
-the speed cell's target must sit above it (benchmarks/lesson10_calibrate.py --step).
+the speed cell's target must sit above it (grader/assignments/lesson10/calibration/lesson10_calibrate.py --step).
 """
 
 HEAD = "import torch\nimport torch.nn.functional as F\n\n\ndef fast_step(model, inputs, targets, lr, weight_decay):\n"

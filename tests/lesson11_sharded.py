@@ -1,5 +1,5 @@
 """Lesson 11 (b) submissions: ``train_sharded`` written the ways a learner might, shared by the tests
-(tests/test_lesson11_exercise.py) and the calibration (benchmarks/lesson11_budget_calibrate.py).
+(tests/test_lesson11_exercise.py) and the calibration (grader/assignments/lesson11/calibration/lesson11_budget_calibrate.py).
 
 Every variant trains correctly except ``alone``; they differ in what each rank holds per parameter
 (fp32, Adam, 2 ranks): DDP 4 + 4 + 4 (bucket copy) + 8 = 20 B, the bucket view or ZeRO-1 16 B, both

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from grader.cli.demo import clip, grade_one, grading_jobs, lesson_order, progress_line, summary
+from grader.cli.demo import (
+    clip,
+    expected_grading_s,
+    grade_one,
+    grading_jobs,
+    lesson_order,
+    progress_line,
+    summary,
+)
 from grader.common import course
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,12 +113,23 @@ def test_lessons_are_graded_and_listed_in_numeric_order():
 
 
 def test_progress_line_estimates_the_time_left_from_the_notebooks_done():
-    assert progress_line(0, 26, 0.0, "lesson1 reference") == "grading 1/26: lesson1 reference"
+    even = [60.0] * 26
+    assert progress_line(0, even, 0.0, "lesson1 reference") == "grading 1/26: lesson1 reference"
     assert (
-        progress_line(10, 26, 600.0, "lesson6 reference")
+        progress_line(10, even, 600.0, "lesson6 reference")
         == "grading 11/26: lesson6 reference (~16 min left)"
     )
-    assert progress_line(25, 26, 1200.0, "lesson13 untouched").endswith("(under a minute left)")
+    assert progress_line(25, even, 1200.0, "lesson13 untouched").endswith("(under a minute left)")
+    # two quick gradings done at half the expected pace; the long one left takes 2 x 600 s, not
+    # the 20 s a mean per notebook would say
+    assert progress_line(2, [10.0, 10.0, 600.0], 40.0, "lesson11 reference").endswith(
+        "(~20 min left)"
+    )
+
+
+def test_every_lesson_declares_how_long_its_gradings_take():
+    for aid, kind, _ in grading_jobs():
+        assert expected_grading_s(aid, kind) > 0, (aid, kind)
 
 
 @pytest.mark.slow

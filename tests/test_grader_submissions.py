@@ -382,3 +382,36 @@ def test_training_off_the_clock_then_no_op_timed_steps_earns_no_speed_points():
     r = _grade("timed_forgery")
     assert r["points"] == 0, (r["speedup"], r["problems"])
     assert "timed chunk" in " ".join(r["problems"]), r["problems"]
+
+
+# Issue 52 §1: honest where the probe worker checks, something else in the timed worker (told apart
+# by the size of its training set: no environment variable or folder needed). The correctness
+# checks pass each of them; what the timed run trained on is judged in the parent.
+def _timed_attack(name: str) -> dict:
+    r = _grade(name)
+    assert not any("correctness checks" in p for p in r["problems"]), r["problems"]
+    assert r["points"] == 0, (r["speedup"], r["problems"], r["error"])
+    return r
+
+
+def test_a_timed_step_on_part_of_each_batch_earns_no_speed_points():
+    """(a) the grader's trainer steps on 40% of each batch (an instance attribute) while every sample
+    is yielded once with its label: 12/12 at 2.3x before; the replay of its own kept batches (cosine
+    1.0000000 for honest runs here) differs."""
+    r = _timed_attack("timed_partial_step")
+    assert "unlike the grader's replay" in " ".join(r["problems"]), r["problems"]
+
+
+def test_no_augmentation_in_the_timed_run_earns_no_speed_points():
+    """(b) no crop and no flip where it is timed: 12/12 before; the parent's judge of the batches."""
+    r = _timed_attack("timed_no_augment")
+    assert "random crops and flips expected" in " ".join(r["problems"]), r["problems"]
+
+
+def test_the_reference_pipeline_in_the_timed_run_earns_no_speed_points():
+    """(c) effkit's DevicePipeline in the timed worker only: by getattr it raises there; from a
+    fresh copy of its module (past that tripwire) its batches are the reference's bit for bit."""
+    r = _timed_attack("timed_getattr_reference")
+    assert "DevicePipeline is the reference answer" in str(r["error"]), r["error"]
+    r = _timed_attack("timed_fresh_reference")
+    assert "bit-identical to effkit's DevicePipeline" in " ".join(r["problems"]), r["problems"]

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from effkit import syllabus
 from grader import assignments
 
 pytestmark = pytest.mark.slow
@@ -30,11 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = sorted(
     p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").is_file()
 )
-UNTIMED = (
-    "lesson8",
-    "lesson11",
-    "lesson12",
-)  # graded on counts (bytes, epochs, memory), not on a clock
+UNTIMED = tuple(m.id for m in assignments.manifests() if not m.clocked)  # counts, not a clock
 TIMED = tuple(aid for aid in EXERCISES if aid not in UNTIMED)
 PARAMS = [pytest.param(aid, marks=[pytest.mark.timed] if aid in TIMED else []) for aid in EXERCISES]
 
@@ -115,21 +112,9 @@ def _grades(root: Path) -> dict[tuple[str, str], float]:
 
 
 def test_every_ready_lesson_has_an_exercise():
-    assert EXERCISES == [
-        "lesson1",
-        "lesson10",
-        "lesson11",
-        "lesson12",
-        "lesson13",
-        "lesson2",
-        "lesson3",
-        "lesson4",
-        "lesson5",
-        "lesson6",
-        "lesson7",
-        "lesson8",
-        "lesson9",
-    ]
+    """The syllabus's ready lessons, the grader's registry and the instructor's notebooks agree."""
+    assert EXERCISES == sorted(assignments.known())
+    assert EXERCISES == sorted(lesson.assignment for lesson in syllabus.ready())
 
 
 @pytest.mark.parametrize("aid", PARAMS)

@@ -244,7 +244,7 @@ def test_the_notebook_shows_the_graders_own_slow_step():
 
 
 def test_a_correct_step_ends_where_the_original_does_on_a_task_where_rounding_once_picked_a_gradient():
-    """Task 394 of ``benchmarks/lesson10_drift.py``: with ReLUs in the task model, a pre-activation
+    """Task 394 of ``grader/assignments/lesson10/calibration/lesson10_drift.py``: with ReLUs in the task model, a pre-activation
     within rounding of zero took the other branch in the batched step, and after 8 steps the
     reference solution ended 5.4e-3 of the update from the original (above TOLERANCE: ~1% of
     gradings failed a correct step). GELU has no kink: the gap stays at rounding."""

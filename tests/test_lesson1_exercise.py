@@ -16,6 +16,7 @@ from exercise_cells import POINTS as EXERCISE_POINTS  # noqa: E402  (tests/ is o
 from exercise_cells import grade, grade_id, reference_cells, stub_cells  # noqa: E402
 
 from grader.assignments.lesson1 import checks as lesson1
+from grader.sandbox import bwrap_view
 
 LESSON = "lesson1"
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +35,8 @@ def test_reference_solution_gets_every_check_and_the_stub_none():
     assert {g: v.passed for g, v in verdicts.items()} == dict.fromkeys(POINTS, True), verdicts
     assert not [f for f in report["flags"] if "replaced" in f or "frames" in f], report["flags"]
     if os.geteuid() == 0:
-        assert report["worker_uid"] == 65534 and report["unavailable"] == []
+        assert report["worker_uid"] == 65534
+        assert report["unavailable"] == bwrap_view.unavailable_here()
     verdicts, _ = grade(LESSON, stub_cells(LESSON))
     assert not any(v.passed for v in verdicts.values())
     assert all("NotImplementedError" in v.reason for v in verdicts.values()), verdicts

@@ -270,6 +270,59 @@ def test_a_timed_step_that_freezes_part_of_the_model_is_caught_by_the_work_check
     assert [w["untouched"] for w in m.work_checks if w["against"] == "baseline"][0] >= 3
 
 
+# Issue 52 §1: honest where the probe worker checks (its ProbeModel is tiny), something else in the
+# timed worker, told apart by the size of the recipe's model.
+TIMED_ONLY = "    if sum(p.numel() for p in model.parameters()) > 1_000_000:  # the timed recipe's model only\n"
+HALF_ROWS = (
+    "    with policy.autocast():\n        loss = model(**batch).loss\n",
+    TIMED_ONLY
+    + "        batch = {k: v[: len(v) // 2] for k, v in batch.items()}  # half the rows\n"
+    "    with policy.autocast():\n        loss = model(**batch).loss\n",
+)
+LISTED_REFERENCE = (
+    '    """One mixed-precision training step; returns the loss as a float."""\n',
+    '    """One mixed-precision training step; returns the loss as a float."""\n'
+    + TIMED_ONLY
+    + "        return _STEPS[0](model, batch, optimizer, policy, scaler, max_grad_norm)\n",
+)
+LISTED_PREAMBLE = (
+    "import importlib\n"
+    "_STEPS = [getattr(importlib.import_module('effkit.workloads.bert.' + 'trainer'), 'default_' + 'train_step')]\n"
+)
+
+
+def _timed(*change, preamble: str = ""):
+    from grader.timed import protocol
+
+    nb = read_notebook(SOURCE)
+    cells = [(c.grade_id, c.source) for c in solution_sources(nb, solution_ids(nb))]
+    cells = [(g, (preamble if g == "amp_step" else "") + s.replace(*change)) for g, s in cells]
+    assert any(change[1] in s for _, s in cells)
+    a = assignments.get("lesson3")
+    return protocol.measure(a, cells, a.specs["tiny"], "cpu", progress=lambda _: None)
+
+
+@pytest.mark.slow
+def test_a_timed_step_on_half_of_each_batch_is_caught_by_the_scored_replay():
+    """Half the rows in the timed worker only: 14/14 at 1.4x before. Under AdamW with clipping the
+    update barely shows it (cosine 0.994-0.99999 against the replay), the loss it returns does: a
+    half batch's loss is 19-40% off the replay's, bf16 rounding 1.6% at most (grader/README.md)."""
+    m = _timed(*HALF_ROWS)
+    assert m.error is None, m.error
+    assert any("unlike the grader's replay" in p for p in m.work_problems), m.work_checks
+
+
+@pytest.mark.slow
+def test_effkits_step_kept_in_a_list_does_not_run_in_the_timed_worker():
+    """default_train_step held in a list (no global name points at it: the co_names check misses it),
+    called in the timed worker only: 14/14 at 1.9x before; it raises there now, whatever the route."""
+    m = _timed(*LISTED_REFERENCE, preamble=LISTED_PREAMBLE)
+    assert m.error is not None and "default_train_step is the reference answer" in str(m.error), (
+        m.error,
+        m.problems,
+    )
+
+
 def test_timed_workers_tokenize_with_the_parents_tokenizer(tmp_path, monkeypatch):
     """WordPiece training is not deterministic across processes, so a worker that trained its own
     tokenizer had its weights scored with other token ids (a reference solution lost 24 pp in one

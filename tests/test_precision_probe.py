@@ -58,11 +58,11 @@ def test_the_optimized_cifar_recipe_runs_the_measured_precision_and_says_why(tmp
     monkeypatch.setattr(
         pp, "cpu_features", lambda: {"native_bf16": True, "torch_capability": "AVX512"}
     )
-    d = cifar.build("optimized", "smoke", device="cpu").describe()
+    d = cifar.build("optimized", "smoke", device="cpu", batch_size=250).describe()
     assert d["precision"] == "off" and "0.40x" in d["precision_choice"], d
     monkeypatch.setattr(pp, "bf16_speedup", lambda *a, **k: 2.0)
     (tmp_path / "cifar" / "precision.json").unlink()
-    d = cifar.build("optimized", "smoke", device="cpu").describe()
+    d = cifar.build("optimized", "smoke", device="cpu", batch_size=250).describe()
     assert d["precision"] == "bf16" and "2.00x" in d["precision_choice"], d
     assert (
         cifar.build("optimized", "smoke", device="cpu", precision="off").describe()["precision"]

@@ -73,3 +73,40 @@ def test_a_submission_that_calls_effkits_answer_earns_nothing_and_the_reference_
     ), verdicts
     verdicts, _ = grade_cells(a, _cells(lesson), only=[check], seed=7)
     assert verdicts[check].passed, verdicts[check].reason
+
+
+# Issue 52: effkit's answer withheld by name while its twin and helpers stayed whole. The bucketing by rows
+# from ``effkit.workloads.bert.batching``, the cut by budget from ``split_by_budget``, eight lines of glue:
+# 12/12 on 2da97a9 (deserved 2, the quiz).
+THROUGH_THE_TWIN = """
+def bucket_batches(lengths, batch_size=None, max_tokens=None, seed=0, epoch=0):
+    import numpy as np
+    from effkit.length_buckets import split_by_budget
+    from effkit.workloads.bert import batching
+    lengths, rng = np.asarray(lengths), np.random.default_rng([seed, epoch])
+    if batch_size is not None:
+        return [b.tolist() for b in batching.bucket_batches(lengths, batch_size, rng)]
+    order, batches = rng.permutation(len(lengths)), []
+    for s in range(0, len(order), 1600):
+        part = order[s : s + 1600]
+        batches += split_by_budget(part[np.argsort(lengths[part], kind="stable")], lengths, max_tokens, 8)
+    rng.shuffle(batches)
+    return [b.tolist() for b in batches]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not is_root(), reason="needs root: the worker's view of the repository is a mount namespace"
+)
+def test_lesson7_answered_through_effkits_twin_and_helpers_earns_only_the_quiz():
+    a = assignments.get("lesson7")
+    verdicts, _ = grade_cells(a, _cells("lesson7", bucket_batches=THROUGH_THE_TWIN), seed=7)
+    earned = sorted(g for g, v in verdicts.items() if v.passed)
+    assert earned == ["test_quiz"], {g: v.reason for g, v in verdicts.items()}
+    assert "implements lesson7's reference answer" in verdicts["test_coverage"].reason, verdicts
+
+
+def test_every_lesson_that_withholds_an_answer_is_attacked_here():
+    """A lesson whose manifest withholds an effkit answer gets its one-line attack above."""
+    assert sorted(CALLS_EFFKIT) == sorted(assignments.withheld())

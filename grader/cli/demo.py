@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -76,11 +75,13 @@ def grade_one(assignment_id: str, kind: str, notebook: Path, out: Path) -> dict:
     }
 
 
-def lesson_order(assignment_id: str) -> tuple:
-    """Sort key that puts lesson2 before lesson10 (digit runs compare as numbers)."""
-    return tuple(
-        int(part) if part.isdigit() else part for part in re.split(r"(\d+)", assignment_id)
-    )
+lesson_order = assignments.lesson_order  # lesson2 before lesson10
+
+
+def expected_grading_s(assignment_id: str, kind: str) -> float:
+    """How long grading this notebook took where its manifest's figure was measured."""
+    m = assignments.manifest(assignment_id)
+    return m.reference_grading_s if kind == "reference" else m.stub_grading_s
 
 
 def grading_jobs() -> list[tuple[str, str, Path]]:
@@ -97,12 +98,14 @@ def grading_jobs() -> list[tuple[str, str, Path]]:
     return jobs
 
 
-def progress_line(done: int, total: int, elapsed_s: float, name: str) -> str:
-    """What the demo prints before grading notebook ``done + 1`` of ``total``, with an estimate of the time
-    left from the mean time per notebook so far (none before the first has finished)."""
-    line = f"grading {done + 1}/{total}: {name}"
+def progress_line(done: int, expected_s: list[float], elapsed_s: float, name: str) -> str:
+    """What the demo prints before grading notebook ``done + 1`` of ``len(expected_s)``, with an
+    estimate of the time left: the manifests' expected times of the notebooks left, scaled by this
+    machine's pace on those done (a quick stub first says nothing of lesson 11's reference)."""
+    line = f"grading {done + 1}/{len(expected_s)}: {name}"
     if done:
-        left_min = elapsed_s / done * (total - done) / 60
+        pace = elapsed_s / sum(expected_s[:done])
+        left_min = pace * sum(expected_s[done:]) / 60
         line += f" (~{left_min:.0f} min left)" if left_min >= 1 else " (under a minute left)"
     return line
 
@@ -114,9 +117,10 @@ def grade_all(out: Path) -> list[dict]:
         f"\nautograding {len(jobs)} notebooks, each in a fresh process (most of the demo's time)",
         flush=True,
     )
+    expected = [expected_grading_s(aid, kind) for aid, kind, _ in jobs]
     rows, start = [], time.monotonic()
     for k, (aid, kind, path) in enumerate(jobs):
-        print(progress_line(k, len(jobs), time.monotonic() - start, f"{aid} {kind}"), flush=True)
+        print(progress_line(k, expected, time.monotonic() - start, f"{aid} {kind}"), flush=True)
         rows.append(grade_one(aid, kind, path, Path(out)))
     print(f"graded {len(jobs)} notebooks in {(time.monotonic() - start) / 60:.1f} min", flush=True)
     return rows

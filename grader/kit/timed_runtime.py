@@ -2,7 +2,7 @@
 
 A runtime subclasses :class:`GraderData` with how its sets are written and how a clean trainer is
 built; the base draws every seed, saves the initial weights both workers start from, and evaluates
-the weights a worker trained (``weights_only=True``, strict keys and shapes) on a held-out set no
+the weights a worker trained (safetensors, parsed: nothing unpickled; strict keys and shapes) on a held-out set no
 worker can read. Workers import this module too (it is in their view of the repository).
 """
 
@@ -13,9 +13,11 @@ from pathlib import Path
 
 import torch
 
+from grader.sandbox.commit import load_state
+
 
 class InvalidWeights(ValueError):
-    """A worker's weights cannot be evaluated: missing, refused by ``weights_only``, wrong shapes."""
+    """A worker's weights cannot be evaluated: missing, refused by the parser, wrong shapes."""
 
 
 class GraderData:
@@ -61,7 +63,7 @@ class GraderData:
         """Accuracy of the saved weights on run ``r``'s held-out set, by the recipe's own evaluation."""
         trainer = self.trainers[r]
         try:
-            state = torch.load(path, map_location=self.device, weights_only=True)
+            state = load_state(path)["model"]  # safetensors, parsed: nothing unpickled
             trainer.model.load_state_dict(state, strict=True)
         except FileNotFoundError as err:
             raise InvalidWeights(f"no trained weights were saved ({path.name})") from err

@@ -7,7 +7,6 @@ worker's end too: everything that arrives is evidence to verify, never a verdict
 from __future__ import annotations
 
 import fcntl
-import io
 import json
 import os
 import select
@@ -193,13 +192,3 @@ def tensor_from(meta: dict, raw: bytes):
     if count == 0:
         return torch.empty(shape, dtype=dt)
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dt).reshape(shape).clone()
-
-
-def weights_from(raw: bytes) -> dict:
-    """A state dict from ``torch.save`` bytes, refusing anything but tensors (no pickle code)."""
-    import torch
-
-    state = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ChannelError("weights must be a flat dict of tensors", "protocol")
-    return state

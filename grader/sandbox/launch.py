@@ -22,6 +22,7 @@ from pathlib import Path
 
 from grader.common import course
 from grader.common.overrides import snapshot_overrides
+from grader.sandbox import bwrap_view
 from grader.sandbox.box import Sandbox, become_subreaper
 from grader.sandbox.cgroups import Cgroup, sweep_stale_cgroups
 from grader.sandbox.learner_view import view_mounts
@@ -160,8 +161,8 @@ def launch(
     someone else's) that this one joins instead of making its own: ranks of one job in sandboxes
     and cgroups of their own that still reach each other, and nothing else (lesson 11 (b)).
 
-    ``no_gpu``: the worker sees no GPU (``CUDA_VISIBLE_DEVICES=""``, and as root ``GPU_NODES`` replaced
-    by ``/dev/null`` in its mount namespace): for tasks specified on the CPU whose budget is host
+    ``no_gpu``: the worker sees no GPU (``CUDA_VISIBLE_DEVICES=""``, and as root ``GPU_NODES`` absent
+    from its bwrap view, or replaced by ``/dev/null`` in the unshare view): for tasks specified on the CPU whose budget is host
     memory (lesson 11), where device memory would be memory no cgroup counts.
 
     ``lesson``: the assignment whose learner code runs here; its ``learner_view.WITHHELD`` effkit
@@ -179,7 +180,33 @@ def launch(
     workdir = None
     pidns = False
     uid = GRADER_ONLY if grader_only else NOBODY
-    if root and shutil.which("unshare") and shutil.which("setpriv"):
+    view_fds: list[int] = []  # descriptors the bwrap view reads its masked files from
+    if root and bwrap_view.wanted() and all(map(shutil.which, ("unshare", "nsenter", "setpriv"))):
+        if state_dir:
+            os.chown(state_dir, uid, uid)
+            os.chmod(state_dir, 0o700)
+        mounts, view_fds = bwrap_view.view_args(
+            lesson=lesson,
+            grader_only=grader_only,
+            gpu_nodes=[] if no_gpu else sorted(glob.glob(GPU_NODES)),
+            tmp_mb=limits.tmp_mb,
+            hidden=hidden_paths(),
+            expose=expose,
+            exposed_at=EXPOSED_AT,
+            state_dir=state_dir,
+            state_at=STATE_AT,
+        )
+        argv = bwrap_view.command(
+            mounts, uid=uid, loopback=loopback, netns=netns, py=py, loopback_up=LOOPBACK_UP
+        )
+        env.update({"EFFKIT_GRADER_DATA": EXPOSED_AT} if expose else {})
+        env.update({"EFFKIT_GRADER_STATE": STATE_AT} if state_dir else {})
+        pidns = True
+        env["HOME"] = "/tmp/work"
+        env["USER"] = env["LOGNAME"] = USER_NAMES[uid]
+        cwd = "/"
+    elif root and shutil.which("unshare") and shutil.which("setpriv"):
+        unavailable += [] if grader_only else [bwrap_view.MISSING]  # learner code: the view matters
         # Hide first: a course folder under /tmp (tests) disappears from view with the new /tmp.
         mounts = [
             f"mount -t tmpfs -o size=1k,mode=0 tmpfs {_q(hidden)}" for hidden in hidden_paths()
@@ -336,7 +363,7 @@ def launch(
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            pass_fds=pass_fds,
+            pass_fds=(*pass_fds, *view_fds),
             start_new_session=True,
             cwd=cwd,
             env=env,
@@ -345,6 +372,8 @@ def launch(
     finally:
         if log_path:
             log.close()
+        for fd in view_fds:  # bwrap holds its own copies
+            os.close(fd)
     return Sandbox(proc, cgroup, unavailable, workdir, uid if pidns else None)
 
 

@@ -13,18 +13,21 @@ import site
 import sys
 from pathlib import Path
 
+from grader import assignments
+from grader.sandbox.answer_closure import answer_closure, defs, functions
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STAGE = "/mnt"  # where the view is built before it is moved over the repository (see view_mounts)
 
 # Worker entry points and the core pieces they import (process tree walk, pipes, quiz answers, the
-# timed worker's audit and data), then per lesson: the package, its probes, the timed runtime and the
-# task modules those import. Parent-side modules (checks, references, keys) are never listed.
+# timed worker's audit and data, the registry and its manifests).
 _CORE = (
     "grader",
     "grader.sandbox",
     "grader.sandbox.worker",
     "grader.sandbox.probe_worker",
     "grader.sandbox.learner_view",
+    "grader.sandbox.answer_closure",
     "grader.sandbox.proctree",
     "grader.sandbox.tamper",
     "grader.sandbox.channel",
@@ -36,42 +39,20 @@ _CORE = (
     "grader.kit",
     "grader.kit.worker",
     "grader.kit.assignment",
+    "grader.kit.manifest",
     "grader.kit.audit",
     "grader.kit.data",
     "grader.kit.timed_runtime",
     "grader.assignments",
 )
-_LESSONS = {
-    "lesson1": ("probes", "task"),
-    "lesson2": ("probes", "probe_data", "runtime"),
-    "lesson3": ("probes", "amp_checks", "runtime", "text_data"),
-    "lesson4": ("probes", "accum_task"),
-    "lesson5": ("probes", "ckpt_checks"),
-    "lesson6": ("probes", "task"),
-    "lesson7": ("probes",),
-    "lesson8": ("probes", "lora_task"),
-    "lesson9": ("probes",),
-    "lesson10": ("probes", "slow_step"),
-    "lesson11": ("probes", "ddp_task", "memory_task"),
-    "lesson12": ("probes",),
-    "lesson13": ("probes", "slo_task"),
-}
-# effkit functions that *are* an exercise's answer (the lesson says so): in that lesson's workers
-# their bodies raise, so one line that calls effkit earns nothing (issue 42). Copying the code from
-# the lesson into a cell is not stopped here.
-WITHHELD = {
-    "lesson7": ("effkit.length_buckets.bucket_batches",),
-    "lesson9": ("effkit.distill.kd_loss",),
-    "lesson10": ("effkit.doctor.diagnose",),
-}
-WORKER_MODULES: tuple[str, ...] = _CORE + tuple(
-    name
-    for lesson, modules in _LESSONS.items()
-    for name in (
-        f"grader.assignments.{lesson}",
-        *(f"grader.assignments.{lesson}.{m}" for m in modules),
-    )
-)
+# Per lesson (its manifest, grader/assignments/<id>/manifest.py, read through the registry): the
+# package, its probes, the timed runtime and the task modules those import. Parent-side modules
+# (checks, references, keys) are never listed.
+# WITHHELD: effkit functions that *are* an exercise's answer (the lesson says so): in that lesson's
+# workers their bodies raise, so one line that calls effkit earns nothing (issue 42). Copying the
+# code from the lesson into a cell is not stopped here.
+WITHHELD: dict[str, tuple[str, ...]] = assignments.withheld()
+WORKER_MODULES: tuple[str, ...] = _CORE + assignments.worker_modules()
 
 
 def module_file(name: str, root: Path = REPO_ROOT) -> Path:
@@ -80,17 +61,26 @@ def module_file(name: str, root: Path = REPO_ROOT) -> Path:
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
-def withheld_source(path: Path, names: list[str], lesson: str) -> str:
-    """``path``'s source with the functions ``names`` kept as signatures whose body raises
-    ``ReferenceAnswerWithheld`` (a name that explains itself where a check shows only the type)."""
+def withheld_source(
+    path: Path, names: list[str], lesson: str, serves: dict[str, str | None] | None = None
+) -> str:
+    """``path``'s source with the functions ``names`` (``f`` or ``Class.f``) kept as signatures whose
+    body raises ``ReferenceAnswerWithheld`` (a name that explains itself where a check shows only the
+    type). ``serves``: the answer each helper or twin implements, named in its message."""
     tree = ast.parse(path.read_text())
-    module = ".".join(path.with_suffix("").parts[-2:])
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in names:
-            why = (
-                f"{module}.{node.name} is {lesson}'s reference answer, withheld from the grader's worker: "
-                "write your own"
+    parts = path.with_suffix("").parts
+    module = ".".join(
+        parts[len(parts) - 1 - parts[::-1].index("effkit") :] if "effkit" in parts else parts[-2:]
+    )
+    for node, qualname in defs(tree.body, ""):
+        if qualname in names:
+            answer = (serves or {}).get(qualname)
+            what = (
+                f"implements {lesson}'s reference answer ({answer})"
+                if answer
+                else f"is {lesson}'s reference answer"
             )
+            why = f"{module}.{qualname} {what}, withheld from the grader's worker: write your own"
             node.body = ast.parse(f"raise ReferenceAnswerWithheld({why!r})").body
     after = [
         i + 1
@@ -101,6 +91,23 @@ def withheld_source(path: Path, names: list[str], lesson: str) -> str:
         "class ReferenceAnswerWithheld(RuntimeError):\n    pass\n"
     ).body
     return ast.unparse(tree) + "\n"
+
+
+def withheld_files(
+    root: Path = REPO_ROOT, lesson: str | None = None
+) -> dict[Path, dict[str, str | None]]:
+    """Per effkit file, the functions ``lesson``'s worker sees raising: its ``WITHHELD`` answers and
+    everything that implements them by content (:mod:`grader.sandbox.answer_closure`: helpers, twins),
+    each mapped to the answer it serves (None for the answer itself)."""
+    seeds = list(WITHHELD.get(lesson or "", ()))
+    if not seeds:
+        return {}
+    table = functions(root)
+    out: dict[Path, dict[str, str | None]] = {}
+    for dotted, answer in answer_closure(seeds, root).items():
+        fn = table[dotted]
+        out.setdefault(fn.path, {})[fn.qualname] = None if dotted == answer else answer
+    return out
 
 
 def effkit_files(root: Path = REPO_ROOT) -> list[Path]:
@@ -149,10 +156,7 @@ def view_mounts(root: Path = REPO_ROOT, lesson: str | None = None) -> list[str]:
         for d, srcs in sorted(files.items())
     ]
     # effkit (the course's library): copied, sources only, the lesson's withheld answers masked
-    withheld: dict[Path, list[str]] = {}
-    for dotted in WITHHELD.get(lesson or "", ()):
-        mod, _, fn = dotted.rpartition(".")
-        withheld.setdefault(root.joinpath(*mod.split(".")).with_suffix(".py"), []).append(fn)
+    withheld = withheld_files(root, lesson)
     dirs: dict[Path, list[Path]] = {}
     for src in effkit_files(root):
         if src not in withheld:
@@ -162,9 +166,8 @@ def view_mounts(root: Path = REPO_ROOT, lesson: str | None = None) -> list[str]:
         for d, srcs in sorted(dirs.items())
     ]
     for src, names in withheld.items():
-        cmds.append(
-            f"printf %s {q(withheld_source(src, names, lesson))} > {q(f'{STAGE}/{src.relative_to(root)}')}"
-        )
+        masked = withheld_source(src, list(names), lesson, names)
+        cmds.append(f"printf %s {q(masked)} > {q(f'{STAGE}/{src.relative_to(root)}')}")
     # a Python installation inside the repository: bound, read-only to the worker's user anyway
     # (root-owned); it keeps its own files whole.
     carried = [*{Path(p).resolve() for p in (sys.prefix, sys.base_prefix)}]

@@ -7,6 +7,7 @@ could forge events, which the parent-side clock and evaluation make pointless.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 import linecache
@@ -133,6 +134,12 @@ class Worker:
         why = fence.install(ranks=False) if fence.supported() else None
         if why:
             raise SystemExit(f"the worker's seccomp fence could not be installed: {why}")
+        # The reference answers this worker never needs refuse to run from here on, whatever route
+        # learner code takes to them (a list, getattr on a built string): the timed run is judged
+        # on what it ran, not only on what the probe worker saw (grader/README.md, threat model).
+        refuse = getattr(self.assignment, "refuse_reference_answers", None)
+        if refuse is not None:
+            refuse()
         module = types.ModuleType("learner_solution")
         module.__file__ = "<learner solution cells>"
         sys.modules["learner_solution"] = module
@@ -160,6 +167,8 @@ class Worker:
         if cmd.get("begin"):
             self._begin(cmd["begin"])
         trainer, model, audit = self.trainer, self.model, self.audit
+        if hasattr(audit, "take_kept"):
+            audit.take_kept()  # the warm-up's, or what a previous chunk left: this chunk's only
         j, parts = cmd.get("part", (0, 1))
         spe = trainer.steps_per_epoch
         n = min(
@@ -178,8 +187,17 @@ class Worker:
                 f"{self.epoch + (j < parts - 1)}, i.e. the loss became NaN. " + audit.nan_hint()
             )
         report = {"epoch": self.epoch}
+        # taken before finish() drains the epoch's tail: only batches the trainer trained on
+        kept = audit.take_kept() if hasattr(audit, "take_kept") else None
         if cmd.get("finish"):
             audit.finish(trainer.pipeline, self.epoch)
+            now = _instance_functions(trainer, model)
+            planted = sorted(k for k, v in now.items() if self.methods.get(k) != v)
+            if planted:  # in-process, so only a tripwire: the kept batches' replay is the proof
+                audit.problems.append(
+                    f"your code replaced the grader's {', '.join(planted[:3])} on its instance: the "
+                    "timed run must train with the recipe's own step"
+                )
             # Learner code also runs *during* training (the pipeline): look for tampering again.
             report = {
                 "audit": audit.report(),
@@ -196,10 +214,10 @@ class Worker:
         if cmd["send_weights"] == "memfd":
             if self.commit_fd is not None:
                 os.close(self.commit_fd)
-            self.commit_fd, nbytes = to_memfd(trainer)
+            self.commit_fd, nbytes = to_memfd(trainer, kept)
             self.channel.send(event, memfd=self.commit_fd, nbytes=nbytes, **report)
         else:
-            self.channel.send_bytes(event, training_state(trainer), **report)
+            self.channel.send_bytes(event, training_state(trainer, kept), **report)
 
     def replay(self, cmd: dict) -> None:
         """Chunk ``chunk`` of a run again, through the reference path, from a committed state
@@ -225,9 +243,10 @@ class Worker:
             warnings.simplefilter("ignore")
             for _ in range(first):
                 trainer.scheduler.step()
-        trainer.skip_batches(
-            first
-        )  # the very batches the chunk trained on (same seed, same stream)
+        if cmd.get("batches"):  # the batches the learner's timed chunk trained on, as committed
+            trainer._batches = iter(self._kept_batches(cmd["batches"], n))
+        else:  # the very batches the chunk trained on (same seed, same stream)
+            trainer.skip_batches(first)
         try:  # and the learner's dropout masks, from its committed generators
             set_rng(state, self.device)
         except (
@@ -240,10 +259,23 @@ class Worker:
         if n > 0:
             trainer.train_steps(n)
             sync(self.device)
-        self.channel.send_bytes("replayed", training_state(trainer))
+        kept = self.audit.take_kept() if hasattr(self.audit, "take_kept") else None
+        self.channel.send_bytes("replayed", training_state(trainer, kept))
+
+    def _kept_batches(self, name: str, n: int) -> list:
+        """A timed chunk's batches (a safetensors file the parent wrote): exactly ``n`` steps."""
+        from safetensors.torch import load_file
+
+        kept = load_file(str(Path(os.environ["EFFKIT_GRADER_DATA"]) / name))
+        sizes = kept["sizes"].tolist()
+        if len(sizes) != n:
+            raise ValueError(f"the kept batches hold {len(sizes)} steps, the chunk has {n}")
+        xs, ys = kept["x"].split(sizes), kept["y"].split(sizes)
+        return [(x.to(self.device), y.to(self.device)) for x, y in zip(xs, ys, strict=True)]
 
     def _begin(self, spec: dict) -> None:
         self.audit = self.assignment.EpochAudit()
+        self.audit.keep = bool(getattr(self.assignment, "KEEP_BATCHES", False))
         inputs = Path(os.environ["EFFKIT_GRADER_DATA"])  # the parent's inputs, read-only here
         seed_caches(inputs)
         self.trainer = self.assignment.build_trainer(
@@ -262,6 +294,7 @@ class Worker:
             )
             self.model.load_state_dict(state)
         self.steps, self.epoch = 0, 0
+        self.methods = _instance_functions(self.trainer, self.model)  # before any chunk runs
 
     def serve(self) -> None:
         self.channel.send("ready", pid=os.getpid())
@@ -289,6 +322,18 @@ class Worker:
                 )
                 if isinstance(err, KeyboardInterrupt | SystemExit):
                     return
+
+
+def _instance_functions(*objects) -> dict[str, int]:
+    """Functions held on the instances themselves (``trainer._optimizer_step = fake``), by identity:
+    the grader's objects get none after their build, so one that appears or changes is planted."""
+    kinds = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, functools.partial)
+    return {
+        f"{type(obj).__name__}.{k}": id(v)
+        for obj in objects
+        for k, v in vars(obj).items()
+        if isinstance(v, kinds)
+    }
 
 
 def main(argv: list[str]) -> int:

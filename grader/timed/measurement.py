@@ -37,6 +37,13 @@ class GradingSpec:
     # The learner trains the baseline's own data stream (lesson 3 changes precision, not data): a
     # replay from its committed state sees its batches and dropout masks, so a mismatch is scored.
     replay_scored: bool = False
+    # A scored replay's least cosine with the learner's chunk update: the loose 0.5 where honest
+    # runs were never measured against a cheaper step (grader/README.md, threat model).
+    replay_cosine: float = 0.5
+    # Hold the losses a scored replay's steps return to the learner's (lesson 3's StepAudit keeps
+    # them): where measured only; an fp16 learner's loss scale is not committed, so its replay
+    # would skip other steps.
+    replay_losses: bool = False
     data: str = (
         "easy"  # lesson 2's synthetic images: "hard" where a run would reach 100% on the easy set
     )

@@ -7,12 +7,14 @@ still fork out of a stopped group; the audit and replays make that visible.
 
 from __future__ import annotations
 
-import io
+import importlib
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 from grader.common.cellcode import QUIZ_CELL, to_python
+from grader.sandbox.commit import encode
 from grader.sandbox.launch import unavailable_note
 from grader.sandbox.supervisor import Worker, WorkerFailed, _clock, boosted_self, start_worker
 from grader.timed.measurement import GradingSpec, Measurement, Timing
@@ -244,13 +246,14 @@ def _timed_runs(
     shown to the workers just before its first chunk, and every chunk ends with a commit of the
     training state (:mod:`grader.timed.replay`).
     """
-    import torch
 
     parts = spec.chunks_per_epoch
     seconds: dict[tuple[str, int], float] = {}
+    judge = _chunk_judge(data)
     i = 0
     for r in repeats:
         begin = _begin_of(data, spec, r)
+        commits.draw(r, spec.epochs * parts)  # the chunks to replay, kept secret in this process
         reveal.show_run(data, r)  # both workers are frozen: from now on, only timed chunks run
         for c in range(spec.epochs * parts):
             last = c == spec.epochs * parts - 1
@@ -290,11 +293,13 @@ def _timed_runs(
                         kind="protocol",
                         role=w.role,
                     ) from err
-                if last:
-                    buffer = io.BytesIO()
-                    torch.save(state["model"], buffer)
-                    data.weights_path(w.role, r).write_bytes(buffer.getvalue())
+                if last:  # safetensors, like the commit: the parent never unpickles learner bytes
+                    weights = encode({"model": state["model"], "optimizer": {}})
+                    data.weights_path(w.role, r).write_bytes(weights)
                 w.pause()
+                kept = state.pop("kept", None)
+                if kept is not None:
+                    _judge_kept(out, judge, commits, w.role, r, c, kept)
                 escaped = b.escaped()
                 if escaped:  # a process nothing stops could steal the core while A is timed
                     raise WorkerFailed(
@@ -323,6 +328,33 @@ def _timed_runs(
 
 
 LEFT_SESSION = "your code started a process that left the worker's session"
+
+
+def _chunk_judge(data):
+    """The lesson's parent-only judge of a timed chunk's kept batches (``<its package>.timed_checks``,
+    never in a worker's view), where its runtime keeps them; else None."""
+    runtime = sys.modules[type(data).__module__]
+    if not getattr(runtime, "KEEP_BATCHES", False):
+        return None
+    package = runtime.__name__.rpartition(".")[0]
+    return importlib.import_module(f"{package}.timed_checks").ChunkJudge(data)
+
+
+def _judge_kept(out: Measurement, judge, commits: Commits, role: str, r: int, c: int, kept) -> None:
+    """What a timed chunk trained on, judged here (the learner's every chunk; the baseline's drawn
+    ones, a check of the judge itself), and the learner's drawn chunks kept for their replay."""
+    drawn = c in commits.drawn.get(r, ())
+    if role == "learner" and drawn:  # for its replay (grader.timed.replay.check_work)
+        commits.keep(r, c, kept)
+    failed = any(p.startswith("your timed run ") for p in out.problems)
+    if judge is None or (role == "baseline" and not drawn) or (role == "learner" and failed):
+        return  # one failing chunk says it: no points either way, and less of the parent's time
+    found = judge(r, c, kept)
+    if found and role == "baseline":  # the reference pipeline fails the judge: a grader bug
+        raise WorkerFailed(
+            f"the baseline's timed batches failed the grader's judge: {found}", role="baseline"
+        )
+    out.problems += [f"your timed run {r + 1}, chunk {c + 1}: {problem}" for problem in found]
 
 
 def _rel(data, path: Path) -> str:

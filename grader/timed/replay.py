@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from grader.sandbox.commit import load_state
+from grader.sandbox.commit import encode, load_state
 
 # Bounds, calibrated on honest and forged gradings (grader/README.md, threat model "training off the clock"; figures in
 # benchmarks/results/lesson2-work-check-30-xeon-amx-2c.json). Honest chunk-0 cosines vary with the two
@@ -25,6 +25,15 @@ from grader.sandbox.commit import load_state
 SIZE_BAND = (0.2, 5.0)  # learner update norm / baseline update norm, same chunk, every chunk
 MIN_COSINE_FIRST = 0.1  # chunk 0: cosine of the learner's update with the baseline's
 MIN_COSINE = 0.5  # a replayed chunk: cosine of the learner's update with the replay's
+# A replay of the learner's own kept batches (lesson 2) repeats its chunk exactly: honest updates
+# matched it to the bit on this CPU (cosine 1.0000000, size 1.000x); a step on 40% of each batch
+# gave cosine 0.93-0.97, size 1.01-1.16x (grader/README.md, threat model "the timed run is the
+# checked run"). GPU kernels are not bit-reproducible: 0.99 leaves them room (not yet measured).
+# Lesson 3's steps report their loss (StepAudit): the replay of the same batches from the same
+# weights gives the same losses up to bf16 rounding; half a batch's loss is another number.
+LOSS_TOLERANCE = (1e-4, 0.05)  # absolute, relative: bf16 1.6% at most, half a batch 19-40%
+KEPT_COSINE = 0.99
+KEPT_SIZE_BAND = (0.9, 1.1)
 REPLAYS_PER_RUN = 2  # chunks drawn per scored run (among chunks 1..K-1; chunk 0 needs no replay)
 
 
@@ -80,12 +89,32 @@ class Commits:
         self.folder = Path(folder)
         self.folder.mkdir(mode=0o700, exist_ok=True)
         self.expected, self.added = expected, 0
+        self.drawn: dict[int, list[int]] = {}  # run -> chunks to replay, secret until the chunk ran
+
+    def draw(self, r: int, k_chunks: int) -> list[int]:
+        """The chunks of run ``r`` to replay, drawn before it starts (among 1..K-1: chunk 0 is
+        compared with the baseline's own), so that their batches can be kept as they come."""
+        pool = range(1, k_chunks)
+        self.drawn[r] = sorted(random.SystemRandom().sample(pool, min(REPLAYS_PER_RUN, len(pool))))
+        return self.drawn[r]
+
+    def kept_path(self, r: int, c: int) -> Path:
+        return self.folder / f"kept-{r}-{c}.safetensors"
+
+    def keep(self, r: int, c: int, kept: dict) -> None:
+        """What the learner's chunk ``c`` kept (its batches, or its step losses), for its replay:
+        safetensors (a header and raw bytes)."""
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in kept.items()}, str(self.kept_path(r, c)))
 
     def path(self, role: str, r: int, c: int) -> Path:
         return self.folder / f"{role}-{r}-{c}.pt"
 
     def add(self, role: str, r: int, c: int, blob: bytes) -> dict:
         state = load_state(blob)  # refused here, before anything else reads it
+        if "kept" in state:  # judged and kept by the caller; the disk holds the state alone
+            blob = _without_batches(state)
         left = max(1, self.expected - self.added)
         free = shutil.disk_usage(self.folder).free
         if free < left * len(blob):
@@ -107,6 +136,10 @@ class Commits:
 
     def state(self, role: str, r: int, c: int) -> dict:
         return load_state(self.path(role, r, c))
+
+
+def _without_batches(state: dict) -> bytes:
+    return encode({k: v for k, v in state.items() if k != "kept"})
 
 
 def update(start: dict, end: dict) -> torch.Tensor:
@@ -158,7 +191,7 @@ def check_work(
     timeout_s: float,
 ) -> list[str]:
     """Problems for ``runs`` (their chunks all committed); every figure lands in ``out.work_checks``."""
-    problems, draw = [], random.SystemRandom()
+    problems = []
     k_chunks = spec.epochs * spec.chunks_per_epoch
     for r in runs:
         bad = []
@@ -195,40 +228,39 @@ def check_work(
                 c == 0 and not cos >= MIN_COSINE_FIRST
             ):
                 bad.append((c, "the baseline's", cos, ratio))
-        for c in sorted(draw.sample(range(1, k_chunks), min(REPLAYS_PER_RUN, k_chunks - 1))):
-            start = commits.path("learner", r, c - 1)
-            name = f"replay-{r}-{c}.pt"
-            shutil.copyfile(start, reveal.exposed / name)
-            (reveal.exposed / name).chmod(0o644)
-            baseline.send(
-                cmd="replay",
-                begin=dict(begin_of(r), init_path=name),
-                chunk=c,
-                parts=spec.chunks_per_epoch,
-            )
-            event, _ = baseline.expect(
-                "replayed", timeout_s, f"replaying chunk {c + 1} of run {r + 1}"
-            )
-            end = load_state(baseline.blob(event.get("nbytes"), timeout_s, "the replayed weights"))[
-                "model"
-            ]
-            baseline.pause()
-            (reveal.exposed / name).unlink()
+        drawn = commits.drawn.get(r) or commits.draw(r, k_chunks)
+        for c in drawn:
+            mine = _kept(commits, r, c)
+            batches = mine if mine is not None and "x" in mine else None
+            end = _replay(baseline, commits, reveal, spec, begin_of(r), r, c, batches, timeout_s)
             start_model = commits.state("learner", r, c - 1)["model"]
             cos, ratio = compare(
                 update(start_model, commits.state("learner", r, c)["model"]),
-                update(start_model, end),
+                update(start_model, end["model"]),
             )
+            against = "replay of your batches" if batches is not None else "replay"
             out.work_checks.append(
-                {"run": r, "chunk": c, "against": "replay", "cosine": cos, "ratio": ratio}
+                {"run": r, "chunk": c, "against": against, "cosine": cos, "ratio": ratio}
             )
-            if cos >= MIN_COSINE and SIZE_BAND[0] <= ratio <= SIZE_BAND[1]:
+            if spec.replay_losses and mine is not None and "losses" in mine:  # held to the replay's
+                differ = losses_differ(mine["losses"], (end.get("kept") or {}).get("losses"))
+                out.work_checks[-1]["losses"] = differ or "match"
+                if differ and not any(f"run {r + 1}," in p and "losses" in p for p in problems):
+                    problems.append(
+                        f"run {r + 1}, timed chunk {c + 1}: your step returned losses unlike the "
+                        f"grader's replay of the same batches from your weights ({differ}): a step "
+                        "that trains on part of each batch is not the recipe's step"
+                    )
+            (lo, hi), least = SIZE_BAND, MIN_COSINE
+            if batches is not None:
+                (lo, hi), least = KEPT_SIZE_BAND, KEPT_COSINE
+            elif spec.replay_scored:
+                least = spec.replay_cosine
+            if cos >= least and lo <= ratio <= hi:
                 continue
-            if (
-                spec.replay_scored
-            ):  # the learner trains the reference's own stream: the replay is exact
+            if batches is not None or spec.replay_scored:  # the very batches the chunk trained on
                 bad.append((c, "the grader's replay of it", cos, ratio))
-            else:  # its own pipeline (lesson 2): other batches, so a replay is only statistical
+            else:  # its own pipeline, not kept: other batches, so a replay is only statistical
                 out.flags.append(
                     f"run {r + 1}, timed chunk {c + 1}: your weights changed unlike the grader's replay "
                     f"of it (direction {cos:+.2f}, size x{ratio:.2f}); reported, no effect on points"
@@ -240,3 +272,48 @@ def check_work(
                 "inside the timed chunks, so your speed cannot be credited"
             )
     return problems
+
+
+def _kept(commits: Commits, r: int, c: int) -> dict | None:
+    from safetensors.torch import load_file
+
+    path = commits.kept_path(r, c)
+    return load_file(str(path)) if path.exists() else None
+
+
+def _replay(baseline, commits, reveal, spec, begin: dict, r: int, c: int, batches, timeout_s):
+    """Chunk ``c`` of run ``r`` again in the baseline worker, from the learner's committed state
+    (on the learner's kept ``batches`` where there are some): the replayed state."""
+    shown = [commits.path("learner", r, c - 1)]
+    extra = {}
+    if batches is not None:  # an exact replay of what the learner's chunk trained on
+        shown.append(commits.kept_path(r, c))
+        extra["batches"] = shown[1].name
+    names = [f"replay-{r}-{c}.pt", *(p.name for p in shown[1:])]
+    for src, name in zip(shown, names, strict=True):
+        shutil.copyfile(src, reveal.exposed / name)
+        (reveal.exposed / name).chmod(0o644)
+    baseline.send(
+        cmd="replay",
+        begin=dict(begin, init_path=names[0]),
+        chunk=c,
+        parts=spec.chunks_per_epoch,
+        **extra,
+    )
+    event, _ = baseline.expect("replayed", timeout_s, f"replaying chunk {c + 1} of run {r + 1}")
+    end = load_state(baseline.blob(event.get("nbytes"), timeout_s, "the replayed weights"))
+    baseline.pause()
+    for name in names:
+        (reveal.exposed / name).unlink()
+    return end
+
+
+def losses_differ(mine, ref) -> str:
+    """'' when the learner's per-step losses match the replay's within ``LOSS_TOLERANCE``, else
+    where they part (a step on part of each batch returns that part's loss, not the batch's)."""
+    if ref is None or len(mine) != len(ref):
+        return f"{len(mine)} losses for {0 if ref is None else len(ref)} replayed steps"
+    for i, (a, b) in enumerate(zip(mine.tolist(), ref.tolist(), strict=True)):
+        if not abs(a - b) <= LOSS_TOLERANCE[0] + LOSS_TOLERANCE[1] * abs(b):
+            return f"step {i + 1}: {a:.4f}, the replay's {b:.4f}"
+    return ""

@@ -7,6 +7,8 @@ import stat
 
 import torch
 
+from grader.sandbox.commit import load_state
+
 
 def weights_problems(data, repeats: range, flags: list[str] | None = None) -> list[str]:
     """Parent-side checks of the learner's saved weights before they are evaluated: a plain file
@@ -26,11 +28,9 @@ def weights_problems(data, repeats: range, flags: list[str] | None = None) -> li
             )
             continue
         try:
-            mine = torch.load(path, map_location="cpu", weights_only=True)
-            base = torch.load(
-                data.weights_path("baseline", r), map_location="cpu", weights_only=True
-            )
-            init = torch.load(data.init_paths[r], map_location="cpu", weights_only=True)
+            mine = load_state(path)["model"]  # safetensors: parsed, nothing unpickled
+            base = load_state(data.weights_path("baseline", r))["model"]
+            init = torch.load(data.init_paths[r], map_location="cpu", weights_only=True)  # ours
         except Exception:  # noqa: BLE001 - unreadable weights are reported by the evaluation
             continue
         floats = [k for k, v in mine.items() if torch.is_tensor(v) and v.is_floating_point()]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from effkit.batch_probe import cpu_batch
 from effkit.precision_probe import PROBE_BATCH, cpu_precision
 from effkit.schedules import scale_lr
 from effkit.seed import seed_everything
@@ -179,6 +180,26 @@ def measured_precision(cfg: RecipeConfig) -> tuple[RecipeConfig, str]:
     return replace(cfg, precision=mode), why
 
 
+def measured_batch(
+    cfg: RecipeConfig, candidates: tuple[int, ...], rescale_lr: bool
+) -> tuple[RecipeConfig, str]:
+    """The optimized recipe's batch on a CPU, by timing its own model (effkit.batch_probe); the LR
+    follows by the linear rule, as for a ``batch_size`` hook."""
+    layout = torch.channels_last if cfg.channels_last else torch.contiguous_format
+    policy = resolve_precision(torch.device("cpu"), cfg.precision)
+    batch, why = cpu_batch(
+        f"cifar airbench {cfg.widths} channels_last={cfg.channels_last} precision={policy.mode}",
+        lambda: airbench_net(cfg.widths).to(memory_format=layout),
+        list(candidates),
+        layout,
+        10,
+        autocast=policy.autocast,
+        cache_dir=data_home(),
+    )
+    lr = {"lr": scale_lr_for(batch)} if rescale_lr else {}
+    return replace(cfg, batch_size=batch, **lr), why
+
+
 def build(
     recipe: str,
     profile: str,
@@ -216,9 +237,16 @@ def build(
             test_set.targets[: p.max_test],
         )
     cfg = recipe_config(recipe, p, hooks)
-    choice = ""
+    choice = batch_choice = ""
     if device.type == "cpu" and cfg.precision == "auto":
         cfg, choice = measured_precision(cfg)
+    if (
+        device.type == "cpu"
+        and recipe == "optimized"
+        and p.opt_cpu_batches
+        and "batch_size" not in hooks
+    ):
+        cfg, batch_choice = measured_batch(cfg, p.opt_cpu_batches, rescale_lr="lr" not in hooks)
     synthetic = is_synthetic(root)
     if not synthetic and p.real_target is not None and "target" not in hooks:
         cfg = replace(cfg, target=p.real_target)
@@ -246,6 +274,7 @@ def build(
         "n_test": len(test_set),
         "seed": seed,
         **({"precision_choice": choice} if choice else {}),
+        **({"batch_choice": batch_choice} if batch_choice else {}),
     }
     evaluator = DeviceTestSet(test_set, device)
     if recipe == "naive":

@@ -34,6 +34,8 @@ class Profile:
     opt_compile: bool
     opt_tta: int  # test-time augmentation: 0 none, 1 mirror, 2 mirror + 1-px translations
     naive_batch: int = 128
+    # On a CPU the optimized recipe's batch is measured among these (effkit.batch_probe); empty: opt_batch.
+    opt_cpu_batches: tuple[int, ...] = ()
     synthetic_seed: int = 0  # the synthetic *dataset's* seed; the training seed is build()'s
 
     def synthetic_dir_name(self) -> str:
@@ -68,6 +70,7 @@ PROFILES: dict[str, Profile] = {
         target=0.80, eval_every_epochs=0.25,
         naive_depth=10, naive_width=16, naive_epochs=2,
         opt_widths=(16, 32, 64), opt_epochs=2, opt_batch=250, opt_tta=0,
+        opt_cpu_batches=(250, 125, 64),
     ),
     # Same machine class as smoke, real ResNet-18 for the naive recipe; the target is one both nets
     # reach on synthetic 10k (benchmarks/results/effkit-notes.md). real_target is a conservative guess

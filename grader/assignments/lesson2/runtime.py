@@ -1,8 +1,8 @@
 """Runtime of pipeline assignments on the CIFAR workload: what workers and the parent call.
 
 The learner's pipeline runs inside the unchanged naive recipe, so any speed-up is the pipeline's;
-the parent evaluates on data the learner never had. Weights from a worker are loaded only with
-``weights_only=True`` and strict key/shape checks.
+the parent evaluates on data the learner never had. Weights from a worker are read only as
+safetensors (parsed, never unpickled), with strict key/shape checks.
 """
 
 from __future__ import annotations
@@ -39,6 +39,20 @@ def build_trainer(
     )
 
 
+def _refused(*args, **kwargs):
+    raise RuntimeError(
+        "effkit's DevicePipeline is the reference answer: it does not run in the grader's timed "
+        "worker (write your own FastPipeline)"
+    )
+
+
+def refuse_reference_answers() -> None:
+    """In the learner's timed worker only (before its cells run): effkit's DevicePipeline raises
+    when built, through any name or subclass; the naive recipe the learner's run uses never builds
+    it. A copy of its source is not stopped here: the parent's judge of the kept batches sees it."""
+    DevicePipeline.__init__.__code__ = _refused.__code__
+
+
 def model_of(trainer) -> torch.nn.Module:
     return trainer.model
 
@@ -57,11 +71,18 @@ def reuses_reference(obj) -> str:
     return ""
 
 
+# The timed workers commit every chunk's batches with its state: the parent judges what the timed
+# run trained on (timed_checks, parent only) and replays a drawn chunk on exactly those batches.
+KEEP_BATCHES = True
+
+
 class GraderData(TimedData):
     """Lesson 2's data: the grader's synthetic CIFAR-format sets (grader.kit.data)."""
 
     def __init__(self, workdir: Path, spec, device: str):
         self.eval_sets = []  # one held-out set per look, in this process's memory only
+        # per run: (images, labels), for the parent's judge of its timed batches (timed_checks)
+        self.run_sets: list[tuple] = []
         super().__init__(workdir, spec, device)
 
     def write_warmup(self, folder: Path) -> Path:
@@ -74,9 +95,9 @@ class GraderData(TimedData):
 
     def new_run(self, r: int, seed: int):
         spec = self.spec
-        path = write_train_set(
-            self.inputs / f"train{r}", spec.n_train, secrets.randbits(31), spec.data
-        )
+        data_seed = secrets.randbits(31)
+        path = write_train_set(self.inputs / f"train{r}", spec.n_train, data_seed, spec.data)
+        self.run_sets.append(grader_images(spec.n_train, data_seed, spec.data))  # the same set
         hooks = dict(spec.hooks, epochs=spec.epochs)
         trainer = cifar.build(
             "naive", spec.profile, data_dir=path, device=self.device, seed=seed, **hooks

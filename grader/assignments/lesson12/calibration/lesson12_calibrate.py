@@ -1,6 +1,6 @@
 """Calibrate lesson 12's search checks: the reference policy and plausible mistakes over several secret tasks.
 
-Usage: ``python benchmarks/lesson12_calibrate.py SEED [SEED ...] [--only NAME ...] [--budget EPOCHS]``
+Usage: ``python grader/assignments/lesson12/calibration/lesson12_calibrate.py SEED [SEED ...] [--only NAME ...] [--budget EPOCHS]``
 
 Each seed is one grading's draws (``random.Random(seed)``: task, trial seeds, final seeds), graded in this
 process on the policy's cell source (the probe functions the worker would run, then the parent's
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[4]  # grader/assignments/<lesson>/calibration/
 sys.path.insert(0, str(ROOT))
 
 from grader import assignments  # noqa: E402

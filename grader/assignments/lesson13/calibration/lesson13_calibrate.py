@@ -1,7 +1,7 @@
 """Calibrate lesson 13's targets: accuracy drop, agreement and P95 ratio of three submissions per task seed.
 
-    python benchmarks/lesson13_calibrate.py 1 2 3 4 5 6
-    python benchmarks/lesson13_calibrate.py --only reference $(seq 1001 1300)
+    python grader/assignments/lesson13/calibration/lesson13_calibrate.py 1 2 3 4 5 6
+    python grader/assignments/lesson13/calibration/lesson13_calibrate.py --only reference $(seq 1001 1300)
 
 For each grading seed it runs the grader's own checks (grader/assignments/lesson13/checks.py) in this
 process on the reference export (int8 except the head), the fp32 model exported unchanged, and every
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[4]  # grader/assignments/<lesson>/calibration/
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from exercise_cells import solution_cells  # noqa: E402

@@ -1,6 +1,6 @@
 """Calibration of lesson 5's timed cells (test_speed, test_least_recompute): several gradings per plan.
 
-Usage (from the repository root, machine otherwise quiet): ``python benchmarks/lesson5_calibrate.py N [PLAN ...]``
+Usage (from the repository root, machine otherwise quiet): ``python grader/assignments/lesson5/calibration/lesson5_calibrate.py N [PLAN ...]``
 grades the reference planner and three others (checkpoint everything, one block more than needed, every block
 keeping its matmuls) N times each on seeds 200.., and prints per grading: verdicts, rounds, step times, the plan's
 ratio over "checkpoint everything" with its interval, and its share of the grader's plan's gain. The figures in
@@ -12,13 +12,18 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 
 import nbformat
-import spinning
 
-from grader import assignments
-from grader.frontends.notebook import solution_sources
-from grader.scoring.checks import grade_cells
+ROOT = Path(__file__).resolve().parents[4]  # grader/assignments/<lesson>/calibration/
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]  # this grader; benchmarks/spinning.py
+
+import spinning  # noqa: E402
+
+from grader import assignments  # noqa: E402
+from grader.frontends.notebook import solution_sources  # noqa: E402
+from grader.scoring.checks import grade_cells  # noqa: E402
 
 A = assignments.get("lesson5")
 sol = nbformat.read("solutions/lesson5/lesson5.ipynb", as_version=4)

@@ -5,9 +5,9 @@ all-MiniLM-L6-v2 on negated sentiment sentences, 80 AdamW steps of 16, 12 tokens
 ``MARGIN`` and ``RANK_ROOM`` in ``recipe_checks.py`` come from these figures
 (grader/assignments/lesson8/README.md). Three modes:
 
-    python benchmarks/lesson8_calibrate.py --gradings 0 1 2 3     # whole gradings, as check_recipe draws them
-    python benchmarks/lesson8_calibrate.py --floor 11 12 13 14    # the lowest drawn rank on each offer
-    python benchmarks/lesson8_calibrate.py 11 12 13 14            # recipe mistakes on task seeds
+    python grader/assignments/lesson8/calibration/lesson8_calibrate.py --gradings 0 1 2 3     # whole gradings, as check_recipe draws them
+    python grader/assignments/lesson8/calibration/lesson8_calibrate.py --floor 11 12 13 14    # the lowest drawn rank on each offer
+    python grader/assignments/lesson8/calibration/lesson8_calibrate.py 11 12 13 14            # recipe mistakes on task seeds
 
 ``--gradings G...`` runs ``recipe_checks.check_recipe`` itself with ``random.Random(G)`` as its
 draws (the budget, then the task) for the reference solution's ``lora_recipe`` and for the lesson's
@@ -30,7 +30,7 @@ from grader.assignments.lesson8 import recipe_checks as rc
 from grader.sandbox.probe import CallResult
 from grader.scoring.checks import CheckFailed, Context
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[4]  # grader/assignments/<lesson>/calibration/
 LESSON = {"target_modules": ["query", "value"], "r": 8, "lora_alpha": 16, "lr": 1e-3}
 RECIPES = {  # each a change to the lesson's recipe
     "lesson (q,v r8 a16 lr1e-3)": LESSON,

@@ -1,7 +1,7 @@
 """What each 2-rank data-parallel recipe costs in memory on this CPU, measured by the kernel.
 
-    sudo python benchmarks/lesson11_rank_memory.py [WIDTH LAYERS]      (default 1024 4: 4.2M parameters)
-    sudo MALLOC_MMAP_THRESHOLD_=65536 python benchmarks/lesson11_rank_memory.py 768 32
+    sudo python grader/assignments/lesson11/calibration/lesson11_rank_memory.py [WIDTH LAYERS]      (default 1024 4: 4.2M parameters)
+    sudo MALLOC_MMAP_THRESHOLD_=65536 python grader/assignments/lesson11/calibration/lesson11_rank_memory.py 768 32
 
 glibc's default *dynamic* mmap threshold keeps freed large blocks in the heap, so a rank's memory
 tracks the peak of every transient buffer (768 x 32, 18.9M parameters: DDP 21.9, DDP + bucket view

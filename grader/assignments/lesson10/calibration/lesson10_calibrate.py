@@ -1,11 +1,11 @@
 """Lesson 10's grader calibration: the reference diagnose() against the grader's own planted cases.
 
-``python benchmarks/lesson10_calibrate.py 1 2 3 4 5`` draws each seed's 8 cases exactly as a grading does
+``python grader/assignments/lesson10/calibration/lesson10_calibrate.py 1 2 3 4 5`` draws each seed's 8 cases exactly as a grading does
 (``checks.draw_cases``), profiles them in this process (``checks.profile_case``) and prints, per grading,
 how many labels the reference solution and effkit's doctor get right, and every miss with its profile's
 key figures. PASS_AT must sit below the reference's worst grading.
 
-``python benchmarks/lesson10_calibrate.py --step [--busy N] 1 2 3`` calibrates part (b) instead: per seed it
+``python grader/assignments/lesson10/calibration/lesson10_calibrate.py --step [--busy N] 1 2 3`` calibrates part (b) instead: per seed it
 grades ``test_fast_step_equal`` and ``test_fast_step_speed`` through the sandbox, as a grading does
 (``grader.scoring.checks.grade_cells``), for the reference ``fast_step``, a batched step that keeps the other slow
 habits (``.tolist()`` / ``.item()`` per sample, a float64 sum, a Python loop over the parameters) and the
@@ -22,8 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+ROOT = Path(__file__).resolve().parents[4]  # grader/assignments/<lesson>/calibration/
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]  # spinning.py
 
 import spinning  # noqa: E402
 from exercise_cells import solution_cells  # noqa: E402

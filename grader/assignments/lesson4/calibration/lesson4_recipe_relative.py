@@ -2,7 +2,7 @@
 ``recipe_checks.check_recipe`` draws them (the baseline's accuracy after 49,152 samples minus 0.5 pp
 is the target), then each recipe's run on them and the verdict ``recipe_checks.judge`` gives.
 
-    OMP_WAIT_POLICY=PASSIVE python benchmarks/lesson4_recipe_relative.py GRADING_SEED...
+    OMP_WAIT_POLICY=PASSIVE python grader/assignments/lesson4/calibration/lesson4_recipe_relative.py GRADING_SEED...
 """
 
 import random

@@ -1,12 +1,12 @@
 """How far honest 2-rank training ends from lesson 11 (b)'s one-process reference, in the grader's fingerprint.
 
-Run: ``OMP_WAIT_POLICY=PASSIVE taskset -c 1 .venv/bin/python benchmarks/lesson11_fingerprint_drift.py [N]``
+Run: ``OMP_WAIT_POLICY=PASSIVE taskset -c 1 .venv/bin/python grader/assignments/lesson11/calibration/lesson11_fingerprint_drift.py [N]``
 (~2 s a grading's worth on one thread).
 
 The budget cell compares each rank's fingerprint (``memory_task.fingerprint``) with the parent's
 one-process Adam over the global batch; ``memory_task.TOL`` must sit above the honest gap for every
 grading, and the task's MLP has ReLUs, whose kink lets rounding pick a gradient (lesson 10 (b)
-lost ~1% of gradings to it: ``benchmarks/lesson10_drift.py``). Here each of ``N`` seed triples drawn
+lost ~1% of gradings to it: ``grader/assignments/lesson10/calibration/lesson10_drift.py``). Here each of ``N`` seed triples drawn
 at random (data, weights, forms) is trained in one process twice: as the parent does, and with
 the 2-rank arithmetic (each rank's micro-batch mean gradient, the two averaged, as an all-reduce
 or reduce-scatter of 2 ranks adds them), and the largest fingerprint difference is printed: its
@@ -15,15 +15,15 @@ distribution is what ``TOL`` is judged against. Triples over 1e-6 are printed as
 
 from __future__ import annotations
 
-import os
 import random
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, str(Path(__file__).resolve().parents[4]))  # the repository
 
 from effkit.measure import device_name  # noqa: E402
 from grader.assignments.lesson11 import memory_task as mem  # noqa: E402

@@ -1,6 +1,6 @@
 """Calibrate lesson 7's measured part: speed ratio and accuracy of bucketed vs random batches.
 
-Run: ``OMP_WAIT_POLICY=PASSIVE flock /tmp/effkit-quiet.lock .venv/bin/python benchmarks/lesson7_calibrate.py``.
+Run: ``OMP_WAIT_POLICY=PASSIVE flock /tmp/effkit-quiet.lock .venv/bin/python grader/assignments/lesson7/calibration/lesson7_calibrate.py``.
 For each task seed, the grader's own ``speed_task.train_ab`` with (a) the reference sampler
 (``effkit.length_buckets.bucket_batches``, batch 32) and (b) random batches padded to their own
 longest (dynamic padding without bucketing); prints the speed ratio over pad-to-max with its
@@ -9,10 +9,11 @@ interval and both accuracies.
 
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, str(Path(__file__).resolve().parents[4]))  # the repository
 
 from effkit.length_buckets import bucket_batches  # noqa: E402
 from grader.assignments.lesson7 import speed_task as st  # noqa: E402

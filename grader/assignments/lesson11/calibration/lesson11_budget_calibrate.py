@@ -1,6 +1,6 @@
 """Calibrate lesson 11 (b)'s per-rank memory budget: every train_sharded variant graded through the sandbox.
 
-    sudo python benchmarks/lesson11_budget_calibrate.py [SEED ...]        (default 1 2)
+    sudo python grader/assignments/lesson11/calibration/lesson11_budget_calibrate.py [SEED ...]        (default 1 2)
 
 For each seed and each submission in tests/lesson11_sharded.py (the recipes, and the attacks on the
 measurement), it grades ``test_memory_budget`` exactly as the grader does: a sandboxed worker whose
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[4]  # grader/assignments/<lesson>/calibration/
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from exercise_cells import solution_cells  # noqa: E402

@@ -1,6 +1,6 @@
 """How far a correct batched step ends from lesson 10 (b)'s original ``slow_step``, over many graded tasks.
 
-Run: ``OMP_WAIT_POLICY=PASSIVE taskset -c 0 .venv/bin/python benchmarks/lesson10_drift.py [--activation relu] [N]``.
+Run: ``OMP_WAIT_POLICY=PASSIVE taskset -c 0 .venv/bin/python grader/assignments/lesson10/calibration/lesson10_drift.py [--activation relu] [N]``.
 
 Draws ``N`` tasks exactly as a grading does (``step_checks.draw``, from ``random.Random(0)``), trains
 each ``TIMED_STEPS`` steps with the original and with the reference ``fast_step`` read from the
@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[4]  # grader/assignments/<lesson>/calibration/
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from exercise_cells import solution_cells  # noqa: E402

@@ -1,5 +1,5 @@
 """First calibration of lesson 4 part (b) (a fixed 85% target; superseded by
-``lesson4_recipe_relative.py``, the graded design): samples and seconds to 85% per recipe and seed.
+``grader/assignments/lesson4/calibration/lesson4_recipe_relative.py``, the graded design): samples and seconds to 85% per recipe and seed.
 It showed why the target became relative: task difficulty varies so much per seed (the baseline
 needed 2k to 54k samples) that on easy tasks every mistake got there within the budget. (Those
 figures were taken with ``recipe_task.BUDGET = 65536``, commit f734f8f; the budget is now 81,920.)
@@ -8,7 +8,7 @@ Runs the grader's own task (`grader.assignments.lesson4.recipe_task`) for the ba
 LR 0.0125), the reference recipe (8 micro-batches, linear LR, warm-up) and the two mistakes the
 check must catch (LR unscaled; no warm-up), plus square-root scaling and a bigger batch.
 
-    OMP_WAIT_POLICY=PASSIVE python benchmarks/lesson4_recipe_calibrate.py [--main] 0 1 2 3 4
+    OMP_WAIT_POLICY=PASSIVE python grader/assignments/lesson4/calibration/lesson4_recipe_calibrate.py [--main] 0 1 2 3 4
 """
 
 from __future__ import annotations

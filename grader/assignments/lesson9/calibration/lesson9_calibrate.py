@@ -8,8 +8,8 @@ and the teacher-vs-student inference speed ratio with its interval (``effkit.abt
 ``MARGIN`` in ``recipe_checks.py`` comes from these figures, and the depths that pass it
 (grader/assignments/lesson9/README.md).
 
-    python benchmarks/lesson9_calibrate.py 11 12 13 14 15 16
-    python benchmarks/lesson9_calibrate.py --gradings 0 1 2 3 4 5   # whole gradings, as check_recipe draws them
+    python grader/assignments/lesson9/calibration/lesson9_calibrate.py 11 12 13 14 15 16
+    python grader/assignments/lesson9/calibration/lesson9_calibrate.py --gradings 0 1 2 3 4 5   # whole gradings, as check_recipe draws them
 
 ``--gradings G...`` runs ``recipe_checks.check_recipe`` itself with ``random.Random(G)`` as its
 draws (the constraints, then three tasks) for the reference solution's ``distillation_recipe`` and
@@ -30,7 +30,7 @@ from grader.assignments.lesson9 import recipe_checks as rc
 from grader.sandbox.probe import CallResult
 from grader.scoring.checks import CheckFailed, Context
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[4]  # grader/assignments/<lesson>/calibration/
 LESSON = {"temperature": 4.0, "alpha": 0.9, "student_layers": 2, "student_init": "teacher"}
 
 RECIPES = {  # (temperature, alpha, student_layers, student_init)

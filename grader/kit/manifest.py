@@ -1,0 +1,70 @@
+"""What a lesson declares once, beside its checks: ``grader/assignments/<id>/manifest.py``.
+
+The registry (``grader.assignments``) reads every lesson's ``MANIFEST``; the sandbox, the demo and
+the tests read the registry, so none of them names a lesson. A manifest holds no answer and
+imports nothing heavy: the learner's worker reads it too, to know which grader modules it may see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from effkit import syllabus
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """``Manifest("lesson1", worker_modules=("probes", "task"), points={...}, ...)``."""
+
+    id: str  # the package's name: grader/assignments/<id>/
+    # modules of the package a learner's worker imports (its probes, timed runtime, the task modules
+    # those import), named relative to the package; never the checks or a reference
+    worker_modules: tuple[str, ...]
+    # graded cell -> points, as the instructor's notebook must give them (tests/test_manifest.py)
+    points: dict[str, float]
+    # wall seconds of `python -m grader check` on the reference solution and on the untouched stub,
+    # measured (the lesson's manifest says where): the demo's estimate of the time left
+    reference_grading_s: float
+    stub_grading_s: float
+    # effkit functions that *are* this exercise's answer (the lesson says so): in this lesson's
+    # workers their bodies raise (grader.sandbox.learner_view), so one line calling effkit earns nothing
+    withheld: tuple[str, ...] = ()
+    # graded on counts (bytes, epochs, memory), not on a clock: tests may run it beside timed work
+    clocked: bool = True
+
+    def __post_init__(self):
+        if not self.worker_modules or not all(
+            isinstance(m, str) and m.isidentifier() for m in self.worker_modules
+        ):
+            raise ValueError(
+                f"{self.id}: worker_modules must name the package's worker-side modules, e.g. ('probes',)"
+            )
+        bad = [w for w in self.withheld if not w.startswith("effkit.") or w.count(".") < 2]
+        if bad:
+            raise ValueError(
+                f"{self.id}: withheld names effkit functions as 'effkit.module.function', not {bad}"
+            )
+        if min(self.reference_grading_s, self.stub_grading_s) <= 0:
+            raise ValueError(f"{self.id}: grading times are measured wall seconds, above 0")
+        if not self.points or any(p <= 0 for p in self.points.values()):
+            raise ValueError(f"{self.id}: points must give every graded cell a positive score")
+
+    @property
+    def package(self) -> str:
+        return f"grader.assignments.{self.id}"
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """The package, this manifest (the registry imports it in every process) and the worker-side
+        modules, fully named: what ``WORKER_MODULES`` lists for this lesson."""
+        workers = (f"{self.package}.{m}" for m in ("manifest", *self.worker_modules))
+        return (self.package, *dict.fromkeys(workers))
+
+    @property
+    def max_points(self) -> float:
+        return float(sum(self.points.values()))
+
+    @property
+    def syllabus(self):
+        """This lesson's row of ``effkit.syllabus`` (number, title, notebook): referenced, not copied."""
+        return syllabus.by_assignment(self.id)

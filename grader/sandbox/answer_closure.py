@@ -1,0 +1,186 @@
+"""Everything in effkit that implements a withheld answer, found by content, not by name.
+
+An answer (``learner_view.WITHHELD``) brings along the effkit functions it calls (its helpers) and every
+function whose code is a copy or a variant of one of those (a twin, under any name, in any module), and
+their helpers in turn. Names alone withheld ``effkit.length_buckets.bucket_batches`` while its twin in
+``effkit.workloads.bert.batching`` and its helpers stayed whole: one call and eight lines of glue earned
+lesson 7's five cells (issue 52). Standard library only.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+# A twin shares at least this many normalised statements with an answer's function, and they are at
+# least this share of the smaller of the two: a variant (another signature, a step left out) is still
+# caught, while functions that merely use numpy alike are not (tests/test_answer_closure.py).
+MIN_SHARED = 4
+MIN_SHARE = 0.6
+
+
+@dataclass(frozen=True)
+class Function:
+    """One function or method of the package: where it is and what it says."""
+
+    module: str  # dotted, e.g. "effkit.length_buckets"
+    qualname: str  # "bucket_batches", or "Class.method"
+    path: Path
+    node: ast.FunctionDef | ast.AsyncFunctionDef
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+
+def functions(root: Path, package: str = "effkit") -> dict[str, Function]:
+    """Every function and method of ``package``'s sources under ``root``, by dotted name."""
+    out: dict[str, Function] = {}
+    for path in sorted((root / package).rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        parts = path.relative_to(root).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        try:
+            tree = ast.parse(path.read_text(), filename=str(path))
+        except SyntaxError:
+            continue  # a broken file imports as broken in the worker too; nothing to withhold
+        for node, qualname in defs(tree.body, ""):
+            out[f"{module}.{qualname}"] = Function(module, qualname, path, node)
+    return out
+
+
+def defs(body: list[ast.stmt], prefix: str):
+    """(function node, qualified name) of every function and method in ``body``, nested classes too."""
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node, prefix + node.name
+        elif isinstance(node, ast.ClassDef):
+            yield from defs(node.body, f"{prefix}{node.name}.")
+
+
+def _imports(path: Path, module: str, package: str) -> dict[str, str]:
+    """Local name -> dotted ``package`` target, for the module-level imports of ``path``."""
+    out: dict[str, str] = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's own package
+                anchor = module.split(".")[: -node.level]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                out[alias.asname or alias.name] = f"{base}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                out[alias.asname or alias.name.split(".")[0]] = (
+                    alias.name if alias.asname else alias.name.split(".")[0]
+                )
+    return {k: v for k, v in out.items() if v.split(".")[0] == package}
+
+
+def callees(fn: Function, table: dict[str, Function], package: str = "effkit") -> set[str]:
+    """The package's functions ``fn`` refers to: same-module names, imported names, ``module.name``
+    attributes of an imported module, and ``self.method`` / ``Class.method`` of its own class."""
+    names = _imports(fn.path, fn.module, package)
+    own_class = fn.qualname.rpartition(".")[0]
+    local = _local_names(fn.node)  # an argument named like a function of the module is not a call
+    out: set[str] = set()
+    for node in ast.walk(fn.node):
+        target = None
+        if isinstance(node, ast.Name) and node.id not in local:
+            target = names.get(node.id, f"{fn.module}.{node.id}")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            base = node.value.id
+            if base in ("self", "cls") and own_class:
+                target = f"{fn.module}.{own_class}.{node.attr}"
+            elif base in local:
+                continue
+            elif base in names:
+                target = f"{names[base]}.{node.attr}"
+            else:
+                target = f"{fn.module}.{base}.{node.attr}"
+        if target in table and target != fn.dotted:
+            out.add(target)
+    return out
+
+
+def shape(node: ast.FunctionDef | ast.AsyncFunctionDef, in_place: bool = False) -> list[str]:
+    """The function's statements with its own names (arguments, locals) all called ``v``, annotations
+    and the docstring dropped, compound statements by their header only: what a renamed or re-signed
+    copy keeps. ``in_place``: rename in ``node`` itself (a tree parsed for this alone: no copy)."""
+    tree = node if in_place else copy.deepcopy(node)
+    local = _local_names(tree)
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and n.id in local:
+            n.id = "v"
+        elif isinstance(n, ast.arg):
+            n.arg, n.annotation = "v", None
+    body = tree.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    out: list[str] = []
+    for stmt in _statements(body):
+        if isinstance(stmt, ast.AnnAssign):
+            if stmt.value is None:
+                continue
+            stmt = ast.Assign(targets=[stmt.target], value=stmt.value, lineno=0)
+        head = copy.copy(stmt)
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            if hasattr(head, field):
+                setattr(head, field, [ast.Pass()] if field == "body" else [])
+        if isinstance(head, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            head.decorator_list, head.returns = [], None
+        out.append(ast.unparse(head))
+    return out
+
+
+def _local_names(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Arguments and every name the function (or a comprehension in it) assigns."""
+    local = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+    return local | {
+        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+
+
+def _statements(body: list[ast.stmt]):
+    for stmt in body:
+        yield stmt
+        for field in ("body", "orelse", "finalbody"):
+            yield from _statements(getattr(stmt, field, []) or [])
+        for handler in getattr(stmt, "handlers", []) or []:
+            yield from _statements(handler.body)
+
+
+def is_twin(candidate: list[str], answer: list[str]) -> bool:
+    """Whether code shaped ``candidate`` implements what code shaped ``answer`` does."""
+    if not candidate or not answer:
+        return False
+    if candidate == answer:
+        return True
+    shared = sum((Counter(candidate) & Counter(answer)).values())
+    return shared >= MIN_SHARED and shared >= MIN_SHARE * min(len(candidate), len(answer))
+
+
+def answer_closure(seeds: list[str], root: Path, package: str = "effkit") -> dict[str, str]:
+    """Every function of ``package`` under ``root`` that implements one of ``seeds`` (dotted names):
+    the seeds, their helpers and twins, to a fixed point. Maps each to the seed it serves; a seed
+    that names no function is an error (a renamed answer must not go quietly unwithheld)."""
+    table = functions(root, package)
+    missing = [s for s in seeds if s not in table]
+    if missing:
+        raise LookupError(f"withheld answer {missing[0]} is not a function under {root / package}")
+    # a second parse to rename in: copying every function's tree cost seconds a launch
+    shapes = {name: shape(fn.node, in_place=True) for name, fn in functions(root, package).items()}
+    found = {s: s for s in seeds}
+    todo = list(seeds)
+    while todo:
+        name = todo.pop()
+        related = callees(table[name], table, package)
+        related |= {other for other in table if is_twin(shapes[other], shapes[name])}
+        for other in sorted(related - set(found)):
+            found[other] = found[name]
+            todo.append(other)
+    return found

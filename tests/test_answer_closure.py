@@ -1,0 +1,124 @@
+"""What implements a withheld answer is withheld with it, found by content (issue 52 §2).
+
+``WITHHELD`` once masked ``effkit.length_buckets.bucket_batches`` by name only: its twin in
+``effkit.workloads.bert.batching`` and its helpers ``split_by_budget`` / ``padded_width`` stayed whole, and
+one call plus eight lines of glue earned lesson 7's five cells. These tests need no root: they judge the
+closure and the masked sources the view is built from (``test_withheld_answers.py`` grades through the
+sandbox)."""
+
+import ast
+import shutil
+
+from grader.sandbox import answer_closure as ac
+from grader.sandbox import learner_view
+from grader.sandbox.learner_view import REPO_ROOT, WITHHELD
+
+# Today's effkit, reviewed by hand: a change here is a new helper or twin (or a false match) to look at.
+EXPECTED = {
+    "lesson7": {
+        "effkit.length_buckets.bucket_batches",
+        "effkit.length_buckets.split_by_budget",
+        "effkit.length_buckets.padded_width",
+        "effkit.workloads.bert.batching.bucket_batches",
+    },
+    "lesson9": {"effkit.distill.kd_loss", "effkit.distill._check_hyperparameters"},
+    "lesson10": {"effkit.doctor.diagnose", "effkit.doctor._get"},
+}
+
+# A twin added later: renamed, re-signed, annotated, its names changed, a step left out, inside a class.
+PLANTED = """
+import numpy as numpy_
+from effkit import length_buckets as lb
+
+
+class Sampler:
+    def batches_for(self, sizes, rows, generator, per_chunk=50) -> list:
+        order = generator.permutation(len(sizes))
+        out: list = []
+        for begin in range(0, len(order), rows * per_chunk):
+            part = order[begin : begin + rows * per_chunk]
+            part = part[numpy_.argsort(sizes[part], kind="stable")]
+            out.extend(part[i : i + rows] for i in range(0, len(part), rows))
+        generator.shuffle(out)
+        return out
+
+
+def cut(run, sizes, budget, multiple):
+    batches = []
+    start = 0
+    for i in range(1, len(run) + 1):
+        if i == len(run):
+            batches.append(run[start:i])
+            break
+        rows = i + 1 - start
+        width = -(-int(sizes[run[start : i + 1]].max()) // multiple) * multiple
+        if rows * width > budget:
+            batches.append(run[start:i])
+            start = i
+    return batches
+
+
+def round_up(n, m=8):
+    return -(-int(n) // m) * m
+
+
+def uses_the_helper(n):
+    return lb.padded_width(n) + 1
+
+
+def innocent(lengths, batch_size):
+    order = numpy_.argsort(lengths, kind="stable")
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+"""
+
+
+def test_the_closure_of_todays_answers_is_their_helpers_and_twins():
+    for lesson, seeds in WITHHELD.items():
+        assert set(ac.answer_closure(list(seeds), REPO_ROOT)) == EXPECTED[lesson], lesson
+
+
+def test_a_twin_planted_later_is_withheld_with_its_helpers_and_nothing_innocent(tmp_path):
+    shutil.copytree(
+        REPO_ROOT / "effkit", tmp_path / "effkit", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    (tmp_path / "effkit" / "planted.py").write_text(PLANTED)
+    found = ac.answer_closure(list(WITHHELD["lesson7"]), tmp_path)
+    planted = {n.removeprefix("effkit.planted.") for n in found if n.startswith("effkit.planted.")}
+    # the variant (a method now), the budget cut with the width helper inlined, the rounding helper
+    assert planted == {"Sampler.batches_for", "cut", "round_up"}, planted
+    # in the masked source the lesson's worker gets, each raises and names the answer it serves
+    masked = learner_view.withheld_files(tmp_path, "lesson7")[tmp_path / "effkit" / "planted.py"]
+    src = learner_view.withheld_source(
+        tmp_path / "effkit" / "planted.py", list(masked), "lesson7", masked
+    )
+    tree = ast.parse(src)
+    bodies = {q: n.body for n, q in ac.defs(tree.body, "")}
+    for name in planted:
+        assert len(bodies[name]) == 1 and isinstance(bodies[name][0], ast.Raise), name
+        assert "implements lesson7's reference answer" in ast.unparse(bodies[name][0])
+    assert not isinstance(bodies["innocent"][0], ast.Raise)
+    assert not isinstance(bodies["uses_the_helper"][0], ast.Raise)  # raises through the helper
+    # another lesson's worker keeps them whole
+    assert tmp_path / "effkit" / "planted.py" not in learner_view.withheld_files(
+        tmp_path, "lesson9"
+    )
+
+
+def test_a_renamed_answer_fails_closed_rather_than_going_unwithheld(tmp_path):
+    (tmp_path / "effkit").mkdir()
+    (tmp_path / "effkit" / "length_buckets.py").write_text("def buckets(lengths):\n    return []\n")
+    try:
+        ac.answer_closure(["effkit.length_buckets.bucket_batches"], tmp_path)
+    except LookupError as err:
+        assert "bucket_batches" in str(err)
+    else:
+        raise AssertionError("a withheld answer that names no function must be an error")
+
+
+def test_shape_ignores_names_annotations_and_the_docstring_but_not_the_work():
+    a = ast.parse('def f(x: int, y):\n    """doc"""\n    z: int = x * y\n    return z + 1\n').body[
+        0
+    ]
+    b = ast.parse("def g(p, q):\n    r = p * q\n    return r + 1\n").body[0]
+    c = ast.parse("def h(p, q):\n    r = p + q\n    return r + 1\n").body[0]
+    assert ac.shape(a) == ac.shape(b) != ac.shape(c)

@@ -1,0 +1,178 @@
+"""Lesson 2's timed batches judged in the parent (issue 52 §1): what the timed run trained on must be
+the contract the probe worker checked. Fast: the judge on hand-made chunks, no grading."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from effkit.workloads.cifar.pipelines import DevicePipeline, TorchvisionPipeline, normalize
+from grader.assignments.lesson2 import timed_checks
+from grader.assignments.lesson2.checks import REFERENCE_REUSED, SPECS
+from grader.assignments.lesson2.probe_data import _template_dataset
+from grader.kit.data import grader_images
+from grader.sandbox.commit import encode, load_state
+
+N, BS, SEED = 600, 32, 11
+
+
+@pytest.fixture(scope="module")
+def run():
+    images, labels = grader_images(N, 7)
+    dataset = copy.copy(_template_dataset())
+    dataset.data, dataset.targets = images, labels.tolist()
+    judge = timed_checks.RunImages(images, labels)
+    reference = timed_checks.reference_batches(images, labels, BS, "cpu", SEED)
+    return dataset, judge, reference
+
+
+class NoAugment:
+    """Shuffled, normalised, every image once: no crop, no flip."""
+
+    def __init__(self, dataset, batch_size, device, seed):
+        self.x = normalize(torch.from_numpy(np.asarray(dataset.data))).contiguous()
+        self.y, self.bs = torch.tensor(dataset.targets), batch_size
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def __len__(self):
+        return -(-len(self.y) // self.bs)
+
+    def __iter__(self):
+        perm = torch.randperm(len(self.y), generator=self.gen)
+        for i in range(0, len(self.y), self.bs):
+            yield self.x[perm[i : i + self.bs]], self.y[perm[i : i + self.bs]]
+
+
+def _chunk(dataset, cls, c: int, change=None):
+    """Chunk ``c``'s batches of a run that feeds ``cls``'s stream, as a timed worker commits them."""
+    steps = timed_checks.chunk_steps(SPECS["smoke"], N, BS, c)
+    pipe, out = cls(dataset, BS, "cpu", SEED), []
+    while len(out) < steps.stop:
+        out += list(pipe)
+    batches = [change(x, y) if change else (x, y) for x, y in out[steps.start : steps.stop]]
+    kept = {
+        "x": torch.cat([x for x, _ in batches]),
+        "y": torch.cat([y for _, y in batches]),
+        "sizes": torch.tensor([len(y) for _, y in batches]),
+    }
+    return kept, steps
+
+
+def test_the_naive_pipelines_timed_batches_pass_every_chunk(run):
+    dataset, judge, reference = run
+    for c in range(4):  # across the epoch boundary and its partial last batch
+        kept, steps = _chunk(dataset, TorchvisionPipeline, c)
+        assert timed_checks.judge(judge, kept, steps, BS, reference) == [], c
+
+
+def test_no_crop_and_no_flip_in_the_timed_run_is_named(run):
+    dataset, judge, reference = run
+    kept, steps = _chunk(dataset, NoAugment, 1)
+    problems = timed_checks.judge(judge, kept, steps, BS, reference)
+    assert any("random crops and flips expected: 1 distinct crop offsets" in p for p in problems)
+
+
+def test_effkits_device_pipeline_in_the_timed_run_is_the_reference(run):
+    dataset, judge, reference = run
+    kept, steps = _chunk(dataset, DevicePipeline, 2)
+    assert timed_checks.judge(judge, kept, steps, BS, reference) == [REFERENCE_REUSED]
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda x, y: (x[: len(y) // 2], y[: len(y) // 2]), "rows where the recipe takes 9 of 32"),
+        (lambda x, y: (x, y.roll(1)), "with another label than their own"),
+        (lambda x, y: (torch.cat([x[:1], x[:-1]]), y), "came twice in one epoch"),
+        (lambda x, y: (x * 2, y), "de-normalising gives"),
+        (lambda x, y: (x.roll(1, dims=2), y), "not an exact 32x32 crop"),
+    ],
+)
+def test_a_timed_chunk_that_breaks_the_contract_says_how(run, change, said):
+    dataset, judge, reference = run
+    kept, steps = _chunk(dataset, TorchvisionPipeline, 1, change)
+    problems = timed_checks.judge(judge, kept, steps, BS, reference)
+    assert any(said in p for p in problems), problems
+
+
+def test_a_committed_state_carries_kept_batches_of_the_right_shape_only():
+    x = torch.zeros(4, 3, 32, 32)
+    good = {"x": x, "y": torch.zeros(4, dtype=torch.int64), "sizes": torch.tensor([3, 1])}
+    for batches, ok in (
+        (good, True),
+        ({**good, "sizes": torch.tensor([3, 2])}, False),  # sizes that do not add up
+        ({**good, "x": x.double()}, False),
+        ({**good, "extra": x}, False),
+    ):
+        blob = encode({"model": {"w": torch.ones(2)}, "optimizer": {}, "kept": batches})
+        if ok:
+            assert load_state(blob)["kept"]["sizes"].tolist() == [3, 1]
+        else:
+            with pytest.raises(ValueError, match="what it kept of the chunk"):
+                load_state(blob)
+
+
+def test_a_function_planted_on_the_graders_trainer_instance_is_seen():
+    """The timed worker's tripwire (in-process: the kept batches' replay is the proof)."""
+    from grader.sandbox.worker import _instance_functions
+
+    model = torch.nn.Linear(2, 2)
+
+    class Trainer:
+        def _optimizer_step(self, *args):
+            pass
+
+    trainer = Trainer()
+    trainer.train_step = print  # a step handed in at build: part of the snapshot
+    before = _instance_functions(trainer, model)
+    assert _instance_functions(trainer, model) == before
+    trainer._optimizer_step = lambda *args: None
+    model.forward = lambda x: x
+    now = _instance_functions(trainer, model)
+    assert sorted(k for k, v in now.items() if before.get(k) != v) == [
+        "Linear.forward",
+        "Trainer._optimizer_step",
+    ]
+
+
+def test_a_steps_losses_are_held_to_the_replays():
+    """Lesson 3's timed steps report their losses; half a batch's loss is another number."""
+    from grader.timed.replay import losses_differ
+
+    ref = torch.tensor([0.0100, 0.0070, 0.0060], dtype=torch.float64)
+    assert losses_differ(ref * 1.01, ref) == ""  # bf16 rounding
+    assert losses_differ(ref * 1.2, ref).startswith("step 1: 0.0120, the replay's 0.0100")
+    assert "2 losses for 3 replayed steps" in losses_differ(ref[:2], ref)
+    blob = encode({"model": {}, "optimizer": {}, "kept": {"losses": ref}})
+    assert load_state(blob)["kept"]["losses"].tolist() == ref.tolist()
+
+
+def test_a_commit_is_parsed_never_unpickled():
+    """Issue 52 §3b: safetensors both ways; a pickle (even of plain tensors) and an unknown key are
+    refused; tied weights, optimizer state and generators survive the trip."""
+    import io
+
+    from grader.sandbox.commit import decode
+
+    w = torch.randn(3, 2)
+    state = {
+        "model": {"a.weight": w, "b.weight": w},  # tied: one storage
+        "optimizer": {0: {"step": torch.tensor(4.0), "exp_avg": torch.ones(3, 2)}, 1: {"step": 2}},
+        "rng": {"cpu": torch.get_rng_state()},
+    }
+    back = load_state(encode(state))
+    assert torch.equal(back["model"]["b.weight"], w) and back["optimizer"][1]["step"].item() == 2
+    assert torch.equal(back["rng"]["cpu"], torch.get_rng_state())
+    buffer = io.BytesIO()
+    torch.save({"model": {"w": w}, "optimizer": {}}, buffer)
+    with pytest.raises(ValueError, match="not a training state"):
+        load_state(buffer.getvalue())
+    with pytest.raises(ValueError, match="key 'other/x'"):
+        decode(_with_key("other/x"))
+
+
+def _with_key(key: str) -> bytes:
+    from safetensors.torch import save
+
+    return save({key: torch.zeros(1)})

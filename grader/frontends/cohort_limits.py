@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,11 +123,14 @@ def remove(users: list[str], root: Path = CGROUP_ROOT) -> None:
     bases = [root / PARENT] + [root / ctl / PARENT for ctl in ("memory", "cpu", "pids")]
     for base in bases:
         for user in users:
-            try:
-                (base / user).rmdir()
-            except OSError as err:
-                if err.errno not in (errno.ENOENT, errno.EBUSY):
-                    raise
+            for _ in range(250):  # killed processes leave their group once reaped: up to 5 s
+                try:
+                    (base / user).rmdir()
+                    break
+                except OSError as err:
+                    if err.errno != errno.EBUSY:
+                        break  # ENOENT: none made here
+                    time.sleep(0.02)
         try:
             base.rmdir()
         except OSError:

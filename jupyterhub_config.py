@@ -7,8 +7,10 @@ and where learner servers run (GPU nodes).
 """
 
 import json
+import logging
 import os
 import resource
+import sys
 from pathlib import Path
 
 from jupyterhub.spawner import LocalProcessSpawner
@@ -19,6 +21,8 @@ REPO = Path(__file__).resolve().parent
 STATE = Path(os.environ.get("EFFKIT_COHORT_STATE") or REPO / "course" / "hub" / "cohort.json")
 plan = json.loads(STATE.read_text())
 hub_dir = Path(plan["state_dir"])
+sys.path.insert(0, str(REPO))  # the hub imports grader.frontends.cohort_limits from this repository
+from grader.frontends import cohort_limits  # noqa: E402
 
 # DEPLOY: listen on the public address behind TLS (c.JupyterHub.ssl_cert / ssl_key, or a reverse
 # proxy that terminates TLS). Here: loopback only.
@@ -43,24 +47,38 @@ c.Authenticator.allowed_users = set(plan["learners"]) | {plan["instructor"]}
 
 # Every learner runs JupyterLab from the course's own environment, as their own user.
 # DEPLOY: for GPU nodes use a batch or container spawner (batchspawner, kubespawner) with the
-# same command; learner servers never need the GPU for grading, only for their own runs.
-class CappedSpawner(LocalProcessSpawner):
-    """JupyterHub's local spawner, with a cap on the tasks (processes and threads) each learner's
-    account may run: one learner's fork bomb cannot take the machine from the others. DEPLOY:
-    memory and CPU per learner need cgroups (systemdspawner, or a container spawner)."""
+# same command and its own memory/CPU limits; learner servers never need the GPU for grading.
+LIMITS = cohort_limits.Limits(
+    memory_mb=int(plan.get("memory_mb", cohort_limits.Limits.memory_mb)),
+    cpus=float(plan.get("cpus", cohort_limits.Limits.cpus)),
+    tmp_mb=int(plan.get("tmp_mb", cohort_limits.Limits.tmp_mb)),
+    tasks=int(plan.get("max_tasks", cohort_limits.Limits.tasks)),
+)
+_said_missing: set[str] = set()
 
-    def make_preexec_fn(self, name):
-        become_user = super().make_preexec_fn(name)
-        cap = int(plan.get("max_tasks", 2048))
+
+class LimitedSpawner(LocalProcessSpawner):
+    """JupyterHub's local spawner with limits per learner (grader/frontends/cohort_limits.py): the
+    learner's own cgroup (memory, CPU, tasks), a private /tmp, /var/tmp and /dev/shm, and a cap on
+    the tasks their Unix account may run (RLIMIT_NPROC), so one learner's memory, disk or fork bomb
+    stops at their own limit. What the host cannot limit is logged once."""
+
+    def make_preexec_fn(self, name):  # called in the hub, as root; preexec runs in the child
+        become_user = LocalProcessSpawner.make_preexec_fn(self, name)
+        groups, missing = cohort_limits.prepare(name, LIMITS)
+        for phrase in set(missing) - _said_missing:
+            _said_missing.add(phrase)
+            logging.getLogger("JupyterHub").warning("[effkit] not limited per learner: %s", phrase)
 
         def preexec():
-            resource.setrlimit(resource.RLIMIT_NPROC, (cap, cap))  # per Unix user, threads count
+            resource.setrlimit(resource.RLIMIT_NPROC, (LIMITS.tasks, LIMITS.tasks))  # per Unix user
+            cohort_limits.enter(groups, LIMITS.tmp_mb)
             become_user()
 
         return preexec
 
 
-c.JupyterHub.spawner_class = CappedSpawner
+c.JupyterHub.spawner_class = LimitedSpawner
 c.Spawner.cmd = [str(Path(plan["venv_bin"]) / "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
 c.Spawner.notebook_dir = "~"

@@ -56,11 +56,15 @@ _named = [a for a in sys.argv[1:] if a in CELL_TIMEOUT_S]
 c.Execute.timeout = CELL_TIMEOUT_S[_named[0]] if _named else 300
 c.Execute.interrupt_on_timeout = True  # a stuck cell scores 0; the following cells still run
 
+# Screening before nbgrader reads a submission (a file that is not a notebook, another lesson's
+# notebook): the one-line reason `python -m grader autograde` gives, in formgrader and the feedback.
+c.Autograde.exporter_class = "grader.frontends.nbgrader_screen.ScreeningExporter"
+
 # Out-of-kernel grading: Execute is skipped for assignments graded entirely by the grader (the
 # learner's notebook never runs under autograde); GradeCells then writes every graded cell's
 # outputs, GradePerformance the timed cell's. All of it before nbgrader reads the scores.
 c.Autograde.autograde_preprocessors = [
-    "grader.frontends.nbgrader_screen.ScreenSubmission",  # other lesson's notebook; missing cells
+    "grader.frontends.nbgrader_screen.ScreenSubmission",  # graded cells missing from a resubmission
     "grader.frontends.nbgrader_plugin.ExecuteUnlessOutOfKernel",
     "grader.frontends.nbgrader_plugin.GradeCells",
     "grader.frontends.nbgrader_plugin.GradePerformance",

@@ -190,6 +190,29 @@ def autograde(page, url: str, aid: str, learners: list[str], timeout_s: float = 
     return scores
 
 
+def autograde_refused(page, url: str, aid: str, who: str, timeout_s: float = 300) -> str:
+    """Press autograde for a submission formgrader must refuse; returns the error dialog's whole
+    text (its log and error sections included, shown or folded)."""
+    page.goto(f"{url}/services/effkit/formgrader/manage_submissions/{aid}")
+    row = page.locator("tr").filter(has=page.locator(f'td.student-id[data-order="{who}"]'))
+    row.first.wait_for(timeout=60_000)
+    row.first.locator("td.autograde a").click()
+    modal = page.locator(".modal-dialog").filter(has=page.locator(".modal-footer button"))
+    modal.first.wait_for(timeout=timeout_s * 1000)
+    text = modal.first.text_content()
+    modal.first.locator(".modal-footer button").first.click()
+    modal.first.wait_for(state="hidden", timeout=30_000)
+    return text
+
+
+def put_text(page, path: str, text: str) -> None:
+    """Save ``text`` as the file ``path`` (a learner renaming notes to .ipynb, say)."""
+    put = _api(
+        page, "PUT", f"api/contents/{path}", {"type": "file", "format": "text", "content": text}
+    )
+    assert put["status"] in (200, 201), put
+
+
 def feedback(page, url: str, aid: str) -> tuple[str, str]:
     """Generate, then release, every learner's feedback for ``aid``."""
     page.goto(f"{url}/services/effkit/formgrader/manage_assignments")

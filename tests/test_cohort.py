@@ -3,9 +3,10 @@
 ``python -m grader cohort up`` starts the hub (Unix accounts, PAM, formgrader as a service); then, in
 headless Chromium, learner A fetches lessons 1 and 2, fills in solutions, validates lesson 1 and
 runs lesson 2's performance cell to see the grader's speedup before submitting; learner B submits
-lesson 2; the hub restarts mid-session; the instructor collects, autogrades (the out-of-kernel
-grader) and releases feedback in formgrader; A reads the feedback; B can read none of A's work; the
-leaderboard shows both learners' graded speedups. Each step writes a screenshot and its time to
+lesson 2 and a text file as lesson 1; the hub restarts mid-session; the instructor collects,
+autogrades (the out-of-kernel grader; B's lesson 1 refused with its one-line reason) and releases
+feedback in formgrader; A reads the feedback, B the reason; B can read none of A's work; the
+leaderboard shows both learners' graded speedups, and B opens it from ~/leaderboard. Each step writes a screenshot and its time to
 ``runs/cohort/`` (``steps.json``). Needs root (accounts), Chromium and JupyterHub: ``make
 test-cohort`` (about 10 minutes on 2 cores).
 """
@@ -120,6 +121,11 @@ def test_learners_log_in_see_the_course_and_cannot_reach_each_other(hub):
     limits = Path(f"/proc/{pid}/limits").read_text()
     line = next(ln for ln in limits.splitlines() if ln.startswith("Max processes"))
     assert line.split()[2:4] == ["2048", "2048"], line
+    # ... in its own cgroup (memory, CPU) and with a private /tmp (tests/test_cohort_limits.py)
+    groups = Path(f"/proc/{pid}/cgroup").read_text()
+    assert f"effkit-cohort/{b}" in groups, groups
+    mounts = [ln.split() for ln in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()]
+    assert any(m[4] == "/tmp" and "tmpfs" in m for m in mounts), "B's /tmp is the host's"
 
 
 @WHOLE_PATH
@@ -169,6 +175,11 @@ def test_two_learners_and_an_instructor_through_the_hub(hub):
         assert flow.fill_in(page, "lesson2/lesson2.ipynb", ROOT / "solutions/lesson2/lesson2.ipynb")
         flow.submit(page, "lesson2")
         _step(steps, page, "b-fetches-and-submits-lesson2", t)
+        t = time.monotonic()
+        flow.fetch(page, "lesson1")
+        flow.put_text(page, "lesson1/lesson1.ipynb", "my answers: 42\n")  # not a notebook
+        flow.submit(page, "lesson1")
+        _step(steps, page, "b-submits-a-text-file-as-lesson1", t)
         flow.logout(page, url)
 
     # The hub restarts mid-session: every server stops; nothing submitted may be lost.
@@ -190,6 +201,12 @@ def test_two_learners_and_an_instructor_through_the_hub(hub):
             scores = flow.autograde(page, url, aid, learners)
             _step(steps, page, f"instructor-autogrades-{aid}", t)
             assert all(score and "Success" in said for score, said in scores.values()), scores
+            if aid == "lesson1":  # B's text file: one line saying why, not nbgrader's traceback
+                t = time.monotonic()
+                said = flow.autograde_refused(page, url, aid, b)
+                _step(steps, page, "instructor-sees-why-b-s-lesson1-is-not-graded", t)
+                assert f"[effkit] {b}/lesson1 not graded" in said, said[-3000:]
+                assert "not a valid notebook file" in said and "json/decoder.py" not in said
             t = time.monotonic()
             flow.feedback(page, url, aid)
             _step(steps, page, f"instructor-releases-feedback-{aid}", t)
@@ -201,6 +218,13 @@ def test_two_learners_and_an_instructor_through_the_hub(hub):
         text = flow.read_feedback(page, "lesson1")
         _step(steps, page, "a-reads-feedback", t)
         assert "Score: 12.0 / 12.0" in text or "12 / 12" in text, text[:2000]
+        flow.logout(page, url)
+        t = time.monotonic()
+        flow.open_lab(page, url, b, acc[b])
+        flow.assignment_list(page)
+        text = flow.read_feedback(page, "lesson1")
+        _step(steps, page, "b-reads-why-lesson1-was-not-graded", t)
+        assert "lesson1: not graded" in text and "not a valid notebook file" in text, text[:2000]
 
     _b_cannot_read_a(hub)
     t = time.monotonic()
@@ -210,6 +234,13 @@ def test_two_learners_and_an_instructor_through_the_hub(hub):
         page.goto(page_path.as_uri())
         board = page.inner_text("body")
         _step(steps, page, "leaderboard", t)
+        t = time.monotonic()  # B opens the published page from ~/leaderboard, in JupyterLab
+        flow.open_lab(page, url, b, acc[b])
+        page.goto(f"{url}/user/{b}/files/leaderboard/index.html")
+        page.wait_for_load_state("load", timeout=60_000)
+        seen = page.inner_text("body")
+        _step(steps, page, "b-opens-the-leaderboard", t)
+        assert seen == board, seen[:2000]
     print(out)
     records = json.loads((hub["course"] / "leaderboard" / "lesson2.json").read_text())
     assert len(records["records"]) == 2 if "records" in records else records, records

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import stat
 import subprocess
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 from browser_util import running_jupyterlab
 
-from grader.frontends import cohort, cohort_host
+from grader.frontends import cohort, cohort_acl, cohort_host
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,22 +48,64 @@ def test_the_repository_is_closed_to_learners_and_down_puts_every_mode_back(tmp_
     assert {p: _mode(p) for p in before} == before
 
 
-def test_only_the_traverse_bit_opens_the_way_to_the_interpreter_and_it_stays(tmp_path):
+ROOT_ONLY = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("runuser") is None, reason="needs root (other accounts)"
+)
+
+
+def _can_stat(user: str, path: Path) -> bool:
+    probe = "import os, sys; os.stat(sys.argv[1])"
+    done = subprocess.run(["runuser", "-u", user, "--", sys.executable, "-I", "-c", probe, path])
+    return done.returncode == 0
+
+
+@ROOT_ONLY
+def test_the_way_to_the_interpreter_opens_to_the_cohort_alone_and_down_closes_it(tmp_path):
+    """`up` made a 0700 /root o+x for every account and `down` left it so: any account could read
+    world-readable files under it by path. Now only the cohort's accounts pass (an ACL entry each),
+    and closing puts the folder back as it was."""
     private = tmp_path / "root"
     python = private / "pyenv" / "bin" / "python3"
     python.parent.mkdir(parents=True)
     python.write_text("")
     private.chmod(0o700)
-    above = {p: _mode(p) for p in private.parents}  # pytest's own 0700 folders get opened too
+    above = {p: _mode(p) for p in private.parents}
+    learner, other = pwd.getpwnam("nobody").pw_uid, "daemon"
     try:
-        opened = cohort_host.open_interpreter_path(python)
-        assert str(private) in opened and all(Path(p) in python.parents for p in opened)
-        assert _mode(private) == 0o701  # pass through, never list
-        # never handed to restore_modes: removing it under a running grading breaks its workers
-        assert cohort_host.open_interpreter_path(python) == []
+        for p in private.parents:  # pytest's own 0700 folders: open to both, as a host would be
+            p.chmod(_mode(p) | 0o001)
+        by_acl, for_all = cohort_host.open_interpreter_path(python, [learner])
+        assert list(by_acl) == [str(private)] and by_acl[str(private)] == 0o700 and not for_all
+        assert _mode(private) & 0o007 == 0  # nothing for other accounts
+        assert _can_stat("nobody", python) and not _can_stat(other, python)
+        cohort_host.close_interpreter_path(by_acl, [learner])
+        assert _mode(private) == 0o700 and not _can_stat("nobody", python)
+        assert not cohort_acl.traverses(str(private), learner)
     finally:
         for path, mode in above.items():
             path.chmod(mode)
+
+
+@ROOT_ONLY
+def test_a_removed_accounts_files_leave_the_shared_places_before_its_uid_is_reused(tmp_path):
+    gone, kept = pwd.getpwnam("nobody").pw_uid, pwd.getpwnam("daemon").pw_uid
+    tmp = tmp_path / "tmp"
+    (tmp / "theirs" / "deep").mkdir(parents=True)
+    (tmp / "theirs" / "deep" / "notes").write_text("x")
+    (tmp / "torchinductor_victim").mkdir()  # planted for another learner
+    (tmp / "mixed").mkdir()
+    (tmp / "mixed" / "other").write_text("y")
+    (tmp / "report.json").write_text("{}")
+    (tmp / "link").symlink_to("/etc/passwd")
+    for path in [tmp / "theirs", tmp / "theirs" / "deep", tmp / "theirs" / "deep" / "notes",
+                 tmp / "torchinductor_victim", tmp / "mixed", tmp / "report.json"]:  # fmt: skip
+        os.chown(path, gone, gone)
+    os.lchown(tmp / "link", gone, gone)
+    os.chown(tmp / "mixed" / "other", kept, kept)
+    assert cohort_host.remove_files_of([gone], [tmp]) == 6
+    assert sorted(p.name for p in tmp.iterdir()) == ["mixed"]
+    assert (tmp / "mixed").stat().st_uid == 0 and _mode(tmp / "mixed") == 0o700
+    assert (tmp / "mixed" / "other").read_text() == "y" and Path("/etc/passwd").exists()
 
 
 def test_learners_servers_run_without_formgrader_and_with_the_course_exchange(
@@ -95,6 +138,7 @@ def test_learners_servers_run_without_formgrader_and_with_the_course_exchange(
     assert assignments == 200, log  # ... but nbgrader's Assignment List
     nbgrader = (config / "nbgrader_config.py").read_text()
     assert "course_id = 'effkit'" in nbgrader and str(exchange) in nbgrader
+    assert "c.Execute.timeout = 600" in nbgrader  # Validate's real checks outlast nbgrader's 30 s
     page = json.loads((config / "labconfig" / "page_config.json").read_text())
     assert page["disabledExtensions"]["@jupyter/nbgrader:formgrader"] is True
 
@@ -130,7 +174,7 @@ def test_the_hub_config_reads_the_plan(tmp_path):
     assert service["environment"]["EFFKIT_COURSE_DIR"] == str(tmp_path / "course")
     assert c.JupyterHub.load_groups == {"formgrade-effkit": {"users": ["t-instructor"]}}
     assert c.Spawner.environment["JUPYTER_CONFIG_PATH"] == "/srv/x/config"
-    assert c.JupyterHub.spawner_class.__name__ == "CappedSpawner"  # the per-learner task cap
+    assert c.JupyterHub.spawner_class.__name__ == "LimitedSpawner"  # limits per learner
 
 
 def test_a_plan_from_another_version_still_loads(tmp_path, monkeypatch):
@@ -206,3 +250,19 @@ def test_down_keeps_the_course_closed_while_the_accounts_exist(tmp_path, monkeyp
     assert calls == [["t", "a", "b"]] and _mode(repo / "course") & 0o077 == 0
     assert cohort.down(remove_accounts=True) == 0
     assert calls[-1] == ("rm", ["t", "a", "b"]) and _mode(repo / "course") & 0o077 != 0
+
+
+def test_the_cohort_names_its_learners_in_the_gradebook(tmp_path, monkeypatch):
+    """Formgrader listed the cohort's learners as "None, None" (nbgrader adds them on collect)."""
+    from nbgrader.api import Gradebook
+
+    monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")  # alembic
+    db = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    cohort.name_students(db, ["ek-learner1", "ek-learner2"])
+    cohort.name_students(db, ["ek-learner1", "ek-learner2"])  # every `up` again: no duplicates
+    with Gradebook(db) as gb:
+        names = {s.id: (s.last_name, s.first_name) for s in gb.students}
+    assert names == {
+        "ek-learner1": ("Learner 1", "ek-learner1"),
+        "ek-learner2": ("Learner 2", "ek-learner2"),
+    }

@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -290,3 +295,93 @@ def test_grade_performance_archives_a_signed_report(course_dir, tmp_path, monkey
     )
     assert signed["report"]["student"] == "alice"
     assert ranked(course_dir) == [("alice", 2.0)]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: reads and writes as a learner's account")
+def test_a_cohort_publishes_the_page_where_learners_read_it_and_none_can_write_it(
+    course_dir, tmp_path
+):
+    """The page lived in root-only course/leaderboard/: nobody in the cohort could open it."""
+    from grader.frontends import cohort, cohort_host
+
+    srv = Path(tempfile.mkdtemp(prefix="effkit-test-srv-"))  # pytest's folders are root's alone
+    srv.chmod(0o755)
+    shared = srv / "effkit-leaderboard"
+    plan = dict.fromkeys(["instructor", "url", "state_dir", "exchange", "learner_config"], "")
+    plan |= dict(venv_bin="", proxy_command="", learners=[], hub_port=1, proxy_api_port=2)
+    (course_dir / "hub").mkdir()
+    (course_dir / "hub" / "cohort.json").write_text(
+        json.dumps(plan | {"service_port": 3, "leaderboard": str(shared)})
+    )
+    assert cohort.load_plan().leaderboard == str(shared)
+    cohort_host.share_folder(shared)
+    evidence.archive(course_dir, report("alice"))
+    assert main(["leaderboard"]) == 0  # no --publish: the cohort's folder by default
+    probe = (
+        "import sys, os\n"
+        "page = sys.argv[1]\n"
+        "print('read' if 'lesson2' in open(page).read() else 'empty')\n"
+        "for how in (lambda: open(page, 'a'), lambda: open(os.path.dirname(page) + '/x', 'w')):\n"
+        "    try:\n"
+        "        how()\n"
+        "        print('WROTE')\n"
+        "    except PermissionError:\n"
+        "        print('refused')\n"
+    )
+    page = shared / "index.html"
+    try:
+        done = subprocess.run(
+            ["runuser", "-u", "nobody", "--", sys.executable, "-I", "-c", probe, str(page)],
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        shutil.rmtree(srv)
+    assert done.stdout.split() == ["read", "refused", "refused"], done.stdout + done.stderr
+    assert main(["leaderboard", "--real-names"]) == 0  # real names are never published unasked
+    assert "alice" in (course_dir / "leaderboard" / "index.html").read_text()
+    assert not shared.exists()  # removed above: not published again
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: makes a learner account")
+def test_each_learner_gets_a_read_only_copy_at_home_and_cannot_redirect_the_write(tmp_path):
+    """JupyterLab's file server refuses a symlink out of the home (403 in make test-cohort), so the
+    page is copied into ~/leaderboard/; the home is the learner's, so a link or a folder of their
+    own put there beforehand must not send root's write anywhere else."""
+    import pwd
+
+    from grader.frontends import cohort_host
+
+    name = "ek-lbtest"
+    subprocess.run(["userdel", "--remove", name], capture_output=True)
+    subprocess.run(["useradd", "--create-home", name], check=True, capture_output=True)
+    home = Path(pwd.getpwnam(name).pw_dir)
+    page = tmp_path / "index.html"
+    page.write_text("<p>board</p>")
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    try:
+        assert cohort_host.copy_into_homes(page, [name, "ek-no-such-account"]) == [name]
+        copy = home / "leaderboard" / "index.html"
+        assert copy.read_text() == "<p>board</p>" and copy.stat().st_uid == 0
+        assert (copy.stat().st_mode & 0o777, (home / "leaderboard").stat().st_mode & 0o777) == (
+            0o644,
+            0o755,
+        )
+        probe = "import sys\ntry:\n    open(sys.argv[1], 'a')\n    print('WROTE')\nexcept OSError:\n    print('refused')"
+        done = subprocess.run(
+            ["runuser", "-u", name, "--", sys.executable, "-I", "-c", probe, str(copy)],
+            capture_output=True,
+            text=True,
+        )
+        assert done.stdout.split() == ["refused"], done.stdout + done.stderr
+        shutil.rmtree(home / "leaderboard")
+        (home / "leaderboard").symlink_to(target)  # the learner points it elsewhere
+        assert cohort_host.copy_into_homes(page, [name]) == []
+        (home / "leaderboard").unlink()
+        (home / "leaderboard").mkdir()
+        os.chown(home / "leaderboard", pwd.getpwnam(name).pw_uid, -1)  # their own folder
+        assert cohort_host.copy_into_homes(page, [name]) == []
+        assert list(target.iterdir()) == [] and list((home / "leaderboard").iterdir()) == []
+    finally:
+        subprocess.run(["userdel", "--remove", name], capture_output=True)

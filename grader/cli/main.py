@@ -108,7 +108,9 @@ COMMANDS = {
     "budget": budget,
     "stress": stress,
     "cohort": lambda a: {
-        "up": lambda: cohort.up(a.learners, a.port, a.prefix, a.exchange),
+        "up": lambda: cohort.up(
+            a.learners, a.port, a.prefix, a.exchange, a.memory_gb, a.cpus, a.tmp_mb
+        ),
         "down": lambda: cohort.down(a.remove_accounts),
         "status": cohort.status,
     }[a.action](),
@@ -186,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument(
         "--exchange", default="", help="default: $EFFKIT_EXCHANGE or /srv/nbgrader/exchange"
     )
+    s.add_argument("--memory-gb", type=float, default=3.0, help="per learner, /tmp included")
+    s.add_argument("--cpus", type=float, default=1.0, help="cores per learner")
+    s.add_argument("--tmp-mb", type=int, default=512, help="each learner's private /tmp size")
     s = sub.add_parser("leaderboard", help="best verified speedups per lesson: JSON and HTML page")
     s.add_argument("assignments", nargs="*", help="default: every timed lesson")
     s.add_argument(

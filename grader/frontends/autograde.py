@@ -260,8 +260,17 @@ def autograde(
             f"grader autograde: no submissions in {course.course_dir() / 'submitted'}/*/{assignment_id}/"
         )
         return 2
+    notebook = assignments.get(assignment_id).notebook
     for student, why in bad.items():
         print(f"[{student}] not graded, any earlier grade kept in the gradebook: {why}")
+        # the learner reads the same reason in their feedback (Release Feedback delivers it)
+        screening.write_feedback(
+            course.course_dir() / "submitted" / student / assignment_id,
+            course.course_dir() / "feedback" / student / assignment_id,
+            assignment_id,
+            notebook,
+            why,
+        )
     if good:
         args = ["autograde", assignment_id] + (["--force"] if force else [])
         if bad:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -22,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grader.common import course
-from grader.frontends import cohort_host
+from grader.frontends import cohort_host, cohort_limits, leaderboard_page
 from grader.frontends.autograde import REPO_ROOT, nbgrader_env
 
 COURSE_ID = "effkit"  # must match nbgrader_config.py's CourseDirectory.course_id
@@ -45,8 +46,13 @@ class Plan:
     proxy_command: str
     course_id: str = COURSE_ID
     course_dir: str = ""
-    max_tasks: int = 2048  # processes + threads per learner account (RLIMIT_NPROC)
+    max_tasks: int = 2048  # processes + threads per learner account (RLIMIT_NPROC, pids cgroup)
+    memory_mb: int = 3072  # per learner: cohort_limits.Limits
+    cpus: float = 1.0
+    tmp_mb: int = 512
     changed_modes: dict[str, int] = field(default_factory=dict)
+    traverse: dict[str, int] = field(default_factory=dict)  # folder -> mode, opened by ACL
+    leaderboard: str = ""  # the published page's folder, read-only to learners (~/leaderboard)
 
 
 def state_dir() -> Path:
@@ -64,6 +70,16 @@ def load_plan() -> Plan | None:
         return None
     known = Plan.__dataclass_fields__  # a plan written by another version: keep what is known
     return Plan(**{k: v for k, v in saved.items() if k in known})
+
+
+def _uids(names: list[str]) -> list[int]:
+    found = []
+    for name in names:
+        try:
+            found.append(pwd.getpwnam(name).pw_uid)
+        except KeyError:
+            pass
+    return found
 
 
 def _free_port() -> int:
@@ -127,7 +143,25 @@ def release_all(exchange: Path, release_dir: Path) -> list[str]:
     return ids
 
 
-def up(learners: int = 2, port: int = 8000, prefix: str = "effkit-", exchange: str = "") -> int:
+def name_students(db_url: str, learners: list[str]) -> None:
+    """Every learner into the gradebook with a name (formgrader shows "None, None" for students
+    nbgrader adds on collect). DEPLOY: real names from your roster (`nbgrader db student import`)."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url, COURSE_ID) as gb:
+        for i, name in enumerate(learners, 1):
+            gb.update_or_create_student(name, last_name=f"Learner {i}", first_name=name)
+
+
+def up(
+    learners: int = 2,
+    port: int = 8000,
+    prefix: str = "effkit-",
+    exchange: str = "",
+    memory_gb: float = 3.0,
+    cpus: float = 1.0,
+    tmp_mb: int = 512,
+) -> int:
     """Start (or report) the cohort; prints the address and where the accounts' passwords are."""
     if _pid() is not None:
         print(
@@ -166,13 +200,23 @@ def up(learners: int = 2, port: int = 8000, prefix: str = "effkit-", exchange: s
             venv_bin=str(Path(sys.executable).parent),
             proxy_command=cohort_host.proxy_command(folder),
             changed_modes=old.changed_modes if old else {},
+            memory_mb=int(memory_gb * 1024),
+            cpus=cpus,
+            tmp_mb=tmp_mb,
+            leaderboard=str(exchange_dir.parent / f"{COURSE_ID}-leaderboard"),
         )
         cohort_host.make_exchange(exchange_dir)
         cohort_host.write_learner_config(Path(plan.learner_config), COURSE_ID, exchange_dir)
-        opened = cohort_host.open_interpreter_path(Path(sys.executable))
+        by_acl, opened = cohort_host.open_interpreter_path(Path(sys.executable), _uids(names))
+        plan.traverse = {**by_acl, **(old.traverse if old else {})}  # the first up's modes
         cohort_host.restrict_repository(REPO_ROOT, plan.changed_modes)
         plan_file().write_text(json.dumps(asdict(plan), indent=1))
         released = release_all(exchange_dir, folder / "release")
+        name_students(f"sqlite:///{course.course_dir() / 'gradebook.db'}", plan.learners)
+        cohort_host.share_folder(Path(plan.leaderboard))
+        page = course.course_dir() / "leaderboard" / "index.html"
+        if page.is_file():  # the page as last written, until the next `grader leaderboard`
+            leaderboard_page.publish_to_cohort(page)
         log = folder / "jupyterhub.log"
         with open(log, "ab") as out:
             hub = subprocess.Popen(
@@ -203,9 +247,25 @@ def up(learners: int = 2, port: int = 8000, prefix: str = "effkit-", exchange: s
     print(f"  learners:   {', '.join(plan.learners)}")
     print(f"  passwords:  {accounts} (readable by you only)")
     print(f"  released:   {', '.join(released)} into {exchange_dir}")
+    print(
+        f"  leaderboard: `python -m grader leaderboard` publishes it to {plan.leaderboard} "
+        "and ~/leaderboard/ in every learner's home (read-only)"
+    )
+    groups = cohort_limits.kind()
+    print(
+        f"  per learner: {plan.memory_mb / 1024:g} GiB memory (their /tmp included), "
+        f"{plan.cpus:g} CPU, {plan.max_tasks} tasks, private /tmp of {plan.tmp_mb} MiB"
+        + ("" if groups else "; memory, CPU and tasks NOT limited: no writable cgroup file system")
+    )
+    if plan.traverse:
+        print(
+            f"  opened to the cohort's accounts (ACL, traverse only; down removes it): "
+            f"{', '.join(plan.traverse)}"
+        )
     if opened:
         print(
-            f"  opened for learners' kernels (traverse only, kept after down): {', '.join(opened)}"
+            f"  opened to all accounts (no ACLs on this file system; traverse only, kept after "
+            f"down): {', '.join(opened)}"
         )
     print("  stop with:  make cohort down   (or python -m grader cohort down)")
     return 0
@@ -228,15 +288,24 @@ def down(remove_accounts: bool = False) -> int:
         return 0
     accounts = [plan.instructor, *plan.learners]
     cohort_host.stop_user_processes(accounts)
+    cohort_limits.remove(accounts)  # their cgroups, empty now
+    uids = _uids(accounts)
+    cohort_host.close_interpreter_path(plan.traverse, uids)  # nothing of theirs runs any more
+    plan.traverse = {}
+    plan_file().write_text(json.dumps(asdict(plan), indent=1))
     (state_dir() / "jupyterhub.pid").unlink(missing_ok=True)
     if remove_accounts:  # no account left that could read the course: its modes go back
+        # before userdel: useradd reuses uids, and a new account would own what these left
+        places = [*cohort_host.SHARED_TMP, *([Path(plan.exchange)] if plan.exchange else [])]
+        left = cohort_host.remove_files_of(uids, places)
         cohort_host.remove_accounts(accounts)
         restored = cohort_host.restore_modes(plan.changed_modes)
         plan.changed_modes = {}
         plan_file().write_text(json.dumps(asdict(plan), indent=1))
         print(
             f"removed the accounts {', '.join(accounts)} and their homes; "
-            f"{len(restored)} file modes restored"
+            f"{len(restored)} file modes restored; {left} of their files removed from "
+            "/tmp and the exchange"
         )
         return 0
     # The accounts stay, so the course stays closed to them (grades, gradebook, other learners'

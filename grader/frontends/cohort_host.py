@@ -18,6 +18,8 @@ import stat
 import subprocess
 from pathlib import Path
 
+from grader.frontends import cohort_acl
+
 # Closed to learners: the reference solutions, the private course folder, tests (they carry
 # reference submissions), benchmarks and the history of all of them.
 PRIVATE = ("solutions", "course", "tests", "benchmarks", "runs", ".git")
@@ -84,18 +86,32 @@ def restrict_repository(repo: Path, changed: dict[str, int]) -> None:
             _set_mode(path, stat.S_IMODE(path.stat().st_mode) & ~0o077, changed)
 
 
-def open_interpreter_path(python: Path) -> list[str]:
+def open_interpreter_path(python: Path, uids: list[int]) -> tuple[dict[str, int], list[str]]:
     """Learners' kernels run the course's interpreter: every folder above it must let them pass
-    (e.g. pyenv under a 0700 /root). Adds only the traverse bit, never read, and ``down`` leaves
-    it: taking it away under a running grading breaks that grading's workers (their imports fail
-    mid-run; measured). Returns the folders opened."""
-    opened = []
+    (e.g. pyenv under a 0700 /root). Each such folder gets an ACL entry per cohort account
+    (traverse only, ``cohort_acl``), which ``close_interpreter_path`` removes; where the file system
+    has no ACLs, the traverse bit for all (o+x), kept after ``down`` as before: taking it away under
+    a running grading broke that grading's workers. Returns ({folder: mode before}, folders o+x)."""
+    by_acl, for_all = {}, []
     for folder in reversed(Path(os.path.realpath(python)).parents):
         mode = stat.S_IMODE(folder.stat().st_mode)
-        if not mode & 0o001:
+        if mode & 0o001:
+            continue
+        try:
+            cohort_acl.open_to(str(folder), uids)
+            by_acl[str(folder)] = mode
+        except OSError:
             folder.chmod(mode | 0o001)
-            opened.append(str(folder))
-    return opened
+            for_all.append(str(folder))
+    return by_acl, for_all
+
+
+def close_interpreter_path(opened: dict[str, int], uids: list[int]) -> None:
+    for folder, mode in opened.items():
+        try:
+            cohort_acl.close_to(folder, uids, mode)
+        except FileNotFoundError:
+            pass
 
 
 def restore_modes(changed: dict[str, int]) -> list[str]:
@@ -120,6 +136,9 @@ def make_exchange(exchange: Path) -> None:
         parent.chmod(stat.S_IMODE(parent.stat().st_mode) | 0o005)
 
 
+VALIDATE_TIMEOUT_S = 600
+
+
 def write_learner_config(folder: Path, course_id: str, exchange: Path) -> None:
     """What every learner's JupyterLab reads (JUPYTER_CONFIG_PATH): the course and exchange, and
     formgrader switched off (it would find nothing: the course folder is closed to learners)."""
@@ -128,6 +147,9 @@ def write_learner_config(folder: Path, course_id: str, exchange: Path) -> None:
         "c = get_config()  # noqa: F821\n"
         f"c.CourseDirectory.course_id = {course_id!r}\n"
         f"c.Exchange.root = {str(exchange)!r}\n"
+        # Validate runs the grader's real checks (one `grader check`, minutes on a learner's CPU
+        # share): nbgrader's default 30 s per cell interrupted it on 1 core (make test-cohort)
+        f"c.Execute.timeout = {VALIDATE_TIMEOUT_S}\n"
     )
     server = {
         "ServerApp": {
@@ -149,6 +171,51 @@ def write_learner_config(folder: Path, course_id: str, exchange: Path) -> None:
     )
     for path in [folder, labconfig, *folder.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def share_folder(folder: Path) -> None:
+    """A folder every account reads and none but root writes (the published leaderboard)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chown(folder, 0, 0)
+    folder.chmod(0o755)
+
+
+def copy_into_homes(page: Path, learners: list[str], folder: str = "leaderboard") -> list[str]:
+    """``page`` as ``~/<folder>/<name>`` for each learner: a root-owned 0755 folder with a 0644 copy,
+    which JupyterLab opens (its file server refuses a symlink out of the home). The home is the
+    learner's, so every step is relative to descriptors opened without following links, and a
+    folder by that name that is not root's is left alone. Returns the learners served."""
+    data, served = page.read_bytes(), []
+    for name in learners:
+        try:
+            home = os.open(pwd.getpwnam(name).pw_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except (KeyError, OSError):
+            continue
+        try:
+            try:
+                os.mkdir(folder, 0o755, dir_fd=home)
+            except FileExistsError:
+                pass
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=home)
+        except OSError:
+            os.close(home)
+            continue
+        try:
+            if os.fstat(fd).st_uid != 0:
+                continue  # the learner's own folder by that name: theirs, not ours to write in
+            os.fchmod(fd, 0o755)
+            tmp = f".{page.name}.{os.getpid()}"
+            out = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd
+            )
+            with os.fdopen(out, "wb") as fh:
+                fh.write(data)
+            os.rename(tmp, page.name, src_dir_fd=fd, dst_dir_fd=fd)
+            served.append(name)
+        finally:
+            os.close(fd)
+            os.close(home)
+    return served
 
 
 def proxy_command(state_dir: Path) -> str:
@@ -197,6 +264,36 @@ def lock_accounts(names: list[str], locked: bool = True) -> list[str]:
         subprocess.run(["usermod", *flags, name], check=True, capture_output=True)
         done.append(name)
     return done
+
+
+SHARED_TMP = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
+
+
+def remove_files_of(uids: list[int], places: list[Path]) -> int:
+    """Remove everything the uids own under ``places`` (never following links, never leaving the
+    file system), deepest first; a folder of theirs that holds another account's files goes to root
+    (0700) instead. Returns how many entries were removed."""
+    removed, owned = 0, set(uids)
+    for place in places if owned else []:
+        if not place.is_dir():
+            continue
+        device = place.stat().st_dev
+        for folder, dirs, files in os.walk(place, topdown=False):
+            for name in files + dirs:
+                path = os.path.join(folder, name)
+                try:
+                    st = os.lstat(path)
+                except FileNotFoundError:
+                    continue
+                if st.st_uid not in owned or st.st_dev != device:
+                    continue
+                try:
+                    os.rmdir(path) if stat.S_ISDIR(st.st_mode) else os.unlink(path)
+                    removed += 1
+                except OSError:  # a folder still holding others' files
+                    os.lchown(path, 0, 0)
+                    os.chmod(path, 0o700)
+    return removed
 
 
 def remove_accounts(names: list[str]) -> None:

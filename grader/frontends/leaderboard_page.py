@@ -197,6 +197,28 @@ def run(
     print(f"\npage: {page} (JupyterLab: right-click it > Open With > HTML Viewer)")
     print(f"records: {folder}/<lesson>.json")
     if publish:
-        Path(publish).mkdir(parents=True, exist_ok=True)
-        print(f"published: {shutil.copy2(page, Path(publish) / 'index.html')}")
+        print(f"published: {publish_page(page, Path(publish))}")
+    elif not real_names:  # a cohort on this machine: where its learners look
+        publish_to_cohort(page)
     return 0
+
+
+def publish_to_cohort(page: Path) -> None:
+    """Into the cohort's read-only folder and every learner's ``~/leaderboard/`` (root's, 0755)."""
+    from grader.frontends import cohort, cohort_host
+
+    plan = cohort.load_plan()
+    if not plan or not plan.leaderboard:
+        return
+    print(f"published: {publish_page(page, Path(plan.leaderboard))}")
+    served = cohort_host.copy_into_homes(page, plan.learners)
+    print(f"  and as ~/leaderboard/{page.name} for {len(served)} of {len(plan.learners)} learners")
+
+
+def publish_page(page: Path, folder: Path) -> Path:
+    """Copy the page alone into ``folder``, readable by every account, writable by none but ours."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o755)
+    dest = Path(shutil.copyfile(page, folder / "index.html"))
+    dest.chmod(0o644)
+    return dest

@@ -132,3 +132,33 @@ def expected_ids(db_url: str, assignment_id: str, notebook: str) -> set[str] | N
             return {c.name for c in gb.find_notebook(notebook, assignment_id).source_cells}
         except MissingEntry:
             return None
+
+
+def for_the_learner(why: str, assignment_id: str) -> str:
+    """The reason as the learner reads it: what to do is theirs (submit again), not the instructor's."""
+    return why.replace(_resubmit(assignment_id), f"submit {assignment_id} again")
+
+
+def write_feedback(submitted: Path, feedback: Path, assignment_id: str, notebook: str, why: str):
+    """``feedback/<student>/<assignment>/<notebook>.html`` saying why the submission was not graded,
+    with the submission's ``timestamp.txt`` and ``submission_secret.txt``: nbgrader's release_feedback
+    keys the learner's copy by them, so formgrader's Release Feedback delivers the reason to the
+    learner's Assignment List like any feedback. Returns the page's path, or None when the submission
+    has no secret (not from nbgrader submit: nothing could deliver it)."""
+    import html
+    import shutil
+
+    if not (submitted / "submission_secret.txt").is_file():
+        return None
+    feedback.mkdir(parents=True, exist_ok=True)
+    for name in ("timestamp.txt", "submission_secret.txt"):
+        if (submitted / name).is_file():
+            shutil.copyfile(submitted / name, feedback / name)
+    text = html.escape(for_the_learner(why, assignment_id), quote=False)
+    page = feedback / f"{notebook}.html"
+    page.write_text(
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{assignment_id}: not graded"
+        f"</title></head><body><h1>{assignment_id}: not graded</h1><p>Your submission could not be "
+        f"graded: {text}</p><p>Score: none recorded for this submission.</p></body></html>\n"
+    )
+    return page

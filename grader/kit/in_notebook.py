@@ -10,12 +10,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from grader.common.quiet import quiet
+
+
+def _own_file(path: Path) -> bool:
+    """A regular file this account owns and alone can read: only such a cached report is used (in
+    a shared /tmp another account could plant one under this account's name)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
 def _check_report(notebook: Path) -> dict:
@@ -25,7 +36,7 @@ def _check_report(notebook: Path) -> dict:
     state = notebook.stat()
     key = hashlib.sha256(f"{notebook.resolve()}:{state.st_mtime_ns}:{state.st_size}".encode())
     cache = Path(tempfile.gettempdir()) / f"effkit-check-{os.getuid()}-{key.hexdigest()[:16]}.json"
-    if os.environ.get("NBGRADER_EXECUTION") == "validate" and cache.is_file():
+    if os.environ.get("NBGRADER_EXECUTION") == "validate" and _own_file(cache):
         return json.loads(cache.read_text())
     print(f"Checking the solution cells *saved* in {notebook} (save first) ...", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -38,7 +49,13 @@ def _check_report(notebook: Path) -> dict:
         if not out.is_file():
             raise RuntimeError(f"the grader could not run:\n{proc.stdout[-2000:]}")
         text = out.read_text()
-    cache.write_text(text)
+    # the learner's own scores: never readable by another account, even in a shared /tmp
+    try:
+        fd = os.open(cache, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    except OSError:  # another account's file by that name: no cache, never theirs
+        return json.loads(text)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
     return json.loads(text)
 
 
@@ -49,6 +66,22 @@ def _points(notebook: Path, grade_id: str) -> float:
         if meta.get("grade_id") == grade_id:
             return float(meta.get("points", 0))
     return 0.0
+
+
+def _missing_notebook(notebook: Path) -> str:
+    """Why this cell's notebook is not where the cell runs. Validate runs a notebook in its own
+    folder, so a missing one there is nearly always another lesson's notebook saved (or fetched)
+    under this folder's name, not a wrong working directory."""
+    here = Path.cwd()
+    others = sorted(p.name for p in here.glob("*.ipynb"))
+    if not others:
+        return f"cannot find {notebook.resolve()}: run this from your notebook's folder"
+    return (
+        f"this cell is from {notebook.name}, but {here.name}/ holds {', '.join(others)}: it looks "
+        f"like another lesson's notebook saved under another name. Each lesson's notebook keeps "
+        f"its own name in its own folder: open {notebook.stem}'s notebook (fetch it again from "
+        f"the Assignment List if needed) and validate that one"
+    )
 
 
 def check_my_work(grade_id: str, notebook: str) -> None:
@@ -62,9 +95,7 @@ def check_my_work(grade_id: str, notebook: str) -> None:
         )
         return
     if not Path(notebook).is_file():
-        raise FileNotFoundError(
-            f"cannot find {Path(notebook).resolve()}: run this from your notebook's folder"
-        )
+        raise FileNotFoundError(_missing_notebook(Path(notebook)))
     report = _check_report(Path(notebook))
     cell = (report.get("out_of_kernel") or {}).get("cells", {}).get(grade_id)
     if cell is None:

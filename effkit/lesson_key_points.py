@@ -235,12 +235,12 @@ KEY_POINTS: dict[int, dict[str, tuple[str, ...]]] = {
             "hidden",
             "second",
         ),
-        "a fix may not remove all of that time: some stays, overlaps other work, or the fix costs": (
-            "overlap",
-            "not all",
-            "not remove",
-            "at most",
-            "new cost",
+        "a profiled share is not what its fix saves: the profiler inflates small operators, and a fix can save more or less": (
+            "profiler",
+            "inflat",
+            "estimate",
+            "not a bound",
+            "more than",
         ),
     },
     11: {  # notebooks/11_ddp_zero.py

@@ -241,15 +241,18 @@ print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians)
 # **Why "7x an empty call" and not a number of µs.** How long a matmul call takes depends on the
 # machine as much as on the work: dispatch speed, the kernel the library picks for this CPU's
 # instructions (AVX2, AVX512, AMX) and the clock all move it, and so does a busy core. The doctor
-# once drew its line at 40 µs, set on an Intel Xeon with AMX; on an AMD EPYC with faster kernels
-# even the clean step's calls took less than that, and the reference diagnosis named only 3 of 8
+# once drew its line at 40 µs, set on an Intel Xeon with AMX; on an AMD EPYC with AVX512-BF16 (a
+# different host from the AVX2-only EPYC this lesson was recorded on) even the clean step's calls
+# took less than that, and the reference diagnosis named only 3 of 8
 # planted steps right, calling clean, sync, optimizer and padding steps overhead-bound. So each
 # profile also measures `matmul_us_floor`: the self time of a
-# matmul call that does almost no work (a width-8 `Linear`, batch 1), right after the steps, on
+# matmul call that does almost no work (a width-8 `Linear`, batch 1), before and after the steps (the lower of the two), on
 # their device, in their precision and under the same load. On the 2-core AMD EPYC this lesson was
 # recorded on, the planted overhead step's work calls sit at 2-3x that floor and the clean step's
-# near 20x, loaded or not; the doctor's line is 7x, between them (`tests/test_doctor.py` re-runs the
-# rules as on machines with twice and half the call overhead, and with 2x faster and slower kernels).
+# near 20x at loads of 3.5-11 (no quiet figure yet); the doctor's line is 7x, between them
+# (`tests/test_doctor.py` re-scales the measured matmul calls of each single plant and of the clean
+# step as on machines with twice and half the call overhead and 2x faster and slower kernels; the
+# other operators stay as measured).
 
 # %%
 print(doctor.report(patient))

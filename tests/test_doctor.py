@@ -202,7 +202,7 @@ def test_precision_is_planted_only_where_bf16_measurably_pays(monkeypatch):
 def test_each_decoy_sets_its_plants_tell_tale_field_without_the_plant():
     """Lesson 10's decoys: the field a flag-reading judge names (one sync, some padding, foreach off, batch 1)
     on a step that lacks the plant's cost (no NaN checks; 5% padding; long rows). Whether they cost little is
-    measured by benchmarks/lesson10_calibrate.py; here, that each is what it claims and refuses what it cannot be."""
+    measured by grader/assignments/lesson10/calibration/lesson10_calibrate.py; here, that each is what it claims and refuses what it cannot be."""
     from effkit.doctor_plants import LENGTH, LONG_ROWS
 
     sync = planted_step((), decoys=("sync",))

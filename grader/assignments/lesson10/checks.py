@@ -8,7 +8,7 @@ Every field that gives a plant away also appears where it costs little (a *decoy
 padding, ``foreach=False`` where the optimizer is ~2% of the step, batch 1 of rows long enough that no call is
 tiny), and one case may hold a second plant, the NaN-check syncs, that costs several times less than the first:
 a judge that reads flags instead of shares and call times names the decoy or the pair's cheap plant. The label is always the plant that costs the most of
-the step; the gaps are calibrated (README: ``benchmarks/lesson10_calibrate.py``).
+the step; the gaps are calibrated (README: ``calibration/lesson10_calibrate.py``).
 """
 
 from __future__ import annotations

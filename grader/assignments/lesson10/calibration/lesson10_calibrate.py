@@ -232,7 +232,8 @@ def main_step(seeds: list[int], busy: int, only: str | None = None) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    if "--costs" in args:  # python benchmarks/lesson10_calibrate.py --costs 3: three rounds
+    # --costs 3: three rounds of each pair's unprofiled cost
+    if "--costs" in args:
         args.remove("--costs")
         main_costs(int(args[0]) if args else 3)
         raise SystemExit(0)

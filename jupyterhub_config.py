@@ -72,7 +72,7 @@ class LimitedSpawner(LocalProcessSpawner):
 
         def preexec():
             resource.setrlimit(resource.RLIMIT_NPROC, (LIMITS.tasks, LIMITS.tasks))  # per Unix user
-            cohort_limits.enter(groups, LIMITS.tmp_mb)
+            cohort_limits.enter(groups, LIMITS.tmp_mb, keep=[REPO, Path(plan["venv_bin"]).parent])
             become_user()
 
         return preexec

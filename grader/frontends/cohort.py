@@ -19,57 +19,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from grader.common import course
 from grader.frontends import cohort_host, cohort_limits, leaderboard_page
 from grader.frontends.autograde import REPO_ROOT, nbgrader_env
-
-COURSE_ID = "effkit"  # must match nbgrader_config.py's CourseDirectory.course_id
-
-
-@dataclass
-class Plan:
-    """Everything ``jupyterhub_config.py`` needs, written to ``course/hub/cohort.json``."""
-
-    instructor: str
-    learners: list[str]
-    url: str
-    hub_port: int
-    proxy_api_port: int
-    service_port: int
-    state_dir: str
-    exchange: str
-    learner_config: str
-    venv_bin: str
-    proxy_command: str
-    course_id: str = COURSE_ID
-    course_dir: str = ""
-    max_tasks: int = 2048  # processes + threads per learner account (RLIMIT_NPROC, pids cgroup)
-    memory_mb: int = 3072  # per learner: cohort_limits.Limits
-    cpus: float = 1.0
-    tmp_mb: int = 512
-    changed_modes: dict[str, int] = field(default_factory=dict)
-    traverse: dict[str, int] = field(default_factory=dict)  # folder -> mode, opened by ACL
-    leaderboard: str = ""  # the published page's folder, read-only to learners (~/leaderboard)
-
-
-def state_dir() -> Path:
-    return course.course_dir() / "hub"
-
-
-def plan_file() -> Path:
-    return state_dir() / "cohort.json"
-
-
-def load_plan() -> Plan | None:
-    try:
-        saved = json.loads(plan_file().read_text())
-    except FileNotFoundError:
-        return None
-    known = Plan.__dataclass_fields__  # a plan written by another version: keep what is known
-    return Plan(**{k: v for k, v in saved.items() if k in known})
+from grader.frontends.cohort_plan import COURSE_ID, Plan, load_plan, plan_file, state_dir
 
 
 def _uids(names: list[str]) -> list[int]:

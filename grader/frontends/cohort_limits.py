@@ -24,7 +24,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 PARENT = "effkit-cohort"
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 CLONE_NEWNS = 0x00020000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 0x4000, 1 << 18
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 0x1000, 0x4000, 1 << 18
 _libc = ctypes.CDLL(None, use_errno=True)  # loaded in the hub: the forked child only calls it
 
 
@@ -99,23 +99,42 @@ def _check(result: int, what: str) -> None:
         raise OSError(code, f"{what}: {os.strerror(code)}")
 
 
-def enter(dirs: list[Path], tmp_mb: int) -> None:
+def enter(dirs: list[Path], tmp_mb: int, keep: list[Path] = ()) -> None:
     """In the child, as root, before it becomes the learner: join the groups, then a mount
-    namespace of its own whose ``/tmp``, ``/var/tmp`` and ``/dev/shm`` are empty tmpfs. Raises
-    (the server does not start) rather than run a learner unconfined."""
+    namespace of its own whose ``/tmp``, ``/var/tmp`` and ``/dev/shm`` are empty tmpfs. ``keep``:
+    folders the server needs (the course, its venv) that stay in view where they lie under one of
+    those (a clone in ``/tmp``, as CI makes). Raises (the server does not start) rather than run a
+    learner unconfined."""
     for group in dirs:
         (group / "cgroup.procs").write_text(str(os.getpid()))
     _check(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     # the host's mounts stay the host's: nothing mounted here propagates back
     _check(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    kept = _outermost(keep)
     for place in PRIVATE_TMP:
         if not os.path.isdir(place):
             continue
+        # held open before the tmpfs hides them, bound back into it through /proc/self/fd
+        held = [(k, os.open(k, os.O_PATH)) for k in kept if k.is_relative_to(place)]
         opts = f"size={tmp_mb}m,mode=1777".encode()
         _check(
             _libc.mount(b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts),
             f"mount tmpfs on {place}",
         )
+        for folder, fd in held:
+            os.makedirs(folder, exist_ok=True)
+            source = f"/proc/self/fd/{fd}".encode()
+            _check(
+                _libc.mount(source, str(folder).encode(), None, MS_BIND | MS_REC, None),
+                f"bind {folder} back over the private {place}",
+            )
+            os.close(fd)
+
+
+def _outermost(folders) -> list[Path]:
+    """Existing ``folders``, resolved, without those inside another one of them."""
+    real = sorted({Path(f).resolve() for f in folders if Path(f).is_dir()})
+    return [f for f in real if not any(f != o and f.is_relative_to(o) for o in real)]
 
 
 def remove(users: list[str], root: Path = CGROUP_ROOT) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from grader import assignments
 from grader.common import course, evidence
+from grader.frontends import cohort_host, cohort_plan
 from grader.frontends import leaderboard as lb
 
 CSS = """
@@ -205,9 +206,7 @@ def run(
 
 def publish_to_cohort(page: Path) -> None:
     """Into the cohort's read-only folder and every learner's ``~/leaderboard/`` (root's, 0755)."""
-    from grader.frontends import cohort, cohort_host
-
-    plan = cohort.load_plan()
+    plan = cohort_plan.load_plan()
     if not plan or not plan.leaderboard:
         return
     print(f"published: {publish_page(page, Path(plan.leaderboard))}")

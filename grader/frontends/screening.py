@@ -10,6 +10,8 @@ saying what is wrong and what to do. Byte-identical submissions are noted (possi
 from __future__ import annotations
 
 import hashlib
+import html
+import shutil
 from pathlib import Path
 
 from grader.common import course
@@ -145,9 +147,6 @@ def write_feedback(submitted: Path, feedback: Path, assignment_id: str, notebook
     keys the learner's copy by them, so formgrader's Release Feedback delivers the reason to the
     learner's Assignment List like any feedback. Returns the page's path, or None when the submission
     has no secret (not from nbgrader submit: nothing could deliver it)."""
-    import html
-    import shutil
-
     if not (submitted / "submission_secret.txt").is_file():
         return None
     feedback.mkdir(parents=True, exist_ok=True)

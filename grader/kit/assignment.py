@@ -1,8 +1,8 @@
 """What a lesson declares: its notebook, its checks, its timed protocol and its speed targets.
 
 Each package ``grader/assignments/<id>/`` defines ``ASSIGNMENT = Assignment(...)``. Workers import
-this module too (through the registry), so it imports nothing heavy: the timed protocol's
-``GradingSpec`` is only named in annotations.
+this module too (through the registry), so it imports nothing heavy: a timed lesson's ``GradingSpec``
+is plain data in ``grader.timed.spec``, not the timed protocol.
 """
 
 from __future__ import annotations
@@ -10,10 +10,8 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # annotations only: workers import this module and never need the protocol
-    from grader.timed.measurement import GradingSpec
+from grader.timed.spec import GradingSpec
 
 
 @dataclass(frozen=True)

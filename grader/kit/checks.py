@@ -8,7 +8,7 @@ from grader.sandbox.probe import CallResult, ProbeSession
 from grader.sandbox.relay import Relay
 from grader.scoring.checks import CheckFailed, Context, expect, received_tensor, stub_reason
 from grader.scoring.quiz import quiz_check
-from grader.timed.measurement import GradingSpec
+from grader.timed.spec import GradingSpec
 
 __all__ = [
     "CallResult",

@@ -39,6 +39,8 @@ _CORE = (
     "grader.kit",
     "grader.kit.worker",
     "grader.kit.assignment",
+    "grader.timed",  # the package alone (a docstring), for its spec below
+    "grader.timed.spec",
     "grader.kit.manifest",
     "grader.kit.audit",
     "grader.kit.data",

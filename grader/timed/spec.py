@@ -1,0 +1,46 @@
+"""A timed lesson's measurement settings: plain data, so an assignment (imported by workers too) can name
+them without importing the timed protocol."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GradingSpec:
+    """The grader's own measurement settings (the same for baseline and learner)."""
+
+    name: str
+    profile: str  # workload profile passed to build()
+    n_train: int  # training images per repeat (a fresh set per repeat)
+    n_eval: int  # held-out images, generated in the parent only
+    n_warmup: int  # images in the warm-up set
+    epochs: int
+    repeats: int
+    hooks: dict = field(default_factory=dict)  # recipe overrides, e.g. {"lr": 0.02}
+    chunks_per_epoch: int = 2  # timed chunks per epoch: more back-to-back pairs, a steadier median
+    timeout_factor: float = 3.0  # learner run limit: this x the baseline's time ...
+    min_timeout_s: float = 20.0  # ... plus this much
+    startup_timeout_s: float = 240.0
+    load_timeout_s: float = 30.0
+    calibration: str = ""  # gate calibration to use (default: this spec's name)
+    # On a CPU, pin both workers (and their DataLoader children) to this many cores with as many
+    # OpenMP threads; None: all cores. See supervisor.start_worker for why one core is steadier.
+    cpu_cores: int | None = None
+    # The learner trains the baseline's own data stream (lesson 3 changes precision, not data): a
+    # replay from its committed state sees its batches and dropout masks, so a mismatch is scored.
+    replay_scored: bool = False
+    # A scored replay's least cosine with the learner's chunk update: the loose 0.5 where honest
+    # runs were never measured against a cheaper step (grader/README.md, threat model).
+    replay_cosine: float = 0.5
+    # Hold the losses a scored replay's steps return to the learner's (lesson 3's StepAudit keeps
+    # them): where measured only; an fp16 learner's loss scale is not committed, so its replay
+    # would skip other steps.
+    replay_losses: bool = False
+    data: str = (
+        "easy"  # lesson 2's synthetic images: "hard" where a run would reach 100% on the easy set
+    )
+
+    @property
+    def calibration_name(self) -> str:
+        return self.calibration or self.name

@@ -38,7 +38,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _pytest(args: list[str], lane: str, base: Path) -> list[str]:
-    select = ["-m", "timed"] if lane == "timed" else ["-m", "not timed", "-p", "no:cacheprovider"]
+    # the GPU-sized rehearsal is `make gpu-rehearsal`'s (~4 min of the timed lane), run before a stop
+    select = (
+        ["-m", "timed and not rehearsal"]
+        if lane == "timed"
+        else ["-m", "not timed and not rehearsal", "-p", "no:cacheprovider"]
+    )
     return [sys.executable, "-m", "pytest", *select, f"--basetemp={base / lane}", *args]
 
 

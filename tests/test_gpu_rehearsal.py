@@ -1,12 +1,15 @@
 """Lessons 2 and 3 graded at the gpu spec's model sizes cross every boundary on the CPU (issue: a
-bert-base-sized grading never finished sending its weights). A share of `make gpu-rehearsal`."""
+bert-base-sized grading never finished sending its weights). `make gpu-rehearsal` runs them (about
+4 min on 2 cores: deselected from `make test`, run before any stop that touches the grader or a recipe)."""
 
 import os
 from pathlib import Path
 
+import pytest
 from script_module import load
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.rehearsal
 
 
 def _rehearsal():

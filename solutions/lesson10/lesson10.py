@@ -34,15 +34,18 @@
 # | `"optimizer"` | `Adam(foreach=False)`: a Python loop over the parameter tensors | 10 |
 # | `"none"` | nothing planted | |
 #
-# Every label appears at least once, and `"none"` twice. **The fields can mislead.** Each
+# Each bottleneck appears once and `"none"` three times. **The fields can mislead.** Each
 # plant's tell-tale field also turns up where it costs little: one `loss.item()` per step, 5%
 # padding, `foreach=False` on a step whose optimizer is a small share of the time, batch 1 of rows
 # long enough that its matmuls are not tiny. And a case may hold two plants, the NaN-check syncs
 # beside another: the label is always the plant that costs **the most of the step**, so
 # `"foreach": False` alone does not make `"optimizer"`, nor `batch_size == 1` `"overhead"`. Read
 # what each suspect costs (its share of `step_ms`, the matmul calls against `matmul_us_floor`)
-# before you name it. `test_diagnose` (5 points) needs at least **7 of the 8** labels right.
-# Return a plain string; anything else counts as wrong.
+# before you name it. `test_diagnose` (5 points) needs **all 8** labels right: a case you miss is
+# profiled again on fresh data and handed to you once more (two such cases at most), so one unlucky
+# profile does not fail a sound rule, while a rule left out, or a field read in a rule's place, misses
+# the same case twice. Return a plain string; anything else counts as wrong. Write the rules yourself:
+# a copy of `effkit.doctor`'s code in your cells, renamed or not, earns no points.
 #
 # ## The profile you get
 #

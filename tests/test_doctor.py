@@ -4,6 +4,7 @@ import json
 import time
 
 import pytest
+from other_host import as_on_another_machine  # noqa: E402  (tests/ is on sys.path)
 
 from effkit import doctor
 from effkit.doctor import format_table, validate
@@ -247,32 +248,6 @@ def test_validation_names_every_single_plant_and_no_false_alarm_on_the_clean_ste
     assert table["correct"] == table["total"], text
 
 
-def _as_on_another_machine(p: dict, overhead: float, kernels: float) -> dict:
-    """``p`` as a machine whose fixed cost per call is ``overhead`` times this one's and whose kernels do
-    the same work ``kernels`` times as fast: each matmul call t becomes overhead·f + (t - f) / kernels
-    (f: the floor), the step changes by what its matmuls gained or lost, in forward and backward."""
-    q = json.loads(json.dumps(p))
-    f = p["matmul_us_floor"]
-
-    def call(t: float) -> float:
-        return overhead * f + max(t - f, 0.0) / kernels
-
-    q["matmul_us_floor"] = overhead * f
-    q["matmul_us_work"], q["matmul_us_median"] = (
-        call(p["matmul_us_work"]),
-        call(p["matmul_us_median"]),
-    )
-    calls = p["matmul_calls_per_step"]
-    per_call = p["matmul_ms"] * 1e3 / max(calls, 1)
-    q["matmul_ms"] = calls * call(per_call) / 1e3
-    delta = q["matmul_ms"] - p["matmul_ms"]
-    compute = p["ranges_ms"]["forward"] + p["ranges_ms"]["backward"]
-    for r in ("forward", "backward"):
-        q["ranges_ms"][r] = max(p["ranges_ms"][r] + delta * p["ranges_ms"][r] / compute, 0.0)
-    q["step_ms"] = max(p["step_ms"] + delta, 1e-6)
-    return q
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "overhead, kernels",
@@ -291,7 +266,7 @@ def test_every_plant_is_named_as_on_another_machine(planted_profiles, overhead, 
     with kernels 2x faster); the ratio to the floor measured beside the steps moves with the host."""
     wrong = {}
     for planted, p in planted_profiles.items():
-        moved = _as_on_another_machine(p, overhead, kernels)
+        moved = as_on_another_machine(p, overhead, kernels)
         first = doctor.diagnose(moved)[0].label
         if first != ("none" if planted.startswith("clean") else planted):
             wrong[planted] = (first, round(moved["matmul_us_work"], 1), moved["matmul_us_floor"])

@@ -116,7 +116,7 @@ def diagnose(profile):
     tensors = opt.get("param_tensors") or 0
     opt_ops = profile["ops_per_step_by_range"].get("optimizer", 0.0)
     looped = not opt.get("foreach") and not opt.get("fused") and tensors >= 8
-    if looped and opt_ops >= 4 * tensors and opt_share >= 0.1:  # one small operator after another per tensor
+    if looped and opt_ops >= 4 * tensors and opt_share >= 0.08:  # one small operator after another per tensor
         found["optimizer"] = opt_share / 2
     return max(found, key=found.get) if found else "none"
     ### END SOLUTION

@@ -193,6 +193,22 @@ _PASTED = re.sub(
     ),
 ) + ("\n\ndef diagnose(profile):\n    return bottlenecks(profile)[0].label\n")
 
+# the batch-1 flag in the overhead rule's place, and "none" for everything on a second look (the worker keeps
+# state between calls): were a case counted right on either look, the decoy's case would be named on the second
+_SECOND_LOOK_NONE = (
+    _ref_with(*FLAG_FOR_RULE["overhead"]).replace(
+        "def diagnose(profile):", "def _first_look(profile):"
+    )
+    + """
+_calls = []
+
+
+def diagnose(profile):
+    _calls.append(1)
+    return _first_look(profile) if len(_calls) <= 8 else "none"
+"""
+)
+
 SUBMISSIONS = {
     "reference": (_REF, True, "8 of 8 planted bottlenecks named"),
     "always_data": (_ALWAYS_DATA, False, "you said 'data', the costliest plant was"),
@@ -202,6 +218,11 @@ SUBMISSIONS = {
     "a_list": (_LIST, False, "'returned list' is not one of"),
     "reads_the_case_name": (_READS_NAME, False, "'raised KeyError' is not one of"),
     "huge_string": (_HUGE, False, "is not one of"),
+    "says_none_on_a_second_look": (
+        _SECOND_LOOK_NONE,
+        False,
+        ("you said 'none', the costliest plant was", "Second look: case"),
+    ),
     "pasted_doctor": (
         _PASTED,
         False,
@@ -211,7 +232,7 @@ SUBMISSIONS = {
         f"leaves_out_{label}": (
             _ref_with(line, "pass"),
             False,
-            f"the costliest plant was {label!r}; on a second profile you said",
+            (f"the costliest plant was {label!r}. Second look: case", "in a new order, 7 of 8"),
         )
         for label, line in LEFT_OUT.items()
     },
@@ -219,7 +240,7 @@ SUBMISSIONS = {
         f"reads_{label}_as_its_flag": (
             _ref_with(*swap),
             False,
-            f"you said {label!r}, the costliest plant was 'none'; on a second profile you said {label!r}",
+            (f"you said {label!r}, the costliest plant was 'none'", "Second look: case"),
         )
         for label, swap in FLAG_FOR_RULE.items()
     },
@@ -232,7 +253,9 @@ def test_submissions_score_what_they_deserve(profiled, name):
     source, passes, words = SUBMISSIONS[name]
     v = _grade("diagnose", source, ["test_diagnose"], name)["test_diagnose"]
     text = v.reason if not v.passed else " ".join(v.lines)
-    assert v.passed == passes and words in text, text
+    assert v.passed == passes and all(
+        w in text for w in (words if isinstance(words, tuple) else (words,))
+    ), text
     assert len(text) < 3000  # a huge answer is not echoed back
 
 

@@ -185,17 +185,24 @@ def answer_closure(seeds: list[str], root: Path, package: str = "effkit") -> dic
 
 
 _PARSED: dict[tuple, tuple[dict[str, Function], dict[str, list[str]]]] = {}
+# copies_in's last closure with its shapes, by the state of the files and the seeds
+_ANSWERS: dict[tuple, dict[str, tuple[list[str], str]]] = {}
+
+
+def _state(root: Path, package: str) -> tuple:
+    """What ``package``'s sources are now: each file's path, modification time and size."""
+    files = sorted(p for p in (root / package).rglob("*.py") if "__pycache__" not in p.parts)
+    return (
+        str(root),
+        package,
+        tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files),
+    )
 
 
 def _parsed(root: Path, package: str) -> tuple[dict[str, Function], dict[str, list[str]]]:
     """``package``'s functions and their shapes, parsed once per state of its files (a launch's view and the
     grader's check of a cell ask for the same closure: parsing effkit took 1-3 s on a busy 2-core host)."""
-    files = sorted(p for p in (root / package).rglob("*.py") if "__pycache__" not in p.parts)
-    key = (
-        str(root),
-        package,
-        tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files),
-    )
+    key = _state(root, package)
     if key not in _PARSED:
         # a second parse to rename in: copying every function's tree cost seconds a launch
         shapes = {n: shape(fn.node, in_place=True) for n, fn in functions(root, package).items()}
@@ -215,11 +222,15 @@ def copies_in(
         tree = ast.parse(source)
     except SyntaxError:
         return []  # the cell fails to load in the worker, and says so there
-    shapes = _parsed(root, package)[1]
-    answers = {
-        name: (shapes[name], serves)
-        for name, serves in answer_closure(seeds, root, package).items()
-    }
+    key = (_state(root, package), tuple(seeds))
+    if key not in _ANSWERS:  # a grading reads each cell of a notebook: the closure once
+        shapes = _parsed(root, package)[1]
+        _ANSWERS.clear()
+        _ANSWERS[key] = {
+            name: (shapes[name], serves)
+            for name, serves in answer_closure(seeds, root, package).items()
+        }
+    answers = _ANSWERS[key]
     found = []
     # every function at any depth: a copy pasted inside another function or a class is a copy too
     for node in ast.walk(tree):

@@ -41,10 +41,10 @@
 # beside another: the label is always the plant that costs **the most of the step**, so
 # `"foreach": False` alone does not make `"optimizer"`, nor `batch_size == 1` `"overhead"`. Read
 # what each suspect costs (its share of `step_ms`, the matmul calls against `matmul_us_floor`)
-# before you name it. `test_diagnose` (5 points) needs **all 8** labels right: a case you miss is
-# profiled again on fresh data and handed to you once more (two such cases at most), so one unlucky
-# profile does not fail a sound rule, while a rule left out, or a field read in a rule's place, misses
-# the same case twice. Return a plain string; anything else counts as wrong. Write the rules yourself:
+# before you name it. `test_diagnose` (5 points) needs **all 8** labels right. Miss one or two and
+# the grader profiles all 8 steps again on fresh data, in a new order, and asks again: that second
+# look must be named whole. One unlucky profile does not fail a sound rule, while a rule left out, or
+# a field read in a rule's place, misses on both looks. Return a plain string; anything else counts as wrong. Write the rules yourself:
 # a copy of `effkit.doctor`'s code in your cells, renamed or not, earns no points.
 #
 # ## The profile you get

@@ -23,8 +23,9 @@
 #    first one, and watch the *next* one come up; then on the course's CIFAR recipes;
 # 4. see the GPU-only views (kernel gaps, the CUDA memory snapshot) as code that runs on a GPU.
 #
-# **Run time**: about 26 s in `cpu` (26 s recorded on a quiet 2-core AMD EPYC, Zen 3, AVX2 only, no GPU,
-# 2026-12-05, with a warm Inductor cache: the outputs in `docs/recorded/`; a cold cache adds the compile
+# **Run time**: about 26 s in `cpu` (26 s on a quiet 2-core AMD EPYC, Zen 3, AVX2 only, no GPU,
+# 2026-12-05, with a warm Inductor cache; the outputs in `docs/recorded/` are a later run on the same
+# host with other jobs beside it, their load noted with them; a cold cache adds the compile
 # of the overhead-bound step, about 30 s on a 2-core Intel Xeon with AMX, where the lesson took 54 s
 # cold), 16-40 s in `smoke` (warm or cold compile cache).
 #
@@ -250,9 +251,12 @@ print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians)
 # their device, in their precision and under the same load. On the 2-core AMD EPYC this lesson was
 # recorded on, the planted overhead step's work calls sit at 2-3x that floor and the clean step's
 # near 20x at loads of 3.5-11 (no quiet figure yet); the doctor's line is 7x, between them
-# (`tests/test_doctor.py` re-scales the measured matmul calls of each single plant and of the clean
-# step as on machines with twice and half the call overhead and 2x faster and slower kernels; the
-# other operators stay as measured).
+# (`tests/test_doctor.py` re-scales the measured matmul calls of each single plant, of the clean
+# step and of the clean step at batch 1 of long rows as on machines with twice and half the call
+# overhead and 2x faster and slower kernels, and `tests/test_lesson10_exercise.py` a whole grading's;
+# the other operators stay as measured). On a host whose kernels are fast against its call
+# overhead the clean step's calls sit nearer the line: on a 2-core Intel Xeon with AMX they took
+# 51-62 µs against a 6-9 µs floor, about 6-10x, where this line has no margin left.
 
 # %%
 print(doctor.report(patient))
@@ -439,10 +443,12 @@ for name, p in recipes.items():
 #
 # The quiz and the graded exercise are in `exercises/lesson10/`: write `diagnose(profile)` yourself.
 # The grader plants bottlenecks in training steps you never see, profiles them itself and hands
-# your function only the plain profile; it counts how many you name right. It also sets each
-# plant's tell-tale field where it costs little (`foreach=False` on a step whose optimizer is a
-# small share, batch 1 of long rows, one `.item()`, a little padding) and sometimes plants two
-# at once: the label is the costliest, so read what each suspect costs, not whether it is there.
+# your function only the plain profile; every case must be named right (miss one or two, and all
+# are profiled again for a second look that must be right whole). It also sets each plant's
+# tell-tale field where it costs little (`foreach=False` on a step whose optimizer is a small
+# share, batch 1 of long rows, one `.item()`, a little padding), on steps with nothing planted
+# among others, and sometimes plants two at once: the label is the costliest, so read what each
+# suspect costs, not whether it is there.
 #
 # ### References
 #

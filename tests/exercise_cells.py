@@ -111,6 +111,7 @@ class InProcess:
         """strict: a raising cell raises here (a test's own cells must load) instead of being
         recorded in ``load_errors`` as the worker records it."""
         self.probes, self.ns, self.load_errors = probes, {}, []
+        self.cells = cells  # as a ProbeSession holds them: a parent check may read the sources
         # own_netns (root only): each call runs in a forked child with a network namespace of its
         # own and its loopback up, as in the sandbox, so loopback_bytes counts that call alone
         self.own_netns = own_netns and os.geteuid() == 0

@@ -122,3 +122,32 @@ def test_shape_ignores_names_annotations_and_the_docstring_but_not_the_work():
     b = ast.parse("def g(p, q):\n    r = p * q\n    return r + 1\n").body[0]
     c = ast.parse("def h(p, q):\n    r = p + q\n    return r + 1\n").body[0]
     assert ac.shape(a) == ac.shape(b) != ac.shape(c)
+
+
+def test_a_pasted_copy_in_a_learners_cell_is_found_renamed_trimmed_or_nested_and_honest_cells_are_not():
+    """Lesson 10's worker withholds effkit.doctor.diagnose, but a learner can read effkit/doctor.py and paste it
+    into the cell: the grader reads the cell's source (never runs it) for twins of the answer and its helpers."""
+    import inspect
+    import re
+    import textwrap
+
+    from exercise_cells import reference_cells
+
+    from effkit import doctor
+
+    seeds = list(WITHHELD["lesson10"])
+    answer = textwrap.dedent(inspect.getsource(doctor.diagnose))
+    renamed = re.sub(r"\bprofile\b", "p", answer).replace("def diagnose(p: dict)", "def judge(p)")
+    # the memory rule left out, the whole thing a method of a class
+    trimmed = renamed[: renamed.index("    peak, limit =")] + "    return found\n"
+    nested = "class Doctor:\n" + textwrap.indent(trimmed.replace("(p)", "(self, p)", 1), "    ")
+    for source in (renamed, trimmed, nested):
+        assert ac.copies_in(source, seeds, REPO_ROOT) == [("judge", "effkit.doctor.diagnose")]
+    # effkit's two-line helper _get, written alike: too short to say who copied whom
+    getter = "def fetch(d, k, default=0.0):\n    value = d.get(k, default)\n    return default if value is None else value\n"
+    assert ac.copies_in(getter, seeds, REPO_ROOT) == []
+    # every lesson's reference cells are its author's own, and a cell that does not parse holds nothing
+    for lesson, lesson_seeds in WITHHELD.items():
+        for gid, source in reference_cells(lesson):
+            assert ac.copies_in(source, list(lesson_seeds), REPO_ROOT) == [], (lesson, gid)
+    assert ac.copies_in("def broken(:\n", seeds, REPO_ROOT) == []

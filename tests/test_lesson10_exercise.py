@@ -11,6 +11,7 @@ for the whole module, so the submissions are judged on the same profiles.
 import functools
 import itertools
 import random
+import re
 from pathlib import Path
 
 import nbformat
@@ -56,12 +57,18 @@ def _grade(
 
 def test_every_label_is_drawn_and_the_case_name_never_reaches_the_learner(monkeypatch):
     cases = checks.draw_cases(random.Random(SEED))
-    assert len(cases) == checks.CASES and set(label for label, *_ in cases) == set(checks.LABELS)
+    labels = [label for label, *_ in cases]
+    assert len(cases) == checks.CASES and set(labels) == set(checks.LABELS)
+    # every bottleneck once: a rule left out misses its case in every grading
+    assert all(labels.count(x) == 1 for x in checks.LABELS[:-1]) and labels.count("none") == 3
     assert (
         checks.draw_cases(random.Random(SEED + 1)) != cases
     )  # the order and seeds are the grading's secret
     monkeypatch.setattr(checks, "profile_named", lambda name, seed: {"name": name, "step_ms": 1.0})
     assert checks.profile_case(("data", "sync"), ("padding",), 3) == {"step_ms": 1.0}
+
+
+FLAGS = {"overhead": "overhead", "optimizer": "optimizer", "padding": "padding", "sync": "sync"}
 
 
 def _reads_flags(order, data_first, plants, decoys):
@@ -73,22 +80,38 @@ def _reads_flags(order, data_first, plants, decoys):
     return next((flag for flag in order if flag in present), "data" if "data" in plants else "none")
 
 
-def test_every_drawn_grading_fails_a_judge_that_reads_flags_in_any_order():
-    """The decoys and pairs are drawn so that no order of flag reading reaches PASS_AT in any grading: the
-    two "none" cases carry the long-row decoys, which every such judge names. Each case's label is its first
-    plant, every decoy sits where it is not the label, and each pair's second plant is the cheap one."""
+def _one_flag(flag, first, label, plants, decoys):
+    """A sound judge but for one rule, read as its flag (``flag`` present: its label), before the other rules
+    (``first``) or only where none of them fires (the case is "none"): the label it gives the case."""
+    present = flag in set(plants) | set(decoys)
+    if present and (first or label == "none"):
+        return flag
+    return label
+
+
+def test_every_drawn_grading_fails_a_judge_that_reads_a_flag_in_place_of_a_rule():
+    """Every case is needed and a miss is looked at again on the same plants and decoys, so one case a flag
+    misnames fails the grading. Each decoy sits on a "none" case, so one flag read in place of its rule, even
+    after every other rule, misnames a case in every grading; the cheap decoys also sit on a case of another
+    label. Each case's label is its first plant, no decoy is the label, each pair's second plant the cheap one."""
     orders = list(itertools.permutations(checks.DECOYS))
     for seed in range(300):
         cases = checks.draw_cases(random.Random(seed))
-        assert sorted(d for *_, decoys in cases for d in decoys) == sorted(checks.DECOYS)
+        on_none = {d for label, _, _, decoys in cases if label == "none" for d in decoys}
+        assert on_none == set(checks.DECOYS), (seed, cases)
+        elsewhere = {d for label, _, _, decoys in cases if label != "none" for d in decoys}
+        assert elsewhere == set(checks.CHEAP_DECOYS), (seed, cases)
         for label, _, plants, decoys in cases:
             assert label == (plants[0] if plants else "none") and label not in decoys
             assert plants[1:] in ((), (checks.PARTNER,))
+        for flag, first in itertools.product(FLAGS, (True, False)):
+            said = [_one_flag(flag, first, label, p, d) for label, _, p, d in cases]
+            assert said != [label for label, *_ in cases], (seed, flag, first, cases)
         for order in orders:
             for data_first in (False, True):
                 said = [_reads_flags(order, data_first, p, d) for _, _, p, d in cases]
                 right = sum(s == label for s, (label, *_) in zip(said, cases, strict=True))
-                assert right < checks.PASS_AT, (seed, order, data_first, cases)
+                assert right < checks.CASES - 1, (seed, order, data_first, cases)
 
 
 _REF = dict(reference_cells(LESSON))["diagnose"]
@@ -129,6 +152,63 @@ _LIST = 'def diagnose(profile):\n    return ["data"]\n'
 _READS_NAME = 'def diagnose(profile):\n    return profile["name"].split(":")[1]\n'
 _HUGE = 'def diagnose(profile):\n    return "data" * 10_000_000\n'
 
+
+def _ref_with(old: str, new: str) -> str:
+    assert _REF.count(old) == 1, old
+    return _REF.replace(old, new)
+
+
+# the reference with one rule left out: each bottleneck is drawn once, so its case is missed on both looks
+LEFT_OUT = {
+    "data": 'found["data"] = data',
+    "sync": 'found["sync"] = profile.get("sync_ms", 0.0) / step',
+    "overhead": 'found["overhead"] = 1.0 - matmul - data',
+    "padding": 'found["padding"] = padding * (ranges.get("forward", 0.0) + ranges.get("backward", 0.0)) / step',
+    "optimizer": 'found["optimizer"] = opt_share / 2',
+}
+# the reference with one rule read as its flag (ranked as the reference ranks): a "none" case carries it
+FLAG_FOR_RULE = {
+    "overhead": (
+        'if calls < 7 and profile.get("ops_per_step", 0) >= 50 and data < 0.25:',
+        'if profile["batch_size"] == 1:',
+    ),
+    "optimizer": (
+        "if looped and opt_ops >= 4 * tensors and opt_share >= 0.08:",
+        'if not opt.get("foreach"):',
+    ),
+    "padding": ("if padding >= 0.3:", "if padding > 0:"),
+    "sync": (
+        'if profile.get("syncs_per_step", 0) >= 1.5:',
+        'if profile.get("syncs_per_step", 0) > 0:',
+    ),
+}
+# effkit's doctor pasted into the cell, renamed and re-signed, behind a one-line diagnose: the worker withholds
+# effkit.doctor.diagnose, and the grader finds the copy in the cell's source by content
+_DOCTOR = (ROOT / "effkit" / "doctor.py").read_text()
+_PASTED = re.sub(
+    r"\bprofile\b",
+    "measured",
+    _DOCTOR[: _DOCTOR.index('\nif __name__ == "__main__":')].replace(
+        "def diagnose(profile: dict)", "def bottlenecks(profile)"
+    ),
+) + ("\n\ndef diagnose(profile):\n    return bottlenecks(profile)[0].label\n")
+
+# the batch-1 flag in the overhead rule's place, and "none" for everything on a second look (the worker keeps
+# state between calls): were a case counted right on either look, the decoy's case would be named on the second
+_SECOND_LOOK_NONE = (
+    _ref_with(*FLAG_FOR_RULE["overhead"]).replace(
+        "def diagnose(profile):", "def _first_look(profile):"
+    )
+    + """
+_calls = []
+
+
+def diagnose(profile):
+    _calls.append(1)
+    return _first_look(profile) if len(_calls) <= 8 else "none"
+"""
+)
+
 SUBMISSIONS = {
     "reference": (_REF, True, "8 of 8 planted bottlenecks named"),
     "always_data": (_ALWAYS_DATA, False, "you said 'data', the costliest plant was"),
@@ -138,6 +218,32 @@ SUBMISSIONS = {
     "a_list": (_LIST, False, "'returned list' is not one of"),
     "reads_the_case_name": (_READS_NAME, False, "'raised KeyError' is not one of"),
     "huge_string": (_HUGE, False, "is not one of"),
+    "says_none_on_a_second_look": (
+        _SECOND_LOOK_NONE,
+        False,
+        ("you said 'none', the costliest plant was", "Second look: case"),
+    ),
+    "pasted_doctor": (
+        _PASTED,
+        False,
+        "bottlenecks in cell 'diagnose' is a copy of effkit.doctor.diagnose",
+    ),
+    **{
+        f"leaves_out_{label}": (
+            _ref_with(line, "pass"),
+            False,
+            (f"the costliest plant was {label!r}. Second look: case", "in a new order, 7 of 8"),
+        )
+        for label, line in LEFT_OUT.items()
+    },
+    **{
+        f"reads_{label}_as_its_flag": (
+            _ref_with(*swap),
+            False,
+            (f"you said {label!r}, the costliest plant was 'none'", "Second look: case"),
+        )
+        for label, swap in FLAG_FOR_RULE.items()
+    },
 }
 
 
@@ -147,8 +253,41 @@ def test_submissions_score_what_they_deserve(profiled, name):
     source, passes, words = SUBMISSIONS[name]
     v = _grade("diagnose", source, ["test_diagnose"], name)["test_diagnose"]
     text = v.reason if not v.passed else " ".join(v.lines)
-    assert v.passed == passes and words in text, text
+    assert v.passed == passes and all(
+        w in text for w in (words if isinstance(words, tuple) else (words,))
+    ), text
     assert len(text) < 3000  # a huge answer is not echoed back
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "overhead, kernels",
+    [(2.0, 1.0), (0.5, 1.0), (1.0, 2.0), (1.0, 0.5)],
+    ids=[
+        "twice-the-call-overhead",
+        "half-the-call-overhead",
+        "kernels-2x-faster",
+        "kernels-2x-slower",
+    ],
+)
+def test_a_grading_is_named_whole_as_on_another_machine(profiled, overhead, kernels):
+    """The decoys' and the plants' evidence are ratios (shares of the step, calls against the host's own empty
+    call), so a grading's cases hold on hosts no test ran on: SEED's profiles, measured here, moved to a host with
+    twice or half the fixed cost per matmul call or 2x faster or slower kernels (tests/other_host.py), decoys
+    and the pair included, are each named right by the reference and by effkit's doctor."""
+    from other_host import as_on_another_machine
+
+    from effkit import doctor
+
+    ns: dict = {}
+    exec(checks.SETUP_SOURCE + "\n" + _REF, ns)  # noqa: S102  (the repository's reference)
+    wrong = {}
+    for label, seed, plants, decoys in checks.draw_cases(random.Random(SEED)):
+        moved = as_on_another_machine(checks.profile_case(plants, decoys, seed), overhead, kernels)
+        said = (ns["diagnose"](moved), doctor.diagnose(moved)[0].label)
+        if said != (label, label):
+            wrong[checks.case_name(plants, decoys)] = said
+    assert not wrong, wrong
 
 
 def test_the_stub_is_named_as_a_stub():
@@ -168,7 +307,7 @@ def test_the_stub_is_named_as_a_stub():
 
 def test_untrusted_answers_are_refused_by_shape_and_never_trusted():
     truth = ["data", "none"]
-    assert checks.grade_labels(truth, ["data", "none"]) == (2, [])
+    assert checks.grade_labels(truth, ["data", "none"]) == (2, {})
     for bad in (None, "data", ["data"], ["data", "none", "sync"], {"labels": truth}):
         with pytest.raises(CheckFailed):
             checks.grade_labels(truth, bad)

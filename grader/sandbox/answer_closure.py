@@ -168,12 +168,10 @@ def answer_closure(seeds: list[str], root: Path, package: str = "effkit") -> dic
     """Every function of ``package`` under ``root`` that implements one of ``seeds`` (dotted names):
     the seeds, their helpers and twins, to a fixed point. Maps each to the seed it serves; a seed
     that names no function is an error (a renamed answer must not go quietly unwithheld)."""
-    table = functions(root, package)
+    table, shapes = _parsed(root, package)
     missing = [s for s in seeds if s not in table]
     if missing:
         raise LookupError(f"withheld answer {missing[0]} is not a function under {root / package}")
-    # a second parse to rename in: copying every function's tree cost seconds a launch
-    shapes = {name: shape(fn.node, in_place=True) for name, fn in functions(root, package).items()}
     found = {s: s for s in seeds}
     todo = list(seeds)
     while todo:
@@ -183,4 +181,64 @@ def answer_closure(seeds: list[str], root: Path, package: str = "effkit") -> dic
         for other in sorted(related - set(found)):
             found[other] = found[name]
             todo.append(other)
+    return found
+
+
+_PARSED: dict[tuple, tuple[dict[str, Function], dict[str, list[str]]]] = {}
+# copies_in's last closure with its shapes, by the state of the files and the seeds
+_ANSWERS: dict[tuple, dict[str, tuple[list[str], str]]] = {}
+
+
+def _state(root: Path, package: str) -> tuple:
+    """What ``package``'s sources are now: each file's path, modification time and size."""
+    files = sorted(p for p in (root / package).rglob("*.py") if "__pycache__" not in p.parts)
+    return (
+        str(root),
+        package,
+        tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files),
+    )
+
+
+def _parsed(root: Path, package: str) -> tuple[dict[str, Function], dict[str, list[str]]]:
+    """``package``'s functions and their shapes, parsed once per state of its files (a launch's view and the
+    grader's check of a cell ask for the same closure: parsing effkit took 1-3 s on a busy 2-core host)."""
+    key = _state(root, package)
+    if key not in _PARSED:
+        # a second parse to rename in: copying every function's tree cost seconds a launch
+        shapes = {n: shape(fn.node, in_place=True) for n, fn in functions(root, package).items()}
+        _PARSED.clear()  # one state kept: the files changed, the old parse is stale
+        _PARSED[key] = (functions(root, package), shapes)
+    return _PARSED[key]
+
+
+def copies_in(
+    source: str, seeds: list[str], root: Path, package: str = "effkit"
+) -> list[tuple[str, str]]:
+    """(function, the answer it serves) for each function of a learner's cell ``source`` that is a twin of
+    one of ``seeds`` or of what implements them (:func:`answer_closure`): a pasted copy, renamed, re-signed or
+    trimmed, is caught as a twin in effkit is. Parsed, never run. Functions of fewer than ``MIN_SHARED``
+    statements are matched only by a longer twin: a two-line getter alike is anybody's."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []  # the cell fails to load in the worker, and says so there
+    key = (_state(root, package), tuple(seeds))
+    if key not in _ANSWERS:  # a grading reads each cell of a notebook: the closure once
+        shapes = _parsed(root, package)[1]
+        _ANSWERS.clear()
+        _ANSWERS[key] = {
+            name: (shapes[name], serves)
+            for name, serves in answer_closure(seeds, root, package).items()
+        }
+    answers = _ANSWERS[key]
+    found = []
+    # every function at any depth: a copy pasted inside another function or a class is a copy too
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        mine = shape(node)
+        for code, serves in answers.values():
+            if len(code) >= MIN_SHARED and is_twin(mine, code):
+                found.append((node.name, serves))
+                break
     return found

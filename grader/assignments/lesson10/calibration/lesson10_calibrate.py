@@ -4,7 +4,8 @@
 (``checks.draw_cases``: plants, pairs and decoys), profiles them in this process (``checks.profile_case``) and
 prints every case's evidence (shares of the step, matmul calls as multiples of the host's call floor, syncs),
 how many labels the reference solution and effkit's doctor get right per grading, and each figure's range per
-case kind: the gap between a plant and its decoy. PASS_AT must sit below the reference's worst grading.
+case kind: the gap between a plant and its decoy. A grading needs every case named (a missed case is profiled
+again once, at most ``checks.SECOND_LOOKS``): the reference must name every case of every grading.
 
 ``python grader/assignments/lesson10/calibration/lesson10_calibrate.py --step [--busy N] 1 2 3`` calibrates part (b) instead: per seed it
 grades ``test_fast_step_equal`` and ``test_fast_step_speed`` through the sandbox, as a grading does
@@ -173,7 +174,10 @@ def main(seeds: list[int]) -> None:
     print("each plant's evidence against its decoy's (min - max over the cases):")
     for key in sorted(seen):
         print(f"  {key}: {min(seen[key]):.3g} - {max(seen[key]):.3g} (n={len(seen[key])})")
-    print(f"reference's worst grading: {worst}/{checks.CASES}; PASS_AT = {checks.PASS_AT}")
+    print(
+        f"reference's worst grading: {worst}/{checks.CASES} on the first profiles; every case needed, "
+        f"a miss looked at again once (at most {checks.SECOND_LOOKS} per grading)"
+    )
 
 
 STEP_VARIANTS = {  # fast_step sources besides the reference (which is read from the solution notebook)

@@ -369,10 +369,8 @@ def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
         gate_problem(LESSON2, cells) == ""
     )  # a learner's own device pipeline is not the reference
     problem = gate_problem(LESSON2, sneaky)
-    assert (
-        problem.startswith("not_the_reference:")
-        and "bit-identical to effkit's DevicePipeline" in problem
-    )
+    # withheld by content in lesson 2's workers (its manifest): it raises, whatever its seed
+    assert problem.startswith("test_contract:") and "lesson2's reference answer" in problem, problem
 
 
 def test_training_off_the_clock_then_no_op_timed_steps_earns_no_speed_points():

@@ -428,4 +428,5 @@ def test_a_forward_honest_only_on_the_every_block_plan_loses_the_gradient_points
     )
     reason = verdicts["test_gradients"].reason
     assert not verdicts["test_gradients"].passed, verdicts["test_gradients"].lines
-    assert "activations were not released" in reason and "every block" not in reason, reason
+    assert "activations were not released" in reason, reason
+    assert "every block of 6 checkpointed, recomputed whole" not in reason, reason  # another plan

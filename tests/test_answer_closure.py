@@ -11,7 +11,7 @@ import shutil
 
 from grader.sandbox import answer_closure as ac
 from grader.sandbox import learner_view
-from grader.sandbox.learner_view import REPO_ROOT, WITHHELD
+from grader.sandbox.learner_view import REPO_ROOT, TOOLS, WITHHELD
 
 # Today's effkit, reviewed by hand: a change here is a new helper or twin (or a false match) to look at.
 EXPECTED = {
@@ -23,6 +23,19 @@ EXPECTED = {
     },
     "lesson9": {"effkit.distill.kd_loss", "effkit.distill._check_hyperparameters"},
     "lesson10": {"effkit.doctor.diagnose", "effkit.doctor._get"},
+    # the reference pipeline, whatever its seed; effkit's normalize is the recipe's own (a tool)
+    "lesson2": {
+        "effkit.workloads.cifar.pipelines.DevicePipeline.__init__",
+        "effkit.workloads.cifar.pipelines.DevicePipeline.__iter__",
+        "effkit.workloads.cifar.pipelines.DevicePipeline.augment",
+    },
+    "lesson4": {
+        "effkit.accumulate.GradAccumulator.backward",
+        "effkit.accumulate.GradAccumulator.step",
+        "effkit.accumulate.GradAccumulator._reset_window",
+    },
+    # the planner and its byte measure; the byte counter and the plan's application are tools
+    "lesson5": {"effkit.checkpoint_plan.plan_for_budget", "effkit.checkpoint_plan.plan_bytes"},
 }
 
 # A twin added later: renamed, re-signed, annotated, its names changed, a step left out, inside a class.
@@ -74,7 +87,8 @@ def innocent(lengths, batch_size):
 
 def test_the_closure_of_todays_answers_is_their_helpers_and_twins():
     for lesson, seeds in WITHHELD.items():
-        assert set(ac.answer_closure(list(seeds), REPO_ROOT)) == EXPECTED[lesson], lesson
+        found = ac.answer_closure(list(seeds), REPO_ROOT, keep=TOOLS[lesson])
+        assert set(found) == EXPECTED[lesson], lesson
 
 
 def test_a_twin_planted_later_is_withheld_with_its_helpers_and_nothing_innocent(tmp_path):
@@ -151,3 +165,42 @@ def test_a_pasted_copy_in_a_learners_cell_is_found_renamed_trimmed_or_nested_and
         for gid, source in reference_cells(lesson):
             assert ac.copies_in(source, list(lesson_seeds), REPO_ROOT) == [], (lesson, gid)
     assert ac.copies_in("def broken(:\n", seeds, REPO_ROOT) == []
+
+
+# Lesson 4's accumulation, renamed and re-signed in a module added later: caught by content.
+ACCUMULATOR_TWIN = """
+class WindowedStepper:
+    def __init__(self, net, opt, k):
+        self.net, self.opt, self.k = net, opt, k
+        self.reset()
+
+    def reset(self):
+        self.micro_steps_done = 0
+        self._window_count = None
+        self._last_backward_synced = True
+
+    def push(self, total, n_window):
+        if self.micro_steps_done >= self.accum_steps:
+            raise RuntimeError("too many")
+        count = float(n_window)
+        if not count > 0:
+            raise ValueError("count")
+        if self._window_count is not None and count != self._window_count:
+            raise ValueError("changed")
+        self._window_count = count
+"""
+
+
+def test_tools_stay_whole_and_stop_the_search_while_a_renamed_twin_is_caught(tmp_path):
+    shutil.copytree(
+        REPO_ROOT / "effkit", tmp_path / "effkit", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    (tmp_path / "effkit" / "later.py").write_text(ACCUMULATOR_TWIN)
+    found = ac.answer_closure(list(WITHHELD["lesson4"]), tmp_path, keep=TOOLS["lesson4"])
+    assert {"effkit.later.WindowedStepper.reset", "effkit.later.WindowedStepper.push"} <= set(found)
+    assert "effkit.later.WindowedStepper.__init__" not in found  # it only stores its arguments
+    # lesson 5: without its tools the planner drags the byte counter and apply_plan along
+    plain = ac.answer_closure(list(WITHHELD["lesson5"]), REPO_ROOT)
+    assert set(TOOLS["lesson5"]) <= set(plain)
+    kept = ac.answer_closure(list(WITHHELD["lesson5"]), REPO_ROOT, keep=TOOLS["lesson5"])
+    assert not set(TOOLS["lesson5"]) & set(kept)

@@ -301,8 +301,15 @@ from pathlib import Path
 import effkit
 WITHHELD_SEEN = {}
 for dotted in CALLS:
-    mod, _, fn = dotted.rpartition(".")
-    f = getattr(importlib.import_module(mod), fn)  # module-level: the closures hold no method today
+    parts = dotted.split(".")
+    for at in range(len(parts) - 1, 0, -1):  # the longest prefix that is a module
+        try:
+            f = importlib.import_module(".".join(parts[:at]))
+            break
+        except ImportError:
+            continue
+    for name in parts[at:]:  # a module-level function, or a method through its class
+        f = getattr(f, name)
     required = [p for p in inspect.signature(f).parameters.values() if p.default is p.empty]
     try:
         f(*[None] * len(required))
@@ -321,7 +328,7 @@ def test_an_exercises_effkit_answer_raises_in_its_lessons_worker_and_nowhere_els
     and twins (issue 52: lesson 7's twin in ``effkit.workloads.bert.batching``); no compiled copy of
     them is left to load, and another lesson's worker still has them."""
     closures = {
-        name: set(answer_closure(list(seeds), REPO_ROOT))
+        name: set(answer_closure(list(seeds), REPO_ROOT, keep=learner_view.TOOLS[name]))
         for name, seeds in learner_view.WITHHELD.items()
     }
     assert "effkit.workloads.bert.batching.bucket_batches" in closures["lesson7"]

@@ -369,10 +369,8 @@ def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
         gate_problem(LESSON2, cells) == ""
     )  # a learner's own device pipeline is not the reference
     problem = gate_problem(LESSON2, sneaky)
-    assert (
-        problem.startswith("not_the_reference:")
-        and "bit-identical to effkit's DevicePipeline" in problem
-    )
+    # withheld by content in lesson 2's workers (its manifest): it raises, whatever its seed
+    assert problem.startswith("test_contract:") and "lesson2's reference answer" in problem, problem
 
 
 def test_training_off_the_clock_then_no_op_timed_steps_earns_no_speed_points():
@@ -409,9 +407,10 @@ def test_no_augmentation_in_the_timed_run_earns_no_speed_points():
 
 
 def test_the_reference_pipeline_in_the_timed_run_earns_no_speed_points():
-    """(c) effkit's DevicePipeline in the timed worker only: by getattr it raises there; from a
-    fresh copy of its module (past that tripwire) its batches are the reference's bit for bit."""
+    """(c) effkit's DevicePipeline in the timed worker only: by getattr it raises there; a fresh copy
+    of its module (past that tripwire) is read from the worker's view, where lesson 2's answer is
+    withheld (its manifest), so it raises too (the parent's bit-identical judge: test_timed_batches)."""
     r = _timed_attack("timed_getattr_reference")
     assert "DevicePipeline is the reference answer" in str(r["error"]), r["error"]
     r = _timed_attack("timed_fresh_reference")
-    assert "bit-identical to effkit's DevicePipeline" in " ".join(r["problems"]), r["problems"]
+    assert "lesson2's reference answer" in str(r["error"]), (r["error"], r["problems"])

@@ -401,3 +401,32 @@ def test_memory_moved_to_swap_still_counts_on_cgroup_v1(tmp_path):
     ):  # no swap accounting: memory alone
         (tmp_path / f"memory.{name}").unlink()
     assert box.memory_bytes() == (100, 200)
+
+
+# Issue 52 §5: honest where the memory was measured (every block checkpointed), keeps and fakes the
+# recompute for every other plan (the partial and the selective plans of test_gradients): 10/10
+# before, deserved 7.
+HONEST_WHERE_MEASURED = (
+    dict(reference_cells(LESSON))["checkpointed_forward"].replace(
+        "def checkpointed_forward(", "def _honest_forward("
+    )
+    + "\n\n"
+    + KEEPS_AND_RERUNS.replace(
+        "    for i, block in enumerate(blocks):",
+        "    if sorted(plan['blocks']) == list(range(len(blocks))) and plan.get('save') is None:\n"
+        "        return _honest_forward(blocks, x, plan)  # the plan whose memory is measured\n"
+        "    for i, block in enumerate(blocks):",
+        1,
+    )
+)
+
+
+@pytest.mark.slow
+def test_a_forward_honest_only_on_the_every_block_plan_loses_the_gradient_points():
+    verdicts, _ = _grade(
+        SOLUTION, only=["test_gradients"], checkpointed_forward=HONEST_WHERE_MEASURED
+    )
+    reason = verdicts["test_gradients"].reason
+    assert not verdicts["test_gradients"].passed, verdicts["test_gradients"].lines
+    assert "activations were not released" in reason, reason
+    assert "every block of 6 checkpointed, recomputed whole" not in reason, reason  # another plan

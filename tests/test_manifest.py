@@ -32,15 +32,28 @@ def test_a_manifest_says_what_its_lesson_is(aid):
         assert learner_view.module_file(name).is_file(), name
         assert not name.endswith(".checks"), name
     assert a.probes in m.modules and (not a.runtime_module or a.runtime_module in m.modules)
-    for dotted in m.withheld:  # a withheld answer is an effkit function that exists
-        module, _, fn = dotted.rpartition(".")
-        assert inspect.isfunction(getattr(importlib.import_module(module), fn)), dotted
+    for dotted in (*m.withheld, *m.tools):  # an effkit function or method that exists
+        parts = dotted.split(".")
+        at = next(i for i in range(len(parts) - 1, 0, -1) if _is_module(".".join(parts[:i])))
+        found = importlib.import_module(".".join(parts[:at]))
+        for name in parts[at:]:  # a method through its class
+            found = getattr(found, name)
+        assert inspect.isfunction(found), dotted
     if not m.clocked:  # graded on counts: no timed grading
         assert a.performance_cell is None and not a.specs
 
 
+def _is_module(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
+
+
 def test_the_sandbox_reads_the_registry():
     assert learner_view.WITHHELD == assignments.withheld()
+    assert learner_view.TOOLS == assignments.tools()
     for m in assignments.manifests():
         assert set(m.modules) <= set(learner_view.WORKER_MODULES)
 

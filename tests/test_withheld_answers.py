@@ -44,6 +44,57 @@ def bucket_batches(lengths, batch_size=None, max_tokens=None, seed=0, epoch=0):
     return length_buckets.bucket_batches(lengths, batch_size=batch_size, max_tokens=max_tokens, seed=seed, epoch=epoch)
 """,
     ),
+    # issue 52: withheld by content, so a name built at run time reaches nothing either (the source
+    # check reads names only), and the reference pipeline under another seed is no way round
+    "lesson2": (
+        "fast_pipeline",
+        "test_contract",
+        """
+import importlib
+_reference = getattr(importlib.import_module("effkit.workloads.cifar.pipelines"), "Device" + "Pipeline")
+
+
+class FastPipeline:
+    def __init__(self, dataset, batch_size, device, seed):
+        self.inner = _reference(dataset, batch_size, device, seed + 1)
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __iter__(self):
+        return iter(self.inner)
+""",
+    ),
+    "lesson4": (
+        "train_accumulated",
+        "test_full_windows",
+        """
+def train_accumulated(model, optimizer, micro_batches, accum_steps):
+    import importlib
+    acc = getattr(importlib.import_module("effkit.accumulate"), "Grad" + "Accumulator")(
+        model, optimizer, accum_steps
+    )
+    for window in acc.windows(micro_batches):
+        count = sum(int((labels != IGNORE).sum()) for _, labels in window)
+        for tokens, labels in window:
+            loss = F.cross_entropy(
+                model(tokens).flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum"
+            )
+            acc.backward(loss, count)
+        acc.step()
+""",
+    ),
+    "lesson5": (
+        "plan_checkpointing",
+        "test_budget",
+        """
+def plan_checkpointing(blocks, x, budget_bytes):
+    import importlib
+    planner = getattr(importlib.import_module("effkit.checkpoint_plan"), "plan_for" + "_budget")
+    plan = planner(blocks, x, budget_bytes)
+    return {"blocks": list(plan.blocks), "save": None}
+""",
+    ),
 }
 
 

@@ -82,6 +82,11 @@ def withheld() -> dict[str, tuple[str, ...]]:
     return {m.id: m.withheld for m in manifests() if m.withheld}
 
 
+def tools() -> dict[str, tuple[str, ...]]:
+    """lesson -> the effkit functions its withheld answers call that stay whole (``Manifest.tools``)."""
+    return {m.id: m.tools for m in manifests() if m.withheld}
+
+
 def lesson_order(assignment_id: str) -> tuple:
     """Sort key that puts lesson2 before lesson10 (digit runs compare as numbers)."""
     return tuple(

@@ -29,6 +29,10 @@ class Manifest:
     # effkit functions that *are* this exercise's answer (the lesson says so): in this lesson's
     # workers their bodies raise (grader.sandbox.learner_view), so one line calling effkit earns nothing
     withheld: tuple[str, ...] = ()
+    # effkit functions a withheld answer calls that are no answer themselves: a tool the lesson hands
+    # its learners (a byte counter) or one the lesson's worker runs the learner's result with. Kept
+    # whole, and the search for the answer's helpers and twins does not go through them
+    tools: tuple[str, ...] = ()
     # graded on counts (bytes, epochs, memory), not on a clock: tests may run it beside timed work
     clocked: bool = True
 
@@ -39,10 +43,11 @@ class Manifest:
             raise ValueError(
                 f"{self.id}: worker_modules must name the package's worker-side modules, e.g. ('probes',)"
             )
-        bad = [w for w in self.withheld if not w.startswith("effkit.") or w.count(".") < 2]
+        named = (*self.withheld, *self.tools)
+        bad = [w for w in named if not w.startswith("effkit.") or w.count(".") < 2]
         if bad:
             raise ValueError(
-                f"{self.id}: withheld names effkit functions as 'effkit.module.function', not {bad}"
+                f"{self.id}: withheld and tools name effkit functions as 'effkit.module.function', not {bad}"
             )
         if min(self.reference_grading_s, self.stub_grading_s) <= 0:
             raise ValueError(f"{self.id}: grading times are measured wall seconds, above 0")

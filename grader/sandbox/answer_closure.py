@@ -2,7 +2,8 @@
 
 An answer (``learner_view.WITHHELD``) brings along the effkit functions it calls (its helpers) and every
 function whose code is a copy or a variant of one of those (a twin, under any name, in any module), and
-their helpers in turn. Names alone withheld ``effkit.length_buckets.bucket_batches`` while its twin in
+their helpers in turn; the tools a lesson hands its learners (``Manifest.tools``: a measuring helper, a
+shared normalisation) stay whole and are not followed. Names alone withheld ``effkit.length_buckets.bucket_batches`` while its twin in
 ``effkit.workloads.bert.batching`` and its helpers stayed whole: one call and eight lines of glue earned
 lesson 7's five cells (issue 52). Standard library only.
 """
@@ -164,12 +165,15 @@ def is_twin(candidate: list[str], answer: list[str]) -> bool:
     return shared >= MIN_SHARED and shared >= MIN_SHARE * min(len(candidate), len(answer))
 
 
-def answer_closure(seeds: list[str], root: Path, package: str = "effkit") -> dict[str, str]:
+def answer_closure(
+    seeds: list[str], root: Path, package: str = "effkit", keep: tuple[str, ...] = ()
+) -> dict[str, str]:
     """Every function of ``package`` under ``root`` that implements one of ``seeds`` (dotted names):
-    the seeds, their helpers and twins, to a fixed point. Maps each to the seed it serves; a seed
-    that names no function is an error (a renamed answer must not go quietly unwithheld)."""
+    the seeds, their helpers and twins, to a fixed point, less ``keep`` (tools the lesson or its
+    worker uses: never withheld, never followed). Maps each to the seed it serves; a seed or a kept
+    name that names no function is an error (a renamed answer must not go quietly unwithheld)."""
     table, shapes = _parsed(root, package)
-    missing = [s for s in seeds if s not in table]
+    missing = [s for s in [*seeds, *keep] if s not in table]
     if missing:
         raise LookupError(f"withheld answer {missing[0]} is not a function under {root / package}")
     found = {s: s for s in seeds}
@@ -178,7 +182,7 @@ def answer_closure(seeds: list[str], root: Path, package: str = "effkit") -> dic
         name = todo.pop()
         related = callees(table[name], table, package)
         related |= {other for other in table if is_twin(shapes[other], shapes[name])}
-        for other in sorted(related - set(found)):
+        for other in sorted(related - set(found) - set(keep)):
             found[other] = found[name]
             todo.append(other)
     return found

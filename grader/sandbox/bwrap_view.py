@@ -107,10 +107,10 @@ def view_args(
                 args += ["--size", "1024", "--perms", "0000", "--tmpfs", str(path)]
     else:
         args += _repository_view(root, lesson, fds)
-    data = os.environ.get(
-        "EFFKIT_DATA"
-    )  # the course's data sets (kept in the worker's environment)
-    if data and Path(data).is_dir():
+    # the course's data sets, for the grader's own workers: a learner's finds none in any worker
+    # (launch.learner_env), so that no folder tells the probe worker from the timed one
+    data = os.environ.get("EFFKIT_DATA")
+    if grader_only and data and Path(data).is_dir():
         args += ["--ro-bind", str(Path(data).resolve()), data]
     if expose is not None:
         args += ["--ro-bind", str(expose), exposed_at]

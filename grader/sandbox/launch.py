@@ -7,6 +7,7 @@ the /proc walk apply.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import glob
 import os
@@ -73,7 +74,29 @@ class Limits:
     memory_mb: int = 4096  # whole tree; torch + a BERT worker needs ~1.5 GB
     pids: int = 128  # DataLoader workers and threads count; a fork bomb stops here
     tmp_mb: int = 256  # size of the worker's /tmp tmpfs (its working directory lives there)
-    file_mb: int = 256  # RLIMIT_FSIZE: no single file larger
+    # RLIMIT_FSIZE: no single file larger. The timed worker's commit is one memfd of up to 2 GiB; every
+    # worker gets that same limit, which learner code reads with getrlimit: one value tells no worker
+    # from another, and every place a worker can write is a size-capped tmpfs (the room is the same)
+    file_mb: int = 2048
+
+
+def learner_env() -> dict[str, str]:
+    """What every worker that runs learner code finds in its environment besides ``ENV_KEEP``, the
+    probe worker and the timed one alike (issue 52: the timed worker told itself apart by its
+    variables and its inputs folder, ``$EFFKIT_GRADER_DATA``, set by :func:`launch` for both): no host
+    data folder (effkit's caches in the private home, seeded by the parent where a run needs them),
+    threads that sleep at barriers."""
+    return {"EFFKIT_DATA": "", "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+
+
+@functools.cache
+def empty_inputs() -> Path:
+    """An empty, root-owned, read-only folder shown at ``EXPOSED_AT`` to a learner's worker that gets
+    no inputs: the folder is there in every learner worker, filled only where the parent fills it."""
+    path = Path(tempfile.mkdtemp(prefix="effkit-no-inputs-"))
+    path.chmod(0o555)
+    atexit.register(lambda: shutil.rmtree(path, ignore_errors=True))
+    return path
 
 
 def is_root() -> bool:
@@ -170,6 +193,10 @@ def launch(
     unavailable: list[str] = []
     root = is_root()
     env = {k: os.environ[k] for k in ENV_KEEP if k in os.environ}
+    # the same variables, and as root the same inputs folder, in every learner worker
+    if not grader_only:
+        expose = expose or (empty_inputs() if root else None)
+        env.update(learner_env())
     env.update(env_extra or {})
     nodes = sorted(glob.glob(GPU_NODES)) if no_gpu else []
     if no_gpu:

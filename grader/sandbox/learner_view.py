@@ -54,6 +54,7 @@ _CORE = (
 # workers their bodies raise, so one line that calls effkit earns nothing (issue 42). Copying the
 # code from the lesson into a cell is not stopped here.
 WITHHELD: dict[str, tuple[str, ...]] = assignments.withheld()
+TOOLS: dict[str, tuple[str, ...]] = assignments.tools()  # what those answers call that stays whole
 WORKER_MODULES: tuple[str, ...] = _CORE + assignments.worker_modules()
 
 
@@ -106,7 +107,8 @@ def withheld_files(
         return {}
     table = functions(root)
     out: dict[Path, dict[str, str | None]] = {}
-    for dotted, answer in answer_closure(seeds, root).items():
+    keep = TOOLS.get(lesson or "", ())
+    for dotted, answer in answer_closure(seeds, root, keep=keep).items():
         fn = table[dotted]
         out.setdefault(fn.path, {})[fn.qualname] = None if dotted == answer else answer
     return out

@@ -72,7 +72,11 @@ class ProbeSession:
         evt_r, evt_w = os.pipe()
         cmd_r, cmd_w = os.pipe()
         widen(evt_r)  # tensors and files come back this way: 1 MiB a read
-        env = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+        # one thread, as the timed worker on a CPU (its spec pins it to one core with one thread)
+        env = {
+            "OMP_NUM_THREADS": "1",
+            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
+        }
         try:
             self.log = tempfile.NamedTemporaryFile(
                 prefix="effkit-probe-", suffix=".log", delete=False

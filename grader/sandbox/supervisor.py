@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from grader.sandbox.channel import ChannelError, PipeReader, widen
 from grader.sandbox.commit import SEALS
-from grader.sandbox.launch import Limits, launch
+from grader.sandbox.launch import Limits, launch, learner_env
 
 if TYPE_CHECKING:
     from grader.sandbox.box import Sandbox
@@ -245,7 +245,7 @@ def start_worker(
     # policy than with PASSIVE (threads sleep at barriers), and both recipes slowed alike, which
     # squeezed a correct solution's speedup to ~1.0x. Both workers get the same setting. An empty
     # EFFKIT_DATA sends effkit's caches (the BERT tokenizer) to the worker's private home.
-    env = {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"), "EFFKIT_DATA": ""}
+    env = learner_env()  # the learner's worker gets it anyway: the baseline runs as it does
     cores = None
     if cpu_cores and hasattr(os, "sched_getaffinity"):
         cores = sorted(os.sched_getaffinity(0))[
@@ -254,7 +254,7 @@ def start_worker(
         env["OMP_NUM_THREADS"] = str(len(cores))
     # A commit's memfd is one file of up to MAX_BLOB_BYTES (RLIMIT_FSIZE counts it); every place a
     # worker can write is a size-limited tmpfs and memory is its cgroup's: the larger cap adds no room.
-    limits = Limits(memory_mb=8192, pids=256, file_mb=MAX_BLOB_BYTES >> 20)
+    limits = Limits(memory_mb=8192, pids=256, file_mb=MAX_BLOB_BYTES >> 20)  # file_mb: the default
     try:
         box = launch(
             "grader.sandbox.worker",
@@ -266,6 +266,8 @@ def start_worker(
             cores=cores,
             expose=inputs,
             grader_only=role == "baseline",
+            # the lesson's answers withheld as in its probe worker: the same view of effkit in both
+            lesson=None if role == "baseline" else config["assignment_module"].split(".")[-2],
         )
     finally:
         os.close(evt_w)

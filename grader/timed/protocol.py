@@ -97,7 +97,6 @@ def _measure(
                 inputs=reveal.exposed,
             )
         data = runtime.GraderData(workdir, spec, device)  # writes sets while workers import
-        reveal.show_shared(data)  # a run's training set and initial weights: at its first chunk
         out.phases_s["data"] = _clock() - t_start
         # Said as each phase ends (seconds since the grading began): a grading stopped from outside
         # (a lease, a job limit) writes no report, and its log must still say where the time went.
@@ -133,6 +132,9 @@ def _measure(
         if loaded["reference_reused"]:
             out.problems.append(loaded["reference_reused"])
             return out
+        # Only now the warm-up set and caches: while the learner's cells ran, its inputs folder was
+        # as empty as the probe worker's (a run's training set and initial weights: at its first chunk)
+        reveal.show_shared(data)
         hooks = dict(spec.hooks, epochs=1)
         limit = spec.startup_timeout_s
         for w in (a, b):  # warm-up: allocator, thread pools, lazy imports; not scored

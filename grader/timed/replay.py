@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from grader.sandbox.commit import encode, load_state
+from grader.timed.updates import compare, tensors_apart, tensors_differ, untouched, update
 
 # Bounds, calibrated on honest and forged gradings (grader/README.md, threat model "training off the clock"; figures in
 # benchmarks/results/lesson2-work-check-30-xeon-amx-2c.json). Honest chunk-0 cosines vary with the two
@@ -35,6 +36,14 @@ LOSS_TOLERANCE = (1e-4, 0.05)  # absolute, relative: bf16 1.6% at most, half a b
 KEPT_COSINE = 0.99
 KEPT_SIZE_BAND = (0.9, 1.1)
 REPLAYS_PER_RUN = 2  # chunks drawn per scored run (among chunks 1..K-1; chunk 0 needs no replay)
+# An exact replay, tensor by tensor (issue 52): the whole update's cosine is the large tensors', so a
+# step whose backward stops short of some layers on some steps can keep it above the bound. Each
+# trained tensor of at least updates.TENSOR_MIN_NUMEL values must pass the cosine the whole update
+# must, and where that replay is exact as measured (a floor of 0.99 or more) its size within
+# TENSOR_SIZE_BAND: under Adam a layer skipped one step in four keeps its direction (cosine
+# 0.9999998) and loses a quarter of its size (tests/test_replay_tensors.py); honest replays here
+# match every tensor at 1.0000000 and 1.000x.
+TENSOR_SIZE_BAND = (0.8, 1.25)
 
 
 class Reveal:
@@ -142,37 +151,6 @@ def _without_batches(state: dict) -> bytes:
     return encode({k: v for k, v in state.items() if k != "kept"})
 
 
-def update(start: dict, end: dict) -> torch.Tensor:
-    """The flat change of the trained parameters (floats; not BatchNorm's running statistics)."""
-    keys = [k for k, v in start.items() if v.is_floating_point() and "running_" not in k]
-    if any(k not in end or end[k].shape != start[k].shape for k in keys):
-        raise ValueError("the committed weights do not fit the model")
-    return torch.cat([(end[k].double() - start[k].double()).reshape(-1) for k in keys])
-
-
-def untouched(start: dict, mine: dict, ref_start: dict, ref: dict) -> list[str]:
-    """Trained tensors the baseline's chunk changed and the learner's left exactly as they were
-    (frozen layers make a step cheaper; honest training never leaves a whole trained tensor still)."""
-    return [
-        k
-        for k, v in start.items()
-        if v.is_floating_point()
-        and "running_" not in k
-        and k in mine
-        and torch.equal(mine[k], v)
-        and not torch.equal(ref[k], ref_start[k])
-    ]
-
-
-def compare(mine: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
-    """(cosine, norm ratio) of the learner's update against a reference update."""
-    n_mine, n_ref = float(mine.norm()), float(ref.norm())
-    if n_ref == 0:
-        return float("nan"), float("inf")
-    cos = float(mine @ ref) / (n_mine * n_ref) if n_mine > 0 else 0.0
-    return cos, n_mine / n_ref
-
-
 def _start(commits: Commits, data, role: str, r: int, c: int) -> dict:
     if c == 0:
         return torch.load(data.init_paths[r], map_location="cpu", weights_only=True)
@@ -234,14 +212,29 @@ def check_work(
             batches = mine if mine is not None and "x" in mine else None
             end = _replay(baseline, commits, reveal, spec, begin_of(r), r, c, batches, timeout_s)
             start_model = commits.state("learner", r, c - 1)["model"]
-            cos, ratio = compare(
-                update(start_model, commits.state("learner", r, c)["model"]),
-                update(start_model, end["model"]),
-            )
+            mine_model = commits.state("learner", r, c)["model"]
+            cos, ratio = compare(update(start_model, mine_model), update(start_model, end["model"]))
             against = "replay of your batches" if batches is not None else "replay"
+            apart = tensors_apart(start_model, mine_model, end["model"])
             out.work_checks.append(
                 {"run": r, "chunk": c, "against": against, "cosine": cos, "ratio": ratio}
+                | ({"tensor": list(apart[0])} if apart else {})
             )
+            (lo, hi), least = SIZE_BAND, MIN_COSINE
+            if batches is not None:
+                (lo, hi), least = KEPT_SIZE_BAND, KEPT_COSINE
+            elif spec.replay_scored:
+                least = spec.replay_cosine
+            exact = batches is not None or spec.replay_scored  # the very batches, the same masks
+            band = TENSOR_SIZE_BAND if least >= KEPT_COSINE else (lo, hi)
+            differ = tensors_differ(apart, least, band) if exact else []
+            if differ and not any(f"run {r + 1}," in p and "tensor" in p for p in problems):
+                problems.append(
+                    f"run {r + 1}, timed chunk {c + 1}: {len(differ)} trained tensor(s) changed "
+                    f"unlike the grader's replay of the same batches from your weights "
+                    f"({', '.join(differ[:3])}): a step that does not update what the recipe's "
+                    "step updates is not the recipe's step"
+                )
             if spec.replay_losses and mine is not None and "losses" in mine:  # held to the replay's
                 differ = losses_differ(mine["losses"], (end.get("kept") or {}).get("losses"))
                 out.work_checks[-1]["losses"] = differ or "match"
@@ -251,11 +244,6 @@ def check_work(
                         f"grader's replay of the same batches from your weights ({differ}): a step "
                         "that trains on part of each batch is not the recipe's step"
                     )
-            (lo, hi), least = SIZE_BAND, MIN_COSINE
-            if batches is not None:
-                (lo, hi), least = KEPT_SIZE_BAND, KEPT_COSINE
-            elif spec.replay_scored:
-                least = spec.replay_cosine
             if cos >= least and lo <= ratio <= hi:
                 continue
             if batches is not None or spec.replay_scored:  # the very batches the chunk trained on

@@ -10,4 +10,12 @@ MANIFEST = Manifest(
     reference_grading_s=113,
     stub_grading_s=119,
     points={"test_contract": 3, "test_augmentation": 2, "test_speed": 5, "test_quiz": 2},
+    # the reference pipeline under any seed or parameters, however reached (issue 52): the batch
+    # judge compares against one seed's batches only; normalize is the recipe's own, shared
+    withheld=(
+        "effkit.workloads.cifar.pipelines.DevicePipeline.__init__",
+        "effkit.workloads.cifar.pipelines.DevicePipeline.__iter__",
+        "effkit.workloads.cifar.pipelines.DevicePipeline.augment",
+    ),
+    tools=("effkit.workloads.cifar.pipelines.normalize",),
 )

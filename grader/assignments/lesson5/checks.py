@@ -25,11 +25,15 @@ from grader.kit.checks import CheckFailed, Context, expect, quiz_check, received
 
 TOLERANCE = 1e-5  # relative gradient error: checkpointing changes no arithmetic
 MATCH = 1e-4  # "your gradient is what this mistake gives"
-# The memory step passes when the worker's peak growth is at most what the plan keeps plus this
-# share of what checkpointing frees (plain - plan), i.e. it released at least half. Measured here
-# (2 cores, no GPU, busy): the reference grows by 0.29-0.35 of the plain stack's bytes, a forward
-# that keeps its activations and re-runs blocks under no_grad by 1.17-1.23; the limit is ~0.53.
+# The memory step passes when the worker's peak growth is at most what the plan keeps, plus this
+# share of what checkpointing frees (plain - plan), plus OVERHEAD of the plain stack's bytes (the
+# step's own working memory: a block recomputed, its gradients). Measured here (2 cores, no GPU,
+# busy), in shares of the plain stack's bytes: the reference grows by 0.24-0.30 above what its plan
+# keeps, on the every-block and the partial plans alike; a forward that keeps its activations and
+# re-runs blocks under no_grad by 1.17-1.23 in all. The limit sits halfway for every plan:
+# every-block 0.77 (reference 0.29-0.35), partial (3 of 6 blocks) ~1.0 (reference ~0.82).
 RELEASED = 0.5
+OVERHEAD = 0.25
 
 SETUP_SOURCE = """\
 import functools
@@ -167,46 +171,57 @@ def _forward(ctx: Context, seed: int, plan: CheckpointPlan, shape: tuple[int, in
     return f"{plan.describe(cc.N_BLOCKS)}: gradients equal to the plain stack's (relative error {err:.0e})"
 
 
-def _check_released(ctx: Context, seed: int) -> None:
+def _check_released(ctx: Context, seed: int, plans: list[CheckpointPlan]) -> None:
     """Checkpointing judged by its effect, not by events learner code can produce (a counter of
-    forward calls is satisfied by re-running a block whose activations were kept): one more step,
-    every block checkpointed, on a batch drawn here so large that activations dominate; the
-    worker's memory is the kernel's peak charge of its cgroup since before any learner cell ran
-    (`ProbeSession.memory_growth`), which no sandboxed process can lower. The plain stack's
-    activation bytes and the plan's are measured here, on this process's own stack."""
-    shape, plan = cc.memory_shape(ctx.rng), CheckpointPlan.everything(cc.N_BLOCKS)
-    passed = _forward(ctx, seed, plan, shape)
-    growth = getattr(ctx.session, "memory_growth", lambda: None)()
-    expect(
-        growth is not None,
-        f"{plan.describe(cc.N_BLOCKS)}: the grader could not read the worker's memory, "
-        "so it cannot see whether the activations were released",
-    )
+    forward calls is satisfied by re-running a block whose activations were kept): each graded plan
+    once more, on a batch drawn here so large that activations dominate; the worker's memory is the
+    kernel's peak charge of its cgroup since before any learner cell ran
+    (`ProbeSession.memory_growth`), which no sandboxed process can lower. Only the every-block plan
+    was measured once, so a forward honest there alone kept every other plan's activations (issue
+    52): now every plan is, in the order of what it may keep, each held to the peak so far (a peak
+    only rises). The plain stack's activation bytes and each plan's are measured here, on this
+    process's own stack."""
+    shape = cc.memory_shape(ctx.rng)
+    growth = getattr(ctx.session, "memory_growth", lambda: None)
     # every saved tensor of a block is a fixed number of bytes per token (27,840 plain, 1,536 with
     # every block checkpointed, at any batch and length): measured on the small batch and scaled
     stack, (x, _) = cc.build_stack(seed), cc.draw_batch(seed + 1)
     per_token = shape[0] * shape[1] / (cc.BATCH * cc.SEQ)
-    plain, kept = (round(plan_bytes(stack, x, p) * per_token) for p in (CheckpointPlan(), plan))
-    limit = kept + RELEASED * (plain - kept)
-    mib = f"{growth / 2**20:.0f} MiB at its peak; the plain stack keeps {plain / 2**20:.0f} MiB of activations for "
-    mib += f"backward, this plan {kept / 2**20:.0f} MiB (batch {shape[0]}x{shape[1]}, measured by the grader)"
-    expect(
-        growth <= limit,
-        f"{plan.describe(cc.N_BLOCKS)}: the gradients are right, but the activations were not "
-        f"released: the worker's memory grew by {mib}. A checkpointed block keeps only its input "
-        "and torch.utils.checkpoint recomputes the rest in backward, one block at a time; "
-        "running a block again whose activations you kept saves no memory",
-    )
-    ctx.ok(f"{passed}; activations released: the worker's memory grew by {mib}")
+    plain = round(plan_bytes(stack, x, CheckpointPlan()) * per_token)
+    measured = sorted((round(plan_bytes(stack, x, p) * per_token), p) for p in plans)
+    for kept, plan in measured:
+        passed = _forward(ctx, seed, plan, shape)
+        grew = growth()
+        expect(
+            grew is not None,
+            f"{plan.describe(cc.N_BLOCKS)}: the grader could not read the worker's memory, "
+            "so it cannot see whether the activations were released",
+        )
+        limit = kept + OVERHEAD * plain + RELEASED * (plain - kept)
+        mib = f"{grew / 2**20:.0f} MiB at its peak; the plain stack keeps {plain / 2**20:.0f} MiB of activations for "
+        mib += f"backward, this plan {kept / 2**20:.0f} MiB (batch {shape[0]}x{shape[1]}, measured by the grader)"
+        expect(
+            grew <= limit,
+            f"{plan.describe(cc.N_BLOCKS)}: the gradients are right, but the activations were not "
+            f"released: the worker's memory grew by {mib}. A checkpointed block keeps only its "
+            "input (and, in a selective plan, what it saves) and torch.utils.checkpoint recomputes "
+            "the rest in backward, one block at a time; running a block again whose activations "
+            "you kept saves no memory",
+        )
+        ctx.ok(
+            f"{passed}; activations released: the worker's memory grew by {mib} "
+            f"({(grew - kept) / plain:.2f} of the plain stack's above the plan's, limit {(limit - kept) / plain:.2f})"
+        )
 
 
 def check_gradients(ctx: Context) -> None:
     _refuse_reference(ctx)
     seed = ctx.rng.randrange(1 << 20)
     ops = cc.ops_in(cc.build_stack(seed), cc.draw_batch(seed + 1)[0])
-    for plan in _forward_plans(ctx, ops):
+    plans = _forward_plans(ctx, ops)
+    for plan in plans:
         ctx.ok(_forward(ctx, seed, plan, (cc.BATCH, cc.SEQ)))
-    _check_released(ctx, seed)
+    _check_released(ctx, seed, [*plans, CheckpointPlan.everything(cc.N_BLOCKS)])
 
 
 CELL_CHECKS = {

@@ -16,4 +16,13 @@ MANIFEST = Manifest(
         "test_least_recompute": 1,
         "test_quiz": 2,
     },
+    # the planner (the source-text check saw only its name); the byte counter is the lesson's tool,
+    # and the worker applies and runs every plan with apply_plan and run_blocks (plan_checks), so
+    # those stay: a checkpointed_forward built on them is still refused by name only
+    withheld=("effkit.checkpoint_plan.plan_for_budget",),
+    tools=(
+        "effkit.act_checkpoint.saved_activation_bytes",
+        "effkit.checkpoint_plan.apply_plan",
+        "effkit.checkpoint_plan.run_blocks",
+    ),
 )

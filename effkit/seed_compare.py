@@ -66,7 +66,7 @@ def separation(a: Sequence[float | None], b: Sequence[float | None]) -> Separati
     return Separation(va, vb, side, p)
 
 
-def spread(xs: Sequence[float | None], fmt: str = "{:.1f}") -> str:
+def seed_range(xs: Sequence[float | None], fmt: str = "{:.1f}") -> str:
     """A per-seed range for printing: "5.1-6.0", "5.1-not reached", or one value."""
     vals = sorted(_values(xs))
     shown = ["not reached" if math.isinf(v) else fmt.format(v) for v in (vals[0], vals[-1])]

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from effkit.seed_compare import separation, spread
+from effkit.seed_compare import seed_range, separation
 
 
 def test_separation_p_is_the_share_of_orderings_with_that_side():
@@ -36,7 +36,7 @@ def test_words_call_one_seed_each_no_evidence_and_three_evidence():
     assert "no difference these seeds can show" in mixed
 
 
-def test_spread_prints_a_range_or_one_value():
-    assert spread([6.0, 5.1, 5.5]) == "5.1-6.0"
-    assert spread([5.1, None]) == "5.1-not reached"
-    assert spread([7.25]) == "7.2"
+def test_seed_range_prints_a_range_or_one_value():
+    assert seed_range([6.0, 5.1, 5.5]) == "5.1-6.0"
+    assert seed_range([5.1, None]) == "5.1-not reached"
+    assert seed_range([7.25]) == "7.2"

@@ -73,6 +73,12 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
         "with 2 seeds a 'below every seed' ordering has permutation p = 1/6: not evidence",
     ),
     (
+        "04_bigger_batches",
+        r"\{hits\[a\] / hits\[b\]:\.2f\}x \(one seed; perfect scaling \{b // a\}x\)\"\)",
+        "the noise-scale model predicted 1.54x, the sweep measured 3.45x, and the summary printed both"
+        " without a verdict: it now says which, within the evaluation grid's bounds",
+    ),
+    (
         "05_activation_checkpointing",
         r"checkpointing can make\s*\n?#?\s*training \*faster\*",
         "the lesson's own GPU demo measured 0.92x: the A/B decides, the text does not",

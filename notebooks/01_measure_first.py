@@ -629,16 +629,19 @@ plt.show()
 # %% [markdown]
 # ## Your turn
 #
-# Measure the **optimized** CIFAR recipe's throughput with `throughput()` and its MFU. It
-# computes in bf16 where the device has it (see `describe()["precision"]`): divide by the peak
-# of *that* precision. Change the cell, run it, and compare with the naive recipe's MFU above.
+# Measure the **optimized** CIFAR recipe's throughput with `throughput()` and its MFU. Its
+# precision is "auto": on a GPU, bf16 where the GPU has it (else fp16); on a CPU, bf16 only where
+# `effkit.precision_probe` timed the recipe's own model faster in bf16 than in fp32 — bf16 units
+# alone do not make it faster. `describe()["precision"]` says what it chose ("off" is fp32):
+# divide by the peak of *that* precision. Change the cell, run it, and compare with the naive
+# recipe's MFU above.
 
 # %%
 optimized = cifar.build("optimized", PROFILE)
 precision = optimized.describe()["precision"]
 opt_sps, _ = throughput(optimized, repeats=1)
 # your turn: count its FLOPs per image with train_flops (as in section 3) and compute its MFU
-# against lesson.peak_flops_for(DEVICE, "bf16" if precision == "bf16" else "fp32")
+# against lesson.peak_flops_for(DEVICE, "fp32" if precision == "off" else precision)
 print(f"optimized CIFAR ({precision}): {opt_sps:.0f} images/s on {DEVICE_NAME},"
       f" {opt_sps / cifar_sps:.1f}x the naive recipe's images/s (different models!)")
 

@@ -42,6 +42,16 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
     ),
     (
         "01_measure_first",
+        r"steps with the\n# clock stopped",
+        "train_to_target puts every evaluation on the clock, as section 2 says",
+    ),
+    (
+        "01_measure_first",
+        r"computes in bf16 where the device has it",
+        "on a CPU 'auto' picks bf16 only where the probe timed it faster (effkit.precision_probe)",
+    ),
+    (
+        "01_measure_first",
         r"one run per batch size, so training noise",
         "time-to-target from one seed per batch: each batch size now trains from several seeds",
     ),

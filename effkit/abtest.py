@@ -113,12 +113,16 @@ def compare(
     max_seconds: float | None = None,
     confidence: float = 0.95,
     progress: Callable[[int, float], None] | None = None,
+    before: Callable[[str], None] | None = None,
+    after: Callable[[str], None] | None = None,
 ) -> ABResult:
     """Time ``a`` and ``b`` interleaved and return the median speed ratio B/A.
 
     Each callable runs once per repeat and may return its work count (samples) so throughput is
     compared; otherwise the ratio is of 1/time. Stops after ``min_pairs`` once the CI half-width is
-    within ``rel_ci`` of the ratio, or at ``max_pairs`` / ``max_seconds``.
+    within ``rel_ci`` of the ratio, or at ``max_pairs`` / ``max_seconds``. ``before(side)`` and
+    ``after(side)`` ("a" or "b") run untimed around each burst: e.g. a trainer's ``resume()`` and
+    ``pause()``, so a DataLoader's worker start-up stays out of a steady-state burst.
     """
     if min_pairs < 1 or max_pairs < min_pairs:
         raise ValueError(f"need 1 <= min_pairs <= max_pairs, got {min_pairs}, {max_pairs}")
@@ -127,7 +131,10 @@ def compare(
     b_speeds: list[float] = []
     ratios: list[float] = []
     for i, (sa, sb) in enumerate(
-        islice(speed_pairs(a, b, device=device, warmup=warmup), max_pairs)
+        islice(
+            speed_pairs(a, b, device=device, warmup=warmup, before=before, after=after),
+            max_pairs,
+        )
     ):
         a_speeds.append(sa)
         b_speeds.append(sb)

@@ -79,3 +79,32 @@ def measure_noise_scale(
 def steps_to_target_model(batch: float, s_min: float, b_noise: float) -> float:
     """McCandlish et al.'s prediction of optimizer steps to a target at batch size ``batch``."""
     return s_min * (1 + b_noise / batch)
+
+
+def steps_bracket(
+    curve: list[tuple[int, float]], target: float, batch: int
+) -> tuple[int, int] | None:
+    """(fewest, most) steps to ``target`` that a run's evaluations allow, None if never reached.
+
+    ``curve`` is [(samples seen, accuracy)] at each evaluation. A run is only *seen* reaching the
+    target at an evaluation, so it got there after the evaluation before: a coarse grid turns
+    "steps to target" into an interval, and a ratio of two runs into a wider one.
+    """
+    hit = next((n for n, acc in curve if acc >= target), None)
+    if hit is None:
+        return None
+    before = [n for n, _ in curve if n < hit]
+    return (before[-1] if before else 0) // batch + 1, hit // batch
+
+
+def model_verdict(predicted: float, low: float, high: float) -> str:
+    """McCandlish et al.'s predicted step cut against the cut a sweep allows, [low, high]."""
+    if predicted < low:
+        return (
+            "the model predicted fewer saved steps than the sweep's lowest bound: it under-predicts"
+        )
+    if predicted > high:
+        return (
+            "the model predicted more saved steps than the sweep's highest bound: it over-predicts"
+        )
+    return "the prediction lies within what the evaluation grid allows: consistent"

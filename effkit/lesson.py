@@ -72,6 +72,8 @@ def ab(
     threshold: float = 1.0,
     dev: torch.device | None = None,
     quiet: bool = False,
+    before: Callable[[str], None] | None = None,
+    after: Callable[[str], None] | None = None,
 ) -> ABResult:
     """`compare(a, b)` for ``pairs`` pairs, then more (up to ``max_pairs``, default 2 x ``pairs``)
     until the interval is tight (half-width <= ``rel_ci`` of the ratio); prints the verdict.
@@ -79,6 +81,7 @@ def ab(
     Each callable does one burst of work and returns its sample count. The result carries the
     verdict as ``result.verdict`` (see `effkit.abtest.verdict`), reworded as "no evidence either
     way" when the interval is wider than a factor ``WIDE``, and marked as not evidence in smoke.
+    ``before``/``after`` run untimed around each burst (see `effkit.abtest.compare`).
     """
     from tqdm.auto import tqdm
 
@@ -98,7 +101,15 @@ def ab(
         bar.set_postfix(ratio=f"{ratio:.2f}x")
 
     result = compare(
-        a, b, device=dev, min_pairs=pairs, max_pairs=max_pairs, rel_ci=rel_ci, progress=tick
+        a,
+        b,
+        device=dev,
+        min_pairs=pairs,
+        max_pairs=max_pairs,
+        rel_ci=rel_ci,
+        progress=tick,
+        before=before,
+        after=after,
     )
     bar.close()
     result.verdict = lesson_verdict(result, a_label, b_label, threshold)  # type: ignore[attr-defined]

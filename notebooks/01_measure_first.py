@@ -25,8 +25,11 @@
 # and then let the numbers name the top bottleneck. Every figure is printed next to the device it
 # was measured on, and every conclusion is computed from the measurement above it.
 #
-# **Run time**: about 1.8 min in `cpu` (110 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`); 47 s in `smoke` (a 2-core AMD EPYC VM,
-# nothing else running); `gpu`: 99 s on an H100 80GB HBM3.
+# **Run time**: about 3 min in `cpu`, an estimate until it is recorded again: 110 s recorded on a
+# quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28 (the outputs in `docs/recorded/`), before
+# the steady-state pipeline A/B (12-step bursts) and three seeds per batch size came in, which
+# add roughly 75 s there; 47 s in `smoke` (a 2-core AMD EPYC VM, nothing else running; the smoke
+# sizes did not grow); `gpu`: 99 s on an H100 80GB HBM3, before the three seeds.
 #
 # **Profiles.** `EFFKIT_PROFILE` picks the experiment size: `cpu` (the default without a GPU:
 # small real models, effects you can see in minutes), `gpu` (the default with one: the full
@@ -40,6 +43,7 @@
 # %%
 # %matplotlib inline
 import itertools
+import math
 import statistics
 from pathlib import Path
 
@@ -59,7 +63,9 @@ from effkit.measure import (
     run_precision,
     train_flops,
 )
+from effkit.percentiles import percentile_ci
 from effkit.profiling import profile_steps
+from effkit.seed_compare import seed_range, separation
 from effkit.stopping_coverage import stopping_rule_coverage
 from effkit.workloads import bert, cifar
 from effkit.workloads.bert import batching
@@ -73,11 +79,11 @@ DEVICE_NAME = device_name(DEVICE)
 # This lesson's experiment sizes per profile; the recipes' own sizes live in their profiles.
 SIZES = {
     "smoke": dict(steps=2, repeats=3, batches=(100, 800), ab_steps=1, epochs=2, target=0.80,
-                  wait_steps=8, pipe_steps=3, pairs=6),
+                  wait_steps=8, pipe_steps=3, pairs=6, restarts=3, seeds=(0,)),
     "cpu": dict(steps=3, repeats=3, batches=(250, 1000), ab_steps=1, epochs=1, target=None,
-                wait_steps=8, pipe_steps=2, pairs=6),
+                wait_steps=8, pipe_steps=12, pairs=6, restarts=7, seeds=(0, 1, 2)),
     "gpu": dict(steps=20, repeats=5, batches=(1024, 8192), ab_steps=10, epochs=12, target=None,
-                wait_steps=None, pipe_steps=20, pairs=10),
+                wait_steps=None, pipe_steps=20, pairs=10, restarts=7, seeds=(0, 1, 2)),
 }[PROFILE]
 DOLLARS_PER_HOUR = 3.00 if DEVICE.type == "cuda" else 0.10  # example prices: put in yours
 print(f"profile {PROFILE!r} on {DEVICE_NAME}")
@@ -218,8 +224,9 @@ small, big = SIZES["batches"]
 target = {} if SIZES["target"] is None else {"target": SIZES["target"]}
 
 
-def fast_recipe(batch):
-    return cifar.build("optimized", PROFILE, batch_size=batch, epochs=SIZES["epochs"], **target)
+def fast_recipe(batch, seed=0):
+    return cifar.build("optimized", PROFILE, batch_size=batch, epochs=SIZES["epochs"], seed=seed,
+                       **target)
 
 
 a, b, k = fast_recipe(small), fast_recipe(big), SIZES["ab_steps"]
@@ -230,15 +237,22 @@ lesson.check_guess(GUESS_BIG_BATCH_SPEEDUP, batch_ab.ratio, "big-batch speed-up"
 
 # %% [markdown]
 # Now train each from scratch (`compare` advanced the schedules of `a` and `b`: build fresh ones)
-# and record accuracy against time. `train_to_target` evaluates every `eval_every` steps with the
-# clock stopped and remembers when the target was first reached.
+# and record accuracy against time. `train_to_target` evaluates every `eval_every` steps, each
+# evaluation on the clock, and remembers when the target was first reached.
+#
+# One training run is one draw: another seed (other initial weights, another data order) reaches
+# the target at another time, and with evaluations every `eval_every` steps a run can only reach it
+# at an evaluation. So each batch size trains from several seeds, and a difference counts only if
+# every run of one batch size lands on one side of every run of the other
+# (`effkit.seed_compare`: with 3 seeds each, that happens by chance 1 time in 20 per side).
 
 # %%
-runs = {}
-for batch in (small, big):
-    trainer = fast_recipe(batch)
-    runs[batch] = train_to_target(trainer, eval_every=trainer.eval_every,
-                                  device_label=DEVICE_NAME)
+runs = {}  # (batch, seed) -> RunResult
+for seed in SIZES["seeds"]:
+    for batch in (small, big):
+        trainer = fast_recipe(batch, seed)
+        runs[batch, seed] = train_to_target(trainer, eval_every=trainer.eval_every,
+                                            device_label=DEVICE_NAME)
 
 
 # %%
@@ -252,12 +266,13 @@ def epochs_to_target(run, batch):
     return None if hit is None else hit["step"] * batch / run.config["n_train"]
 
 
-print(f"target {runs[small].target:.0%} held-out accuracy, on {DEVICE_NAME}")
-for batch, run in runs.items():
+goal = runs[small, SIZES["seeds"][0]].target
+print(f"target {goal:.0%} held-out accuracy, on {DEVICE_NAME}{lesson.cifar_data_note(naive_cifar)}")
+for (batch, seed), run in runs.items():
     per_epoch = run.train_seconds / (run.samples / run.config["n_train"])
     spent = run.time_to_target_s or run.train_seconds
     needed = epochs_to_target(run, batch)
-    print(f"batch {batch:5d}: epoch {per_epoch:5.1f} s, time-to-target "
+    print(f"batch {batch:5d}, seed {seed}: epoch {per_epoch:5.1f} s, time-to-target "
           f"{fmt_s(run.time_to_target_s):>11} after "
           f"{'-' if needed is None else f'{needed:.2f}'} epochs,"
           f" cost ${cost_to_target(spent, DOLLARS_PER_HOUR):.5f} at ${DOLLARS_PER_HOUR:.2f}/h,"
@@ -265,50 +280,48 @@ for batch, run in runs.items():
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-for batch, run in runs.items():
+colours = {small: "tab:blue", big: "tab:orange"}
+for (batch, seed), run in runs.items():
     seconds = [h["seconds"] for h in run.history]
     epochs = [h["step"] * batch / run.config["n_train"] for h in run.history]
     accuracy = [h["accuracy"] for h in run.history]
-    axes[0].plot(seconds, accuracy, "o-", label=f"batch {batch}")
-    axes[1].plot(epochs, accuracy, "o-", label=f"batch {batch}")
-for ax, xlabel in zip(axes, ("training time (s)", "epochs"), strict=True):
-    ax.axhline(runs[small].target, color="gray", ls="--", label="target")
+    label = f"batch {batch}" if seed == SIZES["seeds"][0] else None  # one legend entry per batch
+    axes[0].plot(seconds, accuracy, "o-", color=colours[batch], alpha=0.7, label=label)
+    axes[1].plot(epochs, accuracy, "o-", color=colours[batch], alpha=0.7, label=label)
+for ax, xlabel in zip(axes, ("time, evaluations included (s)", "epochs"), strict=True):
+    ax.axhline(goal, color="gray", ls="--", label="target")
     ax.set(xlabel=xlabel, ylabel="held-out accuracy")
     ax.legend()
-fig.suptitle(f"Time-to-target vs epochs — {DEVICE_NAME}")
+fig.suptitle(f"Time-to-target vs epochs, seeds {list(SIZES['seeds'])} — {DEVICE_NAME}")
 plt.show()
 
 # %%
 # The conclusion is computed from the two measurements: throughput (an interval over pairs) and
-# time-to-target (one run each: training noise between seeds is not covered).
-ttt_small, ttt_big = runs[small].time_to_target_s, runs[big].time_to_target_s
-big_later = ttt_small is not None and (ttt_big is None or ttt_big > ttt_small)
-if ttt_small is None and ttt_big is None:
-    ttt_words = "neither run reached the target"
-elif ttt_big is None:
-    ttt_words = f"batch {big} did not reach the target, batch {small} did in {fmt_s(ttt_small)}"
-elif big_later:
-    ttt_words = f"batch {big} reached the target later ({fmt_s(ttt_big)} vs {fmt_s(ttt_small)})"
-else:
-    ttt_words = (f"batch {big} reached the target no later ({fmt_s(ttt_big)} vs"
-                 f" {fmt_s(ttt_small)})")
+# time-to-target (one run per seed: a difference counts only where every run of one batch size
+# is on one side of every run of the other, at a chance level effkit.seed_compare states).
+ttt = {batch: [runs[batch, s].time_to_target_s for s in SIZES["seeds"]] for batch in (small, big)}
+sep = separation(ttt[small], ttt[big])
+ttt_words = (f"time-to-target over seeds {list(SIZES['seeds'])}: batch {small}"
+             f" {seed_range(ttt[small], '{:.1f} s')}, batch {big} {seed_range(ttt[big], '{:.1f} s')}: "
+             + sep.words(f"batch-{small}", f"batch-{big}", "later", "earlier"))
+shown = sep.p_one_sided <= 0.05  # below that, an ordering of seeds is not evidence
 speed_word = batch_ab.verdict.word
-if speed_word == "faster" and big_later:
-    batch_conclusion = (f"batch {big} is faster per image, yet {ttt_words}: epoch time would"
-                        " have picked the wrong recipe")
-elif speed_word == "faster":
-    batch_conclusion = (f"batch {big} is faster per image and {ttt_words}: here the two"
-                        " agree, which you only know because you measured both")
+if speed_word == "faster" and shown and sep.side == "b above":
+    batch_conclusion = (f"batch {big} is faster per image, yet reached the target later in every"
+                        f" seed: epoch time would have picked the wrong recipe ({ttt_words})")
+elif speed_word == "faster" and shown and sep.side == "b below":
+    batch_conclusion = (f"batch {big} is faster per image and reached the target earlier in every"
+                        f" seed: here the two agree, which you only know because you measured"
+                        f" both ({ttt_words})")
 else:
-    batch_conclusion = (f"throughput: {speed_word} (batch {big} vs {small}); time-to-target:"
-                        f" {ttt_words}")
-needed = {batch: epochs_to_target(run, batch) for batch, run in runs.items()}
-if all(needed.values()):
-    batch_conclusion += (f"; epochs to the target: {needed[big]:.2f} at batch {big} vs"
-                         f" {needed[small]:.2f} at batch {small}")
+    batch_conclusion = f"throughput: {speed_word} (batch {big} vs {small}); {ttt_words}"
+needed = {batch: [epochs_to_target(runs[batch, s], batch) for s in SIZES["seeds"]]
+          for batch in (small, big)}
+batch_conclusion += (f"; epochs to the target: {seed_range(needed[big], '{:.2f}')} at batch {big} vs"
+                     f" {seed_range(needed[small], '{:.2f}')} at batch {small}")
 print(batch_conclusion)
-print("(time-to-target: one run per batch size, so training noise between seeds is not"
-      " covered: repeat with other seeds before generalising)")
+small_costs = [cost_to_target(runs[small, s].time_to_target_s or runs[small, s].train_seconds,
+                              DOLLARS_PER_HOUR) for s in SIZES["seeds"]]
 
 # %% [markdown]
 # Cost-to-target is time-to-target times the price per hour (`cost_to_target`). A run that never
@@ -380,24 +393,41 @@ else:
 #
 # `DataWaitSplit` wraps the batch iterator and splits loop time into time spent inside `next()`
 # (waiting for the input pipeline) and everything else. Here is the naive CIFAR recipe's own
-# step — fp32 forward, loss, backward, SGD — over `wait_steps` steps of a fresh epoch.
+# step — fp32 forward, loss, backward, SGD — over `wait_steps` steps of one pass over the data.
+#
+# A pass has two regimes. When it starts, the DataLoader starts its worker processes and the loop
+# waits for the first batch: a cost paid **once per epoch**. After that, the workers prepare the
+# next batches while the model computes: a cost paid **every step**. A measurement that mixes
+# them answers neither question, so we time the two apart: here the timer starts after the
+# pass's start-up and two untimed steps.
 
 # %%
 split = DataWaitSplit(DEVICE)
 optimizer = naive_cifar.optimizer
-steps = itertools.islice(naive_cifar.pipeline, SIZES["wait_steps"])  # None: the whole epoch
-for x, y in tqdm(split.wrap(steps), total=SIZES["wait_steps"] or len(naive_cifar.pipeline)):
+
+
+def step_on(x, y):
+    """The naive recipe's step: fp32 forward, loss, backward, SGD. Returns the images."""
     loss = loss_fn(model(x), y)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
-print(f"naive CIFAR on {DEVICE_NAME}: {split.total_s:.1f} s, of which "
-      f"{split.data_s:.1f} s waiting for data = {split.data_share:.0%}")
+    return len(y)
+
+
+batches = iter(naive_cifar.pipeline)  # a fresh pass: its workers start here, untimed
+for x, y in itertools.islice(batches, 2):  # and their prefetch queue fills behind two steps
+    step_on(x, y)
+wait_steps = SIZES["wait_steps"] or naive_cifar.steps_per_epoch - 2  # None: the rest of the epoch
+for x, y in tqdm(split.wrap(itertools.islice(batches, wait_steps)), total=wait_steps):
+    step_on(x, y)
+del batches  # the pass ends here: its workers exit
+print(f"naive CIFAR on {DEVICE_NAME}, {wait_steps} steps after the start-up: {split.total_s:.1f} s,"
+      f" of which {split.data_s:.1f} s waiting for data = {split.data_share:.0%}")
 
 # %% [markdown]
-# A fresh epoch also restarts the DataLoader's worker processes: a real cost of this recipe,
-# counted. And leaving the loop early is safe — the wrapper books the time in a `finally` when
-# the loop lets go of it:
+# Leaving the loop early is safe — the wrapper books the time in a `finally` when the loop lets
+# go of it:
 
 # %%
 early = DataWaitSplit(DEVICE)
@@ -410,33 +440,42 @@ print(f"after a `break`: total_s = {early.total_s:.2e} s (booked: {early.total_s
 # But `next()` only measures the time the loop **waits**. The naive pipeline's 2 worker
 # processes prepare batches *in parallel* — on the same CPU cores the model computes on. The
 # time they steal from the model is invisible to a data-wait timer. To see the whole cost of
-# the input pipeline, A/B the same training step with and without it: A reads batches from the
-# pipeline, B trains on one fixed, already prepared batch (no pipeline at all).
+# the input pipeline, A/B the same training step with and without it: A is the recipe's own
+# `train_steps`, reading batches from its pipeline; B trains on one fixed, already prepared batch
+# (no pipeline at all).
+#
+# A must be in steady state, as in the middle of an epoch. Building a new iterator for every
+# burst would not be: each burst would pay a worker start-up, and the workers would prepare a full
+# prefetch queue (workers × `prefetch_factor` batches) for a burst that uses only a few of them —
+# an earlier version of this lesson did that with 2-step bursts and reported the start-up as a
+# per-step cost. So the trainer's `resume()` starts the workers and fills their queue **before**
+# each A burst, untimed, and `pause()` stops them after it, so that they do not take cores from B
+# (`lesson.ab`'s `before`/`after` hooks run off the clock). With the queue full, the workers
+# prepare one batch for each one the burst takes, as in the middle of an epoch. (Had they been
+# slower than the model, the steady state would have an empty queue, and the burst's first
+# `prefetch` batches would come free: the timer above would show it, as a large wait.)
 
 # %%
 fixed_x, fixed_y = next(iter(naive_cifar.pipeline))
 step_batches = SIZES["pipe_steps"]
+loader = naive_cifar.pipeline.loader
+prefetch = loader.num_workers * (loader.prefetch_factor or 0)
 
 
-def step_on(x, y):
-    loss = loss_fn(model(x), y)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-    return len(y)
-
-
-def with_pipeline():
-    return sum(step_on(x, y) for x, y in itertools.islice(naive_cifar.pipeline, step_batches))
+def with_pipeline():  # the recipe's steps, on its pass over the pipeline (resumed off the clock)
+    return naive_cifar.train_steps(step_batches).samples
 
 
 def without_pipeline():
     return sum(step_on(fixed_x, fixed_y) for _ in range(step_batches))
 
 
-pipeline_ab = lesson.ab("naive CIFAR: with vs without its input pipeline", with_pipeline,
-                        without_pipeline, pairs=SIZES["pairs"], a_label="with the pipeline",
-                        b_label="compute only", unit="images/s")
+around = {"a": (naive_cifar.resume, naive_cifar.pause), "b": (lambda: None, lambda: None)}
+print(f"bursts of {step_batches} steps; the workers keep {prefetch} batches prepared ahead")
+pipeline_ab = lesson.ab("naive CIFAR: with vs without its input pipeline, steady state",
+                        with_pipeline, without_pipeline, pairs=SIZES["pairs"],
+                        a_label="with the pipeline", b_label="compute only", unit="images/s",
+                        before=lambda side: around[side][0](), after=lambda side: around[side][1]())
 
 
 def lost_share(result):
@@ -445,29 +484,36 @@ def lost_share(result):
 
 
 pipe_share = lost_share(pipeline_ab)
-print(f"time lost to the input pipeline: {pipe_share[0]:.0%} (interval {pipe_share[1]:.0%}-"
-      f"{pipe_share[2]:.0%}); the data-wait timer saw {split.data_share:.0%}")
-
-# Each A burst starts a fresh pass over the pipeline: it pays one worker start-up per burst,
-# where the recipe pays one per epoch. How much of the loss is that start-up?
-starts = []
-for _ in range(3):
-    with StepTimer(DEVICE) as timer:
-        next(iter(naive_cifar.pipeline))
-    starts.append(timer.seconds)
-startup_s = statistics.median(starts)
-a_burst_s = step_batches * len(fixed_y) / pipeline_ab.a_median
-b_burst_s = step_batches * len(fixed_y) / pipeline_ab.b_median
-steady = max(0.0, 1 - b_burst_s / max(a_burst_s - startup_s, b_burst_s))
-print(f"worker start-up + first batch: {startup_s:.2f} s (median of 3), in every {step_batches}-step"
-      f" A burst; the recipe pays it once per {naive_cifar.steps_per_epoch} steps."
-      f" Without it, roughly {steady:.0%} of the step time (an estimate: no interval)")
+print(f"time lost to the input pipeline in steady state: {pipe_share[0]:.0%} (interval"
+      f" {pipe_share[1]:.0%}-{pipe_share[2]:.0%}); the data-wait timer saw {split.data_share:.0%}")
 
 # %% [markdown]
-# Weigh per-epoch costs as the recipe does: the A/B above pays a worker start-up every few steps,
-# the recipe once per epoch, so the A/B overstates that part — the estimate without it is the
-# steady-state cost. How much the workers steal depends on how many idle cores the machine has:
-# measure it wherever you train.
+# The once-per-epoch cost on its own: a new pass starts the workers, and the loop waits for its
+# first batch while nothing computes. (The extra batches the workers prepare ahead at the start
+# are not lost: the epoch's last steps use them while the workers have nothing left to do.) Time
+# it a few times and take the median, with its order-statistic interval, then weigh it as the
+# recipe pays it: once per epoch of steady-state steps.
+
+# %%
+restarts = []
+for _ in tqdm(range(SIZES["restarts"]), desc="worker start-up + first batch"):
+    with StepTimer(DEVICE) as timer:
+        first = iter(naive_cifar.pipeline)
+        next(first)
+    del first  # shut the workers down, off the clock
+    restarts.append(timer.seconds)
+restart = percentile_ci(restarts, 50)
+epoch_s = naive_cifar.steps_per_epoch * len(fixed_y) / pipeline_ab.a_median  # steady state
+# Too few starts give no interval (an unbounded end): then the share's interval is all of 0-100%.
+bounds = (restart.value, max(restart.low, 0.0), restart.high)
+restart_share = tuple(1.0 if math.isinf(r) else r / (r + epoch_s) for r in bounds)
+print(f"worker start-up + first batch: {restart.describe('s', '{:.2f}')}; once per epoch of"
+      f" {naive_cifar.steps_per_epoch} steps ({epoch_s:.1f} s in steady state):"
+      f" {restart_share[0]:.1%} of an epoch (interval {restart_share[1]:.1%}-{restart_share[2]:.1%})")
+
+# %% [markdown]
+# How much the workers steal every step depends on how many idle cores the machine has, and the
+# start-up on how fast it starts processes: measure both wherever you train.
 #
 # ## 5. A profiler trace
 #
@@ -502,7 +548,9 @@ print(f"{prof.outside_ops_ms:10.1f} ms  outside every operator (the `ProfilerSte
 # Only compare like with like: a **share of one workload's training time** against another share
 # of *the same* workload's time. A CIFAR share and a BERT share are fractions of different
 # clocks, so we never rank one against the other: each workload gets its own verdict.
-# For CIFAR we have the time lost to the input pipeline (section 4). For BERT, the padding share
+# For CIFAR we have two (section 4): the input pipeline's cost in every step and the workers'
+# start-up once per epoch, both shares of CIFAR's own time, so they may be ranked against each
+# other (only where their intervals do not overlap). For BERT, the padding share
 # of *tokens* (section 1) is not a time share: measure it. A/B the naive BERT step on a batch
 # padded to 128 tokens (A) against the same sentences padded only to their own longest row
 # (B, "dynamic padding" — lesson 7).
@@ -535,7 +583,8 @@ print(f"time lost to padding: {pad_time[0]:.0%} (interval {pad_time[1]:.0%}-{pad
       f" {pad_share:.0%} of the tokens were padding")
 
 # %%
-waste = {f"CIFAR: input pipeline (start-up every {step_batches} steps)": (pipe_share, "lesson 2"),
+waste = {"CIFAR: input pipeline, every step": (pipe_share, "lesson 2"),
+         "CIFAR: worker start-up, once per epoch": (restart_share, "lesson 2 (`persistent_workers`)"),
          "BERT: padding to 128 tokens": (pad_time, "lesson 7")}
 
 
@@ -543,8 +592,17 @@ def waste_verdict(name, share, fixed_in):
     """One workload's measured waste, worded only as far as its interval allows."""
     mid, lo, hi = share
     if lo > 0:
-        return f"{name}: {mid:.0%} of its step time (interval {lo:.0%}-{hi:.0%}) — fixed in {fixed_in}"
-    return f"{name}: no evidence of time lost (interval {lo:.0%}-{hi:.0%} includes 0)"
+        return f"{name}: {mid:.1%} of its time (interval {lo:.1%}-{hi:.1%}) — fixed in {fixed_in}"
+    return f"{name}: no evidence of time lost (interval {lo:.1%}-{hi:.1%} includes 0)"
+
+
+def larger_cifar_cost(per_step, per_epoch):
+    """Which CIFAR cost is larger, only where the two intervals do not overlap."""
+    if per_step[1] > per_epoch[2]:
+        return "the per-step pipeline cost is the larger CIFAR cost (the intervals do not overlap)"
+    if per_epoch[1] > per_step[2]:
+        return "the per-epoch worker start-up is the larger CIFAR cost (the intervals do not overlap)"
+    return "the two CIFAR costs' intervals overlap: neither is shown to be the larger"
 
 
 verdicts = [waste_verdict(name, share, where) for name, (share, where) in waste.items()]
@@ -553,6 +611,8 @@ top_op = prof.top_ops[0][0]
 print(f"Measured waste on {DEVICE_NAME}, each a share of its own workload's step time:")
 for line in verdicts:
     print(f"* {line}")
+cifar_ranking = larger_cifar_cost(pipe_share, restart_share)
+print(f"CIFAR: {cifar_ranking}")
 print(f"The profiler's most expensive operator in the naive CIFAR step: {top_op}"
       f" ({prof.top_ops[0][1]:.1f} ms; {prof.outside_ops_ms:.1f} ms outside every operator)")
 
@@ -569,16 +629,19 @@ plt.show()
 # %% [markdown]
 # ## Your turn
 #
-# Measure the **optimized** CIFAR recipe's throughput with `throughput()` and its MFU. It
-# computes in bf16 where the device has it (see `describe()["precision"]`): divide by the peak
-# of *that* precision. Change the cell, run it, and compare with the naive recipe's MFU above.
+# Measure the **optimized** CIFAR recipe's throughput with `throughput()` and its MFU. Its
+# precision is "auto": on a GPU, bf16 where the GPU has it (else fp16); on a CPU, bf16 only where
+# `effkit.precision_probe` timed the recipe's own model faster in bf16 than in fp32 — bf16 units
+# alone do not make it faster. `describe()["precision"]` says what it chose ("off" is fp32):
+# divide by the peak of *that* precision. Change the cell, run it, and compare with the naive
+# recipe's MFU above.
 
 # %%
 optimized = cifar.build("optimized", PROFILE)
 precision = optimized.describe()["precision"]
 opt_sps, _ = throughput(optimized, repeats=1)
 # your turn: count its FLOPs per image with train_flops (as in section 3) and compute its MFU
-# against lesson.peak_flops_for(DEVICE, "bf16" if precision == "bf16" else "fp32")
+# against lesson.peak_flops_for(DEVICE, "fp32" if precision == "off" else precision)
 print(f"optimized CIFAR ({precision}): {opt_sps:.0f} images/s on {DEVICE_NAME},"
       f" {opt_sps / cifar_sps:.1f}x the naive recipe's images/s (different models!)")
 
@@ -606,14 +669,15 @@ print(f"* throughput: naive CIFAR {cifar_sps:.0f} images/s; naive BERT {bert_sps
       f" sentences/s = {bert_tps:.0f} real tokens/s ({pad_share:.0%} of tokens are padding)")
 print(f"* batch {big} vs {small}: {batch_ab.verdict}")
 print(f"* time-to-target: {batch_conclusion}")
-print(f"* cost-to-target at ${DOLLARS_PER_HOUR:.2f}/h (batch {small}):"
-      f" ${cost_to_target(ttt_small or runs[small].train_seconds, DOLLARS_PER_HOUR):.5f}")
+print(f"* cost-to-target at ${DOLLARS_PER_HOUR:.2f}/h (batch {small}, seeds {list(SIZES['seeds'])}):"
+      f" ${seed_range(small_costs, '{:.5f}')} (a run that missed the target: its whole cost)")
 print(f"* MFU against the peak of the precision each ran in: CIFAR ({cifar_precision})"
       f" {'unknown' if cifar_mfu is None else f'{cifar_mfu:.1%}'}, BERT ({bert_precision})"
       f" {'unknown' if bert_mfu is None else f'{bert_mfu:.1%}'}")
-print(f"* input pipeline: the data-wait timer saw {split.data_share:.0%};"
-      f" the A/B without it: {pipe_share[0]:.0%} of the step time with a worker start-up every"
-      f" {step_batches} steps, roughly {steady:.0%} without")
+print(f"* input pipeline in steady state: the data-wait timer saw {split.data_share:.0%}; the A/B"
+      f" without it: {pipe_share[0]:.0%} of the step time (interval {pipe_share[1]:.0%}-"
+      f"{pipe_share[2]:.0%}); worker start-up once per epoch: {restart.value:.2f} s ="
+      f" {restart_share[0]:.1%} of an epoch; {cifar_ranking}")
 print(f"* padding: {pad_time[0]:.0%} of BERT's step time ({pad_share:.0%} of its tokens)")
 print(f"* measured waste per workload: {top_bottleneck}")
 

@@ -14,7 +14,8 @@
 # # Lesson 2 — Feed the accelerator
 #
 # **Goal:** make the naive CIFAR-10 recipe stop waiting for data, one change at a time, and
-# prove with measurements that each change made training faster — and did not change accuracy.
+# measure whether each change made training faster — in steady state, at epoch starts, and over
+# whole runs — and whether accuracy changed (over several seeds: one run proves nothing).
 # Lesson 1 measured two things: the time the loop waits in `next()`, and the whole cost of the
 # input pipeline (an A/B without it), which also counts the cores its workers take. Here we:
 #
@@ -26,8 +27,11 @@
 # measuring every change A/B against the naive recipe with `effkit.lesson.ab`, only the input
 # pipeline swapped (`cifar.build(..., pipeline=...)`).
 #
-# **Run time**: about 1.7 min in `cpu` (104 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`); 50 s in `smoke` (a 2-core AMD EPYC VM,
-# nothing else running); `gpu`: over 4 min on an H100 80GB HBM3 (stopped at 235 s, 2026-11-23).
+# **Run time**: about 5 min in `cpu`, an estimate until it is recorded again: 104 s recorded on a
+# quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28 (the outputs in `docs/recorded/`), before
+# the steady-state A/Bs (12-step bursts), the timed epoch starts and three one-epoch seeds per
+# pipeline came in (roughly 3 min more there); 50 s in `smoke` (a 2-core AMD EPYC VM, nothing else
+# running); `gpu`: over 4 min on an H100 80GB HBM3 (stopped at 235 s, 2026-11-23).
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only). You will predict twice, and tune a loader yourself in *Your turn*. The
@@ -35,9 +39,9 @@
 
 # %%
 # %matplotlib inline
-import copy
 import functools
 import itertools
+import math
 import os
 import statistics
 
@@ -49,6 +53,7 @@ from tqdm.auto import tqdm
 
 from effkit import lesson
 from effkit.measure import StepTimer, device_name
+from effkit.seed_compare import separation
 from effkit.workloads import bert, cifar
 from effkit.workloads.bert import batching
 from effkit.workloads.cifar import DevicePipeline, TorchvisionPipeline
@@ -59,11 +64,14 @@ PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
 DEVICE = lesson.device()
 DEVICE_NAME = device_name(DEVICE)
 # This lesson's experiment sizes per profile; the recipe's own sizes live in its profile.
-# ab_images: the training images one A/B burst trains on (one whole epoch of that subset).
+# ab_steps: the training steps of one steady-state A/B burst; restarts: timed epoch starts.
 SIZES = {
-    "smoke": dict(ab_images=512, pairs=6, sweep_batches=6, text_batches=8, epochs=1, seeds=1),
-    "cpu": dict(ab_images=256, pairs=6, sweep_batches=6, text_batches=10, epochs=0.25, seeds=1),
-    "gpu": dict(ab_images=10240, pairs=8, sweep_batches=40, text_batches=50, epochs=5, seeds=2),
+    "smoke": dict(ab_steps=4, pairs=6, restarts=1, sweep_batches=6, text_batches=8, epochs=1,
+                  seeds=1),
+    "cpu": dict(ab_steps=12, pairs=6, restarts=5, sweep_batches=6, text_batches=10, epochs=1,
+                seeds=3),
+    "gpu": dict(ab_steps=100, pairs=8, restarts=5, sweep_batches=40, text_batches=50, epochs=5,
+                seeds=3),
 }[PROFILE]
 print(f"profile {PROFILE!r} on {DEVICE_NAME}, {os.cpu_count()} CPU cores")
 
@@ -117,39 +125,57 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# ## How we measure: whole epochs, A against B
+# ## How we measure: steady state and epoch starts apart, then whole runs
 #
 # `lesson.ab` times a burst of training steps of each recipe, interleaved A B B A …, and says
 # *faster*, *slower* or *no clear difference* only as far as its interval (≥ 6 pairs) allows.
 # Training steps, not batches alone: a pipeline that is fast on its own but steals the cores the
 # model needs is not faster.
 #
-# One trap: **worker processes keep working while the other recipe's burst runs.** A DataLoader
-# prefetches `prefetch_factor × num_workers` batches in the background; with short bursts, A's
-# workers prepare A's next batches during B's turn — on B's cores — and A looks fast, B slow.
-# So every burst here is **one whole epoch** of a small subset of the training set: at the end of
-# an epoch a loader has nothing left to prefetch, and the next burst pays the worker start-up
-# each epoch really costs. The price: per-epoch costs weigh more in a short epoch than in a full
-# one — section 4 checks the A/B against whole runs on the full set.
+# A pipeline costs time in two ways (lesson 1, section 4): in **every step** (the workers'
+# batches, the loop's waits) and at **every epoch start** (starting the workers, waiting for the
+# first batch). We measure the two apart, then check both against whole training runs:
+#
+# * **steady state**: each burst is `ab_steps` steps of the recipe's own pass over the full
+#   training set. One trap: *worker processes keep working while the other recipe's burst runs*,
+#   on its cores. So, as `effkit.bench` does, each trainer's `resume()` starts its workers and
+#   fills their prefetch queue before its burst and `pause()` stops them after it, both off the
+#   clock (`lesson.ab`'s `before`/`after`). (A persistent loader keeps its worker processes
+#   across `pause()`; they finish the batches already asked for, then idle.) An earlier version
+#   of this lesson timed whole 2-step epochs of a 256-image subset instead: every burst paid a
+#   worker start-up and a full prefetch queue, and its 2.1-2.3x speed-ups did not survive whole
+#   runs (1.14x);
+# * **epoch start**: the time from a new pass to its first batch, timed on its own;
+# * **whole runs** (section 4): what a learner actually gets, from several seeds.
 
 # %%
-def on_subset(pipeline_cls, n=SIZES["ab_images"]):
-    """A pipeline factory over the first `n` training images (same class, same arguments)."""
-    def make(dataset, batch_size, device, seed=0):
-        part = copy.copy(dataset)
-        part.data, part.targets = dataset.data[:n], dataset.targets[:n]
-        return pipeline_cls(part, batch_size, device, seed)
-    return make
+def steady_ab(name, pipeline_a, pipeline_b, a_label, b_label):
+    """A/B of the naive recipe with two input pipelines, `ab_steps`-step bursts in steady state."""
+    a = cifar.build("naive", PROFILE, pipeline=pipeline_a)
+    b = cifar.build("naive", PROFILE, pipeline=pipeline_b)
+    trainers, k = {"a": a, "b": b}, SIZES["ab_steps"]
+    for trainer in trainers.values():
+        trainer.pause()  # no worker runs until its own burst
+    result = lesson.ab(name, lambda: a.train_steps(k).samples, lambda: b.train_steps(k).samples,
+                       pairs=SIZES["pairs"], a_label=a_label, b_label=b_label, unit="images/s",
+                       before=lambda side: trainers[side].resume(),
+                       after=lambda side: trainers[side].pause())
+    result.trainers = trainers  # for the epoch-start timing below
+    return result
 
 
-def epoch_ab(name, pipeline_a, pipeline_b, a_label, b_label):
-    """A/B of the naive recipe with two input pipelines; one burst = one epoch of the subset."""
-    a = cifar.build("naive", PROFILE, pipeline=on_subset(pipeline_a))
-    b = cifar.build("naive", PROFILE, pipeline=on_subset(pipeline_b))
-    steps = a.steps_per_epoch
-    return lesson.ab(name, lambda: a.train_steps(steps).samples,
-                     lambda: b.train_steps(steps).samples, pairs=SIZES["pairs"],
-                     a_label=a_label, b_label=b_label, unit="images/s")
+def epoch_start_s(trainer, repeats=SIZES["restarts"]):
+    """Median seconds from a new pass over the trainer's pipeline to its first batch."""
+    trainer.pause()
+    next(iter(trainer.pipeline))  # the first pass: a persistent loader starts its workers here
+    times = []
+    for _ in range(repeats):
+        with StepTimer(DEVICE) as timer:
+            first = iter(trainer.pipeline)
+            next(first)
+        del first  # a non-persistent loader's workers exit here, off the clock
+        times.append(timer.seconds)
+    return statistics.median(times)
 
 
 naive = cifar.build("naive", PROFILE)
@@ -243,8 +269,8 @@ else:  # batches are made in the training process: nothing to keep alive or pref
 print(f"tuned DataLoader: {tuned_desc}")
 
 # %%
-loader_ab = epoch_ab("naive -> tuned DataLoader", TorchvisionPipeline, tuned_loader,
-                     "naive (2 workers)", "tuned DataLoader")
+loader_ab = steady_ab("naive -> tuned DataLoader, steady state", TorchvisionPipeline, tuned_loader,
+                      "naive (2 workers)", "tuned DataLoader")
 
 # %% [markdown]
 # ## 2. Cache what does not change: tokenize once
@@ -326,8 +352,8 @@ lesson.check_guess(GUESS_CACHE_SPEEDUP, text_ab.ratio, "caching speed-up", "{:.1
 # (4 px zero padding, random flips).
 
 # %%
-device_ab = epoch_ab("naive -> DevicePipeline", TorchvisionPipeline, DevicePipeline,
-                     "naive (2 workers)", "DevicePipeline")
+device_ab = steady_ab("naive -> DevicePipeline, steady state", TorchvisionPipeline, DevicePipeline,
+                      "naive (2 workers)", "DevicePipeline")
 
 # %%
 lesson.plot_ab({f"tuned DataLoader\n({best_workers} workers)\nvs naive": loader_ab,
@@ -351,6 +377,21 @@ print(f"the naive baseline measured {loader_ab.a_median:,.0f} images/s in the fi
 # difference). Whether the two bars may be compared with *each other* depends on whether the
 # baseline ran at the same speed in both — the cell above checks, rather than assumes it.
 #
+# ### Epoch starts
+#
+# The bursts above never start a pass. What a new epoch costs each pipeline, timed on its own: a
+# non-persistent loader starts its workers again; a persistent one only hands them a new epoch's
+# indices; `DevicePipeline` draws a new permutation on the device.
+
+# %%
+starts = {"naive (2 workers)": epoch_start_s(device_ab.trainers["a"]),
+          "tuned DataLoader": epoch_start_s(loader_ab.trainers["b"]),
+          "DevicePipeline": epoch_start_s(device_ab.trainers["b"])}
+for name, start_s in starts.items():
+    print(f"{name:18}: {start_s:.3f} s from a new epoch to its first batch (median of"
+          f" {SIZES['restarts']}), once per {naive.steps_per_epoch} steps, on {DEVICE_NAME}")
+
+# %% [markdown]
 # ## 4. Same accuracy — and the same story over whole runs?
 #
 # A faster pipeline must feed the *same* training: same augmentation, every image once per
@@ -359,7 +400,8 @@ print(f"the naive baseline measured {loader_ab.a_median:,.0f} images/s in the fi
 # A/B above, their training times. Two kinds of noise blur the accuracy: the test set (an
 # accuracy `p` on `n` images has a standard error of `sqrt(p(1-p)/n)`), and training itself —
 # other random crops and flips give a different model. One run per pipeline only rules out
-# test-set noise; to rule out training noise, train several seeds (`SIZES["seeds"]`).
+# test-set noise; to rule out training noise, train several seeds (`SIZES["seeds"]`: 3 in `cpu`
+# and `gpu`, over at least one epoch, so every run pays an epoch start too).
 
 # %%
 epochs = {} if SIZES["epochs"] is None else {"epochs": SIZES["epochs"]}
@@ -392,22 +434,33 @@ accuracy_verdict = (f"within {noise}" if same
 print(f"DevicePipeline - naive: {delta_pp:+.1f} pp, standard error {se_pp:.1f} pp:"
       f" {accuracy_verdict}")
 run_ratio = statistics.mean(seconds["naive"]) / statistics.mean(seconds["DevicePipeline"])
-inside = device_ab.ci_low <= run_ratio <= device_ab.ci_high
-print(f"whole runs: DevicePipeline trained {run_ratio:.2f}x as fast as naive"
-      f" ({statistics.mean(seconds['DevicePipeline']):.1f} s vs"
-      f" {statistics.mean(seconds['naive']):.1f} s); the A/B said {device_ab.ratio:.2f}x"
-      f" [{device_ab.ci_low:.2f}-{device_ab.ci_high:.2f}]: "
-      + ("inside the A/B's interval: the two measurements agree" if inside else
-         "outside the A/B's interval. A candidate cause: the A/B's epochs are"
-         f" {SIZES['ab_images']} images, so per-epoch costs such as the naive loader's worker"
-         f" start-up weigh {result.config['n_train'] / SIZES['ab_images']:.0f}x more there than in"
-         " a full epoch; and one whole run per pipeline has no interval of its own"))
+per_seed = [n / d for n, d in zip(seconds["naive"], seconds["DevicePipeline"], strict=True)]
+run_order = separation(seconds["naive"], seconds["DevicePipeline"]).words(
+    "naive", "DevicePipeline", "slower", "faster")
+# What the two parts predict for a whole run: its steps at the steady-state speeds, plus one
+# epoch start per epoch (a point estimate: the A/B's interval is printed beside it).
+n_steps, n_epochs = result.steps, max(1, math.ceil(result.steps / naive.steps_per_epoch))
+batch = naive.describe()["batch_size"]
+predicted = ((n_steps * batch / device_ab.a_median + n_epochs * starts["naive (2 workers)"])
+             / (n_steps * batch / device_ab.b_median + n_epochs * starts["DevicePipeline"]))
+low, high = min(per_seed), max(per_seed)
+agrees = low <= predicted <= high if len(per_seed) > 1 else None
+whole_run_words = (
+    f"whole runs ({SIZES['seeds']} seed(s), {n_steps} steps): DevicePipeline trained"
+    f" {run_ratio:.2f}x as fast as naive (per seed {low:.2f}-{high:.2f}x; {run_order})")
+print(whole_run_words)
+print(f"steady-state A/B {device_ab.ratio:.2f}x [{device_ab.ci_low:.2f}-{device_ab.ci_high:.2f}]"
+      f" plus {n_epochs} epoch start(s) predict {predicted:.2f}x for these runs: "
+      + ("one seed: no per-seed range to hold the prediction against" if agrees is None else
+         "inside the per-seed range: the parts add up to the whole" if agrees else
+         "outside the per-seed range: the parts do not add up to the whole here; something the"
+         " bursts and the epoch-start timing leave out differs between whole runs"))
 
 # %% [markdown]
 # ## Your turn
 #
 # Tune the loader yourself: change `MY_WORKERS` and `MY_PREFETCH` below, run, and see what the
-# loader alone delivers. Then A/B your setting with training running: copy the `epoch_ab` call
+# loader alone delivers. Then A/B your setting with training running: copy the `steady_ab` call
 # from section 1 with `functools.partial(LoaderPipeline, num_workers=..., ...)`. Does the winner
 # of the loader-alone sweep win with training running, too?
 
@@ -437,14 +490,16 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=2)
 
 # %% tags=["summary"]
 print(lesson.summary_header(2, DEVICE_NAME, lesson.cifar_data_note(naive)))
-print(f"* naive recipe, 2-worker DataLoader: {loader_ab.a_median:.0f} images/s (one-epoch"
-      f" bursts of {SIZES['ab_images']} images)")
-print(f"* tuned DataLoader ({tuned_desc}): {loader_ab.verdict}")
-print(f"* DevicePipeline: {device_ab.verdict}")
+print(f"* {whole_run_words}")
+print(f"* steady state ({SIZES['ab_steps']}-step bursts, no epoch start): naive recipe, 2-worker"
+      f" DataLoader {loader_ab.a_median:.0f} images/s; tuned DataLoader ({tuned_desc}):"
+      f" {loader_ab.verdict}")
+print(f"* steady state: DevicePipeline: {device_ab.verdict}")
+print("* epoch start to first batch: " + ", ".join(f"{name} {start_s:.3f} s"
+                                                    for name, start_s in starts.items()))
 print(f"* building BERT batches (not training steps) from cached ids: {text_ab.verdict}")
 print(f"* accuracy naive {base:.1%} vs DevicePipeline {fast:.1%} ({SIZES['seeds']} seed(s)):"
       f" {delta_pp:+.1f} pp, {accuracy_verdict}")
-print(f"* whole runs: DevicePipeline {run_ratio:.2f}x as fast as naive")
 
 # %% [markdown]
 # ### Quiz and exercise

@@ -52,7 +52,12 @@ from tqdm.auto import tqdm
 
 from effkit import lesson, lesson_setup
 from effkit.accumulate import GradAccumulator
-from effkit.batch_size import measure_noise_scale, steps_to_target_model
+from effkit.batch_size import (
+    measure_noise_scale,
+    model_verdict,
+    steps_bracket,
+    steps_to_target_model,
+)
 from effkit.lesson_plots import learning_curves
 from effkit.measure import device_name, sync
 from effkit.schedules import scale_lr, warmup_cosine
@@ -478,6 +483,7 @@ print(f"gradient noise scale B_simple ~ {noise.b_simple:,.0f} samples"
 # %%
 sweep_curves = {}
 steps_needed = {}
+brackets = {}  # batch -> (fewest, most) steps to the target the evaluation grid allows
 sweep_total = sum(int(SIZES["sweep_epochs"] * SIZES["n_train"] / b) for b in SIZES["sweep"])
 with tqdm(total=sweep_total, desc="batch-size sweep", unit="step") as bar:
     for b in SIZES["sweep"]:
@@ -485,6 +491,8 @@ with tqdm(total=sweep_total, desc="batch-size sweep", unit="step") as bar:
         sweep_curves[b] = run
         hit = samples_to_target(run)
         steps_needed[b] = None if hit is None else hit // b
+        # Seen reaching the target only at an evaluation: after the one before, so a range.
+        brackets[b] = steps_bracket(run, TARGET, b)
 for b, steps in steps_needed.items():
     budget = int(SIZES["sweep_epochs"] * SIZES["n_train"] / b)
     print(f"batch {b:5d}, LR {scale_lr(0.1, 128, b):.3g}: "
@@ -606,10 +614,16 @@ print(f"* the effective batch 256 of section 3 is {side} the measured noise scal
       + (" cannot make up for half the steps" if side == "above" else " makes up for half the steps")
       + " — a model's prediction, checked against the sweep:")
 checks = [(a, b) for a, b in zip(ordered, ordered[1:], strict=False)] if math.isfinite(noise.b_simple) else []
+noise_verdicts = []
 for a, b in checks:
     predicted = steps_to_target_model(a, 1.0, noise.b_simple) / steps_to_target_model(b, 1.0, noise.b_simple)
+    (a_lo, a_hi), (b_lo, b_hi) = brackets[a], brackets[b]
+    cut_lo, cut_hi = a_lo / b_hi, a_hi / b_lo  # what the evaluation grid allows the cut to be
+    word = model_verdict(predicted, cut_lo, cut_hi)
+    noise_verdicts.append(word)
     print(f"  batch {a} -> {b}: the model predicts {predicted:.2f}x fewer steps, the sweep measured"
-          f" {hits[a] / hits[b]:.2f}x (one seed; perfect scaling {b // a}x)")
+          f" {hits[a] / hits[b]:.2f}x, {cut_lo:.2f}-{cut_hi:.2f}x within its evaluation grid"
+          f" (one seed; perfect scaling {b // a}x): {word}")
 if not checks:
     print("  fewer than two sweep batches reached the target (censored): nothing to check it against")
 

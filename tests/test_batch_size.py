@@ -48,3 +48,22 @@ def test_steps_model_halves_only_below_the_noise_scale():
         20, 100, 1000
     ) == pytest.approx(1.98, rel=0.01)
     assert steps_to_target_model(1e5, 100, 1000) / steps_to_target_model(2e5, 100, 1000) < 1.01
+
+
+def test_steps_bracket_is_the_interval_between_two_evaluations():
+    from effkit.batch_size import steps_bracket
+
+    curve = [(1280, 0.2), (2560, 0.4), (3840, 0.6)]  # evaluations every 10 steps at batch 128
+    assert steps_bracket(curve, 0.5, 128) == (21, 30)  # after step 20, by step 30
+    assert steps_bracket(curve, 0.1, 128) == (1, 10)  # at the first evaluation: from step 1
+    assert steps_bracket(curve, 0.9, 128) is None
+
+
+def test_model_verdict_says_which_side_of_the_sweep_the_prediction_falls():
+    """Lesson 4's recorded run: the model predicted 1.54x for 128 -> 512, the sweep allowed
+    >= 2.3x: the summary must say the model under-predicts, not print both and stop."""
+    from effkit.batch_size import model_verdict
+
+    assert "under-predicts" in model_verdict(1.54, 2.3, 3.45)
+    assert "over-predicts" in model_verdict(4.0, 2.3, 3.45)
+    assert "consistent" in model_verdict(3.0, 2.3, 3.45)

@@ -394,3 +394,30 @@ def test_learning_curves_draw_every_seed_one_legend_entry_per_recipe_and_the_tar
     assert ax.lines[-1].get_ydata()[0] == 0.8 and ax.get_title() == "t"
     with pytest.raises(ValueError, match="2 recipes but 1 colours"):
         learning_curves(curves, 0.8, ["red"], xlabel="x", ylabel="y", title="t")
+
+
+def test_ab_runs_before_and_after_each_burst_off_the_clock(monkeypatch):
+    """Lesson 1's steady-state pipeline A/B starts the DataLoader's workers in ``before`` (a
+    trainer's resume()) and stops them in ``after``: that start-up must not be timed."""
+    monkeypatch.setenv("EFFKIT_PROFILE", "cpu")
+    log = []
+
+    def burst(side):
+        def run():
+            log.append(side)
+            time.sleep(0.01)
+            return 1
+
+        return run
+
+    def slow_start(side):
+        log.append(f"before {side}")
+        if side == "a":
+            time.sleep(0.2)  # 20x the burst: timed, it would make B look 20x faster
+
+    result = lesson.ab(
+        "hooks", burst("a"), burst("b"), pairs=6, max_pairs=6, quiet=True,
+        before=slow_start, after=lambda side: log.append(f"after {side}"),
+    )  # fmt: skip
+    assert log[:6] == ["before a", "a", "after a", "before b", "b", "after b"]
+    assert result.ratio < 3, result  # A's 0.2 s start-up stayed out of its speed (median: load)

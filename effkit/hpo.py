@@ -40,6 +40,7 @@ class TuningTask:
         n_test: int = 4096,
         label_noise: float = 0.05,
         max_epochs: int = 9,
+        loss_scale: float = 1.0,
     ):
         g = torch.Generator().manual_seed(seed)
         w1 = torch.randn(dim, 32, generator=g) / math.sqrt(dim)
@@ -52,6 +53,9 @@ class TuningTask:
         self.x, self.y, self.x_val, self.y_val = x[:a], y[:a], x[a:b], y[a:b]
         self.x_test, self.y_test = x[b:], y[b:]
         self.dim, self.classes, self.width, self.max_epochs = dim, classes, width, max_epochs
+        # a constant times the loss (a sum instead of a mean, a loss weight): SGD's steps scale with
+        # it, so the best learning rate moves by 1 / loss_scale and the accuracies do not
+        self.loss_scale = loss_scale
 
     def trial(self, config: dict, seed: int) -> Trial:
         return Trial(self, config, seed)
@@ -89,7 +93,7 @@ class Trial:
                     self.config["batch_size"]
                 ):
                     self.opt.zero_grad()
-                    loss = F.cross_entropy(self.net(t.x[idx]), t.y[idx])
+                    loss = F.cross_entropy(self.net(t.x[idx]), t.y[idx]) * t.loss_scale
                     if not torch.isfinite(loss):
                         self.diverged = True
                         break

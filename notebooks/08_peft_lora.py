@@ -506,9 +506,10 @@ print(f"* your targets {MY_TARGETS}, r={MY_RANK}: {mine_ab.verdict}")
 # The quiz and the graded exercise are in `exercises/lesson8/`: write a LoRA layer and the
 # function that injects it (checked against peft's own outputs, gradients and merge), and write the
 # function that chooses a LoRA recipe for the constraints the grader draws for each grading (which
-# modules may carry adapters, how many bytes of gradient and AdamW state are allowed): it
-# fine-tunes your choice itself, against its own full fine-tuning — outside your notebook. Sections
-# 2 and 3 hold the arithmetic: the lesson's q, v at r = 8 does not fit every budget.
+# modules may carry adapters, how many bytes of gradient and AdamW state are allowed, and the half
+# of them a recipe must spend): it fine-tunes your choice itself, against its own full fine-tuning —
+# outside your notebook. Sections 2 and 3 hold the arithmetic: the budgets span ranks 4 to 31, so
+# the lesson's q, v at r = 8, or any rank fixed in advance, misses most of them.
 #
 # ### References
 #

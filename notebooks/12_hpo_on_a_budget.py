@@ -583,7 +583,10 @@ print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s in profile {P
 # allowed) that chooses configurations and stops trials; the grader runs the search on a task of
 # its own, trains every trial itself, and compares your choice with its own exhaustive grid. It
 # follows this lesson's roles: the batch size is held at 128 for every trial, and your search
-# chooses the learning rate and the weight decay. Its budget is counted in *epochs*: with the batch
+# chooses the learning rate and the weight decay. Its tasks multiply the loss by a scale drawn per
+# grading (0.25 to 64, as a summed loss or a loss weight would), which moves the best learning rate
+# by up to 2.4 decades: the configuration this lesson found is no answer there, a search is. Its
+# budget is counted in *epochs*: with the batch
 # size held, every epoch is the same work, so an epoch budget is a budget of seconds in units that
 # do not depend on the machine (the grader trains every trial itself; seconds would grade its
 # machine and its load, not your search).

@@ -55,7 +55,10 @@
 # successive halving works too.
 #
 # **How it is graded** (outside your notebook). The grader draws a task of its own (the lesson's
-# task family, `effkit.hpo.TuningTask`, with a seed you cannot know), creates your
+# task, `effkit.hpo.TuningTask`, with a seed you cannot know and its loss multiplied by a scale
+# drawn between 0.25 and 64, as a summed loss or a loss weight would: SGD's steps scale with it, so
+# the best learning rate lies anywhere from about 0.003 to 2 and the lesson's best configuration is
+# no answer here; search the learning rate on a log scale), creates your
 # `Search` in a separate process, and runs the loop above: it trains and evaluates every trial
 # itself; only your configurations and stop decisions cross. When the budget is spent it
 # **chooses**, among complete trials, the configuration with the best mean validation accuracy at

@@ -40,8 +40,10 @@
 #    `intermediate.dense`); `budget["layers"]`, how many times each name occurs (one per encoder
 #    layer); `budget["head_parameters"]`, the classifier the grader always trains whole; and
 #    `budget["max_state_bytes"]`, the gradient + AdamW state bytes allowed after the first step
-#    (fp32). Choose targets from the offer and a rank that fits the bytes: fixed names or a fixed
-#    rank fail some gradings. The task: all-MiniLM-L6-v2 (6 x 384) on short sentences with negation
+#    (fp32), and `budget["min_state_bytes"]`, half of it, the least your recipe must spend: the
+#    memory is what this job was given for capacity, and the drawn room spans ranks 4 to 31.
+#    Choose targets from the offer and a rank from the bytes: fixed names fail some gradings, a
+#    fixed rank (whichever) most of them. The task: all-MiniLM-L6-v2 (6 x 384) on short sentences with negation
 #    ("the plot was not clever ."), 80 AdamW steps of 16, sequences of 12 tokens.
 #
 # Write them with plain PyTorch; you may use peft in "Your turn" below to compare.
@@ -51,7 +53,7 @@
 # LoRA on the same weights and the same A and B (3 points: initialisation, output, gradients of A
 # and B only, trainable count, merge; 2 points: injection). Your recipe comes back as data: the
 # grader draws the budget, fine-tunes with peft itself, measures the gradient + AdamW state bytes
-# (over `budget["max_state_bytes"]`: no points) and the held-out accuracy against its own full
+# (over `budget["max_state_bytes"]` or under `budget["min_state_bytes"]`: no points) and the held-out accuracy against its own full
 # fine-tuning on the same task (no more than 5 points below) (3 points).
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -115,7 +117,7 @@ def lora_recipe(budget):
     # Each trained parameter costs 12 bytes here: an fp32 gradient and AdamW's two moments.
     trainable = budget["max_state_bytes"] // 12 - budget["head_parameters"]
     per_rank = budget["layers"] * sum(budget["modules"][m]["in"] + budget["modules"][m]["out"] for m in targets)
-    r = max(1, min(16, trainable // per_rank))  # the largest rank that fits, capped at 16
+    r = max(1, trainable // per_rank)  # the largest rank that fits: at least 3/4 of the bytes
     # alpha = 2r keeps the update's scale (alpha / r) as the rank changes; an LR ~20x full
     # fine-tuning's, because the adapters start at zero and are few (measured in the lesson).
     return {"target_modules": targets, "r": r, "lora_alpha": 2 * r, "lr": 1e-3}

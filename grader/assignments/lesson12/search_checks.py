@@ -201,7 +201,11 @@ def _why(run: SearchRun, chosen: dict | None) -> str:
             "matters most; a grid over the others cannot make up for it. Search it on a log scale"
         )
     if complete <= 1:
-        return "only one trial ran to the end: stop the weak ones early, but let several promising ones finish"
+        return (
+            "only one trial ran to the end: stop the weak ones early, but let several promising ones "
+            "finish (the best learning rate moves by decades from one of the grader's tasks to the "
+            "next: a configuration fixed in advance is not a search)"
+        )
     return (
         f"your search tried {len(run.trials)} configurations; explore more of them cheaply (stop the weak "
         "ones after an epoch or two) and sample the learning rate on a log scale"

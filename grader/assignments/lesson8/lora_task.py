@@ -192,12 +192,14 @@ def state_bytes(optimizer: torch.optim.Optimizer, params) -> int:
     return grads + states
 
 
-def finetune(seed: int, recipe: dict | None, memory_limit: int | None = None) -> dict:
+def finetune(
+    seed: int, recipe: dict | None, memory_limit: int | None = None, memory_floor: int = 0
+) -> dict:
     """Train the packaged encoder on the grader's task: fully (``recipe=None``) or with peft's LoRA.
 
     Returns accuracy on held-out sentences, gradient + AdamW state bytes (measured after the first
     step), trainable parameters and seconds. With ``memory_limit`` a run over it stops after that
-    first step (``"over": True``)."""
+    first step (``"over": True``), and so does one under ``memory_floor`` (``"under": True``)."""
     from peft import LoraConfig, get_peft_model
 
     threads = torch.get_num_threads()
@@ -226,10 +228,12 @@ def finetune(seed: int, recipe: dict | None, memory_limit: int | None = None) ->
             optimizer.step()
             if measured is None:
                 measured = state_bytes(optimizer, params)
-                if memory_limit is not None and measured > memory_limit:
+                over = memory_limit is not None and measured > memory_limit
+                if over or measured < memory_floor:
                     return {
                         "bytes": measured,
-                        "over": True,
+                        "over": over,
+                        "under": not over,
                         "trainable": sum(p.numel() for p in params),
                     }
             optimizer.zero_grad(set_to_none=True)

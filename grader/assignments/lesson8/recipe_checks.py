@@ -3,8 +3,10 @@
 ``lora_recipe(budget)`` gets this grading's constraints as plain data: the modules that may carry
 adapters (two of the three attention projections, drawn, and the FFN's input layer) and the bytes
 of gradient + AdamW state allowed. A recipe copied from the lesson (query, value at r 8) fails the
-draws that do not offer query or value, or allow fewer bytes than r 8 needs; one that picks its
-targets from the offer and its rank from the bytes passes every draw (calibration:
+draws that do not offer query or value, or allow fewer bytes than r 8 needs; a recipe that fixes its
+rank (any one value) spends less than the half of the budget it must in most draws, since the drawn
+room spans three octaves of rank; one that picks its targets from the offer and its rank from the
+bytes passes every draw (calibration:
 grader/assignments/lesson8/README.md). The answer crosses as JSON; this process builds the model
 with peft, counts the bytes from its own tensors and trains it; no learner code runs meanwhile.
 """
@@ -25,9 +27,12 @@ FFN = "intermediate.dense"  # offered in every draw: a legitimate target, often 
 BYTES_PER_TRAINED = (
     12  # fp32: a gradient and AdamW's two moments per trained parameter (weights aside)
 )
-# The drawn budget fits the two offered attention projections at a rank in [4, 13): r 4 is the
-# lowest rank measured within MARGIN on every task (README); r 8, the lesson's, misses 4 of 9 ranks.
-RANK_ROOM = (4.0, 13.0)
+# The drawn budget fits the two offered attention projections at a rank in [4, 32), log-uniform:
+# r 4 is the lowest rank measured within MARGIN on every task, r 31 the highest (README). A recipe
+# must spend at least SPEND_FLOOR of it, so one fixed rank r fits only rooms in [r, ~2r]: a third of
+# the draws at best (issue 50: r 4 fixed passed every draw of the former [4, 13)).
+RANK_ROOM = (4.0, 32.0)
+SPEND_FLOOR = 0.5
 
 
 @functools.lru_cache(maxsize=1)
@@ -55,9 +60,12 @@ def draw_budget(rng: random.Random) -> dict:
     modules = {m: {"in": s["hidden"], "out": s["hidden"]} for m in offered}
     modules[FFN] = {"in": s["hidden"], "out": s["inner"]}
     per_rank = s["layers"] * sum(modules[m]["in"] + modules[m]["out"] for m in offered)
-    room = rng.uniform(*RANK_ROOM)
+    low, high = RANK_ROOM  # log-uniform: each octave of rank as likely as the next
+    room = low * (high / low) ** rng.random()
+    most = int(BYTES_PER_TRAINED * (s["head"] + room * per_rank))
     return {
-        "max_state_bytes": int(BYTES_PER_TRAINED * (s["head"] + room * per_rank)),
+        "max_state_bytes": most,
+        "min_state_bytes": int(SPEND_FLOOR * most),
         "modules": modules,
         "layers": s["layers"],
         "head_parameters": s["head"],
@@ -153,6 +161,21 @@ def _over_budget(recipe: dict, run: dict, budget: dict) -> str:
     )
 
 
+def _under_budget(recipe: dict, run: dict, budget: dict) -> str:
+    low, high, mib = budget["min_state_bytes"], budget["max_state_bytes"], 2**20
+    per_rank = budget["layers"] * sum(
+        budget["modules"][t]["in"] + budget["modules"][t]["out"] for t in recipe["target_modules"]
+    )
+    fits = (high // BYTES_PER_TRAINED - budget["head_parameters"]) // per_rank
+    return (
+        f"gradient + AdamW state {run['bytes']:,} bytes ({run['bytes'] / mib:.2f} MiB) spends less than "
+        f"this grading's budget['min_state_bytes'] = {low:,} (half of the {high / mib:.2f} MiB allowed): "
+        f"with {recipe['target_modules']} at r = {recipe['r']} the budget leaves room for r <= {fits}. "
+        "The memory is what this job was given for capacity; compute the rank from the budget "
+        "instead of fixing it"
+    )
+
+
 def _accuracy_hint(recipe: dict) -> str:
     if recipe["lr"] < 2e-4:
         return (
@@ -182,17 +205,20 @@ def check_recipe(ctx: Context) -> None:
     recipe = validate(r.data.get("recipe"))
     mib = 2**20
     ctx.ok(
-        f"this grading's budget: adapters on {list(budget['modules'])}, gradient + AdamW state <= "
-        f"{budget['max_state_bytes']:,} bytes ({budget['max_state_bytes'] / mib:.2f} MiB); your recipe: "
+        f"this grading's budget: adapters on {list(budget['modules'])}, gradient + AdamW state "
+        f"{budget['min_state_bytes']:,} to {budget['max_state_bytes']:,} bytes "
+        f"({budget['max_state_bytes'] / mib:.2f} MiB at most); your recipe: "
         f"{recipe['target_modules']}, r {recipe['r']}, alpha {recipe['lora_alpha']:g}, LR {recipe['lr']:g}"
     )
     check_offered(recipe, budget)
     seed = ctx.rng.randrange(1 << 20)
-    try:  # first, and stopped after one step when over budget: a miss costs no full fine-tuning
-        run = lt.finetune(seed, recipe, memory_limit=budget["max_state_bytes"])
+    band = (budget["min_state_bytes"], budget["max_state_bytes"])
+    try:  # first, and stopped after one step outside the band: a miss costs no full fine-tuning
+        run = lt.finetune(seed, recipe, memory_limit=band[1], memory_floor=band[0])
     except (ValueError, TypeError, KeyError) as err:  # peft refuses targets it cannot find
         raise CheckFailed(f"peft refused the recipe: {str(err)[:300]}") from None
     expect(not run["over"], _over_budget(recipe, run, budget))
+    expect(not run.get("under"), _under_budget(recipe, run, budget))
     full = lt.full_finetune(seed)
     ctx.ok(
         f"memory: gradient + AdamW state {run['bytes']:,} bytes = {run['bytes'] / budget['max_state_bytes']:.0%} "

@@ -8,11 +8,15 @@ checks): per policy, the gap of its chosen configuration below the grid's best (
 fresh seeds), the share of budget saved by pruning, and both verdicts at the committed MARGIN and
 MIN_SAVED. One thread per run (deterministic per seed); the seconds printed are this machine's.
 ``--budget`` grades under another ``BUDGET`` than the committed one: how BUDGET itself was chosen.
+``--window`` instead takes task seeds and prints, per loss scale c, where the lesson's best
+configuration (lr 0.355, wd 5.6e-4) lands against a small LR sweep's best (held out, 2 seeds), using
+the exact equivalence: SGD on c * loss at (lr, wd) steps as on the loss at (lr * c, wd / c).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import random
 import sys
@@ -35,8 +39,9 @@ from test_lesson12_exercise import POLICIES  # noqa: E402
 A = assignments.get("lesson12")
 
 # the policies calibrated, as tests/test_lesson12_exercise.py grades them (its POLICIES: name ->
-# (search cell source, expected verdicts)): the reference and two of the mistakes
-CALIBRATED = ("reference", "no_pruning", "weight_decay_grid")
+# (search cell source, expected verdicts)): the reference, two of the mistakes and the shortcut that
+# copies the lesson's best configuration (issue 50)
+CALIBRATED = ("reference", "no_pruning", "weight_decay_grid", "copies_the_lessons_best")
 
 
 class InProcess:
@@ -70,6 +75,32 @@ def grade(cells, seed: int) -> dict:
     return out, session.lesson12_outcome
 
 
+def _held_out(task, lr: float, wd: float) -> float:
+    """Held-out accuracy after MAX_EPOCHS at scale 1, mean of 2 trial seeds."""
+    runs = []
+    for seed in (1, 2):
+        trial = task.trial({"lr": lr, "weight_decay": wd, **hpo_task.FIXED}, seed)
+        for _ in range(hpo_task.MAX_EPOCHS):
+            trial.step()
+        runs.append(trial.test_accuracy())
+    return sum(runs) / len(runs)
+
+
+def window(task_seeds: list[int]) -> None:
+    from effkit import hpo
+
+    for task_seed in task_seeds:
+        task = hpo.TuningTask(task_seed, max_epochs=hpo_task.MAX_EPOCHS)
+        held_out = functools.partial(_held_out, task)
+        best = max(held_out(lr, 1e-4) for lr in (0.1, 0.18, 0.32, 0.56))
+        rows = [(c, held_out(0.355 * c, 5.6e-4 / c)) for c in (2 ** (k / 2) for k in range(-4, 13))]
+        print(
+            f"task {task_seed}: best of a small LR sweep {best:.3f}; lesson's best at scale c: "
+            + " ".join(f"c{c:.2f}:{100 * (a - best):+.1f}pp" for c, a in rows),
+            flush=True,
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("seeds", type=int, nargs="+")
@@ -77,7 +108,11 @@ def main() -> None:
     ap.add_argument(
         "--budget", type=int, default=None, help="grade under this BUDGET (epochs) instead"
     )
+    ap.add_argument("--window", action="store_true", help="the lesson's best config per loss scale")
     args = ap.parse_args()
+    if args.window:
+        window(args.seeds)
+        return
     if args.budget is not None:
         search_checks.BUDGET = args.budget
     grid_cost = len(hpo_task.grid_configs()) * hpo_task.MAX_EPOCHS
@@ -100,8 +135,9 @@ def main() -> None:
             verdicts, outcome = grade(cells, seed)
             run = outcome.run
             gap = next((line for line in outcome.lines if "below the grid" in line), "no choice")
+            scale = hpo_task.loss_scale(run.task_seed)
             print(
-                f"seed {seed} {name:18s} search {verdicts['test_search'][0]!s:5s} pruning "
+                f"seed {seed} scale {scale:6.2f} {name:18s} search {verdicts['test_search'][0]!s:5s} pruning "
                 f"{verdicts['test_pruning'][0]!s:5s} saved {run.saved:5.1%} trials {len(run.trials):3d} "
                 f"| {gap.split(': ')[-1] if 'below' in gap else gap} | {time.perf_counter() - start:.1f} s",
                 flush=True,

@@ -7,6 +7,7 @@ all-MiniLM-L6-v2 on negated sentiment sentences, 80 AdamW steps of 16, 12 tokens
 
     python grader/assignments/lesson8/calibration/lesson8_calibrate.py --gradings 0 1 2 3     # whole gradings, as check_recipe draws them
     python grader/assignments/lesson8/calibration/lesson8_calibrate.py --floor 11 12 13 14    # the lowest drawn rank on each offer
+    python grader/assignments/lesson8/calibration/lesson8_calibrate.py --ceiling 11 12 13     # the highest drawn rank on each offer
     python grader/assignments/lesson8/calibration/lesson8_calibrate.py 11 12 13 14            # recipe mistakes on task seeds
 
 ``--gradings G...`` runs ``recipe_checks.check_recipe`` itself with ``random.Random(G)`` as its
@@ -79,9 +80,8 @@ def gradings(seeds: list[int]) -> None:
             )
 
 
-def floor(seeds: list[int]) -> None:
-    """The reference's choice at the lowest rank a budget allows, on each pair it can be offered."""
-    low = int(rc.RANK_ROOM[0])
+def floor(seeds: list[int], low: int) -> None:
+    """The reference's choice at rank ``low`` (the lowest or highest a budget allows), on each pair."""
     for seed in seeds:
         full = lt.full_finetune(seed)
         print(
@@ -124,7 +124,9 @@ if __name__ == "__main__":
     if "--gradings" in args:
         gradings(seeds or [0, 1, 2, 3])
     elif "--floor" in args:
-        floor(seeds or [11, 12, 13, 14])
+        floor(seeds or [11, 12, 13, 14], int(rc.RANK_ROOM[0]))
+    elif "--ceiling" in args:  # the room is drawn below RANK_ROOM[1]: its rank is one less
+        floor(seeds or [11, 12, 13], int(rc.RANK_ROOM[1]) - 1)
     else:
         mistakes(seeds or [11, 12, 13])
     print(f"load average at the end {os.getloadavg()[0]:.2f}")

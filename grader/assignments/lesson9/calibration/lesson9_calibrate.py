@@ -11,6 +11,9 @@ and the teacher-vs-student inference speed ratio with its interval (``effkit.abt
     python grader/assignments/lesson9/calibration/lesson9_calibrate.py 11 12 13 14 15 16
     python grader/assignments/lesson9/calibration/lesson9_calibrate.py --gradings 0 1 2 3 4 5   # whole gradings, as check_recipe draws them
 
+``--widths S...`` measures what a drawn serving size would ask (issue 50): the gain of T 4, alpha
+0.9 over labels alone for 2-layer students from scratch 64, 128 and 256 wide.
+
 ``--gradings G...`` runs ``recipe_checks.check_recipe`` itself with ``random.Random(G)`` as its
 draws (the constraints, then three tasks) for the reference solution's ``distillation_recipe`` and
 for the lesson's constants, and prints each verdict with the start of its reason.
@@ -119,6 +122,24 @@ def gradings(seeds: list[int]) -> None:
             )
 
 
+def widths(seeds: list[int]) -> None:
+    """Narrower students: does the gain over labels alone stay above MARGIN when the width is drawn?"""
+    for seed in seeds:
+        data = kt.task_data(seed)
+        # the teacher is trained (and cached) here, at the module's WIDTH, before any student
+        teacher_acc = kt.accuracy(kt.teacher(seed), data["x_test"], data["y_test"])
+        row = []
+        for width in (64, 128, 256):
+            kt.WIDTH = width  # kd_task.mlp reads it when the student is built
+            try:
+                kd = kt.train_student(seed, 4.0, 0.9, 2, "scratch")["acc"]
+                base = kt.train_student(seed, 1.0, 0.0, 2, "scratch")["acc"]
+            finally:
+                kt.WIDTH = 256
+            row.append(f"width {width}: {100 * (kd - base):+.1f} pp (labels alone {base:.3f})")
+        print(f"task {seed}: teacher {teacher_acc:.3f} | " + "; ".join(row), flush=True)
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     seeds = [int(s) for s in args if s.isdigit()]
@@ -127,6 +148,9 @@ if __name__ == "__main__":
 
         print(f"device: {device_name(torch.device('cpu'))}; load average {os.getloadavg()[0]:.2f}")
         gradings(seeds or [0, 1, 2, 3, 4, 5])
+    elif "--widths" in args:
+        print(f"load average {os.getloadavg()[0]:.2f}")
+        widths(seeds or [11, 22, 33])
     else:
         main(seeds or [11, 12, 13, 14, 15, 16])
     print(f"load average at the end {os.getloadavg()[0]:.2f}")

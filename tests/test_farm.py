@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from farm_util import AID, ROOT, SOLUTION, STUB, env, make_course, scores, submit
 
-from grader.frontends import farm, farm_ledger
+from grader.frontends import farm, farm_grade, farm_ledger, screening
 from grader.frontends.farm_ledger import Ledger
 from grader.frontends.farm_task import failed
 from grader.scoring import perf, targets
@@ -94,6 +94,37 @@ def test_a_second_run_grades_nothing_and_starts_no_ray(farmed):
         == next(r for r in first["gradings"] if r["student"] == "bob")["started_at"]
     )  # the ledger's grading, not a new one
     assert scores(root) == {"bob": [0.0]}  # recorded once
+
+
+def test_grade_returns_the_current_report_and_refuses_with_a_reason_without_ray(farmed):
+    """``grade`` (the interface front ends call) through its CLI face, before bob resubmits: bob's current grading
+    comes from the ledger (no Ray started), carol's corrupt notebook fails with screening's reason."""
+    root, _, first = farmed
+    out = root / "grade-bob.json"
+    bob = root / "course" / "submitted" / "bob" / AID / f"{AID}.ipynb"
+    done = _grade(root, str(bob), "--json", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = GradingReport.model_validate_json(out.read_text())
+    started = next(r for r in first["gradings"] if r["student"] == "bob")["started_at"]
+    assert report.status == "graded" and report.total == 0.0 and report.started_at == started
+    assert "Started a local Ray instance" not in done.stderr
+    carol = root / "course" / "submitted" / "carol" / AID / f"{AID}.ipynb"
+    done = _grade(root, str(carol), "--json", str(out))
+    report = GradingReport.model_validate_json(out.read_text())
+    assert done.returncode == 1 and report.status == "failed", done.stdout[-2000:]
+    assert "not a valid notebook file" in report.reason and report.student == "carol"
+    assert scores(root) == {"bob": [0.0]}  # nothing recorded twice, nothing for carol
+
+
+def _grade(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "grader", "grade", AID, *args],
+        cwd=ROOT,
+        env=env(root),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_a_changed_submission_or_grader_is_graded_again(farmed, monkeypatch):
@@ -204,3 +235,25 @@ def test_two_slot_holders_get_different_slots_and_cores_and_a_dead_ones_slot_is_
     fh.close()
     fh2.close()
     shutil.rmtree(f"/tmp/effkit-farm-slots-{node[:16]}", ignore_errors=True)
+
+
+def test_grade_takes_only_a_collected_notebook_and_never_follows_a_link(tmp_path, monkeypatch):
+    """The caller (an unprivileged formgrader) names a place in the course, never a file for the
+    root grader to open: other paths, dot-folders and a linked notebook are refused."""
+    monkeypatch.setenv("EFFKIT_COURSE_ROOT", str(tmp_path))
+    submitted = tmp_path / "course" / "submitted"
+    ok = submitted / "bob" / AID / f"{AID}.ipynb"
+    assert farm_grade.collected_student(AID, ok) == "bob"
+    for bad in (
+        "/etc/shadow",
+        submitted / "bob" / AID / "other.ipynb",
+        submitted / "bob" / "lesson2" / f"{AID}.ipynb",
+        submitted / "bob" / AID / ".." / ".." / ".." / "x" / AID / f"{AID}.ipynb",
+        submitted / ".hidden" / AID / f"{AID}.ipynb",
+    ):
+        with pytest.raises(farm_grade.NotACollectedSubmission):
+            farm_grade.collected_student(AID, bad)
+    ok.parent.mkdir(parents=True)
+    ok.symlink_to(SOLUTION)
+    nb, why = screening.unreadable_reason(ok.parent, AID, AID)
+    assert nb is None and "symbolic link" in why

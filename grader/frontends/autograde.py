@@ -83,9 +83,12 @@ def generate(assignment_ids: list[str], check: bool = False) -> int:
     return 0
 
 
-def screen_submissions(assignment_id: str) -> tuple[list[str], dict[str, str]]:
-    """Students whose notebook can be graded, and the reason for each one that cannot
-    (``grader.frontends.screening``: not a notebook, too large, another lesson's)."""
+def screen_submissions(
+    assignment_id: str, students: list[str] | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """Students (all collected, or only ``students``) whose notebook can be graded, and the
+    reason for each one that cannot (``grader.frontends.screening``: not a notebook, too large,
+    another lesson's)."""
     a = assignments.get(assignment_id)
     known = screening.source_ids()
     db = f"sqlite:///{course.course_dir() / 'gradebook.db'}"
@@ -93,7 +96,7 @@ def screen_submissions(assignment_id: str) -> tuple[list[str], dict[str, str]]:
     if expected is None:  # not generated yet: nbgrader will say so
         expected = known.get(assignment_id, set())
     submitted = course.course_dir() / "submitted"
-    return screening.screen(submitted, assignment_id, a.notebook, expected, known)
+    return screening.screen(submitted, assignment_id, a.notebook, expected, known, students)
 
 
 def copying_notes(assignment_id: str, students: list[str]) -> list[str]:

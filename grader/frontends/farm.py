@@ -103,6 +103,16 @@ def ray_task(job: dict, limit_s: float, tracker, pin_slot: bool) -> str:
             lock.close()
 
 
+def _driver_lock():
+    """One gradebook writer at a time: two farm runs (or ``grade`` calls of a grading service)
+    may grade at once, but nbgrader's SQLite gradebook takes one ``autograde`` at a time."""
+    folder = course.course_dir() / "farm"
+    folder.mkdir(parents=True, exist_ok=True)
+    fh = (folder / ".gradebook.lock").open("w")
+    fcntl.flock(fh, fcntl.LOCK_EX)  # released when fh closes, or when this process dies
+    return fh
+
+
 RAY_TMP = Path(f"/tmp/effkit-ray-{os.getuid()}")  # short: Ray's unix sockets live under it
 
 
@@ -112,7 +122,9 @@ def _private_token() -> None:
     known path under it is then readable."""
     RAY_TMP.mkdir(mode=0o700, exist_ok=True)
     os.chmod(RAY_TMP, 0o700)
-    token = RAY_TMP / "auth_token"
+    # One token per driver: two farms on one host (a grading service's calls beside an
+    # instructor's run) each keep their own Ray; a shared file would be overwritten under one
+    token = RAY_TMP / f"auth_token.{os.getpid()}"
     fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.write(fd, secrets.token_hex(32).encode())
     os.close(fd)
@@ -149,10 +161,7 @@ def start_ray(address: str | None, slots: int):
 def plan(assignment_id: str, students: list[str] | None, version: str):
     """(jobs to grade, current reports, refusals): the ledger decides what is already done."""
     a = assignments.get(assignment_id)
-    good, bad = screen_submissions(assignment_id)
-    if students:
-        good = [s for s in good if s in students]
-        bad = {s: why for s, why in bad.items() if s in students}
+    good, bad = screen_submissions(assignment_id, students or None)
     ledger = Ledger(assignment_id)
     jobs, current = [], {}
     for student in good:
@@ -199,7 +208,10 @@ def run(
     spec: str | None = None,
     students: list[str] | None = None,
     progress: bool = True,
+    record: bool = True,
 ) -> Outcome:
+    """Grade ``assignment_id``'s collected submissions (all, or only ``students``) that the
+    ledger holds no current grading of; with ``record``, put them into nbgrader's gradebook."""
     t0 = time.time()
     version = grader_version()
     jobs, current, bad = plan(assignment_id, students, version)
@@ -211,7 +223,11 @@ def run(
             _grade(ray, jobs, ledger, out, limit_s, device, spec, progress)
         finally:
             ray.shutdown()
-    farm_record.record(assignment_id, ledger, out.reports)
+            if not address:
+                (RAY_TMP / f"auth_token.{os.getpid()}").unlink(missing_ok=True)
+    if record:
+        with _driver_lock():
+            farm_record.record(assignment_id, ledger, out.reports)
     out.wall_s = time.time() - t0
     return out
 

@@ -51,7 +51,7 @@ def perf(args) -> int:
         return 2
     print(result.feedback)
     if args.json:
-        course.write_report(args.json, result.report | {"points": result.points})
+        course.write_report(args.json, result.report.model_dump(mode="json"))
     return 0
 
 

@@ -307,18 +307,18 @@ def stress(
             t0 = time.perf_counter()
             r = grade(a, cells, 5.0, spec_name=spec_name, progress=lambda _: None)
             rep = r.report
-            looks = (rep["gate"] or {}).get("look_means_pp") or []
+            looks = rep.gate.look_means_pp if rep.gate else []
             results.append(
                 {
                     "points": r.points,
-                    "speedup": rep["speedup"],
-                    "gate": (rep["gate"] or {}).get("passed"),
-                    "acc_diff_pp": (rep["gate"] or {}).get("mean_diff_pp"),
-                    "problems": rep["problems"],
-                    "acc_diffs_pp": rep["accuracy_diffs_pp"],
+                    "speedup": rep.speedup,
+                    "gate": rep.gate.passed if rep.gate else None,
+                    "acc_diff_pp": rep.gate.mean_diff_pp if rep.gate else None,
+                    "problems": rep.problems,
+                    "acc_diffs_pp": rep.accuracy_diffs_pp,
                     "look_means_pp": looks,
-                    "phases_s": rep.get("phases_s"),
-                    "work_checks": rep.get("work_checks") or [],
+                    "phases_s": rep.phases_s,
+                    "work_checks": rep.work_checks,
                     "seconds": time.perf_counter() - t0,
                 }
             )

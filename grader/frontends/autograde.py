@@ -16,6 +16,7 @@ from grader import assignments
 from grader.common import course
 from grader.frontends import screening, sources
 from grader.sandbox.learner_view import WITHHELD
+from grader.scoring.report import load_performance
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,17 +139,17 @@ def cohort(assignment_id: str, students: list[str]) -> list[dict]:
                 / f"{a.notebook}.grader.json"
             )
             if path.is_file():
-                r = json.loads(path.read_text())
+                r = load_performance(json.loads(path.read_text()))
                 row.update(
-                    speedup=r.get("speedup"),
-                    points=r.get("points"),
-                    device=r.get("device"),
-                    acc_diff_pp=(r.get("gate") or {}).get("mean_diff_pp"),
-                    gate=(r.get("gate") or {}).get("passed"),
-                    target=r["target"]["target"],
-                    threshold=(r.get("gate") or {}).get("threshold_pp"),
-                    floor=r["target"]["floor"],
-                    problems=r.get("problems", []),
+                    speedup=r.speedup,
+                    points=r.points,
+                    device=r.device,
+                    acc_diff_pp=r.gate.mean_diff_pp if r.gate else None,
+                    gate=r.gate.passed if r.gate else None,
+                    target=r.target.target,
+                    threshold=r.gate.threshold_pp if r.gate else None,
+                    floor=r.target.floor,
+                    problems=r.problems,
                 )
             rows.append(row)
     return rows

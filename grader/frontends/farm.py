@@ -28,7 +28,7 @@ from grader.common import course, evidence
 from grader.frontends import farm_record
 from grader.frontends.autograde import screen_submissions
 from grader.frontends.farm_ledger import Ledger, grader_version, sha256_file, submitted_notebook
-from grader.frontends.farm_task import failed, run_job
+from grader.frontends.farm_task import device_refusal, failed, run_job
 from grader.scoring.report import GradingReport
 
 SLOT = "effkit_timed_slot"
@@ -55,9 +55,10 @@ class Tracker:
         self.running: dict[str, tuple[float, str, int]] = {}
         self.attempts: dict[str, int] = {}
 
-    def started(self, student: str, host: str, pid: int) -> int:
+    def started(self, student: str, where: str, pid: int) -> int:
+        """``where``: the node and its slot or GPU, as the progress lines name it."""
         self.attempts[student] = self.attempts.get(student, 0) + 1
-        self.running[student] = (time.time(), host, pid)
+        self.running[student] = (time.time(), where, pid)
         return self.attempts[student]
 
     def snapshot(self) -> dict[str, tuple[float, str, int]]:
@@ -94,7 +95,10 @@ def ray_task(job: dict, limit_s: float, tracker, pin_slot: bool) -> str:
         node = next(n for n in ray.nodes() if n["NodeID"] == node_id)
         slot, cores, lock = _slot_lock(node_id, int(node["Resources"].get(SLOT, 1)))
     try:
-        attempt = ray.get(tracker.started.remote(job["student"], os.uname().nodename, os.getpid()))
+        where = os.uname().nodename + (f" slot {slot}" if slot is not None else "")
+        gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where += f" gpu {gpus}" if gpus and job.get("device", "").startswith("cuda") else ""
+        attempt = ray.get(tracker.started.remote(job["student"], where, os.getpid()))
         return run_job(
             job, limit_s=limit_s, cores=cores, slot=slot, node_id=node_id, attempt=attempt
         )
@@ -180,6 +184,7 @@ def plan(assignment_id: str, students: list[str] | None, version: str):
                 "grader_version": version,
                 "notebook_text": path.read_text(errors="replace"),
                 "timed": a.performance_cell is not None,
+                "needs": assignments.manifest(assignment_id).device,  # any, cpu or gpu
                 "course_root": str(course.course_root()),
             }
         )
@@ -247,15 +252,31 @@ def _grade(ray, jobs, ledger, out, limit_s, device, spec, progress) -> None:
         .remote()
     )
     task = ray.remote(ray_task)
+    bar = farm_record.Progress(len(jobs), enabled=progress)
+
+    def finish(job: dict, report: GradingReport) -> None:
+        ledger.write(report)  # the one write: a killed driver re-grades only what is missing
+        if report.status == "graded" and report.performance is not None:
+            _archive(report)
+        out.reports[job["student"]] = report
+        out.graded_now.append(job["student"])
+        bar.done(report)
+
     pending = {}
     for job in jobs:
-        job |= {"device": device, "spec": spec}
+        # a CPU-only lesson never holds a GPU it cannot use; the rest grade on the farm's device
+        job |= {"device": "cpu" if job["needs"] == "cpu" else device, "spec": spec}
+        why = device_refusal(job)
+        if why:  # never queued: no slot of this farm can grade it
+            finish(job, failed(job, why, status="refused"))
+            continue
         opts = {"num_cpus": 1, "max_retries": RETRIES}
-        pin = job["timed"] and device == "cpu"
-        if job["timed"]:
-            opts |= {"resources": {SLOT: 1}} if pin else {"num_gpus": 1}
+        pin = job["timed"] and job["device"] == "cpu"
+        if pin:
+            opts |= {"resources": {SLOT: 1}}
+        elif job["timed"] or job["needs"] == "gpu":
+            opts |= {"num_gpus": 1}
         pending[task.options(**opts).remote(job, limit_s, tracker, pin)] = job
-    bar = farm_record.Progress(len(jobs), enabled=progress)
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
         for ref in ready:
@@ -264,15 +285,13 @@ def _grade(ray, jobs, ledger, out, limit_s, device, spec, progress) -> None:
                 report = _accept(job, ray.get(ref))
             except ray.exceptions.RayError as err:
                 report = failed(job, _ray_reason(err))
-            ledger.write(report)  # the one write: a killed driver re-grades only what is missing
-            if report.status == "graded" and report.performance is not None:
-                _archive(report)
-            out.reports[job["student"]] = report
-            out.graded_now.append(job["student"])
-            bar.done(report)
+            finish(job, report)
         running = ray.get(tracker.snapshot.remote())
         waiting = {j["student"] for j in pending.values()}
-        bar.update(running=len(waiting & set(running)), queued=len(waiting - set(running)))
+        bar.update(
+            running={s: running[s] for s in waiting & set(running)},
+            queued=len(waiting - set(running)),
+        )
         for ref, job in list(pending.items()):
             since = running.get(job["student"], (None,))[0]
             if since is not None and time.time() - since > limit_s + BACKSTOP_S:
@@ -296,8 +315,8 @@ def _ray_reason(err) -> str:
 def _archive(report: GradingReport) -> None:
     """The leaderboard's signed copy of a timed report, as ``GradePerformance`` keeps one; the
     file name comes from the report, so archiving the same grading twice writes one file."""
-    perf = report.performance.model_dump(mode="json")
-    perf |= {"student": report.student, "notebook": report.notebook}
+    whose = {"student": report.student, "notebook": report.notebook}
+    perf = report.performance.model_copy(update=whose).model_dump(mode="json")
     try:
         evidence.archive(course.course_dir(), perf)
     except (OSError, evidence.EvidenceError) as err:

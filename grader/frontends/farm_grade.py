@@ -57,9 +57,9 @@ def grade(
 ) -> GradingReport:
     """Grade one collected submission through the farm and return its report.
 
-    ``status`` is "graded" (scores, outputs, performance) or "failed" with a one-line ``reason``
-    (not a notebook, another lesson's, a hang past ``limit_s``, a lost node): a submission's fault
-    never raises. Raises ValueError for an unknown assignment or a path that is not a collected
+    ``status`` is "graded" (scores, outputs, performance), "failed" with a one-line ``reason`` (a
+    hang past ``limit_s``, a lost node) or "refused" with one (not a notebook, another lesson's, a
+    GPU-only lesson on a farm without GPUs): a submission's fault never raises. Raises ValueError for an unknown assignment or a path that is not a collected
     submission, and Ray's errors when the farm itself cannot run. ``address``: join that Ray
     cluster (its token in ``RAY_AUTH_TOKEN_PATH``) instead of starting a private one (~20 s);
     ``record``: also write nbgrader's gradebook and ``autograded/`` (formgrader's view).
@@ -85,6 +85,6 @@ def grade(
         notebook=assignments.get(assignment_id).notebook,
         submission_sha256="",
         grader_version=grader_version(),
-        status="failed",
+        status="refused",
         reason=out.refused.get(student, "not graded: the farm returned no report for it"),
     )

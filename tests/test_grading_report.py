@@ -144,3 +144,13 @@ def test_progress_names_each_running_grading_its_slot_and_time():
         "  node-a slot 0: alice, 102 s",
         "  node-b slot 1: bob, 42 s",
     ]
+
+
+def test_stress_summarises_the_typed_report():
+    from grader.cli import tools
+
+    rep = _decided().report
+    row = {"points": 5.0, "speedup": rep.speedup, "gate": True, "look_means_pp": [0.0]}
+    summary = tools._stress_summary("lesson2", 1, 0, rep, [row])
+    assert (summary["spec"], summary["repeats"], summary["table"]) == ("smoke", 2, "cpu-fp32")
+    assert summary["device"] == DEVICE and summary["same_verdict"]

@@ -152,7 +152,8 @@ def print_table(s: dict) -> None:
         pts = f"{r['total']:5.2f} / {r['max_total']:<5g}" if r.get("total") is not None else "-"
         wall = f"{r['wall_s']:7.1f}" if r.get("wall_s") is not None else "      -"
         slot = f" slot {r['slot']}" if r.get("slot") is not None else ""
-        where = r.get("reason") or f"{r['host']}{slot}" + (
+        device = f" ({r['device']})" if r.get("device") else ""
+        where = r.get("reason") or f"{r['host']}{slot}{device}" + (
             "" if r["graded_this_run"] else " (ledger)"
         )
         print(f"{r['student']:16s} {r['status']:8s} {pts:>13s} {wall}  {where}")

@@ -154,3 +154,15 @@ def test_stress_summarises_the_typed_report():
     summary = tools._stress_summary("lesson2", 1, 0, rep, [row])
     assert (summary["spec"], summary["repeats"], summary["table"]) == ("smoke", 2, "cpu-fp32")
     assert summary["device"] == DEVICE and summary["same_verdict"]
+
+
+def test_a_slot_refuses_timed_work_its_gate_was_never_calibrated_for():
+    """Lesson 2's "gpu" spec has no calibration for a CPU: timing it would judge accuracy with a
+    gate nobody measured, so the slot refuses unless the instructor says otherwise; the smoke
+    spec (calibrated) and an untimed lesson go ahead."""
+    job = _job(timed=True, device="cpu", spec="gpu")
+    why = farm_task.calibration_refusal(job)
+    assert why and "no calibration" in why and "--uncalibrated" in why
+    assert farm_task.calibration_refusal(job | {"uncalibrated_ok": True}) is None
+    assert farm_task.calibration_refusal(job | {"spec": None}) is None
+    assert farm_task.calibration_refusal(_job(assignment="lesson1", timed=False)) is None

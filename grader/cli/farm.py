@@ -37,6 +37,11 @@ def add_parser(sub) -> None:
     s.add_argument("--student", action="append", help="only this student (repeatable)")
     s.add_argument("--json", help="write the run's summary here")
     s.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    s.add_argument(
+        "--uncalibrated",
+        action="store_true",
+        help="time lessons on device classes without a gate calibration (conservative gate)",
+    )
 
 
 def add_grade_parser(sub) -> None:
@@ -90,6 +95,7 @@ def main(args) -> int:
         spec=args.spec,
         students=args.student,
         progress=not args.no_progress,
+        uncalibrated=args.uncalibrated,
     )
     if not out.reports and not out.refused:
         print(

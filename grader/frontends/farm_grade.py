@@ -54,6 +54,7 @@ def grade(
     spec: str | None = None,
     limit_s: float = farm.DEFAULT_LIMIT_S,
     record: bool = True,
+    uncalibrated: bool = False,
 ) -> GradingReport:
     """Grade one collected submission through the farm and return its report.
 
@@ -62,7 +63,8 @@ def grade(
     GPU-only lesson on a farm without GPUs): a submission's fault never raises. Raises ValueError for an unknown assignment or a path that is not a collected
     submission, and Ray's errors when the farm itself cannot run. ``address``: join that Ray
     cluster (its token in ``RAY_AUTH_TOKEN_PATH``) instead of starting a private one (~20 s);
-    ``record``: also write nbgrader's gradebook and ``autograded/`` (formgrader's view).
+    ``record``: also write nbgrader's gradebook and ``autograded/`` (formgrader's view);
+    ``uncalibrated``: time a lesson even where its gate has no calibration for the device class.
     """
     student = collected_student(assignment_id, submission_path)
     with _ONE_AT_A_TIME:
@@ -76,6 +78,7 @@ def grade(
             students=[student],
             progress=False,
             record=record,
+            uncalibrated=uncalibrated,
         )
     if student in out.reports:
         return out.reports[student]

@@ -23,6 +23,8 @@ import time
 import traceback
 from pathlib import Path
 
+from effkit.measure import device_name
+from grader import assignments
 from grader.common import course
 from grader.common.device import default_device
 from grader.frontends import pipeline
@@ -31,8 +33,9 @@ from grader.frontends.notebook import NotebookError
 from grader.sandbox.box import become_subreaper
 from grader.sandbox.proctree import descendants
 from grader.scoring.device_class import device_info
-from grader.scoring.perf import GradingError
+from grader.scoring.perf import GradingError, load_gate
 from grader.scoring.report import GradingReport
+from grader.scoring.targets import target_for
 
 REPORT = "report.json"
 LOG = "grading.log"
@@ -48,6 +51,27 @@ def device_refusal(job: dict) -> str | None:
             "(python -m grader farm --address ...)"
         )
     return None
+
+
+def calibration_refusal(job: dict) -> str | None:
+    """Why this slot must not time ``job``: its accuracy gate has no calibration for this device
+    class, so a correct solution could fail on noise nobody measured (the conservative fallback
+    gate is used only when the instructor says so: ``uncalibrated_ok``, ``--uncalibrated``)."""
+    if not job.get("timed") or job.get("uncalibrated_ok"):
+        return None
+    a = assignments.get(job["assignment"])
+    device = job.get("device") or default_device()
+    name = device_name(device)
+    target = target_for(a, name)
+    table = target.table or target.device_class
+    _, calibration, _ = load_gate(a.id, a.spec(device, job.get("spec")), table, name)
+    if calibration != "fallback":
+        return None
+    return (
+        f"not graded: {a.id}'s accuracy gate has no calibration for {name} (targets row {table}); "
+        f"calibrate it on a node of this class (python -m grader calibrate --assignment {a.id}), "
+        "or farm with --uncalibrated to grade with the conservative fallback gate"
+    )
 
 
 def failed(job: dict, reason: str, status: str = "failed", **meta) -> GradingReport:
@@ -180,6 +204,9 @@ def grade_folder(folder: Path) -> GradingReport:
             f"({meta['device'].label}); grading it on the CPU would judge it by another device "
             "class's targets"
         )
+        return failed(job, why, status="refused", **meta)
+    why = calibration_refusal(job)
+    if why:
         return failed(job, why, status="refused", **meta)
     path = folder / "submission" / f"{job['notebook']}.ipynb"
     path.parent.mkdir()

@@ -54,6 +54,9 @@ def add_grade_parser(sub) -> None:
     s.add_argument("--spec", help="grading spec (default: by device)")
     s.add_argument("--json", help="write the GradingReport here")
     s.add_argument("--no-record", action="store_true", help="leave nbgrader's gradebook alone")
+    s.add_argument(
+        "--uncalibrated", action="store_true", help="time it even without a gate calibration"
+    )
 
 
 def grade_main(args) -> int:
@@ -67,6 +70,7 @@ def grade_main(args) -> int:
             spec=args.spec,
             limit_s=args.limit,
             record=not args.no_record,
+            uncalibrated=args.uncalibrated,
         )
     except ValueError as err:
         print(f"grader grade: {err}")

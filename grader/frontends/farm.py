@@ -178,13 +178,15 @@ def run(
     out = Outcome(reports=dict(current), up_to_date=sorted(current), refused=bad)
     ledger = Ledger(assignment_id)
     if jobs:
-        ray = start_ray(address, slots)
+        for job in jobs:  # the instructor's word: time even where no gate is calibrated
+            job["uncalibrated_ok"] = uncalibrated
         try:
-            for job in jobs:  # the instructor's word: time even where no gate is calibrated
-                job["uncalibrated_ok"] = uncalibrated
-            _grade(ray, jobs, ledger, out, limit_s, device, spec, progress)
-        finally:
-            ray.shutdown()
+            ray = start_ray(address, slots)
+            try:
+                _grade(ray, jobs, ledger, out, limit_s, device, spec, progress)
+            finally:
+                ray.shutdown()
+        finally:  # a Ray that failed to start leaves no token behind either
             if not address:
                 (RAY_TMP / f"auth_token.{os.getpid()}").unlink(missing_ok=True)
     if record:

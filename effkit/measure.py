@@ -109,6 +109,18 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (the platform's word where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def device_name(device: torch.device | str = "cpu") -> str:
     """A human-readable device name to print next to every figure: a GPU's name, or a CPU's model, the
     ISA that matters ([AMX], [AVX512-BF16], [AVX2], ...: :func:`effkit.amp.cpu_isa`) and its threads."""
@@ -116,15 +128,7 @@ def device_name(device: torch.device | str = "cpu") -> str:
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev.index or 0)
     if dev.type == "cpu":
-        model = platform.processor() or platform.machine()
-        try:
-            with open("/proc/cpuinfo") as f:
-                for line in f:
-                    if line.startswith("model name"):
-                        model = line.split(":", 1)[1].strip()
-                        break
-        except OSError:
-            pass
+        model = cpu_model()
         threads = torch.get_num_threads()
         # the ISA beside the model: "AMD EPYC" named an AVX512-BF16 host and two AVX2-only ones
         return f"CPU {model} [{cpu_isa()}] ({threads} thread{'' if threads == 1 else 's'})"

@@ -18,13 +18,10 @@ from pathlib import Path
 import pytest
 from farm_util import AID, ROOT, SOLUTION, STUB, env, make_course, scores, submit
 
-from grader.frontends import farm, farm_ledger
+from grader.frontends import farm, farm_grade, farm_ledger, screening
 from grader.frontends.farm_ledger import Ledger
 from grader.frontends.farm_task import failed
-from grader.scoring import perf, targets
-from grader.scoring.report import GradingReport, PerformanceReport
-from grader.timed import gate as gates
-from grader.timed.measurement import GradingSpec, Measurement, Timing
+from grader.scoring.report import GradingReport
 
 # find_spec, not importorskip: importing ray here would fix its auth mode for this whole pytest
 # process before test_farm_cluster.py sets it (Ray reads it when first imported)
@@ -96,6 +93,37 @@ def test_a_second_run_grades_nothing_and_starts_no_ray(farmed):
     assert scores(root) == {"bob": [0.0]}  # recorded once
 
 
+def test_grade_returns_the_current_report_and_refuses_with_a_reason_without_ray(farmed):
+    """``grade`` (the interface front ends call) through its CLI face, before bob resubmits: bob's current grading
+    comes from the ledger (no Ray started), carol's corrupt notebook is refused with screening's reason."""
+    root, _, first = farmed
+    out = root / "grade-bob.json"
+    bob = root / "course" / "submitted" / "bob" / AID / f"{AID}.ipynb"
+    done = _grade(root, str(bob), "--json", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = GradingReport.model_validate_json(out.read_text())
+    started = next(r for r in first["gradings"] if r["student"] == "bob")["started_at"]
+    assert report.status == "graded" and report.total == 0.0 and report.started_at == started
+    assert "Started a local Ray instance" not in done.stderr
+    carol = root / "course" / "submitted" / "carol" / AID / f"{AID}.ipynb"
+    done = _grade(root, str(carol), "--json", str(out))
+    report = GradingReport.model_validate_json(out.read_text())
+    assert done.returncode == 1 and report.status == "refused", done.stdout[-2000:]
+    assert "not a valid notebook file" in report.reason and report.student == "carol"
+    assert scores(root) == {"bob": [0.0]}  # nothing recorded twice, nothing for carol
+
+
+def _grade(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "grader", "grade", AID, *args],
+        cwd=ROOT,
+        env=env(root),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 def test_a_changed_submission_or_grader_is_graded_again(farmed, monkeypatch):
     root, _, _ = farmed
     monkeypatch.setenv("EFFKIT_COURSE_ROOT", str(root))
@@ -146,33 +174,6 @@ def test_a_report_for_another_submission_is_refused_by_the_driver():
     assert "does not validate" in farm._accept(job, '{"status": "graded"}').reason
 
 
-def test_what_perf_decide_writes_validates_as_the_typed_report_and_survives_json():
-    """``perf.decide``'s dict, as a real timed grading ends, loads as ``PerformanceReport`` and
-    comes back equal from the JSON that crosses between machines."""
-    spec = GradingSpec("smoke", "smoke", 10, 10, 10, 1, 2)
-    m = Measurement(device="CPU test (2 threads)", spec=spec)
-    for r in range(2):
-        m.runs += [Timing("baseline", r, 2.0, 10, 0.8), Timing("learner", r, 1.0, 10, 0.8)]
-        m.chunks += [("baseline", r, c, 1.0) for c in (0, 1)]
-        m.chunks += [("learner", r, c, 0.5) for c in (0, 1)]
-    target = targets.Target("lesson2", "CPU test", "cpu", 1.5, 1.0, "test")
-    result = perf.decide(m, target, gates.Gate(2, 1.0), 5.0, "fallback", [], "lesson2")
-    job = {"assignment": "lesson2", "student": "bob", "notebook": "lesson2", "sha256": "a" * 64}
-    job["grader_version"] = "v1"
-    report = failed(job, "x").model_copy(
-        update={"status": "graded", "performance": PerformanceReport(**result.report)}
-    )
-    back = GradingReport.model_validate_json(report.model_dump_json())
-    assert back.performance.model_dump(mode="json") == json.loads(json.dumps(result.report))
-    assert back.performance.points == 5.0 and back.schema_version == 1
-    with pytest.raises(ValueError):
-        PerformanceReport.model_validate({k: v for k, v in result.report.items() if k != "points"})
-    with pytest.raises(ValueError):  # a future format is refused, not misread
-        GradingReport.model_validate_json(
-            report.model_dump_json().replace('"schema_version":1', '"schema_version":2')
-        )
-
-
 def test_two_slot_holders_get_different_slots_and_cores_and_a_dead_ones_slot_is_free():
     """The slot lock is a flock: two gradings on one node never share a slot or its cores, and a
     grading killed with SIGKILL frees its slot (the kernel drops the lock)."""
@@ -204,3 +205,25 @@ def test_two_slot_holders_get_different_slots_and_cores_and_a_dead_ones_slot_is_
     fh.close()
     fh2.close()
     shutil.rmtree(f"/tmp/effkit-farm-slots-{node[:16]}", ignore_errors=True)
+
+
+def test_grade_takes_only_a_collected_notebook_and_never_follows_a_link(tmp_path, monkeypatch):
+    """The caller (an unprivileged formgrader) names a place in the course, never a file for the
+    root grader to open: other paths, dot-folders and a linked notebook are refused."""
+    monkeypatch.setenv("EFFKIT_COURSE_ROOT", str(tmp_path))
+    submitted = tmp_path / "course" / "submitted"
+    ok = submitted / "bob" / AID / f"{AID}.ipynb"
+    assert farm_grade.collected_student(AID, ok) == "bob"
+    for bad in (
+        "/etc/shadow",
+        submitted / "bob" / AID / "other.ipynb",
+        submitted / "bob" / "lesson2" / f"{AID}.ipynb",
+        submitted / "bob" / AID / ".." / ".." / ".." / "x" / AID / f"{AID}.ipynb",
+        submitted / ".hidden" / AID / f"{AID}.ipynb",
+    ):
+        with pytest.raises(farm_grade.NotACollectedSubmission):
+            farm_grade.collected_student(AID, bad)
+    ok.parent.mkdir(parents=True)
+    ok.symlink_to(SOLUTION)
+    nb, why = screening.unreadable_reason(ok.parent, AID, AID)
+    assert nb is None and "symbolic link" in why

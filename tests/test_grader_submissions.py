@@ -18,6 +18,7 @@ import pytest
 from grader import assignments
 from grader.frontends.notebook import read_notebook, solution_ids, solution_sources
 from grader.scoring.perf import feedback_text, grade
+from grader.scoring.report import load_performance
 
 pytestmark = pytest.mark.slow
 
@@ -251,8 +252,10 @@ def _cells(name: str) -> list[tuple[str, str]]:
     return [(c.grade_id, c.source) for c in solution_sources(nb, solution_ids(source))]
 
 
-def _grade(name: str, progress=lambda _: None):
-    return grade(LESSON2, _cells(name), 5.0, spec_name=SPEC, progress=progress).report
+def _grade(name: str, progress=lambda _: None) -> dict:
+    """The performance report as it goes on the wire (and into the archive): its JSON."""
+    report = grade(LESSON2, _cells(name), 5.0, spec_name=SPEC, progress=progress).report
+    return report.model_dump(mode="json")
 
 
 def _gate_has_a_second_look() -> bool:
@@ -317,7 +320,7 @@ def test_an_accuracy_drop_gets_no_performance_points_and_says_why():
     )
     assert len(r["speed_ratios"]) == repeats * r["spec"]["epochs"] * r["spec"]["chunks_per_epoch"]
     assert any("more on fresh data before deciding" in line for line in said), said
-    assert "the gate's second look" in feedback_text(r)
+    assert "the gate's second look" in feedback_text(load_performance(r))
 
 
 def test_skipped_training_and_hard_coded_accuracy_are_caught():

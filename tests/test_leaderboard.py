@@ -22,6 +22,7 @@ from grader.common import evidence
 from grader.frontends import leaderboard as lb
 from grader.frontends import nbgrader_plugin
 from grader.frontends.leaderboard_page import html_page, sparkline
+from grader.scoring.report import PerformanceReport
 
 FAST = [1.9, 2.0, 2.0, 2.1, 2.0, 1.95, 2.05, 2.0]
 SLOW = [1.4, 1.5, 1.5, 1.6, 1.5, 1.45, 1.55, 1.5]
@@ -38,16 +39,27 @@ def course_dir(tmp_path, monkeypatch):
 
 
 def report(student, ratios=SLOW, minute=0, assignment="lesson2", **changes) -> dict:
-    """A grading report shaped like ``grader.scoring.perf.decide``'s plus GradePerformance's."""
+    """A grading report of ``grader.scoring.perf.decide``'s shape plus GradePerformance's
+    (validated as ``PerformanceReport``); ``gate`` and ``target`` changes update their fields."""
+    device = changes.pop("device", "CPU Xeon (2 threads)")
+    target = {"assignment": assignment, "device": device, "device_class": "cpu", "target": 1.5}
+    target |= {"floor": 1.0, "source": "default", "table": "cpu"} | changes.pop("target", {})
+    gate = {"passed": True, "mean_diff_pp": -0.12, "threshold_pp": -0.5, "se_pp": 0.3}
+    gate |= {"suspiciously_high": False, "message": "within the gate"} | changes.pop("gate", {})
+    spec = {"name": "smoke", "profile": "smoke", "n_train": 10, "epochs": 1, "repeats": 2}
     r = {
         "assignment": assignment,
         "timestamp": f"2026-11-20T10:{minute:02d}:00+00:00",
-        "device": "CPU Xeon (2 threads)",
+        "device": device,
         "device_class": "cpu",
-        "target": {"table": "cpu", "device_class": "cpu", "target": 1.5, "floor": 1.0},
+        "spec": spec,
+        "target": target,
+        "runs": [],
         "speed_ratios": list(ratios),
         "speedup": statistics.median(ratios),
-        "gate": {"passed": True, "mean_diff_pp": -0.12, "threshold_pp": -0.5},
+        "accuracy_diffs_pp": [-0.12, -0.12],
+        "gate": gate,
+        "credit": 1.0,
         "points": 5.0,
         "max_points": 5.0,
         "problems": [],
@@ -57,7 +69,7 @@ def report(student, ratios=SLOW, minute=0, assignment="lesson2", **changes) -> d
         "student": student,
         "notebook": assignment,
     }
-    return r | changes
+    return PerformanceReport.model_validate(r | changes).model_dump(mode="json")
 
 
 def board(course_dir, assignment="lesson2"):
@@ -276,7 +288,9 @@ def test_grade_performance_archives_a_signed_report(course_dir, tmp_path, monkey
             return SimpleNamespace(solution_cells=[SimpleNamespace(name="pipeline")])
 
     graded = {k: v for k, v in report("ignored", FAST).items() if k not in ("student", "notebook")}
-    result = SimpleNamespace(report=graded, points=5.0, max_points=5.0)
+    result = SimpleNamespace(
+        report=PerformanceReport.model_validate(graded), points=5.0, max_points=5.0
+    )
     monkeypatch.setattr(nbgrader_plugin, "Gradebook", FakeGradebook)
     monkeypatch.setattr(nbgrader_plugin, "fill_performance_cell", lambda *a, **k: result)
     autograded = tmp_path / "course" / "autograded" / "alice" / "lesson2"

@@ -509,7 +509,7 @@ def test_the_gate_calibration_is_keyed_like_the_targets_row(monkeypatch, tmp_pat
             device="cpu",
             spec_name="smoke",
             progress=lambda *_: None,
-        ).report
+        ).report.model_dump(mode="json")
 
     _no_targets_file(monkeypatch, tmp_path, native_bf16=False)
     r = graded()

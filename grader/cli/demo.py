@@ -20,6 +20,7 @@ from pathlib import Path
 from effkit import bench  # imported before torch: it sets OMP_WAIT_POLICY (see effkit.bench)
 from grader import assignments
 from grader.common import course
+from grader.scoring.report import GradingReport, load_grading
 
 NOTE_WIDTH = 120  # characters of a grading row's note in the table
 
@@ -35,16 +36,15 @@ def clip(text: str, width: int = NOTE_WIDTH) -> str:
     return cut.rstrip(" ,;:") + "…"
 
 
-def _note(report: dict) -> str:
-    perf = report.get("performance") or {}
-    if perf.get("speedup") is not None:
-        gate = (perf.get("gate") or {}).get("mean_diff_pp")
-        acc = f", Δacc {gate:+.2f} pp" if gate is not None else ""
-        return f"speedup {perf['speedup']:.2f}x on {perf.get('device', '?')}{acc}"
-    failed = [c for c in report.get("cells", []) if c.get("error")]
+def _note(report: GradingReport) -> str:
+    perf = report.performance
+    if perf is not None and perf.speedup is not None:
+        acc = f", Δacc {perf.gate.mean_diff_pp:+.2f} pp" if perf.gate else ""
+        return f"speedup {perf.speedup:.2f}x on {perf.device}{acc}"
+    failed = [c for c in report.cells if c.error]
     if failed:
-        return clip(f"{failed[0]['grade_id']}: {failed[0]['error']}")
-    problems = perf.get("problems") or []
+        return clip(f"{failed[0].grade_id}: {failed[0].error}")
+    problems = perf.problems if perf else []
     return clip(problems[0]) if problems else ""
 
 
@@ -65,11 +65,11 @@ def grade_one(assignment_id: str, kind: str, notebook: Path, out: Path) -> dict:
             "max_score": 0.0,
             "note": f"grading could not run (exit {rc}); see {log}",
         }
-    report = json.loads(report_path.read_text())
+    report = load_grading(json.loads(report_path.read_text()))
     return {
         "name": name,
-        "score": report["total"],
-        "max_score": report["max_total"],
+        "score": report.total,
+        "max_score": report.max_total,
         "note": _note(report),
         "report": str(report_path),
     }

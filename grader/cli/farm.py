@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from grader import assignments
 from grader.common import course
-from grader.frontends import farm, farm_record
+from grader.frontends import farm, farm_grade, farm_record
 
 
 def add_parser(sub) -> None:
@@ -37,6 +37,48 @@ def add_parser(sub) -> None:
     s.add_argument("--student", action="append", help="only this student (repeatable)")
     s.add_argument("--json", help="write the run's summary here")
     s.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    s.add_argument(
+        "--uncalibrated",
+        action="store_true",
+        help="time lessons on device classes without a gate calibration (conservative gate)",
+    )
+
+
+def add_grade_parser(sub) -> None:
+    s = sub.add_parser("grade", help="grade one collected submission through the farm")
+    s.add_argument("assignment")
+    s.add_argument("submission", help="course/submitted/<student>/<assignment>/<notebook>.ipynb")
+    s.add_argument("--address", help="join this Ray cluster (default: a private Ray here)")
+    s.add_argument("--limit", type=float, default=farm.DEFAULT_LIMIT_S)
+    s.add_argument("--device", help="cpu or cuda (default: cuda when the cluster has GPUs)")
+    s.add_argument("--spec", help="grading spec (default: by device)")
+    s.add_argument("--json", help="write the GradingReport here")
+    s.add_argument("--no-record", action="store_true", help="leave nbgrader's gradebook alone")
+    s.add_argument(
+        "--uncalibrated", action="store_true", help="time it even without a gate calibration"
+    )
+
+
+def grade_main(args) -> int:
+    """0 graded, 1 failed (the report says why), 2 not a collected submission of a known lesson."""
+    try:
+        report = farm_grade.grade(
+            args.assignment,
+            args.submission,
+            address=args.address,
+            device=args.device,
+            spec=args.spec,
+            limit_s=args.limit,
+            record=not args.no_record,
+            uncalibrated=args.uncalibrated,
+        )
+    except ValueError as err:
+        print(f"grader grade: {err}")
+        return 2
+    print(farm_record.line(report))
+    if args.json:
+        course.write_report(args.json, report.model_dump(mode="json"))
+    return 0 if report.status == "graded" else 1
 
 
 def main(args) -> int:
@@ -57,6 +99,7 @@ def main(args) -> int:
         spec=args.spec,
         students=args.student,
         progress=not args.no_progress,
+        uncalibrated=args.uncalibrated,
     )
     if not out.reports and not out.refused:
         print(

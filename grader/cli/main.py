@@ -1,4 +1,4 @@
-"""Command line: ``python -m grader {check,perf,autograde,farm,generate,cohort,leaderboard,gate-sim,calibrate,calibrate-gradings,budget,stress}``.
+"""Command line: ``python -m grader {check,perf,autograde,farm,grade,generate,cohort,leaderboard,gate-sim,calibrate,calibrate-gradings,budget,stress}``.
 
 Exit status 0 when grading ran, whatever the score; 2 when it could not run (a malformed
 notebook, an unknown assignment, a baseline that failed).
@@ -51,7 +51,7 @@ def perf(args) -> int:
         return 2
     print(result.feedback)
     if args.json:
-        course.write_report(args.json, result.report | {"points": result.points})
+        course.write_report(args.json, result.report.model_dump(mode="json"))
     return 0
 
 
@@ -101,6 +101,7 @@ COMMANDS = {
     "perf": perf,
     "autograde": lambda a: autograde(a.assignment, spec=a.spec, allow_unsealed=a.allow_unsealed),
     "farm": farm.main,
+    "grade": farm.grade_main,
     "generate": lambda a: generate(a.assignments, check=a.check),
     "gate-sim": gate_sim,
     "calibrate": calibrate,
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         help="grade a lesson whose answers are withheld from workers even without root (not sealed)",
     )
     farm.add_parser(sub)
+    farm.add_grade_parser(sub)
     s = sub.add_parser("generate", help="render solutions/<id>/<id>.py, then exercises/ (nbgrader)")
     s.add_argument("assignments", nargs="*", help="default: every folder in solutions/")
     s.add_argument(

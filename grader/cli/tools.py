@@ -25,6 +25,7 @@ from grader.frontends.notebook import read_notebook, solution_ids, solution_sour
 from grader.sandbox.supervisor import boost_priority
 from grader.scoring.checks import gate_problem
 from grader.scoring.perf import _model, grade
+from grader.scoring.report import PerformanceReport
 from grader.scoring.targets import table_for
 from grader.timed import gate
 from grader.timed.gate_sim import SimResult, simulate
@@ -307,18 +308,18 @@ def stress(
             t0 = time.perf_counter()
             r = grade(a, cells, 5.0, spec_name=spec_name, progress=lambda _: None)
             rep = r.report
-            looks = (rep["gate"] or {}).get("look_means_pp") or []
+            looks = rep.gate.look_means_pp if rep.gate else []
             results.append(
                 {
                     "points": r.points,
-                    "speedup": rep["speedup"],
-                    "gate": (rep["gate"] or {}).get("passed"),
-                    "acc_diff_pp": (rep["gate"] or {}).get("mean_diff_pp"),
-                    "problems": rep["problems"],
-                    "acc_diffs_pp": rep["accuracy_diffs_pp"],
+                    "speedup": rep.speedup,
+                    "gate": rep.gate.passed if rep.gate else None,
+                    "acc_diff_pp": rep.gate.mean_diff_pp if rep.gate else None,
+                    "problems": rep.problems,
+                    "acc_diffs_pp": rep.accuracy_diffs_pp,
                     "look_means_pp": looks,
-                    "phases_s": rep.get("phases_s"),
-                    "work_checks": rep.get("work_checks") or [],
+                    "phases_s": rep.phases_s,
+                    "work_checks": rep.work_checks,
                     "seconds": time.perf_counter() - t0,
                 }
             )
@@ -354,7 +355,7 @@ def stress(
 
 
 def _stress_summary(
-    assignment_id: str, times: int, busy: int, rep: dict, results: list[dict]
+    assignment_id: str, times: int, busy: int, rep: PerformanceReport, results: list[dict]
 ) -> dict:
     speedups = [x["speedup"] for x in results if x["speedup"]] or [
         None
@@ -363,11 +364,11 @@ def _stress_summary(
         "times": times,
         "done": len(results),
         "busy_processes": busy,
-        "device": rep["device"],
+        "device": rep.device,
         "assignment": assignment_id,
-        "spec": rep["spec"]["name"],
-        "repeats": rep["spec"]["repeats"],
-        "table": rep["target"].get("table"),
+        "spec": rep.spec.name,
+        "repeats": rep.spec.repeats,
+        "table": rep.target.table,
         "verdicts": sorted({(x["points"], x["gate"]) for x in results}, key=str),
         "same_verdict": len({(x["points"], x["gate"]) for x in results}) == 1,
         "second_looks": sum(len(x["look_means_pp"]) > 1 for x in results),

@@ -16,6 +16,7 @@ from grader import assignments
 from grader.common import course
 from grader.frontends import screening, sources
 from grader.sandbox.learner_view import WITHHELD
+from grader.scoring.report import load_performance
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,9 +84,12 @@ def generate(assignment_ids: list[str], check: bool = False) -> int:
     return 0
 
 
-def screen_submissions(assignment_id: str) -> tuple[list[str], dict[str, str]]:
-    """Students whose notebook can be graded, and the reason for each one that cannot
-    (``grader.frontends.screening``: not a notebook, too large, another lesson's)."""
+def screen_submissions(
+    assignment_id: str, students: list[str] | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """Students (all collected, or only ``students``) whose notebook can be graded, and the
+    reason for each one that cannot (``grader.frontends.screening``: not a notebook, too large,
+    another lesson's)."""
     a = assignments.get(assignment_id)
     known = screening.source_ids()
     db = f"sqlite:///{course.course_dir() / 'gradebook.db'}"
@@ -93,7 +97,7 @@ def screen_submissions(assignment_id: str) -> tuple[list[str], dict[str, str]]:
     if expected is None:  # not generated yet: nbgrader will say so
         expected = known.get(assignment_id, set())
     submitted = course.course_dir() / "submitted"
-    return screening.screen(submitted, assignment_id, a.notebook, expected, known)
+    return screening.screen(submitted, assignment_id, a.notebook, expected, known, students)
 
 
 def copying_notes(assignment_id: str, students: list[str]) -> list[str]:
@@ -135,17 +139,17 @@ def cohort(assignment_id: str, students: list[str]) -> list[dict]:
                 / f"{a.notebook}.grader.json"
             )
             if path.is_file():
-                r = json.loads(path.read_text())
+                r = load_performance(json.loads(path.read_text()))
                 row.update(
-                    speedup=r.get("speedup"),
-                    points=r.get("points"),
-                    device=r.get("device"),
-                    acc_diff_pp=(r.get("gate") or {}).get("mean_diff_pp"),
-                    gate=(r.get("gate") or {}).get("passed"),
-                    target=r["target"]["target"],
-                    threshold=(r.get("gate") or {}).get("threshold_pp"),
-                    floor=r["target"]["floor"],
-                    problems=r.get("problems", []),
+                    speedup=r.speedup,
+                    points=r.points,
+                    device=r.device,
+                    acc_diff_pp=r.gate.mean_diff_pp if r.gate else None,
+                    gate=r.gate.passed if r.gate else None,
+                    target=r.target.target,
+                    threshold=r.gate.threshold_pp if r.gate else None,
+                    floor=r.target.floor,
+                    problems=r.problems,
                 )
             rows.append(row)
     return rows

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +27,10 @@ from grader.common import course, evidence
 from grader.frontends import farm_record
 from grader.frontends.autograde import screen_submissions
 from grader.frontends.farm_ledger import Ledger, grader_version, sha256_file, submitted_notebook
-from grader.frontends.farm_task import failed, run_job
+from grader.frontends.farm_ray import RAY_TMP, SLOT, start_ray
+from grader.frontends.farm_task import device_refusal, failed, run_job
 from grader.scoring.report import GradingReport
 
-SLOT = "effkit_timed_slot"
 DEFAULT_LIMIT_S = 1800
 RETRIES = 1  # a worker or node lost mid-grading: graded once more elsewhere, then marked failed
 BACKSTOP_S = 120  # past the task's own limit: the node stopped answering, cancel it from here
@@ -55,9 +54,10 @@ class Tracker:
         self.running: dict[str, tuple[float, str, int]] = {}
         self.attempts: dict[str, int] = {}
 
-    def started(self, student: str, host: str, pid: int) -> int:
+    def started(self, student: str, where: str, pid: int) -> int:
+        """``where``: the node and its slot or GPU, as the progress lines name it."""
         self.attempts[student] = self.attempts.get(student, 0) + 1
-        self.running[student] = (time.time(), host, pid)
+        self.running[student] = (time.time(), where, pid)
         return self.attempts[student]
 
     def snapshot(self) -> dict[str, tuple[float, str, int]]:
@@ -94,7 +94,10 @@ def ray_task(job: dict, limit_s: float, tracker, pin_slot: bool) -> str:
         node = next(n for n in ray.nodes() if n["NodeID"] == node_id)
         slot, cores, lock = _slot_lock(node_id, int(node["Resources"].get(SLOT, 1)))
     try:
-        attempt = ray.get(tracker.started.remote(job["student"], os.uname().nodename, os.getpid()))
+        where = os.uname().nodename + (f" slot {slot}" if slot is not None else "")
+        gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where += f" gpu {gpus}" if gpus and job.get("device", "").startswith("cuda") else ""
+        attempt = ray.get(tracker.started.remote(job["student"], where, os.getpid()))
         return run_job(
             job, limit_s=limit_s, cores=cores, slot=slot, node_id=node_id, attempt=attempt
         )
@@ -103,56 +106,20 @@ def ray_task(job: dict, limit_s: float, tracker, pin_slot: bool) -> str:
             lock.close()
 
 
-RAY_TMP = Path(f"/tmp/effkit-ray-{os.getuid()}")  # short: Ray's unix sockets live under it
-
-
-def _private_token() -> None:
-    """A fresh token in a 0700 folder, not Ray's default ~/.ray/auth_token (0644): a cohort host
-    gives learners the traverse bit on /root (grader/frontends/cohort_host.py), and a file at a
-    known path under it is then readable."""
-    RAY_TMP.mkdir(mode=0o700, exist_ok=True)
-    os.chmod(RAY_TMP, 0o700)
-    token = RAY_TMP / "auth_token"
-    fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.write(fd, secrets.token_hex(32).encode())
-    os.close(fd)
-    os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
-
-
-def start_ray(address: str | None, slots: int):
-    """Join ``address``, or start a private Ray: token auth with a token of our own, its sockets
-    and token in a 0700 folder, no dashboard. Token auth needs Ray >= 2.52. Not loopback only:
-    Ray 2.60 binds its gRPC ports on every interface whatever ``_node_ip_address`` says."""
-    # Ray reads these when it is first imported (its C++ config): set before ``import ray``
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # a course host phones nobody
-    # The raylet waits this long for its agent, a Python process that imports for ~30 s on a
-    # busy 2-core host (the default, 30 s, aborted startup there)
-    os.environ.setdefault("RAY_agent_register_timeout_ms", "300000")
-    if not address:
-        _private_token()
-    import ray  # optional heavy dependency: only the farm needs it
-
-    if address:  # the cluster's token: RAY_AUTH_TOKEN(_PATH), set by whoever started it
-        ray.init(address=address, log_to_driver=False)
-        return ray
-    ray.init(
-        num_cpus=slots,
-        resources={SLOT: slots},
-        include_dashboard=False,
-        _temp_dir=str(RAY_TMP),
-        log_to_driver=False,
-    )
-    return ray
+def _driver_lock():
+    """One gradebook writer at a time: two farm runs (or ``grade`` calls of a grading service)
+    may grade at once, but nbgrader's SQLite gradebook takes one ``autograde`` at a time."""
+    folder = course.course_dir() / "farm"
+    folder.mkdir(parents=True, exist_ok=True)
+    fh = (folder / ".gradebook.lock").open("w")
+    fcntl.flock(fh, fcntl.LOCK_EX)  # released when fh closes, or when this process dies
+    return fh
 
 
 def plan(assignment_id: str, students: list[str] | None, version: str):
     """(jobs to grade, current reports, refusals): the ledger decides what is already done."""
     a = assignments.get(assignment_id)
-    good, bad = screen_submissions(assignment_id)
-    if students:
-        good = [s for s in good if s in students]
-        bad = {s: why for s, why in bad.items() if s in students}
+    good, bad = screen_submissions(assignment_id, students or None)
     ledger = Ledger(assignment_id)
     jobs, current = [], {}
     for student in good:
@@ -171,6 +138,7 @@ def plan(assignment_id: str, students: list[str] | None, version: str):
                 "grader_version": version,
                 "notebook_text": path.read_text(errors="replace"),
                 "timed": a.performance_cell is not None,
+                "needs": assignments.manifest(assignment_id).device,  # any, cpu or gpu
                 "course_root": str(course.course_root()),
             }
         )
@@ -199,19 +167,31 @@ def run(
     spec: str | None = None,
     students: list[str] | None = None,
     progress: bool = True,
+    record: bool = True,
+    uncalibrated: bool = False,
 ) -> Outcome:
+    """Grade ``assignment_id``'s collected submissions (all, or only ``students``) that the
+    ledger holds no current grading of; with ``record``, put them into nbgrader's gradebook."""
     t0 = time.time()
     version = grader_version()
     jobs, current, bad = plan(assignment_id, students, version)
     out = Outcome(reports=dict(current), up_to_date=sorted(current), refused=bad)
     ledger = Ledger(assignment_id)
     if jobs:
-        ray = start_ray(address, slots)
+        for job in jobs:  # the instructor's word: time even where no gate is calibrated
+            job["uncalibrated_ok"] = uncalibrated
         try:
-            _grade(ray, jobs, ledger, out, limit_s, device, spec, progress)
-        finally:
-            ray.shutdown()
-    farm_record.record(assignment_id, ledger, out.reports)
+            ray = start_ray(address, slots)
+            try:
+                _grade(ray, jobs, ledger, out, limit_s, device, spec, progress)
+            finally:
+                ray.shutdown()
+        finally:  # a Ray that failed to start leaves no token behind either
+            if not address:
+                (RAY_TMP / f"auth_token.{os.getpid()}").unlink(missing_ok=True)
+    if record:
+        with _driver_lock():
+            farm_record.record(assignment_id, ledger, out.reports)
     out.wall_s = time.time() - t0
     return out
 
@@ -231,15 +211,31 @@ def _grade(ray, jobs, ledger, out, limit_s, device, spec, progress) -> None:
         .remote()
     )
     task = ray.remote(ray_task)
+    bar = farm_record.Progress(len(jobs), enabled=progress)
+
+    def finish(job: dict, report: GradingReport) -> None:
+        ledger.write(report)  # the one write: a killed driver re-grades only what is missing
+        if report.status == "graded" and report.performance is not None:
+            _archive(report)
+        out.reports[job["student"]] = report
+        out.graded_now.append(job["student"])
+        bar.done(report)
+
     pending = {}
     for job in jobs:
-        job |= {"device": device, "spec": spec}
+        # a CPU-only lesson never holds a GPU it cannot use; the rest grade on the farm's device
+        job |= {"device": "cpu" if job["needs"] == "cpu" else device, "spec": spec}
+        why = device_refusal(job)
+        if why:  # never queued: no slot of this farm can grade it
+            finish(job, failed(job, why, status="refused"))
+            continue
         opts = {"num_cpus": 1, "max_retries": RETRIES}
-        pin = job["timed"] and device == "cpu"
-        if job["timed"]:
-            opts |= {"resources": {SLOT: 1}} if pin else {"num_gpus": 1}
+        pin = job["timed"] and job["device"] == "cpu"
+        if pin:
+            opts |= {"resources": {SLOT: 1}}
+        elif job["timed"] or job["needs"] == "gpu":
+            opts |= {"num_gpus": 1}
         pending[task.options(**opts).remote(job, limit_s, tracker, pin)] = job
-    bar = farm_record.Progress(len(jobs), enabled=progress)
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
         for ref in ready:
@@ -248,15 +244,13 @@ def _grade(ray, jobs, ledger, out, limit_s, device, spec, progress) -> None:
                 report = _accept(job, ray.get(ref))
             except ray.exceptions.RayError as err:
                 report = failed(job, _ray_reason(err))
-            ledger.write(report)  # the one write: a killed driver re-grades only what is missing
-            if report.status == "graded" and report.performance is not None:
-                _archive(report)
-            out.reports[job["student"]] = report
-            out.graded_now.append(job["student"])
-            bar.done(report)
+            finish(job, report)
         running = ray.get(tracker.snapshot.remote())
         waiting = {j["student"] for j in pending.values()}
-        bar.update(running=len(waiting & set(running)), queued=len(waiting - set(running)))
+        bar.update(
+            running={s: running[s] for s in waiting & set(running)},
+            queued=len(waiting - set(running)),
+        )
         for ref, job in list(pending.items()):
             since = running.get(job["student"], (None,))[0]
             if since is not None and time.time() - since > limit_s + BACKSTOP_S:
@@ -280,8 +274,8 @@ def _ray_reason(err) -> str:
 def _archive(report: GradingReport) -> None:
     """The leaderboard's signed copy of a timed report, as ``GradePerformance`` keeps one; the
     file name comes from the report, so archiving the same grading twice writes one file."""
-    perf = report.performance.model_dump(mode="json")
-    perf |= {"student": report.student, "notebook": report.notebook}
+    whose = {"student": report.student, "notebook": report.notebook}
+    perf = report.performance.model_copy(update=whose).model_dump(mode="json")
     try:
         evidence.archive(course.course_dir(), perf)
     except (OSError, evidence.EvidenceError) as err:

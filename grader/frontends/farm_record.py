@@ -10,6 +10,7 @@ shows farm results exactly as it shows autograde's. Only current, signed, graded
 from __future__ import annotations
 
 import statistics
+import time
 
 from grader.common import course
 from grader.frontends.autograde import nbgrader
@@ -18,16 +19,17 @@ from grader.scoring.report import GradingReport
 
 
 class Progress:
-    """tqdm bar: done / running / failed / queued, one line per finished grading above it."""
+    """tqdm bar: done / running / failed / queued; under it a line per running grading (where,
+    whose, for how long); above it a line per finished grading."""
 
     def __init__(self, total: int, enabled: bool = True):
-        from tqdm import (
-            tqdm,
-        )  # optional heavy dependency at import time (tqdm.auto pulls ipywidgets)
+        from tqdm import tqdm  # not tqdm.auto: that pulls ipywidgets
 
+        self.tqdm = tqdm
         self.bar = tqdm(total=total, desc="farm", unit="grading", disable=not enabled)
         self.enabled = enabled
         self.counts = {"done": 0, "running": 0, "failed": 0, "queued": total}
+        self.slots: list = []  # one bar per running grading, reused as they come and go
 
     def done(self, report: GradingReport) -> None:
         self.counts["failed" if report.status == "failed" else "done"] += 1
@@ -36,21 +38,42 @@ class Progress:
             self.bar.write(line(report))
         self._show()
 
-    def update(self, running: int, queued: int) -> None:
-        self.counts |= {"running": running, "queued": queued}
+    def update(self, running: dict[str, tuple], queued: int) -> None:
+        """``running``: student -> (started at, where, pid), the tracker's snapshot."""
+        self.counts |= {"running": len(running), "queued": queued}
         self._show()
+        if not self.enabled:
+            return
+        lines = slot_lines(running, time.time())
+        while len(self.slots) < len(lines):
+            self.slots.append(
+                self.tqdm(total=0, position=len(self.slots) + 1, bar_format="{desc}", leave=False)
+            )
+        for i, bar in enumerate(self.slots):
+            bar.set_description_str(lines[i] if i < len(lines) else "", refresh=True)
 
     def _show(self) -> None:
         self.bar.set_postfix_str(" ".join(f"{k} {v}" for k, v in self.counts.items()))
 
     def close(self) -> None:
+        for bar in self.slots:
+            bar.close()
         self.bar.close()
+
+
+def slot_lines(running: dict[str, tuple], now: float) -> list[str]:
+    """One line per running grading, by where it runs: "node slot 1: alice, 42 s"."""
+    rows = sorted((where, student, since) for student, (since, where, *_) in running.items())
+    return [f"  {where}: {student}, {now - since:.0f} s" for where, student, since in rows]
 
 
 def line(r: GradingReport) -> str:
     where = f"{r.host}" + (f" slot {r.slot}" if r.slot is not None else "")
     where += f" gpu {r.gpus}" if r.timed and r.gpus else ""
     took = f"{r.wall_s:.1f} s" if r.wall_s is not None else "-"
+    where += f" ({r.device.label})" if r.device else ""
+    if r.status == "refused":
+        return f"[{r.student}] REFUSED on {where or 'the driver'}: {r.reason}"
     if r.status == "failed":
         return f"[{r.student}] FAILED after {took} on {where or '?'}: {r.reason}"
     return f"[{r.student}] graded {r.total:g} / {r.max_total:g} in {took} on {where}"
@@ -97,6 +120,7 @@ def summary(assignment_id: str, out) -> dict:
                 "slot": r.slot,
                 "cores": r.cores,
                 "gpus": r.gpus,
+                "device": r.device.label if r.device else None,
                 "started_at": r.started_at,
                 "finished_at": r.finished_at,
                 "attempt": r.attempt,
@@ -109,7 +133,7 @@ def summary(assignment_id: str, out) -> dict:
         "gradings": rows,
         "graded_this_run": len(out.graded_now),
         "up_to_date": len(out.up_to_date),
-        "refused": len(out.refused),
+        "refused": sum(r["status"] == "refused" for r in rows),  # screening and device class
         "failed": sum(r["status"] == "failed" for r in rows),
         "grading_s_total": sum(walls),
         "grading_s_median": statistics.median(walls) if walls else None,
@@ -128,7 +152,8 @@ def print_table(s: dict) -> None:
         pts = f"{r['total']:5.2f} / {r['max_total']:<5g}" if r.get("total") is not None else "-"
         wall = f"{r['wall_s']:7.1f}" if r.get("wall_s") is not None else "      -"
         slot = f" slot {r['slot']}" if r.get("slot") is not None else ""
-        where = r.get("reason") or f"{r['host']}{slot}" + (
+        device = f" ({r['device']})" if r.get("device") else ""
+        where = r.get("reason") or f"{r['host']}{slot}{device}" + (
             "" if r["graded_this_run"] else " (ledger)"
         )
         print(f"{r['student']:16s} {r['status']:8s} {pts:>13s} {wall}  {where}")

@@ -23,28 +23,67 @@ import time
 import traceback
 from pathlib import Path
 
+from effkit.measure import device_name
+from grader import assignments
 from grader.common import course
+from grader.common.device import default_device
 from grader.frontends import pipeline
 from grader.frontends.farm_ledger import grader_version
-from grader.frontends.notebook import NotebookError, nbgrader_meta
+from grader.frontends.notebook import NotebookError
 from grader.sandbox.box import become_subreaper
 from grader.sandbox.proctree import descendants
-from grader.scoring.perf import GradingError
-from grader.scoring.report import CellScore, GradingReport
+from grader.scoring.device_class import device_info
+from grader.scoring.perf import GradingError, load_gate
+from grader.scoring.report import GradingReport
+from grader.scoring.targets import target_for
 
 REPORT = "report.json"
 LOG = "grading.log"
 
 
-def failed(job: dict, reason: str, **meta) -> GradingReport:
-    """A report that says why this submission has no grade (one line, the learner's words)."""
+def device_refusal(job: dict) -> str | None:
+    """Why this slot must not grade ``job`` (its lesson needs a GPU, the slot grades on the CPU),
+    or None. The driver asks before queuing, the node again on the device it really has."""
+    if job.get("needs") == "gpu" and not str(job.get("device", "")).startswith("cuda"):
+        return (
+            f"not graded: {job['assignment']} is graded on a GPU only (its manifest says "
+            "device='gpu') and this slot has none; grade it on a farm with GPU nodes "
+            "(python -m grader farm --address ...)"
+        )
+    return None
+
+
+def calibration_refusal(job: dict) -> str | None:
+    """Why this slot must not time ``job``: its accuracy gate has no calibration for this device
+    class, so a correct solution could fail on noise nobody measured (the conservative fallback
+    gate is used only when the instructor says so: ``uncalibrated_ok``, ``--uncalibrated``)."""
+    if not job.get("timed") or job.get("uncalibrated_ok"):
+        return None
+    a = assignments.get(job["assignment"])
+    device = job.get("device") or default_device()
+    name = device_name(device)
+    target = target_for(a, name)
+    table = target.table or target.device_class
+    _, calibration, _ = load_gate(a.id, a.spec(device, job.get("spec")), table, name)
+    if calibration != "fallback":
+        return None
+    return (
+        f"not graded: {a.id}'s accuracy gate has no calibration for {name} (targets row {table}); "
+        f"calibrate it on a node of this class (python -m grader calibrate --assignment {a.id}), "
+        "or farm with --uncalibrated to grade with the conservative fallback gate"
+    )
+
+
+def failed(job: dict, reason: str, status: str = "failed", **meta) -> GradingReport:
+    """A report that says why this submission has no grade (one line, the learner's words);
+    ``status="refused"``: this slot cannot grade it (another device class)."""
     return GradingReport(
         assignment=job["assignment"],
         student=job["student"],
         notebook=job["notebook"],
         submission_sha256=job["sha256"],
         grader_version=job["grader_version"],
-        status="failed",
+        status=status,
         reason=reason,
         timed=job.get("timed", False),
         **meta,
@@ -145,31 +184,6 @@ def run_job(job: dict, *, limit_s: float, cores=None, slot=None, node_id="", att
         ).model_dump_json()
 
 
-def grading_report(report: pipeline.Report, **meta) -> GradingReport:
-    """``report`` as the typed object that crosses between machines (``grader.scoring.report``);
-    ``meta`` names the submission (student, sha256, grader version) and where it ran."""
-    nb = report.submission.notebook
-    outputs = {
-        nbgrader_meta(c)["grade_id"]: json.loads(json.dumps(c.get("outputs", [])))
-        for c in nb.cells
-        if c.get("cell_type") == "code" and nbgrader_meta(c).get("grade")
-    }
-    return GradingReport(
-        assignment=report.submission.assignment.id,
-        notebook=report.submission.assignment.notebook,
-        status="graded",
-        total=report.total,
-        max_total=report.max_total,
-        cells=[CellScore(**vars(s)) for s in report.scores],
-        outputs=outputs,
-        notes=report.submission.notes,
-        performance=report.performance.report if report.performance else None,
-        out_of_kernel=report.cells.to_dict() if report.cells else None,
-        timed=report.submission.assignment.performance_cell is not None,
-        **meta,
-    )
-
-
 def grade_folder(folder: Path) -> GradingReport:
     """In the fresh process: the real pipeline (``load`` + ``grade``) on the job's notebook."""
     job = json.loads((folder / "job.json").read_text())
@@ -181,6 +195,19 @@ def grade_folder(folder: Path) -> GradingReport:
             "install the same effkit checkout on every node",
             **meta,
         )
+    here = default_device()  # what this slot really has (Ray's CUDA_VISIBLE_DEVICES)
+    meta["device"] = device_info(job.get("device") if here == "cuda" else "cpu")
+    if str(job.get("device", "")).startswith("cuda") and here != "cuda":
+        # graded on the CPU it would meet the CPU's targets and gate: another device class
+        why = device_refusal(job | {"device": "cpu"}) or (
+            f"not graded: the farm sent a {job['device']} grading to a slot without a GPU "
+            f"({meta['device'].label}); grading it on the CPU would judge it by another device "
+            "class's targets"
+        )
+        return failed(job, why, status="refused", **meta)
+    why = calibration_refusal(job)
+    if why:
+        return failed(job, why, status="refused", **meta)
     path = folder / "submission" / f"{job['notebook']}.ipynb"
     path.parent.mkdir()
     path.write_text(job["notebook_text"])
@@ -191,7 +218,7 @@ def grade_folder(folder: Path) -> GradingReport:
         return failed(job, f"not graded: {err}", **meta)
     except GradingError as err:
         return failed(job, f"the grader could not run (not the learner's fault): {err}", **meta)
-    return grading_report(
+    return pipeline.grading_report(
         report,
         student=job["student"],
         submission_sha256=job["sha256"],

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from effkit.abtest import median_ci, median_ci_coverage
 from grader.common import evidence
+from grader.scoring.report import PerformanceReport, load_performance
 
 CONFIDENCE = 0.95
 GATE_PP = 0.5  # the accuracy tolerance the page states; the grader's gate decides each grading
@@ -113,37 +114,47 @@ def _number(x) -> float | None:
     return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
 
 
-def grading_of(report: dict, signature: str) -> Grading:
-    """A verified report as a :class:`Grading`, with the reason it cannot hold a record."""
-    ratios = [float(r) for r in report.get("speed_ratios") or [] if _number(r) is not None]
-    speedup = _number(report.get("speedup"))
-    gate = report.get("gate") if isinstance(report.get("gate"), dict) else None
-    target = report.get("target") if isinstance(report.get("target"), dict) else {}
-    if report.get("error"):
+def device_class_of(report: PerformanceReport) -> str:
+    """The board a grading competes on: the targets row, and on a CPU the ISA beside it
+    ("cpu-fp32 [AVX2]"): an AVX2 EPYC and an AVX512 one share a row, never a race."""
+    table = report.target.table or report.device_class or "unknown"
+    return f"{table} [{report.isa}]" if report.isa else table
+
+
+def grading_of(data: dict, signature: str) -> Grading:
+    """A verified report (any archived shape) as a :class:`Grading`, with the reason it cannot
+    hold a record. Raises ValueError for a report that does not validate."""
+    report = load_performance(data)
+    ratios = [r for r in report.speed_ratios if _number(r) is not None]
+    speedup = _number(report.speedup)
+    gate = report.gate
+    if report.error:
         why = "the grading ended in an error"
     elif gate is None:
         why = "no accuracy gate was decided"
-    elif gate.get("passed") is not True:
+    elif gate.passed is not True:
         why = "accuracy gate failed"
-    elif report.get("work_problems"):
+    elif report.work_problems:
         why = "work check failed"
-    elif report.get("problems"):
-        why = "no performance points: " + str(report["problems"][0])
+    elif report.problems:
+        why = "no performance points: " + report.problems[0]
     elif speedup is None or not ratios:
         why = "no speedup measured"
     else:
         why = ""
-    dt.datetime.fromisoformat(str(report["timestamp"]))  # a report without a time cannot be placed
+    dt.datetime.fromisoformat(report.timestamp)  # a report without a time cannot be placed
+    if not report.student:
+        raise ValueError("an archived report names no student")
     return Grading(
-        student=str(report["student"]),
-        assignment=str(report["assignment"]),
-        timestamp=str(report["timestamp"]),
-        device=str(report.get("device", "")),
-        device_class=str(target.get("table") or report.get("device_class") or "unknown"),
+        student=report.student,
+        assignment=report.assignment,
+        timestamp=report.timestamp,
+        device=report.device,
+        device_class=device_class_of(report),
         speedup=speedup,
         interval=median_ci(ratios, CONFIDENCE) if ratios else None,
         coverage=median_ci_coverage(len(ratios), CONFIDENCE) if ratios else None,
-        mean_diff_pp=_number(gate.get("mean_diff_pp")) if gate else None,
+        mean_diff_pp=_number(gate.mean_diff_pp) if gate else None,
         signature=signature,
         why_not=why,
     )

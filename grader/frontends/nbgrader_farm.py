@@ -48,7 +48,7 @@ class FarmVerdicts(NbGraderPreprocessor):
                 json.dumps(report.out_of_kernel | whose, indent=1)
             )
         if report.performance is not None:  # what autograde's cohort table and plot read
-            perf = report.performance.model_dump(mode="json") | whose
+            perf = report.performance.model_copy(update=whose).model_dump(mode="json")
             (folder / f"{name}.grader.json").write_text(json.dumps(perf, indent=1))
         self.log.info(
             "%s/%s: verdicts from the farm (%s on %s)", student, name, report.wall_s, report.host

@@ -111,7 +111,8 @@ class GradePerformance(NbGraderPreprocessor):
         )
         if result is not None:
             folder = Path(resources.get("metadata", {}).get("path") or ".")
-            report = dict(result.report, student=info.get("student"), notebook=info.get("notebook"))
+            whose = {"student": info.get("student"), "notebook": info.get("notebook")}
+            report = result.report.model_copy(update=whose).model_dump(mode="json")
             (folder / f"{info['notebook']}.grader.json").write_text(json.dumps(report, indent=1))
             self.archive(report)
             self.log.info("Performance: %s / %s points", result.points, result.max_points)

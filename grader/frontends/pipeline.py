@@ -8,17 +8,21 @@ and ``check_my_work`` all go through these steps; ``render`` and ``Report.to_jso
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader import assignments
 from grader.common import course
+from grader.frontends.farm_ledger import grader_version, sha256_file
 from grader.frontends.notebook import merge, nbgrader_meta, read_notebook, solution_ids
 from grader.frontends.outputs import CellsReport, fill_graded_cells, fill_performance_cell
 from grader.kit.assignment import Assignment
 from grader.sandbox.launch import unavailable_lines
+from grader.scoring.device_class import device_info
 from grader.scoring.perf import PerfResult
+from grader.scoring.report import CellScore, GradingReport
 
 
 @dataclass
@@ -48,6 +52,7 @@ class Report:
     scores: list[Score]
     cells: CellsReport | None
     performance: PerfResult | None
+    device: str | None = None  # what it was graded on (None: the default device)
 
     @property
     def total(self) -> float:
@@ -58,17 +63,41 @@ class Report:
         return sum(s.max_points for s in self.scores)
 
     def to_json(self) -> dict:
-        sub = self.submission
-        return {
-            "notebook": str(sub.path),
-            "assignment": sub.assignment.id,
-            "cells": [vars(s) for s in self.scores],
-            "total": self.total,
-            "max_total": self.max_total,
-            "notes": sub.notes,
-            "performance": self.performance.report if self.performance else None,
-            "out_of_kernel": self.cells.to_dict() if self.cells else None,
-        }
+        """``grader check --json``: the ``GradingReport`` the farm sends, keyed by this notebook's
+        bytes and this grader (no student: a learner checks their own work)."""
+        report = grading_report(
+            self,
+            student="",
+            submission_sha256=sha256_file(self.submission.path),
+            grader_version=grader_version(),
+            device=device_info(self.device),
+        )
+        return report.model_dump(mode="json")
+
+
+def grading_report(report: Report, **meta) -> GradingReport:
+    """``report`` as the typed object every front end reads (``grader.scoring.report``); ``meta``
+    names the submission (student, sha256, grader version) and where it ran."""
+    nb = report.submission.notebook
+    outputs = {
+        nbgrader_meta(c)["grade_id"]: json.loads(json.dumps(c.get("outputs", [])))
+        for c in nb.cells
+        if c.get("cell_type") == "code" and nbgrader_meta(c).get("grade")
+    }
+    return GradingReport(
+        assignment=report.submission.assignment.id,
+        notebook=report.submission.assignment.notebook,
+        status="graded",
+        total=report.total,
+        max_total=report.max_total,
+        cells=[CellScore(**vars(s)) for s in report.scores],
+        outputs=outputs,
+        notes=report.submission.notes,
+        performance=report.performance.report if report.performance else None,
+        out_of_kernel=report.cells.to_dict() if report.cells else None,
+        timed=report.submission.assignment.performance_cell is not None,
+        **meta,
+    )
 
 
 def _readable(path: Path) -> bool:
@@ -109,7 +138,7 @@ def grade(sub: Submission, spec_name: str | None = None, device: str | None = No
         device,
         cells.gate_verdicts() if cells else None,
     )
-    return Report(sub, scores(sub.notebook), cells, perf)
+    return Report(sub, scores(sub.notebook), cells, perf, device)
 
 
 def scores(nb) -> list[Score]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from grader import assignments
-from grader.scoring.report import CellScore, PerformanceReport
+from grader.scoring.report import CellScore, load_performance
 
 OPTION = "--effkit-submission"
 _SUBMISSIONS = pytest.StashKey[dict]()  # notebook path -> assignment id
@@ -122,7 +122,7 @@ def reasons(report: dict) -> dict[str, str]:
     checked = (report.get("out_of_kernel") or {}).get("cells", {})
     found = {gid: v.get("reason") or "" for gid, v in checked.items()}
     if report.get("performance"):
-        perf = PerformanceReport.model_validate(report["performance"])
+        perf = load_performance(report["performance"])
         cell = assignments.get(perf.assignment).performance_cell
         found[cell] = "; ".join(perf.problems) or (
             f"speedup {perf.speedup:.2f}x on {perf.device}" if perf.speedup else ""

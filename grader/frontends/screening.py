@@ -75,6 +75,8 @@ def foreign_reason(nb, assignment_id: str, expected: set[str], known: dict[str, 
 def unreadable_reason(folder: Path, assignment_id: str, notebook: str) -> tuple[object | None, str]:
     """``(notebook, "")`` for a readable ``folder/<notebook>.ipynb``, else ``(None, reason)``."""
     path = folder / f"{notebook}.ipynb"
+    if path.is_symlink():  # the root grader would read wherever it points: never follow one
+        return None, f"{path.name} is a symbolic link, not a notebook: {_resubmit(assignment_id)}"
     if not path.is_file():
         found = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
         return None, (
@@ -95,12 +97,23 @@ def unreadable_reason(folder: Path, assignment_id: str, notebook: str) -> tuple[
 
 
 def screen(
-    submitted: Path, assignment_id: str, notebook: str, expected: set[str], known: dict
+    submitted: Path,
+    assignment_id: str,
+    notebook: str,
+    expected: set[str],
+    known: dict,
+    students: list[str] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """Students under ``submitted/*/<assignment_id>/`` whose notebook can be graded, and the
-    reason for each one that cannot. Only ``<notebook>.ipynb`` counts, as for nbgrader."""
+    """Students under ``submitted/*/<assignment_id>/`` (or only ``students``) whose notebook can
+    be graded, and the reason for each one that cannot. Only ``<notebook>.ipynb`` counts, as for
+    nbgrader."""
     good, bad = [], {}
-    for folder in sorted(submitted.glob(f"*/{assignment_id}")):
+    folders = (
+        sorted(submitted.glob(f"*/{assignment_id}"))
+        if students is None
+        else [submitted / s / assignment_id for s in sorted(set(students))]
+    )
+    for folder in folders:
         nb, why = unreadable_reason(folder, assignment_id, notebook)
         why = why or foreign_reason(nb, assignment_id, expected, known)
         if why:

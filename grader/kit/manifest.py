@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from effkit import syllabus
 
+DEVICES = ("any", "cpu", "gpu")
+
 
 @dataclass(frozen=True)
 class Manifest:
@@ -35,6 +37,10 @@ class Manifest:
     tools: tuple[str, ...] = ()
     # graded on counts (bytes, epochs, memory), not on a clock: tests may run it beside timed work
     clocked: bool = True
+    # the device class its grading needs: "any" (the slot's device; a timed lesson uses that
+    # class's targets), "cpu" (its workers see no GPU, so a GPU slot would sit idle: graded on
+    # CPU cores even on a GPU node), "gpu" (only a GPU grades it: a CPU-only slot refuses it)
+    device: str = "any"
 
     def __post_init__(self):
         if not self.worker_modules or not all(
@@ -49,6 +55,8 @@ class Manifest:
             raise ValueError(
                 f"{self.id}: withheld and tools name effkit functions as 'effkit.module.function', not {bad}"
             )
+        if self.device not in DEVICES:
+            raise ValueError(f"{self.id}: device is one of {DEVICES}, not {self.device!r}")
         if min(self.reference_grading_s, self.stub_grading_s) <= 0:
             raise ValueError(f"{self.id}: grading times are measured wall seconds, above 0")
         if not self.points or any(p <= 0 for p in self.points.values()):

@@ -12,11 +12,12 @@ from __future__ import annotations
 import datetime as dt
 import re
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from effkit.measure import device_name
 from grader.common.device import default_device
 from grader.scoring.checks import gate_problem
+from grader.scoring.report import PerformanceReport
 from grader.scoring.targets import NO_NATIVE_BF16, Target, target_for
 from grader.timed import gate as gates
 from grader.timed.protocol import Measurement, WorkerFailed, measure
@@ -33,7 +34,7 @@ class PerfResult:
     points: float
     max_points: float
     feedback: str
-    report: dict = field(default_factory=dict)
+    report: PerformanceReport
 
 
 def load_gate(
@@ -170,34 +171,37 @@ def decide(
             "but unusual for a pipeline change - check you did not change the training"
         )
     points = round(credit * max_points, 2)
-    report = {
-        "assignment": assignment_id,
-        "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "device": m.device,
-        "device_class": target.device_class,
-        "spec": asdict(m.spec),
-        "target": target.to_dict(),
-        "runs": [asdict(t) | {"samples_per_s": t.samples / t.seconds} for t in m.runs],
-        "warmup_s": m.warmup_s,
-        "speed_ratios": m.speed_ratios(),
-        "speedup": speedup if m.pairs() else None,
-        "accuracy_diffs_pp": diffs,
-        "gate": verdict.to_dict() if verdict else None,
-        "gate_calibration": calibration,
-        "credit": credit,
-        "points": points,
-        "max_points": max_points,
-        "problems": reasons,
-        "flags": flags,
-        "error": (
-            {"kind": m.error.kind, "message": str(m.error), "detail": m.error.detail}
-            if m.error
-            else None
-        ),
-        "phases_s": m.phases_s,
-        "work_checks": m.work_checks,
-        "work_problems": m.work_problems,
-    }
+    # the one writer of a performance report: typed and validated here, read as attributes
+    report = PerformanceReport.model_validate(
+        {
+            "assignment": assignment_id,
+            "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "device": m.device,
+            "device_class": target.device_class,
+            "spec": asdict(m.spec),
+            "target": target.to_dict(),
+            "runs": [asdict(t) | {"samples_per_s": t.samples / t.seconds} for t in m.runs],
+            "warmup_s": m.warmup_s,
+            "speed_ratios": m.speed_ratios(),
+            "speedup": speedup if m.pairs() else None,
+            "accuracy_diffs_pp": diffs,
+            "gate": verdict.to_dict() if verdict else None,
+            "gate_calibration": calibration,
+            "credit": credit,
+            "points": points,
+            "max_points": max_points,
+            "problems": reasons,
+            "flags": flags,
+            "error": (
+                {"kind": m.error.kind, "message": str(m.error), "detail": m.error.detail}
+                if m.error
+                else None
+            ),
+            "phases_s": m.phases_s,
+            "work_checks": m.work_checks,
+            "work_problems": m.work_problems,
+        }
+    )
     return PerfResult(points, max_points, feedback_text(report), report)
 
 
@@ -205,69 +209,69 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def feedback_text(r: dict) -> str:
-    t = r["target"]
+def feedback_text(r: PerformanceReport) -> str:
+    t = r.target
     lines = [
-        f"== effkit grader: {r['assignment']} performance ==",
-        f"device     {r['device']}  (class {r['device_class']})",
+        f"== effkit grader: {r.assignment} performance ==",
+        f"device     {r.device}  (class {r.device_class})",
     ]
-    spec = r["spec"]
-    pairs = sum(x["role"] == "baseline" for x in r["runs"])
+    spec = r.spec
+    pairs = sum(x.role == "baseline" for x in r.runs)
     second = (
-        f" (+{pairs - spec['repeats']} on fresh data: the gate's second look)"
-        if pairs > spec["repeats"]
+        f" (+{pairs - spec.repeats} on fresh data: the gate's second look)"
+        if pairs > spec.repeats
         else ""
     )
     lines.append(
-        f"protocol   {spec['repeats']} paired runs{second} of {spec['epochs']} epochs x "
-        f"{spec['n_train']} samples of the grader's own data, {spec.get('chunks_per_epoch', 2)} chunks per epoch "
+        f"protocol   {spec.repeats} paired runs{second} of {spec.epochs} epochs x "
+        f"{spec.n_train} samples of the grader's own data, {spec.chunks_per_epoch} chunks per epoch "
         "interleaved ABBA; warm-up excluded; timed by the grader"
     )
     for role, label in (("baseline", "baseline"), ("learner", "yours")):
-        runs = [x for x in r["runs"] if x["role"] == role]
+        runs = [x for x in r.runs if x.role == role]
         if runs:
-            secs = [x["seconds"] for x in runs]
+            secs = [x.seconds for x in runs]
             lines.append(
-                f"{label:10s} {_median(secs):7.2f} s/run ({_median([x['samples_per_s'] for x in runs]):7.0f} "
+                f"{label:10s} {_median(secs):7.2f} s/run ({_median([x.samples_per_s for x in runs]):7.0f} "
                 f"samples/s)   runs: " + " ".join(f"{s:.2f}" for s in secs)
             )
-    if r["speedup"] is not None:
-        ratios = r["speed_ratios"]
+    if r.speedup is not None:
+        ratios = r.speed_ratios
         of = " of the second look" if second else ""
         lines.append(
-            f"speedup    {r['speedup']:.2f}x (median of {len(ratios)} back-to-back chunk pairs{of}, range {min(ratios):.2f}-"
-            f"{max(ratios):.2f}); target {t['target']:.2f}x, floor {t['floor']:.2f}x ({t['source']})"
+            f"speedup    {r.speedup:.2f}x (median of {len(ratios)} back-to-back chunk pairs{of}, range {min(ratios):.2f}-"
+            f"{max(ratios):.2f}); target {t.target:.2f}x, floor {t.floor:.2f}x ({t.source})"
         )
-        if t.get("table") == "cpu-fp32":
+        if t.table == "cpu-fp32":
             lines.append(
                 "note       this CPU has no native bf16 (no AMX / AVX512-BF16): fp32 is the right policy "
                 "here and 16-bit cannot pay, so full points mean your choice did not slow training "
                 "(targets row cpu-fp32)"
             )
-    g = r["gate"]
+    g = r.gate
     if g:
-        accs = [(x["role"], x["accuracy"]) for x in r["runs"] if x["accuracy"] is not None]
+        accs = [(x.role, x.accuracy) for x in r.runs if x.accuracy is not None]
         base = _median([a for role, a in accs if role == "baseline"]) * 100
         mine = _median([a for role, a in accs if role == "learner"]) * 100
-        looks = g.get("look_means_pp") or []
+        looks = g.look_means_pp
         mean = (
             " then ".join(f"{m:+.2f}" for m in looks) + " pp (two looks)"
             if len(looks) > 1
-            else f"{g['mean_diff_pp']:+.2f} pp"
+            else f"{g.mean_diff_pp:+.2f} pp"
         )
         lines.append(
             f"accuracy   baseline {base:.2f}%, yours {mine:.2f}% on the grader's held-out set; "
-            f"paired mean {mean}, gate {g['threshold_pp']:+.2f} pp: "
-            + ("pass" if g["passed"] else "FAIL")
+            f"paired mean {mean}, gate {g.threshold_pp:+.2f} pp: "
+            + ("pass" if g.passed else "FAIL")
         )
-    for p in r["problems"]:
+    for p in r.problems:
         lines.append(f"problem    {p}")
-    if r["error"] and r["error"]["detail"]:
-        lines.append("           " + r["error"]["detail"].replace("\n", "\n           "))
-    for f in r["flags"]:
+    if r.error and r.error.detail:
+        lines.append("           " + r.error.detail.replace("\n", "\n           "))
+    for f in r.flags:
         lines.append(f"flag       {f}")
     lines.append(
-        f"points     {r['points']:g} / {r['max_points']:g}"
-        + (f"  (speed credit {r['credit']:.0%})" if not r["problems"] else "")
+        f"points     {r.points:g} / {r.max_points:g}"
+        + (f"  (speed credit {r.credit:.0%})" if not r.problems else "")
     )
     return "\n".join(lines)

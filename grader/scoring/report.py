@@ -1,64 +1,151 @@
 """One grading's result as a typed, versioned object that crosses between machines as JSON.
 
-``GradingReport`` wraps what ``grader.frontends.pipeline.Report`` and ``perf.decide`` produce today
-(cell scores, the graded cells' outputs, the performance dict) plus where and when it ran. It is
-validated on load, so a node that sends something else is refused, and ``schema_version`` keeps an
-archived report readable after the code changes: bump it when a field changes meaning.
+``PerformanceReport`` is what ``perf.decide`` (its only writer) decides for a timed cell;
+``GradingReport`` wraps a whole grading (cell scores, the graded cells' outputs, the performance
+report) plus where and when it ran. Both validate on load and refuse unknown fields, so a node or
+a file that says something else is refused instead of misread. ``schema_version`` keeps archived
+evidence readable after the code changes: ``load_performance`` and ``load_grading`` upgrade the
+older shapes kept in the repository and in course archives; bump the version when a field
+changes meaning and teach those two the old shape.
 """
 
 from __future__ import annotations
 
+import re
+from pathlib import PurePath
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
-class CellScore(BaseModel):
+class _Strict(BaseModel):
+    # NaN stays NaN on the wire (a speedup of no pairs, a diverged run), as json.dumps wrote it;
+    # pydantic's default would turn it into null, which a list[float] then refuses on load
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+
+
+class Spec(BaseModel):
+    """The timed protocol's settings (``GradingSpec``); its tuning knobs grow with the protocol,
+    so only what reports are read for is typed and the rest rides along."""
+
+    model_config = ConfigDict(extra="allow", ser_json_inf_nan="constants")
+    name: str
+    profile: str
+    n_train: int
+    epochs: int
+    repeats: int
+    chunks_per_epoch: int = 2
+
+
+class Run(_Strict):
+    role: Literal["baseline", "learner"]
+    repeat: int
+    seconds: float
+    samples: int
+    accuracy: float | None = None
+    samples_per_s: float
+
+
+class TargetRow(_Strict):
+    """The speedup targets used (``grader.scoring.targets.Target``)."""
+
+    assignment: str
+    device: str
+    device_class: str
+    target: float
+    floor: float
+    source: str
+    table: str = ""
+
+
+class GateVerdict(_Strict):
+    passed: bool
+    mean_diff_pp: float
+    threshold_pp: float
+    se_pp: float
+    suspiciously_high: bool
+    message: str
+    look_means_pp: list[float] = Field(default_factory=list)
+
+
+class GradingFault(_Strict):
+    kind: str
+    message: str
+    detail: str | None = None
+
+
+class DeviceInfo(_Strict):
+    """The device class a grading ran on: a GPU's name, or a CPU's model and the ISA that decides
+    its training speed ("AMX", "AVX512-BF16", "AVX512", "AVX2": ``effkit.amp.cpu_isa``)."""
+
+    kind: Literal["cpu", "gpu"]
+    model: str
+    isa: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} [{self.isa}]" if self.isa else self.model
+
+
+class PerformanceReport(_Strict):
+    """A timed cell's decision: the runs, the speedup, the accuracy gate, the points and why."""
+
+    schema_version: Literal[2] = SCHEMA_VERSION
+    assignment: str
+    timestamp: str
+    device: str  # effkit.measure.device_name: "CPU <model> [<ISA>] (N threads)" or the GPU
+    device_class: str
+    spec: Spec
+    target: TargetRow
+    runs: list[Run]
+    warmup_s: dict[str, float] = Field(default_factory=dict)
+    speed_ratios: list[float] = Field(default_factory=list)
+    speedup: float | None
+    accuracy_diffs_pp: list[float]
+    gate: GateVerdict | None
+    gate_calibration: str = ""
+    credit: float
+    points: float
+    max_points: float
+    problems: list[str]
+    flags: list[str]
+    error: GradingFault | None
+    phases_s: dict[str, float] = Field(default_factory=dict)
+    work_checks: list[dict] = Field(default_factory=list)
+    work_problems: list[str] = Field(default_factory=list)
+    # whose grading: set where it is archived (the leaderboard's signed copy, grader.json)
+    student: str | None = None
+    notebook: str | None = None
+
+    @property
+    def isa(self) -> str:
+        """The CPU ISA in ``device`` ("" for a GPU or a report from before devices named it)."""
+        found = re.search(r"\[([^\]]+)\]", self.device)
+        return found.group(1) if found and self.device.startswith("CPU") else ""
+
+
+class CellScore(_Strict):
     grade_id: str
     points: float | None
     max_points: float
     error: str | None = None
 
 
-class PerformanceReport(BaseModel):
-    """The dict ``grader.scoring.perf.decide`` builds, typed where its readers depend on it; the
-    rest (runs, phases, work checks) rides along unchecked (``extra="allow"``) until they move."""
+class GradingReport(_Strict):
+    """One submission's grading: graded (scores and outputs), failed (why) or refused (this slot
+    cannot grade it: another device class, say). The farm, ``grader check --json`` and
+    ``grader grade`` write it; the ledger, nbgrader's recording run and the pytest face read it."""
 
-    model_config = ConfigDict(extra="allow")
-
-    assignment: str
-    timestamp: str
-    device: str
-    device_class: str
-    spec: dict
-    target: dict
-    runs: list[dict]
-    speedup: float | None
-    accuracy_diffs_pp: list[float]
-    gate: dict | None
-    credit: float
-    points: float
-    max_points: float
-    problems: list[str]
-    flags: list[str]
-    error: dict | None
-
-
-class GradingReport(BaseModel):
-    """What a farm node returns for one submission: graded (scores and outputs) or failed (why)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION
     # the ledger's key: a report for another submission or grader never lands in this one's place
     assignment: str
     student: str
     notebook: str
     submission_sha256: str
     grader_version: str
-    status: Literal["graded", "failed"]
+    status: Literal["graded", "failed", "refused"]
     reason: str | None = None  # why it failed, one line for the instructor and the learner
     total: float | None = None
     max_total: float | None = None
@@ -68,6 +155,7 @@ class GradingReport(BaseModel):
     notes: list[str] = Field(default_factory=list)
     performance: PerformanceReport | None = None
     out_of_kernel: dict | None = None
+    device: DeviceInfo | None = None
     # where and when: the driver checks slots never overlapped from these
     timed: bool = False
     host: str = ""
@@ -80,3 +168,44 @@ class GradingReport(BaseModel):
     finished_at: float | None = None
     wall_s: float | None = None
     attempt: int = 1
+
+
+def load_performance(data: dict) -> PerformanceReport:
+    """A performance report of any archived shape: version 1 had no ``schema_version`` (archived
+    signed evidence, ``grader.json``, ``benchmarks/results/*/grading``); it is otherwise the same."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a performance report is a JSON object, not {type(data).__name__}")
+    if "schema_version" not in data:
+        data = {**data, "schema_version": SCHEMA_VERSION}
+    return PerformanceReport.model_validate(data)
+
+
+def load_grading(data: dict) -> GradingReport:
+    """A grading report of any archived shape. Version 1 (the farm's first ledgers) lacked
+    ``device`` and a versioned performance report; ``grader check --json`` before version 2
+    wrote the notebook's path and no submission key (``benchmarks/results/*/grading``)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a grading report is a JSON object, not {type(data).__name__}")
+    data = dict(data)
+    version = data.get("schema_version")
+    if version is None and "submission_sha256" not in data:  # check --json, before version 2
+        data = {
+            "assignment": data.get("assignment"),
+            "student": "",
+            "notebook": PurePath(str(data.get("notebook", ""))).stem,
+            "submission_sha256": "",
+            "grader_version": "",
+            "status": "graded",
+            "total": data.get("total"),
+            "max_total": data.get("max_total"),
+            "cells": data.get("cells", []),
+            "notes": data.get("notes", []),
+            "performance": data.get("performance"),
+            "out_of_kernel": data.get("out_of_kernel"),
+        }
+        version = 1
+    if version == 1:
+        data["schema_version"] = SCHEMA_VERSION
+    if isinstance(data.get("performance"), dict):
+        data["performance"] = load_performance(data["performance"])
+    return GradingReport.model_validate(data)

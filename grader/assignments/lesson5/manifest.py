@@ -4,6 +4,7 @@ from grader.kit.manifest import Manifest
 
 MANIFEST = Manifest(
     id="lesson5",
+    device="cpu",  # its checks' workers see no GPU (checks.py: cpu_only)
     worker_modules=("probes", "ckpt_checks"),
     # `python -m grader check`, 2-core AMD EPYC (AVX2), 2026-12-05, machine shared (load 5-12):
     # the reference 10.0/10.0, the untouched stub 0/10.0

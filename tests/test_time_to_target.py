@@ -54,3 +54,11 @@ def test_no_evaluation_no_time(role):
     m = _measurement()
     m.evaluations = []
     assert m.times_to_target(role) == {}
+
+
+def test_every_evaluation_costs_the_same_on_both_clocks():
+    """A load spike during one of the parent's evaluations is not the learner's speed."""
+    m = _measurement()
+    before = m.times_to_target("learner")
+    m.evaluations = [e[:4] + (9.0 if e[:3] == ("learner", 0, 0) else e[4],) for e in m.evaluations]
+    assert m.times_to_target("learner") == before

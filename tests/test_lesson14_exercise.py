@@ -15,6 +15,7 @@ from exercise_cells import solution_path  # noqa: E402  (tests/ is on sys.path)
 from grader import assignments
 from grader.assignments.lesson14 import recipe, scoring
 from grader.frontends.notebook import read_notebook, solution_ids, solution_sources
+from grader.scoring.report import PerformanceReport
 
 ROOT = Path(__file__).resolve().parents[1]
 CALIBRATION = ROOT / "grader" / "assignments" / "lesson14" / "calibration"
@@ -198,3 +199,68 @@ def test_the_courses_own_pipeline_is_refused_before_any_timing(monkeypatch):
         assignments.get("lesson14"), _cells(source), 9, device="cpu", progress=lambda s: None
     )
     assert result.points == 0 and "DevicePipeline" in result.feedback and not started
+
+
+def _fake_measure(chunk_s: dict):
+    """The protocol's evidence, made by hand: naive 2.0 s a chunk, the learner's side as
+    ``chunk_s`` says for the changes it was built with; both reach the target at chunk 4."""
+    from grader.timed.measurement import Measurement, Timing
+
+    def measure(
+        assignment, cells, spec, device, progress=print, correctness=None, second_look=None
+    ):
+        problem = correctness() if correctness else ""
+        m = Measurement(device=device, spec=spec)
+        if problem:
+            m.problems.append(problem)
+            return m
+        mine = chunk_s[frozenset(spec.learner_hooks)]
+        for r in range(spec.repeats):
+            for c in range(8):
+                acc = 0.96 if c >= 3 else 0.5
+                m.chunks += [("baseline", r, c, 2.0 + 0.01 * r), ("learner", r, c, mine + 0.01 * c)]
+                m.evaluations += [("baseline", r, c, acc, 0.5), ("learner", r, c, acc, 0.5)]
+            m.runs += [
+                Timing("baseline", r, 16.0, 16000, 0.97),
+                Timing("learner", r, 8.0, 16000, 0.97),
+            ]
+        return m
+
+    return measure
+
+
+def test_a_capstone_grading_scores_tiers_and_shares_and_lands_on_the_board(monkeypatch):
+    """capstone.grade on hand-made evidence: the tiers, the three ablations' shares, a report the
+    farm and the leaderboard read (its board: time-to-target ratios per device class)."""
+    from grader.assignments.lesson14 import capstone
+    from grader.frontends import leaderboard
+
+    hooks = recipe.read(REFERENCE).hooks()
+    keys = {
+        frozenset(hooks): 0.8,  # full: 4 x (0.8 + 0.5) vs naive 4 x (2.0 + 0.5): 1.9x
+        frozenset(hooks) - {"own_pipeline"}: 1.5,
+        frozenset(hooks) - {"channels_last"}: 0.85,
+        frozenset(hooks) - {"batch_size", "lr"}: 1.0,
+    }
+    monkeypatch.setattr(capstone, "measure", _fake_measure(keys))
+    monkeypatch.setattr(scoring, "TIERS", {scoring.host_model("cpu-test"): (1.5, 1.7)})
+    monkeypatch.setattr(capstone, "device_name", lambda device: "cpu-test")
+    shares = {"device_pipeline": 0.6, "channels_last": 0.05, "small_batch": 0.2}
+    result = capstone.grade(
+        assignments.get("lesson14"), _cells(_with_shares(shares)), 9, device="cpu"
+    )
+    measured = {a["change"]: a["measured"] for a in result.report["attribution"]}
+    # time to target: naive 4 x (2.0 + 0.5) = 10 s, full 4 x 0.8 + 0.06 + 2.0 = 5.26 s (1.9x);
+    # leaving the pipeline out gives back (8.06 - 5.26) / (10 - 5.26) = 59% of the saved time
+    assert measured == pytest.approx(
+        {"device_pipeline": 0.59, "channels_last": 0.04, "small_batch": 0.17}, abs=0.01
+    )
+    assert result.points == scoring.TIER_POINTS[1] + 3, result.feedback
+    PerformanceReport.model_validate(result.report)
+    board = leaderboard.grading_of(dict(result.report, student="s1"), "sig")
+    assert board.why_not == "" and board.device_class == "cpu" and board.speedup > 1.7
+    wrong = {"device_pipeline": 0.1, "channels_last": 0.6, "small_batch": 0.3}
+    result = capstone.grade(
+        assignments.get("lesson14"), _cells(_with_shares(wrong)), 9, device="cpu"
+    )
+    assert result.points == scoring.TIER_POINTS[1] + 0, result.feedback

@@ -78,7 +78,7 @@ def grade(
         "no_ops": rec.no_ops,
     }
     if rec.problems:
-        return _result(0.0, report, rec.problems, [])
+        return _result(0.0, report, rec.problems, [], problems=rec.problems)
     gate, calibration, notes = load_gate(assignment.id, spec, "cpu", name)
     gate = dataclasses.replace(gate, tolerance_pp=TOLERANCE_PP)
     progress(f"Measuring on {name}: naive vs your recipe to the target, {spec.repeats} pairs ...")
@@ -87,7 +87,7 @@ def grade(
     failed = _failure(m)
     report["phases_s"] = {"full": m.phases_s}
     if failed:
-        return _result(0.0, report, failed, notes + m.flags)
+        return _result(0.0, report, failed, notes + m.flags, problems=failed)
     times = {
         "full": {"naive": m.times_to_target("baseline"), "yours": m.times_to_target("learner")}
     }
@@ -97,6 +97,7 @@ def grade(
     report.update(
         runs=[dataclasses.asdict(t) for t in m.runs],
         speedup=None if full.missed else full.median,
+        speed_ratios=full.ratios,  # time-to-target ratios: the leaderboard's interval
         accuracy_diffs_pp=m.accuracy_diffs_pp(),
         speed=dataclasses.asdict(full),
         gate=verdict.to_dict(),
@@ -104,12 +105,13 @@ def grade(
         evaluations=m.evaluations,
     )
     points, said = scoring.speed_points(full, name)
-    lines = [said]
+    lines, problems = [said], [said] if full.missed else []
     if not verdict.passed:
-        points, lines = 0.0, [f"no speed points: {verdict.message}", said]
+        problems = [f"no speed points: {verdict.message}"]
+        points, lines = 0.0, [*problems, said]
     if not full.faster:
         lines.append("no gain to attribute: the ablations were not run")
-        return _result(points, report, lines, notes + m.flags)
+        return _result(points, report, lines, notes + m.flags, problems=problems)
     found = []
     for change, predicted in rec.shares.items():
         if change in rec.no_ops:  # it sets the naive value: it changes nothing, measured or not
@@ -135,11 +137,14 @@ def grade(
         found.append(scoring.Attribution(change, predicted, mid, low, high))
     attributed, said = scoring.attribution_lines(found)
     report["attribution"] = [dataclasses.asdict(a) | {"agrees": a.agrees} for a in found]
-    return _result(points + attributed, report, lines + said, notes + m.flags)
+    return _result(points + attributed, report, lines + said, notes + m.flags, problems=problems)
 
 
-def _result(points: float, report: dict, lines: list[str], flags: list[str]) -> PerfResult:
-    report.update(points=points, problems=lines, flags=flags, credit=points / report["max_points"])
+def _result(points, report: dict, lines: list[str], flags: list[str], problems=()) -> PerfResult:
+    """``problems``: why points were withheld (the leaderboard records none then); ``lines``: the
+    whole explanation, problems included."""
+    report.update(points=points, problems=list(problems), lines=lines, flags=flags)
+    report["credit"] = points / report["max_points"]
     text = "\n".join(
         [f"== effkit grader: {report['assignment']} capstone ==", f"device     {report['device']}"]
         + [f"  {line}" for line in lines]

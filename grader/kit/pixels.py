@@ -1,6 +1,6 @@
 """CIFAR batches back to pixels: what a pipeline's normalised batch says about the images in it.
 
-Shared by a lesson's probes (in its worker) and the parent's judge of timed batches
+Shared by lesson 2's parent-side pipeline checks and the parent's judge of timed batches
 (:mod:`grader.kit.batch_judge`): both undo the recipe's normalisation and check it was exact.
 """
 

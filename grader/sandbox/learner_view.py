@@ -38,7 +38,6 @@ _CORE = (
     "grader.sandbox.timelimit",
     "grader.kit",
     "grader.kit.worker",
-    "grader.kit.pixels",
     "grader.kit.assignment",
     "grader.timed",  # the package alone (a docstring), for its spec below
     "grader.timed.spec",

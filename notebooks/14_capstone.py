@@ -25,8 +25,9 @@
 #    one without;
 # 4. attribute the gain: leave each change out in turn and measure what the recipe loses.
 #
-# **Run time**: not yet recorded on a quiet host (a `cpu` run here under load took about 4 min);
-# `smoke` ~1 min on the 2-core AMD EPYC (AVX2) under load.
+# **Run time**: not yet recorded on a quiet machine. Measured under load (a 2-core AMD EPYC, AVX2,
+# shared with other jobs at load 11-13, `nice 10`): 190 s in `smoke`; `cpu` at these sizes not
+# yet measured to its end (an earlier version with larger sets took 634 s in `cpu` under load).
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only: its numbers show the code runs, not what is true). The CIFAR images here
@@ -38,7 +39,9 @@
 # %%
 # %matplotlib inline
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
@@ -58,11 +61,13 @@ DEVICE_NAME = device_name(DEVICE)
 # CIFAR stand-in; its schedule in epochs, the evaluation cadence (a quarter epoch: every
 # evaluation counts) and the target it must reach. `pairs`: naive/recipe pairs per comparison.
 SIZES = {
-    "smoke": dict(epochs=1, chunks=2, target=0.45, pairs=1),
-    "cpu": dict(epochs=2, chunks=4, target=0.75, pairs=2),
-    "gpu": dict(epochs=2, chunks=4, target=0.75, pairs=3),
+    "smoke": dict(n_train=600, n_test=300, epochs=2, chunks=2, target=0.16, pairs=6),
+    "cpu": dict(n_train=2000, n_test=1000, epochs=2, chunks=4, target=0.55, pairs=6),
+    "gpu": dict(n_train=4000, n_test=1000, epochs=2, chunks=4, target=0.6, pairs=6),
 }[PROFILE]
-DATA = cifar.prepare_data("smoke")  # the synthetic stand-in: 4000 training, 1000 held-out images
+# The synthetic stand-in in the CIFAR-10 format, sized for six pairs per comparison.
+DATA = Path(tempfile.mkdtemp(prefix="lesson14-"))
+cifar.make_synthetic_cifar(DATA, SIZES["n_train"], SIZES["n_test"], seed=0)
 print(f"profile {PROFILE!r} on {DEVICE_NAME}; data {DATA}")
 
 # %% [markdown]
@@ -90,15 +95,17 @@ def time_to_target(changes: dict, seed: int = 0) -> dict:
         accuracy = trainer.evaluate()  # on the clock: the recipe cannot know it is there otherwise
         clock += time.perf_counter() - t0
         curve.append((clock, accuracy))
-        if reached is None and accuracy >= SIZES["target"]:
+        if accuracy >= SIZES["target"]:
             reached = clock
+            break
     trainer.pause()  # no DataLoader worker outlives the run
-    return {"seconds": reached, "curve": curve, "final": curve[-1][1]}
+    return {"seconds": reached, "curve": curve, "final": curve[-1][1]}  # final: where it stopped
 
 
-def compare(name: str, changes: dict, baseline: dict | None = None) -> ABResult:
-    """Naive and ``changes`` run back to back, ``pairs`` times (same seed per pair): the ratio of
-    their times to target, with its interval and that interval's real coverage."""
+def compare(name: str, changes: dict, baseline: dict | None = None, base_name: str = "naive") -> ABResult:
+    """``baseline`` (naive unless given) and ``changes`` run back to back, ``pairs`` times (same
+    seed per pair): the ratio of their times to target, its interval and that interval's real
+    coverage."""
     ratios, runs = [], {"naive": [], name: []}
     for seed in tqdm(range(SIZES["pairs"]), desc=name, leave=False):
         a = time_to_target(baseline or {}, seed)
@@ -108,21 +115,22 @@ def compare(name: str, changes: dict, baseline: dict | None = None) -> ABResult:
         if a["seconds"] and b["seconds"]:
             ratios.append(a["seconds"] / b["seconds"])
     RUNS[name] = runs[name]
-    RUNS.setdefault("naive", []).extend(runs["naive"])
+    if baseline is None:
+        RUNS.setdefault("naive", []).extend(runs["naive"])
     if not ratios:
         print(f"{name}: no pair where both reached the target {SIZES['target']:.0%}")
         return None
     low, high = median_ci(ratios)
     res = ABResult(statistics.median(ratios), low, high, 0.95, len(ratios), [], [], ratios,
                    0.0, median_ci_coverage(len(ratios)))
-    print(verdict(res, "naive", name).sentence)
+    print(verdict(res, base_name, name).sentence)
     return res
 
 
 RUNS: dict[str, list[dict]] = {}
 naive = time_to_target({})
-print(f"naive: target {SIZES['target']:.0%} reached after {naive['seconds']} s; final accuracy "
-      f"{naive['final']:.1%}")
+NAIVE_S = "never" if naive["seconds"] is None else f"{naive['seconds']:.1f} s"
+print(f"naive: target {SIZES['target']:.0%} reached after {NAIVE_S}; final accuracy {naive['final']:.1%}")
 
 # %% [markdown]
 # **Predict.** Lesson 1 split a step into data wait and compute. What share of the naive
@@ -186,10 +194,24 @@ if iter2 is not None:
 # cost more than they save.
 
 # %%
-bf16 = compare("pipeline + channels_last + bf16", {**ITER2, "precision": "bf16"}, baseline=ITER2)
+def burst(changes: dict):
+    """One burst of training steps of the two-change recipe with ``changes``: for `lesson.ab`."""
+    trainer = cifar.build("naive", "smoke", data_dir=DATA, device=DEVICE, seed=0, **ITER2, **changes)
+    trainer.train_steps(2)  # warm-up: first-call costs are not the step's
+
+    def run():
+        trainer.train_steps(4)
+        return 4 * trainer.describe()["batch_size"]
+
+    return run
+
+
+bf16 = lesson.ab("bf16 on this CPU", burst({}), burst({"precision": "bf16"}), pairs=6,
+                 a_label="fp32", b_label="bf16", dev=DEVICE)
 
 # %% [markdown]
-# (Here the baseline is iteration 2's recipe: the ratio says what bf16 adds to it on this host.)
+# (Per step, not to the target: a change that slows every step cannot reach the target sooner
+# with the same samples.)
 #
 # ## 4. Attribution: leave each change out
 #
@@ -202,13 +224,28 @@ def share(full: float, without: float) -> float:
     return (1 / without - 1 / full) / (1 - 1 / full)
 
 
-without = {"device pipeline": {"channels_last": True}, "channels_last": ITER1}
+# Without channels-last is iteration 1's recipe, measured already; without the pipeline is new.
+without = {"device pipeline": compare("without the pipeline", {"channels_last": True}),
+           "channels_last": iter1}
 shares = {}
-for change, rest in without.items():
-    res = compare(f"without {change}", rest)
+for change, res in without.items():
     if iter2 is not None and res is not None and iter2.ratio > 1:
         shares[change] = share(iter2.ratio, res.ratio)
         print(f"  {change}: {shares[change]:.0%} of the saved time")
+
+# %%
+# The attribution as a picture: each recipe's median time to target; the saved time is the gap
+# between naive and the full recipe, and a change's share is how much of it its absence gives back.
+medians = {name: statistics.median(r["seconds"] for r in runs if r["seconds"])
+           for name, runs in RUNS.items() if any(r["seconds"] for r in runs)}
+fig, ax = plt.subplots(figsize=(7, 2.8))
+ax.barh(list(medians), list(medians.values()), color="tab:blue")
+if "naive" in medians and "pipeline + channels_last" in medians:
+    ax.axvspan(medians["pipeline + channels_last"], medians["naive"], color="tab:green", alpha=0.15,
+               label="time saved by both changes")
+    ax.legend(fontsize=7)
+ax.set(xlabel="median seconds to the target, evaluations included", title="Where the time went")
+plt.show()
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -230,7 +267,9 @@ plt.show()
 
 # %%
 MY_CHANGES = {**ITER2, "batch_size": 64, "lr": 0.05}  # your turn: change these
-mine = compare("my recipe", MY_CHANGES)
+mine_run, base_run = time_to_target(MY_CHANGES), time_to_target({})
+print(f"my recipe: {mine_run['seconds']} s to the target, naive {base_run['seconds']} s (one pair:"
+      " run `compare` for an interval)")
 
 # %% [markdown]
 # ### In your own words
@@ -252,11 +291,11 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=14)
 
 # %% tags=["summary"]
 print(lesson.summary_header(14, DEVICE_NAME, " (synthetic CIFAR stand-in)"))
-print(f"* naive: {naive['seconds']} s to {SIZES['target']:.0%} (evaluations included), final "
+print(f"* naive: {NAIVE_S} to {SIZES['target']:.0%} (evaluations included), final "
       f"{naive['final']:.1%}; data wait {split.data_share:.0%} of its loop")
-for name, res in (("device pipeline", iter1), ("pipeline + channels_last", iter2),
-                  ("+ bf16, against the two-change recipe", bf16), ("my recipe", mine)):
-    print(f"* {name}: " + (verdict(res, "the baseline", name).sentence if res else "target not reached"))
+for name, res in (("device pipeline", iter1), ("pipeline + channels_last", iter2)):
+    print("* " + (verdict(res, "naive", name).sentence if res else f"{name}: target not reached"))
+print(f"* bf16 per step on this CPU: {bf16.verdict}")
 for change, s in shares.items():
     print(f"* leaving out {change}: {s:.0%} of the saved time")
 

@@ -26,8 +26,8 @@
 # 4. attribute the gain: leave each change out in turn and measure what the recipe loses.
 #
 # **Run time**: not yet recorded on a quiet machine. Measured under load (a 2-core AMD EPYC, AVX2,
-# shared with other jobs at load 11-13, `nice 10`): 190 s in `smoke`; `cpu` at these sizes not
-# yet measured to its end (an earlier version with larger sets took 634 s in `cpu` under load).
+# shared with other jobs at load 8-13, `nice 10`): about 7.7 min in `cpu` (460 s) and 190 s in
+# `smoke`; a quiet run should be well under that (not yet measured).
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only: its numbers show the code runs, not what is true). The CIFAR images here

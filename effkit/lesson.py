@@ -6,7 +6,7 @@
 lesson never words a conclusion its interval does not support; `inference_burst()` is a burst of
 forward passes for it. `plot_ab()` draws one bar per A/B (never medians from different A/Bs side
 by side). `check_guess()` closes a "predict, then measure" cell, `check_answer()` an "in your own
-words" cell (`written_answer()` against the lesson's key points, `effkit.lesson_key_points`).
+words" cell (`written_answer()` against the key points its grader manifest declares).
 `peak_flops_for()` names the peak an MFU is divided by, precision included.
 ``python -m effkit.lesson build [--check]`` converts the jupytext sources ``notebooks/*.py`` into
 the committed notebooks.
@@ -33,10 +33,10 @@ from pathlib import Path
 
 import torch
 
-from effkit import lesson_record, measure
+from effkit import lesson_record, measure, syllabus
 from effkit.abtest import ABResult, Verdict, compare, verdict
-from effkit.lesson_key_points import KEY_POINTS
 from effkit.measure import device_name
+from grader import assignments  # a lesson's key points live in its manifest, declared once
 
 PROFILES = ("smoke", "cpu", "gpu")
 MIN_PAIRS = 6  # the fewest pairs whose [x_(1), x_(n)] interval covers the median >= 95%
@@ -313,15 +313,26 @@ def written_answer(
     return mentioned
 
 
-def check_answer(answer: str, lesson_number: int, min_words: int = 12) -> list[str]:
-    """`written_answer` against lesson ``lesson_number``'s key points, kept in
-    `effkit.lesson_key_points` so the learner sees them only after writing an answer."""
-    if lesson_number not in KEY_POINTS:
+def key_points(lesson_number: int) -> dict[str, tuple[str, ...]]:
+    """Lesson ``lesson_number``'s key points, as its manifest (``grader/assignments/<id>/manifest.py``)
+    declares them: one place per lesson, so a new lesson touches no table here."""
+    found = {
+        m.syllabus.number: m.key_points
+        for m in assignments.manifests()
+        if m.key_points and m.id in {lesson.assignment for lesson in syllabus.LESSONS}
+    }
+    if lesson_number not in found:
         raise KeyError(
             f"check_answer: no key points for lesson {lesson_number}; lessons with"
-            f" key points: {sorted(KEY_POINTS)}"
+            f" key points: {sorted(found)}"
         )
-    return written_answer(answer, KEY_POINTS[lesson_number], min_words)
+    return found[lesson_number]
+
+
+def check_answer(answer: str, lesson_number: int, min_words: int = 12) -> list[str]:
+    """`written_answer` against lesson ``lesson_number``'s key points (`key_points`), kept out of
+    the notebook so the learner sees them only after writing an answer."""
+    return written_answer(answer, key_points(lesson_number), min_words)
 
 
 # FLOP per cycle per core, dense, by precision: fp32 with AVX-512 is 2 FMA units x 16 lanes x 2;

@@ -1,4 +1,4 @@
-"""The course's thirteen lessons, in one place.
+"""The course's lessons, in one place.
 
 Every other place that names a lesson — the lesson sources in ``notebooks/``, the exercise
 assignments in ``solutions/`` and the grader, the site's syllabus page, the tests — reads it from
@@ -41,6 +41,7 @@ LESSONS: tuple[Lesson, ...] = (
     _lesson(11, "ddp_zero", "Data parallelism: DDP and ZeRO/FSDP", "ready"),
     _lesson(12, "hpo_on_a_budget", "Hyperparameter search on a budget", "ready"),
     _lesson(13, "quantized_inference", "Quantized inference under a latency SLO", "ready"),
+    _lesson(14, "capstone", "The capstone speedrun: the whole playbook on one recipe", "ready"),
 )
 
 

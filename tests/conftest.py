@@ -9,7 +9,7 @@ import pytest
 # environment) and the grader's workers behave on a busy machine. An explicit setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# Test files whose gradings or figures time something (an A/B ratio, a latency, a sleep-based
+# Test files (beside each lesson's own, its manifest's ``timed_tests``) whose gradings or figures time something (an A/B ratio, a latency, a sleep-based
 # device): tests/lanes.py runs them one at a time with the last core to themselves, and the rest
 # of the suite beside them on the other core. The instructor cycle marks its timed exercises itself.
 # test_doctor.py is here because the doctor reads per-call times (a 26 us matmul is "overhead"
@@ -24,23 +24,22 @@ TIMED_FILES = {
     "test_gpu_check.py",
     "test_gpu_rehearsal.py",
     "test_grader_submissions.py",
-    "test_lesson1_exercise.py",
-    "test_lesson3_exercise.py",
-    "test_lesson4_exercise.py",
-    "test_lesson5_exercise.py",
-    "test_lesson6_exercise.py",
-    "test_lesson7_exercise.py",
-    "test_lesson9_exercise.py",
-    "test_lesson10_exercise.py",
-    "test_lesson13_exercise.py",
     "test_measure.py",
     "test_serving.py",
 }
 
 
+def _timed_files() -> set[str]:
+    """``TIMED_FILES`` and each lesson's own timed tests, as its manifest declares them."""
+    from grader import assignments
+
+    return TIMED_FILES | {f for m in assignments.manifests() for f in m.timed_tests}
+
+
 def pytest_collection_modifyitems(config, items):
+    timed = _timed_files()
     for item in items:
-        if item.path.name in TIMED_FILES:
+        if item.path.name in timed:
             item.add_marker(pytest.mark.timed)
 
 

@@ -9,24 +9,10 @@ from exercise_cells import POINTS, exercise_path, grade_id, solution_path  # noq
 
 from grader import assignments
 
-# text of the reference answers (the quiz key's choice among them) that the released notebook must not hold
-ANSWERS = {
-    "lesson1": ['"q3": "b"'],
-    "lesson4": ['"q2": "a"', "real_tokens"],
-    "lesson5": ['"q3": "c"', "MUST_SAVE"],
-    "lesson6": ["os.fsync", '"q2": "c"'],
-    "lesson7": ['"q2": "c"', "argsort"],
-    "lesson8": ['"q3": "c"', "kaiming_uniform_"],
-    "lesson9": ['"q2": "c"', 'batchmean", log_target'],
-    "lesson10": ['"q4": "a"', "per_call_us"],
-    "lesson11": ['"q2": "b"', "ddp.no_sync()", "fully_shard(layer)"],
-    "lesson12": ['"q2": "c"', "self.study.tell(t, score)"],
-    "lesson13": ['"q2": "b"', "nodes_to_exclude=[head"],
-}
-
 
 def test_every_exercise_with_points_names_its_answers():
-    assert set(ANSWERS) == set(POINTS)
+    """Each cell-checked exercise's manifest names text of its answers (``released_without``)."""
+    assert all(assignments.manifest(lesson).released_without for lesson in POINTS)
 
 
 @pytest.mark.parametrize(
@@ -47,5 +33,5 @@ def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells
         assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
     text = "\n".join(c.source for c in nbformat.read(exercise_path(lesson), as_version=4).cells)
     assert "BEGIN SOLUTION" not in text
-    for answer in ANSWERS[lesson]:
+    for answer in assignments.manifest(lesson).released_without:
         assert answer not in text, answer

@@ -15,7 +15,7 @@ import re
 import pytest
 
 from effkit import lesson_build
-from effkit.lesson_key_points import KEY_POINTS
+from effkit.lesson import key_points
 from effkit.syllabus import ready
 
 RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
@@ -243,7 +243,7 @@ def _check_answer_call(cell: str) -> ast.Call | None:
 def test_every_lesson_asks_for_its_mechanism_in_the_learners_own_words(slug):
     """One "In your own words" question before the summary, answered in an ``ANSWER`` left empty
     (CI runs the lessons unattended) and self-checked by `effkit.lesson.check_answer` against that
-    lesson's key points in `effkit.lesson_key_points`: at least 3, each with 2 to 5 phrases."""
+    lesson's key points in its grader manifest (`effkit.lesson.key_points`): at least 3, each with 2 to 5 phrases."""
     cells = _cells(_source(slug))
     asks = [
         i for i, cell in enumerate(cells) if re.search(r"^# ### In your own words$", cell, re.M)
@@ -273,7 +273,7 @@ def test_every_lesson_asks_for_its_mechanism_in_the_learners_own_words(slug):
     assert ast.literal_eval(number) == int(slug[:2]), (
         f"notebooks/{slug}.py checks another lesson's points"
     )
-    points = KEY_POINTS[int(slug[:2])]  # {point: (phrase, ...)}
+    points = key_points(int(slug[:2]))  # {point: (phrase, ...)}
     assert len(points) >= 3, f"notebooks/{slug}.py: {len(points)} key points, want >= 3"
     for point, phrases in points.items():
         assert isinstance(phrases, tuple) and 2 <= len(phrases) <= 5, (point, phrases)

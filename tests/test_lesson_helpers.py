@@ -196,8 +196,6 @@ def test_written_answer_asks_for_an_answer_and_names_the_points_it_mentions(caps
 
 
 def test_check_answer_checks_against_that_lessons_key_points(capsys):
-    from effkit.lesson_key_points import KEY_POINTS
-
     assert lesson.check_answer("", lesson_number=7) == []  # CI runs the lessons with ANSWER empty
     assert "ANSWER" in capsys.readouterr().out
     answer = (
@@ -205,8 +203,8 @@ def test_check_answer_checks_against_that_lessons_key_points(capsys):
         " are still computed and then thrown away."
     )
     mentioned = lesson.check_answer(answer, lesson_number=7)
-    assert mentioned == list(KEY_POINTS[7])[:2]
-    assert lesson.written_answer(answer, KEY_POINTS[7]) == mentioned
+    assert mentioned == list(lesson.key_points(7))[:2]
+    assert lesson.written_answer(answer, lesson.key_points(7)) == mentioned
     with pytest.raises(KeyError, match="no key points for lesson 99"):
         lesson.check_answer(answer, lesson_number=99)
 
@@ -214,11 +212,10 @@ def test_check_answer_checks_against_that_lessons_key_points(capsys):
 def test_every_ready_lesson_has_key_points_and_its_notebook_does_not_show_them():
     """The points are the answer: a lesson that printed them under its question gave it away."""
     from effkit import lesson_build
-    from effkit.lesson_key_points import KEY_POINTS
     from effkit.syllabus import ready
 
     for entry in ready():
-        points = KEY_POINTS[entry.number]
+        points = lesson.key_points(entry.number)
         source = lesson_build.source_path(entry.slug).read_text()
         shown = [point for point in points if point in source]
         assert not shown, f"notebooks/{entry.slug}.py shows its key points {shown}"

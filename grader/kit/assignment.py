@@ -50,6 +50,10 @@ class Assignment:
     # speedup targets per device class (grader.scoring.targets: "target" full points, "floor" none);
     # instructors override them in course/grader_targets.json
     targets: dict[str, dict[str, float]] = field(default_factory=dict)
+    # a parent-side module whose ``grade(assignment, cells, max_points, device=, spec_name=,
+    # progress=, gate_verdicts=)`` scores the performance cell in place of the one-speed-up grading
+    # (grader.scoring.perf.grade): lesson 14 grades time to target and each gain's attribution
+    performance_grader: str = ""
 
     def __post_init__(self):
         probes = f"grader.assignments.{self.id}.probes"

@@ -7,7 +7,7 @@ imports nothing heavy: the learner's worker reads it too, to know which grader m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from effkit import syllabus
 
@@ -41,6 +41,14 @@ class Manifest:
     # class's targets), "cpu" (its workers see no GPU, so a GPU slot would sit idle: graded on
     # CPU cores even on a GPU node), "gpu" (only a GPU grades it: a CPU-only slot refuses it)
     device: str = "any"
+    # text of the reference answers (the quiz key's choice among them) the released notebook must
+    # not hold (tests/test_exercises.py): an exercise graded on cell checks names at least one
+    released_without: tuple[str, ...] = ()
+    # this lesson's test files that time something: tests/lanes.py runs them in the timed lane
+    timed_tests: tuple[str, ...] = ()
+    # the lesson's "In your own words" key points -> the phrases that count as saying each
+    # (effkit.lesson.check_answer): here, not in the notebook, so they show only after writing
+    key_points: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self):
         if not self.worker_modules or not all(
@@ -59,6 +67,10 @@ class Manifest:
             raise ValueError(f"{self.id}: device is one of {DEVICES}, not {self.device!r}")
         if min(self.reference_grading_s, self.stub_grading_s) <= 0:
             raise ValueError(f"{self.id}: grading times are measured wall seconds, above 0")
+        if any(not f.startswith("test_") or not f.endswith(".py") for f in self.timed_tests):
+            raise ValueError(
+                f"{self.id}: timed_tests names test files, e.g. 'test_lesson1_exercise.py'"
+            )
         if not self.points or any(p <= 0 for p in self.points.values()):
             raise ValueError(f"{self.id}: points must give every graded cell a positive score")
 

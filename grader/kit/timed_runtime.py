@@ -61,12 +61,19 @@ class GraderData:
 
     def evaluate(self, path: Path, r: int) -> float:
         """Accuracy of the saved weights on run ``r``'s held-out set, by the recipe's own evaluation."""
-        trainer = self.trainers[r]
         try:
             state = load_state(path)["model"]  # safetensors, parsed: nothing unpickled
-            trainer.model.load_state_dict(state, strict=True)
         except FileNotFoundError as err:
             raise InvalidWeights(f"no trained weights were saved ({path.name})") from err
+        except Exception as err:  # unpickling refused
+            raise InvalidWeights(f"the trained weights cannot be read: {err}") from err
+        return self.evaluate_state(state, r)
+
+    def evaluate_state(self, state: dict, r: int) -> float:
+        """Accuracy of a committed model state (tensors the parent parsed) on run ``r``'s held-out set."""
+        trainer = self.trainers[r]
+        try:
+            trainer.model.load_state_dict(state, strict=True)
         except Exception as err:  # unpickling refused, wrong keys or shapes
             raise InvalidWeights(
                 f"the trained weights do not fit the recipe's model: {err}"

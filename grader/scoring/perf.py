@@ -10,6 +10,7 @@ baseline failed): report it as such, never as zero points.
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import re
 import statistics
 from dataclasses import asdict, dataclass
@@ -97,6 +98,17 @@ def grade(
     gate_verdicts: dict | None = None,
 ) -> PerfResult:
     device = device or default_device()
+    if assignment.performance_grader:  # the lesson scores its own way, on the same protocol
+        custom = importlib.import_module(assignment.performance_grader)
+        return custom.grade(
+            assignment,
+            cells,
+            max_points,
+            device=device,
+            spec_name=spec_name,
+            progress=progress,
+            gate_verdicts=gate_verdicts,
+        )
     name = device_name(device)
     target = target_for(assignment, name)
     spec = assignment.spec(device, spec_name)

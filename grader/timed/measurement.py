@@ -46,6 +46,9 @@ class Measurement:
     # After a second look, its runs alone are scored (speed and accuracy): code that behaves one way
     # in the first look and another in the second gains nothing from the first.
     scored_from: int = 0
+    # A time-to-target grading's (spec.target) evaluations by the parent of each committed chunk:
+    # role, run, chunk, held-out accuracy, seconds the evaluation took
+    evaluations: list[tuple[str, int, int, float, float]] = field(default_factory=list)
 
     def pairs(self) -> list[tuple[Timing, Timing]]:
         a = {t.repeat: t for t in self.runs if t.role == "baseline"}
@@ -76,3 +79,21 @@ class Measurement:
             for ta, tb in self.pairs()
             if ta.accuracy is not None and tb.accuracy is not None
         ]
+
+    def times_to_target(self, role: str) -> dict[int, float | None]:
+        """run -> seconds until the parent's first evaluation at or above ``spec.target`` (the
+        chunks' training time plus every evaluation so far), None where it never got there.
+
+        Each evaluation is charged the median of the grading's evaluations: it is the parent's
+        own, the same model and held-out set for both sides, so its cost is the same by
+        construction, and a load spike during one (0.23 s vs 1.28 s here) is noise, not speed."""
+        chunk_s = {(r, c): s for who, r, c, s in self.chunks if who == role}
+        each = statistics.median([e[4] for e in self.evaluations]) if self.evaluations else 0.0
+        spent: dict[int, float] = {}
+        reached: dict[int, float | None] = {}
+        for who, r, c, acc, _ in sorted(self.evaluations, key=lambda e: (e[1], e[2])):
+            if who != role or r < self.scored_from or reached.get(r) is not None:
+                continue
+            spent[r] = spent.get(r, 0.0) + chunk_s[r, c] + each
+            reached[r] = spent[r] if acc >= self.spec.target else None
+        return reached

@@ -135,13 +135,12 @@ def _measure(
         # Only now the warm-up set and caches: while the learner's cells ran, its inputs folder was
         # as empty as the probe worker's (a run's training set and initial weights: at its first chunk)
         reveal.show_shared(data)
-        hooks = dict(spec.hooks, epochs=1)
         limit = spec.startup_timeout_s
         for w in (a, b):  # warm-up: allocator, thread pools, lazy imports; not scored
             begin = {
                 "data_dir": _rel(data, data.warmup_dir),
                 "seed": 0,
-                "hooks": hooks,
+                "hooks": dict(_hooks(spec, w.role), epochs=1),
                 "profile": spec.profile,
             }
             t_go = w.send(cmd="chunk", begin=begin, part=[0, 1], finish=True)
@@ -186,7 +185,7 @@ def _measure(
                 reveal,
                 spec,
                 scored,
-                lambda r: _begin_of(data, spec, r),
+                lambda r: _begin_of(data, spec, r, "learner"),  # it replays the learner's chunks
                 spec.startup_timeout_s,
             )
             out.phases_s["work_check"] = _clock() - t_start
@@ -218,12 +217,17 @@ def _evaluate(out: Measurement, data, runtime, repeats: range) -> None:
             out.problems.append(f"run {t.repeat + 1}: {err}")
 
 
-def _begin_of(data, spec: GradingSpec, r: int) -> dict:
+def _hooks(spec: GradingSpec, role: str) -> dict:
+    """The recipe's overrides for ``role``: the spec's, and the learner's own changes on its side."""
+    return dict(spec.hooks, **(spec.learner_hooks if role == "learner" else {}))
+
+
+def _begin_of(data, spec: GradingSpec, r: int, role: str = "baseline") -> dict:
     return {
         "data_dir": _rel(data, data.train_dirs[r]),
         "seed": data.seeds[r],
         "profile": spec.profile,
-        "hooks": dict(spec.hooks, epochs=spec.epochs),
+        "hooks": dict(_hooks(spec, role), epochs=spec.epochs),
         "init_path": _rel(data, data.init_paths[r]),
     }
 
@@ -254,7 +258,7 @@ def _timed_runs(
     judge = _chunk_judge(data)
     i = 0
     for r in repeats:
-        begin = _begin_of(data, spec, r)
+        begins = {role: _begin_of(data, spec, r, role) for role in ("baseline", "learner")}
         commits.draw(r, spec.epochs * parts)  # the chunks to replay, kept secret in this process
         reveal.show_run(data, r)  # both workers are frozen: from now on, only timed chunks run
         for c in range(spec.epochs * parts):
@@ -269,7 +273,7 @@ def _timed_runs(
                 memfd = a.uses_memfd() and b.uses_memfd()  # the same hand-over on both sides
                 t_go = w.send(
                     cmd="chunk",
-                    begin=begin if c == 0 else None,
+                    begin=begins[w.role] if c == 0 else None,
                     part=[c % parts, parts],
                     finish=last,
                     send_weights="memfd" if memfd else "pipe",
@@ -299,6 +303,8 @@ def _timed_runs(
                     weights = encode({"model": state["model"], "optimizer": {}})
                     data.weights_path(w.role, r).write_bytes(weights)
                 w.pause()
+                if spec.target is not None:  # time to target: the parent's own evaluation, counted
+                    _evaluate_chunk(out, data, w.role, r, c, state)
                 kept = state.pop("kept", None)
                 if kept is not None:
                     _judge_kept(out, judge, commits, w.role, r, c, kept)
@@ -329,13 +335,34 @@ def _timed_runs(
             progress(f"  run {r + 1}/{repeats.stop} {role:8s} {seconds[role, r]:6.2f} s")
 
 
+def _evaluate_chunk(out: Measurement, data, role: str, r: int, c: int, state) -> None:
+    """The held-out accuracy of chunk ``c``'s committed weights, evaluated here with both workers
+    frozen; its seconds join that side's time to target (the same evaluation on both sides)."""
+    t0 = _clock()
+    try:
+        accuracy = data.evaluate_state(state["model"], r)
+    except Exception as err:  # noqa: BLE001 - weights that do not fit the recipe's model
+        if role == "baseline":
+            raise
+        problem = f"your run {r + 1}: {err}"
+        if problem not in out.problems:
+            out.problems.append(problem)
+        accuracy = float("nan")
+    out.evaluations.append((role, r, c, accuracy, _clock() - t0))
+
+
+def runtime_of(data):
+    """The lesson runtime module that made ``data`` (its ``GraderData``)."""
+    return sys.modules[type(data).__module__]
+
+
 LEFT_SESSION = "your code started a process that left the worker's session"
 
 
 def _chunk_judge(data):
     """The lesson's parent-only judge of a timed chunk's kept batches (``<its package>.timed_checks``,
     never in a worker's view), where its runtime keeps them; else None."""
-    runtime = sys.modules[type(data).__module__]
+    runtime = runtime_of(data)
     if not getattr(runtime, "KEEP_BATCHES", False):
         return None
     package = runtime.__name__.rpartition(".")[0]
@@ -351,7 +378,7 @@ def _judge_kept(out: Measurement, judge, commits: Commits, role: str, r: int, c:
     failed = any(p.startswith("your timed run ") for p in out.problems)
     if judge is None or (role == "baseline" and not drawn) or (role == "learner" and failed):
         return  # one failing chunk says it: no points either way, and less of the parent's time
-    found = judge(r, c, kept)
+    found = judge(r, c, kept, role)
     if found and role == "baseline":  # the reference pipeline fails the judge: a grader bug
         raise WorkerFailed(
             f"the baseline's timed batches failed the grader's judge: {found}", role="baseline"

@@ -37,6 +37,12 @@ class GradingSpec:
     # them): where measured only; an fp16 learner's loss scale is not committed, so its replay
     # would skip other steps.
     replay_losses: bool = False
+    # Time-to-target gradings (lesson 14): the held-out accuracy a run must reach. The parent then
+    # evaluates every chunk's committed weights itself, and its evaluation counts on both clocks.
+    target: float | None = None
+    # What the learner's side changes in the recipe, plain data the parent read from the notebook's
+    # source (never from a worker): the learner's runs, warm-up and replays build the recipe so.
+    learner_hooks: dict = field(default_factory=dict)
     data: str = (
         "easy"  # lesson 2's synthetic images: "hard" where a run would reach 100% on the easy set
     )

@@ -10,4 +10,33 @@ MANIFEST = Manifest(
     reference_grading_s=27,
     stub_grading_s=48,
     points={"test_throughput": 4, "test_data_wait": 2, "test_bottleneck": 4, "test_quiz": 2},
+    # text of the reference answers (the quiz key's choice among them) that the released
+    # notebook must not hold (tests/test_exercises.py)
+    released_without=('"q3": "b"',),
+    timed_tests=("test_lesson1_exercise.py",),  # its tests time something: the timed lane
+    # the points a full 'In your own words' answer makes -> phrases that count as saying it
+    # (effkit.lesson.check_answer; shown only after the learner wrote an answer)
+    key_points={
+        "a data-wait timer counts only the time the loop is blocked in `next()`": (
+            "only the time",
+            "only counts",
+            "only measures",
+            "block",
+            "inside next",
+        ),
+        "the DataLoader's workers run in parallel on the same CPU cores and take them from the model": (
+            "same core",
+            "same cpu",
+            "in parallel",
+            "steal",
+            "compet",
+        ),
+        "the A/B removes the pipeline entirely: it sees all of its cost, worker start-up included": (
+            "without the pipeline",
+            "no pipeline",
+            "whole cost",
+            "start up",
+            "startup",
+        ),
+    },
 )

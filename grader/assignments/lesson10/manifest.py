@@ -16,4 +16,33 @@ MANIFEST = Manifest(
         "test_quiz": 2,
     },
     withheld=("effkit.doctor.diagnose",),
+    # text of the reference answers (the quiz key's choice among them) that the released
+    # notebook must not hold (tests/test_exercises.py)
+    released_without=('"q4": "a"', "per_call_us"),
+    timed_tests=("test_lesson10_exercise.py",),  # its tests time something: the timed lane
+    # the points a full 'In your own words' answer makes -> phrases that count as saying it
+    # (effkit.lesson.check_answer; shown only after the learner wrote an answer)
+    key_points={
+        "the step is a sum of parts: without the largest, the others are a bigger share of less time": (
+            "sum",
+            "shorter",
+            "bigger share",
+            "larger share",
+            "remaining",
+        ),
+        "the next bottleneck was there all along, ranked lower or below its rule's threshold": (
+            "all along",
+            "already",
+            "threshold",
+            "hidden",
+            "second",
+        ),
+        "a profiled share is not what its fix saves: the profiler inflates small operators, and a fix can save more or less": (
+            "profiler",
+            "inflat",
+            "estimate",
+            "not a bound",
+            "more than",
+        ),
+    },
 )

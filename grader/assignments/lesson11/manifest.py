@@ -18,4 +18,32 @@ MANIFEST = Manifest(
         "test_quiz": 2,
     },
     clocked=False,  # graded on counts (bytes, epochs, memory), not on a clock
+    # text of the reference answers (the quiz key's choice among them) that the released
+    # notebook must not hold (tests/test_exercises.py)
+    released_without=('"q2": "b"', "ddp.no_sync()", "fully_shard(layer)"),
+    # the points a full 'In your own words' answer makes -> phrases that count as saying it
+    # (effkit.lesson.check_answer; shown only after the learner wrote an answer)
+    key_points={
+        "plain DDP keeps the whole model, its gradients and the optimizer state on every rank": (
+            "every rank",
+            "replicat",
+            "redundan",
+            "full copy",
+            "duplicat",
+        ),
+        "ZeRO shards optimizer state (stage 1), gradients (2) and parameters (3, FSDP) over the ranks": (
+            "shard",
+            "1/n",
+            "partition",
+            "split",
+            "divide",
+        ),
+        "stages 1-2 cost about an all-reduce; FSDP also all-gathers parameters in forward and backward": (
+            "gather",
+            "allgather",
+            "reduce scatter",
+            "1.5",
+            "more communication",
+        ),
+    },
 )

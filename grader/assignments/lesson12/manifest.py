@@ -11,4 +11,39 @@ MANIFEST = Manifest(
     stub_grading_s=44,
     points={"test_search": 4, "test_pruning": 3, "test_quiz": 2},
     clocked=False,  # graded on counts (bytes, epochs, memory), not on a clock
+    # text of the reference answers (the quiz key's choice among them) that the released
+    # notebook must not hold (tests/test_exercises.py)
+    released_without=('"q2": "c"', "self.study.tell(t, score)"),
+    # the points a full 'In your own words' answer makes -> phrases that count as saying it
+    # (effkit.lesson.check_answer; shown only after the learner wrote an answer)
+    key_points={
+        "pruning stops weak trials after a few epochs, and the seconds saved pay for more trials": (
+            "weak",
+            "bad",
+            "poor",
+            "saved",
+            "more trials",
+        ),
+        "an early score can mispredict the final one, so a slow starter may be pruned": (
+            "slow",
+            "late",
+            "mispredict",
+            "early score",
+            "wrong",
+        ),
+        "one run per trial: differences smaller than the seed-to-seed spread name no winner": (
+            "spread",
+            "overlap",
+            "variance",
+            "interval",
+            "chance",
+        ),
+        "the batch size is fixed for throughput, not tuned on validation; the learning rate is a nuisance": (
+            "throughput",
+            "nuisance",
+            "not tuned",
+            "speed",
+            "re-tun",
+        ),
+    },
 )

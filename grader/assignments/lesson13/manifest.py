@@ -10,4 +10,33 @@ MANIFEST = Manifest(
     reference_grading_s=152,
     stub_grading_s=48,
     points={"test_artifact": 2, "test_accuracy": 3, "test_latency": 3, "test_quiz": 2},
+    # text of the reference answers (the quiz key's choice among them) that the released
+    # notebook must not hold (tests/test_exercises.py)
+    released_without=('"q2": "b"', "nodes_to_exclude=[head"),
+    timed_tests=("test_lesson13_exercise.py",),  # its tests time something: the timed lane
+    # the points a full 'In your own words' answer makes -> phrases that count as saying it
+    # (effkit.lesson.check_answer; shown only after the learner wrote an answer)
+    key_points={
+        "int8 weights are 4x fewer bytes to read per request, and integer multiply-adds are cheaper": (
+            "bytes",
+            "bandwidth",
+            "4x",
+            "smaller weights",
+            "integer",
+        ),
+        "rounding error in every layer may change predictions, so accuracy must be measured": (
+            "rounding",
+            "accuracy",
+            "error",
+            "precision",
+            "prediction",
+        ),
+        "under open-loop load requests wait in a queue that grows steeply as the rate nears capacity": (
+            "queue",
+            "wait",
+            "capacity",
+            "utilis",
+            "utiliz",
+        ),
+    },
 )

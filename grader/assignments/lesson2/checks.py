@@ -20,6 +20,7 @@ from grader.assignments.lesson2.pipeline_checks import (
     time_limit,
 )
 from grader.kit.assignment import Assignment
+from grader.kit.batch_judge import REFERENCE_REUSED  # shared with the timed judge
 from grader.kit.checks import ChannelError, GradingSpec, quiet, quiz_check, stub_reason, tensor_from
 from grader.kit.in_notebook import grade_saved_notebook
 
@@ -230,12 +231,6 @@ def cell_augmentation(ctx) -> None:
         data_seed=ctx.rng.randrange(1 << 20),
         seed=ctx.rng.randrange(1 << 20),
     )
-
-
-REFERENCE_REUSED = (
-    "your pipeline's batches are bit-identical to effkit's DevicePipeline (the reference answer) "
-    "for the same data and seed: write your own pipeline to earn the performance points"
-)
 
 
 def same_batches(mine, ref) -> bool:

@@ -18,4 +18,29 @@ MANIFEST = Manifest(
         "effkit.workloads.cifar.pipelines.DevicePipeline.augment",
     ),
     tools=("effkit.workloads.cifar.pipelines.normalize",),
+    # the points a full 'In your own words' answer makes -> phrases that count as saying it
+    # (effkit.lesson.check_answer; shown only after the learner wrote an answer)
+    key_points={
+        "per-image Python (PIL crops and flips) becomes one indexing op on a whole batch": (
+            "per image",
+            "pil",
+            "python",
+            "one indexing",
+            "whole batch",
+        ),
+        "no worker processes compete with the model for the cores or start up every epoch": (
+            "worker",
+            "core",
+            "start up",
+            "startup",
+            "process",
+        ),
+        "the same augmentation (random crops, flips, each image once an epoch): the same training": (
+            "same augmentation",
+            "same crops",
+            "same random",
+            "once per epoch",
+            "same distribution",
+        ),
+    },
 )

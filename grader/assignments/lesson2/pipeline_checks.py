@@ -12,9 +12,8 @@ import numpy as np
 import torch
 
 from grader.assignments.lesson2.probe_data import probe_dataset  # noqa: F401  (re-exported)
+from grader.kit.pixels import PAD, decode  # noqa: F401  (decode: re-exported)
 from grader.kit.worker import CHECK_SECONDS, expect, time_limit
-
-PAD = 4
 
 
 def build(cls, dataset, batch_size: int, device: str = "cpu", seed: int = 0):
@@ -75,30 +74,6 @@ def check_batches(batches, n: int, batch_size: int, device: str) -> None:
         )
         want = batch_size if i < len(batches) - 1 else n - batch_size * (len(batches) - 1)
         expect(x.shape[0] == want, f"{at}: expected {want} samples, got {x.shape[0]}")
-
-
-def decode(x: torch.Tensor) -> torch.Tensor:
-    """Undo the normalisation; returns int64 B x 32 x 32 x 3 pixel values (checked)."""
-    from effkit.workloads.cifar.data import CIFAR_MEAN, CIFAR_STD
-
-    x = x.detach().to("cpu", torch.float64)
-    expect(bool(torch.isfinite(x).all()), "x contains NaN or inf: check the normalisation")
-    mean = torch.tensor(CIFAR_MEAN, dtype=torch.float64).view(1, 3, 1, 1)
-    std = torch.tensor(CIFAR_STD, dtype=torch.float64).view(1, 3, 1, 1)
-    raw = (x * std + mean) * 255
-    lo, hi = raw.min().item(), raw.max().item()
-    expect(
-        lo > -0.5 and hi < 255.5,
-        f"expected x = (pixel / 255 - CIFAR_MEAN) / CIFAR_STD; de-normalising gives values in "
-        f"[{lo:.1f}, {hi:.1f}] instead of [0, 255] (missing /255, or wrong mean/std?)",
-    )
-    err = (raw - raw.round()).abs().max().item()
-    expect(
-        err < 0.02,
-        f"expected x = (pixel / 255 - CIFAR_MEAN) / CIFAR_STD per channel; "
-        f"de-normalising gives non-integer pixels (off by up to {err:.2f})",
-    )
-    return raw.round().to(torch.int64).permute(0, 2, 3, 1)
 
 
 def locate(img: np.ndarray, source: np.ndarray) -> tuple[int, int, int, bool]:

@@ -10,4 +10,30 @@ MANIFEST = Manifest(
     reference_grading_s=219,
     stub_grading_s=29,
     points={"test_policy": 2, "test_step": 2, "test_scaler": 3, "test_speed": 5, "test_quiz": 2},
+    timed_tests=("test_lesson3_exercise.py",),  # its tests time something: the timed lane
+    # the points a full 'In your own words' answer makes -> phrases that count as saying it
+    # (effkit.lesson.check_answer; shown only after the learner wrote an answer)
+    key_points={
+        "16 bits pay only where the hardware has fast 16-bit units (tensor cores, AMX)": (
+            "tensor core",
+            "amx",
+            "16 bit unit",
+            "bf16 unit",
+            "native",
+        ),
+        "a large matmul is compute-bound: its arithmetic dominates, so faster arithmetic shows": (
+            "compute bound",
+            "arithmetic",
+            "flop",
+            "dominat",
+            "math",
+        ),
+        "a small op is overhead-bound: launches, casts and memory traffic cost as much as its math": (
+            "launch",
+            "cast",
+            "memory traffic",
+            "python",
+            "fixed cost",
+        ),
+    },
 )

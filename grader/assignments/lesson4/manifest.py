@@ -15,4 +15,33 @@ MANIFEST = Manifest(
         "effkit.accumulate.GradAccumulator.backward",
         "effkit.accumulate.GradAccumulator.step",
     ),
+    # text of the reference answers (the quiz key's choice among them) that the released
+    # notebook must not hold (tests/test_exercises.py)
+    released_without=('"q2": "a"', "real_tokens"),
+    timed_tests=("test_lesson4_exercise.py",),  # its tests time something: the timed lane
+    # the points a full 'In your own words' answer makes -> phrases that count as saying it
+    # (effkit.lesson.check_answer; shown only after the learner wrote an answer)
+    key_points={
+        "the full batch gives every real token the same weight": (
+            "every token",
+            "each token",
+            "equal",
+            "same weight",
+            "mean over all",
+        ),
+        "per-micro-batch means over-weight tokens of small micro-batches (right at equal counts)": (
+            "small micro",
+            "fewer tokens",
+            "over weight",
+            "overweight",
+            "same number",
+        ),
+        "each micro-batch's summed loss is divided by the whole window's token count": (
+            "whole window",
+            "window's",
+            "total",
+            "n_window",
+            "sum",
+        ),
+    },
 )

@@ -26,4 +26,33 @@ MANIFEST = Manifest(
         "effkit.checkpoint_plan.apply_plan",
         "effkit.checkpoint_plan.run_blocks",
     ),
+    # text of the reference answers (the quiz key's choice among them) that the released
+    # notebook must not hold (tests/test_exercises.py)
+    released_without=('"q3": "c"', "MUST_SAVE"),
+    timed_tests=("test_lesson5_exercise.py",),  # its tests time something: the timed lane
+    # the points a full 'In your own words' answer makes -> phrases that count as saying it
+    # (effkit.lesson.check_answer; shown only after the learner wrote an answer)
+    key_points={
+        "a checkpointed block keeps only its input; its intermediates are freed after forward": (
+            "only its input",
+            "only the input",
+            "input",
+            "free",
+            "discard",
+        ),
+        "backward re-runs the block's forward to rebuild them: extra compute": (
+            "re run",
+            "rerun",
+            "again",
+            "extra forward",
+            "second forward",
+        ),
+        "the matmuls hold most of the FLOPs; pointwise ops are cheap to redo but take as many bytes": (
+            "flop",
+            "cheap",
+            "pointwise",
+            "elementwise",
+            "expensive",
+        ),
+    },
 )

@@ -10,4 +10,33 @@ MANIFEST = Manifest(
     reference_grading_s=158,
     stub_grading_s=134,
     points={"test_resume": 4, "test_torn": 2, "test_best": 2, "test_overhead": 2, "test_quiz": 2},
+    # text of the reference answers (the quiz key's choice among them) that the released
+    # notebook must not hold (tests/test_exercises.py)
+    released_without=("os.fsync", '"q2": "c"'),
+    timed_tests=("test_lesson6_exercise.py",),  # its tests time something: the timed lane
+    # the points a full 'In your own words' answer makes -> phrases that count as saying it
+    # (effkit.lesson.check_answer; shown only after the learner wrote an answer)
+    key_points={
+        "without the sampler's position the resumed run replays or skips batches": (
+            "replay",
+            "skip",
+            "same batches",
+            "data order",
+            "repeat",
+        ),
+        "without the RNG state the random draws (dropout, augmentation) differ": (
+            "random",
+            "dropout",
+            "generator",
+            "noise",
+            "draw",
+        ),
+        "an atomic write renames a finished temporary file: a kill leaves the old file or the new": (
+            "rename",
+            "replace",
+            "temporary",
+            "old or the new",
+            "half",
+        ),
+    },
 )

@@ -18,4 +18,33 @@ MANIFEST = Manifest(
         "test_quiz": 2,
     },
     withheld=("effkit.length_buckets.bucket_batches",),
+    # text of the reference answers (the quiz key's choice among them) that the released
+    # notebook must not hold (tests/test_exercises.py)
+    released_without=('"q2": "c"', "argsort"),
+    timed_tests=("test_lesson7_exercise.py",),  # its tests time something: the timed lane
+    # the points a full 'In your own words' answer makes -> phrases that count as saying it
+    # (effkit.lesson.check_answer; shown only after the learner wrote an answer)
+    key_points={
+        "rows of similar length share a batch, so its width stays close to every row's length": (
+            "similar length",
+            "same length",
+            "longest row",
+            "sort",
+            "group",
+        ),
+        "padded positions are still computed (projections, feed-forward, attention), then thrown away": (
+            "still",
+            "thrown away",
+            "wasted",
+            "flop",
+            "matmul",
+        ),
+        "grouped batches are less random (not i.i.d.), changing the gradient noise; shuffling helps": (
+            "i.i.d",
+            "iid",
+            "gradient noise",
+            "shuffl",
+            "correlat",
+        ),
+    },
 )

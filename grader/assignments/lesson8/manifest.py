@@ -11,4 +11,32 @@ MANIFEST = Manifest(
     stub_grading_s=48,
     points={"test_layer": 3, "test_inject": 2, "test_recipe": 3, "test_quiz": 2},
     clocked=False,  # graded on counts (bytes, epochs, memory), not on a clock
+    # text of the reference answers (the quiz key's choice among them) that the released
+    # notebook must not hold (tests/test_exercises.py)
+    released_without=('"q3": "c"', "kaiming_uniform_"),
+    # the points a full 'In your own words' answer makes -> phrases that count as saying it
+    # (effkit.lesson.check_answer; shown only after the learner wrote an answer)
+    key_points={
+        "frozen weights need no gradients and no AdamW moments: only the adapters (and head) do": (
+            "frozen",
+            "no gradient",
+            "optimizer state",
+            "adam",
+            "moment",
+        ),
+        "a step still runs the whole model forward and backpropagates through every layer": (
+            "whole model",
+            "every layer",
+            "activation gradient",
+            "still runs",
+            "forward",
+        ),
+        "merging folds B·A into W: an ordinary weight matrix, no extra matmuls": (
+            "fold",
+            "into w",
+            "no extra",
+            "ordinary weight",
+            "single matrix",
+        ),
+    },
 )

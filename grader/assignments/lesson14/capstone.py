@@ -1,0 +1,154 @@
+"""Lesson 14's performance grading (``Assignment.performance_grader``), parent only.
+
+1. The recipe is read from the cells' text (``recipe.read``); what cannot be graded says why.
+2. The timed protocol of lessons 2-3 runs naive (A) against the learner's recipe (B) to the target:
+   fresh workers, the grader's data and initial weights, interleaved chunks, every chunk's weights
+   committed and evaluated here, the kept batches judged, drawn chunks replayed; the accuracy gate
+   (two looks) holds the final accuracy within ``TOLERANCE_PP`` of naive.
+3. For each change given a predicted share, the protocol runs again with that change left out:
+   the share of the saved time it gives back is what the learner's prediction is scored against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from effkit.measure import device_name
+from grader.assignments.lesson14 import recipe, scoring
+from grader.kit.perf import GradingError, PerfResult, WorkerFailed, gate_problem, load_gate, measure
+
+TOLERANCE_PP = 0.2  # the playbook's challenge: no worse than -0.2 pp on the validation metric
+SPEED_POINTS = scoring.TIER_POINTS[1]  # the rest of the cell's points are the attribution's
+
+
+def _source(cells) -> str:
+    return "\n".join(src for name, src in cells if name != "quiz")
+
+
+def _measure(assignment, cells, spec, device, progress, gate=None, gate_verdicts=None):
+    try:
+        return measure(
+            assignment,
+            cells,
+            spec,
+            device,
+            progress=progress,
+            correctness=lambda: gate_problem(assignment, cells, gate_verdicts),
+            second_look=gate.needs_second_look if gate is not None else None,
+        )
+    except WorkerFailed as err:  # the baseline or the grader itself: no verdict
+        raise GradingError(f"the grader could not run the naive recipe: {err}") from err
+
+
+def _failure(m) -> list[str]:
+    """Why a measurement earns nothing: the learner's worker failed, or a check refused it."""
+    out = [str(m.error)] if m.error is not None else []
+    return out + list(m.problems) + list(m.work_problems)
+
+
+def grade(
+    assignment, cells, max_points, *, device, spec_name=None, progress=print, gate_verdicts=None
+):
+    name = device_name(device)
+    spec = assignment.spec(device, spec_name)
+    # the fields every performance report carries (grader.scoring.report.PerformanceReport), so the
+    # farm, the pytest face and the leaderboard read this one too; speedup is the time-to-target one
+    report = {
+        "assignment": assignment.id,
+        "device": name,
+        "device_class": "cpu" if device == "cpu" else "gpu",
+        "spec": dataclasses.asdict(spec),
+        "target": {
+            "tiers": scoring.TIERS.get(scoring.host_model(name)),
+            "measure": "time to target",
+        },
+        "runs": [],
+        "speedup": None,
+        "accuracy_diffs_pp": [],
+        "gate": None,
+        "error": None,
+        "max_points": max_points,
+    }
+    report["timestamp"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    rec = recipe.read(_source(cells))
+    report["recipe"] = {
+        "changes": rec.changes,
+        "predicted_shares": rec.shares,
+        "no_ops": rec.no_ops,
+    }
+    if rec.problems:
+        return _result(0.0, report, rec.problems, [], problems=rec.problems)
+    gate, calibration, notes = load_gate(assignment.id, spec, "cpu", name)
+    gate = dataclasses.replace(gate, tolerance_pp=TOLERANCE_PP)
+    progress(f"Measuring on {name}: naive vs your recipe to the target, {spec.repeats} pairs ...")
+    full_spec = dataclasses.replace(spec, learner_hooks=rec.hooks())
+    m = _measure(assignment, cells, full_spec, device, progress, gate, gate_verdicts)
+    failed = _failure(m)
+    report["phases_s"] = {"full": m.phases_s}
+    if failed:
+        return _result(0.0, report, failed, notes + m.flags, problems=failed)
+    times = {
+        "full": {"naive": m.times_to_target("baseline"), "yours": m.times_to_target("learner")}
+    }
+    report["times_to_target_s"] = times  # the evidence every point below is computed from
+    full = scoring.speed(times["full"]["naive"], times["full"]["yours"])
+    verdict = gate.decide(m.accuracy_diffs_pp())
+    report.update(
+        runs=[dataclasses.asdict(t) for t in m.runs],
+        speedup=None if full.missed else full.median,
+        speed_ratios=full.ratios,  # time-to-target ratios: the leaderboard's interval
+        accuracy_diffs_pp=m.accuracy_diffs_pp(),
+        speed=dataclasses.asdict(full),
+        gate=verdict.to_dict(),
+        gate_calibration=calibration,
+        evaluations=m.evaluations,
+    )
+    points, said = scoring.speed_points(full, name)
+    lines, problems = [said], [said] if full.missed else []
+    if not verdict.passed:
+        problems = [f"no speed points: {verdict.message}"]
+        points, lines = 0.0, [*problems, said]
+    if not full.faster:
+        lines.append("no gain to attribute: the ablations were not run")
+        return _result(points, report, lines, notes + m.flags, problems=problems)
+    found = []
+    for change, predicted in rec.shares.items():
+        if change in rec.no_ops:  # it sets the naive value: it changes nothing, measured or not
+            lines.append(f"{change}: sets the naive recipe's own value, so it makes no change")
+            found.append(scoring.Attribution(change, predicted, 0.0, 0.0, 0.0))
+            continue
+        progress(f"Leaving out {change!r} ...")
+        ab_spec = dataclasses.replace(spec, learner_hooks=rec.hooks(without=change))
+        ab = _measure(assignment, cells, ab_spec, device, progress)
+        report["phases_s"][f"without {change}"] = ab.phases_s
+        if _failure(ab):
+            lines.append(f"{change}: your recipe without it failed ({_failure(ab)[0]}): not scored")
+            continue
+        mine = ab.times_to_target("learner")
+        whole = {r: sum(s for w, rr, _, s in ab.chunks if w == "learner" and rr == r) for r in mine}
+        # a run that misses the target without the change took at least its whole schedule
+        bounded = {r: t if t is not None else whole[r] for r, t in mine.items()}
+        times[f"without {change}"] = {"naive": ab.times_to_target("baseline"), "yours": bounded}
+        without = scoring.speed(times[f"without {change}"]["naive"], bounded)
+        mid, low, high = scoring.share_interval(full, without)
+        if any(t is None for t in mine.values()):
+            high = float("inf")
+        found.append(scoring.Attribution(change, predicted, mid, low, high))
+    attributed, said = scoring.attribution_lines(found)
+    report["attribution"] = [dataclasses.asdict(a) | {"agrees": a.agrees} for a in found]
+    return _result(points + attributed, report, lines + said, notes + m.flags, problems=problems)
+
+
+def _result(points, report: dict, lines: list[str], flags: list[str], problems=()) -> PerfResult:
+    """``problems``: why points were withheld (the leaderboard records none then); ``lines``: the
+    whole explanation, problems included."""
+    report.update(points=points, problems=list(problems), lines=lines, flags=flags)
+    report["credit"] = points / report["max_points"]
+    text = "\n".join(
+        [f"== effkit grader: {report['assignment']} capstone ==", f"device     {report['device']}"]
+        + [f"  {line}" for line in lines]
+        + [f"flag       {f}" for f in flags]
+        + [f"points     {points:g} / {report['max_points']:g}"]
+    )
+    return PerfResult(points, report["max_points"], text, report)

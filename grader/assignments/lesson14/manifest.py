@@ -1,0 +1,35 @@
+"""What the grader, the sandbox and the tests know of this lesson, declared once (grader.kit.manifest)."""
+
+from grader.kit.manifest import Manifest
+
+MANIFEST = Manifest(
+    id="lesson14",
+    worker_modules=("probes", "runtime"),
+    # `python -m grader check`, 2-core AMD EPYC (AVX2), 2026-12-05, machine shared (load ~18): the
+    # reference 8/9 and 6/9 + quiz (calibration/README.md); the stub is refused before any worker
+    reference_grading_s=330,
+    stub_grading_s=15,
+    points={"test_speedrun": 9, "test_quiz": 2},
+    released_without=('"q3": "c"',),
+    timed_tests=("test_lesson14_exercise.py",),  # its slow gradings time the recipes
+    key_points={
+        "time to target counts every step and every evaluation until the target, not steps per second": (
+            "time to target",
+            "every evaluation",
+            "steps per second",
+            "whole run",
+        ),
+        "leaving one change out measures what it is worth among the others, interactions included": (
+            "leave",
+            "left out",
+            "ablat",
+            "interact",
+        ),
+        "a gain on one device can be a loss on another: measure on the device that will train": (
+            "device",
+            "hardware",
+            "host",
+            "measure",
+        ),
+    },
+)

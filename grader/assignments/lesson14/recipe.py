@@ -1,0 +1,144 @@
+"""The capstone's recipe, as the parent reads it: named changes to the naive CIFAR recipe.
+
+The learner's cell assigns ``CHANGES = {name: {setting: value}}`` and ``PREDICTED_SHARES = {name:
+share}``. The parent reads both from the cell's *text* (``ast.literal_eval``): no learner code runs
+where points are computed. The one value that is code, a ``"pipeline"``, is read as the name of a
+class the cells define; only the learner's timed worker ever builds it.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+# What a change may set, with the naive recipe's own value (a change to that value changes nothing)
+# and what a valid value is. The schedule length, the target and the evaluation are the grader's.
+NAIVE = {
+    "pipeline": None,
+    "batch_size": 128,
+    "lr": 0.1,
+    "precision": "off",
+    "channels_last": False,
+    "compile": False,
+}
+VALID = {
+    "pipeline": lambda v: isinstance(v, str) and v.isidentifier(),
+    "batch_size": lambda v: type(v) is int and 16 <= v <= 1024,
+    "lr": lambda v: type(v) in (int, float) and 0 < v <= 10,
+    "precision": lambda v: v in ("off", "bf16", "fp16", "auto"),
+    "channels_last": lambda v: type(v) is bool,
+    "compile": lambda v: type(v) is bool,
+}
+GRADER_OWNED = ("epochs", "target", "tta", "eval_every")
+# effkit's answers: a pipeline or recipe by these names is the course's, not the learner's
+REFERENCE_NAMES = ("DevicePipeline", "OptimizedTrainer", "airbench_net")
+N_ATTRIBUTED = 3  # the three most impactful changes carry a predicted share of the gain
+
+
+@dataclass
+class Recipe:
+    changes: dict[str, dict] = field(default_factory=dict)  # name -> {setting: value}
+    shares: dict[str, float] = field(default_factory=dict)  # name -> predicted share of the gain
+    problems: list[str] = field(default_factory=list)  # why it cannot be graded at all
+    no_ops: list[str] = field(default_factory=list)  # changes that set the naive value: named only
+
+    def hooks(self, without: str | None = None) -> dict:
+        """The learner side's recipe overrides (``GradingSpec.learner_hooks``), leaving out
+        change ``without`` (a leave-one-out ablation). A pipeline travels as its change's name."""
+        out = {}
+        for name, settings in self.changes.items():
+            if name == without:
+                continue
+            for key, value in settings.items():
+                out.update({"own_pipeline": name} if key == "pipeline" else {key: value})
+        return out
+
+
+def _assigned(source: str, name: str):
+    """The last top-level ``name = <expression>`` in ``source`` (None if none)."""
+    found = None
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(
+            getattr(t, "id", None) == name for t in node.targets
+        ):
+            found = node.value
+    return found
+
+
+def _settings(node) -> dict:
+    """A change's ``{setting: value}``; a pipeline's value is a bare class name."""
+    if not isinstance(node, ast.Dict):
+        raise ValueError("each change must be a dict literal of settings, e.g. {'batch_size': 256}")
+    out = {}
+    for k, v in zip(node.keys, node.values, strict=True):
+        key = ast.literal_eval(k)
+        out[key] = v.id if key == "pipeline" and isinstance(v, ast.Name) else ast.literal_eval(v)
+    return out
+
+
+def read(source: str) -> Recipe:
+    """The recipe the solution cells' ``source`` declares, with every reason it cannot be graded."""
+    rec = Recipe()
+    try:
+        changes_node, shares_node = (
+            _assigned(source, "CHANGES"),
+            _assigned(source, "PREDICTED_SHARES"),
+        )
+    except SyntaxError as err:
+        return Recipe(problems=[f"your cell does not parse: {err}"])
+    if changes_node is None or not isinstance(changes_node, ast.Dict) or not changes_node.keys:
+        rec.problems.append(
+            "no change: assign CHANGES = {'name': {setting: value}, ...} in your cell"
+        )
+        return rec
+    try:
+        for k, v in zip(changes_node.keys, changes_node.values, strict=True):
+            rec.changes[ast.literal_eval(k)] = _settings(v)
+        rec.shares = ast.literal_eval(shares_node) if shares_node is not None else {}
+    except (ValueError, TypeError, SyntaxError) as err:
+        rec.problems.append(
+            f"CHANGES and PREDICTED_SHARES must be literals the grader can read: {err}"
+        )
+        return rec
+    _check(rec)
+    return rec
+
+
+def _check(rec: Recipe) -> None:
+    set_by: dict[str, str] = {}
+    for name, settings in rec.changes.items():
+        for key, value in settings.items():
+            if key in GRADER_OWNED:
+                rec.problems.append(
+                    f"change {name!r} sets {key!r}: the schedule length, the target and the "
+                    "evaluation are the grader's (every run trains the same epochs to the same target)"
+                )
+            elif key not in VALID:
+                rec.problems.append(
+                    f"change {name!r}: unknown setting {key!r}; one of {sorted(VALID)}"
+                )
+            elif not VALID[key](value):
+                rec.problems.append(f"change {name!r}: {key}={value!r} is not a valid value")
+            elif key == "pipeline" and value in REFERENCE_NAMES:
+                rec.problems.append(
+                    f"change {name!r} uses effkit's {value}, the course's answer: write your own"
+                )
+            if key in set_by:
+                rec.problems.append(
+                    f"changes {set_by[key]!r} and {name!r} both set {key!r}: one setting, one "
+                    "change, or leaving one out could not tell them apart"
+                )
+            set_by[key] = name
+        if settings and all(NAIVE.get(k, object()) == v for k, v in settings.items()):
+            rec.no_ops.append(name)
+    shares = rec.shares
+    if not isinstance(shares, dict) or len(shares) != N_ATTRIBUTED:
+        rec.problems.append(
+            f"PREDICTED_SHARES must give your {N_ATTRIBUTED} most impactful changes a share each"
+        )
+        return
+    unknown = [n for n in shares if n not in rec.changes]
+    if unknown:
+        rec.problems.append(f"PREDICTED_SHARES names {unknown}, which CHANGES does not")
+    if not all(type(s) in (int, float) and 0 <= s <= 1 for s in shares.values()):
+        rec.problems.append("each predicted share is a fraction of the gain, between 0 and 1")

@@ -1,0 +1,128 @@
+"""Lesson 14's timed runtime: the naive CIFAR recipe with the learner's changes, in worker and parent.
+
+Both sides build the naive recipe; the learner's side gets its changes as hooks the *parent* read
+from the notebook's text (``recipe.read``), so a worker cannot say which changes it made. The one
+change that is code, a pipeline, is the learner's class, looked up by its change's name in the
+``CHANGES`` the learner's worker evaluated. Weights from a worker are read only as safetensors.
+"""
+
+from __future__ import annotations
+
+import secrets
+import types
+from pathlib import Path
+
+import torch
+
+from effkit.workloads import cifar
+from effkit.workloads.cifar.pipelines import DevicePipeline, DeviceTestSet
+from effkit.workloads.cifar.recipes import OptimizedTrainer
+from grader.kit.audit import EpochAudit as EpochAudit  # re-exported for the worker
+from grader.kit.data import grader_images, write_train_set
+from grader.kit.timed_runtime import GraderData as TimedData
+from grader.kit.timed_runtime import InvalidWeights as InvalidWeights  # the parent catches it here
+
+# The timed workers commit every chunk's batches: the parent judges what the learner's timed run
+# trained on (timed_checks, parent only) and replays drawn chunks on exactly those batches.
+KEEP_BATCHES = True
+
+
+def build_trainer(learner_obj, audit: EpochAudit, data_dir, device, seed, profile, hooks: dict):
+    """The naive recipe with ``hooks``; ``own_pipeline`` names the learner's change whose class
+    feeds it (absent: the naive DataLoader pipeline; in a replay the kept batches feed it)."""
+    hooks = dict(hooks)
+    change = hooks.pop("own_pipeline", None)
+    inner = cifar.TorchvisionPipeline
+    if change is not None and isinstance(learner_obj, dict):
+        inner = learner_obj[change]["pipeline"]
+    return cifar.build(
+        "naive",
+        profile,
+        data_dir=data_dir,
+        device=device,
+        seed=seed,
+        pipeline=audit.wrap(inner),
+        **hooks,
+    )
+
+
+def _refusal():
+    __class__ = None  # noqa: F841  (one free variable, as a method that calls super() has)
+
+    def refused(*args, **kwargs):
+        __class__  # noqa: B018  (kept free: its code may replace such a method's)
+        raise RuntimeError(
+            "effkit's optimized recipe and DevicePipeline are the course's answers: they do not "
+            "run in the grader's timed worker (write your own changes)"
+        )
+
+    return refused
+
+
+_refused = _refusal()  # for an __init__ that calls super() (one closure cell)
+
+
+def _PLAIN(*args, **kwargs):  # noqa: N802  (for an __init__ without closure cells)
+    raise RuntimeError(
+        "effkit's DevicePipeline is the course's answer: it does not run in the grader's timed "
+        "worker (write your own pipeline)"
+    )
+
+
+def refuse_reference_answers() -> None:
+    """In the learner's timed worker only, before its cells run: effkit's answers raise when built.
+    A copy of their source is not stopped here: the parent's judge of the kept batches sees it."""
+    # The code objects are swapped, not the functions: the worker's tamper check compares function
+    # objects, and every name and subclass of these classes reaches the same function.
+    for cls in (DevicePipeline, OptimizedTrainer):
+        init = cls.__init__
+        if len(init.__code__.co_freevars) != len(_refused.__code__.co_freevars):
+            init.__code__ = _PLAIN.__code__
+        else:
+            init.__code__ = _refused.__code__
+
+
+def model_of(trainer) -> torch.nn.Module:
+    return trainer.model
+
+
+def reuses_reference(obj) -> str:
+    """A reason to refuse the recipe when one of its pipelines *is* effkit's, else ''."""
+    for name, settings in obj.items() if isinstance(obj, dict) else ():
+        cls = settings.get("pipeline") if isinstance(settings, dict) else None
+        if cls is DevicePipeline or (isinstance(cls, type) and issubclass(cls, DevicePipeline)):
+            return f"your change {name!r} uses effkit's DevicePipeline, the course's answer: write your own"
+        if getattr(cls, "func", None) is DevicePipeline:
+            return f"your change {name!r} wraps effkit's DevicePipeline, the course's answer"
+    return ""
+
+
+class GraderData(TimedData):
+    """The grader's synthetic CIFAR-format sets (grader.kit.data), one held-out set per look."""
+
+    def __init__(self, workdir: Path, spec, device: str):
+        self.eval_sets = []
+        self.run_sets: list[tuple] = []  # per run: (images, labels), for the parent's judge
+        super().__init__(workdir, spec, device)
+
+    def write_warmup(self, folder: Path) -> Path:
+        return write_train_set(folder, self.spec.n_warmup, secrets.randbits(31), self.spec.data)
+
+    def new_look(self) -> None:
+        images, labels = grader_images(self.spec.n_eval, secrets.randbits(31), self.spec.data)
+        held_out = types.SimpleNamespace(data=images, targets=labels.tolist())
+        self.eval_sets.append(DeviceTestSet(held_out, self.device))
+
+    def new_run(self, r: int, seed: int):
+        spec, data_seed = self.spec, secrets.randbits(31)
+        path = write_train_set(self.inputs / f"train{r}", spec.n_train, data_seed, spec.data)
+        self.run_sets.append(grader_images(spec.n_train, data_seed, spec.data))  # the same set
+        hooks = dict(spec.hooks, epochs=spec.epochs)
+        trainer = cifar.build(
+            "naive", spec.profile, data_dir=path, device=self.device, seed=seed, **hooks
+        )
+        return path, trainer
+
+    def held_out_accuracy(self, trainer, r: int) -> float:
+        trainer.test_set = self.eval_sets[r // self.spec.repeats]
+        return trainer.evaluate()

@@ -1,0 +1,266 @@
+"""Lesson 14, the capstone: the recipe as the parent reads it, the tiers, the attribution, and the
+gradings of the reference, the stub and plausible wrong attributions.
+
+Fast: the recipe's parse and its refusals, and the scoring on hand-made and *recorded* evidence
+(calibration/reference-smoke-epyc.json: the reference's own grading, its ablations measured).
+Slow (``-m slow``): whole gradings through the sandboxed protocol (minutes each on 2 cores).
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from exercise_cells import solution_path  # noqa: E402  (tests/ is on sys.path)
+
+from grader import assignments
+from grader.assignments.lesson14 import recipe, scoring
+from grader.frontends.notebook import read_notebook, solution_ids, solution_sources
+from grader.scoring.report import PerformanceReport
+
+ROOT = Path(__file__).resolve().parents[1]
+CALIBRATION = ROOT / "grader" / "assignments" / "lesson14" / "calibration"
+EPYC = "CPU AMD EPYC [AVX2] (2 threads)"
+
+
+def _recipe_source(path: Path) -> str:
+    nb = read_notebook(path)
+    ids = solution_ids(read_notebook(solution_path("lesson14")))
+    return next(c.source for c in solution_sources(nb, ids) if c.grade_id == "recipe")
+
+
+REFERENCE = _recipe_source(solution_path("lesson14"))
+# Plausible wrong attributions of the reference's own recipe: the same changes, other reasons.
+WRONG = {
+    # "channels-last is the big one on a CPU; the pipeline only hid the data wait"
+    "credits_the_layout": {"device_pipeline": 0.1, "channels_last": 0.7, "small_batch": 0.2},
+    # "the pipeline did it all; layout and batch are details"
+    "all_on_the_pipeline": {"device_pipeline": 0.9, "channels_last": 0.05, "small_batch": 0.05},
+    # "a smaller batch only adds steps: it cannot have saved time"
+    "the_batch_is_a_wash": {"device_pipeline": 0.6, "channels_last": 0.4, "small_batch": 0.0},
+}
+
+
+def _with_shares(shares: dict) -> str:
+    head, _, _ = REFERENCE.partition("PREDICTED_SHARES =")
+    return f"{head}PREDICTED_SHARES = {shares!r}\n"
+
+
+def test_the_reference_recipe_reads_as_named_changes_with_the_pipeline_by_name():
+    rec = recipe.read(REFERENCE)
+    assert rec.problems == [] and rec.no_ops == []
+    assert rec.changes["device_pipeline"] == {"pipeline": "FastPipeline"}
+    assert rec.hooks() == {
+        "own_pipeline": "device_pipeline",
+        "channels_last": True,
+        "batch_size": 64,
+        "lr": 0.05,
+    }
+    assert "own_pipeline" not in rec.hooks(without="device_pipeline")
+    assert set(rec.shares) == set(rec.changes)
+
+
+def test_the_untouched_stub_declares_no_recipe():
+    rec = recipe.read(_recipe_source(ROOT / "exercises" / "lesson14" / "lesson14.ipynb"))
+    assert rec.problems and "no change" in rec.problems[0]
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("CHANGES = {'x': {'epochs': 1}}", "the grader's"),
+        ("CHANGES = {'x': {'target': 0.5}}", "the grader's"),
+        ("CHANGES = {'x': {'warp': 2}}", "unknown setting"),
+        ("CHANGES = {'x': {'batch_size': 0}}", "not a valid value"),
+        ("CHANGES = {'x': {'lr': 0.2}, 'y': {'lr': 0.3}}", "both set 'lr'"),
+        ("CHANGES = {'x': {'pipeline': DevicePipeline}}", "course's answer"),
+        ("CHANGES = {'x': {'lr': make_lr()}}", "literals"),
+        ("CHANGES = {'x': {'lr': 0.2}}\nPREDICTED_SHARES = {'x': 1.0}", "3 most impactful"),
+        (
+            "CHANGES = {'a': {'lr': 0.2}, 'b': {'compile': True}, 'c': {'batch_size': 64}}\n"
+            "PREDICTED_SHARES = {'a': 0.5, 'b': 0.2, 'z': 0.3}",
+            "which CHANGES does not",
+        ),
+    ],
+)
+def test_a_recipe_the_grader_cannot_grade_says_why(source, expected):
+    assert any(expected in p for p in recipe.read(source).problems), recipe.read(source).problems
+
+
+def test_a_change_that_sets_the_naive_value_is_named_but_makes_no_change():
+    rec = recipe.read(
+        "CHANGES = {'fp32': {'precision': 'off'}, 'b': {'compile': True}, 'c': {'lr': 0.05}}\n"
+        "PREDICTED_SHARES = {'fp32': 0.5, 'b': 0.2, 'c': 0.3}"
+    )
+    assert rec.problems == [] and rec.no_ops == ["fp32"]
+
+
+def _speed(ratios):
+    return scoring.speed(
+        dict(enumerate([1.0] * len(ratios))), dict(enumerate(1 / r for r in ratios))
+    )
+
+
+def test_speed_points_by_tier_and_none_on_a_host_without_tiers():
+    assert scoring.speed_points(_speed([1.8, 1.75, 1.9]), EPYC)[0] == scoring.TIER_POINTS[1]
+    assert scoring.speed_points(_speed([1.55, 1.6, 1.52]), EPYC)[0] == scoring.TIER_POINTS[0]
+    assert scoring.speed_points(_speed([1.2, 1.3, 1.25]), EPYC)[0] == scoring.FASTER_POINTS
+    assert scoring.speed_points(_speed([0.9, 1.3, 1.1]), EPYC)[0] == 0
+    points, said = scoring.speed_points(_speed([1.8, 1.8, 1.8]), "CPU Intel Xeon [AMX] (2 threads)")
+    assert points == 0 and "no speed tiers are calibrated" in said
+
+
+def test_a_recipe_that_misses_the_target_earns_no_speed_and_says_so():
+    s = scoring.speed({0: 10.0, 1: 10.0}, {0: 5.0, 1: None})
+    points, said = scoring.speed_points(s, EPYC)
+    assert points == 0 and "never reached the target in 1 of 2 runs" in said
+
+
+def test_the_share_of_a_change_is_the_saved_time_it_gives_back():
+    full, without = _speed([2.0, 2.0, 2.0]), _speed([1.0, 1.0, 1.0])
+    assert scoring.share_interval(full, without) == (1.0, 1.0, 1.0)  # all the gain
+    assert scoring.share_interval(full, full)[0] == 0.0  # none of it
+    mid, low, high = scoring.share_interval(_speed([1.9, 2.0, 2.1]), _speed([1.3, 1.4, 1.5]))
+    assert low < mid < high and abs(mid - (1 / 1.4 - 0.5) / 0.5) < 1e-9
+
+
+def _recorded():
+    report = json.loads((CALIBRATION / "reference-smoke-epyc.json").read_text())
+    return {a["change"]: a for a in report["attribution"]}
+
+
+def _score(shares: dict) -> float:
+    measured = _recorded()
+    found = [
+        scoring.Attribution(
+            c, shares[c], measured[c]["measured"], measured[c]["low"], measured[c]["high"]
+        )
+        for c in shares
+    ]
+    return scoring.attribution_lines(found)[0]
+
+
+def test_the_reference_attribution_agrees_with_its_recorded_ablations():
+    assert _score(recipe.read(REFERENCE).shares) == 3
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_a_wrong_attribution_loses_its_points(name):
+    """Scored against the reference's recorded ablations (3 pairs under load: wide intervals, so a
+    wrong story loses the points of the changes it gets wrong, not necessarily all three)."""
+    assert recipe.read(_with_shares(WRONG[name])).problems == []
+    assert _score(WRONG[name]) < 3, name
+
+
+@pytest.mark.slow
+def test_the_reference_grading_reaches_a_tier_and_attributes_its_gain():
+    """The whole grading, sandboxed, on this host (about 5 min on 2 busy cores)."""
+    from grader.scoring.perf import grade
+
+    result = grade(
+        assignments.get("lesson14"), _cells(REFERENCE), 9, device="cpu", spec_name="smoke"
+    )
+    report = result.report
+    assert report["speed"]["median"] >= scoring.TIERS[scoring.host_model(report["device"])][0]
+    assert [a["change"] for a in report["attribution"]] == list(recipe.read(REFERENCE).shares)
+    assert result.points >= scoring.TIER_POINTS[0], result.feedback
+
+
+def test_the_manifest_points_match_the_performance_cell():
+    m = assignments.manifest("lesson14")
+    assert m.points["test_speedrun"] == scoring.TIER_POINTS[1] + recipe.N_ATTRIBUTED
+
+
+def _cells(recipe_source: str) -> list[tuple[str, str]]:
+    return [("recipe", recipe_source)]
+
+
+def test_the_untouched_stub_scores_zero_before_any_worker_starts():
+    from grader.scoring.perf import grade
+
+    stub = _recipe_source(ROOT / "exercises" / "lesson14" / "lesson14.ipynb")
+    result = grade(
+        assignments.get("lesson14"), _cells(stub), 9, device="cpu", progress=lambda s: None
+    )
+    assert result.points == 0 and "no change" in result.feedback
+
+
+def test_the_courses_own_pipeline_is_refused_before_any_timing(monkeypatch):
+    """effkit's DevicePipeline under another name: refused on the cells' text, in the parent."""
+    from grader.scoring.perf import grade
+
+    source = REFERENCE.replace(
+        "class FastPipeline:",
+        "from effkit.workloads.cifar.pipelines import DevicePipeline\n\n\nclass FastPipeline(DevicePipeline):",
+        1,
+    )
+    started = []
+    monkeypatch.setattr("grader.timed.protocol.start_worker", lambda *a, **k: started.append(a))
+    result = grade(
+        assignments.get("lesson14"), _cells(source), 9, device="cpu", progress=lambda s: None
+    )
+    assert result.points == 0 and "DevicePipeline" in result.feedback and not started
+
+
+def _fake_measure(chunk_s: dict):
+    """The protocol's evidence, made by hand: naive 2.0 s a chunk, the learner's side as
+    ``chunk_s`` says for the changes it was built with; both reach the target at chunk 4."""
+    from grader.timed.measurement import Measurement, Timing
+
+    def measure(
+        assignment, cells, spec, device, progress=print, correctness=None, second_look=None
+    ):
+        problem = correctness() if correctness else ""
+        m = Measurement(device=device, spec=spec)
+        if problem:
+            m.problems.append(problem)
+            return m
+        mine = chunk_s[frozenset(spec.learner_hooks)]
+        for r in range(spec.repeats):
+            for c in range(8):
+                acc = 0.96 if c >= 3 else 0.5
+                m.chunks += [("baseline", r, c, 2.0 + 0.01 * r), ("learner", r, c, mine + 0.01 * c)]
+                m.evaluations += [("baseline", r, c, acc, 0.5), ("learner", r, c, acc, 0.5)]
+            m.runs += [
+                Timing("baseline", r, 16.0, 16000, 0.97),
+                Timing("learner", r, 8.0, 16000, 0.97),
+            ]
+        return m
+
+    return measure
+
+
+def test_a_capstone_grading_scores_tiers_and_shares_and_lands_on_the_board(monkeypatch):
+    """capstone.grade on hand-made evidence: the tiers, the three ablations' shares, a report the
+    farm and the leaderboard read (its board: time-to-target ratios per device class)."""
+    from grader.assignments.lesson14 import capstone
+    from grader.frontends import leaderboard
+
+    hooks = recipe.read(REFERENCE).hooks()
+    keys = {
+        frozenset(hooks): 0.8,  # full: 4 x (0.8 + 0.5) vs naive 4 x (2.0 + 0.5): 1.9x
+        frozenset(hooks) - {"own_pipeline"}: 1.5,
+        frozenset(hooks) - {"channels_last"}: 0.85,
+        frozenset(hooks) - {"batch_size", "lr"}: 1.0,
+    }
+    monkeypatch.setattr(capstone, "measure", _fake_measure(keys))
+    monkeypatch.setattr(scoring, "TIERS", {scoring.host_model("cpu-test"): (1.5, 1.7)})
+    monkeypatch.setattr(capstone, "device_name", lambda device: "cpu-test")
+    shares = {"device_pipeline": 0.6, "channels_last": 0.05, "small_batch": 0.2}
+    result = capstone.grade(
+        assignments.get("lesson14"), _cells(_with_shares(shares)), 9, device="cpu"
+    )
+    measured = {a["change"]: a["measured"] for a in result.report["attribution"]}
+    # time to target: naive 4 x (2.0 + 0.5) = 10 s, full 4 x 0.8 + 0.06 + 2.0 = 5.26 s (1.9x);
+    # leaving the pipeline out gives back (8.06 - 5.26) / (10 - 5.26) = 59% of the saved time
+    assert measured == pytest.approx(
+        {"device_pipeline": 0.59, "channels_last": 0.04, "small_batch": 0.17}, abs=0.01
+    )
+    assert result.points == scoring.TIER_POINTS[1] + 3, result.feedback
+    PerformanceReport.model_validate(result.report)
+    board = leaderboard.grading_of(dict(result.report, student="s1"), "sig")
+    assert board.why_not == "" and board.device_class == "cpu" and board.speedup > 1.7
+    wrong = {"device_pipeline": 0.1, "channels_last": 0.6, "small_batch": 0.3}
+    result = capstone.grade(
+        assignments.get("lesson14"), _cells(_with_shares(wrong)), 9, device="cpu"
+    )
+    assert result.points == scoring.TIER_POINTS[1] + 0, result.feedback

@@ -115,6 +115,15 @@ class PerformanceReport(_Strict):
     phases_s: dict[str, float] = Field(default_factory=dict)
     work_checks: list[dict] = Field(default_factory=list)
     work_problems: list[str] = Field(default_factory=list)
+    # lesson 14's time-to-target evidence (grader/assignments/lesson14/capstone.py): the paired
+    # speed-up, every parent evaluation (role, run, chunk, accuracy, seconds charged), each
+    # leave-one-out ablation against the learner's predicted share, and the feedback lines
+    speed: dict | None = None
+    recipe: dict | None = None  # the changes read from the cell (data, never run here)
+    times_to_target_s: dict | None = None
+    evaluations: list[tuple] = Field(default_factory=list)
+    attribution: list[dict] = Field(default_factory=list)
+    lines: list[str] = Field(default_factory=list)
     # whose grading: set where it is archived (the leaderboard's signed copy, grader.json)
     student: str | None = None
     notebook: str | None = None

@@ -47,6 +47,19 @@ def _failure(m) -> list[str]:
     return out + list(m.problems) + list(m.work_problems)
 
 
+def _target_row(aid: str, name: str, device_class: str) -> dict:
+    tiers = scoring.TIERS.get(scoring.host_model(name))
+    return {
+        "assignment": aid,
+        "device": name,
+        "device_class": device_class,
+        "target": tiers[0] if tiers else float("nan"),
+        "floor": 1.0,
+        "source": "time-to-target tiers "
+        + ("/".join(f"{t}x" for t in tiers) if tiers else "not calibrated for this host"),
+    }
+
+
 def grade(
     assignment, cells, max_points, *, device, spec_name=None, progress=print, gate_verdicts=None
 ):
@@ -59,10 +72,8 @@ def grade(
         "device": name,
         "device_class": "cpu" if device == "cpu" else "gpu",
         "spec": dataclasses.asdict(spec),
-        "target": {
-            "tiers": scoring.TIERS.get(scoring.host_model(name)),
-            "measure": "time to target",
-        },
+        # the first speed tier is the target, faster than naive the floor (scoring.TIERS)
+        "target": _target_row(assignment.id, name, "cpu" if device == "cpu" else "gpu"),
         "runs": [],
         "speedup": None,
         "accuracy_diffs_pp": [],
@@ -85,7 +96,8 @@ def grade(
     full_spec = dataclasses.replace(spec, learner_hooks=rec.hooks())
     m = _measure(assignment, cells, full_spec, device, progress, gate, gate_verdicts)
     failed = _failure(m)
-    report["phases_s"] = {"full": m.phases_s}
+    # one flat map of phase -> seconds, as every performance report has: "full/warmup", ...
+    report["phases_s"] = {f"full/{k}": v for k, v in m.phases_s.items()}
     if failed:
         return _result(0.0, report, failed, notes + m.flags, problems=failed)
     times = {
@@ -95,7 +107,10 @@ def grade(
     full = scoring.speed(times["full"]["naive"], times["full"]["yours"])
     verdict = gate.decide(m.accuracy_diffs_pp())
     report.update(
-        runs=[dataclasses.asdict(t) for t in m.runs],
+        runs=[
+            dataclasses.asdict(t) | {"samples_per_s": t.samples / t.seconds if t.seconds else 0.0}
+            for t in m.runs
+        ],
         speedup=None if full.missed else full.median,
         speed_ratios=full.ratios,  # time-to-target ratios: the leaderboard's interval
         accuracy_diffs_pp=m.accuracy_diffs_pp(),
@@ -121,7 +136,7 @@ def grade(
         progress(f"Leaving out {change!r} ...")
         ab_spec = dataclasses.replace(spec, learner_hooks=rec.hooks(without=change))
         ab = _measure(assignment, cells, ab_spec, device, progress)
-        report["phases_s"][f"without {change}"] = ab.phases_s
+        report["phases_s"].update({f"without {change}/{k}": v for k, v in ab.phases_s.items()})
         if _failure(ab):
             lines.append(f"{change}: your recipe without it failed ({_failure(ab)[0]}): not scored")
             continue

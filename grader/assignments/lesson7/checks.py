@@ -56,7 +56,8 @@ QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
 
 
 def _requests(ctx: Context) -> tuple[list[np.ndarray], list[dict]]:
-    """Per distribution: a batch-size run and a budget run, each for (seed a, epoch 0), (a, 1), (b, 0)."""
+    """Per distribution: a batch-size run and a budget run, each for (seed a, epoch 0), (a, 1), (b, 0)
+    and (a, 0) again."""
     dists = v.secret_lengths(ctx.rng.randrange(1 << 32))
     seeds = (ctx.rng.randrange(1 << 20), ctx.rng.randrange(1 << 20))
     requests = []
@@ -65,9 +66,16 @@ def _requests(ctx: Context) -> tuple[list[np.ndarray], list[dict]]:
             {"batch_size": ctx.rng.choice((16, 32, 64))},
             {"max_tokens": ctx.rng.choice((512, 1024, 2048))},
         ):
-            for seed, epoch in ((seeds[0], 0), (seeds[0], 1), (seeds[1], 0)):
+            # (a, 0) twice: the same seed and epoch must give the same batches (no global RNG)
+            for again, seed, epoch in (
+                (0, seeds[0], 0),
+                (0, seeds[0], 1),
+                (0, seeds[1], 0),
+                (1, seeds[0], 0),
+            ):
                 requests.append(
                     {
+                        "again": bool(again),
                         "dist": d,
                         "lengths": [int(x) for x in lengths],
                         "batch_size": mode.get("batch_size"),
@@ -144,7 +152,7 @@ def check_padding(ctx: Context) -> None:
         lengths = dists[req["dist"]]
         problem = v.padding_problem(lengths, batches, req["batch_size"], req["max_tokens"])
         expect(problem is None, f"bucket_batches({_shown(req)}): {problem}")
-        if req["epoch"] == 0 and req["seed"] == requests[0]["seed"]:
+        if req["epoch"] == 0 and req["seed"] == requests[0]["seed"] and not req["again"]:
             ctx.ok(
                 f"{_shown(req)}: padding {v.padding_share(lengths, batches):.1%}, a full sort's "
                 f"{v.optimum_share(lengths, req['batch_size'], req['max_tokens']):.1%}"
@@ -154,17 +162,28 @@ def check_padding(ctx: Context) -> None:
 def check_randomness(ctx: Context) -> None:
     dists, requests, answers = _graded(ctx)
     groups: dict[tuple, dict] = {}
+    repeats: dict[tuple, list[list[int]]] = {}
     for req, batches in zip(requests, answers, strict=True):
-        groups.setdefault((req["dist"], req["batch_size"], req["max_tokens"]), {})[
-            (req["seed"], req["epoch"])
-        ] = batches
-    for epochs in groups.values():  # the same batches every epoch first: the more basic mistake
+        mode = (req["dist"], req["batch_size"], req["max_tokens"])
+        if req["again"]:
+            repeats[mode] = batches
+        else:
+            groups.setdefault(mode, {})[(req["seed"], req["epoch"])] = batches
+    # the same batches every epoch first: the more basic mistake
+    for mode, epochs in groups.items():
         problem = v.randomness_problem(epochs)
+        expect(problem is None, problem or "")
+        key = next(k for k in epochs if k[1] == 0 and k[0] == requests[0]["seed"])
+        problem = v.determinism_problem(epochs[key], repeats[mode], key)
         expect(problem is None, problem or "")
     for req, batches in zip(requests, answers, strict=True):
         problem = v.order_problem(dists[req["dist"]], batches)
         expect(problem is None, f"bucket_batches({_shown(req)}): {problem}")
-    ctx.ok("batches differ across epochs and seeds; their order does not follow length")
+    ctx.ok(
+        "batch membership changes across epochs and seeds (at most "
+        f"{v.MAX_REPEATED_BATCHES:.0%} of batches recur), the same (seed, epoch) gives the same "
+        "batches, and their order does not follow length"
+    )
 
 
 def check_speed(ctx: Context) -> None:

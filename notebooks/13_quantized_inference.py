@@ -28,8 +28,12 @@
 #    queue, a batcher), and see latency climb as the load nears capacity;
 # 6. in the `gpu` profile, serve on the GPU too (skipped, and said so, without one).
 #
-# **Run time**: about 4 min in `cpu` (233 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`, AVX512-VNNI; fine-tuning 33 s, the
-# closed loops about 70 s, the open-loop rounds about 45 s: 4 configurations x 3 rounds of ~4 s), 36 s in `smoke`.
+# **Run time**: about 4 min in `cpu` on a quiet 2-core machine (233 s recorded on an Intel Xeon VM
+# with AMX and AVX512-VNNI, no GPU, 2026-11-28: fine-tuning 33 s, the closed loops about 70 s, the
+# open-loop rounds about 45 s, 4 configurations x 3 rounds of ~4 s). The outputs in `docs/recorded/`
+# are a later run of this version: 1,098 s on a 2-core AMD EPYC (AVX2) shared with other jobs (load
+# 3.7 per core at its start, 1.3 at its end), so its latencies and its SLO are not a quiet machine's.
+# `smoke` is for tests only.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one: the CPU
 # serving comparison, the fine-tuning on the GPU, and section 6's GPU serving), `smoke` (tests only:

@@ -28,9 +28,11 @@
 #    of 8, and packed — in useful tokens per second, with each arm's padding;
 # 6. measure what bucketing costs in accuracy: random order against bucketed, paired over seeds.
 #
-# **Run time**: about 4 min in `cpu` (230 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`; one thread,
-# `OMP_NUM_THREADS=1`; the summary's last line gives your run's), 31 s in `smoke` (at load average
-# 3.0).
+# **Run time**: about 4 min in `cpu` on a quiet 2-core machine (230 s recorded on an Intel Xeon VM
+# with AMX, no GPU, 2026-11-28; one thread, `OMP_NUM_THREADS=1`; the summary's last line gives your
+# run's). The outputs in `docs/recorded/` are a later run of this version: 937 s on a 2-core AMD
+# EPYC (AVX2) shared with other jobs (load 3.7 per core at its start, 1.5 at its end), so its timings
+# are noisier than a quiet run's. `smoke` is for tests only.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one), `smoke`
 # (tests only: a 2-layer encoder on synthetic sentences; its numbers show the code runs, not what
@@ -126,10 +128,12 @@ plt.show()
 #   end to end in as few rows of `max_length` as fit; rows are padded to the longest packed row
 #   (rounded up to 8).
 #
-# Widths are rounded up to a multiple of 8 (`pad_to_multiple_of=8`, which Hugging Face's example scripts
-# set only when they train in fp16 or bf16; here it is on in every precision, to measure what it costs).
-# On GPUs, tensor cores compute fp16/bf16 matrix products fastest when every dimension is a multiple
-# of 8. Which products does the width reach? In the linear layers the token dimension is batch x
+# Widths are rounded up to a multiple of 8 (`pad_to_multiple_of=8`, which transformers'
+# `examples/pytorch/text-classification/run_glue.py` sets only when it trains in fp16; here it is on
+# in every precision, to measure what it costs). NVIDIA's *Matrix Multiplication Background User's
+# Guide* gives 8 elements (16 bytes) as the alignment at which fp16 matrix products use tensor cores
+# efficiently, and says larger multiples (64 fp16 elements, 128 bytes, on A100) are more efficient
+# still: 8 is the minimum, not the best. Which products does the width reach? In the linear layers the token dimension is batch x
 # width, already a multiple of 8 whenever the batch is, and the hidden sizes (384, 1536) are too; the
 # width itself is a matrix side only in attention (queries x keys, then x values). So the rounding
 # can help attention's matmuls, and it always costs padding: measure it before keeping it.
@@ -396,10 +400,11 @@ plt.show()
 # the masked-out blocks too: whether it still beats bucketing on this machine is the verdict's to
 # say, not the padding share's. The rounding to 8 has no tensor cores to feed on a CPU, so what it
 # can change here is the padding it adds (the `/8` vs `exact` verdicts); on a GPU it is the
-# trade-off the section 2 text describes. effkit's optimized BERT recipe acts on this measurement:
-# it pads exact widths on a CPU and rounds to 8 on a GPU only (`default_pad_multiple` in
-# `effkit/workloads/bert/recipes.py`), a choice timed in the recipe itself by
-# `benchmarks/bert_pad_multiple_ab.py`.
+# trade-off the section 2 text describes. effkit's optimized BERT recipe pads exact widths on a CPU,
+# where `benchmarks/bert_pad_multiple_ab.py` timed the recipe itself: exact widths 1.13x faster than
+# rounded to 8, interval 1.09-1.16 (a 2-core Intel Xeon, one run, `benchmarks/results/bert-pad-multiple-ab-xeon-amx-2c.json`).
+# On a GPU it rounds to 8, Hugging Face's usual setting, which nobody has timed here yet
+# (`default_pad_multiple` in `effkit/workloads/bert/recipes.py` says so).
 
 # %% [markdown]
 # ## 6. What bucketing costs: accuracy, random order vs bucketed
@@ -408,9 +413,10 @@ plt.show()
 # noise changes. Shuffling before grouping, sorting only within mega-batches and shuffling the batch
 # order keep most of the randomness; whether accuracy moves is measured here. For each seed, two
 # fine-tuning runs start from the same weights and the same new classifier head and take the same
-# number of steps of `B` sentences: one on random batches, one on bucketed batches, both drawn from
-# that seed. Both **pack** their batches (section 4: packing changes what a step costs, not what
-# it computes), so the only difference left between them is which sentences share a step; and
+# number of steps of `B` sentences, on the same pool of sentences drawn for that seed (each seen
+# once): one cuts the pool into random batches, the other buckets it with `bucket_batches`. Both
+# **pack** their batches (section 4: packing changes what a step costs, not what it computes), so
+# the only difference left between them is which sentences share a step (and the step order); and
 # packed, a random batch costs far less than padded (section 5 says how much), which is what lets
 # this fit the `cpu` budget. AdamW at lr 3e-4 in `cpu` (six times the timing's 5e-5: runs this
 # short must learn something), 1e-4 in `gpu`. Both runs of a seed are scored on the same held-out
@@ -435,9 +441,14 @@ def right_after_steps(order, seed):
     """Per held-out row, whether the model fine-tuned ``acc_steps`` steps in ``order`` gets it right."""
     model = new_model(seed).train()
     opt = torch.optim.AdamW(model.parameters(), lr=SIZES["acc_lr"])
-    feed = epochs(random_sampler(seed) if order == "random" else bucketed_sampler(seed))
-    for _ in range(SIZES["acc_steps"]):
-        loss, _ = loss_and_width(model, next(feed), "packed")  # same logits as padded (section 4), less cost
+    # one pool of sentences per seed, the same for both orders: they differ only in who shares a step
+    pool = np.random.default_rng([seed, 1]).permutation(len(lengths))[: SIZES["acc_steps"] * B]
+    if order == "random":
+        steps = [pool[i:i + B].tolist() for i in range(0, len(pool), B)]
+    else:
+        steps = [pool[b].tolist() for b in bucket_batches(lengths[pool], batch_size=B, seed=seed)]
+    for rows in steps:
+        loss, _ = loss_and_width(model, rows, "packed")  # same logits as padded (section 4), less cost
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -533,7 +544,7 @@ print(f"* this run took {time.perf_counter() - STARTED:.0f} s in profile {PROFIL
 #
 # The quiz and the graded exercise are in `exercises/lesson7/`: write a bucketing batch sampler
 # (by rows or by a token budget), judged outside your notebook on length distributions the grader
-# draws, then timed by the grader on its own encoder against random batches padded to the maximum.
+# draws, then timed by the grader on its own encoder against random batches with dynamic padding.
 #
 # ### References
 #

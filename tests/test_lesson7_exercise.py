@@ -44,6 +44,23 @@ MISTAKES = {
         ).replace(_SHUFFLE, ""),
         {"test_randomness": "identical batches"},
     ),
+    # one global sort, then only the batch order shuffled (quiz q4 (a)): the same rows share a batch
+    # every epoch; the old check compared batch sequences only and passed it on every draw
+    "sorted_once_order_shuffled": (
+        _REF.replace(
+            "    order = rng.permutation(len(lengths))\n",
+            '    order = np.argsort(lengths, kind="stable")\n',
+        ),
+        {"test_randomness": "hold exactly the same rows"},
+    ),
+    # the reference drawing from numpy's global RNG: batches change, but a (seed, epoch) cannot be replayed
+    "unseeded_global_rng": (
+        _REF.replace(
+            "    rng = np.random.default_rng([seed, epoch])\n",
+            "    rng = np.random.mtrand._rand\n",
+        ),
+        {"test_randomness": "returned different batches"},
+    ),
     # the budget read as a row count: batches of long rows blow the budget
     "ignores_the_budget": (
         _REF.replace("        if batch_size:\n", "        if True:\n").replace(

@@ -70,6 +70,32 @@ def test_fully_sorted_fails_on_randomness():
     assert problems and all("full sort is not a sampler" in p for p in problems)
 
 
+def test_sorting_once_and_shuffling_only_the_batch_order_fails_on_randomness():
+    def sort_once_shuffle_order(lengths, batch_size=None, max_tokens=None, seed=0, epoch=0):
+        batches = fully_sorted(lengths, batch_size, max_tokens)
+        order = np.random.default_rng([seed, epoch]).permutation(len(batches))
+        return [batches[i] for i in order]
+
+    problems = findings(sort_once_shuffle_order)
+    assert problems and all("hold exactly the same rows" in p for p in problems)
+
+
+def test_reference_repeats_few_batches_and_replays_a_seed():
+    from grader.assignments.lesson7.verify import (
+        MAX_REPEATED_BATCHES,
+        determinism_problem,
+        repeated_share,
+    )
+
+    for lengths in secret_lengths(11):  # secret 11: 21% repeated at batch 64, its worst of 1-20
+        a, b = (bucket_batches(lengths, batch_size=64, seed=5, epoch=e) for e in (0, 1))
+        assert repeated_share(a, b) <= MAX_REPEATED_BATCHES
+        assert (
+            determinism_problem(a, bucket_batches(lengths, batch_size=64, seed=5), (5, 0)) is None
+        )
+    assert "different batches" in determinism_problem(a, b, (5, 0))
+
+
 def test_dropping_last_batch_fails_on_coverage():
     problems = findings(
         lambda lengths, batch_size=None, max_tokens=None, **k: drops_last(

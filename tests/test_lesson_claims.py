@@ -325,10 +325,12 @@ def test_lesson7_times_its_arms_in_one_run_and_measures_packing_and_accuracy():
         "packing is checked"
     )
     assert 'paired_difference(acc["random"], acc["bucketed"])' in code
-    # both accuracy arms collate alike (packed), so only the order of the sentences differs
-    assert re.search(
-        r'def right_after_steps.*?loss_and_width\(model, next\(feed\), "packed"\)', code, re.S
-    )
+    # both accuracy arms collate alike (packed) and train on one pool of sentences per seed, so only
+    # which sentences share a step differs (until 2026-12-05 each drew its own permutation)
+    body = re.search(r"def right_after_steps.*?\n\n\n", code, re.S).group(0)
+    assert 'loss_and_width(model, rows, "packed")' in body
+    assert re.search(r"pool = np\.random\.default_rng\(\[seed, 1\]\)\.permutation", body)
+    assert "pool[i:i + B]" in body and "bucket_batches(lengths[pool]" in body
     assert re.search(r"difference_verdict\(acc_diff, .*rows_error=rows_error\)", code)
     summary = _cells(source)[
         next(i for i, c in enumerate(_cells(source)) if c.startswith('# %% tags=["summary"]'))

@@ -109,10 +109,10 @@ check_my_work("test_latency", "lesson13.ipynb")
 #    (a) it was calibrated on too few rows, so its scales miss the inputs' real range;
 #    (b) the head's input gets one scale, set by its few huge activations: the rest round to 0;
 #    (c) the head's weights have outliers, which stretch their per-tensor scale and lose the rest.
-# 3. Serving batches of 32 instead of single requests
-#    (a) lowers every request's latency, since the weights are read once per batch;
+# 3. On one CPU thread, serving batches of 32 requests of mixed lengths instead of single ones
+#    (a) lowers every request's latency, since the weights are then read once per batch of 32;
 #    (b) raises throughput and lowers latency, as long as the queue never runs dry;
-#    (c) raises throughput, but each request also waits for its batch to fill and run.
+#    (c) may not raise throughput (padding), and each request waits for the whole batch.
 # 4. To compare two models' P95 on a shared machine:
 #    (a) time 20 requests of each right after loading, and compare the two P95s;
 #    (b) warm both up, alternate blocks of each (A B B A ...), give the P95 ratio an interval;

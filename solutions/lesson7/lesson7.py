@@ -28,8 +28,9 @@
 # * batches as full as those limits allow (not many more batches than needed);
 # * rows of similar length together: the padding share should be close to that of a full sort by
 #   length (within 6 points);
-# * **random**: batches must change with `seed` and `epoch`, and their order must not follow
-#   length. The usual way (the HF Trainer's `group_by_length`): shuffle with a generator seeded from
+# * **random**: which rows share a batch must change with `seed` and `epoch` (not only the order
+#   of the batches), the same `(seed, epoch)` must give the same batches (no global RNG), and the
+#   batch order must not follow length. The usual way (the HF Trainer's `group_by_length`): shuffle with a generator seeded from
 #   `(seed, epoch)`, cut the shuffled indices into *mega-batches* (say 50 batches' worth), sort each
 #   by length, slice it into batches, then shuffle the order of all the batches.
 #
@@ -39,9 +40,10 @@
 # three length distributions, batch sizes, budgets and seeds it draws itself, and judges the lists it
 # gets back — coverage (2 points), sizes and budget (2), padding against a full sort (2), randomness
 # (2). Then (2 points) it trains **its own** small encoder on its own task with your batches (batch
-# size 32, 7 to 11 epochs) against random batches padded to the maximum length, epochs interleaved
-# and timed: the interval of your speed-up must lie above 1x (measurably faster), with held-out
-# accuracy within 3 points of the random batches'.
+# size 32, 7 to 11 epochs) against random batches with dynamic padding (each padded to its own
+# longest row), epochs interleaved and timed: the interval of your speed-up must lie above 1x
+# (measurably faster than dynamic padding alone), with held-out accuracy within 3 points of the
+# random batches'.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import numpy as np
@@ -117,7 +119,7 @@ check_my_work("test_speed", "lesson7.ipynb")
 #    (c) memory and step time follow tokens per step, which then stay about constant.
 # 3. Why round padded widths up to a multiple of 8 on a GPU?
 #    (a) the attention mask is applied in blocks of 8 positions, so other widths would fail;
-#    (b) 16-bit tensor-core matmuls run fastest on sides divisible by 8; the width is a side;
+#    (b) 16-bit tensor-core matmuls need sides divisible by 8 to run well; the width is a side;
 #    (c) it reduces padding, since fewer distinct widths mean fewer wasted positions per batch.
 # 4. A length-bucketing sampler keeps training random by
 #    (a) sorting by length once, then drawing the batches of that sort in a random order each epoch;

@@ -48,7 +48,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic"""
 QUIZ_KEY = {  # the notebook holds only the questions
     "q1": "a",  # P95 = the latency 95% of requests stay under
     "q2": "b",  # per-tensor activation scale set by the outlier
-    "q3": "c",  # batching trades latency for throughput
+    "q3": "c",  # batching costs each request the batch's compute; on one thread it may not pay
     "q4": "b",  # warm-up, many requests, interleaved
 }
 QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
@@ -60,14 +60,16 @@ QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q2": {
         "a": "dynamic quantization needs no calibration data: it measures each input's range at "
         "run time",
-        "c": "int8 weights of the head are per-tensor too, but weights have no outliers here: the "
-        "input does",
+        "c": "the head's planted columns do stretch its per-tensor weight scale (~13x: a step of "
+        "~0.01 against ordinary weights of ~0.04, a real error), but its input's far more: one step "
+        "of 16-32 (activations of 2048-4096) against ordinary values of about 2, which all round to 0",
     },
     "q3": {
-        "a": "a batch of 32 takes longer than one request, and a request may wait for the batch "
-        "to fill",
-        "b": "even with a full queue each request waits for the whole batch's compute: more "
-        "requests per second, each waiting longer",
+        "a": "a batch of 32 takes longer than one request, and every request in it waits for the "
+        "whole batch's compute",
+        "b": "even with a full queue each request waits for the whole batch's compute, and on one "
+        "thread a batch padded to its longest request may serve fewer requests per second (the "
+        "lesson's curve: it did)",
     },
     "q4": {
         "a": "the first requests pay for allocation and caches, and 20 requests give no stable "

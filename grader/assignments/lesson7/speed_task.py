@@ -1,7 +1,8 @@
 """Lesson 7's measured part: the grader trains its own small encoder with the learner's batches.
 
-Random max-length-padded batches (A) against the learner's validated batches (B), epochs
-interleaved; the held-out set exists only in this process.
+Random batches with dynamic padding, each padded to its own longest row (A), against the learner's
+validated batches padded the same way (B), epochs interleaved: what bucketing adds over dynamic
+padding alone. The held-out set exists only in this process.
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def accuracy(model: nn.Module, data: dict) -> float:
 def train_ab(
     seed: int, mine: list[list[list[int]]], pairs: int = PAIRS, max_pairs: int = MAX_PAIRS
 ) -> dict:
-    """Time epochs of random-padded-to-max (A) against the learner's batches (B); accuracy of both."""
+    """Time epochs of random dynamically padded batches (A) against the learner's batches (B), both
+    padded to their longest row rounded up to 8; accuracy of both."""
     data = task_data(seed)
     lengths = data["lengths"]
     baseline = random_epochs(seed + 1, N_TRAIN, max_pairs + 1)
@@ -108,13 +110,13 @@ def train_ab(
     tokens = {"A": 0, "B": 0}
     done = {"A": 0, "B": 0}
 
-    def epoch(arm: str, epochs: list[list[list[int]]], pad_to_max: bool):
+    def epoch(arm: str, epochs: list[list[list[int]]]):
         def once() -> int:
             model, opt = models[arm], optims[arm]
             batches = epochs[done[arm] % len(epochs)]
             done[arm] += 1
             for batch in batches:
-                width = MAX_LEN if pad_to_max else _width(lengths, batch)
+                width = _width(lengths, batch)
                 x, y = data["x_train"][batch, :width], data["y_train"][batch]
                 loss = nn.functional.cross_entropy(model(x), y)
                 opt.zero_grad(set_to_none=True)
@@ -127,8 +129,8 @@ def train_ab(
 
     with one_thread():
         ab = compare(
-            epoch("A", baseline, True),
-            epoch("B", mine, False),
+            epoch("A", baseline),
+            epoch("B", mine),
             warmup=1,
             min_pairs=pairs,
             max_pairs=max_pairs,

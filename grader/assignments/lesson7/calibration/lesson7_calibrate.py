@@ -3,12 +3,14 @@
 Run: ``OMP_WAIT_POLICY=PASSIVE flock /tmp/effkit-quiet.lock .venv/bin/python grader/assignments/lesson7/calibration/lesson7_calibrate.py``.
 For each task seed, the grader's own ``speed_task.train_ab`` with (a) the reference sampler
 (``effkit.length_buckets.bucket_batches``, batch 32) and (b) random batches padded to their own
-longest (dynamic padding without bucketing); prints the speed ratio over pad-to-max with its
-interval and both accuracies.
+longest (dynamic padding without bucketing); prints the speed ratio over the grader's baseline
+(random batches with dynamic padding, since 2026-12-05) with its interval, both accuracies, the
+run's wall time and the load.
 """
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,13 +31,15 @@ for seed in seeds:
         "random dyn-pad": st.random_epochs(seed + 99, len(lengths), st.MAX_PAIRS + 1),
     }
     for name, epochs in arms.items():
+        started = time.perf_counter()
         r = st.train_ab(seed, epochs)
         ab = r["ab"]
         print(
             f"seed {seed} {name:15s} speed {ab.ratio:.2f}x [{ab.ci_low:.2f}, {ab.ci_high:.2f}] "
-            f"({ab.coverage:.0%}, {ab.pairs} pairs, {ab.seconds:.1f} s) acc random-max {r['acc_random']:.3f} "
+            f"({ab.coverage:.0%}, {ab.pairs} pairs, {time.perf_counter() - started:.1f} s) "
+            f"acc baseline {r['acc_random']:.3f} "
             f"mine {r['acc_mine']:.3f} diff {r['acc_mine'] - r['acc_random']:+.3f} "
-            f"tokens {r['tokens_mine'] / r['tokens_random']:.2f}",
+            f"tokens {r['tokens_mine'] / r['tokens_random']:.2f} load {os.getloadavg()[0]:.1f}",
             flush=True,
         )
 print("load:", os.getloadavg(), "threads: 1, CPU:", np.__name__ and os.uname().machine)

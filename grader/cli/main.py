@@ -113,6 +113,7 @@ COMMANDS = {
         ),
         "down": lambda: cohort.down(a.remove_accounts),
         "status": cohort.status,
+        "verify": cohort.verify,
     }[a.action](),
     "leaderboard": lambda a: leaderboard(a.assignments, a.out, a.publish, a.real_names),
 }
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--spec")
     s.add_argument("--json")
     s = sub.add_parser("cohort", help="JupyterHub for an instructor and N learners (needs root)")
-    s.add_argument("action", choices=["up", "down", "status"])
+    s.add_argument("action", choices=["up", "down", "status", "verify"])
     s.add_argument("--learners", type=int, default=2)
     s.add_argument("--port", type=int, default=8000, help="the hub's port on 127.0.0.1")
     s.add_argument("--prefix", default="effkit-", help="Unix account names start with this")

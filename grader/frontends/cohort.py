@@ -23,7 +23,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from grader.common import course
-from grader.frontends import cohort_host, cohort_limits, leaderboard_page
+from grader.frontends import (
+    cohort_grader,
+    cohort_host,
+    cohort_limits,
+    grading_audit,
+    leaderboard_page,
+)
 from grader.frontends.autograde import REPO_ROOT, nbgrader_env
 from grader.frontends.cohort_plan import COURSE_ID, Plan, load_plan, plan_file, state_dir
 
@@ -138,6 +144,7 @@ def up(
         accounts = folder / "accounts.json"
         cohort_host.make_accounts(names, accounts)
         cohort_host.lock_accounts(names, locked=False)  # a `down` locked them
+        grader = cohort_grader.make_account(f"{prefix}grader")  # formgrader's, never root
         exchange_dir = Path(
             exchange or os.environ.get("EFFKIT_EXCHANGE") or "/srv/nbgrader/exchange"
         )
@@ -160,15 +167,26 @@ def up(
             cpus=cpus,
             tmp_mb=tmp_mb,
             leaderboard=str(exchange_dir.parent / f"{COURSE_ID}-leaderboard"),
+            grader=grader.pw_name,
+            grading_socket=str(course.course_dir() / "grading" / "grading.sock"),
         )
         cohort_host.make_exchange(exchange_dir)
         cohort_host.write_learner_config(Path(plan.learner_config), COURSE_ID, exchange_dir)
-        by_acl, opened = cohort_host.open_interpreter_path(Path(sys.executable), _uids(names))
+        uids = _uids([*names, grader.pw_name])
+        by_acl, opened = cohort_host.open_interpreter_path(Path(sys.executable), uids)
         plan.traverse = {**by_acl, **(old.traverse if old else {})}  # the first up's modes
         cohort_host.restrict_repository(REPO_ROOT, plan.changed_modes)
         plan_file().write_text(json.dumps(asdict(plan), indent=1))
         released = release_all(exchange_dir, folder / "release")
         name_students(f"sqlite:///{course.course_dir() / 'gradebook.db'}", plan.learners)
+        handed = cohort_grader.hand_over(
+            course.course_dir(), folder, exchange_dir / COURSE_ID, grader
+        )
+        plan.handed = {**handed, **(old.handed if old else {})}  # the first up's owners
+        # the grader account passes to the course folder (e.g. under root's 0700 /tmp/pytest-of-root)
+        by_acl, _ = cohort_host.open_interpreter_path(course.course_dir(), [grader.pw_uid])
+        plan.traverse = {**by_acl, **plan.traverse}
+        plan_file().write_text(json.dumps(asdict(plan), indent=1))
         cohort_host.share_folder(Path(plan.leaderboard))
         page = course.course_dir() / "leaderboard" / "index.html"
         if page.is_file():  # the page as last written, until the next `grader leaderboard`
@@ -201,6 +219,10 @@ def up(
         f"  instructor: {plan.instructor}  -> formgrader at {plan.url}/services/{COURSE_ID}/formgrader"
     )
     print(f"  learners:   {', '.join(plan.learners)}")
+    print(
+        f"  formgrader runs as {plan.grader} (no root); gradings go to the root grading service "
+        f"on {plan.grading_socket}, signed (`python -m grader cohort verify` checks the gradebook)"
+    )
     print(f"  passwords:  {accounts} (readable by you only)")
     print(f"  released:   {', '.join(released)} into {exchange_dir}")
     print(
@@ -242,7 +264,7 @@ def down(remove_accounts: bool = False) -> int:
     if plan is None:
         print("no cohort here (nothing in course/hub/cohort.json)")
         return 0
-    accounts = [plan.instructor, *plan.learners]
+    accounts = [plan.instructor, *plan.learners, *([plan.grader] if plan.grader else [])]
     cohort_host.stop_user_processes(accounts)
     cohort_limits.remove(accounts)  # their cgroups, empty now
     uids = _uids(accounts)
@@ -253,6 +275,8 @@ def down(remove_accounts: bool = False) -> int:
     if remove_accounts:  # no account left that could read the course: its modes go back
         # before userdel: useradd reuses uids, and a new account would own what these left
         places = [*cohort_host.SHARED_TMP, *([Path(plan.exchange)] if plan.exchange else [])]
+        cohort_grader.take_back(plan.handed)  # before userdel: root's again, as before up
+        plan.handed = {}
         left = cohort_host.remove_files_of(uids, places)
         cohort_host.remove_accounts(accounts)
         restored = cohort_host.restore_modes(plan.changed_modes)
@@ -276,6 +300,26 @@ def down(remove_accounts: bool = False) -> int:
         "submission; `cohort down --remove-accounts` removes them and reopens the folders"
     )
     return 0
+
+
+def verify() -> int:
+    """Every autograded score in the gradebook against the grading service's signed gradings."""
+    found = grading_audit.audit(
+        course.course_dir(), f"sqlite:///{course.course_dir() / 'gradebook.db'}", COURSE_ID
+    )
+    for line in found.manual:
+        print(f"manual grade: {line}")
+    for line in found.problems:
+        print(f"NOT SIGNED: {line}")
+    print(
+        f"{found.checked} autograded submissions checked: "
+        + (
+            "every score signed by the grading service"
+            if not found.problems
+            else f"{len(found.problems)} problems"
+        )
+    )
+    return 1 if found.problems else 0
 
 
 def status() -> int:

@@ -266,3 +266,28 @@ def test_the_cohort_names_its_learners_in_the_gradebook(tmp_path, monkeypatch):
         "ek-learner1": ("Learner 1", "ek-learner1"),
         "ek-learner2": ("Learner 2", "ek-learner2"),
     }
+
+
+def test_down_ends_what_the_hub_left_in_sessions_of_its_own_and_nothing_else(tmp_path):
+    """A hub that died leaves its proxy and root's grading service running (their own sessions:
+    killing the hub's group misses them; leftovers piled up across test runs). ``down`` finds them
+    by the plan in their environment, and leaves a shell that merely carries the variable alone."""
+    plan = tmp_path / "cohort.json"
+    base = dict(os.environ, EFFKIT_COHORT_STATE=str(plan))
+    proxy = subprocess.Popen(["sleep", "60"], env=base | {"CONFIGPROXY_AUTH_TOKEN": "t"})
+    service = subprocess.Popen(["sleep", "60"], env=base | {"JUPYTERHUB_SERVICE_NAME": "x"})
+    shell = subprocess.Popen(["sleep", "60"], env=base)
+    other = subprocess.Popen(
+        ["sleep", "60"],
+        env=dict(
+            os.environ, EFFKIT_COHORT_STATE=str(tmp_path / "other.json"), CONFIGPROXY_AUTH_TOKEN="t"
+        ),
+    )
+    try:
+        assert cohort_host.stop_processes_of_plan(plan) == 2
+        assert proxy.wait(timeout=10) == -9 and service.wait(timeout=10) == -9
+        assert shell.poll() is None and other.poll() is None
+    finally:
+        for proc in (proxy, service, shell, other):
+            proc.kill()
+            proc.wait()

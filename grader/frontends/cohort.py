@@ -266,6 +266,7 @@ def down(remove_accounts: bool = False) -> int:
         return 0
     accounts = [plan.instructor, *plan.learners, *([plan.grader] if plan.grader else [])]
     cohort_host.stop_user_processes(accounts)
+    left = cohort_host.stop_processes_of_plan(plan_file())
     cohort_limits.remove(accounts)  # their cgroups, empty now
     uids = _uids(accounts)
     cohort_host.close_interpreter_path(plan.traverse, uids)  # nothing of theirs runs any more
@@ -293,7 +294,9 @@ def down(remove_accounts: bool = False) -> int:
     locked = cohort_host.lock_accounts(accounts)
     print(
         f"cohort down ({'hub stopped' if pid else 'hub was not running'}; {len(locked)} accounts "
-        "locked, the course still closed to them)"
+        "locked, the course still closed to them"
+        + (f"; {left} processes the hub left behind ended" if left else "")
+        + ")"
     )
     print(
         "accounts and the exchange are kept: `cohort up` again unlocks them and finds every "

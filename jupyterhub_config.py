@@ -110,6 +110,8 @@ c.JupyterHub.load_roles = [
     },
     {"name": "server", "scopes": ["inherit"]},  # nbgrader's course list asks the hub for services
 ]
+if not plan.get("grader"):  # a plan from before the grader account: formgrader would run as root
+    sys.exit("[effkit] the cohort's plan names no grader account: run `python -m grader cohort up`")
 PATH = f"{plan['venv_bin']}:/usr/local/bin:/usr/bin:/bin"  # alembic, for the gradebook
 c.JupyterHub.services = [
     {

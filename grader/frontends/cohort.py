@@ -14,6 +14,7 @@ import os
 import pwd
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from grader.common import course
 from grader.frontends import (
+    cohort_acl,
     cohort_grader,
     cohort_host,
     cohort_limits,
@@ -185,6 +187,12 @@ def up(
         plan.handed = {**handed, **(old.handed if old else {})}  # the first up's owners
         # the grader account passes to the course folder (e.g. under root's 0700 /tmp/pytest-of-root)
         by_acl, _ = cohort_host.open_interpreter_path(course.course_dir(), [grader.pw_uid])
+        # ... and lists the repository (closed to learners: 0711), or its Python would not import
+        # this checkout's grader from it (an import lists the folder) but whatever else is installed
+        by_acl[str(REPO_ROOT)] = plan.traverse.get(
+            str(REPO_ROOT), stat.S_IMODE(REPO_ROOT.stat().st_mode)
+        )
+        cohort_acl.open_to(str(REPO_ROOT), [grader.pw_uid], cohort_acl.LIST | cohort_acl.TRAVERSE)
         plan.traverse = {**by_acl, **plan.traverse}
         plan_file().write_text(json.dumps(asdict(plan), indent=1))
         cohort_host.share_folder(Path(plan.leaderboard))

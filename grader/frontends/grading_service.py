@@ -216,4 +216,7 @@ if __name__ == "__main__":
     plan = load_plan()
     if plan is None or os.geteuid() != 0:
         sys.exit("the grading service runs as root, for a cohort (course/hub/cohort.json)")
-    serve(plan)
+    try:
+        serve(plan)
+    except KeyboardInterrupt:  # the hub stops its services with SIGINT: a clean stop, no trace
+        sys.exit(0)

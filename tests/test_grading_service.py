@@ -268,3 +268,30 @@ def test_a_score_the_grader_edits_in_the_gradebook_is_found(world, monkeypatch):
     path.unlink()
     found = grading_audit.audit(course, f"sqlite:///{db}", "effkit")
     assert "no signed grading" in found.problems[0], found
+
+
+def test_handing_over_refuses_a_folder_root_must_own_and_take_back_restores_owners(world, tmp_path):
+    grader = pwd.getpwnam(world["grader"])
+    course, exchange = tmp_path / "course", tmp_path / "exchange" / "effkit"
+    (course / "hub").mkdir(parents=True, mode=0o700)
+    (course / "submitted" / "x").mkdir(parents=True)
+    (exchange / "inbound").mkdir(parents=True)
+    (course / "signed").mkdir()
+    os.chown(course / "signed", grader.pw_uid, grader.pw_gid)  # made by the grader beforehand
+    with pytest.raises(PermissionError, match="signed"):
+        cohort_grader.hand_over(course, course / "hub", exchange, grader)
+    os.chown(course / "signed", 0, 0)
+    handed = cohort_grader.hand_over(course, course / "hub", exchange, grader)
+    assert (course / "submitted" / "x").stat().st_uid == grader.pw_uid
+    assert (course.stat().st_uid, course.stat().st_mode & 0o7777) == (0, 0o1770)
+    for root_owned in ("hub", "signed", "grading", "grader.key", "grading-signer.pub"):
+        assert (course / root_owned).stat().st_uid == 0, root_owned
+    assert (exchange / "inbound").stat().st_uid == grader.pw_uid
+    # a restart releases as root (nbgrader refuses a course folder another account owns), then
+    # hands the exchange over again
+    cohort_grader.reclaim_exchange(exchange)
+    assert exchange.stat().st_uid == (exchange / "inbound").stat().st_uid == 0
+    assert cohort_grader.hand_over(course, course / "hub", exchange, grader).keys() == handed.keys()
+    assert exchange.stat().st_uid == grader.pw_uid
+    cohort_grader.take_back(handed)
+    assert all(p.stat().st_uid == 0 for p in [course, *course.rglob("*"), *exchange.rglob("*")])

@@ -179,6 +179,7 @@ def up(
         plan.traverse = {**by_acl, **(old.traverse if old else {})}  # the first up's modes
         cohort_host.restrict_repository(REPO_ROOT, plan.changed_modes)
         plan_file().write_text(json.dumps(asdict(plan), indent=1))
+        cohort_grader.reclaim_exchange(exchange_dir / COURSE_ID)  # a restart: the grader's now
         released = release_all(exchange_dir, folder / "release")
         name_students(f"sqlite:///{course.course_dir() / 'gradebook.db'}", plan.learners)
         handed = cohort_grader.hand_over(

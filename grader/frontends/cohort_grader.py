@@ -96,6 +96,18 @@ def hand_over(
     return handed
 
 
+def reclaim_exchange(exchange_course: Path) -> None:
+    """The exchange's course folder back to root while ``up`` releases as root (nbgrader refuses to
+    release into a course folder another account owns); ``hand_over`` gives it back."""
+    for path in (exchange_course, exchange_course / "inbound"):
+        if path.is_dir() and not path.is_symlink():
+            os.lchown(path, 0, 0)
+    for name in ("outbound", "feedback"):
+        path = exchange_course / name
+        if path.is_dir() and not path.is_symlink():
+            _chown_tree(path, 0, 0)
+
+
 def take_back(handed: dict[str, list[int]]) -> None:
     """Every path handed over back to its owner and mode from before the first ``up``."""
     for path, (uid, gid, mode) in handed.items():

@@ -13,7 +13,7 @@ from grader.cli import farm, tools
 from grader.common import course
 from grader.common.course import write_report
 from grader.common.quiet import quiet
-from grader.frontends import cohort, pipeline
+from grader.frontends import cohort, grading_audit, pipeline
 from grader.frontends.autograde import autograde, generate
 from grader.frontends.check import check
 from grader.frontends.leaderboard_page import run as leaderboard
@@ -113,7 +113,7 @@ COMMANDS = {
         ),
         "down": lambda: cohort.down(a.remove_accounts),
         "status": cohort.status,
-        "verify": cohort.verify,
+        "verify": grading_audit.verify,
     }[a.action](),
     "leaderboard": lambda a: leaderboard(a.assignments, a.out, a.publish, a.real_names),
 }

@@ -29,7 +29,6 @@ from grader.frontends import (
     cohort_grader,
     cohort_host,
     cohort_limits,
-    grading_audit,
     leaderboard_page,
 )
 from grader.frontends.autograde import REPO_ROOT, nbgrader_env
@@ -312,26 +311,6 @@ def down(remove_accounts: bool = False) -> int:
         "submission; `cohort down --remove-accounts` removes them and reopens the folders"
     )
     return 0
-
-
-def verify() -> int:
-    """Every autograded score in the gradebook against the grading service's signed gradings."""
-    found = grading_audit.audit(
-        course.course_dir(), f"sqlite:///{course.course_dir() / 'gradebook.db'}", COURSE_ID
-    )
-    for line in found.manual:
-        print(f"manual grade: {line}")
-    for line in found.problems:
-        print(f"NOT SIGNED: {line}")
-    print(
-        f"{found.checked} autograded submissions checked: "
-        + (
-            "every score signed by the grading service"
-            if not found.problems
-            else f"{len(found.problems)} problems"
-        )
-    )
-    return 1 if found.problems else 0
 
 
 def status() -> int:

@@ -73,3 +73,20 @@ def audit(course_dir: Path, db_url: str, course_id: str) -> Audit:
                                 f"signed {signed.get(name)}"
                             )
     return out
+
+
+def verify() -> int:
+    """``python -m grader cohort verify``: print what the audit found; 1 if a score is unsigned."""
+    from grader.common import course
+    from grader.frontends.cohort_plan import COURSE_ID
+
+    found = audit(
+        course.course_dir(), f"sqlite:///{course.course_dir() / 'gradebook.db'}", COURSE_ID
+    )
+    for line in found.manual:
+        print(f"manual grade: {line}")
+    for line in found.problems:
+        print(f"NOT SIGNED: {line}")
+    verdict = f"{len(found.problems)} problems" if found.problems else "every score signed"
+    print(f"{found.checked} autograded submissions checked: {verdict}")
+    return 1 if found.problems else 0

@@ -14,10 +14,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.common import course
 from grader.common.evidence import EvidenceError
 from grader.frontends import grading_signature
+from grader.frontends.cohort_plan import COURSE_ID
 from grader.frontends.farm_ledger import submitted_notebook
-from grader.frontends.grading_service import SIGNED_DIR
+from grader.frontends.grading_signature import SIGNED_DIR
 
 
 @dataclass
@@ -77,9 +79,6 @@ def audit(course_dir: Path, db_url: str, course_id: str) -> Audit:
 
 def verify() -> int:
     """``python -m grader cohort verify``: print what the audit found; 1 if a score is unsigned."""
-    from grader.common import course
-    from grader.frontends.cohort_plan import COURSE_ID
-
     found = audit(
         course.course_dir(), f"sqlite:///{course.course_dir() / 'gradebook.db'}", COURSE_ID
     )

@@ -27,13 +27,13 @@ from grader.common import evidence
 from grader.frontends import grading_client, grading_signature
 from grader.frontends.cohort_plan import Plan, load_plan, state_dir
 from grader.frontends.farm_ledger import grader_version
+from grader.frontends.farm_task import run_job
 from grader.frontends.screening import MAX_NOTEBOOK_BYTES
 from grader.scoring.report import GradingReport
 
 REQUEST_BYTES = 1024
 REQUEST_TIMEOUT_S = 10
 GRADING_LIMIT_S = grading_client.GRADING_LIMIT_S
-SIGNED_DIR = "signed"  # course/signed/<assignment>/<student>.json, root-owned
 
 
 class Refused(ValueError):
@@ -124,8 +124,6 @@ def submission(plan: Plan, aid: str, student: str) -> bytes:
 def grade_submission(aid: str, student: str, data: bytes) -> GradingReport:
     """The one place a grading happens: today the farm's node entry (a fresh process, its tree
     killed at the limit). DEPLOY: switch to the farm's ``grade(assignment_id, path)`` when it lands."""
-    from grader.frontends.farm_task import run_job  # the grading's own imports: only when asked
-
     a = assignments.get(aid)
     job = {
         "assignment": aid,
@@ -144,7 +142,9 @@ def grade_submission(aid: str, student: str, data: bytes) -> GradingReport:
 
 def keep(plan: Plan, signed: dict, report: GradingReport) -> None:
     """The signed grading under ``course/signed/`` (root's), and the leaderboard's HMAC copy."""
-    folder = Path(plan.course_dir) / SIGNED_DIR / evidence.safe_name(report.assignment)
+    folder = (
+        Path(plan.course_dir) / grading_signature.SIGNED_DIR / evidence.safe_name(report.assignment)
+    )
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{evidence.safe_name(report.student)}.json"
     tmp = path.with_name(f".{path.name}.{os.getpid()}")

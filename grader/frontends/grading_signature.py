@@ -19,6 +19,7 @@ from grader.common.evidence import EvidenceError, canonical
 ALGORITHM = "Ed25519"
 PRIVATE_FILE = "grading-signer.key"  # in the hub's state folder (root, 0700)
 PUBLIC_FILE = "grading-signer.pub"  # in the course folder, readable by the grader account
+SIGNED_DIR = "signed"  # course/signed/<assignment>/<student>.json: the service's, root-owned
 
 
 def load_signer(state_dir: Path, course_dir: Path):

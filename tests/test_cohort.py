@@ -76,6 +76,7 @@ def hub(tmp_path_factory):
         print(_grader(env, *up))
     except BaseException:
         _reap(course, tag)
+        shutil.rmtree(exchange.parent, ignore_errors=True)
         raise
     try:
         accounts = json.loads((course / "hub" / "accounts.json").read_text())

@@ -295,3 +295,25 @@ def test_handing_over_refuses_a_folder_root_must_own_and_take_back_restores_owne
     assert exchange.stat().st_uid == grader.pw_uid
     cohort_grader.take_back(handed)
     assert all(p.stat().st_uid == 0 for p in [course, *course.rglob("*"), *exchange.rglob("*")])
+
+
+def test_the_grader_reads_the_source_assignments_until_down(world):
+    """formgrader lists only assignments whose source folder it can see (nbgrader's ``isdir``):
+    with solutions/ closed (0700) as for learners, Manage Assignments showed none
+    (make test-cohort: no lesson1 row after the hub restart)."""
+    from grader.frontends import cohort_acl
+
+    grader = pwd.getpwnam(world["grader"])
+    solutions = world["course"].parent / "solutions"  # under /srv: every account passes there
+    (solutions / "lesson1").mkdir(parents=True)
+    (solutions / "lesson1" / "lesson1.ipynb").write_text("{}")
+    solutions.chmod(0o700)
+    probe = "import glob, os, sys; print(os.path.isdir(sys.argv[1] + '/lesson1'), glob.glob(sys.argv[1] + '/lesson1/*.ipynb') != [], open(sys.argv[1] + '/lesson1/lesson1.ipynb').read())"
+    before = as_user(world["grader"], probe, str(solutions))
+    assert before.returncode != 0 and "PermissionError" in before.stderr, before
+    opened = cohort_grader.open_sources(solutions, grader.pw_uid)
+    assert as_user(world["grader"], probe, str(solutions)).stdout.split() == ["True", "True", "{}"]
+    for path, mode in opened.items():  # what `down` does
+        cohort_acl.close_to(path, [grader.pw_uid], mode)
+    assert as_user(world["grader"], probe, str(solutions)).returncode != 0
+    assert (solutions.stat().st_mode & 0o777) == 0o700

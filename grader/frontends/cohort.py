@@ -193,6 +193,7 @@ def up(
             str(REPO_ROOT), stat.S_IMODE(REPO_ROOT.stat().st_mode)
         )
         cohort_acl.open_to(str(REPO_ROOT), [grader.pw_uid], cohort_acl.LIST | cohort_acl.TRAVERSE)
+        by_acl |= cohort_grader.open_sources(REPO_ROOT / course.SOURCE_DIR, grader.pw_uid)
         plan.traverse = {**by_acl, **plan.traverse}
         plan_file().write_text(json.dumps(asdict(plan), indent=1))
         cohort_host.share_folder(Path(plan.leaderboard))

@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 from grader.common import evidence
-from grader.frontends import grading_signature
+from grader.frontends import cohort_acl, grading_signature
 
 # What nbgrader writes from formgrader: the grader account's
 NBGRADER_WRITES = ("submitted", "autograded", "feedback", "released_solutions")
@@ -94,6 +94,21 @@ def hand_over(
             _remember(path, handed)
             _chown_tree(path, grader.pw_uid, grader.pw_gid)
     return handed
+
+
+def open_sources(solutions: Path, uid: int) -> dict[str, int]:
+    """Let the grader read the source assignments (closed to learners, 0700): formgrader lists only
+    assignments whose source folder it can see, and autograde copies their other files. An ACL
+    entry per folder (r-x) and file (r--), which ``down`` removes; returns {path: mode before}."""
+    opened: dict[str, int] = {}
+    paths = [solutions, *solutions.rglob("*")] if solutions.is_dir() else []
+    for path in paths:
+        if path.is_symlink():
+            continue
+        perm = cohort_acl.LIST | (cohort_acl.TRAVERSE if path.is_dir() else 0)
+        opened[str(path)] = stat.S_IMODE(path.stat().st_mode)
+        cohort_acl.open_to(str(path), [uid], perm)
+    return opened
 
 
 def reclaim_exchange(exchange_course: Path) -> None:

@@ -91,9 +91,11 @@ c.Spawner.environment = {
     "OMP_WAIT_POLICY": "PASSIVE",
 }
 
-# The instructor grades through formgrader, run as a hub service on the course repository (the
-# account that ran `cohort up` owns it): nbgrader's "one class, multiple graders" layout. The group
-# name must start with "formgrade-" and the service be named after the course.
+# The instructor grades through formgrader, a hub service on the course repository run as the
+# unprivileged grader account (nbgrader's "one class, multiple graders" layout): a terminal opened
+# there is not root. The group name must start with "formgrade-" and the service be named after the
+# course. Its Autograde asks the root grading service below (grader/frontends/grading_service.py)
+# over a Unix socket only the grader account may use; each grading comes back signed (Ed25519).
 course = plan["course_id"]
 c.JupyterHub.load_groups = {f"formgrade-{course}": {"users": [plan["instructor"]]}}
 c.JupyterHub.load_roles = [
@@ -108,23 +110,39 @@ c.JupyterHub.load_roles = [
     },
     {"name": "server", "scopes": ["inherit"]},  # nbgrader's course list asks the hub for services
 ]
-service_cmd = [str(Path(plan["venv_bin"]) / "jupyterhub-singleuser")]
-if os.geteuid() == 0:
-    service_cmd.append("--ServerApp.allow_root=True")
+if not plan.get("grader"):  # a plan from before the grader account: formgrader would run as root
+    sys.exit("[effkit] the cohort's plan names no grader account: run `python -m grader cohort up`")
+PATH = f"{plan['venv_bin']}:/usr/local/bin:/usr/bin:/bin"  # alembic, for the gradebook
 c.JupyterHub.services = [
     {
         "name": course,
         "url": f"http://127.0.0.1:{plan['service_port']}",
-        "command": service_cmd,
+        "command": [str(Path(plan["venv_bin"]) / "jupyterhub-singleuser")],
+        "user": plan["grader"],
         "cwd": str(REPO),
         "environment": {
             "JUPYTERHUB_DEFAULT_URL": "/formgrader",
-            "PATH": f"{plan['venv_bin']}:/usr/local/bin:/usr/bin:/bin",  # alembic, for the gradebook
+            "PATH": PATH,
+            "PYTHONPATH": str(
+                REPO
+            ),  # this repository's grader, whatever the venv's editable install
             "EFFKIT_EXCHANGE": plan["exchange"],  # read by nbgrader_config.py
             "EFFKIT_COURSE_DIR": plan["course_dir"],
-            "JUPYTER_CONFIG_DIR": str(hub_dir / "formgrader-config"),
+            "EFFKIT_GRADING_SOCKET": plan["grading_socket"],
             "OMP_WAIT_POLICY": "PASSIVE",
         },
         "oauth_no_confirm": True,
-    }
+    },
+    {  # root's: grades (the sandbox needs root) and signs; no URL, nothing reaches it but the socket
+        "name": f"{course}-grading",
+        "command": [sys.executable, "-m", "grader.frontends.grading_service"],
+        "cwd": str(REPO),
+        "environment": {
+            "PATH": PATH,
+            "PYTHONPATH": str(REPO),
+            "EFFKIT_COURSE_DIR": plan["course_dir"],
+            "EFFKIT_COHORT_STATE": str(STATE),
+            "OMP_WAIT_POLICY": "PASSIVE",
+        },
+    },
 ]

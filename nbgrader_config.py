@@ -87,5 +87,17 @@ if os.environ.get("EFFKIT_FARM_VERDICTS"):
         if not p.endswith((".GradeCells", ".GradePerformance"))
     ]
 
+# A cohort's formgrader runs as an unprivileged grader account and never grades: the root grading
+# service does (grader/frontends/grading_service.py) and signs each grading, which ServiceVerdicts
+# checks before writing its verdicts; no learner code runs in this process.
+if os.environ.get("EFFKIT_GRADING_SOCKET"):
+    c.Autograde.autograde_preprocessors = [
+        "grader.frontends.nbgrader_service.ServiceVerdicts"
+        if p.endswith(".ExecuteUnlessOutOfKernel")
+        else p
+        for p in c.Autograde.autograde_preprocessors
+        if not p.endswith((".GradeCells", ".GradePerformance"))
+    ]
+
 # Formgrader / labextension behind a proxy: scope the cookie to the whole site.
 c.IdentityProvider.cookie_options = {"path": "/"}

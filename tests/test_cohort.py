@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -70,23 +72,63 @@ def hub(tmp_path_factory):
     env = dict(os.environ, EFFKIT_COURSE_DIR=str(course))
     up = ["cohort", "up", "--learners", "2", "--port", str(port), "--prefix", f"ek{tag}-"]
     up += ["--exchange", str(exchange)]
-    print(_grader(env, *up))
-    accounts = json.loads((course / "hub" / "accounts.json").read_text())
     try:
+        print(_grader(env, *up))
+    except BaseException:
+        _reap(course, tag)
+        shutil.rmtree(exchange.parent, ignore_errors=True)
+        raise
+    try:
+        accounts = json.loads((course / "hub" / "accounts.json").read_text())
         yield {
             "url": f"http://127.0.0.1:{port}",
             "env": env,
             "up": up,
             "accounts": accounts,
             "instructor": f"ek{tag}-instructor",
+            "grader": f"ek{tag}-grader",
             "a": f"ek{tag}-learner1",
             "b": f"ek{tag}-learner2",
             "exchange": exchange,
             "course": course,
         }
     finally:
-        _grader(env, "cohort", "down", "--remove-accounts")
-        shutil.rmtree(exchange.parent, ignore_errors=True)
+        try:
+            _grader(env, "cohort", "down", "--remove-accounts")
+        finally:  # whatever down left (it failed, or the hub died midway): nothing stays running
+            _reap(course, tag)
+            shutil.rmtree(exchange.parent, ignore_errors=True)
+
+
+def _reap(course: Path, tag: str) -> None:
+    """Kill every process of this test's cohort: the hub and its proxy (their pid files), the
+    services (their environment names this course) and whatever the test's accounts run
+    (learners' jupyterhub-singleuser servers, formgrader); then remove the accounts left."""
+    accounts = {p.pw_uid: p.pw_name for p in pwd.getpwall() if p.pw_name.startswith(f"ek{tag}-")}
+    doomed = set()
+    for name in ("jupyterhub.pid", "proxy.pid"):
+        try:
+            doomed.add(int((course / "hub" / name).read_text()))
+        except (OSError, ValueError):
+            pass
+    marks = (f"EFFKIT_COURSE_DIR={course}".encode(), f"EFFKIT_COHORT_STATE={course}".encode())
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            uid = proc.stat().st_uid
+        except OSError:
+            continue
+        if uid in accounts or any(e.startswith(marks) for e in environ):
+            doomed.add(int(proc.name))
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for name in accounts.values():
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
 
 
 def _step(steps: flow.Steps, page, name: str, started: float) -> None:
@@ -115,6 +157,21 @@ def test_learners_log_in_see_the_course_and_cannot_reach_each_other(hub):
         _step(steps, page, "b-tries-a-s-server", t)
         assert "403 : You do not have permission" in page.inner_text("body"), page.url
     _b_cannot_read_a(hub)
+    # formgrader runs as the unprivileged grader account (an instructor's terminal there is not
+    # root), the grading service as root
+    services = _service_uids(hub["course"])
+    course_id = "effkit"
+    assert services.get(course_id) == pwd.getpwnam(hub["grader"]).pw_uid != 0, services
+    assert services.get(f"{course_id}-grading") == 0, services
+    # ... and imports this checkout's grader (an import lists the repository, closed to learners)
+    which = subprocess.run(
+        ["runuser", "-u", hub["grader"], "--", "env", f"PYTHONPATH={ROOT}", sys.executable, "-c"]
+        + ["import grader; print(grader.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
+    assert which.stdout.strip() == str(ROOT / "grader" / "__init__.py"), which
     # B's server runs under the cohort's task cap: a fork bomb stops at it, not at the machine
     pids = subprocess.run(["pgrep", "-u", b, "-f", "jupyterhub-singleuser"], capture_output=True)
     pid = pids.stdout.split()[0].decode()
@@ -227,6 +284,25 @@ def test_two_learners_and_an_instructor_through_the_hub(hub):
         assert "lesson1: not graded" in text and "not a valid notebook file" in text, text[:2000]
 
     _b_cannot_read_a(hub)
+    # every score formgrader wrote is one the root grading service signed; the grader account
+    # (the gradebook's owner) edits one with sqlite and the audit names it
+    print(_grader(hub["env"], "cohort", "verify"))
+    db = hub["course"] / "gradebook.db"
+    edit = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('update grade set auto_score=0 where auto_score>0'); c.commit()"
+    done = subprocess.run(
+        ["runuser", "-u", hub["grader"], "--", sys.executable, "-c", edit, str(db)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    caught = subprocess.run(
+        [sys.executable, "-m", "grader", "cohort", "verify"],
+        cwd=ROOT,
+        env=hub["env"],
+        capture_output=True,
+        text=True,
+    )
+    assert caught.returncode == 1 and "NOT SIGNED" in caught.stdout, caught.stdout[-3000:]
     t = time.monotonic()
     out = _grader(hub["env"], "leaderboard", "lesson2")
     page_path = hub["course"] / "leaderboard" / "index.html"
@@ -245,6 +321,20 @@ def test_two_learners_and_an_instructor_through_the_hub(hub):
     records = json.loads((hub["course"] / "leaderboard" / "lesson2.json").read_text())
     assert len(records["records"]) == 2 if "records" in records else records, records
     assert a not in board and b not in board, "the page shows pseudonyms, never account names"
+
+
+def _service_uids(course: Path) -> dict[str, int]:
+    """{hub service name: the uid its process runs as}, for this test's cohort (from /proc)."""
+    found, ours = {}, f"EFFKIT_COURSE_DIR={course}".encode()
+    for proc in Path("/proc").iterdir():
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        names = [e.split(b"=", 1)[1] for e in environ if e.startswith(b"JUPYTERHUB_SERVICE_NAME=")]
+        if names and ours in environ:
+            found[names[0].decode()] = proc.stat().st_uid
+    return found
 
 
 def _b_cannot_read_a(hub) -> None:

@@ -159,6 +159,8 @@ def test_the_hub_config_reads_the_plan(tmp_path):
         venv_bin=str(Path(sys.executable).parent),
         proxy_command="/usr/bin/configurable-http-proxy",
         course_dir=str(tmp_path / "course"),
+        grader="t-grader",
+        grading_socket=str(tmp_path / "course" / "grading" / "grading.sock"),
     )
     state = tmp_path / "cohort.json"
     state.write_text(json.dumps(asdict(plan)))
@@ -169,9 +171,14 @@ def test_the_hub_config_reads_the_plan(tmp_path):
         del os.environ["EFFKIT_COHORT_STATE"]
     assert c.JupyterHub.bind_url == "http://127.0.0.1:8123"
     assert c.Authenticator.allowed_users == {"t-instructor", "t-learner1", "t-learner2"}
-    (service,) = c.JupyterHub.services
+    service, grading = c.JupyterHub.services
     assert service["name"] == "effkit" and service["cwd"] == str(ROOT)  # named after the course
     assert service["environment"]["EFFKIT_COURSE_DIR"] == str(tmp_path / "course")
+    # formgrader as the unprivileged grader account, never root; it grades through root's service
+    assert service["user"] == "t-grader" and "--ServerApp.allow_root=True" not in service["command"]
+    assert service["environment"]["EFFKIT_GRADING_SOCKET"] == plan.grading_socket
+    assert grading["name"] == "effkit-grading" and "url" not in grading and "user" not in grading
+    assert grading["command"][-1] == "grader.frontends.grading_service"
     assert c.JupyterHub.load_groups == {"formgrade-effkit": {"users": ["t-instructor"]}}
     assert c.Spawner.environment["JUPYTER_CONFIG_PATH"] == "/srv/x/config"
     assert c.JupyterHub.spawner_class.__name__ == "LimitedSpawner"  # limits per learner
@@ -266,3 +273,28 @@ def test_the_cohort_names_its_learners_in_the_gradebook(tmp_path, monkeypatch):
         "ek-learner1": ("Learner 1", "ek-learner1"),
         "ek-learner2": ("Learner 2", "ek-learner2"),
     }
+
+
+def test_down_ends_what_the_hub_left_in_sessions_of_its_own_and_nothing_else(tmp_path):
+    """A hub that died leaves its proxy and root's grading service running (their own sessions:
+    killing the hub's group misses them; leftovers piled up across test runs). ``down`` finds them
+    by the plan in their environment, and leaves a shell that merely carries the variable alone."""
+    plan = tmp_path / "cohort.json"
+    base = dict(os.environ, EFFKIT_COHORT_STATE=str(plan))
+    proxy = subprocess.Popen(["sleep", "60"], env=base | {"CONFIGPROXY_AUTH_TOKEN": "t"})
+    service = subprocess.Popen(["sleep", "60"], env=base | {"JUPYTERHUB_SERVICE_NAME": "x"})
+    shell = subprocess.Popen(["sleep", "60"], env=base)
+    other = subprocess.Popen(
+        ["sleep", "60"],
+        env=dict(
+            os.environ, EFFKIT_COHORT_STATE=str(tmp_path / "other.json"), CONFIGPROXY_AUTH_TOKEN="t"
+        ),
+    )
+    try:
+        assert cohort_host.stop_processes_of_plan(plan) == 2
+        assert proxy.wait(timeout=10) == -9 and service.wait(timeout=10) == -9
+        assert shell.poll() is None and other.poll() is None
+    finally:
+        for proc in (proxy, service, shell, other):
+            proc.kill()
+            proc.wait()

@@ -80,7 +80,7 @@ def spawner(tmp_path, monkeypatch):
         instructor="t-instructor", learners=[A, B], url="http://127.0.0.1:8123", hub_port=1,
         proxy_api_port=2, service_port=3, state_dir=str(tmp_path), exchange="/nonexistent",
         learner_config="/nonexistent", venv_bin=str(Path(sys.executable).parent),
-        proxy_command="chp", memory_mb=256, cpus=0.2, tmp_mb=32,
+        proxy_command="chp", memory_mb=256, cpus=0.2, tmp_mb=32, grader="t-grader",
     )  # fmt: skip
     state = tmp_path / "cohort.json"
     state.write_text(json.dumps(asdict(plan)))

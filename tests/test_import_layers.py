@@ -47,6 +47,7 @@ LAZY_OK = {
     "sklearn",
     "playwright",
     "ray",  # the grading farm's engine: the `farm` extra only
+    "cryptography",  # the grading service's Ed25519 signatures: the `cohort` extra only
 }
 # effkit's workloads need the `course` extra (torchvision, transformers): lazy like those.
 LAZY_PREFIXES = ("effkit.workloads",)

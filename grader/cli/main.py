@@ -13,7 +13,7 @@ from grader.cli import farm, tools
 from grader.common import course
 from grader.common.course import write_report
 from grader.common.quiet import quiet
-from grader.frontends import cohort, pipeline
+from grader.frontends import cohort, grading_audit, pipeline
 from grader.frontends.autograde import autograde, generate
 from grader.frontends.check import check
 from grader.frontends.leaderboard_page import run as leaderboard
@@ -114,6 +114,7 @@ COMMANDS = {
         ),
         "down": lambda: cohort.down(a.remove_accounts),
         "status": cohort.status,
+        "verify": grading_audit.verify,
     }[a.action](),
     "leaderboard": lambda a: leaderboard(a.assignments, a.out, a.publish, a.real_names),
 }
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--spec")
     s.add_argument("--json")
     s = sub.add_parser("cohort", help="JupyterHub for an instructor and N learners (needs root)")
-    s.add_argument("action", choices=["up", "down", "status"])
+    s.add_argument("action", choices=["up", "down", "status", "verify"])
     s.add_argument("--learners", type=int, default=2)
     s.add_argument("--port", type=int, default=8000, help="the hub's port on 127.0.0.1")
     s.add_argument("--prefix", default="effkit-", help="Unix account names start with this")

@@ -14,6 +14,7 @@ import os
 import pwd
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -23,7 +24,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from grader.common import course
-from grader.frontends import cohort_host, cohort_limits, leaderboard_page
+from grader.frontends import (
+    cohort_acl,
+    cohort_grader,
+    cohort_host,
+    cohort_limits,
+    leaderboard_page,
+)
 from grader.frontends.autograde import REPO_ROOT, nbgrader_env
 from grader.frontends.cohort_plan import COURSE_ID, Plan, load_plan, plan_file, state_dir
 
@@ -138,6 +145,7 @@ def up(
         accounts = folder / "accounts.json"
         cohort_host.make_accounts(names, accounts)
         cohort_host.lock_accounts(names, locked=False)  # a `down` locked them
+        grader = cohort_grader.make_account(f"{prefix}grader")  # formgrader's, never root
         exchange_dir = Path(
             exchange or os.environ.get("EFFKIT_EXCHANGE") or "/srv/nbgrader/exchange"
         )
@@ -160,15 +168,34 @@ def up(
             cpus=cpus,
             tmp_mb=tmp_mb,
             leaderboard=str(exchange_dir.parent / f"{COURSE_ID}-leaderboard"),
+            grader=grader.pw_name,
+            grading_socket=str(course.course_dir() / "grading" / "grading.sock"),
         )
         cohort_host.make_exchange(exchange_dir)
         cohort_host.write_learner_config(Path(plan.learner_config), COURSE_ID, exchange_dir)
-        by_acl, opened = cohort_host.open_interpreter_path(Path(sys.executable), _uids(names))
+        uids = _uids([*names, grader.pw_name])
+        by_acl, opened = cohort_host.open_interpreter_path(Path(sys.executable), uids)
         plan.traverse = {**by_acl, **(old.traverse if old else {})}  # the first up's modes
         cohort_host.restrict_repository(REPO_ROOT, plan.changed_modes)
         plan_file().write_text(json.dumps(asdict(plan), indent=1))
+        cohort_grader.reclaim_exchange(exchange_dir / COURSE_ID)  # a restart: the grader's now
         released = release_all(exchange_dir, folder / "release")
         name_students(f"sqlite:///{course.course_dir() / 'gradebook.db'}", plan.learners)
+        handed = cohort_grader.hand_over(
+            course.course_dir(), folder, exchange_dir / COURSE_ID, grader
+        )
+        plan.handed = {**handed, **(old.handed if old else {})}  # the first up's owners
+        # the grader account passes to the course folder (e.g. under root's 0700 /tmp/pytest-of-root)
+        by_acl, _ = cohort_host.open_interpreter_path(course.course_dir(), [grader.pw_uid])
+        # ... and lists the repository (closed to learners: 0711), or its Python would not import
+        # this checkout's grader from it (an import lists the folder) but whatever else is installed
+        by_acl[str(REPO_ROOT)] = plan.traverse.get(
+            str(REPO_ROOT), stat.S_IMODE(REPO_ROOT.stat().st_mode)
+        )
+        cohort_acl.open_to(str(REPO_ROOT), [grader.pw_uid], cohort_acl.LIST | cohort_acl.TRAVERSE)
+        by_acl |= cohort_grader.open_sources(REPO_ROOT / course.SOURCE_DIR, grader.pw_uid)
+        plan.traverse = {**by_acl, **plan.traverse}
+        plan_file().write_text(json.dumps(asdict(plan), indent=1))
         cohort_host.share_folder(Path(plan.leaderboard))
         page = course.course_dir() / "leaderboard" / "index.html"
         if page.is_file():  # the page as last written, until the next `grader leaderboard`
@@ -201,6 +228,10 @@ def up(
         f"  instructor: {plan.instructor}  -> formgrader at {plan.url}/services/{COURSE_ID}/formgrader"
     )
     print(f"  learners:   {', '.join(plan.learners)}")
+    print(
+        f"  formgrader runs as {plan.grader} (no root); gradings go to the root grading service "
+        f"on {plan.grading_socket}, signed (`python -m grader cohort verify` checks the gradebook)"
+    )
     print(f"  passwords:  {accounts} (readable by you only)")
     print(f"  released:   {', '.join(released)} into {exchange_dir}")
     print(
@@ -242,8 +273,9 @@ def down(remove_accounts: bool = False) -> int:
     if plan is None:
         print("no cohort here (nothing in course/hub/cohort.json)")
         return 0
-    accounts = [plan.instructor, *plan.learners]
+    accounts = [plan.instructor, *plan.learners, *([plan.grader] if plan.grader else [])]
     cohort_host.stop_user_processes(accounts)
+    left = cohort_host.stop_processes_of_plan(plan_file())
     cohort_limits.remove(accounts)  # their cgroups, empty now
     uids = _uids(accounts)
     cohort_host.close_interpreter_path(plan.traverse, uids)  # nothing of theirs runs any more
@@ -253,6 +285,8 @@ def down(remove_accounts: bool = False) -> int:
     if remove_accounts:  # no account left that could read the course: its modes go back
         # before userdel: useradd reuses uids, and a new account would own what these left
         places = [*cohort_host.SHARED_TMP, *([Path(plan.exchange)] if plan.exchange else [])]
+        cohort_grader.take_back(plan.handed)  # before userdel: root's again, as before up
+        plan.handed = {}
         left = cohort_host.remove_files_of(uids, places)
         cohort_host.remove_accounts(accounts)
         restored = cohort_host.restore_modes(plan.changed_modes)
@@ -269,7 +303,9 @@ def down(remove_accounts: bool = False) -> int:
     locked = cohort_host.lock_accounts(accounts)
     print(
         f"cohort down ({'hub stopped' if pid else 'hub was not running'}; {len(locked)} accounts "
-        "locked, the course still closed to them)"
+        "locked, the course still closed to them"
+        + (f"; {left} processes the hub left behind ended" if left else "")
+        + ")"
     )
     print(
         "accounts and the exchange are kept: `cohort up` again unlocks them and finds every "

@@ -50,16 +50,19 @@ def _write(path: str, entries: list[tuple[int, int, int]]) -> None:
     )
 
 
-def open_to(path: str, uids: list[int]) -> None:
-    """Add ``user:<uid>:--x`` for each uid (kept entries' permissions only gain the traverse bit)."""
+LIST = 0o4
+
+
+def open_to(path: str, uids: list[int], perm: int = TRAVERSE) -> None:
+    """Add ``user:<uid>:--x`` (or ``perm``) for each uid (kept entries' permissions only gain)."""
     entries = _read(path)
     have = {i: n for n, (t, _, i) in enumerate(entries) if t == USER}
     for uid in uids:
         if uid in have:
-            t, perm, i = entries[have[uid]]
-            entries[have[uid]] = (t, perm | TRAVERSE, i)
+            t, kept, i = entries[have[uid]]
+            entries[have[uid]] = (t, kept | perm, i)
         else:
-            entries.append((USER, TRAVERSE, uid))
+            entries.append((USER, perm, uid))
     _write(path, entries)
 
 

@@ -251,6 +251,30 @@ def stop_user_processes(names: list[str]) -> None:
         subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
 
 
+HUB_CHILD_MARKS = (b"JUPYTERHUB_SERVICE_NAME=", b"CONFIGPROXY_AUTH_TOKEN=")
+
+
+def stop_processes_of_plan(plan_file: Path) -> int:
+    """Kill what the hub started as root in sessions of its own, the proxy and the grading service:
+    a hub that crashed or was killed leaves them running (leftovers piled up across test runs).
+    They are found by the plan in their environment, which ``up`` gives the hub and they inherit.
+    Returns how many were killed."""
+    mark, killed = f"EFFKIT_COHORT_STATE={plan_file}".encode(), 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            # the hub's own children only, never a shell that happens to carry the variable
+            if mark not in environ or not any(e.startswith(HUB_CHILD_MARKS) for e in environ):
+                continue
+            os.kill(int(proc.name), 9)
+            killed += 1
+        except (OSError, ProcessLookupError):
+            pass
+    return killed
+
+
 def lock_accounts(names: list[str], locked: bool = True) -> list[str]:
     """Lock (or unlock) the accounts: no password login, expired, so no new session starts while the
     course is down; ``up`` unlocks them. Returns the accounts changed."""

@@ -39,6 +39,9 @@ class Plan:
     changed_modes: dict[str, int] = field(default_factory=dict)
     traverse: dict[str, int] = field(default_factory=dict)  # folder -> mode, opened by ACL
     leaderboard: str = ""  # the published page's folder, read-only to learners (~/leaderboard)
+    grader: str = ""  # the unprivileged account formgrader runs as (nbgrader's multi-grader setup)
+    grading_socket: str = ""  # the root grading service's Unix socket (grading_service)
+    handed: dict[str, list[int]] = field(default_factory=dict)  # path -> [uid, gid] before up
 
 
 def state_dir() -> Path:

@@ -29,28 +29,37 @@ class FarmVerdicts(NbGraderPreprocessor):
             raise ValueError(f"[effkit] {student}: no graded farm result ({why or 'none'})")
         if report.submission_sha256 != sha256_file(submitted_notebook(aid, student, name)):
             raise ValueError(f"[effkit] {student}: the submission changed since the farm graded it")
-        for cell in nb.cells:
-            meta = cell.get("metadata", {}).get("nbgrader", {})
-            if cell.get("cell_type") != "code":
-                continue
-            if not meta.get("grade"):
-                cell.outputs = []  # as GradeCells: the kernel's outputs never sit next to verdicts
-                continue
-            outputs = report.outputs.get(meta.get("grade_id"))
-            if outputs is None:
-                raise ValueError(f"[effkit] {student}: no farm verdict for {meta.get('grade_id')}")
-            cell.outputs = [nbformat.from_dict(o) for o in outputs]
-            cell.execution_count = None
-        folder = Path(resources.get("metadata", {}).get("path") or ".")
-        whose = {"student": student, "notebook": name}
-        if report.out_of_kernel is not None:
-            (folder / f"{name}.cells.json").write_text(
-                json.dumps(report.out_of_kernel | whose, indent=1)
-            )
-        if report.performance is not None:  # what autograde's cohort table and plot read
-            perf = report.performance.model_copy(update=whose).model_dump(mode="json")
-            (folder / f"{name}.grader.json").write_text(json.dumps(perf, indent=1))
+        write_verdicts(nb, resources, report)
         self.log.info(
             "%s/%s: verdicts from the farm (%s on %s)", student, name, report.wall_s, report.host
         )
         return nb, resources
+
+
+def write_verdicts(nb, resources, report) -> None:
+    """Every graded cell's outputs from ``report`` (a ``GradingReport`` already checked to be this
+    submission's), the rest of the code cells' outputs cleared, and the reports autograde's cohort
+    table and plot read written beside the notebook."""
+    info = resources.get("nbgrader", {})
+    student, name = info.get("student"), info.get("notebook")
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.get("cell_type") != "code":
+            continue
+        if not meta.get("grade"):
+            cell.outputs = []  # as GradeCells: the kernel's outputs never sit next to verdicts
+            continue
+        outputs = report.outputs.get(meta.get("grade_id"))
+        if outputs is None:
+            raise ValueError(f"[effkit] {student}: no graded verdict for {meta.get('grade_id')}")
+        cell.outputs = [nbformat.from_dict(o) for o in outputs]
+        cell.execution_count = None
+    folder = Path(resources.get("metadata", {}).get("path") or ".")
+    whose = {"student": student, "notebook": name}
+    if report.out_of_kernel is not None:
+        (folder / f"{name}.cells.json").write_text(
+            json.dumps(report.out_of_kernel | whose, indent=1)
+        )
+    if report.performance is not None:  # what autograde's cohort table and plot read
+        perf = report.performance.model_dump(mode="json") | whose
+        (folder / f"{name}.grader.json").write_text(json.dumps(perf, indent=1))

@@ -122,8 +122,10 @@ def submission(plan: Plan, aid: str, student: str) -> bytes:
 
 
 def grade_submission(aid: str, student: str, data: bytes) -> GradingReport:
-    """The one place a grading happens: today the farm's node entry (a fresh process, its tree
-    killed at the limit). DEPLOY: switch to the farm's ``grade(assignment_id, path)`` when it lands."""
+    """The one place a grading happens: the farm's node entry, the code a Ray slot runs (a fresh
+    process, its tree killed at the limit). Not the farm's ``grade(assignment_id, path)``: that
+    starts a private Ray per call (~20 s, and it failed to start at load 11+ here); a course with a
+    cluster points the instructor's `grader farm` at it instead."""
     a = assignments.get(aid)
     job = {
         "assignment": aid,

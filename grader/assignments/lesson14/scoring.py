@@ -16,9 +16,14 @@ from effkit.abtest import median_ci, median_ci_coverage
 # Speed tiers per host model (the device name without its thread count): the playbook's 1.5x
 # challenge and its 1.7x CIFAR sprint, kept only where a campaign showed the reference clears them
 # and the naive recipe never does (calibration/campaign.py; figures in calibration/README.md).
-# A host with no row gets no speed points and says so: a threshold from another host is not
-# a threshold here (the optimized recipe's gain is 0.95x on one EPYC and 1.53x on an AMX Xeon).
+# A host with no row is judged by the same nominal tiers and told they are unconfirmed there
+# (the optimized recipe's gain was 0.95x on one EPYC and 1.53x on an AMX Xeon: how hard a tier is
+# depends on the host, so a campaign per class is what makes it fair, not a different number).
 TIERS: dict[str, tuple[float, float]] = {"CPU AMD EPYC [AVX2]": (1.5, 1.7)}
+# Elsewhere the playbook's own numbers, said to be uncalibrated: the tiers are ratios measured
+# against the naive recipe in the same grading (both recipes pay the host's speed), so what a host
+# changes is how hard they are to reach, not what they mean; a campaign there confirms them.
+NOMINAL_TIERS = (1.5, 1.7)
 TIER_POINTS = (4.0, 6.0)  # at the first tier, at the second
 FASTER_POINTS = 1.0  # faster than naive (its whole interval above 1x) but under the first tier
 # A predicted share earns its point inside the measured interval widened by this much: with three
@@ -68,9 +73,10 @@ def speed_points(s: Speed, device: str) -> tuple[float, str]:
     tiers = TIERS.get(host_model(device))
     said = f"time-to-target speed-up {s.median:.2f}x ({s.low:.2f}-{s.high:.2f}, {s.coverage:.0%} interval)"
     if tiers is None:
-        return 0.0, (
-            f"{said}; no speed tiers are calibrated for {host_model(device)}: speed points withheld, "
-            "not failed (instructors: grader/assignments/lesson14/calibration/campaign.py on this host)"
+        tiers = NOMINAL_TIERS
+        said += (
+            f" (the playbook's tiers, not yet confirmed by a campaign on {host_model(device)}: "
+            "grader/assignments/lesson14/calibration/campaign.py)"
         )
     if s.median >= tiers[1]:
         return TIER_POINTS[1], f"{said}: at the {tiers[1]}x tier"

@@ -150,7 +150,13 @@ def grade(
         if any(t is None for t in mine.values()):
             high = float("inf")
         found.append(scoring.Attribution(change, predicted, mid, low, high))
-    attributed, said = scoring.attribution_lines(found)
+    agreed, said = scoring.attribution_lines(found)
+    attributed = agreed * scoring.ATTRIBUTION_POINTS_PER_CHANGE
+    if not scoring.ATTRIBUTION_POINTS_PER_CHANGE:
+        said.append(
+            f"attribution: {agreed:g} of {len(found)} predictions agree; shown, not scored yet "
+            "(grader/assignments/lesson14/README.md says why)"
+        )
     report["attribution"] = [dataclasses.asdict(a) | {"agrees": a.agrees} for a in found]
     return _result(points + attributed, report, lines + said, notes + m.flags, problems=problems)
 

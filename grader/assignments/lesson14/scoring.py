@@ -29,6 +29,9 @@ FASTER_POINTS = 1.0  # faster than naive (its whole interval above 1x) but under
 # A predicted share earns its point inside the measured interval widened by this much: with three
 # pairs an interval covers the median 75% of the time, and a share is a ratio of two noisy gains.
 SHARE_SLACK = 0.10
+# Shown, not scored, until a campaign sizes the ablations (README: the reference's own shares
+# swung from -2% to 25% between two quiet gradings at one seed)
+ATTRIBUTION_POINTS_PER_CHANGE = 0.0
 
 
 def host_model(device: str) -> str:

@@ -33,10 +33,9 @@ from pathlib import Path
 
 import torch
 
-from effkit import lesson_record, measure, syllabus
+from effkit import lesson_record, measure
 from effkit.abtest import ABResult, Verdict, compare, verdict
 from effkit.measure import device_name
-from grader import assignments  # a lesson's key points live in its manifest, declared once
 
 PROFILES = ("smoke", "cpu", "gpu")
 MIN_PAIRS = 6  # the fewest pairs whose [x_(1), x_(n)] interval covers the median >= 95%
@@ -315,12 +314,13 @@ def written_answer(
 
 def key_points(lesson_number: int) -> dict[str, tuple[str, ...]]:
     """Lesson ``lesson_number``'s key points, as its manifest (``grader/assignments/<id>/manifest.py``)
-    declares them: one place per lesson, so a new lesson touches no table here."""
-    found = {
-        m.syllabus.number: m.key_points
-        for m in assignments.manifests()
-        if m.key_points and m.id in {lesson.assignment for lesson in syllabus.LESSONS}
-    }
+    declares them: one place per lesson, so a new lesson touches no table here. Read through the
+    ``effkit.key_points`` entry point (the course's grader provides it): effkit never imports grader."""
+    from importlib.metadata import entry_points
+
+    found: dict[int, dict[str, tuple[str, ...]]] = {}
+    for provider in entry_points(group="effkit.key_points"):
+        found.update(provider.load()())
     if lesson_number not in found:
         raise KeyError(
             f"check_answer: no key points for lesson {lesson_number}; lessons with"

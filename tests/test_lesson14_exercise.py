@@ -2,7 +2,7 @@
 gradings of the reference, the stub and plausible wrong attributions.
 
 Fast: the recipe's parse and its refusals, and the scoring on hand-made and *recorded* evidence
-(calibration/reference-smoke-epyc.json: the reference's own grading, its ablations measured).
+(calibration/ablations/reference-smoke-epyc.json: the reference's own grading, its ablations measured).
 Slow (``-m slow``): whole gradings through the sandboxed protocol (minutes each on 2 cores).
 """
 
@@ -127,7 +127,7 @@ def test_the_share_of_a_change_is_the_saved_time_it_gives_back():
 
 
 def _recorded():
-    report = json.loads((CALIBRATION / "reference-smoke-epyc.json").read_text())
+    report = json.loads((CALIBRATION / "ablations" / "reference-smoke-epyc.json").read_text())
     return {a["change"]: a for a in report["attribution"]}
 
 

@@ -1,5 +1,6 @@
 """The grader's pieces in isolation: targets, gate, notebooks, stderr capture, checks, audit."""
 
+import importlib
 import json
 import os
 import re
@@ -652,7 +653,10 @@ def test_every_assignment_package_defines_a_consistent_assignment():
     for aid in assignments.known():
         a = assignments.get(aid)
         assert a.id == aid and a.probes.startswith(f"grader.assignments.{aid}.")
-        if a.performance_cell:  # timed: its runtime, targets and calibration live in its package
+        if a.performance_cell and a.performance_grader:  # scores its own cell (lesson 14's tiers)
+            assert a.performance_grader.startswith(f"grader.assignments.{aid}.")
+            assert callable(importlib.import_module(a.performance_grader).grade)
+        elif a.performance_cell:  # timed: its runtime, targets and calibration live in its package
             assert a.runtime_module.startswith(f"grader.assignments.{aid}.") and a.targets
             assert {"cpu", "gpu"} <= set(a.targets)
             assert list(
@@ -668,15 +672,20 @@ def test_budget_compares_each_timed_assignment_with_its_own_learner_runs():
     runtime must say what its learner runs, and an untimed one is refused with a clear error."""
     from grader.cli import tools
 
-    timed = [a for a in map(assignments.get, assignments.known()) if a.performance_cell]
+    every = list(map(assignments.get, assignments.known()))
+    timed = [a for a in every if a.performance_cell and not a.performance_grader]
     assert timed, "no timed assignment found"
     for a in timed:
         runtime = a.runtime()
         assert callable(getattr(runtime, "learner_run", None)), a.id
         assert callable(getattr(runtime, "prepare_learner_data", None)), a.id
-    untimed = next(a for a in map(assignments.get, assignments.known()) if not a.performance_cell)
+    untimed = next(a for a in every if not a.performance_cell)
     with pytest.raises(ValueError, match="no timed grading"):
         tools.budget(untimed.id)
+    # a lesson that scores its own cell (lesson 14: time to target, no learner_run) is refused too
+    for own in (a for a in every if a.performance_grader):
+        with pytest.raises(ValueError, match="no timed grading"):
+            tools.budget(own.id)
 
 
 def test_a_wrong_quiz_answer_is_told_why_its_option_is_wrong():
@@ -717,6 +726,21 @@ def test_every_quiz_explains_each_wrong_option():
     assert quizzes >= 7
 
 
+def _typed(report: dict):
+    """A fake grading's report read as the typed PerformanceReport is (attributes, every field
+    stress reads): the fakes below give only what each test is about."""
+    import types
+
+    gate = report.get("gate")
+    fields = {"phases_s": {}, "work_checks": [], **report}
+    fields.update(
+        gate=None if gate is None else types.SimpleNamespace(**{"look_means_pp": [], **gate}),
+        spec=types.SimpleNamespace(**report["spec"]),
+        target=types.SimpleNamespace(table=report["target"].get("table", "")),
+    )
+    return types.SimpleNamespace(**fields)
+
+
 def test_a_stress_grading_that_loses_points_says_why_in_the_log(monkeypatch, capsys):
     """A 300-grading campaign is read from its log: on 2026-11-27 one grading of 201 read only
     "0 points ... accuracy -0.83 pp", the reason left in a JSON written at the very end."""
@@ -751,7 +775,9 @@ def test_a_stress_grading_that_loses_points_says_why_in_the_log(monkeypatch, cap
 
     def fake_grade(*_, **__):
         report = next(reports)
-        return types.SimpleNamespace(points=0.0 if report["problems"] else 5.0, report=report)
+        return types.SimpleNamespace(
+            points=0.0 if report["problems"] else 5.0, report=_typed(report)
+        )
 
     monkeypatch.setattr(tools, "grade", fake_grade)
     monkeypatch.setattr(tools, "reference_cells", lambda a: [])
@@ -797,7 +823,7 @@ def test_a_stopped_stress_campaign_keeps_its_finished_gradings(tmp_path, monkeyp
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)
             raise AssertionError("SIGTERM did not stop the campaign")
-        return types.SimpleNamespace(points=5.0, report=first)
+        return types.SimpleNamespace(points=5.0, report=_typed(first))
 
     monkeypatch.setattr(tools, "grade", fake_grade)
     monkeypatch.setattr(tools, "reference_cells", lambda a: [])

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import torch
@@ -316,8 +317,6 @@ def key_points(lesson_number: int) -> dict[str, tuple[str, ...]]:
     """Lesson ``lesson_number``'s key points, as its manifest (``grader/assignments/<id>/manifest.py``)
     declares them: one place per lesson, so a new lesson touches no table here. Read through the
     ``effkit.key_points`` entry point (the course's grader provides it): effkit never imports grader."""
-    from importlib.metadata import entry_points
-
     found: dict[int, dict[str, tuple[str, ...]]] = {}
     for provider in entry_points(group="effkit.key_points"):
         found.update(provider.load()())

@@ -90,10 +90,7 @@ def tools() -> dict[str, tuple[str, ...]]:
 def key_points_by_lesson() -> dict[int, dict[str, tuple[str, ...]]]:
     """Each lesson's "In your own words" key points by lesson number, as its manifest declares them:
     effkit.lesson reads them through the ``effkit.key_points`` entry point (pyproject.toml)."""
-    from effkit import syllabus
-
-    ids = {lesson.assignment for lesson in syllabus.LESSONS}
-    return {m.syllabus.number: m.key_points for m in manifests() if m.key_points and m.id in ids}
+    return {m.syllabus.number: m.key_points for m in manifests() if m.key_points}
 
 
 def lesson_order(assignment_id: str) -> tuple:

@@ -2,6 +2,7 @@
 
 from grader.common.device import default_device
 from grader.common.quiet import quiet
+from grader.sandbox.answer_closure import copies_in
 from grader.sandbox.channel import ChannelError, tensor_from, tensor_msg
 from grader.sandbox.launch import StateFolder
 from grader.sandbox.probe import CallResult, ProbeSession
@@ -11,6 +12,7 @@ from grader.scoring.quiz import quiz_check
 from grader.timed.spec import GradingSpec
 
 __all__ = [
+    "copies_in",
     "CallResult",
     "ChannelError",
     "CheckFailed",

@@ -24,8 +24,7 @@ from effkit.doctor_plants import DECOYS, LONG_ROWS, profile_named
 from grader.assignments.lesson10 import step_checks
 from grader.assignments.lesson10.manifest import MANIFEST
 from grader.kit.assignment import Assignment
-from grader.kit.checks import CheckFailed, Context, expect, quiz_check, stub_reason
-from grader.sandbox.answer_closure import copies_in
+from grader.kit.checks import CheckFailed, Context, copies_in, expect, quiz_check, stub_reason
 
 LABELS = ("data", "sync", "overhead", "padding", "optimizer", "none")
 CASES = 8  # every bottleneck once, "none" three times (each decoy on one of them)

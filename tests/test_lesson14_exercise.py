@@ -163,8 +163,8 @@ def test_the_reference_grading_reaches_a_tier_and_attributes_its_gain():
         assignments.get("lesson14"), _cells(REFERENCE), 6, device="cpu", spec_name="smoke"
     )
     report = result.report
-    assert report["speed"]["median"] >= scoring.TIERS[scoring.host_model(report["device"])][0]
-    assert [a["change"] for a in report["attribution"]] == list(recipe.read(REFERENCE).shares)
+    assert report.speed["median"] >= scoring.TIERS[scoring.host_model(report.device)][0]
+    assert [a["change"] for a in report.attribution] == list(recipe.read(REFERENCE).shares)
     assert result.points >= scoring.TIER_POINTS[0], result.feedback
 
 
@@ -255,7 +255,7 @@ def test_a_capstone_grading_scores_tiers_and_shares_and_lands_on_the_board(monke
     result = capstone.grade(
         assignments.get("lesson14"), _cells(_with_shares(shares)), 6, device="cpu"
     )
-    measured = {a["change"]: a["measured"] for a in result.report["attribution"]}
+    measured = {a["change"]: a["measured"] for a in result.report.attribution}
     # time to target: naive 4 x (2.0 + 0.5) = 10 s, full 4 x 0.8 + 0.06 + 2.0 = 5.26 s (1.9x);
     # leaving the pipeline out gives back (8.06 - 5.26) / (10 - 5.26) = 59% of the saved time
     assert measured == pytest.approx(
@@ -264,7 +264,7 @@ def test_a_capstone_grading_scores_tiers_and_shares_and_lands_on_the_board(monke
     assert result.points == scoring.TIER_POINTS[1], result.feedback  # attribution: shown only
     assert "3 of 3 predictions agree; shown, not scored" in result.feedback
     PerformanceReport.model_validate(result.report)
-    board = leaderboard.grading_of(dict(result.report, student="s1"), "sig")
+    board = leaderboard.grading_of(result.report.model_dump(mode="json") | {"student": "s1"}, "sig")
     assert board.why_not == "" and board.device_class == "cpu" and board.speedup > 1.7
     wrong = {"device_pipeline": 0.1, "channels_last": 0.6, "small_batch": 0.3}
     result = capstone.grade(

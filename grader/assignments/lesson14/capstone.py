@@ -16,7 +16,15 @@ import datetime as dt
 
 from effkit.measure import device_name
 from grader.assignments.lesson14 import recipe, scoring
-from grader.kit.perf import GradingError, PerfResult, WorkerFailed, gate_problem, load_gate, measure
+from grader.kit.perf import (
+    GradingError,
+    PerformanceReport,
+    PerfResult,
+    WorkerFailed,
+    gate_problem,
+    load_gate,
+    measure,
+)
 
 TOLERANCE_PP = 0.2  # the playbook's challenge: no worse than -0.2 pp on the validation metric
 SPEED_POINTS = scoring.TIER_POINTS[1]  # the rest of the cell's points are the attribution's
@@ -172,4 +180,6 @@ def _result(points, report: dict, lines: list[str], flags: list[str], problems=(
         + [f"flag       {f}" for f in flags]
         + [f"points     {points:g} / {report['max_points']:g}"]
     )
-    return PerfResult(points, report["max_points"], text, report)
+    # typed like every performance report: nbgrader's recording, `grader check --json`, the farm
+    # and the leaderboard read a PerformanceReport (an untyped dict failed autograde in CI)
+    return PerfResult(points, report["max_points"], text, PerformanceReport.model_validate(report))

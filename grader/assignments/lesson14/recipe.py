@@ -86,6 +86,12 @@ def read(source: str) -> Recipe:
         )
     except SyntaxError as err:
         return Recipe(problems=[f"your cell does not parse: {err}"])
+    if changes_node is None and "NotImplementedError" in source:  # the released stub, untouched
+        rec.problems.append(
+            "no performance points: your solution cells still raise NotImplementedError - assign "
+            "CHANGES = {'name': {setting: value}, ...} and PREDICTED_SHARES in place of the stub"
+        )
+        return rec
     if changes_node is None or not isinstance(changes_node, ast.Dict) or not changes_node.keys:
         rec.problems.append(
             "no change: assign CHANGES = {'name': {setting: value}, ...} in your cell"

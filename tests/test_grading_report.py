@@ -30,15 +30,27 @@ ARCHIVED = sorted(ROOT.glob("benchmarks/results/*/grading/*.json"))
 DEVICE = "CPU AMD EPYC 7B13 [AVX2] (2 threads)"
 
 
-def _decided(speed: float = 1.0) -> perf.PerfResult:
+def _decided(speed: float = 1.0, learner_acc: float = 0.8, work_problems=()) -> perf.PerfResult:
     spec = GradingSpec("smoke", "smoke", 10, 10, 10, 1, 2)
-    m = Measurement(device=DEVICE, spec=spec)
+    m = Measurement(device=DEVICE, spec=spec, work_problems=list(work_problems))
     for r in range(2):
-        m.runs += [Timing("baseline", r, 2.0, 10, 0.8), Timing("learner", r, speed, 10, 0.8)]
+        m.runs += [Timing("baseline", r, 2.0, 10, 0.8), Timing("learner", r, speed, 10, learner_acc)]
         m.chunks += [("baseline", r, c, 1.0) for c in (0, 1)]
         m.chunks += [("learner", r, c, speed / 2) for c in (0, 1)]
     target = targets.Target("lesson2", DEVICE, "cpu", 1.5, 1.0, "test", "cpu-fp32")
     return perf.decide(m, target, gates.Gate(2, 1.0), 5.0, "fallback", [], "lesson2")
+
+
+def test_the_work_checks_verdict_is_said_beside_an_accuracy_drop_and_alone_costs_the_points():
+    """A step on part of each batch loses accuracy too (CI, f71f2d5): the replay's finding, the
+    cause, is in the feedback beside the gate's; with accuracy held it alone costs the points."""
+    replay = "run 1, timed chunk 1: your weights changed unlike the grader's replay"
+    both = _decided(learner_acc=0.7, work_problems=[replay])
+    assert both.points == 0 and len(both.report.problems) == 2
+    assert "below the gate" in both.report.problems[0] and both.report.problems[1] == replay
+    alone = _decided(work_problems=[replay])
+    assert alone.points == 0 and alone.report.problems == [replay]
+    assert _decided(learner_acc=0.7).report.problems[0].startswith("no performance points: ")
 
 
 def _job(**extra) -> dict:

@@ -172,9 +172,10 @@ def decide(
     if not reasons and verdict is not None:
         if not verdict.passed:
             reasons.append("no performance points: " + verdict.message)
-        elif m.work_problems:
-            reasons += m.work_problems
-        else:
+        # what the parent found wrong with the timed work is said whatever the accuracy did:
+        # a step on part of each batch also costs accuracy, and the replay names the cause
+        reasons += m.work_problems
+        if verdict.passed and not m.work_problems:
             credit = target.credit(speedup)
     flags = list(m.flags) + notes
     if verdict is not None and verdict.suspiciously_high:

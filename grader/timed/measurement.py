@@ -40,8 +40,9 @@ class Measurement:
     work_checks: list[dict] = field(
         default_factory=list
     )  # grader.timed.replay's figures, per chunk checked
-    # Said only when the accuracy gate passed: a pipeline that trains wrongly also changes its
-    # weights unlike the reference, and the gate's verdict is the explanation a learner can act on.
+    # What the parent found wrong with the timed chunks' work (replay, batch judge). Said beside an
+    # accuracy-gate failure too: a step on part of each batch also loses accuracy, and only the
+    # replay names the cause (CI, f71f2d5: a partial step failed the gate first and hid it).
     work_problems: list[str] = field(default_factory=list)
     # After a second look, its runs alone are scored (speed and accuracy): code that behaves one way
     # in the first look and another in the second gains nothing from the first.

@@ -967,3 +967,49 @@ def test_missing_protections_are_said_once_and_listed_only_in_the_json():
     verdict = CellVerdict("test_x", True, ["ok"])
     text = cell_outputs(verdict, 1.0, {"unavailable": items, "flags": []})[0]["text"]
     assert text.count("protection unavailable here") == 1 and "grader/assignments" not in text
+
+
+def test_a_whole_grading_campaign_names_each_lost_check_and_bounds_the_failure_rate(
+    monkeypatch, capsys, tmp_path
+):
+    """``grader campaign`` repeats every check (lessons 4 and 5 time cells other than a performance
+    cell): a lost check prints its reason at once, and the summary's bound is the exact binomial."""
+    import types
+
+    from grader.cli import campaign as c
+
+    assert c.upper_bound_95(0, 50) == pytest.approx(1 - 0.05 ** (1 / 50), rel=1e-6)
+    assert c.upper_bound_95(0, 300) < 0.01 < c.upper_bound_95(1, 300) < c.upper_bound_95(2, 300)
+    score = lambda gid, pts, why=None: types.SimpleNamespace(  # noqa: E731
+        grade_id=gid, points=pts, max_points=4.0, error=why
+    )
+    reports = iter(
+        [
+            [score("test_speed", 4.0), score("test_plan", 4.0)],
+            [
+                score("test_speed", 0.0, "not measurably faster (busy core)"),
+                score("test_plan", 4.0),
+            ],
+        ]
+    )
+
+    def fake_grade(sub, spec_name):
+        scores = next(reports)
+        return types.SimpleNamespace(
+            scores=scores,
+            total=sum(s.points for s in scores),
+            max_total=8.0,
+            performance=None,
+        )
+
+    monkeypatch.setattr(c.pipeline, "load", lambda path, aid: path)
+    monkeypatch.setattr(c.pipeline, "grade", fake_grade)
+    out = tmp_path / "campaign.json"
+    summary = c.campaign("lesson5", times=2, busy=0, out=str(out))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("  grading 2/2: 4 / 8") and "busy core" in lines[2], lines
+    assert summary["full_marks"] == 1 and summary["rows"][1]["lost"] == {
+        "test_speed": "not measurably faster (busy core)"
+    }
+    assert json.loads(out.read_text())["gradings"] == 2
+    assert summary["failure_rate_upper_95"] == pytest.approx(c.upper_bound_95(1, 2))

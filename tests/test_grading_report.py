@@ -34,7 +34,10 @@ def _decided(speed: float = 1.0, learner_acc: float = 0.8, work_problems=()) -> 
     spec = GradingSpec("smoke", "smoke", 10, 10, 10, 1, 2)
     m = Measurement(device=DEVICE, spec=spec, work_problems=list(work_problems))
     for r in range(2):
-        m.runs += [Timing("baseline", r, 2.0, 10, 0.8), Timing("learner", r, speed, 10, learner_acc)]
+        m.runs += [
+            Timing("baseline", r, 2.0, 10, 0.8),
+            Timing("learner", r, speed, 10, learner_acc),
+        ]
         m.chunks += [("baseline", r, c, 1.0) for c in (0, 1)]
         m.chunks += [("learner", r, c, speed / 2) for c in (0, 1)]
     target = targets.Target("lesson2", DEVICE, "cpu", 1.5, 1.0, "test", "cpu-fp32")

@@ -1,4 +1,4 @@
-"""Command line: ``python -m grader {check,perf,autograde,farm,grade,generate,cohort,leaderboard,gate-sim,calibrate,calibrate-gradings,budget,stress}``.
+"""Command line: ``python -m grader {check,perf,autograde,farm,grade,generate,cohort,leaderboard,gate-sim,calibrate,calibrate-gradings,budget,stress,campaign}``.
 
 Exit status 0 when grading ran, whatever the score; 2 when it could not run (a malformed
 notebook, an unknown assignment, a baseline that failed).
@@ -80,6 +80,13 @@ def budget(args) -> int:
     return 0
 
 
+def campaign_cmd(args) -> int:
+    from grader.cli.campaign import campaign
+
+    summary = campaign(args.assignment, args.times, args.busy, args.spec, args.json)
+    return 0 if summary["full_marks"] == summary["gradings"] else 1
+
+
 def stress(args) -> int:
     try:
         summary = tools.stress(args.assignment, args.times, args.busy, args.spec, args.json)
@@ -108,6 +115,7 @@ COMMANDS = {
     "calibrate-gradings": calibrate_gradings,
     "budget": budget,
     "stress": stress,
+    "campaign": campaign_cmd,
     "cohort": lambda a: {
         "up": lambda: cohort.up(
             a.learners, a.port, a.prefix, a.exchange, a.memory_gb, a.cpus, a.tmp_mb
@@ -179,6 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("stress", help="grade the reference solution N times with busy cores")
     s.add_argument("--assignment", default="lesson2")
     s.add_argument("--times", type=int, default=10)
+    s.add_argument("--busy", type=int, default=1)
+    s.add_argument("--spec")
+    s.add_argument("--json")
+    s = sub.add_parser(
+        "campaign", help="grade every check of the reference N times with busy cores"
+    )
+    s.add_argument("assignment")
+    s.add_argument("--times", type=int, default=50)
     s.add_argument("--busy", type=int, default=1)
     s.add_argument("--spec")
     s.add_argument("--json")

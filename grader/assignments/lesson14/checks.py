@@ -20,8 +20,10 @@ from effkit.workloads import cifar
 from effkit.workloads.cifar import CIFAR_MEAN, CIFAR_STD"""
 
 # The target sits where the naive recipe gets late in its schedule on the grader's easy synthetic
-# set (calibration/curves.py: 0.82 at 1 epoch, 0.97 at 1.25 of 2), so a faster recipe has room to
-# show and the naive one never misses it. Four chunks an epoch: the evaluation cadence.
+# set (calibration/curves.py: 0.82 at 1 epoch, 0.94-0.97 at 1.25 of 2), so a faster recipe has room
+# to show. The naive recipe reached it in every run recorded (calibration/README.md, under load), a
+# handful, not a bound on how often it misses; when it does, scoring.speed refuses the grading as
+# the grader's fault. Four chunks an epoch: the evaluation cadence.
 SPECS = {  # name, workload profile, n_train, n_eval, n_warmup, epochs, repeats; then options
     "smoke": GradingSpec(
         "smoke", "smoke", 2000, 2000, 300, 2, 3, chunks_per_epoch=4, cpu_cores=1, target=0.95

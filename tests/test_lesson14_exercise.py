@@ -162,7 +162,7 @@ def test_speed_points_by_tier_and_the_nominal_tiers_said_on_a_host_without_a_cam
     assert scoring.speed_points(_speed([1.55, 1.6, 1.52]), EPYC)[0] == scoring.TIER_POINTS[0]
     assert scoring.speed_points(_speed([1.2, 1.3, 1.25]), EPYC)[0] == scoring.FASTER_POINTS
     assert scoring.speed_points(_speed([0.9, 1.3, 1.1]), EPYC)[0] == 0
-    # another host: the same ratios against its own naive runs, the playbook's tiers, said so
+    # another host: the same ratios against its own naive runs, the course's nominal tiers, said so
     xeon = "CPU Intel Xeon [AMX] (2 threads)"
     points, said = scoring.speed_points(_speed([1.8, 1.8, 1.8]), xeon)
     assert points == scoring.TIER_POINTS[1] and "not yet confirmed by a campaign" in said

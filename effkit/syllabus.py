@@ -41,7 +41,7 @@ LESSONS: tuple[Lesson, ...] = (
     _lesson(11, "ddp_zero", "Data parallelism: DDP and ZeRO/FSDP", "ready"),
     _lesson(12, "hpo_on_a_budget", "Hyperparameter search on a budget", "ready"),
     _lesson(13, "quantized_inference", "Quantized inference under a latency SLO", "ready"),
-    _lesson(14, "capstone", "The capstone speedrun: the whole playbook on one recipe", "ready"),
+    _lesson(14, "capstone", "The capstone speedrun: lessons 1-4 on one recipe", "ready"),
 )
 
 

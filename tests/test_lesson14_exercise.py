@@ -87,12 +87,68 @@ def test_a_recipe_the_grader_cannot_grade_says_why(source, expected):
     assert any(expected in p for p in recipe.read(source).problems), recipe.read(source).problems
 
 
+# A pipeline of the learner's own, as small as the rule allows: a class the cell defines, with
+# its own __iter__ (what it yields is the batch judge's business, not this text rule's)
+OWN = "class Mine:\n    def __iter__(self):\n        yield from ()\n\n\n"
+
+
 def test_a_change_that_sets_the_naive_value_is_named_but_makes_no_change():
     rec = recipe.read(
-        "CHANGES = {'fp32': {'precision': 'off'}, 'b': {'compile': True}, 'c': {'lr': 0.05}}\n"
-        "PREDICTED_SHARES = {'fp32': 0.5, 'b': 0.2, 'c': 0.3}"
+        OWN + "CHANGES = {'fp32': {'precision': 'off'}, 'own': {'pipeline': Mine}, "
+        "'b': {'compile': True}, 'c': {'lr': 0.05}}\n"
+        "PREDICTED_SHARES = {'own': 0.5, 'b': 0.2, 'c': 0.3}"
     )
     assert rec.problems == [] and rec.no_ops == ["fp32"]
+
+
+def test_a_no_op_among_the_three_most_impactful_changes_is_refused():
+    """Naming a change that sets the naive value (fp32 'precision': 'off') as one of the three
+    most impactful: nothing to measure, so nothing to attribute; refused with the reason."""
+    rec = recipe.read(
+        OWN + "CHANGES = {'fp32': {'precision': 'off'}, 'own': {'pipeline': Mine}, "
+        "'c': {'lr': 0.05}}\nPREDICTED_SHARES = {'fp32': 0.5, 'own': 0.2, 'c': 0.3}"
+    )
+    assert any("['fp32'], which only set the naive recipe's own value" in p for p in rec.problems)
+
+
+SETTINGS_ONLY = (
+    "CHANGES = {'small_batch': {'batch_size': 64, 'lr': 0.05}, 'nhwc': {'channels_last': True},"
+    " 'fp32': {'precision': 'off'}, 'eager': {'compile': False}}\n"
+    "PREDICTED_SHARES = {'small_batch': 0.6, 'nhwc': 0.3, 'eager': 0.1}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "source, why",
+    [
+        # "write no code": hyperparameters and flags only (no-ops padding the three)
+        (SETTINGS_ONLY.replace("'eager': 0.1", "'fp32': 0.1"), "which only set the naive"),
+        (SETTINGS_ONLY.replace("'eager': {'compile': False}", "'eager': {'compile': True}"), ""),
+        # effkit's own naive pipeline under the learner's name: imported, or rebound after a class
+        (
+            "from effkit.workloads.cifar import TorchvisionPipeline as Mine\n",
+            "not a class your cell",
+        ),
+        (OWN + "Mine = cifar.TorchvisionPipeline\n", "not a class your cell"),
+        # a class that inherits everything: no __iter__ of its own
+        ("class Mine(cifar.TorchvisionPipeline):\n    pass\n", "does not define its own __iter__"),
+    ],
+)
+def test_a_recipe_without_code_of_the_learners_own_is_refused(source, why):
+    """The capstone asks for one change that is the learner's code (their pipeline): a recipe of
+    settings alone, or one whose pipeline is effkit's under another name, is refused on the text."""
+    if "CHANGES" not in source:  # a pipeline change on top of the settings
+        source += SETTINGS_ONLY.replace("'fp32': {'precision': 'off'}", "'own': {'pipeline': Mine}")
+        source = source.replace("'eager': 0.1", "'own': 0.1")
+    problems = recipe.read(source).problems
+    assert any("one change that is your own code" in p for p in problems), problems
+    assert not why or any(why in p for p in problems), problems
+
+
+def test_a_recipe_with_a_pipeline_of_its_own_is_read_as_gradable():
+    source = SETTINGS_ONLY.replace("'fp32': {'precision': 'off'}", "'own': {'pipeline': Mine}")
+    rec = recipe.read(OWN + source.replace("'eager': 0.1", "'own': 0.1"))
+    assert rec.problems == [] and rec.no_ops == ["eager"], rec.problems
 
 
 def _speed(ratios):
@@ -106,11 +162,18 @@ def test_speed_points_by_tier_and_the_nominal_tiers_said_on_a_host_without_a_cam
     assert scoring.speed_points(_speed([1.55, 1.6, 1.52]), EPYC)[0] == scoring.TIER_POINTS[0]
     assert scoring.speed_points(_speed([1.2, 1.3, 1.25]), EPYC)[0] == scoring.FASTER_POINTS
     assert scoring.speed_points(_speed([0.9, 1.3, 1.1]), EPYC)[0] == 0
-    # another host: the same ratios against its own naive runs, the playbook's tiers, said so
+    # another host: the same ratios against its own naive runs, the course's nominal tiers, said so
     xeon = "CPU Intel Xeon [AMX] (2 threads)"
     points, said = scoring.speed_points(_speed([1.8, 1.8, 1.8]), xeon)
     assert points == scoring.TIER_POINTS[1] and "not yet confirmed by a campaign" in said
     assert scoring.speed_points(_speed([1.2, 1.3, 1.25]), xeon)[0] == scoring.FASTER_POINTS
+
+
+def test_a_naive_run_that_misses_the_target_refuses_the_grading_as_the_graders_fault():
+    from grader.scoring.perf import GradingError
+
+    with pytest.raises(GradingError, match="a grader fault, not yours; grading refused"):
+        scoring.speed({0: 10.0, 1: None}, {0: 5.0, 1: 5.0})
 
 
 def test_a_recipe_that_misses_the_target_earns_no_speed_and_says_so():
@@ -192,6 +255,40 @@ def test_the_courses_own_pipeline_is_refused_before_any_timing(monkeypatch):
         assignments.get("lesson14"), _cells(source), 6, device="cpu", progress=lambda s: None
     )
     assert result.points == 0 and "DevicePipeline" in result.feedback and not started
+
+
+def test_a_pasted_copy_of_the_courses_pipeline_is_refused_before_any_timing(monkeypatch):
+    """effkit's DevicePipeline pasted into the cell under the reference's class name: its batches
+    would pass the judge, so the parent refuses it from the text (answer_closure.copies_in)."""
+    import inspect
+
+    from effkit.workloads.cifar import pipelines
+    from grader.scoring.perf import grade
+
+    copy = inspect.getsource(pipelines.DevicePipeline).replace("DevicePipeline", "FastPipeline")
+    head, _, rest = REFERENCE.partition("class FastPipeline:")
+    source = head + copy + "\n\n" + rest[rest.index("### BEGIN SOLUTION\nCHANGES") :]
+    assert recipe.read(source).problems == []  # the text rule alone does not see it
+    started = []
+    monkeypatch.setattr("grader.timed.protocol.start_worker", lambda *a, **k: started.append(a))
+    result = grade(
+        assignments.get("lesson14"), _cells(source), 6, device="cpu", progress=lambda s: None
+    )
+    assert result.points == 0 and not started
+    assert "copies effkit's DevicePipeline" in result.feedback, result.feedback
+
+
+def test_a_settings_only_recipe_scores_zero_before_any_timing(monkeypatch):
+    from grader.scoring.perf import grade
+
+    started = []
+    monkeypatch.setattr("grader.timed.protocol.start_worker", lambda *a, **k: started.append(a))
+    source = SETTINGS_ONLY.replace("'fp32': {'precision': 'off'}, ", "").replace("False", "True")
+    result = grade(
+        assignments.get("lesson14"), _cells(source), 6, device="cpu", progress=lambda s: None
+    )
+    assert result.points == 0 and not started
+    assert "one change that is your own code" in result.feedback, result.feedback
 
 
 def _fake_measure(chunk_s: dict):

@@ -4,18 +4,23 @@
 2. The timed protocol of lessons 2-3 runs naive (A) against the learner's recipe (B) to the target:
    fresh workers, the grader's data and initial weights, interleaved chunks, every chunk's weights
    committed and evaluated here, the kept batches judged, drawn chunks replayed; the accuracy gate
-   (two looks) holds the final accuracy within ``TOLERANCE_PP`` of naive.
+   fails a confident drop beyond ``TOLERANCE_PP`` widened by the paired noise (one look: a second
+   needs a calibration of >= 100 gradings, which lesson 14 does not have).
 3. For each change given a predicted share, the protocol runs again with that change left out:
-   the share of the saved time it gives back is what the learner's prediction is scored against.
+   the share of the saved time it gives back is shown beside the learner's prediction (worth
+   ``scoring.ATTRIBUTION_POINTS_PER_CHANGE``, 0 until a campaign sizes the ablations).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from pathlib import Path
 
 from effkit.measure import device_name
+from grader import assignments
 from grader.assignments.lesson14 import recipe, scoring
+from grader.kit.checks import copies_in
 from grader.kit.perf import (
     GradingError,
     PerformanceReport,
@@ -26,12 +31,27 @@ from grader.kit.perf import (
     measure,
 )
 
-TOLERANCE_PP = 0.2  # the playbook's challenge: no worse than -0.2 pp on the validation metric
+REPO = Path(__file__).resolve().parents[3]
+TOLERANCE_PP = 0.2  # the course's challenge: no worse than -0.2 pp on the validation metric
 SPEED_POINTS = scoring.TIER_POINTS[1]  # the rest of the cell's points are the attribution's
 
 
 def _source(cells) -> str:
     return "\n".join(src for name, src in cells if name != "quiz")
+
+
+def _copied_pipeline(source: str) -> list[str]:
+    """Lesson 2's answer (effkit's DevicePipeline, the functions lesson 2 withholds) pasted into
+    the cell under any name, re-signed or trimmed (``answer_closure.copies_in``, read, never run):
+    the capstone's pipeline must be the learner's own work."""
+    seeds = list(assignments.manifest("lesson2").withheld)
+    found = copies_in(source, seeds, REPO)
+    if not found:
+        return []
+    names = ", ".join(f"{name} (a copy of {answer})" for name, answer in found[:3])
+    return [
+        f"your cell copies effkit's DevicePipeline, the course's answer: {names}; write your own"
+    ]
 
 
 def _measure(assignment, cells, spec, device, progress, gate=None, gate_verdicts=None):
@@ -96,6 +116,7 @@ def grade(
         "predicted_shares": rec.shares,
         "no_ops": rec.no_ops,
     }
+    rec.problems += _copied_pipeline(_source(cells))
     if rec.problems:
         return _result(0.0, report, rec.problems, [], problems=rec.problems)
     gate, calibration, notes = load_gate(assignment.id, spec, "cpu", name)
@@ -136,11 +157,7 @@ def grade(
         lines.append("no gain to attribute: the ablations were not run")
         return _result(points, report, lines, notes + m.flags, problems=problems)
     found = []
-    for change, predicted in rec.shares.items():
-        if change in rec.no_ops:  # it sets the naive value: it changes nothing, measured or not
-            lines.append(f"{change}: sets the naive recipe's own value, so it makes no change")
-            found.append(scoring.Attribution(change, predicted, 0.0, 0.0, 0.0))
-            continue
+    for change, predicted in rec.shares.items():  # none is a no-op: recipe.read refused those
         progress(f"Leaving out {change!r} ...")
         ab_spec = dataclasses.replace(spec, learner_hooks=rec.hooks(without=change))
         ab = _measure(assignment, cells, ab_spec, device, progress)

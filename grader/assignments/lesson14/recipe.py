@@ -107,6 +107,7 @@ def read(source: str) -> Recipe:
         )
         return rec
     _check(rec)
+    _check_own_pipeline(rec, source)
     return rec
 
 
@@ -146,5 +147,54 @@ def _check(rec: Recipe) -> None:
     unknown = [n for n in shares if n not in rec.changes]
     if unknown:
         rec.problems.append(f"PREDICTED_SHARES names {unknown}, which CHANGES does not")
+    named_no_ops = [n for n in shares if n in rec.no_ops]
+    if named_no_ops:
+        rec.problems.append(
+            f"PREDICTED_SHARES names {named_no_ops}, which only set the naive recipe's own value: "
+            "a change that changes nothing cannot be among your three most impactful"
+        )
     if not all(type(s) in (int, float) and 0 <= s <= 1 for s in shares.values()):
         rec.problems.append("each predicted share is a fraction of the gain, between 0 and 1")
+
+
+def _defined_classes(source: str) -> dict[str, ast.ClassDef]:
+    """Top-level names whose *last* binding in ``source`` is a ``class`` statement."""
+    last: dict[str, ast.AST] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            last[node.name] = node
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            last.update({(a.asname or a.name).split(".")[0]: node for a in node.names})
+        else:  # assignments, and anything else that may bind or delete a name (for, with, := ...)
+            last.update(
+                {
+                    n.id: node
+                    for n in ast.walk(node)
+                    if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+                }
+            )
+    return {name: node for name, node in last.items() if isinstance(node, ast.ClassDef)}
+
+
+def _check_own_pipeline(rec: Recipe, source: str) -> None:
+    """The capstone asks for code of the learner's own, not only settings: one change must feed
+    the recipe through a pipeline class the cells define, with its own ``__iter__`` (the batches
+    it makes are then judged by the parent, ``timed_checks``). Read from the text, so a class that
+    only delegates to effkit's naive pipeline inside its own ``__iter__`` passes this rule; it
+    gains nothing, and the recipe's speed points then come from its settings alone."""
+    classes = _defined_classes(source)
+    pipelines = {n: s["pipeline"] for n, s in rec.changes.items() if "pipeline" in s}
+    why = []
+    for change, cls in pipelines.items():
+        node = classes.get(cls)
+        if node is None:
+            why.append(f"change {change!r}: {cls} is not a class your cell defines (last)")
+        elif not any(isinstance(f, ast.FunctionDef) and f.name == "__iter__" for f in node.body):
+            why.append(f"change {change!r}: {cls} does not define its own __iter__")
+        else:
+            return
+    rec.problems.append(
+        "your recipe needs one change that is your own code: a 'pipeline' change naming a class "
+        "your cell defines, with its own __iter__ (lesson 2's contract); settings alone are not "
+        "the capstone" + (f" ({'; '.join(why)})" if why else "")
+    )

@@ -71,7 +71,8 @@ def _PLAIN(*args, **kwargs):  # noqa: N802  (for an __init__ without closure cel
 
 def refuse_reference_answers() -> None:
     """In the learner's timed worker only, before its cells run: effkit's answers raise when built.
-    A copy of their source is not stopped here: the parent's judge of the kept batches sees it."""
+    A copy of their source is not stopped here: the parent refuses one from the cell's text
+    (``capstone._copied_pipeline``) before any worker starts."""
     # The code objects are swapped, not the functions: the worker's tamper check compares function
     # objects, and every name and subclass of these classes reaches the same function.
     for cls in (DevicePipeline, OptimizedTrainer):

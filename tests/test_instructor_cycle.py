@@ -115,8 +115,8 @@ def _grades(root: Path) -> dict[tuple[str, str], float]:
 
 def _cells_report(root: Path, student: str, aid: str) -> dict:
     """The out-of-kernel verdicts the cycle's autograde kept (grader.frontends.nbgrader_plugin)."""
-    notebook = root / "course" / "autograded" / student / aid / f"{aid}.cells.json"
-    return json.loads(notebook.read_text())
+    path = root / "course" / "autograded" / student / aid / f"{aid}.cells.json"
+    return json.loads(path.read_text())
 
 
 def _cell_scores(root: Path, student: str, aid: str) -> dict[str, float]:

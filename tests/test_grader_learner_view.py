@@ -320,17 +320,26 @@ PYC = [str(p) for p in Path(effkit.__file__).parent.rglob("*.pyc")]
 """
 
 
+@pytest.fixture(scope="module")
+def answer_closures() -> dict[str, set[str]]:
+    """Every lesson's withheld answers and what they reach: the same for each lesson's test below
+    (one walk of effkit's sources, ~1 s each, not one per lesson)."""
+    return {
+        name: set(answer_closure(list(seeds), REPO_ROOT, keep=learner_view.TOOLS[name]))
+        for name, seeds in learner_view.WITHHELD.items()
+    }
+
+
 @ROOT_ONLY
 @pytest.mark.parametrize("lesson", sorted(learner_view.WITHHELD))
-def test_an_exercises_effkit_answer_raises_in_its_lessons_worker_and_nowhere_else(lesson):
+def test_an_exercises_effkit_answer_raises_in_its_lessons_worker_and_nowhere_else(
+    lesson, answer_closures
+):
     """One line that calls effkit's own ``diagnose`` (or ``kd_loss``, or ``bucket_batches``) earned
     full marks on 8a3ab40: in that lesson's worker the function's body raises, and so do its helpers
     and twins (issue 52: lesson 7's twin in ``effkit.workloads.bert.batching``); no compiled copy of
     them is left to load, and another lesson's worker still has them."""
-    closures = {
-        name: set(answer_closure(list(seeds), REPO_ROOT, keep=learner_view.TOOLS[name]))
-        for name, seeds in learner_view.WITHHELD.items()
-    }
+    closures = answer_closures
     assert "effkit.workloads.bert.batching.bucket_batches" in closures["lesson7"]
     every = sorted(set().union(*closures.values()))
     src = WITHHELD_PROBE.replace("CALLS", repr(every))

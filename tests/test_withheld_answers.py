@@ -111,9 +111,10 @@ def _cells(lesson: str, **replace: str) -> list[tuple[str, str]]:
     not is_root(), reason="needs root: the worker's view of the repository is a mount namespace"
 )
 @pytest.mark.parametrize("lesson", sorted(CALLS_EFFKIT))
-def test_a_submission_that_calls_effkits_answer_earns_nothing_and_the_reference_still_passes(
-    lesson,
-):
+def test_a_submission_that_calls_effkits_answer_earns_nothing_and_says_why(lesson):
+    """That the reference still passes where the answer is withheld (its worker's view is the same) is
+    asserted by the instructor cycle's grading of every reference, in full, in CI's timed lane:
+    tests/test_instructor_cycle.py::test_reference_gets_full_marks_and_untouched_version_nothing."""
     cell, check, source = CALLS_EFFKIT[lesson]
     a = assignments.get(lesson)
     verdicts, _ = grade_cells(a, _cells(lesson, **{cell: source}), only=[check], seed=7)
@@ -122,8 +123,6 @@ def test_a_submission_that_calls_effkits_answer_earns_nothing_and_the_reference_
     assert re.search(
         r"reference answer.*write your own|raised ReferenceAnswerWithheld", verdicts[check].reason
     ), verdicts
-    verdicts, _ = grade_cells(a, _cells(lesson), only=[check], seed=7)
-    assert verdicts[check].passed, verdicts[check].reason
 
 
 # Issue 52: effkit's answer withheld by name while its twin and helpers stayed whole. The bucketing by rows

@@ -45,6 +45,7 @@ _CORE = (
     "grader.kit.audit",
     "grader.kit.data",
     "grader.kit.timed_runtime",
+    "grader.kit.cifar_runtime",  # lessons 2 and 14 (the runtime a lesson imports must be in view)
     "grader.assignments",
 )
 # Per lesson (its manifest, grader/assignments/<id>/manifest.py, read through the registry): the

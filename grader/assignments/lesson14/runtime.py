@@ -8,18 +8,13 @@ change that is code, a pipeline, is the learner's class, looked up by its change
 
 from __future__ import annotations
 
-import secrets
-import types
-from pathlib import Path
-
 import torch
 
 from effkit.workloads import cifar
-from effkit.workloads.cifar.pipelines import DevicePipeline, DeviceTestSet
+from effkit.workloads.cifar.pipelines import DevicePipeline
 from effkit.workloads.cifar.recipes import OptimizedTrainer
 from grader.kit.audit import EpochAudit as EpochAudit  # re-exported for the worker
-from grader.kit.data import grader_images, write_train_set
-from grader.kit.timed_runtime import GraderData as TimedData
+from grader.kit.cifar_runtime import CifarGraderData
 from grader.kit.timed_runtime import InvalidWeights as InvalidWeights  # the parent catches it here
 
 # The timed workers commit every chunk's batches: the parent judges what the learner's timed run
@@ -98,32 +93,7 @@ def reuses_reference(obj) -> str:
     return ""
 
 
-class GraderData(TimedData):
-    """The grader's synthetic CIFAR-format sets (grader.kit.data), one held-out set per look."""
-
-    def __init__(self, workdir: Path, spec, device: str):
-        self.eval_sets = []
-        self.run_sets: list[tuple] = []  # per run: (images, labels), for the parent's judge
-        super().__init__(workdir, spec, device)
-
-    def write_warmup(self, folder: Path) -> Path:
-        return write_train_set(folder, self.spec.n_warmup, secrets.randbits(31), self.spec.data)
-
-    def new_look(self) -> None:
-        images, labels = grader_images(self.spec.n_eval, secrets.randbits(31), self.spec.data)
-        held_out = types.SimpleNamespace(data=images, targets=labels.tolist())
-        self.eval_sets.append(DeviceTestSet(held_out, self.device))
-
-    def new_run(self, r: int, seed: int):
-        spec, data_seed = self.spec, secrets.randbits(31)
-        path = write_train_set(self.inputs / f"train{r}", spec.n_train, data_seed, spec.data)
-        self.run_sets.append(grader_images(spec.n_train, data_seed, spec.data))  # the same set
-        hooks = dict(spec.hooks, epochs=spec.epochs)
-        trainer = cifar.build(
-            "naive", spec.profile, data_dir=path, device=self.device, seed=seed, **hooks
-        )
-        return path, trainer
-
-    def held_out_accuracy(self, trainer, r: int) -> float:
-        trainer.test_set = self.eval_sets[r // self.spec.repeats]
-        return trainer.evaluate()
+# A subclass here, not a re-export: the parent finds a grading's runtime module (its
+# KEEP_BATCHES, its timed_checks) from the module of its data's type (protocol.runtime_of).
+class GraderData(CifarGraderData):
+    """Lesson 14's data: the grader's synthetic CIFAR-format sets (grader.kit.cifar_runtime)."""

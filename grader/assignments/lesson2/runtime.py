@@ -7,17 +7,12 @@ safetensors (parsed, never unpickled), with strict key/shape checks.
 
 from __future__ import annotations
 
-import secrets
-import types
-from pathlib import Path
-
 import torch
 
 from effkit.workloads import cifar
-from effkit.workloads.cifar.pipelines import DevicePipeline, DeviceTestSet
+from effkit.workloads.cifar.pipelines import DevicePipeline
 from grader.kit.audit import EpochAudit as EpochAudit  # re-exported for the worker
-from grader.kit.data import grader_images, write_train_set
-from grader.kit.timed_runtime import GraderData as TimedData
+from grader.kit.cifar_runtime import CifarGraderData
 from grader.kit.timed_runtime import InvalidWeights as InvalidWeights  # the parent catches it here
 
 # Imported at module level on purpose: the worker snapshots these modules' functions before any
@@ -76,37 +71,10 @@ def reuses_reference(obj) -> str:
 KEEP_BATCHES = True
 
 
-class GraderData(TimedData):
-    """Lesson 2's data: the grader's synthetic CIFAR-format sets (grader.kit.data)."""
-
-    def __init__(self, workdir: Path, spec, device: str):
-        self.eval_sets = []  # one held-out set per look, in this process's memory only
-        # per run: (images, labels), for the parent's judge of its timed batches (timed_checks)
-        self.run_sets: list[tuple] = []
-        super().__init__(workdir, spec, device)
-
-    def write_warmup(self, folder: Path) -> Path:
-        return write_train_set(folder, self.spec.n_warmup, secrets.randbits(31), self.spec.data)
-
-    def new_look(self) -> None:
-        images, labels = grader_images(self.spec.n_eval, secrets.randbits(31), self.spec.data)
-        held_out = types.SimpleNamespace(data=images, targets=labels.tolist())
-        self.eval_sets.append(DeviceTestSet(held_out, self.device))
-
-    def new_run(self, r: int, seed: int):
-        spec = self.spec
-        data_seed = secrets.randbits(31)
-        path = write_train_set(self.inputs / f"train{r}", spec.n_train, data_seed, spec.data)
-        self.run_sets.append(grader_images(spec.n_train, data_seed, spec.data))  # the same set
-        hooks = dict(spec.hooks, epochs=spec.epochs)
-        trainer = cifar.build(
-            "naive", spec.profile, data_dir=path, device=self.device, seed=seed, **hooks
-        )
-        return path, trainer
-
-    def held_out_accuracy(self, trainer, r: int) -> float:
-        trainer.test_set = self.eval_sets[r // self.spec.repeats]
-        return trainer.evaluate()
+# A subclass here, not a re-export: the parent finds a grading's runtime module (its
+# KEEP_BATCHES, its timed_checks) from the module of its data's type (protocol.runtime_of).
+class GraderData(CifarGraderData):
+    """Lesson 2's data: the grader's synthetic CIFAR-format sets (grader.kit.cifar_runtime)."""
 
 
 def prepare_learner_data() -> None:

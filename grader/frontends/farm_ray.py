@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,6 +28,10 @@ from pathlib import Path
 SLOT = "effkit_timed_slot"  # a custom resource: one unit per timed grading slot on a node
 
 RAY_TMP = Path(f"/tmp/effkit-ray-{os.getuid()}")  # short: Ray's unix sockets live under it
+# This driver's head's own folder in it: ``ray start`` writes ``ray_current_cluster`` into its
+# temp dir, and Ray's address-less ``ray.init`` connects to whatever address that file names,
+# stale or not; in a shared folder another farm's Ray would join ours (or a dead one)
+HEAD_TMP = RAY_TMP / f"head-{os.getpid()}"
 START_S = float(os.environ.get("EFFKIT_FARM_RAY_START_S", "300"))  # a head's start-up budget
 ATTEMPTS = 2  # a head that did not start is started once more (fresh ports), then we give up
 STARTED = "Ray runtime started."  # what ``ray start`` prints once its head is up
@@ -102,7 +107,7 @@ def head_command(slots: int, ports: list[int]) -> list[str]:
         "--include-log-monitor=false",
         "--no-monitor",
         "--disable-usage-stats",
-        f"--temp-dir={RAY_TMP}",
+        f"--temp-dir={HEAD_TMP}",
     ]
 
 
@@ -133,7 +138,8 @@ def start_head(slots: int, start_s: float = START_S) -> tuple[subprocess.Popen, 
     why = ""
     for attempt in range(1, ATTEMPTS + 1):
         ports = _free_ports(5)
-        log = RAY_TMP / f"head.{os.getpid()}.log"
+        HEAD_TMP.mkdir(mode=0o700, exist_ok=True)
+        log = HEAD_TMP / "head.log"
         with log.open("w") as out:  # the head's own output, read back for the reason
             head = subprocess.Popen(
                 head_command(slots, ports),
@@ -181,6 +187,6 @@ def ray_session(address: str | None, slots: int):
     finally:
         if head is not None:
             _stop(head)
-            (RAY_TMP / f"head.{os.getpid()}.log").unlink(missing_ok=True)  # it started: no story
+            shutil.rmtree(HEAD_TMP, ignore_errors=True)  # its sessions and logs: it ran, no story
         if token is not None:
             token.unlink(missing_ok=True)

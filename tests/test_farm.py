@@ -279,3 +279,22 @@ def test_grade_takes_only_a_collected_notebook_and_never_follows_a_link(tmp_path
     ok.symlink_to(SOLUTION)
     nb, why = screening.unreadable_reason(ok.parent, AID, AID)
     assert nb is None and "symbolic link" in why
+
+
+def test_a_ray_that_cannot_start_is_retried_once_then_one_line_and_exit_2(tmp_path):
+    """A head given 1 s to start (EFFKIT_FARM_RAY_START_S) never makes it: started twice, stopped
+    with everything it started, then one line and exit status 2; nothing graded or recorded."""
+    root = make_course(tmp_path)
+    submit(root, "bob", STUB)
+    cmd = [sys.executable, "-m", "grader", "farm", AID, "--no-progress"]
+    run = subprocess.Popen(
+        cmd, cwd=ROOT, env=env(root, EFFKIT_FARM_RAY_START_S="1"), stdout=subprocess.PIPE, text=True
+    )
+    out, _ = run.communicate(timeout=300)
+    assert run.returncode == 2, out[-2000:]
+    assert "starting it once more" in out and out.count("did not start twice") == 1, out
+    assert "not up after 1 s" in out.splitlines()[-1], out  # the last line says why
+    head_folder = f"/tmp/effkit-ray-{os.getuid()}/head-{run.pid}"
+    assert not processes(head_folder)  # its GCS, raylet and agents went with it
+    assert not (root / "course" / "gradebook.db").exists() or scores(root) == {}
+    shutil.rmtree(head_folder, ignore_errors=True)

@@ -69,7 +69,7 @@ def _ray_env() -> None:
     os.environ.setdefault("RAY_worker_register_timeout_seconds", "300")  # a worker's imports too
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
     """``n`` distinct ports free now (held open together so none repeats); a port taken in the
     moment before Ray binds it fails that start, which the second attempt covers."""
     held = []
@@ -137,7 +137,7 @@ def start_head(slots: int, start_s: float = START_S) -> tuple[subprocess.Popen, 
     Raises RayStartError with one line when it does not come up."""
     why = ""
     for attempt in range(1, ATTEMPTS + 1):
-        ports = _free_ports(5)
+        ports = free_ports(5)
         HEAD_TMP.mkdir(mode=0o700, exist_ok=True)
         log = HEAD_TMP / "head.log"
         with log.open("w") as out:  # the head's own output, read back for the reason

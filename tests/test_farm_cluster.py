@@ -39,6 +39,8 @@ from farm_util import (
 )
 
 from grader.frontends import farm
+from grader.frontends.farm_head import tell_raylets_their_agent_port
+from grader.frontends.farm_ray import free_ports
 from grader.sandbox.proctree import descendants
 
 if importlib.util.find_spec("ray") is None:
@@ -74,8 +76,17 @@ def _wait(what, predicate, timeout: float):
 def cluster():
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
-    nodes = [c.add_node(num_cpus=1, resources={farm.SLOT: 1}) for _ in range(2)]
+    # every agent port given and the raylet told it, as the farm's own head does (farm_head): on a
+    # loaded host a raylet left to wait for its agents' port files gave up after 15 s
+    tell_raylets_their_agent_port()
+
+    def ports() -> dict:
+        names = ("metrics_agent_port", "dashboard_agent_listen_port", "metrics_export_port")
+        return dict(zip((*names, "runtime_env_agent_port"), free_ports(4), strict=True))
+
+    head = {"num_cpus": 0, "include_dashboard": False, **ports()}
+    c = Cluster(initialize_head=True, head_node_args=head)
+    nodes = [c.add_node(num_cpus=1, resources={farm.SLOT: 1}, **ports()) for _ in range(2)]
     c.wait_for_nodes()
     yield c, nodes
     c.shutdown()

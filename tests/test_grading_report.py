@@ -18,7 +18,9 @@ from grader.kit.manifest import Manifest
 from grader.scoring import perf, targets
 from grader.scoring.report import (
     GradingReport,
+    OutOfKernel,
     PerformanceReport,
+    WorkCheck,
     load_grading,
     load_performance,
 )
@@ -27,6 +29,10 @@ from grader.timed.measurement import GradingSpec, Measurement, Timing
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHIVED = sorted(ROOT.glob("benchmarks/results/*/grading/*.json"))
+# ``grader stress`` results kept as evidence, of the versions that recorded the work checks' rows
+STRESSED = [
+    p for p in sorted(ROOT.glob("benchmarks/results/*.json")) if '"work_checks"' in p.read_text()
+]
 DEVICE = "CPU AMD EPYC 7B13 [AVX2] (2 threads)"
 
 
@@ -100,8 +106,52 @@ def test_every_archived_grading_in_the_repo_still_loads(path):
     report = load_grading(data)
     assert report.total == data["total"] and report.schema_version == 2
     assert [c.model_dump() for c in report.cells] == data["cells"]
+    assert report.out_of_kernel.model_dump() == data["out_of_kernel"]  # typed, nothing lost
     if data["performance"]:
         assert report.performance.speedup == data["performance"]["speedup"]
+
+
+def test_the_work_checks_and_the_out_of_kernel_report_are_typed_and_survive_the_wire():
+    """Each row shape the replay writes (against the baseline, a replay with its most-apart tensor
+    and its losses) and a cell report load typed and come back equal; other shapes are refused."""
+    rows = [
+        {"run": 0, "chunk": 0, "against": "baseline", "cosine": 0.99, "ratio": 1.0, "untouched": 0},
+        {"run": 0, "chunk": 1, "against": "replay", "cosine": math.nan, "ratio": math.inf},
+        {"run": 1, "chunk": 2, "against": "replay of your batches", "cosine": 0.97, "ratio": 0.8}
+        | {"tensor": ["encoder.w", 0.88, 0.72], "losses": "step 3: 0.6931, the replay's 0.6812"},
+    ]
+    cells = {"cells": {"quiz": {"passed": False, "reason": "why", "lines": ["a"]}}, "flags": ["f"]}
+    report = farm_task.failed(_job(), "x").model_copy(
+        update={
+            "status": "graded",
+            "reason": None,
+            "performance": _decided().report.model_copy(
+                update={"work_checks": [WorkCheck.model_validate(r) for r in rows]}
+            ),
+            "out_of_kernel": OutOfKernel.model_validate(cells),
+        }
+    )
+    back = GradingReport.model_validate_json(report.model_dump_json())
+    checks = back.performance.work_checks
+    assert checks[2].tensor == ("encoder.w", 0.88, 0.72) and checks[0].untouched == 0
+    assert math.isnan(checks[1].cosine) and checks[1].ratio == math.inf and checks[1].tensor is None
+    assert (
+        back.out_of_kernel.cells["quiz"].reason == "why" and back.out_of_kernel.worker_uid is None
+    )
+    for bad in (rows[0] | {"against": "nothing"}, rows[0] | {"cosine": "high"}, rows[0] | {"x": 1}):
+        with pytest.raises(ValueError):
+            WorkCheck.model_validate(bad)
+    with pytest.raises(ValueError):  # a verdict without its pass/fail is not a verdict
+        OutOfKernel.model_validate({"cells": {"quiz": {"reason": "why"}}})
+
+
+@pytest.mark.parametrize("path", STRESSED, ids=lambda p: p.name)
+def test_every_archived_work_check_row_loads_typed(path):
+    """``grader stress`` results kept as evidence: every row of their work checks is a WorkCheck."""
+    rows = [w for r in json.loads(path.read_text())["results"] for w in r.get("work_checks", [])]
+    assert rows and all(
+        WorkCheck.model_validate(w).model_dump(exclude_none=True) == w for w in rows
+    )
 
 
 def test_a_version_1_ledger_entry_loads():

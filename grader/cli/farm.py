@@ -9,6 +9,7 @@ from __future__ import annotations
 from grader import assignments
 from grader.common import course
 from grader.frontends import farm, farm_grade, farm_record
+from grader.frontends.farm_ray import RayStartError
 
 
 def add_parser(sub) -> None:
@@ -72,7 +73,7 @@ def grade_main(args) -> int:
             record=not args.no_record,
             uncalibrated=args.uncalibrated,
         )
-    except ValueError as err:
+    except (ValueError, RayStartError) as err:
         print(f"grader grade: {err}")
         return 2
     print(farm_record.line(report))
@@ -90,17 +91,21 @@ def main(args) -> int:
     if args.slots < 1 or args.limit <= 0:
         print("grader farm: --slots must be >= 1 and --limit > 0")
         return 2
-    out = farm.run(
-        args.assignment,
-        address=args.address,
-        slots=args.slots,
-        limit_s=args.limit,
-        device=args.device,
-        spec=args.spec,
-        students=args.student,
-        progress=not args.no_progress,
-        uncalibrated=args.uncalibrated,
-    )
+    try:
+        out = farm.run(
+            args.assignment,
+            address=args.address,
+            slots=args.slots,
+            limit_s=args.limit,
+            device=args.device,
+            spec=args.spec,
+            students=args.student,
+            progress=not args.no_progress,
+            uncalibrated=args.uncalibrated,
+        )
+    except RayStartError as err:  # the farm never ran: nothing graded, nothing recorded
+        print(f"grader farm: {err}")
+        return 2
     if not out.reports and not out.refused:
         print(
             f"grader farm: no submissions in {course.course_dir() / 'submitted'}/*/{args.assignment}/"

@@ -319,7 +319,7 @@ def stress(
                     "acc_diffs_pp": rep.accuracy_diffs_pp,
                     "look_means_pp": looks,
                     "phases_s": rep.phases_s,
-                    "work_checks": rep.work_checks,
+                    "work_checks": [w.model_dump(exclude_none=True) for w in rep.work_checks],
                     "seconds": time.perf_counter() - t0,
                 }
             )

@@ -27,7 +27,7 @@ from grader.common import course, evidence
 from grader.frontends import farm_record
 from grader.frontends.autograde import screen_submissions
 from grader.frontends.farm_ledger import Ledger, grader_version, sha256_file, submitted_notebook
-from grader.frontends.farm_ray import RAY_TMP, SLOT, start_ray
+from grader.frontends.farm_ray import SLOT, ray_session
 from grader.frontends.farm_task import device_refusal, failed, run_job
 from grader.scoring.report import GradingReport
 
@@ -180,15 +180,8 @@ def run(
     if jobs:
         for job in jobs:  # the instructor's word: time even where no gate is calibrated
             job["uncalibrated_ok"] = uncalibrated
-        try:
-            ray = start_ray(address, slots)
-            try:
-                _grade(ray, jobs, ledger, out, limit_s, device, spec, progress)
-            finally:
-                ray.shutdown()
-        finally:  # a Ray that failed to start leaves no token behind either
-            if not address:
-                (RAY_TMP / f"auth_token.{os.getpid()}").unlink(missing_ok=True)
+        with ray_session(address, slots) as ray:  # RayStartError: it could not start
+            _grade(ray, jobs, ledger, out, limit_s, device, spec, progress)
     if record:
         with _driver_lock():
             farm_record.record(assignment_id, ledger, out.reports)

@@ -58,7 +58,7 @@ def write_verdicts(nb, resources, report) -> None:
     whose = {"student": student, "notebook": name}
     if report.out_of_kernel is not None:
         (folder / f"{name}.cells.json").write_text(
-            json.dumps(report.out_of_kernel | whose, indent=1)
+            json.dumps(report.out_of_kernel.model_dump(mode="json") | whose, indent=1)
         )
     if report.performance is not None:  # what autograde's cohort table and plot read
         perf = report.performance.model_dump(mode="json") | whose

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from grader import assignments
-from grader.scoring.report import CellScore, load_performance
+from grader.scoring.report import CellScore, OutOfKernel, load_performance
 
 OPTION = "--effkit-submission"
 _SUBMISSIONS = pytest.StashKey[dict]()  # notebook path -> assignment id
@@ -119,8 +119,8 @@ class Grading:
 
 def reasons(report: dict) -> dict[str, str]:
     """grade_id -> the grader's one-line reason: a cell check's, or the timed grading's problems."""
-    checked = (report.get("out_of_kernel") or {}).get("cells", {})
-    found = {gid: v.get("reason") or "" for gid, v in checked.items()}
+    checked = OutOfKernel.model_validate(report.get("out_of_kernel") or {}).cells
+    found = {gid: v.reason for gid, v in checked.items()}
     if report.get("performance"):
         perf = load_performance(report["performance"])
         cell = assignments.get(perf.assignment).performance_cell

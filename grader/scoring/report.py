@@ -76,6 +76,39 @@ class GradingFault(_Strict):
     detail: str | None = None
 
 
+class WorkCheck(_Strict):
+    """One timed chunk's update set beside the baseline's chunk or the grader's replay of it
+    (``grader.timed.replay``): cosine and size ratio of the two updates."""
+
+    run: int
+    chunk: int
+    against: Literal["baseline", "replay", "replay of your batches"]
+    cosine: float  # NaN where an update is zero
+    ratio: float  # inf where the reference update is zero
+    untouched: int | None = None  # against the baseline: tensors it trained that this left as is
+    tensor: tuple[str, float, float] | None = None  # a replay's most-apart tensor: name, cos, ratio
+    losses: str | None = None  # a replay that kept losses: "match", or where they part
+
+
+class CellCheck(_Strict):
+    """One graded cell's out-of-kernel verdict (``grader.scoring.checks.CellVerdict``)."""
+
+    passed: bool
+    reason: str = ""
+    lines: list[str] = Field(default_factory=list)
+
+
+class OutOfKernel(_Strict):
+    """The out-of-kernel checks of one notebook (``grader.frontends.outputs.CellsReport``): each
+    graded cell's verdict, and what the probe worker showed about itself."""
+
+    cells: dict[str, CellCheck] = Field(default_factory=dict)
+    flags: list[str] = Field(default_factory=list)
+    unavailable: list[str] = Field(default_factory=list)  # checks that could not run
+    worker_uid: int | None = None
+    cell_errors: list[str] = Field(default_factory=list)
+
+
 class DeviceInfo(_Strict):
     """The device class a grading ran on: a GPU's name, or a CPU's model and the ISA that decides
     its training speed ("AMX", "AVX512-BF16", "AVX512", "AVX2": ``effkit.amp.cpu_isa``)."""
@@ -113,7 +146,7 @@ class PerformanceReport(_Strict):
     flags: list[str]
     error: GradingFault | None
     phases_s: dict[str, float] = Field(default_factory=dict)
-    work_checks: list[dict] = Field(default_factory=list)
+    work_checks: list[WorkCheck] = Field(default_factory=list)
     work_problems: list[str] = Field(default_factory=list)
     # lesson 14's time-to-target evidence (grader/assignments/lesson14/capstone.py): the paired
     # speed-up, every parent evaluation (role, run, chunk, accuracy, seconds charged), each
@@ -163,7 +196,7 @@ class GradingReport(_Strict):
     outputs: dict[str, list[dict]] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
     performance: PerformanceReport | None = None
-    out_of_kernel: dict | None = None
+    out_of_kernel: OutOfKernel | None = None
     device: DeviceInfo | None = None
     # where and when: the driver checks slots never overlapped from these
     timed: bool = False

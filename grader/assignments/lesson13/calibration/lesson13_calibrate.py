@@ -32,9 +32,8 @@ from grader.scoring.checks import CheckFailed, Context  # noqa: E402
 A = assignments.get("lesson13")
 SOLUTION = ROOT / "solutions" / "lesson13" / "lesson13.ipynb"
 EXPORT = dict(solution_cells(SOLUTION, SOLUTION))["export_for_slo"]
-EXPORTED = EXPORT[
-    : EXPORT.index("    # per-layer sensitivity")
-]  # the fp32 export, nothing measured
+# the reference up to its measurement: the fp32 export and its predictions, nothing quantized
+EXPORTED = EXPORT[: EXPORT.index("    # per-layer sensitivity")]
 MATMULS = '    names = [n.name for n in onnx.load(fp32_path).graph.node if n.op_type in ("Gemm", "MatMul")]\n'
 EXCLUDE = (
     "    quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8, nodes_to_exclude={})\n"
@@ -44,6 +43,11 @@ VARIANTS = {
     "fp32_unchanged": EXPORTED.replace('fp32_path = path + ".fp32.onnx"', "fp32_path = path"),
     "exclude_the_head": EXPORTED + MATMULS + EXCLUDE.format('[names[-1], names[-1] + "_MatMul"]'),
     "quantize_everything": EXPORTED + MATMULS + EXCLUDE.format("[]"),
+    # the one layer never drawn (it reads the features), alone in int8: always accurate, is it fast?
+    "int8_first_layer_only": EXPORTED
+    + MATMULS
+    + "    quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8, "
+    + 'nodes_to_quantize=[names[0], names[0] + "_MatMul"])\n',
 }
 
 

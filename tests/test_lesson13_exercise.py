@@ -14,6 +14,7 @@ import random
 
 import numpy as np
 import pytest
+import torch
 from exercise_cells import InProcess, grade_here, reference_cells  # noqa: E402
 from onnx import TensorProto, helper
 
@@ -120,6 +121,13 @@ def test_the_sensitive_layer_is_drawn_per_grading_over_every_layer_the_head_incl
     assert (layers[SEED], layers[HEAD_SEED]) == (2, slo_task.HIDDEN_LAYERS)
     # no one layer is drawn so often that a fixed recipe would pass most gradings
     assert max(layers.count(k) for k in set(layers)) < 0.3 * len(layers)
+    # nor do the model's shapes say which layer it is: every draw gives the same widths, the same function
+    small = slo_task.build([slo_task.DIM, 16, 16, 16, slo_task.CLASSES]).eval()
+    x = torch.randn(32, slo_task.DIM)
+    planted = [slo_task.with_massive_activations(small, 1, 3, 2048.0, k) for k in (1, 2, 3)]
+    assert len({tuple(slo_task.widths_of(net)) for net in planted}) == 1
+    for net in planted:
+        assert torch.allclose(net(x), small(x), atol=1e-2), (net(x) - small(x)).abs().max()
 
 
 @pytest.mark.slow

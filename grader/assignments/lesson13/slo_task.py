@@ -90,31 +90,28 @@ def with_massive_activations(
 ) -> nn.Sequential:
     """The same function with ``count`` constant units of value ``scale`` feeding Linear ``layer``.
 
-    The Linear before it gains ``count`` outputs of zero weights and bias ``scale`` (after the ReLU,
-    exactly ``scale``); ``layer`` reads them through random weights whose sum its bias cancels.
+    Every hidden layer gains ``count`` outputs, so the widths do not say which layer it is; those
+    feeding ``layer`` have zero weights and bias ``scale`` (after the ReLU, exactly ``scale``) and
+    ``layer`` reads them through random weights whose sum its bias cancels; the others stay 0, unread.
     """
     linears = [m for m in net if isinstance(m, nn.Linear)]
     assert 1 <= layer < len(linears), layer
-    before, sensitive = linears[layer - 1], linears[layer]
     g = torch.Generator().manual_seed(seed + 3)
     widths = widths_of(net)
-    widths[layer] += count
+    widths[1:-1] = [w + count for w in widths[1:-1]]
     out = build(widths)
     new = [m for m in out if isinstance(m, nn.Linear)]
     with torch.no_grad():
-        for i, (dst, src) in enumerate(zip(new, linears, strict=True)):
-            if i not in (layer - 1, layer):
-                dst.load_state_dict(src.state_dict())
-        w = before.out_features
-        new[layer - 1].weight.zero_()
-        new[layer - 1].weight[:w] = before.weight
-        new[layer - 1].bias.fill_(scale)
-        new[layer - 1].bias[:w] = before.bias
-        new[layer].weight[:, :w] = sensitive.weight
-        new[layer].weight[:, w:] = torch.randn(sensitive.out_features, count, generator=g) * 0.5
-        new[layer].bias.copy_(
-            sensitive.bias - new[layer].weight[:, w:].sum(1) * scale
-        )  # cancels them
+        for dst, src in zip(new, linears, strict=True):
+            dst.weight.zero_()
+            dst.bias.zero_()
+            dst.weight[: src.out_features, : src.in_features] = src.weight
+            dst.bias[: src.out_features] = src.bias
+        before, sensitive = new[layer - 1], new[layer]
+        w, rows = linears[layer].in_features, linears[layer].out_features
+        before.bias[w:] = scale
+        sensitive.weight[:rows, w:] = torch.randn(rows, count, generator=g) * 0.5
+        sensitive.bias[:rows] -= sensitive.weight[:rows, w:].sum(1) * scale  # cancels them
     return out.eval().requires_grad_(False)
 
 

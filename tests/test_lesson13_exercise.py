@@ -2,21 +2,24 @@
 serves in onnxruntime in a sandboxed grader-only worker, and times against its own fp32 export.
 
 The reference's full marks and the stub's 0 go through the sandbox in the instructor cycle
-(tests/test_instructor_cycle.py). Wrong submissions are graded in this process on their cell data: the
-probe the worker would run, then the parent's checks on the bytes it returns (the sandboxed path is the
+(tests/test_instructor_cycle.py). Here the reference and wrong submissions (fixed recipes among them:
+the sensitive layer is drawn per grading) are graded in this process on their cell data: the probe the
+worker would run, then the parent's checks on the bytes it returns (the sandboxed path is the
 reference's). The validation of hostile files needs no model: small ONNX graphs built here.
 """
 
 import os
 import pickle
+import random
 
 import numpy as np
 import pytest
+import torch
 from exercise_cells import InProcess, grade_here, reference_cells  # noqa: E402
 from onnx import TensorProto, helper
 
 from grader import assignments
-from grader.assignments.lesson13 import artifact
+from grader.assignments.lesson13 import artifact, slo_task
 from grader.assignments.lesson13 import probes as lesson13_probes
 from grader.sandbox.channel import ChannelError, Endpoint
 from grader.scoring.checks import CheckFailed
@@ -29,29 +32,52 @@ A = assignments.get("lesson13")
 # -- plausible wrong submissions, graded on the grader's own model and server ----------------------
 
 _EXPORT = dict(reference_cells(LESSON))["export_for_slo"]
-_QUANTIZE = 'quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8, nodes_to_exclude=[head, head + "_MatMul"])'
-assert _QUANTIZE in _EXPORT
+# the reference up to its measurement: the fp32 export, `predictions`, fp32's calibration predictions
+_EXPORTED = _EXPORT[: _EXPORT.index("    # per-layer sensitivity")]
+assert _EXPORTED.endswith("reference = predictions(fp32_path)\n")
+_MATMULS = '    names = [n.name for n in onnx.load(fp32_path).graph.node if n.op_type in ("Gemm", "MatMul")]\n'
 
+
+def _fixed_recipe(exclude: str) -> str:
+    """A submission that quantizes every matmul but a fixed choice, measuring nothing."""
+    return (
+        _EXPORTED
+        + _MATMULS
+        + f"    quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8, nodes_to_exclude={exclude})\n"
+    )
+
+
+# seed 8 draws the planted activations at the input of Linear 2 (a hidden layer); seed 7 draws the
+# head, the one grading in six where the old fixed recipe is right (tests below pin both)
+SEED, HEAD_SEED = 8, 7
 SUBMISSIONS = {
-    # the reference: int8 everywhere but the head
+    # the reference: measures each layer's sensitivity, keeps the sensitive one in fp32
     "reference": (
         _EXPORT,
         {"test_artifact": True, "test_accuracy": True, "test_latency": True},
         "P95 ratio",
     ),
-    # the fp32 model exported as it is: valid and accurate, but it *is* the baseline: no speed points
+    # the recipe this exercise used to accept on every grading: the head in fp32, the rest int8
+    "exclude_the_head": (
+        _fixed_recipe('[names[-1], names[-1] + "_MatMul"]'),
+        {"test_artifact": True, "test_accuracy": False, "test_latency": False},
+        "changes from one grading to the next",
+    ),
+    # another fixed guess: a middle hidden layer in fp32
+    "exclude_a_fixed_hidden_layer": (
+        _fixed_recipe('[names[3], names[3] + "_MatMul"]'),
+        {"test_artifact": True, "test_accuracy": False, "test_latency": False},
+        "layer by layer",
+    ),
+    # the fp32 model exported as it is (quantize nothing): valid and accurate, but it *is* the baseline
     "fp32_unchanged": (
-        _EXPORT.replace('fp32_path = path + ".fp32.onnx"', "fp32_path = path").replace(
-            _QUANTIZE, "return"
-        ),
+        _EXPORTED.replace('fp32_path = path + ".fp32.onnx"', "fp32_path = path"),
         {"test_artifact": True, "test_accuracy": True, "test_latency": False},
         "An fp32 export is the baseline itself",
     ),
-    # every matmul quantized, the head too: its input's massive activations wipe out the rest
+    # every matmul quantized: the sensitive layer's massive activations wipe out the rest
     "quantize_everything": (
-        _EXPORT.replace(
-            _QUANTIZE, "quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8)"
-        ),
+        _fixed_recipe("[]"),
         {"test_artifact": True, "test_accuracy": False, "test_latency": False},
         "huge activations",
     ),
@@ -89,16 +115,42 @@ SUBMISSIONS = {
 }
 
 
+def test_the_sensitive_layer_is_drawn_per_grading_over_every_layer_the_head_included():
+    layers = [slo_task.draw_planting(random.Random(s))[3] for s in range(200)]
+    assert set(layers) == set(range(1, slo_task.HIDDEN_LAYERS + 1)), sorted(set(layers))
+    assert (layers[SEED], layers[HEAD_SEED]) == (2, slo_task.HIDDEN_LAYERS)
+    # no one layer is drawn so often that a fixed recipe would pass most gradings
+    assert max(layers.count(k) for k in set(layers)) < 0.3 * len(layers)
+    # nor do the model's shapes say which layer it is: every draw gives the same widths, the same function
+    small = slo_task.build([slo_task.DIM, 16, 16, 16, slo_task.CLASSES]).eval()
+    x = torch.randn(32, slo_task.DIM)
+    planted = [slo_task.with_massive_activations(small, 1, 3, 2048.0, k) for k in (1, 2, 3)]
+    assert len({tuple(slo_task.widths_of(net)) for net in planted}) == 1
+    for net in planted:
+        assert torch.allclose(net(x), small(x), atol=1e-2), (net(x) - small(x)).abs().max()
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in SUBMISSIONS if n != "reference"])
-def test_wrong_submissions_earn_what_they_deserve_with_a_hint(name):
+@pytest.mark.parametrize("name", list(SUBMISSIONS))
+def test_submissions_earn_what_they_deserve_with_a_hint(name):
     source, passes, words = SUBMISSIONS[name]
-    verdicts = grade_here(LESSON, reference_cells(LESSON, export_for_slo=source), GRADED, seed=7)
+    verdicts = grade_here(LESSON, reference_cells(LESSON, export_for_slo=source), GRADED, seed=SEED)
     assert {g: v.passed for g, v in verdicts.items()} == passes, {
         g: v.reason for g, v in verdicts.items()
     }
     failed = [v.reason for v in verdicts.values() if not v.passed]
-    assert words in failed[0], failed[0]
+    assert not failed or words in failed[0], failed[0]
+    assert failed or words in " ".join(verdicts["test_latency"].lines)
+
+
+@pytest.mark.slow
+def test_the_fixed_head_recipe_is_right_only_when_the_head_is_drawn():
+    """Its accuracy on the grading that draws the head: the draw, not the recipe, failed it above."""
+    source = SUBMISSIONS["exclude_the_head"][0]
+    verdicts = grade_here(
+        LESSON, reference_cells(LESSON, export_for_slo=source), ["test_accuracy"], seed=HEAD_SEED
+    )
+    assert verdicts["test_accuracy"].passed, verdicts["test_accuracy"].reason
 
 
 # -- the file as untrusted input: each class refused before onnxruntime opens it -------------------
@@ -174,8 +226,6 @@ def test_a_link_instead_of_a_file_is_not_followed(tmp_path, monkeypatch):
     worker = InProcess(
         A, lesson13_probes, [("export_for_slo", "import os\n" + source)], strict=True
     )
-    from grader.assignments.lesson13 import slo_task
-
     net = slo_task.build([DIM, 8, CLASSES])
     calib = {
         "x": slo_task.tensor_plain(slo_task.draw(1)["x_calib"][:4]),

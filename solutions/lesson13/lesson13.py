@@ -19,9 +19,11 @@
 #
 # * **latency**: served one request at a time (batch 1, one CPU thread), its **P95 latency** must be
 #   lower than the fp32 model's by at least half of what int8 weights buy on the grading machine
-#   (geometrically: `sqrt(g)` times lower, where `g` is the speed-up of the grader's own int8 model
-#   in the same run, and never less than 1.25x). int8's gain at batch 1 depends on the CPU: 1.5x to
-#   2.4x on the machines this course was calibrated on, so the bar is set per machine, per run;
+#   (geometrically: `sqrt(g)` times lower, where `g` is the speed-up of the grader's own int8 model,
+#   every layer but the sensitive one in int8, in the same run, and never less than 1.25x). int8's
+#   gain at batch 1 depends on the CPU and the machine's load: 1.6x to 2.9x for this model on a busy
+#   2-core AMD EPYC, 1.5x to 2.4x for an earlier, smaller version of it on the machines this course
+#   was first calibrated on, so the bar is set per machine, per run;
 # * **accuracy**: on rows only the grader holds, at most **1 point** below the fp32 model's, and
 #   the same prediction as the fp32 model on at least 97% of them (it must be *this* model).
 #
@@ -35,9 +37,13 @@
 #   `torch.onnx.export(..., dynamo=True)`; quantize with `onnxruntime.quantization.quantize_dynamic`.
 #
 # The model is built like many real ones: a **few activations in it are huge** (LLMs show such
-# "massive activations"). Quantizing blindly may cost more accuracy than the SLO allows: use the
-# calibration set to measure your quantized model against the fp32 one before you hand it in, and
-# keep a layer in fp32 where it matters (`nodes_to_exclude`). Mind that `quantize_dynamic` rewrites
+# "massive activations"), at the input of one layer, and **which layer changes from one grading to
+# the next** (any of the hidden layers or the head; the grader does not say). Quantizing blindly may
+# cost more accuracy than the SLO allows, and so may a recipe that keeps a fixed layer in fp32:
+# measure each layer's sensitivity on the calibration set (quantize one matmul at a time,
+# `nodes_to_quantize`, and compare its predictions with the fp32 model's), keep in fp32 only the
+# layer that matters (`nodes_to_exclude`; every layer kept costs speed), and check the whole
+# quantized model against the fp32 one before you hand it in. Mind that `quantize_dynamic` rewrites
 # a `Gemm` node `name` into a `MatMul` named `name + "_MatMul"` plus an `Add`.
 #
 # **How it is graded.** Outside your notebook. The grader trains the model on a task it draws, runs
@@ -68,13 +74,26 @@ def export_for_slo(model, calibration, path):
         return session.run(["logits"], {"features": inputs.numpy()})[0].argmax(1)
 
     reference = predictions(fp32_path)
-    # int8 weights for every matmul but the head: its input carries the few huge activations, and
-    # dynamic quantization gives a whole input tensor one scale, so the other values would round to 0
-    head = [n.name for n in onnx.load(fp32_path).graph.node if n.op_type in ("Gemm", "MatMul")][-1]
-    quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8, nodes_to_exclude=[head, head + "_MatMul"])
-    agreement = (predictions(path) == reference).mean()
+    # per-layer sensitivity: int8 weights for one matmul at a time, its predictions against fp32's on
+    # the calibration rows (quantize_dynamic rewrites a Gemm `name` into `name + "_MatMul"`)
+    matmuls = [n.name for n in onnx.load(fp32_path).graph.node if n.op_type in ("Gemm", "MatMul")]
+    alone = {}
+    for name in matmuls:
+        quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8, nodes_to_quantize=[name, name + "_MatMul"])
+        alone[name] = (predictions(path) == reference).mean()
+    print("same predictions as fp32, one matmul in int8: " + ", ".join(f"{k} {v:.1%}" for k, v in alone.items()))
+    # keep the most sensitive layers in fp32, worst first, until the rest in int8 agrees with fp32: a layer
+    # whose input holds a few huge activations gets one scale for the whole input, which rounds the rest to 0
+    kept = []
+    while True:
+        quantize_dynamic(fp32_path, path, weight_type=QuantType.QInt8,
+                         nodes_to_exclude=[k + suffix for k in kept for suffix in ("", "_MatMul")])
+        agreement = (predictions(path) == reference).mean()
+        if agreement >= 0.98 or len(kept) == len(matmuls):
+            break
+        kept.append(min((name for name in matmuls if name not in kept), key=alone.get))
     accuracy = (predictions(path) == labels.numpy()).mean()
-    print(f"int8 except the head: {agreement:.1%} same predictions as fp32, calibration accuracy {accuracy:.1%}")
+    print(f"int8 except {kept}: {agreement:.1%} same predictions as fp32, calibration accuracy {accuracy:.1%}")
     ### END SOLUTION
 
 
@@ -105,10 +124,10 @@ check_my_work("test_latency", "lesson13.ipynb")
 #    (a) at least 95% of requests finish within 20 ms;
 #    (b) the mean latency is at most 20 ms;
 #    (c) 95% of the serving time is spent in requests under 20 ms.
-# 2. Dynamic int8 quantization of the grader's head costs accuracy because
+# 2. Dynamic int8 quantization of the grader's sensitive layer costs accuracy because
 #    (a) it was calibrated on too few rows, so its scales miss the inputs' real range;
-#    (b) the head's input gets one scale, set by its few huge activations: the rest round to 0;
-#    (c) the head's weights have outliers, which stretch their per-tensor scale and lose the rest.
+#    (b) the layer's input gets one scale, set by its few huge activations: the rest round to 0;
+#    (c) the layer's weights have outliers, which stretch their per-tensor scale and lose the rest.
 # 3. On one CPU thread, serving batches of 32 requests of mixed lengths instead of single ones
 #    (a) lowers every request's latency, since the weights are then read once per batch of 32;
 #    (b) raises throughput and lowers latency, as long as the queue never runs dry;

@@ -60,9 +60,9 @@ QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
     "q2": {
         "a": "dynamic quantization needs no calibration data: it measures each input's range at "
         "run time",
-        "c": "the head's planted columns do stretch its per-tensor weight scale (~13x: a step of "
-        "~0.01 against ordinary weights of ~0.04, a real error), but its input's far more: one step "
-        "of 16-32 (activations of 2048-4096) against ordinary values of about 2, which all round to 0",
+        "c": "the layer's planted columns do stretch its per-tensor weight scale (7-14x: a step of "
+        "0.005-0.015 against ordinary weights of ~0.03, a real error), but its input's far more: one "
+        "step of 16-32 (activations of 2048-4096) against ordinary values of 0.5-2, which all round to 0",
     },
     "q3": {
         "a": "a batch of 32 takes longer than one request, and every request in it waits for the "
@@ -94,6 +94,7 @@ class Grading:
     logits: np.ndarray | None = None  # the learner's answer to every held-out row, one request each
     x_test: np.ndarray | None = None
     latency: tuple[bool, str] | None = None  # test_latency's verdict, once timed
+    sensitive: int = 0  # the Linear whose input carries the planted activations, drawn per grading
 
 
 _GRADINGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -130,8 +131,8 @@ def export_fp32(net: torch.nn.Module) -> bytes:
             return f.read()
 
 
-def quantize_own(fp32: bytes) -> bytes:
-    """The grader's own int8 model: dynamic int8 weights for every matmul but the head (the lesson's answer)."""
+def quantize_own(fp32: bytes, sensitive: int) -> bytes:
+    """The grader's own int8 model: dynamic int8 weights for every matmul but the sensitive one (it knows which)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -139,13 +140,13 @@ def quantize_own(fp32: bytes) -> bytes:
         src, dst = os.path.join(d, "fp32.onnx"), os.path.join(d, "int8.onnx")
         with open(src, "wb") as f:
             f.write(fp32)
-        head = [
+        keep = [
             n.name
             for n in onnx.load_model_from_string(fp32).graph.node
             if n.op_type in ("Gemm", "MatMul")
-        ][-1]
+        ][sensitive]
         quantize_dynamic(
-            src, dst, weight_type=QuantType.QInt8, nodes_to_exclude=[head, head + "_MatMul"]
+            src, dst, weight_type=QuantType.QInt8, nodes_to_exclude=[keep, keep + "_MatMul"]
         )
         with open(dst, "rb") as f:
             return f.read()
@@ -158,12 +159,8 @@ def server_session() -> ProbeSession:
 
 def _run(ctx: Context) -> Grading:
     g = Grading()
-    seed, count, scale = (
-        ctx.rng.randrange(1 << 20),
-        ctx.rng.randint(*slo_task.PLANTED),
-        ctx.rng.choice(slo_task.SCALES),
-    )
-    net = slo_task.with_massive_activations(slo_task.train(seed), seed, count, scale)
+    seed, count, scale, g.sensitive = slo_task.draw_planting(ctx.rng)
+    net = slo_task.with_massive_activations(slo_task.train(seed), seed, count, scale, g.sensitive)
     data = slo_task.draw(seed)
     calib = {
         "x": slo_task.tensor_plain(data["x_calib"]),
@@ -260,9 +257,10 @@ def _serve(g: Grading, raw: bytes, x: np.ndarray, y: np.ndarray, net) -> None:
         limits = f"the SLO allows a drop of at most {MAX_DROP * 100:.0f} pp and asks for >= {MIN_AGREEMENT:.0%} same predictions"
         if quantized:
             why = (
-                "measure your quantized model against the fp32 one on the calibration set, layer by layer: the "
-                "head's input has a few huge activations, and quantize_dynamic gives that whole input one int8 "
-                "scale, which rounds every other value to zero. Keep the sensitive layer in fp32 (nodes_to_exclude)"
+                "measure your quantized model against the fp32 one on the calibration set, layer by layer (quantize "
+                "one matmul at a time): one layer's input has a few huge activations, and quantize_dynamic gives "
+                "that whole input one int8 scale, which rounds every other value to zero. Keep that sensitive "
+                "layer in fp32 (nodes_to_exclude); which layer it is changes from one grading to the next"
             )
         else:
             why = (
@@ -326,7 +324,7 @@ def _latency(g: Grading, seed: int) -> str:
             "latency",
             LATENCY_SECONDS,
             base=serve.b64(g.fp32),
-            own=serve.b64(quantize_own(g.fp32)),
+            own=serve.b64(quantize_own(g.fp32, g.sensitive)),
             seed=seed,
             rounds=rounds,
             per_round=per_round,

@@ -1,8 +1,9 @@
 """Lesson 13: the grader's own classifier, trained per grading, and the plain data the worker gets.
 
-The head's input carries planted "massive activations" so that quantizing without measuring
-costs accuracy while int8's speed-up stays real; weights cross as raw float32, never a pickle.
-The grader's baseline is the planted fp32 model itself.
+One layer's input, drawn per grading (a hidden layer or the head), carries planted "massive
+activations", so that quantizing without measuring which layer is sensitive costs accuracy while
+int8's speed-up stays real; weights cross as raw float32, never a pickle. The grader's baseline is
+the planted fp32 model itself.
 """
 
 from __future__ import annotations
@@ -14,12 +15,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-DIM, CLASSES, WIDTH, HIDDEN_LAYERS = 64, 8, 512, 3
-MAX_BYTES = 8 << 20  # largest model file accepted (the fp32 model is ~2.2 MB; int8 ~0.6 MB)
+# six hidden layers of 384: deep enough that keeping any one of them in fp32 leaves int8 a clear
+# batch-1 gain (3 x 512 kept 1.23-1.39x, at the floor: grader/assignments/lesson13/README.md)
+DIM, CLASSES, WIDTH, HIDDEN_LAYERS = 64, 8, 384, 6
+MAX_BYTES = 8 << 20  # largest model file accepted (the fp32 model is ~3.1 MB; int8 ~0.8 MB)
 N_TRAIN, N_CALIB, N_TEST = 8192, 512, 4096
 EPOCHS, BATCH, LR = 4, 128, 1e-3
+SENSITIVE = (1, HIDDEN_LAYERS)  # which Linear's input carries them (0 reads the features), drawn
 PLANTED = (2, 6)  # how many massive-activation units, drawn per grading
 SCALES = (2048.0, 4096.0)  # their constant value, drawn per grading (a power of two)
+
+
+def draw_planting(rng) -> tuple[int, int, float, int]:
+    """One grading's secrets from the parent's ``random.Random``: task seed, planted units, their value, layer."""
+    return (
+        rng.randrange(1 << 20),
+        rng.randint(*PLANTED),
+        rng.choice(SCALES),
+        rng.randint(*SENSITIVE),  # the learner must measure which layer it is
+    )
 
 
 def draw(seed: int) -> dict[str, torch.Tensor]:
@@ -72,27 +86,32 @@ def train(seed: int) -> nn.Sequential:
 
 
 def with_massive_activations(
-    net: nn.Sequential, seed: int, count: int, scale: float
+    net: nn.Sequential, seed: int, count: int, scale: float, layer: int
 ) -> nn.Sequential:
-    """The same function with ``count`` constant units of value ``scale`` feeding the head."""
+    """The same function with ``count`` constant units of value ``scale`` feeding Linear ``layer``.
+
+    Every hidden layer gains ``count`` outputs, so the widths do not say which layer it is; those
+    feeding ``layer`` have zero weights and bias ``scale`` (after the ReLU, exactly ``scale``) and
+    ``layer`` reads them through random weights whose sum its bias cancels; the others stay 0, unread.
+    """
     linears = [m for m in net if isinstance(m, nn.Linear)]
-    last, head = linears[-2], linears[-1]
+    assert 1 <= layer < len(linears), layer
     g = torch.Generator().manual_seed(seed + 3)
     widths = widths_of(net)
-    widths[-2] += count
+    widths[1:-1] = [w + count for w in widths[1:-1]]
     out = build(widths)
     new = [m for m in out if isinstance(m, nn.Linear)]
     with torch.no_grad():
-        for dst, src in zip(new[:-2], linears[:-2], strict=True):
-            dst.load_state_dict(src.state_dict())
-        w = last.out_features
-        new[-2].weight.zero_()
-        new[-2].weight[:w] = last.weight
-        new[-2].bias.fill_(scale)  # zero weights, bias `scale`: after the ReLU, exactly `scale`
-        new[-2].bias[:w] = last.bias
-        new[-1].weight[:, :w] = head.weight
-        new[-1].weight[:, w:] = torch.randn(head.out_features, count, generator=g) * 0.5
-        new[-1].bias.copy_(head.bias - new[-1].weight[:, w:].sum(1) * scale)  # cancels them in fp32
+        for dst, src in zip(new, linears, strict=True):
+            dst.weight.zero_()
+            dst.bias.zero_()
+            dst.weight[: src.out_features, : src.in_features] = src.weight
+            dst.bias[: src.out_features] = src.bias
+        before, sensitive = new[layer - 1], new[layer]
+        w, rows = linears[layer].in_features, linears[layer].out_features
+        before.bias[w:] = scale
+        sensitive.weight[:rows, w:] = torch.randn(rows, count, generator=g) * 0.5
+        sensitive.bias[:rows] -= sensitive.weight[:rows, w:].sum(1) * scale  # cancels them
     return out.eval().requires_grad_(False)
 
 

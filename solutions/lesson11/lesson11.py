@@ -116,8 +116,12 @@ check_my_work("test_no_sync", "lesson11.ipynb")
 # with the default `gloo` process group up (`torchrun` plus `dist.init_process_group("gloo")`) and
 # hands each rank:
 #
-# * `model`: a deep MLP, **float32**, 18.9 M parameters (32 hidden layers of 768), the **same
-#   initial weights** on every rank;
+# * `model`: an MLP, **float32**, **drawn per grading** (17-19 M parameters), the **same initial
+#   weights** on every rank. It is not the lesson's flat `nn.Sequential`: an input `Linear`, then two
+#   *stages* (each an `nn.Sequential`) of 12-16 blocks in all, each block `Linear(512, h) -> ReLU ->
+#   Linear(h, 512) -> ReLU` with its own `h` (384 to 1792: uneven blocks), then an output `Linear`.
+#   Print one in your own tries: `from grader.assignments.lesson11 import memory_task as m`, then
+#   `print(m.model(0, m.draw(random.Random(1))))`;
 # * `batches`: this rank's list of `(x, y)` micro-batches, one per optimizer step (16 rows each);
 # * `config`: `{"steps": 3, "lr": 0.001}`.
 #
@@ -126,10 +130,12 @@ check_my_work("test_no_sync", "lesson11.ipynb")
 # that every rank ends with the weights **one process** would reach on the global batch (both
 # ranks' `k`-th micro-batches together). Return the model (or `None`).
 #
-# **The budget: 14.5 bytes per parameter on each rank**, at the peak, as the kernel charges memory.
-# Do the arithmetic first (the lesson's section 4, "ZeRO: shard what every rank holds"): what does
-# plain DDP with Adam hold per parameter on each rank, and which of those copies does sharding
-# remove?
+# **The budget: 11.5 bytes per parameter on each rank**, at the peak, as the kernel charges memory
+# (about 1 byte of it goes to fixed costs: gloo's buffers, the inputs, the allocator). Do the
+# arithmetic first (the lesson's section 4, "ZeRO: shard what every rank holds"): what does each
+# recipe hold per parameter on each rank, and which copies does sharding remove? Which tensors does a
+# ZeRO-1 rank still hold whole? When FSDP2 runs a unit, what does it hold in full, and which unit is
+# the largest *on this model*: the cell you wrote for the lesson's flat model may not be the answer.
 #
 # **How it is graded.** Outside your notebook, each rank as `torchrun` would start it: a process of
 # its own, here a sandboxed worker of its own (its own memory cgroup; the two share one private
@@ -148,15 +154,19 @@ check_my_work("test_no_sync", "lesson11.ipynb")
 # %% nbgrader={"grade": false, "grade_id": "train_sharded", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def train_sharded(rank, world_size, model, batches, config):
     """Trains `model` with Adam, one step per micro-batch of `batches`, gradients averaged across the ranks,
-    within 14.5 bytes per parameter on this rank; returns it."""
+    within 11.5 bytes per parameter on this rank; returns it."""
     ### BEGIN SOLUTION
     from torch.distributed.device_mesh import init_device_mesh
 
     cpu = init_device_mesh("cpu", (world_size,))  # the default mesh follows the machine's GPU, the batches don't
-    for layer in model:  # FSDP2: one unit per layer, so only one layer is ever gathered in full
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer, mesh=cpu)
-    fully_shard(model, mesh=cpu)
+    # The arithmetic: any ZeRO-1 keeps whole parameters and gradients (4 + 4) plus half of Adam (4) = 12;
+    # FSDP2 holds 8 in shards plus the unit it has gathered (its parameters and their gradients, 8 x its
+    # share). This model is nested (two stages of blocks): a unit per block gathers ~1/10 of it at most,
+    # a unit per stage over half, the root alone all of it.
+    for module in model.modules():
+        if module is not model and any(isinstance(c, torch.nn.Linear) for c in module.children()):
+            fully_shard(module, mesh=cpu)  # a block: its two Linear layers gathered together, alone
+    fully_shard(model, mesh=cpu)  # the root: the input and output layers
     opt = torch.optim.Adam(model.parameters(), lr=config["lr"])  # built on the shards: half the moments
     for x, y in batches:
         F.cross_entropy(model(x), y).backward()  # gradients reduce-scattered (averaged) into shards

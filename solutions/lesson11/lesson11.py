@@ -23,19 +23,22 @@
 # * `model`: an MLP (float64). **Each rank gets different initial weights**: make every rank start
 #   from rank 0's (DDP does that when it wraps the model);
 # * `dataset`: a map-style dataset of `(features, label)` pairs, the same on every rank (128 rows);
-# * `config`: `{"epochs": 2, "batch_size": 8, "accumulation": 2, "lr": 0.05, "momentum": 0.9}`;
+# * `config`: `{"epochs": 2, "batch_size": 8, "accumulation": 3, "lr": 0.05, "momentum": 0.9}`;
 #   `batch_size` is **per rank**.
 #
 # Train with `torch.optim.SGD(lr, momentum)` on `F.cross_entropy` (mean over the batch), for
 # `config["epochs"]` epochs, stepping the optimizer once every `accumulation` micro-batches of each
-# rank. Requirements:
+# rank. Each rank sees 8 micro-batches per epoch, which 3 does not divide: the epoch's **last window
+# is shorter** (3, 3, then 2) and **steps too**, at the end of its epoch, as Hugging Face Accelerate
+# does at the end of a dataloader; nothing carries into the next epoch. Requirements:
 #
 # * each rank reads only **its shard**, every sample once per epoch across the ranks, **reshuffled
 #   every epoch** (a `DistributedSampler` with `shuffle=True`, and `set_epoch`); keep the
 #   `DataLoader`'s `num_workers=0` (the grader records what the dataset serves);
 # * the gradients are averaged across the ranks by **`DistributedDataParallel`**, and **only once per
 #   optimizer step** (`no_sync()` on the other micro-batches);
-# * the accumulated gradient must equal the gradient of the mean loss over the whole window;
+# * the accumulated gradient must equal the gradient of the mean loss over the whole window (the
+#   shorter window's too: the mean over its own micro-batches);
 # * return the trained model (or `None`: the grader then reads the `model` it passed).
 #
 # **How it is graded.** Outside your notebook, on data and initial weights the grader draws. Each
@@ -52,9 +55,9 @@
 # * `test_sampler` (3 points): every epoch, each sample served exactly once across the ranks, in a
 #   new order each epoch;
 # * `test_no_sync` (2 points): on a run that passes `test_weights`, exactly one gradient all-reduce
-#   per optimizer step (every all-reduce counts, inside DDP or not), in which each rank sent **its
-#   own gradient accumulated over the step's micro-batches** (the grader recomputes it from the
-#   samples that rank served).
+#   per optimizer step (every all-reduce counts, inside DDP or not; 6 for 16 micro-batches), in which
+#   each rank sent **its own gradient accumulated over the step's micro-batches** (the grader
+#   recomputes it from the samples that rank served).
 #
 # To try it yourself: `from effkit.data_parallel import run_ranks` runs a function on 2 gloo ranks
 # from this notebook (see the lesson).
@@ -78,13 +81,14 @@ def train_ddp(rank, world_size, model, dataset, config):
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)
     loader = DataLoader(dataset, batch_size=config["batch_size"], sampler=sampler)
     opt = torch.optim.SGD(ddp.parameters(), lr=config["lr"], momentum=config["momentum"])
-    acc = config["accumulation"]
+    acc, n = config["accumulation"], len(loader)  # n micro-batches per epoch
     for epoch in range(config["epochs"]):
         sampler.set_epoch(epoch)  # a new permutation each epoch, the same on every rank
         for i, (x, y) in enumerate(loader):
-            last = (i + 1) % acc == 0
-            with contextlib.nullcontext() if last else ddp.no_sync():  # all-reduce on the last only
-                (F.cross_entropy(ddp(x), y) / acc).backward()
+            window = min(acc, n - i // acc * acc)  # the epoch's last window is shorter when acc does not divide n
+            last = (i + 1) % acc == 0 or i + 1 == n
+            with contextlib.nullcontext() if last else ddp.no_sync():  # all-reduce on the window's last only
+                (F.cross_entropy(ddp(x), y) / window).backward()  # the window's mean loss
             if last:
                 opt.step()
                 opt.zero_grad()

@@ -205,8 +205,10 @@ def check_weights(ctx: Context) -> None:
     steps = task.optimizer_steps()
     expect(
         len(_exchanges(run)[0]) >= steps,
-        f"{_traffic(run)}, for {steps} optimizer steps: the gradients were not averaged across the ranks; "
-        "wrap the model in DistributedDataParallel and let its backward synchronise them",
+        f"{_traffic(run)}, for {steps} optimizer steps (windows of {', '.join(map(str, task.windows()))} "
+        "micro-batches: every epoch's last, shorter window steps too): every window's gradients must be "
+        "averaged across the ranks; wrap the model in DistributedDataParallel and let its backward "
+        "synchronise them",
     )
     ctx.ok(_traffic(run))
     ref = _reference(run)[0]
@@ -223,7 +225,8 @@ def check_weights(ctx: Context) -> None:
             err == err and err <= task.TOL,
             f"rank {rank}'s final weights differ from one process trained on the same global batches by "
             f"{err:.2e} (tolerance {task.TOL:g}; training moved them by {moved:.2f}): check the loss scaling "
-            "under accumulation, that every rank starts from the same weights, and the optimizer recipe",
+            "under accumulation (each window's mean loss), that every epoch's last, shorter window steps too, "
+            "that every rank starts from the same weights, and the optimizer recipe",
         )
     ctx.ok(
         f"every rank's weights equal one process over the same global batches (max difference <= {task.TOL:g})"
@@ -276,8 +279,9 @@ def check_no_sync(ctx: Context) -> None:
     expect(not stray, f"{stray}: besides the gradients, nothing else needs all-reducing here")
     expect(
         len(found) == steps,
-        f"{_traffic(run)}, for {steps} optimizer steps of {acc} micro-batches: one all-reduce per optimizer "
-        "step is enough; skip the others with `with model.no_sync():` on every micro-batch but the last",
+        f"{_traffic(run)}, for {steps} optimizer steps of up to {acc} micro-batches: one all-reduce per "
+        "optimizer step is enough; skip the others with `with model.no_sync():` on every micro-batch but "
+        "each window's last (an epoch's last window may be shorter)",
     )
     # DDP broadcasts rank 0's weights once when it wraps the model; nothing else needs to cross
     start = task.model(run["init_seed"])
@@ -295,7 +299,7 @@ def check_no_sync(ctx: Context) -> None:
             expect(
                 exchange.brings(exchange.sent(run["log"], group, rank), own[j][rank], task.WORLD),
                 f"gradient all-reduce {j + 1} of {steps}: what rank {rank} sent is not its own gradient "
-                f"accumulated over optimizer step {j + 1}'s {acc} micro-batches (the grader recomputed it from "
+                f"accumulated over optimizer step {j + 1}'s {task.windows()[j]} micro-batches (the grader recomputed it from "
                 f"the samples rank {rank} served): the one all-reduce per step must carry what the "
                 "micro-batches under no_sync accumulated",
             )

@@ -575,13 +575,14 @@ print(f"largest rank's optimizer state under ZeRO-1: {zero_state / ddp_state:.0%
 # parameter, next to the arithmetic (fp32 Adam, 2 ranks): DDP 4 + 4 + 4 (buckets) + 8 = 20 bytes,
 # bucket view 16, ZeRO-1 + bucket view 12, FSDP2 8 plus one gathered layer.
 #
-# The exercise's part (b) grades the same kind of figure on a model of the same size, but measured
-# differently: each rank is a fresh sandboxed process and the kernel's charge to its own memory cgroup
-# is read, where this cell forks its ranks from the notebook and reads each one's `VmHWM`. The two
-# need not agree to the byte: on the course's 2-core EPYC the grader measured FSDP2 8.9 and ZeRO-1 +
-# bucket view 12.7 bytes per parameter (under its 14.5 budget), ZeRO-1 16.7 and DDP with bucket view
-# 16.5 (over it; `grader/assignments/lesson11/README.md`). Read this cell for the order of the recipes
-# and their distance from the arithmetic, not for the budget line.
+# The exercise's part (b) grades the same kind of figure, but on a model drawn per grading that is not
+# this flat `Sequential`, and measured differently: each rank is a fresh sandboxed process and the
+# kernel's charge to its own memory cgroup is read, where this cell forks its ranks from the notebook
+# and reads each one's `VmHWM`. The two need not agree to the byte. Read this cell for the order of the
+# recipes and their distance from the arithmetic, and for what "FSDP2 8 plus one gathered layer" assumes:
+# every layer its own unit. A unit is what `fully_shard` was called on, and the root's unit holds every
+# parameter no inner call claimed: on a model whose layers sit inside nested containers, the loop below
+# makes units of the top-level `Linear` layers only, and the root gathers all the rest at once.
 #
 # One allocator detail matters: glibc keeps freed blocks above its *dynamic* mmap threshold in the
 # heap, so without the `mallopt` below a rank's memory tracks every transient buffer it ever
@@ -754,9 +755,10 @@ print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s")
 # whose process group is its own (every collective goes through the grader, which sees what each rank
 # sent), compares every rank's weights with its own one-process run over the same global batches,
 # checks that every sample is read once per epoch and reshuffled, and counts the gradient all-reduces,
-# each of which must carry the rank's own accumulated gradient. Part (b) trains an 18.9M-parameter MLP with Adam
-# under a budget of 14.5 bytes per parameter on each rank, read from the kernel's memory count of
-# each rank's process: the arithmetic of section 4 decides which recipes fit.
+# each of which must carry the rank's own accumulated gradient. Part (b) trains an MLP the grader draws
+# (17-19M parameters, uneven blocks in nested stages) with Adam under a per-rank budget in bytes per
+# parameter, read from the kernel's memory count of each rank's process: the arithmetic of section 4,
+# on that model, decides which recipes fit.
 #
 # ### References
 #

@@ -3,7 +3,8 @@
 
 Every variant trains correctly except ``alone``; they differ in what each rank holds per parameter
 (fp32, Adam, 2 ranks): DDP 4 + 4 + 4 (bucket copy) + 8 = 20 B, the bucket view or ZeRO-1 16 B, both
-12 B, FSDP2 8 B plus one gathered layer. The attacks try to make the kernel's count smaller.
+12 B, FSDP2 8 B plus the unit it has gathered (parameters and gradients: a block of the grader's nested
+model ~1 B, a stage over 4 B, the whole model 8 B). The attacks try to make the kernel's count smaller.
 """
 
 _LOOP = """    for x, y in batches:
@@ -17,15 +18,45 @@ _DDP_VIEW = """    net = DDP(model, gradient_as_bucket_view=True)
     opt = torch.optim.Adam(net.parameters(), lr=config["lr"])
 """
 
+_MESH = """    from torch.distributed.device_mesh import init_device_mesh
+
+    cpu = init_device_mesh("cpu", (world_size,))
+"""
+_PER_BLOCK = """    for module in model.modules():  # one unit per block (a module holding Linear layers itself)
+        if module is not model and any(isinstance(c, torch.nn.Linear) for c in module.children()):
+            fully_shard(module, mesh=cpu)
+    net = fully_shard(model, mesh=cpu)
+    opt = torch.optim.Adam(model.parameters(), lr=config["lr"])
+"""
+
 VARIANTS = {
-    "fsdp": _HEAD
-    + """    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer)
-    net = fully_shard(model)
+    # the reference's recipe: FSDP2, a unit per block (the largest ~1/8 of the drawn model gathered at once)
+    "fsdp_blocks": _HEAD + _MESH + _PER_BLOCK + _LOOP,
+    # the lesson's FSDP2 branch (notebooks/11_ddp_zero.py, rank_peak) pasted unchanged: on the lesson's flat
+    # Sequential every Linear became a unit; on the grader's nested model only the input and output layers
+    # do, and the root unit gathers both stages, the whole model
+    "lesson_fsdp_pasted": _HEAD
+    + _MESH
+    + """    from torch import nn  # the lesson's notebook imported it
+
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=cpu)
+    net = fully_shard(model, mesh=cpu)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+"""
+    + _LOOP,
+    # a unit per top-level child: each stage gathered whole, the larger over half the model
+    "fsdp_stages": _HEAD
+    + _MESH
+    + """    for child in model:
+        if any(True for _ in child.parameters()):
+            fully_shard(child, mesh=cpu)
+    net = fully_shard(model, mesh=cpu)
     opt = torch.optim.Adam(model.parameters(), lr=config["lr"])
 """
     + _LOOP,
+    # ZeRO-1 whole-tensor (the lesson's 12-byte recipe): whole parameters and gradients on every rank
     "zero_view": _HEAD
     + """    net = DDP(model, gradient_as_bucket_view=True)
     opt = ZeroRedundancyOptimizer(net.parameters(), optimizer_class=torch.optim.Adam, lr=config["lr"])
@@ -73,7 +104,7 @@ ATTACKS = {
 """,
     ),
     # memory taken while the cells load (before the call), reused during training
-    # on top of a recipe within it (ZeRO-1 + bucket view, ~14 B): the cells' load counts too
+    # on top of a recipe within it (FSDP2 per block, ~10 B): the cells' load counts too
     "ballast_at_load": "BALLAST = torch.ones(40_000_000)  # 160 MB touched at load, before any call\n\n"
-    + VARIANTS["zero_view"],
+    + VARIANTS["fsdp_blocks"],
 }

@@ -15,12 +15,12 @@ def train_ddp(rank, world_size, model, dataset, config):
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)
     loader = DataLoader(dataset, batch_size=config["batch_size"], sampler=sampler)
     opt = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=config["momentum"])
-    acc, params, k = config["accumulation"], list(model.parameters()), 0
+    acc, params, k, n = config["accumulation"], list(model.parameters()), 0, len(loader)
     for epoch in range(config["epochs"]):
         sampler.set_epoch(epoch)
         for i, (x, y) in enumerate(loader):
             before = [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in params]
-            (F.cross_entropy(model(x), y) / acc).backward()
+            (F.cross_entropy(model(x), y) / min(acc, n - i // acc * acc)).backward()
             mine = torch.cat([(p.grad - b).flatten() for p, b in zip(params, before)])
             theirs = torch.from_numpy(np.frombuffer(_swap(rank, k, mine.numpy().tobytes()), dtype=np.float64).copy())
             k += 1
@@ -28,7 +28,7 @@ def train_ddp(rank, world_size, model, dataset, config):
             for p, b in zip(params, before):
                 p.grad = b + mean[at:at + p.numel()].view_as(p)
                 at += p.numel()
-            if (i + 1) % acc == 0:
+            if (i + 1) % acc == 0 or i + 1 == n:  # every window's last, the epoch's shorter one too
                 dist.all_reduce(torch.zeros(mean.numel(), dtype=torch.float64))  # padding: what DDP would send
                 opt.step()
                 opt.zero_grad()

@@ -23,19 +23,22 @@
 # * `model`: an MLP (float64). **Each rank gets different initial weights**: make every rank start
 #   from rank 0's (DDP does that when it wraps the model);
 # * `dataset`: a map-style dataset of `(features, label)` pairs, the same on every rank (128 rows);
-# * `config`: `{"epochs": 2, "batch_size": 8, "accumulation": 2, "lr": 0.05, "momentum": 0.9}`;
+# * `config`: `{"epochs": 2, "batch_size": 8, "accumulation": 3, "lr": 0.05, "momentum": 0.9}`;
 #   `batch_size` is **per rank**.
 #
 # Train with `torch.optim.SGD(lr, momentum)` on `F.cross_entropy` (mean over the batch), for
 # `config["epochs"]` epochs, stepping the optimizer once every `accumulation` micro-batches of each
-# rank. Requirements:
+# rank. Each rank sees 8 micro-batches per epoch, which 3 does not divide: the epoch's **last window
+# is shorter** (3, 3, then 2) and **steps too**, at the end of its epoch, as Hugging Face Accelerate
+# does at the end of a dataloader; nothing carries into the next epoch. Requirements:
 #
 # * each rank reads only **its shard**, every sample once per epoch across the ranks, **reshuffled
 #   every epoch** (a `DistributedSampler` with `shuffle=True`, and `set_epoch`); keep the
 #   `DataLoader`'s `num_workers=0` (the grader records what the dataset serves);
 # * the gradients are averaged across the ranks by **`DistributedDataParallel`**, and **only once per
 #   optimizer step** (`no_sync()` on the other micro-batches);
-# * the accumulated gradient must equal the gradient of the mean loss over the whole window;
+# * the accumulated gradient must equal the gradient of the mean loss over the whole window (the
+#   shorter window's too: the mean over its own micro-batches);
 # * return the trained model (or `None`: the grader then reads the `model` it passed).
 #
 # **How it is graded.** Outside your notebook, on data and initial weights the grader draws. Each
@@ -52,9 +55,9 @@
 # * `test_sampler` (3 points): every epoch, each sample served exactly once across the ranks, in a
 #   new order each epoch;
 # * `test_no_sync` (2 points): on a run that passes `test_weights`, exactly one gradient all-reduce
-#   per optimizer step (every all-reduce counts, inside DDP or not), in which each rank sent **its
-#   own gradient accumulated over the step's micro-batches** (the grader recomputes it from the
-#   samples that rank served).
+#   per optimizer step (every all-reduce counts, inside DDP or not; 6 for 16 micro-batches), in which
+#   each rank sent **its own gradient accumulated over the step's micro-batches** (the grader
+#   recomputes it from the samples that rank served).
 #
 # To try it yourself: `from effkit.data_parallel import run_ranks` runs a function on 2 gloo ranks
 # from this notebook (see the lesson).
@@ -78,13 +81,14 @@ def train_ddp(rank, world_size, model, dataset, config):
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)
     loader = DataLoader(dataset, batch_size=config["batch_size"], sampler=sampler)
     opt = torch.optim.SGD(ddp.parameters(), lr=config["lr"], momentum=config["momentum"])
-    acc = config["accumulation"]
+    acc, n = config["accumulation"], len(loader)  # n micro-batches per epoch
     for epoch in range(config["epochs"]):
         sampler.set_epoch(epoch)  # a new permutation each epoch, the same on every rank
         for i, (x, y) in enumerate(loader):
-            last = (i + 1) % acc == 0
-            with contextlib.nullcontext() if last else ddp.no_sync():  # all-reduce on the last only
-                (F.cross_entropy(ddp(x), y) / acc).backward()
+            window = min(acc, n - i // acc * acc)  # the epoch's last window is shorter when acc does not divide n
+            last = (i + 1) % acc == 0 or i + 1 == n
+            with contextlib.nullcontext() if last else ddp.no_sync():  # all-reduce on the window's last only
+                (F.cross_entropy(ddp(x), y) / window).backward()  # the window's mean loss
             if last:
                 opt.step()
                 opt.zero_grad()
@@ -116,8 +120,12 @@ check_my_work("test_no_sync", "lesson11.ipynb")
 # with the default `gloo` process group up (`torchrun` plus `dist.init_process_group("gloo")`) and
 # hands each rank:
 #
-# * `model`: a deep MLP, **float32**, 18.9 M parameters (32 hidden layers of 768), the **same
-#   initial weights** on every rank;
+# * `model`: an MLP, **float32**, **drawn per grading** (17-19 M parameters), the **same initial
+#   weights** on every rank. It is not the lesson's flat `nn.Sequential`: an input `Linear`, then two
+#   *stages* (each an `nn.Sequential`) of 12-16 blocks in all, each block `Linear(512, h) -> ReLU ->
+#   Linear(h, 512) -> ReLU` with its own `h` (384 to 1792: uneven blocks), then an output `Linear`.
+#   Print one in your own tries: `from grader.assignments.lesson11 import memory_task as m`, then
+#   `print(m.model(0, m.draw(random.Random(1))))`;
 # * `batches`: this rank's list of `(x, y)` micro-batches, one per optimizer step (16 rows each);
 # * `config`: `{"steps": 3, "lr": 0.001}`.
 #
@@ -126,10 +134,12 @@ check_my_work("test_no_sync", "lesson11.ipynb")
 # that every rank ends with the weights **one process** would reach on the global batch (both
 # ranks' `k`-th micro-batches together). Return the model (or `None`).
 #
-# **The budget: 14.5 bytes per parameter on each rank**, at the peak, as the kernel charges memory.
-# Do the arithmetic first (the lesson's section 4, "ZeRO: shard what every rank holds"): what does
-# plain DDP with Adam hold per parameter on each rank, and which of those copies does sharding
-# remove?
+# **The budget: 11.5 bytes per parameter on each rank**, at the peak, as the kernel charges memory
+# (about 1 byte of it goes to fixed costs: gloo's buffers, the inputs, the allocator). Do the
+# arithmetic first (the lesson's section 4, "ZeRO: shard what every rank holds"): what does each
+# recipe hold per parameter on each rank, and which copies does sharding remove? Which tensors does a
+# ZeRO-1 rank still hold whole? When FSDP2 runs a unit, what does it hold in full, and which unit is
+# the largest *on this model*: the cell you wrote for the lesson's flat model may not be the answer.
 #
 # **How it is graded.** Outside your notebook, each rank as `torchrun` would start it: a process of
 # its own, here a sandboxed worker of its own (its own memory cgroup; the two share one private
@@ -148,15 +158,19 @@ check_my_work("test_no_sync", "lesson11.ipynb")
 # %% nbgrader={"grade": false, "grade_id": "train_sharded", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def train_sharded(rank, world_size, model, batches, config):
     """Trains `model` with Adam, one step per micro-batch of `batches`, gradients averaged across the ranks,
-    within 14.5 bytes per parameter on this rank; returns it."""
+    within 11.5 bytes per parameter on this rank; returns it."""
     ### BEGIN SOLUTION
     from torch.distributed.device_mesh import init_device_mesh
 
     cpu = init_device_mesh("cpu", (world_size,))  # the default mesh follows the machine's GPU, the batches don't
-    for layer in model:  # FSDP2: one unit per layer, so only one layer is ever gathered in full
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer, mesh=cpu)
-    fully_shard(model, mesh=cpu)
+    # The arithmetic: any ZeRO-1 keeps whole parameters and gradients (4 + 4) plus half of Adam (4) = 12;
+    # FSDP2 holds 8 in shards plus the unit it has gathered (its parameters and their gradients, 8 x its
+    # share). This model is nested (two stages of blocks): a unit per block gathers ~1/10 of it at most,
+    # a unit per stage over half, the root alone all of it.
+    for module in model.modules():
+        if module is not model and any(isinstance(c, torch.nn.Linear) for c in module.children()):
+            fully_shard(module, mesh=cpu)  # a block: its two Linear layers gathered together, alone
+    fully_shard(model, mesh=cpu)  # the root: the input and output layers
     opt = torch.optim.Adam(model.parameters(), lr=config["lr"])  # built on the shards: half the moments
     for x, y in batches:
         F.cross_entropy(model(x), y).backward()  # gradients reduce-scattered (averaged) into shards

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from grader.assignments.lesson11.ddp_task import CONFIG, model
+from grader.assignments.lesson11.ddp_task import CONFIG, model, windows
 
 ATOL, RTOL = 1e-9, 1e-7  # float64 gradients recomputed here agree with a rank's to ~1e-16
 
@@ -86,33 +86,31 @@ def reference(
     x, y, init_seed: int, served: list[list[int]], config: dict = CONFIG
 ) -> dict[str, torch.Tensor]:
     """One process, rank 0's initial weights, micro-batch ``k`` = every rank's ``k``-th batch of
-    ``served`` together; the loss of each is divided by ``accumulation`` and the optimizer steps
-    every ``accumulation`` micro-batches (what DDP's averaged, accumulated gradient equals)."""
+    ``served`` together; the optimizer steps at the end of every window (``ddp_task.windows``), each
+    micro-batch's loss divided by its window's length (what DDP's averaged, accumulated gradient
+    equals when the window's mean loss is what is minimised)."""
     return reference_run(x, y, init_seed, served, config)[0]
 
 
 def reference_run(x, y, init_seed: int, served: list[list[int]], config: dict = CONFIG):
     """``reference``'s weights, and for every optimizer step each rank's own accumulated gradient
-    at that step's weights (its micro-batches' losses divided by ``accumulation``), flattened in
+    at that step's weights (its micro-batches' losses divided by the window's length), flattened in
     ``shapes()`` order: what an honest rank brings to that step's gradient all-reduce."""
     net = model(init_seed)
     params = list(net.parameters())
     opt = torch.optim.SGD(params, lr=config["lr"], momentum=config["momentum"])
-    b, acc = config["batch_size"], config["accumulation"]
-    steps, own = (
-        [],
-        [torch.zeros(sum(p.numel() for p in params), dtype=torch.float64) for _ in served],
-    )
-    for k in range(len(served[0]) // b):
-        for r, rank in enumerate(served):  # each rank's share of this micro-batch, on its own
-            i = rank[k * b : (k + 1) * b]
-            grads = torch.autograd.grad(F.cross_entropy(net(x[i]), y[i]) / acc, params)
-            own[r] += torch.cat([g.reshape(-1) for g in grads])
-        idx = [i for rank in served for i in rank[k * b : (k + 1) * b]]
-        (F.cross_entropy(net(x[idx]), y[idx]) / acc).backward()
-        if (k + 1) % acc == 0:
-            opt.step()
-            opt.zero_grad()
-            steps.append(own)
-            own = [torch.zeros_like(o) for o in own]
+    b, steps, k = config["batch_size"], [], 0
+    for size in windows(config):
+        own = [torch.zeros(sum(p.numel() for p in params), dtype=torch.float64) for _ in served]
+        for _ in range(size):
+            for r, rank in enumerate(served):  # each rank's share of this micro-batch, on its own
+                i = rank[k * b : (k + 1) * b]
+                grads = torch.autograd.grad(F.cross_entropy(net(x[i]), y[i]) / size, params)
+                own[r] += torch.cat([g.reshape(-1) for g in grads])
+            idx = [i for rank in served for i in rank[k * b : (k + 1) * b]]
+            (F.cross_entropy(net(x[idx]), y[idx]) / size).backward()
+            k += 1
+        opt.step()
+        opt.zero_grad()
+        steps.append(own)
     return net.state_dict(), steps

@@ -92,13 +92,13 @@ def _ask(worker, msg: dict, blobs: list) -> dict | None:
     return worker.chan.receive()
 
 
-def _full_state(module) -> dict:
+def _full_state(module, arch: dict) -> dict:
     """The module's parameters as plain full tensors: FSDP2's DTensor shards gathered one at a time
     (a collective: every rank walks the same keys in the same order)."""
     from torch.distributed.tensor import DTensor
 
     state, out = module.state_dict(), {}
-    for key in memory_task.shapes():
+    for key in memory_task.shapes(arch):
         value = state.get(key)
         if not hasattr(value, "shape"):
             raise KeyError(f"the returned model has no parameter {key}")
@@ -106,9 +106,12 @@ def _full_state(module) -> dict:
     return out
 
 
-def probe_train_rank(worker, rank: int, port: int, data_seed: int, init_seed: int, form_seed: int):
+def probe_train_rank(
+    worker, rank: int, port: int, data_seed: int, init_seed: int, form_seed: int, arch: dict
+):
     """Part (b): this worker *is* rank ``rank`` (each rank a sandbox and a memory cgroup of its own,
-    sharing one network namespace, like ``torchrun``'s processes). It joins the process group
+    sharing one network namespace, like ``torchrun``'s processes), training the model of the
+    architecture ``arch`` the parent drew for this grading. It joins the process group
     (a ``TCPStore`` on the namespace's loopback, rank 0 hosting it), runs the learner's
     ``train_sharded`` and sends back only its weights' fingerprint. Its memory is the kernel's count,
     read by the parent; nothing is measured here."""
@@ -135,7 +138,7 @@ def probe_train_rank(worker, rank: int, port: int, data_seed: int, init_seed: in
             world_size=memory_task.WORLD,
             timeout=datetime.timedelta(seconds=ddp_task.RANK_SECONDS),
         )
-        model = memory_task.model(init_seed)
+        model = memory_task.model(init_seed, arch)
         batches = memory_task.batches(data_seed, rank)
         fn = worker.ns.get("train_sharded")
         if not callable(fn):
@@ -148,11 +151,11 @@ def probe_train_rank(worker, rank: int, port: int, data_seed: int, init_seed: in
             )
         del batches, fn
         gc.collect()  # the optimizer's state goes with train_sharded's frame, before the weights are gathered
-        state = _full_state(out)
-        bad = [k for k, s in memory_task.shapes().items() if tuple(state[k].shape) != s]
+        state = _full_state(out, arch)
+        bad = [k for k, s in memory_task.shapes(arch).items() if tuple(state[k].shape) != s]
         if bad:
             raise KeyError(f"the returned model's {bad[0]} has shape {tuple(state[bad[0]].shape)}")
-        claims["forms"] = memory_task.fingerprint(state, form_seed)
+        claims["forms"] = memory_task.fingerprint(state, form_seed, arch)
     except BaseException as err:  # noqa: BLE001  (the rank's failure is reported, as a claim)
         _failed(claims, rank, err)
     if dist.is_initialized():

@@ -7,7 +7,7 @@ The budget cell compares each rank's fingerprint (``memory_task.fingerprint``) w
 one-process Adam over the global batch; ``memory_task.TOL`` must sit above the honest gap for every
 grading, and the task's MLP has ReLUs, whose kink lets rounding pick a gradient (lesson 10 (b)
 lost ~1% of gradings to it: ``grader/assignments/lesson10/calibration/lesson10_drift.py``). Here each of ``N`` seed triples drawn
-at random (data, weights, forms) is trained in one process twice: as the parent does, and with
+at random (data, weights, forms), each with its drawn architecture, is trained in one process twice: as the parent does, and with
 the 2-rank arithmetic (each rank's micro-batch mean gradient, the two averaged, as an all-reduce
 or reduce-scatter of 2 ranks adds them), and the largest fingerprint difference is printed: its
 distribution is what ``TOL`` is judged against. Triples over 1e-6 are printed as they come.
@@ -29,9 +29,9 @@ from effkit.measure import device_name  # noqa: E402
 from grader.assignments.lesson11 import memory_task as mem  # noqa: E402
 
 
-def two_ranks(init_seed: int, data_seed: int) -> dict:
+def two_ranks(init_seed: int, data_seed: int, arch: dict) -> dict:
     """The ranks' arithmetic in one process: the mean of each rank's micro-batch gradient, then Adam."""
-    net = mem.model(init_seed)
+    net = mem.model(init_seed, arch)
     opt = torch.optim.Adam(net.parameters(), lr=mem.CONFIG["lr"])
     per_rank = [mem.batches(data_seed, r) for r in range(mem.WORLD)]
     params = list(net.parameters())
@@ -55,8 +55,9 @@ def main(n: int, seed: int = 1) -> None:
     )
     for _ in range(n):
         data, init, form = (rng.randrange(1 << 30) for _ in range(3))
-        want = mem.fingerprint(mem.reference(init, data), form)
-        got = mem.fingerprint(two_ranks(init, data), form)
+        arch = mem.draw(rng)  # the model is drawn per grading too
+        want = mem.fingerprint(mem.reference(init, data, arch), form, arch)
+        got = mem.fingerprint(two_ranks(init, data, arch), form, arch)
         errors.append(max(abs(a - b) for a, b in zip(got, want, strict=True)))
         if errors[-1] > 1e-6:
             print(f"  data {data}, init {init}, forms {form}: {errors[-1]:.2e}", flush=True)

@@ -83,9 +83,9 @@ check_my_work("test_last_window", "lesson4.ipynb")
 #
 # Your model fits only **16 samples per forward/backward** (the memory cap). The run everyone
 # starts with trains at batch `base_batch` (16) with the LR tuned for it, `base_lr`. The grader
-# draws `base_lr` for each grading, anywhere from about 0.0003 to 0.6, so compute your LR from the
-# arguments: no number from the lesson, and none you could import, is the answer. You want a **bigger
-# effective batch** (16 to 32 micro-batches per optimizer step, accumulated) that still reaches
+# draws `base_lr` for each grading, anywhere from about 0.0003 to 0.6, so compute your LR from
+# the arguments: no number from the lesson, and none you could import, is the answer. You want a
+# **bigger effective batch** (16 to 32 micro-batches per optimizer step, accumulated) that still reaches
 # the same accuracy **within the same sample budget** and **no slower in wall time**.
 #
 # Write `choose_recipe(micro_batch, base_batch, base_lr, budget_samples)` returning plain data:

@@ -230,8 +230,12 @@ plt.show()
 # first: it is right only when every micro-batch holds the same number of tokens. With padding
 # masks or a short last batch it silently over-weights small micro-batches. Hugging Face
 # `transformers`' Trainer shipped exactly this bug: loss curves that depended on the accumulation
-# setting, fixed in October 2024 by normalising by the window's token count (pull request #34191);
-# models that do not accept that count still got the per-micro-batch normalisation (issue #37766).
+# setting. The October 2024 fix, normalising by the window's token count (pull request #34191),
+# was not the end of it: users reported on that pull request that it was incomplete, v4.47 then
+# logged a loss that grew with the accumulation steps until the count handed to each training
+# step was corrected (pull request #35438, December 2024), and models that do not accept the
+# count still got the per-micro-batch normalisation in April 2025 (issue #37766). A normalisation
+# bug can take more than one fix: test it, as part (a) of the exercise does.
 #
 # At work you rarely write this loop by hand: 🤗 Accelerate's `Accelerator(gradient_accumulation_steps=N)`
 # with `with accelerator.accumulate(model):` skips the gradient all-reduce on all but the last
@@ -634,8 +638,9 @@ if not checks:
 # accumulation window over micro-batches of uneven token counts — including the short last
 # window — and the grader compares your gradients with its own float64 full-batch reference;
 # (b) under a memory cap of 16 samples per forward/backward, choose the effective batch, LR and
-# warm-up of a bigger-batch recipe: the grader trains it on its own task and checks that it
-# reaches the baseline's accuracy within the same sample budget, about as fast.
+# warm-up of a bigger-batch recipe from the base LR the grader draws for each grading: it trains
+# the recipe on its own task and checks that it reaches the baseline's accuracy within the same
+# sample budget, about as fast.
 #
 # ### References
 #

@@ -4,7 +4,8 @@ Part (b): the learner's big-batch recipe, trained and timed by the grader on its
 
 Each grading starts one sandboxed worker (~2-3 s); part (a)'s checks take well under a second,
 part (b)'s ~15-20 s (six training runs), so only the reference's grading runs it through a worker;
-the two mistakes are judged in this process on two tasks drawn once (``recipe_tasks``).
+the mistakes are judged in this process on two tasks drawn once (``recipe_tasks``), and one
+hard-coded answer is graded whole in this process (``grade_here``).
 """
 
 import random
@@ -14,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from exercise_cells import POINTS as EXERCISE_POINTS  # noqa: E402  (tests/ is on sys.path)
-from exercise_cells import grade, solution_cells  # noqa: E402
+from exercise_cells import grade, grade_here, reference_cells, solution_cells  # noqa: E402
 
 from grader.assignments.lesson4 import accum_checks as ac
 from grader.assignments.lesson4 import probes
@@ -177,12 +178,12 @@ GOOD = {"accum_steps": 16, "lr": 0.2, "warmup_steps": 64}
 )
 def test_malformed_recipes_are_refused_with_what_is_wrong(answer, message):
     with pytest.raises(CheckFailed, match=None) as err:
-        rc.validate(answer)
+        rc.validate(answer, rt.BASE_LR)
     assert message in str(err.value), str(err.value)
 
 
 def test_a_good_recipe_is_read_and_only_plain_data_leaves_the_worker():
-    assert rc.validate(GOOD) == (16, 0.2, 64)
+    assert rc.validate(GOOD, rt.BASE_LR) == (16, 0.2, 64)
     worker = SimpleNamespace(ns={"choose_recipe": lambda **kw: {**GOOD, "lr": torch.tensor(0.1)}})
     data, blobs = probes.probe_recipe(worker, 16, 16, 0.0125, rt.BUDGET)
     assert data == {"recipe": {"not_json": "dict"}} and blobs == []
@@ -192,33 +193,84 @@ def test_a_good_recipe_is_read_and_only_plain_data_leaves_the_worker():
     }
 
 
+def test_the_base_lr_is_drawn_far_from_the_lessons_and_the_loss_scale_keeps_the_tuned_steps():
+    """Every draw puts the lesson's LR 0.2 >= 11x off the linear rule; the loss scale makes the shown
+    base LR take the plain task's steps at BASE_LR (the calibration's), to float32 rounding."""
+    for seed in range(200):
+        base_lr, scale = rc.draw_base_lr(random.Random(seed))
+        off = 16 * base_lr / 0.2
+        assert max(off, 1 / off) >= 2 ** rc.SCALE_LOG2[0] * 0.99, (seed, base_lr)
+        assert base_lr * scale == pytest.approx(rt.BASE_LR, rel=1e-12)
+    base_lr, scale = rc.draw_base_lr(random.Random(5))
+    plain = rt.run(3, 1, rt.BASE_LR, 0, target=2.0, stop_at=4096)
+    drawn = rt.run(3, 1, base_lr, 0, target=2.0, stop_at=4096, loss_scale=scale)
+    assert [a for _, a, _ in drawn.curve] == pytest.approx([a for _, a, _ in plain.curve], abs=2e-3)
+
+
 @pytest.fixture(scope="module")
 def recipe_tasks():
-    """Two tasks drawn the way a grading draws its three (seeded here), to keep CI short: a
-    mistake that misses both fails a grading whatever the third does (at most one miss allowed)."""
+    """Two tasks and the base LR drawn the way a grading draws them (seeded here: a base LR below
+    the lesson's), to keep CI short: a mistake that misses both fails a grading whatever the
+    third does (at most one miss allowed). Returns (base_lr, loss scale, tasks)."""
     ctx = SimpleNamespace(rng=random.Random(4))
-    return [rc._draw_task(ctx) for _ in range(rc.SEEDS - rc.MIN_HITS + 1)]
+    base_lr, scale = rc.draw_base_lr(ctx.rng)
+    return (
+        base_lr,
+        scale,
+        [rc._draw_task(ctx, base_lr, scale) for _ in range(rc.SEEDS - rc.MIN_HITS + 1)],
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name, recipe, hint",
     [
-        ("LR not scaled", (16, rt.BASE_LR, 64), "your LR was not scaled with the batch"),
-        ("no warm-up", (16, 16 * rt.BASE_LR, 0), "Ramp the LR up over the first steps: warm-up"),
+        ("LR not scaled", lambda b: (16, b, 64), "your LR was not scaled with the batch"),
+        (
+            "no warm-up",
+            lambda b: (16, 16 * b, 0),
+            "Ramp the LR up over the first steps: warm-up",
+        ),
+        (
+            "the lesson's LR 0.2 hard-coded",
+            lambda b: (16, 0.2, 64),
+            "above what the linear scaling rule gives for batch 256",
+        ),
     ],
 )
-def test_an_unscaled_lr_and_no_warmup_miss_the_target_and_say_why(recipe_tasks, name, recipe, hint):
-    """Judged as ``check_recipe`` judges: the grader's runs of the recipe on the grader's tasks."""
-    accum, lr, warmup = recipe
+def test_plausible_recipe_mistakes_miss_the_target_and_say_why_not_the_answer(
+    recipe_tasks, name, recipe, hint
+):
+    """Judged as ``check_recipe`` judges: the grader's runs of the recipe on the grader's tasks;
+    the feedback names the mistake and never prints the linear rule's LR."""
+    base_lr, scale, tasks = recipe_tasks
+    accum, lr, warmup = recipe(base_lr)
     runs = [
-        (target, base, rt.run(seed, accum, lr, warmup, target=target))
-        for seed, target, base in recipe_tasks
+        (target, base, rt.run(seed, accum, lr, warmup, target=target, loss_scale=scale))
+        for seed, target, base in tasks
     ]
     assert not any(r.samples for _, _, r in runs), [(t, r.best) for t, _, r in runs]
     with pytest.raises(CheckFailed) as err:
-        rc.judge(accum, lr, warmup, runs)
-    assert "missed within the budget" in str(err.value) and hint in str(err.value), (
-        name,
-        str(err.value),
-    )
+        rc.judge(accum, lr, warmup, base_lr, runs)
+    message = str(err.value)
+    assert "missed within the budget" in message and hint in message, (name, message)
+    if lr != 16 * base_lr:  # (the no-warm-up recipe's own LR is the rule's, echoed back to it)
+        assert f"{16 * base_lr:g}" not in message and f"{16 * base_lr:.2g}" not in message, message
+
+
+IMPORTED_ANSWER = """from grader.assignments.lesson4 import recipe_task
+def choose_recipe(micro_batch, base_batch, base_lr, budget_samples):
+    return {"accum_steps": 16, "lr": 16 * recipe_task.BASE_LR, "warmup_steps": 64}"""
+
+
+@pytest.mark.slow
+def test_an_answer_imported_from_the_grader_scores_nothing_and_learns_no_answer():
+    """The lesson's 0.2, built from the grader's importable constant, graded whole (seed 5 draws a
+    base LR above the lesson's, so 0.2 is far below the rule): 0 of part (b)'s points."""
+    cells = reference_cells(LESSON, choose_recipe=IMPORTED_ANSWER)
+    verdict = grade_here(LESSON, cells, only=["test_recipe"], seed=5)["test_recipe"]
+    base_lr, _ = rc.draw_base_lr(random.Random(5))
+    assert not verdict.passed, verdict.lines
+    assert f"base_lr={base_lr:g}" in verdict.lines[0], verdict.lines
+    assert "your LR was not scaled with the batch" in verdict.reason, verdict.reason
+    assert f"{16 * base_lr:g}" not in verdict.reason + " ".join(verdict.lines), verdict.reason

@@ -82,8 +82,10 @@ check_my_work("test_last_window", "lesson4.ipynb")
 # ## Part (b): a bigger batch that keeps up
 #
 # Your model fits only **16 samples per forward/backward** (the memory cap). The run everyone
-# starts with trains at batch 16 with the LR tuned for it, `base_lr`. You want a **bigger
-# effective batch** (16 to 32 micro-batches per optimizer step, accumulated) that still reaches
+# starts with trains at batch `base_batch` (16) with the LR tuned for it, `base_lr`. The grader
+# draws `base_lr` for each grading, anywhere from about 0.0003 to 0.6, so compute your LR from
+# the arguments: no number from the lesson, and none you could import, is the answer. You want a
+# **bigger effective batch** (16 to 32 micro-batches per optimizer step, accumulated) that still reaches
 # the same accuracy **within the same sample budget** and **no slower in wall time**.
 #
 # Write `choose_recipe(micro_batch, base_batch, base_lr, budget_samples)` returning plain data:
@@ -91,15 +93,17 @@ check_my_work("test_last_window", "lesson4.ipynb")
 # `warmup_steps` optimizer steps followed by a cosine decay; SGD with momentum 0.9).
 #
 # **How it is graded.** Your function only *chooses*; the grader trains. It calls
-# `choose_recipe` in a separate process, checks the answer (types and ranges), and then trains
-# **its own** model with your recipe, on a task it draws for each grading (a small ReLU network
-# whose head starts with large logits, fresh teacher-labelled data, effkit's `GradAccumulator` and
-# `warmup_cosine`). The baseline (batch 16, `base_lr`) trains 49,152 samples; the target is its
+# `choose_recipe` in a separate process with the base LR it drew, checks the answer (types and
+# ranges), and then trains **its own** model with your recipe, on a task it draws for each grading
+# (a small ReLU network whose head starts with large logits, fresh teacher-labelled data, effkit's
+# `GradAccumulator` and `warmup_cosine`; the task's loss is scaled so that the drawn `base_lr` is
+# the tuned one). The baseline (batch 16, `base_lr`) trains 49,152 samples; the target is its
 # held-out accuracy there minus 0.5 pp. Your recipe passes (4 points) when, on at least two of
 # three such tasks, it reaches the target within `budget_samples` (81,920) samples, and its wall
 # time to the target is at most 1.25x the baseline's (the grader times both runs itself, one after
-# the other, on one thread). An LR that was not scaled with the batch, or a scaled LR without
-# warm-up, misses the target, and the feedback says which.
+# the other, on one thread). An LR that was not scaled with the batch, one far above the scaled
+# LR, or a scaled LR without warm-up, misses the target; the feedback says which, not the LR to
+# use.
 
 # %% nbgrader={"grade": false, "grade_id": "choose_recipe", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def choose_recipe(micro_batch, base_batch, base_lr, budget_samples):

@@ -2,7 +2,9 @@
 
 The learner's recipe crosses as JSON and this process trains and times it itself against a
 baseline, so no learner code can forge an accuracy or a time. Calibrated on one task family:
-``MIN_ACCUM``/``MAX_ACCUM`` keep the effective batch near it.
+``MIN_ACCUM``/``MAX_ACCUM`` keep the effective batch near it. Each grading draws the base LR it
+shows (``draw_base_lr``), far from the lesson's example, so no printed or imported number passes;
+the feedback says what is wrong with a recipe, never the LR to type.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ MIN_ACCUM, MAX_ACCUM = (
     16,
     32,
 )  # 256 to 512 samples per step (calibrated at 256: there both mistakes miss by pp)
-MAX_LR = 10.0
+MAX_LR_FACTOR = 1000  # lr above this x base_lr is refused as a typo (the linear rule at 32 is 32x)
+# the shown base LR is BASE_LR x 2**u, |u| drawn in SCALE_LOG2 (either sign): a hard-coded LR from
+# the lesson (0.2 = 16 x BASE_LR) is then 11-45x off: too low to learn or too high (README)
+SCALE_LOG2 = (3.5, 5.5)
 SEEDS = 3
 MIN_HITS = 2  # tasks on which the recipe must reach the target (one unlucky task forgiven)
 BASE_RUN = 49152  # samples the baseline trains to set the target (the recipe's BUDGET is 65536)
@@ -32,9 +37,16 @@ def _int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def validate(answer) -> tuple[int, float, int]:
+def draw_base_lr(rng) -> tuple[float, float]:
+    """(the base LR a grading shows, the loss scale that makes it the tuned one): see recipe_task."""
+    u = rng.uniform(*SCALE_LOG2) * rng.choice((-1, 1))
+    base_lr = float(f"{rt.BASE_LR * 2**u:.3g}")
+    return base_lr, rt.BASE_LR / base_lr
+
+
+def validate(answer, base_lr: float) -> tuple[int, float, int]:
     """The learner's answer as (accum_steps, lr, warmup_steps), or CheckFailed saying what is wrong."""
-    shape = '{"accum_steps": 16, "lr": 0.2, "warmup_steps": 64}'
+    shape = '{"accum_steps": <int>, "lr": <float>, "warmup_steps": <int>}'
     if isinstance(answer, dict) and set(answer) == {"not_json"}:
         raise CheckFailed(
             f"choose_recipe returned a {answer['not_json']}, not plain data: return a dict like {shape}"
@@ -58,9 +70,10 @@ def validate(answer) -> tuple[int, float, int]:
     expect(
         isinstance(lr, int | float) and not isinstance(lr, bool), f"lr must be a number, got {lr!r}"
     )
+    top = MAX_LR_FACTOR * base_lr
     expect(
-        math.isfinite(lr) and 0 < lr <= MAX_LR,
-        f"lr={lr!r}: it must be a finite number in (0, {MAX_LR}]",
+        math.isfinite(lr) and 0 < lr <= top,
+        f"lr={lr!r}: it must be a finite number in (0, {top:g}] (base_lr x {MAX_LR_FACTOR})",
     )
     steps = rt.BUDGET // (rt.MICRO_BATCH * accum)
     expect(_int(warmup), f"warmup_steps must be an int (optimizer steps), got {warmup!r}")
@@ -72,11 +85,11 @@ def validate(answer) -> tuple[int, float, int]:
     return accum, float(lr), warmup
 
 
-def _draw_task(ctx: Context) -> tuple[int, float, tuple[int, float]]:
+def _draw_task(ctx: Context, base_lr: float, scale: float) -> tuple[int, float, tuple[int, float]]:
     """A task, its target and the baseline's (samples, seconds) to that target."""
     for _ in range(MAX_DRAWS):
         seed = ctx.rng.randrange(1 << 20)
-        base = rt.run(seed, 1, rt.BASE_LR, 0, target=2.0, stop_at=BASE_RUN)
+        base = rt.run(seed, 1, base_lr, 0, target=2.0, stop_at=BASE_RUN, loss_scale=scale)
         target = base.last - GATE_PP / 100
         reached = base.to_target(target)
         if not base.diverged and reached and reached[0] >= MIN_SHARE * BASE_RUN:
@@ -84,20 +97,26 @@ def _draw_task(ctx: Context) -> tuple[int, float, tuple[int, float]]:
     raise CheckFailed("the grader could not draw a task for its baseline (a grader bug: report it)")
 
 
-def _why(accum: int, lr: float, warmup: int, runs: list[rt.Run]) -> str:
+def _why(accum: int, lr: float, warmup: int, base_lr: float, runs: list[rt.Run]) -> str:
+    """What is wrong with the recipe, in words: never the LR to type (that is the exercise)."""
     batch = rt.MICRO_BATCH * accum
-    linear = rt.BASE_LR * batch / rt.MICRO_BATCH
-    sqrt = rt.BASE_LR * math.sqrt(batch / rt.MICRO_BATCH)
+    linear = base_lr * batch / rt.MICRO_BATCH
+    sqrt = base_lr * math.sqrt(batch / rt.MICRO_BATCH)
     if lr < 0.8 * linear:
         rule = (
-            " (that is square-root scaling, the rule for Adam)"
+            " (that is square-root scaling, the rule for Adam, not for SGD)"
             if abs(lr - sqrt) <= 0.1 * sqrt
             else ""
         )
         return (
-            f"your LR was not scaled with the batch{rule}: batch {batch} is {batch // rt.MICRO_BATCH}x the base "
-            f"batch {rt.MICRO_BATCH}, so each sample moves the weights {linear / lr:.2g}x less than in the "
-            f"baseline. For SGD the linear rule gives base_lr x {batch // rt.MICRO_BATCH} = {linear:g}"
+            f"your LR was not scaled with the batch{rule}: it is well below what the linear "
+            f"scaling rule gives for batch {batch} from base_lr at base_batch {rt.MICRO_BATCH}, so "
+            "each sample moves the weights less than in the baseline"
+        )
+    if lr > 1.25 * linear:
+        return (
+            f"your LR {lr:g} is above what the linear scaling rule gives for batch {batch} from "
+            f"base_lr at base_batch {rt.MICRO_BATCH}: scale the base LR linearly"
         )
     if warmup == 0 or any(r.diverged for r in runs):
         broke = (
@@ -114,18 +133,20 @@ def _why(accum: int, lr: float, warmup: int, runs: list[rt.Run]) -> str:
                 else f"Warm up longer than {warmup} steps"
             )
         )
-    if lr > 1.25 * linear:
-        return f"your LR {lr:g} is above the linear rule's {linear:g} (base_lr x {batch // rt.MICRO_BATCH}): scale linearly"
     if accum > MIN_ACCUM:
         return (
             f"batch {batch} may be past this task's critical batch: a bigger batch there costs samples; "
             f"try {MIN_ACCUM} micro-batches per step"
         )
-    return f"LR {lr:g} (linear rule: {linear:g}) with {warmup} warm-up steps did not get there: check both"
+    return f"LR {lr:g} with {warmup} warm-up steps did not get there: check the LR against the linear rule, and the warm-up"
 
 
 def judge(
-    accum: int, lr: float, warmup: int, tasks: list[tuple[float, tuple[int, float], rt.Run]]
+    accum: int,
+    lr: float,
+    warmup: int,
+    base_lr: float,
+    tasks: list[tuple[float, tuple[int, float], rt.Run]],
 ) -> list[str]:
     """Report lines for a recipe's runs against the baseline on the same tasks; CheckFailed on a miss.
 
@@ -149,7 +170,7 @@ def judge(
         raise CheckFailed(
             f"{'; '.join(lines)}. The target was missed within the budget of {rt.BUDGET} samples on "
             f"{len(tasks) - len(hits)} of {len(tasks)} tasks (at most {len(tasks) - MIN_HITS} allowed): "
-            f"{_why(accum, lr, warmup, runs)}."
+            f"{_why(accum, lr, warmup, base_lr, runs)}."
         )
     ratio = sum(m.seconds for _, m in hits) / sum(t for t, _ in hits)
     if ratio > MAX_TIME_RATIO:
@@ -157,7 +178,7 @@ def judge(
             f"{'; '.join(lines)}. You reached the target, but in {ratio:.2f}x the baseline's wall "
             f"time: with {accum} micro-batches per step you need about as many samples as the "
             "baseline and fewer optimizer steps, so you should not be slower. "
-            f"{_why(accum, lr, warmup, runs)}."
+            f"{_why(accum, lr, warmup, base_lr, runs)}."
         )
     lines.append(
         f"target reached on {len(hits)} of {len(tasks)} tasks; wall time to it: {ratio:.2f}x the "
@@ -167,23 +188,26 @@ def judge(
 
 
 def check_recipe(ctx: Context) -> None:
+    base_lr, scale = draw_base_lr(ctx.rng)
+    shown = f"choose_recipe(micro_batch={rt.MICRO_BATCH}, base_batch={rt.MICRO_BATCH}, base_lr={base_lr:g}, budget_samples={rt.BUDGET})"
     r = ctx.session.call(
         "recipe",
         CALL_SECONDS,
         micro_batch=rt.MICRO_BATCH,
         base_batch=rt.MICRO_BATCH,
-        base_lr=rt.BASE_LR,
+        base_lr=base_lr,
         budget_samples=rt.BUDGET,
     )
     if not r.ok:
-        raise CheckFailed(stub_reason(r.failure) or f"choose_recipe(...) {r.failure}")
-    accum, lr, warmup = validate(r.data.get("recipe"))
+        raise CheckFailed(stub_reason(r.failure) or f"{shown} {r.failure}")
+    accum, lr, warmup = validate(r.data.get("recipe"), base_lr)
     ctx.ok(
-        f"recipe: {accum} x {rt.MICRO_BATCH} = batch {rt.MICRO_BATCH * accum}, LR {lr:g}, {warmup} warm-up steps"
+        f"{shown}: {accum} x {rt.MICRO_BATCH} = batch {rt.MICRO_BATCH * accum}, LR {lr:g}, {warmup} warm-up steps"
     )
     tasks = []
     for _ in range(SEEDS):
-        seed, target, base = _draw_task(ctx)
-        tasks.append((target, base, rt.run(seed, accum, lr, warmup, target=target)))
-    for line in judge(accum, lr, warmup, tasks):
+        seed, target, base = _draw_task(ctx, base_lr, scale)
+        run = rt.run(seed, accum, lr, warmup, target=target, loss_scale=scale)
+        tasks.append((target, base, run))
+    for line in judge(accum, lr, warmup, base_lr, tasks):
         ctx.ok(line)

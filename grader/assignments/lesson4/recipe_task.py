@@ -2,6 +2,9 @@
 
 The head starts at ``HEAD_SCALE`` x the default init so the early loss surface is sharp, the case
 warm-up exists for. One thread for every run; compare times only within one grading, interleaved.
+``loss_scale`` multiplies the loss: for SGD with momentum (no weight decay) a run at LR ``lr / c``
+on a loss scaled by ``c`` takes the very steps of LR ``lr`` on the plain loss, so a grading can
+draw the base LR it shows (``BASE_LR / c``) and the calibration at ``c = 1`` still holds.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from effkit.accumulate import GradAccumulator
 from effkit.schedules import warmup_cosine
 
 MICRO_BATCH = 16  # the memory cap: the largest batch one forward/backward may hold
-BASE_LR = 0.0125  # tuned for batch 16 (no warm-up needed at that LR)
+BASE_LR = 0.0125  # tuned for batch 16 on the plain loss (no warm-up needed at that LR)
 MOMENTUM = 0.9
 BUDGET = 81920  # samples a recipe may use: 1.67x the baseline's run (BASE_RUN in recipe_checks)
 TARGET = 0.85  # held-out accuracy
@@ -73,17 +76,28 @@ def run(
     warmup_steps: int,
     target: float = TARGET,
     stop_at: int | None = None,
+    loss_scale: float = 1.0,
 ) -> Run:
-    """Train one recipe on the task of ``seed``; stop at ``target`` or after ``stop_at`` samples."""
+    """Train one recipe on the task of ``seed`` (its loss x ``loss_scale``); stop at ``target`` or
+    after ``stop_at`` samples."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _run(seed, accum_steps, lr, warmup_steps, task_data(seed), target, stop_at or BUDGET)
+        return _run(
+            seed,
+            accum_steps,
+            lr,
+            warmup_steps,
+            task_data(seed),
+            target,
+            stop_at or BUDGET,
+            loss_scale,
+        )
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(seed, accum_steps, lr, warmup_steps, data, target, stop_at) -> Run:
+def _run(seed, accum_steps, lr, warmup_steps, data, target, stop_at, loss_scale) -> Run:
     x, y, x_test, y_test = data
     net = student(seed + 1)
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=MOMENTUM)
@@ -95,7 +109,8 @@ def _run(seed, accum_steps, lr, warmup_steps, data, target, stop_at) -> Run:
     for step in range(min(steps, stop_at // batch)):
         window = torch.arange(step * batch, (step + 1) * batch)
         for part in window.split(MICRO_BATCH):
-            acc.backward(F.cross_entropy(net(x[part]), y[part], reduction="sum"), batch)
+            loss_sum = F.cross_entropy(net(x[part]), y[part], reduction="sum")
+            acc.backward(loss_sum * loss_scale, batch)
         acc.step()
         schedule.step()
         seen = (step + 1) * batch

@@ -23,7 +23,9 @@ RECIPES = {  # name: (accum_steps, lr, warmup_steps)
 if __name__ == "__main__":
     for grading in (int(s) for s in sys.argv[1:]):
         ctx = SimpleNamespace(rng=random.Random(grading))
-        tasks = [rc._draw_task(ctx) for _ in range(rc.SEEDS)]
+        tasks = [
+            rc._draw_task(ctx, rt.BASE_LR, 1.0) for _ in range(rc.SEEDS)
+        ]  # the plain loss (c = 1)
         for seed, target, (n, t) in tasks:
             print(
                 f"grading {grading} task {seed}: target {target:.3f}, baseline {n} samples {t:.2f} s",
@@ -41,7 +43,7 @@ if __name__ == "__main__":
                 for tg, _, r in runs
             ]
             try:
-                verdict = "PASS " + rc.judge(k, lr, w, runs)[-1]
+                verdict = "PASS " + rc.judge(k, lr, w, rt.BASE_LR, runs)[-1]
             except CheckFailed as err:
                 verdict = "FAIL " + str(err).split(". ", len(runs))[-1][:90]
             print(f"  {name:36} | {' | '.join(cells)} | {verdict}", flush=True)

@@ -172,7 +172,7 @@ def judge(
             f"{len(tasks) - len(hits)} of {len(tasks)} tasks (at most {len(tasks) - MIN_HITS} allowed): "
             f"{_why(accum, lr, warmup, base_lr, runs)}."
         )
-    ratio = sum(m.seconds for _, m in hits) / sum(t for t, _ in hits)
+    ratio = time_ratio(tasks)
     if ratio > MAX_TIME_RATIO:
         raise CheckFailed(
             f"{'; '.join(lines)}. You reached the target, but in {ratio:.2f}x the baseline's wall "
@@ -204,10 +204,37 @@ def check_recipe(ctx: Context) -> None:
     ctx.ok(
         f"{shown}: {accum} x {rt.MICRO_BATCH} = batch {rt.MICRO_BATCH * accum}, LR {lr:g}, {warmup} warm-up steps"
     )
-    tasks = []
+    tasks, seeds = [], []
     for _ in range(SEEDS):
         seed, target, base = _draw_task(ctx, base_lr, scale)
         run = rt.run(seed, accum, lr, warmup, target=target, loss_scale=scale)
         tasks.append((target, base, run))
+        seeds.append(seed)
+    first = time_ratio(tasks)
+    if first is not None and first > MAX_TIME_RATIO:
+        # Too slow on one look is not yet a verdict: a busy neighbour that came and went between a
+        # baseline run and the recipe's (31 of 32 reference gradings passed at load 7-16; the 32nd
+        # at 1.3x as the load halved mid-grading) is measured again, each pair back to back.
+        ctx.ok(
+            f"wall time to the target {first:.2f}x the baseline's on the first look, above "
+            f"{MAX_TIME_RATIO}x: inconclusive, measuring the baseline and your recipe again"
+        )
+        tasks = [
+            _again(seed, target, accum, lr, warmup, base_lr, scale)
+            for seed, (target, _, _) in zip(seeds, tasks, strict=True)
+        ]
     for line in judge(accum, lr, warmup, base_lr, tasks):
         ctx.ok(line)
+
+
+def time_ratio(tasks) -> float | None:
+    """The recipe's wall time to the target over the baseline's, on the tasks both reached."""
+    hits = [(t, m) for _, (_, t), m in tasks if m.samples]
+    return sum(m.seconds for _, m in hits) / sum(t for t, _ in hits) if hits else None
+
+
+def _again(seed, target, accum, lr, warmup, base_lr, scale):
+    """One task's baseline and recipe timed again, back to back (same seed: the same training)."""
+    base = rt.run(seed, 1, base_lr, 0, target=2.0, stop_at=BASE_RUN, loss_scale=scale)
+    reached = base.to_target(target) or (BASE_RUN, base.seconds)
+    return target, reached, rt.run(seed, accum, lr, warmup, target=target, loss_scale=scale)

@@ -150,7 +150,7 @@ def test_every_archived_work_check_row_loads_typed(path):
     """``grader stress`` results kept as evidence: every row of their work checks is a WorkCheck."""
     rows = [w for r in json.loads(path.read_text())["results"] for w in r.get("work_checks", [])]
     assert rows and all(
-        WorkCheck.model_validate(w).model_dump(exclude_none=True) == w for w in rows
+        WorkCheck.model_validate(w).model_dump(mode="json", exclude_none=True) == w for w in rows
     )
 
 
@@ -231,3 +231,11 @@ def test_a_slot_refuses_timed_work_its_gate_was_never_calibrated_for():
     assert farm_task.calibration_refusal(job | {"uncalibrated_ok": True}) is None
     assert farm_task.calibration_refusal(job | {"spec": None}) is None
     assert farm_task.calibration_refusal(_job(assignment="lesson1", timed=False)) is None
+
+
+def test_the_farm_says_each_gradings_device_time_and_the_total():
+    """Issue 54 §7: per grading its wall time times what its slot held (GPUs, else cores)."""
+    assert farm_record.device_time(10.0, "0,1", [0, 1, 2]) == {"gpu_s": 20.0, "core_s": None}
+    assert farm_record.device_time(10.0, None, [2, 3]) == {"gpu_s": None, "core_s": 20.0}
+    assert farm_record.device_time(10.0, "", []) == {"gpu_s": None, "core_s": 10.0}
+    assert farm_record.device_time(None, "0", [1]) == {"gpu_s": None, "core_s": None}

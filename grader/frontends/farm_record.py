@@ -124,10 +124,12 @@ def summary(assignment_id: str, out) -> dict:
                 "started_at": r.started_at,
                 "finished_at": r.finished_at,
                 "attempt": r.attempt,
+                **device_time(r.wall_s, r.gpus, r.cores),
             }
         )
     rows += [{"student": s, "status": "refused", "reason": why} for s, why in out.refused.items()]
     walls = [r["wall_s"] for r in rows if r.get("graded_this_run") and r.get("wall_s")]
+    now = [r for r in rows if r.get("graded_this_run")]
     return {
         "assignment": assignment_id,
         "gradings": rows,
@@ -138,14 +140,29 @@ def summary(assignment_id: str, out) -> dict:
         "grading_s_total": sum(walls),
         "grading_s_median": statistics.median(walls) if walls else None,
         "wall_s": out.wall_s,
+        # what the cohort's gradings held: GPU-seconds on GPU slots, core-seconds on CPU slots
+        "gpu_s_total": sum(r.get("gpu_s") or 0.0 for r in now),
+        "core_s_total": sum(r.get("core_s") or 0.0 for r in now),
     }
+
+
+def device_time(wall_s, gpus, cores) -> dict:
+    """A grading's device time: its wall time on the slot times the GPUs it held, or else the cores
+    (a timed CPU grading holds its slot's cores whole; an untimed one counts one core)."""
+    if wall_s is None:
+        return {"gpu_s": None, "core_s": None}
+    held = [g for g in (gpus or "").split(",") if g.strip()]  # CUDA_VISIBLE_DEVICES, e.g. "0"
+    if held:
+        return {"gpu_s": wall_s * len(held), "core_s": None}
+    return {"gpu_s": None, "core_s": wall_s * max(1, len(cores or []))}
 
 
 def print_table(s: dict) -> None:
     print(
         f"\n{s['assignment']}: {s['graded_this_run']} graded now, {s['up_to_date']} up to date, "
         f"{s['failed']} failed, {s['refused']} not gradable; wall {s['wall_s']:.1f} s, "
-        f"grading time {s['grading_s_total']:.1f} s"
+        f"grading time {s['grading_s_total']:.1f} s; device time "
+        f"{s['gpu_s_total']:.1f} GPU-s, {s['core_s_total']:.1f} core-s"
     )
     print(f"{'student':16s} {'status':8s} {'points':>13s} {'wall s':>7s}  where / why")
     for r in s["gradings"]:

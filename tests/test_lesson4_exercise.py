@@ -276,13 +276,17 @@ def test_an_answer_imported_from_the_grader_scores_nothing_and_learns_no_answer(
     assert f"{16 * base_lr:g}" not in verdict.reason + " ".join(verdict.lines), verdict.reason
 
 
-@pytest.mark.parametrize(("second_look", "passes"), [(1.0, True), (1.4, False)])
-def test_a_recipe_too_slow_on_one_look_is_timed_again_and_judged_on_the_second(
-    monkeypatch, second_look, passes
+@pytest.mark.parametrize(
+    ("second_look", "passes", "mean"),
+    [(1.0, True, "1.20"), (1.2, False, "1.30"), (1.4, False, "1.40")],
+)
+def test_a_recipe_too_slow_on_one_look_is_timed_again_and_judged_on_both(
+    monkeypatch, second_look, passes, mean
 ):
     """31 of 32 reference gradings passed at load 7-16; the 32nd read 1.3x the baseline's wall time
     as the load halved between its runs. Over the line once is measured again (each task's baseline
-    and recipe back to back, same seeds); only a second look over it fails, and says it looked twice."""
+    and recipe back to back, same seeds) and the mean of both looks decides: a load spike is
+    forgiven, a recipe near the line does not pass on its better look (1.4 then 1.2 fails)."""
     from grader.assignments.lesson4 import recipe_task as rt
     from grader.kit.checks import CheckFailed
 
@@ -308,8 +312,8 @@ def test_a_recipe_too_slow_on_one_look_is_timed_again_and_judged_on_the_second(
     if passes:
         rc.check_recipe(ctx)
         assert any("inconclusive, measuring" in s for s in said), said
-        assert "wall time to it: 1.00x" in said[-1], said
+        assert f"wall time to it: {mean}x" in said[-1], said
     else:
-        with pytest.raises(CheckFailed, match="1.40x the baseline's wall time"):
+        with pytest.raises(CheckFailed, match=f"{mean}x the baseline's wall time"):
             rc.check_recipe(ctx)
         assert any("first look" in s for s in said), said

@@ -147,6 +147,7 @@ def judge(
     warmup: int,
     base_lr: float,
     tasks: list[tuple[float, tuple[int, float], rt.Run]],
+    earlier: float | None = None,
 ) -> list[str]:
     """Report lines for a recipe's runs against the baseline on the same tasks; CheckFailed on a miss.
 
@@ -173,6 +174,9 @@ def judge(
             f"{_why(accum, lr, warmup, base_lr, runs)}."
         )
     ratio = time_ratio(tasks)
+    if earlier is not None:  # a second look: both looks decide, never the better one alone
+        lines.append(f"wall time to it {earlier:.2f}x, then {ratio:.2f}x the baseline's")
+        ratio = (earlier + ratio) / 2
     if ratio > MAX_TIME_RATIO:
         raise CheckFailed(
             f"{'; '.join(lines)}. You reached the target, but in {ratio:.2f}x the baseline's wall "
@@ -211,10 +215,13 @@ def check_recipe(ctx: Context) -> None:
         tasks.append((target, base, run))
         seeds.append(seed)
     first = time_ratio(tasks)
+    earlier = None
     if first is not None and first > MAX_TIME_RATIO:
         # Too slow on one look is not yet a verdict: a busy neighbour that came and went between a
         # baseline run and the recipe's (31 of 32 reference gradings passed at load 7-16; the 32nd
-        # at 1.3x as the load halved mid-grading) is measured again, each pair back to back.
+        # at 1.3x as the load halved mid-grading) is measured again, each pair back to back, and
+        # the mean of the two looks decides (not the second alone: a recipe near the line would
+        # then pass whenever one of two looks fell under it).
         ctx.ok(
             f"wall time to the target {first:.2f}x the baseline's on the first look, above "
             f"{MAX_TIME_RATIO}x: inconclusive, measuring the baseline and your recipe again"
@@ -223,7 +230,8 @@ def check_recipe(ctx: Context) -> None:
             _again(seed, target, accum, lr, warmup, base_lr, scale)
             for seed, (target, _, _) in zip(seeds, tasks, strict=True)
         ]
-    for line in judge(accum, lr, warmup, base_lr, tasks):
+        earlier = first
+    for line in judge(accum, lr, warmup, base_lr, tasks, earlier):
         ctx.ok(line)
 
 

@@ -364,7 +364,9 @@ for change, s in shares.items():
 #   CIFAR recipe this course's `optimized` recipe follows.
 # * K. Jordan et al., [modded-nanogpt](https://github.com/KellerJordan/modded-nanogpt) — a
 #   speedrun record board: each record a new time to a fixed validation loss and the changes that
-#   set it; the changes' effects are not measured one by one.
+#   set it. Its README's record table gives one time per record, and some records bundle several
+#   changes under that one time (record 17: sparser value embeddings, a better rotary embedding and
+#   one attention layer dropped); the table does not split a record's time among its changes.
 # * The challenge (at least 1.5x time-to-target speed-up with no worse than −0.2 pp, the three
 #   most impactful changes and their measured effects; 1.7x a second tier) is this course's own,
 #   set in its design (issue 55), not taken from a published source.

@@ -14,8 +14,8 @@
 # # Lesson 14 — The capstone speedrun
 #
 # **Goal:** combine what lessons 1-4 taught (lesson 1's data-wait split, lesson 2's input pipeline,
-# lesson 3's layout and precision, lesson 4's batch and LR) on one recipe, and be judged the way the
-# job is:
+# lesson 3's precision, lesson 4's batch and LR, plus the channels-last layout lesson 3 left to try)
+# on one recipe, and be judged the way the job is:
 # on **time to target** — every step and every evaluation until the model reaches its accuracy —
 # not on steps per second. We will:
 #
@@ -195,9 +195,11 @@ iter1 = compare("device pipeline", ITER1)
 # %% [markdown]
 # **Iteration 2.** A hypothesis, not yet a measurement: with the data wait gone, the model's own
 # compute, mostly its convolutions, is the largest cost left (a step profile, lesson 10, would
-# show it). oneDNN often runs convolutions faster in the channels-last (NHWC) layout (lesson 3),
-# so lesson 3's channels-last switch is the candidate. The comparison below tests it: if the
-# layout buys nothing here, the hypothesis or its premise was wrong on this device.
+# show it). Intel reports that oneDNN, PyTorch's CPU convolution library, runs convolutions much
+# faster in the channels-last (NHWC) layout than in the default NCHW [Intel, *Channels Last*], so
+# channels-last, which lesson 3 left under "what to try next", is the candidate. The comparison
+# below tests it on this device, which need not be an Intel CPU: if the layout buys nothing here,
+# the hypothesis or its premise was wrong on this device.
 #
 # **Predict.** How much faster to the target will the recipe with both changes be than naive?
 
@@ -362,6 +364,10 @@ for change, s in shares.items():
 #   accuracy as the measure (a fixed schedule whose runs reach it on average; the timer covers
 #   training and the final evaluation, not the per-epoch logging evaluations), and the optimized
 #   CIFAR recipe this course's `optimized` recipe follows.
+# * Intel, [*Channels Last*](https://intel.github.io/intel-extension-for-pytorch/cpu/2.5.0+cpu/tutorials/features/nhwc.html),
+#   Intel Extension for PyTorch documentation — NHWC on CPU through oneDNN, "much better
+#   performance than NCHW" on Intel's CPUs; and PyTorch's
+#   [channels-last tutorial](https://docs.pytorch.org/tutorials/intermediate/memory_format_tutorial.html).
 # * K. Jordan et al., [modded-nanogpt](https://github.com/KellerJordan/modded-nanogpt) — a
 #   speedrun record board: each record a new time to a fixed validation loss and the changes that
 #   set it. Its README's record table gives one time per record, and some records bundle several

@@ -180,8 +180,10 @@ probe.pause()
 lesson.check_guess(GUESS_DATA_SHARE, split.data_share, "share of the loop waiting for data", "{:.0%}")
 
 # %% [markdown]
-# The wait is only part of the pipeline's cost: its two worker processes share the two cores with
-# the model (lesson 2), so the compute time holds some of it too. The A/B below sees all of it.
+# The wait is only part of the pipeline's cost: its two worker processes share the host's cores
+# with the model (lesson 2), and on a host with few cores (two, on the 2-core machine this course
+# was written on) they take compute time from it, so the compute time holds some of the
+# pipeline's cost too. The A/B below sees all of it.
 #
 # ## 2. Two iterations: change the largest waste, re-measure, stop
 #

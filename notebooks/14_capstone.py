@@ -40,6 +40,7 @@
 
 # %%
 # %matplotlib inline
+import math
 import statistics
 import tempfile
 import time
@@ -280,11 +281,22 @@ for change, res in without.items():
 # %%
 # The attribution as a picture: each recipe's median time to target; the saved time is the gap
 # between naive and the full recipe, and a change's share is how much of it its absence gives back.
-medians = {name: statistics.median(r["seconds"] for r in runs if r["seconds"])
-           for name, runs in RUNS.items() if any(r["seconds"] for r in runs)}
+# A run that missed the target counts as never getting there (as `compare` counts it), so a
+# recipe that missed in at least half its runs has no median: it is drawn as a red "missed" mark.
+def median_seconds(runs: list[dict]) -> float | None:
+    middle = statistics.median(math.inf if r["seconds"] is None else r["seconds"] for r in runs)
+    return None if math.isinf(middle) else middle
+
+
+medians = {name: median_seconds(runs) for name, runs in RUNS.items() if runs}
+labels = [f"{name} ({sum(r['seconds'] is None for r in RUNS[name])}/{len(RUNS[name])} missed)"
+          for name in medians]
 fig, ax = plt.subplots(figsize=(7, 2.8))
-ax.barh(list(medians), list(medians.values()), color="tab:blue")
-if "naive" in medians and "pipeline + channels_last" in medians:
+ax.barh(labels, [m or 0.0 for m in medians.values()], color="tab:blue")
+for y, m in enumerate(medians.values()):
+    if m is None:
+        ax.text(0, y, "  missed the target in at least half its runs", va="center", color="tab:red")
+if medians.get("naive") and medians.get("pipeline + channels_last"):
     ax.axvspan(medians["pipeline + channels_last"], medians["naive"], color="tab:green", alpha=0.15,
                label="time saved by both changes")
     ax.legend(fontsize=7)

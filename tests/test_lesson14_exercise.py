@@ -3,7 +3,8 @@ gradings of the reference, the stub and plausible wrong attributions.
 
 Fast: the recipe's parse and its refusals, and the scoring on hand-made and *recorded* evidence
 (calibration/ablations/reference-smoke-epyc.json: the reference's own grading, its ablations measured).
-Slow (``-m slow``): whole gradings through the sandboxed protocol (minutes each on 2 cores).
+No whole grading runs here: the reference is graded end to end, through the sandboxed protocol,
+by tests/test_instructor_cycle.py (slow).
 """
 
 import json
@@ -211,9 +212,10 @@ def test_the_reference_attribution_agrees_with_its_recorded_ablations():
 
 
 @pytest.mark.parametrize("name", sorted(WRONG))
-def test_a_wrong_attribution_loses_its_points(name):
-    """Scored against the reference's recorded ablations (3 pairs under load: wide intervals, so a
-    wrong story loses the points of the changes it gets wrong, not necessarily all three)."""
+def test_a_wrong_attribution_is_shown_disagreeing(name):
+    """Judged against the reference's recorded ablations (3 pairs under load: wide intervals, so a
+    wrong story is shown disagreeing on some of its changes, not necessarily all three). No points
+    are at stake: the attribution is shown, not scored (scoring.ATTRIBUTION_POINTS_PER_CHANGE)."""
     assert recipe.read(_with_shares(WRONG[name])).problems == []
     assert _score(WRONG[name]) < 3, name
 

@@ -181,7 +181,8 @@ def _check_own_pipeline(rec: Recipe, source: str) -> None:
     the recipe through a pipeline class the cells define, with its own ``__iter__`` (the batches
     it makes are then judged by the parent, ``timed_checks``). Read from the text, so a class that
     only delegates to effkit's naive pipeline inside its own ``__iter__`` passes this rule; it
-    gains nothing, and the recipe's speed points then come from its settings alone."""
+    gains nothing itself, and the settings beside it can reach the top tier alone (the lesson's
+    README: a known gap)."""
     classes = _defined_classes(source)
     pipelines = {n: s["pipeline"] for n, s in rec.changes.items() if "pipeline" in s}
     why = []

@@ -83,7 +83,14 @@ def budget(args) -> int:
 def campaign_cmd(args) -> int:
     from grader.cli.campaign import campaign
 
-    summary = campaign(args.assignment, args.times, args.busy, args.spec, args.json)
+    try:
+        summary = campaign(args.assignment, args.times, args.busy, args.spec, args.json)
+    except KeyboardInterrupt as stop:  # SIGINT or SIGTERM: the JSON holds every finished grading
+        print(
+            f"campaign stopped ({stop or 'interrupted'})"
+            + (f"; see {args.json}" if args.json else "")
+        )
+        return 130
     return 0 if summary["full_marks"] == summary["gradings"] else 1
 
 

@@ -6,6 +6,7 @@ class, grading spec and workload version it was measured with.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -281,6 +282,27 @@ def _stop_campaign(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+@contextlib.contextmanager
+def busy_cores(n: int):
+    """``n`` spinning processes for a campaign's length. SIGTERM and SIGINT stop the campaign
+    through this ``finally`` (a shell's background job ignores SIGINT, so both are set here), so
+    no spinning process outlives it."""
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers = {
+            sig: signal.signal(sig, _stop_campaign) for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield hogs
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
 def stress(
     assignment_id: str = "lesson2",
     times: int = 10,
@@ -296,14 +318,8 @@ def stress(
         raise ValueError(f"stress: times must be at least 1, not {times}")
     a = assignments.get(assignment_id)
     cells = reference_cells(a)
-    handlers = {}
-    if threading.current_thread() is threading.main_thread():
-        handlers = {
-            sig: signal.signal(sig, _stop_campaign) for sig in (signal.SIGTERM, signal.SIGINT)
-        }
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
     results, summary = [], None
-    try:
+    with busy_cores(busy):
         for i in range(times):
             t0 = time.perf_counter()
             r = grade(a, cells, 5.0, spec_name=spec_name, progress=lambda _: None)
@@ -335,12 +351,6 @@ def stress(
             summary = _stress_summary(a.id, times, busy, rep, results)
             if out:
                 course.write_report(out, summary)
-    finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
     spread = (
         f"speedup {summary['speedup_min']:.2f}-{summary['speedup_max']:.2f}x (median "
         f"{summary['speedup_median']:.2f}x)"

@@ -358,3 +358,12 @@ def test_a_capstone_grading_scores_tiers_and_shares_and_lands_on_the_board(monke
     )
     assert result.points == scoring.TIER_POINTS[1], result.feedback
     assert "0 of 3 predictions agree" in result.feedback
+
+
+def test_the_capstones_copy_check_reads_lesson2s_withheld_answer():
+    """capstone.LESSON2_ANSWER is lesson 2's manifest's withheld answer (a lesson imports no other
+    lesson's package, so it keeps its own copy of the names: this holds them equal)."""
+    from grader import assignments
+    from grader.assignments.lesson14 import capstone
+
+    assert tuple(capstone.LESSON2_ANSWER) == tuple(assignments.manifest("lesson2").withheld)

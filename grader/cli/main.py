@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from grader.cli import farm, tools
+from grader.cli.campaign import campaign
 from grader.common import course
 from grader.common.course import write_report
 from grader.common.quiet import quiet
@@ -81,8 +82,6 @@ def budget(args) -> int:
 
 
 def campaign_cmd(args) -> int:
-    from grader.cli.campaign import campaign
-
     try:
         summary = campaign(args.assignment, args.times, args.busy, args.spec, args.json)
     except KeyboardInterrupt as stop:  # SIGINT or SIGTERM: the JSON holds every finished grading

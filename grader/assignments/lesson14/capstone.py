@@ -18,7 +18,6 @@ import datetime as dt
 from pathlib import Path
 
 from effkit.measure import device_name
-from grader import assignments
 from grader.assignments.lesson14 import recipe, scoring
 from grader.kit.checks import copies_in
 from grader.kit.perf import (
@@ -40,11 +39,20 @@ def _source(cells) -> str:
     return "\n".join(src for name, src in cells if name != "quiz")
 
 
+# Lesson 2's withheld answer (its manifest's ``withheld``; a lesson imports no other lesson's
+# package, and tests/test_lesson14_exercise.py holds the two equal)
+LESSON2_ANSWER = (
+    "effkit.workloads.cifar.pipelines.DevicePipeline.__init__",
+    "effkit.workloads.cifar.pipelines.DevicePipeline.__iter__",
+    "effkit.workloads.cifar.pipelines.DevicePipeline.augment",
+)
+
+
 def _copied_pipeline(source: str) -> list[str]:
     """Lesson 2's answer (effkit's DevicePipeline, the functions lesson 2 withholds) pasted into
     the cell under any name, re-signed or trimmed (``answer_closure.copies_in``, read, never run):
     the capstone's pipeline must be the learner's own work."""
-    seeds = list(assignments.manifest("lesson2").withheld)
+    seeds = list(LESSON2_ANSWER)
     found = copies_in(source, seeds, REPO)
     if not found:
         return []

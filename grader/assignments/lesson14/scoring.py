@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass
 
 from effkit.abtest import median_ci, median_ci_coverage
-from grader.scoring.perf import GradingError
+from grader.kit.perf import GradingError
 
 # Speed tiers per host model (the device name without its thread count): the course's 1.5x
 # challenge and a 1.7x second tier. No campaign has confirmed them on any host yet: the EPYC row

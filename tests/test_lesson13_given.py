@@ -78,6 +78,30 @@ def test_the_given_model_passes_as_exported_and_as_onnxruntime_quantizes_it():
         assert given.differs(_dynamic(fp32, **kw), want) == "", kw
 
 
+def test_a_static_qdq_model_of_it_passes():
+    """quantize_static's QDQ format: int8 weights and int32 biases behind DequantizeLinear nodes."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    class Rows(CalibrationDataReader):
+        def __init__(self):
+            self.rows = iter(
+                [{"features": np.random.default_rng(0).standard_normal((8, 64), np.float32)}]
+            )
+
+        def get_next(self):
+            return next(self.rows, None)
+
+    _, planted = _planted()
+    with tempfile.TemporaryDirectory() as d, checks._quiet():
+        src, dst = os.path.join(d, "a.onnx"), os.path.join(d, "b.onnx")
+        with open(src, "wb") as f:
+            f.write(checks.export_fp32(planted))
+        quantize_static(src, dst, Rows(), quant_format=QuantFormat.QDQ, per_channel=True)
+        model = onnx.load(dst)
+    assert any(n.op_type == "DequantizeLinear" for n in model.graph.node)
+    assert given.differs(model, _layers(planted)) == ""
+
+
 @pytest.mark.parametrize("zero", [False, True], ids=["units_dropped", "units_zeroed"])
 def test_the_folded_model_predicts_alike_but_is_refused(zero):
     plain, planted = _planted()
@@ -137,4 +161,8 @@ def test_a_changed_bias_or_an_extra_tensor_is_refused():
         )
     const = given.differs(_graph({"w": w, "b": b}, consts=[("fold", b + 1)]), want)
     assert "fold" in const
+    floats = helper.make_node("Constant", [], ["listed"], value_floats=(b + 1).tolist())
+    model = _graph({"w": w, "b": b})
+    model.graph.node.append(floats)
+    assert "listed" in given.differs(model, want)
     assert given.differs(_graph({"w": w, "b": b, "shape": np.array([-1, 5])}), want) == ""

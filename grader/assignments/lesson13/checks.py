@@ -218,9 +218,7 @@ def _serve(g: Grading, raw: bytes, x: np.ndarray, y: np.ndarray, net) -> None:
         g.problem = f"your model's logits for 3 and 1 rows have shapes {str(r.data.get('shapes'))[:80]} (or are not finite)"
         return
     differs = r.data.get("differs")
-    if not isinstance(
-        differs, str
-    ):  # fail closed: no verdict on the file's layers, no accuracy points
+    if not isinstance(differs, str):  # fail closed: no verdict on its layers, no accuracy points
         differs = "the grader's server did not say whether your file holds the model you were given"
     ops = {str(k)[:40]: v for k, v in dict(r.data.get("ops") or {}).items() if isinstance(v, int)}
     g.lines.append(
@@ -279,9 +277,7 @@ def _serve(g: Grading, raw: bytes, x: np.ndarray, y: np.ndarray, net) -> None:
                 "SLO is for this model, quantized, not for another one"
             )
         g.accuracy_problem = f"{report}: {limits}. {why[0].upper()}{why[1:]}"
-    elif (
-        differs
-    ):  # the same predictions from another model (the planted units folded away) are not the SLO's
+    elif differs:  # fp32's predictions from another model (the planted units folded away)
         g.accuracy_problem = f"{report}, but {differs[:600]}"
     else:
         g.lines.append(

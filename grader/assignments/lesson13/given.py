@@ -10,6 +10,8 @@ onnxruntime's quantizers write them), its bias equal; and no other tensor of mor
 
 from __future__ import annotations
 
+import base64
+
 import numpy as np
 
 SMALL = (
@@ -159,7 +161,6 @@ def differs(model, given: list[tuple[np.ndarray, np.ndarray]]) -> str:
 
 def given_layers(plain: dict) -> list[tuple[np.ndarray, np.ndarray]]:
     """The given model's Linears from ``slo_task.to_plain``'s form: (weight, bias) in order."""
-    import base64
 
     def arr(key):
         t = plain["tensors"][key]

@@ -106,6 +106,29 @@ SUBMISSIONS = {
         {"test_artifact": True, "test_accuracy": False, "test_latency": False},
         "not for another one",
     ),
+    # the planted units are constants: folded into the next layer's bias (and dropped) they give back
+    # the plain MLP, which quantizes everywhere with fp32's predictions and beats the grader's own int8,
+    # measuring nothing. Same predictions, but not the given model's layers: refused on its file
+    "fold_the_planted_units": (
+        "def export_for_slo(model, calibration, path):\n"
+        "    linears = [m for m in model if isinstance(m, torch.nn.Linear)]\n"
+        "    keep = [torch.ones(linears[0].in_features, dtype=torch.bool)]\n"
+        "    with torch.no_grad():\n"
+        "        for before, after in zip(linears, linears[1:]):\n"
+        "            const = (before.weight == 0).all(1) & (before.bias > 0)  # ReLU(b): a constant\n"
+        "            after.bias += after.weight[:, const] @ before.bias[const]\n"
+        "            keep.append(~const)\n"
+        "        keep.append(torch.ones(linears[-1].out_features, dtype=torch.bool))\n"
+        "        for i, m in enumerate(linears):\n"
+        "            m.weight = torch.nn.Parameter(m.weight[keep[i + 1]][:, keep[i]])\n"
+        "            m.bias = torch.nn.Parameter(m.bias[keep[i + 1]])\n"
+        "    x = calibration[0]\n"
+        "    torch.onnx.export(model.eval(), (x[:2],), path + '.fp32.onnx', input_names=['features'], "
+        "output_names=['logits'], dynamic_shapes=({0: 'batch'},), dynamo=True, external_data=False)\n"
+        "    quantize_dynamic(path + '.fp32.onnx', path, weight_type=QuantType.QInt8)\n",
+        {"test_artifact": True, "test_accuracy": False, "test_latency": False},
+        "do not retrain or rewrite it",
+    ),
     # torch.save: a pickle in a zip, refused before anything opens it
     "pickled_model": (
         "def export_for_slo(model, calibration, path):\n    torch.save(model, path)\n",

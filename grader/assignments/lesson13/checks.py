@@ -199,7 +199,13 @@ def _serve(g: Grading, raw: bytes, x: np.ndarray, y: np.ndarray, net) -> None:
     """Validation, 3 rows and 1 row, then every held-out row as a batch-1 request: all in the server."""
     dim, classes = slo_task.DIM, slo_task.CLASSES
     r = g.server.call(
-        "open", OPEN_SECONDS, model=serve.b64(raw), rows=serve.b64(x[:3]), dim=dim, classes=classes
+        "open",
+        OPEN_SECONDS,
+        model=serve.b64(raw),
+        rows=serve.b64(x[:3]),
+        dim=dim,
+        classes=classes,
+        given_model=slo_task.to_plain(net),
     )
     if not r.ok:
         g.problem = f"the grader's server opened your model and asked it for 3 rows, then 1 row: it {r.failure}"
@@ -211,6 +217,9 @@ def _serve(g: Grading, raw: bytes, x: np.ndarray, y: np.ndarray, net) -> None:
     if three is None or one is None or not np.isfinite(three).all():
         g.problem = f"your model's logits for 3 and 1 rows have shapes {str(r.data.get('shapes'))[:80]} (or are not finite)"
         return
+    differs = r.data.get("differs")
+    if not isinstance(differs, str):  # fail closed: no verdict on its layers, no accuracy points
+        differs = "the grader's server did not say whether your file holds the model you were given"
     ops = {str(k)[:40]: v for k, v in dict(r.data.get("ops") or {}).items() if isinstance(v, int)}
     g.lines.append(
         f"  ok  a valid ONNX file of {len(raw) / 1024:.0f} KiB, standard operators only "
@@ -268,6 +277,8 @@ def _serve(g: Grading, raw: bytes, x: np.ndarray, y: np.ndarray, net) -> None:
                 "SLO is for this model, quantized, not for another one"
             )
         g.accuracy_problem = f"{report}: {limits}. {why[0].upper()}{why[1:]}"
+    elif differs:  # fp32's predictions from another model (the planted units folded away)
+        g.accuracy_problem = f"{report}, but {differs[:600]}"
     else:
         g.lines.append(
             f"  ok  {report} (<= {MAX_DROP * 100:.0f} pp, >= {MIN_AGREEMENT:.0%} agreement)"

@@ -28,6 +28,8 @@ import cohort_flow as flow
 import pytest
 from browser_util import chromium_page, find_chromium, free_port
 
+from grader.frontends import cohort_disk
+
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "runs" / "cohort"
 
@@ -71,11 +73,12 @@ def hub(tmp_path_factory):
     port = free_port()
     env = dict(os.environ, EFFKIT_COURSE_DIR=str(course))
     up = ["cohort", "up", "--learners", "2", "--port", str(port), "--prefix", f"ek{tag}-"]
-    up += ["--exchange", str(exchange)]
+    up += ["--exchange", str(exchange), "--home-gb", "1", "--exchange-gb", "1"]
     try:
         print(_grader(env, *up))
     except BaseException:
         _reap(course, tag)
+        cohort_disk.release_under([exchange.parent])
         shutil.rmtree(exchange.parent, ignore_errors=True)
         raise
     try:
@@ -97,6 +100,7 @@ def hub(tmp_path_factory):
             _grader(env, "cohort", "down", "--remove-accounts")
         finally:  # whatever down left (it failed, or the hub died midway): nothing stays running
             _reap(course, tag)
+            cohort_disk.release_under([exchange.parent])
             shutil.rmtree(exchange.parent, ignore_errors=True)
 
 
@@ -127,6 +131,8 @@ def _reap(course: Path, tag: str) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    # their homes' images, where down did not get to release them (userdel removes the home)
+    cohort_disk.release_under([Path(pwd.getpwnam(n).pw_dir) for n in accounts.values()])
     for name in accounts.values():
         subprocess.run(["userdel", "--remove", name], capture_output=True)
 
@@ -183,6 +189,13 @@ def test_learners_log_in_see_the_course_and_cannot_reach_each_other(hub):
     assert f"effkit-cohort/{b}" in groups, groups
     mounts = [ln.split() for ln in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()]
     assert any(m[4] == "/tmp" and "tmpfs" in m for m in mounts), "B's /tmp is the host's"
+    # ... and a home of its own (1 GiB here): a disk-filling write stops there, not at the host's disk
+    if cohort_disk.missing() is None:
+        home = Path(pwd.getpwnam(b).pw_dir)
+        assert os.path.ismount(home), "B's home is on the host's file system"
+        fill = ["runuser", "-u", b, "--", "fallocate", "-l", "2G", str(home / "fill")]
+        done = subprocess.run(fill, capture_output=True, text=True)
+        assert done.returncode != 0 and "No space left" in done.stderr, done
 
 
 @WHOLE_PATH

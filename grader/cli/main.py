@@ -124,7 +124,15 @@ COMMANDS = {
     "campaign": campaign_cmd,
     "cohort": lambda a: {
         "up": lambda: cohort.up(
-            a.learners, a.port, a.prefix, a.exchange, a.memory_gb, a.cpus, a.tmp_mb
+            a.learners,
+            a.port,
+            a.prefix,
+            a.exchange,
+            a.memory_gb,
+            a.cpus,
+            a.tmp_mb,
+            a.home_gb,
+            a.exchange_gb,
         ),
         "down": lambda: cohort.down(a.remove_accounts),
         "status": cohort.status,
@@ -216,6 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--memory-gb", type=float, default=3.0, help="per learner, /tmp included")
     s.add_argument("--cpus", type=float, default=1.0, help="cores per learner")
     s.add_argument("--tmp-mb", type=int, default=512, help="each learner's private /tmp size")
+    s.add_argument(
+        "--home-gb", type=float, default=4.0,
+        help="each account's home, an ext4 image of its own allocated in full (0: unbounded)",
+    )  # fmt: skip
+    s.add_argument("--exchange-gb", type=float, default=4.0, help="the exchange's own image")
     s = sub.add_parser("leaderboard", help="best verified speedups per lesson: JSON and HTML page")
     s.add_argument("assignments", nargs="*", help="default: every timed lesson")
     s.add_argument(

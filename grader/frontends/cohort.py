@@ -26,6 +26,7 @@ from pathlib import Path
 from grader.common import course
 from grader.frontends import (
     cohort_acl,
+    cohort_disk,
     cohort_grader,
     cohort_host,
     cohort_limits,
@@ -124,6 +125,8 @@ def up(
     memory_gb: float = 3.0,
     cpus: float = 1.0,
     tmp_mb: int = 512,
+    home_gb: float = 4.0,
+    exchange_gb: float = 4.0,
 ) -> int:
     """Start (or report) the cohort; prints the address and where the accounts' passwords are."""
     if _pid() is not None:
@@ -167,10 +170,23 @@ def up(
             memory_mb=int(memory_gb * 1024),
             cpus=cpus,
             tmp_mb=tmp_mb,
+            home_mb=int(home_gb * 1024),
+            exchange_mb=int(exchange_gb * 1024),
             leaderboard=str(exchange_dir.parent / f"{COURSE_ID}-leaderboard"),
             grader=grader.pw_name,
             grading_socket=str(course.course_dir() / "grading" / "grading.sock"),
         )
+        disk_missing = cohort_disk.missing() if plan.home_mb > 0 else "--home-gb 0"
+        if disk_missing is None:  # before anything is written into the homes or the exchange
+            try:
+                plan.disks = cohort_disk.bound_cohort(
+                    names, exchange_dir, folder / "disks", plan.home_mb, plan.exchange_mb
+                )
+            except cohort_disk.DiskError as err:
+                raise cohort_host.HostError(
+                    f"a home or the exchange could not get a disk of its own: {err} "
+                    "(`--home-gb 0` runs without, on the shared file system)"
+                ) from None
         cohort_host.make_exchange(exchange_dir)
         cohort_host.write_learner_config(Path(plan.learner_config), COURSE_ID, exchange_dir)
         uids = _uids([*names, grader.pw_name])
@@ -243,6 +259,12 @@ def up(
         f"  per learner: {plan.memory_mb / 1024:g} GiB memory (their /tmp included), "
         f"{plan.cpus:g} CPU, {plan.max_tasks} tasks, private /tmp of {plan.tmp_mb} MiB"
         + ("" if groups else "; memory, CPU and tasks NOT limited: no writable cgroup file system")
+        + (
+            f", a home of {plan.home_mb / 1024:g} GiB (an image of its own; the exchange "
+            f"{plan.exchange_mb / 1024:g} GiB)"
+            if disk_missing is None
+            else f"; disk NOT bounded ({disk_missing}): homes and the exchange share the host's"
+        )
     )
     if plan.traverse:
         print(
@@ -288,6 +310,10 @@ def down(remove_accounts: bool = False) -> int:
         cohort_grader.take_back(plan.handed)  # before userdel: root's again, as before up
         plan.handed = {}
         left = cohort_host.remove_files_of(uids, places)
+        # homes' images go with their accounts (unmounted first: userdel removes the home); the
+        # exchange's image stays in course/hub/disks for the next up
+        cohort_disk.release_cohort(plan.disks, drop_homes=True)
+        plan.disks = {}
         cohort_host.remove_accounts(accounts)
         restored = cohort_host.restore_modes(plan.changed_modes)
         plan.changed_modes = {}

@@ -208,8 +208,12 @@ def copy_into_homes(page: Path, learners: list[str], folder: str = "leaderboard"
             out = os.open(
                 tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd
             )
-            with os.fdopen(out, "wb") as fh:
-                fh.write(data)
+            try:
+                with os.fdopen(out, "wb") as fh:
+                    fh.write(data)
+            except OSError:  # their home is full (its own file system): the others still get it
+                os.unlink(tmp, dir_fd=fd)
+                continue
             os.rename(tmp, page.name, src_dir_fd=fd, dst_dir_fd=fd)
             served.append(name)
         finally:

@@ -36,6 +36,9 @@ class Plan:
     memory_mb: int = 3072  # per learner: cohort_limits.Limits
     cpus: float = 1.0
     tmp_mb: int = 512
+    home_mb: int = 4096  # each account's home: an image of its own (cohort_disk), 0: unbounded
+    exchange_mb: int = 4096
+    disks: dict[str, str] = field(default_factory=dict)  # folder -> its mounted image
     changed_modes: dict[str, int] = field(default_factory=dict)
     traverse: dict[str, int] = field(default_factory=dict)  # folder -> mode, opened by ACL
     leaderboard: str = ""  # the published page's folder, read-only to learners (~/leaderboard)

@@ -167,6 +167,7 @@ def up(
             venv_bin=str(Path(sys.executable).parent),
             proxy_command=cohort_host.proxy_command(folder),
             changed_modes=old.changed_modes if old else {},
+            disks=old.disks if old else {},  # mounted by an earlier up, whatever this one asks
             memory_mb=int(memory_gb * 1024),
             cpus=cpus,
             tmp_mb=tmp_mb,

@@ -3,6 +3,7 @@
 import os
 
 import pytest
+from accounts_util import open_interpreter_path, restore
 
 # OpenMP threads that spin at barriers collapse when other jobs share the 2 cores (a training
 # step ran ~3x slower); PASSIVE makes timing tests, notebook kernels (they inherit this
@@ -86,3 +87,12 @@ def tiny_bert_config():
         )
 
     return config
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _interpreter_reachable_by_other_accounts():
+    """Tests run the interpreter as other accounts (tests/accounts_util.py); ``make test``'s lanes
+    open its path once for both sessions, so here it is already open and nothing is restored."""
+    opened = open_interpreter_path()
+    yield
+    restore(opened)

@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from accounts_util import open_interpreter_path, restore
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -63,6 +65,7 @@ def main(args: list[str]) -> int:
         return subprocess.call([sys.executable, "-m", "pytest", *args], cwd=ROOT)
     base = Path(tempfile.mkdtemp(prefix="effkit-lanes-"))
     start = time.perf_counter()
+    opened = open_interpreter_path()  # for both lanes, until both end (tests/accounts_util.py)
     untimed_log = base / "untimed.log"
     with untimed_log.open("wb") as out:
         untimed = subprocess.Popen(
@@ -98,6 +101,7 @@ def main(args: list[str]) -> int:
     finally:
         if untimed.poll() is None:
             untimed.kill()
+        restore(opened)
     print(
         f"\n[lanes] the untimed lane's output (done {time.perf_counter() - start:.0f} s after the start; "
         f"the timed lane took {timed_s:.0f} s):\n",

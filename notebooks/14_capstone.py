@@ -116,17 +116,26 @@ def compare(name: str, changes: dict, baseline: dict | None = None, base_name: s
     """``baseline`` (naive unless given) and ``changes`` run back to back, ``pairs`` times (same
     seed per pair): the ratio of their times to target, its interval and that interval's real
     coverage. A run of ``changes`` that misses the target counts as a failure (ratio 0, below every
-    pair that got there), as the grader counts it; dropping it would flatter the recipe."""
-    ratios, runs, missed = [], {"naive": [], name: []}, 0
-    for seed in tqdm(range(SIZES["pairs"]), desc=name, leave=False):
+    pair that got there), as the grader counts it; dropping it would flatter the recipe. A seed on
+    which the baseline misses says nothing about the change: the next seed replaces it."""
+    ratios, runs, missed, skipped, seed = [], {"naive": [], name: []}, 0, 0, 0
+    bar = tqdm(total=SIZES["pairs"], desc=name, leave=False)
+    while len(ratios) < SIZES["pairs"] and seed < 2 * SIZES["pairs"]:
         a = time_to_target(baseline or {}, seed)
-        b = time_to_target(changes, seed)
         runs["naive"].append(a)
-        runs[name].append(b)
-        if a["seconds"] is None:  # the baseline failed: this pair says nothing about the change
+        if a["seconds"] is None:
+            skipped, seed = skipped + 1, seed + 1
             continue
+        b = time_to_target(changes, seed)
+        runs[name].append(b)
+        seed += 1
         missed += b["seconds"] is None
         ratios.append(a["seconds"] / b["seconds"] if b["seconds"] else 0.0)
+        bar.update()
+    bar.close()
+    if skipped:
+        print(f"{name}: {base_name} missed the target on {skipped} seed(s), each replaced by the next"
+              " seed (a pair whose baseline never got there says nothing about the change)")
     RUNS[name] = runs[name]
     if baseline is None:
         RUNS.setdefault("naive", []).extend(runs["naive"])

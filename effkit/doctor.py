@@ -13,18 +13,18 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 
-from effkit import doctor_plants
+from effkit import doctor_plants, profiling
 
 # thresholds: a share of the profiled step time unless said otherwise; calibrated with --validate
 DATA_SHARE = 0.25  # time waiting for the next batch
 SYNCS_PER_STEP = 1.5  # more than the one loss.item() a logger may allow itself
-# the work's matmul/conv calls within this many times the host's own cost of a call doing almost nothing (the
-# profile's matmul_us_floor, measured beside the steps) are mostly fixed cost: dispatch, launch. 7x sits between
-# the overhead plant (2-3x on a 2-core EPYC, loaded or not) and the clean step (about 20x), and holds as on hosts
-# with twice or half the call overhead and 2x faster or slower kernels (tests/test_doctor.py).
-# A line in µs belongs to one CPU: 40 µs, set on an AMX Xeon, read a clean step as overhead-bound on an
-# AVX512 EPYC whose kernels are faster (benchmarks/results/doctor-calibration.md)
-OVERHEAD_CALLS = 7.0
+# the work's matmul/conv calls within the profile's overhead_calls times the host's own cost of a call doing almost
+# nothing (the profile's matmul_us_floor, measured beside the steps) are mostly fixed cost: dispatch, launch. The line
+# is calibrated per class of kernels (effkit.profiling.overhead_line: 7x, 16x for bf16 on AVX512-BF16 without AMX)
+# and holds as on hosts with twice or half the call overhead and 2x faster or slower kernels where the floor is the
+# calls' fixed cost (tests/test_doctor.py). A line in µs belongs to one CPU: 40 µs, set on an AMX Xeon, read a clean
+# step as overhead-bound on an AVX512 EPYC whose kernels are faster (benchmarks/results/doctor-calibration.md)
+OVERHEAD_CALLS = profiling.OVERHEAD_CALLS  # profiles saved before overhead_calls existed
 OVERHEAD_OPS = 50  # operators dispatched per step
 MATMUL_SHARE = 0.3  # matmul/conv self time in fp32 on bf16 hardware
 PADDING_SHARE = 0.3  # padded positions of the batches
@@ -113,7 +113,10 @@ def diagnose(profile: dict) -> list[Finding]:
     calls = per_call / float(floor)
     # a small matmul share alone is no evidence: the rest may be elementwise work (the clean step on a CPU
     # whose matmul kernels were 4x faster would spend 7% of it in matmuls), and a busy core dilutes shares
-    if calls < OVERHEAD_CALLS and ops >= OVERHEAD_OPS and data < DATA_SHARE:
+    line = profile.get("overhead_calls") or profiling.overhead_line(
+        profile.get("compute_dtype"), profile.get("cpu_isa")
+    )
+    if calls < float(line) and ops >= OVERHEAD_OPS and data < DATA_SHARE:
         found.append(
             Finding(
                 "overhead",
@@ -121,7 +124,8 @@ def diagnose(profile: dict) -> list[Finding]:
                 max(0.0, 1.0 - matmul - data),
                 f"{ops:.0f} operators per step; the matmuls/convolutions that do the work take "
                 f"{per_call:.0f} µs per call (half their time in calls this short or shorter), "
-                f"{calls:.1f}x this host's {float(floor):.1f} µs for a call that does almost nothing, "
+                f"{calls:.1f}x this host's {float(floor):.1f} µs for a call that does almost nothing "
+                f"(under {float(line):g}x, this class's line), "
                 f"and {matmul:.0%} of the step (batch "
                 f"{profile.get('batch_size')}): fixed per-operator costs rule",
                 "a bigger batch (accumulate if memory says no), fused or compiled operators",

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from effkit.amp import cpu_native_bf16, cuda_native_bf16
+from effkit.amp import cpu_isa, cpu_native_bf16, cuda_native_bf16
 
 
 @dataclass
@@ -186,6 +186,24 @@ def _optimizer_info(opt: torch.optim.Optimizer) -> dict:
     }
 
 
+# The doctor's overhead line: a step is overhead-bound when the matmul calls that do its work take
+# under this many times matmul_us_floor (effkit.doctor). 7x sits between the overhead plant (2-3x)
+# and the clean step (20x and more) in fp32 on AVX2 and AVX512 EPYCs. One class of kernels needs its
+# own: bf16 on an AVX512-BF16 CPU without AMX, where the floor's width-8 call takes PyTorch's
+# small-matrix path (2.4 us) but every real layer's call goes through oneDNN, which pays about 16 us
+# per call whatever the rows (measured: a 16x16 Linear of 17 rows). There the overhead plant sits at
+# 9.2-10.4x and every other step at 26-30x, quiet or beside two busy cores (AMD EPYC Zen 4, 2026-12-05,
+# benchmarks/results/doctor-calibration.md): 16x, their geometric middle. AMX hosts keep 7x
+# (their clean step measured 6-10x: no calibration of their own yet).
+OVERHEAD_CALLS = 7.0
+OVERHEAD_CALLS_BY_CLASS = {("bfloat16", "AVX512-BF16"): 16.0}
+
+
+def overhead_line(compute_dtype: str | None, isa: str | None) -> float:
+    """The overhead line (multiples of the floor) for a profile's precision and CPU class."""
+    return OVERHEAD_CALLS_BY_CLASS.get((str(compute_dtype), str(isa)), OVERHEAD_CALLS)
+
+
 def call_floor_us(device: str = "cpu", dtype: str = "float32", calls: int = 40) -> float:
     """This host's fixed cost of one matmul call, now: the median self time of the matmul calls of a Linear
     that does almost no work (width 8, batch 1, forward and backward) under the profiler, on ``device`` in
@@ -272,10 +290,13 @@ def profile_training(
             prof.step()
     paddings = [float(step.padding(b)) for b in batches] if step.padding is not None else []
     data = summarize_events(prof.events(), active, on_gpu=ProfilerActivity.CUDA in activities)
-    # the yardstick the doctor reads the step's calls against (effkit.doctor.OVERHEAD_CALLS): measured
+    # the yardstick the doctor reads the step's calls against (overhead_line): measured
     # just before and just after the steps, on their device, in their precision, under the same load;
     # the lower of the two, since a neighbour's burst can only make a measurement slower
     data["matmul_us_floor"] = min(floor_before, call_floor_us(*floor_args))
+    # the class the floor's line was calibrated for (overhead_line): a GPU step's is its own, uncalibrated
+    data["cpu_isa"] = None if cuda else cpu_isa()
+    data["overhead_calls"] = OVERHEAD_CALLS if cuda else overhead_line(dtype, data["cpu_isa"])
     if not data["step_ms"]:
         raise RuntimeError(
             "the profiler recorded no step: check the schedule (wait, warmup, active)"

@@ -98,6 +98,10 @@ def hub(tmp_path_factory):
     finally:
         try:
             _grader(env, "cohort", "down", "--remove-accounts")
+            # down released every image it mounted: nothing left for the clean-up below to find
+            assert not cohort_disk.release_under([exchange.parent]), (
+                "down left the exchange mounted"
+            )
         finally:  # whatever down left (it failed, or the hub died midway): nothing stays running
             _reap(course, tag)
             cohort_disk.release_under([exchange.parent])

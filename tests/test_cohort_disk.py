@@ -123,8 +123,8 @@ def test_removing_the_accounts_drops_the_homes_images_and_keeps_the_exchanges(
         lambda n: pwd.struct_passwd((*real(n)[:5], str(homes[n]), real(n)[6])),
     )
     exchange = tmp_path / "srv" / "exchange"
-    placed = cohort_disk.bound_cohort([A, B], exchange, tmp_path / "disks", 16, 16)
     try:
+        placed = cohort_disk.bound_cohort([A, B], exchange, tmp_path / "disks", 16, 16)
         assert set(placed) == {str(homes[A]), str(homes[B]), str(exchange)}
         assert all(os.path.ismount(f) for f in placed)
         assert oct(exchange.stat().st_mode & 0o7777) == "0o1777"  # nbgrader's exchange mode
@@ -137,3 +137,33 @@ def test_removing_the_accounts_drops_the_homes_images_and_keeps_the_exchanges(
         assert (exchange / "kept").read_text() == "a submission"
     finally:
         cohort_disk.release_under([tmp_path])
+
+
+def test_a_home_fuller_than_its_image_is_refused_and_leaves_nothing_half_made(homes, base):
+    """A home holding more than the image would take: up stops with the reason, and neither a
+    half-filled image (which the next up would mount over the home, hiding the rest) nor a mount
+    is left; the home keeps every file."""
+    home, image, pw = homes[A]
+    (home / "big").write_bytes(b"x" * (20 << 20))
+    with pytest.raises(cohort_disk.DiskError, match="more than its 16 MiB image"):
+        cohort_disk.bound(home, image, 16, pw.pw_uid, pw.pw_gid, 0o700)
+    assert not os.path.ismount(home) and not image.exists()
+    assert not list(image.parent.glob("*.part"))
+    assert sorted(p.name for p in home.iterdir()) == [".bashrc", "big"]
+    # a link where the home should be is never mounted over (root would follow it)
+    link = base / "home" / "link"
+    link.symlink_to(base / "elsewhere")
+    with pytest.raises(cohort_disk.DiskError, match="symbolic link"):
+        cohort_disk.bound(link, base / "disks" / "link.ext4", 16, pw.pw_uid, pw.pw_gid, 0o700)
+    assert not (base / "elsewhere").exists()
+
+
+def test_the_originals_leave_the_folder_once_they_are_in_the_image(homes):
+    """What a folder held before its first mount moves into the image: nothing stays hidden under
+    the mount, owned by a uid that useradd may give the next account."""
+    home, image, pw = homes[B]
+    os.chown(home / ".bashrc", pw.pw_uid, pw.pw_gid)
+    cohort_disk.bound(home, image, 16, pw.pw_uid, pw.pw_gid, 0o700)
+    assert (home / ".bashrc").read_text().startswith("# the skeleton")
+    assert cohort_disk.release(home, image)
+    assert list(home.iterdir()) == []

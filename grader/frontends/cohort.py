@@ -147,7 +147,6 @@ def up(
         names = [f"{prefix}instructor"] + [f"{prefix}learner{i + 1}" for i in range(learners)]
         accounts = folder / "accounts.json"
         cohort_host.make_accounts(names, accounts)
-        cohort_host.lock_accounts(names, locked=False)  # a `down` locked them
         grader = cohort_grader.make_account(f"{prefix}grader")  # formgrader's, never root
         exchange_dir = Path(
             exchange or os.environ.get("EFFKIT_EXCHANGE") or "/srv/nbgrader/exchange"
@@ -180,7 +179,7 @@ def up(
         disk_missing = cohort_disk.missing() if plan.home_mb > 0 else "--home-gb 0"
         if disk_missing is None:  # before anything is written into the homes or the exchange
             try:
-                plan.disks = cohort_disk.bound_cohort(
+                plan.disks |= cohort_disk.bound_cohort(
                     names, exchange_dir, folder / "disks", plan.home_mb, plan.exchange_mb
                 )
             except cohort_disk.DiskError as err:
@@ -188,6 +187,8 @@ def up(
                     f"a home or the exchange could not get a disk of its own: {err} "
                     "(`--home-gb 0` runs without, on the shared file system)"
                 ) from None
+        # a `down` locked them; unlocked once their homes are what they will write to
+        cohort_host.lock_accounts(names, locked=False)
         cohort_host.make_exchange(exchange_dir)
         cohort_host.write_learner_config(Path(plan.learner_config), COURSE_ID, exchange_dir)
         uids = _uids([*names, grader.pw_name])
@@ -314,6 +315,7 @@ def down(remove_accounts: bool = False) -> int:
         # homes' images go with their accounts (unmounted first: userdel removes the home); the
         # exchange's image stays in course/hub/disks for the next up
         cohort_disk.release_cohort(plan.disks, drop_homes=True)
+        cohort_disk.drop_images(state_dir() / "disks", accounts)  # whatever the plan lost track of
         plan.disks = {}
         cohort_host.remove_accounts(accounts)
         restored = cohort_host.restore_modes(plan.changed_modes)

@@ -24,7 +24,7 @@ SYNCS_PER_STEP = 1.5  # more than the one loss.item() a logger may allow itself
 # and holds as on hosts with twice or half the call overhead and 2x faster or slower kernels where the floor is the
 # calls' fixed cost (tests/test_doctor.py). A line in µs belongs to one CPU: 40 µs, set on an AMX Xeon, read a clean
 # step as overhead-bound on an AVX512 EPYC whose kernels are faster (benchmarks/results/doctor-calibration.md)
-OVERHEAD_CALLS = profiling.OVERHEAD_CALLS  # profiles saved before overhead_calls existed
+OVERHEAD_CALLS = profiling.OVERHEAD_CALLS  # the common line (overhead_line gives a class's own)
 OVERHEAD_OPS = 50  # operators dispatched per step
 MATMUL_SHARE = 0.3  # matmul/conv self time in fp32 on bf16 hardware
 PADDING_SHARE = 0.3  # padded positions of the batches

@@ -190,11 +190,12 @@ def _optimizer_info(opt: torch.optim.Optimizer) -> dict:
 # under this many times matmul_us_floor (effkit.doctor). 7x sits between the overhead plant (2-3x)
 # and the clean step (20x and more) in fp32 on AVX2 and AVX512 EPYCs. One class of kernels needs its
 # own: bf16 on an AVX512-BF16 CPU without AMX, where the floor's width-8 call takes PyTorch's
-# small-matrix path (2.4 us) but every real layer's call goes through oneDNN, which pays about 16 us
-# per call whatever the rows (measured: a 16x16 Linear of 17 rows). There the overhead plant sits at
+# small-matrix path (2.4 us) but every real layer's call goes through oneDNN, which costs about 16 us
+# even for a 16x16 Linear on 17 rows, some 14 us above the floor. There the overhead plant sits at
 # 9.2-10.4x and every other step at 26-30x, quiet or beside two busy cores (AMD EPYC Zen 4, 2026-12-05,
 # benchmarks/results/doctor-calibration.md): 16x, their geometric middle. AMX hosts keep 7x
-# (their clean step measured 6-10x: no calibration of their own yet).
+# (their clean step measured 6-10x: no calibration of their own yet). Calibrated on lesson 10's
+# plants only: the course's CIFAR and BERT recipes and learners' own models on that class were not.
 OVERHEAD_CALLS = 7.0
 OVERHEAD_CALLS_BY_CLASS = {("bfloat16", "AVX512-BF16"): 16.0}
 

@@ -230,7 +230,7 @@ print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians)
 # | --- | --- | --- |
 # | data | the data range's share of the step | workers, prefetch, on-device augmentation (2) |
 # | sync | device-to-host reads per step outside the optimizer | keep metrics on the device (1, 10) |
-# | overhead | many operators, and the matmul calls that do the work within 7x this machine's cost of an empty call (16x for bf16 on AVX512-BF16) | bigger batch, fused/compiled ops (4) |
+# | overhead | many operators, and the matmul calls that do the work within 7x this machine's cost of an empty call (16x for bf16 on AVX512-BF16 without AMX) | bigger batch, fused/compiled ops (4) |
 # | precision | fp32 matmuls on hardware with bf16 units | bf16 autocast (3) |
 # | padding | share of padded token positions | per-batch padding, buckets (7) |
 # | optimizer | one tensor at a time: operators per parameter tensor | `foreach=True` / `fused=True` (10) |
@@ -260,8 +260,8 @@ print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians)
 #
 # **And the ratio's line belongs to a class of kernels too.** On an AMD EPYC with AVX512-BF16 (Zen 4),
 # where these steps run in bf16, the floor's width-8 call takes PyTorch's small-matrix path (2.4 µs)
-# while every real layer's bf16 call goes through oneDNN, which pays about 16 µs per call however
-# few its rows (a 16 x 16 `Linear` on 17 rows). The floor misses that fixed cost, so there the
+# while every real layer's bf16 call goes through oneDNN, which costs about 16 µs even for a
+# 16 x 16 `Linear` on 17 rows, some 14 µs above the floor. The floor misses that fixed cost, so there the
 # overhead step sits at 9-10x and every other step at 26-30x: the line for that class is 16x
 # (`effkit.profiling.overhead_line`; each profile carries its own as `overhead_calls`). A ratio is
 # only as portable as its yardstick is the same kind of call as the work.

@@ -34,7 +34,8 @@ A = assignments.get("lesson10")
 SEED = 1
 
 
-_PROFILE_CASE = checks.profile_case  # the measurement itself, not the `profiled` fixture's cache of it
+# the measurement itself, not the `profiled` fixture's cache of it
+_PROFILE_CASE = checks.profile_case
 
 
 @functools.cache

@@ -68,8 +68,9 @@
 #   "matmul_us_floor": 6.5,          # this machine's self time of a matmul call doing almost nothing, in µs,
 #                                    # measured right after the steps (same device, precision and load)
 #   "overhead_calls": 7.0,           # the line for this precision and CPU class: work calls under this many
-#                                    # floors are mostly fixed cost (16.0 for bf16 on an AVX512-BF16 CPU)
-#   "cpu_isa": "AVX2",               # the CPU class the line belongs to (AMX, AVX512-BF16, AVX512, AVX2)
+#                                    # floors are mostly fixed cost (16.0 for bf16 on AVX512-BF16 without AMX)
+#   "cpu_isa": "AVX2",               # the CPU class the line belongs to: "AMX", "AVX512-BF16", "AVX512",
+#                                    # "AVX2" (or torch's own word for the CPU); None for a GPU step
 #   "batch_size": 32,
 #   "compute_dtype": "float32",      # dtype of the Linear outputs
 #   "bf16_hardware": False,

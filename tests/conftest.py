@@ -92,7 +92,7 @@ def tiny_bert_config():
 @pytest.fixture(scope="session", autouse=True)
 def _interpreter_reachable_by_other_accounts():
     """Tests run the interpreter as other accounts (tests/accounts_util.py); ``make test``'s lanes
-    open its path once for both sessions, so here it is already open and nothing is restored."""
+    open its path once for both sessions; a session restores the modes only if it ends last."""
     opened = open_interpreter_path()
     yield
     restore(opened)

@@ -123,7 +123,8 @@ print(f"Chrome trace: {trace_path} ({trace_path.stat().st_size / 2**20:.1f} MiB)
 
 # %% [markdown]
 # Read the table by **Self CPU** (an operator's own time, without what it called): `aten::linear`
-# has a large *total* but almost no self time, the `aten::addmm` inside it does the work. The
+# has a large *total* but almost no self time, the matmul inside it (`aten::addmm` with a bias,
+# `aten::mm` in the backward pass and where the bias is added apart) does the work. The
 # `step/...` rows are our ranges: their self time is Python outside every operator, so the
 # tokenising shows up as `step/data`'s self time. Perfetto is not available offline, so here is
 # the trace drawn from its JSON events (the same `user_annotation` ranges Perfetto shows):
@@ -249,7 +250,7 @@ print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians)
 # profile also measures `matmul_us_floor`: the self time of a
 # matmul call that does almost no work (a width-8 `Linear`, batch 1), before and after the steps (the lower of the two), on
 # their device, in their precision and under the same load. On the 2-core AMD EPYC this lesson was
-# recorded on, the planted overhead step's work calls sit at 2-3x that floor and the clean step's
+# recorded on, the planted overhead step's work calls sit at 2.1-3.5x that floor and the clean step's
 # near 20x at loads of 3.5-11 (no quiet figure yet); the doctor's line is 7x, between them
 # (`tests/test_doctor.py` re-scales the measured matmul calls of each single plant, of the clean
 # step and of the clean step at batch 1 of long rows as on machines with twice and half the call
@@ -355,7 +356,8 @@ print(compile_line)
 # %% [markdown]
 # The course's own CIFAR recipes (smoke size: synthetic images; the optimized recipe's data is
 # already on the device, its step is convolutions). Compare them per image, not per step: their
-# batches differ (128 and 250 here), so a longer step can be the faster recipe.
+# batches differ (the optimized recipe measures its batch on each CPU, see the printed sizes), so
+# a longer step can still be the cheaper one per image; the table below says which it was here.
 
 # %%
 recipes = {}

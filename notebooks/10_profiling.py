@@ -277,10 +277,9 @@ print(doctor.report(patient))
 # The last two lines set each finding's share against what its fix saved, in unprofiled time
 # (single medians again). A share is an estimate, not a bound on the saving, and it can miss either
 # way. It is a share of the *profiled* step, whose operators each paid the profiler's cost
-# (section 2), so it is not the unprofiled step's share. A fix can also save less than what it
-# removes: the data plant's tokenising ran while nothing else could, but on a busy machine the
-# step it leaves behind may be slower than it was inside the profile (compare the two lines below;
-# on the recorded run the data finding said 43% and its fix saved 6%, on a machine at load ~10).
+# (section 2), so it is not the unprofiled step's share, and the unprofiled times compared below
+# are single medians on a machine that may be busy: on the recorded run (load ~10) the data
+# finding said 43% and its fix saved 6%. Read the two lines below as how far apart they can be.
 # And a finding counts only its evidence: the sync finding's share is the
 # time inside the reads, near zero on a CPU, while its fix also removes the NaN checks'
 # `isfinite`/`all` operators, which the share never counted.

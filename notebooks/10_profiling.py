@@ -278,8 +278,9 @@ print(doctor.report(patient))
 # (single medians again). A share is an estimate, not a bound on the saving, and it can miss either
 # way. It is a share of the *profiled* step, whose operators each paid the profiler's cost
 # (section 2), so it is not the unprofiled step's share, and the unprofiled times compared below
-# are single medians on a machine that may be busy: on the recorded run (load ~10) the data
-# finding said 43% and its fix saved 6%. Read the two lines below as how far apart they can be.
+# are single medians on a machine that may be busy. Two recordings of this cell: on an AVX2 EPYC at
+# load ~10 the data finding said 43% and its fix saved 6%; on a quiet AVX512-BF16 EPYC it said about 40%
+# and its fix saved about half. Read the two lines below as how far apart they can be.
 # And a finding counts only its evidence: the sync finding's share is the
 # time inside the reads, near zero on a CPU, while its fix also removes the NaN checks'
 # `isfinite`/`all` operators, which the share never counted.

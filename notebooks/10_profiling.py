@@ -24,8 +24,8 @@
 # 4. see the GPU-only views (kernel gaps, the CUDA memory snapshot) as code that runs on a GPU.
 #
 # **Run time**: about 26 s in `cpu` (26 s on a quiet 2-core AMD EPYC, Zen 3, AVX2 only, no GPU,
-# 2026-12-05, with a warm Inductor cache; the outputs in `docs/recorded/` are a later run on the same
-# host with other jobs beside it, their load noted with them; a cold cache adds the compile
+# 2026-12-05, with a warm Inductor cache; 23 s on a quiet Zen 4 EPYC with AVX512-BF16, the outputs
+# in `docs/recorded/`, where the plants run in bf16; a cold cache adds the compile
 # of the overhead-bound step, about 30 s on a 2-core Intel Xeon with AMX, where the lesson took 54 s
 # cold), 16-40 s in `smoke` (warm or cold compile cache).
 #
@@ -279,8 +279,8 @@ print(doctor.report(patient))
 # way. It is a share of the *profiled* step, whose operators each paid the profiler's cost
 # (section 2), so it is not the unprofiled step's share, and the unprofiled times compared below
 # are single medians on a machine that may be busy. Two recordings of this cell: on an AVX2 EPYC at
-# load ~10 the data finding said 43% and its fix saved 6%; on a quiet AVX512-BF16 EPYC it said about 40%
-# and its fix saved about half. Read the two lines below as how far apart they can be.
+# load ~10 the data finding said 43% and its fix saved 6%; on a quiet AVX512-BF16 EPYC it said 40-43%
+# and its fix saved 42-55% (four quiet runs). Read the two lines below as how far apart they can be.
 # And a finding counts only its evidence: the sync finding's share is the
 # time inside the reads, near zero on a CPU, while its fix also removes the NaN checks'
 # `isfinite`/`all` operators, which the share never counted.

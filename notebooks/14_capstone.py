@@ -27,9 +27,9 @@
 #    device multiplies bf16 in hardware;
 # 4. attribute the gain: leave each change out in turn and measure what the recipe loses.
 #
-# **Run time**: not yet recorded on a quiet machine. Measured under load (a 2-core AMD EPYC, AVX2,
-# shared with other jobs at load 8-13, `nice 10`): about 7.7 min in `cpu` (460 s) and 190 s in
-# `smoke`; a quiet run should be well under that (not yet measured).
+# **Run time**: about 73 s in `cpu` (73 s on a quiet 2-core AMD EPYC Zen 4, AVX512-BF16, no GPU,
+# 2026-12-05: the outputs in `docs/recorded/`; 460 s on a 2-core AVX2-only EPYC shared with other
+# jobs at load 8-13) and about 30 s in `smoke`.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only: its numbers show the code runs, not what is true). The CIFAR images here

@@ -2,7 +2,9 @@
 
 Each entry is a claim a review of lessons 1-6 found false, as it was written, with why it was
 false. The checks read the jupytext sources (fast, no execution): each pattern matched the text
-of commit 4ce9d9f (lessons 1-6) or 7ba263b (lessons 7-13), or f667302 for issue 51's, and matches nothing today. The class-level guards live next to the code that
+of commit 4ce9d9f (lessons 1-6) or 7ba263b (lessons 7-13), or f667302 for issue 51's, or 5bdbc1f
+for the second pass of issues 50 and 51 (whose RETIRED_ELSEWHERE reads exercise texts and effkit
+docstrings), and matches nothing today. The class-level guards live next to the code that
 prints: `effkit.lesson` (verdict wording, smoke), `tests/test_notebooks.py` (smoke summaries),
 `tests/test_checkpoint_interval.py` (durations), `tests/test_measure.py` (profiler wrappers).
 """
@@ -201,6 +203,25 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
 ]
 
 
+RETIRED_ELSEWHERE = [  # (file, pattern of the false claim, why): exercise texts and effkit docstrings
+    (
+        "solutions/lesson1/lesson1.py",
+        r"at most 35%|\(at least 50%\)",
+        "the grader checks the share within 15 points of its own record (lesson1/checks.py SHARE_TOLERANCE)",
+    ),
+    (
+        "solutions/lesson1/lesson1.py",
+        r"another pair with another\s*\n?#?\s*batch size",
+        "every bottleneck trainer runs at batch 32: four of them, two of each kind, in random order",
+    ),
+    (
+        "solutions/lesson1/lesson1.py",
+        r"is a fair\s*\n?#?\s*witness",
+        "one graded input-bound trainer pays its pipeline's time in the forward pass, where next() cannot see it",
+    ),
+]
+
+
 def _source(slug: str) -> str:
     return lesson_build.source_path(slug).read_text()
 
@@ -211,6 +232,16 @@ def _source(slug: str) -> str:
 def test_a_retired_claim_is_not_back(slug, pattern, why):
     found = re.search(pattern, _source(slug), re.M)
     assert not found, f"notebooks/{slug}.py says {found.group(0)!r} again: {why}"
+
+
+@pytest.mark.parametrize(
+    ("path", "pattern", "why"),
+    RETIRED_ELSEWHERE,
+    ids=[f"{p.rsplit('/', 1)[-1]}:{q[:30]}" for p, q, _ in RETIRED_ELSEWHERE],
+)
+def test_a_retired_claim_is_not_back_elsewhere(path, pattern, why):
+    found = re.search(pattern, (lesson_build.ROOT / path).read_text(), re.M)
+    assert not found, f"{path} says {found.group(0)!r} again: {why}"
 
 
 def test_every_lesson_summary_and_verdict_is_computed_not_typed():

@@ -87,11 +87,12 @@ check_my_work("test_throughput", "lesson1.ipynb")
 # exhausted, so limit the batches with `itertools.islice` rather than `break`), or time `next()`
 # yourself.
 #
-# **How it is graded.** On two trainers: one whose data already sit on the device (one gather per
-# batch: the share must come out at most 35%), and one whose input pipeline spends about three
-# training steps' worth of CPU time preparing each batch (at least 50%). A share outside its range
-# is measured twice more and the median decides, so one run disturbed by other jobs on a shared
-# machine does not cost you the points.
+# **How it is graded.** On two trainers, in random order, each at batch 32 with `steps=5`: a
+# compute-bound one, whose batch takes 3-12% of a step's compute time to arrive, and an input-bound
+# one, whose batch takes 2 to 4 times a step's compute time. The grader records how long it spent
+# serving batches and computing steps, and your share must lie within **15 percentage points** of
+# the share it recorded. A share outside that band is measured twice more and the medians decide,
+# so one run disturbed by other jobs on a shared machine does not cost you the points.
 
 # %% nbgrader={"grade": false, "grade_id": "data_wait_share", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def data_wait_share(trainer, steps):
@@ -122,24 +123,25 @@ check_my_work("test_data_wait", "lesson1.ipynb")
 # costs more than half of each training step, else `"compute"` (`BOTTLENECKS` holds both names).
 # Decide from your measurement, not from the trainer's type or settings.
 #
-# Do not decide from `data_wait_share` alone: the lesson showed that a data-wait timer cannot see
-# the CPU time that DataLoader workers take from the model on the same cores, so it undercounts the
-# pipeline. Measure what removing the pipeline buys instead, as the lesson's A/B did: time a few
-# steps over `trainer.pipeline`, then the same number of steps on one batch you fetched once
-# (no pipeline at all), alternating the two a few times. The pipeline costs more than half a step
-# when the steps without it run more than twice as fast.
+# Do not decide from `data_wait_share` alone. Why can that timer lie? It sees only the time spent
+# inside `next()`. When a pipeline prepares each batch in the training process itself, that time is
+# its whole cost. DataLoader worker processes prepare batches in parallel instead, on the cores the
+# model computes on (lesson 1, section 4): `next()` returns at once, and the pipeline's cost shows
+# up as slower steps, which the timer books as compute.
 #
-# Which measurement? Here the pipeline prepares each batch in the training process itself, so the
-# time inside `next()` *is* its whole cost and `data_wait_share` from part 2 is a fair witness.
-# With DataLoader worker processes it is not: workers prepare batches in parallel and steal CPU
-# from the step without showing up inside `next()` — lesson 1 (section 4) measured the timer
-# seeing far less than the A/B that removes the pipeline. There, time steps on one cached batch
-# against steps over the pipeline and take `1 - 1/ratio` as the share lost.
+# Measure what removing the pipeline buys instead, as the lesson's A/B did: time a few steps over
+# `trainer.pipeline`, then the same number of steps on one batch you fetched once (no pipeline at
+# all), alternating the two a few times. The pipeline costs more than half a step when the steps
+# without it run more than twice as fast.
 #
-# **How it is graded.** On an input-bound and on a compute-bound trainer built as in part 2 (and, in
-# hidden tests, another pair with another batch size, in the other order): both must be named right,
-# so an answer that never changes scores nothing. A wrong name is asked twice more and the majority
-# decides.
+# **How it is graded.** On four trainers at batch 32, in random order: two compute-bound and two
+# input-bound, built as in part 2. One of the input-bound trainers works like DataLoader workers:
+# its batches arrive almost at once (`next()` takes 3-12% of a step's compute time), and each
+# batch's preparation time (2 to 4 times a step's compute) is paid during the forward pass that
+# follows it. A step on a batch you fetched once does not pay it. `data_wait_share` sees almost
+# none of that cost, so an answer built on it names this trainer wrong. All four must be named
+# right, so an answer that never changes scores nothing. A wrong name is asked twice more and the
+# majority decides.
 
 # %% nbgrader={"grade": false, "grade_id": "name_bottleneck", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def name_bottleneck(trainer):

@@ -96,6 +96,18 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
         "the lesson's own GPU demo measured 0.92x: the A/B decides, the text does not",
     ),
     (
+        "05_activation_checkpointing",
+        r"saves most of the\s*\n?#?\s*memory|recovered most of the memory",
+        "the recorded cpu run: keeping the matmuls kept 88.25 of 144.50 MiB, more than saving the pointwise"
+        " outputs (65.25 MiB) or a 5-of-8 block plan (59.19 MiB, 1.13x vs 1.08x over checkpoint everything)",
+    ),
+    (
+        "05_activation_checkpointing",
+        r"workspaces included",
+        "peak_cuda_memory reads max_memory_allocated: the caching allocator's tensors, not workspaces allocated"
+        " outside it (effkit/act_checkpoint.py)",
+    ),
+    (
         "06_never_lose_a_run",
         r'"constant LR 0\.05": \(constant, 0\.05\)',
         "constant 0.05 vs schedules peaking at 0.2 confounded LR with shape: one peak LR",

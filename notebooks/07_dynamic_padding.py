@@ -169,8 +169,8 @@ plt.show()
 # How much of what is left under bucketing is the rounding to 8 is the last line above: with a
 # median of about 10 tokens on real SST-2 (printed above), a width rounded up to 16 is a lot of
 # padding for short rows. A CPU has no tensor cores for the rounding to feed; it is kept here so
-# that the lesson's padding shares are those a GPU run with the usual setting would pay, and
-# section 5 times it both ways.
+# that the lesson's padding shares are those a GPU run rounding to 8 would pay (as `run_glue.py`
+# does in fp16), and section 5 times it both ways.
 #
 # The picture of it, on the first batches of each sampler (blue: real tokens, grey: padding):
 
@@ -403,8 +403,9 @@ plt.show()
 # trade-off the section 2 text describes. effkit's optimized BERT recipe pads exact widths on a CPU,
 # where `benchmarks/bert_pad_multiple_ab.py` timed the recipe itself: exact widths 1.13x faster than
 # rounded to 8, interval 1.09-1.16 (a 2-core Intel Xeon, one run, `benchmarks/results/bert-pad-multiple-ab-xeon-amx-2c.json`).
-# On a GPU it rounds to 8, Hugging Face's usual setting, which nobody has timed here yet
-# (`default_pad_multiple` in `effkit/workloads/bert/recipes.py` says so).
+# On a GPU it rounds to 8 in every precision, which nobody has timed here yet
+# (`default_pad_multiple` in `effkit/workloads/bert/recipes.py` says so); Hugging Face's
+# `run_glue.py` rounds to 8 only when it trains in fp16 (section 2).
 
 # %% [markdown]
 # ## 6. What bucketing costs: accuracy, random order vs bucketed

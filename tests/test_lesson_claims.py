@@ -128,6 +128,11 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
         r"padded to `max_length = 64`",
         "the gpu profile cuts at 128 and the guess is checked against the profile's own max_length",
     ),
+    (
+        "07_dynamic_padding",
+        r"Hugging Face's usual setting|GPU run with the usual setting",
+        "run_glue.py sets pad_to_multiple_of=8 only when it trains in fp16; effkit rounds in every precision",
+    ),
     # lesson 7 after issue 42 (patterns match the text of commit 234d155)
     (
         "07_dynamic_padding",
@@ -230,6 +235,11 @@ RETIRED_ELSEWHERE = [  # (file, pattern of the false claim, why): exercise texts
         "solutions/lesson1/lesson1.py",
         r"is a fair\s*\n?#?\s*witness",
         "one graded input-bound trainer pays its pipeline's time in the forward pass, where next() cannot see it",
+    ),
+    (
+        "effkit/workloads/bert/recipes.py",
+        r"HF's usual setting",
+        "run_glue.py sets pad_to_multiple_of=8 only when it trains in fp16; effkit rounds in every precision",
     ),
 ]
 

@@ -160,9 +160,10 @@ def _bucketed_stream(
 
 
 def default_pad_multiple(device: torch.device) -> int:
-    """Widths rounded up to 8 on a GPU (tile-friendly attention matmuls, HF's usual setting; not yet
-    measured there), exact on a CPU, where lesson 7 and ``benchmarks/bert_pad_multiple_ab.py`` find the
-    rounding only adds padding (it triples a bucketed batch's)."""
+    """Widths rounded up to 8 on a GPU in every precision (tile-friendly attention matmuls; not yet
+    measured there; Hugging Face's ``run_glue.py`` rounds to 8 only when it trains in fp16), exact
+    on a CPU, where lesson 7 and ``benchmarks/bert_pad_multiple_ab.py`` find the rounding only adds
+    padding (it triples a bucketed batch's)."""
     return 8 if device.type == "cuda" else 1
 
 

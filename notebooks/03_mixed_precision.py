@@ -273,9 +273,14 @@ print(f"fp16: {values.to(torch.float16).tolist()}   bf16: {values.to(torch.bfloa
 # ## 4. When does it pay?
 #
 # 16-bit math is faster only where the hardware has 16-bit units for the op *and* the op is big
-# enough for arithmetic, not casts and memory traffic, to dominate. Small ops on a GPU are
-# **overhead-bound**: a kernel launch costs a few microseconds whatever its size, so a 256-wide
-# matmul is all launch and autocast's cast kernels add launches — 16 bits can make it *slower*.
+# enough for arithmetic, not casts and memory traffic, to dominate. Every op also pays costs that
+# 16 bits do not shrink: a kernel launch, the CPU's dispatch of the op, and under autocast the
+# extra cast kernels. The smaller the op, the more of its time these take, and 16 bits can then
+# make it *slower*. On an H100 at the gpu profile's sizes (8192 rows; lesson code of 2026-11-22/23,
+# `benchmarks/results/nvidia-h100-80gb-hbm3/lessons/03_mixed_precision.outputs.txt`), bf16 was
+# slower than fp32 at width 256 (0.79x, interval 0.48-0.94), not clearly different at 1024 (1.12x,
+# 0.86-1.30) and 9.74x faster at 4096. That run timed whole forward and backward passes, not
+# launches: it shows where bf16 lost, not which of these costs made it lose.
 # (On a GPU, "fp32" here means full fp32 matmuls: PyTorch enables TF32 for matmuls only when asked,
 # `torch.set_float32_matmul_precision("high")` — a third option between the two measured here.) Measure, A/B: first a
 # matrix multiplication (forward and backward, as in a linear layer) at growing sizes, fp32

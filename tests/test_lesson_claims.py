@@ -75,6 +75,12 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
         " checked, not asserted",
     ),
     (
+        "03_mixed_precision",
+        r"256-wide\s*\n?#?\s*matmul is all launch",
+        "the H100 run timed whole forward and backward passes at 8192 rows (bf16 0.79x at width 256): it shows"
+        " where bf16 lost, not that launches were all of the time",
+    ),
+    (
         "04_bigger_batches",
         r"tokens\[0\] / tokens\[2\]",
         "'17x too much' divided by the wrong micro-batch: the overweight is 7x, computed",

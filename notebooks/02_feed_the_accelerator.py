@@ -31,7 +31,9 @@
 # quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28 (the outputs in `docs/recorded/`), before
 # the steady-state A/Bs (12-step bursts), the timed epoch starts and three one-epoch seeds per
 # pipeline came in (roughly 3 min more there); 50 s in `smoke` (a 2-core AMD EPYC VM, nothing else
-# running); `gpu`: over 4 min on an H100 80GB HBM3 (stopped at 235 s, 2026-11-23).
+# running); `gpu`: not known. Its one run on a GPU (an H100 80GB HBM3, 2026-11-23, the lesson of
+# that date) was stopped at 235 s, unfinished; the lesson has grown since and its gpu profile has
+# not been run on a GPU again.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only). You will predict twice, and tune a loader yourself in *Your turn*. The

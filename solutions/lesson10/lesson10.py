@@ -85,7 +85,12 @@
 # the grader's machine may be faster or slower than yours, and busy, and its class of kernels may need
 # another line (bf16 on an AVX512-BF16 CPU: the floor's tiny call takes a shortcut real layers do not). (A line of 40 µs that fitted one Intel Xeon called the clean, sync, optimizer and
 # padding steps of an AMD EPYC overhead-bound: its kernels were faster, so even a clean step's calls
-# took less than 40 µs there.) When two things look wrong, name the one
+# took less than 40 µs there.) The grader makes this concrete: each case reaches your `diagnose` twice,
+# in a shuffled list, as a host 5-10 times slower and as one 5-10 times faster would measure the same step:
+# every time in it (each `_ms` and `_us` field, `ranges_ms`, `top_ops`' milliseconds) multiplied by the
+# copy's factor. A case is named right when both copies are. Shares and multiples of the floor come through
+# unchanged; no line in µs or ms holds for both copies.
+# When two things look wrong, name the one
 # whose fix saves the most time; when one field looks wrong and costs little, it is not the bottleneck.
 #
 # **Part (b)**, further down: fix a slow training step. The grader holds your step to the original's

@@ -1,7 +1,8 @@
 """Lesson 10 - profiling: name the bottleneck from plain profile data; (b) fix a slow step. Out of the kernel.
 
 The parent plants a bottleneck per case, profiles each step itself and sends only the plain
-profile to the worker's ``diagnose``; part (b) is in :mod:`step_checks`. No learner code runs here.
+profile to the worker's ``diagnose``, twice: as a host 5-10x slower and one 5-10x faster would measure it
+(a line in µs belongs to one machine); part (b) is in :mod:`step_checks`. No learner code runs here.
 Every case must be named: profiles are timing and move run to run, so when one or two cases are missed
 (``SECOND_LOOKS``) all 8 steps are profiled again on fresh data, in a new order, and that second look must be
 named whole. A rule left out, or a flag read in a rule's place, misses its case on both looks; a diagnose that
@@ -18,6 +19,8 @@ holding a copy of effkit's doctor (the withheld answer, found by content) earns 
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 
 from effkit.doctor_plants import DECOYS, LONG_ROWS, profile_named
@@ -33,6 +36,18 @@ SECOND_LOOKS = 2  # misses after which all is looked at again; more are no profi
 REPO = Path(__file__).resolve().parents[3]
 CALL_SECONDS = 30
 SETUP_SOURCE = "import math"
+# every case reaches diagnose twice, as a host 5-10x slower and as one 5-10x faster would measure the same step (every
+# time in it scaled, log-uniform factors drawn per copy), and is named right only when both copies are. Shares of the
+# step, counts and calls in multiples of the host's own floor do not move; a line in µs or ms cannot hold for both: a
+# rule `batch_size == 1 and matmul_us_work < 50` named every case on every host measured, the overhead plant's work
+# calls 2.1-3.5 floors (9.2-10.4 in bf16 on AVX512-BF16) and the batch-1 decoy's 20.9-31 (26-30): at most 15x apart,
+# while the two copies are 25x or more apart, so the plant's slow copy sits above the decoy's fast one in µs whatever
+# the line. Two copies, not one at a random speed: one per case in 1/8-8 let that rule pass about 4 gradings in 5
+HOST_SPEED = (5.0, 10.0)
+WIDEST_CALL_RATIO = (
+    15.0  # the batch-1 decoy's work calls over the overhead plant's, the most measured (README)
+)
+TIME_FIELD = re.compile(r"_(ms|us)(_|$)")  # step_ms, ranges_ms, sync_ms, matmul_us_floor, ...
 
 QUIZ_KEY = {  # the notebook holds only the questions
     "q1": "b",  # wait + warmup steps are dropped: first steps pay one-off costs
@@ -122,10 +137,38 @@ def case_name(plants: tuple[str, ...], decoys: tuple[str, ...] = ()) -> str:
 
 
 def profile_case(plants: tuple[str, ...], decoys: tuple[str, ...], seed: int) -> dict:
-    """The parent's own profile of a planted step, as the plain data the learner sees."""
+    """The parent's own profile of a planted step, as plain data (sent through :func:`as_on_a_host`)."""
     profile = profile_named(case_name(plants, decoys), seed=seed)
     profile.pop("name", None)  # the case name would say what was planted
     return profile
+
+
+def host_speed(rng) -> float:
+    """How many times slower a copy's host is: log-uniform in HOST_SPEED (its inverse: a faster host)."""
+    return math.exp(rng.uniform(*(math.log(x) for x in HOST_SPEED)))
+
+
+def draw_copies(rng) -> list[tuple[int, float]]:
+    """(case index, time factor) per profile sent: each case once as a slower, once as a faster host; shuffled."""
+    copies = [(i, f) for i in range(CASES) for f in (host_speed(rng), 1 / host_speed(rng))]
+    rng.shuffle(copies)
+    return copies
+
+
+def as_on_a_host(profile: dict, factor: float) -> dict:
+    """``profile`` with every time multiplied by ``factor`` (fields named ``*_ms``/``*_us*``, each range,
+    each top operator's ms): the same step on a host ``factor`` times slower. Nothing else moves."""
+    out = {}
+    for key, value in profile.items():
+        timed = TIME_FIELD.search(key) is not None
+        if key == "top_ops":
+            value = [[name, ms * factor, calls] for name, ms, calls in value]
+        elif timed and isinstance(value, dict):
+            value = {k: v * factor for k, v in value.items()}
+        elif timed and isinstance(value, int | float) and not isinstance(value, bool):
+            value = value * factor
+        out[key] = value
+    return out
 
 
 def grade_labels(truth: list[str], answers) -> tuple[int, dict[int, str]]:
@@ -163,12 +206,19 @@ def _ask(ctx: Context, profiles: list[dict]) -> list:
     return r.data.get("labels")
 
 
-def _look(ctx: Context, cases: list) -> tuple[int, str]:
-    """One look at ``cases``: each profiled here, all sent in one call; how many were named right, and a line
-    per miss. The learner's code may keep state between looks: only a whole second look counts."""
-    truth = [label for label, *_ in cases]
-    right, wrong = grade_labels(truth, _ask(ctx, [profile_case(p, d, s) for _, s, p, d in cases]))
-    return right, "; ".join(f"case {i + 1}: {line}" for i, line in sorted(wrong.items())[:8])
+def _look(ctx: Context, cases: list, copies: list[tuple[int, float]]) -> tuple[int, str]:
+    """One look at ``cases``: each profiled here once, sent as ``copies`` (a slower and a faster host's) in one
+    call; how many cases had both copies named right, and a line per miss. The learner's code may keep state
+    between looks: only a whole second look counts."""
+    measured = [profile_case(p, d, s) for _, s, p, d in cases]
+    truth = [cases[i][0] for i, _ in copies]
+    _, wrong = grade_labels(truth, _ask(ctx, [as_on_a_host(measured[i], f) for i, f in copies]))
+    lines = []
+    for k, line in sorted(wrong.items(), key=lambda kv: copies[kv[0]]):
+        i, f = copies[k]
+        host = f"{f:.1f}x slower" if f > 1 else f"{1 / f:.1f}x faster"
+        lines.append(f"case {i + 1} as a host {host}: {line}")
+    return CASES - len({copies[k][0] for k in wrong}), "; ".join(lines[:8])
 
 
 def check_diagnose(ctx: Context) -> None:
@@ -177,11 +227,12 @@ def check_diagnose(ctx: Context) -> None:
     # the cases missed on the first look cannot be told from the others (a miss answered otherwise gains nothing)
     again = [(label, ctx.rng.randrange(1 << 30), p, d) for label, _, p, d in cases]
     ctx.rng.shuffle(again)
+    copies, copies_again = draw_copies(ctx.rng), draw_copies(ctx.rng)
     copied = copied_answers(ctx.session.cells)  # the learner's sources, as data
     expect(
         not copied, "; ".join(copied) + ": write your own diagnose, the grader withholds effkit's"
     )
-    right, missed = _look(ctx, cases)
+    right, missed = _look(ctx, cases, copies)
     summary = f"{right} of {CASES} planted bottlenecks named, every one needed"
     if right == CASES:
         ctx.ok(summary)
@@ -191,7 +242,7 @@ def check_diagnose(ctx: Context) -> None:
         CASES - right <= SECOND_LOOKS,
         f"{summary} (a second look after {SECOND_LOOKS} at most). {missed}",
     )
-    second, missed_again = _look(ctx, again)
+    second, missed_again = _look(ctx, again, copies_again)
     expect(
         second == CASES,
         f"{summary}; on a second look at all {CASES} steps on fresh data, in a new order, {second} of "

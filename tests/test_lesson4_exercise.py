@@ -207,6 +207,27 @@ def test_the_base_lr_is_drawn_far_from_the_lessons_and_the_loss_scale_keeps_the_
     assert [a for _, a, _ in drawn.curve] == pytest.approx([a for _, a, _ in plain.curve], abs=2e-3)
 
 
+def test_the_base_batch_is_drawn_so_that_a_rule_reading_base_lr_alone_fails_most_gradings():
+    """The shown base LR is tuned at the drawn base batch: the answer is base_lr x batch / base_batch, and its LR
+    at the micro-batch is the calibrated task's. A fixed multiple of base_lr (``16 * base_lr``: the rule at base
+    batch 16) is off by its own factor times base_batch / 16, and the passing window measured (4x below to 4x
+    above the rule, README) holds one drawn base batch at most, so such a rule fails 3 gradings in 4 or more."""
+    seen = set()
+    for seed in range(400):
+        base_batch, shown, per_micro, scale = rc.draw_base(random.Random(seed))
+        seen.add(base_batch)
+        assert shown * rt.MICRO_BATCH / base_batch == pytest.approx(per_micro, rel=1e-12)
+        assert per_micro * scale == pytest.approx(rt.BASE_LR, rel=1e-12)
+        lesson = 0.2 / (per_micro * 16)  # the lesson's 0.2 against the rule at batch 256
+        assert max(lesson, 1 / lesson) >= 2 ** rc.SCALE_LOG2[0] * 0.98, (seed, per_micro)
+    assert seen == set(rc.BASE_BATCHES)
+    for k in (2.0**e for e in range(-16, 17)):  # a rule lr = k x base_lr, at 16 micro-batches
+        off = [
+            k * b / 256 for b in rc.BASE_BATCHES
+        ]  # its LR over the linear rule's, per base batch
+        assert sum(1 / 4 < x < 4 for x in off) <= 1, k
+
+
 @pytest.fixture(scope="module")
 def recipe_tasks():
     """Two tasks and the base LR drawn the way a grading draws them (seeded here: a base LR below
@@ -234,6 +255,11 @@ def recipe_tasks():
         (
             "the lesson's LR 0.2 hard-coded",
             lambda b: (16, 0.2, 64),
+            "above what the linear scaling rule gives for batch 256",
+        ),
+        (  # 16 x base_lr when the base batch shown is 256: 16x the rule
+            "base_batch ignored",
+            lambda b: (16, 16 * (b * 256 / 16), 64),
             "above what the linear scaling rule gives for batch 256",
         ),
     ],
@@ -269,9 +295,9 @@ def test_an_answer_imported_from_the_grader_scores_nothing_and_learns_no_answer(
     base LR above the lesson's, so 0.2 is far below the rule): 0 of part (b)'s points."""
     cells = reference_cells(LESSON, choose_recipe=IMPORTED_ANSWER)
     verdict = grade_here(LESSON, cells, only=["test_recipe"], seed=5)["test_recipe"]
-    base_lr, _ = rc.draw_base_lr(random.Random(5))
+    base_batch, shown, base_lr, _ = rc.draw_base(random.Random(5))
     assert not verdict.passed, verdict.lines
-    assert f"base_lr={base_lr:g}" in verdict.lines[0], verdict.lines
+    assert f"base_batch={base_batch}, base_lr={shown:g}" in verdict.lines[0], verdict.lines
     assert "your LR was not scaled with the batch" in verdict.reason, verdict.reason
     assert f"{16 * base_lr:g}" not in verdict.reason + " ".join(verdict.lines), verdict.reason
 

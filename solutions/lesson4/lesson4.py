@@ -81,10 +81,11 @@ check_my_work("test_last_window", "lesson4.ipynb")
 # %% [markdown]
 # ## Part (b): a bigger batch that keeps up
 #
-# Your model fits only **16 samples per forward/backward** (the memory cap). The run everyone
-# starts with trains at batch `base_batch` (16) with the LR tuned for it, `base_lr`. The grader
-# draws `base_lr` for each grading, anywhere from about 0.0003 to 0.6, so compute your LR from
-# the arguments: no number from the lesson, and none you could import, is the answer. You want a
+# Your model fits only **16 samples per forward/backward** (the memory cap). A colleague's run
+# trained at batch `base_batch` with the LR tuned for it, `base_lr`. The grader draws both for
+# each grading (`base_batch` one of 1, 16, 256 and 4096; `base_lr` over several decades), so
+# compute your LR from the arguments: no number from the lesson, none you could import, and no
+# rule that leaves out `base_batch` is the answer. You want a
 # **bigger effective batch** (16 to 32 micro-batches per optimizer step, accumulated) that still reaches
 # the same accuracy **within the same sample budget** and **no slower in wall time**.
 #
@@ -93,11 +94,12 @@ check_my_work("test_last_window", "lesson4.ipynb")
 # `warmup_steps` optimizer steps followed by a cosine decay; SGD with momentum 0.9).
 #
 # **How it is graded.** Your function only *chooses*; the grader trains. It calls
-# `choose_recipe` in a separate process with the base LR it drew, checks the answer (types and
+# `choose_recipe` in a separate process with the base recipe it drew, checks the answer (types and
 # ranges), and then trains **its own** model with your recipe, on a task it draws for each grading
 # (a small ReLU network whose head starts with large logits, fresh teacher-labelled data, effkit's
 # `GradAccumulator` and `warmup_cosine`; the task's loss is scaled so that the drawn `base_lr` is
-# the tuned one). The baseline (batch 16, `base_lr`) trains 49,152 samples; the target is its
+# the tuned one at `base_batch`). The baseline (batch 16 at the LR the linear rule gives there from
+# `base_lr` at `base_batch`) trains 49,152 samples; the target is its
 # held-out accuracy there minus 0.5 pp. Your recipe passes (4 points) when, on at least two of
 # three such tasks, it reaches the target within `budget_samples` (81,920) samples, and its wall
 # time to the target is at most 1.25x the baseline's (the grader times both runs itself, one after

@@ -2,9 +2,10 @@
 
 The learner's recipe crosses as JSON and this process trains and times it itself against a
 baseline, so no learner code can forge an accuracy or a time. Calibrated on one task family:
-``MIN_ACCUM``/``MAX_ACCUM`` keep the effective batch near it. Each grading draws the base LR it
-shows (``draw_base_lr``), far from the lesson's example, so no printed or imported number passes;
-the feedback says what is wrong with a recipe, never the LR to type.
+``MIN_ACCUM``/``MAX_ACCUM`` keep the effective batch near it. Each grading draws the base recipe it
+shows (``draw_base``: a batch and the LR tuned at it), far from the lesson's example, so no printed or
+imported number passes and neither does a rule that ignores the base batch; the feedback says what is
+wrong with a recipe, never the LR to type.
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ MAX_LR_FACTOR = 1000  # lr above this x base_lr is refused as a typo (the linear
 # the shown base LR is BASE_LR x 2**u, |u| drawn in SCALE_LOG2 (either sign): a hard-coded LR from
 # the lesson (0.2 = 16 x BASE_LR) is then 11-45x off: too low to learn or too high (README)
 SCALE_LOG2 = (3.5, 5.5)
+# the base recipe's batch, drawn per grading, 16x apart: the answer is base_lr x (effective batch / base_batch), so a
+# rule that reads base_lr alone (`16 * base_lr`, the rule at base batch 16) is 16x or more off on 3 draws of 4 (README:
+# 4x above the rule missed every task, 8x below 2 of 3; 4x below, square-root scaling's LR, passed): one value at most
+# of BASE_BATCHES lies in any fixed rule's passing window. The grader's baseline trains at the micro-batch, at the LR
+# the linear rule gives there (base_lr x 16 / base_batch), so every grading trains the calibrated task
+BASE_BATCHES = (1, 16, 256, 4096)
 SEEDS = 3
 MIN_HITS = 2  # tasks on which the recipe must reach the target (one unlucky task forgiven)
 BASE_RUN = 49152  # samples the baseline trains to set the target (the recipe's BUDGET is 65536)
@@ -44,8 +51,21 @@ def draw_base_lr(rng) -> tuple[float, float]:
     return base_lr, rt.BASE_LR / base_lr
 
 
+def draw_base(rng) -> tuple[int, float, float, float]:
+    """(base_batch, the base LR shown, that LR at the micro-batch by the linear rule, the loss scale that makes
+    it the tuned one there): the LR at the micro-batch is :func:`draw_base_lr`'s, the shown one rounded."""
+    per_micro, _ = draw_base_lr(rng)
+    base_batch = rng.choice(BASE_BATCHES)
+    shown = float(f"{per_micro * base_batch / rt.MICRO_BATCH:.3g}")
+    per_micro = (
+        shown * rt.MICRO_BATCH / base_batch
+    )  # what the shown, rounded LR means at the micro-batch
+    return base_batch, shown, per_micro, rt.BASE_LR / per_micro
+
+
 def validate(answer, base_lr: float) -> tuple[int, float, int]:
-    """The learner's answer as (accum_steps, lr, warmup_steps), or CheckFailed saying what is wrong."""
+    """The learner's answer as (accum_steps, lr, warmup_steps), or CheckFailed saying what is wrong
+    (``base_lr``: the base LR at the micro-batch)."""
     shape = '{"accum_steps": <int>, "lr": <float>, "warmup_steps": <int>}'
     if isinstance(answer, dict) and set(answer) == {"not_json"}:
         raise CheckFailed(
@@ -73,7 +93,8 @@ def validate(answer, base_lr: float) -> tuple[int, float, int]:
     top = MAX_LR_FACTOR * base_lr
     expect(
         math.isfinite(lr) and 0 < lr <= top,
-        f"lr={lr!r}: it must be a finite number in (0, {top:g}] (base_lr x {MAX_LR_FACTOR})",
+        f"lr={lr!r}: it must be a finite number in (0, {top:g}] ({MAX_LR_FACTOR}x the base LR at "
+        f"batch {rt.MICRO_BATCH})",
     )
     steps = rt.BUDGET // (rt.MICRO_BATCH * accum)
     expect(_int(warmup), f"warmup_steps must be an int (optimizer steps), got {warmup!r}")
@@ -97,8 +118,11 @@ def _draw_task(ctx: Context, base_lr: float, scale: float) -> tuple[int, float, 
     raise CheckFailed("the grader could not draw a task for its baseline (a grader bug: report it)")
 
 
-def _why(accum: int, lr: float, warmup: int, base_lr: float, runs: list[rt.Run]) -> str:
-    """What is wrong with the recipe, in words: never the LR to type (that is the exercise)."""
+def _why(
+    accum: int, lr: float, warmup: int, base_lr: float, runs: list[rt.Run], base_batch: int
+) -> str:
+    """What is wrong with the recipe, in words: never the LR to type (that is the exercise). ``base_lr``:
+    the base LR at the micro-batch; ``base_batch``: the batch the learner was shown."""
     batch = rt.MICRO_BATCH * accum
     linear = base_lr * batch / rt.MICRO_BATCH
     sqrt = base_lr * math.sqrt(batch / rt.MICRO_BATCH)
@@ -110,13 +134,13 @@ def _why(accum: int, lr: float, warmup: int, base_lr: float, runs: list[rt.Run])
         )
         return (
             f"your LR was not scaled with the batch{rule}: it is well below what the linear "
-            f"scaling rule gives for batch {batch} from base_lr at base_batch {rt.MICRO_BATCH}, so "
+            f"scaling rule gives for batch {batch} from base_lr at base_batch {base_batch}, so "
             "each sample moves the weights less than in the baseline"
         )
     if lr > 1.25 * linear:
         return (
             f"your LR {lr:g} is above what the linear scaling rule gives for batch {batch} from "
-            f"base_lr at base_batch {rt.MICRO_BATCH}: scale the base LR linearly"
+            f"base_lr at base_batch {base_batch}: scale the base LR linearly"
         )
     if warmup == 0 or any(r.diverged for r in runs):
         broke = (
@@ -148,10 +172,12 @@ def judge(
     base_lr: float,
     tasks: list[tuple[float, tuple[int, float], rt.Run]],
     earlier: float | None = None,
+    base_batch: int = rt.MICRO_BATCH,
 ) -> list[str]:
     """Report lines for a recipe's runs against the baseline on the same tasks; CheckFailed on a miss.
 
-    ``tasks``: (target, the baseline's (samples, seconds) to it, the recipe's run).
+    ``tasks``: (target, the baseline's (samples, seconds) to it, the recipe's run); ``base_lr`` the base LR
+    at the micro-batch, ``base_batch`` the batch the learner was shown.
     """
     lines = []
     for i, (target, (n, t), mine) in enumerate(tasks, 1):
@@ -171,7 +197,7 @@ def judge(
         raise CheckFailed(
             f"{'; '.join(lines)}. The target was missed within the budget of {rt.BUDGET} samples on "
             f"{len(tasks) - len(hits)} of {len(tasks)} tasks (at most {len(tasks) - MIN_HITS} allowed): "
-            f"{_why(accum, lr, warmup, base_lr, runs)}."
+            f"{_why(accum, lr, warmup, base_lr, runs, base_batch)}."
         )
     ratio = time_ratio(tasks)
     if earlier is not None:  # a second look: both looks decide, never the better one alone
@@ -182,7 +208,7 @@ def judge(
             f"{'; '.join(lines)}. You reached the target, but in {ratio:.2f}x the baseline's wall "
             f"time: with {accum} micro-batches per step you need about as many samples as the "
             "baseline and fewer optimizer steps, so you should not be slower. "
-            f"{_why(accum, lr, warmup, base_lr, runs)}."
+            f"{_why(accum, lr, warmup, base_lr, runs, base_batch)}."
         )
     lines.append(
         f"target reached on {len(hits)} of {len(tasks)} tasks; wall time to it: {ratio:.2f}x the "
@@ -192,14 +218,14 @@ def judge(
 
 
 def check_recipe(ctx: Context) -> None:
-    base_lr, scale = draw_base_lr(ctx.rng)
-    shown = f"choose_recipe(micro_batch={rt.MICRO_BATCH}, base_batch={rt.MICRO_BATCH}, base_lr={base_lr:g}, budget_samples={rt.BUDGET})"
+    base_batch, shown_lr, base_lr, scale = draw_base(ctx.rng)
+    shown = f"choose_recipe(micro_batch={rt.MICRO_BATCH}, base_batch={base_batch}, base_lr={shown_lr:g}, budget_samples={rt.BUDGET})"
     r = ctx.session.call(
         "recipe",
         CALL_SECONDS,
         micro_batch=rt.MICRO_BATCH,
-        base_batch=rt.MICRO_BATCH,
-        base_lr=base_lr,
+        base_batch=base_batch,
+        base_lr=shown_lr,
         budget_samples=rt.BUDGET,
     )
     if not r.ok:
@@ -231,7 +257,7 @@ def check_recipe(ctx: Context) -> None:
             for seed, (target, _, _) in zip(seeds, tasks, strict=True)
         ]
         earlier = first
-    for line in judge(accum, lr, warmup, base_lr, tasks, earlier):
+    for line in judge(accum, lr, warmup, base_lr, tasks, earlier, base_batch):
         ctx.ok(line)
 
 

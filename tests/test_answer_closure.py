@@ -168,6 +168,42 @@ def test_a_pasted_copy_in_a_learners_cell_is_found_renamed_trimmed_or_nested_and
     assert ac.copies_in("def broken(:\n", seeds, REPO_ROOT) == []
 
 
+def test_an_answer_kept_in_a_string_is_read_and_code_made_from_data_is_named():
+    """A review's lesson 10 pass: effkit/doctor.py kept as a string, exec'd at load behind a one-line diagnose
+    (8/8 unseen: only function definitions were read). A string that parses as Python is read as the cell is,
+    nested strings too; what an encoded copy needs to run (exec, eval, compile, __import__, builtins, marshal,
+    importlib, getattr by a literal name) is named, and the honest uses of the words are not."""
+    import inspect
+    import textwrap
+
+    from effkit import doctor
+
+    seeds = list(WITHHELD["lesson10"])
+    answer = textwrap.dedent(inspect.getsource(doctor.diagnose))
+    in_a_string = f"_SRC = {answer!r}\n_ns = {{}}\nexec(_SRC, _ns)\ndiagnose = _ns['diagnose']\n"
+    assert ac.copies_in(in_a_string, seeds, REPO_ROOT) == [
+        ("diagnose (in a string)", "effkit.doctor.diagnose")
+    ]
+    twice = f"OUTER = {in_a_string!r}\n"
+    assert ac.copies_in(twice, seeds, REPO_ROOT) == [
+        ("diagnose (in a string) (in a string)", "effkit.doctor.diagnose")
+    ]
+    assert ac.runs_code_from_data(in_a_string) == ["exec"]
+    encoded = {
+        "import base64\nexec(base64.b64decode(B))": ["exec"],
+        "f = eval\ng = compile(s, 'x', 'exec')": ["eval", "compile", "exec"],
+        "import builtins\nbuiltins.exec(s)": ["builtins", "exec"],
+        "getattr(__builtins__, 'exec')(s)": ["__builtins__", "exec"],
+        "from importlib import import_module": ["importlib"],
+        "import marshal": ["marshal"],
+        "m = __import__('os')": ["__import__"],
+    }
+    for source, named in encoded.items():
+        assert sorted(ac.runs_code_from_data(source)) == sorted(named), source
+    honest = "model.eval()\nstep = torch.compile(step)\nrx = re.compile('a+')\nprint('to exec')\n"
+    assert ac.runs_code_from_data(honest) == []
+
+
 # Lesson 4's accumulation, renamed and re-signed in a module added later: caught by content.
 ACCUMULATOR_TWIN = """
 class WindowedStepper:

@@ -208,6 +208,20 @@ _PASTED = re.sub(
     ),
 ) + ("\n\ndef diagnose(profile):\n    return bottlenecks(profile)[0].label\n")
 
+# the doctor kept as text and exec'd at load (a review: 8/8 unseen, only function definitions were read), and the
+# same text base64-encoded, which no text match can read: the cell makes code from data at run time
+_DOCTOR_TEXT = _DOCTOR[: _DOCTOR.index('\nif __name__ == "__main__":')]
+_IN_A_STRING = (
+    f"_SRC = {_DOCTOR_TEXT!r}\n_ns = {{}}\nexec(_SRC, _ns)\n\n\n"
+    "def diagnose(profile):\n    return _ns['diagnose'](profile)[0].label\n"
+)
+_ENCODED = (
+    "import base64\n\n"
+    f"_SRC = {__import__('base64').b64encode(_DOCTOR_TEXT.encode()).decode()!r}\n_ns = {{}}\n"
+    "exec(base64.b64decode(_SRC), _ns)\n\n\n"
+    "def diagnose(profile):\n    return _ns['diagnose'](profile)[0].label\n"
+)
+
 # the batch-1 flag in the overhead rule's place, and "none" for everything on a second look (the worker keeps
 # state between calls): were a case counted right on either look, the decoy's case would be named on the second
 _SECOND_LOOK_NONE = (
@@ -254,6 +268,16 @@ SUBMISSIONS = {
         _PASTED,
         False,
         "bottlenecks in cell 'diagnose' is a copy of effkit.doctor.diagnose",
+    ),
+    "doctor_in_a_string": (
+        _IN_A_STRING,
+        False,
+        "diagnose (in a string) in cell 'diagnose' is a copy of effkit.doctor.diagnose",
+    ),
+    "encoded_doctor": (
+        _ENCODED,
+        False,
+        "cell 'diagnose' makes code from data at run time (exec)",
     ),
     **{
         f"leaves_out_{label}": (

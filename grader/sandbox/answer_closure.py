@@ -234,15 +234,62 @@ def copies_in(
             name: (shapes[name], serves)
             for name, serves in answer_closure(seeds, root, package).items()
         }
-    answers = _ANSWERS[key]
+    return _twins_in(tree, _ANSWERS[key], depth=0)
+
+
+def _twins_in(tree: ast.AST, answers: dict, depth: int, where: str = "") -> list[tuple[str, str]]:
+    """Twins among ``tree``'s functions at any depth, and in every string constant that parses as Python:
+    an answer kept as text and run with ``exec`` at load time is read as the cell is (a review: effkit's
+    doctor in a string, exec'd behind a one-line ``diagnose``, scored 8/8 unseen)."""
     found = []
-    # every function at any depth: a copy pasted inside another function or a class is a copy too
     for node in ast.walk(tree):
-        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
-        mine = shape(node)
-        for code, serves in answers.values():
-            if len(code) >= MIN_SHARED and is_twin(mine, code):
-                found.append((node.name, serves))
-                break
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            mine = shape(node)
+            for code, serves in answers.values():
+                if len(code) >= MIN_SHARED and is_twin(mine, code):
+                    found.append((node.name + where, serves))
+                    break
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and depth < MAX_DEPTH:
+            if "def " not in node.value:
+                continue
+            try:
+                inner = ast.parse(node.value)
+            except (SyntaxError, ValueError):
+                continue
+            found += _twins_in(inner, answers, depth + 1, where + " (in a string)")
     return found
+
+
+# code within a string within a string ... is read this deep
+MAX_DEPTH = 3
+# what turns data into code at run time: a cell that names one of these is refused where the grader reads the
+# cells as text (lesson 10), since an encoded copy (base64, zlib, bytes) is not text it can match. Bare names
+# (the builtins), attributes that reach them (``builtins.exec``; not ``torch.compile``, ``re.compile``, ``model.eval``), the
+# modules that load code, and string literals naming them (``getattr(builtins, "exec")``)
+RUNTIME_NAMES = ("exec", "eval", "compile", "__import__", "__builtins__")
+RUNTIME_ATTRS = ("exec", "__import__", "__builtins__")  # not eval: model.eval()
+RUNTIME_MODULES = ("builtins", "marshal", "importlib")
+
+
+def runs_code_from_data(source: str) -> list[str]:
+    """What in ``source`` makes code from data at run time, each once, in order. Parsed, never run; a cell that
+    does not parse is the worker's to report. **Residual**: a name built at run time (``"ex" + "ec"``)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    named: list[str] = []
+    for node in ast.walk(tree):
+        name = ""
+        if isinstance(node, ast.Name) and node.id in RUNTIME_NAMES:
+            name = node.id
+        elif isinstance(node, ast.Attribute) and node.attr in RUNTIME_ATTRS:
+            name = node.attr
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            modules = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            name = next((m for m in modules if m.split(".")[0] in RUNTIME_MODULES), "")
+        elif isinstance(node, ast.Constant) and node.value in RUNTIME_NAMES + RUNTIME_MODULES:
+            name = node.value
+        if name and name not in named:
+            named.append(name)
+    return named

@@ -27,7 +27,15 @@ from effkit.doctor_plants import DECOYS, LONG_ROWS, profile_named
 from grader.assignments.lesson10 import step_checks
 from grader.assignments.lesson10.manifest import MANIFEST
 from grader.kit.assignment import Assignment
-from grader.kit.checks import CheckFailed, Context, copies_in, expect, quiz_check, stub_reason
+from grader.kit.checks import (
+    CheckFailed,
+    Context,
+    copies_in,
+    expect,
+    quiz_check,
+    runs_code_from_data,
+    stub_reason,
+)
 
 LABELS = ("data", "sync", "overhead", "padding", "optimizer", "none")
 CASES = 8  # every bottleneck once, "none" three times (each decoy on one of them)
@@ -191,11 +199,18 @@ def grade_labels(truth: list[str], answers) -> tuple[int, dict[int, str]]:
 
 
 def copied_answers(cells: list[tuple[str, str]]) -> list[str]:
-    """A line per function of the learner's cells that copies effkit's withheld doctor (read, never run)."""
-    return [
+    """A line per function of the learner's cells that copies effkit's withheld doctor (in a string too), and per
+    cell that makes code from data at run time, which the copy check cannot read (read, never run)."""
+    copies = [
         f"{name} in cell {gid!r} is a copy of {answer}"
         for gid, source in cells
         for name, answer in copies_in(source, list(MANIFEST.withheld), REPO)
+    ]
+    return copies + [
+        f"cell {gid!r} makes code from data at run time ({', '.join(names)}): the grader reads your cells as "
+        "text, so write them as plain Python"
+        for gid, source in cells
+        if (names := runs_code_from_data(source))
     ]
 
 

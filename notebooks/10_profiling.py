@@ -222,9 +222,10 @@ print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians)
 #
 # `effkit.doctor.diagnose(profile)` is a pure function of that plain data: each rule reads measured
 # figures and, when they pass its threshold, names a bottleneck with its evidence, an estimate of
-# what its fix saves (the share of the *profiled* step the evidence takes: an estimate, not a
-# bound, as measured below) and the lesson that teaches the fix; the findings are ranked by
-# that estimate. The rules, calibrated on planted bottlenecks (`python -m effkit.doctor
+# what its fix saves, as a share of the *profiled* step (for data and sync the share their evidence
+# takes; for the optimizer half its range, for precision half the matmul time, for overhead all but
+# the matmuls and the data: estimates, not bounds, as measured below) and the lesson that teaches
+# the fix; the findings are ranked by that estimate. The rules, calibrated on planted bottlenecks (`python -m effkit.doctor
 # --validate`, table in `benchmarks/results/README.md`):
 #
 # | finding | evidence | fix (lesson) |
@@ -243,27 +244,29 @@ print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians)
 # **Why "7x an empty call" and not a number of µs.** How long a matmul call takes depends on the
 # machine as much as on the work: dispatch speed, the kernel the library picks for this CPU's
 # instructions (AVX2, AVX512, AMX) and the clock all move it, and so does a busy core. The doctor
-# once drew its line at 40 µs, set on an Intel Xeon with AMX; on an AMD EPYC with AVX512-BF16 (a
-# different host from the AVX2-only EPYC this lesson was recorded on) even the clean step's calls
-# took less than that, and the reference diagnosis named only 3 of 8
+# once drew its line at 40 µs, set on an Intel Xeon with AMX; on an AMD EPYC with AVX512-BF16 (Zen 4,
+# the kind of host this lesson is recorded on) even the clean step's calls took less than that, and the reference diagnosis named only 3 of 8
 # planted steps right, calling clean, sync, optimizer and padding steps overhead-bound. So each
 # profile also measures `matmul_us_floor`: the self time of a
 # matmul call that does almost no work (a width-8 `Linear`, batch 1), before and after the steps (the lower of the two), on
-# their device, in their precision and under the same load. On the 2-core AMD EPYC this lesson was
-# recorded on, the planted overhead step's work calls sit at 2.1-3.5x that floor and the clean step's
-# near 20x at loads of 3.5-11 (no quiet figure yet); the doctor's line is 7x, between them
+# their device, in their precision and under the same load. On a 2-core AVX2-only AMD EPYC (Zen 3), in
+# fp32, the planted overhead step's work calls sat at 2.1-3.5x that floor and the clean step's near
+# 20x at loads of 3.5-11 (`benchmarks/results/doctor-calibration.md`); the doctor's line is 7x, between them
 # (`tests/test_doctor.py` re-scales the measured matmul calls of each single plant, of the clean
 # step and of the clean step at batch 1 of long rows as on machines with twice and half the call
 # overhead and 2x faster and slower kernels, and `tests/test_lesson10_exercise.py` a whole grading's;
 # the other operators stay as measured). On a host whose kernels are fast against its call
 # overhead the clean step's calls sit nearer the line: on a 2-core Intel Xeon with AMX they took
-# 51-62 µs against a 6-9 µs floor, about 6-10x, where this line has no margin left.
+# 51-62 µs and the overhead plant's 7 µs, measured before the floor existed, so the 7x line is not
+# yet confirmed against that host's floor.
 #
 # **And the ratio's line belongs to a class of kernels too.** On an AMD EPYC with AVX512-BF16 (Zen 4),
 # where these steps run in bf16, the floor's width-8 call takes PyTorch's small-matrix path (2.4 µs)
 # while every real layer's bf16 call goes through oneDNN, which costs about 16 µs even for a
 # 16 x 16 `Linear` on 17 rows, some 14 µs above the floor. The floor misses that fixed cost, so there the
-# overhead step sits at 9-10x and every other step at 26-30x: the line for that class is 16x
+# overhead step sat at 9.2-10.4x in the calibration (two seeds, quiet and beside two busy cores) and
+# at 13.5x in this lesson's recorded run (the report below), every other step at 26-30x: the line for
+# that class is 16x, with less room above the overhead step than below the others
 # (`effkit.profiling.overhead_line`; each profile carries its own as `overhead_calls`). A ratio is
 # only as portable as its yardstick is the same kind of call as the work.
 
@@ -278,9 +281,9 @@ print(doctor.report(patient))
 # (single medians again). A share is an estimate, not a bound on the saving, and it can miss either
 # way. It is a share of the *profiled* step, whose operators each paid the profiler's cost
 # (section 2), so it is not the unprofiled step's share, and the unprofiled times compared below
-# are single medians on a machine that may be busy. Two recordings of this cell: on an AVX2 EPYC at
-# load ~10 the data finding said 43% and its fix saved 6%; on a quiet AVX512-BF16 EPYC it said 40-43%
-# and its fix saved 42-55% (four quiet runs). Read the two lines below as how far apart they can be.
+# are single medians on a machine that may be busy. In this lesson's quiet recording the data
+# finding said 42% and its fix saved 49%; on a busy machine the two can be much further apart. Read
+# the two lines below as an estimate and one measurement, not as one number.
 # And a finding counts only its evidence: the sync finding's share is the
 # time inside the reads, near zero on a CPU, while its fix also removes the NaN checks'
 # `isfinite`/`all` operators, which the share never counted.
@@ -460,7 +463,7 @@ for name, p in recipes.items():
 # are profiled again for a second look that must be right whole). It also sets each plant's
 # tell-tale field where it costs little (`foreach=False` on a step whose optimizer is a small
 # share, batch 1 of long rows, one `.item()`, a little padding), on steps with nothing planted
-# among others, and sometimes plants two at once: the label is the costliest, so read what each
+# among others, and in one case of every grading plants two at once: the label is the costliest, so read what each
 # suspect costs, not whether it is there.
 #
 # ### References

@@ -67,7 +67,7 @@
 #   "matmul_us_median": 160.0,       # the median matmul/conv call's self time, in µs
 #   "matmul_us_work": 210.0,         # the call that half the matmul time is spent in or shorter, in µs
 #   "matmul_us_floor": 6.5,          # this machine's self time of a matmul call doing almost nothing, in µs,
-#                                    # measured right after the steps (same device, precision and load)
+#                                    # measured before and after the steps, the lower kept (same device, precision, load)
 #   "overhead_calls": 7.0,           # the line for this precision and CPU class: work calls under this many
 #                                    # floors are mostly fixed cost (16.0 for bf16 on AVX512-BF16 without AMX)
 #   "cpu_isa": "AVX2",               # the CPU class the line belongs to: "AMX", "AVX512-BF16", "AVX512",

@@ -297,11 +297,20 @@ def _replay(baseline, commits, reveal, spec, begin: dict, r: int, c: int, batche
 
 
 def losses_differ(mine, ref) -> str:
-    """'' when the learner's per-step losses match the replay's within ``LOSS_TOLERANCE``, else
-    where they part (a step on part of each batch returns that part's loss, not the batch's)."""
+    """'' when most of the learner's per-step losses match the replay's within ``LOSS_TOLERANCE``, else
+    where they part (a step on part of each batch returns that part's loss, not the batch's, on every step).
+    An honest bf16 chunk may part on one step: on an AVX512-BF16 EPYC one step of an honest 12 read 0.0753
+    against the replay's 0.0845 (11%) while its update matched at cosine 0.99995, and failed a correct
+    solution; half the rows are 19-40% off on every step."""
     if ref is None or len(mine) != len(ref):
         return f"{len(mine)} losses for {0 if ref is None else len(ref)} replayed steps"
-    for i, (a, b) in enumerate(zip(mine.tolist(), ref.tolist(), strict=True)):
-        if not abs(a - b) <= LOSS_TOLERANCE[0] + LOSS_TOLERANCE[1] * abs(b):
-            return f"step {i + 1}: {a:.4f}, the replay's {b:.4f}"
-    return ""
+    pairs = list(zip(mine.tolist(), ref.tolist(), strict=True))
+    off = [
+        (i, a, b)
+        for i, (a, b) in enumerate(pairs)
+        if not abs(a - b) <= LOSS_TOLERANCE[0] + LOSS_TOLERANCE[1] * abs(b)
+    ]
+    if 2 * len(off) <= len(pairs):
+        return ""
+    i, a, b = off[0]
+    return f"{len(off)} of {len(pairs)} steps, first step {i + 1}: {a:.4f}, the replay's {b:.4f}"

@@ -4,7 +4,7 @@ of some layers on some steps must not pass because the whole update's cosine is 
 A model whose embedding dominates the update trains a chunk under AdamW with clipping, as lesson 3's
 recipe does: once honestly, once with one layer's weight getting no gradient every other step (a
 cheaper backward). The replay is the honest chunk from the same start (exact on a CPU). The whole
-update passes the scored replay's 0.999, and so does the layer's direction (Adam normalises each
+update passes the scored replay's bound, and so does the layer's direction (Adam normalises each
 step); the layer's own size does not. Fast: no grading.
 """
 
@@ -13,10 +13,11 @@ import functools
 import torch
 from torch import nn
 
+from grader.assignments.lesson3.checks import SPECS
 from grader.timed.replay import KEPT_COSINE, KEPT_SIZE_BAND, TENSOR_SIZE_BAND
 from grader.timed.updates import compare, tensors_apart, tensors_differ, update
 
-REPLAY_COSINE = 0.999  # lesson 3's CPU specs (GradingSpec.replay_cosine)
+REPLAY_COSINE = SPECS["smoke"].replay_cosine  # lesson 3's CPU specs (GradingSpec.replay_cosine)
 LAYERS = 48  # one of them skipped: a small share of the whole update, as one layer of a deep model
 
 

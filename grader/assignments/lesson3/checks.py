@@ -34,12 +34,15 @@ from effkit.workloads import bert"""
 # From scratch on purpose (the `cpu` profile now starts from the packaged MiniLM): the gate is
 # calibrated on this model, and the grader's sentences are its own made-up words anyway.
 _HOOKS = {"batch_size": 8, "lr": 1e-3, "model": "scratch"}
-# Scored replays: honest fp32 and bf16 chunks replay at cosine 1.0000 and losses within 1.6%; half
-# the rows at cosine 0.994-0.99999, losses 19-40% off (grader/README.md, threat model)
+# Scored replays: honest fp32 and emulated-bf16 chunks (AVX2) replay at cosine 1.0000 and losses within 1.6%;
+# native bf16 (AVX512-BF16 EPYC) less exactly: whole updates down to 0.9995, one tensor at 0.9983, one step of 12
+# 11% off, which failed the reference in 2 of 21 stress gradings at a 0.999 floor. Half the rows: cosine
+# 0.994-0.99999, losses 19-40% off on every step (caught by the losses, not the cosine); a layer skipped one step
+# in four: its direction kept, its size 0.75x (caught by the size band, which a 0.99 floor keeps). Threat model
 _TIMED = {
     "chunks_per_epoch": 4,
     "replay_scored": True,
-    "replay_cosine": 0.999,
+    "replay_cosine": 0.99,
     "replay_losses": True,
 }
 _GPU_HOOKS = {"batch_size": 32}

@@ -363,7 +363,10 @@ print(compile_line)
 # The course's own CIFAR recipes (smoke size: synthetic images; the optimized recipe's data is
 # already on the device, its step is convolutions). Compare them per image, not per step: their
 # batches differ (the optimized recipe measures its batch on each CPU, see the printed sizes), so
-# a longer step can still be the cheaper one per image; the table below says which it was here.
+# a longer step can still be the cheaper one per image; the table below says which it was here. They
+# are different networks too (naive: a small ResNet; optimized: airbench's net, which reaches the
+# target in fewer epochs), so images per second compares work per image, not which recipe trains
+# faster: time to target is that measure (lesson 1, `make demo`).
 
 # %%
 recipes = {}

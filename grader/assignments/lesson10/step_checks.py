@@ -9,10 +9,11 @@ run as the grader's user, hence the freeze, non-dumpable baseline and priority c
 from __future__ import annotations
 
 import os
+import statistics
 
 import torch
 
-from effkit.abtest import compare
+from effkit.abtest import compare, median_ci, median_ci_coverage
 from effkit.measure import (
     one_thread,  # the parent runs the original step on one thread, as the worker does
 )
@@ -33,6 +34,10 @@ TIMED_STEPS = (
 )
 PAIRS = 6  # [min, max] of 6 pairs covers the median 97% of the time
 TARGET = 3.0  # the interval's low end: the reference's lowest 5.9x (300 gradings, busy core), the per-sample loop's highest high end 1.5x
+# A median at the target or above whose interval starts below it is inconclusive, not a fail: beside two other
+# gradings (Zen 4, load 3-9) the reference's 11-14x medians came with low ends of 2.0-2.5x in 3 of 50 gradings. It
+# is measured again (PAIRS more pairs, fresh tasks) and judged on all the pairs together: a noisy look is
+# outvoted, and a step whose median is under the target is never measured twice
 TOLERANCE = 1e-3  # relative error of the update: honest <= ~1e-6 over 1,000 tasks (GELU; slow_step.py), mistakes >= 3e-2
 LOSS_TOLERANCE = 1e-4  # relative error of each returned loss (honest ~1e-7)
 CALL_SECONDS = 30.0
@@ -210,6 +215,15 @@ def check_speed(ctx: Context) -> None:
             runs["b"].append(r)
 
         result = compare(original, yours, warmup=1, min_pairs=PAIRS, max_pairs=PAIRS)
+        first = None
+        if result.ci_low < TARGET <= result.ratio:
+            first = result
+            ctx.ok(
+                f"your step is {result.ratio:.1f}x as fast as the original, interval {result.ci_low:.1f}-"
+                f"{result.ci_high:.1f}x: inconclusive (the machine is busy), measuring {PAIRS} pairs more"
+            )
+            seeds += [ctx.rng.randrange(1 << 30) for _ in range(PAIRS + 1)]
+            result = compare(original, yours, warmup=1, min_pairs=PAIRS, max_pairs=PAIRS)
     finally:
         _paused(ctx.session, False)
         bare.close()
@@ -222,13 +236,17 @@ def check_speed(ctx: Context) -> None:
             f"timed call {i + 1}: {problem}. Speed counts only for the original step's result "
             "(see test_fast_step_equal)",
         )
+    ratios = (first.ratios if first else []) + result.ratios
+    ratio = statistics.median(ratios) if first else result.ratio
+    low, high = median_ci(ratios) if first else (result.ci_low, result.ci_high)
+    coverage = median_ci_coverage(len(ratios)) if first else result.coverage
     shown = (
-        f"your step is {result.ratio:.1f}x as fast as the original (interval {result.ci_low:.1f}-"
-        f"{result.ci_high:.1f}x, covering the median {result.coverage:.0%} of the time over {result.pairs} "
-        f"pairs of {TIMED_STEPS} steps, each in its own worker on one CPU thread, timed by the grader)"
+        f"your step is {ratio:.1f}x as fast as the original (interval {low:.1f}-{high:.1f}x, covering the "
+        f"median {coverage:.0%} of the time over {len(ratios)} pairs of {TIMED_STEPS} steps"
+        f"{' on two looks' if first else ''}, each in its own worker on one CPU thread, timed by the grader)"
     )
     expect(
-        result.ci_low >= TARGET,
+        low >= TARGET,
         f"{shown}: the interval must start at {TARGET:g}x or above. Profile it: "
         "is the step still one sample at a time?",
     )

@@ -24,10 +24,13 @@
 #    files a plain `torch.save` leaves against an atomic write (temporary file, fsync, rename);
 # 4. resume bit for bit — and see what goes wrong when the RNG or the data position is not saved;
 # 5. measure what a save costs and choose the interval from the failure rate (Young/Daly);
-# 6. preview `torch.distributed.checkpoint` for sharded state.
+# 6. preview `torch.distributed.checkpoint` for sharded state;
+# 7. keep an exponential moving average (EMA) of the weights and measure what it changes at the
+#    end of a run.
 #
 # **Run time**: about 1.4 min in `cpu` (84 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`); 13 s in `smoke` (a 2-core AMD EPYC VM,
-# nothing else running); `gpu`: 2.1 min (129 s) on an H100 80GB HBM3.
+# nothing else running); `gpu`: 2.1 min (129 s) on an H100 80GB HBM3. Section 7 (the EMA) came in
+# after those runs: it is not yet in a quiet recording.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only: its numbers show the code runs, not what is true). You will predict
@@ -51,9 +54,11 @@ import torch
 import torch.nn.functional as F
 from matplotlib.patches import FancyArrowPatch, Rectangle
 from torch.optim.lr_scheduler import LambdaLR
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm.auto import tqdm
 
 from effkit import lesson, lesson_setup
+from effkit.arms import difference_verdict, paired_difference, rows_half_width
 from effkit.checkpoint_interval import (
     daly_interval,
     mtbf_for_interval,
@@ -80,13 +85,13 @@ DEVICE_NAME = device_name(DEVICE)
 SIZES = {
     "smoke": dict(depth=10, width=8, n_train=640, n_val=256, batch=64, epochs=2, seeds=(0,),
                   target=0.25, es_train=320, es_epochs=6, patience=1, kills=4, pairs=6,
-                  burst_steps=2, resume_steps=6),
+                  burst_steps=2, resume_steps=6, ema_seeds=(1,)),
     "cpu": dict(depth=10, width=8, n_train=3200, n_val=1000, batch=64, epochs=5, seeds=(0, 1, 2),
                 target=0.85, es_train=640, es_epochs=25, patience=3, kills=10, pairs=8,
-                burst_steps=6, resume_steps=30),
+                burst_steps=6, resume_steps=30, ema_seeds=(3, 4, 5)),
     "gpu": dict(depth=18, width=64, n_train=20000, n_val=5000, batch=256, epochs=6, seeds=(0, 1, 2),
                 target=0.8, es_train=5000, es_epochs=30, patience=4, kills=10, pairs=8,
-                burst_steps=20, resume_steps=60),
+                burst_steps=20, resume_steps=60, ema_seeds=(3, 4, 5)),
 }[PROFILE]
 print(f"profile {PROFILE!r} on {DEVICE_NAME}")
 
@@ -117,6 +122,10 @@ def evaluate(net, x=X_VAL, y=Y_VAL):
 # ~0 [Smith & Topin]: the high middle explores, the low end settles. What matters is not the
 # final accuracy after a fixed budget but **how long it takes to reach the accuracy you need** —
 # counting the evaluations that tell you it was reached.
+#
+# Each run also keeps an average of its weights beside the model, updated off the clock (so the
+# times below are the schedules' own), and scores both on the held-out images at its end: section
+# 7 explains that average and opens its results.
 
 # %%
 def constant(optimizer, total_steps, warmup_steps):
@@ -130,27 +139,43 @@ SCHEDULES = {f"constant LR {PEAK_LR}": (constant, PEAK_LR), f"warm-up + cosine, 
              f"one-cycle, peak {PEAK_LR}": (one_cycle, PEAK_LR)}
 
 
-def train_schedule(schedule, peak, seed, bar):
-    """Train with `schedule`; returns [(wall seconds incl. evaluations, val accuracy)] per eval."""
+STEPS_PER_EPOCH = SIZES["n_train"] // SIZES["batch"]
+EMA_DECAY = 1 - 1 / STEPS_PER_EPOCH  # the average spans about one epoch of steps (section 7)
+
+
+def correct_rows(net, x=X_VAL, y=Y_VAL):
+    """Per validation row, whether `net` (in eval mode) classifies it right."""
+    net.eval()
+    with torch.no_grad():
+        right = torch.cat([net(part).argmax(1) for part in x.split(500)]) == y
+    net.train()
+    return right.tolist()
+
+
+def train_schedule(schedule, peak, seed, bar, evals_per_epoch=4):
+    """Train with `schedule`; returns [(wall seconds incl. evaluations, val accuracy)] per eval
+    (none with `evals_per_epoch=None`) and the end of the run: which held-out rows the last
+    weights and their EMA get right, the run's clock and the EMA updates' (off that clock)."""
     net = new_model(seed)
+    ema = AveragedModel(net, multi_avg_fn=get_ema_multi_avg_fn(EMA_DECAY), use_buffers=True)
     opt = torch.optim.SGD(net.parameters(), lr=peak, momentum=0.9, weight_decay=5e-4, nesterov=True)
-    steps_per_epoch = SIZES["n_train"] // SIZES["batch"]
-    total = SIZES["epochs"] * steps_per_epoch
+    total = SIZES["epochs"] * STEPS_PER_EPOCH
     sched = schedule(opt, total, max(1, total // 10))
     gen = torch.Generator().manual_seed(seed)
-    curve, elapsed, evals_per_epoch = [], 0.0, 4
+    curve, elapsed, ema_s = [], 0.0, 0.0
+    every = None if evals_per_epoch is None else max(1, STEPS_PER_EPOCH // evals_per_epoch)
     for step in range(total):
-        if step % steps_per_epoch == 0:
+        if step % STEPS_PER_EPOCH == 0:
             order = torch.randperm(SIZES["n_train"], generator=gen).to(DEVICE)
         sync(DEVICE)
         t0 = time.perf_counter()
-        idx = order[(step % steps_per_epoch) * SIZES["batch"]:][:SIZES["batch"]]
+        idx = order[(step % STEPS_PER_EPOCH) * SIZES["batch"]:][:SIZES["batch"]]
         loss = F.cross_entropy(net(X_TRAIN[idx]), Y_TRAIN[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         sched.step()
-        if (step + 1) % max(1, steps_per_epoch // evals_per_epoch) == 0:
+        if every is not None and (step + 1) % every == 0:
             accuracy = evaluate(net)[0]  # timed too: an evaluation is part of time-to-target
             sync(DEVICE)
             elapsed += time.perf_counter() - t0
@@ -158,15 +183,21 @@ def train_schedule(schedule, peak, seed, bar):
         else:
             sync(DEVICE)
             elapsed += time.perf_counter() - t0
+        t1 = time.perf_counter()  # the EMA, off the clock: it reads the weights, changes nothing
+        ema.update_parameters(net)
+        sync(DEVICE)
+        ema_s += time.perf_counter() - t1
         bar.update(1)
-    return curve
+    end = {"raw": correct_rows(net), "ema": correct_rows(ema.module), "seconds": elapsed, "ema_seconds": ema_s}
+    return curve, end
 
 
-total_steps = SIZES["epochs"] * (SIZES["n_train"] // SIZES["batch"]) * len(SCHEDULES) * len(SIZES["seeds"])
-curves = {}
+total_steps = SIZES["epochs"] * STEPS_PER_EPOCH * len(SCHEDULES) * len(SIZES["seeds"])
+curves, ends = {}, {}  # per schedule, one entry per seed: the curve; the end (section 7)
 with tqdm(total=total_steps, desc="schedules", unit="step") as bar:
     for name, (schedule, peak) in SCHEDULES.items():
-        curves[name] = [train_schedule(schedule, peak, seed, bar) for seed in SIZES["seeds"]]
+        runs = [train_schedule(schedule, peak, seed, bar) for seed in SIZES["seeds"]]
+        curves[name], ends[name] = [curve for curve, _ in runs], [end for _, end in runs]
 
 # %%
 TARGET = SIZES["target"]
@@ -550,6 +581,109 @@ plt.show()
 # The same rules apply: a checkpoint directory is complete only once its metadata is written —
 # resume from the newest *complete* one — and RNGs and the data position travel with it.
 #
+# ## 7. An average of the weights: EMA
+#
+# At a learning rate that does not decay, SGD never settles: each step's gradient noise moves the
+# weights, so the last weights are one draw from a cloud around where training has got to. An
+# average of the recent weights cancels much of that noise. For stochastic approximation, Polyak &
+# Juditsky (1992) proved that averaging the iterates (with slowly decreasing steps) converges at the
+# highest rate possible, for the classical optimization and identification problems they studied; a
+# deep network is not one of them, which is why we measure. Deep-learning practice keeps an
+# **exponential moving average** (EMA) of the weights beside the model, updated after every
+# optimizer step, `ema ← decay · ema + (1 − decay) · weights`, and evaluates and ships the EMA.
+# PyTorch's documentation calls it "a variation of Polyak averaging" with exponential weights; timm's
+# training script keeps one on request (`--model-ema`; `ModelEmaV2`, `ModelEmaV3` in
+# `timm.utils.model_ema`); PyTorch has it built in, and this lesson uses that:
+#
+# ```python
+# from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+#
+# ema = AveragedModel(net, multi_avg_fn=get_ema_multi_avg_fn(EMA_DECAY), use_buffers=True)
+# ...                          # after every optimizer.step():
+# ema.update_parameters(net)   # the first call copies the weights, later ones average
+# evaluate(ema.module)         # the averaged copy is an ordinary model
+# ```
+#
+# Two choices matter. **The decay**: the average spans about 1/(1 − decay) steps, and timm's
+# documentation says to choose it "relative to your update count per epoch". Here decay = 1 − 1/(steps
+# per epoch): an average over about one epoch. **BatchNorm**: its running mean and variance are
+# buffers, not parameters, and averaged weights normalised with the *last* weights' statistics would
+# be normalised with another model's statistics. `use_buffers=True` averages the buffers with the
+# same decay (timm's EMA averages the whole `state_dict` the same way); PyTorch's other way is
+# `torch.optim.swa_utils.update_bn(loader, ema)` after training, one more pass over the training
+# data that recomputes them. PyTorch's documentation says to test which suits your problem; this
+# lesson uses the first and does not compare them. And the EMA is state: a resumable checkpoint
+# (section 3) must hold `ema.state_dict()` too, or a resumed run restarts its average from the
+# current weights.
+#
+# Every run of section 1 kept an EMA, so the workload is that one: same network, data, schedules and
+# seeds. We expect the most noise to average away in the constant LR's last weights, so we train more
+# constant-LR seeds here (`ema_seeds`). Both models of a run are scored on the same held-out images, so
+# the difference EMA − raw is paired per run; its median gets an order-statistic interval with its
+# real coverage (`effkit.arms.paired_difference`, as in lessons 7-9), and the verdict says only what
+# that interval allows. Warm-up + cosine and one-cycle both end at an LR near zero: their runs are
+# pooled as one group (six separate runs, three seeds of each).
+#
+# **Predict.** At the end of a constant-LR run, how many points of held-out accuracy does the EMA
+# add to the last weights (negative if it loses)?
+
+# %%
+GUESS_EMA_POINTS = None  # your guess, in points of accuracy, e.g. 1.0 (or -0.5 if the EMA loses)
+
+# %%
+constant_name, annealed = list(SCHEDULES)[0], list(SCHEDULES)[1:]
+with tqdm(total=len(SIZES["ema_seeds"]) * SIZES["epochs"] * STEPS_PER_EPOCH, desc="more constant-LR seeds",
+          unit="step") as bar:  # no evaluations during these runs: only their end is scored
+    extra_ends = [train_schedule(constant, PEAK_LR, seed, bar, evals_per_epoch=None)[1] for seed in SIZES["ema_seeds"]]
+
+
+def accuracy_of(rows):
+    return sum(rows) / len(rows)
+
+
+ema_groups = {constant_name: list(ends[constant_name]) + extra_ends,
+              " and ".join(annealed): [end for name in annealed for end in ends[name]]}
+print(f"held-out accuracy at the end of each run, last weights (raw) vs their EMA (decay {EMA_DECAY:.4f}: about"
+      f" {1 / (1 - EMA_DECAY):.0f} steps, one epoch), on {SIZES['n_val']:,} held-out images of the synthetic CIFAR"
+      f" stand-in (not CIFAR-10), {DEVICE_NAME}:")
+ema_diff, ema_verdict = {}, {}
+for group, runs in ema_groups.items():
+    raw, avg = [accuracy_of(end["raw"]) for end in runs], [accuracy_of(end["ema"]) for end in runs]
+    ema_diff[group] = paired_difference(raw, avg)
+    rows_error = max(rows_half_width(end["raw"], end["ema"]) for end in runs)
+    ema_verdict[group] = difference_verdict(ema_diff[group], "raw", "EMA", rows_error=rows_error)
+    print(f"* {group} ({len(runs)} runs): raw {', '.join(f'{a:.1%}' for a in raw)}; EMA {', '.join(f'{a:.1%}' for a in avg)}")
+    print(f"  -> {ema_verdict[group]}")
+rode = [end for runs in ends.values() for end in runs]  # section 1's runs, whose clock counts evaluations too
+ema_ms = 1e3 * sum(end["ema_seconds"] for end in rode) / (len(rode) * SIZES["epochs"] * STEPS_PER_EPOCH)
+ema_cost = sum(end["ema_seconds"] for end in rode) / sum(end["seconds"] for end in rode)
+print(f"one EMA update: {ema_ms:.2f} ms; on the clock, the updates would have added {ema_cost:.1%} to section 1's"
+      " runs (training and evaluations); the EMA also holds a second copy of the weights and buffers")
+lesson.check_guess(GUESS_EMA_POINTS, 100 * ema_diff[constant_name].median,
+                   "EMA − raw held-out accuracy at the end of a constant-LR run (median over seeds), points", "{:+.1f}")
+
+# %%
+fig, ax = plt.subplots(figsize=(6.5, 3.6))
+for (group, runs), colour in zip(ema_groups.items(), ["tab:gray", "tab:blue"], strict=True):
+    for i, end in enumerate(runs):
+        ax.plot([0, 1], [100 * accuracy_of(end["raw"]), 100 * accuracy_of(end["ema"])], "o-", color=colour,
+                alpha=0.7, label=group if i == 0 else None)
+ax.set(xticks=[0, 1], xticklabels=["last weights", f"their EMA (decay {EMA_DECAY:.3f})"], xlim=(-0.3, 1.3),
+       ylabel="held-out accuracy (%)",
+       title=f"End of each run, two models: one line per run\n{DEVICE_NAME}, synthetic CIFAR stand-in")
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# How to read the two verdicts. Where the LR stays high, the last weights carry the most step-to-step
+# noise, and an average over the last epoch can remove some of it: the EMA does part of the work of
+# an LR decay without choosing when to decay. Where the schedule already took the LR to near zero,
+# the last steps barely move the weights, and an EMA has little left to remove — it may even lag,
+# averaging in weights from before the end. Which of these happened here is what the intervals say,
+# not this paragraph: a group whose interval holds 0 is "no difference these runs resolve", however
+# plausible the story.
+
+# %% [markdown]
 # ## Your turn
 #
 # Re-run the schedule comparison with your own peak LR and warm-up (`MY_PEAK`, `MY_WARMUP_FRAC`):
@@ -558,8 +692,8 @@ plt.show()
 
 # %%
 MY_PEAK, MY_WARMUP_FRAC = 0.4, 0.3  # your turn: change these
-with tqdm(total=SIZES["epochs"] * (SIZES["n_train"] // SIZES["batch"]), desc="your schedule") as bar:
-    mine = train_schedule(lambda o, t, w: one_cycle(o, t, int(MY_WARMUP_FRAC * t)), MY_PEAK, 0, bar)
+with tqdm(total=SIZES["epochs"] * STEPS_PER_EPOCH, desc="your schedule") as bar:
+    mine, _ = train_schedule(lambda o, t, w: one_cycle(o, t, int(MY_WARMUP_FRAC * t)), MY_PEAK, 0, bar)
 hit = time_to_target(mine)
 print(f"one-cycle, peak {MY_PEAK}, warm-up {MY_WARMUP_FRAC:.0%}: final accuracy {mine[-1][1]:.1%}, time to"
       f" {TARGET:.0%}: {'not reached' if hit is None else f'{hit:.1f} s'}")
@@ -591,7 +725,7 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=6)
 # ## Summary
 
 # %% tags=["summary"]
-print(lesson.summary_header(6, DEVICE_NAME))
+print(lesson.summary_header(6, DEVICE_NAME, "; CIFAR data: the synthetic stand-in, not CIFAR-10"))
 for name, times in reached.items():
     shown = ", ".join("not reached" if t is None else f"{t:.1f} s" for t in times)
     print(f"* {name}: time to {TARGET:.0%} validation accuracy {shown} ({len(times)} seed(s))")
@@ -609,6 +743,9 @@ for label, mtbf in MTBF.items():
     best = daly_interval(save_s, mtbf)
     print(f"* MTBF {label}: save every {best:.0f} s ({steps_between_saves(best, step_s):,} steps),"
           f" expected overhead {overhead(best, save_s, mtbf):.2%}")
+for group, said in ema_verdict.items():
+    print(f"* EMA of the weights (decay {EMA_DECAY:.3f}, about one epoch) at the end of {group}: {said}")
+print(f"* one EMA update: {ema_ms:.2f} ms, {ema_cost:.1%} of section 1's clock")
 
 # %% [markdown]
 # ### Quiz and exercise
@@ -631,9 +768,16 @@ for label, mtbf in MTBF.items():
 #   Learning Rates*, 2017, [arXiv:1708.07120](https://arxiv.org/abs/1708.07120) — one-cycle.
 # * L. Prechelt, *Early Stopping — But When?*, in Neural Networks: Tricks of the Trade, 1998,
 #   [doi:10.1007/3-540-49430-8_3](https://doi.org/10.1007/3-540-49430-8_3).
+# * B. T. Polyak, A. B. Juditsky, *Acceleration of Stochastic Approximation by Averaging*, SIAM
+#   Journal on Control and Optimization 30(4), 1992,
+#   [doi:10.1137/0330046](https://doi.org/10.1137/0330046) — averaging the iterates.
 # * PyTorch: [Distributed Checkpoint (DCP)](https://pytorch.org/docs/stable/distributed.checkpoint.html),
 #   [saving and loading a general checkpoint](https://pytorch.org/tutorials/recipes/recipes/saving_and_loading_a_general_checkpoint.html),
-#   [reproducibility](https://pytorch.org/docs/stable/notes/randomness.html).
+#   [reproducibility](https://pytorch.org/docs/stable/notes/randomness.html),
+#   [`AveragedModel`](https://pytorch.org/docs/stable/generated/torch.optim.swa_utils.AveragedModel.html)
+#   (SWA and EMA, `get_ema_multi_avg_fn`, `update_bn`).
+# * timm: [`timm/utils/model_ema.py`](https://github.com/huggingface/pytorch-image-models/blob/main/timm/utils/model_ema.py)
+#   (`ModelEmaV2`, `ModelEmaV3`).
 # * 🤗 Accelerate: [checkpointing](https://huggingface.co/docs/accelerate/usage_guides/checkpoint)
 #   (`save_state`, `load_state`, `skip_first_batches`); torchdata:
 #   [`StatefulDataLoader`](https://pytorch.org/data/beta/torchdata.stateful_dataloader.html).
@@ -644,3 +788,6 @@ for label, mtbf in MTBF.items():
 #   check whether resume is still bit-exact.
 # * Make the save asynchronous (copy the state to CPU, write in a thread) and measure the
 #   blocking part against the whole save.
+# * Give the EMA a window of a tenth of an epoch, or of five (`EMA_DECAY`), or recompute its
+#   BatchNorm statistics with `torch.optim.swa_utils.update_bn` instead of `use_buffers=True`, and
+#   compare on the same seeds.

@@ -26,11 +26,13 @@
 # 5. measure what a save costs and choose the interval from the failure rate (Young/Daly);
 # 6. preview `torch.distributed.checkpoint` for sharded state;
 # 7. keep an exponential moving average (EMA) of the weights and measure what it changes at the
-#    end of a run.
+#    end of a run;
+# 8. measure what reproducibility costs (deterministic kernels) and how far results spread from
+#    seed to seed: what a change must beat before it is called an improvement.
 #
 # **Run time**: about 1.4 min in `cpu` (84 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`); 13 s in `smoke` (a 2-core AMD EPYC VM,
-# nothing else running); `gpu`: 2.1 min (129 s) on an H100 80GB HBM3. Section 7 (the EMA) came in
-# after those runs: it is not yet in a quiet recording.
+# nothing else running); `gpu`: 2.1 min (129 s) on an H100 80GB HBM3. Sections 7 and 8 (the EMA,
+# reproducibility) came in after those runs: they are not yet in a quiet recording.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only: its numbers show the code runs, not what is true). You will predict
@@ -39,8 +41,10 @@
 
 # %%
 # %matplotlib inline
+import contextlib
 import copy
 import functools
+import math
 import os
 import random
 import signal
@@ -418,9 +422,9 @@ lesson.check_guess(GUESS_TORN, torn["torch.save in place"], "torn checkpoints fr
 # stands in for dropout — forget the RNG and the resumed run draws different "dropout" noise.
 
 # %%
-def run(steps, ckpt=None, stop_at=None, keep_position=True, keep_rng=True):
+def run(steps, ckpt=None, stop_at=None, keep_position=True, keep_rng=True, deterministic=True):
     """Train `steps` steps; optionally save at `stop_at` and return, or resume from `ckpt`."""
-    seed_everything(0, deterministic=True)
+    seed_everything(0, deterministic=deterministic)
     net = new_model(0)
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     sched = warmup_cosine(opt, steps, steps // 5)
@@ -682,6 +686,144 @@ plt.show()
 # averaging in weights from before the end. Which of these happened here is what the intervals say,
 # not this paragraph: a group whose interval holds 0 is "no difference these runs resolve", however
 # plausible the story.
+#
+# ## 8. Reproducibility: what determinism costs, and the spread it cannot remove
+#
+# Section 4's bit-exact resume relied on `seed_everything(0, deterministic=True)`. PyTorch's
+# reproducibility notes list what a run needs to repeat itself bit for bit, and say that even then
+# completely reproducible results are not guaranteed across PyTorch releases, commits or platforms,
+# nor between CPU and GPU:
+#
+# * seed every generator: `torch.manual_seed` (every device), Python's `random`, NumPy, and a
+#   DataLoader's workers (its `generator=` and a `worker_init_fn` that seeds each worker);
+# * `torch.backends.cudnn.benchmark = False`: the autotuner may pick another convolution algorithm
+#   in another run;
+# * `torch.use_deterministic_algorithms(True)`: operations that have a deterministic implementation
+#   use it, and those that do not raise an error. It covers cuDNN's convolutions (which
+#   `torch.backends.cudnn.deterministic = True` alone would), and with it on, `torch.empty` and its
+#   relatives fill new memory with NaN (`torch.utils.deterministic.fill_uninitialized_memory`, on by
+#   default), so that reading uninitialised memory is reproducible too.
+#
+# On CUDA, the documentation of `use_deterministic_algorithms` also asked for
+# `CUBLAS_WORKSPACE_CONFIG=:4096:8` (it did up to PyTorch 2.7 at least); the 2.14 pinned here no longer
+# mentions it, and pytorch/pytorch#161749 says why: PyTorch gives each cuBLAS handle and stream a
+# workspace of its own, which cuBLAS documents as enough. `effkit.seed.seed_everything` still sets it,
+# harmless where it is not needed. The notes warn that deterministic operations are often slower.
+# How much slower, here? The A/B below times the same training step with the default kernels (A) and
+# inside `deterministic_kernels()` (B), entered and left off the clock around each burst, and puts back
+# whatever was set before.
+#
+# **Predict.** Speed with deterministic kernels / speed without (1.0 = no cost), on this device?
+
+# %%
+GUESS_DETERMINISTIC_SPEED = None  # your guess, e.g. 0.9 (B runs at 90% of A's speed)
+
+
+# %%
+@contextlib.contextmanager
+def deterministic_kernels():
+    """Deterministic kernels inside the block (PyTorch's reproducibility notes); what was set before, after it."""
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.backends.cudnn.benchmark)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False  # no autotuner: the same convolution algorithm in every run
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        torch.backends.cudnn.benchmark = saved[2]
+
+
+det_net = new_model(0)
+det_opt = torch.optim.SGD(det_net.parameters(), lr=0.05, momentum=0.9)
+
+
+def steps_burst():
+    for _ in range(SIZES["burst_steps"]):
+        idx = torch.randint(0, SIZES["n_train"], (SIZES["batch"],), device=DEVICE)
+        loss = F.cross_entropy(det_net(X_TRAIN[idx]), Y_TRAIN[idx])
+        det_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        det_opt.step()
+    return SIZES["burst_steps"] * SIZES["batch"]
+
+
+settings_before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark)
+switch = contextlib.ExitStack()  # holds deterministic_kernels() open during B's bursts only
+try:
+    det_ab = lesson.ab("training step on the synthetic CIFAR stand-in: default vs deterministic kernels",
+                       steps_burst, steps_burst, pairs=SIZES["pairs"], a_label="default kernels",
+                       b_label="deterministic kernels", dev=DEVICE,
+                       before=lambda side: switch.enter_context(deterministic_kernels()) if side == "b" else None,
+                       after=lambda side: switch.close())
+finally:
+    switch.close()
+settings_after = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark)
+assert settings_after == settings_before, (settings_before, settings_after)
+lesson.check_guess(GUESS_DETERMINISTIC_SPEED, det_ab.ratio, "speed with deterministic kernels / without", "{:.2f}x")
+print(f"after the A/B: deterministic algorithms {settings_after[0]}, cudnn.benchmark {settings_after[1]}"
+      " (as before it)")
+
+# %% [markdown]
+# What does determinism buy on this device? Run the same seed twice (section 4's `run()`, the
+# uninterrupted `resume_steps`), with and without deterministic kernels, and compare the weights.
+
+# %%
+steps = SIZES["resume_steps"]
+with tqdm(total=3, desc="the same seed, twice", unit="run") as bar:
+    twice = {"deterministic kernels": (straight, run(steps))}  # section 4's run, and one more
+    bar.update(1)
+    twice["default kernels"] = (run(steps, deterministic=False), run(steps, deterministic=False))
+    bar.update(2)
+same_seed_diff = {}
+for mode, (first, second) in twice.items():
+    a, b = (torch.cat([p.detach().flatten() for p in m.parameters()]) for m in (first, second))
+    same_seed_diff[mode] = float((a - b).abs().max())
+    print(f"the same seed twice, {steps} steps, {mode:21}: bit-equal {torch.equal(a, b)!s:5}"
+          f" max |weight difference| {same_seed_diff[mode]:.1e}  ({DEVICE_NAME})")
+if same_seed_diff["default kernels"] == 0:
+    print("here the default kernels repeated the run bit for bit too: on this device deterministic mode bought"
+          " nothing these two runs could see (one repeat, not a guarantee), and it costs what the A/B above says")
+else:
+    print("without deterministic kernels the same seed gave other weights: that run cannot be repeated bit for"
+          " bit, and a resume (section 4) or a debugging session would not see the same numbers twice")
+
+# %% [markdown]
+# Determinism makes one run repeatable; it does not make a recipe's result certain. Another seed
+# (other initial weights, another data order) is another draw. Summers & Dinneen (2021) found that
+# each source of nondeterminism they isolated, cuDNN's included, had a similar effect on how much
+# trained networks differ, and that even a one-bit change in the initial weights makes training end
+# at very different weights. So the number a change must beat is the recipe's spread from seed to
+# seed. Sections 1 and 7 trained each schedule on several seeds, nothing else changed; here are their
+# final accuracies, and what they imply for a comparison.
+
+# %%
+finals = {name: [accuracy_of(end["raw"]) for end in runs] for name, runs in ends.items()}
+finals[constant_name] += [accuracy_of(end["raw"]) for end in extra_ends]
+print(f"final held-out accuracy of the last weights, only the seed changed ({SIZES['n_val']:,} held-out images of"
+      f" the synthetic CIFAR stand-in, {DEVICE_NAME}):")
+spread_lines = {}
+for name, accs in finals.items():
+    if len(accs) < 2:
+        spread_lines[name] = f"one seed, {accs[0]:.1%}: no spread is measured with one seed"
+    else:
+        spread_lines[name] = (f"{len(accs)} seeds, {min(accs):.1%} to {max(accs):.1%}: a range of"
+                              f" {100 * (max(accs) - min(accs)):.1f} points, SD {100 * statistics.stdev(accs):.1f}")
+    print(f"* {name:28} {spread_lines[name]}")
+base = list(SCHEDULES)[1]  # warm-up + cosine: the recipe a change would start from
+k, base_acc = len(finals[base]), statistics.mean(finals[base])
+rows_sd = 100 * math.sqrt(base_acc * (1 - base_acc) / SIZES["n_val"])
+spread_rule = (f"{base}: changing only the seed moved its final accuracy over"
+               f" {100 * (max(finals[base]) - min(finals[base])):.1f} points ({k} seeds), so a difference inside that"
+               " range is one the seed alone produced here" if k > 1 else
+               f"{base}: one seed, so its spread from seed to seed is not measured here")
+spread_rule += (f"; one run of a change that beats all {k} seed(s) of the recipe proves little: an unchanged"
+                f" recipe's next run does that {1 / (k + 1):.0%} of the time (it is as likely to rank anywhere among"
+                f" {k + 1}); every run of a change above every run of the recipe, {k} seed(s) each, happens by chance"
+                f" {1 / math.comb(2 * k, k):.0%} of the time (one-sided; effkit.seed_compare, as in section 1)")
+print(spread_rule)
+print(f"and every accuracy above is measured on one fixed set of {SIZES['n_val']:,} images: on new images each"
+      f" carries its own sampling error too (SD about {rows_sd:.1f} points at {base_acc:.0%})")
 
 # %% [markdown]
 # ## Your turn
@@ -746,6 +888,12 @@ for label, mtbf in MTBF.items():
 for group, said in ema_verdict.items():
     print(f"* EMA of the weights (decay {EMA_DECAY:.3f}, about one epoch) at the end of {group}: {said}")
 print(f"* one EMA update: {ema_ms:.2f} ms, {ema_cost:.1%} of section 1's clock")
+print(f"* deterministic vs default kernels: {det_ab.verdict}")
+for mode, diff in same_seed_diff.items():
+    print(f"* the same seed twice, {mode}: max |weight difference| {diff:.1e}")
+for name, line in spread_lines.items():
+    print(f"* final accuracy of {name} from seed to seed: {line}")
+print(f"* {spread_rule}")
 
 # %% [markdown]
 # ### Quiz and exercise
@@ -771,11 +919,15 @@ print(f"* one EMA update: {ema_ms:.2f} ms, {ema_cost:.1%} of section 1's clock")
 # * B. T. Polyak, A. B. Juditsky, *Acceleration of Stochastic Approximation by Averaging*, SIAM
 #   Journal on Control and Optimization 30(4), 1992,
 #   [doi:10.1137/0330046](https://doi.org/10.1137/0330046) — averaging the iterates.
+# * C. Summers, M. J. Dinneen, *Nondeterminism and Instability in Neural Network Optimization*,
+#   ICML 2021, [arXiv:2103.04514](https://arxiv.org/abs/2103.04514).
 # * PyTorch: [Distributed Checkpoint (DCP)](https://pytorch.org/docs/stable/distributed.checkpoint.html),
 #   [saving and loading a general checkpoint](https://pytorch.org/tutorials/recipes/recipes/saving_and_loading_a_general_checkpoint.html),
 #   [reproducibility](https://pytorch.org/docs/stable/notes/randomness.html),
+#   [`torch.use_deterministic_algorithms`](https://pytorch.org/docs/stable/generated/torch.use_deterministic_algorithms.html),
 #   [`AveragedModel`](https://pytorch.org/docs/stable/generated/torch.optim.swa_utils.AveragedModel.html)
-#   (SWA and EMA, `get_ema_multi_avg_fn`, `update_bn`).
+#   (SWA and EMA, `get_ema_multi_avg_fn`, `update_bn`); the cuBLAS workspace:
+#   [pytorch/pytorch#161749](https://github.com/pytorch/pytorch/pull/161749).
 # * timm: [`timm/utils/model_ema.py`](https://github.com/huggingface/pytorch-image-models/blob/main/timm/utils/model_ema.py)
 #   (`ModelEmaV2`, `ModelEmaV3`).
 # * 🤗 Accelerate: [checkpointing](https://huggingface.co/docs/accelerate/usage_guides/checkpoint)

@@ -41,7 +41,6 @@
 
 # %%
 # %matplotlib inline
-import contextlib
 import functools
 import math
 import statistics
@@ -65,7 +64,7 @@ from effkit.batch_size import (
     steps_to_target_model,
 )
 from effkit.lesson_plots import learning_curves
-from effkit.measure import device_name, sync
+from effkit.measure import device_name, one_thread, sync
 from effkit.schedules import scale_lr, warmup_cosine
 
 # %%
@@ -553,17 +552,6 @@ class SeedStack(nn.Module):
         return x
 
 
-@contextlib.contextmanager
-def one_thread():
-    """Tiny matmuls have nothing to split between threads: run them on one, then restore."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def train_seeds(batch, lr, warmup_frac, head_scale, data, seeds, bar=None):
     """Every seed trains the recipe once over the same samples, each in its own order. Returns the
     held-out accuracy curve [(samples seen, [accuracy per seed])], the training loss and gradient norm
@@ -611,6 +599,8 @@ SHORT = {BASE_NAME: f"batch {BASE_BATCH}", UNSCALED: "unscaled", NO_WARMUP: f"LR
 TOY_SEEDS, TOY_TARGET = SIZES["toy_seeds"], SIZES["toy_target"]
 toy_data = teacher_task(SIZES["toy_budget"])
 toy_steps = sum(SIZES["toy_budget"] // batch for batch, _, _ in SHARP_RECIPES.values()) + 2 * SIZES["toy_budget"] // BIG
+# one thread: tiny matmuls have nothing to split between threads, and 2 threads on a busy 2-core host
+# ran these 17x slower in wall time (effkit.measure.one_thread restores the count after)
 with one_thread(), tqdm(total=toy_steps, desc="sharp start: recipes x seeds", unit="step") as bar:
     sharp = {name: train_seeds(*recipe, HEAD_SCALE, toy_data, TOY_SEEDS, bar) for name, recipe in SHARP_RECIPES.items()}
     gentle = {name: train_seeds(*SHARP_RECIPES[name], 1.0, toy_data, TOY_SEEDS, bar) for name in (NO_WARMUP, WARMUP)}

@@ -2,7 +2,7 @@
 gradings of the reference, the stub and plausible wrong attributions.
 
 Fast: the recipe's parse and its refusals, and the scoring on hand-made and *recorded* evidence
-(calibration/ablations/reference-smoke-epyc.json: the reference's own grading, its ablations measured).
+(calibration/ablations/reference-b32-smoke-epyc-zen4.json: the reference's own grading, its ablations measured).
 No whole grading runs here: the reference is graded end to end, through the sandboxed protocol,
 by tests/test_instructor_cycle.py (slow).
 """
@@ -53,8 +53,8 @@ def test_the_reference_recipe_reads_as_named_changes_with_the_pipeline_by_name()
     assert rec.hooks() == {
         "own_pipeline": "device_pipeline",
         "channels_last": True,
-        "batch_size": 64,
-        "lr": 0.05,
+        "batch_size": 32,
+        "lr": 0.025,
     }
     assert "own_pipeline" not in rec.hooks(without="device_pipeline")
     assert set(rec.shares) == set(rec.changes)
@@ -192,7 +192,9 @@ def test_the_share_of_a_change_is_the_saved_time_it_gives_back():
 
 
 def _recorded():
-    report = json.loads((CALIBRATION / "ablations" / "reference-smoke-epyc.json").read_text())
+    report = json.loads(
+        (CALIBRATION / "ablations" / "reference-b32-smoke-epyc-zen4.json").read_text()
+    )
     return {a["change"]: a for a in report["attribution"]}
 
 

@@ -227,7 +227,12 @@ def check_work(
                 least = spec.replay_cosine
             exact = batches is not None or spec.replay_scored  # the very batches, the same masks
             band = TENSOR_SIZE_BAND if least >= KEPT_COSINE else (lo, hi)
-            differ = tensors_differ(apart, least, band) if exact else []
+            each = (
+                least
+                if spec.replay_tensor_cosine is None
+                else min(least, spec.replay_tensor_cosine)
+            )
+            differ = tensors_differ(apart, each, band) if exact else []
             if differ and not any(f"run {r + 1}," in p and "tensor" in p for p in problems):
                 problems.append(
                     f"run {r + 1}, timed chunk {c + 1}: {len(differ)} trained tensor(s) changed "

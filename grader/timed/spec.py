@@ -33,6 +33,11 @@ class GradingSpec:
     # A scored replay's least cosine with the learner's chunk update: the loose 0.5 where honest
     # runs were never measured against a cheaper step (grader/README.md, threat model).
     replay_cosine: float = 0.5
+    # Each trained tensor's least cosine in a scored replay; None: replay_cosine. Lower where the kernels are
+    # not exact: under Adam a coordinate whose gradient is near zero moves by its sign, so native bf16 turned one
+    # honest attention tensor to 0.959 while the whole update stayed at 0.997 (lesson 3). Each tensor's size
+    # band, which catches a backward stopped short, does not move with it.
+    replay_tensor_cosine: float | None = None
     # Hold the losses a scored replay's steps return to the learner's (lesson 3's StepAudit keeps
     # them): where measured only; an fp16 learner's loss scale is not committed, so its replay
     # would skip other steps.

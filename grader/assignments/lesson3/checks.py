@@ -43,6 +43,10 @@ _TIMED = {
     "chunks_per_epoch": 4,
     "replay_scored": True,
     "replay_cosine": 0.99,
+    # each tensor: 140 honest replays on the Zen 4 (35 stress gradings after the 0.99 fix) went down to 0.9968 but
+    # for one attention tensor at 0.9589 (its whole update 0.9967), which failed the reference once; the size band
+    # (0.8-1.25x), which catches the layer skipped one step in four (0.75x), still holds every tensor
+    "replay_tensor_cosine": 0.9,
     "replay_losses": True,
 }
 _GPU_HOOKS = {"batch_size": 32}

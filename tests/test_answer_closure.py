@@ -196,7 +196,23 @@ def test_an_answer_kept_in_a_string_is_read_and_code_made_from_data_is_named():
         "getattr(__builtins__, 'exec')(s)": ["__builtins__", "exec"],
         "from importlib import import_module": ["importlib"],
         "import marshal": ["marshal"],
-        "m = __import__('os')": ["__import__"],
+        "m = __import__('os')": ["__import__", "os"],
+        # a review's routes: the doctor written to /tmp and run by runpy; the batch read from a caller's frame
+        "import runpy\nd = runpy.run_path('/tmp/d.py')": ["runpy", "run_path"],
+        "import sys\ncases = sys._getframe(1).f_locals['profiles']": [
+            "sys",
+            "_getframe",
+            "f_locals",
+        ],
+        "try:\n    1 / 0\nexcept ZeroDivisionError as e:\n    up = e.__traceback__.tb_frame.f_back": [
+            "__traceback__",
+            "tb_frame",
+            "f_back",
+        ],
+        "import timeit\ntimeit.timeit(s, number=1)": ["timeit"],
+        "from types import FunctionType": ["types"],
+        "import subprocess": ["subprocess"],
+        "pool = torch.multiprocessing.Pool(1)": ["multiprocessing"],
     }
     for source, named in encoded.items():
         assert sorted(ac.runs_code_from_data(source)) == sorted(named), source

@@ -222,6 +222,19 @@ _ENCODED = (
     "def diagnose(profile):\n    return _ns['diagnose'](profile)[0].label\n"
 )
 
+# a review's two routes past the text match: the doctor written to the worker's /tmp and run by runpy (base64 is not
+# Python the match can read), and every case of the grading read from a caller's frame
+_RUNPY = (
+    "import base64\nimport runpy\n\n"
+    f"_SRC = {__import__('base64').b64encode(_DOCTOR_TEXT.encode()).decode()!r}\n"
+    "open('/tmp/d.py', 'wb').write(base64.b64decode(_SRC))\n\n\n"
+    "def diagnose(profile):\n    return runpy.run_path('/tmp/d.py')['diagnose'](profile)[0].label\n"
+)
+_FRAME_PEEK = _REF + (
+    "\n\nimport sys\n\n_first = diagnose\n\n\n"
+    "def diagnose(profile):\n    _all = sys._getframe(1).f_locals.get('profiles')\n    return _first(profile)\n"
+)
+
 # the batch-1 flag in the overhead rule's place, and "none" for everything on a second look (the worker keeps
 # state between calls): were a case counted right on either look, the decoy's case would be named on the second
 _SECOND_LOOK_NONE = (
@@ -277,7 +290,13 @@ SUBMISSIONS = {
     "encoded_doctor": (
         _ENCODED,
         False,
-        "cell 'diagnose' makes code from data at run time (exec)",
+        "cell 'diagnose' makes code from data at run time or reads the frames that called it (exec)",
+    ),
+    "runpy_doctor": (_RUNPY, False, ("makes code from data at run time", "runpy", "run_path")),
+    "frame_peek": (
+        _FRAME_PEEK,
+        False,
+        ("reads the frames that called it", "_getframe", "f_locals"),
     ),
     **{
         f"leaves_out_{label}": (

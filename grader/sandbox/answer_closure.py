@@ -268,12 +268,31 @@ MAX_DEPTH = 3
 # modules that load code, and string literals naming them (``getattr(builtins, "exec")``)
 RUNTIME_NAMES = ("exec", "eval", "compile", "__import__", "__builtins__")
 RUNTIME_ATTRS = ("exec", "__import__", "__builtins__")  # not eval: model.eval()
-RUNTIME_MODULES = ("builtins", "marshal", "importlib")
+# Every standard route from bytes to running code (a file written to /tmp and run by runpy, a string run by timeit or
+# code, a pickle, a CodeType, a child Python), and the modules that read the caller's frames (sys._getframe,
+# inspect, gc, traceback): a frame up the stack holds the grader's whole batch of cases (a review found both).
+RUNTIME_MODULES = (
+    "builtins", "marshal", "importlib", "runpy", "code", "codeop", "timeit", "pickle", "shelve", "dill",
+    "cloudpickle", "types", "ctypes", "subprocess", "os", "pty", "multiprocessing", "pkgutil", "zipimport",
+    "sys", "inspect", "gc", "traceback",
+)  # fmt: skip
+# frames and code objects reached through attributes (an exception's traceback, a generator's frame)
+FRAME_ATTRS = (
+    "_getframe", "f_back", "f_locals", "f_globals", "tb_frame", "gi_frame", "cr_frame", "ag_frame",
+    "__traceback__", "__code__", "__globals__", "run_path", "run_module",
+)  # fmt: skip
+_ATTRS = (
+    RUNTIME_ATTRS + FRAME_ATTRS + RUNTIME_MODULES
+)  # a module reached through another's attribute too
+_WORDS = (
+    RUNTIME_NAMES + RUNTIME_MODULES + FRAME_ATTRS
+)  # named in a string: getattr(builtins, "exec")
 
 
 def runs_code_from_data(source: str) -> list[str]:
-    """What in ``source`` makes code from data at run time, each once, in order. Parsed, never run; a cell that
-    does not parse is the worker's to report. **Residual**: a name built at run time (``"ex" + "ec"``)."""
+    """What in ``source`` makes code from data at run time or reads the frames that called it, each once, in
+    order. Parsed, never run; a cell that does not parse is the worker's to report. **Residual**: a name built at
+    run time (``"ex" + "ec"`` through ``getattr``), and a module outside the lists that runs code (torch.package)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -283,12 +302,12 @@ def runs_code_from_data(source: str) -> list[str]:
         name = ""
         if isinstance(node, ast.Name) and node.id in RUNTIME_NAMES:
             name = node.id
-        elif isinstance(node, ast.Attribute) and node.attr in RUNTIME_ATTRS:
+        elif isinstance(node, ast.Attribute) and node.attr in _ATTRS:  # torch.multiprocessing too
             name = node.attr
         elif isinstance(node, ast.Import | ast.ImportFrom):
             modules = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
             name = next((m for m in modules if m.split(".")[0] in RUNTIME_MODULES), "")
-        elif isinstance(node, ast.Constant) and node.value in RUNTIME_NAMES + RUNTIME_MODULES:
+        elif isinstance(node, ast.Constant) and node.value in _WORDS:
             name = node.value
         if name and name not in named:
             named.append(name)

@@ -46,7 +46,8 @@
 # look must be named whole. One unlucky profile does not fail a sound rule, while a rule left out, or
 # a field read in a rule's place, misses on both looks. Return a plain string; anything else counts as wrong. Write the rules yourself:
 # a copy of `effkit.doctor`'s code in your cells, renamed or not, earns no points, and the grader
-# reads your cells as text, so a cell that builds code at run time (`exec`, `eval`, ...) is refused.
+# reads your cells as text, so a cell that builds code at run time (`exec`, `eval`, `runpy`, `pickle`, ...) or
+# reads the frames that called it (`sys`, `inspect`, ...) is refused.
 #
 # ## The profile you get
 #

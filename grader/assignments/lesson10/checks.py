@@ -200,15 +200,16 @@ def grade_labels(truth: list[str], answers) -> tuple[int, dict[int, str]]:
 
 def copied_answers(cells: list[tuple[str, str]]) -> list[str]:
     """A line per function of the learner's cells that copies effkit's withheld doctor (in a string too), and per
-    cell that makes code from data at run time, which the copy check cannot read (read, never run)."""
+    cell that makes code from data at run time, which the copy check cannot read, or reads its callers' frames,
+    where the whole batch of cases is (read, never run)."""
     copies = [
         f"{name} in cell {gid!r} is a copy of {answer}"
         for gid, source in cells
         for name, answer in copies_in(source, list(MANIFEST.withheld), REPO)
     ]
     return copies + [
-        f"cell {gid!r} makes code from data at run time ({', '.join(names)}): the grader reads your cells as "
-        "text, so write them as plain Python"
+        f"cell {gid!r} makes code from data at run time or reads the frames that called it ({', '.join(names)}): "
+        "the grader reads your cells as text and hands diagnose one profile at a time, so write them as plain Python"
         for gid, source in cells
         if (names := runs_code_from_data(source))
     ]

@@ -215,7 +215,7 @@ def test_the_reference_attribution_agrees_with_its_recorded_ablations():
 
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_a_wrong_attribution_is_shown_disagreeing(name):
-    """Judged against the reference's recorded ablations (3 pairs under load: wide intervals, so a
+    """Judged against the reference's recorded ablations (3 pairs, quiet: wide intervals, so a
     wrong story is shown disagreeing on some of its changes, not necessarily all three). No points
     are at stake: the attribution is shown, not scored (scoring.ATTRIBUTION_POINTS_PER_CHANGE)."""
     assert recipe.read(_with_shares(WRONG[name])).problems == []

@@ -6,8 +6,9 @@ MANIFEST = Manifest(
     id="lesson14",
     worker_modules=("probes", "runtime"),
     # `python -m grader check`, 2-core AMD EPYC (AVX2), 2026-12-05, machine shared (load ~18): the
-    # reference's speed at the 1.7x tier in each grading (its attribution, shown not scored: README);
-    # the stub is refused before any worker
+    # batch-64 reference's speed at the 1.7x tier in each grading (its attribution, shown not scored:
+    # README); the batch-32 one took 2.3 min quiet, 2.9 beside a busy process on a Zen 4. The stub
+    # is refused before any worker
     reference_grading_s=330,
     stub_grading_s=15,
     points={"test_speedrun": 6, "test_quiz": 2},

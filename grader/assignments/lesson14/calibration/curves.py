@@ -35,6 +35,8 @@ CHANGES = {
     "bf16": {"precision": "bf16"},
     "b64": {"batch_size": 64, "lr": 0.05},
     "lr05": {"lr": 0.05},
+    "b64lr1": {"batch_size": 64, "lr": 0.1},
+    "b32": {"batch_size": 32, "lr": 0.025},
 }
 
 

@@ -141,7 +141,8 @@ def diagnose(profile: dict) -> list[Finding]:
                 "fp32 on hardware with bf16 units",
                 matmul / 2,
                 f"matmul/conv take {matmul:.0%} of the step in float32 on a device with bf16 units "
-                "(lesson 3: bf16 autocast made an AMX CPU's CIFAR step 1.8x faster)",
+                "(lesson 3, on an AMX Xeon: bf16 autocast made the BERT step 1.55x and a 1024-wide Linear 2.07x "
+                "faster; whether it pays on this device is an A/B's to say)",
                 "bf16 autocast",
                 3,
             )
@@ -203,7 +204,8 @@ def diagnose(profile: dict) -> list[Finding]:
                 0.0,
                 f"data {data:.0%}, optimizer {opt_share:.0%}, matmul/conv {matmul:.0%}, "
                 f"{syncs:.0f} syncs per step: no rule passes its threshold",
-                "the step is compute-bound: a smaller model or fewer steps is what is left",
+                "no rule fired, which is not proof the step is compute-bound: read the top operators, "
+                "then consider a smaller model or fewer steps",
                 1,
             )
         )

@@ -122,8 +122,9 @@ print(f"Chrome trace: {trace_path} ({trace_path.stat().st_size / 2**20:.1f} MiB)
       "https://ui.perfetto.dev or chrome://tracing")
 
 # %% [markdown]
-# Read the table by **Self CPU** (an operator's own time, without what it called): `aten::linear`
-# has a large *total* but almost no self time, the matmul inside it (`aten::addmm` with a bias,
+# Read the table by **Self CPU** (an operator's own time, without what it called): a wrapper such as
+# `aten::linear` has a large *total* but almost no self time (so it may not make this table's top 12 at
+# all), the matmul inside it (`aten::addmm` with a bias,
 # `aten::mm` in the backward pass and where the bias is added apart) does the work. The
 # `step/...` rows are our ranges: their self time is Python outside every operator, so the
 # tokenising shows up as `step/data`'s self time. Perfetto is not available offline, so here is
@@ -169,8 +170,8 @@ lesson.check_guess(GUESS_DATA_SHARE, split["data"], "share of the profiled step 
 # The profiler costs twice. While it records, every operator pays a little, so a step of many
 # small operators slows down more than one of a few big ones: the overhead is not a constant
 # factor, and a throughput measured under the profiler is no throughput at all. And when a session
-# stops, the profiler turns everything it recorded into events: a cost per session that grows with
-# what was recorded. Measure both: the same steps with and without a short profiling session around
+# stops, the profiler turns everything it recorded into events: a cost paid once per session, for
+# what was recorded (this lesson measures it at one session length only). Measure both: the same steps with and without a short profiling session around
 # them, interleaved, and within each profiled burst, how long the stop took.
 #
 # **Predict.** How much slower are these steps under a short profiling session (recording CPU
@@ -214,8 +215,8 @@ session_s = burst / overhead_ab.b_median  # one profiled burst, stop included (m
 stop_s = statistics.median(stops)
 recording = (session_s - stop_s) / (burst / overhead_ab.a_median)
 print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians), stopping the session took "
-      f"{1e3 * stop_s:.0f} ms ({stop_s / session_s:.0%}); recording alone made the steps about x{recording:.2f} "
-      "slower (compare the x-factor each doctor's report below prints: its profiled / unprofiled step time)")
+      f"{1e3 * stop_s:.0f} ms ({stop_s / session_s:.0%}); recording and the session's start made the steps about "
+      f"x{recording:.2f} slower (a ratio of medians, no interval) (compare the x-factor each doctor's report below prints: its profiled / unprofiled step time)")
 
 # %% [markdown]
 # ## 3. The bottleneck doctor
@@ -232,7 +233,7 @@ print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians)
 # | --- | --- | --- |
 # | data | the data range's share of the step | workers, prefetch, on-device augmentation (2) |
 # | sync | device-to-host reads per step outside the optimizer | keep metrics on the device (1, 10) |
-# | overhead | many operators, and the matmul calls that do the work within 7x this machine's cost of an empty call (16x for bf16 on AVX512-BF16 without AMX) | bigger batch, fused/compiled ops (4) |
+# | overhead | many operators, and the matmul calls that do the work within 7x this machine's cost of an empty call (16x for bf16 on AVX512-BF16 without AMX) | bigger batch (4), fused/compiled ops (this lesson, section 5) |
 # | precision | fp32 matmuls on hardware with bf16 units | bf16 autocast (3) |
 # | padding | share of padded token positions | per-batch padding, buckets (7) |
 # | optimizer | one tensor at a time: operators per parameter tensor | `foreach=True` / `fused=True` (10) |
@@ -245,20 +246,21 @@ print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians)
 # machine as much as on the work: dispatch speed, the kernel the library picks for this CPU's
 # instructions (AVX2, AVX512, AMX) and the clock all move it, and so does a busy core. The doctor
 # once drew its line at 40 µs, set on an Intel Xeon with AMX; on an AMD EPYC with AVX512-BF16 (Zen 4,
-# the kind of host this lesson is recorded on) even the clean step's calls took less than that, and the reference diagnosis named only 3 of 8
+# the kind of host this lesson is recorded on) the line fell on the wrong side of enough calls that the reference diagnosis named only 3 of 8
 # planted steps right, calling clean, sync, optimizer and padding steps overhead-bound. So each
 # profile also measures `matmul_us_floor`: the self time of a
 # matmul call that does almost no work (a width-8 `Linear`, batch 1), before and after the steps (the lower of the two), on
 # their device, in their precision and under the same load. On a 2-core AVX2-only AMD EPYC (Zen 3), in
 # fp32, the planted overhead step's work calls sat at 2.1-3.5x that floor and the clean step's near
-# 20x at loads of 3.5-11 (`benchmarks/results/doctor-calibration.md`); the doctor's line is 7x, between them
+# 20x at loads of 3.5-7 (`benchmarks/results/doctor-calibration.md`); the doctor's line is 7x, between them
 # (`tests/test_doctor.py` re-scales the measured matmul calls of each single plant, of the clean
 # step and of the clean step at batch 1 of long rows as on machines with twice and half the call
 # overhead and 2x faster and slower kernels, and `tests/test_lesson10_exercise.py` a whole grading's;
 # the other operators stay as measured). On a host whose kernels are fast against its call
 # overhead the clean step's calls sit nearer the line: on a 2-core Intel Xeon with AMX they took
-# 51-62 µs and the overhead plant's 7 µs, measured before the floor existed, so the 7x line is not
-# yet confirmed against that host's floor.
+# 51-62 µs and the overhead plant's 7 µs, measured before the floor existed; estimated against a floor,
+# that clean step sits at 6-10x, on both sides of the 7x line, so on that host the doctor may call a
+# clean step overhead-bound until the line is calibrated there.
 #
 # **And the ratio's line belongs to a class of kernels too.** On an AMD EPYC with AVX512-BF16 (Zen 4),
 # where these steps run in bf16, the floor's width-8 call takes PyTorch's small-matrix path (2.4 µs)
@@ -363,7 +365,7 @@ print(compile_line)
 # The course's own CIFAR recipes (smoke size: synthetic images; the optimized recipe's data is
 # already on the device, its step is convolutions). Compare them per image, not per step: their
 # batches differ (the optimized recipe measures its batch on each CPU, see the printed sizes), so
-# a longer step can still be the cheaper one per image; the table below says which it was here. They
+# a longer step can still be the cheaper one per image; the reports below say which it was here. They
 # are different networks too (naive: a small ResNet; optimized: airbench's net, which reaches the
 # target in fewer epochs), so images per second compares work per image, not which recipe trains
 # faster: time to target is that measure (lesson 1, `make demo`).
@@ -406,7 +408,7 @@ if torch.cuda.is_available():
     print(f"{len(kernels)} kernels, GPU busy {busy / max(span, 1):.0%} of their span; largest gap "
           f"{max(gaps, default=0):.0f} µs; memory snapshot: {snapshot} (open it at https://pytorch.org/memory_viz)")
 else:
-    print("No CUDA device here: the kernel-gap and memory-snapshot cell did not run (it runs as written on a GPU).")
+    print("No CUDA device here: the kernel-gap and memory-snapshot cell did not run (written for a GPU; no GPU run of it is recorded yet).")
 
 # %% [markdown]
 # ## Your turn
@@ -479,7 +481,9 @@ for name, p in recipes.items():
 # * PyTorch, [Understanding CUDA memory usage](https://pytorch.org/docs/stable/torch_cuda_memory.html)
 #   (`_record_memory_history`, the snapshot viewer at https://pytorch.org/memory_viz).
 # * PyTorch, [Performance tuning guide](https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html)
-#   (syncs, `foreach`/`fused` optimizers, DataLoader workers, `torch.compile`, CUDA graphs);
+#   (syncs, DataLoader workers, `torch.compile`, CUDA graphs); PyTorch,
+#   [torch.optim](https://pytorch.org/docs/stable/optim.html) (its for-loop, `foreach` and `fused`
+#   implementations, and which is the default);
 #   [Introduction to torch.compile](https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html);
 #   [torch.compile, Getting Started](https://pytorch.org/docs/stable/torch.compiler_get_started.html)
 #   (fusion as Inductor's most important optimization; CUDA graphs against launch overhead);

@@ -41,7 +41,10 @@
 # beside another: the label is always the plant that costs **the most of the step**, so
 # `"foreach": False` alone does not make `"optimizer"`, nor `batch_size == 1` `"overhead"`. Read
 # what each suspect costs (its share of `step_ms`, the matmul calls against `matmul_us_floor`)
-# before you name it. `test_diagnose` (5 points) needs **all 8** labels right. Miss one or two and
+# before you name it. Two plants cost too little on a CPU for their time to be read reliably: a
+# sync (nothing runs asynchronously here, so it costs about its own operator) and the per-tensor
+# optimizer loop; the lesson names them by their habit's signature, as its table says (syncs per
+# step; optimizer operators per parameter tensor with the optimizer's share of the step). `test_diagnose` (5 points) needs **all 8** labels right. Miss one or two and
 # the grader profiles all 8 steps again on fresh data, in a new order, and asks again: that second
 # look must be named whole. One unlucky profile does not fail a sound rule, while a rule left out, or
 # a field read in a rule's place, misses on both looks. Return a plain string; anything else counts as wrong. Write the rules yourself:

@@ -239,7 +239,7 @@ def open_in_chromium(
     wait_for: list[str],
     collect: list[str],
     screenshot: Path,
-    timeout_s: float = 40.0,
+    timeout_s: float = 120.0,
     viewport: tuple[int, int] = (1400, 1000),
     evaluate: str | None = None,
 ) -> PageResult:
@@ -255,7 +255,7 @@ def open_in_chromium(
     deadline = time.monotonic() + timeout_s
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
-            executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, timeout=30_000
+            executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, timeout=90_000
         )
         try:
             page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
@@ -295,10 +295,13 @@ def chromium_page(chromium: str, viewport: tuple[int, int] = (1400, 1000)) -> It
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
-            executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, timeout=30_000
+            executable_path=chromium, headless=True, args=CHROMIUM_FLAGS, timeout=90_000
         )
         try:
             page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+            # Harness waits, not checks: on a 2-core host at load 6-9 JupyterLab's pages took longer
+            # than Playwright's 30 s default to appear (2026-12-05); a page that never comes still fails.
+            page.set_default_timeout(90_000)
             page.effkit_errors = []
             page.on("pageerror", lambda exc: page.effkit_errors.append(str(exc)))
             yield page

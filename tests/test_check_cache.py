@@ -76,3 +76,43 @@ def test_validate_on_another_lessons_notebook_names_the_real_problem(tmp_path, m
     said = str(err.value)
     assert "lesson1/ holds lesson1.ipynb" in said and "another lesson's notebook" in said, said
     assert "run this from your notebook's folder" not in said
+
+
+@pytest.mark.parametrize(
+    "cell, said",
+    [
+        (  # wrong answers: Validate must not say which, or that any is wrong
+            {"passed": False, "lines": [], "reason": "3 of 5 answers right. q2: (b) — because"},
+            "every question has an answer",
+        ),
+        ({"passed": True, "lines": ["all 5 answers right"], "reason": ""}, "every question has"),
+    ],
+)
+def test_validate_on_the_quiz_says_nothing_of_right_or_wrong(
+    notebook, monkeypatch, capsys, cell, said
+):
+    """A learner who could read right/wrong from Validate would find the key by resubmitting: the
+    verdict and its per-option feedback come at autograde (issue 50)."""
+    path, _ = notebook
+    report = {"out_of_kernel": {"cells": {"test_quiz": cell}, "flags": []}}
+    monkeypatch.setattr(in_notebook, "_check_report", lambda nb: report)
+    monkeypatch.chdir(path.parent)
+    in_notebook.check_my_work("test_quiz", path.name)
+    out = capsys.readouterr().out
+    assert said in out and "right" not in out.replace("are right", "") and "(b)" not in out, out
+    assert "points" not in out, out
+
+
+def test_validate_on_the_quiz_names_the_unanswered_questions_only(notebook, monkeypatch):
+    path, _ = notebook
+    cell = {
+        "passed": False,
+        "lines": [],
+        "reason": "3 of 5 answers right. q1: (c) — x; q4: no answer",
+    }
+    report = {"out_of_kernel": {"cells": {"test_quiz": cell}, "flags": []}}
+    monkeypatch.setattr(in_notebook, "_check_report", lambda nb: report)
+    monkeypatch.chdir(path.parent)
+    with pytest.raises(AssertionError) as err:
+        in_notebook.check_my_work("test_quiz", path.name)
+    assert "q4" in str(err.value) and "q1" not in str(err.value) and "right" not in str(err.value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -100,6 +101,9 @@ def check_my_work(grade_id: str, notebook: str) -> None:
     cell = (report.get("out_of_kernel") or {}).get("cells", {}).get(grade_id)
     if cell is None:
         raise RuntimeError(f"the grader has no check called {grade_id!r}")
+    if grade_id == QUIZ_GRADE_ID:
+        _say_only_what_is_unanswered(cell)
+        return
     points = _points(Path(notebook), grade_id)
     earned = points if cell["passed"] else 0
     print(
@@ -111,6 +115,25 @@ def check_my_work(grade_id: str, notebook: str) -> None:
         print(f"flag: {flag}")
     if not cell["passed"]:
         raise AssertionError(cell["reason"])
+
+
+# The quiz cell: Validate says which questions have no answer and nothing about right or wrong, so a
+# learner cannot find the key by resubmitting; the verdict and its per-option feedback come at autograde.
+QUIZ_GRADE_ID = "test_quiz"
+_UNANSWERED = re.compile(r"\b(q\d+): no answer\b")
+
+
+def _say_only_what_is_unanswered(cell: dict) -> None:
+    said = " ".join([cell.get("reason") or "", *cell.get("lines", [])])
+    missing = _UNANSWERED.findall(said)
+    if missing:
+        raise AssertionError(f"no answer yet to {', '.join(missing)} (set them in QUIZ_ANSWERS)")
+    if not cell["passed"] and "answers right" not in said:  # the cell itself failed: its own reason
+        raise AssertionError(cell["reason"])
+    print(
+        f"{QUIZ_GRADE_ID}: every question has an answer; whether they are right is said when your "
+        "work is graded, not here"
+    )
 
 
 def grade_saved_notebook(notebook: str) -> float | None:

@@ -229,6 +229,42 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
         r"products are bound by memory traffic",
         "32 tokens do 32 multiply-adds per weight; whether bytes or integer arithmetic makes int8 faster is not measured",
     ),
+    # a third review of 7-13 (aadfaf4) and fresh reviews of lesson 10 (1800b1c), held since
+    (
+        "07_dynamic_padding",
+        r"MY_BUDGET = 2 \* budget",
+        "twice the budget changes two things at once: the learner starts at the lesson's budget",
+    ),
+    (
+        "10_profiling",
+        r"both put these first",
+        "the guides were quoted for what they say, not ranked by the lesson",
+    ),
+    (
+        "10_profiling",
+        r"loads of 3\.5-11",
+        "the calibration it cites records loads of 3.5 and 4-7",
+    ),
+    (
+        "10_profiling",
+        r"`foreach`/`fused` optimizers, DataLoader workers",
+        "the Performance Tuning Guide does not cover foreach/fused optimizers: torch.optim's docs do",
+    ),
+    (
+        "12_hpo_on_a_budget",
+        r"\(best at \{best_wd:g\}\)",
+        "one endpoint's best weight decay, when noise cannot separate several from it",
+    ),
+    (
+        "12_hpo_on_a_budget",
+        r"playbook's yardstick",
+        "the 2x-random yardstick is the Hyperband paper's, not the Tuning Playbook's",
+    ),
+    (
+        "13_quantized_inference",
+        r"the model holds here\.",
+        "the measured P95 sat ~40% above the replay's: the text says which way they fall",
+    ),
 ]
 
 
@@ -247,6 +283,16 @@ RETIRED_ELSEWHERE = [  # (file, pattern of the false claim, why): exercise texts
         "solutions/lesson1/lesson1.py",
         r"is a fair\s*\n?#?\s*witness",
         "one graded input-bound trainer pays its pipeline's time in the forward pass, where next() cannot see it",
+    ),
+    (
+        "effkit/doctor.py",
+        r"CIFAR step 1\.8x faster",
+        "no CIFAR bf16 speed-up was measured in lesson 3 (BERT 1.55x, a 1024-wide Linear 2.07x, AMX Xeon)",
+    ),
+    (
+        "effkit/doctor.py",
+        r"the step is compute-bound: a smaller model",
+        "no rule firing is not proof of a compute-bound step (matmul/conv 29-57% of those steps)",
     ),
     (
         "effkit/workloads/bert/recipes.py",

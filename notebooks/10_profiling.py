@@ -24,7 +24,7 @@
 # 4. see the GPU-only views (kernel gaps, the CUDA memory snapshot) as code that runs on a GPU.
 #
 # **Run time**: about 26 s in `cpu` (26 s on a quiet 2-core AMD EPYC, Zen 3, AVX2 only, no GPU,
-# 2026-12-05, with a warm Inductor cache; 23 s on a quiet Zen 4 EPYC with AVX512-BF16, the outputs
+# 2026-12-05, with a warm Inductor cache; 28 s on a quiet Zen 4 EPYC with AVX512-BF16, the outputs
 # in `docs/recorded/`, where the plants run in bf16; a cold cache adds the compile
 # of the overhead-bound step, about 30 s on a 2-core Intel Xeon with AMX, where the lesson took 54 s
 # cold), 16-40 s in `smoke` (warm or cold compile cache).

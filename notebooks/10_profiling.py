@@ -23,10 +23,11 @@
 #    first one, and watch the *next* one come up; then on the course's CIFAR recipes;
 # 4. see the GPU-only views (kernel gaps, the CUDA memory snapshot) as code that runs on a GPU.
 #
-# **Run time**: about 26 s in `cpu` (26 s on a quiet 2-core AMD EPYC, Zen 3, AVX2 only, no GPU,
-# 2026-12-05, with a warm Inductor cache; 28 s on a quiet Zen 4 EPYC with AVX512-BF16, the outputs
-# in `docs/recorded/`, where the plants ran in fp32: bf16 did not measurably pay that time, though it
-# did in an earlier recording on the same kind of host; a cold cache adds the compile
+# **Run time**: about 23 s in `cpu` (26 s on a quiet 2-core AMD EPYC, Zen 3, AVX2 only, no GPU,
+# 2026-12-05, with a warm Inductor cache; 21-28 s on a quiet Zen 4 EPYC with AVX512-BF16, the outputs
+# in `docs/recorded/`; there bf16 has measured just over its 1.15x bar in some recordings (1.18x:
+# the plants ran in bf16) and under it in another (they ran in fp32), and section 3 prints which
+# this run found; a cold cache adds the compile
 # of the overhead-bound step, about 30 s on a 2-core Intel Xeon with AMX, where the lesson took 54 s
 # cold), 16-40 s in `smoke` (warm or cold compile cache).
 #
@@ -285,7 +286,7 @@ print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians)
 # while every real layer's bf16 call goes through oneDNN, which costs about 16 µs even for a
 # 16 x 16 `Linear` on 17 rows, some 14 µs above the floor. The floor misses that fixed cost, so there the
 # overhead step sat at 9.2-10.4x in the calibration (two seeds, quiet and beside two busy cores) and
-# at 13.5x in an earlier bf16 recording of this lesson, every other step at 26-30x: the line for
+# at 9.3x and 13.5x in two bf16 recordings of this lesson, every other step at 26-30x: the line for
 # that class is 16x, with less room above the overhead step than below the others
 # (`effkit.profiling.overhead_line`; each profile carries its own as `overhead_calls`). A ratio is
 # only as portable as its yardstick is the same kind of call as the work.
@@ -301,9 +302,10 @@ print(doctor.report(patient))
 # (single medians again). A share is an estimate, not a bound on the saving, and it can miss either
 # way. It is a share of the *profiled* step, whose operators each paid the profiler's cost
 # (section 2), so it is not the unprofiled step's share, and the unprofiled times compared below
-# are single medians on a machine that may be busy. In two quiet recordings of this lesson on the
-# same kind of host the data finding said 42% and its fix saved 49%, then 39% and 26%: either side
-# can be the larger, and on a busy machine the two can be much further apart. Read
+# are single medians on a machine that may be busy. In quiet recordings of this lesson on the same
+# kind of host the data finding said 42% and its fix saved 49%, then 44% and 49%; in another, 39%
+# against 26%, one unprofiled median had run slower than its profiled steps (x0.77), which shows how
+# far a single median can be off. Either can be the larger. Read
 # the two lines below as an estimate and one measurement, not as one number.
 # And a finding counts only its evidence: the sync finding's share is the
 # time inside the reads, near zero on a CPU, while its fix also removes the NaN checks'

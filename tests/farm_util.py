@@ -68,6 +68,16 @@ def submit(root: Path, student: str, source: Path | bytes | None) -> Path:
     return path
 
 
+def slow_stub(seconds: float) -> bytes:
+    """Lesson 1's untouched exercise whose quiz cell first sleeps ``seconds``: still 0 points, but a
+    grading long enough that a test can act between two of them on a busy core."""
+    nb = json.loads(STUB.read_text())
+    for cell in nb["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "quiz":
+            cell["source"] = f"import time\ntime.sleep({seconds})\nraise NotImplementedError()\n"
+    return json.dumps(nb).encode()
+
+
 def endless_loop() -> bytes:
     """Lesson 1's reference with its quiz cell replaced by an endless loop (a grading that hangs)."""
     nb = json.loads(SOLUTION.read_text())

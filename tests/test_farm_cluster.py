@@ -35,6 +35,7 @@ from farm_util import (
     make_course,
     processes,
     scores,
+    slow_stub,
     submit,
 )
 
@@ -163,7 +164,9 @@ def test_a_driver_killed_and_restarted_grades_only_what_is_missing(cluster, tmp_
     root = make_course(tmp_path / "course_root")
     students = ["ann", "ben", "cat"]  # three gradings on two nodes: one waits in the queue
     for s in students:
-        submit(root, s, STUB)
+        # a stub grades in seconds: with the test, Ray and the gradings on one core, all three once
+        # finished before the test saw the first ledger entry; 10 s more each leaves it the time
+        submit(root, s, slow_stub(10))
     cmd = [sys.executable, "-m", "grader", "farm", AID, "--address", c.address, "--no-progress"]
     first = subprocess.Popen(cmd, cwd=ROOT, env=env(root), stdout=subprocess.DEVNULL)
     ledger = root / "course" / "farm" / AID / "ledger"

@@ -68,23 +68,24 @@ def submit(root: Path, student: str, source: Path | bytes | None) -> Path:
     return path
 
 
+def _with_quiz(notebook: Path, source: str) -> bytes:
+    """``notebook`` with its quiz cell's source replaced."""
+    nb = json.loads(notebook.read_text())
+    for cell in nb["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "quiz":
+            cell["source"] = source
+    return json.dumps(nb).encode()
+
+
 def slow_stub(seconds: float) -> bytes:
     """Lesson 1's untouched exercise whose quiz cell first sleeps ``seconds``: still 0 points, but a
     grading long enough that a test can act between two of them on a busy core."""
-    nb = json.loads(STUB.read_text())
-    for cell in nb["cells"]:
-        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "quiz":
-            cell["source"] = f"import time\ntime.sleep({seconds})\nraise NotImplementedError()\n"
-    return json.dumps(nb).encode()
+    return _with_quiz(STUB, f"import time\ntime.sleep({seconds})\nraise NotImplementedError()\n")
 
 
 def endless_loop() -> bytes:
     """Lesson 1's reference with its quiz cell replaced by an endless loop (a grading that hangs)."""
-    nb = json.loads(SOLUTION.read_text())
-    for cell in nb["cells"]:
-        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "quiz":
-            cell["source"] = "while True:\n    pass\n"
-    return json.dumps(nb).encode()
+    return _with_quiz(SOLUTION, "while True:\n    pass\n")
 
 
 def scores(root: Path) -> dict[str, list[float]]:

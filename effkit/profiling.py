@@ -193,9 +193,11 @@ def _optimizer_info(opt: torch.optim.Optimizer) -> dict:
 # small-matrix path (2.4 us) but every real layer's call goes through oneDNN, which costs about 16 us
 # even for a 16x16 Linear on 17 rows, some 14 us above the floor. There the overhead plant sits at
 # 9.2-10.4x and every other step at 26-30x, quiet or beside two busy cores (AMD EPYC Zen 4, 2026-12-05,
-# benchmarks/results/doctor-calibration.md): 16x, their geometric middle. AMX hosts keep 7x
-# (their clean step measured 6-10x: no calibration of their own yet). Calibrated on lesson 10's
-# plants only: the course's CIFAR and BERT recipes and learners' own models on that class were not.
+# benchmarks/results/doctor-calibration.md): 16x, their geometric middle. In fp32 on a 2-core AMX
+# Xeon 7x holds (overhead plant 1.9-2.7x on its 8-token rows, every other step 15-35x, 2026-12-05);
+# bf16 on AMX has no line (its plant measured 15.6-22.8x there, beside a clean step's 27x: on an AMX
+# host where bf16 pays, 7x would call that plant clean). Calibrated on lesson 10's plants only: the
+# course's CIFAR and BERT recipes and learners' own models on these classes were not.
 OVERHEAD_CALLS = 7.0
 OVERHEAD_CALLS_BY_CLASS = {("bfloat16", "AVX512-BF16"): 16.0}
 

@@ -23,13 +23,12 @@
 #    first one, and watch the *next* one come up; then on the course's CIFAR recipes;
 # 4. see the GPU-only views (kernel gaps, the CUDA memory snapshot) as code that runs on a GPU.
 #
-# **Run time**: about 23 s in `cpu` (26 s on a quiet 2-core AMD EPYC, Zen 3, AVX2 only, no GPU,
-# 2026-12-05, with a warm Inductor cache; 21-28 s on a quiet Zen 4 EPYC with AVX512-BF16, the outputs
-# in `docs/recorded/`; there bf16 has measured just over its 1.15x bar in some recordings (1.18x:
-# the plants ran in bf16) and under it in another (they ran in fp32), and section 3 prints which
-# this run found; a cold cache adds the compile
-# of the overhead-bound step, about 30 s on a 2-core Intel Xeon with AMX, where the lesson took 54 s
-# cold), 16-40 s in `smoke` (warm or cold compile cache).
+# **Run time**: about 36 s in `cpu` on a quiet 2-core Intel Xeon with AMX (2026-12-05, the outputs in
+# `docs/recorded/`, a cold compile cache: 10 s of it compiling the overhead-bound step; bf16 did not pay
+# there, 0.95x, so the plants ran in fp32); 26 s on a quiet 2-core AMD EPYC, Zen 3, AVX2 only, and 21-28 s
+# on a quiet Zen 4 EPYC with AVX512-BF16, both with a warm Inductor cache (on the Zen 4 bf16 measured just
+# over its 1.15x bar in some recordings, 1.18x, and under it in another: section 3 prints which this run
+# found); no GPU. An earlier AMX Xeon took 54 s cold; 16-40 s in `smoke` (warm or cold compile cache).
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one: the same
 # steps, still built and run on the CPU, so the profiler records no GPU work for them; section 4's
@@ -268,16 +267,16 @@ print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians)
 # profile also measures `matmul_us_floor`: the self time of a
 # matmul call that does almost no work (a width-8 `Linear`, batch 1), before and after the steps (the lower of the two), on
 # their device, in their precision and under the same load. On a 2-core AVX2-only AMD EPYC (Zen 3), in
-# fp32, the planted overhead step's work calls sat at 2.1-3.5x that floor and the clean step's near
+# fp32, the planted overhead step's work calls (then on 32-token rows) sat at 2.1-3.5x that floor and the clean step's near
 # 20x at loads of 3.5-7 (`benchmarks/results/doctor-calibration.md`); the doctor's line is 7x, between them
 # (`tests/test_doctor.py` re-scales the measured matmul calls of each single plant, of the clean
 # step and of the clean step at batch 1 of long rows as on machines with twice and half the call
 # overhead and 2x faster and slower kernels, and `tests/test_lesson10_exercise.py` a whole grading's;
-# the other operators stay as measured). On a host whose kernels are fast against its call
-# overhead the clean step's calls sit nearer the line: on a 2-core Intel Xeon with AMX they took
-# 51-62 µs and the overhead plant's 7 µs, measured before the floor existed; estimated against a floor,
-# that clean step sits at 6-10x, on both sides of the 7x line, so on that host the doctor may call a
-# clean step overhead-bound until the line is calibrated there.
+# the other operators stay as measured). Those re-scalings are what caught the plant itself: on a
+# 2-core Intel Xeon with AMX, in fp32 (bf16 did not pay for this step there), the clean step's calls
+# took 15-19x the floor but the planted step's 32-token rows 3.8-4.1x, and a host with half that call
+# overhead would have put them at 7.2x, past the line. The overhead plant now runs on 8-token rows
+# (1.9-2.7x there): a step that is overhead-bound on any host, not only on the one it was tuned on.
 #
 # **And the ratio's line belongs to a class of kernels too.** On an AMD EPYC with AVX512-BF16 (Zen 4),
 # when these steps run in bf16 (where bf16 measurably pays for them: the calibration measured 1.34-1.36x

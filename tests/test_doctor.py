@@ -213,7 +213,7 @@ def test_each_decoy_sets_its_plants_tell_tale_field_without_the_plant():
     """Lesson 10's decoys: the field a flag-reading judge names (one sync, some padding, foreach off, batch 1)
     on a step that lacks the plant's cost (no NaN checks; 5% padding; long rows). Whether they cost little is
     measured by grader/assignments/lesson10/calibration/lesson10_calibrate.py; here, that each is what it claims and refuses what it cannot be."""
-    from effkit.doctor_plants import LENGTH, LONG_ROWS
+    from effkit.doctor_plants import LONG_ROWS, SHORT_ROWS
 
     sync = planted_step((), decoys=("sync",))
     batch = sync.next_batch()
@@ -228,7 +228,8 @@ def test_each_decoy_sets_its_plants_tell_tale_field_without_the_plant():
     assert optimizer.next_batch()[0].shape == (32, LONG_ROWS["optimizer"])
     overhead = planted_step(("sync",), decoys=("overhead",))
     assert overhead.batch_size == 1 and overhead.next_batch()[0].shape == (1, LONG_ROWS["overhead"])
-    assert planted_step(("overhead",)).next_batch()[0].shape == (1, LENGTH)
+    # the plant's own rows are short: its calls mostly the host's fixed cost (doctor_plants.SHORT_ROWS)
+    assert planted_step(("overhead",)).next_batch()[0].shape == (1, SHORT_ROWS)
     for plants, decoys in (
         (("sync",), ("sync",)),  # a decoy is never its own plant
         ((), ("optimizer", "overhead")),  # batch 1 would make the optimizer a big share again

@@ -335,6 +335,7 @@ def test_a_capstone_grading_scores_tiers_and_shares_and_lands_on_the_board(monke
         frozenset(hooks) - {"own_pipeline"}: 1.5,
         frozenset(hooks) - {"channels_last"}: 0.85,
         frozenset(hooks) - {"batch_size", "lr"}: 1.0,
+        frozenset({"own_pipeline"}): 1.2,  # the pipeline alone, naive's settings: 1.7x per chunk
     }
     monkeypatch.setattr(capstone, "measure", _fake_measure(keys))
     monkeypatch.setattr(scoring, "TIERS", {scoring.host_model("cpu-test"): (1.5, 1.7)})
@@ -351,6 +352,7 @@ def test_a_capstone_grading_scores_tiers_and_shares_and_lands_on_the_board(monke
     )
     assert result.points == scoring.TIER_POINTS[1], result.feedback  # attribution: shown only
     assert "3 of 3 predictions agree; shown, not scored" in result.feedback
+    assert result.report.pipeline_alone["median"] == pytest.approx(2.0 / 1.235, rel=0.01)
     PerformanceReport.model_validate(result.report)
     board = leaderboard.grading_of(result.report.model_dump(mode="json") | {"student": "s1"}, "sig")
     assert board.why_not == "" and board.device_class == "cpu" and board.speedup > 1.7
@@ -369,3 +371,40 @@ def test_the_capstones_copy_check_reads_lesson2s_withheld_answer():
     from grader.assignments.lesson14 import capstone
 
     assert tuple(capstone.LESSON2_ANSWER) == tuple(assignments.manifest("lesson2").withheld)
+
+
+def test_settings_with_a_pipeline_that_gains_nothing_of_its_own_earn_no_tier(monkeypatch):
+    """The known gap, closed by measurement: a pipeline class that only hands naive's batches on
+    passes the text rule, and the reference's channels-last and small batch alone reached the top
+    tier (calibration/ablations). Timed alone in the naive recipe it is naive's speed (1.0x per
+    chunk, under lesson 2's floor): the speed points stop at 'faster than naive', and the board
+    records no speed-up."""
+    from grader.assignments.lesson14 import capstone
+    from grader.frontends import leaderboard
+
+    hooks = recipe.read(REFERENCE).hooks()
+    keys = {
+        frozenset(hooks): 0.8,  # the tiers' speed-up, as above: all of it from the settings
+        frozenset(hooks) - {"own_pipeline"}: 0.8,
+        frozenset(hooks) - {"channels_last"}: 0.85,
+        frozenset(hooks) - {"batch_size", "lr"}: 1.0,
+        frozenset({"own_pipeline"}): 2.0,  # alone: naive's own chunk time
+    }
+    monkeypatch.setattr(capstone, "measure", _fake_measure(keys))
+    monkeypatch.setattr(capstone, "device_name", lambda device: "cpu-test")
+    result = capstone.grade(assignments.get("lesson14"), _cells(REFERENCE), 6, device="cpu")
+    assert result.points == scoring.FASTER_POINTS, result.feedback
+    assert "gains nothing of its own" in result.feedback, result.feedback
+    alone = result.report.pipeline_alone
+    assert alone["median"] < scoring.PIPELINE_FLOOR["cpu"] and len(alone["ratios"]) == 24
+    board = leaderboard.grading_of(result.report.model_dump(mode="json") | {"student": "s1"}, "sig")
+    assert board.why_not != ""
+
+
+def test_the_pipeline_floor_is_lesson2s():
+    """scoring.PIPELINE_FLOOR is lesson 2's floor per device class (a lesson imports no other
+    lesson's package, so the capstone keeps its own copy: this holds them equal)."""
+    from grader.assignments.lesson2.checks import TARGETS
+
+    assert scoring.PIPELINE_FLOOR["cpu"] == TARGETS["cpu"]["floor"]
+    assert scoring.PIPELINE_FLOOR["gpu"] == TARGETS["gpu"]["floor"]

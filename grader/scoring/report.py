@@ -156,6 +156,7 @@ class PerformanceReport(_Strict):
     times_to_target_s: dict | None = None
     evaluations: list[tuple] = Field(default_factory=list)
     attribution: list[dict] = Field(default_factory=list)
+    pipeline_alone: dict | None = None  # lesson 14: the learner's pipeline timed alone
     lines: list[str] = Field(default_factory=list)
     # whose grading: set where it is archived (the leaderboard's signed copy, grader.json)
     student: str | None = None

@@ -53,6 +53,11 @@ class Recipe:
                 out.update({"own_pipeline": name} if key == "pipeline" else {key: value})
         return out
 
+    def pipeline_change(self) -> str | None:
+        """The change that feeds the recipe through the learner's pipeline (one at most: two
+        changes may not set one thing)."""
+        return next((n for n, s in self.changes.items() if "pipeline" in s), None)
+
 
 def _assigned(source: str, name: str):
     """The last top-level ``name = <expression>`` in ``source`` (None if none)."""
@@ -181,8 +186,7 @@ def _check_own_pipeline(rec: Recipe, source: str) -> None:
     the recipe through a pipeline class the cells define, with its own ``__iter__`` (the batches
     it makes are then judged by the parent, ``timed_checks``). Read from the text, so a class that
     only delegates to effkit's naive pipeline inside its own ``__iter__`` passes this rule; it
-    gains nothing itself, and the settings beside it can reach the top tier alone (the lesson's
-    README: a known gap)."""
+    gains nothing itself, which the parent measures (``capstone._own_pipeline``: no tier then)."""
     classes = _defined_classes(source)
     pipelines = {n: s["pipeline"] for n, s in rec.changes.items() if "pipeline" in s}
     why = []

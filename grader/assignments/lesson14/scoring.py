@@ -98,6 +98,54 @@ def speed_points(s: Speed, device: str) -> tuple[float, str]:
     return 0.0, f"{said}: not reliably faster than the naive recipe"
 
 
+# The own-code rule, measured (the known gap it closes: a pipeline that only delegates to naive's
+# passes the text rule, and channels-last with a small batch reached the top tier alone). The
+# learner's pipeline is timed alone, in the naive recipe with no other change, per chunk against
+# naive's, as lesson 2 grades a pipeline; below lesson 2's floor (its unchanged naive pipeline stays
+# under it) it gained nothing of its own, and the speed points stop at FASTER_POINTS: the tiers are
+# not for settings alone. Lesson 2's floors, kept here (tests/test_lesson14_exercise.py holds them equal).
+PIPELINE_FLOOR = {"cpu": 1.15, "gpu": 1.1}
+
+
+@dataclass
+class PipelineAlone:
+    ratios: list[float]  # naive's chunk time / yours, per chunk, your pipeline the only change
+    median: float
+    low: float
+    high: float
+    coverage: float
+    floor: float
+
+    @property
+    def gains(self) -> bool:
+        return bool(self.ratios) and self.median >= self.floor
+
+
+def pipeline_alone(ratios: list[float], device_class: str) -> PipelineAlone:
+    floor = PIPELINE_FLOOR.get(device_class, PIPELINE_FLOOR["gpu"])
+    if not ratios:
+        return PipelineAlone([], float("nan"), float("nan"), float("nan"), 0.0, floor)
+    low, high = median_ci(ratios)
+    cover = median_ci_coverage(len(ratios))
+    return PipelineAlone(ratios, statistics.median(ratios), low, high, cover, floor)
+
+
+def own_pipeline_points(points: float, alone: PipelineAlone, change: str) -> tuple[float, str]:
+    """The speed points once the learner's pipeline alone is measured, and the sentence."""
+    said = (
+        f"your pipeline alone ({change!r} in the naive recipe, no other change): "
+        f"{alone.median:.2f}x naive's per chunk ({alone.low:.2f}-{alone.high:.2f}, "
+        f"{alone.coverage:.0%} interval; lesson 2's floor {alone.floor}x)"
+    )
+    if alone.gains:
+        return points, said
+    return min(points, FASTER_POINTS), (
+        f"{said}: it gains nothing of its own, so the speed-up is your settings' alone and the "
+        f"tiers are not for settings alone: {min(points, FASTER_POINTS):g} speed point(s); make "
+        "your pipeline faster than naive's (lesson 2)"
+    )
+
+
 def share(s_full: float, s_without: float) -> float:
     """The share of the full recipe's saved time that leaving one change out gives back."""
     return (1 / s_without - 1 / s_full) / (1 - 1 / s_full)

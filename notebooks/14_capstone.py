@@ -27,8 +27,8 @@
 #    device multiplies bf16 in hardware;
 # 4. attribute the gain: leave each change out in turn and measure what the recipe loses.
 #
-# **Run time**: about 85 s in `cpu` (83-85 s on a quiet 2-core AMD EPYC Zen 4, AVX512-BF16, no GPU,
-# 2026-12-05: the outputs in `docs/recorded/`; 460 s on a 2-core AVX2-only EPYC shared with other
+# **Run time**: about 90 s in `cpu` (100 s on a quiet 2-core Intel Xeon with AMX, no GPU, 2026-12-05:
+# the outputs in `docs/recorded/`; 83-85 s on a quiet 2-core AMD EPYC Zen 4, AVX512-BF16; 460 s on a 2-core AVX2-only EPYC shared with other
 # jobs at load 8-13) and about 30 s in `smoke`.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
@@ -359,9 +359,10 @@ plt.show()
 # A share belongs to its recipe, its data and its machine. The grader measures in another setup:
 # one core per worker, its own synthetic set to a 0.95 target, your batch size. There the
 # exercise's reference recipe (its own pipeline, channels-last, batch 32) measured channels-last's
-# share at 3% (−26% to 13%) quiet and −12% (−34% to −11%) beside a busy process, on the same kind
-# of host as this recording (`grader/assignments/lesson14/calibration/README.md`). Predict the
-# grader's shares from the grader's setup, not from the lines above.
+# share at 3% (−26% to 13%) quiet and −12% (−34% to −11%) beside a busy process on a 2-core AMD EPYC
+# Zen 4, and 5% (−2% to 14%) quiet on the 2-core AMX Xeon this lesson was recorded on
+# (`grader/assignments/lesson14/calibration/README.md`). Predict the grader's shares from the
+# grader's setup, not from the lines above.
 #
 # ## Your turn
 #
@@ -374,8 +375,12 @@ plt.show()
 # %%
 MY_CHANGES = {**ITER2, "batch_size": 256, "lr": 0.2}  # your turn: change these
 mine_run, base_run = time_to_target(MY_CHANGES), time_to_target({})
-print(f"my recipe: {mine_run['seconds']} s to the target, naive {base_run['seconds']} s (one pair:"
-      " run `compare` for an interval)")
+def _to_target(run):  # None: the schedule ended before the target
+    return "never reached the target" if run["seconds"] is None else f"{run['seconds']:.1f} s to the target"
+
+
+print(f"my recipe: {_to_target(mine_run)}, naive {_to_target(base_run)} (one pair: run `compare` for an"
+      " interval)")
 
 # %% [markdown]
 # ### In your own words
@@ -412,7 +417,8 @@ for change, (mid, low, high, cover, _) in shares.items():
 #
 # The quiz and the graded exercise are in `exercises/lesson14/`: declare your recipe as named
 # changes to the naive recipe, with your own pipeline, and predict the share of the gain of your
-# three most impactful changes. The grader times naive and your recipe to its target in its own
+# three most impactful changes. Your pipeline must gain on its own: the tiers need it, timed alone
+# in the naive recipe, at lesson 2's floor (settings alone cleared the top tier here). The grader times naive and your recipe to its target in its own
 # sandbox, interleaved pair by pair, and evaluates your committed weights itself. Its accuracy
 # gate fails your recipe only when its final accuracy is confidently below naive's: the −0.2 pp
 # tolerance widened by the run-to-run noise of its three pairs. Lesson 14 has no measured noise

@@ -177,7 +177,9 @@ def test_a_report_signed_under_another_key_is_rejected(course_dir):
         ({"gate": {"passed": False, "mean_diff_pp": -2.0}}, "accuracy gate failed"),
         ({"work_problems": ["replayed chunk moved the other way"]}, "work check failed"),
         ({"error": {"kind": "timeout", "message": "x", "detail": ""}}, "error"),
-        ({"problems": ["audit failed"]}, "no performance points"),
+        ({"problems": ["audit failed"], "points": 0.0}, "no performance points"),
+        # lesson 14: a speed-up of settings alone keeps the point for beating naive, not a record
+        ({"problems": ["your pipeline alone: 0.98x"], "points": 1.0}, "points withheld"),
         ({"speedup": None, "speed_ratios": []}, "no speedup"),
     ],
 )

@@ -34,8 +34,9 @@
 # naive value changes nothing and cannot be one of them). One change must be **your own code**: a
 # `pipeline` naming a class your cell defines, with its own `__iter__`; a recipe of settings alone
 # is refused. And it must gain on its own: for a tier's points the grader also times your pipeline
-# alone in the naive recipe against naive's (lesson 2's per-chunk A/B), and below lesson 2's floor
-# (1.15x on a CPU) the speed-up is your settings' alone and earns only the point for beating naive.
+# alone in the naive recipe, run against run against naive's, and at or under lesson 2's floor
+# (1.15x on a CPU) your recipe keeps only the point for beating naive: the tiers are not for
+# settings alone.
 # effkit's answers are refused by name: your cells may not mention `DevicePipeline`,
 # `OptimizedTrainer`, `airbench_net` or the `"optimized"` recipe, and a copy of `DevicePipeline`
 # (lesson 2's withheld answer) pasted in, renamed, re-signed or trimmed, is refused from the text.

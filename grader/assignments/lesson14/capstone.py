@@ -6,8 +6,8 @@
    committed and evaluated here, the kept batches judged, drawn chunks replayed; the accuracy gate
    fails a confident drop beyond ``TOLERANCE_PP`` widened by the paired noise (one look: a second
    needs a calibration of >= 100 gradings, which lesson 14 does not have).
-3. A tier's points need the learner's own pipeline to gain on its own: it is timed alone in the
-   naive recipe (per chunk, as lesson 2 grades one) and held to lesson 2's floor.
+3. A tier's points (and a place on the board) need the learner's own pipeline to gain on its
+   own: it is timed alone in the naive recipe, run against run, and held to lesson 2's floor.
 4. For each change given a predicted share, the protocol runs again with that change left out:
    the share of the saved time it gives back is shown beside the learner's prediction (worth
    ``scoring.ATTRIBUTION_POINTS_PER_CHANGE``, 0 until a campaign sizes the ablations).
@@ -163,11 +163,13 @@ def grade(
     if not verdict.passed:
         problems = [f"no speed points: {verdict.message}"]
         points, lines = 0.0, [*problems, said]
-    elif points > scoring.FASTER_POINTS:  # a tier: only with a pipeline that gains on its own
-        points, said = _own_pipeline(assignment, cells, spec, rec, device, progress, report, points)
+    elif points > 0:  # a tier, or the board, only with a pipeline that gains on its own
+        points, said, gains = _own_pipeline(
+            assignment, cells, spec, rec, device, progress, report, points
+        )
         lines.append(said)
-        if points <= scoring.FASTER_POINTS:
-            problems.append(said)  # not a tier's speed-up: the board records none
+        if not gains:
+            problems.append(said)  # a speed-up of settings alone: the board records none
     if not full.faster:
         lines.append("no gain to attribute: the ablations were not run")
         return _result(points, report, lines, notes + m.flags, problems=problems)
@@ -203,8 +205,9 @@ def grade(
 
 def _own_pipeline(assignment, cells, spec, rec, device, progress, report, points):
     """The learner's pipeline timed alone: the naive recipe with only that change, one epoch, no
-    target (a steady-state A/B per chunk, as lesson 2 grades a pipeline), its points capped below
-    the tiers when it gains nothing of its own (``scoring.own_pipeline_points``)."""
+    target, each run's whole time against naive's; the points capped below the tiers when it does
+    not clear lesson 2's floor on its own (``scoring.own_pipeline_points``). Returns the points,
+    the sentence and whether the pipeline gained."""
     change = rec.pipeline_change()
     alone_spec = dataclasses.replace(
         spec, target=None, epochs=1, learner_hooks={"own_pipeline": change}
@@ -214,13 +217,17 @@ def _own_pipeline(assignment, cells, spec, rec, device, progress, report, points
     report["phases_s"].update({f"pipeline alone/{k}": v for k, v in m.phases_s.items()})
     if _failure(m):
         capped = min(points, scoring.FASTER_POINTS)
-        return capped, (
+        return (
+            capped,
             f"your pipeline alone ({change!r} in the naive recipe) failed: {_failure(m)[0]}; the "
-            f"tiers need a pipeline that works and gains on its own: {capped:g} speed point(s)"
+            f"tiers need a pipeline that works and gains on its own: {capped:g} speed point(s)",
+            False,
         )
-    alone = scoring.pipeline_alone(m.speed_ratios(), report["device_class"])
+    # whole runs, not chunks: a pipeline that front-loads its epoch is paid for in the run
+    ratios = [a.seconds / b.seconds for a, b in m.pairs() if b.seconds > 0]
+    alone = scoring.pipeline_alone(ratios, report["device_class"])
     report["pipeline_alone"] = dataclasses.asdict(alone)
-    return scoring.own_pipeline_points(points, alone, change)
+    return (*scoring.own_pipeline_points(points, alone, change), alone.gains)
 
 
 def _result(points, report: dict, lines: list[str], flags: list[str], problems=()) -> PerfResult:

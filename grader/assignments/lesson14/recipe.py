@@ -186,7 +186,8 @@ def _check_own_pipeline(rec: Recipe, source: str) -> None:
     the recipe through a pipeline class the cells define, with its own ``__iter__`` (the batches
     it makes are then judged by the parent, ``timed_checks``). Read from the text, so a class that
     only delegates to effkit's naive pipeline inside its own ``__iter__`` passes this rule; it
-    gains nothing itself, which the parent measures (``capstone._own_pipeline``: no tier then)."""
+    gains nothing itself, which the parent measures (``capstone._own_pipeline``: timed alone, run
+    against run, under lesson 2's floor it earns no tier)."""
     classes = _defined_classes(source)
     pipelines = {n: s["pipeline"] for n, s in rec.changes.items() if "pipeline" in s}
     why = []

@@ -100,16 +100,18 @@ def speed_points(s: Speed, device: str) -> tuple[float, str]:
 
 # The own-code rule, measured (the known gap it closes: a pipeline that only delegates to naive's
 # passes the text rule, and channels-last with a small batch reached the top tier alone). The
-# learner's pipeline is timed alone, in the naive recipe with no other change, per chunk against
-# naive's, as lesson 2 grades a pipeline; below lesson 2's floor (its unchanged naive pipeline stays
-# under it) it gained nothing of its own, and the speed points stop at FASTER_POINTS: the tiers are
-# not for settings alone. Lesson 2's floors, kept here (tests/test_lesson14_exercise.py holds them equal).
+# learner's pipeline is timed alone, in the naive recipe with no other change, each run's whole
+# time against naive's (not per chunk: a pipeline that loads the epoch in its first chunk would
+# make the other chunks look fast), and under lesson 2's floor (its unchanged naive pipeline stays
+# under it) the recipe's speed points stop at FASTER_POINTS and the board records none: the tiers
+# are not for settings alone. Lesson 2's floors, kept here (tests/test_lesson14_exercise.py holds
+# them equal); as in lesson 2, a gain must be above the floor, not at it.
 PIPELINE_FLOOR = {"cpu": 1.15, "gpu": 1.1}
 
 
 @dataclass
 class PipelineAlone:
-    ratios: list[float]  # naive's chunk time / yours, per chunk, your pipeline the only change
+    ratios: list[float]  # naive's run time / yours, per run, your pipeline the only change
     median: float
     low: float
     high: float
@@ -118,7 +120,7 @@ class PipelineAlone:
 
     @property
     def gains(self) -> bool:
-        return bool(self.ratios) and self.median >= self.floor
+        return bool(self.ratios) and self.median > self.floor
 
 
 def pipeline_alone(ratios: list[float], device_class: str) -> PipelineAlone:
@@ -134,15 +136,16 @@ def own_pipeline_points(points: float, alone: PipelineAlone, change: str) -> tup
     """The speed points once the learner's pipeline alone is measured, and the sentence."""
     said = (
         f"your pipeline alone ({change!r} in the naive recipe, no other change): "
-        f"{alone.median:.2f}x naive's per chunk ({alone.low:.2f}-{alone.high:.2f}, "
+        f"{alone.median:.2f}x naive's per run ({alone.low:.2f}-{alone.high:.2f}, "
         f"{alone.coverage:.0%} interval; lesson 2's floor {alone.floor}x)"
     )
     if alone.gains:
         return points, said
-    return min(points, FASTER_POINTS), (
-        f"{said}: it gains nothing of its own, so the speed-up is your settings' alone and the "
-        f"tiers are not for settings alone: {min(points, FASTER_POINTS):g} speed point(s); make "
-        "your pipeline faster than naive's (lesson 2)"
+    capped = min(points, FASTER_POINTS)
+    return capped, (
+        f"{said}: not above lesson 2's floor on its own, so the tiers are not yours (they are not "
+        f"for settings alone): {capped:g} speed point(s); make your pipeline faster than naive's "
+        "(lesson 2)"
     )
 
 

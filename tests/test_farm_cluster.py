@@ -163,10 +163,13 @@ def test_a_driver_killed_and_restarted_grades_only_what_is_missing(cluster, tmp_
     c, _ = cluster
     root = make_course(tmp_path / "course_root")
     students = ["ann", "ben", "cat"]  # three gradings on two nodes: one waits in the queue
-    for s in students:
-        # a stub grades in seconds: with the test, Ray and the gradings on one core, all three once
-        # finished before the test saw the first ledger entry; 10 s more each leaves it the time
-        submit(root, s, slow_stub(10))
+    # The test must see the ledger between its first entry and its last. Equal gradings end close
+    # together: with 10 s each, all three were in the ledger when the test, starved on CI's one
+    # untimed core beside Ray and the gradings, first looked (assert 3 < 3, twice in CI). One
+    # grading 40 s longer than the others keeps the ledger at 1 or 2 entries for 30 s or more,
+    # whichever order Ray runs them in.
+    for s, seconds in zip(students, (10, 10, 50), strict=True):
+        submit(root, s, slow_stub(seconds))
     cmd = [sys.executable, "-m", "grader", "farm", AID, "--address", c.address, "--no-progress"]
     first = subprocess.Popen(cmd, cwd=ROOT, env=env(root), stdout=subprocess.DEVNULL)
     ledger = root / "course" / "farm" / AID / "ledger"

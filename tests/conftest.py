@@ -40,7 +40,7 @@ def _timed_files() -> set[str]:
 def pytest_collection_modifyitems(config, items):
     timed = _timed_files()
     for item in items:
-        if item.path.name in timed:
+        if item.path.name in timed and item.get_closest_marker("untimed") is None:
             item.add_marker(pytest.mark.timed)
 
 

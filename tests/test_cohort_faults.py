@@ -159,6 +159,7 @@ def test_identical_submissions_are_grouped_but_not_the_untouched_release(tmp_pat
     assert screening.identical_groups(sub, AID, AID, ["a", "b", "c", "d"], release) == [["a", "b"]]
 
 
+@pytest.mark.system
 @pytest.mark.slow
 def test_bad_submissions_get_a_reason_each_others_are_graded_and_no_grade_is_lost(graded, course):
     _, first = graded
@@ -207,6 +208,7 @@ def test_bad_submissions_get_a_reason_each_others_are_graded_and_no_grade_is_los
     assert "byte-identical" not in out
 
 
+@pytest.mark.system
 @pytest.mark.slow
 def test_plain_nbgrader_autograde_refuses_them_too_and_keeps_the_grade(course):
     """Formgrader's path: nbgrader's own reading refuses a file that is not a notebook, and
@@ -224,6 +226,7 @@ def test_plain_nbgrader_autograde_refuses_them_too_and_keeps_the_grade(course):
     assert "There was an error processing assignment 'lesson1' for student 'alice'" in log
 
 
+@pytest.mark.system
 @pytest.mark.slow
 def test_a_submission_made_while_autograding_runs_is_kept_for_the_next_collect(course, tmp_path):
     """release -> fetch -> submit -> collect -> autograde; carl submits again mid-grading."""

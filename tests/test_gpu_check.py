@@ -86,6 +86,7 @@ def test_parts_run_separately_and_one_summary_keeps_them_all(tmp_path):
     assert mod.main(["--dry-run", "--out", str(tmp_path), "--only", "no-such-step"]) == 2
 
 
+@pytest.mark.system
 @pytest.mark.slow
 def test_dry_run_passes_on_a_cpu(tmp_path):
     """The real code path of every kind of step at tiny sizes: three gradings (a stub under the

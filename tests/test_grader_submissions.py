@@ -295,6 +295,7 @@ def test_correct_but_no_faster_earns_every_other_point():
     }
 
 
+@pytest.mark.untimed
 def test_an_accuracy_drop_gets_no_performance_points_and_says_why():
     said: list[str] = []
     r = _grade("accuracy_drop", said.append)
@@ -323,6 +324,7 @@ def test_an_accuracy_drop_gets_no_performance_points_and_says_why():
     assert "the gate's second look" in feedback_text(load_performance(r))
 
 
+@pytest.mark.untimed
 def test_skipped_training_and_hard_coded_accuracy_are_caught():
     r = _grade("skip_training")
     assert r["points"] == 0
@@ -341,6 +343,7 @@ def test_nan_loss_gets_a_clear_message():
     assert "correctness checks" in text and "NaN" in text and "normalisation" in text
 
 
+@pytest.mark.system
 def test_same_verdict_with_a_busy_core():
     """Robustness under load, bounded: 3 gradings of the reference while a process spins."""
     from grader.cli import tools
@@ -376,6 +379,7 @@ def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
     assert problem.startswith("test_contract:") and "lesson2's reference answer" in problem, problem
 
 
+@pytest.mark.untimed
 def test_training_off_the_clock_then_no_op_timed_steps_earns_no_speed_points():
     """Issue 41: the timed worker trains where nothing is timed (the grader's sets and initial weights
     if it can read them before its runs, else its own data) and makes every timed step a no-op.
@@ -395,6 +399,7 @@ def _timed_attack(name: str) -> dict:
     return r
 
 
+@pytest.mark.untimed
 def test_a_timed_step_on_part_of_each_batch_earns_no_speed_points():
     """(a) the grader's trainer steps on 40% of each batch (an instance attribute) while every sample
     is yielded once with its label: 12/12 at 2.3x before; the replay of its own kept batches (cosine
@@ -403,12 +408,14 @@ def test_a_timed_step_on_part_of_each_batch_earns_no_speed_points():
     assert "unlike the grader's replay" in " ".join(r["problems"]), r["problems"]
 
 
+@pytest.mark.untimed
 def test_no_augmentation_in_the_timed_run_earns_no_speed_points():
     """(b) no crop and no flip where it is timed: 12/12 before; the parent's judge of the batches."""
     r = _timed_attack("timed_no_augment")
     assert "random crops and flips expected" in " ".join(r["problems"]), r["problems"]
 
 
+@pytest.mark.untimed
 def test_the_reference_pipeline_in_the_timed_run_earns_no_speed_points():
     """(c) effkit's DevicePipeline in the timed worker only: by getattr it raises there; a fresh copy
     of its module (past that tripwire) is read from the worker's view, where lesson 2's answer is

@@ -16,6 +16,7 @@ from exercise_cells import solution_path  # noqa: E402  (tests/ is on sys.path)
 from grader import assignments
 from grader.assignments.lesson14 import recipe, scoring
 from grader.frontends.notebook import read_notebook, solution_ids, solution_sources
+from grader.sandbox.launch import is_root
 from grader.scoring.report import PerformanceReport
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -280,6 +281,71 @@ def test_a_pasted_copy_of_the_courses_pipeline_is_refused_before_any_timing(monk
     )
     assert result.points == 0 and not started
     assert "copies effkit's DevicePipeline" in result.feedback, result.feedback
+
+
+# A fresh review (2026-12-06) scored 6/6 with no pipeline of one's own: effkit's DevicePipeline loaded
+# again from its file (so no refusal patched into the imported class reaches it), under a name
+# built at run time (so no text rule sees it) and another seed (so the batch judge does not match).
+RELOADED_REFERENCE = """
+import importlib.util
+
+_spec = importlib.util.spec_from_file_location("_pipes", cifar.pipelines.__file__)
+_pipes = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_pipes)
+_Reference = getattr(_pipes, "Device" + "Pipeline")
+
+
+class FastPipeline(_Reference):
+    def __init__(self, dataset, batch_size, device, seed):
+        super().__init__(dataset, batch_size, device, seed + 1)
+
+    def __iter__(self):
+        yield from super().__iter__()
+
+
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not is_root(), reason="needs root: the worker's view of the repository is a mount namespace"
+)
+@pytest.mark.untimed
+def test_effkits_pipeline_loaded_again_from_its_file_earns_nothing(monkeypatch):
+    """Lesson 2's answer is withheld by content in this lesson's worker too (its manifest): the
+    learner's run fails where it builds the pipeline and says why. The tiny spec: a naive run and
+    the learner's failing one, about a minute."""
+    from grader.scoring.perf import grade
+
+    head, _, rest = REFERENCE.partition("class FastPipeline:")
+    source = head + RELOADED_REFERENCE + rest[rest.index("### BEGIN SOLUTION\nCHANGES") :]
+    assert recipe.read(source).problems == []  # nothing on the text refuses it
+    result = grade(
+        assignments.get("lesson14"),
+        _cells(source),
+        6,
+        device="cpu",
+        spec_name="tiny",
+        progress=lambda s: None,
+    )
+    assert result.points == 0, result.feedback
+    assert "withheld" in result.feedback, result.feedback
+
+
+def test_a_gpu_grading_is_refused_as_uncalibrated_not_scored(monkeypatch):
+    """No gpu spec yet (a lease calibrates one): a CUDA grading says so, as the grader's limit, before
+    any worker starts; a reviewer found it raised an unknown-spec ValueError instead."""
+    from grader.scoring.perf import GradingError, grade
+
+    monkeypatch.delenv("EFFKIT_GRADER_SPEC", raising=False)
+    assert (
+        "gpu" not in assignments.get("lesson14").specs
+    )  # when one lands, test its grading instead
+    started = []
+    monkeypatch.setattr("grader.timed.protocol.start_worker", lambda *a, **k: started.append(a))
+    with pytest.raises(GradingError, match="no GPU grading yet"):
+        grade(assignments.get("lesson14"), _cells(REFERENCE), 6, device="cuda", progress=print)
+    assert not started
 
 
 def test_a_settings_only_recipe_scores_zero_before_any_timing(monkeypatch):

@@ -157,6 +157,17 @@ def test_lesson7_answered_through_effkits_twin_and_helpers_earns_only_the_quiz()
     assert "implements lesson7's reference answer" in verdicts["test_coverage"].reason, verdicts
 
 
+# Lessons whose graded answer is a timed recipe, not a cell a probe calls: attacked where the
+# recipe is graded.
+ATTACKED_ELSEWHERE = {
+    "lesson14": "test_lesson14_exercise.py::test_effkits_pipeline_loaded_again_from_its_file_earns_nothing",
+}
+
+
 def test_every_lesson_that_withholds_an_answer_is_attacked_here():
-    """A lesson whose manifest withholds an effkit answer gets its one-line attack above."""
-    assert sorted(CALLS_EFFKIT) == sorted(assignments.withheld())
+    """A lesson whose manifest withholds an effkit answer gets its one-line attack above (or, for a
+    timed recipe, in its own test file, named in ``ATTACKED_ELSEWHERE``)."""
+    assert sorted([*CALLS_EFFKIT, *ATTACKED_ELSEWHERE]) == sorted(assignments.withheld())
+    for where in ATTACKED_ELSEWHERE.values():
+        path, _, name = where.partition("::")
+        assert f"def {name}(" in (REPO_ROOT / "tests" / path).read_text(), where

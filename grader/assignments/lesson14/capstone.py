@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 from pathlib import Path
 
 from effkit.measure import device_name
@@ -101,6 +102,13 @@ def _target_row(aid: str, name: str, device_class: str) -> dict:
 def grade(
     assignment, cells, max_points, *, device, spec_name=None, progress=print, gate_verdicts=None
 ):
+    if device.startswith("cuda") and not (spec_name or os.environ.get("EFFKIT_GRADER_SPEC")):
+        if "gpu" not in assignment.specs:  # not a verdict on the learner: no grading exists yet
+            raise GradingError(
+                "lesson 14 has no GPU grading yet: its target, tiers and gate are calibrated on CPUs "
+                "only, and a GPU run needs its own (benchmarks/gpu_lease.sh). Grade it on the CPU: "
+                "EFFKIT_GRADER_SPEC=smoke with the device set to cpu"
+            )
     name = device_name(device)
     spec = assignment.spec(device, spec_name)
     # the fields every performance report carries (grader.scoring.report.PerformanceReport), so the

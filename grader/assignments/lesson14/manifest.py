@@ -13,6 +13,15 @@ MANIFEST = Manifest(
     stub_grading_s=15,
     points={"test_speedrun": 6, "test_quiz": 2},
     released_without=('"q3": "c"',),
+    # lesson 2's answer, as lesson 2 withholds it (a fresh review found effkit's DevicePipeline, loaded
+    # again from its file under another seed, passed every check here: 6/6 with no pipeline of one's
+    # own). Withheld by content in this lesson's worker view, whatever name or loader reaches it
+    withheld=(
+        "effkit.workloads.cifar.pipelines.DevicePipeline.__init__",
+        "effkit.workloads.cifar.pipelines.DevicePipeline.__iter__",
+        "effkit.workloads.cifar.pipelines.DevicePipeline.augment",
+    ),
+    tools=("effkit.workloads.cifar.pipelines.normalize",),
     # its tests time nothing now (the reference's timed grading is test_instructor_cycle.py's);
     # left in the timed lane, where it costs seconds
     timed_tests=("test_lesson14_exercise.py",),

@@ -21,11 +21,13 @@ import torch
 from torch import nn
 
 from effkit import workloads
-from effkit.amp import choose_precision, cpu_native_bf16
-from effkit.profiling import TrainStep, profile_training
+from effkit.amp import choose_precision, cpu_isa, cpu_native_bf16
+from effkit.profiling import OVERHEAD_CALLS_BY_CLASS, TrainStep, profile_training
 
 PLANTS = ("data", "sync", "overhead", "padding", "optimizer")  # plantable on every CPU
-PRECISION = "precision"  # plantable where bf16 units make the step faster (bf16_pays_here)
+PRECISION = (
+    "precision"  # plantable where bf16 makes the step faster and has its line (bf16_plantable)
+)
 BF16_PAYS = 1.15  # fp32 / bf16 step time at which fp32 is a bottleneck: the doctor's own bar (MATMUL_SHARE / 2)
 PAIRS = (
     ("data", "sync"),
@@ -79,7 +81,7 @@ def _tokenize(text: str) -> list[int]:
 
 def plants_here() -> tuple[str, ...]:
     """The plants this CPU can hold: PLANTS, and ``precision`` where bf16 units make this step faster."""
-    return PLANTS + ((PRECISION,) if bf16_pays_here() else ())
+    return PLANTS + ((PRECISION,) if bf16_plantable() else ())
 
 
 # fp32 / bf16 time of the clean step as bf16_pays_here last measured it (None: not measured, or no bf16 units)
@@ -108,6 +110,21 @@ def bf16_pays_here(rounds: int = 9, steps: int = 25) -> bool:
     global MEASURED_BF16_SPEEDUP
     MEASURED_BF16_SPEEDUP = statistics.median(times["off"]) / statistics.median(times["bf16"])
     return MEASURED_BF16_SPEEDUP >= BF16_PAYS
+
+
+def bf16_line_known() -> bool:
+    """Whether the doctor's overhead line is calibrated for bf16 on this CPU's class
+    (``profiling.OVERHEAD_CALLS_BY_CLASS``; fp32 has its line on every class measured)."""
+    return ("bfloat16", cpu_isa()) in OVERHEAD_CALLS_BY_CLASS
+
+
+def bf16_plantable() -> bool:
+    """bf16 pays here *and* its overhead line is calibrated for this CPU class: only then do the plants
+    run in bf16 (and "fp32 on bf16 hardware" is a finding). Elsewhere they run in fp32, whose line holds
+    on every class measured, so no host kind fails a correct diagnosis for want of a calibration: on a
+    2-core AMX Xeon the overhead plant measured 15.6-22.8 floors in bf16 against the 7x line and a
+    clean step's 27 (benchmarks/results/doctor-calibration.md)."""
+    return bf16_pays_here() and bf16_line_known()
 
 
 def _bare_step(mode: str):
@@ -153,7 +170,8 @@ def planted_step(
     if PRECISION in unknown:
         raise ValueError(
             "the precision plant needs a CPU whose bf16 units make this step faster (measured: "
-            "bf16_pays_here): on this one fp32 is no bottleneck, so there is nothing to plant"
+            "bf16_pays_here) and whose bf16 has a calibrated overhead line (bf16_plantable): on "
+            "this one fp32 is no bottleneck, or bf16 is not calibrated, so nothing is planted"
         )
     if unknown:
         raise ValueError(f"unknown plant(s) {sorted(unknown)}; choose from {here}")
@@ -272,15 +290,15 @@ def bert_step(recipe: str, seed: int = 0) -> TrainStep:
 
 
 def cpu_mode() -> str:
-    """The precision the doctor profiles in on this CPU: bf16 where it measured faster (bf16_pays_here),
+    """The precision the doctor profiles in on this CPU: bf16 where it measured faster and has its line (bf16_plantable),
     else fp32 (bf16 that does not pay can still shorten matmul calls enough to read as overhead-bound)."""
-    return "bf16" if bf16_pays_here() else "off"
+    return "bf16" if bf16_plantable() else "off"
 
 
 def profile_named(name: str, seed: int = 0, **kw) -> dict:
     """Profile ``cifar:<recipe>``, ``bert:<recipe>`` or ``plant:<a>+<b>`` (``plant:clean``) on one thread.
     "fp32 on bf16 hardware" is a finding only where bf16 pays here (``bf16_hardware``)."""
-    kw.setdefault("bf16_hardware", bf16_pays_here())
+    kw.setdefault("bf16_hardware", bf16_plantable())
     kind, _, what = name.partition(":")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -10,7 +10,7 @@ from other_host import as_on_another_machine, in_fp32  # noqa: E402  (tests/ is 
 from effkit import doctor
 from effkit.amp import cpu_isa, cpu_native_bf16
 from effkit.doctor import format_table, validate
-from effkit.doctor_plants import bf16_pays_here, planted_step, plants_here
+from effkit.doctor_plants import bf16_plantable, planted_step, plants_here
 from effkit.profiling import per_position, profile_training, work_median
 
 CLEAN = {
@@ -123,8 +123,8 @@ def test_the_profile_is_plain_data_and_counts_syncs_outside_the_optimizer():
         p["ranges_ms"]["forward"] > 0 and p["ranges_ms"]["backward"] > 0 and p["ops_per_step"] > 50
     )
     assert p["compute_dtype"] == (
-        "bfloat16" if bf16_pays_here() else "float32"
-    )  # bf16 only where it pays here
+        "bfloat16" if bf16_plantable() else "float32"
+    )  # bf16 only where it pays here and has its line
     assert p["optimizer"]["foreach"] is True
     assert p["matmul_us_work"] >= p["matmul_us_median"] > 0
 
@@ -171,6 +171,7 @@ def test_the_clean_step_runs_in_the_courses_precision_and_fp32_is_planted_only_o
         monkeypatch.setattr(amp, "cpu_native_bf16", lambda units=units: units)
         monkeypatch.setattr(dp, "cpu_native_bf16", lambda units=units: units)
         monkeypatch.setattr(dp, "bf16_pays_here", lambda units=units: units)  # measured: see below
+        monkeypatch.setattr(dp, "bf16_line_known", lambda: True)  # a calibrated class: see below
         clean = planted_step(())
         batch = clean.next_batch()
         assert _compute_dtype(clean, batch) == ("bfloat16" if units else "float32")
@@ -181,6 +182,27 @@ def test_the_clean_step_runs_in_the_courses_precision_and_fp32_is_planted_only_o
             assert "precision" not in dp.plants_here()
             with pytest.raises(ValueError, match="bf16 units"):
                 planted_step(("precision",))
+
+
+def test_where_bf16_pays_but_has_no_calibrated_line_the_plants_run_in_fp32(monkeypatch):
+    """A fresh review (2026-12-06): on an AMX Xeon where bf16 pays, the plants would have run in bf16, where
+    the overhead plant measured 15.6-22.8 floors against the 7x line (a clean step 27): the reference, and
+    every learner, would miss it. A class without a calibrated bf16 line plants in fp32, where every class
+    measured has its line, and plants no precision finding."""
+    import effkit.amp as amp
+    import effkit.doctor_plants as dp
+    from effkit.profiling import _compute_dtype
+
+    monkeypatch.setattr(amp, "cpu_native_bf16", lambda: True)
+    monkeypatch.setattr(dp, "cpu_native_bf16", lambda: True)
+    monkeypatch.setattr(dp, "bf16_pays_here", lambda: True)
+    monkeypatch.setattr(dp, "cpu_isa", lambda: "AMX")
+    assert not dp.bf16_plantable() and "precision" not in dp.plants_here()
+    assert dp.cpu_mode() == "off"
+    clean = planted_step(())
+    assert _compute_dtype(clean, clean.next_batch()) == "float32"
+    monkeypatch.setattr(dp, "cpu_isa", lambda: "AVX512-BF16")  # the class with its own line
+    assert dp.bf16_plantable() and "precision" in dp.plants_here() and dp.cpu_mode() == "bf16"
 
 
 def test_precision_is_planted_only_where_bf16_measurably_pays(monkeypatch):
@@ -365,7 +387,7 @@ def test_a_cpu_step_on_a_cuda_host_is_profiled_as_a_cpu_step(monkeypatch):
     monkeypatch.setattr(profiling, "torch", shim)
     # bf16_hardware as profile_named says it: the clean step runs in the precision that pays here
     p = profiling.profile_training(
-        planted_step(()), wait=0, active=2, warmup=1, timed=3, bf16_hardware=bf16_pays_here()
+        planted_step(()), wait=0, active=2, warmup=1, timed=3, bf16_hardware=bf16_plantable()
     )
     assert p["matmul_ms"] > 0.1 * p["step_ms"] and p["matmul_us_median"] > 0
     assert p["memory_peak_bytes"] is None and p["memory_limit_bytes"] is None

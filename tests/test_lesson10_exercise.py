@@ -272,10 +272,12 @@ SUBMISSIONS = {
     "a_list": (_LIST, False, "'returned list' is not one of"),
     "reads_the_case_name": (_READS_NAME, False, "'raised KeyError' is not one of"),
     "huge_string": (_HUGE, False, "is not one of"),
+    # it counts its calls to answer 'none' from the 17th on: each case in a forked child of its own
+    # (probes._isolated), it never counts past 1, and misses as its flag rule does, on both looks
     "says_none_on_a_second_look": (
         _SECOND_LOOK_NONE,
         False,
-        ("you said 'none', the costliest plant was", "Second look: case"),
+        ("you said 'overhead', the costliest plant was 'none'", "Second look: case"),
     ),
     "pasted_doctor": (
         _PASTED,
@@ -432,7 +434,11 @@ def test_untrusted_answers_are_refused_by_shape_and_never_trusted():
     assert right == 0 and "'int'" in wrong[0] and len(wrong[1]) < 200
 
 
-def test_the_probe_hands_each_case_a_fresh_copy_and_returns_short_strings():
+def test_the_probe_answers_each_case_apart_on_a_fresh_copy_and_returns_short_strings():
+    """Each case in a forked child (probes._isolated): an edit of the profile does not reach the next case, and
+    nothing ``diagnose`` keeps does either. A fresh review (2026-12-06) found that a memo keyed on what a step's
+    two copies share (its range shares) could carry one copy's answer to the other within one process."""
+
     class Evil(str):
         def __getitem__(self, key):
             raise RuntimeError("no")
@@ -440,16 +446,38 @@ def test_the_probe_hands_each_case_a_fresh_copy_and_returns_short_strings():
     seen = []
 
     def diagnose(profile):
-        seen.append(dict(profile))
+        seen.append(profile["step_ms"])
         profile["step_ms"] = -1  # an edit must not reach the next case
-        return Evil("data" * 100)
+        return Evil(repr(seen) * 20)  # what this call saw, and whatever an earlier one left
 
     worker = type("W", (), {"ns": {"diagnose": diagnose}})()
-    data, blobs = lesson10_probes.probe_diagnose(
-        worker, profiles=[{"step_ms": 1.0}, {"step_ms": 2.0}]
-    )
-    assert [s["step_ms"] for s in seen] == [1.0, 2.0] and blobs == []
-    assert data == {"labels": ["data" * 10, "data" * 10]} and type(data["labels"][0]) is str
+    profiles = [{"step_ms": 1.0}, {"step_ms": 2.0}]
+    data, blobs = lesson10_probes.probe_diagnose(worker, profiles=profiles)
+    assert blobs == [] and profiles == [{"step_ms": 1.0}, {"step_ms": 2.0}]
+    assert data == {"labels": [("[1.0]" * 20)[:40], ("[2.0]" * 20)[:40]]}, data
+    assert type(data["labels"][0]) is str and seen == []  # nothing came back to this process
+
+
+def test_a_case_that_hangs_is_that_cases_answer_and_a_stub_is_a_stub(monkeypatch):
+    import time
+
+    monkeypatch.setattr(lesson10_probes, "CASE_SECONDS", 0.5)
+
+    def diagnose(profile):
+        if profile["hang"]:
+            time.sleep(30)
+        return "none"
+
+    worker = type("W", (), {"ns": {"diagnose": diagnose}})()
+    start = time.monotonic()
+    data, _ = lesson10_probes.probe_diagnose(worker, profiles=[{"hang": True}, {"hang": False}])
+    assert data == {"labels": ["took over 0.5 s", "none"]} and time.monotonic() - start < 10
+
+    def stub(profile):
+        raise NotImplementedError()
+
+    with pytest.raises(NotImplementedError):
+        lesson10_probes.probe_diagnose(type("W", (), {"ns": {"diagnose": stub}})(), [{}])
 
 
 # -- part (b): the slow step to fix ---------------------------------------------------------------

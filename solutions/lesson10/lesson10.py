@@ -48,7 +48,9 @@
 # the grader profiles all 8 steps again on fresh data, in a new order, and asks again: that second
 # look must be named whole. One unlucky profile does not fail a sound rule, while a rule left out, or
 # a field read in a rule's place, misses on both looks. Return a plain string; anything else counts as wrong. Write the rules yourself:
-# a copy of `effkit.doctor`'s code in your cells, renamed or not, earns no points, and the grader
+# a copy of `effkit.doctor`'s code in your cells, renamed or not, earns no points (the grader finds
+# functions that share most of their statements with it; a rewrite far enough not to read as a copy
+# is not caught, and is the exercise done with the doctor open beside you), and the grader
 # reads your cells as text, so a cell that builds code at run time (`exec`, `eval`, `runpy`, `pickle`, ...) or
 # reads the frames that called it (`sys`, `inspect`, ...) is refused.
 #

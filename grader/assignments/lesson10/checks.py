@@ -224,8 +224,8 @@ def _ask(ctx: Context, profiles: list[dict]) -> list:
 
 def _look(ctx: Context, cases: list, copies: list[tuple[int, float]]) -> tuple[int, str]:
     """One look at ``cases``: each profiled here once, sent as ``copies`` (a slower and a faster host's) in one
-    call; how many cases had both copies named right, and a line per miss. The learner's code may keep state
-    between looks: only a whole second look counts."""
+    call; how many cases had both copies named right, and a line per miss. Each case is answered in a forked
+    child of the worker (probes._isolated), so no state carries from one case, or look, to another."""
     measured = [profile_case(p, d, s) for _, s, p, d in cases]
     truth = [cases[i][0] for i, _ in copies]
     _, wrong = grade_labels(truth, _ask(ctx, [as_on_a_host(measured[i], f) for i, f in copies]))

@@ -2,13 +2,18 @@
 part (b): the learner's ``fast_step`` trained on a task drawn from the parent's seed.
 
 Nothing is profiled or judged here: labels (cut to ``MAX_LABEL``), losses and raw weights go back
-as claims. Each call gets a fresh copy of its profile, so ``diagnose`` cannot edit the next case.
+as claims. Each case is answered in a forked child of the worker, on a fresh copy of its profile, so
+``diagnose`` can neither edit the next case nor remember the last one.
 """
 
 from __future__ import annotations
 
 import copy
 import ctypes
+import os
+import select
+import signal
+import time
 
 from grader.assignments.lesson10 import slow_step as task
 from grader.kit.worker import (
@@ -19,25 +24,71 @@ from grader.kit.worker import (
 MAX_LABEL = 40
 
 
+# One case's answer may take this long (the whole call has the parent's CALL_SECONDS): a hung case is that
+# case's answer, not the grading's
+CASE_SECONDS = 20.0
+_NOT_IMPLEMENTED = "\x00NotImplementedError"
+
+
+def _one_case(fn, profile) -> str:
+    """``fn(profile)`` as a label string, or a short sentence saying what it did instead."""
+    try:
+        label = fn(copy.deepcopy(profile))
+    except NotImplementedError:
+        return _NOT_IMPLEMENTED
+    except Exception as err:  # noqa: BLE001  (one case's failure, reported as that case's answer)
+        return f"raised {type(err).__name__}"[:MAX_LABEL]
+    # str.__getitem__: a plain str even from a str subclass with its own methods
+    if isinstance(label, str):
+        return str.__getitem__(label, slice(0, MAX_LABEL))
+    return f"returned {type(label).__name__}"[:MAX_LABEL]
+
+
+def _isolated(fn, profile) -> str:
+    """``_one_case`` in a forked child, so no case sees what ``diagnose`` kept from another: the two copies of
+    one step (a slower and a faster host's) are asked apart, and a memo keyed on what they share answers
+    nothing (a fresh review found a memo could carry one copy's answer to the other in one process)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if (
+        pid == 0
+    ):  # the child: answer, write, leave without running any exit handler of the learner's
+        try:
+            os.close(read)
+            os.write(write, _one_case(fn, profile).encode("utf-8", "replace")[: 4 * MAX_LABEL])
+        finally:
+            os._exit(0)
+    os.close(write)
+    chunks, deadline = [], time.monotonic() + CASE_SECONDS
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([read], [], [], left)
+            if not ready:
+                break
+            chunk = os.read(read, 4096)
+            if not chunk:  # the child closed its end: done
+                return b"".join(chunks).decode("utf-8", "replace")[:MAX_LABEL] or "returned nothing"
+            chunks.append(chunk)
+        return f"took over {CASE_SECONDS:g} s"
+    finally:
+        os.close(read)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+
+
 def probe_diagnose(worker, profiles: list):
     fn = worker.ns.get("diagnose")
     if not callable(fn):
         raise NameError("your solution cells define no function 'diagnose'")
     labels = []
     for profile in profiles[:64]:
-        try:
-            label = fn(copy.deepcopy(profile))
-        except NotImplementedError:
-            raise
-        except Exception as err:  # noqa: BLE001  (one case's failure, reported as that case's answer)
-            labels.append(f"raised {type(err).__name__}"[:MAX_LABEL])
-            continue
-        # str.__getitem__: a plain str even from a str subclass with its own methods
-        labels.append(
-            str.__getitem__(label, slice(0, MAX_LABEL))
-            if isinstance(label, str)
-            else f"returned {type(label).__name__}"[:MAX_LABEL]
-        )
+        label = _isolated(fn, profile)
+        if label == _NOT_IMPLEMENTED:
+            raise NotImplementedError("diagnose raised NotImplementedError")
+        labels.append(label)
     return {"labels": labels}, []
 
 

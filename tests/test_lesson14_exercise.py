@@ -101,6 +101,14 @@ def test_a_change_that_sets_the_naive_value_is_named_but_makes_no_change():
         "PREDICTED_SHARES = {'own': 0.5, 'b': 0.2, 'c': 0.3}"
     )
     assert rec.problems == [] and rec.no_ops == ["fp32"]
+    # a number a hair from naive's is naive's: no run can tell them apart (a review's 0.1000001)
+    near = recipe.read(
+        OWN
+        + "CHANGES = {'own': {'pipeline': Mine}, 'b': {'compile': True}, 'c': {'lr': 0.1000001}, "
+        "'d': {'batch_size': 120}, 'e': {'channels_last': True}}\n"
+        "PREDICTED_SHARES = {'own': 0.5, 'b': 0.2, 'e': 0.3}"
+    )
+    assert near.problems == [] and near.no_ops == ["c", "d"], (near.problems, near.no_ops)
 
 
 def test_a_no_op_among_the_three_most_impactful_changes_is_refused():

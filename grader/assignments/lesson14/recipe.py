@@ -141,7 +141,7 @@ def _check(rec: Recipe) -> None:
                     "change, or leaving one out could not tell them apart"
                 )
             set_by[key] = name
-        if settings and all(NAIVE.get(k, object()) == v for k, v in settings.items()):
+        if settings and all(_same(NAIVE.get(k, object()), v) for k, v in settings.items()):
             rec.no_ops.append(name)
     shares = rec.shares
     if not isinstance(shares, dict) or len(shares) != N_ATTRIBUTED:
@@ -160,6 +160,19 @@ def _check(rec: Recipe) -> None:
         )
     if not all(type(s) in (int, float) and 0 <= s <= 1 for s in shares.values()):
         rec.problems.append("each predicted share is a fraction of the gain, between 0 and 1")
+
+
+# A number within this of naive's is naive's: a review named {"lr": 0.1000001} a "change" that could
+# then carry a predicted share (no run can tell 0.1 from it, so no ablation can measure it)
+SAME_WITHIN = 0.1
+
+
+def _same(naive, value) -> bool:
+    """``value`` is naive's own setting (numbers: within ``SAME_WITHIN`` of it, relative)."""
+    numbers = all(isinstance(x, int | float) and not isinstance(x, bool) for x in (naive, value))
+    if numbers:
+        return abs(value - naive) <= SAME_WITHIN * abs(naive)
+    return naive == value
 
 
 def _defined_classes(source: str) -> dict[str, ast.ClassDef]:

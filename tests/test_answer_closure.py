@@ -30,6 +30,12 @@ EXPECTED = {
         "effkit.workloads.cifar.pipelines.DevicePipeline.__iter__",
         "effkit.workloads.cifar.pipelines.DevicePipeline.augment",
     },
+    # the capstone withholds lesson 2's answer (its pipeline must be the learner's own)
+    "lesson14": {
+        "effkit.workloads.cifar.pipelines.DevicePipeline.__init__",
+        "effkit.workloads.cifar.pipelines.DevicePipeline.__iter__",
+        "effkit.workloads.cifar.pipelines.DevicePipeline.augment",
+    },
     "lesson4": {
         "effkit.accumulate.GradAccumulator.backward",
         "effkit.accumulate.GradAccumulator.step",

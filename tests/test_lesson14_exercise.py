@@ -444,8 +444,8 @@ def test_a_capstone_grading_scores_tiers_and_shares_and_lands_on_the_board(monke
 
 
 def test_the_capstones_copy_check_reads_lesson2s_withheld_answer():
-    """capstone.LESSON2_ANSWER is lesson 2's manifest's withheld answer (a lesson imports no other
-    lesson's package, so it keeps its own copy of the names: this holds them equal)."""
+    """capstone.LESSON2_ANSWER, lesson 14's manifest's withheld answer, is lesson 2's (a lesson imports no
+    other lesson's package, so it keeps its own copy of the names: this holds them equal)."""
     from grader import assignments
     from grader.assignments.lesson14 import capstone
 

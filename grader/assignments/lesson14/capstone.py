@@ -22,6 +22,7 @@ from pathlib import Path
 
 from effkit.measure import device_name
 from grader.assignments.lesson14 import recipe, scoring
+from grader.assignments.lesson14.manifest import MANIFEST
 from grader.kit.checks import copies_in
 from grader.kit.perf import (
     GradingError,
@@ -42,13 +43,9 @@ def _source(cells) -> str:
     return "\n".join(src for name, src in cells if name != "quiz")
 
 
-# Lesson 2's withheld answer (its manifest's ``withheld``; a lesson imports no other lesson's
-# package, and tests/test_lesson14_exercise.py holds the two equal)
-LESSON2_ANSWER = (
-    "effkit.workloads.cifar.pipelines.DevicePipeline.__init__",
-    "effkit.workloads.cifar.pipelines.DevicePipeline.__iter__",
-    "effkit.workloads.cifar.pipelines.DevicePipeline.augment",
-)
+# Lesson 2's withheld answer, which this lesson's manifest withholds too (a lesson imports no other
+# lesson's package; tests/test_lesson14_exercise.py holds the two equal)
+LESSON2_ANSWER = MANIFEST.withheld
 
 
 def _copied_pipeline(source: str) -> list[str]:

@@ -186,10 +186,32 @@ def test_a_naive_run_that_misses_the_target_refuses_the_grading_as_the_graders_f
         scoring.speed({0: 10.0, 1: None}, {0: 5.0, 1: 5.0})
 
 
+def test_a_tier_needs_its_median_and_the_whole_interval_above_naive():
+    """One rule for every tier (a review found the tiers read the median while 'faster' read the
+    interval: 0.9/1.6/1.6 earned the first tier, 1.05/1.45/1.45 only 'faster')."""
+    points, said = scoring.speed_points(_speed([0.9, 1.6, 1.6]), EPYC)
+    assert points == 0 and "not reliably faster" in said
+    assert scoring.speed_points(_speed([1.05, 1.45, 1.45]), EPYC)[0] == scoring.FASTER_POINTS
+    assert scoring.speed_points(_speed([1.05, 1.6, 1.6]), EPYC)[0] == scoring.TIER_POINTS[0]
+
+
 def test_a_recipe_that_misses_the_target_earns_no_speed_and_says_so():
     s = scoring.speed({0: 10.0, 1: 10.0}, {0: 5.0, 1: None})
     points, said = scoring.speed_points(s, EPYC)
     assert points == 0 and "never reached the target in 1 of 2 runs" in said
+
+
+def test_a_missed_run_is_censored_at_its_schedule_as_in_the_ablations():
+    """A miss took at least its whole schedule and might never arrive: the median and the low end
+    count it as never arriving, the high end as arriving at the schedule's end (the ablations'
+    bound), so one missed run of three costs the speed points for the reason the interval says."""
+    base = {0: 10.0, 1: 10.0, 2: 10.0}
+    s = scoring.speed(base, {0: 5.0, 1: None, 2: 5.5}, whole={0: 8.0, 1: 8.0, 2: 8.0})
+    assert s.ratios == [2.0, 0.0, 10.0 / 5.5] and s.missed == 1
+    assert s.median == pytest.approx(10.0 / 5.5) and s.low == 0.0 and s.high == 2.0
+    assert not s.faster and scoring.speed_points(s, EPYC)[0] == 0
+    # without the schedule's length the high end is unbounded, never a guess
+    assert scoring.speed(base, {0: 5.0, 1: None, 2: 5.5}).high == float("inf")
 
 
 def test_the_share_of_a_change_is_the_saved_time_it_gives_back():

@@ -116,7 +116,9 @@ PREDICTED_SHARES = {"device_pipeline": 0.3, "channels_last": 0.0, "small_batch":
 # ## Performance
 #
 # The grader times the naive recipe (A) and yours (B) to its target, then, if yours was faster, your recipe without each
-# of your three named changes. Speed points by tiers of the time-to-target speed-up, calibrated per
+# of your three named changes. Speed points by tiers of the time-to-target speed-up (its median at the
+# tier and its whole interval above 1x; a run of yours that never reaches the target counts as never
+# arriving), calibrated per
 # CPU model (the report names them, and says when this host has no calibrated row and the nominal
 # 1.5x / 1.7x apply), none if your final accuracy is confidently more than 0.2 pp below
 # naive's (lesson 14's noise is not yet measured, so with three pairs "confidently" means a drop

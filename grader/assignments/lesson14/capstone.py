@@ -148,7 +148,7 @@ def grade(
         "full": {"naive": m.times_to_target("baseline"), "yours": m.times_to_target("learner")}
     }
     report["times_to_target_s"] = times  # the evidence every point below is computed from
-    full = scoring.speed(times["full"]["naive"], times["full"]["yours"])
+    full = scoring.speed(times["full"]["naive"], times["full"]["yours"], _whole(m))
     verdict = gate.decide(m.accuracy_diffs_pp())
     report.update(
         runs=[
@@ -188,7 +188,7 @@ def grade(
             lines.append(f"{change}: your recipe without it failed ({_failure(ab)[0]}): not scored")
             continue
         mine = ab.times_to_target("learner")
-        whole = {r: sum(s for w, rr, _, s in ab.chunks if w == "learner" and rr == r) for r in mine}
+        whole = _whole(ab)
         # a run that misses the target without the change took at least its whole schedule
         bounded = {r: t if t is not None else whole[r] for r, t in mine.items()}
         times[f"without {change}"] = {"naive": ab.times_to_target("baseline"), "yours": bounded}
@@ -206,6 +206,13 @@ def grade(
         )
     report["attribution"] = [dataclasses.asdict(a) | {"agrees": a.agrees} for a in found]
     return _result(points + attributed, report, lines + said, notes + m.flags, problems=problems)
+
+
+def _whole(m) -> dict[int, float]:
+    """Each of the learner's runs' whole time on the clock: a lower bound on the time to a target
+    the run missed (``scoring.speed``'s censoring)."""
+    runs = {r for w, r, _, _ in m.chunks if w == "learner"}
+    return {r: sum(s for w, rr, _, s in m.chunks if w == "learner" and rr == r) for r in runs}
 
 
 def _own_pipeline(assignment, cells, spec, rec, device, progress, report, points):

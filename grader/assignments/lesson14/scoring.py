@@ -44,7 +44,7 @@ def host_model(device: str) -> str:
 
 @dataclass
 class Speed:
-    ratios: list[float]  # naive time to target / yours, per pair
+    ratios: list[float]  # naive time to target / yours, per pair; 0.0 where yours missed it
     median: float
     low: float
     high: float
@@ -56,8 +56,18 @@ class Speed:
         return bool(self.ratios) and self.low > 1.0
 
 
-def speed(base: dict[int, float | None], mine: dict[int, float | None]) -> Speed:
-    """Paired time-to-target ratios (same run: same data, seed and initial weights)."""
+def speed(
+    base: dict[int, float | None],
+    mine: dict[int, float | None],
+    whole: dict[int, float] | None = None,
+) -> Speed:
+    """Paired time-to-target ratios (same run: same data, seed and initial weights).
+
+    A run of yours that missed the target is censored: it took at least its whole schedule
+    (``whole``) and might never have arrived. Each end of the interval takes the bound that is
+    against the claim it serves: the median and the low end count a miss as never arriving
+    (ratio 0), the high end as arriving at the schedule's end. The ablations censor the same way
+    (``capstone.grade``), so a miss costs a claim the same wherever it happens."""
     missing = [r for r, t in base.items() if t is None]
     if missing:  # the naive recipe is the grader's: its missing the target is the grader's fault
         raise GradingError(
@@ -65,37 +75,49 @@ def speed(base: dict[int, float | None], mine: dict[int, float | None]) -> Speed
             "yours; grading refused (instructors: the spec's target is too late in the naive "
             "schedule on this host, grader/assignments/lesson14/checks.py)"
         )
-    pairs = [(base[r], mine.get(r)) for r in sorted(base)]
-    ratios = [b / m for b, m in pairs if m is not None]
-    missed = sum(m is None for _, m in pairs)
-    if missed or not ratios:
-        return Speed(ratios, float("nan"), float("nan"), float("nan"), 0.0, missed)
+    runs = sorted(base)
+    ratios = [base[r] / mine[r] if mine.get(r) is not None else 0.0 for r in runs]
+    missed = sum(mine.get(r) is None for r in runs)
+    if not ratios:
+        return Speed([], float("nan"), float("nan"), float("nan"), 0.0, 0)
     low, high = median_ci(ratios)
-    return Speed(ratios, statistics.median(ratios), low, high, median_ci_coverage(len(ratios)), 0)
+    if missed:  # the high end where a miss arrived at its schedule's end (inf without one)
+        bound = [
+            base[r] / mine[r]
+            if mine.get(r) is not None
+            else (base[r] / whole[r] if whole and whole.get(r) else float("inf"))
+            for r in runs
+        ]
+        high = median_ci(bound)[1]
+    cover = median_ci_coverage(len(ratios))
+    return Speed(ratios, statistics.median(ratios), low, high, cover, missed)
 
 
 def speed_points(s: Speed, device: str) -> tuple[float, str]:
-    """Points and the sentence that explains them."""
-    if s.missed:
-        return 0.0, (
-            f"your recipe never reached the target in {s.missed} of {len(s.ratios) + s.missed} runs "
-            "(the grader's evaluation of your committed weights after every chunk): no speed points"
-        )
+    """Points and the sentence that explains them. One rule for every tier: the median at the
+    tier *and* the whole interval above 1x (so 0.9/1.6/1.6 earns no tier, as 1.05/1.45/1.45
+    earns only 'faster'); a missed run counts as never arriving (``speed``)."""
     tiers = TIERS.get(host_model(device))
     said = f"time-to-target speed-up {s.median:.2f}x ({s.low:.2f}-{s.high:.2f}, {s.coverage:.0%} interval)"
+    if s.missed:
+        said = (
+            f"your recipe never reached the target in {s.missed} of {len(s.ratios)} runs (the "
+            "grader's evaluation of your committed weights after every chunk), counted as never "
+            f"arriving: {said}"
+        )
     if tiers is None:
         tiers = NOMINAL_TIERS
         said += (
             f" (the course's nominal tiers, not yet confirmed by a campaign on {host_model(device)}: "
             "grader/assignments/lesson14/calibration/campaign.py)"
         )
+    if not s.faster:
+        return 0.0, f"{said}: not reliably faster than the naive recipe (its interval reaches 1x)"
     if s.median >= tiers[1]:
         return TIER_POINTS[1], f"{said}: at the {tiers[1]}x tier"
     if s.median >= tiers[0]:
         return TIER_POINTS[0], f"{said}: at the {tiers[0]}x tier (the next is {tiers[1]}x)"
-    if s.faster:
-        return FASTER_POINTS, f"{said}: faster than naive, under the {tiers[0]}x tier"
-    return 0.0, f"{said}: not reliably faster than the naive recipe"
+    return FASTER_POINTS, f"{said}: faster than naive, under the {tiers[0]}x tier"
 
 
 # The own-code rule, measured (the known gap it closes: a pipeline that only delegates to naive's

@@ -61,7 +61,6 @@ test: $(STAMP) browser bwrap  ## lint, format check + the whole test suite (what
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python tests/lanes.py
-	EFFKIT_TEST_COHORT=smoke $(BIN)/python -m pytest tests/test_cohort.py -p no:cacheprovider
 
 # The exercise tests on the oldest torch pyproject.toml declares, in a second venv
 # (.venv-oldest-torch: torch X.Y from the registry, ~3 GB, built once; ~4 min in all here).
@@ -131,10 +130,12 @@ gpu-check: $(STAMP)
 # run before any submission that touches the grader or a recipe (make test leaves it out: ~4 min).
 # The tests check what the script prints and more (commit sizes, memfd commits).
 # Whole-system checks too long for CI's 40 minutes (tests marked `system`: Ray nodes and drivers
-# killed mid-grading, cohort faults, repeat gradings beside a busy core, the GPU check's dry run):
+# killed mid-grading, cohort faults, repeat gradings beside a busy core, the GPU check's dry run; then the
+# cohort's smoke: learners log in through the hub and cannot reach each other, ~2 min after CI's lanes):
 # ~15 min on a quiet 2-core host, run before every stop (the closing note says it passed).
-test-system: $(STAMP) bwrap
+test-system: $(STAMP) bwrap browser
 	$(BIN)/python -m pytest -p no:cacheprovider -m system
+	EFFKIT_TEST_COHORT=smoke $(BIN)/python -m pytest tests/test_cohort.py -p no:cacheprovider
 
 gpu-rehearsal: $(STAMP)
 	$(BIN)/python -m pytest -p no:cacheprovider -m rehearsal tests/test_gpu_rehearsal.py

@@ -290,8 +290,10 @@ GUESS_CACHE_SPEEDUP = None  # your guess, e.g. 3.0
 # %%
 spec = bert.PROFILES[PROFILE]
 sst2 = bert.load_sst2(bert.prepare_data(PROFILE))["train"]
-# A WordPiece tokenizer trained on the training sentences (cached on disk after the first call).
-tokenizer = bert.trained_wordpiece(sst2.texts, spec.vocab_size)
+# The recipe's own model and tokenizer: the pretrained encoder's where one is found (the packaged
+# MiniLM in `cpu`), else a WordPiece trained on the training sentences, as the recipe falls back.
+bert_model, tokenizer, bert_note = bert.recipe_model(spec, sst2.texts)
+print(f"tokenizer: the recipe's, {type(tokenizer).__name__} ({bert_note})")
 collate = batching.TokenizeAndPadCollate(tokenizer, spec.max_length)
 with StepTimer() as once:
     corpus = batching.encode_once(tokenizer, sst2.texts, sst2.labels, spec.max_length)
@@ -335,6 +337,34 @@ text_ab = lesson.ab("BERT batches: tokenize each time vs cached ids", tokenize_i
                     from_cache, pairs=SIZES["pairs"], a_label="tokenizing",
                     b_label="cached ids", unit="sentences/s", dev=torch.device("cpu"))
 lesson.check_guess(GUESS_CACHE_SPEEDUP, text_ab.ratio, "caching speed-up", "{:.1f}x")
+
+
+# %% [markdown]
+# What is that worth to training? Set one batch's tokenizing beside one naive training step of the
+# same model on the same batch (fp32, AdamW, clipped, as the naive recipe trains; the median of a
+# few steps after a warm-up one).
+
+# %%
+def naive_bert_step_seconds(steps=4):
+    opt = torch.optim.AdamW(bert_model.parameters(), lr=spec.lr)
+    bert_model.train()
+    batch = cached_batch(index_batches[0])
+    times = []
+    for _ in range(steps + 1):  # the first step allocates AdamW's state: warm-up, not timed
+        with StepTimer() as t:
+            bert_model(**batch).loss.backward()
+            torch.nn.utils.clip_grad_norm_(bert_model.parameters(), bert.MAX_GRAD_NORM)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        times.append(t.seconds)
+    return statistics.median(times[1:])
+
+
+step_s = naive_bert_step_seconds()
+tokenize_s = spec.naive_batch / text_ab.a_median  # one batch at the tokenizing side's median rate
+print(f"one naive BERT step (batch {spec.naive_batch}, padded to {spec.max_length}): "
+      f"{1e3 * step_s:.0f} ms; tokenizing its batch: {1e3 * tokenize_s:.1f} ms = "
+      f"{tokenize_s / step_s:.1%} of a step, on {device_name('cpu')}")
 
 # %% [markdown]
 # This A/B times **building batches only**, not training steps: it says how much cheaper the
@@ -418,7 +448,8 @@ for seed, name in tqdm(runs, desc="train to the end", unit="run"):
     accuracy[name].append(result.accuracy)
     seconds[name].append(result.train_seconds)
     print(f"seed {seed}, {name:15}: accuracy {result.accuracy:.1%} after"
-          f" {result.train_seconds:.1f} s of training ({result.steps} steps), {DEVICE_NAME}")
+          f" {result.train_seconds:.1f} s of training ({result.steps} steps), {DEVICE_NAME}"
+          f"{lesson.cifar_data_note(trainer)}")
 
 # %%
 n_test = result.config["n_test"]

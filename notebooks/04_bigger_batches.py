@@ -965,7 +965,7 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=4)
 # ## Summary
 
 # %% tags=["summary"]
-print(lesson.summary_header(4, DEVICE_NAME))
+print(lesson.summary_header(4, DEVICE_NAME, "; CIFAR data: the synthetic stand-in, not CIFAR-10"))
 print(f"* throughput: {throughput[small]:,.0f} samples/s at batch {small}, {throughput[large]:,.0f}"
       f" at {large} ({gain:.1f}x)")
 print("* " + (f"first doubling not shown to gain >10%: {flat}" if flat else

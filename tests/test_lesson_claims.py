@@ -59,6 +59,12 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
     ),
     (
         "02_feed_the_accelerator",
+        r"tokenizer = bert\.trained_wordpiece\(sst2\.texts",
+        "the tokenize-once A/B timed a WordPiece trained on SST-2, not the recipe's pretrained "
+        "tokenizer, and never set the saving beside a training step (issue 51)",
+    ),
+    (
+        "02_feed_the_accelerator",
         r"def epoch_ab\(|ab_images=256",
         "2-step 'epochs' of a 256-image subset timed worker restarts: 2.11x and 2.25x against 1.14x"
         " over whole runs; bursts are steady state now, epoch starts timed on their own",

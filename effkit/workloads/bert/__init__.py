@@ -13,7 +13,7 @@ from effkit.workloads.bert.data import (
     read_sst2_tsv,
 )
 from effkit.workloads.bert.profiles import PROFILES, BertProfile, prepare_data
-from effkit.workloads.bert.recipes import HOOKS, RECIPES, build
+from effkit.workloads.bert.recipes import HOOKS, RECIPES, build, recipe_model
 from effkit.workloads.bert.tokenizer import trained_wordpiece
 from effkit.workloads.bert.trainer import MAX_GRAD_NORM, BertTrainer, default_train_step
 
@@ -42,5 +42,6 @@ __all__ = [
     "make_synthetic_sst2",
     "prepare_data",
     "read_sst2_tsv",
+    "recipe_model",
     "trained_wordpiece",
 ]

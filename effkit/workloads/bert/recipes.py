@@ -97,6 +97,13 @@ def _make_model(spec: BertProfile, train_texts: list[str], attn: str | None, mod
     return BertForSequenceClassification(config), tokenizer, note, lr, target
 
 
+def recipe_model(spec: BertProfile, train_texts: list[str]):
+    """(model, tokenizer, note): what the recipes train, pretrained where available (lesson 2 times
+    the recipe's own tokenizer and step with it, not a stand-in)."""
+    model, tokenizer, note, _, _ = _make_model(spec, train_texts, None)
+    return model, tokenizer, note
+
+
 def _adamw(model, lr: float, weight_decay: float, fused: bool) -> torch.optim.AdamW:
     # No weight decay on biases and LayerNorm gains (the usual BERT fine-tuning groups).
     decay = [p for p in model.parameters() if p.ndim >= 2]

@@ -53,6 +53,7 @@ def test_the_reference_recipe_reads_as_named_changes_with_the_pipeline_by_name()
     assert rec.changes["device_pipeline"] == {"pipeline": "FastPipeline"}
     assert rec.hooks() == {
         "own_pipeline": "device_pipeline",
+        "own_pipeline_class": "FastPipeline",
         "channels_last": True,
         "batch_size": 32,
         "lr": 0.025,
@@ -406,7 +407,8 @@ def _fake_measure(chunk_s: dict):
         if problem:
             m.problems.append(problem)
             return m
-        mine = chunk_s[frozenset(spec.learner_hooks)]
+        # keyed by the settings changed (the pipeline's class name travels beside its change)
+        mine = chunk_s[frozenset(spec.learner_hooks) - {"own_pipeline_class"}]
         n = spec.epochs * spec.chunks_per_epoch
         for r in range(spec.repeats):
             spent = {"baseline": 0.0, "learner": 0.0}
@@ -429,7 +431,7 @@ def test_a_capstone_grading_scores_tiers_and_shares_and_lands_on_the_board(monke
     from grader.assignments.lesson14 import capstone
     from grader.frontends import leaderboard
 
-    hooks = recipe.read(REFERENCE).hooks()
+    hooks = set(recipe.read(REFERENCE).hooks()) - {"own_pipeline_class"}
     keys = {
         frozenset(hooks): 0.8,  # full: 4 x (0.8 + 0.5) vs naive 4 x (2.0 + 0.5): 1.9x
         frozenset(hooks) - {"own_pipeline"}: 1.5,
@@ -495,7 +497,7 @@ def test_settings_with_a_pipeline_that_gains_nothing_of_its_own_earn_no_tier(
     from grader.assignments.lesson14 import capstone
     from grader.frontends import leaderboard
 
-    hooks = recipe.read(REFERENCE).hooks()
+    hooks = set(recipe.read(REFERENCE).hooks()) - {"own_pipeline_class"}
     keys = {
         frozenset(hooks): 0.8,  # the tiers' speed-up, as above: all of it from the settings
         frozenset(hooks) - {"own_pipeline"}: 0.8,
@@ -521,3 +523,19 @@ def test_the_pipeline_floor_is_lesson2s():
 
     assert scoring.PIPELINE_FLOOR["cpu"] == TARGETS["cpu"]["floor"]
     assert scoring.PIPELINE_FLOOR["gpu"] == TARGETS["gpu"]["floor"]
+
+
+def test_a_changes_dict_swapped_after_its_text_runs_no_other_class():
+    """A review's hole: the parent checks the class the cell's text names, the worker built
+    whatever ``CHANGES`` held, so ``CHANGES["p"]["pipeline"] = cifar.TorchvisionPipeline`` after the
+    literal ran a class the own-code rule never read. The worker now refuses the swap."""
+    from grader.assignments.lesson14 import runtime
+    from grader.kit.audit import EpochAudit
+
+    class FastPipeline:  # the class the text names
+        pass
+
+    hooks = recipe.read(REFERENCE).hooks()
+    swapped = {"device_pipeline": {"pipeline": runtime.cifar.TorchvisionPipeline}}
+    with pytest.raises(RuntimeError, match="not the class 'FastPipeline' your cell's text gives"):
+        runtime.build_trainer(swapped, EpochAudit(), None, "cpu", 0, "smoke", hooks)

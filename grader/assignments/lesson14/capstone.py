@@ -208,6 +208,13 @@ def grade(
     return _result(points + attributed, report, lines + said, notes + m.flags, problems=problems)
 
 
+def calibration_spec(spec, cells):
+    """The spec the gate's calibration runs the reference with (``python -m grader calibrate``):
+    its recipe's changes applied, as a grading applies them, so the paired accuracy noise is
+    naive's against the reference recipe's, not naive's against itself."""
+    return dataclasses.replace(spec, learner_hooks=recipe.read(_source(cells)).hooks())
+
+
 def _whole(m) -> dict[int, float]:
     """Each of the learner's runs' whole time on the clock: a lower bound on the time to a target
     the run missed (``scoring.speed``'s censoring)."""
@@ -222,7 +229,7 @@ def _own_pipeline(assignment, cells, spec, rec, device, progress, report, points
     the sentence and whether the pipeline gained."""
     change = rec.pipeline_change()
     alone_spec = dataclasses.replace(
-        spec, target=None, epochs=1, learner_hooks={"own_pipeline": change}
+        spec, target=None, epochs=1, learner_hooks=rec.pipeline_hooks(change)
     )
     progress(f"Timing your pipeline alone ({change!r}, naive's settings) against naive's ...")
     m = _measure(assignment, cells, alone_spec, device, progress)

@@ -50,8 +50,14 @@ class Recipe:
             if name == without:
                 continue
             for key, value in settings.items():
-                out.update({"own_pipeline": name} if key == "pipeline" else {key: value})
+                out.update(self.pipeline_hooks(name) if key == "pipeline" else {key: value})
         return out
+
+    def pipeline_hooks(self, name: str) -> dict:
+        """A pipeline change as it travels to the worker: the change's name and the class name the
+        cell's text gave it (the worker refuses a ``CHANGES`` whose class was swapped after that
+        text, ``runtime.build_trainer``)."""
+        return {"own_pipeline": name, "own_pipeline_class": self.changes[name]["pipeline"]}
 
     def pipeline_change(self) -> str | None:
         """The change that feeds the recipe through the learner's pipeline (one at most: two

@@ -27,9 +27,19 @@ def build_trainer(learner_obj, audit: EpochAudit, data_dir, device, seed, profil
     feeds it (absent: the naive DataLoader pipeline; in a replay the kept batches feed it)."""
     hooks = dict(hooks)
     change = hooks.pop("own_pipeline", None)
+    named = hooks.pop("own_pipeline_class", None)
     inner = cifar.TorchvisionPipeline
     if change is not None and isinstance(learner_obj, dict):
         inner = learner_obj[change]["pipeline"]
+        # the parent read the class's name from the cell's text and checked that class's code there;
+        # a CHANGES mutated after that text would run another class under the checked name. A
+        # first filter in a learner process, not proof: what runs is judged on what it fed
+        # (the kept batches) and timed alone against naive's (capstone._own_pipeline)
+        if getattr(inner, "__name__", None) != named:
+            raise RuntimeError(
+                f"your change {change!r} runs {getattr(inner, '__name__', inner)!r}, not the "
+                f"class {named!r} your cell's text gives it: CHANGES changed after its literal"
+            )
     return cifar.build(
         "naive",
         profile,

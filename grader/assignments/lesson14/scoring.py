@@ -64,10 +64,11 @@ def speed(
     """Paired time-to-target ratios (same run: same data, seed and initial weights).
 
     A run of yours that missed the target is censored: it took at least its whole schedule
-    (``whole``) and might never have arrived. Each end of the interval takes the bound that is
-    against the claim it serves: the median and the low end count a miss as never arriving
-    (ratio 0), the high end as arriving at the schedule's end. The ablations censor the same way
-    (``capstone.grade``), so a miss costs a claim the same wherever it happens."""
+    (``whole``) and might never have arrived. The median and the low end take their lower bounds
+    (a miss never arrives: ratio 0), the high end its upper bound (arriving at the schedule's
+    end). The ablations do the same for a share (``capstone.grade``): its median and low end take
+    the lower bound (the run arriving at its schedule's end gives back the least), its high end
+    the upper one (unbounded)."""
     missing = [r for r, t in base.items() if t is None]
     if missing:  # the naive recipe is the grader's: its missing the target is the grader's fault
         raise GradingError(
@@ -142,7 +143,8 @@ class PipelineAlone:
 
     @property
     def gains(self) -> bool:
-        return bool(self.ratios) and self.median > self.floor
+        # the tiers' one rule (speed_points): the median past the bar and the whole interval above 1x
+        return bool(self.ratios) and self.median > self.floor and self.low > 1.0
 
 
 def pipeline_alone(ratios: list[float], device_class: str) -> PipelineAlone:

@@ -9,6 +9,7 @@ for the whole module, so the submissions are judged on the same profiles.
 """
 
 import functools
+import inspect
 import itertools
 import json
 import random
@@ -494,6 +495,34 @@ _STUB = (
     "def fast_step(model, inputs, targets, lr, weight_decay):\n    raise NotImplementedError()\n"
 )
 _LOOP_KEPT = PER_SAMPLE_LOOP_KEPT  # tests/lesson10_steps.py: correct, ~1.2x
+# the shortcuts that do no work (issue 50: the pasted original earned the equality cell's 2 points): the notebook's
+# slow_step pasted back under the cell's name, the same with every name of its own changed and its comments gone,
+# and the grader's own function imported under the cell's name
+_IMPORTS = "import torch\nimport torch.nn.functional as F\n\n\n"
+_PASTED = _IMPORTS + inspect.getsource(step_task.slow_step).replace(
+    "def slow_step(", "def fast_step("
+)
+_RENAMED = (
+    _IMPORTS
+    + """def fast_step(net, xs, ys, rate, decay):
+    ws = list(net.parameters())
+    acc = [torch.zeros(w.shape, dtype=torch.float64) for w in ws]
+    running = 0.0
+    for k in range(len(xs)):
+        row = torch.tensor(xs[k].tolist()).unsqueeze(0)
+        label = torch.tensor([int(ys[k].item())])
+        err = F.cross_entropy(net(row), label)
+        for a, d in zip(acc, torch.autograd.grad(err, ws), strict=True):
+            a += d.double()
+        running += err.item()
+    with torch.no_grad():
+        for w, a in zip(ws, acc, strict=True):
+            change = (a / len(xs)).float() + decay * w
+            w -= rate * change
+    return running / len(xs)
+"""
+)
+_IMPORTED = "from grader.assignments.lesson10.slow_step import slow_step as fast_step\n"
 
 STEP_SUBMISSIONS = {  # name: (fast_step source, {cell: passes}, words in the failing cells' reasons)
     "reference": (_FAST, {"test_fast_step_equal": True, "test_fast_step_speed": True}, ""),
@@ -519,6 +548,19 @@ STEP_SUBMISSIONS = {  # name: (fast_step source, {cell: passes}, words in the fa
         {"test_fast_step_equal": True, "test_fast_step_speed": False},
         "one sample at a time",
     ),
+    # the original's own result, bit for bit: no work, no points (README, threat model)
+    **{
+        name: (
+            source,
+            {"test_fast_step_equal": False, "test_fast_step_speed": False},
+            "one sample at a time",
+        )
+        for name, source in (
+            ("pasted_original", _PASTED),
+            ("renamed_original", _RENAMED),
+            ("imported_original", _IMPORTED),
+        )
+    },
 }
 
 
@@ -597,8 +639,6 @@ def test_a_speed_inconclusive_on_one_look_is_measured_again_and_judged_on_all_pa
 
 
 def test_the_notebook_shows_the_graders_own_slow_step():
-    import inspect
-
     nb = nbformat.read(SOLUTION, as_version=4)
     shown = next(
         c.source for c in nb.cells if c.cell_type == "markdown" and "def slow_step(" in c.source
@@ -732,3 +772,23 @@ def test_through_the_sandbox_a_step_that_patches_the_clock_and_renices_the_basel
     assert not speed.passed and "must start at" in speed.reason, speed.reason
     assert "priority or cores changed" not in speed.reason
     assert any("time.perf_counter" in flag for flag in report["flags"]), report["flags"]
+
+
+@pytest.mark.slow
+def test_through_the_sandbox_the_original_pasted_back_or_imported_earns_no_equality_points():
+    """The bit-for-bit rule holds only if the sandboxed worker rounds as the parent does (one thread both
+    sides, the same torch): graded through the real sandbox, the pasted and the imported original still end
+    on the parent's bits, while the half-fix (the tamper test above) still passes the cell."""
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("the sandbox's separate user and freezer need root")
+    for name, source in (("pasted", _PASTED), ("imported", _IMPORTED)):
+        verdicts, _ = grade(
+            LESSON,
+            reference_cells(LESSON, fast_step=source),
+            only=["test_fast_step_equal"],
+            seed=SEED,
+        )
+        equal = verdicts["test_fast_step_equal"]
+        assert not equal.passed and "bit for bit" in equal.reason, (name, equal.reason)

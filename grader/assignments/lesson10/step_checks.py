@@ -1,6 +1,7 @@
 """Lesson 10 (b), parent side: the learner's ``fast_step`` held to the original's result, then timed against it.
 
-``check_equal`` compares the worker's weights with this process's own run of the original step;
+``check_equal`` compares the worker's weights with this process's own run of the original step (close,
+not the original's own bits: a pasted original is no fix);
 ``check_speed`` times original (a learner-free worker) against the learner's, interleaved on this
 process's clock, each in a cgroup of its own so machine load hits both alike. Without root both
 run as the grader's user, hence the freeze, non-dumpable baseline and priority checks here.
@@ -72,14 +73,19 @@ def call_learner(ctx: Context, spec: dict, steps: int):
     return r
 
 
+def returned_weights(r) -> torch.Tensor:
+    """The weights the worker sent, rebuilt from bytes of a known dtype and size (ChannelError if not)."""
+    return tensor_from(
+        r.data.get("weights") if isinstance(r.data.get("weights"), dict) else {},
+        r.blobs[0] if len(r.blobs) == 1 else b"",
+    )
+
+
 def mismatch(r, init: torch.Tensor, want: torch.Tensor, losses: list[float], steps: int) -> str:
     """Why the worker's answer is not the original step's result ('' when it is). Everything here is
     untrusted: the weights are rebuilt from bytes of a known dtype and size, the losses must be floats."""
     try:
-        got = tensor_from(
-            r.data.get("weights") if isinstance(r.data.get("weights"), dict) else {},
-            r.blobs[0] if len(r.blobs) == 1 else b"",
-        )
+        got = returned_weights(r)
     except ChannelError as err:
         return f"the grader could not read the weights back ({err})"
     if got.dtype != torch.float32 or got.shape != want.shape:
@@ -121,6 +127,18 @@ def check_equal(ctx: Context) -> None:
     problem = mismatch(r, init, want, losses, EQUAL_STEPS)
     shown = f"fast_step on a batch of {spec['batch']}, lr {spec['lr']}, weight decay {spec['weight_decay']}"
     expect(not problem, f"{shown}: {problem}")
+    # The points pay for the original's result from a step that computes it another way (issue 50: slow_step
+    # pasted back scored them). Every fix the cell asks for changes the rounding: a batched step, or a float32
+    # sum, ends 1e-7-1e-6 of the update away (README), never on the same bits in thousands of weights, while
+    # the original's operations, pasted, renamed, imported or run from a string, end on exactly this process's
+    # bits (one thread both sides). Bits, not time: a grading cannot tell 1.0x from the half-fix's 1.1x
+    expect(
+        not torch.equal(returned_weights(r), want),
+        f"{shown}: after {EQUAL_STEPS} steps your weights are the original step's bit for bit, so your step "
+        "does what slow_step does, operation for operation (the original pasted back, renamed or imported). "
+        "A faster step ends within the tolerance but rounds differently: is the step still one sample at a "
+        "time, summing in float64?",
+    )
     ctx.ok(f"{shown}: after {EQUAL_STEPS} steps the same weights and losses as the original step")
 
 

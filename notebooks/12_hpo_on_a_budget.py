@@ -585,7 +585,9 @@ print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s in profile {P
 # follows this lesson's roles: the batch size is held at 128 for every trial, and your search
 # chooses the learning rate and the weight decay. Its tasks multiply the loss by a scale drawn per
 # grading (0.25 to 64, as a summed loss or a loss weight would), which moves the best learning rate
-# by up to 2.4 decades: the configuration this lesson found is no answer there, a search is. Its
+# by up to 2.4 decades: the configuration this lesson found is no answer there, a search is. Each
+# grading searches two such tasks whose scales lie 16x apart, so no configuration fixed in advance
+# is good on both. Its
 # budget is counted in *epochs*: with the batch
 # size held, every epoch is the same work, so an epoch budget is a budget of seconds in units that
 # do not depend on the machine (the grader trains every trial itself; seconds would grade its

@@ -54,21 +54,25 @@
 # `trial.report(score, epoch)`, `trial.should_prune()`, `study.tell(...)`); a hand-written
 # successive halving works too.
 #
-# **How it is graded** (outside your notebook). The grader draws a task of its own (the lesson's
-# task, `effkit.hpo.TuningTask`, with a seed you cannot know and its loss multiplied by a scale
-# drawn between 0.25 and 64, as a summed loss or a loss weight would: SGD's steps scale with it, so
-# the best learning rate lies anywhere from about 0.003 to 2 and the lesson's best configuration is
-# no answer here; search the learning rate on a log scale), creates your
-# `Search` in a separate process, and runs the loop above: it trains and evaluates every trial
-# itself; only your configurations and stop decisions cross. When the budget is spent it
-# **chooses**, among complete trials, the configuration with the best mean validation accuracy at
-# epoch 9 (proposing a configuration again runs it on a new seed, and the runs are averaged).
+# **How it is graded** (outside your notebook). The grader draws a pair of tasks of its own (the
+# lesson's task, `effkit.hpo.TuningTask`, with seeds you cannot know and its loss multiplied by a
+# scale drawn between 0.25 and 64, as a summed loss or a loss weight would: SGD's steps scale with
+# it, so the best learning rate lies anywhere from about 0.003 to 2; the second task's scale is 16
+# times the first's, or a sixteenth, so the two best learning rates lie 16x apart and no
+# configuration fixed in advance is good on both; search the learning rate on a log scale). On each
+# task it creates a fresh `Search` in a separate process (with the same `seed` both times) and runs
+# the loop above: it trains and evaluates every trial itself; only your configurations and stop
+# decisions cross. When the budget is spent it **chooses**, among complete trials, the configuration
+# with the best mean validation accuracy at epoch 9 (proposing a configuration again runs it on a
+# new seed, and the runs are averaged).
 #
-# * `test_search` (4 points): the chosen configuration, retrained on 3 fresh seeds, must score a
-#   held-out accuracy at most **2 points** below the best configuration of the grader's exhaustive
-#   grid, retrained on the same seeds.
-# * `test_pruning` (3 points): with the search still passing `test_search`, it must have spent at
-#   least **30% less** than the same trials would have cost run to the end (no pruning).
+# * `test_search` (4 points): on each task, the chosen configuration, retrained on 3 fresh seeds,
+#   must score a held-out accuracy at most **2 points** below the best configuration of the
+#   grader's exhaustive grid, retrained on the same seeds.
+# * `test_pruning` (3 points): with the search still passing `test_search`, on each task it must
+#   have spent at least **30% less** than the same trials would have cost run to the end (no
+#   pruning), and its trials must differ between the two tasks: stops that follow the scores do,
+#   a plan fixed in advance does not.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import optuna

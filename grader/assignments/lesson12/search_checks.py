@@ -8,11 +8,11 @@ policy's time so a slow policy fails instead of stalling a grading.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 
 from grader.assignments.lesson12 import hpo_task as ht
+from grader.assignments.lesson12.hpo_task import validate  # noqa: F401  (kept here: callers name search_checks.validate)
 from grader.kit.checks import CheckFailed, Context, expect, stub_reason
 
 # Epochs the search may spend. With the batch size held (hpo_task.FIXED) every epoch is the same work, so
@@ -50,53 +50,6 @@ class SearchRun:
         return 1.0 - self.spent / self.unpruned_cost if self.spent else 0.0
 
 
-def _number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def validate(config) -> dict:
-    """The configuration as plain floats (the held batch size dropped), or CheckFailed saying what is wrong."""
-    shape = '{"lr": 0.05, "weight_decay": 1e-4}'
-    if isinstance(config, dict) and "not_json" in config:
-        raise CheckFailed(
-            f"ask() must return a dict of plain values like {shape} (or None to end the search); "
-            f"yours held {str(config['not_json'])[:80]}: convert numpy numbers with int() / float()"
-        )
-    expect(
-        isinstance(config, dict),
-        f"ask() must return a dict of plain values like {shape} (or None to end the search), "
-        f"got {config!r:.80}",
-    )
-    config = dict(config)
-    # naming the held value is harmless (dropped: every trial trains at it); asking for another is refused
-    for name, held in ht.FIXED.items():
-        if name in config:
-            value = config.pop(name)
-            expect(
-                _number(value)
-                and value == held,  # 128.0 is the held size too, a JSON float's spelling
-                f"{name} = {value!r}: the {name.replace('_', ' ')} is held fixed at {held} in this round, "
-                f"as in the lesson (chosen for throughput, not tuned on validation accuracy), and the grader "
-                f"trains every trial at {held}; ask() chooses only {' and '.join(sorted(ht.SPACE))}, "
-                f"e.g. {shape}",
-            )
-    expect(
-        set(config) == set(ht.SPACE),
-        f"ask() returned the keys {sorted(config)}; expected exactly "
-        f"{sorted(ht.SPACE)}, e.g. {shape}",
-    )
-    out = {}
-    for name, dim in ht.SPACE.items():  # all floats: the batch size, the one categorical, is held
-        value = config[name]
-        expect(
-            _number(value) and dim["low"] <= value <= dim["high"],
-            f"{name} = {value!r} is outside the search space [{dim['low']:g}, {dim['high']:g}]: a search "
-            f"only chooses inside the space it was given",
-        )
-        out[name] = float(value)
-    return out
-
-
 def _call(ctx: Context, run: SearchRun, probe: str, what: str, **args) -> dict:
     start = time.perf_counter()
     r = ctx.session.call(probe, CALL_SECONDS, **args)
@@ -114,8 +67,9 @@ def _call(ctx: Context, run: SearchRun, probe: str, what: str, **args) -> dict:
     return r.data
 
 
-def run_search(ctx: Context, task_seed: int) -> SearchRun:
-    """The ask-and-tell loop: the policy chooses, this process trains, measures and charges."""
+def run_search(ctx: Context, task_seed: int, policy_seed: int) -> SearchRun:
+    """The ask-and-tell loop on a fresh ``Search``: the policy chooses, this process trains, measures
+    and charges."""
     run = SearchRun(task_seed)
     _call(
         ctx,
@@ -125,7 +79,7 @@ def run_search(ctx: Context, task_seed: int) -> SearchRun:
         space=ht.SPACE,
         budget=BUDGET,
         max_epochs=ht.MAX_EPOCHS,
-        seed=ctx.rng.randrange(1 << 30),
+        seed=policy_seed,
     )
     while run.spent < BUDGET and len(run.trials) < MAX_TRIALS:
         n = len(run.trials)
@@ -134,7 +88,7 @@ def run_search(ctx: Context, task_seed: int) -> SearchRun:
             run.ended = "ask() returned None"
             break
         try:
-            config = validate(answer)
+            config = ht.validate(answer)
         except CheckFailed as err:
             raise CheckFailed(f"trial {n}: {err}") from err
         record = {"config": config, "scores": [], "status": "running"}
@@ -181,7 +135,7 @@ def _shown(config: dict) -> str:
 
 @dataclass
 class Outcome:
-    run: SearchRun
+    runs: list[SearchRun]  # one per task of the pair (hpo_task.pair)
     passed: bool
     message: str
     lines: list[str]
@@ -212,20 +166,18 @@ def _why(run: SearchRun, chosen: dict | None) -> str:
     )
 
 
-def evaluate(ctx: Context) -> Outcome:
-    """Run (once per probe session) the learner's search and judge its choice; cached for both cells."""
-    cached = getattr(ctx.session, "lesson12_outcome", None)
-    if cached is not None:
-        return cached
-    task_seed = ctx.rng.randrange(1 << 20)
-    run = run_search(ctx, task_seed)
+def _judge(
+    ctx: Context, task_seed: int, policy_seed: int, label: str
+) -> tuple[SearchRun, bool, list[str], str]:
+    """One task of the pair: the search, its choice against the grid's best, and why it missed."""
+    run = run_search(ctx, task_seed, policy_seed)
     counts = {
         s: sum(t["status"] == s for t in run.trials)
         for s in ("complete", "stopped", "cut by the budget")
     }
     lines = [
-        f"your search: {len(run.trials)} trials ({counts['complete']} complete, {counts['stopped']} stopped, "
-        f"{counts['cut by the budget']} cut by the budget), {run.spent} of {BUDGET} epochs ({run.ended}), "
+        f"{label}: your search: {len(run.trials)} trials ({counts['complete']} complete, {counts['stopped']} "
+        f"stopped, {counts['cut by the budget']} cut by the budget), {run.spent} of {BUDGET} epochs ({run.ended}), "
         f"every trial at batch {ht.FIXED['batch_size']}; training {run.train_seconds:.1f} s, "
         f"your policy's decisions {run.policy_seconds:.1f} s"
     ]
@@ -234,26 +186,62 @@ def evaluate(ctx: Context) -> Outcome:
     seeds = [ctx.rng.randrange(1 << 30) for _ in range(FINAL_SEEDS)]
     grid_test = ht.test_accuracy(task_seed, grid_best, seeds)
     lines.append(
-        f"the grader's grid: {len(ht.GRID['lr'])} learning rates x {len(ht.GRID['weight_decay'])} weight "
-        f"decays = {len(ht.grid_configs())} configurations, {grid_cost} epochs; its best "
+        f"{label}: the grader's grid: {len(ht.GRID['lr'])} learning rates x {len(ht.GRID['weight_decay'])} "
+        f"weight decays = {len(ht.grid_configs())} configurations, {grid_cost} epochs; its best "
         f"({_shown(grid_best)}) scores {grid_test:.1%} held out (mean of {FINAL_SEEDS} fresh seeds)"
     )
     if picked is None:
-        outcome = Outcome(run, False, f"{lines[0]}. {_why(run, None)}.", lines)
-    else:
-        config, val, runs = picked
-        mine = ht.test_accuracy(task_seed, config, seeds)
-        gap = grid_test - mine
-        lines.append(
-            f"your choice ({_shown(config)}; validation {val:.1%} over {runs} run(s)) scores {mine:.1%} "
-            f"held out on the same seeds: {gap * 100:+.1f} pp below the grid's best (at most "
-            f"{MARGIN * 100:.0f} pp), for {run.spent / grid_cost:.0%} of the grid's cost"
+        return run, False, lines, _why(run, None)
+    config, val, runs = picked
+    mine = ht.test_accuracy(task_seed, config, seeds)
+    gap = grid_test - mine
+    lines.append(
+        f"{label}: your choice ({_shown(config)}; validation {val:.1%} over {runs} run(s)) scores {mine:.1%} "
+        f"held out on the same seeds: {gap * 100:+.1f} pp below the grid's best (at most "
+        f"{MARGIN * 100:.0f} pp), for {run.spent / grid_cost:.0%} of the grid's cost"
+    )
+    return run, gap <= MARGIN, lines, "" if gap <= MARGIN else _why(run, config)
+
+
+def _finished(run: SearchRun) -> set[str]:
+    return {
+        json.dumps(t["config"], sort_keys=True) for t in run.trials if t["status"] == "complete"
+    }
+
+
+def evaluate(ctx: Context) -> Outcome:
+    """Run (once per probe session) the learner's search on both tasks of a pair and judge each choice;
+    cached for both cells. Both searches get the same policy seed: what differs is only what they observe."""
+    cached = getattr(ctx.session, "lesson12_outcome", None)
+    if cached is not None:
+        return cached
+    task_seed = ctx.rng.randrange(1 << 20)
+    policy_seed = ctx.rng.randrange(1 << 30)
+    runs, lines, whys = [], [], []
+    for k, seed in enumerate(ht.pair(task_seed)):
+        label = f"task {k + 1} of 2 (loss scale {ht.loss_scale(seed):.3g})"
+        run, passed, task_lines, why = _judge(ctx, seed, policy_seed, label)
+        runs.append(run)
+        lines += task_lines
+        if not passed:
+            whys.append(f"{label}: {why}")
+    if whys and _finished(runs[0]) and _finished(runs[0]) == _finished(runs[1]):
+        whys.append(
+            f"your search ran the same configurations to the end on both tasks, whose best learning rates "
+            f"lie {ht.PAIR_RATIO:.0f}x apart: a configuration fixed in advance is good on one of them at "
+            "most; choose what to finish from the scores you observe"
         )
-        passed = gap <= MARGIN
-        message = "; ".join(lines) + ("" if passed else f". {_why(run, config)}.")
-        outcome = Outcome(run, passed, message, lines)
+    passed = not whys
+    message = "; ".join(lines) + ("" if passed else ". " + ". ".join(whys) + ".")
+    outcome = Outcome(runs, passed, message, lines)
     ctx.session.lesson12_outcome = outcome
     return outcome
+
+
+def _trace(run: SearchRun) -> list[tuple[str, int, str]]:
+    return [
+        (json.dumps(t["config"], sort_keys=True), len(t["scores"]), t["status"]) for t in run.trials
+    ]
 
 
 def check_search(ctx: Context) -> None:
@@ -265,22 +253,33 @@ def check_search(ctx: Context) -> None:
 
 def check_pruning(ctx: Context) -> None:
     outcome = evaluate(ctx)
-    run = outcome.run
     expect(
         outcome.passed,
         "pruning saves budget only when the search still finds a good configuration, and this "
         f"one did not: {outcome.message}",
     )
-    stopped = sum(t["status"] == "stopped" for t in run.trials)
-    saving = (
-        f"{run.spent} epochs spent where the same {len(run.trials)} trials, none stopped, would cost "
-        f"{run.unpruned_cost}: {run.saved:.0%} saved by stopping {stopped} of them early"
-    )
+    for k, run in enumerate(outcome.runs):
+        stopped = sum(t["status"] == "stopped" for t in run.trials)
+        saving = (
+            f"task {k + 1} of 2: {run.spent} epochs spent where the same {len(run.trials)} trials, none "
+            f"stopped, would cost {run.unpruned_cost}: {run.saved:.0%} saved by stopping {stopped} of them early"
+        )
+        expect(
+            run.saved >= MIN_SAVED,
+            f"{saving}, less than the {MIN_SAVED:.0%} required. "
+            + ("Your search never stopped a trial: " if stopped == 0 else "")
+            + "compare each trial after an epoch or two with the others at the same epoch and stop the weak "
+            "ones (successive halving, or Optuna's MedianPruner / SuccessiveHalvingPruner)",
+        )
+        ctx.ok(saving)
+    # Same seed, different scores: a policy whose stops follow the scores cannot trace the same trials
+    # twice; one that asks and stops by a plan fixed in advance (its seed) does, whatever it observed.
     expect(
-        run.saved >= MIN_SAVED,
-        f"{saving}, less than the {MIN_SAVED:.0%} required. "
-        + ("Your search never stopped a trial: " if stopped == 0 else "")
-        + "compare each trial after an epoch or two with the others at the same epoch and stop the weak "
-        "ones (successive halving, or Optuna's MedianPruner / SuccessiveHalvingPruner)",
+        _trace(outcome.runs[0]) != _trace(outcome.runs[1]),
+        "your search asked the same configurations and stopped each at the same epoch on both tasks, "
+        "although their scores differed: its stops did not depend on what it observed. Pruning stops a "
+        "trial because its score trails the others' at the same epoch",
     )
-    ctx.ok(saving)
+    ctx.ok(
+        "your trials differed between the two tasks: what you asked and stopped followed the scores"
+    )

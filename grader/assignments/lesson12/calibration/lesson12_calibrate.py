@@ -39,9 +39,17 @@ from test_lesson12_exercise import POLICIES  # noqa: E402
 A = assignments.get("lesson12")
 
 # the policies calibrated, as tests/test_lesson12_exercise.py grades them (its POLICIES: name ->
-# (search cell source, expected verdicts)): the reference, two of the mistakes and the shortcut that
-# copies the lesson's best configuration (issue 50)
-CALIBRATED = ("reference", "no_pruning", "weight_decay_grid", "copies_the_lessons_best")
+# (search cell source, expected verdicts)): the reference, two of the mistakes and the two shortcuts of
+# issue 50 (the lesson's best configuration copied; a ladder fixed in advance with blind stops) and an
+# honest seeded random search with successive halving by hand
+CALIBRATED = (
+    "reference",
+    "no_pruning",
+    "weight_decay_grid",
+    "copies_the_lessons_best",
+    "fixed_ladder_stops_blind",
+    "random_search_halving",
+)
 
 
 class InProcess:
@@ -86,19 +94,38 @@ def _held_out(task, lr: float, wd: float) -> float:
     return sum(runs) / len(runs)
 
 
-def window(task_seeds: list[int]) -> None:
+# lr * wd is what the loss scale keeps ((lr * c) * (wd / c)): each product is one family of fixed
+# configurations sliding along the scale; the lesson's best has 0.355 * 5.6e-4 = 2e-4
+PRODUCTS = (0.355 * 5.6e-4, 1e-7, 2e-5, 2e-3)
+
+
+def window(task_seeds: list[int], products: tuple[float, ...]) -> None:
+    """Per task and lr * wd product, where a fixed configuration lands as the scale moves it, and the widest
+    run of scales (sqrt 2 apart) it stays within MARGIN of a small LR sweep's best: the pair's ratio
+    (hpo_task.PAIR_RATIO) must exceed it, or one fixed configuration passes both tasks of a grading."""
     from effkit import hpo
 
     for task_seed in task_seeds:
         task = hpo.TuningTask(task_seed, max_epochs=hpo_task.MAX_EPOCHS)
         held_out = functools.partial(_held_out, task)
         best = max(held_out(lr, 1e-4) for lr in (0.1, 0.18, 0.32, 0.56))
-        rows = [(c, held_out(0.355 * c, 5.6e-4 / c)) for c in (2 ** (k / 2) for k in range(-4, 13))]
-        print(
-            f"task {task_seed}: best of a small LR sweep {best:.3f}; lesson's best at scale c: "
-            + " ".join(f"c{c:.2f}:{100 * (a - best):+.1f}pp" for c, a in rows),
-            flush=True,
-        )
+        for product in products:
+            scales = [2 ** (k / 2) for k in range(-8, 13)]
+            rows = [(c, held_out(0.355 * c, product / (0.355 * c))) for c in scales]
+            within = [best - a <= search_checks.MARGIN for _, a in rows]
+            runs, run = [], []
+            for (c, _), ok in zip(rows, within, strict=True):
+                run = run + [c] if ok else []
+                runs.append(run)
+            widest = max(runs, key=len)
+            width = widest[-1] / widest[0] if widest else 0.0
+            print(
+                f"task {task_seed} lr*wd {product:.1e}: best of a small LR sweep {best:.3f}; within "
+                f"{search_checks.MARGIN:.0%} over a {width:.1f}x run of scales (the next scale out fails: < "
+                f"{2 * width:.1f}x); lr 0.355 c at scale 1: "
+                + " ".join(f"c{c:.2f}:{100 * (a - best):+.1f}pp" for c, a in rows),
+                flush=True,
+            )
 
 
 def main() -> None:
@@ -111,7 +138,7 @@ def main() -> None:
     ap.add_argument("--window", action="store_true", help="the lesson's best config per loss scale")
     args = ap.parse_args()
     if args.window:
-        window(args.seeds)
+        window(args.seeds, PRODUCTS)
         return
     if args.budget is not None:
         search_checks.BUDGET = args.budget
@@ -133,21 +160,26 @@ def main() -> None:
             cells = [(g, source if g == "search" else s) for g, s in ref.items()]
             start = time.perf_counter()
             verdicts, outcome = grade(cells, seed)
-            run = outcome.run
-            gap = next((line for line in outcome.lines if "below the grid" in line), "no choice")
-            scale = hpo_task.loss_scale(run.task_seed)
             print(
-                f"seed {seed} scale {scale:6.2f} {name:18s} search {verdicts['test_search'][0]!s:5s} pruning "
-                f"{verdicts['test_pruning'][0]!s:5s} saved {run.saved:5.1%} trials {len(run.trials):3d} "
-                f"| {gap.split(': ')[-1] if 'below' in gap else gap} | {time.perf_counter() - start:.1f} s",
+                f"seed {seed} {name:18s} search {verdicts['test_search'][0]!s:5s} pruning "
+                f"{verdicts['test_pruning'][0]!s:5s} | {time.perf_counter() - start:.1f} s",
                 flush=True,
             )
-            grid = next(
-                (line for line in outcome.lines if line.startswith("the grader's grid")), None
-            )
+            for k, run in enumerate(outcome.runs):  # the pair's two tasks (hpo_task.pair)
+                label = f"task {k + 1} of 2"
+                gap = next(
+                    (x for x in outcome.lines if x.startswith(label) and "below the grid" in x), ""
+                )
+                print(
+                    f"    task {k + 1} scale {hpo_task.loss_scale(run.task_seed):6.2f} saved {run.saved:5.1%} "
+                    f"trials {len(run.trials):3d} | {gap.split(': ')[-1] if gap else 'no choice'}",
+                    flush=True,
+                )
             # the grid's best, once a seed: at an edge of the space, the grid would be too narrow
-            if grid and not grid_shown:
-                print(f"seed {seed} {grid}", flush=True)
+            grids = [x for x in outcome.lines if "the grader's grid" in x]
+            if grids and not grid_shown:
+                for grid in grids:
+                    print(f"seed {seed} {grid}", flush=True)
                 grid_shown = True
 
 

@@ -25,7 +25,9 @@
 # 4. measure fp32 against autocast, A/B: matrix multiplications of growing size, then the naive
 #    BERT recipe — and let the verdicts say where 16 bits pay on this device.
 #
-# **Run time**: about 1 min in `cpu` (55 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`; 232 s earlier on a 2-core AMD EPYC VM);
+# **Run time**: about 1 min in `cpu` where the CPU computes bf16 natively (55 s recorded on a quiet 2-core Intel Xeon VM
+# with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`; 232 s earlier on a 2-core AMD EPYC VM), and about
+# 10 min where it does not (620 s on a 2-core AMD EPYC with AVX2 only: its bf16 arms run about 16x slower than fp32);
 # 18 s in `smoke` (the EPYC, nothing else running); `gpu`: 56 s on an H100 80GB HBM3.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
@@ -333,7 +335,10 @@ bert_ab = lesson.ab(f"naive BERT ({bert_fp32.describe()['hidden']} wide): fp32 v
 lesson.check_guess(GUESS_BERT_SPEEDUP, bert_ab.ratio, "BERT 16-bit speed-up", "{:.2f}x")
 
 # %% [markdown]
-# Speed is half the question: does 16-bit training learn as well? Both trainers started from the
+# Speed is half the question; the other half, whether 16-bit training learns as well *to the end*,
+# needs paired runs to the target over several seeds, which this lesson does not run: the lesson 3
+# exercise's grader does (its accuracy gate pairs naive and your recipe run by run). What the A/B
+# above can show is smaller: did its first steps go the same way? Both trainers started from the
 # same seed (same weights, same batches) and the A/B trained each for the same number of steps,
 # so their held-out accuracies now differ only by precision — and by test-set noise: on `n`
 # sentences an accuracy `p` has a standard error `sqrt(p(1-p)/n)` (the interval below adds both

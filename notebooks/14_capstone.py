@@ -15,7 +15,9 @@
 #
 # **Goal:** combine what lessons 1-4 taught (lesson 1's data-wait split, lesson 2's input pipeline,
 # lesson 3's precision, lesson 4's batch and LR, plus the channels-last layout lesson 3 left to try)
-# on one recipe, and be judged the way the job is:
+# on one recipe, and be judged the way the job is (the grader's tiers reward speed, not the number of
+# techniques: in its recorded ablations lesson 2's pipeline with channels-last alone reached its top
+# tier; the combination is what this lesson measures and what the attribution shows):
 # on **time to target** — every step and every evaluation until the model reaches its accuracy —
 # not on steps per second. We will:
 #
@@ -296,9 +298,11 @@ def share(full: float, without: float) -> float:
 def share_interval(full: ABResult, without: ABResult) -> tuple[float, float, float, float, int] | None:
     """The share per seed (``compare`` runs seed i in pair i of every comparison, so the full recipe's
     pair i and the ablation's pair i share data and initial weights, unless `compare` skipped a seed,
-    which it says), its median, interval, coverage and the seeds used; None with fewer than 2. As the
-    grader computes it, except that a seed whose ablation missed the target is left out here, while
-    the grader charges it the whole schedule: with misses this share is an underestimate."""
+    which it says), its median, interval, coverage and the seeds used; None with fewer than 2. The
+    grader's formula, not quite its statistic: the grader's runs each draw fresh data, so its pair i
+    of two measurements are independent runs (any pairing is then a fair draw), and it charges an
+    ablation run that missed the target its whole schedule, where a seed that missed is left out
+    here: with misses this share is an underestimate."""
     pairs = zip(full.ratios, without.ratios, strict=False)  # equal lengths unless one ran short
     samples = [share(f, w) for f, w in pairs if f > 1 and w > 0]
     if len(samples) < 2:
@@ -314,8 +318,10 @@ shares = {}
 for change, res in without.items():
     if iter2 is None or res is None or iter2.ratio <= 1:
         continue
-    if res.ratio == 0:  # at least half the runs without it missed: it gave more than the saved time
-        print(f"  {change}: without it the recipe misses the target in at least half its runs")
+    misses = sum(r == 0 for r in res.ratios)  # a run that missed counts as ratio 0 (compare)
+    if 2 * misses >= len(res.ratios):  # then the median is no time to target, and no share
+        print(f"  {change}: without it the recipe missed the target in {misses} of "
+              f"{len(res.ratios)} runs: it gives back more than a share can say")
         continue
     found = share_interval(iter2, res)
     if found is None:
@@ -428,11 +434,11 @@ for change, (mid, low, high, cover, _) in shares.items():
 # three most impactful changes. Your pipeline must gain on its own: the tiers need it, timed alone
 # in the naive recipe, above lesson 2's floor (settings alone cleared the top tier in the grader's
 # setup). The grader times naive and your recipe to its target in its own
-# sandbox, interleaved pair by pair, and evaluates your committed weights itself. Its accuracy
+# sandbox, interleaved chunk by chunk (A B B A), and evaluates your committed weights itself. Its accuracy
 # gate fails your recipe only when its final accuracy is confidently below naive's: the −0.2 pp
-# tolerance widened by the run-to-run noise of its three pairs. Lesson 14 has no measured noise
-# yet, so the gate assumes a conservative 1 pp per pair: today a drop fails only beyond about
-# −1.5 pp.
+# tolerance widened by the run-to-run noise of its three pairs: measured on a 2-core AMX Xeon (30
+# pairs), where a drop fails beyond about −0.52 pp; on a CPU model whose noise it has not measured
+# the gate assumes 1 pp per pair (more lenient to you), and a drop fails only beyond about −1.5 pp.
 # It runs its own leave-one-out ablations and shows your predicted shares beside what they
 # measured; that attribution earns no points yet (the grader's README says why).
 #

@@ -539,3 +539,21 @@ def test_a_changes_dict_swapped_after_its_text_runs_no_other_class():
     swapped = {"device_pipeline": {"pipeline": runtime.cifar.TorchvisionPipeline}}
     with pytest.raises(RuntimeError, match="not the class 'FastPipeline' your cell's text gives"):
         runtime.build_trainer(swapped, EpochAudit(), None, "cpu", 0, "smoke", hooks)
+
+
+def test_the_capstones_gate_is_calibrated_where_measured_and_widened_elsewhere():
+    """lesson14-smoke-cpu (30 pairs of naive against the reference, calibration/README.md): on its
+    own CPU model the gate reads its noise (threshold about -0.52 pp at the capstone's -0.2 pp
+    tolerance); on another model it is widened to the 1 pp fallback and says so."""
+    import dataclasses
+
+    from grader.assignments.lesson14 import capstone
+    from grader.kit.perf import load_gate
+
+    spec = assignments.get("lesson14").spec("cpu", "smoke")
+    measured_on = json.loads((CALIBRATION / "lesson14-smoke-cpu.json").read_text())["device"]
+    gate, _, notes = load_gate("lesson14", spec, "cpu", measured_on)
+    gate = dataclasses.replace(gate, tolerance_pp=capstone.TOLERANCE_PP)
+    assert gate.sd_pair_pp < 0.5 and not notes and -0.7 < gate.threshold_pp < -0.4
+    wide, _, notes = load_gate("lesson14", spec, "cpu", "CPU Some Other [AVX2] (2 threads)")
+    assert wide.sd_pair_pp == 1.0 and "widened" in notes[0]

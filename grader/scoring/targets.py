@@ -76,7 +76,11 @@ def table_for(assignment, device_name: str) -> str:
     without native bf16 when the assignment has such a row. Targets and the accuracy gate's
     calibration are both keyed by it (:func:`grader.scoring.perf.load_gate`)."""
     cls = device_class(device_name)
-    if cls == "cpu" and NO_NATIVE_BF16 in default_targets(assignment):
+    try:
+        rows = default_targets(assignment)
+    except ValueError:  # no speed-up targets (lesson 14 scores time to target): keyed by class
+        return cls
+    if cls == "cpu" and NO_NATIVE_BF16 in rows:
         return (
             "cpu" if cpu_native_bf16() else NO_NATIVE_BF16
         )  # this machine's CPU: the grader times here

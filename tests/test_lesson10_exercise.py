@@ -775,6 +775,7 @@ def test_through_the_sandbox_a_step_that_patches_the_clock_and_renices_the_basel
 
 
 @pytest.mark.slow
+@pytest.mark.untimed  # the equality cell only: bits decide, no clock
 def test_through_the_sandbox_the_original_pasted_back_or_imported_earns_no_equality_points():
     """The bit-for-bit rule holds only if the sandboxed worker rounds as the parent does (one thread both
     sides, the same torch): graded through the real sandbox, the pasted and the imported original still end

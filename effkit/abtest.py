@@ -265,6 +265,11 @@ def verdict(result: ABResult, a: str = "A", b: str = "B", threshold: float = 1.0
         word, claim = "slower", f"{b} is slower than {a}"
     else:
         word, claim = "no clear difference", f"no clear difference between {b} and {a}"
-    if threshold != 1.0 and word != "no clear difference":
+    if threshold > 1.0 and word != "faster" and result.faster(1.0):
+        # the word stays the threshold's; the sentence says what the interval does show (a review
+        # read "no clear difference" printed over 1.22x, interval 1.10-1.33, at a 1.1x threshold)
+        how = "by less than" if word == "slower" else "not shown beyond"
+        claim = f"{b} is faster than {a}, but {how} {threshold:g}x"
+    elif threshold != 1.0 and word != "no clear difference":
         claim += f" (beyond {threshold:g}x)"
     return Verdict(word, f"{claim}: {interval}.")

@@ -112,9 +112,12 @@ def test_verdict_claims_only_what_the_interval_supports(ab_result):
     assert fast.word == "faster" and "97%" in fast.sentence and "6 pairs" in fast.sentence
     slow = verdict(ab_result([0.5, 0.6, 0.55, 0.52, 0.58, 0.6]))
     assert slow.word == "slower"
-    assert verdict(ab_result([1.4, 1.5, 1.6, 1.45, 1.55, 1.5]), threshold=1.5).word == (
-        "no clear difference"
-    )
+    above = verdict(ab_result([1.4, 1.5, 1.6, 1.45, 1.55, 1.5]), threshold=1.5)
+    assert above.word == "no clear difference"
+    # the whole interval above 1x: the sentence says faster, and no more than the threshold allows
+    assert above.sentence.startswith("B is faster than A, but not shown beyond 1.5x")
+    below = verdict(ab_result([1.05, 1.06, 1.07, 1.05, 1.06, 1.08]), threshold=1.1)
+    assert below.word == "slower" and "faster than A, but by less than 1.1x" in below.sentence
 
 
 def test_throughput_meter_skips_warmup_and_has_units():

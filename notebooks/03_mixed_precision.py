@@ -25,8 +25,8 @@
 # 4. measure fp32 against autocast, A/B: matrix multiplications of growing size, then the naive
 #    BERT recipe — and let the verdicts say where 16 bits pay on this device.
 #
-# **Run time**: about 1 min in `cpu` where the CPU computes bf16 natively (55 s recorded on a quiet 2-core Intel Xeon VM
-# with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`; 232 s earlier on a 2-core AMD EPYC VM), and about
+# **Run time**: about 1.5 min in `cpu` where the CPU computes bf16 natively (99 s recorded on a quiet 2-core Intel Xeon
+# VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`; 232 s earlier on a 2-core AMD EPYC VM), and about
 # 10 min where it does not (620 s on a 2-core AMD EPYC with AVX2 only: its bf16 arms run about 16x slower than fp32);
 # 18 s in `smoke` (the EPYC, nothing else running); `gpu`: 56 s on an H100 80GB HBM3.
 #

@@ -28,7 +28,7 @@
 #    `ZeroRedundancyOptimizer` (ZeRO-1) and FSDP2's `fully_shard` (ZeRO-3), and save a sharded
 #    checkpoint with `torch.distributed.checkpoint`.
 #
-# **Run time**: about 30 s in `cpu` (28 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`), 14 s in `smoke`. The summary's last line prints
+# **Run time**: about 40 s in `cpu` (42 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`), 14 s in `smoke`. The summary's last line prints
 # this run's own time.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (the same code with `gloo`:

@@ -25,11 +25,10 @@
 # and then let the numbers name the top bottleneck. Every figure is printed next to the device it
 # was measured on, and every conclusion is computed from the measurement above it.
 #
-# **Run time**: about 3 min in `cpu`, an estimate until it is recorded again: 110 s recorded on a
-# quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28 (the outputs in `docs/recorded/`), before
-# the steady-state pipeline A/B (12-step bursts) and three seeds per batch size came in, which
-# add roughly 75 s there; 47 s in `smoke` (a 2-core AMD EPYC VM, nothing else running; the smoke
-# sizes did not grow); `gpu`: 99 s on an H100 80GB HBM3, before the three seeds.
+# **Run time**: about 10 min in `cpu` (595 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
+# GPU, 2026-12-06: the outputs in `docs/recorded/`; 905 s in an earlier quiet run that day, 110 s
+# before the steady-state pipeline A/B and three seeds per batch size came in); 47 s in `smoke` (a 2-core AMD EPYC VM, nothing else running;
+# the smoke sizes did not grow); `gpu`: 99 s on an H100 80GB HBM3, before the three seeds.
 #
 # **Profiles.** `EFFKIT_PROFILE` picks the experiment size: `cpu` (the default without a GPU:
 # small real models, effects you can see in minutes), `gpu` (the default with one: the full
@@ -439,7 +438,7 @@ print(f"after a `break`: total_s = {early.total_s:.2e} s (booked: {early.total_s
 # %% [markdown]
 # But `next()` only measures the time the loop **waits**. The naive pipeline's 2 worker
 # processes prepare batches *in parallel* — on the same CPU cores the model computes on. The
-# time they steal from the model is invisible to a data-wait timer. To see the whole cost of
+# time they steal from the model can be invisible to a data-wait timer. To see the whole cost of
 # the input pipeline, A/B the same training step with and without it: A is the recipe's own
 # `train_steps`, reading batches from its pipeline; B trains on one fixed, already prepared batch
 # (no pipeline at all).
@@ -592,7 +591,7 @@ def waste_verdict(name, share, fixed_in):
     """One workload's measured waste, worded only as far as its interval allows."""
     mid, lo, hi = share
     if lo > 0:
-        return f"{name}: {mid:.1%} of its time (interval {lo:.1%}-{hi:.1%}) — fixed in {fixed_in}"
+        return f"{name}: {mid:.1%} of its time (interval {lo:.1%}-{hi:.1%}) — addressed in {fixed_in}, which must show it smaller"
     return f"{name}: no evidence of time lost (interval {lo:.1%}-{hi:.1%} includes 0)"
 
 

@@ -27,10 +27,9 @@
 # measuring every change A/B against the naive recipe with `effkit.lesson.ab`, only the input
 # pipeline swapped (`cifar.build(..., pipeline=...)`).
 #
-# **Run time**: about 5 min in `cpu`, an estimate until it is recorded again: 104 s recorded on a
-# quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28 (the outputs in `docs/recorded/`), before
-# the steady-state A/Bs (12-step bursts), the timed epoch starts and three one-epoch seeds per
-# pipeline came in (roughly 3 min more there); 50 s in `smoke` (a 2-core AMD EPYC VM, nothing else
+# **Run time**: about 8 min in `cpu` (484 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
+# GPU, 2026-12-06: the outputs in `docs/recorded/`; 104 s before the steady-state A/Bs, the timed
+# epoch starts and three one-epoch seeds per pipeline came in); 50 s in `smoke` (a 2-core AMD EPYC VM, nothing else
 # running); `gpu`: not known. Its one run on a GPU (an H100 80GB HBM3, 2026-11-23, the lesson of
 # that date) was stopped at 235 s, unfinished; the lesson has grown since and its gpu profile has
 # not been run on a GPU again.
@@ -369,11 +368,11 @@ print(f"one naive BERT step (batch {spec.naive_batch}, padded to {spec.max_lengt
 # %% [markdown]
 # This A/B times **building batches only**, not training steps: it says how much cheaper the
 # loader's work becomes, not how much faster training gets. Training gains only the part of that
-# work that was on the step's critical path — with enough worker processes, none of it (lesson 1's
-# data-wait share measures that part). The one-off cost above buys every later epoch its batches
-# for free. In the naive recipe this
-# work runs in worker processes: on a GPU box it costs cores the other pipelines need; on a 2-core
-# CPU it competes with the model itself.
+# work that was on the step's critical path — with enough worker processes, none of it (a
+# data-wait timer, as lesson 1 used for CIFAR, measures that part). The one-off cost above buys
+# every later epoch its batches for free. In the naive recipe this work runs in worker processes:
+# on a GPU box it costs cores the other pipelines need; on a 2-core CPU it shares the cores with the
+# model, here for the small share of a step printed above.
 #
 # ## 3. The whole dataset on the device, augmented there
 #
@@ -412,8 +411,12 @@ print(f"the naive baseline measured {loader_ab.a_median:,.0f} images/s in the fi
 # ### Epoch starts
 #
 # The bursts above never start a pass. What a new epoch costs each pipeline, timed on its own: a
-# non-persistent loader starts its workers again; a persistent one only hands them a new epoch's
-# indices; `DevicePipeline` draws a new permutation on the device.
+# non-persistent loader starts its workers again; a persistent one keeps them and hands them a new
+# epoch's indices, but first waits for what they were still preparing for the pass it left (here up
+# to 2 workers x 4 prefetched batches), so its first batch need not come sooner; `DevicePipeline`
+# draws a new permutation on the device. Read the medians below as they fall (no interval: five
+# starts each): in the recorded run (a 2-core Intel Xeon with AMX, 2026-12-06) the persistent loader
+# was not the faster to its first batch.
 
 # %%
 starts = {"naive (2 workers)": epoch_start_s(device_ab.trainers["a"]),

@@ -26,7 +26,7 @@
 #    selective activation checkpointing), and see what dropout's random numbers need;
 # 6. see why, on a GPU, checkpointing plus a bigger micro-batch can be a *speed* win.
 #
-# **Run time**: about 30 s in `cpu` (29 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`); 10 s in `smoke` (a 2-core AMD EPYC VM, nothing
+# **Run time**: about 1.3 min in `cpu` (76 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`); 10 s in `smoke` (a 2-core AMD EPYC VM, nothing
 # else running); `gpu`: 70 s on an H100 80GB HBM3.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
@@ -421,16 +421,17 @@ print(f"selective vs checkpoint everything: {sel_ab.verdict}")
 print(f"save pointwise (recompute the matmuls) vs save matmuls: {wrong_ab.verdict}")
 
 # %% [markdown]
-# **What the recorded cpu run measured** (`docs/recorded/`, a 2-core Intel Xeon; 8 blocks at batch
-# 8 x 256). Keeping the matmuls' outputs kept 88.25 of plain's 144.50 MiB (61%), and ran 1.08x as
-# fast as checkpointing every block (interval 1.03-1.11), which keeps 8.00 MiB. Keeping the
-# pointwise outputs instead kept less, 65.25 MiB, and ran 0.90x as fast as keeping the matmuls
-# (0.87-0.95): it recomputes the matmuls. *Your turn* below, at its default budget of 50%, found
-# another point: 5 of the 8 blocks checkpointed whole kept 59.19 MiB and ran 1.13x as fast as
-# checkpointing every block (1.07-1.17). That is less memory than the selective policy, at a
-# speed-up over the same baseline no lower than its 1.08x (the two were timed in separate runs,
-# not against each other). So keeping the matmuls is one point on a memory/speed trade-off, not
-# the best of both here: measure each plan's bytes and time, and take the fastest that fits.
+# **What the recorded cpu run measured** (`docs/recorded/`, 8 blocks at batch 8 x 256; the bytes
+# are counts and do not move from run to run, the speeds do). Keeping the matmuls' outputs kept
+# 88.25 of plain's 144.50 MiB (61%); checkpointing every block keeps 8.00 MiB. Keeping the pointwise
+# outputs instead kept less, 65.25 MiB, and was slower than keeping the matmuls (the verdict above):
+# it recomputes the matmuls. *Your turn* below, at its default budget of 50%, found another point:
+# 5 of the 8 blocks checkpointed whole keep 59.19 MiB, less than the selective policy. How much
+# faster the selective policy is than checkpointing every block, read from the verdict above, run
+# by run: two quiet recordings on the same 2-core Intel Xeon with AMX (2026-12-06) gave 1.08x
+# (0.97-1.16, no clear difference) and 1.20x (1.04-1.22). So keeping the matmuls is one point on a
+# memory/speed trade-off, not the best of both: measure each plan's bytes and time, and take the
+# fastest that fits.
 #
 # **Dropout on recompute.** The recompute must draw the *same* dropout masks as the forward, or
 # backward differentiates a different network. `checkpoint` stashes the RNG state before the

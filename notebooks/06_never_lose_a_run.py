@@ -30,9 +30,9 @@
 # 8. measure what reproducibility costs (deterministic kernels) and how far results spread from
 #    seed to seed: what a change must beat before it is called an improvement.
 #
-# **Run time**: about 1.4 min in `cpu` (84 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`); 13 s in `smoke` (a 2-core AMD EPYC VM,
-# nothing else running); `gpu`: 2.1 min (129 s) on an H100 80GB HBM3. Sections 7 and 8 (the EMA,
-# reproducibility) came in after those runs: they are not yet in a quiet recording.
+# **Run time**: about 2 min in `cpu` (119 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`); 13 s in `smoke` (a 2-core AMD EPYC VM,
+# nothing else running); `gpu`: 2.1 min (129 s) on an H100 80GB HBM3, before sections 7 and 8 (the EMA,
+# reproducibility) came in.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only: its numbers show the code runs, not what is true). You will predict
@@ -539,8 +539,10 @@ ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# Where a save is *not* cheap against the step (large models), make it asynchronous: copy the
-# state to host memory (the blocking part), write it in the background. Young/Daly then use the
+# A save is not always cheap against the step (the cell above prints one save beside one step: in
+# two quiet recordings on a 2-core Intel Xeon with AMX, 2026-12-06, a save cost about 0.63 of a
+# step; large models pay more): make it asynchronous: copy the state to host memory (the blocking
+# part), write it in the background. Young/Daly then use the
 # blocking part as δ.
 
 # %%
@@ -829,7 +831,8 @@ print(f"and every accuracy above is measured on one fixed set of {SIZES['n_val']
 # ## Your turn
 #
 # Re-run the schedule comparison with your own peak LR and warm-up (`MY_PEAK`, `MY_WARMUP_FRAC`):
-# does one-cycle still reach the target as soon as the constant LR? Then set the Young/Daly
+# does one-cycle still reach the target, and as soon as warm-up + cosine (the recorded run: both
+# reached it, the constant LR in none of its 3 seeds)? Then set the Young/Daly
 # interval for *your* machines: what MTBF makes saving every 100 steps optimal here?
 
 # %%

@@ -203,10 +203,10 @@ def test_policies_are_scored_on_the_graders_own_search(name):
 
 def test_validation_refuses_bools_nan_unknown_keys_and_another_batch_size():
     good = {"lr": 0.05, "weight_decay": 1e-4}
-    assert search_checks.validate(good) == good
+    assert hpo_task.validate(good) == good
     # naming the held batch size is harmless: dropped, every trial trains at it anyway
-    assert search_checks.validate({**good, "batch_size": 128}) == good
-    assert search_checks.validate({**good, "batch_size": 128.0}) == good
+    assert hpo_task.validate({**good, "batch_size": 128}) == good
+    assert hpo_task.validate({**good, "batch_size": 128.0}) == good
     for bad in (
         {**good, "batch_size": 64},
         {**good, "batch_size": 128.5},
@@ -221,9 +221,9 @@ def test_validation_refuses_bools_nan_unknown_keys_and_another_batch_size():
         [0.05, 1e-4],
     ):
         with pytest.raises(CheckFailed):
-            search_checks.validate(bad)
+            hpo_task.validate(bad)
     with pytest.raises(CheckFailed, match="held fixed at 128 in this round"):
-        search_checks.validate({**good, "batch_size": 512})
+        hpo_task.validate({**good, "batch_size": 512})
 
 
 def test_every_trial_trains_at_the_held_batch_size():
@@ -251,7 +251,7 @@ def test_only_json_crosses_and_a_stop_is_one_bool():
     lesson12_probes.probe_start(w, space=hpo_task.SPACE, budget=1, max_epochs=9, seed=0)
     assert lesson12_probes.probe_ask(w, trial=0)[0] == {"config": {"not_json": "lr = object"}}
     with pytest.raises(CheckFailed, match="lr = object: convert numpy numbers"):
-        search_checks.validate({"not_json": "lr = object"})
+        hpo_task.validate({"not_json": "lr = object"})
     assert lesson12_probes.probe_report(w, trial=0, epoch=1, score=0.5)[0] == {"stop": True}
 
 

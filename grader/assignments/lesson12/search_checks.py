@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass, field
 
 from grader.assignments.lesson12 import hpo_task as ht
-from grader.assignments.lesson12.hpo_task import validate  # noqa: F401  (kept here: callers name search_checks.validate)
 from grader.kit.checks import CheckFailed, Context, expect, stub_reason
 
 # Epochs the search may spend. With the batch size held (hpo_task.FIXED) every epoch is the same work, so

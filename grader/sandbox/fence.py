@@ -1,9 +1,12 @@
-"""Seccomp filters for learner workers: kernel objects shared across gradings closed in every worker, and for
-lesson 11's ranks only internet sockets, no channel the grader does not count.
+"""Seccomp filters for learner workers: kernel objects shared across gradings closed in every worker, the
+CPU placement the grader chose fixed, and for lesson 11's ranks only internet sockets, no channel the grader
+does not count.
 
 `install(ranks=False)`, in every worker before learner code: keyrings (per uid, not namespaced: every
 grading's worker is `nobody`), io_uring, bpf, perf_event_open and userfaultfd refused, as Docker's default
-profile does. `install(ranks=True)` adds lesson 11's: unix sockets, socketpair, locks, mincore, cachestat.
+profile does, and sched_setaffinity: a timed worker is pinned to the cores its timing allows, and a learner
+who widened the pin onto an idle core (the baseline's, while the baseline is paused) would time two cores
+against one. `install(ranks=True)` adds lesson 11's: unix sockets, socketpair, locks, mincore, cachestat.
 Unsupported architectures fail closed.
 """
 
@@ -28,6 +31,7 @@ _ABI = {
             "request_key": 249,
             "keyctl": 250,
             "seccomp": 317,
+            "sched_setaffinity": 203,
             "perf_event_open": 298,
             "bpf": 321,
             "userfaultfd": 323,
@@ -45,6 +49,7 @@ _ABI = {
             "request_key": 218,
             "keyctl": 219,
             "seccomp": 277,
+            "sched_setaffinity": 122,
             "perf_event_open": 241,
             "bpf": 280,
             "userfaultfd": 282,
@@ -68,7 +73,10 @@ SHARED_KERNEL = (
     "perf_event_open",
     "userfaultfd",
 )
-DENIED = ("socketpair", "flock", "mincore", "cachestat", *SHARED_KERNEL)
+# the cores the grader pinned a worker to are the cores its timing counts: no learner code moves them
+# (no cpuset cgroup is assumed; pthread_setaffinity_np is this call too). EPERM, as for the others.
+PLACEMENT = ("sched_setaffinity",)
+DENIED = ("socketpair", "flock", "mincore", "cachestat", *SHARED_KERNEL, *PLACEMENT)
 
 _LD_W_ABS, _JEQ, _JGE, _RET = 0x20, 0x15, 0x35, 0x06
 _ALLOW, _ERRNO = 0x7FFF0000, 0x00050000
@@ -86,10 +94,10 @@ def _number(nr: dict[str, int], name: str) -> int:
 
 
 def _base_program(arch: int, nr: dict[str, int]) -> list[tuple[int, int, int, int]]:
-    """Every worker's filter: SHARED_KERNEL refused, everything else allowed, foreign ABIs refused."""
+    """Every worker's filter: SHARED_KERNEL and PLACEMENT refused, everything else allowed, foreign ABIs refused."""
     deny = (_RET, 0, 0, _ERRNO | errno.EPERM)
     allow = (_RET, 0, 0, _ALLOW)
-    numbers = [_number(nr, name) for name in SHARED_KERNEL]
+    numbers = [_number(nr, name) for name in (*SHARED_KERNEL, *PLACEMENT)]
     # each test jumps over the ones after it and the allow, to the deny
     dispatch = [(_JEQ, len(numbers) - i, 0, n) for i, n in enumerate(numbers)]
     return _head(arch) + dispatch + [allow, deny]

@@ -314,6 +314,39 @@ def test_a_pasted_copy_of_the_courses_pipeline_is_refused_before_any_timing(monk
     assert "copies effkit's DevicePipeline" in result.feedback, result.feedback
 
 
+def test_an_encoded_copy_of_the_courses_pipeline_is_refused_before_any_timing(monkeypatch):
+    """effkit's DevicePipeline compressed into a blob and exec'd at run time has no text for the copy
+    check to read (a review's route, 2026-12-06): a cell that makes code from data is refused on its
+    text, in the parent, before any worker starts."""
+    import base64
+    import inspect
+    import zlib
+
+    from effkit.workloads.cifar import pipelines
+    from grader.scoring.perf import grade
+
+    blob = base64.b64encode(zlib.compress(inspect.getsource(pipelines.DevicePipeline).encode())).decode()
+    encoded = (
+        "import base64, zlib\n"
+        f"exec(zlib.decompress(base64.b64decode({blob!r})))\n\n\n"
+        "class FastPipeline(DevicePipeline):  # noqa: F821\n"
+        "    def __init__(self, dataset, batch_size, device, seed):\n"
+        "        super().__init__(dataset, batch_size, device, seed + 1)\n\n"
+        "    def __iter__(self):\n"
+        "        yield from super().__iter__()\n\n\n"
+    )
+    head, _, rest = REFERENCE.partition("class FastPipeline:")
+    source = head + encoded + rest[rest.index("### BEGIN SOLUTION\nCHANGES") :]
+    assert recipe.read(source).problems == []  # the recipe's text rule alone does not see it
+    started = []
+    monkeypatch.setattr("grader.timed.protocol.start_worker", lambda *a, **k: started.append(a))
+    result = grade(
+        assignments.get("lesson14"), _cells(source), 6, device="cpu", progress=lambda s: None
+    )
+    assert result.points == 0 and not started, result.feedback
+    assert "makes code from data" in result.feedback and "exec" in result.feedback, result.feedback
+
+
 # A fresh review (2026-12-06) scored 6/6 with no pipeline of one's own: effkit's DevicePipeline loaded
 # again from its file (so no refusal patched into the imported class reaches it), under a name
 # built at run time (so no text rule sees it) and another seed (so the batch judge does not match).
@@ -350,7 +383,10 @@ def test_effkits_pipeline_loaded_again_from_its_file_earns_nothing(monkeypatch):
 
     head, _, rest = REFERENCE.partition("class FastPipeline:")
     source = head + RELOADED_REFERENCE + rest[rest.index("### BEGIN SOLUTION\nCHANGES") :]
-    assert recipe.read(source).problems == []  # nothing on the text refuses it
+    assert recipe.read(source).problems == []  # nothing on the recipe's text refuses it
+    # the parent's text filter refuses importlib now; this test holds the wall behind it, the worker's
+    # content check, as for a route the filter does not name (a residual: answer_closure)
+    monkeypatch.setattr("grader.assignments.lesson14.capstone._code_from_data", lambda cells: [])
     result = grade(
         assignments.get("lesson14"),
         _cells(source),

@@ -23,7 +23,7 @@ from pathlib import Path
 from effkit.measure import device_name
 from grader.assignments.lesson14 import recipe, scoring
 from grader.assignments.lesson14.manifest import MANIFEST
-from grader.kit.checks import copies_in
+from grader.kit.checks import copies_in, runs_code_from_data
 from grader.kit.perf import (
     GradingError,
     PerformanceReport,
@@ -59,6 +59,20 @@ def _copied_pipeline(source: str) -> list[str]:
     names = ", ".join(f"{name} (a copy of {answer})" for name, answer in found[:3])
     return [
         f"your cell copies effkit's DevicePipeline, the course's answer: {names}; write your own"
+    ]
+
+
+def _code_from_data(cells) -> list[str]:
+    """A cell that makes code from data at run time (``exec`` of a decoded blob, ``importlib``, a
+    child Python) or reads its callers' frames: the copy check above reads text, and such a cell's
+    pipeline has none to read (``answer_closure.runs_code_from_data``; the worker's content check of
+    lesson 2's withheld answer is the wall behind this filter)."""
+    return [
+        f"cell {name!r} makes code from data at run time or reads the frames that called it "
+        f"({', '.join(found)}): the grader reads your recipe as text to see that it is your own, "
+        "so write it as plain Python (no exec, importlib, os, sys or subprocess)"
+        for name, src in cells
+        if name != "quiz" and (found := runs_code_from_data(src))
     ]
 
 
@@ -131,7 +145,7 @@ def grade(
         "predicted_shares": rec.shares,
         "no_ops": rec.no_ops,
     }
-    rec.problems += _copied_pipeline(_source(cells))
+    rec.problems += _code_from_data(cells) + _copied_pipeline(_source(cells))
     if rec.problems:
         return _result(0.0, report, rec.problems, [], problems=rec.problems)
     gate, calibration, notes = load_gate(assignment.id, spec, "cpu", name)

@@ -102,21 +102,27 @@ check_my_work("test_policy", "lesson3.ipynb")
 # ## Part 2: the train step
 #
 # Write `amp_train_step(model, batch, optimizer, policy, scaler, max_grad_norm)`, called once per
-# batch by the recipe. It must:
+# batch by the recipe. This is a contract, not a recipe: the grader checks what your step *does* on a
+# small probe model (its update against a float64 reference step), not which lines you wrote. The
+# calls you need are the ones this lesson used on `GradScaler` and PyTorch's "Automatic Mixed
+# Precision examples" page (https://docs.pytorch.org/docs/stable/notes/amp_examples.html); the
+# order is yours to work out.
 #
-# 1. run the **forward pass and the loss** (`model(**batch).loss`) inside `policy.autocast()` — and
-#    nothing else: the backward pass runs in the forward's dtypes by itself;
-# 2. back-propagate the **scaled** loss: `scaler.scale(loss).backward()`;
-# 3. **unscale** the gradients (`scaler.unscale_(optimizer)`) *before* clipping them to
-#    `max_grad_norm` with `torch.nn.utils.clip_grad_norm_` — clipping loss-scaled gradients would
-#    shrink every update by the loss scale;
-# 4. step through the scaler (`scaler.step(optimizer)`: it **skips** the update when fp16 gradients
-#    overflowed to inf/NaN), then `scaler.update()` (it lowers the scale after such a step — the
-#    recipe sees that and does not advance the learning-rate schedule);
-# 5. clear the gradients and return the loss as a Python `float`.
+# * **What runs in 16 bits**: the forward pass and the loss (`model(**batch).loss`) run under
+#   `policy.autocast()`; nothing after them does. (Why is the backward pass not in the block?)
+# * **The update**: the parameters change exactly as one step of `optimizer` on the batch's
+#   gradients clipped to a total norm of `max_grad_norm` (`torch.nn.utils.clip_grad_norm_`) at their
+#   **true** size, whatever loss scale the scaler used to keep fp16 gradients from underflowing.
+#   The grader runs your step with an enabled scaler at a scale of thousands: a step that clips the
+#   wrong gradients moves the weights by a different amount and fails.
+# * **An overflow**: when an fp16 gradient is inf or NaN, the weights do not change and the scaler
+#   lowers its scale for the next step (the recipe reads that and does not advance its
+#   learning-rate schedule).
+# * **Afterwards**: the gradients are cleared, and the step returns the batch's (unscaled) loss as
+#   a Python `float`.
 #
-# With a disabled scaler (bf16, fp32) every scaler call is a cheap no-op, so one step serves all
-# precisions. Using effkit's `default_train_step` earns no points: write your own.
+# With a disabled scaler (bf16, fp32) every scaler call is a cheap no-op, so one step must serve all
+# three precisions. Using effkit's `default_train_step` earns no points: write your own.
 
 # %% nbgrader={"grade": false, "grade_id": "amp_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def amp_train_step(model, batch, optimizer, policy, scaler, max_grad_norm):

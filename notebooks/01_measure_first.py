@@ -385,6 +385,19 @@ else:
           " device to chase — lesson 3 measures what that means")
 
 # %% [markdown]
+# **MFU is not "GPU utilisation".** The utilisation `nvidia-smi` prints is the percent of time over
+# its sample period during which one or more kernels was executing on the GPU [NVML,
+# `nvmlUtilization_t`]: a GPU kept busy by small kernels reads close to 100% at an MFU of a few
+# percent. Utilisation says whether the device *waits* (for data, for Python); MFU says how well it
+# *computes* while it does not. Quote both, and never one as the other.
+#
+# **FLOPs do not predict time either.** ShuffleNet V2 [Ma et al., 2018] measured networks of similar
+# FLOPs running at clearly different speeds on a GPU and on an ARM CPU (memory access and the degree
+# of parallelism cost time that a FLOP count does not see), and argued for judging architectures by
+# the speed measured on the target platform. Hence the playbook's first step: start from a simple
+# model, and choose between candidates by their measured time-to-target on your device, not by
+# their FLOP counts or MFU.
+#
 # A low MFU says how much room there is, not where the time goes. The next two sections look for
 # the time.
 #
@@ -695,6 +708,10 @@ print(f"* measured waste per workload: {top_bottleneck}")
 #   LR scaling; C. Shallue et al., *Measuring the Effects of Data Parallelism on Neural Network
 #   Training*, JMLR 2019 — steps to target against batch size.
 # * A. Chowdhery et al., *PaLM: Scaling Language Modeling with Pathways*, 2022, appendix B — MFU.
+# * NVIDIA, [NVML API reference, `nvmlUtilization_t`](https://docs.nvidia.com/deploy/nvml-api/structnvmlUtilization__t.html)
+#   — what `nvidia-smi`'s GPU utilisation measures.
+# * N. Ma et al., *ShuffleNet V2: Practical Guidelines for Efficient CNN Architecture Design*,
+#   ECCV 2018 — equal FLOPs, unequal speed; measure speed on the target platform.
 # * PyTorch: [profiler recipe](https://pytorch.org/tutorials/recipes/recipes/profiler_recipe.html),
 #   [`torch.utils.flop_counter`](https://pytorch.org/docs/stable/torch.html),
 #   [DataLoader](https://pytorch.org/docs/stable/data.html); [Perfetto](https://perfetto.dev/docs/);

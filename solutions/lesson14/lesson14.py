@@ -160,8 +160,8 @@ grade_performance()
 #    half the memory and its step gets quicker;
 #    (b) bf16's rounding noise, which acts as a regulariser on the synthetic images and so
 #    lets the recipe reach the target in fewer samples;
-#    (c) a per-step A/B on that CPU, since its time includes the casts and the emulated
-#    kernels that the byte count leaves out.
+#    (c) measurements on that CPU: a per-step A/B (it counts the casts and the emulated
+#    kernels), then time to target if bf16 wins it.
 # 4. The grader runs 3 interleaved pairs of naive and your recipe and reports the range of their
 #    3 time-to-target ratios as the interval. What does that interval tell you?
 #    (a) a 95% interval for the speed-up: the pairs share data, seeds and initial weights, which

@@ -1,7 +1,8 @@
 """Lesson 14, the capstone speedrun: the assignment, its grading specs and its quiz key.
 
-The performance cell is scored by :mod:`grader.assignments.lesson14.capstone` (time to target and
-each gain's attribution); the quiz is checked like every lesson's. Parent only.
+The performance cell is scored by :mod:`grader.assignments.lesson14.capstone` (time to target; each
+gain's attribution is measured and shown, not yet scored); the quiz is checked like every lesson's.
+Parent only.
 """
 
 from __future__ import annotations

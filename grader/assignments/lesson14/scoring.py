@@ -1,5 +1,6 @@
-"""Lesson 14's points, from what the parent measured: time-to-target speed-up by tiers, and the
-learner's predicted shares of the gain against the leave-one-out ablations' measured shares.
+"""Lesson 14's points, from what the parent measured: time-to-target speed-up by tiers; and the
+learner's predicted shares of the gain set against the leave-one-out ablations' measured shares,
+shown in the report and worth no points until a campaign sizes the ablations.
 
 Pure functions of the protocol's evidence (:class:`grader.timed.measurement.Measurement`): no worker,
 no learner code. Every interval says its real coverage (``effkit.abtest.median_ci_coverage``).
@@ -29,7 +30,7 @@ TIERS: dict[str, tuple[float, float]] = {"CPU AMD EPYC [AVX2]": (1.5, 1.7)}
 NOMINAL_TIERS = (1.5, 1.7)
 TIER_POINTS = (4.0, 6.0)  # at the first tier, at the second
 FASTER_POINTS = 1.0  # faster than naive (its whole interval above 1x) but under the first tier
-# A predicted share earns its point inside the measured interval widened by this much: with three
+# A predicted share is shown as agreeing inside the measured interval widened by this much: with three
 # pairs an interval covers the median 75% of the time, and a share is a ratio of two noisy gains.
 SHARE_SLACK = 0.10
 # Shown, not scored, until a campaign sizes the ablations (the lesson's README: three gradings of

@@ -189,3 +189,117 @@ def _with_key(key: str) -> bytes:
     from safetensors.torch import save
 
     return save({key: torch.zeros(1)})
+
+
+# -- across chunks: an epoch's images once, its crops and flips drawn afresh (a review, 2026-12-06) --
+
+
+def _chunks(dataset, cls, n_chunks: int):
+    """The first ``n_chunks`` chunks of one run of ``cls``'s stream, in order, as committed."""
+    pipe, out = cls(dataset, BS, "cpu", SEED), []
+    for c in range(n_chunks):
+        steps = timed_checks.chunk_steps(SPECS["smoke"], N, BS, c)
+        while len(out) < steps.stop:
+            out += list(pipe)
+        batches = out[steps.start : steps.stop]
+        kept = {
+            "x": torch.cat([x for x, _ in batches]),
+            "y": torch.cat([y for _, y in batches]),
+            "sizes": torch.tensor([len(y) for _, y in batches]),
+        }
+        yield c, kept, steps
+
+
+def _judged(run, cls, epochs: int = 2) -> list[str]:
+    dataset, judge, reference = run
+    ledger, problems = timed_checks.EpochLedger(N), []
+    for _, kept, steps in _chunks(dataset, cls, epochs * SPECS["smoke"].chunks_per_epoch):
+        problems += timed_checks.judge(judge, kept, steps, BS, reference, ledger)
+    return problems
+
+
+class ReplayedEpoch:
+    """The naive pipeline's first epoch, augmented once and replayed reshuffled: cheap later epochs."""
+
+    def __init__(self, dataset, batch_size, device, seed):
+        self.inner, self.bs, self.first = (
+            TorchvisionPipeline(dataset, batch_size, device, seed),
+            batch_size,
+            None,
+        )
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __iter__(self):
+        if self.first is None:
+            self.first = list(self.inner)
+            yield from self.first
+            return
+        x, y = torch.cat([x for x, _ in self.first]), torch.cat([y for _, y in self.first])
+        perm = torch.randperm(len(y), generator=self.gen)
+        for i in range(0, len(y), self.bs):
+            yield x[perm[i : i + self.bs]], y[perm[i : i + self.bs]]
+
+
+class HalfAnEpochTwice:
+    """Each batch unique, each chunk unique, but an epoch's second half repeats its first half."""
+
+    def __init__(self, dataset, batch_size, device, seed):
+        self.inner = TorchvisionPipeline(dataset, batch_size, device, seed)
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __iter__(self):
+        batches = list(self.inner)
+        half = len(batches) // 2
+        yield from batches[:half] + batches[: len(batches) - half - 1] + batches[-1:]
+
+
+class TenShiftedCopies:
+    """Ten pre-shifted copies of the set, one drawn per image: at most ten crop offsets."""
+
+    SHIFTS = [(i, 3 * i % 9) for i in range(9)] + [(4, 4)]
+
+    def __init__(self, dataset, batch_size, device, seed):
+        images = torch.from_numpy(np.asarray(dataset.data))  # N x 32 x 32 x 3 uint8
+        padded = torch.nn.functional.pad(images.permute(0, 3, 1, 2), (4, 4, 4, 4))
+        self.copies = torch.stack(
+            [padded[:, :, dy : dy + 32, dx : dx + 32] for dy, dx in self.SHIFTS]
+        )
+        self.y, self.bs = torch.tensor(dataset.targets), batch_size
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def __len__(self):
+        return -(-len(self.y) // self.bs)
+
+    def __iter__(self):
+        perm = torch.randperm(len(self.y), generator=self.gen)
+        pick = torch.randint(0, len(self.SHIFTS), (len(self.y),), generator=self.gen)
+        flip = torch.rand(len(self.y), generator=self.gen) < 0.5
+        for i in range(0, len(self.y), self.bs):
+            idx = perm[i : i + self.bs]
+            x = self.copies[pick[idx], idx]
+            x = torch.where(flip[idx, None, None, None], x.flip(3), x)
+            yield normalize(x.permute(0, 2, 3, 1).contiguous()), self.y[idx]
+
+
+def test_two_epochs_of_the_naive_pipeline_pass_the_ledger(run):
+    assert _judged(run, TorchvisionPipeline) == []
+
+
+def test_an_augmented_epoch_replayed_is_named(run):
+    problems = _judged(run, ReplayedEpoch)
+    assert any("same crop and flip as in epoch 1" in p for p in problems), problems
+
+
+def test_an_image_twice_across_the_chunks_of_one_epoch_is_named(run):
+    problems = _judged(run, HalfAnEpochTwice, epochs=1)
+    assert any("came twice in epoch 1: shown in an earlier chunk" in p for p in problems), problems
+
+
+def test_a_few_pre_shifted_copies_are_not_random_crops(run):
+    problems = _judged(run, TenShiftedCopies, epochs=1)
+    assert any("distinct crop offsets (random crops give" in p for p in problems), problems

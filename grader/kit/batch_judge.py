@@ -2,8 +2,10 @@
 
 Every timed chunk commits the batches its trainer received (:class:`grader.kit.audit.EpochAudit`).
 Here they are decoded and matched to the run's own training images: every step of the batch size,
-exact crops of the zero-padded image, about half of them mirrored, labels aligned, no image twice,
-and not effkit's ``DevicePipeline`` for the run's seed. A pipeline that honours the contract only
+exact crops of the zero-padded image, about half of them mirrored, the crop offsets spread as random
+crops spread, labels aligned, no image twice in an epoch (across its chunks), each epoch's crops and
+flips drawn afresh (not the last epoch's replayed), and not effkit's ``DevicePipeline`` for the run's
+seed. A pipeline that honours the contract only
 where it is probed fails here. Parent only: a lesson's ``timed_checks`` builds its ``ChunkJudge``
 from these (lessons 2 and 14); never in a worker's view of the repository.
 """
@@ -25,6 +27,14 @@ REFERENCE_REUSED = (
 
 PATCH = slice(12, 20)  # an 8x8 patch of the source that every crop within the padding keeps whole
 MIN_IMAGES_FOR_SPREAD = 100  # below this a chunk's crop and flip statistics say too little
+OFFSETS = (2 * PAD + 1) ** 2  # the 81 crops of a 4-px zero padding
+# Distinct offsets among n uniform crops average 81 (1 - (80/81)^n), 57.6 at n = 100, with an SD
+# near 3: under 60% of that is a dozen SDs away for a contract pipeline, and catches a few
+# pre-shifted copies of the set drawn from (10 copies: at most 10 offsets)
+MIN_OFFSET_SHARE = 0.6
+# Under the contract an image keeps last epoch's crop and flip with probability 1/162 (0 with
+# alternating flips): a pipeline that replays an augmented epoch keeps all of them
+MAX_REPLAYED = 0.1
 # A random hash of a patch (uint8 x 192 weights < 2**40: no int64 overflow); matches are verified.
 _WEIGHTS = np.random.default_rng(0).integers(1, 2**40, 8 * 8 * 3, dtype=np.int64)
 
@@ -77,8 +87,52 @@ def chunk_steps(spec, n_train: int, batch_size: int, c: int) -> range:
     return range(first, first + round((j + 1) * spe / parts) - round(j * spe / parts))
 
 
-def judge(run: RunImages, kept: dict, steps: range, batch_size: int, reference) -> list[str]:
-    """Problems with one chunk's batches (empty when it is the contract the probes checked)."""
+class EpochLedger:
+    """One timed run's record across its chunks, judged in order: which images an epoch has shown,
+    and each image's crop and flip in this epoch and the last (the parent's, from decoded pixels)."""
+
+    def __init__(self, n_images: int):
+        self.epoch = -1
+        self.seen = np.zeros(n_images, dtype=bool)
+        self.now = np.full((n_images, 3), -1, dtype=np.int64)
+        self.before = self.now.copy()
+
+    def check(self, ok: np.ndarray, epoch: int) -> list[str]:
+        """Problems with one chunk's located images (``ok``: rows of [source, dy, dx, flipped])."""
+        if epoch != self.epoch:
+            self.epoch, self.before = epoch, self.now
+            self.now, self.seen[:] = np.full_like(self.before, -1), False
+        src, problems = ok[:, 0], []
+        again = int(self.seen[src].sum())
+        if again:
+            problems.append(
+                f"{again} images came twice in epoch {epoch + 1}: shown in an earlier chunk of it"
+            )
+        self.seen[src] = True
+        self.now[src] = ok[:, 1:]
+        last = self.before[src]
+        known = last[:, 0] >= 0
+        if known.sum() >= MIN_IMAGES_FOR_SPREAD:
+            kept = float((last[known] == ok[known, 1:]).all(axis=1).mean())
+            if kept > MAX_REPLAYED:
+                problems.append(
+                    f"{kept:.0%} of {int(known.sum())} images had the same crop and flip as in epoch "
+                    f"{epoch}: random crops and flips are drawn afresh every epoch (about 1 in 162 "
+                    "repeats by chance), not an augmented epoch replayed"
+                )
+        return problems
+
+
+def judge(
+    run: RunImages,
+    kept: dict,
+    steps: range,
+    batch_size: int,
+    reference,
+    ledger: EpochLedger | None = None,
+) -> list[str]:
+    """Problems with one chunk's batches (empty when it is the contract the probes checked);
+    with the run's ``ledger``, across its chunks too (every chunk of the run, in order)."""
     n, sizes = len(run.images), kept["sizes"].tolist()
     spe = math.ceil(n / batch_size)
     want = [batch_size if s % spe < spe - 1 else n - batch_size * (spe - 1) for s in steps]
@@ -114,12 +168,15 @@ def judge(run: RunImages, kept: dict, steps: range, batch_size: int, reference) 
         problems.append(f"{twice} images came twice in one epoch")
     if len(ok) >= MIN_IMAGES_FOR_SPREAD:
         offsets = len({(int(a), int(b)) for a, b in ok[:, 1:3]})
+        expected = OFFSETS * (1 - (1 - 1 / OFFSETS) ** len(ok))
         rate = float(ok[:, 3].mean())
-        if offsets < 10 or not 0.25 < rate < 0.75:
+        if offsets < MIN_OFFSET_SHARE * expected or not 0.25 < rate < 0.75:
             problems.append(
-                f"random crops and flips expected: {offsets} distinct crop offsets and {rate:.0%} "
-                f"mirrored among {len(ok)} images"
+                f"random crops and flips expected: {offsets} distinct crop offsets (random crops give "
+                f"about {expected:.0f}) and {rate:.0%} mirrored among {len(ok)} images"
             )
+    if ledger is not None:
+        problems += ledger.check(ok, steps.start // spe)
     x0, y0 = reference(steps.start)
     if torch.equal(kept["x"][: len(x0)], x0.cpu()) and torch.equal(kept["y"][: len(y0)], y0.cpu()):
         problems.append(REFERENCE_REUSED)

@@ -7,7 +7,7 @@ Parent only: not in the worker's view of the repository.
 
 from __future__ import annotations
 
-from grader.kit.batch_judge import RunImages, chunk_steps, judge, reference_batches
+from grader.kit.batch_judge import EpochLedger, RunImages, chunk_steps, judge, reference_batches
 
 
 class ChunkJudge:
@@ -15,7 +15,7 @@ class ChunkJudge:
     ``role`` trained on (``data``: lesson 14's ``GraderData``)."""
 
     def __init__(self, data):
-        self.data, self.runs = data, {}
+        self.data, self.runs, self.ledgers = data, {}, {}
 
     def __call__(self, r: int, c: int, kept: dict, role: str = "learner") -> list[str]:
         data = self.data
@@ -27,4 +27,10 @@ class ChunkJudge:
             reference = reference_batches(images, labels, bs, data.device, data.seeds[r])
             self.runs[r, bs] = (RunImages(images, labels), reference)
         run, reference = self.runs[r, bs]
-        return judge(run, kept, chunk_steps(data.spec, len(run.images), bs, c), bs, reference)
+        # the learner's every chunk comes here in order (the baseline's drawn ones only): its ledger
+        # checks an epoch across chunks (no image twice, crops and flips drawn afresh)
+        ledger = None
+        if role == "learner":
+            ledger = self.ledgers.setdefault(r, EpochLedger(len(run.images)))
+        steps = chunk_steps(data.spec, len(run.images), bs, c)
+        return judge(run, kept, steps, bs, reference, ledger)

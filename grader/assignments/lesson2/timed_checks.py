@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from grader.kit.batch_judge import (  # noqa: F401  (re-exported: tests/test_timed_batches.py)
+    EpochLedger,
     RunImages,
     chunk_steps,
     judge,
@@ -18,7 +19,7 @@ class ChunkJudge:
     train the same batch size, so ``role`` changes nothing here)."""
 
     def __init__(self, data):
-        self.data, self.runs = data, {}
+        self.data, self.runs, self.ledgers = data, {}, {}
 
     def __call__(self, r: int, c: int, kept: dict, role: str = "learner") -> list[str]:
         data = self.data
@@ -29,4 +30,9 @@ class ChunkJudge:
             self.runs[r] = (RunImages(images, labels), bs, reference)
         run, bs, reference = self.runs[r]
         steps = chunk_steps(data.spec, len(run.images), bs, c)
-        return judge(run, kept, steps, bs, reference)
+        # the learner's every chunk comes here in order (the baseline's drawn ones only): its ledger
+        # checks an epoch across chunks (no image twice, crops and flips drawn afresh)
+        ledger = None
+        if role == "learner":
+            ledger = self.ledgers.setdefault(r, EpochLedger(len(run.images)))
+        return judge(run, kept, steps, bs, reference, ledger)

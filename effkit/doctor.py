@@ -2,7 +2,7 @@
 
 `diagnose` is a pure function of :func:`effkit.profiling.profile_training`'s plain data: each rule reads
 measured figures and every finding carries its evidence, an estimate of what its fix saves (a share of the
-profiled step, for ranking), the fix and its lesson. ``python -m effkit.doctor cifar:naive`` profiles a course recipe; ``--validate`` plants
+profiled step, for ranking), the fix and the lesson that shows it (none where no lesson does). ``python -m effkit.doctor cifar:naive`` profiles a course recipe; ``--validate`` plants
 bottlenecks (:mod:`effkit.doctor_plants`) and prints the confusion table. Profile on a quiet core: per-call
 times depend on the host, and a "none" under load is not evidence.
 """
@@ -48,12 +48,13 @@ class Finding:
     share: float
     evidence: str
     fix: str
-    lesson: int
+    lesson: int | None  # the lesson that shows the fix; None where no lesson does
 
     def line(self) -> str:
+        shown = f" (lesson {self.lesson})" if self.lesson else ""
         return (
-            f"[{self.label}] {self.title} — evidence: {self.evidence}; fix: {self.fix} "
-            f"(lesson {self.lesson}); about {self.share:.0%} of the profiled step"
+            f"[{self.label}] {self.title} — evidence: {self.evidence}; fix: {self.fix}{shown}; "
+            f"about {self.share:.0%} of the profiled step"
         )
 
 
@@ -94,7 +95,7 @@ def diagnose(profile: dict) -> list[Finding]:
                 f"{syncs:.0f} device-to-host reads per step (.item(), bool(tensor), .tolist()), "
                 f"{sync_ms:.2f} ms waiting in them; on an accelerator each one drains its queue",
                 "keep metrics on the device and read them every N steps",
-                10,
+                None,
             )
         )
 
@@ -128,7 +129,8 @@ def diagnose(profile: dict) -> list[Finding]:
                 f"(under {float(line):g}x, this class's line), "
                 f"and {matmul:.0%} of the step (batch "
                 f"{profile.get('batch_size')}): fixed per-operator costs rule",
-                "a bigger batch (accumulate if memory says no), fused or compiled operators",
+                "fused or compiled operators (torch.compile: lesson 10, section 3), or a bigger batch, "
+                "accumulating if memory says no",
                 4,
             )
         )
@@ -177,8 +179,8 @@ def diagnose(profile: dict) -> list[Finding]:
                 f"{opt.get('name', 'the optimizer')} runs {opt_ops:.0f} operators per step over "
                 f"{tensors} parameter tensors, one tensor at a time (foreach and fused off), "
                 f"{opt_share:.0%} of the step; on a GPU each operator is a kernel launch",
-                "foreach=True (or fused=True where supported)",
-                10,
+                "build the optimizer with foreach=True (or fused=True where supported)",
+                None,
             )
         )
 

@@ -25,13 +25,13 @@
 # and hands your `diagnose` only the resulting dict, in a separate process. Each label is one
 # of:
 #
-# | label | planted as | lesson |
+# | label | planted as | the fix, and the lesson that shows it |
 # | --- | --- | --- |
-# | `"data"` | raw text tokenised in Python, sample by sample, inside the step | 2 |
-# | `"sync"` | `bool(tensor)` NaN checks in the forward and `loss.item()` every step | 1, 10 |
-# | `"overhead"` | batch 1 instead of 32: every operator tiny | 4 |
-# | `"padding"` | random lengths padded to the maximum | 7 |
-# | `"optimizer"` | `Adam(foreach=False)`: a Python loop over the parameter tensors | 10 |
+# | `"data"` | raw text tokenised in Python, sample by sample, inside the step | workers, prefetch (2) |
+# | `"sync"` | `bool(tensor)` NaN checks in the forward and `loss.item()` every step | keep metrics on the device (no lesson shows it) |
+# | `"overhead"` | batch 1 instead of 32: every operator tiny | `torch.compile` (10), a bigger batch (4) |
+# | `"padding"` | random lengths padded to the maximum | per-batch padding, buckets (7) |
+# | `"optimizer"` | `Adam(foreach=False)`: a Python loop over the parameter tensors | `foreach=True` (no lesson shows it) |
 # | `"none"` | nothing planted | |
 #
 # Each bottleneck appears once and `"none"` three times. **The fields can mislead.** Each
@@ -41,13 +41,17 @@
 # beside another: the label is always the plant that costs **the most of the step**, so
 # `"foreach": False` alone does not make `"optimizer"`, nor `batch_size == 1` `"overhead"`. Read
 # what each suspect costs (its share of `step_ms`, the matmul calls against `matmul_us_floor`)
-# before you name it. Two plants cost too little on a CPU for their time to be read reliably: a
-# sync (nothing runs asynchronously here, so it costs about its own operator) and the per-tensor
-# optimizer loop; the lesson names them by their habit's signature, as its table says (syncs per
-# step; optimizer operators per parameter tensor with the optimizer's share of the step). `test_diagnose` (5 points) needs **all 8** labels right. Miss one or two and
-# the grader profiles all 8 steps again on fresh data, in a new order, and asks again: that second
-# look must be named whole. One unlucky profile does not fail a sound rule, while a rule left out, or
-# a field read in a rule's place, misses on both looks. Return a plain string; anything else counts as wrong. Write the rules yourself:
+# before you name it. A sync costs too little on a CPU for its time to be read (an operator's result
+# is ready when its call returns, no kernel queue to wait for, so a read costs about its own
+# operator): the lesson's table names it by count, syncs per step, and ranks it by that small time.
+# The per-tensor optimizer loop is named by its signature, operators per parameter tensor, *and* by
+# its time: in the grader's calibrations the plant's optimizer range took 11-28% of the step, the
+# `foreach=False` decoy's 1.6-5.7%, and the lesson's line is 8%. `test_diagnose` (5 points) needs
+# **all 8** labels right. Miss one or two and the grader profiles all 8 steps again on fresh data,
+# in a new order, and asks again: that second look must be named whole; miss three or more on the
+# first look, or any on the second, and the test fails. So a sound rule survives one or two unlucky
+# profiles on the first look, but not a miss on both; a rule left out, or a field read in a rule's
+# place, misses on both looks. Return a plain string; anything else counts as wrong. Write the rules yourself:
 # a copy of `effkit.doctor`'s code in your cells, renamed or not, earns no points (the grader finds
 # functions that share most of their statements with it; a rewrite far enough not to read as a copy
 # is not caught, and is the exercise done with the doctor open beside you), and the grader

@@ -280,8 +280,9 @@ print(f"onnxruntime fp32 at its own length: ~{per_token[1]:.2f} ms + {per_token[
 # What the dynamic axis changes, read from the intervals above: a request costs roughly a fixed
 # part plus a part per token, so at its own length a short sentence is cheap and a long one is not.
 # The median request is shorter than either fixed axis and gets faster; the **tail** is made of the
-# longest sentences, and a server that pads to 32 tokens was only "fast" at P95 because it answered
-# those from their first 32 tokens (the accuracy below shows whether that cut costs anything here). Against the honest
+# longest sentences, and a server that pads to 32 tokens looks "fast" in that tail (at the highest
+# percentiles, and on the requests longer than 32 tokens) only because it answered those from their
+# first 32 tokens (the accuracy below shows whether that cut costs anything here). Against the honest
 # fixed axis (64, nothing cut) the own-length server wins at every percentile. The SLO is written on
 # the tail, so the rest of the lesson serves every request at its own length and judges the tail.
 #
@@ -495,8 +496,9 @@ print(pre_line)
 # A server can run several queued requests as one batch: one pass over the weights serves them all,
 # which raises throughput when a single request leaves the hardware underused (a GPU, or a CPU with
 # many threads). On one CPU thread it need not: a batch is padded to its longest request, and in
-# the quiet recording (2-core Xeon, 2026-11-28) throughput *fell* as batches grew, fp32 from about
-# 115 to 95 sentences/s and int8 from about 345 to 214/s. Every request in a batch also waits for
+# the recorded runs on a 2-core Xeon throughput *fell* as batches grew, for fp32 and for int8 alike
+# (the curve above; from batch 1 to 16 fp32 lost a fifth to a quarter of its sentences per
+# second and int8 about two fifths, quiet or not). Every request in a batch also waits for
 # the whole batch's compute. (The batcher of section 5 never waits for a batch to fill: it takes
 # whatever has queued, up to its maximum.) The curve below is each configuration's P95 *service time* per
 # batch (the time a request spends in the model, not yet the wait for its batch) against its
@@ -534,8 +536,9 @@ plt.show()
 # ## 5. An SLO, measured under open-loop load
 #
 # Take an SLO set from this machine's own numbers: **P95 ≤ 3 x fp32's batch-1 P95, at 80% of the
-# request rate fp32 can serve one at a time** (0.8 / its *mean* service time, so that fp32 alone is
-# busy about 80% of the time; the run prints how busy each server was). The curve above gives
+# request rate fp32 can serve one at a time** (0.8 / its *mean* service time, meant to keep fp32
+# about 80% busy; the run prints how busy each server really was, which is more where requests
+# take longer under load than in the closed loop that set the rate). The curve above gives
 # service times only. Whether a configuration meets the SLO depends on the queue too, so it is
 # measured the way traffic behaves: requests arrive as a Poisson process at the SLO's rate whether or
 # not the server is free (an *open loop*, `effkit.serving.open_loop`), a request's latency runs from

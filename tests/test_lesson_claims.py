@@ -4,7 +4,7 @@ Each entry is a claim a review of lessons 1-6 found false, as it was written, wi
 false. The checks read the jupytext sources (fast, no execution): each pattern matched the text
 of commit 4ce9d9f (lessons 1-6) or 7ba263b (lessons 7-13), or f667302 for issue 51's, or 5bdbc1f
 for the second pass of issues 50 and 51 (whose RETIRED_ELSEWHERE reads exercise texts and effkit
-docstrings), and matches nothing today. The class-level guards live next to the code that
+docstrings), or 55d76f0 for the fresh reviews of lessons 10, 12 and 14, and matches nothing today. The class-level guards live next to the code that
 prints: `effkit.lesson` (verdict wording, smoke), `tests/test_notebooks.py` (smoke summaries),
 `tests/test_checkpoint_interval.py` (durations), `tests/test_measure.py` (profiler wrappers).
 """
@@ -277,6 +277,52 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
         r"the model holds here\.",
         "the measured P95 sat ~40% above the replay's: the text says which way they fall",
     ),
+    # fresh reviews of lessons 10, 12 and 14 (2026-12-06): each matched 55d76f0
+    (
+        "10_profiling",
+        r"by a third or more",
+        "only one direction was that large (share 39% vs saving 26%); the other gaps were 5-7 points",
+    ),
+    (
+        "10_profiling",
+        r"nothing runs asynchronously",
+        "DataLoader workers do; what a CPU lacks is a kernel queue for a device-to-host read to drain",
+    ),
+    (
+        "10_profiling",
+        r"each of the three CPU kinds",
+        "the 8-token overhead plant was measured on the AMX Xeon only (doctor-calibration.md)",
+    ),
+    (
+        "12_hpo_on_a_budget",
+        r"an epoch budget is a budget of seconds",
+        "one complete trial took 40 to 156 ms at the same batch size, and the sampler's time is not counted",
+    ),
+    (
+        "12_hpo_on_a_budget",
+        r"a GPU buys nothing here",
+        "never measured: at best an expectation from the step's size",
+    ),
+    (
+        "12_hpo_on_a_budget",
+        r"Shallue et al\. 2018",
+        "the reference list cites the JMLR paper of 2019",
+    ),
+    (
+        "13_quantized_inference",
+        r"115 to 95 sentences/s",
+        "a retired recording's numbers: the text reads the curve of the run shown",
+    ),
+    (
+        "14_capstone",
+        r"Native units are necessary",
+        "unsupported: a memory-bound step can gain from halved bytes without native units",
+    ),
+    (
+        "14_capstone",
+        r"which the baseline misses says nothing about the change",
+        "if the change reached the target there, that seed was its win: leaving it out makes the ratio err low",
+    ),
 ]
 
 
@@ -310,6 +356,16 @@ RETIRED_ELSEWHERE = [  # (file, pattern of the false claim, why): exercise texts
         "effkit/workloads/bert/recipes.py",
         r"HF's usual setting",
         "run_glue.py sets pad_to_multiple_of=8 only when it trains in fp16; effkit rounds in every precision",
+    ),
+    (
+        "grader/assignments/lesson14/capstone.py",
+        r"the rest of the cell's points are the attribution's",
+        "the attribution is shown, not scored: the tiers are all of the cell's points",
+    ),
+    (
+        "solutions/lesson10/lesson10.py",
+        r"One unlucky profile does not fail a sound rule",
+        "two looks that both miss do fail it: the text states the two-look rule exactly",
     ),
 ]
 

@@ -28,11 +28,10 @@
 #    of 8, and packed — in useful tokens per second, with each arm's padding;
 # 6. measure what bucketing costs in accuracy: random order against bucketed, paired over seeds.
 #
-# **Run time**: about 4 min in `cpu` on a quiet 2-core machine (230 s recorded on an Intel Xeon VM
-# with AMX, no GPU, 2026-11-28; one thread, `OMP_NUM_THREADS=1`; the summary's last line gives your
-# run's). The outputs in `docs/recorded/` are a later run of this version: 937 s on a 2-core AMD
-# EPYC (AVX2) shared with other jobs (load 3.7 per core at its start, 1.5 at its end), so its timings
-# are noisier than a quiet run's. `smoke` is for tests only.
+# **Run time**: about 3 min in `cpu` on a quiet 2-core machine (183 s recorded on an Intel Xeon VM
+# with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`; one thread, `OMP_NUM_THREADS=1`;
+# the summary's last line gives your run's; an earlier version took 937 s on a 2-core AVX2-only AMD
+# EPYC shared with other jobs). `smoke` is for tests only.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one), `smoke`
 # (tests only: a 2-layer encoder on synthetic sentences; its numbers show the code runs, not what

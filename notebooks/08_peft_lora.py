@@ -25,8 +25,8 @@
 # 5. merge the adapters into the weights for inference with zero overhead — measured;
 # 6. name the next step on a GPU: QLoRA.
 #
-# **Run time**: about 3.3 min in `cpu` (196 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`; three paired seeds of both fine-tunings take
-# about 2.6 min of it), 17 s in `smoke`.
+# **Run time**: about 3.5 min in `cpu` (215 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`; the paired seeds of both fine-tunings take
+# most of it), 17 s in `smoke`.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one), `smoke`
 # (tests only: a 2-layer encoder on synthetic sentences; its numbers show the code runs, not what

@@ -37,6 +37,9 @@ import torch
 from effkit import lesson_record, measure
 from effkit.abtest import ABResult, Verdict, compare, verdict
 from effkit.measure import device_name
+from effkit.profiling import quiet_kineto
+
+quiet_kineto()  # lessons 1 and 10 profile: no tracer markers in their outputs (effkit.profiling)
 
 PROFILES = ("smoke", "cpu", "gpu")
 MIN_PAIRS = 6  # the fewest pairs whose [x_(1), x_(n)] interval covers the median >= 95%

@@ -18,8 +18,9 @@ from grader.kit.checks import CheckFailed, expect
 
 MAX_EPOCHS = 9  # a trial that is never stopped trains this many epochs (Hyperband's R)
 # Held for every trial, as in the lesson (section 1): the batch size is chosen for throughput, not tuned
-# on validation accuracy. Fixed, it also makes every epoch the same work, so a budget in epochs is a
-# budget of seconds in units that do not depend on the machine grading.
+# on validation accuracy. Fixed, it also makes every epoch the same count of samples and optimizer steps, so
+# a budget in epochs counts training in units that do not depend on the machine grading. Not seconds: an
+# epoch's time still varies with the configuration (a diverged trial stops computing) and the machine.
 FIXED = {"batch_size": 128}
 # What a search may choose: effkit's space less the fixed hyperparameters (the lesson's section 1
 # still sweeps hpo.SPACE's batch sizes for throughput, so that dict keeps them).
@@ -41,8 +42,9 @@ def grid_configs() -> list[dict]:
 # (README), so it moves to 0.003-2.2 over this range, inside the grid. A fixed learning rate (the
 # lesson's 0.355) misses most families; a search on a log scale finds each (issue 50).
 LOSS_SCALES = (0.25, 64.0)
-# Each grading searches a pair of tasks whose scales lie PAIR_RATIO apart, so their best learning rates
-# do too: a fixed configuration stays within MARGIN over less than 16x of scale (README, measured by
+# Each grading searches a pair of tasks whose scales lie PAIR_RATIO apart, which moves their best learning
+# rates about as far (the two tasks' data differ too, and at scale 1 the best lies anywhere in 0.18-0.56, so
+# 5x to 50x): a fixed configuration stays within MARGIN over less than 16x of scale (README, measured by
 # lesson12_calibrate.py --window), so it misses at least one task of every pair, whatever the draw
 # (issue 50, second review: on one task it passed the draws near its own scale, ~3 in 8). 16 is the
 # widest ratio whose partner always stays in LOSS_SCALES (their 256x is 16 squared).

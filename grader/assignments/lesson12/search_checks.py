@@ -14,9 +14,12 @@ from dataclasses import dataclass, field
 from grader.assignments.lesson12 import hpo_task as ht
 from grader.kit.checks import CheckFailed, Context, expect, stub_reason
 
-# Epochs the search may spend. With the batch size held (hpo_task.FIXED) every epoch is the same work, so
-# this is a budget of seconds counted in units that do not depend on the machine: the grader trains every
-# trial itself, and a budget in seconds would grade its load, not the policy. Calibration: the README.
+# Epochs the search may spend. With the batch size held (hpo_task.FIXED) every epoch is the same count of samples
+# and optimizer steps (2,048 and 16), so the budget counts training in units that do not depend on the machine:
+# the grader trains every trial itself, and a budget in seconds would grade its load, not the policy. It is not a
+# budget of seconds: an epoch's time still varies with the configuration (the lesson's runs time one complete trial
+# at 40-160 ms at batch 128; a diverged trial stops computing) and with the machine, and the policy's own decision
+# time is not charged to it (POLICY_SECONDS caps that apart). Calibration: the README.
 BUDGET = 120
 MAX_TRIALS = 200
 CALL_SECONDS = 20
@@ -24,6 +27,13 @@ POLICY_SECONDS = 30.0  # the policy's decisions, all calls together, on the pare
 FINAL_SEEDS = 3
 MARGIN = 0.02  # held-out accuracy below the grid's best; calibration: grader/assignments/lesson12/README.md
 MIN_SAVED = 0.3  # share of the unpruned cost of the same trials; calibration: grader/assignments/lesson12/README.md
+# A stop is evidence of pruning when the trial it ended trailed the others at its epoch: at least TRAILED of all
+# the scores reported at that epoch over the whole search (the stopped trial's own included) lie strictly above
+# its score, so it was outside that epoch's top quarter. Successive halving, the median pruner and Hyperband stop
+# mostly such trials; stops made whatever the scores (a blind pruner) hit the top quarter as often as the rest.
+TRAILED = 0.25
+# share of the epochs saved by stops that must come from such stops; calibration: the README
+MIN_EVIDENCE = 0.85
 
 
 @dataclass
@@ -47,6 +57,25 @@ class SearchRun:
     @property
     def saved(self) -> float:
         return 1.0 - self.spent / self.unpruned_cost if self.spent else 0.0
+
+    def evidence(self) -> tuple[int, int]:
+        """(epochs saved by stopping trials that trailed at their epoch, epochs saved by all stops): a stopped
+        trial saves the MAX_EPOCHS it did not run; it trailed when at least TRAILED of every score reported at
+        its last epoch in this search (its own included) lies strictly above its own (ties, e.g. diverged
+        trials at chance, are not above one another)."""
+        at: dict[int, list[float]] = {}
+        for t in self.trials:
+            for epoch, score in enumerate(t["scores"], 1):
+                at.setdefault(epoch, []).append(score)
+        trailed = saved = 0
+        for t in self.trials:
+            if t["status"] != "stopped":
+                continue
+            epoch, score = len(t["scores"]), t["scores"][-1]
+            saved += ht.MAX_EPOCHS - epoch
+            if sum(s > score for s in at[epoch]) >= TRAILED * len(at[epoch]):
+                trailed += ht.MAX_EPOCHS - epoch
+        return trailed, saved
 
 
 def _call(ctx: Context, run: SearchRun, probe: str, what: str, **args) -> dict:
@@ -226,9 +255,10 @@ def evaluate(ctx: Context) -> Outcome:
             whys.append(f"{label}: {why}")
     if whys and _finished(runs[0]) and _finished(runs[0]) == _finished(runs[1]):
         whys.append(
-            f"your search ran the same configurations to the end on both tasks, whose best learning rates "
-            f"lie {ht.PAIR_RATIO:.0f}x apart: a configuration fixed in advance is good on one of them at "
-            "most; choose what to finish from the scores you observe"
+            f"your search ran the same configurations to the end on both tasks, whose loss scales lie "
+            f"{ht.PAIR_RATIO:.0f}x apart and move their best learning rates about as far (5x to 50x, as each "
+            "task's data shifts it too): a configuration fixed in advance is good on one of them at most; "
+            "choose what to finish from the scores you observe"
         )
     passed = not whys
     message = "; ".join(lines) + ("" if passed else ". " + ". ".join(whys) + ".")
@@ -271,8 +301,10 @@ def check_pruning(ctx: Context) -> None:
             "ones (successive halving, or Optuna's MedianPruner / SuccessiveHalvingPruner)",
         )
         ctx.ok(saving)
-    # Same seed, different scores: a policy whose stops follow the scores cannot trace the same trials
-    # twice; one that asks and stops by a plan fixed in advance (its seed) does, whatever it observed.
+    # Same seed, different scores: a plan fixed by the seed alone (what to ask, when to stop) traces the same
+    # trials on both tasks whatever it observed, and is refused here. Differing traces prove less: randomness
+    # drawn outside the seed (os.urandom, the clock) parts them too, so whether the stops followed the scores
+    # is the next check's
     expect(
         _trace(outcome.runs[0]) != _trace(outcome.runs[1]),
         "your search asked the same configurations and stopped each at the same epoch on both tasks, "
@@ -280,5 +312,21 @@ def check_pruning(ctx: Context) -> None:
         "trial because its score trails the others' at the same epoch",
     )
     ctx.ok(
-        "your trials differed between the two tasks: what you asked and stopped followed the scores"
+        "your trials differed between the two tasks, given the same seed: not a plan fixed by the seed alone"
     )
+    for k, run in enumerate(outcome.runs):
+        trailed, saved = run.evidence()
+        share = trailed / saved if saved else 0.0
+        evidence = (
+            f"task {k + 1} of 2: {trailed} of the {saved} epochs your stops saved ({share:.0%}) came from "
+            f"trials that trailed at the epoch they were stopped (at least {TRAILED:.0%} of the scores reported "
+            "at that epoch in your search were higher)"
+        )
+        expect(
+            share >= MIN_EVIDENCE,
+            f"{evidence}, less than the {MIN_EVIDENCE:.0%} required: a stop counts as pruning only when the "
+            f"trial was outside the top {TRAILED:.0%} of the scores at its epoch, and stops made whatever the "
+            "scores end good trials as often as weak ones. Stop a trial because its score trails the others' "
+            "at the same epoch (successive halving, or Optuna's MedianPruner / SuccessiveHalvingPruner)",
+        )
+        ctx.ok(evidence)

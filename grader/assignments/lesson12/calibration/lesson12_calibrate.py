@@ -8,7 +8,10 @@ checks): per policy, the gap of its chosen configuration below the grid's best (
 fresh seeds), the share of budget saved by pruning, and both verdicts at the committed MARGIN and
 MIN_SAVED. One thread per run (deterministic per seed); the seconds printed are this machine's.
 ``--budget`` grades under another ``BUDGET`` than the committed one: how BUDGET itself was chosen.
-``--window`` instead takes task seeds and prints, per loss scale c, where the lesson's best
+``--searches-only`` replays only the pair's two searches of each grading (the same draws, no grid, no
+retrains) and prints per task the share saved and the share of the saved epochs that came from stops of
+trailing trials (search_checks.TRAILED, MIN_EVIDENCE), ``--repeats`` times (a policy drawing from os.urandom
+differs each time). ``--window`` instead takes task seeds and prints, per loss scale c, where the lesson's best
 configuration (lr 0.355, wd 5.6e-4) lands against a small LR sweep's best (held out, 2 seeds), using
 the exact equivalence: SGD on c * loss at (lr, wd) steps as on the loss at (lr * c, wd / c).
 """
@@ -39,15 +42,18 @@ from test_lesson12_exercise import POLICIES  # noqa: E402
 A = assignments.get("lesson12")
 
 # the policies calibrated, as tests/test_lesson12_exercise.py grades them (its POLICIES: name ->
-# (search cell source, expected verdicts)): the reference, two of the mistakes and the two shortcuts of
-# issue 50 (the lesson's best configuration copied; a ladder fixed in advance with blind stops) and an
-# honest seeded random search with successive halving by hand
+# (search cell source, expected verdicts)): the reference, two of the mistakes and the shortcuts of
+# issue 50 (the lesson's best configuration copied; a ladder fixed in advance with blind stops, its filler
+# fixed, drawn from os.urandom, or varied by the last score) and an honest seeded random search with
+# successive halving by hand
 CALIBRATED = (
     "reference",
     "no_pruning",
     "weight_decay_grid",
     "copies_the_lessons_best",
     "fixed_ladder_stops_blind",
+    "blind_ladder_urandom",
+    "blind_ladder_last_score",
     "random_search_halving",
 )
 
@@ -81,6 +87,23 @@ def grade(cells, seed: int) -> dict:
         except CheckFailed as err:
             out[gid] = (False, str(err))
     return out, session.lesson12_outcome
+
+
+def searches_only(cells, seed: int) -> list:
+    """The pair's two searches exactly as ``search_checks.evaluate`` runs them for grading ``seed`` (its
+    draws in the same order: the final seeds drawn after each search), without the grid or the retrains."""
+    ctx = Context(InProcess(cells), random.Random(seed))
+    first, policy_seed = ctx.rng.randrange(1 << 20), ctx.rng.randrange(1 << 30)
+    runs = []
+    for task_seed in hpo_task.pair(first):
+        runs.append(search_checks.run_search(ctx, task_seed, policy_seed))
+        [ctx.rng.randrange(1 << 30) for _ in range(search_checks.FINAL_SEEDS)]
+    return runs
+
+
+def _evidence(run) -> str:
+    trailed, saved = run.evidence()
+    return f"evidence {trailed / saved if saved else 0.0:5.1%} of {saved:3d} saved epochs"
 
 
 def _held_out(task, lr: float, wd: float) -> float:
@@ -136,6 +159,12 @@ def main() -> None:
         "--budget", type=int, default=None, help="grade under this BUDGET (epochs) instead"
     )
     ap.add_argument("--window", action="store_true", help="the lesson's best config per loss scale")
+    ap.add_argument(
+        "--searches-only", action="store_true", help="the two searches only: pruning's figures"
+    )
+    ap.add_argument(
+        "--repeats", type=int, default=1, help="with --searches-only: runs per policy and seed"
+    )
     args = ap.parse_args()
     if args.window:
         window(args.seeds, PRODUCTS)
@@ -146,12 +175,32 @@ def main() -> None:
     print(
         f"BUDGET {search_checks.BUDGET} epochs at {hpo_task.FIXED} (grid: {len(hpo_task.grid_configs())} "
         f"configurations, {grid_cost} epochs, {grid_cost / search_checks.BUDGET:.1f}x the budget); MARGIN "
-        f"{search_checks.MARGIN:.0%}, MIN_SAVED {search_checks.MIN_SAVED:.0%}; load average "
+        f"{search_checks.MARGIN:.0%}, MIN_SAVED {search_checks.MIN_SAVED:.0%}, MIN_EVIDENCE "
+        f"{search_checks.MIN_EVIDENCE:.0%} (stops outside each epoch's top {search_checks.TRAILED:.0%}); load average "
         f"{', '.join(f'{v:.2f}' for v in os.getloadavg())}",
         flush=True,
     )
     ref = dict(reference_cells(A))
     policies = {name: POLICIES[name][0] for name in CALIBRATED}
+    if args.searches_only:
+        for seed in args.seeds:
+            for name, source in policies.items():
+                if args.only and name not in args.only:
+                    continue
+                cells = [(g, source if g == "search" else s) for g, s in ref.items()]
+                for rep in range(args.repeats):
+                    start = time.perf_counter()
+                    runs = searches_only(cells, seed)
+                    tasks = " | ".join(
+                        f"task {k + 1} scale {hpo_task.loss_scale(run.task_seed):6.2f} saved {run.saved:5.1%} "
+                        f"{_evidence(run)}"
+                        for k, run in enumerate(runs)
+                    )
+                    print(
+                        f"seed {seed} {name:24s} run {rep} {tasks} | {time.perf_counter() - start:.1f} s",
+                        flush=True,
+                    )
+        return
     for seed in args.seeds:
         grid_shown = False
         for name, source in policies.items():
@@ -172,7 +221,8 @@ def main() -> None:
                 )
                 print(
                     f"    task {k + 1} scale {hpo_task.loss_scale(run.task_seed):6.2f} saved {run.saved:5.1%} "
-                    f"trials {len(run.trials):3d} | {gap.split(': ')[-1] if gap else 'no choice'}",
+                    f"{_evidence(run)} trials {len(run.trials):3d} | "
+                    f"{gap.split(': ')[-1] if gap else 'no choice'}",
                     flush=True,
                 )
             # the grid's best, once a seed: at an edge of the space, the grid would be too narrow

@@ -26,9 +26,9 @@
 #    paired seeds, and say only what the interval of the paired differences supports;
 # 6. time the student's inference against the teacher's and count their memory.
 #
-# **Run time**: about 4 min in `cpu` (239 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-11-28: the outputs in `docs/recorded/`; one thread,
-# `OMP_NUM_THREADS=1`: the teacher's fine-tuning takes about 1 min of it, the 18 student runs about
-# 3 min), 11-17 s in `smoke` at load 1.4-2.1.
+# **Run time**: about 5 min in `cpu` (285 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`; one thread,
+# `OMP_NUM_THREADS=1`: the teacher's fine-tuning takes about 1 min of it, the student runs most of
+# the rest; 239 s on 2026-11-28), 11-17 s in `smoke` at load 1.4-2.1.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one), `smoke`
 # (tests only: a 2-layer teacher, a 1-layer student, synthetic sentences; its numbers show the code

@@ -24,9 +24,9 @@
 # 4. see the GPU-only views (kernel gaps, the CUDA memory snapshot) as code written for a GPU (no
 #    recording of this lesson has run it on one yet).
 #
-# **Run time**: about 32 s in `cpu` on a quiet 2-core Intel Xeon with AMX (2026-12-06, the outputs in
-# `docs/recorded/`, a warm compile cache: compiling the overhead-bound step took 1.3 s there, a cold
-# compile longer; bf16 did not pay there, 1.00x, so the plants ran in fp32); 26 s on a quiet 2-core AMD EPYC, Zen 3, AVX2 only, and 21-28 s
+# **Run time**: about 30 s in `cpu` on a quiet 2-core Intel Xeon with AMX (2026-12-06, the outputs in
+# `docs/recorded/`, a warm compile cache: compiling the overhead-bound step took 1.3-1.9 s there, a
+# cold compile longer; bf16 did not pay there, 0.91-1.00x, so the plants ran in fp32); 26 s on a quiet 2-core AMD EPYC, Zen 3, AVX2 only, and 21-28 s
 # on a quiet Zen 4 EPYC with AVX512-BF16, both with a warm Inductor cache (on the Zen 4 bf16 measured just
 # over its 1.15x bar in some recordings, 1.18x, and under it in another: section 1 prints which this run
 # found); no GPU. An earlier AMX Xeon took 54 s cold; 16-40 s in `smoke` (warm or cold compile cache).
@@ -371,15 +371,15 @@ else:
 print(compile_line)
 
 # %% [markdown]
-# **Why less than the doctor's estimate.** The doctor's "about 93%" (in the recording shown with this
-# page, on the AMX Xeon) is everything in the profiled step but the matmuls and the data: the fixed
-# per-operator cost that all of the overhead fixes together go after, a bigger batch included. This
-# cell compiled only the forward and the loss (`step.loss`); AOTAutograd compiles their backward too,
-# but Adam's `optimizer.step()` and `zero_grad` ran eager as before. In that recording the profiled
-# ranges were forward 1.1, backward 1.7 and optimizer 1.9 of 4.8 ms: compiling could reach at most the
-# 2.8 ms of forward and backward, whose generated kernels still do the work and are still dispatched,
-# and not the optimizer's 1.9 ms (40% of the profiled step). It measured 1.25x: about a fifth of the
-# eager step saved.
+# **Why less than the doctor's estimate.** The doctor's estimate for the overhead-bound step (about
+# nine tenths of it, in its report above) is everything in the profiled step but the matmuls and the
+# data: the fixed per-operator cost that all of the overhead fixes together go after, a bigger batch
+# included. This cell compiled only the forward and the loss (`step.loss`); AOTAutograd compiles
+# their backward too, but Adam's `optimizer.step()` and `zero_grad` ran eager as before. In the
+# profiled ranges the report prints for that step, forward and backward are about three fifths of it
+# and the optimizer about two fifths (on this page's AMX Xeon recordings): compiling could reach at
+# most the first part, whose generated kernels still do the work and are still dispatched, and none
+# of the second. The A/B above measured about 1.25x: about a fifth of the eager step saved.
 
 # %% [markdown]
 # The course's own CIFAR recipes (smoke size: synthetic images; the optimized recipe's data is

@@ -28,11 +28,10 @@
 #    queue, a batcher), and see latency climb as the load nears capacity;
 # 6. in the `gpu` profile, serve on the GPU too (skipped, and said so, without one).
 #
-# **Run time**: about 4 min in `cpu` on a quiet 2-core machine (233 s recorded on an Intel Xeon VM
-# with AMX and AVX512-VNNI, no GPU, 2026-11-28: fine-tuning 33 s, the closed loops about 70 s, the
-# open-loop rounds about 45 s, 4 configurations x 3 rounds of ~4 s). The outputs in `docs/recorded/`
-# are a later run of this version: 1,098 s on a 2-core AMD EPYC (AVX2) shared with other jobs (load
-# 3.7 per core at its start, 1.3 at its end), so its latencies and its SLO are not a quiet machine's.
+# **Run time**: about 5 min in `cpu` on a quiet 2-core machine (289 s recorded on an Intel Xeon VM
+# with AMX and AVX512-VNNI, no GPU, 2026-12-06: the outputs in `docs/recorded/`; fine-tuning 35 s,
+# the closed loops about 90 s, the open-loop rounds 4 configurations x 3 of ~5 s; 233 s on
+# 2026-11-28, and an earlier version 1,098 s on a 2-core AVX2-only AMD EPYC shared with other jobs).
 # `smoke` is for tests only.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one: the CPU

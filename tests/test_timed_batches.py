@@ -258,22 +258,18 @@ class HalfAnEpochTwice:
         yield from batches[:half] + batches[: len(batches) - half - 1] + batches[-1:]
 
 
-class TenShiftedCopies:
+class TenShiftedCopies(NoAugment):
     """Ten pre-shifted copies of the set, one drawn per image: at most ten crop offsets."""
 
     SHIFTS = [(i, 3 * i % 9) for i in range(9)] + [(4, 4)]
 
     def __init__(self, dataset, batch_size, device, seed):
+        super().__init__(dataset, batch_size, device, seed)  # labels, batch size, generator
         images = torch.from_numpy(np.asarray(dataset.data))  # N x 32 x 32 x 3 uint8
         padded = torch.nn.functional.pad(images.permute(0, 3, 1, 2), (4, 4, 4, 4))
         self.copies = torch.stack(
             [padded[:, :, dy : dy + 32, dx : dx + 32] for dy, dx in self.SHIFTS]
         )
-        self.y, self.bs = torch.tensor(dataset.targets), batch_size
-        self.gen = torch.Generator().manual_seed(seed)
-
-    def __len__(self):
-        return -(-len(self.y) // self.bs)
 
     def __iter__(self):
         perm = torch.randperm(len(self.y), generator=self.gen)

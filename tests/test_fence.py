@@ -122,7 +122,18 @@ def test_every_worker_is_refused_the_kernel_objects_gradings_would_share():
     )
     assert done.returncode == 0, done.stderr
     got = __import__("json").loads(done.stdout.splitlines()[-1])
-    refused = {"keyctl", "add_key", "io_uring", "bpf", "perf_event_open", "repin", "repin_child", "repin_thread"}
+    refused = {
+        "keyctl",
+        "add_key",
+        "io_uring",
+        "bpf",
+        "perf_event_open",
+        "repin",
+        "repin_child",
+        "repin_thread",
+    }
     assert {k for k in got if got[k] == 1} == refused, got  # EPERM, not a crash
-    os.sched_setaffinity(0, os.sched_getaffinity(0))  # unfenced, the same call works: the refusal is the fence's
+    os.sched_setaffinity(
+        0, os.sched_getaffinity(0)
+    )  # unfenced, the same call works: the refusal is the fence's
     assert all(got[k] == "ok" for k in got if k not in refused), got

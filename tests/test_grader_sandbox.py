@@ -492,7 +492,9 @@ mine.kill()"""
         assert said[:5] == "SSSPS", f"stop, cont, renice, repin, /proc/mem of the baseline: {said}"
         # on its own child stop, cont and renice work (the uid is what refuses them above); re-pinning
         # is refused by the worker's fence even there (grader/sandbox/fence.py: PLACEMENT)
-        assert said[5:9] == "DDDP", f"the same on the worker's own child must work but the repin: {said}"
+        assert said[5:9] == "DDDP", (
+            f"the same on the worker's own child must work but the repin: {said}"
+        )
         # The uid alone still refuses all five where the baseline's pid is visible (the grader's PID
         # namespace): a learner's uid, no capabilities, in the host's namespace.
         import subprocess

@@ -325,7 +325,9 @@ def test_an_encoded_copy_of_the_courses_pipeline_is_refused_before_any_timing(mo
     from effkit.workloads.cifar import pipelines
     from grader.scoring.perf import grade
 
-    blob = base64.b64encode(zlib.compress(inspect.getsource(pipelines.DevicePipeline).encode())).decode()
+    blob = base64.b64encode(
+        zlib.compress(inspect.getsource(pipelines.DevicePipeline).encode())
+    ).decode()
     encoded = (
         "import base64, zlib\n"
         f"exec(zlib.decompress(base64.b64decode({blob!r})))\n\n\n"

@@ -36,7 +36,8 @@ from grader.kit.perf import (
 
 REPO = Path(__file__).resolve().parents[3]
 TOLERANCE_PP = 0.2  # the course's challenge: no worse than -0.2 pp on the validation metric
-SPEED_POINTS = scoring.TIER_POINTS[1]  # all of the cell's points today: the attribution is shown, not scored
+# all of the cell's points today: the attribution is shown, not scored
+SPEED_POINTS = scoring.TIER_POINTS[1]
 
 
 def _source(cells) -> str:

@@ -25,9 +25,10 @@
 # and then let the numbers name the top bottleneck. Every figure is printed next to the device it
 # was measured on, and every conclusion is computed from the measurement above it.
 #
-# **Run time**: about 10 min in `cpu` (595 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
-# GPU, 2026-12-06: the outputs in `docs/recorded/`; 905 s in an earlier quiet run that day, 110 s
-# before the steady-state pipeline A/B and three seeds per batch size came in); 47 s in `smoke` (a 2-core AMD EPYC VM, nothing else running;
+# **Run time**: about 13 min in `cpu` (780 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
+# GPU, 2026-12-06: the outputs in `docs/recorded/`; 595 s and 905 s in earlier quiet runs that day,
+# the pipeline A/B adding pairs until its interval is narrow enough; 110 s before the steady-state
+# pipeline A/B and three seeds per batch size came in); 47 s in `smoke` (a 2-core AMD EPYC VM, nothing else running;
 # the smoke sizes did not grow); `gpu`: 99 s on an H100 80GB HBM3, before the three seeds.
 #
 # **Profiles.** `EFFKIT_PROFILE` picks the experiment size: `cpu` (the default without a GPU:

@@ -29,18 +29,18 @@
 # 6. run trials in parallel through one study in a shared storage (SQLite here; a database or a
 #    journal file across machines).
 #
-# **Run time**: about 2.5 min in `cpu` (148 s of notebook wall time recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`), 17 s in `smoke` (the test harness's run,
+# **Run time**: about 2.5 min in `cpu` (139 s of notebook wall time recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`), 17 s in `smoke` (the test harness's run,
 # load ~1.4-1.9). The searches take a fixed 105 s of it in `cpu` (7 methods x 6 rounds x 2.5 s:
 # their budget is seconds); the rest grows with the machine's load. The summary's last line prints
-# this run's own time, counted from after the imports (142 s in the recording).
+# this run's own time, counted from after the imports (134 s in the recording).
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (the same sizes: the task is
-# a small MLP whose optimizer steps take about 0.5-1 ms on one CPU thread, so a GPU is expected to
+# a small MLP whose optimizer steps take about a millisecond on one CPU thread, so a GPU is expected to
 # buy little: at this size per-step kernel-launch and Python overheads, not arithmetic, would set
 # its pace; not measured here), `smoke` (tests only: a coarse grid, tiny budgets; its
 # numbers show the code runs, not what is true). The task is `effkit.hpo.TuningTask`: a synthetic
 # 4-class problem (2,048 training, 2,048 validation and 4,096 held-out samples) and an MLP trained
-# with SGD + momentum and a cosine schedule, about 10 ms per epoch at batch 128, so that hundreds of
+# with SGD + momentum and a cosine schedule, some 10-15 ms per epoch at batch 128, so that hundreds of
 # trials fit in minutes. The searches run on `effkit.hpo_clock` (a wall-clock budget, the
 # quasi-random sampler, paired comparisons). The graded exercise and the quiz are in
 # `exercises/lesson12/`.
@@ -177,11 +177,11 @@ print(batch_line)
 # here the training length is fixed in epochs: a larger batch means fewer steps (256: 72, 512: 36 in
 # 9 epochs), and whether this task needs that many fewer (perfect scaling) is not measured here.
 # What 128 gives up in throughput is only roughly known: the share printed above comes from the
-# table's medians of 3, without an interval. Read the table with care: in the recorded run batch 64
-# took 0.98 ms per step against 0.51 at batch 32 and 0.53 at batch 128, an outlier that nothing
-# printed here explains (noise, as far as this lesson can tell), and the table's 512-to-32 ratio
-# (9.0x) lies outside the A/B's interval (6.19-8.53x). The A/B is the figure to quote: an epoch at
-# batch 512 ran 6.2-8.5x as fast as one at batch 32 (its interval); batch 128 was not in it. A fixed
+# table's medians of 3, without an interval. Read the table with care: in three recordings of this
+# lesson on a 2-core Xeon (2026-12-06) the table's 512-to-32 ratio fell outside the A/B's interval
+# (above it twice, below it once), and one of them showed a batch-64 step twice as slow as its
+# neighbours that the others did not: noise a median of 3 does not average away. The A/B is the
+# figure to quote (its interval, printed above); batch 128 was not in it. A fixed
 # hyperparameter's caveat applies: the best learning rate and weight decay found below are the best
 # *at batch 128*.
 #
@@ -622,9 +622,10 @@ print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s in profile {P
 # size held, every epoch is the same number of optimizer steps (16 of 128), so an epoch budget
 # counts training work in units that do not depend on the machine (the grader trains every trial
 # itself; seconds would grade its machine and its load, not your search). It is not a budget of
-# seconds: an epoch's seconds still vary (one complete trial at batch 128 took 40 to 156 ms in
-# section 2, 3.9x), and it never counts the time the search itself spends deciding, which section 3
-# puts on the clock (3-12% of each search's wall clock in the recording).
+# seconds: an epoch's seconds still vary (section 2 prints how far one complete trial's time spread
+# at the same batch size: several-fold in every recording of this lesson), and it never counts the
+# time the search itself spends deciding, which section 3 puts on the clock (from a few percent to
+# over a tenth of each search's wall clock, by method).
 #
 # ### References
 #

@@ -40,8 +40,8 @@
 # it also makes every epoch the same count of samples and optimizer steps (2,048 and 16), so the
 # budget counts training in units that do not depend on the machine (the grader trains every trial
 # itself: a budget of seconds would grade its machine and its load, not your policy). It is not a
-# budget of seconds: an epoch's time still varies with the configuration (the lesson's runs timed
-# one complete trial at 40 to 160 ms at this batch size; a diverged trial stops computing), and your
+# budget of seconds: an epoch's time still varies with the configuration (in the lesson's runs one
+# complete trial's time spread several-fold at this batch size; a diverged trial stops computing), and your
 # policy's own decision time is not charged to it (it is capped apart: 30 s for all calls
 # together). The search space (the same dict is passed to `Search` as `space`):
 #

@@ -30,7 +30,7 @@
 #    device multiplies bf16 in hardware;
 # 4. attribute the gain: leave each change out in turn and measure what the recipe loses.
 #
-# **Run time**: about 2 min in `cpu` (132 s on a quiet 2-core Intel Xeon with AMX, no GPU, 2026-12-06:
+# **Run time**: about 2 min in `cpu` (103 s on a quiet 2-core Intel Xeon with AMX, no GPU, 2026-12-06:
 # the outputs in `docs/recorded/`; 83-85 s on a quiet 2-core AMD EPYC Zen 4, AVX512-BF16; 460 s on a 2-core AVX2-only EPYC shared with other
 # jobs at load 8-13) and about 30 s in `smoke`.
 #
@@ -261,8 +261,9 @@ if iter2 is not None:
 # multiply bf16 natively; elsewhere it is emulated, with casts on top. The cell below says which
 # this device is, and times it: the measurement, not the rule, is the answer for this device.
 # Native units do not guarantee a gain: on a small network the casts autocast inserts and
-# the fixed cost of each bf16 call can outweigh the faster multiplies (lesson 10 measured oneDNN's
-# bf16 call at about 16 µs even for a 16 x 16 `Linear` on an AMD EPYC Zen 4).
+# the fixed cost of each bf16 call can outweigh the faster multiplies (the course's calibration of
+# lesson 10's doctor measured oneDNN's bf16 call at about 16 µs even for a 16 x 16 `Linear` on an
+# AMD EPYC Zen 4: `benchmarks/results/doctor-calibration.md`).
 
 # %%
 def burst(changes: dict):

@@ -8,6 +8,7 @@ by tests/test_instructor_cycle.py (slow).
 """
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -221,6 +222,24 @@ def test_the_share_of_a_change_is_the_saved_time_it_gives_back():
     assert scoring.share_interval(full, full)[0] == 0.0  # none of it
     mid, low, high = scoring.share_interval(_speed([1.9, 2.0, 2.1]), _speed([1.3, 1.4, 1.5]))
     assert low < mid < high and abs(mid - (1 / 1.4 - 0.5) / 0.5) < 1e-9
+
+
+def test_a_share_is_undefined_rather_than_computed_over_the_pairs_the_recipe_won():
+    """Keeping only the pairs on which the full recipe beat naive would choose the sample by its
+    outcome (the old rule did): one pair at or under 1x leaves the share undefined, said so, and
+    never agreeing; so does an ablation with another number of pairs than the full recipe."""
+    full, without = _speed([2.0, 0.9, 2.2]), _speed([1.5, 1.4, 1.6])
+    assert all(math.isnan(x) for x in scoring.share_interval(full, without))
+    why = scoring.share_undefined(full, without)
+    assert "not faster than naive in 1 of 3 pairs" in why
+    a = scoring.Attribution("pipeline", 0.5, *scoring.share_interval(full, without), undefined=why)
+    agreed, lines = scoring.attribution_lines([a])
+    assert agreed == 0 and why in lines[0]
+    short = _speed([1.5, 1.4])
+    assert "measured 2 pairs against the full recipe's 3" in scoring.share_undefined(
+        _speed([2.0, 2.1, 2.2]), short
+    )
+    assert math.isnan(scoring.share_interval(_speed([2.0, 2.1, 2.2]), short)[0])
 
 
 def _recorded():

@@ -211,7 +211,8 @@ def grade(
         mid, low, high = scoring.share_interval(full, without)
         if any(t is None for t in mine.values()):
             high = float("inf")
-        found.append(scoring.Attribution(change, predicted, mid, low, high))
+        why = scoring.share_undefined(full, without)
+        found.append(scoring.Attribution(change, predicted, mid, low, high, undefined=why))
     agreed, said = scoring.attribution_lines(found)
     attributed = agreed * scoring.ATTRIBUTION_POINTS_PER_CHANGE
     if not scoring.ATTRIBUTION_POINTS_PER_CHANGE:

@@ -182,12 +182,31 @@ def share(s_full: float, s_without: float) -> float:
 def share_interval(full: Speed, without: Speed) -> tuple[float, float, float]:
     """The share's median and interval over its per-pair samples: pair ``i`` of the full recipe's
     measurement with pair ``i`` of the ablation's (independent runs, so any pairing is a fair draw;
-    the interval's coverage is that of ``median_ci`` for that many samples)."""
-    samples = [share(f, w) for f, w in zip(full.ratios, without.ratios, strict=False) if f > 1]
-    if not samples:
+    the interval's coverage is that of ``median_ci`` for that many samples). NaN where a share is
+    undefined (``share_undefined`` says why): no pair is dropped, since keeping only the pairs on
+    which the full recipe won would choose the sample by its outcome."""
+    if share_undefined(full, without):
         return float("nan"), float("nan"), float("nan")
+    samples = [share(f, w) for f, w in zip(full.ratios, without.ratios, strict=True)]
     low, high = median_ci(samples)
     return statistics.median(samples), low, high
+
+
+def share_undefined(full: Speed, without: Speed) -> str | None:
+    """Why no share can be computed from these two measurements, or None."""
+    if not full.ratios or len(full.ratios) != len(without.ratios):
+        return (
+            f"the ablation measured {len(without.ratios)} pairs against the full recipe's "
+            f"{len(full.ratios)}: no share"
+        )
+    slow = sum(f <= 1 for f in full.ratios)
+    if slow:
+        return (
+            f"your full recipe was not faster than naive in {slow} of {len(full.ratios)} pairs, "
+            "where a share of the saved time is undefined: no share (an interval over the other "
+            "pairs would be chosen by their outcome)"
+        )
+    return None
 
 
 @dataclass
@@ -197,9 +216,12 @@ class Attribution:
     measured: float
     low: float
     high: float
+    undefined: str | None = None  # why no share was measured (``share_undefined``)
 
     @property
     def agrees(self) -> bool:
+        if self.undefined:
+            return False
         return self.low - SHARE_SLACK <= self.predicted <= self.high + SHARE_SLACK
 
 
@@ -208,6 +230,9 @@ def attribution_lines(found: list[Attribution]) -> tuple[float, list[str]]:
     each), and why for each."""
     lines = []
     for a in found:
+        if a.undefined:
+            lines.append(f"{a.change}: you predicted {a.predicted:.0%} of the gain; {a.undefined}")
+            continue
         verdict = "agrees" if a.agrees else "does not agree"
         lines.append(
             f"{a.change}: you predicted {a.predicted:.0%} of the gain; leaving it out measured "

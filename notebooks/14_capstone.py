@@ -114,7 +114,7 @@ def time_to_target(changes: dict, seed: int = 0) -> dict:
             reached = clock
             break
     trainer.pause()  # no DataLoader worker outlives the run
-    return {"seconds": reached, "curve": curve, "final": curve[-1][1]}  # final: where it stopped
+    return {"seed": seed, "seconds": reached, "curve": curve, "final": curve[-1][1]}  # final: where it stopped
 
 
 def compare(name: str, changes: dict, baseline: dict | None = None, base_name: str = "naive") -> ABResult:
@@ -143,7 +143,7 @@ def compare(name: str, changes: dict, baseline: dict | None = None, base_name: s
     if skipped:
         print(f"{name}: {base_name} missed the target on {skipped} seed(s), each replaced by the next"
               " seed (a seed where only the change got there was its win, left out: the ratio errs low)")
-    RUNS[name] = runs[name]
+    RUNS[name], BASE_RUNS[name] = runs[name], runs["naive"]
     if baseline is None:
         RUNS.setdefault("naive", []).extend(runs["naive"])
     if missed:
@@ -159,7 +159,8 @@ def compare(name: str, changes: dict, baseline: dict | None = None, base_name: s
     return res
 
 
-RUNS: dict[str, list[dict]] = {}
+RUNS: dict[str, list[dict]] = {}  # each comparison's runs of its recipe, by comparison
+BASE_RUNS: dict[str, list[dict]] = {}  # and of its baseline
 naive = time_to_target({})
 NAIVE_S = "never" if naive["seconds"] is None else f"{naive['seconds']:.1f} s"
 print(f"naive: target {SIZES['target']:.0%} reached after {NAIVE_S}; accuracy where it stopped {naive['final']:.1%}")
@@ -237,7 +238,7 @@ if iter2 is not None:
 # The hypothesis's own test: iteration 2 against iteration 1, not against naive (whose gap the
 # pipeline already explains). Not a bar of its own in the plots below: the same recipe as above.
 layout = compare("+ channels_last", ITER2, baseline=ITER1, base_name="the device pipeline")
-_ = RUNS.pop("+ channels_last", None)  # `_ =`: not printed
+LAYOUT_RUNS = RUNS.pop("+ channels_last", [])  # kept for section 4, not a bar of the plots
 if iter2 is not None:
     print("both changes together: " + ("faster than naive to the target, the whole interval above 1x"
           if iter2.faster() else "not shown faster than naive with these seeds: the interval reaches"
@@ -296,7 +297,9 @@ print(f"bf16 here ({'native' if NATIVE_BF16 else 'emulated'}): {OUTCOME} per ste
 #
 # Solo gains do not add up: two changes that shrink the same cost overlap. What a change is worth
 # *in your recipe* is what the recipe loses without it — a leave-one-out ablation. Its share of
-# the saved time is `(1/s_without - 1/s_full) / (1 - 1/s_full)`, with `s` the speed-ups over naive.
+# the saved time is `(1/s_without - 1/s_full) / (1 - 1/s_full)`, with `s` the speed-ups over naive;
+# in times to target, `(T_without - T_full) / (T_naive - T_full)`: the part of the saved time that
+# leaving the change out gives back.
 
 # %%
 def share(full: float, without: float) -> float:
@@ -307,38 +310,49 @@ def pct(x: float) -> str:  # a missed ablation's share is infinite: more than al
     return "more than all" if math.isinf(x) else f"{x:.0%}"
 
 
-def share_interval(full: ABResult, without: ABResult) -> tuple[float, float, float, float, int] | None:
-    """The share per seed (``compare`` runs seed i in pair i of every comparison, so the full recipe's
-    pair i and the ablation's pair i share data and initial weights, unless `compare` skipped a seed,
-    which it says), its median, interval, coverage and the seeds used; None with fewer than 2, or
-    where the full recipe was not faster on some seed (its share is undefined there, and an interval
-    over the other seeds would be chosen by their outcome). An ablation run that missed the target
-    gives back more than all the saved time: its share is infinite, and it stays in the median. The
-    grader's formula, not quite its statistic: the grader's runs each draw fresh data, so its pair i
-    of two measurements are independent runs (any pairing is then a fair draw), and it charges an
-    ablation run that missed the target its whole schedule."""
-    pairs = list(zip(full.ratios, without.ratios, strict=False))  # equal lengths unless one ran short
-    if len(pairs) < 2 or any(f <= 1 for f, _ in pairs):
+def share_interval(full: list[dict], without: list[dict]) -> tuple[float, float, float, float, int] | None:
+    """The share per seed, from times: (T_without - T_full) / (T_naive - T_full), the formula above,
+    with T_full and T_without two recipes' runs on the same seed (same data and initial weights)
+    and one naive time per seed (the median of that seed's naive runs across the comparisons).
+    Its median, interval, coverage and the seeds used; None with fewer than 2 seeds, or where the
+    full recipe saved no time on some seed (the share is undefined there, and an interval over the
+    other seeds would be chosen by their outcome). An ablation run that missed the target gives back
+    more than all the saved time: its share is infinite, and it stays in the median. The grader's
+    formula, not quite its statistic: its runs each draw fresh data, so it pairs two measurements'
+    runs as independent draws, and it charges a missed ablation run its whole schedule."""
+    naive_s = {}
+    for r in RUNS["naive"]:
+        if r["seconds"] is not None:
+            naive_s.setdefault(r["seed"], []).append(r["seconds"])
+    t_naive = {k: statistics.median(v) for k, v in naive_s.items()}
+    t_full = {r["seed"]: r["seconds"] for r in full}
+    t_without = {r["seed"]: r["seconds"] for r in without}
+    seeds = sorted(set(t_full) & set(t_without) & set(t_naive))
+    if len(seeds) < 2 or any(t_full[k] is None or t_full[k] >= t_naive[k] for k in seeds):
         return None
-    samples = [share(f, w) if w > 0 else math.inf for f, w in pairs]
+    samples = [math.inf if t_without[k] is None else (t_without[k] - t_full[k]) / (t_naive[k] - t_full[k])
+               for k in seeds]
     low, high = median_ci(samples)
     return statistics.median(samples), low, high, median_ci_coverage(len(samples)), len(samples)
 
 
-# Without channels-last is iteration 1's recipe, measured already; without the pipeline is new.
-without = {"device pipeline": compare("without the pipeline", {"channels_last": True}),
-           "channels_last": iter1}
+# Without the pipeline is new. Without channels-last is iteration 1's recipe: section 2's layout
+# test ran it beside the full recipe on each seed, so its share comes from that test's own pairs
+# (and agrees with its verdict: the share's sign is the sign of that pair's gain).
+compare("without the pipeline", {"channels_last": True})
+without = {"device pipeline": (RUNS["pipeline + channels_last"], RUNS["without the pipeline"]),
+           "channels_last": (LAYOUT_RUNS, BASE_RUNS.get("+ channels_last", []))}
 shares = {}
-for change, res in without.items():
-    if iter2 is None or res is None or not iter2.faster():
+for change, (full_runs, without_runs) in without.items():
+    if iter2 is None or not iter2.faster() or not without_runs:
         print(f"  {change}: no share: the full recipe is not shown faster than naive (section 2)")
         continue
-    misses = sum(r == 0 for r in res.ratios)  # a run that missed counts as ratio 0 (compare)
-    if 2 * misses >= len(res.ratios):  # then the median is no time to target, and no share
+    misses = sum(r["seconds"] is None for r in without_runs)
+    if 2 * misses >= len(without_runs):  # then the median is no time to target, and no share
         print(f"  {change}: without it the recipe missed the target in {misses} of "
-              f"{len(res.ratios)} runs: it gives back more than a share can say")
+              f"{len(without_runs)} runs: it gives back more than a share can say")
         continue
-    found = share_interval(iter2, res)
+    found = share_interval(full_runs, without_runs)
     if found is None:
         print(f"  {change}: no share: on some seed the full recipe was not faster than naive")
         continue

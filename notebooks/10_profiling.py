@@ -145,7 +145,8 @@ for name, color in colors.items():  # one broken_barh per row: thousands of bars
     ax.broken_barh(spans, (0.7, 0.6), facecolors=color)
 ax.broken_barh([((e["ts"] - t0) / 1e3, e["dur"] / 1e3) for e in ops], (-0.25, 0.5), facecolors="#636363")
 ax.set(yticks=[0, 1], yticklabels=["operators", "ranges"], xlabel="ms since the first recorded step",
-       title=f"Chrome trace of {SIZES['active']} active steps (CPU thread): gaps between operators are Python")
+       title=f"Chrome trace of {SIZES['active']} active steps (CPU thread): ranges above, operators below; "
+             "a gap below is time in no recorded operator")
 ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()], labels=list(colors),
           ncol=5, loc="upper right", fontsize=8)
 plt.show()
@@ -156,7 +157,8 @@ plt.show()
 # (`aten::_local_scalar_dense`: what `.item()` and `bool(tensor)` run), the matmul time, the
 # median matmul call and the call that half the matmul time is spent in (`matmul_us_work`: the calls
 # that do the work), the optimizer's settings, the padding share. It also times steps *without*
-# the profiler first.
+# the profiler, half just before the profiled ones and half just after them, so that both sit in the
+# same steady state; their median is the step time to quote.
 
 # %%
 # The plants run in bf16 only where it measurably pays for their clean step here (1.15x, measured
@@ -181,7 +183,8 @@ patient = profiled(planted_step(("data", "sync"), seed=0))
 split = {k: v / patient["step_ms"] for k, v in patient["ranges_ms"].items()}
 print("share of the profiled step: " + ", ".join(f"{k} {v:.0%}" for k, v in split.items()))
 print(f"{patient['syncs_per_step']:.0f} syncs and {patient['ops_per_step']:.0f} operators per step; "
-      f"{patient['step_ms_unprofiled']:.1f} ms per step unprofiled (median), {patient['step_ms']:.1f} ms profiled")
+      f"{patient['step_ms_unprofiled']:.1f} ms per step unprofiled (median), {patient['step_ms']:.1f} ms profiled "
+      f"({doctor.overhead_note(patient)})")
 lesson.check_guess(GUESS_DATA_SHARE, split["data"], "share of the profiled step in data (section 2: the profiler "
                    "does not inflate every range alike)", "{:.0%}")
 
@@ -190,8 +193,10 @@ lesson.check_guess(GUESS_DATA_SHARE, split["data"], "share of the profiled step 
 #
 # The profiler costs twice. While it records, every recorded operator and range pays a little, so
 # the overhead is not a constant factor: it depends on what a step does (each doctor's report below
-# prints its step's profiled / unprofiled ratio: they differ from step to step, and the same step's
-# from run to run, in recordings of this lesson from x1.0 to x1.6), and a throughput measured under
+# prints its step's profiled / unprofiled ratio, where x1.25 would mean 25% slower under it: compare
+# them from report to report, since each step's mix of operators and Python differs, and a rerun
+# moves them too; where the profiled steps ran *faster*, the report says that the profiler's cost
+# was below this machine's noise instead of printing a ratio under 1), and a throughput measured under
 # the profiler is no throughput at all. And when a session
 # stops, the profiler turns everything it recorded into events: a cost paid once per session, for
 # what was recorded (this lesson measures it at one session length only). Measure both: the same steps with and without a short profiling session around
@@ -237,9 +242,13 @@ lesson.check_guess(GUESS_PROFILER_SLOWDOWN, 1 / overhead_ab.ratio, "slowdown und
 session_s = burst / overhead_ab.b_median  # one profiled burst, stop included (medians of the A/B)
 stop_s = statistics.median(stops)
 recording = (session_s - stop_s) / (burst / overhead_ab.a_median)
+# under 1 the recorded steps ran faster than the plain ones: a cost can't be negative, noise outweighed it
+recording_note = (f"made the steps about x{recording:.2f} slower" if recording >= 1 else
+                  "cost less than this machine's noise (the recorded steps ran no slower than the plain ones)")
 print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians), stopping the session took "
-      f"{1e3 * stop_s:.0f} ms ({stop_s / session_s:.0%}); recording and the session's start made the steps about "
-      f"x{recording:.2f} slower (a ratio of medians, no interval) (compare the x-factor each doctor's report below prints: its profiled / unprofiled step time)")
+      f"{1e3 * stop_s:.0f} ms ({stop_s / session_s:.0%}); recording and the session's start {recording_note} "
+      "(a ratio of medians, no interval) (compare the x-factor each doctor's report below prints: its profiled / "
+      "unprofiled step time)")
 
 # %% [markdown]
 # ## 3. The bottleneck doctor
@@ -262,9 +271,18 @@ print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians)
 # | optimizer | `foreach` and `fused` off, 8 or more parameter tensors, 4 or more optimizer operators per parameter tensor, and the optimizer range 8% of the step or more | `foreach=True` / `fused=True` (no lesson shows it) |
 # | memory | peak 85% or more of a given limit | activation checkpointing (5) |
 #
-# On a CPU an operator's result is ready when its call returns (there is no kernel queue to wait
-# for), so a device-to-host read costs little more than its own operator: a sync is flagged by
-# count and ranked by that small measured cost; on a GPU each one drains the launch queue.
+# **A sync's share is not its cost.** A sync is flagged by count, and ranked, like every finding, by
+# its evidence's share of the profiled step: for a sync, the time inside the reads. What syncs cost
+# is the stall they cause and the work done only to be read, which the profile books to other
+# operators or to none. On a CPU an operator's result is ready when its call returns (there is no
+# kernel queue to wait for), so the reads take almost no time, while the planted NaN checks'
+# `isfinite`/`all`, work done only to be read, are booked to those operators. On a GPU a read also
+# makes the host wait for every kernel queued before it, and the GPU then idles until the host
+# queues more: time in no operator on its row (PyTorch's Performance tuning guide asks to avoid
+# unnecessary CPU-GPU synchronization, so that the CPU runs ahead and the GPU's queue stays full).
+# So on a CPU the doctor's share ranks a sync last whatever it costs, and on a GPU it would count the
+# host's wait inside the read but not the idle time after it; what a fix saves is measured by timing
+# the step without the syncs, as below.
 #
 # **Why "7x an empty call" and not a number of µs.** A matmul call's time depends on the machine as
 # much as on the work (dispatch speed, the kernel picked for this CPU, the clock, a busy core): a 40 µs
@@ -281,19 +299,15 @@ print(doctor.report(patient))
 # Fix the first finding (tokenise once, before training: the batches are sliced from memory) and
 # profile again. The next bottleneck is the one that was second, or one that was not listed at all.
 #
-# The last two lines set each finding's share against what its fix saved, in unprofiled time
-# (single medians again). A share is an estimate, not a bound on the saving, and it can miss either
-# way. It is a share of the *profiled* step, whose operators each paid the profiler's cost
-# (section 2), so it is not the unprofiled step's share, and the unprofiled times compared below
-# are single medians on a machine that may be busy. In earlier quiet recordings of this lesson on an
-# AMD EPYC Zen 4 the data finding said 42% and its fix saved 49%, then 44% and 49%: the saving larger
-# by 5-7 points; in another, 39% against 26%, the share larger by 13 points, and there one unprofiled
-# median had run slower than its profiled steps (x0.77), which shows how far a single median can be
-# off. Either can be the larger. Read the two lines below as an estimate and one measurement from
-# two single medians, not as one number, and not as an interval.
-# And a finding counts only its evidence: the sync finding's share is the
-# time inside the reads, near zero on a CPU, while its fix also removes the NaN checks'
-# `isfinite`/`all` operators, which the share never counted.
+# The last lines set each finding's share against what its fix saved, in unprofiled time (single
+# medians again), and rank the two fixes by that measured saving. A share is an estimate, not a
+# bound on the saving, and it can miss either way. It is a share of the *profiled* step, whose
+# operators each paid the profiler's cost (section 2), so it is not the unprofiled step's share, and
+# the unprofiled times compared below are single medians on a machine that may be busy: compare the
+# two figures each line prints, and read them as an estimate and one measurement, not as one number
+# and not as an interval. The sync finding's share, the time inside the reads, never counted the NaN
+# checks' `isfinite`/`all` operators that its fix removes (above). Where a fix has been measured,
+# rank by what it saved, not by the share.
 
 # %%
 fixed_once = profiled(planted_step(("sync",), seed=0))
@@ -303,13 +317,18 @@ print(doctor.report(fixed_twice))
 print(f"unprofiled median step: {patient['step_ms_unprofiled']:.1f} ms -> {fixed_once['step_ms_unprofiled']:.1f} ms "
       f"-> {fixed_twice['step_ms_unprofiled']:.1f} ms (single medians, not an A/B: nothing here measures how far "
       "each would move if measured again)")
+saved_ms = {}  # what each fix saved of the unprofiled step, in ms: the measured cost, where the share is not
 for finding, before, after in (("data", patient, fixed_once), ("sync", fixed_once, fixed_twice)):
     said = next(f.share for f in doctor.diagnose(before) if f.label == finding)
-    saved = 1 - after["step_ms_unprofiled"] / before["step_ms_unprofiled"]
-    # two single medians, no interval: in one recording an unprofiled median ran slower than its profiled
-    # steps (x0.77), so a saving of a few percent may not even have its sign right, and a larger one is rough
-    print(f"{finding} finding: {said:.0%} of the profiled step; its fix saved {saved:.0%} of the unprofiled step "
+    saved_ms[finding] = before["step_ms_unprofiled"] - after["step_ms_unprofiled"]
+    # two single medians, no interval: a saving of a few percent may not even have its sign right
+    print(f"{finding} finding: {said:.0%} of the profiled step; its fix saved "
+          f"{saved_ms[finding] / before['step_ms_unprofiled']:.0%} of the unprofiled step it was made on "
           "(one pair of single medians: no interval)")
+by_saving = sorted(saved_ms, key=saved_ms.get, reverse=True)
+print("ranked by what their fixes saved (ms of the unprofiled step, each where it was made): "
+      + ", ".join(f"{k} {saved_ms[k]:.1f} ms" for k in by_saving)
+      + f"; the doctor ranked them by share: {', '.join(f.label for f in doctor.diagnose(patient))}")
 
 # %% [markdown]
 # ### The overhead finding's fix, measured: `torch.compile`
@@ -399,12 +418,18 @@ for name in RECIPES:
 # %% [markdown]
 # ## 4. On a GPU: kernel gaps and the memory snapshot
 #
-# Two views exist only with CUDA. **Kernel gaps**: in the trace, the GPU row shows each kernel; the
-# white space between kernels is time the GPU waited for the CPU to launch the next one (launch-
-# bound steps, syncs). Holistic Trace Analysis (HTA) computes the idle time per step from the same
-# trace. **The memory snapshot**: `torch.cuda.memory._record_memory_history()` records every
-# allocation with its stack; the pickle it dumps opens at https://pytorch.org/memory_viz and shows
-# activations growing through the forward and freed in the backward (lesson 5).
+# Two views exist only with CUDA, and no recording of this lesson has had a GPU: this section says
+# what the cell below would show there, from PyTorch's documentation, not from a run; only what the
+# cell prints on a GPU would be measured. **Kernel gaps**: on a GPU the trace has a row of kernels,
+# and white space between two of them is time the GPU had nothing queued: the next launch had not
+# come yet (a launch-bound step), or a sync had drained the queue. Holistic Trace Analysis (HTA)
+# computes a GPU's idle time from such traces and splits it into waiting for the host, waiting for
+# another kernel, and other (its documentation); the cell below prints the kernels' busy share of
+# their span and the largest gap. **The memory snapshot**: `torch.cuda.memory._record_memory_history()`
+# records every allocation with its stack; the pickle the cell dumps opens at
+# https://pytorch.org/memory_viz, whose Active Memory Timeline shows every live tensor over time
+# (PyTorch, *Understanding CUDA memory usage*): for a training step you would expect activations to
+# grow through the forward and be freed through the backward, as lesson 5 counts them on a CPU.
 
 # %%
 if torch.cuda.is_available():
@@ -433,15 +458,25 @@ else:
 # %% [markdown]
 # ## Your turn
 #
-# Hand the doctor a step of your own: wrap your loader, loss, model and optimizer in
-# `effkit.profiling.TrainStep` (below, the clean classifier with a change of yours: try
-# `batch_size` 4, `foreach=False`, or a `.item()` in `after`), profile it and read the findings.
-# Then fix the first finding and profile again.
+# Hand the doctor a step, read the findings, fix the first one and profile again. The cell below does
+# it once for the classifier with Adam's per-tensor loop planted (`foreach=False`): it profiles that
+# step, rebuilds its optimizer with `foreach=True` (the fix the doctor names) and profiles again.
+# Then make it yours: another plant (`planted_step(("sync",))`, `("padding",)`, `("overhead",)`: batch
+# 1), a decoy (`planted_step((), decoys=("sync",))`: one `.item()` per step in `after`), or your own
+# loader, loss, model and optimizer wrapped in `effkit.profiling.TrainStep`; and change the fix line to
+# the fix of *its* first finding.
 
 # %%
-mine_step = planted_step(("optimizer",), seed=2)  # your turn: plant, or build a TrainStep of your own
+mine_step = planted_step(("optimizer",), seed=2)  # your turn: another plant or decoy, or a TrainStep of your own
 mine = profiled(mine_step)
 print(doctor.report(mine))
+# the fix of the first finding, the per-tensor loop: the same model and batches, Adam with foreach=True
+mine_fixed = dataclasses.replace(mine_step, optimizer=torch.optim.Adam(mine_step.model.parameters(), lr=1e-3,
+                                                                       foreach=True))
+mine_after = profiled(mine_fixed)
+print(doctor.report(mine_after))
+print(f"unprofiled median step: {mine['step_ms_unprofiled']:.1f} ms -> {mine_after['step_ms_unprofiled']:.1f} ms "
+      "(single medians, no interval)")
 
 # %% [markdown]
 # ### In your own words
@@ -467,11 +502,12 @@ print(lesson.summary_header(10, CPU_NAME))
 first = doctor.diagnose(patient)
 print(f"* patient (data + sync planted): {patient['step_ms_unprofiled']:.1f} ms per step unprofiled; data "
       f"{split['data']:.0%} of the profiled step, {patient['syncs_per_step']:.0f} syncs per step")
-print(f"* doctor, ranked: {', '.join(f.label for f in first)}; after fixing data: "
+print(f"* doctor, ranked by share: {', '.join(f.label for f in first)} (by what each fix saved: "
+      f"{', '.join(by_saving)}); after fixing data: "
       f"{', '.join(f.label for f in doctor.diagnose(fixed_once))}; after fixing both: "
       f"{', '.join(f.label for f in doctor.diagnose(fixed_twice))}")
 print(f"* profiler cost: a session of {burst} steps {str(overhead_ab.verdict).rstrip('.')}; stopping it took {stop_s / session_s:.0%} "
-      f"of that burst, recording and start about x{recording:.2f} per step")
+      f"of that burst, recording and start {recording_note.split(' (')[0]} per step")
 print(f"* torch.compile on the overhead-bound step (batch 1): {compile_ab.verdict} {compile_line}")
 for name, p in recipes.items():
     print(f"* {name} (smoke-size recipe, synthetic images, whatever the profile): "

@@ -112,6 +112,31 @@ def test_findings_are_ranked_by_what_their_fix_may_save():
     )
 
 
+def test_the_report_reads_a_ratio_under_1_as_noise_not_as_an_overhead():
+    """Lesson 10's reports printed "(x0.70)" and "(x0.86)" as the profiler's overhead: profiled steps
+    that ran faster than unprofiled ones measure noise, not a cost. Profiles saved before
+    profiler_overhead_inverted existed are read by their ratio."""
+    slower = doctor.report(_with(profiler_overhead=1.25, profiler_overhead_inverted=False))
+    assert "(x1.25)" in slower.splitlines()[0]
+    for faster in (
+        _with(profiler_overhead=0.7, profiler_overhead_inverted=True),
+        _with(profiler_overhead=0.7),
+    ):
+        head = doctor.report(faster).splitlines()[0]
+        assert "below this machine's noise" in head and "x0.70" not in head, head
+
+
+def test_the_sync_finding_says_its_share_is_not_its_cost():
+    """The sync plant read 0% of the profiled step while its fix saved about a third of the step (lesson
+    10's recording): its share, the time inside the reads, ranks it, and the evidence says that is not its cost."""
+    line = doctor.diagnose(_with(syncs_per_step=5, sync_ms=0.0))[0].line()
+    assert (
+        line.startswith("[sync]")
+        and "not their whole cost" in line
+        and "time the step without them" in line
+    )
+
+
 def test_the_profile_is_plain_data_and_counts_syncs_outside_the_optimizer():
     p = profile_training(planted_step(("sync",)), wait=0, active=2, warmup=1, timed=3)
     assert json.loads(json.dumps(p)) == p

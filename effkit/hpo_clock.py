@@ -11,8 +11,8 @@ sampler's and pruner's time included (``overhead`` says how much of it that was)
 **Why fixed hyperparameters are passed apart.** The Tuning Playbook (Godbole et al. 2023) splits a round's
 hyperparameters into scientific, nuisance (searched, so that the scientific ones compare fairly) and fixed
 (held, with the caveat that conclusions hold only at those values). ``fixed`` is merged into every
-configuration and never searched: the batch size, chosen for throughput rather than tuned on validation
-accuracy, is one.
+configuration and never searched: the batch size, held so that the search is over the learning rate
+and weight decay only (not tuned on validation accuracy), is one.
 
 **Why quasi-random.** `quasi_random` is Optuna's `QMCSampler` on a scrambled Sobol sequence: it spreads the
 trials over the space more evenly than random draws and does not adapt, so its trials can be re-analysed

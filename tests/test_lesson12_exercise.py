@@ -11,11 +11,12 @@ import json
 import random
 
 import pytest
-from exercise_cells import grade_here, reference_cells  # noqa: E402
+from exercise_cells import InProcess, grade_here, reference_cells  # noqa: E402
 
+from grader import assignments
 from grader.assignments.lesson12 import hpo_task, search_checks
 from grader.assignments.lesson12 import probes as lesson12_probes
-from grader.scoring.checks import CellVerdict, CheckFailed
+from grader.scoring.checks import CellVerdict, CheckFailed, Context
 
 LESSON = "lesson12"
 SEED = 1  # one grading's draws for every policy here (task, trial seeds, final seeds)
@@ -125,6 +126,23 @@ class Search:
         return trial >= len(self.ladder)
 """
 BLIND = "came from trials that trailed at the epoch they were stopped"
+# the README's residual of the evidence rule: a denser ladder (11 rungs 1.7x apart, 0.3-60) run to the end and
+# 21 fillers at the space's smallest learning rates (1e-3-2e-3, weight decay 1e-6, jittered from os.urandom),
+# stopped unread. The fillers trail on every task of the family, so ~95% of its saved epochs came from trailing
+# trials and it cleared MIN_EVIDENCE and MIN_SAVED on 15 of 24 pairs; its stops still read nothing, and a
+# filler replayed as the best of its epoch is stopped all the same
+_DENSE_LADDER_LOW_LR_FILLER = """
+import random
+class Search:
+    def __init__(s, space, budget, max_epochs, seed):
+        s.L = [{"lr": .355 / c, "weight_decay": 5.6e-4 * c} for c in (0.3 * 1.7**k for k in range(11))]
+        s.r = random.SystemRandom()
+    def ask(s, t):
+        return s.L[t] if t < 11 else {"lr": 10 ** s.r.uniform(-3, -2.7), "weight_decay": 1e-6}
+    def report(s, t, e, sc):
+        return t >= 11
+"""
+REPLAYED = "your policy still stopped it there"
 
 # an honest search whose asks are as fixed by its seed as the ladder's: seeded random configurations on a log
 # scale, stopped by successive halving written by hand. Its stops read the scores, so its traces part
@@ -223,6 +241,14 @@ POLICIES = {
         {
             "test_search": (True, "below the grid's best"),
             "test_pruning": (False, BLIND),
+        },
+    ),
+    # the evidence rule's residual: fillers known to trail on every task, stopped unread; the replay catches it
+    "dense_ladder_low_lr_filler": (
+        _DENSE_LADDER_LOW_LR_FILLER,
+        {
+            "test_search": (True, "below the grid's best"),
+            "test_pruning": (False, REPLAYED),
         },
     ),
     # every trial stopped after its first epoch: nothing complete, nothing to choose
@@ -340,6 +366,48 @@ def test_a_stop_is_evidence_only_when_the_trial_trailed_at_its_epoch():
     assert run.evidence() == (0, 40)
     # nothing stopped, nothing saved
     assert _run((done, "complete")).evidence() == (0, 0)
+
+
+# two stopping rules on the same asks: one reads the score (stops a trial whose first epoch is under the best
+# first epoch so far), the other stops every trial after the first two unread; both stop trials 2 and 3 on the
+# record below, where those trailed
+_READS = """
+class Search:
+    def __init__(self, space, budget, max_epochs, seed):
+        self.best = {}
+    def ask(self, trial):
+        return {"lr": 0.1, "weight_decay": 1e-4}
+    def report(self, trial, epoch, score):
+        self.best[epoch] = max(self.best.get(epoch, score), score)
+        return epoch == 1 and score < self.best[epoch]
+"""
+_UNREAD = """
+class Search:
+    def __init__(self, space, budget, max_epochs, seed):
+        pass
+    def ask(self, trial):
+        return {"lr": 0.1, "weight_decay": 1e-4}
+    def report(self, trial, epoch, score):
+        return trial >= 2
+"""
+
+
+def test_a_stop_replayed_as_the_best_of_its_epoch_follows_the_score_or_not():
+    done = [0.6] * 8 + [0.8]
+    run = _run(
+        (done, "complete"), ([0.7] + done[1:], "complete"), ([0.3], "stopped"), ([0.5], "stopped")
+    )
+    run.policy_seed = 7
+    assert search_checks.best_at(run)[1] == 0.7
+    lesson = assignments.get(LESSON)
+    for source, blind in ((_READS, False), (_UNREAD, True)):
+        ctx = Context(InProcess(lesson, lesson12_probes, [("search", source)]), random.Random(0))
+        assert [search_checks.replay_stops_again(ctx, run, n) for n in (2, 3)] == [blind, blind]
+    # the draw: stopped trials only, without replacement, at most PROBES of them
+    assert search_checks.probed_stops(run, random.Random(0)) == [2, 3]
+    many = _run((done, "complete"), *[([0.3], "stopped")] * 5)
+    drawn = search_checks.probed_stops(many, random.Random(0))
+    assert len(drawn) == search_checks.PROBES == len(set(drawn)) and 0 not in drawn
 
 
 def test_a_trial_trains_even_when_started_under_no_grad():

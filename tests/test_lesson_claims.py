@@ -308,6 +308,17 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
         r"Shallue et al\. 2018",
         "the reference list cites the JMLR paper of 2019",
     ),
+    # a fresh review of lesson 12 (2026-12-06, 7/10): each matched 8d88c69
+    (
+        "12_hpo_on_a_budget",
+        r"chosen once, for throughput|chosen for throughput rather than tuned",
+        "batch 128 ran at ~29% of the fastest batch size measured: it is held so the round searches LR and WD only",
+    ),
+    (
+        "12_hpo_on_a_budget",
+        r"several-fold in every recording",
+        "the widest spread came from the diverged trials, which stop computing; the trained ones spread far less",
+    ),
     (
         "13_quantized_inference",
         r"115 to 95 sentences/s",

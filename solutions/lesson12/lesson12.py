@@ -35,13 +35,15 @@
 # Every epoch costs 1 from the budget, whether the trial ends up complete or stopped; a trial
 # still running when the budget is spent is cut. A trial that reaches epoch 9 is **complete**.
 #
-# As in the lesson, the **batch size is held fixed at 128** for every trial (chosen for throughput,
-# not tuned on validation accuracy): you search the learning rate and the weight decay. Held fixed,
+# As in the lesson, the **batch size is held fixed at 128** for every trial (held, not tuned on
+# validation accuracy; it is not the fastest batch size the lesson measured): you search the learning
+# rate and the weight decay only. Held fixed,
 # it also makes every epoch the same count of samples and optimizer steps (2,048 and 16), so the
 # budget counts training in units that do not depend on the machine (the grader trains every trial
 # itself: a budget of seconds would grade its machine and its load, not your policy). It is not a
-# budget of seconds: an epoch's time still varies with the configuration (in the lesson's runs one
-# complete trial's time spread several-fold at this batch size; a diverged trial stops computing), and your
+# budget of seconds: an epoch's time still varies with the configuration (the lesson's section 2 prints
+# how far one complete trial's time spread at this batch size among the trials that trained; a diverged
+# trial stops computing and costs far less than one that trained), and your
 # policy's own decision time is not charged to it (it is capped apart: 30 s for all calls
 # together). The search space (the same dict is passed to `Search` as `space`):
 #
@@ -81,6 +83,9 @@
 #   its stops saved must come from trials that trailed when stopped: a stop counts only if at least
 #   a quarter of all the scores reported at that epoch in the search were higher than the stopped
 #   trial's. Stopping trials whatever their scores ends good ones as often as weak ones, and fails.
+#   The grader also replays a few of your stops on a fresh `Search` (your seed, the same scores,
+#   except that the stopped trial reports the best score of its epoch): a stop that follows the
+#   scores is not made then. Trials planned to trail and stopped whatever they score fail.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import optuna

@@ -40,7 +40,7 @@ MANIFEST = Manifest(
             "interval",
             "chance",
         ),
-        "the batch size is fixed for throughput, not tuned on validation; the learning rate is a nuisance": (
+        "the batch size is held fixed, not tuned on validation (it governs speed); the learning rate is a nuisance": (
             "throughput",
             "nuisance",
             "not tuned",

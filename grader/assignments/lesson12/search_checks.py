@@ -17,8 +17,9 @@ from grader.kit.checks import CheckFailed, Context, expect, stub_reason
 # Epochs the search may spend. With the batch size held (hpo_task.FIXED) every epoch is the same count of samples
 # and optimizer steps (2,048 and 16), so the budget counts training in units that do not depend on the machine:
 # the grader trains every trial itself, and a budget in seconds would grade its load, not the policy. It is not a
-# budget of seconds: an epoch's time still varies with the configuration (in the lesson's runs one complete trial's
-# time spreads several-fold at batch 128; a diverged trial stops computing) and with the machine, and the policy's own decision
+# budget of seconds: an epoch's time still varies with the configuration (the lesson prints one complete trial's
+# spread at batch 128 among the trials that trained; a diverged trial stops computing and costs far less) and with
+# the machine, and the policy's own decision
 # time is not charged to it (POLICY_SECONDS caps that apart). Calibration: the README.
 BUDGET = 120
 MAX_TRIALS = 200
@@ -34,11 +35,19 @@ MIN_SAVED = 0.3  # share of the unpruned cost of the same trials; calibration: g
 TRAILED = 0.25
 # share of the epochs saved by stops that must come from such stops; calibration: the README
 MIN_EVIDENCE = 0.85
+# A trailing trial can be known to trail before it runs (the smallest learning rates of the space, on every task
+# of the family): the evidence share cannot tell a stop made because of the score from one planned in advance.
+# So PROBES of each task's stops (drawn in proportion to the epochs they saved) are replayed on a fresh Search
+# with the same seed: the same asks answered, the same scores reported, except that the probed trial reports the
+# best score of its epoch in the search at every epoch up to its stop. A stop that follows the scores is not made
+# then; every probed stop must follow them (README, "Stops replayed as the best").
+PROBES = 3
 
 
 @dataclass
 class SearchRun:
     task_seed: int
+    policy_seed: int = 0
     trials: list[dict] = field(default_factory=list)  # config, scores, status
     spent: int = 0
     policy_seconds: float = 0.0
@@ -98,7 +107,7 @@ def _call(ctx: Context, run: SearchRun, probe: str, what: str, **args) -> dict:
 def run_search(ctx: Context, task_seed: int, policy_seed: int) -> SearchRun:
     """The ask-and-tell loop on a fresh ``Search``: the policy chooses, this process trains, measures
     and charges."""
-    run = SearchRun(task_seed)
+    run = SearchRun(task_seed, policy_seed)
     _call(
         ctx,
         run,
@@ -143,6 +152,74 @@ def run_search(ctx: Context, task_seed: int, policy_seed: int) -> SearchRun:
                 break
     run.ended = run.ended or ("budget spent" if run.spent >= BUDGET else f"{MAX_TRIALS} trials")
     return run
+
+
+def best_at(run: SearchRun) -> dict[int, float]:
+    """The best score reported at each epoch over the whole search."""
+    best: dict[int, float] = {}
+    for t in run.trials:
+        for epoch, score in enumerate(t["scores"], 1):
+            best[epoch] = max(best.get(epoch, score), score)
+    return best
+
+
+def replay_stops_again(ctx: Context, run: SearchRun, target: int) -> bool:
+    """Replays ``run`` on a fresh ``Search`` (its seed) up to trial ``target``, a stopped trial, reporting the
+    scores recorded, except the target's: the best of the search at each of its epochs up to its stop. True
+    when the policy stops it there anyway (or sooner, or ends the search before it): the stop did not follow
+    its score. Only the policy runs; nothing is trained."""
+    best = best_at(run)
+    replay = SearchRun(run.task_seed, run.policy_seed)
+    _call(
+        ctx,
+        replay,
+        "start",
+        "Search(...) (replayed)",
+        space=ht.SPACE,
+        budget=BUDGET,
+        max_epochs=ht.MAX_EPOCHS,
+        seed=run.policy_seed,
+    )
+    for n, t in enumerate(run.trials[: target + 1]):
+        if _call(ctx, replay, "ask", f"ask({n}) (replayed)", trial=n).get("config") is None:
+            return True
+        recorded = t["scores"]
+        scores = recorded if n < target else [best[e] for e in range(1, len(recorded) + 1)]
+        for epoch, score in enumerate(scores, 1):
+            stop = (
+                _call(
+                    ctx,
+                    replay,
+                    "report",
+                    f"report({n}, {epoch}, ...) (replayed)",
+                    trial=n,
+                    epoch=epoch,
+                    score=score,
+                ).get("stop")
+                is True
+            )
+            if n == target and stop:
+                return True
+            # a replay that parts from the record stops feeding this trial where the policy says so
+            if stop:
+                break
+    return False
+
+
+def probed_stops(run: SearchRun, rng) -> list[int]:
+    """Up to PROBES stopped trials of ``run``, drawn without replacement in proportion to the epochs each
+    saved."""
+    stopped = {
+        n: ht.MAX_EPOCHS - len(t["scores"])
+        for n, t in enumerate(run.trials)
+        if t["status"] == "stopped"
+    }
+    drawn = []
+    while stopped and len(drawn) < PROBES:
+        pick = rng.choices(list(stopped), weights=list(stopped.values()))[0]
+        drawn.append(pick)
+        del stopped[pick]
+    return sorted(drawn)
 
 
 def choose(run: SearchRun) -> tuple[dict, float, int] | None:
@@ -330,3 +407,22 @@ def check_pruning(ctx: Context) -> None:
             "at the same epoch (successive halving, or Optuna's MedianPruner / SuccessiveHalvingPruner)",
         )
         ctx.ok(evidence)
+    # a trailing trial can be planned (a configuration poor on every task), so the stops are also asked why:
+    # replayed as the best of their epoch, do they still stop?
+    for k, run in enumerate(outcome.runs):
+        probes = probed_stops(run, ctx.rng)
+        blind = [n for n in probes if replay_stops_again(ctx, run, n)]
+        replayed = (
+            f"task {k + 1} of 2: {len(probes) - len(blind)} of the {len(probes)} stops replayed (trials "
+            f"{', '.join(str(n) for n in probes)}, drawn by the epochs they saved) ran on when the stopped trial "
+            "reported the best score of its epoch instead of its own"
+        )
+        expect(
+            not blind,
+            f"{replayed}: replayed on a fresh Search with your seed and the same scores, except that trial "
+            f"{blind[0] if blind else ''} reported the best score of the search at each epoch up to its stop, "
+            "your policy still stopped it there. Its stop did not follow its score: a trial planned to trail "
+            "(a configuration poor on every task) and stopped whatever it scored is not pruning. Stop a trial "
+            "because its score trails the others' at the same epoch",
+        )
+        ctx.ok(replayed)

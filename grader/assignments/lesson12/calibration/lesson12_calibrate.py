@@ -55,7 +55,27 @@ CALIBRATED = (
     "blind_ladder_urandom",
     "blind_ladder_last_score",
     "random_search_halving",
+    "dense_ladder_low_lr_filler",
 )
+_SHA = "optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)"
+# calibration only (no test grades them): the other Optuna pruners behind the reference's TPE, and the residual
+# of the replay, the dense ladder whose fillers are stopped by reading their score (below the best of the epoch
+# so far): known to trail, stopped because they did
+EXTRA = {
+    "tpe_median": POLICIES["reference"][0].replace(
+        _SHA, "optuna.pruners.MedianPruner(n_startup_trials=5)"
+    ),
+    "tpe_hyperband": POLICIES["reference"][0].replace(
+        _SHA, "optuna.pruners.HyperbandPruner(1, 9, 3)"
+    ),
+    "dense_ladder_reads_filler": POLICIES["dense_ladder_low_lr_filler"][0]
+    .replace("s.r = random.SystemRandom()", "s.r, s.top = random.SystemRandom(), {}")
+    .replace(
+        "return t >= 11",
+        "s.top[e] = max(s.top.get(e, sc), sc)\n        return t >= 11 and sc < s.top[e]",
+    ),
+}
+assert all(source != POLICIES["reference"][0] for source in EXTRA.values())
 
 
 class InProcess:
@@ -104,6 +124,18 @@ def searches_only(cells, seed: int) -> list:
 def _evidence(run) -> str:
     trailed, saved = run.evidence()
     return f"evidence {trailed / saved if saved else 0.0:5.1%} of {saved:3d} saved epochs"
+
+
+def _replayed(cells, runs, seed: int) -> str:
+    """check_pruning's replays of each task's probed stops (search_checks.PROBES, drawn as a grading of
+    ``seed`` draws them): how many ran on when replayed as the best of their epoch."""
+    ctx = Context(InProcess(cells), random.Random(seed))
+    out = []
+    for run in runs:
+        probes = search_checks.probed_stops(run, ctx.rng)
+        blind = [n for n in probes if search_checks.replay_stops_again(ctx, run, n)]
+        out.append(f"{len(probes) - len(blind)}/{len(probes)}")
+    return "replayed stops that ran on " + " ".join(out)
 
 
 def _held_out(task, lr: float, wd: float) -> float:
@@ -182,6 +214,7 @@ def main() -> None:
     )
     ref = dict(reference_cells(A))
     policies = {name: POLICIES[name][0] for name in CALIBRATED}
+    policies |= {name: source for name, source in EXTRA.items() if args.only and name in args.only}
     if args.searches_only:
         for seed in args.seeds:
             for name, source in policies.items():
@@ -191,10 +224,14 @@ def main() -> None:
                 for rep in range(args.repeats):
                     start = time.perf_counter()
                     runs = searches_only(cells, seed)
-                    tasks = " | ".join(
-                        f"task {k + 1} scale {hpo_task.loss_scale(run.task_seed):6.2f} saved {run.saved:5.1%} "
-                        f"{_evidence(run)}"
-                        for k, run in enumerate(runs)
+                    tasks = (
+                        " | ".join(
+                            f"task {k + 1} scale {hpo_task.loss_scale(run.task_seed):6.2f} saved {run.saved:5.1%} "
+                            f"{_evidence(run)}"
+                            for k, run in enumerate(runs)
+                        )
+                        + " | "
+                        + _replayed(cells, runs, seed)
                     )
                     print(
                         f"seed {seed} {name:24s} run {rep} {tasks} | {time.perf_counter() - start:.1f} s",

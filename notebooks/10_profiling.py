@@ -461,6 +461,9 @@ else:
 # Hand the doctor a step, read the findings, fix the first one and profile again. The cell below does
 # it once for the classifier with Adam's per-tensor loop planted (`foreach=False`): it profiles that
 # step, rebuilds its optimizer with `foreach=True` (the fix the doctor names) and profiles again.
+# Whether the fix pays is the measurement's to say, not the doctor's: the finding is that the loop
+# dispatches many small operators; on a CPU each is a function call, not a kernel launch, and the
+# grouped version may save too little to show in two single medians (no interval), or nothing.
 # Then make it yours: another plant (`planted_step(("sync",))`, `("padding",)`, `("overhead",)`: batch
 # 1), a decoy (`planted_step((), decoys=("sync",))`: one `.item()` per step in `after`), or your own
 # loader, loss, model and optimizer wrapped in `effkit.profiling.TrainStep`; and change the fix line to

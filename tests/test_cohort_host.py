@@ -48,6 +48,41 @@ def test_the_repository_is_closed_to_learners_and_down_puts_every_mode_back(tmp_
     assert {p: _mode(p) for p in before} == before
 
 
+def _course_with_quiz_keys(repo: Path) -> list[Path]:
+    """A repository's grader/ with two lessons' quiz keys beside their (open) checks modules."""
+    keys = []
+    for lesson in ("lesson1", "lesson2"):
+        folder = repo / "grader" / "assignments" / lesson
+        folder.mkdir(parents=True)
+        (folder / "checks.py").write_text("CELL_CHECKS = {}\n")
+        (folder / "quiz_key.json").write_text('{"key": {"q1": "a"}}\n')
+        keys.append(folder / "quiz_key.json")
+    for path in [repo, *repo.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return keys
+
+
+def test_the_quiz_keys_are_closed_to_learners_and_down_puts_their_modes_back(tmp_path):
+    """Learners read grader/ (their Validate runs it), so its quiz keys are closed one by one:
+    the learner's own check then says only which questions are unanswered (grader.scoring.quiz)."""
+    repo = tmp_path / "repo"
+    keys = _course_with_quiz_keys(repo)
+    before = {p: _mode(p) for p in [repo, *repo.rglob("*")]}
+    changed: dict[str, int] = {}
+    cohort_host.restrict_repository(repo, changed)
+    for key in keys:
+        assert _mode(key) == 0o600 and changed[str(key)] == 0o644, key
+    for path in [*repo.rglob("checks.py"), repo / "grader", keys[0].parent]:
+        assert _mode(path) == before[path], path  # the rest of grader/ stays open
+    cohort_host.restrict_repository(repo, changed)
+    cohort_host.restore_modes(changed)
+    assert {p: _mode(p) for p in before} == before
+    # every key file of this repository is one the patterns close
+    ours = {p for p in (ROOT / "grader" / "assignments").glob("*/quiz_key.json")}
+    assert len(ours) >= 14
+    assert {p for pattern in cohort_host.SEALED for p in ROOT.glob(pattern)} == ours
+
+
 ROOT_ONLY = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("runuser") is None, reason="needs root (other accounts)"
 )
@@ -57,6 +92,36 @@ def _can_stat(user: str, path: Path) -> bool:
     probe = "import os, sys; os.stat(sys.argv[1])"
     done = subprocess.run(["runuser", "-u", user, "--", sys.executable, "-I", "-c", probe, path])
     return done.returncode == 0
+
+
+def _can_read(user: str, path: Path) -> bool:
+    probe = "import sys; open(sys.argv[1], 'rb').read(1)"
+    done = subprocess.run(["runuser", "-u", user, "--", sys.executable, "-I", "-c", probe, path])
+    return done.returncode == 0
+
+
+@ROOT_ONLY
+def test_a_learner_account_cannot_read_a_quiz_key_while_root_grades_with_it(tmp_path):
+    """As a learner's account after `up`: the lesson's checks module reads, its quiz key does not;
+    root (the grading service, autograde) still reads it; `down` gives the account the key back."""
+    repo = tmp_path / "repo"
+    keys = _course_with_quiz_keys(repo)
+    checks = keys[0].parent / "checks.py"
+    above = {p: _mode(p) for p in repo.parents}
+    try:
+        for p in repo.parents:  # pytest's own 0700 folders: passable, as a course's home would be
+            p.chmod(_mode(p) | 0o001)
+        assert _can_read("nobody", keys[0]) and _can_read("nobody", checks)
+        changed: dict[str, int] = {}
+        cohort_host.restrict_repository(repo, changed)
+        assert _can_read("nobody", checks)  # grader/ stays open: Validate runs it as the learner
+        assert not any(_can_read("nobody", key) for key in keys)
+        assert all(json.loads(key.read_text())["key"] for key in keys)  # root's grading reads it
+        cohort_host.restore_modes(changed)
+        assert all(_can_read("nobody", key) for key in keys)
+    finally:
+        for path, mode in above.items():
+            path.chmod(mode)
 
 
 @ROOT_ONLY

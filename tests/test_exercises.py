@@ -8,11 +8,17 @@ import pytest
 from exercise_cells import POINTS, exercise_path, grade_id, solution_path  # noqa: E402  (tests/ is on sys.path)
 
 from grader import assignments
+from grader.scoring import quiz
 
 
 def test_every_exercise_with_points_names_its_answers():
-    """Each cell-checked exercise's manifest names text of its answers (``released_without``)."""
-    assert all(assignments.manifest(lesson).released_without for lesson in POINTS)
+    """Each cell-checked exercise's manifest names text of its answers (``released_without``), or
+    its quiz key does (``quiz_key.json``, checked whole below: a manifest names no quiz answer, the
+    learner reads it)."""
+    assert all(
+        assignments.manifest(lesson).released_without or quiz.key_file(lesson).is_file()
+        for lesson in POINTS
+    )
 
 
 @pytest.mark.parametrize(
@@ -35,3 +41,6 @@ def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells
     assert "BEGIN SOLUTION" not in text
     for answer in assignments.manifest(lesson).released_without:
         assert answer not in text, answer
+    if quiz.key_file(lesson).is_file():  # q1 is the instructions' example: `{"q1": "a", "q2": ...}`
+        for q, right in list(quiz.load_key(lesson)[0].items())[1:]:
+            assert f'"{q}": "{right}"' not in text, (q, right)

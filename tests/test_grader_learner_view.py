@@ -9,6 +9,7 @@ everything a worker imports is listed, and nothing listed holds an answer.
 
 import ast
 import json
+import os
 
 import pytest
 
@@ -77,6 +78,7 @@ def _attack() -> dict:
     files += [
         str(p) for p in (REPO_ROOT / "grader" / "assignments").rglob("calibration/*") if p.is_file()
     ]
+    files += [str(p) for p in (REPO_ROOT / "grader" / "assignments").glob("*/quiz_key.json")]
     dirs = [
         str(REPO_ROOT / d)
         for d in ("tests", "solutions", ".git", "grader/assignments/lesson2/calibration")
@@ -213,6 +215,26 @@ def test_no_module_in_the_view_holds_an_answer_or_a_check():
                 or n == "ASSIGNMENT"
             }
     assert sorted(found - residual) == []
+
+
+def test_no_worker_reads_or_sees_a_quiz_key():
+    """The quiz keys are files the parent reads when it grades (grader.scoring.quiz, closed to a
+    cohort's learners): no worker module names them or the loader, and neither view carries one
+    (the worker's probe_quiz only returns the learner's answers)."""
+    keys = sorted((REPO_ROOT / "grader" / "assignments").glob("*/quiz_key.json"))
+    assert len(keys) >= 14
+    for name in WORKER_MODULES:
+        text = module_file(name).read_text()
+        assert "quiz_key" not in text and "load_key" not in text, name
+        assert "scoring.quiz" not in text and "scoring import quiz" not in text, name
+    cmds = " ".join(learner_view.view_mounts(REPO_ROOT, lesson="lesson2"))
+    fds: list[int] = []
+    args = bwrap_view._repository_view(REPO_ROOT, "lesson2", fds)
+    for fd in fds:
+        os.close(fd)
+    for key in keys:
+        assert str(key) not in cmds and str(key) not in args, key
+    assert "quiz_key" not in cmds and not any("quiz_key" in a for a in args)
 
 
 def test_a_python_installation_inside_the_repository_is_carried_into_the_view(

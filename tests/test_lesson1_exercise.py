@@ -16,6 +16,7 @@ from exercise_cells import POINTS as EXERCISE_POINTS  # noqa: E402  (tests/ is o
 from exercise_cells import grade, grade_id, reference_cells  # noqa: E402
 
 from grader.assignments.lesson1 import checks as lesson1
+from grader.scoring.quiz import load_key
 
 LESSON = "lesson1"
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,10 +198,11 @@ def test_a_hidden_pipeline_costs_the_next_forward_pass_not_next(monkeypatch):
 def test_a_wrong_quiz_choice_is_told_why_it_is_wrong():
     # q1 wrong, the rest right
     wrong = 'QUIZ_ANSWERS = {"q1": "b", "q2": "a", "q3": "b", "q4": "a"}'
-    assert lesson1.QUIZ_KEY == {"q1": "c", "q2": "a", "q3": "b", "q4": "a"}  # keep `wrong` in step
+    key, why = load_key("lesson1")
+    assert key == {"q1": "c", "q2": "a", "q3": "b", "q4": "a"}  # keep `wrong` in step
     verdicts, _ = grade(LESSON, reference_cells(LESSON, quiz=wrong), only=["test_quiz"])
     v = verdicts["test_quiz"]
     assert not v.passed and "3 of 4 answers right" in v.reason, v.reason
-    assert f"q1: (b) — {lesson1.QUIZ_WHY['q1']['b']}" in v.reason, v.reason
-    for question, choices in lesson1.QUIZ_WHY.items():  # feedback only for wrong choices
-        assert lesson1.QUIZ_KEY[question] not in choices and choices, question
+    assert f"q1: (b) — {why['q1']['b']}" in v.reason, v.reason
+    for question, choices in why.items():  # feedback only for wrong choices
+        assert key[question] not in choices and choices, question

@@ -4,9 +4,11 @@ Before, lessons 1, 2, 7, 9 and 13 were all keyed bcab, 10 and 11 bcabc, 4 and 8 
 right in 29 of 55 questions: a learner who had seen one key could pass the others unread. Here,
 over every assignment with a quiz: each lesson's pattern (its right letters in question order) is
 its own and not one letter throughout, no letter is right in more than 40% of the course's
-questions, ``QUIZ_WHY`` explains exactly the wrong options of each question, and the instructor
-source's reference ``QUIZ_ANSWERS`` (``solutions/lessonN/lessonN.py``) and its quiz markdown
-(each question with options (a), (b), (c)) agree with ``QUIZ_KEY``.
+questions, the key file's ``why`` explains exactly the wrong options of each question, and the
+instructor source's reference ``QUIZ_ANSWERS`` (``solutions/lessonN/lessonN.py``) and its quiz
+markdown (each question with options (a), (b), (c)) agree with the key. The keys are data
+(``grader/assignments/<lesson>/quiz_key.json``, closed to a cohort's learners), never code: no
+``checks.py`` holds one, and each lesson's ``quiz_check`` asks exactly the key's questions.
 """
 
 import ast
@@ -19,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from grader import assignments
+from grader.scoring import quiz
 
 ROOT = Path(__file__).resolve().parents[1]
 LETTERS = ("a", "b", "c")
@@ -47,14 +50,16 @@ def _checks(lesson):
 
 
 def quiz_lessons() -> list[str]:
-    found = []
-    for lesson in assignments.known():
-        try:
-            if hasattr(_checks(lesson), "QUIZ_KEY"):
-                found.append(lesson)
-        except ModuleNotFoundError:
-            continue
-    return found
+    """Every lesson with a quiz key file."""
+    return [lesson for lesson in assignments.known() if quiz.key_file(lesson).is_file()]
+
+
+def quiz_key(lesson: str) -> dict[str, str]:
+    return quiz.load_key(lesson)[0]
+
+
+def quiz_why(lesson: str) -> dict[str, dict[str, str]]:
+    return quiz.load_key(lesson)[1]
 
 
 def pattern(key: dict[str, str]) -> str:
@@ -81,7 +86,7 @@ def one_letter_lessons(patterns: dict[str, str]) -> list[str]:
 
 
 def live_patterns() -> dict[str, str]:
-    return {lesson: pattern(_checks(lesson).QUIZ_KEY) for lesson in quiz_lessons()}
+    return {lesson: pattern(quiz_key(lesson)) for lesson in quiz_lessons()}
 
 
 def source(lesson: str) -> str:
@@ -160,24 +165,53 @@ def test_no_lesson_is_keyed_with_one_letter_throughout():
 
 @pytest.mark.parametrize("lesson", quiz_lessons())
 def test_quiz_why_explains_exactly_the_wrong_options(lesson):
-    checks = _checks(lesson)
-    assert set(checks.QUIZ_WHY) == set(checks.QUIZ_KEY), lesson
-    for q, right in checks.QUIZ_KEY.items():
+    key, why = quiz_key(lesson), quiz_why(lesson)
+    assert set(why) == set(key), lesson
+    for q, right in key.items():
         assert right in LETTERS, (lesson, q, right)
-        assert set(checks.QUIZ_WHY[q]) == set(LETTERS) - {right}, (lesson, q)
-        assert all(why.strip() for why in checks.QUIZ_WHY[q].values()), (lesson, q)
+        assert set(why[q]) == set(LETTERS) - {right}, (lesson, q)
+        assert all(text.strip() for text in why[q].values()), (lesson, q)
 
 
 @pytest.mark.parametrize("lesson", quiz_lessons())
 def test_the_reference_answers_are_the_key(lesson):
-    assert reference_answers(lesson) == _checks(lesson).QUIZ_KEY
+    assert reference_answers(lesson) == quiz_key(lesson)
 
 
 @pytest.mark.parametrize("lesson", quiz_lessons())
 def test_the_quiz_markdown_asks_the_keyed_questions_with_three_options(lesson):
     questions = quiz_questions(lesson)
-    assert set(questions) == set(_checks(lesson).QUIZ_KEY), lesson
+    assert set(questions) == set(quiz_key(lesson)), lesson
     for q, text in questions.items():
         marks = [text.find(f"({x}) ") for x in LETTERS]
         assert all(text.count(f"({x}) ") == 1 for x in LETTERS), (lesson, q, text)
         assert marks == sorted(marks), (lesson, q, text)
+
+
+@pytest.mark.parametrize("lesson", quiz_lessons())
+def test_the_key_is_data_and_the_checks_ask_its_questions(lesson):
+    """The key left the checks module for its file (closed to a cohort's learners, who can read
+    grader/): the module registers the quiz by its question ids alone, the same as the key's and
+    the notebook's, and its source maps no question to an option any more."""
+    check = _checks(lesson).CELL_CHECKS["test_quiz"]
+    key = quiz_key(lesson)
+    assert (check.lesson, check.questions) == (lesson, tuple(key)), lesson
+    assert set(check.questions) == set(quiz_questions(lesson)) == set(reference_answers(lesson))
+    text = (ROOT / "grader" / "assignments" / lesson / "checks.py").read_text()
+    assert "QUIZ_KEY" not in text and "QUIZ_WHY" not in text, lesson
+    for q, right in key.items():  # "q1": "c" in any spacing or quotes
+        assert not re.search(rf"""["']{q}["']\s*:\s*["']{right}["']""", text), (lesson, q)
+        assert not any(why in text for why in quiz_why(lesson)[q].values()), (lesson, q)
+
+
+def test_no_checks_module_holds_a_quiz_key():
+    """Any module under grader/assignments (learners read them all on a hub; manifests reach the
+    worker's view too): none maps a question to a letter, not even one answer of a key."""
+    literal = re.compile(r"""["']q\d+["']\s*:\s*["'][abc]["']""")
+    found = {
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "grader" / "assignments").rglob("*.py")
+        if literal.search(p.read_text())
+    }
+    assert sorted(found) == []
+    assert len(quiz_lessons()) >= 14  # every lesson's quiz has its key file

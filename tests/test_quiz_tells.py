@@ -4,7 +4,7 @@ Before (aadfaf4), the right option was the strictly longest in 45 of the course'
 learner reads them (38 by the hook's parse below; lessons 1-3, 7, 10 and 11: every question): "pick
 the longest" passed most quizzes unread. Here, over every lesson's
 quiz as the learner reads it (the ``## ... Quiz`` markdown of ``solutions/lessonN/lessonN.py``, which
-the released exercise carries) and its key (``QUIZ_KEY`` in the lesson's grader package):
+the released exercise carries) and its key (``grader/assignments/<lesson>/quiz_key.json``):
 
 * every keyed question has options (a), (b), (c) and its key names one of them;
 * the right option is the strictly longest in at most ``MAX_LONGEST`` of the course's questions and
@@ -20,13 +20,13 @@ bounds hold for it too.
 """
 
 import collections
-import importlib
 import re
 from pathlib import Path
 
 import pytest
 
 from grader import assignments
+from grader.scoring import quiz
 
 ROOT = Path(__file__).resolve().parents[1]
 LETTERS = ("a", "b", "c")
@@ -67,7 +67,7 @@ def questions(text: str) -> dict[str, dict[str, str]]:
 
 
 def quiz_key(lesson: str) -> dict[str, str]:
-    return importlib.import_module(f"grader.assignments.{lesson}.checks").QUIZ_KEY
+    return quiz.load_key(lesson)[0]
 
 
 def strictly(lengths: dict[str, int], right: str, pick) -> bool:

@@ -3,8 +3,8 @@
 Learners are separate Unix users because that is what keeps them apart: nbgrader's exchange and
 JupyterHub's local spawner both rest on file ownership. The course repository stays its owner's:
 learners may run its interpreter and import effkit and grader (open source), never read solutions/,
-course/ (gradebook, submissions, feedback) or the git history. Every mode the repository's folders
-change is recorded so ``cohort down`` puts it back.
+course/ (gradebook, submissions, feedback), the quizzes' keys or the git history. Every mode the
+repository's folders and files change is recorded so ``cohort down`` puts it back.
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ from grader.frontends import cohort_acl
 # Closed to learners: the reference solutions, the private course folder, tests (they carry
 # reference submissions), benchmarks and the history of all of them.
 PRIVATE = ("solutions", "course", "tests", "benchmarks", "runs", ".git")
+# ... and, inside grader/ (open: their Validate runs it), the quizzes' keys: the learner's own check
+# then says only which questions have no answer (grader.scoring.quiz); root's grading service,
+# which runs autograde, reads them.
+SEALED = ("grader/assignments/*/quiz_key.json",)
 
 
 class HostError(RuntimeError):
@@ -78,10 +82,11 @@ def _set_mode(path: Path, mode: int, changed: dict[str, int]) -> None:
 
 def restrict_repository(repo: Path, changed: dict[str, int]) -> None:
     """Learners may traverse the repository (to import effkit and grader) but not list it, and
-    the private folders are closed to them."""
+    the private folders and the sealed files are closed to them."""
     _set_mode(repo, stat.S_IMODE(repo.stat().st_mode) & ~0o044 | 0o011, changed)
-    for name in PRIVATE:
-        path = repo / name
+    paths = [repo / name for name in PRIVATE]
+    paths += sorted(p for pattern in SEALED for p in repo.glob(pattern) if not p.is_symlink())
+    for path in paths:
         if path.exists():
             _set_mode(path, stat.S_IMODE(path.stat().st_mode) & ~0o077, changed)
 

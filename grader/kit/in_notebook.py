@@ -119,16 +119,20 @@ def check_my_work(grade_id: str, notebook: str) -> None:
 
 # The quiz cell: Validate says which questions have no answer and nothing about right or wrong, so a
 # learner cannot find the key by resubmitting; the verdict and its per-option feedback come at autograde.
+# On a cohort hub the key is closed to the learner's account (grader.scoring.quiz.SEALED): the same line.
 QUIZ_GRADE_ID = "test_quiz"
 _UNANSWERED = re.compile(r"\b(q\d+): no answer\b")
 
 
 def _say_only_what_is_unanswered(cell: dict) -> None:
+    from grader.scoring.quiz import SEALED
+
     said = " ".join([cell.get("reason") or "", *cell.get("lines", [])])
     missing = _UNANSWERED.findall(said)
     if missing:
         raise AssertionError(f"no answer yet to {', '.join(missing)} (set them in QUIZ_ANSWERS)")
-    if not cell["passed"] and "answers right" not in said:  # the cell itself failed: its own reason
+    judged = "answers right" in said or SEALED in said  # graded, or to be graded at autograde
+    if not cell["passed"] and not judged:  # the cell itself failed: its own reason
         raise AssertionError(cell["reason"])
     print(
         f"{QUIZ_GRADE_ID}: every question has an answer; whether they are right is said when your "

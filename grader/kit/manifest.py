@@ -41,8 +41,9 @@ class Manifest:
     # class's targets), "cpu" (its workers see no GPU, so a GPU slot would sit idle: graded on
     # CPU cores even on a GPU node), "gpu" (only a GPU grades it: a CPU-only slot refuses it)
     device: str = "any"
-    # text of the reference answers (the quiz key's choice among them) the released notebook must
-    # not hold (tests/test_exercises.py): an exercise graded on cell checks names at least one
+    # text of the reference answers the released notebook must not hold (tests/test_exercises.py):
+    # an exercise graded on cell checks names at least one, or has a quiz key, whose answers that
+    # test checks itself (never named here: learners read manifests; the key file is the parent's)
     released_without: tuple[str, ...] = ()
     # this lesson's test files that time something: tests/lanes.py runs them in the timed lane
     timed_tests: tuple[str, ...] = ()

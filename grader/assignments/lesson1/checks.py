@@ -38,39 +38,6 @@ from effkit.measure import DataWaitSplit, device_name, sync
 from effkit.workloads import cifar
 from grader.assignments.lesson1.task import BOTTLENECKS, TOLERANCE"""
 
-QUIZ_KEY = {  # question -> the right choice; the notebook only holds the questions
-    "q1": "c",  # median-of-pairs interval: where the median A/B ratio lies, with stated coverage
-    "q2": "a",  # a high data-wait share: the accelerator idles, so fix the input pipeline first
-    "q3": "b",  # warm-up excluded: first steps pay one-off costs (allocations, workers starting)
-    "q4": "a",  # sync before reading the clock: GPU work is asynchronous
-}
-QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {
-        "a": "that would be a prediction interval for single pairs; this one brackets the median "
-        "ratio, and it narrows as pairs are added while single pairs stay as noisy",
-        "b": "no mean and no standard deviation: timing noise is skewed, so the median of pairs "
-        "and an order-statistic interval are used",
-    },
-    "q2": {
-        "b": "faster matmuls shorten only the 30% spent computing: the 70% spent waiting stays, "
-        "so the step shrinks by 30% at most",
-        "c": "the optimizer step is part of the 30% spent computing; the 70% spent waiting for "
-        "data is untouched",
-    },
-    "q3": {
-        "a": "the learning rate's value does not change how long a step takes; the first steps "
-        "are slow because of one-off costs",
-        "c": "a monotonic clock needs no calibration; the first steps themselves are slow "
-        "(allocations, worker start-up, lazy initialisation)",
-    },
-    "q4": {
-        "b": "the data loader is unrelated: without a sync the clock stops when the kernels are "
-        "launched, not finished",
-        "c": "synchronising frees no memory; it waits until every kernel queued so far has "
-        "finished",
-    },
-}
-
 
 class DeviceServer:
     """The learner trainer's "device": each request waits ``data_s`` or ``compute_s`` here.
@@ -293,7 +260,7 @@ def check_bottleneck(ctx: Context) -> None:
     )
 
 
-check_quiz = quiz_check(QUIZ_KEY, QUIZ_WHY)
+check_quiz = quiz_check("lesson1", ("q1", "q2", "q3", "q4"))
 
 
 CELL_CHECKS = {

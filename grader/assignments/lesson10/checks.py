@@ -57,44 +57,6 @@ WIDEST_CALL_RATIO = (
 )
 TIME_FIELD = re.compile(r"_(ms|us)(_|$)")  # step_ms, ranges_ms, sync_ms, matmul_us_floor, ...
 
-QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "b",  # wait + warmup steps are dropped: first steps pay one-off costs
-    "q2": "a",  # self time vs total time
-    "q3": "c",  # never quote throughput under the profiler
-    "q4": "a",  # on a GPU .item() waits for every queued kernel
-    "q5": "b",  # the next bottleneck moves: re-profile after each fix
-}
-QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {
-        "a": "the profiler's warm-up has nothing to do with the LR schedule, and an LR's value "
-        "does not change a step's cost",
-        "c": "the trace's size is set by active=5; the first steps are skipped for their one-off "
-        "costs, not for memory",
-    },
-    "q2": {
-        "b": "call counts say how often, not how long: a thousand 2 µs ops can cost less than one "
-        "convolution",
-        "c": "total time includes everything the operator called: a wrapper like aten::linear "
-        "would look as costly as the matmul inside it",
-    },
-    "q3": {
-        "a": "the profiler's own recording slows the step: throughput is measured with it off, "
-        "the profile is for where the time goes",
-        "b": "the profiler adds a cost per operator, so a step with many small operators slows "
-        "down more than one with a few big ones: the overhead is not a constant factor",
-    },
-    "q4": {
-        "b": ".item() only reads a value; autograd builds a new graph every forward, item or not",
-        "c": "it copies one number; the cost on a GPU is the stall: the launch queue drains",
-    },
-    "q5": {
-        "a": "a fix moves time elsewhere: what was second may now be first, or something unlisted "
-        "may lead",
-        "c": "a lower rank is not 'not real': after the fix the others are a larger share of a "
-        "shorter step",
-    },
-}
-
 
 # a pair: one of PAIRED with the PARTNER plant. Timed unprofiled under load 6.5-10.5 (README, --costs), removing
 # the data plant saved 28-46% of the pair's step and removing the syncs -12% to +23%, at least 2x less in every
@@ -274,7 +236,7 @@ CELL_CHECKS = {
     "test_diagnose": check_diagnose,
     "test_fast_step_equal": step_checks.check_equal,
     "test_fast_step_speed": step_checks.check_speed,
-    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+    "test_quiz": quiz_check("lesson10", ("q1", "q2", "q3", "q4", "q5")),
 }
 NAMES = ("diagnose", "fast_step")
 

@@ -416,49 +416,13 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler"""
 
-QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "c",  # ring all-reduce: each rank moves 2 (N-1)/N of the buffer
-    "q2": "b",  # without set_epoch every epoch repeats the first one's order
-    "q3": "a",  # ZeRO-1 shards the optimizer state: 12 psi / N
-    "q4": "c",  # DDP overlaps bucket all-reduces with the rest of backward
-    "q5": "a",  # gloo on CPU, nccl on GPUs
-}
-QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {
-        "a": "that is a naive all-reduce through one rank (the root receives N-1 buffers); the "
-        "ring sends 2 (N-1)/N of the buffer from every rank, whatever N",
-        "b": "every rank must end with the whole reduced buffer: its chunks go around the ring "
-        "twice (reduce-scatter, all-gather), 2 (N-1)/N of B, which does not shrink with N",
-    },
-    "q2": {
-        "a": "the ranks still read disjoint shards: DistributedSampler splits whatever "
-        "permutation it draws",
-        "c": "nothing fails: the sampler silently draws the same permutation (seed + epoch, epoch "
-        "stuck at 0)",
-    },
-    "q3": {
-        "b": "sharding gradients too is ZeRO-2; ZeRO-1 keeps full gradients on every rank",
-        "c": "sharding parameters too is ZeRO-3 (FSDP's FULL_SHARD); ZeRO-1 keeps full parameters",
-    },
-    "q4": {
-        "a": "buckets are about overlap and fewer, larger messages; every rank still holds every "
-        "gradient (sharding them is ZeRO-2)",
-        "b": "NCCL streams a bucket through device memory and the network; 25 MB trades "
-        "per-message overhead against how early the overlap starts",
-    },
-    "q5": {
-        "b": "NCCL needs CUDA tensors and one GPU per rank; on CPU tensors it refuses",
-        "c": "MPI needs a PyTorch built with it, and gloo is far slower than NCCL on GPUs; gloo "
-        "ships with every build and runs on CPU",
-    },
-}
 
 CELL_CHECKS = {
     "test_weights": check_weights,
     "test_sampler": check_sampler,
     "test_no_sync": check_no_sync,
     "test_memory_budget": check_memory_budget,
-    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+    "test_quiz": quiz_check("lesson11", ("q1", "q2", "q3", "q4", "q5")),
 }
 NAMES = ("train_ddp", "train_sharded")
 

@@ -15,7 +15,7 @@ MANIFEST = Manifest(
     clocked=False,  # graded on counts (bytes, epochs, memory), not on a clock
     # text of the reference answers (the quiz key's choice among them) that the released
     # notebook must not hold (tests/test_exercises.py)
-    released_without=('"q2": "c"', "self.study.tell(t, score)"),
+    released_without=("self.study.tell(t, score)",),
     # the points a full 'In your own words' answer makes -> phrases that count as saying it
     # (effkit.lesson.check_answer; shown only after the learner wrote an answer)
     key_points={

@@ -45,40 +45,6 @@ import onnx
 import onnxruntime as ort
 from onnxruntime.quantization import QuantType, quantize_dynamic"""
 
-QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "a",  # P95 = the latency 95% of requests stay under
-    "q2": "b",  # per-tensor activation scale set by the outlier
-    "q3": "c",  # batching costs each request the batch's compute; on one thread it may not pay
-    "q4": "b",  # warm-up, many requests, interleaved
-}
-QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {
-        "b": "that is the mean; a mean hides the slow tail an SLO is about",
-        "c": "95% of the time budget says nothing about single requests: P95 is a percentile of "
-        "the latencies",
-    },
-    "q2": {
-        "a": "dynamic quantization needs no calibration data: it measures each input's range at "
-        "run time",
-        "c": "the layer's planted columns do stretch its per-tensor weight scale (7-14x: a step of "
-        "0.005-0.015 against ordinary weights of ~0.03, a real error), but its input's far more: one "
-        "step of 16-32 (activations of 2048-4096) against ordinary values of 0.5-2, which all round to 0",
-    },
-    "q3": {
-        "a": "a batch of 32 takes longer than one request, and every request in it waits for the "
-        "whole batch's compute",
-        "b": "even with a full queue each request waits for the whole batch's compute, and on one "
-        "thread a batch padded to its longest request may serve fewer requests per second (the "
-        "lesson's curve: it did)",
-    },
-    "q4": {
-        "a": "the first requests pay for allocation and caches, and 20 requests give no stable "
-        "P95 (one slow request moves it)",
-        "c": "a neighbour's job or a frequency change between the two blocks would be charged to "
-        "one model",
-    },
-}
-
 
 @dataclass
 class Grading:
@@ -381,7 +347,7 @@ CELL_CHECKS = {
     "test_artifact": check_artifact,
     "test_accuracy": check_accuracy,
     "test_latency": check_latency,
-    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+    "test_quiz": quiz_check("lesson13", ("q1", "q2", "q3", "q4")),
 }
 NAMES = ("export_for_slo",)
 

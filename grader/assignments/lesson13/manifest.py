@@ -13,7 +13,7 @@ MANIFEST = Manifest(
     points={"test_artifact": 2, "test_accuracy": 3, "test_latency": 3, "test_quiz": 2},
     # text of the reference answers (the quiz key's choice among them) that the released
     # notebook must not hold (tests/test_exercises.py)
-    released_without=('"q2": "b"', "nodes_to_quantize=[name"),
+    released_without=("nodes_to_quantize=[name",),
     timed_tests=("test_lesson13_exercise.py",),  # its tests time something: the timed lane
     # the points a full 'In your own words' answer makes -> phrases that count as saying it
     # (effkit.lesson.check_answer; shown only after the learner wrote an answer)

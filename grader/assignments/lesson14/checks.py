@@ -33,38 +33,7 @@ SPECS = {  # name, workload profile, n_train, n_eval, n_warmup, epochs, repeats;
     "tiny": GradingSpec("tiny", "smoke", 300, 500, 200, 1, 1, chunks_per_epoch=2, target=0.12),
 }
 
-QUIZ_KEY = {"q1": "a", "q2": "b", "q3": "c", "q4": "b", "q5": "c"}
-QUIZ_WHY = {
-    "q1": {
-        "b": "the reason is what steps per second leave out (more steps, lost accuracy), not their "
-        "noise: a recipe can run more steps per second and still arrive later",
-        "c": "the gate compares the final accuracy with naive's; reaching the target earlier says "
-        "nothing about where the run ends",
-    },
-    "q2": {
-        "a": "gains multiply only when they remove different costs; two changes that shrink the "
-        "same cost cannot both save their solo share",
-        "c": "time to target already counts any extra chunks; a change left out costs less than "
-        "its solo gain when another change removes the same cost",
-    },
-    "q3": {
-        "a": "the byte count leaves out the casts and, without bf16 units, the emulated kernels: "
-        "only a measurement on that CPU says which wins",
-        "b": "autocast changes each step's cost; a regularising effect on the synthetic set is not "
-        "what the lesson measured, and the grader holds the accuracy to naive's anyway",
-    },
-    "q4": {
-        "a": "three pairs' range covers the median 75% of the time (median_ci_coverage(3)), "
-        "not 95%: pairing removes drift within a pair, not the sampling noise of few pairs",
-        "c": "each ratio compares the two recipes under the same load: it measures the recipe, "
-        "and the load's drift is what the pairing cancels",
-    },
-    "q5": {
-        "a": "the share is of the saved time: (1/1.5 - 1/2.0) / (1 - 1/2.0) = 10 s of 30 s",
-        "b": "speed-ups do not subtract: in time, leaving X out gives back 10 s of the 30 s saved",
-    },
-}
-CELL_CHECKS = {"test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY)}
+CELL_CHECKS = {"test_quiz": quiz_check("lesson14", ("q1", "q2", "q3", "q4", "q5"))}
 
 
 def grade_performance(notebook: str = "lesson14.ipynb") -> float | None:

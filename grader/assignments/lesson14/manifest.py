@@ -4,7 +4,7 @@ from grader.kit.manifest import Manifest
 
 MANIFEST = Manifest(
     id="lesson14",
-    worker_modules=("probes", "runtime"),
+    worker_modules=("probes", "runtime", "guard"),
     # `python -m grader check`, 2-core AMD EPYC (AVX2), 2026-12-05, machine shared (load ~18): the
     # batch-64 reference's speed at the 1.7x tier in each grading (its attribution, shown not scored:
     # README); the batch-32 one took 2.3 min quiet, 2.9 beside a busy process on a Zen 4. The stub
@@ -12,7 +12,6 @@ MANIFEST = Manifest(
     reference_grading_s=330,
     stub_grading_s=15,
     points={"test_speedrun": 6, "test_quiz": 2},
-    released_without=('"q3": "c"',),
     # lesson 2's answer, as lesson 2 withholds it (a fresh review found effkit's DevicePipeline, loaded
     # again from its file under another seed, passed every check here: 6/6 with no pipeline of one's
     # own). Withheld by content in this lesson's worker view, whatever name or loader reaches it

@@ -262,42 +262,10 @@ def cell_not_the_reference(ctx) -> None:
     _ok("your batches are your own (not DevicePipeline's for the same seed)", ctx.lines)
 
 
-QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "a",  # workers on the model's cores slow every step; next() does not see it
-    "q2": "c",  # per-image Python/PIL work and copies become a few batch-wide tensor ops
-    "q3": "b",  # pairing cancels run-to-run noise: power to see a real drop, no false failures
-    "q4": "a",  # pinned memory + non_blocking: asynchronous copies that overlap compute
-}
-QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {
-        "b": "the timer measures every next() call, not only the first; the workers' CPU time is "
-        "simply not spent inside next()",
-        "c": "it draws new random crops and flips every epoch: the grader checks that the "
-        "augmentation is unchanged",
-    },
-    "q2": {
-        "a": "inputs never require gradients, wherever they were made: backward is the same for "
-        "both pipelines",
-        "b": "the optimizer updates the weights, not the batch: its step is the same for both "
-        "pipelines",
-    },
-    "q3": {
-        "a": "the two pipelines draw different crops and flips, so the runs differ however they "
-        "are seeded: pairing shrinks the noise, it does not remove it",
-        "c": "speed is timed on its own; pairing and a large held-out set are there for "
-        "statistical power on accuracy",
-    },
-    "q4": {
-        "b": "kernels read device memory either way; pinning changes how the host-to-device copy "
-        "runs, not the kernels",
-        "c": "the batch is still copied to the device; reading host memory in place (zero-copy) "
-        "is a different, slower mechanism",
-    },
-}
 CELL_CHECKS = {
     "test_contract": cell_contract,
     "test_augmentation": cell_augmentation,
-    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+    "test_quiz": quiz_check("lesson2", ("q1", "q2", "q3", "q4")),
     "not_the_reference": cell_not_the_reference,
 }
 

@@ -563,43 +563,11 @@ def cell_not_the_reference(ctx) -> None:
     ctx.ok("your policy, scaler and step are your own (effkit's answers never ran inside them)")
 
 
-QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "b",  # bf16 has fp32's exponent range: no underflow, no loss scaling
-    "q2": "a",  # scale, backward, unscale_, clip, step, update
-    "q3": "c",  # no bf16 units: emulated, slower; fp32 is the right choice
-    "q4": "b",  # master weights, optimizer state and CUDA's fp32-listed ops
-}
-QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {
-        "a": "bf16 has fewer mantissa bits (7) than fp16 (10); its advantage is fp32's 8-bit "
-        "exponent range",
-        "c": "backward runs each op in the precision its forward used, so activation gradients "
-        "flow in bf16 too; they just keep fp32's range",
-    },
-    "q2": {
-        "b": "clipping before unscale_ compares the scaled gradients with the threshold: their "
-        "norm is the loss scale times too large",
-        "c": "without scale(loss) small fp16 gradients underflow, and unscale_ then divides "
-        "unscaled gradients by the scale",
-    },
-    "q3": {
-        "a": "without native bf16 units the CPU converts to and from fp32 around each op: fewer "
-        "bytes, but no faster arithmetic and extra conversions",
-        "b": "PyTorch runs it anyway, converting around each op: bf16 is emulated there, and "
-        "usually slower",
-    },
-    "q4": {
-        "a": "autocast casts per op: the weights, optimizer state and CUDA's fp32-listed ops "
-        "(softmax, layer norm, losses) stay in fp32",
-        "c": "CUDA's autocast runs softmax, layer norm and the losses in fp32 (its fp32 op list); "
-        "running them in 16 bits is what the CPU does",
-    },
-}
 CELL_CHECKS = {
     "test_policy": cell_policy,
     "test_step": cell_step,
     "test_scaler": cell_scaler,
-    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+    "test_quiz": quiz_check("lesson3", ("q1", "q2", "q3", "q4")),
     "not_the_reference": cell_not_the_reference,
 }
 ASSIGNMENT = Assignment(

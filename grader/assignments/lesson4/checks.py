@@ -24,35 +24,6 @@ import torch.nn.functional as F
 
 from grader.assignments.lesson4.accum_task import IGNORE"""
 
-QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "c",  # effective batch = micro-batch x accumulation steps x ranks
-    "q2": "a",  # normalise by the window's real-token count, not per micro-batch
-    "q3": "b",  # linear scaling for SGD: LR x k; warm-up for the early steps
-    "q4": "b",  # past the critical batch, a bigger batch stops cutting the steps to target
-}
-QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {
-        "a": "64 counts the 4 ranks' micro-batches but not the 8 accumulation steps",
-        "b": "128 is one GPU's window (8 x 16); the 4 ranks average their gradients too",
-    },
-    "q2": {
-        "b": "a per-micro-batch mean weighs each token of the 5-token micro-batch 20 times as "
-        "much as one of the 100-token one",
-        "c": "each micro-batch then contributes a full mean: the window counts its short "
-        "micro-batches too much",
-    },
-    "q3": {
-        "a": "with 4x the batch there are 4x fewer steps: an unchanged LR covers a quarter of the "
-        "distance per epoch",
-        "c": "square-root scaling is a heuristic for adaptive optimizers; for SGD, linear scaling "
-        "with warm-up is the first setting",
-    },
-    "q4": {
-        "a": "halving holds only well below the critical batch, where gradient noise limits "
-        "progress; past it, less noise buys few steps",
-        "c": "the final accuracy need not drop; what is lost is sample efficiency",
-    },
-}
 
 HINTS = {
     "micro_mean": "it is the per-micro-batch mean divided by the number of micro-batches: each micro-batch "
@@ -193,7 +164,7 @@ CELL_CHECKS = {
     "test_full_windows": check_full_windows,
     "test_last_window": check_last_window,
     "test_recipe": check_recipe,
-    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+    "test_quiz": quiz_check("lesson4", ("q1", "q2", "q3", "q4")),
 }
 NAMES = ("train_accumulated", "choose_recipe")
 

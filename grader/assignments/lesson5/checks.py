@@ -43,38 +43,6 @@ from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_conte
 
 from effkit.act_checkpoint import saved_activation_bytes"""
 
-QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "c",  # mixed-precision Adam: ~16 bytes per parameter -> 16 GB for 1B
-    "q2": "a",  # use_reentrant=True, input without requires_grad: no gradients for the block
-    "q3": "c",  # keep matmuls: more memory than full checkpointing, fewer FLOPs recomputed
-    "q4": "b",  # activations ~ input size: sqrt(16) = 4 segments
-}
-QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {
-        "a": "8 GB covers 16-bit weights and gradients plus an fp32 master copy; Adam's two fp32 "
-        "moments add 8 bytes more per parameter",
-        "b": "12 GB is the optimizer state alone (fp32 master copy and two moments, ZeRO's K = "
-        "12); the 16-bit weights and gradients add 4 bytes more per parameter",
-    },
-    "q2": {
-        "b": "reentrant checkpointing only tracks gradients through inputs that require them: the "
-        "block's parameters get none",
-        "c": "backward runs and raises nothing (PyTorch may warn): the missing gradients are easy "
-        "to miss",
-    },
-    "q3": {
-        "a": "keeping the matmul outputs keeps more than a whole-block checkpoint, which keeps "
-        "only the block's input",
-        "b": "it keeps the matmul outputs as well as the input (more memory) and does not redo "
-        "the matmuls (far fewer FLOPs)",
-    },
-    "q4": {
-        "a": "one segment keeps only its input but recomputes the whole network's activations at "
-        "once in backward",
-        "c": "16 segments keep 16 boundary activations: no better than about sqrt(16) segments",
-    },
-}
-
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
@@ -229,7 +197,7 @@ CELL_CHECKS = {
     "test_budget": check_budget,
     "test_speed": check_speed,
     "test_least_recompute": check_least_recompute,
-    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+    "test_quiz": quiz_check("lesson5", ("q1", "q2", "q3", "q4")),
 }
 NAMES = ("checkpointed_forward", "plan_checkpointing")
 

@@ -28,7 +28,7 @@ MANIFEST = Manifest(
     ),
     # text of the reference answers (the quiz key's choice among them) that the released
     # notebook must not hold (tests/test_exercises.py)
-    released_without=('"q3": "c"', "MUST_SAVE"),
+    released_without=("MUST_SAVE",),
     timed_tests=("test_lesson5_exercise.py",),  # its tests time something: the timed lane
     # the points a full 'In your own words' answer makes -> phrases that count as saying it
     # (effkit.lesson.check_answer; shown only after the learner wrote an answer)

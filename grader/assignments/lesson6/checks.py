@@ -25,36 +25,6 @@ import torch
 
 from grader.assignments.lesson6.task import Task"""
 
-QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "b",  # sqrt(2 x 30 s x 24 h) = 2277 s, about 38 minutes
-    "q2": "c",  # the validation set is data, not state of the run
-    "q3": "a",  # write to a temporary file, fsync, rename: the old file survives a crash
-    "q4": "c",  # the best epoch's weights, saved when they happened
-}
-QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {
-        "a": "27 minutes is sqrt(30 s x 86,400 s): Young's interval is sqrt(2 x 30 s x 86,400 s) "
-        "= 2,277 s, about 38 minutes",
-        "c": "a failure would then lose about 2 hours of work on average; sqrt(2 x 30 s x 86,400 "
-        "s) is about 38 minutes",
-    },
-    "q2": {
-        "a": "without the RNG states, dropout and shuffling draw different numbers after the "
-        "resume",
-        "b": "without the position the resumed epoch repeats or skips batches",
-    },
-    "q3": {
-        "b": "a rename flushes nothing: without an fsync first, a power loss can leave the name "
-        "on an empty or partial file",
-        "c": "it is not faster: it writes a whole new file and adds an fsync and a rename",
-    },
-    "q4": {
-        "a": "epoch 10 is patience epochs past the best: its validation loss was worse",
-        "b": "averaging weights is a different technique (SWA, EMA) and would mix in the epochs "
-        "that got worse; early stopping keeps the best epoch's",
-    },
-}
-
 
 def _story(ctx: Context, sc: Scenario) -> None:
     for note in sc.notes:
@@ -156,7 +126,7 @@ CELL_CHECKS = {
     "test_torn": check_torn,
     "test_best": check_best,
     "test_overhead": _overhead,
-    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+    "test_quiz": quiz_check("lesson6", ("q1", "q2", "q3", "q4")),
 }
 NAMES = ("train",)
 ASSIGNMENT = Assignment("lesson6", "train", SETUP_SOURCE, CELL_CHECKS, timeout_s=180)

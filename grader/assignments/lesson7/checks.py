@@ -26,37 +26,6 @@ ACC_MARGIN = 0.03  # held-out accuracy below the random baseline's allowed
 SETUP_SOURCE = """\
 import numpy as np"""
 
-QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "a",  # padding share = padded tokens / computed tokens
-    "q2": "c",  # a token budget keeps tokens per step (memory, time) steady
-    "q3": "b",  # multiples of 8: tensor-core shapes, for attention's matmuls
-    "q4": "c",  # shuffle within mega-batches and the batch order
-}
-QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {
-        "b": "padding is counted against what the model computes (rows x padded width), not "
-        "against the real tokens",
-        "c": "attention masks hide padding from the result, not from the arithmetic: padded "
-        "positions are still computed",
-    },
-    "q2": {
-        "a": "a budget groups nothing by itself: without sorting, one long row still sets the "
-        "whole batch's width",
-        "b": "a budget does not change the learning rate; it changes how many rows a batch holds "
-        "(a step may see fewer tokens, not more)",
-    },
-    "q3": {
-        "a": "the attention mask works for any width; 8 is about the matrix units' tile shapes",
-        "c": "rounding up to 8 adds padding; what it can buy is aligned attention matmuls on "
-        "tensor cores",
-    },
-    "q4": {
-        "a": "the batches then hold the same rows every epoch, only their order changes: a "
-        "bucketing sampler also reshuffles which rows share a batch",
-        "b": "dropping rows loses data; every example must be seen once per epoch",
-    },
-}
-
 
 def _requests(ctx: Context) -> tuple[list[np.ndarray], list[dict]]:
     """Per distribution: a batch-size run and a budget run, each for (seed a, epoch 0), (a, 1), (b, 0)
@@ -243,7 +212,7 @@ CELL_CHECKS = {
     "test_padding": check_padding,
     "test_randomness": check_randomness,
     "test_speed": check_speed,
-    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+    "test_quiz": quiz_check("lesson7", ("q1", "q2", "q3", "q4")),
 }
 NAMES = ("bucket_batches",)
 

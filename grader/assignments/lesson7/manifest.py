@@ -20,7 +20,7 @@ MANIFEST = Manifest(
     withheld=("effkit.length_buckets.bucket_batches",),
     # text of the reference answers (the quiz key's choice among them) that the released
     # notebook must not hold (tests/test_exercises.py)
-    released_without=('"q2": "c"', "argsort"),
+    released_without=("argsort",),
     timed_tests=("test_lesson7_exercise.py",),  # its tests time something: the timed lane
     # the points a full 'In your own words' answer makes -> phrases that count as saying it
     # (effkit.lesson.check_answer; shown only after the learner wrote an answer)

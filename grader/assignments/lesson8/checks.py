@@ -19,36 +19,6 @@ SETUP_SOURCE = """\
 import torch
 from torch import nn"""
 
-QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "b",  # AdamW full fine-tuning, fp32: 16 bytes per parameter (weights, grads, two states)
-    "q2": "a",  # LoRA's forward is not cheaper: the base matmul still runs, plus the adapter's
-    "q3": "c",  # B starts at zero: the model starts exactly as the pretrained one
-    "q4": "a",  # merge: W + (alpha/r) B A, zero inference overhead
-}
-QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {
-        "a": "8 bytes cover weights and gradients, not AdamW's two states",
-        "c": "20 bytes add a separate fp32 master copy, which only mixed precision keeps: in fp32 "
-        "the weights are the master",
-    },
-    "q2": {
-        "b": "the frozen base matmuls still run in full; LoRA adds small matmuls on top",
-        "c": "frozen layers still run the same forward matmuls; what they skip is weight "
-        "gradients and optimizer states",
-    },
-    "q3": {
-        "a": "A does get gradients once B moves; B = 0 makes the adapted model start exactly as "
-        "the pretrained one",
-        "b": "the merge adds (alpha/r) B A to W whatever B started at; B = 0 is about the start "
-        "of training, not the merge",
-    },
-    "q4": {
-        "b": "after merging, the adapter is folded into W: no extra matmuls remain",
-        "c": "W + B A is as large and as full-rank as W: the merged model has the base model's "
-        "shapes and cost",
-    },
-}
-
 
 def _tensors(r) -> dict[str, torch.Tensor]:
     meta = r.data.get("tensors")
@@ -199,7 +169,7 @@ CELL_CHECKS = {
     "test_layer": check_layer,
     "test_inject": check_inject,
     "test_recipe": check_recipe,
-    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+    "test_quiz": quiz_check("lesson8", ("q1", "q2", "q3", "q4")),
 }
 NAMES = ("LoRALinear", "inject_lora", "lora_recipe")
 

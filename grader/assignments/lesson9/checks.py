@@ -23,36 +23,6 @@ SETUP_SOURCE = """\
 import torch
 import torch.nn.functional as F"""
 
-QUIZ_KEY = {  # the notebook holds only the questions
-    "q1": "c",  # soft-target gradients scale as 1/T^2: multiply by T^2
-    "q2": "c",  # the teacher's logits can be cached once when inputs are not augmented
-    "q3": "b",  # a 3-of-6-layer student: about half the encoder's compute per token
-    "q4": "a",  # distillation makes inference cheaper, not training
-}
-QUIZ_WHY = {  # why each wrong option is wrong: the feedback a learner reads
-    "q1": {
-        "a": "a KL divergence is never negative; T² restores the soft term's gradient scale, "
-        "which shrinks as 1/T²",
-        "b": "the softmax already normalises over the classes; T² compensates the 1/T² shrink of "
-        "the soft gradients",
-    },
-    "q2": {
-        "a": "with fixed inputs and a frozen teacher its logits never change: running it every "
-        "step repeats the same work",
-        "b": "dropout makes the targets noisy, and it still costs a teacher forward every step",
-    },
-    "q3": {
-        "a": "an encoder layer's compute is per layer: with the width unchanged, 3 of 6 layers is "
-        "about half",
-        "c": "a quarter would need a narrower student too; depth alone halves the layers' compute",
-    },
-    "q4": {
-        "b": "each distillation step costs more than a label-only step (a teacher forward, or a "
-        "cache lookup); the saving is at serving time",
-        "c": "a smaller student usually stays somewhat below its teacher: distillation narrows "
-        "the gap, it does not promise to close it",
-    },
-}
 
 HINTS = {
     "no_t2": "it is the loss without the T^2 factor on the soft term. Soft-target gradients shrink as 1/T^2; "
@@ -200,7 +170,7 @@ CELL_CHECKS = {
     "test_loss_value": check_value,
     "test_loss_gradient": check_gradient,
     "test_recipe": check_recipe,
-    "test_quiz": quiz_check(QUIZ_KEY, QUIZ_WHY),
+    "test_quiz": quiz_check("lesson9", ("q1", "q2", "q3", "q4")),
 }
 NAMES = ("distillation_loss", "distillation_recipe")
 

@@ -24,8 +24,8 @@
 # 4. see the GPU-only views (kernel gaps, the CUDA memory snapshot) as code written for a GPU (no
 #    recording of this lesson has run it on one yet).
 #
-# **Run time**: about 30 s in `cpu` on a quiet 2-core Intel Xeon with AMX (2026-12-06, the outputs in
-# `docs/recorded/`, a warm compile cache: compiling the overhead-bound step took 1.3-1.9 s there, a
+# **Run time**: about 25 s in `cpu` (22 s recorded) on a quiet 2-core Intel Xeon with AMX (2026-12-06, the outputs in
+# `docs/recorded/`, a warm compile cache: compiling the overhead-bound step took 1.2-1.9 s there in recordings, a
 # cold compile longer; bf16 did not pay there, 0.91-1.00x, so the plants ran in fp32); 26 s on a quiet 2-core AMD EPYC, Zen 3, AVX2 only, and 21-28 s
 # on a quiet Zen 4 EPYC with AVX512-BF16, both with a warm Inductor cache (on the Zen 4 bf16 measured just
 # over its 1.15x bar in some recordings, 1.18x, and under it in another: section 1 prints which this run

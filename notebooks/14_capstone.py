@@ -15,10 +15,12 @@
 #
 # **Goal:** combine what lessons 1-4 taught (lesson 1's data-wait split, lesson 2's input pipeline,
 # lesson 3's precision, lesson 4's batch and LR, plus the channels-last layout lesson 3 left to try)
-# on one recipe, and be judged the way the job is (the grader's tiers reward speed, not the number of
-# techniques: in its recorded ablations lesson 2's pipeline with channels-last alone reached its top
-# tier; the combination is what this lesson measures, with intervals that say when its few seeds
-# cannot tell):
+# on one recipe, and be judged the way the job is (the grader's tiers reward time to target, not the
+# number of techniques: in its recorded ablations lesson 2's pipeline with channels-last alone reached
+# its top tier, and in its setup much of a recipe's gain can be fewer samples to the target rather
+# than faster steps: on 8 data seeds naive reached the grader's target after 5-7 quarter epochs and
+# batch 32 after 2 in 7 of them, `grader/assignments/lesson14/calibration/README.md`; the combination is
+# what this lesson measures, with intervals that say when its few seeds cannot tell):
 # on **time to target** — every step and every evaluation until the model reaches its accuracy —
 # not on steps per second. We will:
 #

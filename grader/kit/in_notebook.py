@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from grader.common.quiet import quiet
+from grader.scoring.quiz import SEALED
 
 
 def _own_file(path: Path) -> bool:
@@ -125,8 +126,6 @@ _UNANSWERED = re.compile(r"\b(q\d+): no answer\b")
 
 
 def _say_only_what_is_unanswered(cell: dict) -> None:
-    from grader.scoring.quiz import SEALED
-
     said = " ".join([cell.get("reason") or "", *cell.get("lines", [])])
     missing = _UNANSWERED.findall(said)
     if missing:

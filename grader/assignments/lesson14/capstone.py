@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import datetime as dt
 import os
@@ -75,6 +76,38 @@ def _code_from_data(cells) -> list[str]:
         for name, src in cells
         if name != "quiz" and (found := runs_code_from_data(src))
     ]
+
+
+# What reaches the grader's own objects in the learner's worker, where the guard of torch's settings
+# runs (guard.py, a tripwire in that process): its modules imported, or a class's subclasses and a
+# function's closure cells walked to it. The text filter above already refuses sys, gc and inspect
+REACHES_GRADER = ("__subclasses__", "__closure__", "cell_contents")
+
+
+def _reaches_grader(cells) -> list[str]:
+    """A cell that imports the grader's modules or walks to its objects (read, never run): the
+    worker's guard of torch's settings and of the batches' layout is the grader's, not the cell's."""
+    out = []
+    for name, src in cells:
+        try:
+            tree = ast.parse(src) if name != "quiz" else None
+        except SyntaxError:
+            continue  # recipe.read says so
+        found = []
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                modules = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+                found += [m for m in modules if m.split(".")[0] == "grader"]
+            elif isinstance(node, ast.Attribute) and node.attr in REACHES_GRADER:
+                found.append(node.attr)
+            elif isinstance(node, ast.Constant) and node.value in REACHES_GRADER:
+                found.append(node.value)
+        if found:
+            out.append(
+                f"cell {name!r} reaches the grader's own code ({', '.join(dict.fromkeys(found))}): "
+                "a recipe is torch, numpy and effkit, and its settings are declared in CHANGES"
+            )
+    return out
 
 
 def _measure(assignment, cells, spec, device, progress, gate=None, gate_verdicts=None):
@@ -146,7 +179,9 @@ def grade(
         "predicted_shares": rec.shares,
         "no_ops": rec.no_ops,
     }
-    rec.problems += _code_from_data(cells) + _copied_pipeline(_source(cells))
+    rec.problems += (
+        _code_from_data(cells) + _reaches_grader(cells) + _copied_pipeline(_source(cells))
+    )
     if rec.problems:
         return _result(0.0, report, rec.problems, [], problems=rec.problems)
     gate, calibration, notes = load_gate(assignment.id, spec, "cpu", name)

@@ -13,7 +13,8 @@ import torch
 from effkit.workloads import cifar
 from effkit.workloads.cifar.pipelines import DevicePipeline
 from effkit.workloads.cifar.recipes import OptimizedTrainer
-from grader.kit.audit import EpochAudit as EpochAudit  # re-exported for the worker
+from grader.assignments.lesson14.guard import GUARD
+from grader.kit.audit import EpochAudit as KitAudit
 from grader.kit.cifar_runtime import CifarGraderData
 from grader.kit.timed_runtime import InvalidWeights as InvalidWeights  # the parent catches it here
 
@@ -26,6 +27,10 @@ def build_trainer(learner_obj, audit: EpochAudit, data_dir, device, seed, profil
     """The naive recipe with ``hooks``; ``own_pipeline`` names the learner's change whose class
     feeds it (absent: the naive DataLoader pipeline; in a replay the kept batches feed it)."""
     hooks = dict(hooks)
+    # the cells ran since the worker's load held torch's settings (refuse_reference_answers); a
+    # previous run's chunks since its last batch: nothing may have moved (guard.py, attack D)
+    GUARD.hold_cells()
+    GUARD.channels_last = bool(hooks.get("channels_last", False))  # the parent read it, declared
     change = hooks.pop("own_pipeline", None)
     named = hooks.pop("own_pipeline_class", None)
     inner = cifar.TorchvisionPipeline
@@ -40,15 +45,33 @@ def build_trainer(learner_obj, audit: EpochAudit, data_dir, device, seed, profil
                 f"your change {change!r} runs {getattr(inner, '__name__', inner)!r}, not the "
                 f"class {named!r} your cell's text gives it: CHANGES changed after its literal"
             )
-    return cifar.build(
+    trainer = cifar.build(
         "naive",
         profile,
         data_dir=data_dir,
         device=device,
         seed=seed,
-        pipeline=audit.wrap(inner),
+        pipeline=audit.wrap(GUARD.wrap(inner)),  # every call into the pipeline held
         **hooks,
     )
+    # the pipeline's calls in the build were held; the settings as the recipe's build left them
+    # are the ones its chunks are held to
+    GUARD.rebase()
+    return trainer
+
+
+class EpochAudit(KitAudit):
+    """The kit's audit, with torch's settings held after every chunk (``take_kept`` ends each one
+    in the worker, before its commit) and at the run's end: learner code running *during* the
+    grader's steps (a thread, a global module hook) that left a setting changed refuses the run."""
+
+    def take_kept(self):
+        GUARD.hold("code (during a chunk)")
+        return super().take_kept()
+
+    def finish(self, pipeline, expected_epochs: int) -> None:
+        super().finish(pipeline, expected_epochs)
+        GUARD.hold("pipeline (its last epoch)")
 
 
 def _refusal():
@@ -77,7 +100,9 @@ def _PLAIN(*args, **kwargs):  # noqa: N802  (for an __init__ without closure cel
 def refuse_reference_answers() -> None:
     """In the learner's timed worker only, before its cells run: effkit's answers raise when built.
     A copy of their source is not stopped here: the parent refuses one from the cell's text
-    (``capstone._copied_pipeline``) before any worker starts."""
+    (``capstone._copied_pipeline``) before any worker starts. Torch's settings are read here too,
+    as no learner code has run yet: the cells may not change them (``guard.py``)."""
+    GUARD.start()
     # The code objects are swapped, not the functions: the worker's tamper check compares function
     # objects, and every name and subclass of these classes reaches the same function.
     for cls in (DevicePipeline, OptimizedTrainer):

@@ -61,8 +61,9 @@ from effkit.profiling import profile_training
 PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
 RECIPES = ("cifar:naive", "cifar:optimized")
 SIZES = {"smoke": dict(active=3, pairs=6, steps_per_burst=2, recipe_steps=dict(wait=0, warmup=1, active=1, timed=1)),
-         "cpu": dict(active=5, pairs=8, steps_per_burst=4, recipe_steps=dict(active=5)),
-         "gpu": dict(active=5, pairs=8, steps_per_burst=4, recipe_steps=dict(active=5))}[PROFILE]
+         # 12 steps a burst: about 50 ms of the clean step here, the least `effkit.abtest` asks of a burst
+         "cpu": dict(active=5, pairs=8, steps_per_burst=12, recipe_steps=dict(active=5)),
+         "gpu": dict(active=5, pairs=8, steps_per_burst=12, recipe_steps=dict(active=5))}[PROFILE]
 torch.set_num_threads(1)  # one thread: the machine is shared, and figures per thread compare
 CPU_NAME = device_name("cpu")
 work_dir = tempfile.TemporaryDirectory(prefix="lesson10-")  # removed when the kernel stops
@@ -179,7 +180,8 @@ def profiled(step):
     return profile_training(step, active=SIZES["active"], bf16_hardware=IN_BF16)
 
 
-patient = profiled(planted_step(("data", "sync"), seed=0))
+patient_step = planted_step(("data", "sync"), seed=0)
+patient = profiled(patient_step)
 split = {k: v / patient["step_ms"] for k, v in patient["ranges_ms"].items()}
 print("share of the profiled step: " + ", ".join(f"{k} {v:.0%}" for k, v in split.items()))
 print(f"{patient['syncs_per_step']:.0f} syncs and {patient['ops_per_step']:.0f} operators per step; "
@@ -197,10 +199,12 @@ lesson.check_guess(GUESS_DATA_SHARE, split["data"], "share of the profiled step 
 # them from report to report, since each step's mix of operators and Python differs, and a rerun
 # moves them too; where the profiled steps ran *faster*, the report says that the profiler's cost
 # was below this machine's noise instead of printing a ratio under 1), and a throughput measured under
-# the profiler is no throughput at all. And when a session
-# stops, the profiler turns everything it recorded into events: a cost paid once per session, for
-# what was recorded (this lesson measures it at one session length only). Measure both: the same steps with and without a short profiling session around
-# them, interleaved, and within each profiled burst, how long the stop took.
+# the profiler is no throughput at all. And when a session stops, the profiler collects what it
+# recorded from its C++ side: a cost paid once per session, for what was recorded (this lesson
+# measures it at one session length only). Turning that into the Python events that `key_averages()`
+# tables and the doctor read is a third cost, which torch defers to the first call that reads them.
+# Measure all three: the same steps with and without a short profiling session around them,
+# interleaved, and within each profiled burst how long the stop took, and after it the first read.
 #
 # **Predict.** How much slower are these steps under a short profiling session (recording CPU
 # operators)?
@@ -219,7 +223,7 @@ def plain_steps():
     return burst
 
 
-stops = []  # seconds each session took to stop and build its events
+stops, reads = [], []  # seconds each session took to stop, and then to build its events (first read)
 
 
 def profiled_steps():
@@ -228,8 +232,11 @@ def profiled_steps():
     for _ in range(burst):
         clean.run()
     start = time.perf_counter()
-    session.__exit__(None, None, None)  # stop recording, turn what it recorded into events
+    session.__exit__(None, None, None)  # stop recording, collect the trace
     stops.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    session.key_averages()  # the first read builds the Python events (not on the burst's clock)
+    reads.append(time.perf_counter() - start)
     return burst
 
 
@@ -247,8 +254,9 @@ recording_note = (f"made the steps about x{recording:.2f} slower" if recording >
                   "cost less than this machine's noise (the recorded steps ran no slower than the plain ones)")
 print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians), stopping the session took "
       f"{1e3 * stop_s:.0f} ms ({stop_s / session_s:.0%}); recording and the session's start {recording_note} "
-      "(a ratio of medians, no interval) (compare the x-factor each doctor's report below prints: its profiled / "
-      "unprofiled step time)")
+      "(a ratio of medians, no interval; the doctor's reports below print each step's profiled / unprofiled "
+      "ratio, which leaves the session's start and stop out); reading its events the first time took "
+      f"{1e3 * statistics.median(reads):.0f} ms more (median), after the burst")
 
 # %% [markdown]
 # ## 3. The bottleneck doctor
@@ -299,35 +307,49 @@ print(doctor.report(patient))
 # Fix the first finding (tokenise once, before training: the batches are sliced from memory) and
 # profile again. The next bottleneck is the one that was second, or one that was not listed at all.
 #
-# The last lines set each finding's share against what its fix saved, in unprofiled time (single
-# medians again), and rank the two fixes by that measured saving. A share is an estimate, not a
-# bound on the saving, and it can miss either way. It is a share of the *profiled* step, whose
-# operators each paid the profiler's cost (section 2), so it is not the unprofiled step's share, and
-# the unprofiled times compared below are single medians on a machine that may be busy: compare the
-# two figures each line prints, and read them as an estimate and one measurement, not as one number
-# and not as an interval. The sync finding's share, the time inside the reads, never counted the NaN
-# checks' `isfinite`/`all` operators that its fix removes (above). Where a fix has been measured,
-# rank by what it saved, not by the share.
+# Then each fix is measured as lesson 1 measures any change: the step before it against the step
+# after it, in interleaved bursts, with an interval on the saving. The lines set each finding's
+# share against that saving and rank the fixes by it, where the intervals separate them. A share is
+# an estimate, not a bound on the saving, and it can miss either way. It is a share of the
+# *profiled* step, whose operators each paid the profiler's cost (section 2), so it is not the
+# unprofiled step's share; and a fix can change more than its own range (the data fix also takes
+# the tokeniser's work, and the memory it streams through, out of the step, which can speed up the
+# rest of it), so a saving can exceed the share. The sync finding's share, the time inside the
+# reads, never counted the NaN checks' `isfinite`/`all` operators that its fix removes (above).
 
 # %%
-fixed_once = profiled(planted_step(("sync",), seed=0))
+fixed_once_step, fixed_twice_step = planted_step(("sync",), seed=0), planted_step((), seed=0)
+fixed_once = profiled(fixed_once_step)
 print(doctor.report(fixed_once))
-fixed_twice = profiled(planted_step((), seed=0))
+fixed_twice = profiled(fixed_twice_step)
 print(doctor.report(fixed_twice))
-print(f"unprofiled median step: {patient['step_ms_unprofiled']:.1f} ms -> {fixed_once['step_ms_unprofiled']:.1f} ms "
-      f"-> {fixed_twice['step_ms_unprofiled']:.1f} ms (single medians, not an A/B: nothing here measures how far "
-      "each would move if measured again)")
-saved_ms = {}  # what each fix saved of the unprofiled step, in ms: the measured cost, where the share is not
-for finding, before, after in (("data", patient, fixed_once), ("sync", fixed_once, fixed_twice)):
+
+
+def steps_burst(step):
+    def run():
+        for _ in range(SIZES["steps_per_burst"]):
+            step.run()
+        return SIZES["steps_per_burst"] * step.batch_size
+    return run
+
+
+fix_saved = {}  # finding -> (median, low, high) share of the step before the fix that it saved
+for finding, before, after, before_step, after_step in (
+        ("data", patient, fixed_once, patient_step, fixed_once_step),
+        ("sync", fixed_once, fixed_twice, fixed_once_step, fixed_twice_step)):
+    fix_ab = lesson.ab(f"the {finding} fix: before vs after", steps_burst(before_step), steps_burst(after_step),
+                       pairs=SIZES["pairs"], a_label="before", b_label="after", unit="samples/s",
+                       dev=torch.device("cpu"))
+    fix_saved[finding] = tuple(1 - 1 / r for r in (fix_ab.ratio, fix_ab.ci_low, fix_ab.ci_high))
     said = next(f.share for f in doctor.diagnose(before) if f.label == finding)
-    saved_ms[finding] = before["step_ms_unprofiled"] - after["step_ms_unprofiled"]
-    # two single medians, no interval: a saving of a few percent may not even have its sign right
-    print(f"{finding} finding: {said:.0%} of the profiled step; its fix saved "
-          f"{saved_ms[finding] / before['step_ms_unprofiled']:.0%} of the unprofiled step it was made on "
-          "(one pair of single medians: no interval)")
-by_saving = sorted(saved_ms, key=saved_ms.get, reverse=True)
-print("ranked by what their fixes saved (ms of the unprofiled step, each where it was made): "
-      + ", ".join(f"{k} {saved_ms[k]:.1f} ms" for k in by_saving)
+    mid, low, high = fix_saved[finding]
+    print(f"{finding} finding: {said:.0%} of the profiled step; its fix saved {mid:.0%} of the step "
+          f"({low:.0%} to {high:.0%}, the A/B's interval)")
+first_fix, second_fix = sorted(fix_saved, key=lambda k: fix_saved[k][0], reverse=True)
+separated = fix_saved[first_fix][1] > fix_saved[second_fix][2]  # intervals apart
+by_saving = [first_fix, second_fix] if separated else []
+print("ranked by what their fixes saved: " + (f"{first_fix}, then {second_fix} (their intervals do not overlap)"
+      if separated else "not resolved (their intervals overlap)")
       + f"; the doctor ranked them by share: {', '.join(f.label for f in doctor.diagnose(patient))}")
 
 # %% [markdown]
@@ -362,14 +384,6 @@ cache_note = (f"Inductor's on-disk cache held {cache_hits} of its graphs (an ear
               " compile on a fresh machine takes longer" if cache_hits else "a cold compile: no cached graph reused")
 
 
-def steps_burst(step):
-    def run():
-        for _ in range(SIZES["steps_per_burst"]):
-            step.run()
-        return SIZES["steps_per_burst"] * step.batch_size
-    return run
-
-
 compile_ab = lesson.ab("overhead-bound step: eager vs torch.compile", steps_burst(eager_step), steps_burst(compiled_step),
                        pairs=SIZES["pairs"], a_label="eager", b_label="compiled", unit="samples/s",
                        dev=torch.device("cpu"))
@@ -398,7 +412,8 @@ print(compile_line)
 # profiled ranges the report prints for that step, forward and backward are about three fifths of it
 # and the optimizer about two fifths (on this page's AMX Xeon recordings): compiling could reach at
 # most the first part, whose generated kernels still do the work and are still dispatched, and none
-# of the second. The A/B above measured about 1.25x: about a fifth of the eager step saved.
+# of the second. The A/B above prints the ratio it measured: 1.25x would be a fifth of the eager step
+# saved.
 
 # %% [markdown]
 # The course's own CIFAR recipes (smoke size: synthetic images; the optimized recipe's data is
@@ -461,9 +476,9 @@ else:
 # Hand the doctor a step, read the findings, fix the first one and profile again. The cell below does
 # it once for the classifier with Adam's per-tensor loop planted (`foreach=False`): it profiles that
 # step, rebuilds its optimizer with `foreach=True` (the fix the doctor names) and profiles again.
-# Whether the fix pays is the measurement's to say, not the doctor's: the finding is that the loop
+# Whether the fix pays is the A/B's to say, not the doctor's: the finding is that the loop
 # dispatches many small operators; on a CPU each is a function call, not a kernel launch, and the
-# grouped version may save too little to show in two single medians (no interval), or nothing.
+# grouped version may save too little to resolve here, or nothing.
 # Then make it yours: another plant (`planted_step(("sync",))`, `("padding",)`, `("overhead",)`: batch
 # 1), a decoy (`planted_step((), decoys=("sync",))`: one `.item()` per step in `after`), or your own
 # loader, loss, model and optimizer wrapped in `effkit.profiling.TrainStep`; and change the fix line to
@@ -478,8 +493,8 @@ mine_fixed = dataclasses.replace(mine_step, optimizer=torch.optim.Adam(mine_step
                                                                        foreach=True))
 mine_after = profiled(mine_fixed)
 print(doctor.report(mine_after))
-print(f"unprofiled median step: {mine['step_ms_unprofiled']:.1f} ms -> {mine_after['step_ms_unprofiled']:.1f} ms "
-      "(single medians, no interval)")
+mine_ab = lesson.ab("your step: before vs after the fix", steps_burst(mine_step), steps_burst(mine_fixed),
+                   pairs=SIZES["pairs"], a_label="before", b_label="after", unit="samples/s", dev=torch.device("cpu"))
 
 # %% [markdown]
 # ### In your own words
@@ -506,7 +521,7 @@ first = doctor.diagnose(patient)
 print(f"* patient (data + sync planted): {patient['step_ms_unprofiled']:.1f} ms per step unprofiled; data "
       f"{split['data']:.0%} of the profiled step, {patient['syncs_per_step']:.0f} syncs per step")
 print(f"* doctor, ranked by share: {', '.join(f.label for f in first)} (by what each fix saved: "
-      f"{', '.join(by_saving)}); after fixing data: "
+      f"{', '.join(by_saving) or 'not resolved'}); after fixing data: "
       f"{', '.join(f.label for f in doctor.diagnose(fixed_once))}; after fixing both: "
       f"{', '.join(f.label for f in doctor.diagnose(fixed_twice))}")
 print(f"* profiler cost: a session of {burst} steps {str(overhead_ab.verdict).rstrip('.')}; stopping it took {stop_s / session_s:.0%} "

@@ -319,49 +319,61 @@ def pct(x: float) -> str:  # a missed ablation's share is infinite: more than al
     return "more than all" if math.isinf(x) else f"{x:.0%}"
 
 
-def share_interval(full: list[dict], without: list[dict]) -> tuple[float, float, float, float, int] | None:
-    """The share per seed, from times: (T_without - T_full) / (T_naive - T_full), the formula above,
-    with T_full and T_without two recipes' runs on the same seed (same data and initial weights)
-    and one naive time per seed (the median of that seed's naive runs across the comparisons).
-    Its median, interval, coverage and the seeds used; None with fewer than 2 seeds, or where the
-    full recipe saved no time on some seed (the share is undefined there, and an interval over the
-    other seeds would be chosen by their outcome). An ablation run that missed the target gives back
-    more than all the saved time: its share is infinite, and it stays in the median. The grader's
-    formula, not quite its statistic: its runs each draw fresh data, so it pairs two measurements'
-    runs as independent draws, and it charges a missed ablation run its whole schedule."""
-    naive_s = {}
-    for r in RUNS["naive"]:
-        if r["seconds"] is not None:
-            naive_s.setdefault(r["seed"], []).append(r["seconds"])
-    t_naive = {k: statistics.median(v) for k, v in naive_s.items()}
-    t_full = {r["seed"]: r["seconds"] for r in full}
-    t_without = {r["seed"]: r["seconds"] for r in without}
-    seeds = sorted(set(t_full) & set(t_without) & set(t_naive))
-    if len(seeds) < 2 or any(t_full[k] is None or t_full[k] >= t_naive[k] for k in seeds):
+def ratios_by_seed(runs: list[dict], base: list[dict]) -> dict[int, float]:
+    """One comparison's time-to-target ratios (its baseline's time / its recipe's), by seed: each
+    from two runs made back to back, so a change in the machine's speed between comparisons (a
+    neighbour's job starting) cancels out of it. A recipe run that missed the target: 0."""
+    base_s = {r["seed"]: r["seconds"] for r in base if r["seconds"] is not None}
+    return {r["seed"]: base_s[r["seed"]] / r["seconds"] if r["seconds"] else 0.0
+            for r in runs if r["seed"] in base_s}
+
+
+def share_interval(samples: dict[int, float | None]) -> tuple[float, float, float, float, int] | None:
+    """Median, interval, coverage and seed count of per-seed shares; None with fewer than 2 seeds,
+    or where a seed's share is undefined (the full recipe saved no time there: an interval over the
+    other seeds would be chosen by their outcome)."""
+    if len(samples) < 2 or any(v is None for v in samples.values()):
         return None
-    samples = [math.inf if t_without[k] is None else (t_without[k] - t_full[k]) / (t_naive[k] - t_full[k])
-               for k in seeds]
-    low, high = median_ci(samples)
-    return statistics.median(samples), low, high, median_ci_coverage(len(samples)), len(samples)
+    values = list(samples.values())
+    low, high = median_ci(values)
+    return statistics.median(values), low, high, median_ci_coverage(len(values)), len(values)
 
 
-# Without the pipeline is new. Without channels-last is iteration 1's recipe: section 2's layout
-# test ran it beside the full recipe on each seed, so its share comes from that test's own pairs
-# (and agrees with its verdict: the share's sign is the sign of that pair's gain).
+# The shares per seed, each from ratios measured within one comparison (`share_interval` says why).
+# s_full: naive / the full recipe. Without the pipeline is new: its share is the formula above, from
+# s_full and s_without (naive / the recipe without it), an ablation run that missed the target
+# giving back more than all the saved time (an infinite share, kept in the median). Without
+# channels-last is iteration 1's recipe, and section 2's layout test ran it beside the full recipe
+# on each seed: with r = T_without / T_full from that test's own pairs, the share is
+# (r - 1) / (s_full - 1), the same formula, and its sign is that pair's verdict.
 compare("without the pipeline", {"channels_last": True})
-without = {"device pipeline": (RUNS["pipeline + channels_last"], RUNS["without the pipeline"]),
-           "channels_last": (LAYOUT_RUNS, BASE_RUNS.get("+ channels_last", []))}
+s_full = ratios_by_seed(RUNS["pipeline + channels_last"], BASE_RUNS["pipeline + channels_last"])
+s_without = ratios_by_seed(RUNS["without the pipeline"], BASE_RUNS["without the pipeline"])
+r_layout = ratios_by_seed(LAYOUT_RUNS, BASE_RUNS.get("+ channels_last", []))  # T_iter1 / T_iter2
+
+
+def defined(f):  # a share exists only where the full recipe saved time on that seed
+    return f is not None and f > 1
+
+
+without = {
+    "device pipeline": {k: (share(s_full.get(k), w) if w > 0 else math.inf) if defined(s_full.get(k)) else None
+                        for k, w in s_without.items() if k in s_full},
+    "channels_last": {k: (r - 1) / (s_full[k] - 1) if defined(s_full.get(k)) and r > 0 else None
+                      for k, r in r_layout.items() if k in s_full},
+}
+misses = {"device pipeline": sum(r["seconds"] is None for r in RUNS["without the pipeline"]),
+          "channels_last": sum(r["seconds"] is None for r in BASE_RUNS.get("+ channels_last", []))}
 shares = {}
-for change, (full_runs, without_runs) in without.items():
-    if iter2 is None or not iter2.faster() or not without_runs:
+for change, samples in without.items():
+    if iter2 is None or not iter2.faster() or not samples:
         print(f"  {change}: no share: the full recipe is not shown faster than naive (section 2)")
         continue
-    misses = sum(r["seconds"] is None for r in without_runs)
-    if 2 * misses >= len(without_runs):  # then the median is no time to target, and no share
-        print(f"  {change}: without it the recipe missed the target in {misses} of "
-              f"{len(without_runs)} runs: it gives back more than a share can say")
+    if 2 * misses[change] >= len(samples):  # then the median is no time to target, and no share
+        print(f"  {change}: without it the recipe missed the target in {misses[change]} of "
+              f"{len(samples)} runs: it gives back more than a share can say")
         continue
-    found = share_interval(full_runs, without_runs)
+    found = share_interval(samples)
     if found is None:
         print(f"  {change}: no share: on some seed the full recipe was not faster than naive")
         continue

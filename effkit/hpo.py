@@ -53,8 +53,10 @@ class TuningTask:
         self.x, self.y, self.x_val, self.y_val = x[:a], y[:a], x[a:b], y[a:b]
         self.x_test, self.y_test = x[b:], y[b:]
         self.dim, self.classes, self.width, self.max_epochs = dim, classes, width, max_epochs
-        # a constant times the loss (a sum instead of a mean, a loss weight): SGD's steps scale with
-        # it, so the best learning rate moves by 1 / loss_scale and the accuracies do not
+        # a constant c times the loss (a sum instead of a mean, a loss weight): SGD with momentum on c * loss at
+        # (lr, wd) takes the steps it takes on the loss at (lr * c, wd / c) (the weight decay is added to the
+        # gradient, which c does not multiply), so the best learning rate moves by 1 / c, the best weight decay
+        # by c, and the accuracies reachable do not change
         self.loss_scale = loss_scale
 
     def trial(self, config: dict, seed: int) -> Trial:

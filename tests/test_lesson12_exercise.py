@@ -9,17 +9,32 @@ reference's). All share one task seed, so the grader's grid (the costly part) ru
 
 import json
 import random
+from pathlib import Path
 
 import pytest
-from exercise_cells import InProcess, grade_here, reference_cells  # noqa: E402
+from exercise_cells import InProcess, grade_in_process, reference_cells  # noqa: E402
 
 from grader import assignments
 from grader.assignments.lesson12 import hpo_task, search_checks
 from grader.assignments.lesson12 import probes as lesson12_probes
-from grader.scoring.checks import CellVerdict, CheckFailed, Context
+from grader.scoring.checks import CellVerdict, CheckFailed, Context, ProbeSession, to_python
 
 LESSON = "lesson12"
 SEED = 1  # one grading's draws for every policy here (task, trial seeds, final seeds)
+
+
+class Workers(InProcess):
+    """``InProcess`` whose ``close()`` stands for the sandbox's (``search_checks._fresh_worker``): the next call
+    finds the cells run again in a fresh namespace, as a new worker would. What a new process resets beyond the
+    namespace (a module's global, the environment, as root its /tmp) is the sandboxed test's below."""
+
+    def __init__(self, cells: list[tuple[str, str]]):
+        super().__init__(assignments.get(LESSON), lesson12_probes, cells)
+        self.starts = 1
+
+    def close(self) -> None:
+        InProcess.__init__(self, assignments.get(LESSON), lesson12_probes, self.cells)
+        self.starts += 1
 
 
 def _grade(
@@ -28,7 +43,8 @@ def _grade(
     """``only``'s checks on the reference cells (``search`` swapped), each drawing from a fresh
     ``random.Random(seed)``; a raising cell is recorded, as the worker does."""
     cells = reference_cells(LESSON, **({"search": search_source} if search_source else {}))
-    return grade_here(LESSON, cells, only, seed=seed, fresh=True, strict=False)
+    session, lesson = Workers(cells), assignments.get(LESSON)
+    return {gid: grade_in_process(lesson, session, [gid], random.Random(seed))[gid] for gid in only}
 
 
 # -- policies: the grader runs the search, trains every trial and judges the choice ------------------
@@ -143,6 +159,24 @@ class Search:
         return t >= 11
 """
 REPLAYED = "your policy still stopped it there"
+# the replay's evasion (fifth review): the same ladder, counting its instances in a class attribute, stops its
+# fillers in the first two searches (the pair's) and in none after (the replays). While every search and replay
+# ran in one worker it passed the replay wherever the ladder cleared the shares (README); each now starts in a
+# worker of its own (search_checks._fresh_worker), where every instance is the first
+_DENSE_LADDER_COUNTS_ITS_SEARCHES = """
+import random
+class Search:
+    n = 0
+    def __init__(s, space, budget, max_epochs, seed):
+        Search.n += 1
+        s.replay = Search.n > 2
+        s.L = [{"lr": .355 / c, "weight_decay": 5.6e-4 * c} for c in (0.3 * 1.7**k for k in range(11))]
+        s.r = random.SystemRandom()
+    def ask(s, t):
+        return s.L[t] if t < 11 else {"lr": 10 ** s.r.uniform(-3, -2.7), "weight_decay": 1e-6}
+    def report(s, t, e, sc):
+        return t >= 11 and not s.replay
+"""
 
 # an honest search whose asks are as fixed by its seed as the ladder's: seeded random configurations on a log
 # scale, stopped by successive halving written by hand. Its stops read the scores, so its traces part
@@ -246,6 +280,14 @@ POLICIES = {
     # the evidence rule's residual: fillers known to trail on every task, stopped unread; the replay catches it
     "dense_ladder_low_lr_filler": (
         _DENSE_LADDER_LOW_LR_FILLER,
+        {
+            "test_search": (True, "below the grid's best"),
+            "test_pruning": (False, REPLAYED),
+        },
+    ),
+    # the same ladder telling the replays from the searches by counting its instances: each starts afresh
+    "dense_ladder_counts_its_searches": (
+        _DENSE_LADDER_COUNTS_ITS_SEARCHES,
         {
             "test_search": (True, "below the grid's best"),
             "test_pruning": (False, REPLAYED),
@@ -399,15 +441,77 @@ def test_a_stop_replayed_as_the_best_of_its_epoch_follows_the_score_or_not():
     )
     run.policy_seed = 7
     assert search_checks.best_at(run)[1] == 0.7
-    lesson = assignments.get(LESSON)
     for source, blind in ((_READS, False), (_UNREAD, True)):
-        ctx = Context(InProcess(lesson, lesson12_probes, [("search", source)]), random.Random(0))
+        session = Workers([("search", source)])
+        ctx = Context(session, random.Random(0))
         assert [search_checks.replay_stops_again(ctx, run, n) for n in (2, 3)] == [blind, blind]
+        assert session.starts == 3  # each replay on a fresh worker
     # the draw: stopped trials only, without replacement, at most PROBES of them
     assert search_checks.probed_stops(run, random.Random(0)) == [2, 3]
     many = _run((done, "complete"), *[([0.3], "stopped")] * 5)
     drawn = search_checks.probed_stops(many, random.Random(0))
     assert len(drawn) == search_checks.PROBES == len(set(drawn)) and 0 not in drawn
+
+
+# what a policy could carry from one search to the next to tell a replay from a search: a class attribute, a
+# module's global, the environment, files in its home, /tmp and /dev/shm; ask() returns what it found
+_COUNTS_EVERYWHERE = """
+import os
+import sys
+class Search:
+    n = 0
+    def __init__(self, space, budget, max_epochs, seed):
+        Search.n += 1
+        sys.effkit_searches = getattr(sys, "effkit_searches", 0) + 1
+        os.environ["EFFKIT_SEARCHES"] = str(int(os.environ.get("EFFKIT_SEARCHES", "0")) + 1)
+        self.seen = {"class": Search.n, "module": sys.effkit_searches, "env": int(os.environ["EFFKIT_SEARCHES"])}
+        for where in (os.path.expanduser("~"), "/tmp", "/dev/shm"):
+            path = os.path.join(where, "effkit-searches-TOKEN")
+            try:
+                with open(path) as f:
+                    k = int(f.read())
+            except OSError:
+                k = 0
+            try:
+                with open(path, "w") as f:
+                    f.write(str(k + 1))
+                self.seen[where] = k + 1
+            except OSError:
+                pass
+    def ask(self, trial):
+        return self.seen
+    def report(self, trial, epoch, score):
+        return False
+"""
+
+
+def test_each_search_and_replay_starts_in_a_worker_that_remembers_nothing(tmp_path):
+    """Through the sandbox: ``search_checks._fresh_worker`` before each ``Search`` gives it a new worker, where a
+    class attribute, a module's global and the environment read as never touched; as root also every file it
+    wrote (its /tmp, /dev/shm and home are tmpfs of its own). Not as root the host's /tmp is shared, which the
+    session says in ``unavailable``: files are then asserted only where it does not."""
+    token = tmp_path.name
+    lesson = assignments.get(LESSON)
+    cells = [("search", to_python(_COUNTS_EVERYWHERE.replace("TOKEN", token))[0])]
+    session = ProbeSession(lesson.probes, lesson.trusted_cells(), cells, list(lesson.names))
+    ctx = Context(session, random.Random(0))
+    seen = []
+    try:
+        for _ in range(3):
+            search_checks._fresh_worker(ctx)
+            space = dict(hpo_task.SPACE)
+            start = session.call("start", 20, space=space, budget=120, max_epochs=9, seed=1)
+            assert start.ok, start.failure
+            seen.append(session.call("ask", 20, trial=0).data["config"])
+    finally:
+        session.close()
+        for where in ("/tmp", "/dev/shm"):
+            (Path(where) / f"effkit-searches-{token}").unlink(missing_ok=True)
+    private = not any("private /tmp" in note for note in session.unavailable)
+    for found in seen:
+        assert (found["class"], found["module"], found["env"]) == (1, 1, 1), seen
+        if private:
+            assert set(found) >= {"/tmp", "/dev/shm"} and set(found.values()) == {1}, seen
 
 
 def test_a_trial_trains_even_when_started_under_no_grad():

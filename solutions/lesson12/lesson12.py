@@ -65,9 +65,10 @@
 # it, so the best learning rate lies anywhere from about 0.003 to 2; the second task, on other data,
 # has 16 times the first's scale, or a sixteenth: that moves its best learning rate about 16x, and
 # the data shifts it too (at scale 1 the best lies anywhere in 0.18-0.56), so the two best learning
-# rates lie roughly 5x to 50x apart and no configuration fixed in advance is good on both; search
-# the learning rate on a log scale). On each
-# task it creates a fresh `Search` in a separate process (with the same `seed` both times) and runs
+# rates lie roughly 5x to 50x apart: every fixed configuration the grader measured stayed within
+# the margin over at most about 10x of scale, and each one it graded on pairs missed a task of
+# every pair tried; search the learning rate on a log scale). On each
+# task it creates a fresh `Search` in a process of its own (with the same `seed` both times) and runs
 # the loop above: it trains and evaluates every trial itself; only your configurations and stop
 # decisions cross. When the budget is spent it **chooses**, among complete trials, the configuration
 # with the best mean validation accuracy at epoch 9 (proposing a configuration again runs it on a
@@ -83,9 +84,9 @@
 #   its stops saved must come from trials that trailed when stopped: a stop counts only if at least
 #   a quarter of all the scores reported at that epoch in the search were higher than the stopped
 #   trial's. Stopping trials whatever their scores ends good ones as often as weak ones, and fails.
-#   The grader also replays a few of your stops on a fresh `Search` (your seed, the same scores,
-#   except that the stopped trial reports the best score of its epoch): a stop that follows the
-#   scores is not made then. Trials planned to trail and stopped whatever they score fail.
+#   The grader also replays a few of your stops on a fresh `Search`, each in a new process of its
+#   own (your seed, the same scores, except that the stopped trial reports the best score of its
+#   epoch): a stop that follows the scores is not made then. Trials planned to trail and stopped whatever they score fail.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import optuna
@@ -164,7 +165,7 @@ check_my_work("test_pruning", "lesson12.ipynb")
 #    (c) random points avoid the grid's corners, where training tends to diverge.
 # 4. The risk of stopping trials after their first epoch is that
 #    (a) it stops too few trials to save much compute over running the full grid;
-#    (b) it favours fast starters (a large LR) over the configurations that end best;
+#    (b) it favours fast starters over the configurations that end best;
 #    (c) a rung waits for all trials' first epochs, so it cannot run in parallel.
 # 5. A team runs trials on 8 machines. With Optuna they
 #    (a) point every worker at one study in shared storage (an RDB URL, or a journal file);

@@ -56,6 +56,7 @@ CALIBRATED = (
     "blind_ladder_last_score",
     "random_search_halving",
     "dense_ladder_low_lr_filler",
+    "dense_ladder_counts_its_searches",
 )
 _SHA = "optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)"
 # calibration only (no test grades them): the other Optuna pruners behind the reference's TPE, and the residual
@@ -82,10 +83,16 @@ class InProcess:
     """What a worker would answer, computed here from the cells (repository code, not a learner's)."""
 
     def __init__(self, cells: list[tuple[str, str]]):
+        self.cells = cells
+        self.close()
+
+    def close(self) -> None:
+        """The sandbox's new worker for each search and replay (search_checks._fresh_worker): the cells run
+        again in a fresh namespace."""
         self.ns: dict = {}
         self.load_errors: list = []
         exec(A.setup_source, self.ns)  # noqa: S102
-        for _, source in cells:
+        for _, source in self.cells:
             exec(source, self.ns)  # noqa: S102
 
     def call(self, probe: str, timeout_s: float, serve=None, **args) -> CallResult:

@@ -28,9 +28,10 @@ OVERHEAD_CALLS = profiling.OVERHEAD_CALLS  # the common line (overhead_line give
 OVERHEAD_OPS = 50  # operators dispatched per step
 MATMUL_SHARE = 0.3  # matmul/conv self time in fp32 on bf16 hardware
 PADDING_SHARE = 0.3  # padded positions of the batches
-# optimizer range, with a per-tensor loop (foreach/fused off): 8%, the geometric middle of lesson 10's planted loop
-# (11.9% at least, load 7-22) and its decoy on long rows (5.7% at most), a factor 1.5 each way. 10% left the plant
-# 1.2x: on a host whose kernels were 2x slower the plant's share fell below it (tests/test_doctor.py)
+# optimizer range, with a per-tensor loop (foreach/fused off): 8%, between lesson 10's planted loop (32.5% at least
+# on its decoy's 256-token rows, AMX Xeon 2026-12-06; 11.9% on the old 32-token rows, load 7-22) and its decoy
+# (5.7% at most), 4x and 1.4x away; on a simulated host with 12x slower matmuls the plant still read 9.7%
+# (tests/test_doctor.py, benchmarks/results/lesson10-diagnose-optimizer-table-xeon-amx-2c.txt)
 OPTIMIZER_SHARE = 0.08
 OPTIMIZER_TENSORS = 8  # below this many parameter tensors a foreach kernel has little to batch
 OPTIMIZER_OPS_PER_TENSOR = 4  # operators per parameter tensor: the loop's measured signature
@@ -146,8 +147,8 @@ def diagnose(profile: dict) -> list[Finding]:
                 "fp32 on hardware with bf16 units",
                 matmul / 2,
                 f"matmul/conv take {matmul:.0%} of the step in float32 on a device with bf16 units "
-                "(lesson 3, on an AMX Xeon: bf16 autocast made the BERT step 1.55x and a 1024-wide Linear 2.07x "
-                "faster; whether it pays on this device is an A/B's to say)",
+                "(lesson 3 measures bf16 autocast on BERT steps and wide Linears; whether it pays on this "
+                "device is an A/B's to say)",
                 "bf16 autocast",
                 3,
             )

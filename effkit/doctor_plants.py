@@ -4,7 +4,8 @@
 (Python tokenising in the step), ``sync``, ``overhead`` (batch 1), ``padding``, ``optimizer`` (foreach off)
 and, only where bf16 measurably pays here, ``precision``; the clean step runs in the precision that pays.
 A *decoy* sets the field a plant is known by without its cost (one ``loss.item()``, a little padding, foreach
-off on a step whose optimizer is a small share, batch 1 of long rows): a judge that reads the flag and not the
+off on a step whose optimizer is a small share (the optimizer plant's rows, a small embedding table), batch 1 of
+long rows): a judge that reads the flag and not the
 time names it wrongly. `profile_named` profiles ``plant:<a>+<b>`` (``~<decoy>`` appended), ``cifar:<recipe>``
 or ``bert:<recipe>`` on one thread.
 """
@@ -46,16 +47,22 @@ LONG_ROWS = {"optimizer": 256, "overhead": 1024}
 # At LENGTH (32 tokens) they took 2.1-3.5 empty calls on AMD EPYCs but 3.8-4.1 on a 2-core AMX Xeon in fp32, where a
 # host with half the call overhead would put them at 7.2, past the doctor's 7x line (CI there, 2026-12-05)
 SHORT_ROWS = 8
-LITTLE_PADDING = 3  # the padding decoy's rows lack at most this many tokens of LENGTH: ~5% padding
+# the optimizer plant's embedding rows (VOCAB are looked up, the rest only optimised): on the optimizer decoy's
+# LONG_ROWS its per-tensor loop then takes a large share of the step, where the decoy's small table leaves it a few
+# percent; the two otherwise alike (rows, batch, tensors, calls), so that only the optimizer's time tells them apart
+TABLE = 1 << 16
+# the padding decoy's rows lack at most this many tokens, and at most an eighth of the row: ~5% padding on rows of
+# LENGTH, at most 12.5% on the overhead plant's SHORT_ROWS (3 of 8 tokens missing reached 37.5%, past the 30% rule)
+LITTLE_PADDING = 3
 VOCAB, LENGTH, DIM, BLOCKS, CLASSES = 512, 32, 32, 4, 4
 WORDS = ["".join(random.Random(i).choices(string.ascii_lowercase, k=5)) for i in range(VOCAB - 2)]
 TOKEN = {w: i + 2 for i, w in enumerate(WORDS)}  # 0: padding, 1: unknown
 
 
 class TextNet(nn.Module):
-    def __init__(self, nan_checks: bool = False):
+    def __init__(self, nan_checks: bool = False, table: int = VOCAB):
         super().__init__()
-        self.embed = nn.Embedding(VOCAB, DIM)
+        self.embed = nn.Embedding(table, DIM)  # rows past VOCAB are never looked up, only optimised
         self.blocks = nn.ModuleList(
             nn.Sequential(
                 nn.LayerNorm(DIM), nn.Linear(DIM, 4 * DIM), nn.GELU(), nn.Linear(4 * DIM, DIM)
@@ -131,7 +138,7 @@ def _bare_step(mode: str):
     """``n`` optimizer steps of the clean classifier on one fixed batch, in precision ``mode``."""
     torch.manual_seed(0)
     model, policy = TextNet(), choose_precision("cpu", mode)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = _adam(model, looped=False)  # the clean step's optimizer, whose precision this measures
     ids = torch.randint(2, VOCAB, (32, LENGTH))
     labels = torch.randint(0, CLASSES, (32,))
 
@@ -143,7 +150,13 @@ def _bare_step(mode: str):
             opt.step()
             opt.zero_grad(set_to_none=True)
 
+    run.optimizer = opt
     return run
+
+
+def _adam(model: nn.Module, looped: bool) -> torch.optim.Adam:
+    """The plants' optimizer: Adam, its per-tensor loop (``foreach=False``) only where ``looped``."""
+    return torch.optim.Adam(model.parameters(), lr=1e-3, foreach=not looped)
 
 
 def planted_step(
@@ -162,10 +175,14 @@ def planted_step(
     if len([d for d in decoys if d in LONG_ROWS]) > 1:
         raise ValueError(f"at most one of the decoys {sorted(LONG_ROWS)} per step")
     long = max([LONG_ROWS[d] for d in decoys if d in LONG_ROWS], default=LENGTH)
-    # the data plant tokenises rows of LENGTH tokens, and long rows would cure the overhead plant's batch 1
-    if long > LENGTH and {"data", "overhead"} & set(plants):
-        raise ValueError("no long-row decoy beside the data or the overhead plant")
-    long = SHORT_ROWS if "overhead" in plants else long
+    # the data plant tokenises rows of LENGTH tokens, long rows would cure the overhead plant's batch 1, and the
+    # optimizer plant has the optimizer decoy's rows already
+    if long > LENGTH and {"data", "overhead", "optimizer"} & set(plants):
+        raise ValueError("no long-row decoy beside the data, the overhead or the optimizer plant")
+    # the optimizer plant on its decoy's rows, its loop made costly by a big embedding table (TABLE): no field but
+    # the optimizer's time tells them apart (beside the data or the overhead plant, which fix the rows, as before)
+    big_loop = "optimizer" in plants and not {"data", "overhead"} & set(plants)
+    long = SHORT_ROWS if "overhead" in plants else LONG_ROWS["optimizer"] if big_loop else long
     unknown = set(plants) - set(here)
     if PRECISION in unknown:
         raise ValueError(
@@ -181,7 +198,8 @@ def planted_step(
     rng = random.Random(seed)
     batch = 1 if "overhead" in plants or "overhead" in decoys else 32
     n = 64 * batch
-    low = 4 if "padding" in plants else long - LITTLE_PADDING if "padding" in decoys else long
+    little = min(LITTLE_PADDING, long // 8)
+    low = 4 if "padding" in plants else long - little if "padding" in decoys else long
     lengths = [rng.randint(low, long) for _ in range(n)]
     labels = torch.randint(0, CLASSES, (n,))
     ids = torch.zeros(n, long, dtype=torch.long)
@@ -207,10 +225,10 @@ def planted_step(
         x = torch.stack(rows)
         return x, x.ne(0), labels[lo : lo + batch]
 
-    model = TextNet(nan_checks="sync" in plants)
+    model = TextNet(nan_checks="sync" in plants, table=TABLE if big_loop else VOCAB)
     loss_fn = nn.CrossEntropyLoss()
     looped = "optimizer" in plants or "optimizer" in decoys
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=not looped)
+    opt = _adam(model, looped)
     history = []
 
     def after(loss):

@@ -475,10 +475,12 @@ else:
 #
 # Hand the doctor a step, read the findings, fix the first one and profile again. The cell below does
 # it once for the classifier with Adam's per-tensor loop planted (`foreach=False`): it profiles that
-# step, rebuilds its optimizer with `foreach=True` (the fix the doctor names) and profiles again.
-# Whether the fix pays is the A/B's to say, not the doctor's: the finding is that the loop
-# dispatches many small operators; on a CPU each is a function call, not a kernel launch, and the
-# grouped version may save too little to resolve here, or nothing.
+# step, rebuilds its optimizer with `fused=True` (one of the two fixes the doctor names) and profiles
+# again. Whether a fix pays is the A/B's to say, not the doctor's. The finding is that the loop makes
+# several passes over every parameter tensor, one small operator at a time; on a CPU each operator is
+# a function call, not a kernel launch, so `foreach=True`, which groups the same passes into fewer
+# calls, may save little here, while `fused=True` does the whole update in one pass per tensor. Try
+# both.
 # Then make it yours: another plant (`planted_step(("sync",))`, `("padding",)`, `("overhead",)`: batch
 # 1), a decoy (`planted_step((), decoys=("sync",))`: one `.item()` per step in `after`), or your own
 # loader, loss, model and optimizer wrapped in `effkit.profiling.TrainStep`; and change the fix line to
@@ -488,9 +490,9 @@ else:
 mine_step = planted_step(("optimizer",), seed=2)  # your turn: another plant or decoy, or a TrainStep of your own
 mine = profiled(mine_step)
 print(doctor.report(mine))
-# the fix of the first finding, the per-tensor loop: the same model and batches, Adam with foreach=True
+# the fix of the first finding, the per-tensor loop: the same model and batches, Adam with fused=True
 mine_fixed = dataclasses.replace(mine_step, optimizer=torch.optim.Adam(mine_step.model.parameters(), lr=1e-3,
-                                                                       foreach=True))
+                                                                       fused=True))
 mine_after = profiled(mine_fixed)
 print(doctor.report(mine_after))
 mine_ab = lesson.ab("your step: before vs after the fix", steps_burst(mine_step), steps_burst(mine_fixed),

@@ -259,6 +259,21 @@ _MICROSECONDS = _ref_with(
     FLAG_FOR_RULE["overhead"][0], 'if profile["batch_size"] == 1 and per_call_us < 50:'
 )
 
+# a review's proxy for the optimizer rule: the optimizer decoy had rows of 256 tokens and the plant 32, so the work's
+# matmul calls (199-3,310 floors against 20.8-38.4) told them apart without the optimizer's time. The plant now has
+# the decoy's rows, batch and tensors (its loop costly through a big embedding table): only the optimizer's share of
+# the step tells them apart, and this names the plant "none" on both looks
+_OPTIMIZER_AS_ROW_LENGTH = """
+def diagnose(p):
+    calls = p["matmul_us_work"] / p["matmul_us_floor"]
+    if p["ranges_ms"]["data"] / p["step_ms"] >= .25: return "data"
+    if p["batch_size"] == 1 and calls < p["overhead_calls"]: return "overhead"
+    if p["syncs_per_step"] >= 1.5: return "sync"
+    if (p["padding_share"] or 0) >= .3: return "padding"
+    if p["optimizer"]["foreach"] is False and calls < 100: return "optimizer"
+    return "none"
+"""
+
 SUBMISSIONS = {
     "reference": (_REF, True, "8 of 8 planted bottlenecks named"),
     "a_line_in_microseconds": (
@@ -267,6 +282,14 @@ SUBMISSIONS = {
         ("as a host", "the costliest plant was", "Second look: case"),
     ),
     "always_data": (_ALWAYS_DATA, False, "you said 'data', the costliest plant was"),
+    "reads_optimizer_as_row_length": (
+        _OPTIMIZER_AS_ROW_LENGTH,
+        False,
+        (
+            "you said 'none', the costliest plant was 'optimizer'",
+            ("Second look:", "you said 'none', the costliest plant was 'optimizer'"),
+        ),
+    ),
     "three_rules": (_THREE_RULES, False, "the costliest plant was 'overhead'"),
     "biggest_range": (_BIGGEST_RANGE, False, "you said 'none', the costliest plant was 'sync'"),
     "reads_flags": (_READS_FLAGS, False, "the costliest plant was 'none'"),

@@ -31,23 +31,26 @@
 # | `"sync"` | `bool(tensor)` NaN checks in the forward and `loss.item()` every step | keep metrics on the device (no lesson shows it) |
 # | `"overhead"` | batch 1 instead of 32: every operator tiny | `torch.compile` (10), a bigger batch (4) |
 # | `"padding"` | random lengths padded to the maximum | per-batch padding, buckets (7) |
-# | `"optimizer"` | `Adam(foreach=False)`: a Python loop over the parameter tensors | `foreach=True` (no lesson shows it) |
+# | `"optimizer"` | `Adam(foreach=False)`: a Python loop over the parameter tensors, a large embedding table among them | `fused=True`, or `foreach=True` where it pays (no lesson shows it) |
 # | `"none"` | nothing planted | |
 #
 # Each bottleneck appears once and `"none"` three times. **The fields can mislead.** Each
-# plant's tell-tale field also turns up where it costs little: one `loss.item()` per step, 5%
-# padding, `foreach=False` on a step whose optimizer is a small share of the time, batch 1 of rows
-# long enough that its matmuls are not tiny. And a case may hold two plants, the NaN-check syncs
-# beside another: the label is always the plant that costs **the most of the step**, so
+# plant's tell-tale field also turns up where it costs little: one `loss.item()` per step, a few
+# percent of padding (at most an eighth of a row), `foreach=False` on the optimizer plant's own rows
+# and parameter tensors but a small embedding table, so that its optimizer is a small share of the
+# time, batch 1 of rows long enough that its matmuls are not tiny. And a case may hold two plants,
+# the NaN-check syncs beside another: the label is always the plant that costs **the most of the
+# step**, so
 # `"foreach": False` alone does not make `"optimizer"`, nor `batch_size == 1` `"overhead"`. Read
 # what each suspect costs (its share of `step_ms`, the matmul calls against `matmul_us_floor`)
 # before you name it. A sync costs too little on a CPU for its time to be read (an operator's result
 # is ready when its call returns, no kernel queue to wait for, so a read costs about its own
 # operator): the lesson's table names it by count, syncs per step, and ranks it by that small time.
 # The per-tensor optimizer loop is named by its signature, operators per parameter tensor, *and* by
-# its time: in the grader's calibrations the plant's optimizer range took 11-28% of the step, the
-# `foreach=False` decoy's 1.6-5.7%, and the lesson's line is 8%. `test_diagnose` (5 points) needs
-# **all 8** labels right. Miss one or two and the grader profiles all 8 steps again on fresh data,
+# its time: in the grader's calibration the plant's optimizer range took 32.5-40% of the step, the
+# `foreach=False` decoy's 2.8-5.3% (1.6-5.7% on another CPU), and the lesson's line is 8%.
+# `test_diagnose` (5 points) needs **all 8** labels right. Miss one or two and the grader profiles
+# all 8 steps again on fresh data,
 # in a new order, and asks again: that second look must be named whole; miss three or more on the
 # first look, or any on the second, and the test fails. So a sound rule survives one or two unlucky
 # profiles on the first look, but not a miss on both; a rule left out, or a field read in a rule's
@@ -256,7 +259,8 @@ print(compare(lambda: run(slow_step, task, 0.1, 0.01), lambda: run(fast_step, ta
 #    (a) 1,000 samples/s, since only the profiled run shows what the step really does;
 #    (b) 1,000 × 1.4 for any profiled step, since the profiler's overhead is a fixed factor;
 #    (c) 1,400 samples/s, measured without it; the profile says where the time goes.
-# 4. Why does one `loss.item()` per step hurt on a GPU, when reading one number is cheap?
+# 4. Why do `.item()` reads inside a GPU step (a NaN check per layer, a loss read mid-step) hurt,
+#    when reading one number is cheap?
 #    (a) it blocks the CPU until the queued kernels finish, so it cannot queue ahead: the GPU idles;
 #    (b) it detaches the loss from the graph, so autograd has to rebuild that graph at the next
 #    step;

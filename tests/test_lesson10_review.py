@@ -64,7 +64,9 @@ def test_your_turn_profiles_fixes_and_profiles_again_as_its_text_says():
     text, code = cells[turn], cells[turn + 1]
     assert "fix the first one and profile again" in text
     assert code.count("profiled(") == 2 and code.count("doctor.report(") == 2, code
-    assert "fused=True" in code and "fused=True" in text  # the fix the code applies is the one the text names
+    assert (
+        "fused=True" in code and "fused=True" in text
+    )  # the fix the code applies is the one the text names
     assert "lesson.ab(" in code  # and an A/B, not two single medians, says whether it paid
 
 

@@ -218,8 +218,9 @@ def _evaluate(out: Measurement, data, runtime, repeats: range) -> None:
 
 
 def _hooks(spec: GradingSpec, role: str) -> dict:
-    """The recipe's overrides for ``role``: the spec's, and the learner's own changes on its side."""
-    return dict(spec.hooks, **(spec.learner_hooks if role == "learner" else {}))
+    """The recipe's overrides for ``role``: the spec's, and each side's own (the learner's changes, the
+    grader's baseline variant)."""
+    return dict(spec.hooks, **(spec.learner_hooks if role == "learner" else spec.baseline_hooks))
 
 
 def _begin_of(data, spec: GradingSpec, r: int, role: str = "baseline") -> dict:

@@ -38,6 +38,12 @@ class GradingSpec:
     # honest attention tensor to 0.959 while the whole update stayed at 0.997 (lesson 3). Each tensor's size
     # band, which catches a backward stopped short, does not move with it.
     replay_tensor_cosine: float | None = None
+    # Chunk 0's least cosine with the baseline's own chunk 0 (both from the grader's init): it tells
+    # training from this grading's init from weights made anywhere else, which sit at the
+    # random-direction null (|cos| ~ 1/sqrt(parameters)). How close an honest recipe comes depends
+    # on how far its changes move it from naive's first steps: calibrated per lesson
+    # (grader/timed/replay.py; lesson 14's in its calibration README).
+    first_cosine: float = 0.1
     # Hold the losses a scored replay's steps return to the learner's (lesson 3's StepAudit keeps
     # them): where measured only; an fp16 learner's loss scale is not committed, so its replay
     # would skip other steps.
@@ -48,6 +54,9 @@ class GradingSpec:
     # What the learner's side changes in the recipe, plain data the parent read from the notebook's
     # source (never from a worker): the learner's runs, warm-up and replays build the recipe so.
     learner_hooks: dict = field(default_factory=dict)
+    # What the grader changes on the baseline's side only (lesson 14 times a pipeline against naive's
+    # DataLoader with and without its worker processes: ``naive_workers``); no learner code is involved.
+    baseline_hooks: dict = field(default_factory=dict)
     data: str = (
         "easy"  # lesson 2's synthetic images: "hard" where a run would reach 100% on the easy set
     )

@@ -8,6 +8,8 @@ change that is code, a pipeline, is the learner's class, looked up by its change
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from effkit.workloads import cifar
@@ -34,6 +36,9 @@ def build_trainer(learner_obj, audit: EpochAudit, data_dir, device, seed, profil
     change = hooks.pop("own_pipeline", None)
     named = hooks.pop("own_pipeline_class", None)
     inner = cifar.TorchvisionPipeline
+    workers = hooks.pop("naive_workers", None)  # the grader's baseline only (spec.baseline_hooks)
+    if workers is not None:  # naive's DataLoader without (or with other) worker processes
+        inner = functools.partial(cifar.TorchvisionPipeline, num_workers=int(workers))
     if change is not None and isinstance(learner_obj, dict):
         inner = learner_obj[change]["pipeline"]
         # the parent read the class's name from the cell's text and checked that class's code there;

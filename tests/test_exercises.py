@@ -36,7 +36,7 @@ def test_source_notebook_is_an_nbgrader_assignment_without_answers_in_test_cells
     }
     assert graded == POINTS[lesson] and set(graded) == set(a.cell_checks)
     for gid in graded:  # the test cells only ask the grader; the answer key lives in the grader
-        assert "check_my_work" in cells[gid].source and "QUIZ_KEY" not in cells[gid].source
+        assert "check_my_work" in cells[gid].source and "quiz_key" not in cells[gid].source.lower()
     text = "\n".join(c.source for c in nbformat.read(exercise_path(lesson), as_version=4).cells)
     assert "BEGIN SOLUTION" not in text
     for answer in assignments.manifest(lesson).released_without:

@@ -10,8 +10,6 @@ MANIFEST = Manifest(
     reference_grading_s=27,
     stub_grading_s=48,
     points={"test_throughput": 4, "test_data_wait": 2, "test_bottleneck": 4, "test_quiz": 2},
-    # text of the reference answers (the quiz key's choice among them) that the released
-    # notebook must not hold (tests/test_exercises.py)
     timed_tests=("test_lesson1_exercise.py",),  # its tests time something: the timed lane
     # the points a full 'In your own words' answer makes -> phrases that count as saying it
     # (effkit.lesson.check_answer; shown only after the learner wrote an answer)

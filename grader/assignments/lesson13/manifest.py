@@ -11,8 +11,7 @@ MANIFEST = Manifest(
     reference_grading_s=101,
     stub_grading_s=48,
     points={"test_artifact": 2, "test_accuracy": 3, "test_latency": 3, "test_quiz": 2},
-    # text of the reference answers (the quiz key's choice among them) that the released
-    # notebook must not hold (tests/test_exercises.py)
+    # text of the reference answers the released notebook must not hold (tests/test_exercises.py)
     released_without=("nodes_to_quantize=[name",),
     timed_tests=("test_lesson13_exercise.py",),  # its tests time something: the timed lane
     # the points a full 'In your own words' answer makes -> phrases that count as saying it

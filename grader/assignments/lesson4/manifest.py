@@ -15,8 +15,7 @@ MANIFEST = Manifest(
         "effkit.accumulate.GradAccumulator.backward",
         "effkit.accumulate.GradAccumulator.step",
     ),
-    # text of the reference answers (the quiz key's choice among them) that the released
-    # notebook must not hold (tests/test_exercises.py)
+    # text of the reference answers the released notebook must not hold (tests/test_exercises.py)
     released_without=("real_tokens",),
     timed_tests=("test_lesson4_exercise.py",),  # its tests time something: the timed lane
     # the points a full 'In your own words' answer makes -> phrases that count as saying it

@@ -26,8 +26,7 @@ MANIFEST = Manifest(
         "effkit.checkpoint_plan.apply_plan",
         "effkit.checkpoint_plan.run_blocks",
     ),
-    # text of the reference answers (the quiz key's choice among them) that the released
-    # notebook must not hold (tests/test_exercises.py)
+    # text of the reference answers the released notebook must not hold (tests/test_exercises.py)
     released_without=("MUST_SAVE",),
     timed_tests=("test_lesson5_exercise.py",),  # its tests time something: the timed lane
     # the points a full 'In your own words' answer makes -> phrases that count as saying it

@@ -10,8 +10,7 @@ MANIFEST = Manifest(
     reference_grading_s=158,
     stub_grading_s=134,
     points={"test_resume": 4, "test_torn": 2, "test_best": 2, "test_overhead": 2, "test_quiz": 2},
-    # text of the reference answers (the quiz key's choice among them) that the released
-    # notebook must not hold (tests/test_exercises.py)
+    # text of the reference answers the released notebook must not hold (tests/test_exercises.py)
     released_without=("os.fsync",),
     timed_tests=("test_lesson6_exercise.py",),  # its tests time something: the timed lane
     # the points a full 'In your own words' answer makes -> phrases that count as saying it

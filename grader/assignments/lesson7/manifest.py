@@ -18,8 +18,7 @@ MANIFEST = Manifest(
         "test_quiz": 2,
     },
     withheld=("effkit.length_buckets.bucket_batches",),
-    # text of the reference answers (the quiz key's choice among them) that the released
-    # notebook must not hold (tests/test_exercises.py)
+    # text of the reference answers the released notebook must not hold (tests/test_exercises.py)
     released_without=("argsort",),
     timed_tests=("test_lesson7_exercise.py",),  # its tests time something: the timed lane
     # the points a full 'In your own words' answer makes -> phrases that count as saying it

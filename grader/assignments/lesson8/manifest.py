@@ -11,8 +11,7 @@ MANIFEST = Manifest(
     stub_grading_s=48,
     points={"test_layer": 3, "test_inject": 2, "test_recipe": 3, "test_quiz": 2},
     clocked=False,  # graded on counts (bytes, epochs, memory), not on a clock
-    # text of the reference answers (the quiz key's choice among them) that the released
-    # notebook must not hold (tests/test_exercises.py)
+    # text of the reference answers the released notebook must not hold (tests/test_exercises.py)
     released_without=("kaiming_uniform_",),
     # the points a full 'In your own words' answer makes -> phrases that count as saying it
     # (effkit.lesson.check_answer; shown only after the learner wrote an answer)

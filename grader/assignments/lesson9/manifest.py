@@ -11,8 +11,7 @@ MANIFEST = Manifest(
     stub_grading_s=21,
     points={"test_loss_value": 3, "test_loss_gradient": 2, "test_recipe": 3, "test_quiz": 2},
     withheld=("effkit.distill.kd_loss",),
-    # text of the reference answers (the quiz key's choice among them) that the released
-    # notebook must not hold (tests/test_exercises.py)
+    # text of the reference answers the released notebook must not hold (tests/test_exercises.py)
     released_without=('batchmean", log_target',),
     timed_tests=("test_lesson9_exercise.py",),  # its tests time something: the timed lane
     # the points a full 'In your own words' answer makes -> phrases that count as saying it

@@ -11,6 +11,8 @@ reference's pipeline and naive's through the same guard.
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 from exercise_cells import solution_cells, solution_path
@@ -230,3 +232,247 @@ def test_a_cell_that_reaches_the_graders_objects_is_refused_from_its_text(line):
 
 def test_the_reference_cells_reach_no_grader_code():
     assert capstone._reaches_grader(REFERENCE_CELLS) == []
+
+
+def test_naives_workers_are_the_graders_setting_on_the_baselines_side_only(data_dir, monkeypatch):
+    """``naive_workers`` (``spec.baseline_hooks``, capstone._own_pipeline's second baseline) builds
+    naive's own DataLoader with that many workers in the grader's baseline worker, which trains an
+    epoch with it; a learner's ``CHANGES`` cannot set it, and the learner's side never receives it."""
+    from grader.timed.protocol import _hooks
+    from grader.timed.spec import GradingSpec
+
+    spec = GradingSpec(
+        "t",
+        "smoke",
+        10,
+        10,
+        10,
+        1,
+        1,
+        learner_hooks={"lr": 0.05},
+        baseline_hooks={"naive_workers": 0},
+    )
+    assert _hooks(spec, "baseline") == {"naive_workers": 0} and _hooks(spec, "learner") == {
+        "lr": 0.05
+    }
+    source = REFERENCE.replace('"lr": 0.025}', '"lr": 0.025, "naive_workers": 0}')
+    assert source != REFERENCE
+    assert any("unknown setting 'naive_workers'" in p for p in recipe.read(source).problems)
+    workers = []
+    naive = runtime.cifar.TorchvisionPipeline
+
+    class Recorded(naive):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            workers.append(self.loader.num_workers)
+
+    monkeypatch.setattr(runtime.cifar, "TorchvisionPipeline", Recorded)
+    audit = runtime.EpochAudit()
+    hooks = {"naive_workers": 0, "epochs": 1}
+    trainer = runtime.build_trainer(None, audit, data_dir, "cpu", 0, "smoke", hooks)
+    trainer.train_steps(trainer.steps_per_epoch)
+    assert workers == [0] and trainer.steps_per_epoch > 0
+
+
+# -- a review's five bypasses, each closed as a class -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'm = pydoc.locate("grader.assignments.lesson14.guard")',
+        "import pydoc",
+        'm = torch._utils._import_dotted_name("effkit")',
+        "from torch._utils import _import_dotted_name",
+        "from unittest import mock",
+        'name = "gra" + "der"',
+        "name = f\"{'gra'}der.assignments\"",
+        'name = "".join(["gr", "ader", ".assignments"])',
+        'name = "GRADER".lower()',
+        'name = "redarg"[::-1]',
+        'name = b"grader"',
+    ],
+)
+def test_a_cell_that_names_the_grader_in_a_string_or_resolves_a_dotted_name_is_refused(line):
+    """Review item 1, the parent's end: ``pydoc.locate`` (or torch's ``_import_dotted_name``, mock's
+    patch by name) on a string that names the grader's modules reaches the guard from a cell. Every
+    string the text makes (literals, f-strings, concatenations, joins, slices) is read folded."""
+    found = capstone._reaches_grader([("recipe", line + "\n" + REFERENCE)])
+    assert found and "reaches the grader's own code" in found[0]
+
+
+def test_a_module_imported_by_a_computed_name_is_refused_by_the_cells_filters():
+    """``__import__`` and ``importlib`` with a name computed at run time: the code-from-data filter."""
+    for line in ("m = __import__(chr(103) + 'x')", "import importlib"):
+        assert capstone._code_from_data([("recipe", line + "\n" + REFERENCE)])
+
+
+def test_a_docstring_that_mentions_the_grader_in_words_is_not_refused():
+    source = REFERENCE.replace("class ", '"""What the grader times."""\nclass ', 1)
+    assert source != REFERENCE and capstone._reaches_grader([("recipe", source)]) == []
+
+
+_DISABLE = """
+import importlib
+g = importlib.import_module("grader.assignments.lesson14.guard")
+G = importlib.import_module("grader.assignments.lesson14.runtime").GUARD
+torch.set_float32_matmul_precision("medium")
+try:
+    {attack}
+except Exception:
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "G.base = None",
+        "object.__setattr__(G, 'base', None)",
+        "G.hold = lambda *a, **k: None",
+        "g.SETTINGS = ()",
+        "g.NAMESPACES = ()",
+        "g.Guard.hold = lambda *a, **k: None",
+        "g.Guard.base = None",
+        "G.start()",
+        "G.rebase()",
+    ],
+)
+def test_the_guards_own_state_cannot_be_cleared_from_a_cell(attack, data_dir, monkeypatch):
+    """Review item 1, the worker's end: a cell that reaches the guard (past the text filter),
+    changes a setting, then clears the guard's base, its list of settings or its ``hold``, or
+    starts it again, is refused."""
+    for name in ("SETTINGS", "NAMESPACES"):
+        monkeypatch.setattr(guard, name, getattr(guard, name))  # restored after the attack
+    methods = dict(vars(guard.Guard))
+    try:
+        with pytest.raises(guard.SettingsChanged):
+            _train(_DISABLE.format(attack=attack) + _submission(), data_dir)
+    finally:
+        for name in ("hold", "base"):
+            if name in methods:
+                setattr(guard.Guard, name, methods[name])
+            elif name in vars(guard.Guard):
+                delattr(guard.Guard, name)
+
+
+def test_the_guard_rebound_in_the_runtime_is_reported_by_the_tamper_check(monkeypatch):
+    """``runtime.GUARD`` swapped for a guard never started (or any other object) is a binding the
+    worker's tamper check records (it records a grader module's callables: a guard is one)."""
+    from grader.sandbox.tamper import replaced, snapshot
+
+    before = snapshot()
+    monkeypatch.setattr(runtime, "GUARD", guard.Guard())
+    assert "grader.assignments.lesson14.runtime.GUARD" in replaced(before)
+
+
+@pytest.mark.parametrize("name", ["_global_forward_pre_hooks", "_global_forward_hooks"])
+def test_a_global_hook_in_a_dict_put_in_place_of_torchs_is_refused(name, data_dir, monkeypatch):
+    """Review item 2: the module's hook dict rebound to a fresh one, a hook registered there; the
+    guard reads the dict by name, not the object it found at import."""
+    module = torch.nn.modules.module
+    monkeypatch.setattr(module, name, getattr(module, name))  # the original back after the test
+    init = (
+        f"torch.nn.modules.module.{name} = type(torch.nn.modules.module.{name})(); "
+        f"torch.nn.modules.module.{name}[0] = lambda *a: None"
+    )
+    with pytest.raises(guard.SettingsChanged, match=f"{name} from 0 to"):
+        _train(_submission(init=init), data_dir)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_setting_changed_during_the_recipes_build_is_refused_not_absorbed(
+    when, data_dir, monkeypatch
+):
+    """Review item 3: a learner's thread changing a setting while the grader builds the recipe
+    (here, in place of the thread, at the build's start or end): ``rebase`` holds first."""
+    build = runtime.cifar.build
+
+    def raced(*args, **kwargs):
+        if when == "before":
+            torch.set_num_threads(torch.get_num_threads() + 1)
+        trainer = build(*args, **kwargs)
+        if when == "after":
+            torch.set_num_threads(torch.get_num_threads() + 1)
+        return trainer
+
+    monkeypatch.setattr(runtime.cifar, "build", raced)
+    with pytest.raises(guard.SettingsChanged, match=r"during the recipe's build\) changed torch"):
+        _train(_submission(), data_dir)
+
+
+def test_rebase_absorbs_only_what_the_graders_build_sets(worker_guard):
+    benchmark = torch.backends.cudnn.benchmark
+    try:
+        torch.backends.cudnn.benchmark = True  # the build's own, on a GPU
+        worker_guard.rebase()
+        assert worker_guard.base["torch.backends.cudnn.benchmark"] is True
+        torch.backends.cudnn.benchmark = False  # not the build's value: a learner's
+        with pytest.raises(guard.SettingsChanged, match="cudnn.benchmark from True to False"):
+            worker_guard.rebase()
+    finally:
+        torch.backends.cudnn.benchmark = benchmark
+
+
+SNEAKY = """
+class Sneaky(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return super().__torch_function__(func, types, args, kwargs or {})
+"""
+
+
+@pytest.mark.parametrize("which", ["x", "y"])
+def test_a_tensor_subclass_in_a_batch_is_refused_naming_its_type(which, data_dir):
+    """Review item 4: its ``__torch_function__`` would run learner code inside the grader's step."""
+    source = SNEAKY + _submission(batch=f"{which} = {which}.as_subclass(Sneaky)")
+    with pytest.raises(guard.SettingsChanged, match=rf"whose {which} is a Sneaky.*torch\.Tensor"):
+        _train(source, data_dir)
+
+
+@pytest.mark.parametrize(
+    "init, said",
+    [
+        (
+            "torch.optim.SGD.step = lambda self, closure=None: None",
+            r"replaced torch\.optim\.SGD\.step",
+        ),
+        (
+            "import torch.optim.sgd as s; s.sgd = lambda *a, **k: None",
+            r"replaced torch\.optim\.sgd\.sgd",
+        ),
+        (
+            "torch.optim.Optimizer.zero_grad = lambda self, set_to_none=True: None",
+            r"replaced torch\.optim\.Optimizer\.zero_grad",
+        ),
+        (
+            "import torch.optim.optimizer as o; o.register_optimizer_step_pre_hook(lambda *a: None)",
+            r"_global_optimizer_pre_hooks from 0 to 1",
+        ),
+    ],
+)
+def test_the_optimizer_patched_by_the_pipeline_is_refused(init, said, data_dir, monkeypatch):
+    """Review item 5: the naive recipe's SGD step is its step as surely as its convolutions."""
+    monkeypatch.setattr(torch.optim.SGD, "step", vars(torch.optim.SGD)["step"])
+    sgd = importlib.import_module("torch.optim.sgd")
+    monkeypatch.setattr(sgd, "sgd", sgd.sgd)
+    monkeypatch.setattr(
+        torch.optim.Optimizer, "zero_grad", vars(torch.optim.Optimizer)["zero_grad"]
+    )
+    hooks = importlib.import_module("torch.optim.optimizer")._global_optimizer_pre_hooks
+    try:
+        with pytest.raises(guard.SettingsChanged, match=said):
+            _train(_submission(init=init), data_dir)
+    finally:
+        hooks.clear()
+
+
+def test_a_method_set_on_torch_tensor_over_the_one_it_inherits_is_refused(data_dir, monkeypatch):
+    """``torch.Tensor.contiguous`` is ``TensorBase``'s: set on ``torch.Tensor``, it is a name added
+    there, not one replaced. Held from torch's own state (an earlier test's restore leaves the name
+    on ``torch.Tensor``, which hid this from the test above)."""
+    if "contiguous" in vars(torch.Tensor):
+        monkeypatch.delattr(torch.Tensor, "contiguous")
+    source = _submission(init="torch.Tensor.contiguous = lambda self, memory_format=None: self")
+    with pytest.raises(guard.SettingsChanged, match=r"replaced torch\.Tensor\.contiguous"):
+        _train(source, data_dir)

@@ -15,16 +15,19 @@
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import datetime as dt
 import os
-from pathlib import Path
 
 from effkit.measure import device_name
 from grader.assignments.lesson14 import recipe, scoring
-from grader.assignments.lesson14.manifest import MANIFEST
-from grader.kit.checks import copies_in, runs_code_from_data
+from grader.assignments.lesson14.cell_filters import (  # noqa: F401  (LESSON2_ANSWER: tests)
+    LESSON2_ANSWER,
+    _code_from_data,
+    _copied_pipeline,
+    _reaches_grader,
+    _source,
+)
 from grader.kit.perf import (
     GradingError,
     PerformanceReport,
@@ -35,79 +38,9 @@ from grader.kit.perf import (
     measure,
 )
 
-REPO = Path(__file__).resolve().parents[3]
 TOLERANCE_PP = 0.2  # the course's challenge: no worse than -0.2 pp on the validation metric
 # all of the cell's points today: the attribution is shown, not scored
 SPEED_POINTS = scoring.TIER_POINTS[1]
-
-
-def _source(cells) -> str:
-    return "\n".join(src for name, src in cells if name != "quiz")
-
-
-# Lesson 2's withheld answer, which this lesson's manifest withholds too (a lesson imports no other
-# lesson's package; tests/test_lesson14_exercise.py holds the two equal)
-LESSON2_ANSWER = MANIFEST.withheld
-
-
-def _copied_pipeline(source: str) -> list[str]:
-    """Lesson 2's answer (effkit's DevicePipeline, the functions lesson 2 withholds) pasted into
-    the cell under any name, re-signed or trimmed (``answer_closure.copies_in``, read, never run):
-    the capstone's pipeline must be the learner's own work."""
-    seeds = list(LESSON2_ANSWER)
-    found = copies_in(source, seeds, REPO)
-    if not found:
-        return []
-    names = ", ".join(f"{name} (a copy of {answer})" for name, answer in found[:3])
-    return [
-        f"your cell copies effkit's DevicePipeline, the course's answer: {names}; write your own"
-    ]
-
-
-def _code_from_data(cells) -> list[str]:
-    """A cell that makes code from data at run time (``exec`` of a decoded blob, ``importlib``, a
-    child Python) or reads its callers' frames: the copy check above reads text, and such a cell's
-    pipeline has none to read (``answer_closure.runs_code_from_data``; the worker's content check of
-    lesson 2's withheld answer is the wall behind this filter)."""
-    return [
-        f"cell {name!r} makes code from data at run time or reads the frames that called it "
-        f"({', '.join(found)}): the grader reads your recipe as text to see that it is your own, "
-        "so write it as plain Python (no exec, importlib, os, sys or subprocess)"
-        for name, src in cells
-        if name != "quiz" and (found := runs_code_from_data(src))
-    ]
-
-
-# What reaches the grader's own objects in the learner's worker, where the guard of torch's settings
-# runs (guard.py, a tripwire in that process): its modules imported, or a class's subclasses and a
-# function's closure cells walked to it. The text filter above already refuses sys, gc and inspect
-REACHES_GRADER = ("__subclasses__", "__closure__", "cell_contents")
-
-
-def _reaches_grader(cells) -> list[str]:
-    """A cell that imports the grader's modules or walks to its objects (read, never run): the
-    worker's guard of torch's settings and of the batches' layout is the grader's, not the cell's."""
-    out = []
-    for name, src in cells:
-        try:
-            tree = ast.parse(src) if name != "quiz" else None
-        except SyntaxError:
-            continue  # recipe.read says so
-        found = []
-        for node in ast.walk(tree) if tree is not None else ():
-            if isinstance(node, ast.Import | ast.ImportFrom):
-                modules = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
-                found += [m for m in modules if m.split(".")[0] == "grader"]
-            elif isinstance(node, ast.Attribute) and node.attr in REACHES_GRADER:
-                found.append(node.attr)
-            elif isinstance(node, ast.Constant) and node.value in REACHES_GRADER:
-                found.append(node.value)
-        if found:
-            out.append(
-                f"cell {name!r} reaches the grader's own code ({', '.join(dict.fromkeys(found))}): "
-                "a recipe is torch, numpy and effkit, and its settings are declared in CHANGES"
-            )
-    return out
 
 
 def _measure(assignment, cells, spec, device, progress, gate=None, gate_verdicts=None):

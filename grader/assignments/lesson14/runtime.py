@@ -105,7 +105,7 @@ def _PLAIN(*args, **kwargs):  # noqa: N802  (for an __init__ without closure cel
 def refuse_reference_answers() -> None:
     """In the learner's timed worker only, before its cells run: effkit's answers raise when built.
     A copy of their source is not stopped here: the parent refuses one from the cell's text
-    (``capstone._copied_pipeline``) before any worker starts. Torch's settings are read here too,
+    (``cell_filters._copied_pipeline``) before any worker starts. Torch's settings are read here too,
     as no learner code has run yet: the cells may not change them (``guard.py``)."""
     GUARD.start()
     # The code objects are swapped, not the functions: the worker's tamper check compares function

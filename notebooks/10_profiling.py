@@ -24,7 +24,7 @@
 # 4. see the GPU-only views (kernel gaps, the CUDA memory snapshot) as code written for a GPU (no
 #    recording of this lesson has run it on one yet).
 #
-# **Run time**: about 1 min in `cpu` (65 s recorded, 52 s in another quiet run; the optimizer plant on 256-token rows and the fixes' A/Bs made it longer than earlier runs) on a quiet 2-core Intel Xeon with AMX (2026-12-06, the outputs in
+# **Run time**: about 1 min in `cpu` (72 s recorded, 52-65 s in other quiet runs; the optimizer plant on 256-token rows and the fixes' A/Bs made it longer than earlier runs) on a quiet 2-core Intel Xeon with AMX (2026-12-06, the outputs in
 # `docs/recorded/`, a warm compile cache: compiling the overhead-bound step took 1.2-1.9 s there in recordings, a
 # cold compile longer; bf16 did not pay there, 0.83-1.00x, so the plants ran in fp32); earlier versions of this lesson: 26 s on a quiet 2-core AMD EPYC, Zen 3, AVX2 only, and 21-28 s
 # on a quiet Zen 4 EPYC with AVX512-BF16, both with a warm Inductor cache (on the Zen 4 bf16 measured just
@@ -275,11 +275,11 @@ print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians)
 # | finding | fires when (shares of the profiled step) | fix (the lesson that shows it) |
 # | --- | --- | --- |
 # | data | the data range is 25% of the step or more | workers, prefetch, on-device augmentation (2) |
-# | sync | 1.5 or more device-to-host reads per step (averaged over the profiled steps) outside the optimizer | keep metrics on the device, read them every N steps (no lesson shows it) |
+# | sync | 1.5 or more device-to-host reads per step (averaged over the profiled steps) outside the optimizer | keep metrics on the device, read them every N steps (measured in section 3's A/B) |
 # | overhead | the matmul calls that do the work take under 7x this machine's cost of an empty call (16x for bf16 on AVX512-BF16 without AMX), and 50 or more operators per step, and data under 25% | fused/compiled operators (`torch.compile`: this lesson, section 3), a bigger batch or accumulation (4) |
 # | precision | fp32 matmuls on hardware with bf16 units, and matmul/conv 30% of the step or more | bf16 autocast (3) |
 # | padding | 30% or more of the token positions are padding | per-batch padding, buckets (7) |
-# | optimizer | `foreach` and `fused` off, 8 or more parameter tensors, 4 or more optimizer operators per parameter tensor, and the optimizer range 8% of the step or more | `foreach=True` / `fused=True` (no lesson shows it) |
+# | optimizer | `foreach` and `fused` off, 8 or more parameter tensors, 4 or more optimizer operators per parameter tensor, and the optimizer range 8% of the step or more | `fused=True` / `foreach=True` (measured in Your turn) |
 # | memory | peak 85% or more of a given limit | activation checkpointing (5) |
 #
 # **A sync's share is not its cost.** A sync is flagged by count, and ranked, like every finding, by
@@ -358,7 +358,7 @@ print("ranked by what their fixes saved: " + (f"{first_fix}, then {second_fix} (
 # %% [markdown]
 # ### The overhead finding's fix, measured: `torch.compile`
 #
-# At batch 1 the step is a few hundred tiny operators: the time goes to Python and the dispatcher,
+# At batch 1 of 8-token rows (the overhead plant) the step is a few hundred tiny operators: the time goes to Python and the dispatcher,
 # not to arithmetic. That is what `torch.compile` is for: TorchDynamo captures the forward (and
 # AOTAutograd the backward) as a graph, and Inductor fuses the small operators into a few generated
 # kernels (C++ on a CPU, Triton on a GPU), so fewer dispatches remain. On a GPU,
@@ -531,7 +531,7 @@ print(f"* doctor, ranked by share: {', '.join(f.label for f in first)} (by what 
       f"{', '.join(f.label for f in doctor.diagnose(fixed_twice))}")
 print(f"* profiler cost: a session of {burst} steps {str(overhead_ab.verdict).rstrip('.')}; stopping it took {stop_s / session_s:.0%} "
       f"of that burst, recording and start {recording_note.split(' (')[0]} per step")
-print(f"* torch.compile on the overhead-bound step (batch 1): {compile_ab.verdict} {compile_line}")
+print(f"* torch.compile on the overhead-bound step (batch 1, 8-token rows): {compile_ab.verdict} {compile_line}")
 for name, p in recipes.items():
     print(f"* {name} (smoke-size recipe, synthetic images, whatever the profile): "
           f"{p['step_ms_unprofiled']:.0f} ms per step of {p['batch_size']} images "

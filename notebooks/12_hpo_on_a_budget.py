@@ -32,15 +32,16 @@
 # 6. run trials in parallel through one study in a shared storage (SQLite here; a database or a
 #    journal file across machines).
 #
-# **Run time**: about 2.5 min in `cpu` (131 s of notebook wall time recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`), 17 s in `smoke` (the test harness's run,
+# **Run time**: about 2.5 min in `cpu` (144 s of notebook wall time recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`), 17 s in `smoke` (the test harness's run,
 # load ~1.4-1.9). The searches take a fixed 105 s of it in `cpu` (7 methods x 6 rounds x 2.5 s:
 # their budget is seconds); the rest grows with the machine's load. The summary's last line prints
 # this run's own time, counted from after the imports.
 #
-# **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (the same sizes: the task is
-# a small MLP whose optimizer steps are short on one CPU thread (section 1's table prints their
-# milliseconds), so a GPU is expected to buy little: at this size per-step kernel-launch and Python overheads, not arithmetic, would set
-# its pace; not measured here), `smoke` (tests only: a coarse grid, tiny budgets; its
+# **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (the same sizes, and the trials
+# still train on the CPU, one thread each: the task is a small MLP whose optimizer steps are short on
+# one CPU thread (section 1's table prints their milliseconds), so a GPU is expected to buy little:
+# at this size per-step kernel-launch and Python overheads, not arithmetic, would set its pace; not
+# measured here), `smoke` (tests only: a coarse grid, tiny budgets; its
 # numbers show the code runs, not what is true). The task is `effkit.hpo.TuningTask`: a synthetic
 # 4-class problem (2,048 training, 2,048 validation and 4,096 held-out samples) and an MLP trained
 # with SGD + momentum and a cosine schedule, an epoch at batch 128 costing milliseconds (section 1
@@ -61,6 +62,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import optuna
+import torch
 from matplotlib.patches import FancyBboxPatch
 from tqdm.auto import tqdm
 
@@ -73,7 +75,10 @@ from effkit.percentiles import closed_ranks
 # %%
 LESSON_START = time.perf_counter()
 PROFILE = lesson.profile()
-DEVICE_NAME = device_name(lesson.device())
+# the trials train on the CPU, one thread each, in every profile (`gpu` changes no size and moves no
+# tensor): every figure here is the CPU's, whatever accelerator the machine has
+CPU = torch.device("cpu")
+DEVICE_NAME = device_name(CPU)
 SIZES = {
     "smoke": dict(n_train=512, n_val=512, n_test=1024, max_epochs=3, budget_s=0.25, grid_lr=4,
                   grid_wd=[1e-5, 1e-2], rounds=2, retrain_seeds=1, top=2, noise_seeds=3, workers=2,
@@ -174,7 +179,7 @@ def epoch_of(batch_size):
 
 
 epoch_ab = lesson.ab("one epoch of a trial: batch 32 vs batch 512", epoch_of(32), epoch_of(512), pairs=6,
-                     a_label="batch 32", b_label="batch 512")
+                     a_label="batch 32", b_label="batch 512", dev=CPU)
 epoch_line = {"faster": f"an epoch at batch 512 ran {epoch_ab.ratio:.1f}x as fast as one at batch 32: a budget in "
                         "epochs charges them alike, the clock (and a GPU-hour bill) does not",
               "slower": f"an epoch at batch 512 ran slower ({epoch_ab.ratio:.2f}x) than one at batch 32 here",
@@ -406,9 +411,10 @@ print(f"wrote {(out / 'searches.json').resolve()}: `make dashboard` (python -m e
 # round differences normal (smaller ones it calls less often) — and next to it the *headroom*: the
 # grid's best configuration, retrained on fresh seeds as each search's choice is, minus quasi-random's
 # median. No method can beat the baseline by much more than the headroom, so where the headroom is no
-# larger than the detectable difference, the comparison was built to find nothing at this budget:
-# quasi-random's choices already score near the best configuration this run knows, and what the
-# rounds could resolve is at least the most there is to find. Compare the two printed numbers. The
+# larger than the detectable difference, the comparison had little to find at this budget:
+# quasi-random's choices already score near the best configuration this run knows, and the rounds
+# would call a true difference of the headroom's size only part of the time (the line prints how
+# often, by the same rule; the headroom is itself a rough figure). Compare the printed numbers. The
 # line ends with about how many rounds the largest median difference measured would need; that
 # difference is the largest of several noisy medians, so it overstates its true size and the count
 # is optimistic. When every method reaches the target in every round
@@ -454,7 +460,20 @@ diff_sd = statistics.median(statistics.stdev(100 * (o - b) for b, o in zip(outco
 mdd = detectable(diff_sd, S["rounds"])
 largest = max(versus, key=lambda name: abs(versus[name].median))
 gap = abs(versus[largest].median)
-rounds_needed = next((n for n in range(2, 1_001) if detectable(diff_sd, n) <= gap), None) if gap > 0 else None
+
+
+def rounds_for(gap, most=1_000):
+    """The fewest rounds whose detectable difference is at most ``gap`` (bisection: it shrinks with the rounds,
+    up to the ranks' steps, hence "about"); None when even ``most`` rounds do not reach it."""
+    if gap <= 0 or detectable(diff_sd, most) > gap:
+        return None
+    lo, hi = 2, most
+    while lo < hi:
+        lo, hi = (lo, (lo + hi) // 2) if detectable(diff_sd, (lo + hi) // 2) <= gap else ((lo + hi) // 2 + 1, hi)
+    return lo
+
+
+rounds_needed = rounds_for(gap)
 # the headroom: the best configuration this run knows (the grid's), retrained as each search's choice was, above
 # the baseline's median: about the most any method could gain over quasi-random here
 grid_held_out = mean(full_run(task, grid_ledger.best_config, seed=80_000 + k)[1] for k in range(S["retrain_seeds"]))
@@ -465,12 +484,14 @@ power_line = ((f"these {S['rounds']} rounds call a difference of about {mdd:.2f}
               f"points, the median over the methods); headroom: the grid's best configuration, retrained on "
               f"{S['retrain_seeds']} fresh seed{'s' if S['retrain_seeds'] > 1 else ''}, scores {grid_held_out:.1%} held out, {headroom:+.2f} points from "
               f"quasi-random's median"
-              + ((", no more than the detectable difference: these rounds could find nothing to call"
+              + ((f", under the detectable difference: a true difference that large would be called about "
+                  f"{chance_called(max(headroom, 0.0) / diff_sd, S['rounds']):.0%} of the time by the same rule (the "
+                  "headroom itself a rough figure from few retraining seeds, not paired with the rounds)"
                   if headroom <= mdd else ", more than the detectable difference") if math.isfinite(mdd) else "")
               + f"; the largest of the {len(versus)} median differences measured, "
               f"{versus[largest].median:+.2f} points ({largest}), "
               + (f"would need about {rounds_needed} rounds (optimistic: the largest of several noisy medians)"
-                 if rounds_needed else "needs more than 1,000 rounds"))
+                 if rounds_needed else "needs more than 1,000 rounds" if gap > 0 else "is zero: there is no difference for more rounds to call"))
 print(power_line + (f" [{lesson.SMOKE_NOTE}]" if PROFILE == "smoke" else ""))
 
 # %% [markdown]

@@ -28,10 +28,10 @@
 # | label | planted as | the fix, and the lesson that shows it |
 # | --- | --- | --- |
 # | `"data"` | raw text tokenised in Python, sample by sample, inside the step | workers, prefetch (2) |
-# | `"sync"` | `bool(tensor)` NaN checks in the forward and `loss.item()` every step | keep metrics on the device (no lesson shows it) |
+# | `"sync"` | `bool(tensor)` NaN checks in the forward and `loss.item()` every step | keep metrics on the device (the lesson's section 3 measures it) |
 # | `"overhead"` | batch 1 instead of 32: every operator tiny | `torch.compile` (10), a bigger batch (4) |
 # | `"padding"` | random lengths padded to the maximum | per-batch padding, buckets (7) |
-# | `"optimizer"` | `Adam(foreach=False)`: a Python loop over the parameter tensors, a large embedding table among them | `fused=True`, or `foreach=True` where it pays (no lesson shows it) |
+# | `"optimizer"` | `Adam(foreach=False)`: a Python loop over the parameter tensors, a large embedding table among them | `fused=True`, or `foreach=True` where it pays (the lesson's Your turn measures it) |
 # | `"none"` | nothing planted | |
 #
 # Each bottleneck appears once and `"none"` three times. **The fields can mislead.** Each

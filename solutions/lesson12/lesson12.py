@@ -87,6 +87,10 @@
 #   The grader also replays a few of your stops on a fresh `Search`, each in a new process of its
 #   own (your seed, the same scores, except that the stopped trial reports the best score of its
 #   epoch): a stop that follows the scores is not made then. Trials planned to trail and stopped whatever they score fail.
+#   Which pruner matters: on the grader's calibration draws (its README) the bar held by both cells was met by TPE
+#   with successive halving in 62 of 64 pairs of tasks, by seeded random search with halving by hand in 18 of 24,
+#   by TPE with Hyperband in 11 of 24 and by TPE with `MedianPruner(n_startup_trials=5)` in 8 of 24 (for those two
+#   one task of most pairs saved less than 30%): an honest pruner that stops late passes on some draws, not others.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import optuna

@@ -46,8 +46,9 @@ LOSS_SCALES = (0.25, 64.0)
 # Each grading searches a pair of tasks whose scales lie PAIR_RATIO apart, which moves their best learning
 # rates about as far (the two tasks' data differ too, and at scale 1 the best lies anywhere in 0.18-0.56, so
 # 5x to 50x): a fixed configuration stays within MARGIN over less than 16x of scale (README, measured by
-# lesson12_calibrate.py --window), so it misses at least one task of every pair, whatever the draw
-# (issue 50, second review: on one task it passed the draws near its own scale, ~3 in 8). 16 is the
+# lesson12_calibrate.py --window), so it missed at least one task of every pair graded (8 pairs; a pair whose
+# best rates lie closer than its window could pass: the rate is not measured) (issue 50, second review: on one
+# task it passed the draws near its own scale, ~3 in 8). 16 is the
 # widest ratio whose partner always stays in LOSS_SCALES (their 256x is 16 squared).
 PAIR_RATIO = 16.0
 PARTNER = 1 << 20  # the bit that marks a pair's second task; a grading draws its first below it

@@ -101,13 +101,14 @@ def stale() -> list[str]:
 
 
 def execute(slug: str, out_dir: Path, timeout_s: int = 1800) -> tuple[Path, float]:
-    """Run ``notebooks/<slug>.ipynb`` top to bottom from ``notebooks/`` (as Jupyter would) and
-    write the executed copy to ``out_dir``; returns (its path, wall seconds). The profile is the
-    caller's ``EFFKIT_PROFILE``."""
+    """Run the notebook of ``notebooks/<slug>.py`` top to bottom from ``notebooks/`` (as Jupyter
+    would) and write the executed copy to ``out_dir``; returns (its path, wall seconds). The profile
+    is the caller's ``EFFKIT_PROFILE``. The notebook is rendered from the source here, not read
+    from the built ``.ipynb``: a recording keyed by the source's hash once ran a stale build."""
     import nbclient
     import nbformat
 
-    nb = nbformat.read(NOTEBOOKS / f"{slug}.ipynb", as_version=4)
+    nb = nbformat.reads(render(slug), as_version=4)
     client = nbclient.NotebookClient(
         nb,
         kernel_name="python3",

@@ -24,7 +24,7 @@
 # 4. see the GPU-only views (kernel gaps, the CUDA memory snapshot) as code written for a GPU (no
 #    recording of this lesson has run it on one yet).
 #
-# **Run time**: about 1 min in `cpu` (72 s recorded, 52-65 s in other quiet runs; the optimizer plant on 256-token rows and the fixes' A/Bs made it longer than earlier runs) on a quiet 2-core Intel Xeon with AMX (2026-12-06, the outputs in
+# **Run time**: about 1 min in `cpu` (66 s recorded, 52-72 s in other quiet runs; the optimizer plant on 256-token rows and the fixes' A/Bs made it longer than earlier runs) on a quiet 2-core Intel Xeon with AMX (2026-12-06, the outputs in
 # `docs/recorded/`, a warm compile cache: compiling the overhead-bound step took 1.2-1.9 s there in recordings, a
 # cold compile longer; bf16 did not pay there, 0.83-1.00x, so the plants ran in fp32); earlier versions of this lesson: 26 s on a quiet 2-core AMD EPYC, Zen 3, AVX2 only, and 21-28 s
 # on a quiet Zen 4 EPYC with AVX512-BF16, both with a warm Inductor cache (on the Zen 4 bf16 measured just

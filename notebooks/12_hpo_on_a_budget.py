@@ -32,7 +32,7 @@
 # 6. run trials in parallel through one study in a shared storage (SQLite here; a database or a
 #    journal file across machines).
 #
-# **Run time**: about 2.5 min in `cpu` (144 s of notebook wall time recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`), 17 s in `smoke` (the test harness's run,
+# **Run time**: about 2.5 min in `cpu` (149 s of notebook wall time recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`), 17 s in `smoke` (the test harness's run,
 # load ~1.4-1.9). The searches take a fixed 105 s of it in `cpu` (7 methods x 6 rounds x 2.5 s:
 # their budget is seconds); the rest grows with the machine's load. The summary's last line prints
 # this run's own time, counted from after the imports.

@@ -133,3 +133,32 @@ def test_recorded_outputs_go_back_only_into_the_cells_whose_source_is_unchanged(
         back[1].outputs == [] and back[1].execution_count is None
     )  # edited since: no stale output
     assert back[-1].outputs[0]["text"] == f"cell {len(code) - 1}\n"
+
+
+def test_a_recording_runs_the_current_source_not_the_built_notebook(tmp_path, monkeypatch):
+    """A recording is keyed by its source's hash, so it must run that source: run from a built
+    .ipynb that `make notebooks` had not refreshed, three lessons were recorded from their old text
+    and marked current (2026-12-06)."""
+    import nbclient
+
+    seen = {}
+
+    class Client:  # nbclient's, without a kernel: what it was asked to run
+        def __init__(self, nb, **kwargs):
+            seen["nb"] = nb
+
+        def execute(self):
+            pass
+
+    rendered = lesson_build.render
+    marker = "# edited after the last build"
+
+    def edited(slug):  # the source as edited since `make notebooks` last ran
+        nb = nbformat.reads(rendered(slug), as_version=4)
+        nb.cells[0].source = marker + "\n" + nb.cells[0].source
+        return nbformat.writes(nb)
+
+    monkeypatch.setattr(lesson_build, "render", edited)
+    monkeypatch.setattr(nbclient, "NotebookClient", Client)
+    lesson_build.execute("08_peft_lora", tmp_path)
+    assert seen["nb"].cells[0].source.startswith(marker)

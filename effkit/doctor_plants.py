@@ -39,7 +39,10 @@ PAIRS = (
     ("data", "optimizer"),
     ("overhead", "sync"),
 )
-DECOYS = ("sync", "padding", "optimizer", "overhead")
+DECOYS = ("sync", "padding", "optimizer", "overhead", "data")
+# the data decoy tokenises documents this many times shorter than the data plant's: a data wait of about a quarter
+# of the plant's, under the doctor's 25% line and over a line of a few percent (lesson10 README, calibration)
+DATA_DECOY_SHORTER = 16
 # the decoys' rows: long enough that the optimizer loop is a small share of the step (foreach off) and that batch 1
 # still gives each matmul call many times the host's empty-call cost (lesson10 README, calibration)
 LONG_ROWS = {"optimizer": 256, "overhead": 1024}
@@ -179,6 +182,11 @@ def planted_step(
     # optimizer plant has the optimizer decoy's rows already
     if long > LENGTH and {"data", "overhead", "optimizer"} & set(plants):
         raise ValueError("no long-row decoy beside the data, the overhead or the optimizer plant")
+    # the data decoy tokenises rows of LENGTH, as the data plant does
+    if "data" in decoys and (long > LENGTH or {"overhead", "optimizer"} & set(plants)):
+        raise ValueError(
+            "no data decoy beside a long-row decoy, the overhead or the optimizer plant"
+        )
     # the optimizer plant on its decoy's rows, its loop made costly by a big embedding table (TABLE): no field but
     # the optimizer's time tells them apart (beside the data or the overhead plant, which fix the rows, as before)
     big_loop = "optimizer" in plants and not {"data", "overhead"} & set(plants)
@@ -206,9 +214,10 @@ def planted_step(
     for i, n_tok in enumerate(lengths):
         ids[i, :n_tok] = torch.randint(2, VOCAB, (n_tok,))
     mask = ids.ne(0)
+    words = 32 * LENGTH // (1 if "data" in plants else DATA_DECOY_SHORTER)
     texts = (
-        [" ".join(rng.choice(WORDS).upper() + "," for _ in range(32 * LENGTH)) for _ in range(n)]
-        if "data" in plants
+        [" ".join(rng.choice(WORDS).upper() + "," for _ in range(words)) for _ in range(n)]
+        if "data" in plants or "data" in decoys
         else []
     )
     state = {"i": 0}

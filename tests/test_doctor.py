@@ -296,6 +296,9 @@ def test_each_decoy_sets_its_plants_tell_tale_field_without_the_plant():
             shares = [step.padding(step.next_batch()) for _ in range(64)]
             assert step.next_batch()[0].shape[1] == rows
             assert 0.0 < max(shares) <= 0.125 and sum(shares) / len(shares) < 0.1, (plants, seed)
+    # the data decoy tokenises documents DATA_DECOY_SHORTER times shorter than the plant's, rows of LENGTH
+    data = planted_step((), decoys=("data",))
+    assert data.next_batch()[0].shape == (32, LENGTH) and not planted_step(()).model.nan_checks
     overhead = planted_step(("sync",), decoys=("overhead",))
     assert overhead.batch_size == 1 and overhead.next_batch()[0].shape == (1, LONG_ROWS["overhead"])
     # the plant's own rows are short: its calls mostly the host's fixed cost (doctor_plants.SHORT_ROWS)
@@ -306,6 +309,12 @@ def test_each_decoy_sets_its_plants_tell_tale_field_without_the_plant():
         (("optimizer",), ("overhead",)),  # the optimizer plant has its decoy's rows
         (("data",), ("optimizer",)),  # the data plant tokenises rows of LENGTH tokens
         (("overhead",), ("optimizer",)),  # long rows would cure batch 1
+        (
+            ("overhead",),
+            ("data",),
+        ),  # the data decoy tokenises rows of LENGTH, not the plant's short ones
+        (("optimizer",), ("data",)),  # nor the optimizer plant's long ones
+        ((), ("data", "optimizer")),
         ((), ("precision",)),
     ):
         with pytest.raises(ValueError):

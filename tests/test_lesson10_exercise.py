@@ -84,7 +84,14 @@ def test_every_label_is_drawn_and_the_case_name_never_reaches_the_learner(monkey
     assert checks.profile_case(("data", "sync"), ("padding",), 3) == {"step_ms": 1.0}
 
 
-FLAGS = {"overhead": "overhead", "optimizer": "optimizer", "padding": "padding", "sync": "sync"}
+# "data": a data-wait line of a few percent, where the doctor's is 25% (the data decoy waits about 10% here)
+FLAGS = {
+    "overhead": "overhead",
+    "optimizer": "optimizer",
+    "padding": "padding",
+    "sync": "sync",
+    "data": "data",
+}
 
 
 def _reads_flags(order, data_first, plants, decoys):
@@ -282,6 +289,12 @@ SUBMISSIONS = {
         ("as a host", "the costliest plant was", "Second look: case"),
     ),
     "always_data": (_ALWAYS_DATA, False, "you said 'data', the costliest plant was"),
+    # a review's shortcut: the data rule at 5% named every data plant while no step waited a little for its data
+    "a_data_line_at_five_percent": (
+        _REF.replace("if data >= 0.25:", "if data >= 0.05:"),
+        False,
+        "you said 'data', the costliest plant was",
+    ),
     "reads_optimizer_as_row_length": (
         _OPTIMIZER_AS_ROW_LENGTH,
         False,

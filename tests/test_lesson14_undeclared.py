@@ -476,3 +476,15 @@ def test_a_method_set_on_torch_tensor_over_the_one_it_inherits_is_refused(data_d
     source = _submission(init="torch.Tensor.contiguous = lambda self, memory_format=None: self")
     with pytest.raises(guard.SettingsChanged, match=r"replaced torch\.Tensor\.contiguous"):
         _train(source, data_dir)
+
+
+def test_a_saved_tensor_hook_entered_by_the_pipeline_is_refused(data_dir):
+    """A review's route into the grader's step: a pipeline that enters a default saved-tensor hook
+    and leaves it entered runs its pack hook in the grader's forward, with the tensors in hand."""
+    init = (
+        "self.hooks = torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t); "
+        "self.hooks.__enter__()"
+    )
+    with pytest.raises(guard.SettingsChanged, match="saved-tensor hook"):
+        _train(_submission(init=init), data_dir)
+    torch._C._autograd._pop_saved_tensors_default_hooks()  # the attack's, left entered

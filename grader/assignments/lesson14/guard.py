@@ -60,6 +60,7 @@ def _hooks(module, name: str):
     return count
 
 
+_SAVED_TOP = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
 _B, _MM = "torch.backends.", "torch.backends.cuda.matmul."
 # Every process-global (or thread-global, in the thread that runs the steps) setting that changes
 # a recipe's speed or numerics: (what the learner would call it, a getter bound here). One list;
@@ -101,6 +102,9 @@ SETTINGS: tuple[tuple[str, object], ...] = tuple((name, get) for name, get in (
     ("a TorchFunctionMode entered (torch.overrides)", _getter("_len_torch_function_stack")),
     ("a TorchDispatchMode entered (torch.utils._python_dispatch)",
      _getter("_len_torch_dispatch_stack")),
+    # a pack hook runs in the grader's forward with every saved tensor in hand (a review's route)
+    ("a default saved-tensor hook entered (torch.autograd.graph.saved_tensors_hooks)",
+     None if _SAVED_TOP is None else lambda: _SAVED_TOP(False) is not None),
     *((f"the global module hooks torch.nn.modules.module.{h}", _hooks(_module, h)) for h in (
         "_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_pre_hooks",
         "_global_backward_hooks", "_global_buffer_registration_hooks",

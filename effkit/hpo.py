@@ -56,7 +56,8 @@ class TuningTask:
         # a constant c times the loss (a sum instead of a mean, a loss weight): SGD with momentum on c * loss at
         # (lr, wd) takes the steps it takes on the loss at (lr * c, wd / c) (the weight decay is added to the
         # gradient, which c does not multiply), so the best learning rate moves by 1 / c, the best weight decay
-        # by c, and the accuracies reachable do not change
+        # by c, and the accuracies reachable do not change (up to float rounding, and where (lr * c, wd / c) stays
+        # inside the search space: at its edges a clipped weight decay shifts what is reachable)
         self.loss_scale = loss_scale
 
     def trial(self, config: dict, seed: int) -> Trial:

@@ -32,7 +32,7 @@
 # 6. run trials in parallel through one study in a shared storage (SQLite here; a database or a
 #    journal file across machines).
 #
-# **Run time**: about 2.5 min in `cpu` (149 s of notebook wall time recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`), 17 s in `smoke` (the test harness's run,
+# **Run time**: about 2.5 min in `cpu` (146 s of notebook wall time recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`), 17 s in `smoke` (the test harness's run,
 # load ~1.4-1.9). The searches take a fixed 105 s of it in `cpu` (7 methods x 6 rounds x 2.5 s:
 # their budget is seconds); the rest grows with the machine's load. The summary's last line prints
 # this run's own time, counted from after the imports.
@@ -205,8 +205,8 @@ print(batch_line)
 # with no warm-up, its 512-to-32 ratio fell outside the A/B's interval (above it twice, below it
 # once), and one of them showed a batch-64 step twice as slow as its neighbours that the others did
 # not: order and warm-up effects, most likely, which the interleaved, rotated, warmed-up runs now
-# spread over the batch sizes, and noise, which a median of 3 does not average away. The A/B is the
-# figure to quote (its interval, printed above); batch 128 was not in it. A fixed
+# spread over the batch sizes, and noise, which a median of 3 does not average away, so the table
+# can still disagree with the A/B (compare the two above). The A/B is the figure to quote (its interval, printed above); batch 128 was not in it. A fixed
 # hyperparameter's caveat applies: the best learning rate and weight decay found below are the best
 # *at batch 128*.
 #
@@ -580,9 +580,10 @@ print(winner_line)
 # The playbook's **isolation plot**: for each value of the scientific hyperparameter, the best score
 # over the nuisance one — here the best validation accuracy over the learning rate, for each weight
 # decay. The grid gives every weight decay the same learning rates; the quasi-random searches (pooled
-# over their rounds) give each decade of weight decay about as many trials as the next; TPE puts its
-# trials where it scored well, so an isolation plot from its trials compares weight decays tried
-# unequally often (the counts below).
+# over their rounds) give each decade of weight decay about as many trials as the next; TPE, once
+# its 10 random start-up trials are done, samples where it scored well, so its trials can fall
+# unequally across weight decays: the counts below say how unequally they did here (with about 21
+# trials a search, half of TPE's are start-up ones).
 #
 # The verdict printed below is a **rough screen**, not a test: it calls a weight decay "not told
 # apart from the best" when its grid maximum lies within 2 x sqrt(2) seed SDs of the best one's
@@ -743,8 +744,9 @@ print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s in profile {P
 # counts training work in units that do not depend on the machine (the grader trains every trial
 # itself; seconds would grade its machine and its load, not your search). It is not a budget of
 # seconds: an epoch's seconds still vary (section 2 prints how far one complete trial's time spread
-# at the same batch size among the trials that trained, and apart from them the diverged trials, which
-# stop computing and cost far less: they, not the trained ones, make the widest spread), and it never counts the
+# at the same batch size among the trials that trained, the same work, so that spread is the
+# machine's noise, and apart from them the diverged trials, which stop computing and usually cost less
+# (not always: in one earlier recording they overlapped the trained ones)), and it never counts the
 # time the search itself spends deciding, which section 3 puts on the clock (from a few percent to
 # over a tenth of each search's wall clock, by method).
 #

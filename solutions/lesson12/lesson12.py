@@ -41,9 +41,9 @@
 # it also makes every epoch the same count of samples and optimizer steps (2,048 and 16), so the
 # budget counts training in units that do not depend on the machine (the grader trains every trial
 # itself: a budget of seconds would grade its machine and its load, not your policy). It is not a
-# budget of seconds: an epoch's time still varies with the configuration (the lesson's section 2 prints
-# how far one complete trial's time spread at this batch size among the trials that trained; a diverged
-# trial stops computing and costs far less than one that trained), and your
+# budget of seconds: an epoch's time still varies (the lesson's section 2 prints how far one complete
+# trial's time spread at this batch size among the trials that trained, the same work, so the
+# machine's noise; a diverged trial stops computing and usually costs less), and your
 # policy's own decision time is not charged to it (it is capped apart: 30 s for all calls
 # together). The search space (the same dict is passed to `Search` as `space`):
 #
@@ -83,8 +83,9 @@
 #   identical traces are a plan fixed by the seed); and on each task at least **85%** of the epochs
 #   its stops saved must come from trials that trailed when stopped: a stop counts only if at least
 #   a quarter of all the scores reported at that epoch in the search were higher than the stopped
-#   trial's. Stopping trials whatever their scores ends good ones as often as weak ones, and fails.
-#   The grader also replays a few of your stops on a fresh `Search`, each in a new process of its
+#   trial's. Stopping trials whatever their scores ends good ones as often as weak ones, and fails
+#   that rule; stopping trials planned to be weak, whatever they score, can pass it, hence the replay:
+#   the grader also replays a few of your stops on a fresh `Search`, each in a new process of its
 #   own (your seed, the same scores, except that the stopped trial reports the best score of its
 #   epoch): a stop that follows the scores is not made then. Trials planned to trail and stopped whatever they score fail.
 #   Which pruner matters: on the grader's calibration draws (its README) the bar held by both cells was met by TPE

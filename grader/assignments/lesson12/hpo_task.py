@@ -21,7 +21,7 @@ MAX_EPOCHS = 9  # a trial that is never stopped trains this many epochs (Hyperba
 # on validation accuracy, held at 128 (not the fastest the lesson measures) so that the round searches the
 # learning rate and the weight decay only. Fixed, it also makes every epoch the same count of samples and optimizer steps, so
 # a budget in epochs counts training in units that do not depend on the machine grading. Not seconds: an
-# epoch's time still varies with the configuration (a diverged trial stops computing) and the machine.
+# epoch's time still varies with the machine, and with the configuration where a trial diverges (it stops computing).
 FIXED = {"batch_size": 128}
 # What a search may choose: effkit's space less the fixed hyperparameters (the lesson's section 1
 # still sweeps hpo.SPACE's batch sizes for throughput, so that dict keeps them).

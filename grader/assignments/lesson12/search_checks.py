@@ -17,9 +17,9 @@ from grader.kit.checks import CheckFailed, Context, expect, stub_reason
 # Epochs the search may spend. With the batch size held (hpo_task.FIXED) every epoch is the same count of samples
 # and optimizer steps (2,048 and 16), so the budget counts training in units that do not depend on the machine:
 # the grader trains every trial itself, and a budget in seconds would grade its load, not the policy. It is not a
-# budget of seconds: an epoch's time still varies with the configuration (the lesson prints one complete trial's
-# spread at batch 128 among the trials that trained; a diverged trial stops computing and costs far less) and with
-# the machine, and the policy's own decision
+# budget of seconds: an epoch's time still varies (the lesson prints one complete trial's spread at batch 128
+# among the trials that trained, the same work, so the machine's noise; a diverged trial stops computing and usually
+# costs less), and the policy's own decision
 # time is not charged to it (POLICY_SECONDS caps that apart). Calibration: the README.
 BUDGET = 120
 MAX_TRIALS = 200

@@ -10,6 +10,7 @@ reaching it by the routes a text shows.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from grader.assignments.lesson14.manifest import MANIFEST
@@ -77,8 +78,6 @@ def _reaches_grader(cells) -> list[str]:
     name (``BY_NAME``) or walks to the grader's objects (read, never run): the worker's guard of
     torch's settings and of the batches' layout is the grader's, not the cell's. A docstring (no
     code here reads it) is refused only where it holds a dotted name (``grader.x``)."""
-    import re
-
     memo: dict[int, str | None] = {}  # each node folded once: a long chain is not read n^2 times
 
     def folded(node):

@@ -208,7 +208,7 @@ def optuna_objective(
 ):
     """``study.optimize``'s objective: trains epoch by epoch, charges ``ledger``, reports, prunes.
     At ``budget`` epochs it cuts the running trial and stops the study (``study.stop()``). The
-    hyperparameters in ``fixed`` (a batch size chosen for throughput, say) are held, not searched."""
+    hyperparameters in ``fixed`` (a batch size held for the round, say) are held, not searched."""
     import optuna
 
     fixed = fixed or {}
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--max-epochs", type=int, default=9)
     ap.add_argument(
-        "--batch-size", type=int, help="hold the batch size at this value (chosen for throughput)"
+        "--batch-size", type=int, help="hold the batch size at this value (not searched)"
     )
     args = ap.parse_args(argv)
     fixed = {} if args.batch_size is None else {"batch_size": args.batch_size}

@@ -127,7 +127,7 @@ print(f"profile {PROFILE!r} on {DEVICE_NAME} (one thread per trial); a trial tra
 # **Why the batch size is fixed, not searched.** The playbook: the batch size governs *training
 # speed* and should not be tuned for validation performance; once the learning rate and the
 # regularization are re-tuned for each batch size (and the run has enough steps), the batch sizes
-# reach the same validation performance (Shallue et al. 2019). Tuned on validation accuracy at a fixed
+# should be able to reach the same validation performance (Shallue et al. 2019). Tuned on validation accuracy at a fixed
 # 9 epochs, the batch size would be confounded with how many optimizer steps each value gets (batch 32:
 # 576 steps, batch 512: 36), and every change of it means re-tuning the learning rate and the weight
 # decay. So it is held for the round, and the search is over the learning rate and the weight decay only.
@@ -270,15 +270,15 @@ print(f"the same grid with 3 more axes of 3 values: {27 * grid_ledger.epochs:,} 
 # grid search", in the playbook's words), does not adapt to the scores (so the trials can be re-analysed later, and it does not
 # care in which order parallel trials finish), and samples the scientific axis evenly. (Optuna marks
 # `QMCSampler` experimental; its first trial is drawn at random, to learn the space.) **Random
-# search** samples the space independently (Bergstra & Bengio 2012: when one axis matters most, 9
-# random trials try 9 learning rates where a 3 x 3 grid tries 3). **TPE** (Bergstra et al. 2011, Optuna's default sampler) fits densities to the good and
+# search** samples the space independently (Bergstra & Bengio 2012: when one hyperparameter matters
+# most, 9 random trials try 9 of its values where a 3 x 3 grid tries 3; here that one is the learning rate). **TPE** (Bergstra et al. 2011, Optuna's default sampler) fits densities to the good and
 # the bad trials so far and samples where the ratio favours the good. The **pruners** stop a trial
 # between epochs: the *median* pruner (Optuna's `MedianPruner`) when the trial's *best* score so far
 # is below the median of the *completed* trials' scores at the same epoch, and only once
 # `n_startup_trials` trials have completed and the trial's step is at least `n_warmup_steps` (Optuna
 # never prunes at a step below it; this lesson reports epochs from 1, so `n_warmup_steps=1` spares
 # nothing and `n_warmup_steps=2` spares each trial's first epoch); *successive
-# halving* (Jamieson & Talwalkar 2016; asynchronous: ASHA, Li et al. 2020) keeps only the top 1/η of
+# halving* (Karnin et al. 2013; for hyperparameters Jamieson & Talwalkar 2016; asynchronous: ASHA, Li et al. 2020) keeps only the top 1/η of
 # the trials at each rung (1, 3, 9 epochs for η = 3, as drawn below); *Hyperband* (Li et al. 2018)
 # runs several successive halvings that start at different rungs, hedging against a first epoch that
 # predicts badly. The "TPE + SHA" search below uses Optuna's defaults, which differ
@@ -302,8 +302,8 @@ plt.show()
 
 # %% [markdown]
 # **Predict.** Quasi-random search trains every trial to the end; one complete trial costs the
-# median printed by the grid, so a search's seconds pay for about budget / that many trials (less
-# the sampler's time). How many configurations will TPE with the successive-halving pruner examine
+# median printed by the grid, so a search's seconds pay for roughly budget / that many trials (less
+# the time spent deciding; trials vary in cost, so a run can land a little above it). How many configurations will TPE with the successive-halving pruner examine
 # with the same seconds?
 
 # %%
@@ -383,7 +383,7 @@ for r in rows:
     cost = f"{r['median_seconds']:.2f} s" if r["hits"] else "-"
     print(f"{r['name']:16} {r['trials']:7.1f} {r['complete']:9.1f} {r['overhead']:7.0%} {r['saved']:6.0%} "
           f"{r['held_out']:8.1%} ({r['spread'][0]:.1%}-{r['spread'][1]:.1%})  {r['hits']} of {S['rounds']}, {cost}")
-print(f"(means over {S['rounds']} rounds; 'decide': share of the wall clock the sampler, pruner and Optuna took; "
+print(f"(means over {S['rounds']} rounds; 'decide': share of the wall clock outside the epochs: the sampler, pruner, Optuna and building each trial; "
       f"'saved': the share of the same trials' unpruned epochs the pruner's stops saved; held out: median of the "
       f"rounds; longest search {max(r['wall'] for r in rows):.2f} s for a {S['budget_s']} s budget)")
 sha_trials = mean(lg.trials for lg in searches["TPE + SHA"])
@@ -410,8 +410,10 @@ print(f"wrote {(out / 'searches.json').resolve()}: `make dashboard` (python -m e
 # spread: the smallest true difference the verdicts' own rule would call with 80% chance, were the
 # round differences normal (smaller ones it calls less often) — and next to it the *headroom*: the
 # grid's best configuration, retrained on fresh seeds as each search's choice is, minus quasi-random's
-# median. No method can beat the baseline by much more than the headroom, so where the headroom is no
-# larger than the detectable difference, the comparison had little to find at this budget:
+# median. The headroom is not a ceiling (one noisy validation run per grid point chose that
+# configuration, and a search samples between the grid's points), but a method beating the baseline by
+# much more than it would be a surprise, so where the headroom is no larger than the detectable
+# difference, the comparison had little to find at this budget:
 # quasi-random's choices already score near the best configuration this run knows, and the rounds
 # would call a true difference of the headroom's size only part of the time (the line prints how
 # often, by the same rule; the headroom is itself a rough figure). Compare the printed numbers. The
@@ -744,9 +746,11 @@ print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s in profile {P
 # counts training work in units that do not depend on the machine (the grader trains every trial
 # itself; seconds would grade its machine and its load, not your search). It is not a budget of
 # seconds: an epoch's seconds still vary (section 2 prints how far one complete trial's time spread
-# at the same batch size among the trials that trained, the same work, so that spread is the
-# machine's noise, and apart from them the diverged trials, which stop computing and usually cost less
-# (not always: in one earlier recording they overlapped the trained ones)), and it never counts the
+# at the same batch size among the trials that trained: the same samples and steps, yet not only the
+# machine's noise, since the arithmetic's speed can depend on the configuration's numbers (denormal
+# values when weights shrink, say: not measured here), and apart from them the diverged trials, which
+# stop computing and usually cost less (not always: they overlap the trained ones in this recording)),
+# and it never counts the
 # time the search itself spends deciding, which section 3 puts on the clock (from a few percent to
 # over a tenth of each search's wall clock, by method).
 #
@@ -764,6 +768,8 @@ print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s in profile {P
 #   <https://www.jmlr.org/papers/v13/bergstra12a.html> (random and quasi-random sequences against grids).
 # * J. Bergstra, R. Bardenet, Y. Bengio, B. Kégl, *Algorithms for Hyper-Parameter Optimization*,
 #   NeurIPS 2011 (TPE).
+# * Z. Karnin, T. Koren, O. Somekh, *Almost Optimal Exploration in Multi-Armed Bandits*, ICML 2013,
+#   <https://proceedings.mlr.press/v28/karnin13.html> (successive halving).
 # * K. Jamieson, A. Talwalkar, *Non-stochastic Best Arm Identification and Hyperparameter
 #   Optimization*, AISTATS 2016 (successive halving).
 # * L. Li, K. Jamieson, G. DeSalvo, A. Rostamizadeh, A. Talwalkar, *Hyperband: A Novel Bandit-Based

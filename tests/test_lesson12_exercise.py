@@ -178,6 +178,24 @@ class Search:
         return t >= 11 and not s.replay
 """
 
+# the replay's evasion by the clock (sixth review): the same ladder stops its fillers only where the grader took
+# time between its ask and its report (it trained an epoch), as in a search; the replays reported back to back
+# until each trained its recorded trials again (search_checks.replay_stops_again)
+_DENSE_LADDER_TIMES_ITS_REPORTS = """
+import random
+import time
+class Search:
+    def __init__(s, space, budget, max_epochs, seed):
+        s.L = [{"lr": .355 / c, "weight_decay": 5.6e-4 * c} for c in (0.3 * 1.7**k for k in range(11))]
+        s.r = random.SystemRandom()
+        s.asked = time.perf_counter()
+    def ask(s, t):
+        s.asked = time.perf_counter()
+        return s.L[t] if t < 11 else {"lr": 10 ** s.r.uniform(-3, -2.7), "weight_decay": 1e-6}
+    def report(s, t, e, sc):
+        return t >= 11 and time.perf_counter() - s.asked > 5e-4
+"""
+
 # an honest search whose asks are as fixed by its seed as the ladder's: seeded random configurations on a log
 # scale, stopped by successive halving written by hand. Its stops read the scores, so its traces part
 _RANDOM_HALVING = '''
@@ -293,6 +311,14 @@ POLICIES = {
             "test_pruning": (False, REPLAYED),
         },
     ),
+    # the same ladder telling the replays from the searches by the gaps between its calls: each replay trains
+    "dense_ladder_times_its_reports": (
+        _DENSE_LADDER_TIMES_ITS_REPORTS,
+        {
+            "test_search": (True, "below the grid's best"),
+            "test_pruning": (False, REPLAYED),
+        },
+    ),
     # every trial stopped after its first epoch: nothing complete, nothing to choose
     "stops_everything": (
         "import math\nimport random\n" + _PRUNE_ALL,
@@ -384,7 +410,10 @@ def test_a_budget_cut_is_not_counted_as_pruning():
 
 def _run(*trials: tuple[list[float], str]) -> search_checks.SearchRun:
     run = search_checks.SearchRun(task_seed=0)
-    run.trials = [{"config": {}, "scores": list(sc), "status": st} for sc, st in trials]
+    run.trials = [
+        {"config": {"lr": 0.05, "weight_decay": 1e-4}, "scores": list(sc), "status": st, "seed": i}
+        for i, (sc, st) in enumerate(trials)
+    ]
     run.spent = sum(len(t["scores"]) for t in run.trials)
     return run
 

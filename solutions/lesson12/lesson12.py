@@ -42,8 +42,9 @@
 # budget counts training in units that do not depend on the machine (the grader trains every trial
 # itself: a budget of seconds would grade its machine and its load, not your policy). It is not a
 # budget of seconds: an epoch's time still varies (the lesson's section 2 prints how far one complete
-# trial's time spread at this batch size among the trials that trained, the same work, so the
-# machine's noise; a diverged trial stops computing and usually costs less), and your
+# trial's time spread at this batch size among the trials that trained: the same samples and steps,
+# the machine's noise and perhaps the numbers' own cost; a diverged trial stops computing and
+# usually costs less), and your
 # policy's own decision time is not charged to it (it is capped apart: 30 s for all calls
 # together). The search space (the same dict is passed to `Search` as `space`):
 #
@@ -66,7 +67,7 @@
 # has 16 times the first's scale, or a sixteenth: that moves its best learning rate about 16x, and
 # the data shifts it too (at scale 1 the best lies anywhere in 0.18-0.56), so the two best learning
 # rates lie roughly 5x to 50x apart: every fixed configuration the grader measured stayed within
-# the margin over at most about 10x of scale, and each one it graded on pairs missed a task of
+# the margin over at most 8x of the scales measured (about 10x interpolated), and each one it graded on pairs missed a task of
 # every pair tried; search the learning rate on a log scale). On each
 # task it creates a fresh `Search` in a process of its own (with the same `seed` both times) and runs
 # the loop above: it trains and evaluates every trial itself; only your configurations and stop
@@ -88,10 +89,12 @@
 #   the grader also replays a few of your stops on a fresh `Search`, each in a new process of its
 #   own (your seed, the same scores, except that the stopped trial reports the best score of its
 #   epoch): a stop that follows the scores is not made then. Trials planned to trail and stopped whatever they score fail.
-#   Which pruner matters: on the grader's calibration draws (its README) the bar held by both cells was met by TPE
-#   with successive halving in 62 of 64 pairs of tasks, by seeded random search with halving by hand in 18 of 24,
-#   by TPE with Hyperband in 11 of 24 and by TPE with `MedianPruner(n_startup_trials=5)` in 8 of 24 (for those two
-#   one task of most pairs saved less than 30%): an honest pruner that stops late passes on some draws, not others.
+#   Which pruner matters: on the grader's calibration draws (its README; the searches without the grid, so these
+#   counts are this cell's own rules, savings, evidence and replay, not `test_search`'s, measured on fewer draws)
+#   TPE with successive halving met them in 62 of 64 pairs of tasks, seeded random search with halving by hand in
+#   18 of 24, TPE with Hyperband in 11 of 24 and TPE with `MedianPruner(n_startup_trials=5)` in 8 of 24 (for those
+#   two one task of most pairs saved less than 30%): an honest pruner that stops late passes on some draws, not others.
+#   The replays train your recorded trials again, so they reach your policy at a search's pace.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import optuna

@@ -18,7 +18,8 @@ from grader.kit.checks import CheckFailed, Context, expect, stub_reason
 # and optimizer steps (2,048 and 16), so the budget counts training in units that do not depend on the machine:
 # the grader trains every trial itself, and a budget in seconds would grade its load, not the policy. It is not a
 # budget of seconds: an epoch's time still varies (the lesson prints one complete trial's spread at batch 128
-# among the trials that trained, the same work, so the machine's noise; a diverged trial stops computing and usually
+# among the trials that trained, the same samples and steps, the machine's noise and perhaps the numbers' (not
+# measured); a diverged trial stops computing and usually
 # costs less), and the policy's own decision
 # time is not charged to it (POLICY_SECONDS caps that apart). Calibration: the README.
 BUDGET = 120
@@ -141,10 +142,15 @@ def run_search(ctx: Context, task_seed: int, policy_seed: int) -> SearchRun:
             config = ht.validate(answer)
         except CheckFailed as err:
             raise CheckFailed(f"trial {n}: {err}") from err
-        record = {"config": config, "scores": [], "status": "running"}
+        record = {
+            "config": config,
+            "scores": [],
+            "status": "running",
+            "seed": ctx.rng.randrange(1 << 30),
+        }
         run.trials.append(record)
         start = time.perf_counter()
-        trial = ht.Trial(task_seed, config, seed=ctx.rng.randrange(1 << 30))
+        trial = ht.Trial(task_seed, config, seed=record["seed"])
         run.train_seconds += time.perf_counter() - start
         for epoch in range(1, ht.MAX_EPOCHS + 1):
             if run.spent >= BUDGET:
@@ -180,7 +186,9 @@ def replay_stops_again(ctx: Context, run: SearchRun, target: int) -> bool:
     """Replays ``run`` on a fresh ``Search`` (its seed, a fresh worker) up to trial ``target``, a stopped trial, reporting the
     scores recorded, except the target's: the best of the search at each of its epochs up to its stop. True
     when the policy stops it there anyway (or sooner, or ends the search before it): the stop did not follow
-    its score. Only the policy runs; nothing is trained."""
+    its score. Each recorded trial is trained again as the search trained it (its config and seed), its scores
+    discarded: a replay's reports come at a search's pace, so a policy timing the gaps between its calls (the
+    grader training an epoch, or not) cannot tell a replay from a search (a review: the replays ran back to back)."""
     best = best_at(run)
     replay = SearchRun(run.task_seed, run.policy_seed)
     _fresh_worker(ctx)  # as the search began: nothing of the searches or the other replays survives
@@ -199,7 +207,9 @@ def replay_stops_again(ctx: Context, run: SearchRun, target: int) -> bool:
             return True
         recorded = t["scores"]
         scores = recorded if n < target else [best[e] for e in range(1, len(recorded) + 1)]
+        trial = ht.Trial(run.task_seed, t["config"], seed=t["seed"])
         for epoch, score in enumerate(scores, 1):
+            trial.step()  # the search's work again, its score unused: the same pace between calls
             stop = (
                 _call(
                     ctx,

@@ -25,11 +25,13 @@
 # and then let the numbers name the top bottleneck. Every figure is printed next to the device it
 # was measured on, and every conclusion is computed from the measurement above it.
 #
-# **Run time**: about 13 min in `cpu` (780 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
-# GPU, 2026-12-06: the outputs in `docs/recorded/`; 595 s and 905 s in earlier quiet runs that day,
-# the pipeline A/B adding pairs until its interval is narrow enough; 110 s before the steady-state
-# pipeline A/B and three seeds per batch size came in); 47 s in `smoke` (a 2-core AMD EPYC VM, nothing else running;
-# the smoke sizes did not grow); `gpu`: 99 s on an H100 80GB HBM3, before the three seeds.
+# **Run time**: about 3 min in `cpu` (183 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
+# GPU, 2026-12-06: the outputs in `docs/recorded/`; 111-206 s in other runs that day, the VM's speed
+# varying by 1.4x. Before the padding A/B timed one BERT step per burst instead of 12, and the
+# pipeline A/B 6 steps after 4 untimed ones instead of 12 right after starting the workers, the
+# lesson took 725-780 s on the same VM);
+# 34 s in `smoke` on the same VM (47 s on a 2-core AMD EPYC VM before the change); `gpu`: 99 s on
+# an H100 80GB HBM3, before the three seeds.
 #
 # **Profiles.** `EFFKIT_PROFILE` picks the experiment size: `cpu` (the default without a GPU:
 # small real models, effects you can see in minutes), `gpu` (the default with one: the full
@@ -77,13 +79,18 @@ PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
 DEVICE = lesson.device()
 DEVICE_NAME = device_name(DEVICE)
 # This lesson's experiment sizes per profile; the recipes' own sizes live in their profiles.
+# Burst lengths: `steps` (CIFAR) and `steps_bert` for throughput, `pipe_steps` for the pipeline
+# A/B (CIFAR), `pad_steps` for the padding A/B (BERT); on a 2-core CPU one BERT step takes seconds.
 SIZES = {
-    "smoke": dict(steps=2, repeats=3, batches=(100, 800), ab_steps=1, epochs=2, target=0.80,
-                  wait_steps=8, pipe_steps=3, pairs=6, restarts=3, seeds=(0,)),
-    "cpu": dict(steps=3, repeats=3, batches=(250, 1000), ab_steps=1, epochs=1, target=None,
-                wait_steps=8, pipe_steps=12, pairs=6, restarts=7, seeds=(0, 1, 2)),
-    "gpu": dict(steps=20, repeats=5, batches=(1024, 8192), ab_steps=10, epochs=12, target=None,
-                wait_steps=None, pipe_steps=20, pairs=10, restarts=7, seeds=(0, 1, 2)),
+    "smoke": dict(steps=2, steps_bert=2, repeats=3, batches=(100, 800), ab_steps=1, epochs=2,
+                  target=0.80, wait_steps=8, pipe_steps=3, pad_steps=3, pairs=6, restarts=3,
+                  seeds=(0,)),
+    "cpu": dict(steps=3, steps_bert=1, repeats=3, batches=(250, 1000), ab_steps=1, epochs=1,
+                target=None, wait_steps=8, pipe_steps=6, pad_steps=1, pairs=6, restarts=7,
+                seeds=(0, 1, 2)),
+    "gpu": dict(steps=20, steps_bert=20, repeats=5, batches=(1024, 8192), ab_steps=10, epochs=12,
+                target=None, wait_steps=None, pipe_steps=20, pad_steps=20, pairs=10, restarts=7,
+                seeds=(0, 1, 2)),
 }[PROFILE]
 DOLLARS_PER_HOUR = 3.00 if DEVICE.type == "cuda" else 0.10  # example prices: put in yours
 print(f"profile {PROFILE!r} on {DEVICE_NAME}")
@@ -146,7 +153,7 @@ GUESS_PAD_SHARE = None  # your guess, a fraction between 0 and 1
 
 # %%
 cifar_sps, _ = throughput(naive_cifar)
-bert_sps, bert_tps = throughput(naive_bert)
+bert_sps, bert_tps = throughput(naive_bert, steps=SIZES["steps_bert"])
 padded_length = naive_bert.describe()["mean_padded_length"]
 padded_tps = bert_sps * padded_length  # every row is padded to the same length
 pad_share = 1 - bert_tps / padded_tps
@@ -463,10 +470,16 @@ print(f"after a `break`: total_s = {early.total_s:.2e} s (booked: {early.total_s
 # an earlier version of this lesson did that with 2-step bursts and reported the start-up as a
 # per-step cost. So the trainer's `resume()` starts the workers and fills their queue **before**
 # each A burst, untimed, and `pause()` stops them after it, so that they do not take cores from B
-# (`lesson.ab`'s `before`/`after` hooks run off the clock). With the queue full, the workers
-# prepare one batch for each one the burst takes, as in the middle of an epoch. (Had they been
-# slower than the model, the steady state would have an empty queue, and the burst's first
-# `prefetch` batches would come free: the timer above would show it, as a large wait.)
+# (`lesson.ab`'s `before`/`after` hooks run off the clock). `resume()` fills the queue by taking
+# its `prefetch` batches from the loader, which asks the workers for as many again; so, still off
+# the clock, A first trains through the batches it took while the workers prepare the new ones.
+# Then, as in the middle of an epoch, every timed step takes a prepared batch and asks the workers
+# for one more. Those untimed steps also keep out of the timer whatever the first steps after a
+# worker start cost, which a real run pays once per epoch: bursts timed straight after `resume()`
+# charged it to every burst, and the shorter the burst, the larger the pipeline's cost they read.
+# B trains one untimed step too, so both start warm. (Had the workers been slower than the model,
+# the untimed steps would have emptied the queue and the timed ones would wait for every batch,
+# as they would mid-epoch: the timer above would show it, as a large wait.)
 
 # %%
 fixed_x, fixed_y = next(iter(naive_cifar.pipeline))
@@ -483,10 +496,20 @@ def without_pipeline():
     return sum(step_on(fixed_x, fixed_y) for _ in range(step_batches))
 
 
-around = {"a": (naive_cifar.resume, naive_cifar.pause), "b": (lambda: None, lambda: None)}
-print(f"bursts of {step_batches} steps; the workers keep {prefetch} batches prepared ahead")
+def steady_pass():  # off the clock: workers started, queue full, the batches resume() took trained
+    naive_cifar.resume()
+    naive_cifar.train_steps(max(1, prefetch))
+
+
+around = {"a": (steady_pass, naive_cifar.pause),
+          "b": (lambda: step_on(fixed_x, fixed_y), lambda: None)}
+print(f"bursts of {step_batches} timed steps, after {max(1, prefetch)} untimed ones with the"
+      f" pipeline; the workers keep {prefetch} batches prepared ahead")
+# The pipeline may cost only a few percent of a step: stop adding pairs early only once the
+# interval is within 5% of the ratio (lesson.ab's default is 10%), so that it can tell such a
+# cost from none.
 pipeline_ab = lesson.ab("naive CIFAR: with vs without its input pipeline, steady state",
-                        with_pipeline, without_pipeline, pairs=SIZES["pairs"],
+                        with_pipeline, without_pipeline, pairs=SIZES["pairs"], rel_ci=0.05,
                         a_label="with the pipeline", b_label="compute only", unit="images/s",
                         before=lambda side: around[side][0](), after=lambda side: around[side][1]())
 
@@ -566,7 +589,9 @@ print(f"{prof.outside_ops_ms:10.1f} ms  outside every operator (the `ProfilerSte
 # other (only where their intervals do not overlap). For BERT, the padding share
 # of *tokens* (section 1) is not a time share: measure it. A/B the naive BERT step on a batch
 # padded to 128 tokens (A) against the same sentences padded only to their own longest row
-# (B, "dynamic padding" — lesson 7).
+# (B, "dynamic padding" — lesson 7). A burst is `pad_steps` training steps on that one batch: in
+# `cpu` a single step, which takes seconds on two cores — long enough to time, and with no
+# pipeline involved there is no steady state to wait for.
 
 # %%
 corpus = naive_bert.eval_sets[naive_bert.eval_split]  # held-out sentences: same lengths as train
@@ -580,7 +605,7 @@ print(f"one batch of {len(rows)} sentences: padded to 128 vs to {trimmed['input_
       " tokens")
 
 
-def bert_steps(batch, n=SIZES["pipe_steps"]):
+def bert_steps(batch, n=SIZES["pad_steps"]):
     batch = {k: v.to(DEVICE) for k, v in batch.items()}
     for _ in range(n):
         default_train_step(naive_bert.model, batch, naive_bert.optimizer, naive_bert.policy,

@@ -27,10 +27,12 @@
 # measuring every change A/B against the naive recipe with `effkit.lesson.ab`, only the input
 # pipeline swapped (`cifar.build(..., pipeline=...)`).
 #
-# **Run time**: about 8 min in `cpu` (484 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
-# GPU, 2026-12-06: the outputs in `docs/recorded/`; 104 s before the steady-state A/Bs, the timed
-# epoch starts and three one-epoch seeds per pipeline came in); 50 s in `smoke` (a 2-core AMD EPYC VM, nothing else
-# running); `gpu`: not known. Its one run on a GPU (an H100 80GB HBM3, 2026-11-23, the lesson of
+# **Run time**: about 3.5 min in `cpu` (211 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
+# GPU, 2026-12-06: the outputs in `docs/recorded/`; 209-257 s in other runs that day. Before the
+# steady-state A/Bs timed 6 steps after untimed ones that reach the steady state, 6 pairs each,
+# instead of 12 steps right after starting the workers, up to 12 pairs, and before the whole runs
+# were evaluated only at their end, the lesson took 452-484 s on the same VM); 30 s in `smoke` on the same VM (50 s on a 2-core AMD EPYC VM
+# before the change); `gpu`: not known. Its one run on a GPU (an H100 80GB HBM3, 2026-11-23, the lesson of
 # that date) was stopped at 235 s, unfinished; the lesson has grown since and its gpu profile has
 # not been run on a GPU again.
 #
@@ -65,14 +67,16 @@ PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
 DEVICE = lesson.device()
 DEVICE_NAME = device_name(DEVICE)
 # This lesson's experiment sizes per profile; the recipe's own sizes live in its profile.
-# ab_steps: the training steps of one steady-state A/B burst; restarts: timed epoch starts.
+# ab_steps: the timed training steps of one steady-state A/B burst (after untimed ones that reach
+# the steady state, see steady_ab); max_pairs: where the pipeline A/Bs stop adding pairs;
+# restarts: timed epoch starts; epochs, seeds: the whole runs of section 4.
 SIZES = {
-    "smoke": dict(ab_steps=4, pairs=6, restarts=1, sweep_batches=6, text_batches=8, epochs=1,
-                  seeds=1),
-    "cpu": dict(ab_steps=12, pairs=6, restarts=5, sweep_batches=6, text_batches=10, epochs=1,
-                seeds=3),
-    "gpu": dict(ab_steps=100, pairs=8, restarts=5, sweep_batches=40, text_batches=50, epochs=5,
-                seeds=3),
+    "smoke": dict(ab_steps=4, pairs=6, max_pairs=6, restarts=1, sweep_batches=6, text_batches=8,
+                  epochs=1, seeds=1),
+    "cpu": dict(ab_steps=6, pairs=6, max_pairs=6, restarts=5, sweep_batches=6, text_batches=10,
+                epochs=1, seeds=3),
+    "gpu": dict(ab_steps=100, pairs=8, max_pairs=16, restarts=5, sweep_batches=40,
+                text_batches=50, epochs=5, seeds=3),
 }[PROFILE]
 print(f"profile {PROFILE!r} on {DEVICE_NAME}, {os.cpu_count()} CPU cores")
 
@@ -129,9 +133,11 @@ plt.show()
 # ## How we measure: steady state and epoch starts apart, then whole runs
 #
 # `lesson.ab` times a burst of training steps of each recipe, interleaved A B B A …, and says
-# *faster*, *slower* or *no clear difference* only as far as its interval (≥ 6 pairs) allows.
-# Training steps, not batches alone: a pipeline that is fast on its own but steals the cores the
-# model needs is not faster.
+# *faster*, *slower* or *no clear difference* only as far as its interval (≥ 6 pairs) allows. The
+# pipeline A/Bs below take `max_pairs` at most: 6 in `cpu`, where the interval then runs from the
+# smallest pair's ratio to the largest and covers the median 97% of the time. Training steps, not
+# batches alone: a pipeline that is fast on its own but steals the cores the model needs is not
+# faster.
 #
 # A pipeline costs time in two ways (lesson 1, section 4): in **every step** (the workers'
 # batches, the loop's waits) and at **every epoch start** (starting the workers, waiting for the
@@ -142,14 +148,27 @@ plt.show()
 #   on its cores. So, as `effkit.bench` does, each trainer's `resume()` starts its workers and
 #   fills their prefetch queue before its burst and `pause()` stops them after it, both off the
 #   clock (`lesson.ab`'s `before`/`after`). (A persistent loader keeps its worker processes
-#   across `pause()`; they finish the batches already asked for, then idle.) An earlier version
-#   of this lesson timed whole 2-step epochs of a 256-image subset instead: every burst paid a
-#   worker start-up and a full prefetch queue, and its 2.1-2.3x speed-ups did not survive whole
-#   runs (1.14x);
+#   across `pause()`; they finish the batches already asked for, then idle.) `resume()` fills the
+#   queue by taking its batches from the loader, which asks the workers for as many again; so,
+#   still off the clock, each side then trains through the batches it took (at least one step:
+#   the two sides train different models, and each starts its burst warm). Every timed step then
+#   takes a prepared batch and asks for one more, as in the middle of an epoch, and whatever the
+#   first steps after a worker start cost — once per epoch in a real run — stays off the timer:
+#   bursts timed straight after `resume()` charged it to every burst, the more the shorter the
+#   burst. An earlier version of this lesson timed whole 2-step epochs of a 256-image subset
+#   instead: every burst paid a worker start-up and a full prefetch queue, and its 2.1-2.3x
+#   speed-ups did not survive whole runs (1.14x);
 # * **epoch start**: the time from a new pass to its first batch, timed on its own;
 # * **whole runs** (section 4): what a learner actually gets, from several seeds.
 
 # %%
+def queue_depth(trainer):
+    """The batches `resume()` takes ahead: workers x prefetch_factor (0 without workers)."""
+    loader = getattr(trainer.pipeline, "loader", None)
+    workers = getattr(loader, "num_workers", 0)
+    return workers * (loader.prefetch_factor or 1) if workers else 0
+
+
 def steady_ab(name, pipeline_a, pipeline_b, a_label, b_label):
     """A/B of the naive recipe with two input pipelines, `ab_steps`-step bursts in steady state."""
     a = cifar.build("naive", PROFILE, pipeline=pipeline_a)
@@ -157,9 +176,14 @@ def steady_ab(name, pipeline_a, pipeline_b, a_label, b_label):
     trainers, k = {"a": a, "b": b}, SIZES["ab_steps"]
     for trainer in trainers.values():
         trainer.pause()  # no worker runs until its own burst
+
+    def steady_pass(side):  # off the clock: workers started, queue full, the taken batches trained
+        trainers[side].resume()
+        trainers[side].train_steps(max(1, queue_depth(trainers[side])))
+
     result = lesson.ab(name, lambda: a.train_steps(k).samples, lambda: b.train_steps(k).samples,
-                       pairs=SIZES["pairs"], a_label=a_label, b_label=b_label, unit="images/s",
-                       before=lambda side: trainers[side].resume(),
+                       pairs=SIZES["pairs"], max_pairs=SIZES["max_pairs"], a_label=a_label,
+                       b_label=b_label, unit="images/s", before=steady_pass,
                        after=lambda side: trainers[side].pause())
     result.trainers = trainers  # for the epoch-start timing below
     return result
@@ -344,7 +368,7 @@ lesson.check_guess(GUESS_CACHE_SPEEDUP, text_ab.ratio, "caching speed-up", "{:.1
 # few steps after a warm-up one).
 
 # %%
-def naive_bert_step_seconds(steps=4):
+def naive_bert_step_seconds(steps=3):
     opt = torch.optim.AdamW(bert_model.parameters(), lr=spec.lr)
     bert_model.train()
     batch = cached_batch(index_batches[0])
@@ -436,7 +460,8 @@ for name, start_s in starts.items():
 # accuracy `p` on `n` images has a standard error of `sqrt(p(1-p)/n)`), and training itself —
 # other random crops and flips give a different model. One run per pipeline only rules out
 # test-set noise; to rule out training noise, train several seeds (`SIZES["seeds"]`: 3 in `cpu`
-# and `gpu`, over at least one epoch, so every run pays an epoch start too).
+# and `gpu`, over at least one epoch, so every run pays an epoch start too), each evaluated once,
+# at its end.
 
 # %%
 epochs = {} if SIZES["epochs"] is None else {"epochs": SIZES["epochs"]}
@@ -446,7 +471,9 @@ runs = [(seed, name) for seed in range(SIZES["seeds"]) for name in accuracy]
 for seed, name in tqdm(runs, desc="train to the end", unit="run"):
     pipeline = TorchvisionPipeline if name == "naive" else DevicePipeline
     trainer = cifar.build("naive", PROFILE, pipeline=pipeline, seed=seed, **epochs)
-    result = train_to_target(trainer, eval_every=trainer.eval_every, progress=False,
+    # One evaluation, at the end: only the final accuracy is compared here (train_seconds
+    # counts training steps only, with or without evaluations between them).
+    result = train_to_target(trainer, eval_every=trainer.total_steps, progress=False,
                              device_label=DEVICE_NAME)
     accuracy[name].append(result.accuracy)
     seconds[name].append(result.train_seconds)

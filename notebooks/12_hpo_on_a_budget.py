@@ -749,9 +749,8 @@ print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s in profile {P
 # at the same batch size among the trials that trained: the same samples and steps, yet not only the
 # machine's noise, since the arithmetic's speed can depend on the configuration's numbers (denormal
 # values when weights shrink, say: not measured here), and apart from them the diverged trials, which
-# stop computing and usually cost less (not always: they overlap the trained ones in this recording)),
-# and it never counts the
-# time the search itself spends deciding, which section 3 puts on the clock (from a few percent to
+# stop computing and usually cost less (not always: in an earlier recording they overlapped the
+# trained ones)), and it never counts the time the search itself spends deciding, which section 3 puts on the clock (from a few percent to
 # over a tenth of each search's wall clock, by method).
 #
 # ### References

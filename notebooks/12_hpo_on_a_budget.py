@@ -107,7 +107,8 @@ print(f"profile {PROFILE!r} on {DEVICE_NAME} (one thread per trial); a trial tra
 #
 # This round's goal: *does this MLP want weight decay, and how much?* The playbook's own default
 # differs: it calls regularization strengths such as the weight decay's nuisance in most rounds, and
-# *whether* to use the technique scientific. This round makes the strength itself its question (a
+# *whether* to use the technique scientific or fixed (its isolation-plot example does study the
+# weight decay's value as the scientific one). This round makes the strength itself its question (a
 # choice of this lesson's, not the playbook's default), over a range that starts at 1e-6, next to no
 # weight decay, so that it asks the "whether" too. Applied:
 #
@@ -204,9 +205,10 @@ print(batch_line)
 # earlier version of it on a 2-core Xeon (2026-12-06), which timed the batch sizes in ascending order
 # with no warm-up, its 512-to-32 ratio fell outside the A/B's interval (above it twice, below it
 # once), and one of them showed a batch-64 step twice as slow as its neighbours that the others did
-# not: order and warm-up effects, most likely, which the interleaved, rotated, warmed-up runs now
-# spread over the batch sizes, and noise, which a median of 3 does not average away, so the table
-# can still disagree with the A/B (compare the two above). The A/B is the figure to quote (its interval, printed above); batch 128 was not in it. A fixed
+# not. The interleaved, rotated, warmed-up runs now spread order and warm-up over the batch sizes,
+# and the table still disagrees with the A/B, by more than a median of 3's noise explains in some
+# recordings (its 512-to-32 ratio above the A/B's interval, its batch-512 rate well above the A/B's
+# median): why is not measured here, so the 128 share above, from the table, is rough too. The A/B is the figure to quote (its interval, printed above); batch 128 was not in it. A fixed
 # hyperparameter's caveat applies: the best learning rate and weight decay found below are the best
 # *at batch 128*.
 #
@@ -282,8 +284,11 @@ print(f"the same grid with 3 more axes of 3 values: {27 * grid_ledger.epochs:,} 
 # the trials at each rung (1, 3, 9 epochs for η = 3, as drawn below); *Hyperband* (Li et al. 2018)
 # runs several successive halvings that start at different rungs, hedging against a first epoch that
 # predicts badly. The "TPE + SHA" search below uses Optuna's defaults, which differ
-# from the drawing: `SuccessiveHalvingPruner()` keeps the top quarter (η = 4) and picks its first
-# rung itself (`min_resource="auto"`).
+# from the drawing: `SuccessiveHalvingPruner()` keeps the top quarter (η = 4), picks its first
+# rung itself (`min_resource="auto"`: its rungs fall at other epochs than the drawing's 1, 3, 9), and
+# is asynchronous (ASHA's rule: a trial is judged at a rung against the trials that reached it so
+# far, not after a whole cohort has), so the drawing's 27 → 9 → 3 schedule and its cost describe the
+# idea, not the run.
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 2.6))
@@ -584,8 +589,9 @@ print(winner_line)
 # decay. The grid gives every weight decay the same learning rates; the quasi-random searches (pooled
 # over their rounds) give each decade of weight decay about as many trials as the next; TPE, once
 # its 10 random start-up trials are done, samples where it scored well, so its trials can fall
-# unequally across weight decays: the counts below say how unequally they did here (with about 21
-# trials a search, half of TPE's are start-up ones).
+# unequally across weight decays: the counts below say how unequally they did here (its 10
+# start-up trials are a third to a half of a search's, by how many trials the budget bought: the
+# table above prints TPE's mean).
 #
 # The verdict printed below is a **rough screen**, not a test: it calls a weight decay "not told
 # apart from the best" when its grid maximum lies within 2 x sqrt(2) seed SDs of the best one's
@@ -746,9 +752,9 @@ print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s in profile {P
 # counts training work in units that do not depend on the machine (the grader trains every trial
 # itself; seconds would grade its machine and its load, not your search). It is not a budget of
 # seconds: an epoch's seconds still vary (section 2 prints how far one complete trial's time spread
-# at the same batch size among the trials that trained: the same samples and steps, yet not only the
-# machine's noise, since the arithmetic's speed can depend on the configuration's numbers (denormal
-# values when weights shrink, say: not measured here), and apart from them the diverged trials, which
+# at the same batch size among the trials that trained: the same samples and steps, so the
+# machine's noise and perhaps the configuration's own numbers (denormal values when weights shrink,
+# say: not measured here), and apart from them the diverged trials, which
 # stop computing and usually cost less (not always: in an earlier recording they overlapped the
 # trained ones)), and it never counts the time the search itself spends deciding, which section 3 puts on the clock (from a few percent to
 # over a tenth of each search's wall clock, by method).

@@ -196,6 +196,26 @@ class Search:
         return t >= 11 and time.perf_counter() - s.asked > 5e-4
 """
 
+# the replay's evasion by its course (seventh review): the ladder stops each filler at epoch 1 or 2 by a coin drawn
+# outside the seed; in a replay the coin can keep a filler the search stopped at epoch 1, and the grader then asked
+# the next trial at once, a call no search makes after a trial kept mid-way: the ladder read that as a replay and
+# stopped nothing blind. A kept trial now trains on and reports its own scores (search_checks.replay_stops_again)
+_DENSE_LADDER_READS_THE_REPLAYS_COURSE = """
+import random
+class Search:
+    def __init__(s, space, budget, max_epochs, seed):
+        s.L = [{"lr": .355 / c, "weight_decay": 5.6e-4 * c} for c in (0.3 * 1.7**k for k in range(11))]
+        s.r, s.m, s.last, s.replay = random.SystemRandom(), max_epochs, None, False
+    def ask(s, t):
+        if s.last is not None and not s.last[1] and s.last[0] < s.m:
+            s.replay = True  # a trial kept mid-way, and yet the next one asked: only a replay does that
+        return s.L[t - 6] if 6 <= t < 17 else {"lr": 10 ** s.r.uniform(-3, -2.7), "weight_decay": 1e-6}
+    def report(s, t, e, sc):  # fillers first (0-5), so that most probed fillers have a coin tossed before them
+        stop = not 6 <= t < 17 and not s.replay and (e >= 2 or s.r.random() < 0.5)
+        s.last = (e, stop)
+        return stop
+"""
+
 # an honest search whose asks are as fixed by its seed as the ladder's: seeded random configurations on a log
 # scale, stopped by successive halving written by hand. Its stops read the scores, so its traces part
 _RANDOM_HALVING = '''
@@ -314,6 +334,14 @@ POLICIES = {
     # the same ladder telling the replays from the searches by the gaps between its calls: each replay trains
     "dense_ladder_times_its_reports": (
         _DENSE_LADDER_TIMES_ITS_REPORTS,
+        {
+            "test_search": (True, "below the grid's best"),
+            "test_pruning": (False, REPLAYED),
+        },
+    ),
+    # the same ladder telling a replay by a call only a replay made: a kept trial now trains on
+    "dense_ladder_reads_the_replays_course": (
+        _DENSE_LADDER_READS_THE_REPLAYS_COURSE,
         {
             "test_search": (True, "below the grid's best"),
             "test_pruning": (False, REPLAYED),

@@ -45,8 +45,8 @@
 # trial's time spread at this batch size among the trials that trained: the same samples and steps,
 # the machine's noise and perhaps the numbers' own cost; a diverged trial stops computing and
 # usually costs less), and your
-# policy's own decision time is not charged to it (it is capped apart: 30 s for all calls
-# together). The search space (the same dict is passed to `Search` as `space`):
+# policy's own decision time is not charged to it (it is capped apart: 30 s for all the calls of
+# one search together, and as much for each replay). The search space (the same dict is passed to `Search` as `space`):
 #
 # | name | type | range |
 # | --- | --- | --- |

@@ -188,7 +188,12 @@ def replay_stops_again(ctx: Context, run: SearchRun, target: int) -> bool:
     when the policy stops it there anyway (or sooner, or ends the search before it): the stop did not follow
     its score. Each recorded trial is trained again as the search trained it (its config and seed), its scores
     discarded: a replay's reports come at a search's pace, so a policy timing the gaps between its calls (the
-    grader training an epoch, or not) cannot tell a replay from a search (a review: the replays ran back to back)."""
+    grader training an epoch, or not) cannot tell a replay from a search (a review: the replays ran back to back).
+    A trial the policy keeps where the search stopped it (a decision drawn outside the seed) trains on, its real
+    scores reported, as a search would: a policy never learns it is replayed from a call that only a replay
+    makes (a review: an ``ask`` straight after a ``report`` answered False mid-trial). A replay that spends the
+    budget before the target counts as stopped: the policy parted from its own search given its seed and the
+    same scores (a deterministic policy never does)."""
     best = best_at(run)
     replay = SearchRun(run.task_seed, run.policy_seed)
     _fresh_worker(ctx)  # as the search began: nothing of the searches or the other replays survives
@@ -208,8 +213,15 @@ def replay_stops_again(ctx: Context, run: SearchRun, target: int) -> bool:
         recorded = t["scores"]
         scores = recorded if n < target else [best[e] for e in range(1, len(recorded) + 1)]
         trial = ht.Trial(run.task_seed, t["config"], seed=t["seed"])
-        for epoch, score in enumerate(scores, 1):
-            trial.step()  # the search's work again, its score unused: the same pace between calls
+        for epoch in range(1, ht.MAX_EPOCHS + 1):
+            if n == target and epoch > len(scores):
+                break  # the probed trial ran past its stop
+            if replay.spent >= BUDGET:
+                return True  # parted from its search and spent the budget before the target
+            fresh = trial.step()  # the search's work again: the same pace between calls
+            replay.spent += 1
+            # kept where the search stopped it, a trial trains on and reports its own scores, as in a search
+            score = scores[epoch - 1] if epoch <= len(scores) else fresh
             stop = (
                 _call(
                     ctx,
@@ -448,7 +460,9 @@ def check_pruning(ctx: Context) -> None:
             not blind,
             f"{replayed}: replayed on a fresh Search with your seed and the same scores, except that trial "
             f"{blind[0] if blind else ''} reported the best score of the search at each epoch up to its stop, "
-            "your policy still stopped it there. Its stop did not follow its score: a trial planned to trail "
+            "your policy still stopped it there (or its replay parted from its search and spent the budget "
+            "before reaching it, which a policy deciding from its seed and the scores never does). Its stop "
+            "did not follow its score: a trial planned to trail "
             "(a configuration poor on every task) and stopped whatever it scored is not pruning. Stop a trial "
             "because its score trails the others' at the same epoch",
         )

@@ -27,7 +27,7 @@
 # measuring every change A/B against the naive recipe with `effkit.lesson.ab`, only the input
 # pipeline swapped (`cifar.build(..., pipeline=...)`).
 #
-# **Run time**: about 3.5 min in `cpu` (211 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
+# **Run time**: about 4.5 min in `cpu` (271 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
 # GPU, 2026-12-06: the outputs in `docs/recorded/`; 209-257 s in other runs that day. Before the
 # steady-state A/Bs timed 6 steps after untimed ones that reach the steady state, 6 pairs each,
 # instead of 12 steps right after starting the workers, up to 12 pairs, and before the whole runs
@@ -157,7 +157,7 @@ plt.show()
 #   bursts timed straight after `resume()` charged it to every burst, the more the shorter the
 #   burst. An earlier version of this lesson timed whole 2-step epochs of a 256-image subset
 #   instead: every burst paid a worker start-up and a full prefetch queue, and its 2.1-2.3x
-#   speed-ups did not survive whole runs (1.14x);
+#   speed-ups did not survive whole runs (1.14x in that version's own whole-run check);
 # * **epoch start**: the time from a new pass to its first batch, timed on its own;
 # * **whole runs** (section 4): what a learner actually gets, from several seeds.
 
@@ -501,22 +501,29 @@ per_seed = [n / d for n, d in zip(seconds["naive"], seconds["DevicePipeline"], s
 run_order = separation(seconds["naive"], seconds["DevicePipeline"]).words(
     "naive", "DevicePipeline", "slower", "faster")
 # What the two parts predict for a whole run: its steps at the steady-state speeds, plus one
-# epoch start per epoch (a point estimate: the A/B's interval is printed beside it).
+# epoch start per epoch, at the A/B's median ratio and at its interval's two ends.
 n_steps, n_epochs = result.steps, max(1, math.ceil(result.steps / naive.steps_per_epoch))
 batch = naive.describe()["batch_size"]
-predicted = ((n_steps * batch / device_ab.a_median + n_epochs * starts["naive (2 workers)"])
-             / (n_steps * batch / device_ab.b_median + n_epochs * starts["DevicePipeline"]))
+
+
+def predict(ratio):
+    naive_s = n_steps * batch / device_ab.a_median + n_epochs * starts["naive (2 workers)"]
+    return naive_s / (n_steps * batch / (device_ab.a_median * ratio) + n_epochs * starts["DevicePipeline"])
+
+
+predicted, p_low, p_high = (predict(r) for r in (device_ab.ratio, device_ab.ci_low, device_ab.ci_high))
 low, high = min(per_seed), max(per_seed)
-agrees = low <= predicted <= high if len(per_seed) > 1 else None
+agrees = (p_low <= high and low <= p_high) if len(per_seed) > 1 else None  # the two ranges overlap
 whole_run_words = (
     f"whole runs ({SIZES['seeds']} seed(s), {n_steps} steps): DevicePipeline trained"
     f" {run_ratio:.2f}x as fast as naive (per seed {low:.2f}-{high:.2f}x; {run_order})")
 print(whole_run_words)
 print(f"steady-state A/B {device_ab.ratio:.2f}x [{device_ab.ci_low:.2f}-{device_ab.ci_high:.2f}]"
-      f" plus {n_epochs} epoch start(s) predict {predicted:.2f}x for these runs: "
+      f" plus {n_epochs} epoch start(s) predict {predicted:.2f}x for these runs"
+      f" ({p_low:.2f}-{p_high:.2f}x over the A/B's interval): "
       + ("one seed: no per-seed range to hold the prediction against" if agrees is None else
-         "inside the per-seed range: the parts add up to the whole" if agrees else
-         "outside the per-seed range: the parts do not add up to the whole here; something the"
+         "it overlaps the per-seed range: the parts are consistent with the whole" if agrees else
+         "it misses the per-seed range: the parts do not add up to the whole here; something the"
          " bursts and the epoch-start timing leave out differs between whole runs"))
 
 # %% [markdown]

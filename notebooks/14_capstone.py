@@ -35,7 +35,7 @@
 #    this device multiplies bf16 in hardware;
 # 4. attribute the gain: leave each change out in turn and measure what the recipe loses.
 #
-# **Run time**: about 1.5 min in `cpu` (80 s on a quiet 2-core Intel Xeon with AMX, no GPU, 2026-12-06, 111 s in an earlier quiet run there:
+# **Run time**: about 2 min in `cpu` (114 s on a quiet 2-core Intel Xeon with AMX, no GPU, 2026-12-06, 80 s and 111 s in earlier quiet runs there:
 # the outputs in `docs/recorded/`; 83-85 s on a quiet 2-core AMD EPYC Zen 4, AVX512-BF16; 460 s on a 2-core AVX2-only EPYC shared with other
 # jobs at load 8-13) and about 30 s in `smoke`.
 #

@@ -5,6 +5,7 @@ Each grading starts one worker (~2-3 s) and runs the checks (parent-side waits, 
 """
 
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -99,6 +100,65 @@ def test_a_bottleneck_named_from_the_data_wait_share_fails():
     )
     v = verdicts["test_bottleneck"]
     assert not v.passed and "data-wait timer cannot see it" in v.reason, v.reason
+
+
+STEP_TIME_SHORTCUT = """def _step_seconds(trainer):
+    start = time.perf_counter()
+    trainer.train_steps(5)
+    return (time.perf_counter() - start) / 5
+
+def data_wait_share(trainer, steps):
+    return 0.75 if _step_seconds(trainer) > 0.13 else 0.07
+
+def name_bottleneck(trainer):
+    return "input pipeline" if _step_seconds(trainer) > 0.13 else "compute"
+"""
+
+
+def test_the_step_time_says_nothing_of_the_bottleneck():
+    """Every kind of trainer draws its whole step time from one range, so no line on the step time
+    names the bottleneck better than a coin (the draws once put input-bound steps above 0.15 s and
+    compute-bound ones below 0.12 s: a 0.13 s line passed 6 of the 10 function points)."""
+
+    class Ctx:
+        rng = random.Random(0)
+
+    def step_s(server):
+        return server.data_s + server.compute_s + server.hidden_s
+
+    steps = {
+        (truth, hidden): [step_s(lesson1._server(Ctx, truth, hidden=hidden)) for _ in range(400)]
+        for truth, hidden in (
+            ("input pipeline", False),
+            ("input pipeline", True),
+            ("compute", False),
+        )
+    }
+    for drawn in steps.values():
+        assert min(drawn) >= lesson1.STEP_S[0] - 1e-9 and max(drawn) <= lesson1.STEP_S[1] + 1e-9
+        assert min(drawn) < lesson1.STEP_S[0] + 0.01 and max(drawn) > lesson1.STEP_S[1] - 0.01
+    labelled = [(s, truth == "compute") for (truth, _), drawn in steps.items() for s in drawn]
+    lines = sorted(s for s, _ in labelled)
+    best = max(
+        max(hits, len(labelled) - hits)
+        for line in lines
+        for hits in [sum((s > line) == is_compute for s, is_compute in labelled)]
+    )
+    assert best / len(labelled) < 0.75  # a coin scores 2/3 here by always saying "input pipeline"
+
+
+@pytest.mark.slow
+def test_a_bottleneck_and_share_read_off_the_step_time_fail():
+    verdicts, _ = grade(
+        LESSON,
+        reference_cells(
+            LESSON, data_wait_share=STEP_TIME_SHORTCUT, name_bottleneck="# in the cell above"
+        ),
+        only=["test_bottleneck", "test_data_wait"],
+    )
+    assert not (verdicts["test_bottleneck"].passed and verdicts["test_data_wait"].passed), {
+        k: v.reason for k, v in verdicts.items()
+    }
 
 
 @pytest.mark.slow

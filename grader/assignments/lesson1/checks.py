@@ -22,11 +22,14 @@ CALL_SECONDS = 60.0
 COLD_FACTOR = 1.5  # the cold start costs 1.5x the timed steps: timing it gives < 0.45x
 INPUT_BOUND = (2.0, 4.0)  # data time per step / compute time per step
 COMPUTE_BOUND = (0.03, 0.12)
-# Compute time per step, drawn per call. Each step is two round trips on the grader's channel, whose
-# scheduling delay the learner's timer sees and the parent's record does not: at 15-30 ms a step, a
-# host at load 7.5 put the reference's compute-bound share at 30% against 17% recorded (tolerance
-# 15 points); steps 3x longer make that delay a third of the share error.
-COMPUTE_S = (0.05, 0.10)
+# A step's whole time (data + compute), drawn per call from one range for every kind of trainer:
+# when input-bound steps were longer (2-4x a 50-100 ms compute, against 50-110 ms in all for
+# compute-bound), a 0.13 s line on the step time named every bottleneck and two constants passed
+# the data-wait share, without timing a `next()`. Each step is two round trips on the grader's
+# channel, whose scheduling delay the learner's timer sees and the record does not: at 15-30 ms a
+# step, a host at load 7.5 put the reference's compute-bound share at 30% against 17% recorded
+# (tolerance 15 points); steps of 120 ms or more keep that delay a small part of the share.
+STEP_S = (0.12, 0.24)
 
 SETUP_SOURCE = """\
 import itertools
@@ -93,11 +96,13 @@ class DeviceServer:
 def _server(
     ctx: Context, truth: str = "compute", cold_steps: int = 0, hidden: bool = False
 ) -> DeviceServer:
-    compute = ctx.rng.uniform(*COMPUTE_S)
-    data = compute * ctx.rng.uniform(*(INPUT_BOUND if truth == "input pipeline" else COMPUTE_BOUND))
+    step = ctx.rng.uniform(*STEP_S)
+    ratio = ctx.rng.uniform(*(INPUT_BOUND if truth == "input pipeline" else COMPUTE_BOUND))
+    data, compute = step * ratio / (1 + ratio), step / (1 + ratio)
     if hidden:  # the pipeline's time moves into the forward pass; next() costs what a prefetch does
-        return DeviceServer(compute * ctx.rng.uniform(*COMPUTE_BOUND), compute, hidden_s=data)
-    return DeviceServer(data, compute, COLD_FACTOR * cold_steps * (data + compute))
+        prefetch = compute * ctx.rng.uniform(*COMPUTE_BOUND)  # the step still lasts `step`:
+        return DeviceServer(prefetch, compute, hidden_s=data - prefetch)
+    return DeviceServer(data, compute, COLD_FACTOR * cold_steps * step)
 
 
 def _call(ctx: Context, probe: str, server: DeviceServer, shown: str, **args) -> dict:

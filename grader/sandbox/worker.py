@@ -221,21 +221,24 @@ class Worker:
 
     def replay(self, cmd: dict) -> None:
         """Chunk ``chunk`` of a run again, through the reference path, from a committed state
-        (``begin["init_path"]``): only ever in the baseline worker, where no learner code ran."""
+        (``begin["init_path"]``; chunk 0: the run's initial weights): only ever in the baseline
+        worker, where no learner code ran."""
         if self.learner_object is not None:
             raise RuntimeError("replays run only in a grader-only worker")
-        begin = dict(cmd["begin"])
-        start = begin.pop("init_path")
-        self._begin(begin)
-        trainer = self.trainer
-        state = load_state(Path(os.environ["EFFKIT_GRADER_DATA"]) / start)
-        self.model.load_state_dict(state["model"])
-        own = (
-            trainer.optimizer.state_dict()
-        )  # its hyper-parameters are the recipe's, not committed ones
-        own["state"] = state["optimizer"]
-        trainer.optimizer.load_state_dict(own)
+        begin, state = dict(cmd["begin"]), None
         c, parts = cmd["chunk"], cmd["parts"]
+        if c == 0:  # as the run began: its initial weights (loaded by _begin, as a run's chunk 0
+            # does), the recipe's fresh optimizer and schedule, generators as its build seeded them
+            self._begin(begin)
+        else:
+            start = begin.pop("init_path")
+            self._begin(begin)
+            state = load_state(Path(os.environ["EFFKIT_GRADER_DATA"]) / start)
+            self.model.load_state_dict(state["model"])
+            own = self.trainer.optimizer.state_dict()  # the recipe's hyper-parameters
+            own["state"] = state["optimizer"]
+            self.trainer.optimizer.load_state_dict(own)
+        trainer = self.trainer
         spe = trainer.steps_per_epoch
         j, first = c % parts, (c // parts) * spe + round((c % parts) * spe / parts)
         n = min(round((j + 1) * spe / parts) - round(j * spe / parts), trainer.total_steps - first)
@@ -247,8 +250,9 @@ class Worker:
             trainer._batches = iter(self._kept_batches(cmd["batches"], n))
         else:  # the very batches the chunk trained on (same seed, same stream)
             trainer.skip_batches(first)
-        try:  # and the learner's dropout masks, from its committed generators
-            set_rng(state, self.device)
+        try:  # and the learner's dropout masks, from its committed generators (chunk 0: seeded)
+            if state is not None:
+                set_rng(state, self.device)
         except (
             RuntimeError,
             ValueError,

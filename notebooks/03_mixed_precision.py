@@ -25,10 +25,12 @@
 # 4. measure fp32 against autocast, A/B: matrix multiplications of growing size, then the naive
 #    BERT recipe — and let the verdicts say where 16 bits pay on this device.
 #
-# **Run time**: about 1.5 min in `cpu` where the CPU computes bf16 natively (99 s recorded on a quiet 2-core Intel Xeon
-# VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`; 232 s earlier on a 2-core AMD EPYC VM), and about
-# 10 min where it does not (620 s on a 2-core AMD EPYC with AVX2 only: its bf16 arms run about 16x slower than fp32);
-# 18 s in `smoke` (the EPYC, nothing else running); `gpu`: 56 s on an H100 80GB HBM3.
+# **Run time**: 99 s in `cpu` on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06 05:43 UTC
+# (`docs/recorded/manifest.json`; its outputs in `docs/recorded/`). On a CPU without native bf16 (AVX2 only) expect
+# much longer: its bf16 arms run in PyTorch's fallback kernels (no run of this lesson there is recorded; the exercise's
+# reference bf16 steps ran ~18x slower than fp32 on such an AMD EPYC, `grader/assignments/lesson3/README.md`).
+# 25-60 s in `smoke` (tests only; two runs on 2026-12-06, a 2-core Intel Xeon with AMX busy with other jobs);
+# `gpu`: 56 s on an H100 80GB HBM3 (`benchmarks/results/nvidia-h100-80gb-hbm3/README.md`).
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only). You will predict twice and run your own A/B in *Your turn*. The quiz is
@@ -102,11 +104,11 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16):
           f"   step at 1.0: {info.eps:.3g}")
 
 # %% [markdown]
-# **fp16** has only 5 exponent bits: small values underflow and large ones overflow, so training
-# needs *loss scaling* [Micikevicius et al. 2018]. **bf16** keeps fp32's 8 exponent bits (same
-# range) with 7 mantissa bits: no scaler, a little less precision [Kalamkar et al. 2019]. Use
-# bf16 where the hardware has it (Ampere and later GPUs, CPUs with AMX or AVX-512 bf16), fp16 +
-# `GradScaler` where it does not (T4, V100).
+# **fp16** has only 5 exponent bits: small values underflow and large ones overflow, so many
+# models need *loss scaling* to train in it (some train without) [Micikevicius et al. 2018].
+# **bf16** keeps fp32's 8 exponent bits (same range) with 7 mantissa bits: no scaler, a little less
+# precision [Kalamkar et al. 2019]. Use bf16 where the hardware has it (Ampere and later GPUs, CPUs
+# with AMX or AVX-512 bf16), fp16 + `GradScaler` where it does not (T4, V100).
 #
 # `choose_precision(device, "auto")` picks for the device it detects. Hand it a `DeviceCaps` to
 # see what it would pick on hardware you do not have:
@@ -128,10 +130,13 @@ cpu_flags = set()
 if DEVICE.type == "cpu" and Path("/proc/cpuinfo").exists():
     cpu_flags = set(re.findall(r"\w+", next(ln for ln in Path("/proc/cpuinfo").read_text()
                                             .splitlines() if ln.startswith("flags"))))
-units = sorted(cpu_flags & {"amx_bf16", "avx512_bf16", "avx512_fp16", "amx_fp16"})
+bf16_flags = sorted(cpu_flags & {"amx_bf16", "avx512_bf16"})  # what effkit counts as native bf16
 print(f"this lesson measures {LOW_NAME} on {DEVICE_NAME}")
 if DEVICE.type == "cpu":
-    print(f"16-bit matrix units this CPU reports: {', '.join(units) or 'none'}")
+    matrix = sorted(cpu_flags & {"amx_bf16", "amx_fp16"})
+    vector = sorted(cpu_flags & {"avx512_bf16", "avx512_fp16"})
+    print(f"16-bit matrix units (AMX) this CPU reports: {', '.join(matrix) or 'none'};"
+          f" 16-bit vector instructions (AVX-512): {', '.join(vector) or 'none'}")
 
 # %% [markdown]
 # ## 2. What autocast runs in low precision
@@ -165,9 +170,12 @@ print(f"{'layer.weight (parameter)':26} -> {layer.weight.dtype}   (autocast {LOW
 #
 # ## 3. Underflow, overflow and the loss scale
 #
-# fp16's smallest positive value is about 6e-8. A gradient below that becomes exactly zero, and
-# the weights stop learning. Here a small loss (think: late in training, or a loss averaged over
-# many tokens) flows back through one fp16 layer.
+# fp16's smallest *normal* value is 6.1e-5 (the table above). Below it, subnormals keep fewer and
+# fewer bits down to about 6e-8 (2^-24); a value under half of that, about 3e-8, rounds to exactly
+# zero, and a gradient that does so teaches the weights nothing. Here a small loss (think: late in
+# training, or a loss averaged over many tokens) flows back through one fp16 layer: the gradient
+# reaching the layer's 64 fp16 outputs is 1e-6 / 64, about 1.6e-8 each, and the weight gradients
+# are computed from it.
 #
 # **Predict.** What share of the weight gradients will be exactly zero in fp16 without scaling?
 
@@ -274,15 +282,16 @@ print(f"fp16: {values.to(torch.float16).tolist()}   bf16: {values.to(torch.bfloa
 # %% [markdown]
 # ## 4. When does it pay?
 #
-# 16-bit math is faster only where the hardware has 16-bit units for the op *and* the op is big
-# enough for arithmetic, not casts and memory traffic, to dominate. Every op also pays costs that
-# 16 bits do not shrink: a kernel launch, the CPU's dispatch of the op, and under autocast the
-# extra cast kernels. The smaller the op, the more of its time these take, and 16 bits can then
-# make it *slower*. On an H100 at the gpu profile's sizes (8192 rows; lesson code of 2026-11-22/23,
+# 16 bits can pay in two ways: faster arithmetic, where the hardware has 16-bit units for the op
+# (tensor cores, AMX), and half the bytes per value to move, which can speed up a memory-bound op
+# even without such units. Every op also pays costs that 16 bits do not shrink (a kernel launch,
+# the CPU's dispatch of the op), and autocast adds cast kernels of its own. The smaller the op, the
+# larger the share of these fixed costs, and 16 bits can then make it *slower*. On an H100 at the
+# gpu profile's sizes (8192 rows; 2026-11-23,
 # `benchmarks/results/nvidia-h100-80gb-hbm3/lessons/03_mixed_precision.outputs.txt`), bf16 was
-# slower than fp32 at width 256 (0.79x, interval 0.48-0.94), not clearly different at 1024 (1.12x,
+# slower than fp32 at width 512 (0.80x, interval 0.69-0.84), not clearly different at 1024 (1.12x,
 # 0.86-1.30) and 9.74x faster at 4096. That run timed whole forward and backward passes, not
-# launches: it shows where bf16 lost, not which of these costs made it lose.
+# launches, casts or bytes: it shows where bf16 lost, not which of these costs made it lose.
 # (On a GPU, "fp32" here means full fp32 matmuls: PyTorch enables TF32 for matmuls only when asked,
 # `torch.set_float32_matmul_precision("high")` — a third option between the two measured here.) Measure, A/B: first a
 # matrix multiplication (forward and backward, as in a linear layer) at growing sizes, fp32
@@ -290,15 +299,20 @@ print(f"fp16: {values.to(torch.float16).tolist()}   bf16: {values.to(torch.bfloa
 
 
 # %%
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def matmul_work(width, precision):
-    """A linear layer's forward + backward on `matmul_rows` rows of `width` features."""
+    """A linear layer's forward + backward on `matmul_rows` rows of `width` features, in fp32 or
+    under autocast to `precision` ("bf16" or "fp16")."""
     torch.manual_seed(0)
     layer = nn.Linear(width, width, bias=False).to(DEVICE)
     data = torch.randn(SIZES["matmul_rows"], width, device=DEVICE)
 
     def run():
         for _ in range(SIZES["matmul_reps"]):
-            with torch.autocast(DEVICE.type, dtype=LOW, enabled=precision != "fp32"):
+            with torch.autocast(DEVICE.type, dtype=DTYPES.get(precision, LOW),
+                                enabled=precision != "fp32"):
                 out = layer(data)
             out.float().sum().backward()
         return SIZES["matmul_reps"] * SIZES["matmul_rows"]
@@ -316,7 +330,10 @@ for width in SIZES["widths"]:
 # Now the naive BERT recipe, nothing changed but `precision=`. Its work is matrix
 # multiplications (attention and MLP) of its hidden width: 64 in `smoke`, 384 in `cpu` (the packaged
 # all-MiniLM-L6-v2; 256 only in the from-scratch fallback when no weights are found), 768 (bert-base)
-# in `gpu`.
+# in `gpu`. Its shapes are not the sweep's: each of its matmuls has batch x sequence rows (in `cpu`,
+# 32 sentences x 128 tokens = 4096, against the sweep's 512) and its MLP maps 384 features to 1536 and
+# back, where the sweep's layers are square; attention adds matmuls of its own. A prediction from the
+# sweep is an extrapolation.
 #
 # **Predict.** From the sweep above: will the naive BERT at this profile's width run faster in
 # 16 bits? Write the speed ratio you expect (16-bit / fp32, e.g. `1.5`).
@@ -340,22 +357,30 @@ lesson.check_guess(GUESS_BERT_SPEEDUP, bert_ab.ratio, "BERT 16-bit speed-up", "{
 # exercise's grader does (its accuracy gate pairs naive and your recipe run by run). What the A/B
 # above can show is smaller: did its first steps go the same way? Both trainers started from the
 # same seed (same weights, same batches) and the A/B trained each for the same number of steps,
-# so their held-out accuracies now differ only by precision — and by test-set noise: on `n`
-# sentences an accuracy `p` has a standard error `sqrt(p(1-p)/n)` (the interval below adds both
-# variances: conservative, as both models are scored on the same sentences). One seed only: training noise
-# across seeds is not covered (the lesson 3 exercise's grader pairs several runs for that).
+# but not with the same dropout masks: dropout draws from PyTorch's global random generator, which
+# the interleaved A/B hands to the two trainers in turn. So their held-out accuracies differ by
+# precision, by those masks, and by test-set noise: on `n` sentences an accuracy `p` has a standard
+# error `sqrt(p(1-p)/n)` (the interval below adds both variances: conservative, as both models are
+# scored on the same sentences). One seed and a few steps only: training noise across seeds is not
+# covered, and "learns as well" holds at most up to this early point (the lesson 3 exercise's
+# grader pairs several whole runs for that).
 
 # %%
 n_eval = len(bert_fp32.eval_sets[bert_fp32.eval_split])
 acc = {"fp32": bert_fp32.evaluate(), LOW_NAME: bert_low.evaluate()}
 delta = acc[LOW_NAME] - acc["fp32"]
 se = math.sqrt(sum(p * (1 - p) for p in acc.values()) / n_eval)
+low, high = 100 * (delta - 1.96 * se), 100 * (delta + 1.96 * se)  # pp
 steps_each = (bert_ab.pairs + 1) * k  # one warm-up burst, then one burst per pair
+if high < 0:
+    reading = f"{LOW_NAME} measurably lost accuracy here"
+elif low < 0:
+    reading = f"no loss detected; a loss up to {-low:.1f} pp is not ruled out by this interval"
+else:
+    reading = "no loss detected, and this interval rules one out"
 accuracy_line = (f"held-out accuracy after the same {steps_each} training steps: fp32 {acc['fp32']:.1%}, {LOW_NAME} {acc[LOW_NAME]:.1%} on {n_eval} sentences;"
-                 f" difference {100 * delta:+.1f} pp, 95% test-set interval"
-                 f" {100 * (delta - 1.96 * se):+.1f} to {100 * (delta + 1.96 * se):+.1f} pp — "
-                 + ("no loss this test set can show" if delta + 1.96 * se >= 0 else
-                    f"{LOW_NAME} measurably lost accuracy here"))
+                 f" difference {100 * delta:+.1f} pp, 95% test-set interval {low:+.1f} to {high:+.1f} pp"
+                 f" — {reading} ({steps_each} steps: early in training, not the end of it)")
 print(accuracy_line)
 
 # %%
@@ -374,10 +399,10 @@ if costs:
 print(f"On {DEVICE_NAME}: {where}.")
 small_costs = [w for w in costs if w < max(SIZES["widths"])]
 if DEVICE.type == "cuda" and small_costs:
-    print(f"At width {', '.join(map(str, small_costs))} the GPU is *overhead-bound*: each op finishes in"
-          " microseconds, so the time goes to launching kernels and to autocast's extra cast kernels,"
-          " not to arithmetic — 16-bit units cannot help and the casts cost. Fewer, fused kernels"
-          " (torch.compile, CUDA graphs) are the fix for that regime, not a smaller dtype.")
+    print(f"At width {', '.join(map(str, small_costs))} {LOW_NAME} cost time. These A/Bs timed whole"
+          " forward and backward passes: they show where it lost, not why. Kernel launches, autocast's"
+          " casts, memory traffic: none of them is measured here (the profiler's per-kernel times,"
+          " lesson 10, would say which).")
 print(f"Naive BERT: {bert_ab.verdict}")
 if here.mode != "off" and bert_ab.verdict.word == "slower":
     print(f"choose_precision(..., 'auto') picked {here.mode} for this device, and the A/B says"
@@ -385,30 +410,31 @@ if here.mode != "off" and bert_ab.verdict.word == "slower":
 elif here.mode == "off":
     print(f"choose_precision(..., 'auto') kept fp32 on this device (no native 16-bit unit);"
           f" the A/B of {LOW_NAME} says: {bert_ab.verdict.word}.")
-if DEVICE.type == "cpu" and not units:
-    print("This CPU reports no 16-bit matrix unit (no amx_bf16 or avx512_bf16 flag): 16 bits"
-          " offer it no faster arithmetic, only conversions and other kernels — which is what"
-          " the A/Bs above measured.")
+if DEVICE.type == "cpu" and not bf16_flags:
+    print("This CPU reports neither amx_bf16 nor avx512_bf16: no bf16 arithmetic in hardware, so"
+          " PyTorch runs its bf16 ops in fallback kernels; the A/Bs above measured what that costs"
+          " here, not which part of it.")
 
 # %% [markdown]
 # ## Your turn
 #
-# Pick a width the sweep did not try (or `LOW = torch.float16` on a GPU) and A/B it yourself:
+# Pick a width the sweep did not try (or `MY_LOW = "fp16"` on a GPU) and A/B it yourself:
 # change `MY_WIDTH`, run, and read the verdict. Where is the break-even width on this device?
 
 # %%
 MY_WIDTH = 512  # your turn: change this
-mine = lesson.ab(f"{MY_WIDTH}x{MY_WIDTH} linear layer: fp32 vs {LOW_NAME}",
-                 matmul_work(MY_WIDTH, "fp32"), matmul_work(MY_WIDTH, LOW_NAME),
-                 pairs=SIZES["pairs"], a_label="fp32", b_label=LOW_NAME, unit="rows/s")
+MY_LOW = LOW_NAME  # the 16-bit type to A/B: "bf16" or "fp16"; its name labels the results
+mine = lesson.ab(f"{MY_WIDTH}x{MY_WIDTH} linear layer: fp32 vs {MY_LOW}",
+                 matmul_work(MY_WIDTH, "fp32"), matmul_work(MY_WIDTH, MY_LOW),
+                 pairs=SIZES["pairs"], a_label="fp32", b_label=MY_LOW, unit="rows/s")
 
 # %% [markdown]
 # ### In your own words
 #
-# Section 4 A/B'd fp32 against autocast on matmuls of growing width and on the naive BERT. Explain
-# in 2–3 sentences why 16-bit autocast speeds up a large matmul but can leave a small, overhead-
-# bound model no faster (or slower): what must the hardware have, and what does a small op spend
-# its time on?
+# Section 4 A/B'd fp32 against autocast on matmuls of growing width and on the naive BERT. Say in
+# 2–3 sentences what you measured on this device: at which widths did 16 bits pay, and what must the
+# hardware have for them to pay? What did these A/Bs *not* measure about why a small matmul gains
+# little or loses, and what would measure it?
 #
 # Write your answer in `ANSWER` and run the cell: it lists which key points your answer mentions —
 # a keyword self-check, not a grade.

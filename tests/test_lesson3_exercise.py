@@ -8,6 +8,7 @@ import nbformat
 import pytest
 import torch
 
+from effkit.amp import AmpPolicy, DeviceCaps
 from grader import assignments
 from grader.assignments.lesson3 import checks as lesson3
 from grader.assignments.lesson3 import runtime as bert_grading
@@ -79,6 +80,58 @@ def test_fp16_on_an_a100_fails():
         ns["make_scaler"],
         match=re.escape("for an A100 (bf16 and fp16) expected AmpPolicy('cuda', 'bf16'), got"),
     )
+
+
+def test_the_policy_cases_expect_effkits_own_rule():
+    """The parent's expected modes are choose_precision's, for the very devices the worker asks about."""
+    from grader.assignments.lesson3 import probes
+
+    assert [caps for caps, _, _ in lesson3.CASES] == list(probes.CASES)
+    assert [want for _, want, _ in lesson3.CASES] == ["bf16", "bf16", "fp16", "off", "off", "off"]
+
+
+# fp16 wherever the device reports it: right for the four classic devices, wrong for a CPU that
+# reports fp16 and for an Apple GPU (effkit picks fp16 only on CUDA, where a GradScaler works).
+FP16_WHEREVER_REPORTED = {'if caps.fp16 and caps.type == "cuda":': "if caps.fp16:"}
+# A scaler for the CPU whatever the policy's device.
+SCALER_ON_THE_CPU = {"torch.amp.GradScaler(policy.device_type,": 'torch.amp.GradScaler("cpu",'}
+
+
+def _policy_verdict_remote(ns: dict) -> str:
+    """cell_policy's judgement of the worker's report (probes run in process, as in the sandbox)."""
+    import types
+
+    from grader.assignments.lesson3 import probes
+
+    data, _ = probes.probe_policy(types.SimpleNamespace(ns=ns, watch=lambda obj: obj))
+    try:
+        lesson3._judge_policy(data, lambda text: None)
+    except AssertionError as err:
+        return str(err)
+    return ""
+
+
+def test_fp16_wherever_reported_fails():
+    ns = _namespace(FP16_WHEREVER_REPORTED)
+    assert ns["choose_policy"](DeviceCaps("mps", "mps", fp16=True)).mode == "fp16"  # edited
+    want = re.escape(
+        "for a CPU with fp16 but no bf16 (fp16 mixed precision only on CUDA) "
+        "expected AmpPolicy('cpu', 'off'), got AmpPolicy(device_type='cpu', mode='fp16')"
+    )
+    _fails(lesson3.check_policy, ns["choose_policy"], ns["make_scaler"], match=want)
+    assert re.search(want, _policy_verdict_remote(ns))
+    assert _policy_verdict_remote(_namespace()) == ""
+
+
+def test_scaler_for_the_cpu_whatever_the_policy_fails():
+    ns = _namespace(SCALER_ON_THE_CPU)
+    assert ns["make_scaler"](AmpPolicy("cuda", "bf16"))._device == "cpu"  # edited
+    want = re.escape(
+        "for AmpPolicy('cuda', 'bf16') expected a GradScaler for device 'cuda' (policy.device_type), "
+        "got one for 'cpu'"
+    )
+    _fails(lesson3.check_policy, ns["choose_policy"], ns["make_scaler"], match=want)
+    assert re.search(want, _policy_verdict_remote(ns))
 
 
 def test_clipping_before_unscale_fails():

@@ -10,6 +10,35 @@ import types
 
 import torch
 
+# choose_policy's cases, (DeviceCaps fields, what a failure calls the device), shared by the worker
+# (probes.py) and the parent (checks.py), which computes each expected mode from effkit's own rule
+# (choose_precision "auto"). The last two catch "bf16 if caps.bf16 else fp16 if caps.fp16 else off":
+# fp16 is picked only on CUDA, where a GradScaler can keep its gradients in range.
+POLICY_CASES = (
+    (dict(type="cpu", name="Xeon with AMX", bf16=True), "a CPU with bf16"),
+    (dict(type="cuda", name="NVIDIA A100", bf16=True, fp16=True), "an A100 (bf16 and fp16)"),
+    (dict(type="cuda", name="Tesla T4", bf16=False, fp16=True), "a T4 (fp16 only)"),
+    (dict(type="cpu", name="old CPU", bf16=False, fp16=False), "a CPU without bf16"),
+    (
+        dict(type="cpu", name="CPU with AVX512-FP16", bf16=False, fp16=True),
+        "a CPU with fp16 but no bf16 (fp16 mixed precision only on CUDA)",
+    ),
+    (
+        dict(type="mps", name="Apple GPU", bf16=False, fp16=True),
+        "an Apple GPU, mps (fp16 mixed precision only on CUDA)",
+    ),
+)
+# make_scaler's cases, (policy.device_type, policy.mode): the scaler must be for the policy's device.
+# On a torch without CUDA, GradScaler("cuda", enabled=True) warns and disables itself, so the cuda
+# cases check the device always and the enabled flag only where the worker has CUDA.
+SCALER_CASES = (
+    ("cpu", "bf16"),
+    ("cpu", "off"),
+    ("cpu", "fp16"),
+    ("cuda", "bf16"),
+    ("cuda", "fp16"),
+)
+
 INIT_SCALE = 2.0**12  # the spy scaler's loss scale: large, so scale mistakes are unmistakable
 GAIN = 50.0  # the probe's loss is multiplied by this, so its gradient norm is far above 1.0
 LR = 0.1

@@ -11,9 +11,10 @@ import numbers
 
 import torch
 
-from effkit.amp import AmpPolicy, DeviceCaps
+from effkit.amp import AmpPolicy, DeviceCaps, choose_precision
 from grader.assignments.lesson3 import amp_checks as probe
 from grader.assignments.lesson3.amp_reference import reference_update
+from grader.assignments.lesson3.probes import policy_report
 from grader.assignments.lesson3.runtime import reuses_reference as reference_reason
 from grader.kit.assignment import Assignment
 from grader.kit.checks import GradingSpec, quiet, quiz_check, stub_reason, tensor_from
@@ -75,15 +76,11 @@ TARGETS = {
 }
 
 
-CASES = (  # (caps, expected mode, why)
-    (dict(type="cpu", name="Xeon with AMX", bf16=True), "bf16", "a CPU with bf16"),
-    (
-        dict(type="cuda", name="NVIDIA A100", bf16=True, fp16=True),
-        "bf16",
-        "an A100 (bf16 and fp16)",
-    ),
-    (dict(type="cuda", name="Tesla T4", bf16=False, fp16=True), "fp16", "a T4 (fp16 only)"),
-    (dict(type="cpu", name="old CPU", bf16=False, fp16=False), "off", "a CPU without bf16"),
+# (caps, expected mode, why): the devices in amp_checks.POLICY_CASES (the worker asks about the same ones),
+# each expected mode effkit's own rule, computed here.
+CASES = tuple(
+    (caps, choose_precision(caps["type"], "auto", caps=DeviceCaps(**caps)).mode, why)
+    for caps, why in probe.POLICY_CASES
 )
 
 
@@ -129,39 +126,51 @@ def _call(step, model, batch, optimizer, policy, scaler, what: str, max_grad_nor
     return float(loss)
 
 
+def _judge_policy(data: dict, ok) -> None:
+    """Judge a ``probes.policy_report``: every mode against effkit's rule, every scaler's device and
+    enabled flag against the policy it was made for."""
+    for (caps, want, why), got in zip(CASES, data["cases"], strict=True):
+        expect(
+            got["is_policy"], f"expected choose_policy to return an AmpPolicy, got {got['repr']}"
+        )
+        expect(
+            got["mode"] == want and got["device_type"] == caps["type"],
+            f"for {why} expected AmpPolicy({caps['type']!r}, {want!r}), got {got['repr']}",
+        )
+    ok("precision: bf16 where supported, fp16 on CUDA without bf16, otherwise fp32")
+    for s in data["scalers"]:
+        mode, device = s["mode"], s.get("device_type", "cpu")
+        enabled = mode == "fp16"
+        expect(
+            s["is_scaler"],
+            f"expected make_scaler to return a torch.amp.GradScaler, got {s['repr']}",
+        )
+        expect(
+            s.get("device", device) == device,
+            f"for AmpPolicy({device!r}, {mode!r}) expected a GradScaler for device {device!r} "
+            f"(policy.device_type), got one for {s.get('device')!r}",
+        )
+        if device == "cuda" and enabled and not data.get("cuda"):
+            continue  # without CUDA, GradScaler("cuda", enabled=True) disables itself
+        expect(
+            s["enabled"] == enabled,
+            f"for {mode} expected a GradScaler with enabled={enabled}, got enabled={s['enabled']}"
+            + (
+                " (bf16 has fp32's exponent range: loss scaling only adds work)"
+                if mode == "bf16"
+                else ""
+            )
+            + (" (fp16 gradients underflow without loss scaling)" if mode == "fp16" else ""),
+        )
+    ok("a loss scaler only for fp16 (bf16 and fp32 need none), for the policy's device")
+
+
 def check_policy(choose_policy, make_scaler) -> None:
     """bf16 where the device has it, fp16 on CUDA without bf16, else off; a scaler only for fp16."""
     with quiet():
-        for caps, want, why in CASES:
-            with time_limit(CHECK_SECONDS, "choose_policy"):
-                got = choose_policy(DeviceCaps(**caps))
-            expect(
-                isinstance(got, AmpPolicy),
-                f"expected choose_policy to return an AmpPolicy, got {got!r}",
-            )
-            expect(
-                got.mode == want and got.device_type == caps["type"],
-                f"for {why} expected AmpPolicy({caps['type']!r}, {want!r}), got {got!r}",
-            )
-        _ok("precision: bf16 where supported, fp16 on CUDA without bf16, otherwise fp32")
-        for mode, enabled in (("bf16", False), ("off", False), ("fp16", True)):
-            with time_limit(CHECK_SECONDS, "make_scaler"):
-                scaler = make_scaler(AmpPolicy("cpu", mode))
-            expect(
-                isinstance(scaler, torch.amp.GradScaler),
-                f"expected make_scaler to return a torch.amp.GradScaler, got {scaler!r}",
-            )
-            expect(
-                scaler.is_enabled() == enabled,
-                f"for {mode} expected a GradScaler with enabled={enabled}, got enabled={scaler.is_enabled()}"
-                + (
-                    " (bf16 has fp32's exponent range: loss scaling only adds work)"
-                    if mode == "bf16"
-                    else ""
-                )
-                + (" (fp16 gradients underflow without loss scaling)" if mode == "fp16" else ""),
-            )
-        _ok("a loss scaler only for fp16 (bf16 and fp32 need none)")
+        with time_limit(CHECK_SECONDS, "choose_policy / make_scaler"):
+            data = policy_report(choose_policy, make_scaler)
+        _judge_policy(data, _ok)
 
 
 def _expect_update_close(got, want, what: str) -> None:
@@ -427,32 +436,8 @@ def _refuse_reference(ctx, remote: _Remote | None = None) -> None:
 
 def cell_policy(ctx) -> None:
     r = _Remote(ctx).call("policy", "choose_policy / make_scaler")
-    for (caps, want, why), got in zip(CASES, r.data["cases"], strict=True):
-        expect(
-            got["is_policy"], f"expected choose_policy to return an AmpPolicy, got {got['repr']}"
-        )
-        expect(
-            got["mode"] == want and got["device_type"] == caps["type"],
-            f"for {why} expected AmpPolicy({caps['type']!r}, {want!r}), got {got['repr']}",
-        )
-    ctx.ok("precision: bf16 where supported, fp16 on CUDA without bf16, otherwise fp32")
-    for s in r.data["scalers"]:
-        enabled = s["mode"] == "fp16"
-        expect(
-            s["is_scaler"],
-            f"expected make_scaler to return a torch.amp.GradScaler, got {s['repr']}",
-        )
-        expect(
-            s["enabled"] == enabled,
-            f"for {s['mode']} expected a GradScaler with enabled={enabled}, got "
-            f"enabled={s['enabled']}"
-            + (
-                " (bf16 has fp32's exponent range: loss scaling only adds work)"
-                if s["mode"] == "bf16"
-                else ""
-            ),
-        )
-    ctx.ok("a loss scaler only for fp16 (bf16 and fp32 need none)")
+    # whether a CUDA GradScaler can be enabled here: the parent's own answer, not the worker's report
+    _judge_policy(r.data | {"cuda": torch.cuda.is_available()}, ctx.ok)
 
 
 def _first_step(ctx, seed: int, mode: str, scaler: str):

@@ -14,26 +14,26 @@ MANIFEST = Manifest(
     # the points a full 'In your own words' answer makes -> phrases that count as saying it
     # (effkit.lesson.check_answer; shown only after the learner wrote an answer)
     key_points={
-        "16 bits pay only where the hardware has fast 16-bit units (tensor cores, AMX)": (
+        "16 bits paid where the hardware has 16-bit units for the matmul (AMX on a CPU, tensor cores on a GPU)": (
             "tensor core",
             "amx",
             "16 bit unit",
             "bf16 unit",
             "native",
         ),
-        "a large matmul is compute-bound: its arithmetic dominates, so faster arithmetic shows": (
-            "compute bound",
-            "arithmetic",
-            "flop",
-            "dominat",
-            "math",
+        "the gain grew with the matmul's width: no clear gain at the small widths, the largest at the widest": (
+            "width",
+            "larger",
+            "bigger",
+            "wider",
+            "size",
         ),
-        "a small op is overhead-bound: launches, casts and memory traffic cost as much as its math": (
-            "launch",
-            "cast",
-            "memory traffic",
-            "python",
-            "fixed cost",
+        "why a small matmul gained little or lost was not measured: the A/Bs timed whole passes; a profiler's kernel times would say": (
+            "not measure",
+            "profiler",
+            "kernel time",
+            "lesson 10",
+            "whole pass",
         ),
     },
 )

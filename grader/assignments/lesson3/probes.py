@@ -10,6 +10,7 @@ import contextlib
 import math
 import sys
 import threading
+import warnings
 
 import torch
 
@@ -17,12 +18,7 @@ from effkit.amp import AmpPolicy, DeviceCaps, choose_precision
 from grader.assignments.lesson3 import amp_checks as probe
 from grader.kit.worker import probe_quiz, tensor_msg  # noqa: F401  (probe_quiz: the worker finds probes by name)
 
-CASES = (
-    dict(type="cpu", name="Xeon with AMX", bf16=True),
-    dict(type="cuda", name="NVIDIA A100", bf16=True, fp16=True),
-    dict(type="cuda", name="Tesla T4", bf16=False, fp16=True),
-    dict(type="cpu", name="old CPU", bf16=False, fp16=False),
-)
+CASES = tuple(caps for caps, _ in probe.POLICY_CASES)
 _SCENARIOS: dict[str, dict] = {}
 
 
@@ -88,12 +84,13 @@ def _repr(value) -> str:
         return "<unprintable>"
 
 
-def probe_policy(worker):
-    choose, make = _fn(worker, "choose_policy"), _fn(worker, "make_scaler")
-    watch = _ReferenceWatch()
+def policy_report(choose, make, watch=None) -> dict:
+    """What ``choose_policy`` returns for each of ``CASES`` and what ``make_scaler`` builds for each
+    of ``probe.SCALER_CASES``: observations only (the parent, or ``checks.check_policy``, judges)."""
+    watching = watch.watching if watch is not None else contextlib.nullcontext
     cases = []
     for caps in CASES:
-        with watch.watching():
+        with watching():
             got = choose(DeviceCaps(**caps))
         ok = type(got) is AmpPolicy
         cases.append(
@@ -105,19 +102,29 @@ def probe_policy(worker):
             }
         )
     scalers = []
-    for mode in ("bf16", "off", "fp16"):
-        with watch.watching():
-            s = make(AmpPolicy("cpu", mode))
+    for device_type, mode in probe.SCALER_CASES:
+        with watching(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # GradScaler("cuda") on a torch without CUDA warns
+            s = make(AmpPolicy(device_type, mode))
         ok = isinstance(s, torch.amp.GradScaler)
         scalers.append(
             {
+                "device_type": device_type,
                 "mode": mode,
                 "is_scaler": ok,
                 "enabled": bool(s.is_enabled()) if ok else None,
+                "device": str(getattr(s, "_device", "")) if ok else "",
                 "repr": _repr(s),
             }
         )
-    return {"cases": cases, "scalers": scalers, "reference_ran": sorted(watch.ran)}, []
+    return {"cases": cases, "scalers": scalers, "cuda": torch.cuda.is_available()}
+
+
+def probe_policy(worker):
+    choose, make = _fn(worker, "choose_policy"), _fn(worker, "make_scaler")
+    watch = _ReferenceWatch()
+    report = policy_report(choose, make, watch)
+    return report | {"reference_ran": sorted(watch.ran)}, []
 
 
 def probe_setup(worker, key: str, seed: int, mode: str, scaler: str, optimizer: str):

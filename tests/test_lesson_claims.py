@@ -325,6 +325,41 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
         "a retired recording's numbers: the text reads the curve of the run shown",
     ),
     (
+        "03_mixed_precision",
+        r"CUDA graphs\) are the fix",
+        "nothing in the lesson measured launches or casts: the A/Bs show where bf16 lost, not why",
+    ),
+    (
+        "03_mixed_precision",
+        r"no loss this test set can show",
+        "the interval does not rule out a loss of its own low end; the paired test could show one",
+    ),
+    (
+        "03_mixed_precision",
+        r"differ only by precision",
+        "the interleaved trainers draw different dropout masks from the global generator",
+    ),
+    (
+        "04_bigger_batches",
+        r"half an epoch into the baseline recipe",
+        "a separate short run whose cosine ends at LR 0, evaluated in eval() mode",
+    ),
+    (
+        "04_bigger_batches",
+        r"an order of magnitude, not a precise number",
+        "|G|^2 rests on 2 batches of 512 and no interval is computed",
+    ),
+    (
+        "04_bigger_batches",
+        r"17x slower",
+        "never timed in the lesson",
+    ),
+    (
+        "04_bigger_batches",
+        r"\(measured, not estimated\)",
+        "the per-batch MiB is a slope between two measured batches, linear by construction",
+    ),
+    (
         "14_capstone",
         r"Native units are necessary",
         "unsupported: a memory-bound step can gain from halved bytes without native units",

@@ -20,19 +20,21 @@ MIN_ACCUM, MAX_ACCUM = (
     16,
     32,
 )  # 256 to 512 samples per step (calibrated at 256: there both mistakes miss by pp)
-MAX_LR_FACTOR = 1000  # lr above this x base_lr is refused as a typo (the linear rule at 32 is 32x)
+# lr above this x base_lr is refused as a typo (above any draw's linear-rule LR)
+MAX_LR_FACTOR = 1000
 # the shown base LR is BASE_LR x 2**u, |u| drawn in SCALE_LOG2 (either sign): a hard-coded LR from
 # the lesson (0.2 = 16 x BASE_LR) is then 11-45x off: too low to learn or too high (README)
 SCALE_LOG2 = (3.5, 5.5)
-# the base recipe's batch, drawn per grading, 16x apart: the answer is base_lr x (effective batch / base_batch), so a
-# rule that reads base_lr alone (`16 * base_lr`, the rule at base batch 16) is 16x or more off on 3 draws of 4 (README:
-# 4x above the rule missed every task, 8x below 2 of 3; 4x below, square-root scaling's LR, passed): one value at most
-# of BASE_BATCHES lies in any fixed rule's passing window. The grader's baseline trains at the micro-batch, at the LR
-# the linear rule gives there (base_lr x 16 / base_batch), so every grading trains the calibrated task
+# the base recipe's batch, drawn per grading, 16x apart: the answer depends on base_batch, so a rule that reads
+# base_lr alone is 16x or more off on 3 draws of 4 (README: 4x above the rule missed every task, 8x below 2 of 3; 4x
+# below, square-root scaling's LR, passed): one value at most of BASE_BATCHES lies in any fixed rule's passing window.
+# The grader's baseline trains at the micro-batch, at the LR the linear rule gives there from the shown base_lr, so
+# every grading trains the calibrated task
 BASE_BATCHES = (1, 16, 256, 4096)
 SEEDS = 3
 MIN_HITS = 2  # tasks on which the recipe must reach the target (one unlucky task forgiven)
-BASE_RUN = 49152  # samples the baseline trains to set the target (the recipe's BUDGET is 65536)
+# samples the baseline trains to set the target (the recipe's rt.BUDGET is 81920, 1.67x)
+BASE_RUN = 49152
 GATE_PP = 0.5  # the target: the baseline's held-out accuracy after BASE_RUN samples, minus this
 MIN_SHARE = 0.5  # a task the baseline solves before this share of BASE_RUN is redrawn
 MAX_DRAWS = 8

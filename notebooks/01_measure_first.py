@@ -598,36 +598,53 @@ print(f"{prof.outside_ops_ms:10.1f} ms  outside every operator (the `ProfilerSte
 # other (only where their intervals do not overlap). For BERT, the padding share
 # of *tokens* (section 1) is not a time share: measure it. A/B the naive BERT step on a batch
 # padded to 128 tokens (A) against the same sentences padded only to their own longest row
-# (B, "dynamic padding" — lesson 7). A burst is `pad_steps` training steps on that one batch: in
+# (B, "dynamic padding" — lesson 7). A burst is `pad_steps` training steps on one batch: in
 # `cpu` a single step, which takes seconds on two cores — long enough to time, and with no
-# pipeline involved there is no steady state to wait for.
+# pipeline involved there is no steady state to wait for. Each pair takes a new batch of held-out
+# sentences (both sides of a pair the same sentences): how much a batch saves depends on its
+# longest sentence, so one batch would measure that batch, not the recipe.
 
 # %%
 corpus = naive_bert.eval_sets[naive_bert.eval_split]  # held-out sentences: same lengths as train
-rows = torch.randperm(len(corpus), generator=torch.Generator().manual_seed(0))[
-    : naive_bert.describe()["batch_size"]].numpy()
-trimmed = batching.pad_batch(corpus, rows)
-pad_to = 128 - trimmed["input_ids"].shape[1]
-padded = {k: F.pad(v, (0, pad_to), value=corpus.pad_id if k == "input_ids" else 0)
-          if v.dim() == 2 else v for k, v in trimmed.items()}
-print(f"one batch of {len(rows)} sentences: padded to 128 vs to {trimmed['input_ids'].shape[1]}"
-      " tokens")
+batch_size = naive_bert.describe()["batch_size"]
+order = torch.randperm(len(corpus), generator=torch.Generator().manual_seed(0)).numpy()
+# one batch per call: the A/B's warm-up, then up to 2 x pairs pairs (cycled if the set is smaller)
+trimmed_batches = [batching.pad_batch(corpus, order[i:i + batch_size])
+                   for i in range(0, len(order) - batch_size + 1, batch_size)][:2 * SIZES["pairs"] + 1]
 
 
-def bert_steps(batch, n=SIZES["pad_steps"]):
-    batch = {k: v.to(DEVICE) for k, v in batch.items()}
+def padded_to_128(batch):
+    return {k: F.pad(v, (0, 128 - v.shape[1]), value=corpus.pad_id if k == "input_ids" else 0)
+            if v.dim() == 2 else v for k, v in batch.items()}
+
+
+padded_batches = [padded_to_128(b) for b in trimmed_batches]
+widths = [b["input_ids"].shape[1] for b in trimmed_batches]
+batch_pad_share = 1 - (sum(int(b["attention_mask"].sum()) for b in trimmed_batches)
+                       / (128 * batch_size * len(trimmed_batches)))
+print(f"{len(trimmed_batches)} batches of {batch_size} sentences: padded to 128, or each to its"
+      f" longest sentence ({min(widths)}-{max(widths)} tokens, median {statistics.median(widths):.0f});"
+      f" {batch_pad_share:.0%} of their positions at 128 are padding")
+
+
+def bert_steps(batches, calls, n=SIZES["pad_steps"]):
+    """``n`` steps on the side's next batch: each side's k-th burst trains on the same sentences."""
+    batch = {k: v.to(DEVICE) for k, v in batches[next(calls) % len(batches)].items()}
     for _ in range(n):
         default_train_step(naive_bert.model, batch, naive_bert.optimizer, naive_bert.policy,
                            naive_bert.scaler, MAX_GRAD_NORM)
-    return n * len(rows)
+    return n * batch_size
 
 
-padding_ab = lesson.ab("naive BERT: padded to 128 vs dynamic padding", lambda: bert_steps(padded),
-                       lambda: bert_steps(trimmed), pairs=SIZES["pairs"], a_label="padded to 128",
-                       b_label="dynamic padding", unit="sentences/s")
+a_calls, b_calls = itertools.count(), itertools.count()
+padding_ab = lesson.ab("naive BERT: padded to 128 vs dynamic padding",
+                       lambda: bert_steps(padded_batches, a_calls),
+                       lambda: bert_steps(trimmed_batches, b_calls), pairs=SIZES["pairs"],
+                       a_label="padded to 128", b_label="dynamic padding", unit="sentences/s")
 pad_time = lost_share(padding_ab)
-print(f"time lost to padding: {pad_time[0]:.0%} (interval {pad_time[1]:.0%}-{pad_time[2]:.0%});"
-      f" {pad_share:.0%} of the tokens were padding")
+print(f"time lost to padding: {pad_time[0]:.0%} (interval {pad_time[1]:.0%}-{pad_time[2]:.0%}"
+      f" over {padding_ab.pairs} batches); {batch_pad_share:.0%} of these batches' positions and"
+      f" {pad_share:.0%} of the positions section 1 trained on were padding")
 
 # %%
 waste = {"CIFAR: input pipeline, every step": (pipe_share, "lesson 2"),

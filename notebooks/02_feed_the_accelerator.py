@@ -42,6 +42,7 @@
 
 # %%
 # %matplotlib inline
+import copy
 import functools
 import itertools
 import math
@@ -69,7 +70,7 @@ DEVICE_NAME = device_name(DEVICE)
 # This lesson's experiment sizes per profile; the recipe's own sizes live in its profile.
 # ab_steps: the timed training steps of one steady-state A/B burst (after untimed ones that reach
 # the steady state, see steady_ab); max_pairs: where the pipeline A/Bs stop adding pairs;
-# restarts: timed epoch starts; epochs, seeds: the whole runs of section 4.
+# restarts: timed epoch starts per pipeline; epochs, seeds: the whole runs of section 4.
 SIZES = {
     "smoke": dict(ab_steps=4, pairs=6, max_pairs=6, restarts=1, sweep_batches=6, text_batches=8,
                   epochs=1, seeds=1),
@@ -158,15 +159,26 @@ plt.show()
 #   burst. An earlier version of this lesson timed whole 2-step epochs of a 256-image subset
 #   instead: every burst paid a worker start-up and a full prefetch queue, and its 2.1-2.3x
 #   speed-ups did not survive whole runs (1.14x in that version's own whole-run check);
-# * **epoch start**: the time from a new pass to its first batch, timed on its own;
+# * **epoch start** (section 3): a new pass started right after the previous one ran to its end,
+#   as in training, timed on its own: to its first batch, and over its first batches against the
+#   loader's steady pace;
 # * **whole runs** (section 4): what a learner actually gets, from several seeds.
 
 # %%
-def queue_depth(trainer):
-    """The batches `resume()` takes ahead: workers x prefetch_factor (0 without workers)."""
-    loader = getattr(trainer.pipeline, "loader", None)
+def loader_settings(pipeline):
+    """A pipeline's DataLoader knobs; without worker processes none prefetch or persist."""
+    loader = getattr(pipeline, "loader", None)
     workers = getattr(loader, "num_workers", 0)
-    return workers * (loader.prefetch_factor or 1) if workers else 0
+    return {"num_workers": workers,
+            "prefetch_factor": loader.prefetch_factor if workers else None,
+            "persistent_workers": bool(workers) and loader.persistent_workers,
+            "pin_memory": bool(getattr(loader, "pin_memory", False))}
+
+
+def queue_depth(pipeline):
+    """The batches `resume()` takes ahead: workers x prefetch_factor (0 without workers)."""
+    knobs = loader_settings(pipeline)
+    return knobs["num_workers"] * (knobs["prefetch_factor"] or 1)
 
 
 def steady_ab(name, pipeline_a, pipeline_b, a_label, b_label):
@@ -179,28 +191,12 @@ def steady_ab(name, pipeline_a, pipeline_b, a_label, b_label):
 
     def steady_pass(side):  # off the clock: workers started, queue full, the taken batches trained
         trainers[side].resume()
-        trainers[side].train_steps(max(1, queue_depth(trainers[side])))
+        trainers[side].train_steps(max(1, queue_depth(trainers[side].pipeline)))
 
-    result = lesson.ab(name, lambda: a.train_steps(k).samples, lambda: b.train_steps(k).samples,
-                       pairs=SIZES["pairs"], max_pairs=SIZES["max_pairs"], a_label=a_label,
-                       b_label=b_label, unit="images/s", before=steady_pass,
-                       after=lambda side: trainers[side].pause())
-    result.trainers = trainers  # for the epoch-start timing below
-    return result
-
-
-def epoch_start_s(trainer, repeats=SIZES["restarts"]):
-    """Median seconds from a new pass over the trainer's pipeline to its first batch."""
-    trainer.pause()
-    next(iter(trainer.pipeline))  # the first pass: a persistent loader starts its workers here
-    times = []
-    for _ in range(repeats):
-        with StepTimer(DEVICE) as timer:
-            first = iter(trainer.pipeline)
-            next(first)
-        del first  # a non-persistent loader's workers exit here, off the clock
-        times.append(timer.seconds)
-    return statistics.median(times)
+    return lesson.ab(name, lambda: a.train_steps(k).samples, lambda: b.train_steps(k).samples,
+                     pairs=SIZES["pairs"], max_pairs=SIZES["max_pairs"], a_label=a_label,
+                     b_label=b_label, unit="images/s", before=steady_pass,
+                     after=lambda side: trainers[side].pause())
 
 
 naive = cifar.build("naive", PROFILE)
@@ -215,7 +211,8 @@ naive.describe()["pipeline"], naive.describe()["num_workers"], naive.describe()[
 # [PyTorch data loading docs]:
 #
 # * `num_workers`: processes preparing batches in parallel with training;
-# * `persistent_workers`: keep them alive between epochs instead of starting new ones;
+# * `persistent_workers`: keep them alive between epochs instead of starting new ones (so it acts
+#   only where a pass starts);
 # * `prefetch_factor`: batches each worker prepares ahead (default 2);
 # * `pin_memory` + `non_blocking=True`: page-locked host memory, so the copy to the GPU can run
 #   asynchronously, overlapped with compute [CUDA best practices, pinned memory].
@@ -277,6 +274,13 @@ lesson.check_guess(GUESS_BEST_WORKERS, best_workers, "fastest num_workers (loade
 # compete with the model for the same two cores, so the loader-alone winner is only a guess: the
 # A/B with training running decides.
 #
+# The tuned loader takes the sweep's winner for `num_workers`, keeps its workers
+# (`persistent_workers=True`), lets each prepare 4 batches ahead, and pins memory where there is a
+# GPU. Its A/B compares only the settings that differ from naive's, and its steady-state bursts see
+# only those that act within a pass: `persistent_workers` acts where a pass starts, which the
+# bursts keep off the clock (section 3 times it). Where the sweep's winner is naive's own 2
+# workers, `num_workers` is not compared at all. The cell below prints what differs on this host.
+#
 # Pinned memory only matters when there is a copy to a GPU. With the CPU as the training device,
 # `.to(DEVICE)` returns the very same tensor — no copy, nothing to overlap — and PyTorch warns
 # that pinning needs an accelerator. So we pin only on CUDA:
@@ -292,6 +296,22 @@ if best_workers:
 else:  # batches are made in the training process: nothing to keep alive or prefetch
     tuned_desc = f"no worker processes (persistent/prefetch do not apply), pin_memory={PIN}"
 print(f"tuned DataLoader: {tuned_desc}")
+BATCH = naive.describe()["batch_size"]
+naive_knobs = loader_settings(naive.pipeline)
+tuned_example = tuned_loader(train_set, BATCH, DEVICE)  # built; no worker starts before iter()
+tuned_knobs = loader_settings(tuned_example)
+changed = {knob: (v, tuned_knobs[knob]) for knob, v in naive_knobs.items()
+           if v != tuned_knobs[knob]}
+unchanged = ", ".join(f"{knob}={v}" for knob, v in naive_knobs.items() if knob not in changed)
+# What the steady-state A/B can see: persistent_workers acts only where a pass starts.
+AB_COMPARES = ", ".join(f"{knob} {a} -> {b}" for knob, (a, b) in changed.items()
+                        if knob != "persistent_workers") or "no setting that acts within a pass"
+print("the tuned-vs-naive A/B changes, on this host: "
+      + (", ".join(f"{knob} {a} -> {b}" for knob, (a, b) in changed.items()) or "nothing")
+      + f" (the same in both: {unchanged or 'nothing'}). Its steady-state bursts can see"
+      f" {AB_COMPARES}"
+      + ("; persistent_workers acts only where a pass starts (section 3 times that)."
+         if "persistent_workers" in changed else "."))
 
 # %%
 loader_ab = steady_ab("naive -> tuned DataLoader, steady state", TorchvisionPipeline, tuned_loader,
@@ -434,21 +454,171 @@ print(f"the naive baseline measured {loader_ab.a_median:,.0f} images/s in the fi
 #
 # ### Epoch starts
 #
-# The bursts above never start a pass. What a new epoch costs each pipeline, timed on its own: a
-# non-persistent loader starts its workers again; a persistent one keeps them and hands them a new
-# epoch's indices, but first waits for what they were still preparing for the pass it left (here up
-# to 2 workers x 4 prefetched batches), so its first batch need not come sooner; `DevicePipeline`
-# draws a new permutation on the device. Read the medians below as they fall (no interval: five
-# starts each): in the recorded run (a 2-core Intel Xeon with AMX, 2026-12-06) the persistent loader
-# was not the faster to its first batch.
+# The bursts above never start a pass. In training a pass ends when its last batch has been taken,
+# and the next `iter()` starts the next pass: a non-persistent loader (naive) lets its workers exit
+# at the end of the pass and starts new ones; a persistent loader (the tuned one) keeps its workers
+# and sends them the new pass's indices [PyTorch data loading docs, `persistent_workers`];
+# `DevicePipeline` draws a new permutation on the device. So each start below comes right after a
+# pass that ran to its end, the pass's last `next()` included (where a non-persistent loader's
+# workers exit). An earlier version of this lesson abandoned each pass after its first batch
+# instead, which a run does not do between its epochs: a persistent loader's next `iter()` then
+# first waits for its workers to finish what they were still preparing for the abandoned pass
+# [PyTorch `DataLoader` source, `_reset`], and in that version the persistent loader came out
+# slower to its first batch than naive's.
+#
+# Each pipeline is timed alone, without the model, and each start gives two numbers:
+#
+# * **first batch**: seconds from the end of a pass to the next pass's first batch; a training loop
+#   has nothing to compute meanwhile;
+# * **extra over the first k batches**: seconds to the new pass's k-th batch minus k times the
+#   loader's steady seconds per batch, timed on the same pass's next (and last) k batches; k is the
+#   deepest prefetch queue of the two loaders (workers x `prefetch_factor`).
+#
+# To keep this cheap, each pipeline reads a 2k-batch subset of the same training images, built with
+# the same settings: a pass over the whole set costs an epoch of data loading per start. Apart from
+# drawing the new pass's order (and, for `DevicePipeline`, its crops and flips: a few vectorised
+# operations over the whole set), a restart does the same work whatever the pass's length where
+# the workers are forked: a persistent loader sends its workers the new pass's first indices, and a
+# non-persistent one forks new workers from the training process, whose memory is the same
+# whichever subset the loader reads. Under the `spawn` or `forkserver` start methods (`forkserver`
+# is Python's default on Linux from 3.14) each new worker is sent a pickled copy of the dataset
+# instead, and the length could matter. The cell prints the start method and checks the claim for
+# naive and `DevicePipeline` against the recipe's whole training set.
+#
+# Which of the two numbers a run pays depends on which side is slower. Where a training step takes
+# longer than the loader needs for a batch, the workers get ahead again after the first batch and
+# a start costs the loop about its first batch; where the loader is the slower, every step waits
+# anyway and a start costs about the extra over the first k. The cell sets the steady-state step
+# (from the A/Bs' medians) beside the loader's pace alone and says which case the numbers point
+# to. The pace alone is the loader's best: with training running beside it, it can only be
+# slower, so the cell asks for a 2x margin before it calls training the slower side. Section 4's
+# prediction charges each epoch the median the case names (within the margin, the larger).
+#
+# Not timed here: where the workers share the model's cores, the batches they prepare ahead during
+# a pass's first steps slow those steps. That work is not extra (every step needs its batch), but
+# whether the pass's last steps, whose batches are then ready while the workers idle, win the time
+# back is left open here: the whole runs of section 4 check the sum.
 
 # %%
-starts = {"naive (2 workers)": epoch_start_s(device_ab.trainers["a"]),
-          "tuned DataLoader": epoch_start_s(loader_ab.trainers["b"]),
-          "DevicePipeline": epoch_start_s(device_ab.trainers["b"])}
-for name, start_s in starts.items():
-    print(f"{name:18}: {start_s:.3f} s from a new epoch to its first batch (median of"
-          f" {SIZES['restarts']}), once per {naive.steps_per_epoch} steps, on {DEVICE_NAME}")
+def subset(dataset, n):
+    """The first `n` images of `dataset`: a shallow copy, arrays sliced (as `cifar.build` caps)."""
+    part = copy.copy(dataset)
+    part.data, part.targets = dataset.data[:n], dataset.targets[:n]
+    return part
+
+
+def read_s(stream, n):
+    """Seconds to take `n` batches from `stream` (device synchronised)."""
+    with StepTimer(DEVICE) as timer:
+        for _ in itertools.islice(stream, n):
+            pass
+    return timer.seconds
+
+
+def epoch_starts(make_pipeline, k, repeats=SIZES["restarts"]):
+    """`repeats` epoch starts of a pipeline over a 2k-batch subset, each right after a pass that ran
+    to its end. Per start: seconds to the first batch; seconds to the k-th batch beyond k steady
+    batches; the steady seconds per batch (the pass's last k). Returns the three lists."""
+    pipe = make_pipeline(subset(train_set, 2 * k * BATCH), BATCH, DEVICE)
+    stream = iter(pipe)
+    read_s(stream, len(pipe))  # the first pass, untimed: a persistent loader starts its workers
+    rows = []
+    for _ in range(repeats):
+        with StepTimer(DEVICE) as start:
+            next(stream, None)  # the pass ends (a non-persistent loader's workers exit) ...
+            stream = iter(pipe)  # ... and the next one starts, as the trainer's _next_batch does
+            next(stream)
+        rest = read_s(stream, k - 1)
+        steady = read_s(stream, k) / k
+        rows.append((start.seconds, start.seconds + rest - k * steady, steady))
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
+def first_batch_s(pipe):
+    """Seconds from `iter()` to a new pass's first batch; the pass is then closed, off the clock.
+    (A non-persistent loader starts new workers at every `iter()`, whether a pass ended or not.)"""
+    with StepTimer(DEVICE) as timer:
+        stream = iter(pipe)
+        next(stream)
+    stream.close()  # its workers exit here
+    return timer.seconds
+
+
+def spread(xs, fmt="{:.3f}"):
+    """'median (min to max)' of a few timings."""
+    return (f"{fmt.format(statistics.median(xs))} ({fmt.format(min(xs))} to"
+            f" {fmt.format(max(xs))})")
+
+
+def order_words(a, b, a_label, b_label, longer="longer", shorter="shorter"):
+    """Whether every timing of `b` lies above or below every timing of `a`, with the chance of that
+    order when nothing differs (a one-sided permutation p, effkit.seed_compare)."""
+    sep = separation(a, b)
+    n = f"{len(a)} + {len(b)} timings"
+    if sep.side == "overlap":
+        return f"the {a_label} and {b_label} ranges overlap: no difference {n} can show"
+    word = longer if sep.side == "b above" else shorter
+    chance = f"one-sided permutation p = {sep.p_one_sided:.3f}"
+    if sep.p_one_sided > 0.05:
+        return (f"every {b_label} timing {word} than every {a_label} one, but with {n} that"
+                f" happens by chance {sep.p_one_sided:.0%} of the time: not evidence ({chance})")
+    return f"every {b_label} timing {word} than every {a_label} one ({n}; {chance})"
+
+
+# %%
+first_k = max(1, queue_depth(naive.pipeline), queue_depth(tuned_example))
+first_k = max(1, min(first_k, len(train_set) // (2 * BATCH)))  # the subset holds 2k batches
+repeats = SIZES["restarts"]
+pipelines = {"naive (2 workers)": TorchvisionPipeline, "tuned DataLoader": tuned_loader,
+             "DevicePipeline": DevicePipeline}
+measured = {name: epoch_starts(make, first_k)
+            for name, make in tqdm(pipelines.items(), desc="epoch starts")}
+whole_n = naive.describe()["n_train"]  # the recipe's training set
+by_length = {}
+for name in ("naive (2 workers)", "DevicePipeline"):
+    small, whole = (pipelines[name](subset(train_set, n), BATCH, DEVICE)
+                    for n in (2 * first_k * BATCH, whole_n))
+    by_length[name] = {"subset": [], "whole": []}
+    for _ in range(repeats):  # interleaved: the two see the same machine
+        by_length[name]["subset"].append(first_batch_s(small))
+        by_length[name]["whole"].append(first_batch_s(whole))
+
+print(f"epoch starts, each after a pass read to its end; loader alone over {2 * first_k} batches"
+      f" ({2 * first_k * BATCH} images); median (min to max) of {repeats} starts, on {DEVICE_NAME}"
+      f"{lesson.cifar_data_note(naive)}")
+for name, (first, extra, per_batch) in measured.items():
+    print(f"  {name:18}: first batch {spread(first)} s; first {first_k} batches"
+          f" {spread(extra, '{:+.3f}')} s beyond {first_k} x its steady"
+          f" {spread([1e3 * t for t in per_batch], '{:.1f}')} ms a batch")
+print(f"tuned DataLoader ({tuned_desc}) vs naive, first batch: "
+      + order_words(measured["naive (2 workers)"][0], measured["tuned DataLoader"][0], "naive",
+                    "tuned"))
+print(f"first batch over the subset vs the recipe's whole training set ({whole_n} images), each"
+      f" pass closed after it; workers started by {torch.multiprocessing.get_start_method()}:")
+for name, times in by_length.items():
+    print(f"  {name:18}: subset {spread(times['subset'])} s, whole {spread(times['whole'])} s: "
+          + order_words(times["subset"], times["whole"], "subset", "whole-set"))
+
+# Which number a run pays: a training step (the steady-state A/Bs' medians) against the loader's
+# pace alone, its best (2x margin, see above). Section 4 charges each epoch that median.
+step_s = {"naive (2 workers)": BATCH / device_ab.a_median,
+          "tuned DataLoader": BATCH / loader_ab.b_median,
+          "DevicePipeline": BATCH / device_ab.b_median}
+epoch_cost = {}
+for name, (first, extra, per_batch) in measured.items():
+    ratio = step_s[name] / statistics.median(per_batch)
+    first, extra = statistics.median(first), statistics.median(extra)
+    epoch_cost[name], case = (
+        (first, "training is the slower side: the loop loses about the first batch") if ratio >= 2
+        else (extra, "the loader is the slower side even at its best: a start costs about the"
+              f" extra over the first {first_k} batches") if ratio <= 1
+        else (max(first, extra), "within the 2x margin: a start costs between the extra over the"
+              " first batches and the first batch"))
+    epoch_s = naive.steps_per_epoch * step_s[name]
+    print(f"  {name:18}: a training step takes {1e3 * step_s[name]:.0f} ms, {ratio:.1f}x the"
+          f" loader's best pace: {case}; section 4 charges {epoch_cost[name]:.3f} s per epoch of"
+          f" {naive.steps_per_epoch} steps ({epoch_cost[name] / epoch_s:.1%} of its"
+          f" {epoch_s:.1f} s in steady state)")
 
 # %% [markdown]
 # ## 4. Same accuracy — and the same story over whole runs?
@@ -501,14 +671,17 @@ per_seed = [n / d for n, d in zip(seconds["naive"], seconds["DevicePipeline"], s
 run_order = separation(seconds["naive"], seconds["DevicePipeline"]).words(
     "naive", "DevicePipeline", "slower", "faster")
 # What the two parts predict for a whole run: its steps at the steady-state speeds, plus one
-# epoch start per epoch, at the A/B's median ratio and at its interval's two ends.
+# epoch start per epoch (what section 3 says a start costs each), at the A/B's median ratio and at
+# its interval's two ends.
 n_steps, n_epochs = result.steps, max(1, math.ceil(result.steps / naive.steps_per_epoch))
 batch = naive.describe()["batch_size"]
 
 
 def predict(ratio):
-    naive_s = n_steps * batch / device_ab.a_median + n_epochs * starts["naive (2 workers)"]
-    return naive_s / (n_steps * batch / (device_ab.a_median * ratio) + n_epochs * starts["DevicePipeline"])
+    naive_s = n_steps * batch / device_ab.a_median + n_epochs * epoch_cost["naive (2 workers)"]
+    device_s = (n_steps * batch / (device_ab.a_median * ratio)
+                + n_epochs * epoch_cost["DevicePipeline"])
+    return naive_s / device_s
 
 
 predicted, p_low, p_high = (predict(r) for r in (device_ab.ratio, device_ab.ci_low, device_ab.ci_high))
@@ -562,11 +735,16 @@ MENTIONED = lesson.check_answer(ANSWER, lesson_number=2)
 print(lesson.summary_header(2, DEVICE_NAME, lesson.cifar_data_note(naive)))
 print(f"* {whole_run_words}")
 print(f"* steady state ({SIZES['ab_steps']}-step bursts, no epoch start): naive recipe, 2-worker"
-      f" DataLoader {loader_ab.a_median:.0f} images/s; tuned DataLoader ({tuned_desc}):"
-      f" {loader_ab.verdict}")
+      f" DataLoader {loader_ab.a_median:.0f} images/s; tuned DataLoader ({tuned_desc}; the bursts"
+      f" compare {AB_COMPARES}): {loader_ab.verdict}")
 print(f"* steady state: DevicePipeline: {device_ab.verdict}")
-print("* epoch start to first batch: " + ", ".join(f"{name} {start_s:.3f} s"
-                                                    for name, start_s in starts.items()))
+print(f"* epoch start after a pass read to its end, loader alone, median of {repeats}: first batch "
+      + ", ".join(f"{name} {statistics.median(m[0]):.3f} s" for name, m in measured.items())
+      + f"; first {first_k} batches beyond the steady pace "
+      + ", ".join(f"{name} {statistics.median(m[1]):+.3f} s" for name, m in measured.items())
+      + "; tuned vs naive, first batch: "
+      + order_words(measured["naive (2 workers)"][0], measured["tuned DataLoader"][0], "naive",
+                    "tuned"))
 print(f"* building BERT batches (not training steps) from cached ids: {text_ab.verdict}")
 print(f"* accuracy naive {base:.1%} vs DevicePipeline {fast:.1%} ({SIZES['seeds']} seed(s)):"
       f" {delta_pp:+.1f} pp, {accuracy_verdict}")
@@ -579,7 +757,10 @@ print(f"* accuracy naive {base:.1%} vs DevicePipeline {fast:.1%} ({SIZES['seeds'
 #
 # ### References
 #
-# * PyTorch: [data loading, `DataLoader` and its workers](https://pytorch.org/docs/stable/data.html),
+# * PyTorch: [data loading, `DataLoader` and its workers](https://pytorch.org/docs/stable/data.html)
+#   (`persistent_workers`, `prefetch_factor`), the
+#   [`DataLoader` source](https://github.com/pytorch/pytorch/blob/main/torch/utils/data/dataloader.py)
+#   (`_MultiProcessingDataLoaderIter._reset`: a persistent loader's new pass),
 #   [pin_memory and non_blocking](https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html),
 #   [performance tuning guide](https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html).
 # * Hugging Face: [fast tokenizers](https://huggingface.co/docs/tokenizers/index) and

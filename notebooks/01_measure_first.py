@@ -25,9 +25,10 @@
 # and then let the numbers name the top bottleneck. Every figure is printed next to the device it
 # was measured on, and every conclusion is computed from the measurement above it.
 #
-# **Run time**: about 3 min in `cpu` (167 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
-# GPU, 2026-12-06: the outputs in `docs/recorded/`; 111-206 s in other runs that day, the VM's speed
-# varying by 1.4x. Before the padding A/B timed one BERT step per burst instead of 12, and the
+# **Run time**: about 4.5 min in `cpu` (279 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
+# GPU, 2026-12-06: the outputs in `docs/recorded/`; its padding A/B took 12 pairs, one batch each;
+# 111-206 s in earlier runs that day with one batch for every pair, the VM's speed varying by 1.4x:
+# naive CIFAR ran at 298 images/s in the recorded run, 417-614 in those. Before the padding A/B timed one BERT step per burst instead of 12, and the
 # pipeline A/B 6 steps after 4 untimed ones instead of 12 right after starting the workers, the
 # lesson took 725-780 s on the same VM);
 # 34 s in `smoke` on the same VM (47 s on a 2-core AMD EPYC VM before the change); `gpu`: 99 s on

@@ -5,10 +5,10 @@ from grader.kit.manifest import Manifest
 MANIFEST = Manifest(
     id="lesson1",
     worker_modules=("probes", "task"),
-    # `python -m grader check`, 2-core AMD EPYC (AVX2), 2026-12-05, machine shared (load 5-12):
-    # the reference 12.0/12.0, the untouched stub 0/12.0
-    reference_grading_s=27,
-    stub_grading_s=48,
+    # `python -m grader check`, 2-core Intel Xeon with AMX, 2026-12-06, quiet (load 0.8), after the
+    # steps became 120-240 ms for every trainer: the reference 12.0/12.0, the untouched stub 0/12.0
+    reference_grading_s=47,
+    stub_grading_s=8,
     points={"test_throughput": 4, "test_data_wait": 2, "test_bottleneck": 4, "test_quiz": 2},
     timed_tests=("test_lesson1_exercise.py",),  # its tests time something: the timed lane
     # the points a full 'In your own words' answer makes -> phrases that count as saying it

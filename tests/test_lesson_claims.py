@@ -325,6 +325,11 @@ RETIRED = [  # (lesson source, pattern of the false claim, why it was false)
         "a retired recording's numbers: the text reads the curve of the run shown",
     ),
     (
+        "02_feed_the_accelerator",
+        r"was not the faster to its first batch",
+        "timed on passes abandoned after one batch: a persistent loader first drained its workers' queue",
+    ),
+    (
         "03_mixed_precision",
         r"CUDA graphs\) are the fix",
         "nothing in the lesson measured launches or casts: the A/Bs show where bf16 lost, not why",

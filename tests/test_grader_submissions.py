@@ -379,6 +379,38 @@ def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
     assert problem.startswith("test_contract:") and "lesson2's reference answer" in problem, problem
 
 
+def test_a_renamed_reseeded_copy_of_the_reference_earns_no_speed_points():
+    """effkit's DevicePipeline pasted as FastPipeline with its seed moved by one draws other batches, so
+    the bit-identical judge passed it (12/12, a review): the cells are read for a twin of the withheld
+    answer (copies_in, parsed, never run), whatever its names and seed."""
+    import inspect
+
+    from effkit.workloads.cifar import pipelines
+    from grader.scoring.checks import gate_problem
+
+    source = read_notebook(ROOT / "solutions" / "lesson2" / "lesson2.ipynb")
+    cells = [
+        (c.grade_id, c.source)
+        for c in solution_sources(
+            read_notebook(SUBMISSIONS / "correct.ipynb"), solution_ids(source)
+        )
+    ]
+    paste = (
+        inspect.getsource(pipelines.DevicePipeline)
+        .replace("class DevicePipeline", "class FastPipeline")
+        .replace(".manual_seed(seed)", ".manual_seed(seed + 1)")
+    )
+    assert "DevicePipeline" not in paste and "seed + 1" in paste
+    header = (
+        "import math\nfrom collections.abc import Iterator\nimport numpy as np\nimport torch\n"
+        "from effkit.workloads.cifar.pipelines import Batch, normalize\n"
+    )
+    copied = [(g, header + paste if g == "fast_pipeline" else s) for g, s in cells]
+    problem = gate_problem(LESSON2, copied)
+    assert problem.startswith("not_the_reference:") and "is a copy of" in problem, problem
+    assert gate_problem(LESSON2, cells) == ""  # the learner's own pipeline still counts
+
+
 @pytest.mark.untimed
 def test_training_off_the_clock_then_no_op_timed_steps_earns_no_speed_points():
     """Issue 41: the timed worker trains where nothing is timed (the grader's sets and initial weights

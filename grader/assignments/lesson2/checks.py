@@ -6,8 +6,11 @@ as zero. ``SETUP_SOURCE`` must stay identical to the notebook's locked ``setup``
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
+from grader.assignments.lesson2.manifest import MANIFEST
 from grader.assignments.lesson2.pipeline_checks import (
     CHECK_SECONDS,
     build,
@@ -21,8 +24,18 @@ from grader.assignments.lesson2.pipeline_checks import (
 )
 from grader.kit.assignment import Assignment
 from grader.kit.batch_judge import REFERENCE_REUSED  # shared with the timed judge
-from grader.kit.checks import ChannelError, GradingSpec, quiet, quiz_check, stub_reason, tensor_from
+from grader.kit.checks import (
+    ChannelError,
+    GradingSpec,
+    copies_in,
+    quiet,
+    quiz_check,
+    stub_reason,
+    tensor_from,
+)
 from grader.kit.in_notebook import grade_saved_notebook
+
+REPO = Path(__file__).resolve().parents[3]
 
 SETUP_SOURCE = """\
 import math
@@ -251,9 +264,21 @@ def cell_not_the_reference(ctx) -> None:
     effkit's ``DevicePipeline`` for the same data and seed are the reference answer, however the
     solution reached it (``getattr(module, "Device" + "Pipeline")``, a subclass, a verbatim copy);
     the source-text check (``reference_names``) sees only the name. An independent pipeline
-    draws its randomness differently: one differing pixel is enough."""
+    draws its randomness differently: one differing pixel is enough. A copy re-seeded, renamed or
+    trimmed draws other batches, so the cells are also read for a twin of the withheld answer
+    (``copies_in``: parsed, never run), as lessons 10 and 14 read theirs."""
     from effkit.workloads.cifar.pipelines import DevicePipeline
 
+    copied = [
+        f"{name} in cell {gid!r} is a copy of {answer}"
+        for gid, source in ctx.session.cells
+        for name, answer in copies_in(source, list(MANIFEST.withheld), REPO)
+    ]
+    expect(
+        not copied,
+        "; ".join(copied[:3]) + ": effkit's DevicePipeline is the reference answer, renamed, "
+        "re-seeded or trimmed as well: write your own pipeline to earn the performance points",
+    )
     n, bs = 96, 32
     data_seed, seed = ctx.rng.randrange(1 << 20), ctx.rng.randrange(1 << 20)
     _, mine, _ = remote(ctx)(n, data_seed, bs, seed, 2)

@@ -53,9 +53,9 @@ from grader.assignments.lesson1.task import BOTTLENECKS, TOLERANCE
 # **±25%** of the grader's (`TOLERANCE`; median over three calls). The grader's trainers pay a
 # *cold start* on the first step of each call — as a fresh trainer pays for starting DataLoader
 # workers, allocating memory or autotuning — that costs more than the timed steps themselves: a
-# measurement that times its warm-up comes out less than half as fast. The grader picks `steps` so
-# that the timed window lasts about 0.25 s (at least 5 steps), and runs torch on one thread during
-# the checks.
+# measurement that times its warm-up comes out less than half as fast. The grader's steps last
+# 0.08-0.32 s each, drawn per call (so a figure guessed from a typical step misses), it asks for
+# 6 or 8 timed steps, and it runs torch on one thread during the checks.
 
 # %% nbgrader={"grade": false, "grade_id": "measure_throughput", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def measure_throughput(trainer, steps, warmup):
@@ -87,9 +87,11 @@ check_my_work("test_throughput", "lesson1.ipynb")
 # exhausted, so limit the batches with `itertools.islice` rather than `break`), or time `next()`
 # yourself.
 #
-# **How it is graded.** On two trainers, in random order, each at batch 32 with `steps=5`: a
-# compute-bound one, whose batch takes 3-12% of a step's compute time to arrive, and an input-bound
-# one, whose batch takes 2 to 4 times a step's compute time. The grader records how long it spent
+# **How it is graded.** On four trainers, in random order, each at batch 32 with `steps=5`: two
+# compute-bound ones, whose batch takes 3-12% of a step's compute time to arrive, and two
+# input-bound ones, whose batch takes 2 to 4 times a step's compute time. They come in pairs
+# that share a duration (the same compute time; the same step time), so no single duration tells
+# the kinds apart: only setting two measurements side by side does. The grader records how long it spent
 # serving batches and computing steps, and your share must lie within **15 percentage points** of
 # the share it recorded. A share outside that band is measured twice more and the medians decide,
 # so one run disturbed by other jobs on a shared machine does not cost you the points.
@@ -139,8 +141,11 @@ check_my_work("test_data_wait", "lesson1.ipynb")
 # its batches arrive almost at once (`next()` takes 3-12% of a step's compute time), and each
 # batch's preparation time (2 to 4 times a step's compute) is paid during the forward pass that
 # follows it. A step on a batch you fetched once does not pay it. `data_wait_share` sees almost
-# none of that cost, so an answer built on it names this trainer wrong. All four must be named
-# right, so an answer that never changes scores nothing. A wrong name is asked twice more and the
+# none of that cost, so an answer built on it names this trainer wrong. The four come in pairs
+# that share a duration (a compute-bound and an input-bound trainer with the same compute time; the
+# compute-bound one and the hidden one with the same step time and the same `next()` time), so a
+# line drawn on any one duration names one of a pair wrong. All four must be named right, so an
+# answer that never changes scores nothing. A wrong name is asked twice more and the
 # majority decides.
 
 # %% nbgrader={"grade": false, "grade_id": "name_bottleneck", "locked": false, "schema_version": 3, "solution": true, "task": false}

@@ -8,8 +8,10 @@ the truth; 3 calls and a median absorb a descheduled learner process.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
+from collections.abc import Callable
 
 from grader.assignments.lesson1.task import BOTTLENECKS, TOLERANCE  # the setup cell's (worker side)
 from grader.kit.assignment import Assignment
@@ -22,14 +24,23 @@ CALL_SECONDS = 60.0
 COLD_FACTOR = 1.5  # the cold start costs 1.5x the timed steps: timing it gives < 0.45x
 INPUT_BOUND = (2.0, 4.0)  # data time per step / compute time per step
 COMPUTE_BOUND = (0.03, 0.12)
-# A step's whole time (data + compute), drawn per call from one range for every kind of trainer:
-# when input-bound steps were longer (2-4x a 50-100 ms compute, against 50-110 ms in all for
-# compute-bound), a 0.13 s line on the step time named every bottleneck and two constants passed
-# the data-wait share, without timing a `next()`. Each step is two round trips on the grader's
-# channel, whose scheduling delay the learner's timer sees and the record does not: at 15-30 ms a
-# step, a host at load 7.5 put the reference's compute-bound share at 30% against 17% recorded
-# (tolerance 15 points); steps of 120 ms or more keep that delay a small part of the share.
-STEP_S = (0.12, 0.24)
+# No single duration may name the bottleneck: a learner must set two measurements side by side (a
+# step with the pipeline against one without, or next() against the step). Two fixes, both found by
+# fresh reviews: when input-bound steps lasted longer (compute 50-100 ms with data 2-4x on top,
+# against 52-112 ms in all for compute-bound), a 0.13 s line on the step time named every
+# bottleneck; with one step range for every kind, a line on one forward pass's time did (compute
+# 24-80 ms input-bound, 107-233 ms compute-bound), each with two constants for the data-wait share:
+# 6 of the 10 function points without a ratio. So the checks draw trainers in matched pairs: a
+# compute-bound and an input-bound trainer with the same compute time, and a compute-bound and a
+# hidden-pipeline (or input-bound) trainer with the same step time and the same next() time. A line
+# on any one of these durations gives both trainers of a pair the same answer, so it fails one.
+# Each step is two round trips on the grader's channel, whose scheduling delay the learner's timer
+# sees and the record does not: at 15-30 ms a step, a host at load 7.5 put the reference's
+# compute-bound share at 30% against 17% recorded (tolerance 15 points): steps stay >= 60 ms.
+STEP_S = (0.08, 0.32)  # a step's whole time (data + compute), log-uniform
+# the compute time a compute-matched pair shares, log-uniform: at 40-80 ms the compute-bound
+# twin's share read up to 11 points above the record at load 4-5.6 (tolerance 15)
+PAIR_COMPUTE_S = (0.06, 0.10)
 
 SETUP_SOURCE = """\
 import itertools
@@ -93,16 +104,55 @@ class DeviceServer:
         return sum(1 for e in self.events if e[0] == "data")
 
 
+def _log_uniform(ctx: Context, bounds: tuple[float, float]) -> float:
+    return math.exp(ctx.rng.uniform(math.log(bounds[0]), math.log(bounds[1])))
+
+
 def _server(
-    ctx: Context, truth: str = "compute", cold_steps: int = 0, hidden: bool = False
+    ctx: Context,
+    truth: str = "compute",
+    cold_steps: int = 0,
+    hidden: bool = False,
+    step: float | None = None,
+    compute: float | None = None,
+    prefetch: float | None = None,
 ) -> DeviceServer:
-    step = ctx.rng.uniform(*STEP_S)
+    """A trainer of kind ``truth`` whose step lasts ``step`` (drawn unless given), or whose compute
+    lasts ``compute``; a hidden pipeline's next() costs ``prefetch`` (drawn unless given)."""
     ratio = ctx.rng.uniform(*(INPUT_BOUND if truth == "input pipeline" else COMPUTE_BOUND))
-    data, compute = step * ratio / (1 + ratio), step / (1 + ratio)
+    if compute is None:
+        compute = (step if step is not None else _log_uniform(ctx, STEP_S)) / (1 + ratio)
+    data = compute * ratio
     if hidden:  # the pipeline's time moves into the forward pass; next() costs what a prefetch does
-        prefetch = compute * ctx.rng.uniform(*COMPUTE_BOUND)  # the step still lasts `step`:
-        return DeviceServer(prefetch, compute, hidden_s=data - prefetch)
-    return DeviceServer(data, compute, COLD_FACTOR * cold_steps * step)
+        if prefetch is None:
+            prefetch = compute * ctx.rng.uniform(*COMPUTE_BOUND)
+        return DeviceServer(prefetch, compute, hidden_s=data - prefetch)  # the step still lasts
+    return DeviceServer(data, compute, COLD_FACTOR * cold_steps * (data + compute))
+
+
+def matched_trainers(ctx: Context, hidden: bool) -> list[tuple[str, bool, Callable]]:
+    """Four (kind, hidden, make a device) in two matched pairs: a compute-bound and an input-bound
+    trainer sharing their compute time; a compute-bound and an input-bound one (its pipeline's time
+    hidden in the forward pass where ``hidden``) sharing their step time and next() time. A retry
+    makes a fresh device with the same shared times, so a line on one duration errs every time."""
+    shared_compute = _log_uniform(ctx, PAIR_COMPUTE_S)
+    step = _log_uniform(ctx, STEP_S)
+    r = ctx.rng.uniform(*COMPUTE_BOUND)
+    next_s = step * r / (1 + r)  # the compute-bound twin's data time, the hidden one's prefetch
+    return [
+        ("compute", False, lambda: _server(ctx, "compute", compute=shared_compute)),
+        ("input pipeline", False, lambda: _server(ctx, "input pipeline", compute=shared_compute)),
+        ("compute", False, lambda: DeviceServer(next_s, step - next_s)),
+        (
+            "input pipeline",
+            hidden,
+            lambda: (
+                _server(ctx, "input pipeline", hidden=hidden, step=step, prefetch=next_s)
+                if hidden
+                else _server(ctx, "input pipeline", step=step)
+            ),
+        ),
+    ]
 
 
 def _call(ctx: Context, probe: str, server: DeviceServer, shown: str, **args) -> dict:
@@ -181,15 +231,17 @@ def check_throughput(ctx: Context) -> None:
 
 
 def check_data_wait(ctx: Context) -> None:
-    order = list(BOTTLENECKS)
+    # both kinds, twice, in random order: in matched pairs (equal compute time; equal step time), so
+    # constants picked by a line on one duration miss one trainer of a pair
+    order = matched_trainers(ctx, hidden=False)
     ctx.rng.shuffle(order)
-    for truth in order:
+    for truth, _, make in order:
         shown = "data_wait_share(trainer, steps=5)"
         shares, recorded = [], []
         while len(shares) < RETRIES and (
             not shares or abs(shares[0] - recorded[0]) > SHARE_TOLERANCE
         ):
-            server = _server(ctx, truth)
+            server = make()
             share = _number(
                 _call(ctx, "data_wait", server, shown, batch_size=32, steps=5), shown, "a share"
             )
@@ -221,21 +273,17 @@ def check_data_wait(ctx: Context) -> None:
 
 def check_bottleneck(ctx: Context) -> None:
     # both kinds, twice, in random order: a fixed answer fails; one input-bound trainer hides its
-    # pipeline's time in the forward pass: a data-wait share misses it
-    order = [
-        ("input pipeline", False),
-        ("input pipeline", True),
-        ("compute", False),
-        ("compute", False),
-    ]
+    # pipeline's time in the forward pass: a data-wait share misses it; matched pairs (equal compute
+    # time; equal step and next() time): a line on one duration misses one trainer of a pair
+    order = matched_trainers(ctx, hidden=True)
     ctx.rng.shuffle(order)
-    for truth, hidden in order:
+    for truth, hidden, make in order:
         names = []
         while len(names) < RETRIES and (not names or names[0] != truth):
             data = _call(
                 ctx,
                 "bottleneck",
-                _server(ctx, truth, hidden=hidden),
+                make(),
                 "name_bottleneck(trainer)",
                 batch_size=32,
             )

@@ -338,11 +338,13 @@ def check_answer(answer: str, lesson_number: int, min_words: int = 12) -> list[s
 
 
 # FLOP per cycle per core, dense, by precision: fp32 with AVX-512 is 2 FMA units x 16 lanes x 2;
-# bf16 with AMX is 1024 multiply-adds per cycle (Intel's Sapphire Rapids figures).
+# bf16 with AMX is 1024 (Intel's Sapphire Rapids figure, "1024 BF16 operations per cycle": one
+# 16x16x32 tile multiply-add, 8192 multiply-adds, every 16 cycles). It read 2048 until a review
+# (2026-12-06): the 1024 had been counted as multiply-adds.
 _CPU_FLOP_PER_CYCLE = {
     ("avx512f", "fp32"): 64,
     ("avx2", "fp32"): 32,
-    ("amx_bf16", "bf16"): 2048,
+    ("amx_bf16", "bf16"): 1024,
     ("avx512_bf16", "bf16"): 128,
 }
 

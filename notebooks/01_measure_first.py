@@ -25,10 +25,10 @@
 # and then let the numbers name the top bottleneck. Every figure is printed next to the device it
 # was measured on, and every conclusion is computed from the measurement above it.
 #
-# **Run time**: about 4.5 min in `cpu` (279 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
-# GPU, 2026-12-06: the outputs in `docs/recorded/`; its padding A/B took 12 pairs, one batch each;
-# 111-206 s in earlier runs that day with one batch for every pair, the VM's speed varying by 1.4x:
-# naive CIFAR ran at 298 images/s in the recorded run, 417-614 in those. Before the padding A/B timed one BERT step per burst instead of 12, and the
+# **Run time**: about 3.5 min in `cpu` (208 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
+# GPU, 2026-12-06: the outputs in `docs/recorded/`; 279 s in a run an hour earlier on the same VM,
+# slower then (naive CIFAR 298 images/s against 423); 111-206 s in earlier runs that day, when the
+# padding A/B used one batch for every pair. Before the padding A/B timed one BERT step per burst instead of 12, and the
 # pipeline A/B 6 steps after 4 untimed ones instead of 12 right after starting the workers, the
 # lesson took 725-780 s on the same VM);
 # 34 s in `smoke` on the same VM (47 s on a 2-core AMD EPYC VM before the change); `gpu`: 99 s on
@@ -177,7 +177,8 @@ lesson.check_guess(GUESS_PAD_SHARE, pad_share, "share of padding tokens", "{:.0%
 # `time_to_target_train_only_s`). Epoch time — or samples/s — is
 # only half of it: the other half is how many epochs you need. The classic trap is a bigger
 # batch: on an accelerator it usually raises samples/s, but it takes fewer optimizer steps per
-# epoch [Goyal et al.; Shallue et al.]. We
+# epoch, and past some batch size more epochs to the same target [Shallue et al.; Goyal et al.
+# show linear LR scaling keeping the epochs equal up to a large batch]. We
 # take the fast CIFAR recipe you will build up to in later lessons and train it at two batch
 # sizes (learning rate scaled linearly with the batch), same epoch budget.
 #
@@ -372,7 +373,8 @@ print(f"naive BERT : {naive_bert.flops_per_sample / 1e6:.1f} MFLOP per sentence,
 # `lesson.peak_flops_for(device, precision)` returns that peak and says where it comes from: a
 # datasheet table for GPUs; for a CPU an estimate, cores × clock × FLOPs per cycle of the widest
 # unit for that precision (AVX2: 2 FMA units × 8 fp32 lanes × 2 = 32; AVX-512: 64; AMX bf16:
-# 2048). A VM may report its base clock, and two "threads" may be one physical core.
+# 1024, a 16×16×32 tile multiply-add every 16 cycles). A VM may report its base clock, and two
+# "threads" may be one physical core.
 #
 # **Predict.** What MFU (a fraction, e.g. `0.2` for 20%) does the naive CIFAR recipe reach here?
 
@@ -406,15 +408,17 @@ else:
 # **MFU is not "GPU utilisation".** The utilisation `nvidia-smi` prints is the percent of time over
 # its sample period during which one or more kernels was executing on the GPU [NVML,
 # `nvmlUtilization_t`]: a GPU kept busy by small kernels reads close to 100% at an MFU of a few
-# percent. Utilisation says whether the device *waits* (for data, for Python); MFU says how well it
-# *computes* while it does not. Quote both, and never one as the other.
+# percent. Utilisation says whether the device *waits* (for data, for Python); MFU divides the
+# useful FLOPs by the whole wall time, waits included, so it falls with both waiting and slow
+# computing. Quote both, and never one as the other.
 #
 # **FLOPs do not predict time either.** ShuffleNet V2 [Ma et al., 2018] measured networks of similar
 # FLOPs running at clearly different speeds on a GPU and on an ARM CPU (memory access and the degree
 # of parallelism cost time that a FLOP count does not see), and argued for judging architectures by
-# the speed measured on the target platform. Hence the playbook's first step: start from a simple
-# model, and choose between candidates by their measured time-to-target on your device, not by
-# their FLOP counts or MFU.
+# the speed measured on the target platform. Hence this course's first step, after the Deep
+# Learning Tuning Playbook's advice to start from a simple, established model and setup [Godbole et
+# al.]: choose between candidates by their measured time-to-target on your device, not by their
+# FLOP counts or MFU.
 #
 # A low MFU says how much room there is, not where the time goes. The next two sections look for
 # the time.
@@ -643,9 +647,12 @@ padding_ab = lesson.ab("naive BERT: padded to 128 vs dynamic padding",
                        lambda: bert_steps(trimmed_batches, b_calls), pairs=SIZES["pairs"],
                        a_label="padded to 128", b_label="dynamic padding", unit="sentences/s")
 pad_time = lost_share(padding_ab)
+removed = 1 - statistics.mean(widths) / 128  # B still pads each batch to its longest sentence
 print(f"time lost to padding: {pad_time[0]:.0%} (interval {pad_time[1]:.0%}-{pad_time[2]:.0%}"
-      f" over {padding_ab.pairs} batches); {batch_pad_share:.0%} of these batches' positions and"
-      f" {pad_share:.0%} of the positions section 1 trained on were padding")
+      f" over {padding_ab.pairs} batches), where B computes on {removed:.0%} fewer positions (each"
+      f" batch still padded to its longest sentence): a lower bound on what all padding costs;"
+      f" {batch_pad_share:.0%} of these batches' positions and {pad_share:.0%} of the positions"
+      f" section 1 trained on were padding")
 
 # %%
 waste = {"CIFAR: input pipeline, every step": (pipe_share, "lesson 2"),
@@ -743,7 +750,8 @@ print(f"* input pipeline in steady state: the data-wait timer saw {split.data_sh
       f" without it: {pipe_share[0]:.0%} of the step time (interval {pipe_share[1]:.0%}-"
       f"{pipe_share[2]:.0%}); worker start-up once per epoch: {restart.value:.2f} s ="
       f" {restart_share[0]:.1%} of an epoch; {cifar_ranking}")
-print(f"* padding: {pad_time[0]:.0%} of BERT's step time ({pad_share:.0%} of its tokens)")
+print(f"* padding: at least {pad_time[0]:.0%} of BERT's step time, removing {removed:.0%} of the"
+      f" positions ({pad_share:.0%} of its tokens are padding)")
 print(f"* measured waste per workload: {top_bottleneck}")
 
 # %% [markdown]
@@ -763,6 +771,8 @@ print(f"* measured waste per workload: {top_bottleneck}")
 # * A. Chowdhery et al., *PaLM: Scaling Language Modeling with Pathways*, 2022, appendix B — MFU.
 # * NVIDIA, [NVML API reference, `nvmlUtilization_t`](https://docs.nvidia.com/deploy/nvml-api/structnvmlUtilization__t.html)
 #   — what `nvidia-smi`'s GPU utilisation measures.
+# * V. Godbole, G. Dahl, J. Gilmer, C. Shallue, Z. Nado, [*Deep Learning Tuning Playbook*](https://github.com/google-research/tuning_playbook),
+#   2023 — start from a simple, established setup.
 # * N. Ma et al., *ShuffleNet V2: Practical Guidelines for Efficient CNN Architecture Design*,
 #   ECCV 2018 — equal FLOPs, unequal speed; measure speed on the target platform.
 # * PyTorch: [profiler recipe](https://pytorch.org/tutorials/recipes/recipes/profiler_recipe.html),

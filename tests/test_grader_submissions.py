@@ -353,18 +353,23 @@ def test_same_verdict_with_a_busy_core():
     assert summary["verdicts"] == [(5.0, True)], summary["verdicts"]
 
 
-def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
-    """The source check sees names only (`reference_names`); the behaviour check sees batches:
-    effkit's DevicePipeline reached through getattr is still the reference answer."""
-    from grader.scoring.checks import gate_problem
-
+def _correct_cells() -> list[tuple[str, str]]:
+    """(grade id, source) of the correct lesson-2 submission's solution cells."""
     source = read_notebook(ROOT / "solutions" / "lesson2" / "lesson2.ipynb")
-    cells = [
+    return [
         (c.grade_id, c.source)
         for c in solution_sources(
             read_notebook(SUBMISSIONS / "correct.ipynb"), solution_ids(source)
         )
     ]
+
+
+def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
+    """The source check sees names only (`reference_names`); the behaviour check sees batches:
+    effkit's DevicePipeline reached through getattr is still the reference answer."""
+    from grader.scoring.checks import gate_problem
+
+    cells = _correct_cells()
     hidden = (
         "import importlib\n_m = importlib.import_module('effkit.workloads.cifar.' + 'pipe' + 'lines')\n"
         "FastPipeline = getattr(_m, 'Device' + 'Pipeline')\n"
@@ -388,13 +393,7 @@ def test_a_renamed_reseeded_copy_of_the_reference_earns_no_speed_points():
     from effkit.workloads.cifar import pipelines
     from grader.scoring.checks import gate_problem
 
-    source = read_notebook(ROOT / "solutions" / "lesson2" / "lesson2.ipynb")
-    cells = [
-        (c.grade_id, c.source)
-        for c in solution_sources(
-            read_notebook(SUBMISSIONS / "correct.ipynb"), solution_ids(source)
-        )
-    ]
+    cells = _correct_cells()
     paste = (
         inspect.getsource(pipelines.DevicePipeline)
         .replace("class DevicePipeline", "class FastPipeline")

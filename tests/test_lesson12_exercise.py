@@ -159,6 +159,19 @@ class Search:
         return t >= 11
 """
 REPLAYED = "your policy still stopped it there"
+# The dense ladders below are there to show the replay catching what the evidence rule passes, so they are graded
+# on a pair where that rule's premise holds with room: on seed 1's first task only 6 of the 11 rungs beat the
+# fillers at epoch 1 (8 of 32 scores needed above), the fillers tie at chance, and whether they trail turned on
+# which filler a host's rounding lifts off the tie (86-90% of the saved epochs here, 81% on a CI host: "came from
+# trials that trailed"). On LADDER_SEED the rungs above every filler were 9 and 10 of the 8 needed (seeds 1-36, AMX
+# Xeon, 2026-12-06), so every filler trails whatever the tie does
+LADDER_SEED = 28
+REPLAY_CAUGHT = (
+    "dense_ladder_low_lr_filler",
+    "dense_ladder_counts_its_searches",
+    "dense_ladder_times_its_reports",
+    "dense_ladder_reads_the_replays_course",
+)
 # the replay's evasion (fifth review): the same ladder, counting its instances in a class attribute, stops its
 # fillers in the first two searches (the pair's) and in none after (the replays). While every search and replay
 # ran in one worker it passed the replay wherever the ladder cleared the shares (README); each now starts in a
@@ -363,7 +376,7 @@ POLICIES = {
 def test_policies_are_scored_on_the_graders_own_search(name):
     source, expected = POLICIES[name]
     assert name == "reference" or source != _REF, f"{name}: the mistake did not change the cell"
-    verdicts = _grade(source)
+    verdicts = _grade(source, seed=LADDER_SEED if name in REPLAY_CAUGHT else SEED)
     for gid, (passes, words) in expected.items():
         v = verdicts[gid]
         text = v.reason if not v.passed else " ".join(v.lines)

@@ -397,17 +397,32 @@ def test_a_grading_is_named_whole_as_on_another_machine(overhead, kernels):
 
     ns: dict = {}
     exec(checks.SETUP_SOURCE + "\n" + _REF, ns)  # noqa: S102  (the repository's reference)
-    wrong = {}
-    with in_fp32():  # where the floor is the calls' fixed cost (tests/other_host.py)
-        cases = [
-            (label, case_profile_fp32(plants, decoys, seed), plants, decoys)
-            for label, seed, plants, decoys in checks.draw_cases(random.Random(SEED))
-        ]
-    for label, profile, plants, decoys in cases:
-        moved = as_on_another_machine(profile, overhead, kernels)
-        said = (ns["diagnose"](moved), doctor.diagnose(moved)[0].label)
-        if said != (label, label):
-            wrong[checks.case_name(plants, decoys)] = said
+
+    def named_wrong(data_seeds: list[int]) -> dict:
+        with in_fp32():  # where the floor is the calls' fixed cost (tests/other_host.py)
+            cases = [
+                (label, case_profile_fp32(plants, decoys, seed), plants, decoys)
+                for (label, _, plants, decoys), seed in zip(drawn, data_seeds, strict=True)
+            ]
+        wrong = {}
+        for label, profile, plants, decoys in cases:
+            moved = as_on_another_machine(profile, overhead, kernels)
+            said = (ns["diagnose"](moved), doctor.diagnose(moved)[0].label)
+            if said != (label, label):
+                wrong[checks.case_name(plants, decoys)] = said
+        return wrong
+
+    drawn = checks.draw_cases(random.Random(SEED))
+    wrong = named_wrong([seed for _, seed, _, _ in drawn])
+    # as the grading does (checks.check_diagnose): one or two misses, a profile's bad luck on a busy machine
+    # (once: clean~optimizer read "optimizer" at load 18), send every case again on fresh data, all to be named
+    if 0 < len(wrong) <= checks.SECOND_LOOKS:
+        fresh = random.Random(SEED + 1)
+        wrong = {
+            "second look": named_wrong([fresh.randrange(1 << 30) for _ in drawn]),
+            "first": wrong,
+        }
+        wrong = wrong if wrong["second look"] else {}
     assert not wrong, wrong
 
 

@@ -572,7 +572,8 @@ def test_settings_with_a_pipeline_that_gains_nothing_of_its_own_earn_no_tier(
     assert result.points == scoring.FASTER_POINTS, (why, result.feedback)
     assert "not above the floor against naive's or naive's without its workers" in result.feedback
     got = result.report.pipeline_alone
-    assert got["median"] < scoring.PIPELINE_FLOOR["cpu"] and len(got["ratios"]) == 3
+    # refused only after the second look: 3 runs, then 3 more
+    assert got["median"] < scoring.PIPELINE_FLOOR["cpu"] and len(got["ratios"]) == 6
     board = leaderboard.grading_of(result.report.model_dump(mode="json") | {"student": "s1"}, "sig")
     assert board.why_not.startswith("points withheld: your pipeline alone"), board.why_not
 
@@ -607,12 +608,51 @@ def test_a_pipeline_that_only_drops_naives_workers_earns_no_tier(monkeypatch):
     alone = result.report.pipeline_alone
     assert alone["median"] > scoring.PIPELINE_FLOOR["cpu"]  # above the floor against naive ...
     assert alone["without_workers"]["median"] == pytest.approx(1.0, abs=0.02)  # ... not without
-    assert {"naive_workers": 0} in seen and seen.count({}) == len(seen) - 1
+    # against naive without workers twice (the second look a falling-short first asks for), else naive
+    assert seen.count({"naive_workers": 0}) == 2 and seen.count({}) == len(seen) - 2
     # the same pipeline, faster than both: the tier stands
     keys[frozenset({"own_pipeline"})] = 1.2
     monkeypatch.setattr(capstone, "measure", _fake_measure(keys, naive_without_workers_s=1.6))
     result = capstone.grade(assignments.get("lesson14"), _cells(REFERENCE), 6, device="cpu")
     assert result.points > scoring.FASTER_POINTS, result.feedback
+
+
+def test_one_slow_run_of_the_pipeline_alone_is_measured_again_not_failed(monkeypatch):
+    """CI, beside other work: the reference's pipeline alone ran 0.89, 1.42, 1.54x naive's without its
+    workers, the interval's low end under 1x, and the reference kept 1 point. A first look that falls
+    short is measured again and read off all six runs: one slow run keeps the tier, a pipeline that
+    is slow in most runs of both looks still loses it."""
+    from grader.assignments.lesson14 import capstone
+
+    hooks = set(recipe.read(REFERENCE).hooks()) - {"own_pipeline_class"}
+    base = {
+        frozenset(hooks): 0.8,
+        frozenset(hooks) - {"own_pipeline"}: 1.5,
+        frozenset(hooks) - {"channels_last"}: 0.85,
+        frozenset(hooks) - {"batch_size", "lr"}: 1.0,
+    }
+    monkeypatch.setattr(capstone, "device_name", lambda device: "cpu-test")
+    for slow_runs, gains in (({0}, True), ({0, 2, 3, 5}, False)):
+        calls = {"n": 0}
+        fake = _fake_measure(base | {frozenset({"own_pipeline"}): 1.2})
+
+        def measure(
+            assignment, cells, spec, *args, slow_runs=slow_runs, fake=fake, calls=calls, **kwargs
+        ):
+            m = fake(assignment, cells, spec, *args, **kwargs)
+            if frozenset(spec.learner_hooks) - {"own_pipeline_class"} == {"own_pipeline"}:
+                look, calls["n"] = calls["n"], calls["n"] + 1
+                for t in m.runs:  # a busy machine: this look's slow runs take 2.5x as long
+                    if t.role == "learner" and 3 * look + t.repeat in slow_runs:
+                        t.seconds *= 2.5
+            return m
+
+        monkeypatch.setattr(capstone, "measure", measure)
+        result = capstone.grade(assignments.get("lesson14"), _cells(REFERENCE), 6, device="cpu")
+        alone = result.report.pipeline_alone
+        assert (result.points > scoring.FASTER_POINTS) == gains, (slow_runs, result.feedback)
+        # naive's pipeline: one slow run in the first look, so six; without its workers: three
+        assert len(alone["ratios"]) == 6 and alone["coverage"] == pytest.approx(0.78125)
 
 
 def test_a_failed_work_check_keeps_its_figures_in_the_report(monkeypatch):

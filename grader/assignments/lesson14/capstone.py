@@ -220,30 +220,40 @@ def _own_pipeline(assignment, cells, spec, rec, device, progress, report, points
     )
     against = {}
     for label, workers in (("naive's", None), ("naive's without its workers", 0)):
-        progress(f"Timing your pipeline alone ({change!r}, naive's settings) against {label} ...")
         hooks = {} if workers is None else {"naive_workers": workers}
-        m = _measure(
-            assignment,
-            cells,
-            dataclasses.replace(alone_spec, baseline_hooks=hooks),
-            device,
-            progress,
-        )
-        report["phases_s"].update(
-            {f"pipeline alone vs {label}/{k}": v for k, v in m.phases_s.items()}
-        )
-        if _failure(m):
-            capped = min(points, scoring.FASTER_POINTS)
-            return (
-                capped,
-                f"your pipeline alone ({change!r} in the naive recipe) failed: {_failure(m)[0]}; "
-                f"the tiers need a pipeline that works and gains on its own: {capped:g} speed "
-                "point(s)",
-                False,
+        ratios: list[float] = []
+        # a second look where the first falls short: one slow run of three (a busy machine) puts the
+        # interval's low end under 1x, so an inconclusive verdict measures again and decides on all
+        # six runs (CI, load ~3: 0.89, 1.42, 1.54x against naive without workers for the reference)
+        for look in range(1, scoring.PIPELINE_LOOKS + 1):
+            again = " again (the first look was inconclusive)" if look > 1 else ""
+            progress(
+                f"Timing your pipeline alone ({change!r}, naive's settings) against {label}{again} ..."
             )
-        # whole runs, not chunks: a pipeline that front-loads its epoch is paid for in the run
-        ratios = [a.seconds / b.seconds for a, b in m.pairs() if b.seconds > 0]
-        against[label] = scoring.pipeline_alone(ratios, report["device_class"], label)
+            m = _measure(
+                assignment,
+                cells,
+                dataclasses.replace(alone_spec, baseline_hooks=hooks),
+                device,
+                progress,
+            )
+            report["phases_s"].update(
+                {f"pipeline alone vs {label} (look {look})/{k}": v for k, v in m.phases_s.items()}
+            )
+            if _failure(m):
+                capped = min(points, scoring.FASTER_POINTS)
+                return (
+                    capped,
+                    f"your pipeline alone ({change!r} in the naive recipe) failed: {_failure(m)[0]}; "
+                    f"the tiers need a pipeline that works and gains on its own: {capped:g} speed "
+                    "point(s)",
+                    False,
+                )
+            # whole runs, not chunks: a pipeline that front-loads its epoch is paid for in the run
+            ratios += [a.seconds / b.seconds for a, b in m.pairs() if b.seconds > 0]
+            against[label] = scoring.pipeline_alone(ratios, report["device_class"], label)
+            if against[label].gains:
+                break
     alone, bare = against.values()
     report["pipeline_alone"] = dataclasses.asdict(alone) | {
         "without_workers": dataclasses.asdict(bare)

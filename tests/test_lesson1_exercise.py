@@ -273,9 +273,9 @@ def test_a_hidden_pipeline_costs_the_next_forward_pass_not_next(monkeypatch):
 @pytest.mark.slow
 def test_a_wrong_quiz_choice_is_told_why_it_is_wrong():
     # q1 wrong, the rest right
-    wrong = 'QUIZ_ANSWERS = {"q1": "b", "q2": "a", "q3": "b", "q4": "a"}'
+    wrong = 'QUIZ_ANSWERS = {"q1": "b", "q2": "b", "q3": "b", "q4": "c"}'
     key, why = load_key("lesson1")
-    assert key == {"q1": "c", "q2": "a", "q3": "b", "q4": "a"}  # keep `wrong` in step
+    assert key == {"q1": "c", "q2": "b", "q3": "b", "q4": "c"}  # keep `wrong` in step
     verdicts, _ = grade(LESSON, reference_cells(LESSON, quiz=wrong), only=["test_quiz"])
     v = verdicts["test_quiz"]
     assert not v.passed and "3 of 4 answers right" in v.reason, v.reason

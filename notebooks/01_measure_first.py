@@ -123,7 +123,9 @@ for workload, source in lesson.data_location(PROFILE).items():
 #
 # At work, PyTorch's own `torch.utils.benchmark.Timer` applies the same rules to a snippet
 # (`blocked_autorange` warms up, synchronises CUDA and repeats; `Compare` tabulates several): use
-# it for an operator or a step; this lesson times whole training runs, which it does not cover.
+# it for an operator or a step. This lesson's timed work keeps state between calls (a data stream
+# that moves on, a learning-rate schedule, an optimizer) and needs work done off the clock between
+# bursts and two recipes interleaved, which `Timer` does not do; hence `effkit.lesson.ab`.
 
 # %%
 naive_cifar = cifar.build("naive", PROFILE)
@@ -399,7 +401,8 @@ print(f"MFU naive BERT : {bert_mfu:.1%} counting padding;"
 lesson.check_guess(GUESS_MFU, cifar_mfu, "naive CIFAR MFU", "{:.1%}")
 if low_peak:
     print(f"this device's bf16 peak: {low_peak / 1e12:.3f} TFLOP/s ({low_source}): against it the"
-          f" same run would score {cifar_mfu * peak / low_peak:.2%} — the headroom lesson 3 chases")
+          f" same run would score {cifar_mfu * peak / low_peak:.2%}: the nominal 16-bit ceiling;"
+          " whether bf16 is faster here is measured in lesson 3")
 else:
     print(f"no bf16 peak here ({low_source}): 16-bit arithmetic has no faster unit on this"
           " device to chase — lesson 3 measures what that means")
@@ -571,7 +574,9 @@ print(f"worker start-up + first batch: {restart.describe('s', '{:.2f}')}; once p
 # `wait` steps, tracing but dropping `warmup` steps), writes a Chrome-trace JSON and returns the
 # top operators by self time. The `ProfilerStep#` wrapper is not an operator: its *self* time is
 # the time the step spent outside every operator (Python, waiting for the DataLoader), so effkit
-# reports it on its own line rather than ranking it as "the most expensive operator". Never quote throughput measured under the profiler: it adds
+# reports it on its own line rather than ranking it as "the most expensive operator", together
+# with the self time of the other named ranges (the DataLoader's `enumerate(DataLoader)#...__next__`
+# among them). Never quote throughput measured under the profiler: it adds
 # overhead. On a machine whose torch was built with CUDA but has no GPU, the profiler's C++
 # library (Kineto) writes `gpuGetDeviceCount failed with code 35` to stderr while exporting the
 # trace: it looked for a GPU and found none; the CPU trace is complete.
@@ -583,15 +588,16 @@ print(f"trace written to {prof.trace.resolve()}")
 print(f"top operators by self time, 3 steps on {DEVICE_NAME}:")
 for name, ms in prof.top_ops[:8]:
     print(f"{ms:10.1f} ms  {name}")
-print(f"{prof.outside_ops_ms:10.1f} ms  outside every operator (the `ProfilerStep#` wrapper's self"
-      " time: Python and waiting for data)")
+print(f"{prof.outside_ops_ms:10.1f} ms  outside every operator (the self time of `ProfilerStep#`"
+      " and of named ranges such as the DataLoader's `__next__`: Python and waiting for data)")
 
 # %% [markdown]
 # **Open the trace:** go to <https://ui.perfetto.dev>, click *Open trace file* and pick
 # `trace.json` (it is read in your browser, not uploaded). Zoom with W/S, pan with A/D; each
-# `ProfilerStep#` band is one step. Look for gaps where the main thread waits in the DataLoader's
-# `__next__`. TensorBoard works too: `pip install tensorboard torch-tb-profiler`, copy the file to
-# `LOGDIR/run1/worker0.pt.trace.json` and run `tensorboard --logdir LOGDIR`.
+# `ProfilerStep#` band is one step. Look for the main thread's slices named
+# `enumerate(DataLoader)#...__next__`: time spent waiting for a batch. (TensorBoard's
+# `torch-tb-profiler` plugin also reads the file, but it is deprecated; Perfetto is the maintained
+# viewer.)
 #
 # ## 6. Name the bottleneck
 #

@@ -24,9 +24,10 @@
 #
 # Every `trainer` is a course `Trainer` (see `effkit.workloads.common`): `trainer.train_steps(n)` runs
 # `n` optimizer steps, input pipeline included, and returns a `Work` whose `.samples` is the number of
-# training samples processed; `trainer.device`, `trainer.pipeline` (iterating it yields one epoch of
-# `(x, y)` batches already on the device), `trainer.model`, `trainer.loss_fn` and `trainer.optimizer`
-# are there too.
+# training samples processed; `trainer.device`, `trainer.pipeline` (iterating it yields `(x, y)`
+# batches already on the device: one epoch for the course's pipelines, an endless stream for the
+# grader's trainers, so take what you need with `itertools.islice`), `trainer.model`,
+# `trainer.loss_fn` and `trainer.optimizer` are there too.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import itertools
@@ -83,9 +84,8 @@ check_my_work("test_throughput", "lesson1.ipynb")
 # `trainer.pipeline` — forward with `trainer.model`, loss with `trainer.loss_fn`, `backward`, then
 # `trainer.optimizer.step()` — and return the fraction of the loop's wall time spent *inside
 # `next()`*, waiting for the next batch (a number between 0 and 1). `effkit.measure.DataWaitSplit`
-# does the bookkeeping (read its docstring: it only books the total once the wrapped iterator is
-# exhausted, so limit the batches with `itertools.islice` rather than `break`), or time `next()`
-# yourself.
+# does the bookkeeping (it books the loop's total when the wrapped iterator ends or you break out
+# of the loop), or time `next()` yourself.
 #
 # **How it is graded.** On four trainers, in random order, each at batch 32 with `steps=5`: two
 # compute-bound ones, whose batch takes 3-12% of a step's compute time to arrive, and two
@@ -208,8 +208,8 @@ check_my_work("test_bottleneck", "lesson1.ipynb")
 #    (a) their learning rate is still ramping up, so each optimizer update does extra work;
 #    (b) they pay one-off costs (allocation, worker start-up, lazy init) a long run does not;
 #    (c) the timer needs a few readings to calibrate itself before its figures are trusted.
-# 4. On a GPU, 100 steps timed without `sync(device)` give 3x the images/s of the same 100 steps
-#    timed with a sync before each clock reading. Which figure is the training speed?
+# 4. On a GPU, 5 steps timed without `sync(device)` give 3x the images/s of the same 5 steps timed
+#    with a sync before each clock reading. Which figure is the training speed?
 #    (a) the unsynchronised one: a sync stalls the GPU, which a real run never does, so it is slow;
 #    (b) neither: both include the caching allocator's first allocations, which need a warm-up;
 #    (c) the synchronised one: without it the clock stops when the work is queued, not finished.

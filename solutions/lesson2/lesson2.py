@@ -17,9 +17,10 @@
 #
 # The naive CIFAR-10 recipe prepares every image on its own: a PIL crop, a flip and a tensor conversion
 # per sample, in two `DataLoader` worker processes, then a copy to the device: per-image Python work
-# that a fast accelerator can wait for, and that on a CPU takes cores from the model. **Your goal:** write `FastPipeline`, an input pipeline that keeps the whole training set on the
-# device and augments a *batch* at a time, so the same recipe trains faster — with the same accuracy
-# (within 0.5 percentage points).
+# that a fast accelerator can wait for, and that on a CPU takes cores from the model. **Your goal:**
+# write `FastPipeline`, an input pipeline that keeps the whole training set on the device and augments
+# a *batch* at a time, so the same recipe trains faster — with the same accuracy (no more than 0.5
+# percentage points below the baseline's, on the grader's own data).
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math

@@ -28,11 +28,12 @@ OVERHEAD_CALLS = profiling.OVERHEAD_CALLS  # the common line (overhead_line give
 OVERHEAD_OPS = 50  # operators dispatched per step
 MATMUL_SHARE = 0.3  # matmul/conv self time in fp32 on bf16 hardware
 PADDING_SHARE = 0.3  # padded positions of the batches
-# optimizer range, with a per-tensor loop (foreach/fused off): 8%, between lesson 10's planted loop (32.5% at least
-# on its decoy's 256-token rows, AMX Xeon 2026-12-06; 11.9% on the old 32-token rows, load 7-22) and its decoy
-# (5.7% at most), 4x and 1.4x away; on a simulated host with 12x slower matmuls the plant still read 9.7%
-# (tests/test_doctor.py, benchmarks/results/lesson10-diagnose-optimizer-table-xeon-amx-2c.txt)
-OPTIMIZER_SHARE = 0.08
+# optimizer range, with a per-tensor loop (foreach/fused off): 12%, between lesson 10's planted loop (32.5% at least
+# on its decoy's 256-token rows, AMX Xeon 2026-12-06) and its decoy (5.7% at most), 2.7x and 2.1x away. 8% (set for
+# an older plant at 11.4%) sat 1.4x over the decoy: a CI host read the decoy as "optimizer" on a simulated host with
+# 2x faster kernels, where it rises to 4.9-7.1% here and the plant at 2x slower falls to 22% (tests/other_host.py;
+# benchmarks/results/lesson10-diagnose-optimizer-table-xeon-amx-2c.txt)
+OPTIMIZER_SHARE = 0.12
 OPTIMIZER_TENSORS = 8  # below this many parameter tensors a foreach kernel has little to batch
 OPTIMIZER_OPS_PER_TENSOR = 4  # operators per parameter tensor: the loop's measured signature
 MEMORY_SHARE = 0.85  # peak memory of the limit given

@@ -279,7 +279,7 @@ print(f"of a profiled burst of {burst} steps ({1e3 * session_s:.0f} ms, medians)
 # | overhead | the matmul calls that do the work take under 7x this machine's cost of an empty call (16x for bf16 on AVX512-BF16 without AMX), and 50 or more operators per step, and data under 25% | fused/compiled operators (`torch.compile`: this lesson, section 3), a bigger batch or accumulation (4) |
 # | precision | fp32 matmuls on hardware with bf16 units, and matmul/conv 30% of the step or more | bf16 autocast (3) |
 # | padding | 30% or more of the token positions are padding | per-batch padding, buckets (7) |
-# | optimizer | `foreach` and `fused` off, 8 or more parameter tensors, 4 or more optimizer operators per parameter tensor, and the optimizer range 8% of the step or more | `fused=True` / `foreach=True` (measured in Your turn) |
+# | optimizer | `foreach` and `fused` off, 8 or more parameter tensors, 4 or more optimizer operators per parameter tensor, and the optimizer range 12% of the step or more | `fused=True` / `foreach=True` (measured in Your turn) |
 # | memory | peak 85% or more of a given limit | activation checkpointing (5) |
 #
 # **A sync's share is not its cost.** A sync is flagged by count, and ranked, like every finding, by

@@ -196,7 +196,7 @@ FLAG_FOR_RULE = {
         'if profile["batch_size"] == 1:',
     ),
     "optimizer": (
-        "if looped and opt_ops >= 4 * tensors and opt_share >= 0.08:",
+        "if looped and opt_ops >= 4 * tensors and opt_share >= 0.12:",
         'if not opt.get("foreach"):',
     ),
     "padding": ("if padding >= 0.3:", "if padding > 0:"),

@@ -284,15 +284,152 @@ def test_correct_but_no_faster_gets_no_performance_points():
     assert -1 not in where and where == sorted(where), said
 
 
+# the naive baseline handed in as the answer, by every road to it (the class of attack: effkit's own baseline as
+# the learner's pipeline): 5 of 12 points (contract and augmentation) until 2026-12-07, a review
+_FRESH_COPY = """import importlib.util
+
+import effkit.workloads.cifar.pipelines as _pipes
+
+_spec = importlib.util.spec_from_file_location("my_pipelines", _pipes.__file__)
+_mine = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_mine)
+FastPipeline = _mine.TorchvisionPipeline
+"""
+BASELINE_HANDED_IN = {
+    "subclass": "class FastPipeline(cifar.TorchvisionPipeline):\n    pass\n",
+    "built_name": 'FastPipeline = getattr(cifar, "Torchvision" + "Pipeline")\n',
+    "fresh_copy_of_its_module": _FRESH_COPY,
+}
+# a pipeline of one's own that crops and flips one image at a time in Python: correct, slow; it earns the
+# correctness points (the refusal is of the baseline, not of per-image work)
+OWN_PER_IMAGE = """class FastPipeline:
+    def __init__(self, dataset, batch_size, device, seed):
+        self.images = np.pad(np.asarray(dataset.data), ((0, 0), (4, 4), (4, 4), (0, 0)))
+        self.labels = np.asarray(dataset.targets)
+        self.batch_size, self.device = batch_size, torch.device(device)
+        self.rng = np.random.default_rng(seed)
+        self.mean = torch.tensor(CIFAR_MEAN).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(CIFAR_STD).view(1, 3, 1, 1) * 255
+
+    def __len__(self):
+        return math.ceil(len(self.labels) / self.batch_size)
+
+    def __iter__(self):
+        order = self.rng.permutation(len(self.labels))
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            crops = []
+            for i in idx:
+                dy, dx = self.rng.integers(0, 9, 2)
+                img = self.images[i, dy : dy + 32, dx : dx + 32]
+                crops.append(img[:, ::-1] if self.rng.random() < 0.5 else img)
+            x = torch.from_numpy(np.ascontiguousarray(np.stack(crops))).permute(0, 3, 1, 2).float()
+            y = torch.as_tensor(self.labels[idx], dtype=torch.int64)
+            yield ((x - self.mean) / self.std).to(self.device), y.to(self.device)
+"""
+
+
+def _with_pipeline(source: str) -> list[tuple[str, str]]:
+    """The correct submission (its quiz answered) with ``source`` as its FastPipeline cell."""
+    cells = _cells("correct")
+    assert any(gid == "fast_pipeline" for gid, _ in cells)
+    return [(gid, source if gid == "fast_pipeline" else s) for gid, s in cells]
+
+
 def test_correct_but_no_faster_earns_every_other_point():
     """What `gpu_check`'s step grade-submissions-no_faster expects of it ("correctness only: no speed
-    points"); on an H200 it got 5/12, not 7: its quiz was still the stub."""
+    points"); on an H200 it got 5/12, not 7: its quiz was still the stub. Its pipeline is the learner's
+    own per-image DataLoader (until 2026-12-07 it subclassed the naive one, which earns nothing now)."""
     from grader.scoring.checks import grade_cells
 
+    assert "TorchvisionPipeline" not in dict(_cells("no_faster"))["fast_pipeline"]
     verdicts, _ = grade_cells(LESSON2, _cells("no_faster"))
     assert verdicts and all(v.passed for v in verdicts.values()), {
         g: v.reason for g, v in verdicts.items()
     }
+
+
+@pytest.mark.parametrize("road", sorted(BASELINE_HANDED_IN))
+def test_the_baseline_by_any_road_earns_no_pipeline_points(road):
+    """A subclass or a built name meets the worker's refusal; a fresh copy of effkit's module gets past it and
+    meets the parent's own run of the baseline: bit-identical batches for the same data and seed."""
+    from grader.scoring.checks import grade_cells
+
+    verdicts, _ = grade_cells(LESSON2, _with_pipeline(BASELINE_HANDED_IN[road]))
+    reasons = {g: v.reason for g, v in verdicts.items()}
+    assert verdicts["test_quiz"].passed, reasons  # the quiz is the learner's own: it still counts
+    for gid in ("test_contract", "test_augmentation"):
+        assert not verdicts[gid].passed, reasons
+        said = verdicts[gid].reason
+        want = "makes code from data" if road == "fresh_copy_of_its_module" else "naive baseline"
+        assert want in said, said
+
+
+def test_the_parent_refuses_batches_bit_identical_to_its_own_run_of_the_baseline():
+    """What meets the baseline past the worker's tripwire and the cells' text (a copy of effkit's module
+    loaded some other way): the parent's own run of it, same data and seed, bit for bit. Any pipeline of
+    one's own, effkit's reference included, draws other batches and passes."""
+    from effkit.workloads.cifar.pipelines import DevicePipeline, TorchvisionPipeline
+    from grader.assignments.lesson2 import checks
+
+    with pytest.raises(AssertionError, match="bit-identical to effkit's TorchvisionPipeline"):
+        checks.contract(checks.not_the_baseline(checks.local(TorchvisionPipeline)))
+    checks.contract(checks.not_the_baseline(checks.local(DevicePipeline)))
+
+
+def _encoded_reference() -> str:
+    """effkit's DevicePipeline re-seeded, renamed, zlib+base64 encoded and exec'd (a review, 2026-12-07: 12/12)."""
+    import base64
+    import inspect
+    import zlib
+
+    from effkit.workloads.cifar import pipelines
+
+    source = inspect.getsource(pipelines.DevicePipeline).replace(
+        "manual_seed(seed)", "manual_seed(seed + 1)"
+    )
+    source = source.replace("class DevicePipeline", "class FastPipeline")
+    blob = base64.b64encode(zlib.compress(source.encode())).decode()
+    return (
+        "import base64, zlib\n"
+        "from effkit.workloads.cifar.pipelines import *  # noqa\n"
+        f"exec(zlib.decompress(base64.b64decode({blob!r})).decode())\n"
+    )
+
+
+def test_the_reference_encoded_and_run_from_data_earns_no_pipeline_points():
+    from grader.scoring.checks import gate_problem, grade_cells
+
+    cells = _with_pipeline(_encoded_reference())
+    assert "DevicePipeline" not in dict(cells)["fast_pipeline"]
+    verdicts, _ = grade_cells(LESSON2, cells)
+    for gid in ("test_contract", "test_augmentation"):
+        assert not verdicts[gid].passed and "makes code from data" in verdicts[gid].reason, (
+            verdicts[gid]
+        )
+    assert "makes code from data" in gate_problem(LESSON2, cells)
+
+
+def test_a_comment_naming_the_reference_is_no_use_of_it():
+    """The name check reads code and strings, not comments: "# unlike DevicePipeline" cost the speed points."""
+    from grader.scoring.checks import gate_problem
+
+    correct = dict(_cells("correct"))["fast_pipeline"]
+    assert (
+        gate_problem(
+            LESSON2, _with_pipeline("# unlike effkit's DevicePipeline, one gather\n" + correct)
+        )
+        == ""
+    )
+    used = gate_problem(LESSON2, _with_pipeline(correct + '\n_ = "DevicePipeline"\n'))
+    assert "uses effkit's DevicePipeline" in used
+
+
+def test_a_correct_pipeline_of_ones_own_earns_the_correctness_points_however_slow():
+    from grader.scoring.checks import grade_cells
+
+    verdicts, _ = grade_cells(LESSON2, _with_pipeline(OWN_PER_IMAGE))
+    assert all(v.passed for v in verdicts.values()), {g: v.reason for g, v in verdicts.items()}
 
 
 @pytest.mark.untimed
@@ -370,10 +507,8 @@ def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
     from grader.scoring.checks import gate_problem
 
     cells = _correct_cells()
-    hidden = (
-        "import importlib\n_m = importlib.import_module('effkit.workloads.cifar.' + 'pipe' + 'lines')\n"
-        "FastPipeline = getattr(_m, 'Device' + 'Pipeline')\n"
-    )
+    # through the setup cell's module: importlib, which built the module's name before, is refused as text
+    hidden = "FastPipeline = getattr(cifar, 'Device' + 'Pipeline')\n"
     sneaky = [(g, hidden if g == "fast_pipeline" else s) for g, s in cells]
     assert "DevicePipeline" not in hidden
     assert (
@@ -406,7 +541,9 @@ def test_a_renamed_reseeded_copy_of_the_reference_earns_no_speed_points():
     )
     copied = [(g, header + paste if g == "fast_pipeline" else s) for g, s in cells]
     problem = gate_problem(LESSON2, copied)
-    assert problem.startswith("not_the_reference:") and "is a copy of" in problem, problem
+    # read as text before the contract is judged (own_plain_cells), and again by the speed gate
+    assert problem.startswith("test_contract:") and "is a copy of" in problem, problem
+    assert "not_the_reference:" in problem, problem
     assert gate_problem(LESSON2, cells) == ""  # the learner's own pipeline still counts
 
 
@@ -448,10 +585,13 @@ def test_no_augmentation_in_the_timed_run_earns_no_speed_points():
 
 @pytest.mark.untimed
 def test_the_reference_pipeline_in_the_timed_run_earns_no_speed_points():
-    """(c) effkit's DevicePipeline in the timed worker only: by getattr it raises there; a fresh copy
-    of its module (past that tripwire) is read from the worker's view, where lesson 2's answer is
-    withheld (its manifest), so it raises too (the parent's bit-identical judge: test_timed_batches)."""
+    """(c) effkit's DevicePipeline in the timed worker only: by getattr it raises there. A fresh copy
+    of its module (past that tripwire) needs importlib, which the cells' text check refuses before any
+    worker judges it (were it to pass, the worker's view withholds lesson 2's answer, so the copy raises
+    too; the parent's bit-identical judge: test_timed_batches)."""
     r = _timed_attack("timed_getattr_reference")
     assert "DevicePipeline is the reference answer" in str(r["error"]), r["error"]
-    r = _timed_attack("timed_fresh_reference")
-    assert "lesson2's reference answer" in str(r["error"]), (r["error"], r["problems"])
+    r = _grade("timed_fresh_reference")
+    assert r["points"] == 0, (r["speedup"], r["problems"], r["error"])
+    said = " ".join(r["problems"]) + str(r["error"])
+    assert "makes code from data" in said and "importlib" in said, said

@@ -2,7 +2,7 @@
 
 from grader.common.device import default_device
 from grader.common.quiet import quiet
-from grader.sandbox.answer_closure import copies_in, runs_code_from_data
+from grader.sandbox.answer_closure import copies_in, makes_code_from_data, runs_code_from_data
 from grader.sandbox.channel import ChannelError, tensor_from, tensor_msg
 from grader.sandbox.launch import StateFolder
 from grader.sandbox.probe import CallResult, ProbeSession
@@ -13,6 +13,7 @@ from grader.timed.spec import GradingSpec
 
 __all__ = [
     "copies_in",
+    "makes_code_from_data",
     "runs_code_from_data",
     "CallResult",
     "ChannelError",

@@ -289,6 +289,20 @@ _WORDS = (
 )  # named in a string: getattr(builtins, "exec")
 
 
+# the narrower class where a lesson's cells may read frames or the environment for honest reasons (lesson 2's timed
+# attacks are met by the timed protocol): only what turns text or bytes into code, the road of an encoded copy
+CODE_FROM_DATA = RUNTIME_NAMES + (
+    "marshal", "importlib", "runpy", "code", "codeop", "timeit", "pickle", "shelve", "dill", "cloudpickle",
+    "types", "zipimport", "pkgutil", "__code__", "run_path", "run_module",
+)  # fmt: skip
+
+
+def makes_code_from_data(source: str) -> list[str]:
+    """The part of :func:`runs_code_from_data` that turns data into code (``exec``, ``compile``, ``importlib``,
+    ``pickle``, ...), each once, in order: an answer kept encoded (base64, zlib) is not text a twin check can read."""
+    return [n for n in runs_code_from_data(source) if n.split(".")[0] in CODE_FROM_DATA]
+
+
 def runs_code_from_data(source: str) -> list[str]:
     """What in ``source`` makes code from data at run time or reads the frames that called it, each once, in
     order. Parsed, never run; a cell that does not parse is the worker's to report. **Residual**: a name built at

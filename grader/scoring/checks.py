@@ -8,8 +8,10 @@ forged. ``gate_problem`` is the same checks as the gate in front of the timed gr
 
 from __future__ import annotations
 
+import io
 import os
 import random
+import tokenize
 from dataclasses import dataclass, field
 
 from grader.common.cellcode import to_python
@@ -119,11 +121,22 @@ def grade_cells(
     return verdicts, report
 
 
+def without_comments(source: str) -> str:
+    """A cell's tokens but its comments (strings and docstrings stay: code can be run from them): a comment
+    naming effkit's answer ("# unlike DevicePipeline, ...") is no use of it. A cell that does not tokenize is
+    read whole."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return source
+    return " ".join(t.string for t in tokens if t.type != tokenize.COMMENT)
+
+
 def gate_problem(assignment, cells: list[tuple[str, str]], known: dict | None = None) -> str:
     """Why speed cannot count ('' when it can): the assignment's ``speed_gate`` cell checks,
     judged here in the parent on plain data from a fresh probe worker. ``known``: verdicts this
     process already computed for the same cells (``fill_graded_cells``' report), not re-run."""
-    source = "\n".join(src for _, src in cells)
+    source = "\n".join(without_comments(src) for _, src in cells)
     used = [n for n in assignment.reference_names if n in source]
     if used:
         return (

@@ -40,8 +40,8 @@
 # they hide, so dropping them is a setting, not a pipeline). Against each, its median must pass
 # lesson 2's floor (1.15x on a CPU) with every run faster (the interval above 1x); otherwise your
 # recipe keeps only the point for beating naive: the tiers are not for settings alone.
-# effkit's answers are refused by name: your cells may not mention `DevicePipeline`,
-# `OptimizedTrainer`, `airbench_net` or the `"optimized"` recipe, a copy of `DevicePipeline`
+# effkit's answers are refused by name: your cells' code and strings (comments are not read) may
+# not name `DevicePipeline`, `OptimizedTrainer`, `airbench_net` or the `"optimized"` recipe; a copy of `DevicePipeline`
 # (lesson 2's withheld answer) pasted in, renamed, re-signed or trimmed, is refused from the text,
 # and in the grader's worker that answer's code raises however it is reached (as in lesson 2).
 # A rewrite of it different enough not to read as a copy is not caught: it passes as your own.

@@ -61,7 +61,12 @@ print(f"{type(trainer.pipeline).__name__} on {device_name(trainer.device)}: "
 # * every image exactly once per epoch, in batches of `batch_size` (the last one may be smaller),
 #   reshuffled on every `iter()`; `len()` is the number of batches per epoch.
 #
-# Use `torch.Generator(device=...).manual_seed(seed)` for randomness, and no Python loop over images.
+# Use `torch.Generator(device=...).manual_seed(seed)` for randomness, and no Python loop over images (a
+# per-image pipeline of your own passes the correctness checks, but will not be faster).
+# The pipeline must be your own. Your cells are read as text first: a copy of effkit's `DevicePipeline`
+# (renamed or re-seeded) or code run from data (`exec`, `importlib`, ...) earns no pipeline points;
+# effkit's `TorchvisionPipeline` (the baseline) and `DevicePipeline` raise when built in the grader's
+# checks, and batches bit-identical to either's for the same seed earn nothing.
 
 # %% nbgrader={"grade": false, "grade_id": "fast_pipeline", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class FastPipeline:
@@ -136,9 +141,10 @@ grade_performance()
 # Answer with the letter of the best choice, as `QUIZ_ANSWERS = {"q1": "a", "q2": ..., "q3": ..., "q4": ...}`.
 # The grader checks your answers outside this notebook.
 #
-# 1. On a 2-core machine, `DataWaitSplit` says the naive loop waits for data only a few percent of
-#    the time, yet a device-resident pipeline still trains measurably faster. Why?
-#    (a) the DataLoader's workers share the model's two cores: their per-image work slows every
+# 1. Where the DataLoader's workers and the model share the cores (the grader times both pinned to one
+#    core), `DataWaitSplit` says the naive loop waits for data only a few percent of the time, yet a
+#    device-resident pipeline trains measurably faster there. Why?
+#    (a) the DataLoader's workers share the model's cores: their per-image work slows every
 #    step, batches ready or not;
 #    (b) the timer covers only each epoch's first batch, so it never sees the slow batches that
 #    arrive later in the epoch;

@@ -28,6 +28,7 @@ from grader.kit.checks import (
     ChannelError,
     GradingSpec,
     copies_in,
+    makes_code_from_data,
     quiet,
     quiz_check,
     stub_reason,
@@ -222,9 +223,62 @@ def check_hidden(pipeline_cls) -> None:
 
 
 # -- out of the kernel (grader.scoring.checks): the same judging on plain tensors from the sandboxed worker --
+BASELINE_REUSED = (
+    "your FastPipeline's batches are bit-identical to effkit's TorchvisionPipeline, the naive baseline this "
+    "exercise replaces, for the same data and seed: write a pipeline of your own that augments a batch at a time"
+)
+
+
+def not_the_baseline(run):
+    """``run``, refusing batches bit-identical to the parent's own run of the naive ``TorchvisionPipeline`` for the
+    same data and seed: the baseline handed in under any name (a subclass, a wrapper, ``getattr`` on a built name, a
+    fresh copy of its module) is no pipeline of the learner's. Its DataLoader seeds its workers from ``seed``, so
+    the same call draws the same crops and flips here; any pipeline of one's own draws others."""
+    from effkit.workloads.cifar.pipelines import TorchvisionPipeline
+
+    def judged(n, data_seed, bs, seed, epochs, device="cpu"):
+        out = run(n, data_seed, bs, seed, epochs, device)
+        _, naive, _ = local(TorchvisionPipeline)(n, data_seed, bs, seed, epochs)
+        expect(not same_batches(out[1], naive), BASELINE_REUSED)
+        return out
+
+    return judged
+
+
+def own_plain_cells(ctx) -> None:
+    """The cells are read as text before anything of theirs is judged: a twin of the withheld answer (effkit's
+    ``DevicePipeline``, renamed, re-seeded or trimmed: ``copies_in``, parsed, never run) or code made from data at
+    run time (``exec`` of an encoded copy, ``importlib`` loading effkit's file afresh: ``makes_code_from_data``) earns
+    no pipeline points, correctness or speed. A copy re-seeded draws other batches than the reference's, so the
+    parent's bit-identical judges alone would pass it (a review, 2026-12-07: the reference zlib-encoded, re-seeded
+    and exec'd scored 12/12)."""
+    copied = [
+        f"{name} in cell {gid!r} is a copy of {answer}"
+        for gid, source in ctx.session.cells
+        for name, answer in copies_in(source, list(MANIFEST.withheld), REPO)
+    ]
+    expect(
+        not copied,
+        "; ".join(copied[:3]) + ": effkit's DevicePipeline is the reference answer, renamed, "
+        "re-seeded or trimmed as well: write your own pipeline to earn the pipeline's points",
+    )
+    made = [
+        f"cell {gid!r} ({', '.join(names)})"
+        for gid, source in ctx.session.cells
+        if (names := makes_code_from_data(source))
+    ]
+    expect(
+        not made,
+        "; ".join(made[:3])
+        + " makes code from data at run time: the grader reads your cells as text to tell "
+        "your pipeline from the course's, so write it as plain Python",
+    )
+
+
 def cell_contract(ctx) -> None:
+    own_plain_cells(ctx)
     contract(
-        remote(ctx),
+        not_the_baseline(remote(ctx)),
         ctx.lines,
         data_seed=ctx.rng.randrange(1 << 20),
         seed=ctx.rng.randrange(1 << 20),
@@ -232,14 +286,15 @@ def cell_contract(ctx) -> None:
 
 
 def cell_augmentation(ctx) -> None:
+    own_plain_cells(ctx)
     augmentation(
-        remote(ctx),
+        not_the_baseline(remote(ctx)),
         ctx.lines,
         data_seed=ctx.rng.randrange(1 << 20),
         seed=ctx.rng.randrange(1 << 20),
     )
     hidden(
-        remote(ctx),
+        not_the_baseline(remote(ctx)),
         ctx.lines,
         data_seed=ctx.rng.randrange(1 << 20),
         seed=ctx.rng.randrange(1 << 20),
@@ -265,20 +320,10 @@ def cell_not_the_reference(ctx) -> None:
     solution reached it (``getattr(module, "Device" + "Pipeline")``, a subclass, a verbatim copy);
     the source-text check (``reference_names``) sees only the name. An independent pipeline
     draws its randomness differently: one differing pixel is enough. A copy re-seeded, renamed or
-    trimmed draws other batches, so the cells are also read for a twin of the withheld answer
-    (``copies_in``: parsed, never run), as lessons 10 and 14 read theirs."""
+    trimmed draws other batches, so the cells are also read as text first (:func:`own_plain_cells`)."""
     from effkit.workloads.cifar.pipelines import DevicePipeline
 
-    copied = [
-        f"{name} in cell {gid!r} is a copy of {answer}"
-        for gid, source in ctx.session.cells
-        for name, answer in copies_in(source, list(MANIFEST.withheld), REPO)
-    ]
-    expect(
-        not copied,
-        "; ".join(copied[:3]) + ": effkit's DevicePipeline is the reference answer, renamed, "
-        "re-seeded or trimmed as well: write your own pipeline to earn the performance points",
-    )
+    own_plain_cells(ctx)
     n, bs = 96, 32
     data_seed, seed = ctx.rng.randrange(1 << 20), ctx.rng.randrange(1 << 20)
     _, mine, _ = remote(ctx)(n, data_seed, bs, seed, 2)

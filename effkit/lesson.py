@@ -352,9 +352,9 @@ _CPU_FLOP_PER_CYCLE = {
 def peak_flops_for(dev: torch.device, precision: str = "fp32") -> tuple[float | None, str]:
     """(dense peak FLOP/s of ``precision`` on ``dev``, where that figure comes from).
 
-    GPUs: `effkit.measure.peak_flops` (datasheet table). CPUs: threads x clock x FLOP per cycle of
-    the widest unit for that precision, from /proc/cpuinfo: an *estimate* (a VM may report its
-    base clock; two threads may share one core).
+    GPUs: `effkit.measure.peak_flops` (datasheet table). CPUs: physical cores x clock x FLOP per
+    cycle of the widest unit for that precision, from /proc/cpuinfo: an *estimate* (a VM may report
+    its base clock). Cores, not threads: two hardware threads of one core share its vector units.
     """
     name = device_name(dev)
     if dev.type == "cuda":
@@ -375,9 +375,30 @@ def peak_flops_for(dev: torch.device, precision: str = "fp32") -> tuple[float | 
     mhz = [float(ln.split(":")[1]) for ln in info.splitlines() if ln.startswith("cpu MHz")]
     clock = max(mhz, default=2500.0) * 1e6
     threads = torch.get_num_threads()
-    return threads * clock * per_cycle, (
-        f"{precision} estimate: {threads} threads x {clock / 1e9:.2f} GHz x {per_cycle} FLOP/cycle"
+    cores = min(threads, physical_cores())
+    return cores * clock * per_cycle, (
+        f"{precision} estimate: {cores} cores (of {threads} threads) x {clock / 1e9:.2f} GHz x "
+        f"{per_cycle} FLOP/cycle"
     )
+
+
+def physical_cores(sysfs: Path = Path("/sys/devices/system/cpu"), cpus=None) -> int:
+    """Distinct physical cores among ``cpus`` (default: those this process may run on), from the
+    sysfs topology: hardware threads of one core (SMT) count once; a CPU without topology, as one."""
+    if cpus is None:
+        cpus = (
+            os.sched_getaffinity(0)
+            if hasattr(os, "sched_getaffinity")
+            else range(os.cpu_count() or 1)
+        )
+    cores = set()
+    for cpu in cpus:
+        top = sysfs / f"cpu{cpu}" / "topology"
+        try:
+            cores.add(((top / "physical_package_id").read_text(), (top / "core_id").read_text()))
+        except OSError:
+            cores.add(("cpu", str(cpu)))  # no topology: count the CPU as a core of its own
+    return max(len(cores), 1)
 
 
 if __name__ == "__main__":

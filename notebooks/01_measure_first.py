@@ -25,14 +25,9 @@
 # and then let the numbers name the top bottleneck. Every figure is printed next to the device it
 # was measured on, and every conclusion is computed from the measurement above it.
 #
-# **Run time**: about 3.5 min in `cpu` (208 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
-# GPU, 2026-12-06: the outputs in `docs/recorded/`; 279 s in a run an hour earlier on the same VM,
-# slower then (naive CIFAR 298 images/s against 423); 111-206 s in earlier runs that day, when the
-# padding A/B used one batch for every pair. Before the padding A/B timed one BERT step per burst instead of 12, and the
-# pipeline A/B 6 steps after 4 untimed ones instead of 12 right after starting the workers, the
-# lesson took 725-780 s on the same VM);
-# 34 s in `smoke` on the same VM (47 s on a 2-core AMD EPYC VM before the change); `gpu`: 99 s on
-# an H100 80GB HBM3, before the three seeds.
+# **Run time**: about 3.5 min in `cpu` (210 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
+# GPU, 2026-12-07: the outputs in `docs/recorded/`); 34 s in `smoke` on the same VM; `gpu`: 99 s on
+# an H100 80GB HBM3 (recorded before the three seeds: a fresh run takes longer).
 #
 # **Profiles.** `EFFKIT_PROFILE` picks the experiment size: `cpu` (the default without a GPU:
 # small real models, effects you can see in minutes), `gpu` (the default with one: the full
@@ -281,7 +276,7 @@ goal = runs[small, SIZES["seeds"][0]].target
 print(f"target {goal:.0%} held-out accuracy, on {DEVICE_NAME}{lesson.cifar_data_note(naive_cifar)}")
 for (batch, seed), run in runs.items():
     per_epoch = run.train_seconds / (run.samples / run.config["n_train"])
-    spent = run.time_to_target_s or run.train_seconds
+    spent = run.time_to_target_s or run.wall_seconds  # a miss pays its whole run, evaluations too
     needed = epochs_to_target(run, batch)
     print(f"batch {batch:5d}, seed {seed}: epoch {per_epoch:5.1f} s, time-to-target "
           f"{fmt_s(run.time_to_target_s):>11} after "
@@ -340,7 +335,7 @@ needed = {batch: [epochs_to_target(runs[batch, s], batch) for s in SIZES["seeds"
 batch_conclusion += (f"; epochs to the target: {seed_range(needed[big], '{:.2f}')} at batch {big} vs"
                      f" {seed_range(needed[small], '{:.2f}')} at batch {small}")
 print(batch_conclusion)
-small_costs = [cost_to_target(runs[small, s].time_to_target_s or runs[small, s].train_seconds,
+small_costs = [cost_to_target(runs[small, s].time_to_target_s or runs[small, s].wall_seconds,
                               DOLLARS_PER_HOUR) for s in SIZES["seeds"]]
 
 # %% [markdown]
@@ -375,8 +370,8 @@ print(f"naive BERT : {naive_bert.flops_per_sample / 1e6:.1f} MFLOP per sentence,
 # `lesson.peak_flops_for(device, precision)` returns that peak and says where it comes from: a
 # datasheet table for GPUs; for a CPU an estimate, cores × clock × FLOPs per cycle of the widest
 # unit for that precision (AVX2: 2 FMA units × 8 fp32 lanes × 2 = 32; AVX-512: 64; AMX bf16:
-# 1024, a 16×16×32 tile multiply-add every 16 cycles). A VM may report its base clock, and two
-# "threads" may be one physical core.
+# 1024, a 16×16×32 tile multiply-add every 16 cycles). Cores are physical cores: two hardware
+# threads of one core share its units. A VM may report its base clock.
 #
 # **Predict.** What MFU (a fraction, e.g. `0.2` for 20%) does the naive CIFAR recipe reach here?
 
@@ -674,6 +669,17 @@ def waste_verdict(name, share, fixed_in):
     return f"{name}: no evidence of time lost (interval {lo:.1%}-{hi:.1%} includes 0)"
 
 
+def cifar_bound(per_step):
+    """Input- or compute-bound, the naive CIFAR step, as far as the per-step interval says."""
+    mid, lo, hi = per_step
+    if hi < 0.5:
+        return (f"the naive CIFAR step is compute-bound here: the input pipeline costs at most {hi:.0%}"
+                f" of it, the model's own work the rest")
+    if lo > 0.5:
+        return f"the naive CIFAR step is input-bound here: the input pipeline costs at least {lo:.0%} of it"
+    return "the per-step interval spans half the step: neither input nor compute is shown to bound it"
+
+
 def larger_cifar_cost(per_step, per_epoch):
     """Which CIFAR cost is larger, only where the two intervals do not overlap."""
     if per_step[1] > per_epoch[2]:
@@ -690,7 +696,8 @@ print(f"Measured waste on {DEVICE_NAME}, each a share of its own workload's step
 for line in verdicts:
     print(f"* {line}")
 cifar_ranking = larger_cifar_cost(pipe_share, restart_share)
-print(f"CIFAR: {cifar_ranking}")
+cifar_verdict = cifar_bound(pipe_share)
+print(f"CIFAR: {cifar_ranking}; {cifar_verdict}")
 print(f"The profiler's most expensive operator in the naive CIFAR step: {top_op}"
       f" ({prof.top_ops[0][1]:.1f} ms; {prof.outside_ops_ms:.1f} ms outside every operator)")
 
@@ -755,7 +762,7 @@ print(f"* MFU against the peak of the precision each ran in: CIFAR ({cifar_preci
 print(f"* input pipeline in steady state: the data-wait timer saw {split.data_share:.0%}; the A/B"
       f" without it: {pipe_share[0]:.0%} of the step time (interval {pipe_share[1]:.0%}-"
       f"{pipe_share[2]:.0%}); worker start-up once per epoch: {restart.value:.2f} s ="
-      f" {restart_share[0]:.1%} of an epoch; {cifar_ranking}")
+      f" {restart_share[0]:.1%} of an epoch; {cifar_ranking}; {cifar_verdict}")
 print(f"* padding: at least {pad_time[0]:.0%} of BERT's step time, removing {removed:.0%} of the"
       f" positions ({pad_share:.0%} of its tokens are padding)")
 print(f"* measured waste per workload: {top_bottleneck}")

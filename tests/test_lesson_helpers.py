@@ -83,7 +83,7 @@ def test_smoke_summaries_and_guesses_say_they_are_not_evidence(monkeypatch, caps
 def test_peak_names_its_precision_and_source():
     peak, source = lesson.peak_flops_for(torch.device("cpu"), "fp32")
     assert "fp32" in source
-    if peak is not None:  # an estimate from /proc/cpuinfo: threads x clock x FLOP per cycle
+    if peak is not None:  # an estimate from /proc/cpuinfo: physical cores x clock x FLOP per cycle
         assert 1e9 < peak < 1e14
     _, bf16_source = lesson.peak_flops_for(torch.device("cpu"), "bf16")
     assert "bf16" in bf16_source
@@ -418,3 +418,16 @@ def test_ab_runs_before_and_after_each_burst_off_the_clock(monkeypatch):
     )  # fmt: skip
     assert log[:6] == ["before a", "a", "after a", "before b", "b", "after b"]
     assert result.ratio < 3, result  # A's 0.2 s start-up stayed out of its speed (median: load)
+
+
+def test_the_cpu_peak_counts_physical_cores_not_hardware_threads(tmp_path):
+    """Two SMT threads of one core share its vector units: 4 CPUs on 2 cores are 2 cores of peak."""
+    for cpu, core in enumerate((0, 0, 1, 1)):
+        top = tmp_path / f"cpu{cpu}" / "topology"
+        top.mkdir(parents=True)
+        (top / "physical_package_id").write_text("0\n")
+        (top / "core_id").write_text(f"{core}\n")
+    assert lesson.physical_cores(tmp_path, cpus=range(4)) == 2
+    assert lesson.physical_cores(tmp_path, cpus=[0, 2]) == 2
+    assert lesson.physical_cores(tmp_path, cpus=[0, 1]) == 1
+    assert lesson.physical_cores(tmp_path / "absent", cpus=range(3)) == 3  # no topology: one each

@@ -25,8 +25,8 @@
 # and then let the numbers name the top bottleneck. Every figure is printed next to the device it
 # was measured on, and every conclusion is computed from the measurement above it.
 #
-# **Run time**: about 3.5 min in `cpu` (210 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
-# GPU, 2026-12-07: the outputs in `docs/recorded/`); 34 s in `smoke` on the same VM; `gpu`: 99 s on
+# **Run time**: about 3 min in `cpu` (172 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
+# GPU, 2026-12-07; 210 s the same day: the outputs in `docs/recorded/`); 34 s in `smoke` on the same VM; `gpu`: 99 s on
 # an H100 80GB HBM3 (recorded before the three seeds: a fresh run takes longer).
 #
 # **Profiles.** `EFFKIT_PROFILE` picks the experiment size: `cpu` (the default without a GPU:

@@ -29,15 +29,10 @@
 # measuring every change A/B against the naive recipe with `effkit.lesson.ab`, only the input
 # pipeline swapped (`cifar.build(..., pipeline=...)`).
 #
-# **Run time**: about 5 min in `cpu` (324 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
-# GPU, 2026-12-07: the outputs in `docs/recorded/`, with the A/A control of section 1; 209-271 s the
-# day before without it. Before the
-# steady-state A/Bs timed 6 steps after untimed ones that reach the steady state, 6 pairs each,
-# instead of 12 steps right after starting the workers, up to 12 pairs, and before the whole runs
-# were evaluated only at their end, the lesson took 452-484 s on the same VM); 30 s in `smoke` on the same VM (50 s on a 2-core AMD EPYC VM
-# before the change); `gpu`: not known. Its one run on a GPU (an H100 80GB HBM3, 2026-11-23, the lesson of
-# that date) was stopped at 235 s, unfinished; the lesson has grown since and its gpu profile has
-# not been run on a GPU again.
+# **Run time**: about 6 min in `cpu` (351 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
+# GPU, 2026-12-07: the outputs in `docs/recorded/`); 30 s in `smoke` on the same VM; `gpu`: not known
+# (its one GPU run, on an H100 80GB HBM3 on 2026-11-23, was stopped at 235 s, unfinished, and the
+# lesson has grown since).
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only). You will predict twice, and tune a loader yourself in *Your turn*. The

@@ -62,7 +62,7 @@ print(f"{type(trainer.pipeline).__name__} on {device_name(trainer.device)}: "
 #   reshuffled on every `iter()`; `len()` is the number of batches per epoch.
 #
 # Use `torch.Generator(device=...).manual_seed(seed)` for randomness, and no Python loop over images (a
-# per-image pipeline of your own passes the correctness checks, but will not be faster).
+# correct per-image pipeline of your own earns the correctness points; speed is the timed cell's to measure).
 # The pipeline must be your own. Your cells are read as text first: a copy of effkit's `DevicePipeline`
 # (renamed or re-seeded) or code run from data (`exec`, `importlib`, ...) earns no pipeline points;
 # effkit's `TorchvisionPipeline` (the baseline) and `DevicePipeline` raise when built in the grader's
@@ -126,7 +126,7 @@ check_my_work("test_augmentation", "lesson2.ipynb")
 # your code never sees. On a CPU both recipes run pinned to one core with one thread, naive's two
 # `DataLoader` workers included, as one grading among many on a shared machine: there the workers'
 # per-image work takes time from the model's own step. Full points at the target speedup for your
-# device (the report names it; the CPU target was set in that one-core setup), partial credit down to a floor; none if accuracy drops more than 0.5 pp below the baseline. Only
+# device (the report names it; the CPU target was set in that one-core setup), partial credit down to a floor; none if the grader's accuracy gate finds yours more than 0.5 pp below the baseline's (a statistical test over paired runs: `benchmarks/results/grader-notes.md` gives its error rates). Only
 # the `FastPipeline` cell travels to the measurement. **Save the notebook before running this cell**
 # (or run `python -m grader check lesson2.ipynb` in a terminal).
 

@@ -49,9 +49,9 @@ def bucket_batches(lengths, batch_size=None, max_tokens=None, seed=0, epoch=0):
     "lesson2": (
         "fast_pipeline",
         "test_contract",
+        # through the setup cell's module: importlib is refused on the cells' text before the worker (own_plain_cells)
         """
-import importlib
-_reference = getattr(importlib.import_module("effkit.workloads.cifar.pipelines"), "Device" + "Pipeline")
+_reference = getattr(cifar, "Device" + "Pipeline")
 
 
 class FastPipeline:

@@ -68,6 +68,99 @@ def test_throughput_mistakes_fail_with_a_hint():
         assert not v.passed and hint in v.reason, (name, v.reason)
 
 
+# Routes past the cells without the measurement they ask for (a review, 2026-12-07, traced by hand): the record was
+# the truth of whatever ran, so a window of sleep, batches never trained on, or passes on one batch matched it.
+WHAT_RAN = {
+    "throughput: two batches around a sleep": (
+        "measure_throughput",
+        """def measure_throughput(trainer, steps, warmup):
+    trainer.train_steps(warmup)
+    batches = iter(trainer.pipeline)
+    next(batches)
+    time.sleep(2)
+    next(batches)
+    return 2 * trainer.pipeline.batch_size / 2""",
+        "test_throughput",
+        "not each a batch then a forward pass",
+    ),
+    "throughput: the steps run, a known sleep as the clock": (
+        "measure_throughput",
+        """def measure_throughput(trainer, steps, warmup):
+    trainer.train_steps(warmup)
+    work = trainer.train_steps(steps // 2)
+    time.sleep(10)
+    work2 = trainer.train_steps(steps - steps // 2)
+    return (work.samples + work2.samples) / 10""",
+        "test_throughput",
+        "sat idle",
+    ),
+    "data wait: batches fetched, none trained on": (
+        "data_wait_share",
+        """def data_wait_share(trainer, steps):
+    for _ in itertools.islice(trainer.pipeline, steps):
+        pass
+    return 1.0""",
+        "test_data_wait",
+        "did not run a forward pass after each",
+    ),
+    "data wait: passes on one batch drown the record": (
+        "data_wait_share",
+        """def data_wait_share(trainer, steps):
+    x, y = next(iter(trainer.pipeline))
+    for _ in range(200):
+        trainer.model(x)
+    return 0.05""",
+        "test_data_wait",
+        "did not run a forward pass after each",
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("route", sorted(WHAT_RAN))
+def test_what_ran_is_checked_not_only_what_came_back(route):
+    name, source, cell, reason = WHAT_RAN[route]
+    verdicts, _ = grade(LESSON, reference_cells(LESSON, **{name: source}), only=[cell])
+    v = verdicts[cell]
+    assert not v.passed and reason in v.reason, (route, v.reason)
+
+
+def test_a_name_is_confirmed_right_or_wrong():
+    """Every scripted run of answers: a first answer is never final on its own, and a coin (every
+    sequence of three names equally likely) names a trainer right exactly half the time."""
+    import itertools as it
+
+    def scripted(names):
+        answers = iter(names)
+        return lesson1.confirmed_answer(lambda: next(answers))
+
+    assert scripted(["compute", "input pipeline", "input pipeline"]) == "input pipeline"
+    assert scripted(["input pipeline", "compute", "compute"]) == "compute"
+    assert scripted(["compute", "compute", "never asked"]) == "compute"
+    runs = list(it.product(lesson1.BOTTLENECKS, repeat=3))
+    right = sum(scripted(r) == "compute" for r in runs)
+    assert right * 2 == len(runs)
+
+
+def test_device_server_knows_training_steps_and_idle_time(monkeypatch):
+    t = [0.0]
+    monkeypatch.setattr(lesson1.time, "perf_counter", lambda: t[0])
+    monkeypatch.setattr(lesson1.time, "sleep", lambda s: t.__setitem__(0, t[0] + s))
+    server = lesson1.DeviceServer(data_s=0.01, compute_s=0.09)
+    for kind in ("data", "compute") * 3:
+        server({"kind": kind, "n": 8})
+    assert server.training_steps() == 3 and server.idle_share(warmup=1) == pytest.approx(0.0)
+    t[0] += 0.2  # a learner's sleep inside the window
+    server({"kind": "data", "n": 8})
+    server({"kind": "compute", "n": 8})
+    assert server.idle_share(warmup=1) == pytest.approx(0.2 / 0.5)
+    server({"kind": "data", "n": 8})  # a loop that stops on its next next()
+    assert server.training_steps() is None and server.training_steps(trailing_batch=True) == 4
+    server({"kind": "compute", "n": 8})
+    server({"kind": "compute", "n": 8})  # a pass with no batch of its own
+    assert server.training_steps(trailing_batch=True) is None
+
+
 @pytest.mark.slow
 def test_a_fixed_bottleneck_and_the_compute_share_fail():
     fixed = 'def name_bottleneck(trainer):\n    return "compute"'

@@ -49,9 +49,12 @@ from grader.assignments.lesson1.task import BOTTLENECKS, TOLERANCE
 # launches). Return **samples** per second (`Work.samples`, not steps) as a float.
 #
 # **How it is graded.** While your function runs, the grader times the same steps with its own
-# clock (from the moment the first step after your warm-up asks for its batch until the last
-# `trainer.train_steps` call returns) and counts their samples itself. Your figure must lie within
-# **±25%** of the grader's (`TOLERANCE`; median over three calls). The grader's trainers pay a
+# clock (from the moment the first step after your warm-up asks for its batch until the last step's
+# forward pass is answered) and counts their samples itself. Your figure must lie within
+# **±25%** of the grader's (`TOLERANCE`; median over three calls). It also checks what ran: exactly
+# `warmup` + `steps` steps, each a batch then a forward pass on it, and its device busy for at least
+# half of the timed window (the rest is allowed for the round trips to the grader and the step's own
+# host work): a window padded with a sleep is not a measurement of the steps. The grader's trainers pay a
 # *cold start* on the first step of each call — as a fresh trainer pays for starting DataLoader
 # workers, allocating memory or autotuning — that costs more than the timed steps themselves: a
 # measurement that times its warm-up comes out less than half as fast. The grader's steps last
@@ -93,7 +96,8 @@ check_my_work("test_throughput", "lesson1.ipynb")
 # that share a duration (the same compute time; the same step time), so no single duration tells
 # the kinds apart: only setting two measurements side by side does. The grader records how long it spent
 # serving batches and computing steps, and your share must lie within **15 percentage points** of
-# the share it recorded. A share outside that band is measured twice more and the medians decide,
+# the share it recorded, over the training steps your loop ran (at least `steps`, each a batch then a
+# forward pass on it). A share outside that band is measured twice more and the medians decide,
 # so one run disturbed by other jobs on a shared machine does not cost you the points.
 
 # %% nbgrader={"grade": false, "grade_id": "data_wait_share", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -138,15 +142,17 @@ check_my_work("test_data_wait", "lesson1.ipynb")
 #
 # **How it is graded.** On four trainers at batch 32, in random order: two compute-bound and two
 # input-bound, built as in part 2. One of the input-bound trainers works like DataLoader workers:
-# its batches arrive almost at once (`next()` takes 3-12% of a step's compute time), and each
-# batch's preparation time (2 to 4 times a step's compute) is paid during the forward pass that
-# follows it. A step on a batch you fetched once does not pay it. `data_wait_share` sees almost
+# its batches arrive almost at once (`next()` takes 3-11% of its step), and each batch's preparation
+# time (2 to 4 times a step's compute) is paid during the first forward pass after the batch was
+# fetched. Later passes on that same batch do not pay it, so train one untimed step on the batch you
+# fetched once before timing steps on it. `data_wait_share` sees almost
 # none of that cost, so an answer built on it names this trainer wrong. The four come in pairs
 # that share a duration (a compute-bound and an input-bound trainer with the same compute time; the
 # compute-bound one and the hidden one with the same step time and the same `next()` time), so a
 # line drawn on any one duration names one of a pair wrong. All four must be named right, so an
-# answer that never changes scores nothing. A wrong name is asked twice more and the
-# majority decides.
+# answer that never changes scores nothing. Each trainer is asked twice, and a third time when the
+# two answers differ: the majority decides, so one run disturbed by a busy machine is outvoted, and
+# a guess is right only half the time.
 
 # %% nbgrader={"grade": false, "grade_id": "name_bottleneck", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def name_bottleneck(trainer):

@@ -104,11 +104,29 @@ def keep_outputs(executed: Path, dest: Path) -> None:
 
     nb = nbformat.read(executed, as_version=4)
     cells = [
-        {"key": _cell_key(c.source), "execution_count": c.execution_count, "outputs": c.outputs}
+        {
+            "key": _cell_key(c.source),
+            "execution_count": c.execution_count,
+            "seconds": cell_seconds(c),
+            "outputs": c.outputs,
+        }
         for c in nb.cells
         if c.cell_type == "code"
     ]
     dest.write_text(json.dumps({"cells": cells}, indent=None) + "\n")
+
+
+def cell_seconds(cell) -> float | None:
+    """A cell's run time from the timestamps nbclient writes (None where it wrote none): where a
+    lesson's minutes go, so that its time budget is kept by cutting the right cell."""
+    stamps = cell.get("metadata", {}).get("execution", {})
+    start, end = stamps.get("iopub.execute_input"), stamps.get("shell.execute_reply")
+    if not (start and end):
+        return None
+    parse = datetime.datetime.fromisoformat
+    return round(
+        (parse(end.replace("Z", "+00:00")) - parse(start.replace("Z", "+00:00"))).total_seconds(), 1
+    )
 
 
 def with_outputs(clean: Path, outputs: Path):

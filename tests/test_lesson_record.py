@@ -162,3 +162,18 @@ def test_a_recording_runs_the_current_source_not_the_built_notebook(tmp_path, mo
     monkeypatch.setattr(nbclient, "NotebookClient", Client)
     lesson_build.execute("08_peft_lora", tmp_path)
     assert seen["nb"].cells[0].source.startswith(marker)
+
+
+def test_a_recording_keeps_each_cells_seconds_where_nbclient_stamped_them(tmp_path):
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("y = 2")]
+    )
+    nb.cells[0].metadata["execution"] = {
+        "iopub.execute_input": "2026-12-07T06:00:00.250000Z",
+        "shell.execute_reply": "2026-12-07T06:01:02.750000Z",
+    }
+    executed = tmp_path / "run.ipynb"
+    nbformat.write(nb, executed)
+    lesson_record.keep_outputs(executed, tmp_path / "out.json")
+    cells = json.loads((tmp_path / "out.json").read_text())["cells"]
+    assert [c["seconds"] for c in cells] == [62.5, None]

@@ -94,6 +94,15 @@ WHAT_RAN = {
         "test_throughput",
         "sat idle",
     ),
+    "throughput: a figure guessed from a typical step": (
+        "measure_throughput",
+        """def measure_throughput(trainer, steps, warmup):
+    trainer.train_steps(warmup)
+    work = trainer.train_steps(steps)
+    return work.samples / (steps * 0.165)""",
+        "test_throughput",
+        "in every call",
+    ),
     "data wait: batches fetched, none trained on": (
         "data_wait_share",
         """def data_wait_share(trainer, steps):

@@ -251,10 +251,14 @@ def throughput_once(ctx: Context, batch_size: int, warmup: int, steps: int) -> N
         + ", ".join(f"{r:.2f}" for r in ratios)
         + ")"
     )
+    # every call, not their median: each call draws its own step time, so a figure guessed from a
+    # typical step lands in the band in about 37% of calls: 1 in 20 for all three, 1 in 400 for both
+    # sizes (the median let 53% and 28% through: a review, 2026-12-07). Honest ratios read 0.96-1.00.
+    worst = max(ratios, key=lambda r: abs(r - 1))
     expect(
-        abs(ratio - 1) <= TOLERANCE,
-        f"expected your throughput within ±{TOLERANCE:.0%} of the grader's "
-        f"record; {summary}: median ratio {ratio:.2f}." + _throughput_hint(ratio, batch_size),
+        abs(worst - 1) <= TOLERANCE,
+        f"expected your throughput within ±{TOLERANCE:.0%} of the grader's record in every call; "
+        f"{summary}: ratio {worst:.2f} in one." + _throughput_hint(worst, batch_size),
     )
     ctx.ok(f"{summary}: median ratio {ratio:.2f}; the device idle {max(idles):.0%} at most")
 

@@ -147,17 +147,26 @@ def peak_flops(name: str, precision: str = "bf16", device_type: str = "cuda") ->
     return PEAK_FLOPS[model].get(precision) if model else None
 
 
-def run_precision(policy_mode: str, device_type: str = "cuda", ops: str = "matmul") -> str:
+def run_precision(
+    policy_mode: str,
+    device_type: str = "cuda",
+    ops: str = "matmul",
+    capability: tuple[int, int] | None = None,
+) -> str:
     """The precision whose peak an MFU must use, from an AMP policy mode ("bf16", "fp16", "off")
     and what dominates the FLOPs: ``ops="matmul"`` (transformers) or ``"conv"`` (CNNs). On CUDA an
     "fp32" run is TF32 on tensor cores where PyTorch allows it: convolutions by default
     (``torch.backends.cudnn.allow_tf32`` is True), matmuls only when asked for
-    (``torch.set_float32_matmul_precision("high")``)."""
+    (``torch.set_float32_matmul_precision("high")``), and only on GPUs that have TF32 (compute
+    capability 8.0, Ampere, or newer): a V100 or T4 runs fp32 whatever the flags say. ``capability``
+    is the current GPU's unless given (unknown without CUDA: the flags alone decide)."""
     if ops not in ("matmul", "conv"):
         raise ValueError(f"ops must be 'matmul' or 'conv', not {ops!r}")
     if policy_mode in ("bf16", "fp16"):
         return policy_mode
-    if device_type != "cuda":
+    if capability is None and device_type == "cuda" and torch.cuda.is_available():
+        capability = torch.cuda.get_device_capability()
+    if device_type != "cuda" or (capability is not None and capability < (8, 0)):
         return "fp32"
     tf32 = (
         torch.backends.cudnn.allow_tf32 if ops == "conv" else torch.backends.cuda.matmul.allow_tf32

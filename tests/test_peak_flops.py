@@ -90,6 +90,9 @@ def test_mfu_of_an_fp32_run_divides_by_the_fp32_peak():
         torch.backends.cudnn.allow_tf32 = True
         assert run_precision("off", "cuda", ops="conv") == "tf32"
         assert run_precision("off", "cpu", ops="conv") == "fp32"
+        # no TF32 before Ampere (compute capability 8.0): a V100's or T4's "fp32" is fp32
+        assert run_precision("off", "cuda", ops="conv", capability=(7, 5)) == "fp32"
+        assert run_precision("off", "cuda", ops="conv", capability=(8, 0)) == "tf32"
         torch.backends.cudnn.allow_tf32 = False
         assert run_precision("off", "cuda", ops="conv") == "fp32"
     finally:

@@ -3,7 +3,7 @@
 `run_ranks` forks ``world_size`` ranks with the default process group up (gloo on CPU, nccl with a GPU per
 rank) and tears all down if one fails; `ring_allreduce_seconds` / `time_allreduce` model and measure the
 ring all-reduce; `zero_bytes_per_rank` is ZeRO's memory arithmetic; `optimizer_state_bytes`, `param_bytes`
-and `rss_mb` measure a rank. Build no process group in the parent: fork copies it.
+and `rss_mb` measure a rank; `count_collectives` counts the all-gathers and reduce-scatters a rank starts. Build no process group in the parent: fork copies it.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import faulthandler
+import inspect
 import multiprocessing as mp
 import os
 import pickle
@@ -25,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 __all__ = [
+    "count_collectives",
     "free_port",
     "optimizer_state_bytes",
     "param_bytes",
@@ -226,3 +228,44 @@ def rss_mb(peak: bool = False) -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+# torch.distributed functions FSDP2 calls (as ``dist.<name>``: the newer and the older spelling),
+# and which argument holds this rank's shard: an all-gather's input, a reduce-scatter's output.
+_SHARD_ARGUMENT = {
+    "all_gather_single": ("all_gather", "input_tensor"),
+    "all_gather_into_tensor": ("all_gather", "input_tensor"),
+    "reduce_scatter_single": ("reduce_scatter", "output"),
+    "reduce_scatter_tensor": ("reduce_scatter", "output"),
+}
+
+
+@contextlib.contextmanager
+def count_collectives():
+    """Inside a rank: count the all-gathers and reduce-scatters started through ``torch.distributed``
+    while the block runs, and the bytes of this rank's shard in each (the all-gather's input, the
+    reduce-scatter's output). Yields ``{"all_gather": [calls, bytes], "reduce_scatter": [calls,
+    bytes]}``. It wraps the module's functions, so it sees callers that look them up there (FSDP2
+    does), not calls from inside ``distributed_c10d`` itself."""
+    counts = {"all_gather": [0, 0], "reduce_scatter": [0, 0]}
+    originals = {name: getattr(dist, name) for name in _SHARD_ARGUMENT if hasattr(dist, name)}
+
+    def counted(name, fn):
+        kind, argument = _SHARD_ARGUMENT[name]
+        signature = inspect.signature(fn)
+
+        def wrapper(*args, **kwargs):
+            shard = signature.bind(*args, **kwargs).arguments[argument]
+            counts[kind][0] += 1
+            counts[kind][1] += shard.numel() * shard.element_size()
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    try:
+        for name, fn in originals.items():
+            setattr(dist, name, counted(name, fn))
+        yield counts
+    finally:
+        for name, fn in originals.items():
+            setattr(dist, name, fn)

@@ -26,9 +26,12 @@
 #    (compute side by side, communication, overlap);
 # 4. do ZeRO's memory arithmetic, then measure per-rank memory and step time of
 #    `ZeroRedundancyOptimizer` (ZeRO-1) and FSDP2's `fully_shard` (ZeRO-3), and save a sharded
-#    checkpoint with `torch.distributed.checkpoint`.
+#    checkpoint with `torch.distributed.checkpoint`;
+# 5. move those shards into host memory (ZeRO-Offload, FSDP2's `CPUOffloadPolicy`): count the bytes
+#    they keep off the device and the copies they add per step, and model the step's cost from Adam's
+#    step timed on the CPU and an assumed link bandwidth (measured on a GPU where there is one).
 #
-# **Run time**: about 40 s in `cpu` (42 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`), 14 s in `smoke`. The summary's last line prints
+# **Run time**: about 40 s in `cpu` (38 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-07: the outputs in `docs/recorded/`), 14 s in `smoke`. The summary's last line prints
 # this run's own time.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (the same code with `gloo`:
@@ -42,6 +45,7 @@
 # %matplotlib inline
 import contextlib
 import os
+import pickle
 import shutil
 import statistics
 import subprocess
@@ -692,6 +696,220 @@ with tempfile.TemporaryDirectory() as tmp:
 print(f"checkpoint files: {files}; weights loaded back, max difference {max(diffs):.1e}")
 
 # %% [markdown]
+# ## 5. Offload: the same bytes, in host memory
+#
+# Sharding divides the model states by the number of ranks; **offloading** moves them off the
+# accelerator into host memory, which is larger and cheaper, and pays in copies over the host link
+# and in optimizer steps on the CPU. Two designs:
+#
+# * **ZeRO-Offload** (Ren et al., 2021): the GPU keeps the fp16 parameters and runs forward and
+#   backward; the fp16 gradients go to the CPU, which holds the fp32 master weights, momentum and
+#   variance (the 12 of section 4's 16 bytes) and runs Adam (the paper's vectorised CPU-Adam); the
+#   updated fp16 parameters go back. That is 2 bytes a parameter up and 2 down per step. On several
+#   GPUs it builds on ZeRO-2: each rank offloads only its partition of the gradients and optimizer
+#   state. An optional one-step delayed parameter update overlaps the CPU's step with the GPU's next
+#   forward and backward.
+# * **FSDP2's `CPUOffloadPolicy`** (its docstring in `torch/distributed/fsdp/_fully_shard/_fsdp_api.py`;
+#   the copies in `_fsdp_param.py`, `FSDPParam.all_gather_inputs`, and `_fsdp_collectives.py`,
+#   `foreach_reduce`): on top of ZeRO-3's sharding, the *sharded* parameters, gradients and optimizer
+#   state live in host memory. Each unit's parameter shard is copied host-to-device before its
+#   all-gather, each reduce-scattered gradient shard device-to-host in backward, and the optimizer
+#   steps on the CPU over CPU tensors. `pin_memory=True` (the default) pins the shards so that the
+#   copies can overlap compute. A unit resharded after forward (`reshard_after_forward`'s default for
+#   every unit but the root, `_fully_shard.py`) is gathered again in backward: its shard goes down
+#   twice a step. The device keeps only the units gathered at the moment, their gradients until they
+#   are reduce-scattered, and the activations.
+#
+# On this machine `fully_shard(..., offload_policy=CPUOffloadPolicy(pin_memory=False))` runs (the
+# default `pin_memory=True` raises without a GPU driver), but on a `"cpu"` mesh the "device" *is* the
+# host: every tensor sits in the same memory with the policy or without, and **no device memory is
+# saved**. What the CPU can
+# measure: the bytes by role that the policy keeps in host memory, the collectives that would each
+# add a copy over the link, and the time of Adam's step on the CPU.
+#
+# **Predict.** Section 4's model on 2 ranks, fp32: how many MiB per step would cross the host link
+# for one rank under `CPUOffloadPolicy` (parameter shards down, gradient shards up)?
+
+# %%
+GUESS_LINK_MIB = None  # e.g. 4.0
+
+# %%
+def offload_accounting(rank, world):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+
+    cpu = init_device_mesh("cpu", (world,))
+    policy = CPUOffloadPolicy(pin_memory=False)  # the default pins, which needs a GPU driver: it raises here
+    model = mlp(seed=0)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=cpu, offload_policy=policy)
+    fully_shard(model, mesh=cpu, offload_policy=policy)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(S["batch"], 64), torch.randint(10, (S["batch"],))
+    compute, adam = [], []
+    for _ in range(S["steps"]):
+        t0 = time.perf_counter()
+        with dp.count_collectives() as counts:  # each all-gather's input and reduce-scatter's output: one copy each
+            F.cross_entropy(model(x), y).backward()
+        t1 = time.perf_counter()
+        grads = [p.grad.to_local() for p in model.parameters()]
+        opt.step()
+        adam.append(time.perf_counter() - t1)
+        compute.append(t1 - t0)
+        opt.zero_grad()
+    # the same Adam over plain tensors of the shard's shapes: the step without DTensor's per-tensor dispatch
+    plain = [torch.zeros_like(p.to_local(), requires_grad=True) for p in model.parameters()]
+    for p in plain:
+        p.grad = torch.randn_like(p)
+    plain_opt, plain_s = torch.optim.Adam(plain, lr=1e-3), []
+    for _ in range(S["steps"]):
+        t0 = time.perf_counter()
+        plain_opt.step()
+        plain_s.append(time.perf_counter() - t0)
+    local = [t.to_local() for t in model.parameters()] + grads
+    local += [getattr(t, "to_local", lambda t=t: t)() for s in opt.state.values() for t in s.values() if torch.is_tensor(t)]
+    return {"params": dp.param_bytes(model), "grads": sum(g.numel() * g.element_size() for g in grads),
+            "optimizer": dp.optimizer_state_bytes(opt), "devices": sorted({t.device.type for t in local}),
+            "counts": counts, "shard_params": sum(p.to_local().numel() for p in model.parameters()),
+            "compute_ms": 1e3 * statistics.median(compute[1:]), "adam_ms": 1e3 * statistics.median(adam[1:]),
+            "plain_adam_ms": 1e3 * statistics.median(plain_s[1:])}
+
+
+acct = dp.run_ranks(offload_accounting, 2)
+held = [a["params"] + a["grads"] + a["optimizer"] for a in acct]
+r_offload = held.index(max(held))  # the larger rank: the one that runs out first
+offload_rank = acct[r_offload]
+n_model = sum(p.numel() for p in mlp().parameters())
+down, up = offload_rank["counts"]["all_gather"][1], offload_rank["counts"]["reduce_scatter"][1]
+link_mib = (down + up) / 2**20
+print(f"rank {r_offload} under CPUOffloadPolicy, every tensor on {offload_rank['devices']}: parameter shards "
+      f"{offload_rank['params'] / 2**20:.2f} MiB, gradient shards {offload_rank['grads'] / 2**20:.2f} MiB, Adam state "
+      f"{offload_rank['optimizer'] / 2**20:.2f} MiB = {held[r_offload] / 2**20:.2f} MiB that the policy keeps in host memory "
+      f"instead of device memory on a GPU ({held[r_offload] / n_model:.1f} bytes per model parameter; arithmetic (4 + 4 + 8) / 2 = 8)")
+print(f"one step's collectives on that rank: {offload_rank['counts']['all_gather'][0]} all-gathers of parameter shards, "
+      f"{down / 2**20:.2f} MiB down ({down / offload_rank['params']:.1f}x the shards"
+      + (": each unit gathered in forward and again in backward" if round(down / offload_rank["params"]) == 2 else "")
+      + f"), {offload_rank['counts']['reduce_scatter'][0]} reduce-scatters, {up / 2**20:.2f} MiB of gradient shards up "
+      f"({up / offload_rank['grads']:.1f}x the shards)")
+lesson.check_guess(GUESS_LINK_MIB, link_mib, "MiB per step across the host link, one rank", "{:.2f}")
+
+# %% [markdown]
+# ### What offload costs a step: a model, and a GPU's measurement where one exists
+#
+# Where nothing overlaps, offload adds to each step the copies' time, `(down + up) / B_link`, and
+# the optimizer step on the CPU in place of the device's. `B_link` is an **assumption**: PCIe 4.0
+# runs 16 GT/s a lane (PCI-SIG), about 31.5 GB/s each way on x16 after its 128b/130b encoding; we take
+# 25 GB/s effective. The CPU step is measured here, on one thread per rank: through FSDP2's DTensors
+# (what the policy runs) and, for comparison, the same Adam over plain tensors of the shard's shapes.
+# A host that gives the step more cores, or ZeRO-Offload's CPU-Adam, may run it faster: not measured
+# here. Both terms grow with the parameters a rank holds and not with the batch; forward and
+# backward grow with both.
+
+# %%
+LINK_BYTES_S = 25e9  # ASSUMPTION: PCIe 4.0 x16, effective (line rate ~31.5 GB/s each way, PCI-SIG)
+link_ms = (down + up) / LINK_BYTES_S * 1e3
+adam_ms, compute_ms = offload_rank["adam_ms"], offload_rank["compute_ms"]
+adam_ns = adam_ms * 1e6 / offload_rank["shard_params"]
+plain_ns = offload_rank["plain_adam_ms"] * 1e6 / offload_rank["shard_params"]
+print(f"modelled offload cost per step, rank {r_offload}: copies {link_ms:.3f} ms ({link_mib:.2f} MiB at "
+      f"{LINK_BYTES_S / 1e9:.0f} GB/s, assumed) + Adam on the CPU {adam_ms:.2f} ms (measured: {adam_ns:.1f} ns per "
+      f"parameter of the shard, one thread) = {link_ms + adam_ms:.2f} ms, if nothing overlaps")
+print(f"per parameter of the shard: the link {(down + up) / offload_rank['shard_params'] / LINK_BYTES_S * 1e9:.2f} ns "
+      f"({(down + up) / offload_rank['shard_params']:.0f} bytes), the CPU step {adam_ns:.1f} ns through FSDP2's DTensors, "
+      f"{plain_ns:.1f} ns over plain tensors of the same shapes (median of {S['steps'] - 1}): the larger term here is "
+      f"{'the CPU step' if adam_ms > link_ms else 'the copies'} ({max(adam_ms, link_ms) / min(adam_ms, link_ms):.0f}x); "
+      f"this CPU's forward + backward (with its collectives) took {compute_ms:.2f} ms, so the modelled cost is "
+      f"{(link_ms + adam_ms) / compute_ms:.0%} of it. A GPU's own step is the comparison that matters there: below.")
+
+GPU_BURST = 20  # steps per timed burst: a tiny model's GPU step is short, a burst should last >= ~50 ms
+if torch.cuda.device_count() > 0:
+    # a script under torchrun, as in section 1: the notebook's process has already asked CUDA whether it
+    # exists, and a child forked after that cannot use CUDA
+    n_gpus = min(2, torch.cuda.device_count())
+    script = Path(tempfile.mkdtemp(prefix="lesson11-")) / "offload_ab.py"
+    script.write_text('''import os, pickle, sys
+import torch, torch.distributed as dist, torch.nn.functional as F
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+from effkit.abtest import compare
+
+width, batch, burst, pairs = (int(v) for v in sys.argv[1:5])
+device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+torch.cuda.set_device(device)
+dist.init_process_group("nccl")
+mesh = init_device_mesh("cuda", (dist.get_world_size(),))
+x, y = torch.randn(batch, 64, device=device), torch.randint(10, (batch,), device=device)
+
+
+def build(policy):  # the lesson's mlp(), sharded per Linear as in section 4
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10))
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh, offload_policy=policy)
+    fully_shard(model, mesh=mesh, offload_policy=policy)
+    return model, torch.optim.Adam(model.parameters(), lr=1e-3)
+
+
+def step(model, opt):
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+    opt.zero_grad()
+
+
+arms, memory = {}, {}
+for name, policy in (("FSDP2", OffloadPolicy()), ("FSDP2 + CPUOffloadPolicy", CPUOffloadPolicy())):
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)  # what the other arm and the batch already hold
+    arms[name] = build(policy)
+    step(*arms[name])  # creates Adam's state
+    torch.cuda.synchronize(device)
+    held = torch.cuda.memory_allocated(device) - before
+    torch.cuda.reset_peak_memory_stats(device)  # after init: fully_shard moves each unit to the device once
+    for _ in range(3):
+        step(*arms[name])
+    torch.cuda.synchronize(device)
+    memory[name] = (held, torch.cuda.max_memory_allocated(device) - before)
+
+
+def timed(name):
+    def run():
+        for _ in range(burst):
+            step(*arms[name])
+        return burst * batch * dist.get_world_size()
+    return run
+
+
+result = compare(timed("FSDP2"), timed("FSDP2 + CPUOffloadPolicy"), device=device, min_pairs=pairs, max_pairs=pairs)
+if dist.get_rank() == 0:
+    with open(os.path.join(os.path.dirname(__file__), "offload.pkl"), "wb") as f:
+        pickle.dump({"memory": memory, "result": result, "gpu": torch.cuda.get_device_name(device)}, f)
+dist.destroy_process_group()
+''')
+    effkit_root = str(Path(dp.__file__).resolve().parents[1])
+    launched = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                               str(n_gpus), str(script), str(S["width"]), str(S["batch"]), str(GPU_BURST),
+                               str(S["pairs"])], capture_output=True, text=True, timeout=600,
+                              env=dict(os.environ, PYTHONPATH=os.pathsep.join([effkit_root, os.environ.get("PYTHONPATH", "")])))
+    if launched.returncode != 0:
+        raise RuntimeError(f"the GPU offload A/B failed (exit code {launched.returncode}):\n{launched.stderr[-3000:]}")
+    gpu_ab = pickle.loads((script.parent / "offload.pkl").read_bytes())  # noqa: S301  (written by our own script)
+    shutil.rmtree(script.parent, ignore_errors=True)
+    offload_result = gpu_ab["result"]
+    offload_result.verdict = lesson.lesson_verdict(offload_result, "FSDP2", "FSDP2 + CPUOffloadPolicy")
+    gpu_summary = f"on {gpu_ab['gpu']}: {offload_result.verdict}"
+    gpu_line = (f"{gpu_ab['gpu']}, {n_gpus} rank(s), rank 0, device memory held between steps / peak in a step: "
+                + ", ".join(f"{k} {kept / 2**20:.2f} / {top / 2**20:.2f} MiB" for k, (kept, top) in gpu_ab["memory"].items())
+                + f"; samples/s FSDP2 {offload_result.a_median:,.0f}, with CPUOffloadPolicy {offload_result.b_median:,.0f}"
+                  f" -> {offload_result.verdict}")
+else:
+    gpu_summary = "no GPU figure in this run"
+    gpu_line = "no GPU here: no device peak memory or step time of offload exists in this run; the cost above is a model"
+print(gpu_line)
+
+# %% [markdown]
 # ## Your turn
 #
 # `global_mean` averages a metric over the ranks. It is right only when every rank has the same
@@ -745,6 +963,10 @@ print(f"* largest rank: ZeRO-1 optimizer state {zero_state / ddp_state:.0%} of D
       f"{fsdp_params / mem[0]['DDP + Adam']['params']:.0%}, optimizer state {fsdp_state / ddp_state:.0%} of DDP's; DCP wrote {sum(f.endswith('.distcp') for f in files)} shards")
 print(f"* each rank's peak memory per parameter, the kernel's count ({n_params / 1e6:.2f}M parameters): "
       + ", ".join(f"{r} {v:.1f} B (arithmetic {ARITHMETIC[r]})" for r, v in per_rank.items()))
+print(f"* offload (FSDP2 CPUOffloadPolicy, section 4's model): {held[r_offload] / 2**20:.2f} MiB of shards and Adam state "
+      f"per rank in host memory, {link_mib:.2f} MiB per step over the link; modelled cost {link_ms:.3f} ms of copies "
+      f"(at an assumed {LINK_BYTES_S / 1e9:.0f} GB/s) + {adam_ms:.2f} ms of Adam on the CPU (measured) against "
+      f"{compute_ms:.2f} ms of forward + backward here; {gpu_summary}")
 print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s")
 
 # %% [markdown]
@@ -773,6 +995,12 @@ print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s")
 #   [torchrun](https://docs.pytorch.org/docs/stable/elastic/run.html),
 #   [torch.distributed.checkpoint](https://docs.pytorch.org/docs/stable/distributed.checkpoint.html),
 #   [ZeroRedundancyOptimizer](https://docs.pytorch.org/tutorials/recipes/zero_redundancy_optimizer.html).
+# * J. Ren et al., *ZeRO-Offload: Democratizing Billion-Scale Model Training*, USENIX ATC 2021,
+#   [arXiv:2101.06840](https://arxiv.org/abs/2101.06840).
+# * PyTorch, `CPUOffloadPolicy` and `fully_shard` (docstrings and source in this course's torch:
+#   `torch/distributed/fsdp/_fully_shard/_fsdp_api.py`, `_fully_shard.py`, `_fsdp_param.py`,
+#   `_fsdp_collectives.py`); PCI-SIG, [PCI Express Base Specification 4.0](https://pcisig.com/specifications)
+#   (16 GT/s a lane).
 # * P. Patarasuk, X. Yuan, *Bandwidth optimal all-reduce algorithms for clusters of workstations*,
 #   JPDC 2009, [doi:10.1016/j.jpdc.2008.09.002](https://doi.org/10.1016/j.jpdc.2008.09.002) (the ring).
 #

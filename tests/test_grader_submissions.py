@@ -383,6 +383,32 @@ def test_the_reference_encoded_and_run_from_data_earns_no_pipeline_points():
     assert "makes code from data" in gate_problem(LESSON2, cells)
 
 
+# A constructor any learner would write: the device, the images, the labels, the seeded generator the exercise
+# prescribes. It shared 4 statements with DevicePipeline.__init__ and read as a copy (10 of 12 points lost).
+HONEST_INIT = """class FastPipeline:
+    def __init__(self, dataset, batch_size, device, seed):
+        self.device = torch.device(device)
+        images = np.asarray(dataset.data)
+        self.labels = torch.as_tensor(dataset.targets, dtype=torch.int64).to(self.device)
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.images = torch.as_tensor(images, device=self.device)
+        self.batch_size = batch_size
+"""
+
+
+def test_a_constructor_like_the_references_is_no_copy_and_a_paste_of_the_class_is():
+    import inspect
+
+    from effkit.workloads.cifar import pipelines
+    from grader.assignments.lesson2 import checks
+    from grader.sandbox.answer_closure import copies_in
+
+    assert copies_in(HONEST_INIT, checks.TWIN_SEEDS, checks.REPO) == []
+    pasted = inspect.getsource(pipelines.DevicePipeline).replace("DevicePipeline", "FastPipeline")
+    served = {answer for _, answer in copies_in(pasted, checks.TWIN_SEEDS, checks.REPO)}
+    assert any(a.endswith((".__iter__", ".augment")) for a in served), served
+
+
 def test_a_comment_naming_the_reference_is_no_use_of_it():
     """The name check reads code and strings, not comments: "# unlike DevicePipeline" cost the speed points."""
     from grader.scoring.checks import gate_problem

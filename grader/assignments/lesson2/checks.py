@@ -245,6 +245,13 @@ def not_the_baseline(run):
     return judged
 
 
+# The answer's work is its batch augmentation (`__iter__`, `augment`, what they call and their twins). Its
+# constructor is not compared: a learner's natural six-line `__init__` (the device, the labels, the seeded
+# generator the exercise prescribes) shared 4 statements with it and read as a copy, costing an honest
+# learner 10 of 12 points (a third review, 2026-12-07). A paste of the class still brings its twins along.
+TWIN_SEEDS = [name for name in MANIFEST.withheld if not name.endswith(".__init__")]
+
+
 def own_plain_cells(ctx) -> None:
     """The cells are read as text before anything of theirs is judged: a twin of the withheld answer (effkit's
     ``DevicePipeline``, renamed, re-seeded or trimmed: ``copies_in``, parsed, never run) or code made from data at
@@ -255,7 +262,7 @@ def own_plain_cells(ctx) -> None:
     copied = [
         f"{name} in cell {gid!r} is a copy of {answer}"
         for gid, source in ctx.session.cells
-        for name, answer in copies_in(source, list(MANIFEST.withheld), REPO)
+        for name, answer in copies_in(source, TWIN_SEEDS, REPO)
     ]
     expect(
         not copied,

@@ -597,3 +597,22 @@ def test_the_reference_pipeline_in_the_timed_run_earns_no_speed_points():
     assert r["points"] == 0, (r["speedup"], r["problems"], r["error"])
     said = " ".join(r["problems"]) + str(r["error"])
     assert "makes code from data" in said and "importlib" in said, said
+
+
+@pytest.mark.untimed
+def test_the_baseline_pipeline_in_the_timed_run_earns_no_speed_points():
+    """(c'') effkit's naive TorchvisionPipeline (without workers) in the timed worker only: the contract
+    worker refused it, the timed judge accepts naive's batches, and one-core PIL without worker processes
+    reached partial credit in lesson 14's gradings (1.13-1.22x). It raises in the timed worker now."""
+    cell = dict(_cells("timed_getattr_reference"))["fast_pipeline"]
+    attack = cell.replace(
+        'getattr(_MODULE, "Device" + "Pipeline")(dataset, batch_size, device, seed)',
+        'getattr(_MODULE, "Torchvision" + "Pipeline")(dataset, batch_size, device, seed, num_workers=0)',
+    )
+    assert attack != cell
+    r = grade(LESSON2, _with_pipeline(attack), 5.0, spec_name=SPEC).report.model_dump(mode="json")
+    assert not any("correctness checks" in p for p in r["problems"]), r["problems"]
+    assert r["points"] == 0 and "TorchvisionPipeline is the naive baseline" in str(r["error"]), (
+        r["speedup"],
+        r["error"],
+    )

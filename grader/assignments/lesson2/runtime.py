@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from effkit.workloads import cifar
-from effkit.workloads.cifar.pipelines import DevicePipeline
+from effkit.workloads.cifar.pipelines import DevicePipeline, TorchvisionPipeline
 from grader.kit.audit import EpochAudit as EpochAudit  # re-exported for the worker
 from grader.kit.cifar_runtime import CifarGraderData
 from grader.kit.timed_runtime import InvalidWeights as InvalidWeights  # the parent catches it here
@@ -41,11 +41,22 @@ def _refused(*args, **kwargs):
     )
 
 
+def _refused_baseline(*args, **kwargs):
+    raise RuntimeError(
+        "effkit's TorchvisionPipeline is the naive baseline this exercise replaces: it does not run in "
+        "the grader's timed worker of your FastPipeline (write your own pipeline)"
+    )
+
+
 def refuse_reference_answers() -> None:
-    """In the learner's timed worker only (before its cells run): effkit's DevicePipeline raises
-    when built, through any name or subclass; the naive recipe the learner's run uses never builds
-    it. A copy of its source is not stopped here: the parent's judge of the kept batches sees it."""
+    """In the learner's timed worker only (before its cells run): effkit's DevicePipeline (the answer)
+    and TorchvisionPipeline (the baseline) raise when built, through any name or subclass; the naive
+    recipe the learner's run uses builds neither (its pipeline is the learner's). The contract worker
+    refused the baseline already; without this, a pipeline honest where probed handed the timed run
+    naive's own batches, which the timed judge accepts (a third review, 2026-12-07). A copy of either's
+    source is not stopped here: the cells' text check and the parent's judges are."""
     DevicePipeline.__init__.__code__ = _refused.__code__
+    TorchvisionPipeline.__init__.__code__ = _refused_baseline.__code__
 
 
 def model_of(trainer) -> torch.nn.Module:

@@ -337,38 +337,71 @@ def check_answer(answer: str, lesson_number: int, min_words: int = 12) -> list[s
     return written_answer(answer, key_points(lesson_number), min_words)
 
 
-# FLOP per cycle per core, dense, by precision: fp32 with AVX-512 is 2 FMA units x 16 lanes x 2;
-# bf16 with AMX is 1024 (Intel's Sapphire Rapids figure, "1024 BF16 operations per cycle": one
-# 16x16x32 tile multiply-add, 8192 multiply-adds, every 16 cycles). It read 2048 until a review
-# (2026-12-06): the 1024 had been counted as multiply-adds.
+# FLOP per cycle per core, dense, by precision, for the widest unit with that precision [Intel 64 and
+# IA-32 Architectures Optimization Reference Manual]: fp32 with AVX-512 is 2 FMA units x 16 lanes x
+# 2 = 64 (an upper figure: Xeons with one 512-bit FMA unit do 32, and /proc/cpuinfo does not say
+# which); AVX2 2 x 8 x 2 = 32; bf16 with AMX 1024 (Intel's Sapphire Rapids figure, "1024 BF16
+# operations per cycle": one 16x16x32 tile multiply-add, 8192 multiply-adds, every 16 cycles).
 _CPU_FLOP_PER_CYCLE = {
     ("avx512f", "fp32"): 64,
     ("avx2", "fp32"): 32,
     ("amx_bf16", "bf16"): 1024,
     ("avx512_bf16", "bf16"): 128,
 }
+# AMD Zen 4 (family 0x19, the first AMD cores with AVX-512) runs 512-bit instructions on 256-bit
+# datapaths: half the 512-bit figures [AMD, Software Optimization Guide for the AMD Zen4
+# Microarchitecture]. Zen 3, the same family, has no AVX-512 flags at all.
+_ZEN4_FLOP_PER_CYCLE = {("avx512f", "fp32"): 32, ("avx512_bf16", "bf16"): 64}
+_UPPER = {
+    ("avx512f", "fp32"): "an upper figure: 32 with one 512-bit FMA unit, as on some Xeons",
+    ("avx512_bf16", "bf16"): "an upper figure: 64 with one 512-bit FMA unit, as on some Xeons",
+}
+
+
+def cpu_flop_per_cycle(
+    precision: str, flags: set[str], vendor: str = "", family: int | None = None
+) -> tuple[int | None, str]:
+    """(dense FLOP per cycle per core of the widest unit for ``precision``, why that figure), from
+    /proc/cpuinfo's flags, vendor and family: AMD's Zen 4 gets its own, halved AVX-512 figures."""
+    zen4 = vendor == "AuthenticAMD" and family == 0x19
+    found = [
+        ((_ZEN4_FLOP_PER_CYCLE if zen4 else {}).get(key, f), key)
+        for key, f in _CPU_FLOP_PER_CYCLE.items()
+        if key[1] == precision and key[0] in flags
+    ]
+    if not found:
+        return None, ""
+    per_cycle, key = max(found)
+    if zen4 and key in _ZEN4_FLOP_PER_CYCLE:
+        return per_cycle, f"{key[0]}, AMD Zen 4: 512-bit instructions on 256-bit datapaths"
+    return per_cycle, key[0] + (f"; {_UPPER[key]}" if key in _UPPER else "")
+
+
+def _cpuinfo_field(info: str, field: str) -> str:
+    line = next((ln for ln in info.splitlines() if ln.split(":")[0].strip() == field), "")
+    return line.split(":", 1)[1].strip() if ":" in line else ""
 
 
 def peak_flops_for(dev: torch.device, precision: str = "fp32") -> tuple[float | None, str]:
     """(dense peak FLOP/s of ``precision`` on ``dev``, where that figure comes from).
 
     GPUs: `effkit.measure.peak_flops` (datasheet table). CPUs: physical cores x clock x FLOP per
-    cycle of the widest unit for that precision, from /proc/cpuinfo: an *estimate* (a VM may report
-    its base clock). Cores, not threads: two hardware threads of one core share its vector units.
+    cycle of the widest unit for that precision (`cpu_flop_per_cycle`), from /proc/cpuinfo and the
+    sysfs topology: an *estimate* (a VM shows the topology and often the base clock its hypervisor
+    presents). Cores, not threads: two hardware threads of one core share its vector units.
     """
     name = device_name(dev)
     if dev.type == "cuda":
         peak = measure.peak_flops(name, precision=precision, device_type="cuda")
         return peak, f"datasheet {precision} peak of {name}"
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    flags = set(
-        re.findall(
-            r"\b[\w.]+\b", next((ln for ln in info.splitlines() if ln.startswith("flags")), "")
-        )
-    )
-    per_cycle = max(
-        (f for (flag, p), f in _CPU_FLOP_PER_CYCLE.items() if p == precision and flag in flags),
-        default=None,
+    flags = set(re.findall(r"\b[\w.]+\b", _cpuinfo_field(info, "flags")))
+    family = _cpuinfo_field(info, "cpu family")
+    per_cycle, why = cpu_flop_per_cycle(
+        precision,
+        flags,
+        _cpuinfo_field(info, "vendor_id"),
+        int(family) if family.isdigit() else None,
     )
     if per_cycle is None:
         return None, f"no {precision} estimate for this CPU"
@@ -378,7 +411,7 @@ def peak_flops_for(dev: torch.device, precision: str = "fp32") -> tuple[float | 
     cores = min(threads, physical_cores())
     return cores * clock * per_cycle, (
         f"{precision} estimate: {cores} cores (of {threads} threads) x {clock / 1e9:.2f} GHz x "
-        f"{per_cycle} FLOP/cycle"
+        f"{per_cycle} FLOP/cycle ({why})"
     )
 
 

@@ -89,6 +89,19 @@ def test_peak_names_its_precision_and_source():
     assert "bf16" in bf16_source
 
 
+def test_the_cpu_flop_per_cycle_table_knows_zen4_and_says_when_it_is_an_upper_figure():
+    """Zen 4 runs AVX-512 on 256-bit datapaths (32 fp32 FLOP/cycle, not 64); an Intel core may
+    have one 512-bit FMA unit or two, which /proc/cpuinfo does not tell: 64 is an upper figure."""
+    flags = {"avx2", "avx512f", "avx512_bf16"}
+    assert lesson.cpu_flop_per_cycle("fp32", flags, "AuthenticAMD", 0x19)[0] == 32
+    assert lesson.cpu_flop_per_cycle("bf16", flags, "AuthenticAMD", 0x19)[0] == 64
+    assert lesson.cpu_flop_per_cycle("fp32", {"avx2"}, "AuthenticAMD", 0x19) == (32, "avx2")
+    per_cycle, why = lesson.cpu_flop_per_cycle("fp32", flags, "GenuineIntel", 6)
+    assert per_cycle == 64 and "upper figure" in why
+    assert lesson.cpu_flop_per_cycle("bf16", flags | {"amx_bf16"}, "GenuineIntel", 6)[0] == 1024
+    assert lesson.cpu_flop_per_cycle("fp32", set())[0] is None
+
+
 def test_lesson_cli_takes_options_before_lessons_and_names_unknown_ones(capsys, monkeypatch):
     """`python -m effkit.lesson run --out DIR SLUG` used to fail with argparse's 'unrecognized
     arguments'; an unknown lesson must be named with the ready ones."""

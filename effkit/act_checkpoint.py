@@ -5,6 +5,7 @@
 ``save_ops=`` keeps the named ops' outputs (selective checkpointing), and `sqrt_segments`/`run_segments`
 checkpoint ~sqrt(n) segments. It replaces each module's ``forward`` attribute instead of wrapping it, so
 ``state_dict`` keys and names stay unchanged. Side effects in a checkpointed forward run twice.
+`CountedSaveOnCpu` is torch's activation offloading (``save_on_cpu``), counting what its hooks move.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ import inspect
 import math
 import types
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+from torch.autograd.graph import save_on_cpu
+from torch.utils._pytree import tree_leaves
 from torch.utils.checkpoint import (
     CheckpointPolicy,
     checkpoint,
@@ -26,6 +30,8 @@ from torch.utils.checkpoint import (
 
 __all__ = [
     "MATMUL_OPS",
+    "CountedSaveOnCpu",
+    "OffloadCount",
     "checkpoint_modules",
     "is_checkpointed",
     "peak_cuda_memory",
@@ -278,3 +284,52 @@ def peak_cuda_memory(fn: Callable[[], Any], device: torch.device | str | None = 
     fn()
     torch.cuda.synchronize(device)
     return torch.cuda.max_memory_allocated(device) - before
+
+
+@dataclass
+class OffloadCount:
+    """What `CountedSaveOnCpu` moved: every saved tensor is counted at its own size (``numel`` x
+    element size, what a copy of it moves), once per save, so a storage saved twice counts twice."""
+
+    tensors: int = 0  # saved tensors the pack hook received
+    packed_bytes: int = 0  # their bytes: what goes to the host in forward
+    parameter_bytes: int = 0  # of which parameters and views of them (a Linear saves its weight)
+    copied: int = 0  # packed tensors given new storage (a CPU tensor's .cpu() is itself)
+    unpacked_bytes: int = 0  # bytes handed back to backward (what comes back from the host)
+
+
+class CountedSaveOnCpu(save_on_cpu):
+    """``torch.autograd.graph.save_on_cpu(pin_memory)`` that also counts what its hooks move, in
+    ``.count`` (an `OffloadCount`). The offloading is torch's own; only counting is added.
+
+    Use it like ``save_on_cpu``: the forward runs inside it; backward (inside or after) fills
+    ``unpacked_bytes``. Counting costs no copy and syncs nothing."""
+
+    def __init__(self, pin_memory: bool = False) -> None:
+        super().__init__(pin_memory=pin_memory)
+        self.count = OffloadCount()
+        pack, unpack = self.pack_hook, self.unpack_hook
+
+        def counting_pack(tensor: torch.Tensor) -> Any:
+            packed = pack(tensor)
+            nbytes = tensor.numel() * tensor.element_size()
+            base = tensor._base if tensor._base is not None else tensor
+            self.count.tensors += 1
+            self.count.packed_bytes += nbytes
+            if base.is_leaf and base.requires_grad:
+                self.count.parameter_bytes += nbytes
+            kept = [t for t in tree_leaves(packed) if torch.is_tensor(t)]
+            if tensor.layout != torch.strided:  # sparse: no storage to compare
+                same = any(t is tensor for t in kept)
+            else:
+                ptr = tensor.untyped_storage().data_ptr()
+                same = any(t.untyped_storage().data_ptr() == ptr for t in kept)
+            self.count.copied += not same
+            return packed
+
+        def counting_unpack(packed: Any) -> torch.Tensor:
+            tensor = unpack(packed)
+            self.count.unpacked_bytes += tensor.numel() * tensor.element_size()
+            return tensor
+
+        self.pack_hook, self.unpack_hook = counting_pack, counting_unpack

@@ -25,9 +25,11 @@
 # 5. checkpoint *selectively*: keep the matmuls, recompute the cheap pointwise ops (PyTorch's
 #    selective activation checkpointing), and see what dropout's random numbers need;
 # 6. see why, on a GPU, checkpointing plus a bigger micro-batch can be a *speed* win.
+# 7. trade memory for host-link bandwidth instead: offload the saved activations to host memory
+#    (`save_on_cpu`), count the bytes that cross the link and set their copy time against the step's.
 #
-# **Run time**: about 1.3 min in `cpu` (76 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`); 10 s in `smoke` (a 2-core AMD EPYC VM, nothing
-# else running); `gpu`: 70 s on an H100 80GB HBM3.
+# **Run time**: about 1.3 min in `cpu` (80 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-07: the outputs in `docs/recorded/`); 10 s in `smoke` (a 2-core AMD EPYC VM, nothing
+# else running); `gpu`: 70 s on an H100 80GB HBM3 before section 7 was added (its offloading A/B is not timed there).
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only: its numbers show the code runs, not what is true). On a CPU we measure
@@ -53,6 +55,7 @@ from tqdm.auto import tqdm
 from effkit import lesson
 from effkit.act_checkpoint import (
     MATMUL_OPS,
+    CountedSaveOnCpu,
     UncountedSaves,
     checkpoint_modules,
     peak_cuda_memory,
@@ -488,6 +491,150 @@ else:
     print(gpu_line)
 
 # %% [markdown]
+# ## 7. Memory for bandwidth: activation offloading
+#
+# Checkpointing pays for memory with compute. **Offloading** pays with the host link instead: keep
+# every saved activation, but in host memory. `torch.autograd.graph.save_on_cpu(pin_memory=...)`
+# is a pair of saved-tensor hooks (section 1): in forward its pack hook copies each tensor autograd
+# saves to the host, and in backward its unpack hook copies it back to the device when the
+# gradient needs it. What stays on the device: the parameters, gradients and optimizer state of
+# section 2 (moving those is another technique, ZeRO-Offload's: see the References), the working
+# set of the op that is running (its inputs and outputs), and the tensors in flight — in forward
+# the activation passed from one layer to the next, in backward the gradients passed back and
+# each tensor brought back until its op is done.
+#
+# It saves device memory only where there is a device. On a CPU, "the host" is where the tensors
+# already are: `save_on_cpu(pin_memory=False)` keeps the same tensor (`.cpu()` of a CPU tensor is
+# the tensor itself), and `pin_memory=True` makes an ordinary copy (pinning needs CUDA). So the CPU
+# rehearsal below saves nothing; it measures what *would* cross the link — the bytes the hooks pack
+# in forward and unpack in backward — and whether the gradients change.
+#
+# **Predict.** `save_on_cpu` packs every tensor autograd saves, one at a time, at its own size.
+# `saved_activation_bytes` counts what the same step keeps: distinct storages, parameters left out.
+# How many times that many bytes does `save_on_cpu` send to the host? (Section 1's list is a hint.)
+
+# %%
+GUESS_OFFLOAD_RATIO = None  # your guess, e.g. 1.0
+
+
+# %%
+def offloaded(net, pin_memory):
+    """One step of `grads` (same seed, so the same dropout masks) under a counting save_on_cpu."""
+    hooks = CountedSaveOnCpu(pin_memory=pin_memory)
+    net.zero_grad(set_to_none=True)
+    torch.manual_seed(0)
+    with hooks:
+        loss = net(x).pow(2).mean()
+    loss.backward()  # the unpack hooks run here: they belong to the graph, not to the `with`
+    return hooks.count, torch.cat([p.grad.reshape(-1) for p in net.parameters()])
+
+
+count, offload_grads = offloaded(model, pin_memory=False)
+count_pinned, pinned_grads = offloaded(model, pin_memory=True)
+step_kept = saved_activation_bytes(lambda: model(x).pow(2).mean())  # the same step's forward
+offload_ratio = count.packed_bytes / step_kept
+lesson.check_guess(GUESS_OFFLOAD_RATIO, offload_ratio, "bytes save_on_cpu packs / bytes the step keeps", "{:.2f}x")
+extra = count.packed_bytes - count.parameter_bytes - step_kept
+print(f"save_on_cpu packed {count.tensors} tensors, {count.packed_bytes / 2**20:.2f} MiB:"
+      f" {count.parameter_bytes / 2**20:.2f} MiB of parameters (views of the weights the Linears save),"
+      f" {step_kept / 2**20:.2f} MiB of distinct activation storage, {extra / 2**20:+.2f} MiB other"
+      f" (a storage saved by two ops is packed twice; a view, at its own size);"
+      f" back in backward: {count.unpacked_bytes / 2**20:.2f} MiB")
+offload_gap = max(float((g - reference).abs().max()) for g in (offload_grads, pinned_grads))
+if DEVICE.type == "cpu":
+    print(f"on this CPU, pin_memory=False copied {count.copied} of {count.tensors} tensors and pin_memory=True"
+          f" {count_pinned.copied} (into ordinary memory): no device memory to save here")
+print(f"largest gradient difference, save_on_cpu (both pin_memory settings) vs plain: {offload_gap:.1e}")
+ckpt_count, _ = offloaded(checkpointed, pin_memory=False)  # checkpoint's own hooks take the blocks' insides
+ckpt_step_kept = saved_activation_bytes(lambda: checkpointed(x).pow(2).mean())
+print(f"every block checkpointed, under save_on_cpu: {ckpt_count.packed_bytes / 2**20:.2f} MiB packed;"
+      f" the same step keeps {ckpt_step_kept / 2**20:.2f} MiB checkpointed, {step_kept / 2**20:.2f} MiB plain")
+
+# %% [markdown]
+# **The cost model.** Offloading sends *B* bytes to the host in forward and brings them back in
+# backward: 2*B* over a link of *W* bytes/s, against the step's compute time *T*. *B* is what the
+# hooks pack, parameters included: their copies cost link time and save nothing, since the
+# parameter itself stays on the device.
+#
+# * **Copies in stream order**, which is what `save_on_cpu` does: its source (`torch/autograd/graph.py`)
+#   issues each copy on the current CUDA stream, at the moment a tensor is saved or needed. Work on
+#   one stream runs in order (PyTorch's CUDA semantics notes), so each copy waits for the kernel
+#   before it and the next kernel waits for the copy: a step takes about *T* + 2*B*/*W*.
+#   `pin_memory=True` packs into pinned host memory and makes the copies *back* asynchronous to the
+#   host (its docstring; in its source the pack's copy to the host is still a blocking `copy_`):
+#   Python goes on queueing work while a tensor comes back, but the copies still take their turn
+#   between the kernels.
+# * **Copies overlapped with compute**: pinned memory, a second stream for the copies, and backward's
+#   copies started before backward needs them — hooks you write yourself, `save_on_cpu` does none of
+#   the last two. Then the copies out hide behind forward while *B*/*W* ≤ the forward's time, and
+#   the copies back behind backward while *B*/*W* ≤ the backward's time. With backward about twice a
+#   forward (section 3's rule of thumb), forward binds: the copies hide while a step lasts at least
+#   3*B*/*W*, that is while it runs at most *W* x tokens / (3*B*) tokens/s. A faster step leaves
+#   them exposed.
+#
+# *W* is an assumption until measured. The PCI-SIG's PCIe 4.0 runs 16 GT/s per lane and PCIe 5.0
+# 32 GT/s; with their 128b/130b encoding that is about 31.5 and 63 GB/s each way over 16 lanes.
+# Copies get less than the line rate, and how much less depends on the machine: the 25 GB/s below
+# is our assumption for PCIe 4.0 x16, not a figure we measured. The GPU cell measures the link.
+
+# %%
+HOST_LINK_GB_S = 25.0  # assumption: pinned copies over PCIe 4.0 x16 (line rate ~31.5 GB/s each way)
+offload_bytes = count.packed_bytes + count.unpacked_bytes  # out in forward + back in backward
+copy_s = offload_bytes / (HOST_LINK_GB_S * 1e9)
+hide_tokens_s = HOST_LINK_GB_S * 1e9 * tokens / (3 * count.packed_bytes)
+print(f"per step of {tokens:,} tokens: {count.packed_bytes / 2**20:.2f} MiB out + {count.unpacked_bytes / 2**20:.2f}"
+      f" MiB back = {copy_s * 1e3:.2f} ms of copies at an assumed {HOST_LINK_GB_S:g} GB/s")
+print(f"in stream order (save_on_cpu): every step {copy_s * 1e3:.2f} ms longer; overlapped: hidden only while"
+      f" a step runs at most {hide_tokens_s:,.0f} tokens/s")
+
+
+# %%
+def offload_step(net, xb=x, pin_memory=True):
+    """`step`, with the forward under save_on_cpu."""
+    def run():
+        for _ in range(SIZES["steps"]):
+            net.zero_grad(set_to_none=True)
+            with torch.autograd.graph.save_on_cpu(pin_memory=pin_memory):
+                loss = net(xb).pow(2).mean()
+            loss.backward()
+        return SIZES["steps"] * xb.shape[0] * xb.shape[1]
+    return run
+
+
+def copy_rate(src, dst):
+    """GB/s of one large copy, timed by CUDA events: the link's best case (save_on_cpu's copies are smaller)."""
+    dst.copy_(src, non_blocking=True)  # warm-up
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    dst.copy_(src, non_blocking=True)
+    end.record()
+    end.synchronize()
+    return src.numel() / (start.elapsed_time(end) / 1e3) / 1e9
+
+
+if DEVICE.type == "cuda":
+    on_device = torch.empty(count.packed_bytes, dtype=torch.uint8, device=DEVICE)
+    pinned = torch.empty(count.packed_bytes, dtype=torch.uint8, pin_memory=True)
+    out_gb_s, back_gb_s = copy_rate(on_device, pinned), copy_rate(pinned, on_device)
+    on_device = pinned = None
+    off_peak = {"plain": peak_cuda_memory(step(model), DEVICE),
+                "save_on_cpu": peak_cuda_memory(offload_step(model), DEVICE)}
+    off_ab = lesson.ab("plain vs save_on_cpu(pin_memory=True)", step(model), offload_step(model),
+                       pairs=SIZES["pairs"], a_label="plain", b_label="save_on_cpu", unit="tokens/s", dev=DEVICE)
+    step_s = tokens / off_ab.a_median
+    predicted = step_s / (step_s + count.packed_bytes / (out_gb_s * 1e9) + count.unpacked_bytes / (back_gb_s * 1e9))
+    outcome = {"slower": "here offloading cost step time",
+               "faster": "faster with copies added: find the cause before trusting it"}.get(
+        off_ab.verdict.word, "no difference could be shown at this interval")
+    offload_line = (f"device peak {off_peak['plain'] / 2**20:,.0f} -> {off_peak['save_on_cpu'] / 2**20:,.0f} MiB;"
+                    f" {off_ab.verdict} — {outcome}; the stream-order model predicted {predicted:.2f}x"
+                    f" (link measured {out_gb_s:.1f} GB/s out, {back_gb_s:.1f} GB/s back)")
+    print(f"save_on_cpu(pin_memory=True) vs plain on {DEVICE_NAME}: {offload_line}")
+else:
+    offload_line = "no GPU here: no device memory, link or speed figure for offloading (run this lesson with a GPU)"
+    print(offload_line)
+
+# %% [markdown]
 # ## Your turn
 #
 # A memory budget: `MY_BUDGET` of the plain model's activations. `plan_for_budget` checkpoints the
@@ -541,6 +688,9 @@ print(f"* save pointwise instead (recompute matmuls): {wrong_ab.verdict}")
 print(f"* recompute without the RNG state: gradients off by {rng_gap:.0%}")
 print(f"* your plan at {MY_BUDGET:.0%}: {my_plan.describe(len(model))}; vs everything: {plan_ab.verdict}")
 print(f"* GPU: {gpu_line}")
+print(f"* offloading: save_on_cpu packs {offload_ratio:.2f}x the bytes the step keeps"
+      f" ({count.packed_bytes / 2**20:.2f} MiB out, {count.unpacked_bytes / 2**20:.2f} back), gradients off by"
+      f" at most {offload_gap:.0e}; {offload_line}")
 
 # %% [markdown]
 # ### Quiz and exercise
@@ -559,14 +709,29 @@ print(f"* GPU: {gpu_line}")
 # * PyTorch: [`torch.utils.checkpoint`](https://pytorch.org/docs/stable/checkpoint.html)
 #   (`use_reentrant`, `preserve_rng_state`, `create_selective_checkpoint_contexts`) and the blog
 #   post [Current and New Activation Checkpointing Techniques in PyTorch](https://pytorch.org/blog/activation-checkpointing-techniques/);
-#   [saved tensors hooks](https://pytorch.org/tutorials/intermediate/autograd_saved_tensors_hooks_tutorial.html).
+#   [saved tensors hooks](https://pytorch.org/tutorials/intermediate/autograd_saved_tensors_hooks_tutorial.html);
+#   [`torch.autograd.graph.save_on_cpu`](https://pytorch.org/docs/stable/autograd.html#torch.autograd.graph.save_on_cpu)
+#   (saved tensors to host memory and back; with `pin_memory=True` the copies back are asynchronous) and its source,
+#   `torch/autograd/graph.py` (which stream the copies run on); the
+#   [CUDA semantics notes](https://pytorch.org/docs/stable/notes/cuda.html) (work on one stream runs in
+#   order; pinned memory and `non_blocking=True` copies).
+# * PCI-SIG, [PCI Express Base Specification](https://pcisig.com/specifications) — 16 GT/s per lane for
+#   PCIe 4.0, 32 GT/s for 5.0, 128b/130b encoding: the line rates behind `HOST_LINK_GB_S`, not a copy rate.
 # * S. Rajbhandari et al., *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*,
 #   2019, [arXiv:1910.02054](https://arxiv.org/abs/1910.02054) — the 16 bytes per parameter of
 #   mixed-precision Adam.
+# * J. Ren et al., *ZeRO-Offload: Democratizing Billion-Scale Model Training*, 2021,
+#   [arXiv:2101.06840](https://arxiv.org/abs/2101.06840) — offloading the other side of the bill
+#   (optimizer state and gradients, and the optimizer step) to the CPU.
 #
 # ### What to try next
 #
 # * Run the lesson on a GPU: compare `max_memory_allocated` with the saved bytes, and find the
 #   batch at which "checkpoint + bigger batch" overtakes "plain".
+# * Offload on a GPU only what checkpointing keeps (section 7's last count): run the checkpointed
+#   model's forward under `save_on_cpu(pin_memory=True)` and measure its peak and its tokens/s.
+# * Write the overlapped offload of section 7's cost model: pack hooks that copy on a second CUDA
+#   stream, and a backward that fetches each block's tensors before it needs them; compare it with
+#   `save_on_cpu` at the batch where the model says the copies can hide.
 # * Lesson 11 shards parameters, gradients and optimizer state (ZeRO/FSDP): the other three parts
 #   of the memory bill.

@@ -10,6 +10,7 @@ from torch import nn
 
 from effkit.act_checkpoint import (
     MATMUL_OPS,
+    CountedSaveOnCpu,
     checkpoint_modules,
     is_checkpointed,
     peak_cuda_memory,
@@ -207,6 +208,29 @@ def test_saved_activation_bytes_dedupes_shared_storage():
     assert saved_activation_bytes(two_views) == 512 + 512
     # Leaf tensors that require grad (parameters) are not activations.
     assert saved_activation_bytes(lambda: (x * x).sum()) == 0
+
+
+@pytest.mark.parametrize("pin_memory", [False, True])
+def test_counted_save_on_cpu_counts_each_save_at_its_size_and_keeps_gradients(pin_memory):
+    x = torch.randn(8, 8, dtype=torch.float64, requires_grad=True)
+
+    def loss():
+        y = x * 2
+        return (y[:4] * y[:4]).sum() + (y.t() * 3).sin().sum() + (x * x).sum()
+
+    expected = torch.autograd.grad(loss(), x)[0]
+    hooks = CountedSaveOnCpu(pin_memory=pin_memory)
+    with hooks:
+        out = loss()
+    got = torch.autograd.grad(out, x)[0]  # the unpack hooks run here, after the `with`
+    count = hooks.count
+    # Unlike saved_activation_bytes, every save counts at its own size: the view y[:4] twice
+    # (256 bytes each), sin's input (512), and the parameter-like leaf x twice (512 each).
+    assert (count.tensors, count.packed_bytes, count.parameter_bytes) == (5, 2048, 1024)
+    assert count.unpacked_bytes == count.packed_bytes
+    # .cpu() of a CPU tensor is the tensor itself; pin_memory=True always copies.
+    assert count.copied == (count.tensors if pin_memory else 0)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
 def test_peak_cuda_memory_on_cpu_runs_fn_and_returns_none():

@@ -51,7 +51,8 @@ from grader.assignments.lesson1.task import BOTTLENECKS, TOLERANCE
 # **How it is graded.** While your function runs, the grader times the same steps with its own
 # clock (from the moment the first step after your warm-up asks for its batch until the last step's
 # forward pass is answered) and counts their samples itself. Your figure must lie within
-# **±25%** of the grader's (`TOLERANCE`) in each of three calls. It also checks what ran: exactly
+# **±25%** of the grader's (`TOLERANCE`) in each of three calls, at batch 32 (2 warm-up steps, then 8)
+# and again at batch 16 (1, then 6). It also checks what ran: exactly
 # `warmup` + `steps` steps, each a batch then a forward pass on it, and its device busy for at least
 # half of the timed window (the rest is allowed for the round trips to the grader and the step's own
 # host work): a window padded with a sleep is not a measurement of the steps. The grader's trainers pay a
@@ -95,8 +96,9 @@ check_my_work("test_throughput", "lesson1.ipynb")
 # **How it is graded.** On four trainers, in random order, each at batch 32 with `steps=5`: two
 # compute-bound ones, whose batch takes 3-12% of a step's compute time to arrive, and two
 # input-bound ones, whose batch takes 2 to 4 times a step's compute time. They come in pairs
-# that share a duration (the same compute time; the same step time), so no single duration tells
-# the kinds apart: only setting two measurements side by side does. The grader records how long it spent
+# that share a duration (the same compute time; the same step time), so neither the compute time
+# nor the step time alone tells the kinds apart. The time inside `next()` alone does here (the two
+# kinds' waits do not overlap): the share you return needs it set beside the whole loop's. The grader records how long it spent
 # serving batches and computing steps, and your share must lie within **15 percentage points** of
 # the share it recorded, over the training steps your loop ran (at least `steps`, each a batch then a
 # forward pass on it). A share outside that band is measured twice more and the medians decide,

@@ -103,6 +103,20 @@ WHAT_RAN = {
         "test_throughput",
         "in every call",
     ),
+    "data wait: read off one next()": (
+        "data_wait_share",
+        """def data_wait_share(trainer, steps):
+    batches = iter(trainer.pipeline)
+    start = time.perf_counter()
+    x, y = next(batches)
+    wait = time.perf_counter() - start
+    trainer.model(x)
+    for x, y in itertools.islice(batches, steps - 1):
+        trainer.model(x)
+    return 0.735 if wait > 0.043 else 0.07""",
+        "test_data_wait",
+        "data-wait share",
+    ),
     "data wait: batches fetched, none trained on": (
         "data_wait_share",
         """def data_wait_share(trainer, steps):
@@ -264,6 +278,13 @@ def test_no_single_duration_names_the_bottleneck():
                 ratio = durations(server)["step"] / server.compute_s
                 assert (ratio > 2.5) == (kind == "input pipeline"), (kind, ratio)
             assert min(a["step"], c["step"]) >= 0.06  # the channel's delay stays a small share
+    # the data-wait check's third pair: the same next() time, shares far apart
+    for _ in range(200):
+        (kc, mc), (ki, mi) = [(kind, make()) for kind, _, make in lesson1.next_matched_pair(Ctx)]
+        assert (kc, ki) == ("compute", "input pipeline") and mc.data_s == mi.data_s
+        share = {k: m.data_s / (m.data_s + m.compute_s) for k, m in ((kc, mc), (ki, mi))}
+        assert share["compute"] < 0.11 and share["input pipeline"] > 0.66
+        assert mi.data_s + mi.compute_s >= 0.037
 
 
 @pytest.mark.slow

@@ -93,12 +93,12 @@ check_my_work("test_throughput", "lesson1.ipynb")
 # does the bookkeeping (it books the loop's total when the wrapped iterator ends or you break out
 # of the loop), or time `next()` yourself.
 #
-# **How it is graded.** On four trainers, in random order, each at batch 32 with `steps=5`: two
-# compute-bound ones, whose batch takes 3-12% of a step's compute time to arrive, and two
+# **How it is graded.** On six trainers, in random order, each at batch 32 with `steps=5`: three
+# compute-bound ones, whose batch takes 3-12% of a step's compute time to arrive, and three
 # input-bound ones, whose batch takes 2 to 4 times a step's compute time. They come in pairs
-# that share a duration (the same compute time; the same step time), so neither the compute time
-# nor the step time alone tells the kinds apart. The time inside `next()` alone does here (the two
-# kinds' waits do not overlap): the share you return needs it set beside the whole loop's. The grader records how long it spent
+# that share a duration (the same compute time; the same step time; the same time inside
+# `next()`), so no single duration tells the kinds apart: the share you return needs the wait set
+# beside the whole loop's time. The grader records how long it spent
 # serving batches and computing steps, and your share must lie within **15 percentage points** of
 # the share it recorded, over the training steps your loop ran (at least `steps`, each a batch then a
 # forward pass on it). A share outside that band is measured twice more and the medians decide,

@@ -179,6 +179,22 @@ def matched_trainers(ctx: Context, hidden: bool) -> list[tuple[str, bool, Callab
     ]
 
 
+# The data-wait check's third pair shares next()'s time: the first two share a compute or a step time,
+# while the kinds' waits never overlapped (1.8-34 ms against 53-400 ms), so one timed next() against
+# a line, with two constant shares, passed every grading (a review, 2026-12-07). 30-50 ms: the
+# input-bound twin's step stays >= 37 ms, the compute-bound twin's 0.25-1.7 s.
+PAIR_NEXT_S = (0.03, 0.05)
+
+
+def next_matched_pair(ctx: Context) -> list[tuple[str, bool, Callable]]:
+    """A compute-bound and an input-bound trainer whose batches take the same time to arrive."""
+    wait = _log_uniform(ctx, PAIR_NEXT_S)
+    return [
+        ("compute", False, lambda: DeviceServer(wait, wait / ctx.rng.uniform(*COMPUTE_BOUND))),
+        ("input pipeline", False, lambda: DeviceServer(wait, wait / ctx.rng.uniform(*INPUT_BOUND))),
+    ]
+
+
 def _call(ctx: Context, probe: str, server: DeviceServer, shown: str, **args) -> dict:
     r = ctx.session.call(probe, CALL_SECONDS, server, seed=ctx.rng.randrange(1 << 30), **args)
     if not r.ok:
@@ -269,9 +285,9 @@ def check_throughput(ctx: Context) -> None:
 
 
 def check_data_wait(ctx: Context) -> None:
-    # both kinds, twice, in random order: in matched pairs (equal compute time; equal step time), so
-    # constants picked by a line on one duration miss one trainer of a pair
-    order = matched_trainers(ctx, hidden=False)
+    # both kinds, three times, in random order: in matched pairs (equal compute time; equal step time;
+    # equal next() time), so constants picked by a line on one duration miss one trainer of a pair
+    order = matched_trainers(ctx, hidden=False) + next_matched_pair(ctx)
     ctx.rng.shuffle(order)
     for truth, _, make in order:
         shown = "data_wait_share(trainer, steps=5)"

@@ -25,7 +25,7 @@
 # and then let the numbers name each workload's largest measured waste. Every figure is printed next to the device it
 # was measured on, and every conclusion is computed from the measurement above it.
 #
-# **Run time**: about 4.5 min in `cpu` (274 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
+# **Run time**: about 5 min in `cpu` (321 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
 # GPU, 2026-12-07: the outputs in `docs/recorded/`, each cell's seconds with them); under a minute in
 # `smoke`; `gpu`: not timed for this version of the lesson.
 #
@@ -208,7 +208,7 @@ lesson.check_guess(GUESS_PAD_SHARE, pad_share, "share of padding tokens", "{:.0%
 # keeps the epochs equal here is for the runs to show.
 #
 # First, throughput, A/B. `lesson.ab` runs `effkit.abtest.compare`: one burst of each recipe,
-# interleaved A B B A …, so slow (linear) drift on a shared machine hits both equally. It reports the median
+# interleaved A B B A …, so slow (linear) drift on a shared machine cancels across consecutive pairs. It reports the median
 # speed ratio B/A with an interval from order statistics and says *faster*, *slower* or *no clear
 # difference* only as far as that interval allows. With n pairs the widest such interval,
 # [min, max], covers the true median with probability 1 - 2·0.5ⁿ: 75% for 3 pairs, 97% for 6 —
@@ -230,7 +230,7 @@ for rel_ci in (0.10, 0.05):
     for spread, outliers, what in ((0.03, 0.0, "quiet"), (0.10, 0.0, "noisy"), (0.10, 0.1, "noisy, 10% outliers")):
         covered, used = stopping_rule_coverage(6, 12, rel_ci=rel_ci, spread=spread, outliers=outliers)
         simulated.append(covered)
-        print(f"stop at {rel_ci:.0%} wide, {what:>20} (pair-to-pair SD {spread:.0%}): the interval covers"
+        print(f"stop at ±{rel_ci:.0%} (half-width), {what:>20} (pair-to-pair SD {spread:.0%}): the interval covers"
               f" the true median {covered:.1%} of the time, after {used:.1f} pairs on average")
 print(f"{'fixed 6 pairs':>20}: {median_ci_coverage(6):.1%} (the formula above)")
 if PROFILE == "smoke":  # lesson.ab adds no pairs in smoke: the formula's figure is the coverage
@@ -369,8 +369,10 @@ plt.show()
 # %%
 # The conclusion is computed from the same whole runs: their epoch times and their times to target
 # (one run per seed: a difference counts only where every run of one batch size is on one side of
-# every run of the other, at a chance level effkit.seed_compare states). The A/B above timed short
-# bursts on fresh trainers, early in their schedules: its verdict is quoted, not used for "epoch time".
+# every run of the other, at a chance level effkit.seed_compare states). Images/s is the A/B's to say:
+# it timed short bursts on fresh trainers, early in their schedules, so it is a throughput figure,
+# not a steady-state epoch time; the runs' own epoch times are printed beside it (those that stopped
+# at their first evaluation include warm-up).
 ttt = {batch: [runs[batch, s].time_to_target_s for s in SIZES["seeds"]] for batch in (small, big)}
 sep = separation(ttt[small], ttt[big])
 ttt_words = (f"time-to-target over seeds {list(SIZES['seeds'])}: batch {small}"
@@ -384,27 +386,27 @@ epoch_words = (f"epoch time of the same runs: batch {small} {seed_range(epoch_ti
                + (f" (batch {' and '.join(map(str, warm))}: from a single chunk, warm-up included)"
                   if warm else "")
                + ": " + epoch_sep.words(f"batch-{small}", f"batch-{big}", "longer", "shorter"))
-# Epoch time is the steady-state A/B's to say: the runs' own epoch times mix warm-up into the runs
+# Throughput is the A/B's to say (see above): the runs' own epoch times mix warm-up into the runs
 # that stopped at their first evaluation. The seeds test one direction, fixed before the runs (the
 # trap: the bigger batch later); an ordering the other way is reported, not tested.
-epoch_way = {"faster": "shorter", "slower": "longer"}.get(batch_ab.verdict.word)
+images_way = {"faster": "more", "slower": "fewer"}.get(batch_ab.verdict.word)
 ttt_later = sep.side == "b above" and sep.p_one_sided <= 0.05
 misses = sum(t is None for t in ttt[big])
 later = "later in every seed" + (f" ({misses} of {len(ttt[big])} never reached it)" if misses else "")
-if ttt_later and epoch_way == "shorter":
-    batch_conclusion = (f"batch {big}'s epochs are shorter (the steady-state A/B), yet it reached the target"
-                        f" {later}: epoch time would have picked the wrong recipe")
+if ttt_later and images_way == "more":
+    batch_conclusion = (f"batch {big} ran more images/s in the throughput A/B, yet it reached the target"
+                        f" {later}: images/s (or epoch time) would have picked the wrong recipe")
 elif ttt_later:
-    batch_conclusion = (f"batch {big} reached the target {later}; its epochs are "
-                        + (f"{epoch_way} too (the A/B)" if epoch_way else
-                           "no different as far as the A/B can tell")
+    batch_conclusion = (f"batch {big} reached the target {later}; "
+                        + (f"it ran {images_way} images/s in the A/B" if images_way else
+                           "its images/s no different as far as the A/B can tell")
                         + ": time to target decides either way")
 elif sep.side == "b below":
     batch_conclusion = (f"batch {big} reached the target earlier in every seed: the direction this lesson"
                         " did not test (its test, fixed before the runs, is the trap's 'later'), so no claim")
 else:
     batch_conclusion = (f"time to target showed no 'batch {big} later' these seeds can show"
-                        + (f"; the A/B says batch {big}'s epochs are {epoch_way}" if epoch_way else ""))
+                        + (f"; the A/B says batch {big} ran {images_way} images/s" if images_way else ""))
 batch_conclusion += (f" ({epoch_words}; {ttt_words}; the short-burst A/B: batch {big} vs {small}"
                      f" {batch_ab.verdict.word})")
 needed = {batch: [epochs_to_target(runs[batch, s], batch) for s in SIZES["seeds"]]
@@ -502,7 +504,8 @@ for label, prec, pk, source in [("CIFAR", cifar_precision, peak, peak_source),
 estimate = "" if DEVICE.type == "cuda" else " (an estimate: its peak is one)"
 print(f"MFU naive CIFAR: {fmt_mfu(cifar_mfu)}{estimate}")
 print(f"MFU naive BERT : {fmt_mfu(bert_mfu)} counting padding;"
-      f" {fmt_mfu(bert_real_mfu)} on real tokens only{estimate}")
+      f" ≈{fmt_mfu(bert_real_mfu)} on real tokens only (scaled by the real-token share: attention's"
+      f" FLOPs grow faster than linearly with length){estimate}")
 if DEVICE.type != "cuda":
     print("the CPU peak counts the cores the sysfs topology shows (in a VM, what the hypervisor"
           " presents) at the clock /proc/cpuinfo reports, times the table's FLOP per cycle")
@@ -569,7 +572,7 @@ for x, y in tqdm(split.wrap(itertools.islice(batches, wait_steps)), total=wait_s
     step_on(x, y)
 del batches  # the pass ends here: its workers exit
 print(f"naive CIFAR on {DEVICE_NAME}, {wait_steps} steps after the start-up: {split.total_s:.1f} s,"
-      f" of which {split.data_s:.1f} s waiting for data = {split.data_share:.0%}")
+      f" of which {1e3 * split.data_s:.0f} ms waiting for data = {split.data_share:.1%}")
 
 # %% [markdown]
 # Leaving the loop early is safe — the wrapper books the time in a `finally` when the loop lets
@@ -584,7 +587,8 @@ print(f"after a `break`: total_s = {early.total_s:.2e} s (booked: {early.total_s
 
 # %% [markdown]
 # But `next()` only measures the time the loop **waits**. The naive pipeline's 2 worker
-# processes prepare batches *in parallel* — on the same CPU cores the model computes on. The
+# processes prepare batches *in parallel* — on a CPU-only machine, on the same cores the model computes on
+# (with a GPU, beside the host's own work for the step: Python, kernel launches). The
 # time they steal from the model can be invisible to a data-wait timer. To see the whole cost of
 # the input pipeline, A/B the same training step with and without it: A is the recipe's own
 # `train_steps`, reading batches from its pipeline; B calls the step `train_steps` calls on each
@@ -648,8 +652,9 @@ pipe_share = lost_share(pipeline_ab)
 # The timer misses a cost only where its share lies below the A/B's whole interval.
 timer_words = (
     f"the data-wait timer saw {split.data_share:.0%}, "
-    + (f"below the A/B's interval: at least {pipe_share[1] - split.data_share:.0%} of the step the"
-       " timer cannot see (the workers' work on the model's cores)" if split.data_share < pipe_share[1]
+    + (f"below the A/B's interval: about {pipe_share[1] - split.data_share:.0%} of the step or more that the"
+       " timer does not see (most likely the workers' work on the model's cores; the A/B does not"
+       " separate causes)" if split.data_share < pipe_share[1]
        else "inside the A/B's interval: no cost hidden from the timer is shown on this machine"
        if split.data_share <= pipe_share[2] else "above the A/B's interval"))
 print(f"time lost to the input pipeline in steady state: {pipe_share[0]:.0%} (interval"

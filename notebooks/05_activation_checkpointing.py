@@ -28,7 +28,7 @@
 # 7. trade memory for host-link bandwidth instead: offload the saved activations to host memory
 #    (`save_on_cpu`), count the bytes that cross the link and set their copy time against the step's.
 #
-# **Run time**: about 1.3 min in `cpu` (80 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-07: the outputs in `docs/recorded/`); 10 s in `smoke` (a 2-core AMD EPYC VM, nothing
+# **Run time**: about 40 s in `cpu` (36 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-07: the outputs in `docs/recorded/`; 80 s on the same VM an hour earlier: its speed varies); 10 s in `smoke` (a 2-core AMD EPYC VM, nothing
 # else running); `gpu`: 70 s on an H100 80GB HBM3 before section 7 was added (its offloading A/B is not timed there).
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
@@ -169,7 +169,8 @@ print(f"= {bytes_per_token / 4 / SIZES['dim']:.1f} numbers of width d per token 
 #   is 16 bytes per parameter: fp16 weights (2) and gradients (2), an fp32 master copy (4) and fp32
 #   moments (4 + 4). PyTorch's autocast is not that recipe: it keeps the weights, gradients and
 #   moments in fp32 (4 + 4 + 8 = 16 bytes, as in our fp32 training) and casts copies for each
-#   matmul, so under autocast only the activations shrink;
+#   matmul, so under autocast the activations shrink and the cached 16-bit copies of the weights
+#   (about 2 bytes per parameter, kept while the autocast region runs) are added;
 # * **activations**: what autograd keeps, growing with **batch × sequence × layers**.
 #
 # Measured, not assumed: one AdamW step on our stack, then every tensor counted.
@@ -430,9 +431,11 @@ print(f"save pointwise (recompute the matmuls) vs save matmuls: {wrong_ab.verdic
 # outputs instead kept less, 65.25 MiB, and was slower than keeping the matmuls (the verdict above):
 # it recomputes the matmuls. *Your turn* below, at its default budget of 50%, found another point:
 # 5 of the 8 blocks checkpointed whole keep 59.19 MiB, less than the selective policy. How much
-# faster the selective policy is than checkpointing every block, read from the verdict above, run
-# by run: two quiet recordings on the same 2-core Intel Xeon with AMX (2026-12-06) gave 1.08x
-# (0.97-1.16, no clear difference) and 1.20x (1.04-1.22). So keeping the matmuls is one point on a
+# the selective policy compares with checkpointing every block, read from the verdict above, moves
+# run by run at these sizes: quiet recordings on the same 2-core Intel Xeon with AMX gave 1.08x
+# (0.97-1.16, no clear difference) and 1.20x (1.04-1.22) on 2026-12-06, and 0.93x (0.85-1.00) on
+# 2026-12-07; a likely cause, not tested here, is the selective policy's per-op dispatch, a fixed
+# cost on every small CPU op in forward and in the recompute. So keeping the matmuls is one point on a
 # memory/speed trade-off, not the best of both: measure each plan's bytes and time, and take the
 # fastest that fits.
 #
@@ -463,7 +466,7 @@ print(f"preserve_rng_state=False with dropout 0.1: gradient off by {rng_gap:.0%}
 # On a GPU, `peak_cuda_memory` reads `torch.cuda.max_memory_allocated`: the peak of the tensors
 # the caching allocator handed out during the step (forward *and* backward), above what was
 # allocated before. So it also shows the recompute's working set. It does not count the pool the
-# allocator reserves, nor workspaces allocated outside it. It is not what an out-of-memory error
+# allocator reserves, nor workspaces allocated outside it. It is not all an out-of-memory error
 # depends on: the caching allocator *reserves* more than it hands out
 # (`torch.cuda.max_memory_reserved`, fragmentation included), and the CUDA context takes a few
 # hundred MiB outside both. Plan against reserved memory plus the context, not allocated memory. The argument for a speed
@@ -498,7 +501,8 @@ else:
 # is a pair of saved-tensor hooks (section 1): in forward its pack hook copies each tensor autograd
 # saves to the host, and in backward its unpack hook copies it back to the device when the
 # gradient needs it. What stays on the device: the parameters, gradients and optimizer state of
-# section 2 (moving those is another technique, ZeRO-Offload's: see the References), the working
+# section 2 (moving the gradients, optimizer state and step to the CPU is ZeRO-Offload's technique,
+# the parameters too ZeRO-Infinity's: see the References), the working
 # set of the op that is running (its inputs and outputs), and the tensors in flight — in forward
 # the activation passed from one layer to the next, in backward the gradients passed back and
 # each tensor brought back until its op is done.
@@ -536,7 +540,7 @@ offload_ratio = count.packed_bytes / step_kept
 lesson.check_guess(GUESS_OFFLOAD_RATIO, offload_ratio, "bytes save_on_cpu packs / bytes the step keeps", "{:.2f}x")
 extra = count.packed_bytes - count.parameter_bytes - step_kept
 print(f"save_on_cpu packed {count.tensors} tensors, {count.packed_bytes / 2**20:.2f} MiB:"
-      f" {count.parameter_bytes / 2**20:.2f} MiB of parameters (views of the weights the Linears save),"
+      f" {count.parameter_bytes / 2**20:.2f} MiB of parameters (mostly views of the weights the Linears save),"
       f" {step_kept / 2**20:.2f} MiB of distinct activation storage, {extra / 2**20:+.2f} MiB other"
       f" (a storage saved by two ops is packed twice; a view, at its own size);"
       f" back in backward: {count.unpacked_bytes / 2**20:.2f} MiB")
@@ -560,10 +564,11 @@ print(f"every block checkpointed, under save_on_cpu: {ckpt_count.packed_bytes / 
 #   issues each copy on the current CUDA stream, at the moment a tensor is saved or needed. Work on
 #   one stream runs in order (PyTorch's CUDA semantics notes), so each copy waits for the kernel
 #   before it and the next kernel waits for the copy: a step takes about *T* + 2*B*/*W*.
-#   `pin_memory=True` packs into pinned host memory and makes the copies *back* asynchronous to the
-#   host (its docstring; in its source the pack's copy to the host is still a blocking `copy_`):
-#   Python goes on queueing work while a tensor comes back, but the copies still take their turn
-#   between the kernels.
+#   `pin_memory=True` packs into pinned host memory and, in this torch (2.14), issues both copies
+#   with `non_blocking` (its docstring and source; older releases blocked the host on the copy out):
+#   Python goes on queueing work, but the copies still take their turn between the kernels. Each
+#   tensor is its own pair of copies (hundreds a step here, many of a few KiB), and each copy has a
+#   fixed cost the link rate leaves out, which is why practical offloaders skip small tensors.
 # * **Copies overlapped with compute**: pinned memory, a second stream for the copies, and backward's
 #   copies started before backward needs them — hooks you write yourself, `save_on_cpu` does none of
 #   the last two. Then the copies out hide behind forward while *B*/*W* ≤ the forward's time, and
@@ -584,7 +589,8 @@ copy_s = offload_bytes / (HOST_LINK_GB_S * 1e9)
 hide_tokens_s = HOST_LINK_GB_S * 1e9 * tokens / (3 * count.packed_bytes)
 print(f"per step of {tokens:,} tokens: {count.packed_bytes / 2**20:.2f} MiB out + {count.unpacked_bytes / 2**20:.2f}"
       f" MiB back = {copy_s * 1e3:.2f} ms of copies at an assumed {HOST_LINK_GB_S:g} GB/s")
-print(f"in stream order (save_on_cpu): every step {copy_s * 1e3:.2f} ms longer; overlapped: hidden only while"
+print(f"on a GPU at the assumed link rate, in stream order (save_on_cpu): every step at least {copy_s * 1e3:.2f} ms"
+      f" longer (each copy's fixed cost comes on top); overlapped: hidden only while"
       f" a step runs at most {hide_tokens_s:,.0f} tokens/s")
 
 
@@ -711,7 +717,7 @@ print(f"* offloading: save_on_cpu packs {offload_ratio:.2f}x the bytes the step 
 #   post [Current and New Activation Checkpointing Techniques in PyTorch](https://pytorch.org/blog/activation-checkpointing-techniques/);
 #   [saved tensors hooks](https://pytorch.org/tutorials/intermediate/autograd_saved_tensors_hooks_tutorial.html);
 #   [`torch.autograd.graph.save_on_cpu`](https://pytorch.org/docs/stable/autograd.html#torch.autograd.graph.save_on_cpu)
-#   (saved tensors to host memory and back; with `pin_memory=True` the copies back are asynchronous) and its source,
+#   (saved tensors to host memory and back; with `pin_memory=True` the copies are asynchronous) and its source,
 #   `torch/autograd/graph.py` (which stream the copies run on); the
 #   [CUDA semantics notes](https://pytorch.org/docs/stable/notes/cuda.html) (work on one stream runs in
 #   order; pinned memory and `non_blocking=True` copies).
@@ -720,6 +726,11 @@ print(f"* offloading: save_on_cpu packs {offload_ratio:.2f}x the bytes the step 
 # * S. Rajbhandari et al., *ZeRO: Memory Optimizations Toward Training Trillion Parameter Models*,
 #   2019, [arXiv:1910.02054](https://arxiv.org/abs/1910.02054) — the 16 bytes per parameter of
 #   mixed-precision Adam.
+# * M. Rhu et al., *vDNN: Virtualized Deep Neural Networks for Scalable, Memory-Efficient Neural
+#   Network Design*, MICRO 2016, [arXiv:1602.08124](https://arxiv.org/abs/1602.08124) — activations
+#   offloaded to host memory and prefetched back, overlapped with compute.
+# * S. Rajbhandari et al., *ZeRO-Infinity: Breaking the GPU Memory Wall for Extreme Scale Deep
+#   Learning*, 2021, [arXiv:2104.07857](https://arxiv.org/abs/2104.07857) — the parameters offloaded too.
 # * J. Ren et al., *ZeRO-Offload: Democratizing Billion-Scale Model Training*, 2021,
 #   [arXiv:2101.06840](https://arxiv.org/abs/2101.06840) — offloading the other side of the bill
 #   (optimizer state and gradients, and the optimizer step) to the CPU.
@@ -732,6 +743,8 @@ print(f"* offloading: save_on_cpu packs {offload_ratio:.2f}x the bytes the step 
 #   model's forward under `save_on_cpu(pin_memory=True)` and measure its peak and its tokens/s.
 # * Write the overlapped offload of section 7's cost model: pack hooks that copy on a second CUDA
 #   stream, and a backward that fetches each block's tensors before it needs them; compare it with
-#   `save_on_cpu` at the batch where the model says the copies can hide.
+#   `save_on_cpu`. Whether copies can hide does not depend on the batch (bytes saved and FLOPs both
+#   grow with it): it depends on the forward's FLOPs per saved byte against the GPU's FLOP/s over the
+#   link's bytes/s, which grows with the width and the sequence length.
 # * Lesson 11 shards parameters, gradients and optimizer state (ZeRO/FSDP): the other three parts
 #   of the memory bill.

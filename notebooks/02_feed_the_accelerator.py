@@ -29,9 +29,10 @@
 # measuring every change A/B against the naive recipe with `effkit.lesson.ab`, only the input
 # pipeline swapped (`cifar.build(..., pipeline=...)`).
 #
-# **Run time**: about 8.5 min in `cpu` (514 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
+# **Run time**: about 5 min in `cpu` (291 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
 # GPU, 2026-12-07: the outputs in `docs/recorded/`, each cell's seconds with them; the six whole
-# training runs of section 4 take 45% of it); about a minute in `smoke`; `gpu`: not known (its one
+# training runs of section 4 take 40% of it; 514 s on the same VM 20 minutes earlier: its speed
+# varies); about a minute in `smoke`; `gpu`: not known (its one
 # GPU run, on an H100 80GB HBM3 on 2026-11-23, was stopped at 235 s, unfinished, and the lesson has
 # grown since).
 #
@@ -99,7 +100,7 @@ for workload, source in lesson.data_location(PROFILE).items():
 #
 # A picture first. With no worker processes, preparing a batch and training on it take turns.
 # DataLoader workers prepare the next batches *while* the model trains — if there are free cores
-# for them. An on-device pipeline makes a batch with one indexing operation on the accelerator.
+# for them. An on-device pipeline makes a batch with one gather on the accelerator, then a normalise.
 
 # %%
 fig, axes = plt.subplots(3, 1, figsize=(9, 3.6), sharex=True)
@@ -482,7 +483,7 @@ print(f"one naive BERT step (batch {spec.naive_batch}, padded to {spec.max_lengt
 #
 # ## 3. The whole dataset on the device, augmented there
 #
-# CIFAR-10 is 150 MB as uint8 (240 MB as kept here, padded to 40 x 40) — it fits on any accelerator. `DevicePipeline` keeps it there,
+# CIFAR-10's 50,000 training images are 150 MB as uint8 (240 MB padded to 40 x 40, as kept here) — they fit on any accelerator. `DevicePipeline` keeps it there,
 # pre-padded, and does shuffle + random crop + flip for a whole batch with one indexing op, then
 # normalises in the training dtype — the idea of the fast CIFAR loaders [Page 2018; hlb-CIFAR10;
 # Jordan 2024], here with naive's augmentation (airbench pads 2 pixels by reflection and alternates
@@ -509,28 +510,40 @@ for name, result in (("tuned DataLoader", loader_ab), ("DevicePipeline", device_
 # A rule of thumb: each ratio is taken against its own interleaved baseline, so a uniform shift of the
 # machine cancels; what can still differ is the machine's state, which the baseline's speed hints at.
 # A baseline that moved by less than half the gap between the two bars is unlikely to have made it.
-base_gap = max(loader_ab.a_median, device_ab.a_median) / min(loader_ab.a_median, device_ab.a_median)
+baselines = [r.a_median for r in (aa_ab, loader_ab, device_ab)]  # the control's baseline too
+base_gap = max(baselines) / min(baselines)
 bar_gap = max(loader_ab.ratio, device_ab.ratio) / min(loader_ab.ratio, device_ab.ratio)
-print(f"the naive baseline measured {loader_ab.a_median:,.0f} images/s in the first A/B and"
-      f" {device_ab.a_median:,.0f} in the second ({base_gap - 1:.0%} apart), while the two bars differ"
-      f" by {bar_gap - 1:.0%}: "
-      + ("the baseline moved by less than half that, so the two bars can be set side by side"
-         if base_gap - 1 < (bar_gap - 1) / 2 else
-         "the baseline moved by half that or more, so the bars cannot be compared with each other —"
-         " each says only how its pipeline did against the baseline measured beside it"))
+bars_overlap = loader_ab.ci_low <= device_ab.ci_high and device_ab.ci_low <= loader_ab.ci_high
+print(f"the naive baseline measured {', '.join(f'{b:,.0f}' for b in baselines)} images/s in the A/A"
+      f" control and the two A/Bs ({base_gap - 1:.0%} apart), while the two bars differ by"
+      f" {bar_gap - 1:.0%}: "
+      + ("the baseline moved by half that or more, so the bars cannot be compared with each other —"
+         " each says only how its pipeline did against the baseline measured beside it"
+         if base_gap - 1 >= (bar_gap - 1) / 2 else
+         "the baseline moved by less than half that, but the two bars' intervals overlap: a gap these"
+         " intervals do not establish" if bars_overlap else
+         "the baseline moved by less than half that and the two intervals do not overlap: the bars"
+         " may be set side by side"))
 # If there is a gain, why, with the loader many times faster than a step? On the CPU its work is not
 # free: it runs on the model's cores. The sweep's no-worker pace is that work's CPU time per batch.
 loader_ms = 1e3 * BATCH / sweep[0] if sweep.get(0) else float("nan")
 saved_ms = 1e3 * (BATCH / device_ab.a_median - BATCH / device_ab.b_median)
+# the saving per naive step the A/B's interval allows: a step of naive's median time, shortened by 1 - 1/ratio
+saved_range = [1e3 * BATCH / device_ab.a_median * (1 - 1 / r) for r in (device_ab.ci_low, device_ab.ci_high)]
 print(f"per batch of {BATCH}: the naive loader's own work {loader_ms:.0f} ms of CPU (the sweep's"
       f" no-worker pace); DevicePipeline's steps {saved_ms:.0f} ms shorter than"
       f" naive's (steady-state medians): " + (
           "the A/B's interval holds 1x, so the saving may be nothing: no comparison"
           if device_ab.ci_low <= 1 <= device_ab.ci_high else
-          "the same order, as taking that work off the model's cores predicts"
-          if DEVICE.type == "cpu" and 0.5 <= saved_ms / loader_ms <= 2 else
-          "not the same order: on this device the saving is not only the loader's CPU work"
-          if DEVICE.type == "cpu" else
+          "the A/B's interval overlaps the A/A control's, so the saving is not told apart from the"
+          " design's own error: no comparison"
+          if not (device_ab.ci_low > aa_ab.ci_high or device_ab.ci_high < aa_ab.ci_low) else
+          f"consistent with taking that work off the model's cores (the A/B's interval puts the saving"
+          f" at {saved_range[0]:.0f}-{saved_range[1]:.0f} ms)"
+          if DEVICE.type == "cpu" and saved_range[0] <= loader_ms <= saved_range[1] else
+          f"not what that work alone predicts (the A/B's interval puts the saving at"
+          f" {saved_range[0]:.0f}-{saved_range[1]:.0f} ms): on this device the saving is not only the"
+          " loader's CPU work" if DEVICE.type == "cpu" else
           "on an accelerator the loader's CPU work runs beside the model's, not in its place"))
 
 # %% [markdown]
@@ -582,8 +595,8 @@ print(f"per batch of {BATCH}: the naive loader's own work {loader_ms:.0f} ms of 
 # a start costs the loop about its first batch; where the loader is the slower, every step waits
 # anyway and a start costs about the extra over the first k. The cell sets the steady-state step
 # (from the A/Bs' medians) beside the loader's pace alone and says which case the numbers point
-# to. The pace alone is the loader's best: with training running beside it, it can only be
-# slower, so the cell asks for a 2x margin before it calls training the slower side. Section 4's
+# to. The pace alone is the loader's best: with training running beside it, it should be no faster,
+# so the cell asks for a 2x margin before it calls training the slower side. Section 4's
 # prediction charges each epoch the median the case names (within the margin, the larger).
 #
 # Not timed here: where the workers share the model's cores, the batches they prepare ahead during
@@ -854,8 +867,9 @@ print(lesson.summary_header(2, DEVICE_NAME, lesson.cifar_data_note(naive)))
 print(f"* {whole_run_words}")
 print(f"* steady state ({SIZES['ab_steps']}-step bursts, no epoch start): naive recipe, 2-worker"
       f" DataLoader {loader_ab.a_median:.0f} images/s; tuned DataLoader ({tuned_desc}; the bursts"
-      f" compare {AB_COMPARES}): {loader_ab.verdict}")
-print(f"* steady state: DevicePipeline: {device_ab.verdict}")
+      f" compare {AB_COMPARES}): {loader_ab.verdict} Against the A/A control: {against_control(loader_ab)}")
+print(f"* steady state: DevicePipeline: {device_ab.verdict} Against the A/A control:"
+      f" {against_control(device_ab)}")
 print(f"* epoch start after a pass read to its end, loader alone, median of {repeats}: first batch "
       + ", ".join(f"{name} {statistics.median(m[0]):.3f} s" for name, m in measured.items())
       + f"; first {first_k} batches beyond the steady pace "

@@ -26,7 +26,7 @@
 # was measured on, and every conclusion is computed from the measurement above it.
 #
 # **Run time**: about 5 min in `cpu` (321 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
-# GPU, 2026-12-07: the outputs in `docs/recorded/`, each cell's seconds with them); under a minute in
+# GPU, 2026-12-07: the outputs in `docs/recorded/`, each cell's seconds with them); 40-70 s in
 # `smoke`; `gpu`: not timed for this version of the lesson.
 #
 # **Profiles.** `EFFKIT_PROFILE` picks the experiment size: `cpu` (the default without a GPU:

@@ -32,7 +32,7 @@
 # **Run time**: about 5 min in `cpu` (291 s recorded on a quiet 2-core Intel Xeon VM with AMX, no
 # GPU, 2026-12-07: the outputs in `docs/recorded/`, each cell's seconds with them; the six whole
 # training runs of section 4 take 40% of it; 514 s on the same VM 20 minutes earlier: its speed
-# varies); about a minute in `smoke`; `gpu`: not known (its one
+# varies); about 60 s in `smoke`; `gpu`: not known (its one
 # GPU run, on an H100 80GB HBM3 on 2026-11-23, was stopped at 235 s, unfinished, and the lesson has
 # grown since).
 #

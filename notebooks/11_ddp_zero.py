@@ -29,13 +29,15 @@
 #    checkpoint with `torch.distributed.checkpoint`;
 # 5. move those shards into host memory (ZeRO-Offload, FSDP2's `CPUOffloadPolicy`): count the bytes
 #    they keep off the device and the copies they add per step, and model the step's cost from Adam's
-#    step timed on the CPU and an assumed link bandwidth (measured on a GPU where there is one).
+#    step timed on the CPU and an assumed link bandwidth (device memory and step time measured on a
+#    GPU where there is one).
 #
-# **Run time**: about 40 s in `cpu` (38 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-07: the outputs in `docs/recorded/`), 14 s in `smoke`. The summary's last line prints
+# **Run time**: about 30 s in `cpu` (25 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-07: the outputs in `docs/recorded/`; 38 s on the same VM an hour earlier: its speed varies), 14 s in `smoke`. The summary's last line prints
 # this run's own time.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (the same code with `gloo`:
-# the NCCL lines are shown, not run, since one GPU gives one rank), `smoke` (tests only: tiny sizes,
+# the NCCL lines of sections 1-4 are shown, not run, since one GPU gives one rank; section 5's GPU
+# branch runs NCCL under torchrun where CUDA exists, and has not yet run on a GPU), `smoke` (tests only: tiny sizes,
 # its numbers show the code runs, not what is true). **What a 2-core machine can show:** the
 # arithmetic (exact equality with one process, counts of all-reduces, bytes per rank) holds anywhere;
 # speed-ups do not — 2 ranks on 2 shared cores compete with each other and with everything else, and
@@ -703,9 +705,9 @@ print(f"checkpoint files: {files}; weights loaded back, max difference {max(diff
 # and in optimizer steps on the CPU. Two designs:
 #
 # * **ZeRO-Offload** (Ren et al., 2021): the GPU keeps the fp16 parameters and runs forward and
-#   backward; the fp16 gradients go to the CPU, which holds the fp32 master weights, momentum and
-#   variance (the 12 of section 4's 16 bytes) and runs Adam (the paper's vectorised CPU-Adam); the
-#   updated fp16 parameters go back. That is 2 bytes a parameter up and 2 down per step. On several
+#   backward; the fp16 gradients go to the CPU, which holds them with the fp32 master weights,
+#   momentum and variance (14 of section 4's 16 bytes: the GPU keeps 2 bytes a parameter) and runs
+#   Adam (the paper's vectorised CPU-Adam); the updated fp16 parameters go back. That is 2 bytes a parameter up and 2 down per step. On several
 #   GPUs it builds on ZeRO-2: each rank offloads only its partition of the gradients and optimizer
 #   state. An optional one-step delayed parameter update overlaps the CPU's step with the GPU's next
 #   forward and backward.
@@ -715,10 +717,16 @@ print(f"checkpoint files: {files}; weights loaded back, max difference {max(diff
 #   state live in host memory. Each unit's parameter shard is copied host-to-device before its
 #   all-gather, each reduce-scattered gradient shard device-to-host in backward, and the optimizer
 #   steps on the CPU over CPU tensors. `pin_memory=True` (the default) pins the shards so that the
-#   copies can overlap compute. A unit resharded after forward (`reshard_after_forward`'s default for
+#   copies down can overlap compute (pinned memory is then locked out of the host's other use; the
+#   gradients' copies up block where gradients accumulate, `_fsdp_collectives.py`). FSDP2 copies a
+#   shard in its stored dtype and casts it on the device, so under `MixedPrecisionPolicy(param_dtype=
+#   torch.bfloat16)` the link still carries fp32: about 12 bytes per shard parameter a step (4 down,
+#   twice, 4 up), against ZeRO-Offload's 4 per parameter, whose design keeps the 16-bit parameters on
+#   the GPU. ZeRO-Offload's parameters-too counterpart is ZeRO-Infinity's (Rajbhandari et al., 2021). A unit resharded after forward (`reshard_after_forward`'s default for
 #   every unit but the root, `_fully_shard.py`) is gathered again in backward: its shard goes down
-#   twice a step. The device keeps only the units gathered at the moment, their gradients until they
-#   are reduce-scattered, and the activations.
+#   twice a step. The device keeps the units gathered at the moment (the next one may be prefetched,
+#   and the root stays gathered between forward and backward), their gradients until they are
+#   reduce-scattered, the collectives' buffers and the activations.
 #
 # On this machine `fully_shard(..., offload_policy=CPUOffloadPolicy(pin_memory=False))` runs (the
 # default `pin_memory=True` raises without a GPU driver), but on a `"cpu"` mesh the "device" *is* the
@@ -783,7 +791,8 @@ offload_rank = acct[r_offload]
 n_model = sum(p.numel() for p in mlp().parameters())
 down, up = offload_rank["counts"]["all_gather"][1], offload_rank["counts"]["reduce_scatter"][1]
 link_mib = (down + up) / 2**20
-print(f"rank {r_offload} under CPUOffloadPolicy, every tensor on {offload_rank['devices']}: parameter shards "
+print(f"rank {r_offload} under CPUOffloadPolicy, every tensor on {offload_rank['devices']} (as without the policy,"
+      f" on a CPU mesh): parameter shards "
       f"{offload_rank['params'] / 2**20:.2f} MiB, gradient shards {offload_rank['grads'] / 2**20:.2f} MiB, Adam state "
       f"{offload_rank['optimizer'] / 2**20:.2f} MiB = {held[r_offload] / 2**20:.2f} MiB that the policy keeps in host memory "
       f"instead of device memory on a GPU ({held[r_offload] / n_model:.1f} bytes per model parameter; arithmetic (4 + 4 + 8) / 2 = 8)")
@@ -798,13 +807,17 @@ lesson.check_guess(GUESS_LINK_MIB, link_mib, "MiB per step across the host link,
 # ### What offload costs a step: a model, and a GPU's measurement where one exists
 #
 # Where nothing overlaps, offload adds to each step the copies' time, `(down + up) / B_link`, and
-# the optimizer step on the CPU in place of the device's. `B_link` is an **assumption**: PCIe 4.0
-# runs 16 GT/s a lane (PCI-SIG), about 31.5 GB/s each way on x16 after its 128b/130b encoding; we take
-# 25 GB/s effective. The CPU step is measured here, on one thread per rank: through FSDP2's DTensors
+# the optimizer step on the CPU in place of the device's (the model below adds the CPU's step and
+# subtracts nothing: an upper bound, the device's own step not measured here). `B_link` is an
+# **assumption** for a PCIe 4.0 host with pinned memory: PCIe 4.0 runs 16 GT/s a lane (PCI-SIG), about
+# 31.5 GB/s each way on x16 after its 128b/130b encoding (PCIe 5.0 doubles it); we take 25 GB/s
+# effective, and add the two directions although the link is full duplex (conservative). The CPU step is measured here, on one thread per rank: through FSDP2's DTensors
 # (what the policy runs) and, for comparison, the same Adam over plain tensors of the shard's shapes.
 # A host that gives the step more cores, or ZeRO-Offload's CPU-Adam, may run it faster: not measured
-# here. Both terms grow with the parameters a rank holds and not with the batch; forward and
-# backward grow with both.
+# here. The copies and the plain-tensor step grow with the parameters a rank holds and not with the
+# batch, while forward and backward grow with both (Ren et al.'s argument for moving the step to the
+# CPU); the DTensor step's extra cost here is mostly a fixed cost per tensor (six tensors on this toy
+# model), not per parameter.
 
 # %%
 LINK_BYTES_S = 25e9  # ASSUMPTION: PCIe 4.0 x16, effective (line rate ~31.5 GB/s each way, PCI-SIG)
@@ -819,8 +832,8 @@ print(f"per parameter of the shard: the link {(down + up) / offload_rank['shard_
       f"({(down + up) / offload_rank['shard_params']:.0f} bytes), the CPU step {adam_ns:.1f} ns through FSDP2's DTensors, "
       f"{plain_ns:.1f} ns over plain tensors of the same shapes (median of {S['steps'] - 1}): the larger term here is "
       f"{'the CPU step' if adam_ms > link_ms else 'the copies'} ({max(adam_ms, link_ms) / min(adam_ms, link_ms):.0f}x); "
-      f"this CPU's forward + backward (with its collectives) took {compute_ms:.2f} ms, so the modelled cost is "
-      f"{(link_ms + adam_ms) / compute_ms:.0%} of it. A GPU's own step is the comparison that matters there: below.")
+      f"this CPU's forward + backward (with its collectives, over gloo) took {compute_ms:.2f} ms: not a GPU's,"
+      f" so no ratio for a GPU follows from it. A GPU's own step is the comparison that matters there: below.")
 
 GPU_BURST = 20  # steps per timed burst: a tiny model's GPU step is short, a burst should last >= ~50 ms
 if torch.cuda.device_count() > 0:
@@ -995,6 +1008,8 @@ print(f"* this run took {time.perf_counter() - LESSON_START:.0f} s")
 #   [torchrun](https://docs.pytorch.org/docs/stable/elastic/run.html),
 #   [torch.distributed.checkpoint](https://docs.pytorch.org/docs/stable/distributed.checkpoint.html),
 #   [ZeroRedundancyOptimizer](https://docs.pytorch.org/tutorials/recipes/zero_redundancy_optimizer.html).
+# * S. Rajbhandari et al., *ZeRO-Infinity: Breaking the GPU Memory Wall for Extreme Scale Deep
+#   Learning*, SC 2021, [arXiv:2104.07857](https://arxiv.org/abs/2104.07857) — parameters offloaded too.
 # * J. Ren et al., *ZeRO-Offload: Democratizing Billion-Scale Model Training*, USENIX ATC 2021,
 #   [arXiv:2101.06840](https://arxiv.org/abs/2101.06840).
 # * PyTorch, `CPUOffloadPolicy` and `fully_shard` (docstrings and source in this course's torch:

@@ -11,13 +11,15 @@ from effkit import data_parallel as dp
 
 
 def _fsdp2_step(rank, world):
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
+    cpu = init_device_mesh("cpu", (world,))  # the default mesh is CUDA's wherever a GPU exists
     model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 4))
     for layer in (model[0], model[2]):
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, mesh=cpu)
+    fully_shard(model, mesh=cpu)
     x, y = torch.randn(8, 6), torch.randint(4, (8,))
     with dp.count_collectives() as counts:
         F.cross_entropy(model(x), y).backward()

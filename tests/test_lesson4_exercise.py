@@ -114,6 +114,16 @@ def train_accumulated(model, optimizer, micro_batches, accum_steps):
                                          reduction="sum"), n)
         acc.step()"""
 
+ONE_BACKWARD_A_WINDOW = """def train_accumulated(model, optimizer, micro_batches, accum_steps):
+    for start in range(0, len(micro_batches), accum_steps):
+        window = micro_batches[start:start + accum_steps]
+        n = sum(int((y != IGNORE).sum()) for _, y in window)
+        loss = sum(F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE,
+                                   reduction="sum") for x, y in window) / n
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()"""
+
 
 # The reference's full marks (every check passing, test_recipe's 'wall time to it' line, no
 # tampering flag) and the stub's zero (every check failing for NotImplementedError) are asserted
@@ -130,6 +140,8 @@ def train_accumulated(model, optimizer, micro_batches, accum_steps):
         ("padding counted", PADDING_COUNTED, 2, "padding included"),
         ("gradients never cleared", NEVER_ZEROED, 2, "previous window's"),
         ("the library's answer", LIBRARY, 2, "GradAccumulator, the lesson's reference answer"),
+        # exact gradients, no accumulation: every micro-batch's activations held to the window's end
+        ("one backward a window", ONE_BACKWARD_A_WINDOW, 2, "backward once per micro-batch"),
     ],
 )
 def test_plausible_mistakes_score_what_they_deserve_with_a_hint(name, source, points, hint):

@@ -31,9 +31,10 @@
 #   gets exactly one `optimizer.step()`.
 # * The gradient at each step must be the gradient of: (sum of the cross-entropy of every real
 #   token in the window) / (number of real tokens in the window). Back-propagate each micro-batch
-#   separately: that is what keeps memory at one micro-batch's activations at a time, the point of
-#   accumulating (the grader checks the gradients, not the memory). Clear the gradients between
-#   windows.
+#   separately, one `backward()` per micro-batch: that is what keeps memory at one micro-batch's
+#   activations at a time, the point of accumulating (the grader counts the backward passes; one
+#   backward over a window's summed loss gives the same gradients and fails). Clear the gradients
+#   between windows.
 #
 # Write it yourself with plain PyTorch (`torch.nn.functional.cross_entropy` with
 # `reduction="sum"` and `ignore_index=IGNORE` helps); `effkit.accumulate.GradAccumulator` is the
@@ -108,9 +109,11 @@ check_my_work("test_last_window", "lesson4.ipynb")
 # time to the target is at most 1.25x the baseline's (the grader times both runs itself, one after
 # the other, on one thread). An unscaled LR, one far below or far above the linear rule's (8x below
 # missed 2 of 3 calibration tasks), or a scaled LR without warm-up, misses the target; the feedback
-# says which, not the LR to use. The grader's tolerance also admits LRs some way below the linear rule's: 4x below
-# (square-root scaling's, at 16x the baseline's batch) passed its calibration. It checks that the
-# recipe reaches the target in time, not that you used the linear rule.
+# says which, not the LR to use. The grader's tolerance also admits LRs some way below the linear
+# rule's: 4x below passed its calibration. That is square-root scaling's LR when `base_batch` is 16
+# and the effective batch 256; from `base_batch` 1 square-root scaling lands 16x below the linear
+# rule, from 4096 4x above it. The grader checks that the recipe reaches the target in time, not
+# that you used the linear rule.
 
 # %% nbgrader={"grade": false, "grade_id": "choose_recipe", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def choose_recipe(micro_batch, base_batch, base_lr, budget_samples):
@@ -143,22 +146,21 @@ check_my_work("test_recipe", "lesson4.ipynb")
 #    (a) its summed token loss divided by the window's 125 real tokens;
 #    (b) its mean token loss divided by 3, the number of micro-batches;
 #    (c) its summed token loss divided by its own real-token count.
-# 3. A ResNet trained with SGD at batch 128 and LR 0.1 moves to an effective batch of 512. A good
-#    first setting is:
-#    (a) LR 0.1, unchanged, since the averaged gradient keeps its scale;
-#    (b) LR 0.4 (linear scaling) with a short warm-up;
-#    (c) LR 0.2 (square-root scaling) and no warm-up.
-# 4. A noise scale of about 100 samples, estimated from a few batches, puts batch 512 past the
-#    critical batch in McCandlish et al.'s model. A one-seed sweep with the LR scaled linearly
-#    then needs 3.4x fewer steps to the target at batch 512 than at 128 (perfect scaling: 4x).
-#    What should you conclude?
-#    (a) the sweep is likely in error: past the noise scale the steps should fall much less;
-#    (b) one seed cannot decide between them: run more seeds before planning with either;
-#    (c) the model is refuted: here a bigger batch cuts the steps nearly in proportion.
+# 3. Adam at batch 256 with LR 1e-3 and β₂ = 0.999 moves to an effective batch of 1,024. By
+#    Malladi et al.'s square-root rule, the new LR and β₂ are:
+#    (a) LR 4e-3 and β₂ 0.999;
+#    (b) LR 2e-3 and β₂ 0.996;
+#    (c) LR 2e-3 and β₂ 0.999.
+# 4. Training in fp16, a `GradScaler` at loss scale 65,536, you call `clip_grad_norm_(params, 1.0)`
+#    before `scaler.unscale_(optimizer)`. The true (unscaled) gradient norm is 0.5. Against
+#    unscaling first, the gradient the optimizer then uses is:
+#    (a) 32,768 times too small;
+#    (b) 65,536 times too small;
+#    (c) the same: no clip fires.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "c", "q2": "a", "q3": "b", "q4": "b"}
+QUIZ_ANSWERS = {"q1": "c", "q2": "a", "q3": "b", "q4": "a"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

@@ -147,7 +147,19 @@ def run_and_compare(ctx: Context, count: int, accum_steps: int) -> str:
         f"{shown}: the gradients were right, but the weights after training are not the "
         f"optimizer's steps with them (off by {moved:.1%}): step only with optimizer.step()",
     )
-    return f"{count} micro-batches, accum_steps={accum_steps}: {len(wins)} steps (windows {sizes}), gradients exact"
+    backwards = r.data.get("backwards")
+    expect(isinstance(backwards, int), "the worker's answer was malformed")
+    if backwards != count:
+        raise CheckFailed(
+            f"{shown}: the gradients were right, but {count} micro-batches took {backwards} backward "
+            "pass(es). Call backward once per micro-batch, right after its forward: one backward over a "
+            "window's summed loss keeps every micro-batch's activations alive until the end of the "
+            "window, the memory that accumulation exists to save."
+        )
+    return (
+        f"{count} micro-batches, accum_steps={accum_steps}: {len(wins)} steps (windows {sizes}), "
+        f"one backward per micro-batch, gradients exact"
+    )
 
 
 def check_full_windows(ctx: Context) -> None:

@@ -24,7 +24,7 @@ MANIFEST = Manifest(
         "the full batch gives every real token the same weight": (
             "every token",
             "each token",
-            "equal",
+            "equal weight",
             "same weight",
             "mean over all",
         ),
@@ -38,9 +38,9 @@ MANIFEST = Manifest(
         "each micro-batch's summed loss is divided by the whole window's token count": (
             "whole window",
             "window's",
-            "total",
             "n_window",
-            "sum",
+            "total token",
+            "tokens in the window",
         ),
     },
 )

@@ -19,6 +19,10 @@ def probe_train(worker, seed: int, micro_batches: list, accum_steps: int):
         raise NameError("your solution cells define no function 'train_accumulated'")
     model = worker.watch(ac.TokenModel(seed))
     optimizer = worker.watch(ac.RecordingSGD(model.parameters()))
+    # A leaf's hook fires once per backward pass through it: one summed backward per window gives
+    # the same gradients but keeps every micro-batch's activations, which accumulation exists to free.
+    backwards: list[int] = []
+    model.out.weight.register_hook(lambda grad: backwards.append(1))
     init_meta, init_raw = tensor_msg(ac.flat_params(model))
     fn(model, optimizer, ac.tensors(micro_batches), accum_steps)
     grads = [tensor_msg(g) for g in optimizer.recorded[:MAX_STEPS]]
@@ -26,6 +30,7 @@ def probe_train(worker, seed: int, micro_batches: list, accum_steps: int):
     msg = {
         "init": init_meta,
         "steps": len(optimizer.recorded),
+        "backwards": len(backwards),
         "grads": [m for m, _ in grads],
         "after": after_meta,
     }

@@ -130,7 +130,8 @@ def _why(
     sqrt = base_lr * math.sqrt(batch / rt.MICRO_BATCH)
     if lr < 0.8 * linear:
         rule = (
-            " (that is square-root scaling, the rule for Adam, not for SGD)"
+            " in proportion (it matches square-root scaling, derived for Adam-like optimizers by "
+            "Malladi et al. 2022 and proposed for SGD too, by Krizhevsky 2014 and Hoffer et al. 2017)"
             if abs(lr - sqrt) <= 0.1 * sqrt
             else ""
         )
@@ -208,8 +209,9 @@ def judge(
     if ratio > MAX_TIME_RATIO:
         raise CheckFailed(
             f"{'; '.join(lines)}. You reached the target, but in {ratio:.2f}x the baseline's wall "
-            f"time: with {accum} micro-batches per step you need about as many samples as the "
-            "baseline and fewer optimizer steps, so you should not be slower. "
+            f"time: at {MIN_ACCUM} micro-batches per step a well-scaled recipe needed 1.1-1.5x the "
+            "baseline's samples in the grader's calibration, but far fewer optimizer steps make each "
+            f"sample about 1.6x cheaper: it kept within the {MAX_TIME_RATIO}x allowed. "
             f"{_why(accum, lr, warmup, base_lr, runs, base_batch)}."
         )
     lines.append(

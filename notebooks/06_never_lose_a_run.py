@@ -27,16 +27,17 @@
 # 6. preview `torch.distributed.checkpoint` for sharded state;
 # 7. keep an exponential moving average (EMA) of the weights and measure what it changes at the
 #    end of a run;
-# 8. measure what reproducibility costs (deterministic kernels) and how far results spread from
-#    seed to seed: what a change must beat before it is called an improvement.
+# 8. measure what reproducibility costs (PyTorch's deterministic mode) and how far results spread
+#    from seed to seed: what a change must beat before it is called an improvement.
 #
 # **Run time**: about 2 min in `cpu` (119 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`); 13 s in `smoke` (a 2-core AMD EPYC VM,
 # nothing else running); `gpu`: 2.1 min (129 s) on an H100 80GB HBM3, before sections 7 and 8 (the EMA,
 # reproducibility) came in.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
-# `smoke` (tests only: its numbers show the code runs, not what is true). You will predict
-# twice and run your own experiment in *Your turn*. The quiz and the graded exercise are in
+# `smoke` (tests only: its numbers show the code runs, not what is true). You will predict four
+# times (torn checkpoints, the cost of saving every step, what the EMA adds, what determinism
+# costs) and run your own experiment in *Your turn*. The quiz and the graded exercise are in
 # `exercises/lesson6/`.
 
 # %%
@@ -120,12 +121,16 @@ def evaluate(net, x=X_VAL, y=Y_VAL):
 # %% [markdown]
 # ## 1. Schedules, compared by time to target
 #
-# A constant LR is the baseline. **Warm-up + cosine** ramps the LR up over the first steps (large
-# early updates on a random network are unstable), then decays it along half a cosine
-# [Loshchilov & Hutter, SGDR]. **One-cycle** ramps up to a high peak and then linearly down to
-# ~0 [Smith & Topin]: the high middle explores, the low end settles. What matters is not the
-# final accuracy after a fixed budget but **how long it takes to reach the accuracy you need** —
-# counting the evaluations that tell you it was reached.
+# A constant LR is the baseline. The other two ramp the LR up linearly over the first tenth of the
+# steps — Goyal et al. (2017, §2.2) warmed up because a large LR from the first step hurt their
+# large-minibatch training early on, while the network changes rapidly — and then decay it to 0:
+# **warm-up + cosine** along half a cosine [Loshchilov & Hutter, SGDR], **one-cycle** along a
+# straight line (`effkit.schedules.one_cycle`, a simplified form of Smith & Topin's policy: theirs
+# climbs for a larger share of the run, and Smith (2018) also cycles the momentum against the LR, as
+# PyTorch's `OneCycleLR` does by default; here the momentum stays 0.9 in every run). All three share
+# one peak LR and the two share one warm-up, so what this compares is the *decay's shape*: none,
+# cosine, linear. What matters is not the final accuracy after a fixed budget but **how long it
+# takes to reach the accuracy you need** — counting the evaluations that tell you it was reached.
 #
 # Each run also keeps an average of its weights beside the model, updated off the clock (so the
 # times below are the schedules' own), and scores both on the held-out images at its end: section
@@ -136,8 +141,9 @@ def constant(optimizer, total_steps, warmup_steps):
     return LambdaLR(optimizer, lambda step: 1.0)
 
 
-# Same peak LR for all three, so only the schedule's *shape* differs. (Each shape's best LR may
-# differ too: comparing each at its own tuned LR is a search — lesson 12.)
+# Same peak LR for all three and the same warm-up for the two that have one, so only the decay's
+# *shape* differs. (Each shape's best LR may differ too: comparing each at its own tuned LR is a
+# search — lesson 12.)
 PEAK_LR = 0.2
 SCHEDULES = {f"constant LR {PEAK_LR}": (constant, PEAK_LR), f"warm-up + cosine, peak {PEAK_LR}": (warmup_cosine, PEAK_LR),
              f"one-cycle, peak {PEAK_LR}": (one_cycle, PEAK_LR)}
@@ -158,8 +164,9 @@ def correct_rows(net, x=X_VAL, y=Y_VAL):
 
 def train_schedule(schedule, peak, seed, bar, evals_per_epoch=4):
     """Train with `schedule`; returns [(wall seconds incl. evaluations, val accuracy)] per eval
-    (none with `evals_per_epoch=None`) and the end of the run: which held-out rows the last
-    weights and their EMA get right, the run's clock and the EMA updates' (off that clock)."""
+    (`evals_per_epoch` per epoch, plus one after the last step; none with `evals_per_epoch=None`) and
+    the end of the run: which held-out rows the last weights and their EMA get right, the run's
+    clock and the EMA updates' (off that clock)."""
     net = new_model(seed)
     ema = AveragedModel(net, multi_avg_fn=get_ema_multi_avg_fn(EMA_DECAY), use_buffers=True)
     opt = torch.optim.SGD(net.parameters(), lr=peak, momentum=0.9, weight_decay=5e-4, nesterov=True)
@@ -179,7 +186,7 @@ def train_schedule(schedule, peak, seed, bar, evals_per_epoch=4):
         loss.backward()
         opt.step()
         sched.step()
-        if every is not None and (step + 1) % every == 0:
+        if every is not None and ((step + 1) % every == 0 or step + 1 == total):  # the last step too
             accuracy = evaluate(net)[0]  # timed too: an evaluation is part of time-to-target
             sync(DEVICE)
             elapsed += time.perf_counter() - t0
@@ -217,7 +224,7 @@ plt.show()
 reached = {name: [time_to_target(run) for run in runs] for name, runs in curves.items()}
 for name, times in reached.items():
     shown = ", ".join("not reached" if t is None else f"{t:.1f} s" for t in times)
-    print(f"{name:28} final accuracy {', '.join(f'{run[-1][1]:.1%}' for run in curves[name]):14}"
+    print(f"{name:28} accuracy after the last step {', '.join(f'{run[-1][1]:.1%}' for run in curves[name]):14}"
           f" time to {TARGET:.0%}: {shown}")
 base = reached[f"constant LR {PEAK_LR}"]
 for name in list(SCHEDULES)[1:]:
@@ -243,11 +250,14 @@ for name in list(SCHEDULES)[1:]:
 # ## 2. Early stopping — and what evaluating costs
 #
 # Early stopping evaluates on held-out data at a fixed **cadence** (here: every epoch) and stops
-# after `patience` evaluations without improvement [Prechelt, "Early stopping — but when?"]. Two
-# costs come with it: each evaluation takes time (a forward pass over the validation set), and it
-# stops *after* the best point, so the **best weights must have been saved** when they happened —
-# the last weights are `patience` epochs worse. A small training set overfits quickly, so the
-# validation loss turns.
+# after `patience` evaluations without improving on the best so far — the common "patience" rule
+# (Keras' `EarlyStopping(patience=...)`, `effkit.early_stopping` here). Prechelt ["Early stopping —
+# but when?"] compared three related criteria: GL (the validation error a set fraction above its
+# best), PQ (GL against the training progress) and UP (the validation error rose over several
+# successive strips of epochs); patience is closest to UP. Two costs come with it: each evaluation
+# takes time (a forward pass over the validation set), and it stops *after* the best point, so the
+# **best weights must have been saved** when they happened — the last weights are `patience` epochs
+# worse. A small training set overfits quickly, so the validation loss turns.
 
 # %%
 es_x, es_y = X_TRAIN[:SIZES["es_train"]], Y_TRAIN[:SIZES["es_train"]]
@@ -257,7 +267,7 @@ net = new_model(0)
 opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
 stopper = EarlyStopping(patience=SIZES["patience"], mode="min")
 manager = CheckpointManager(es_dir, metric_mode="min")
-history, train_s, eval_s = [], 0.0, 0.0
+history, train_s, eval_s, es_save_s = [], 0.0, 0.0, 0.0
 for epoch in tqdm(range(SIZES["es_epochs"]), desc="early stopping", unit="epoch"):
     sync(DEVICE)
     t0 = time.perf_counter()
@@ -275,6 +285,8 @@ for epoch in tqdm(range(SIZES["es_epochs"]), desc="early stopping", unit="epoch"
     history.append(val_loss)
     stop = stopper.step(val_loss)
     manager.save(net, optimizer=opt, early_stopping=stopper, metric=val_loss, epoch=epoch + 1)
+    sync(DEVICE)
+    es_save_s += time.perf_counter() - t2
     if stop:
         break
 last_loss = evaluate(net)[1]
@@ -284,9 +296,10 @@ epochs_run = len(history)
 print(f"stopped after {epochs_run} of {SIZES['es_epochs']} epochs (patience {SIZES['patience']}); best "
       f"validation loss {stopper.best:.4f} at epoch {stopper.best_epoch + 1}")
 print(f"last weights: loss {last_loss:.4f}; restored best.pt: loss {best_loss:.4f}")
-eval_share = eval_s / (train_s + eval_s)
+es_total_s = train_s + eval_s + es_save_s  # the loop's clock: training, evaluations, checkpoint saves
+eval_share = eval_s / es_total_s
 print(f"evaluating {SIZES['n_val']} samples every epoch of {SIZES['es_train']}: {eval_s:.2f} s of "
-      f"{train_s + eval_s:.2f} s ({eval_share:.0%} of the run)")
+      f"{es_total_s:.2f} s ({eval_share:.0%} of training + evaluations + saves; the saves {es_save_s:.2f} s)")
 
 # %%
 fig, ax = plt.subplots(figsize=(6.5, 3.2))
@@ -510,7 +523,8 @@ save_ab = lesson.ab("training vs training + a save every step", burst(False), bu
 save_s = statistics.median(save_times)
 step_s = SIZES["batch"] / save_ab.a_median
 lesson.check_guess(GUESS_SAVE_EVERY_STEP, save_ab.ratio, "speed with a save every step / without", "{:.2f}x")
-print(f"one save: {save_s * 1e3:.1f} ms (median of {len(save_times)}); one training step: {step_s * 1e3:.1f} ms")
+print(f"one save: {save_s * 1e3:.1f} ms (median of {len(save_times)}); one training step: {step_s * 1e3:.1f} ms;"
+      f" one save = {save_s / step_s:.2f} steps here")
 
 # %% [markdown]
 # So how often? Saving every `τ` seconds of work costs `δ/τ` of the time in saves; a failure
@@ -539,11 +553,11 @@ ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# A save is not always cheap against the step (the cell above prints one save beside one step: in
-# two quiet recordings on a 2-core Intel Xeon with AMX, 2026-12-06, a save cost about 0.63 of a
-# step; large models pay more): make it asynchronous: copy the state to host memory (the blocking
-# part), write it in the background. Young/Daly then use the
-# blocking part as δ.
+# A save is not always cheap against a step: the A/B cell above printed one save in steps. A
+# save's time grows with the bytes it writes (model and optimizer state: section 3's table), a
+# step's with its arithmetic (model and batch size), so the ratio depends on the model, the batch
+# and the machine. Where it matters, make the save asynchronous: copy the state to host memory (the
+# blocking part), write it in the background. Young/Daly then use the blocking part as δ.
 
 # %%
 fig, ax = plt.subplots(figsize=(10, 2.2))
@@ -624,11 +638,14 @@ plt.show()
 #
 # Every run of section 1 kept an EMA, so the workload is that one: same network, data, schedules and
 # seeds. We expect the most noise to average away in the constant LR's last weights, so we train more
-# constant-LR seeds here (`ema_seeds`). Both models of a run are scored on the same held-out images, so
-# the difference EMA − raw is paired per run; its median gets an order-statistic interval with its
+# constant-LR seeds here (`ema_seeds`). Both models of a run are scored on the same held-out images
+# (for section 1's seeds, "raw" is the accuracy it printed after the last step), so the difference
+# EMA − raw is paired per run; its median gets an order-statistic interval with its
 # real coverage (`effkit.arms.paired_difference`, as in lessons 7-9), and the verdict says only what
 # that interval allows. Warm-up + cosine and one-cycle both end at an LR near zero: their runs are
-# pooled as one group (six separate runs, three seeds of each).
+# pooled as one group, one run per seed and schedule. The two runs of a seed share its initial
+# weights and data order, so they are not independent draws: that group's interval counts runs, not
+# independent seeds, and its stated coverage is approximate.
 #
 # **Predict.** At the end of a constant-LR run, how many points of held-out accuracy does the EMA
 # add to the last weights (negative if it loses)?
@@ -658,6 +675,11 @@ for group, runs in ema_groups.items():
     ema_diff[group] = paired_difference(raw, avg)
     rows_error = max(rows_half_width(end["raw"], end["ema"]) for end in runs)
     ema_verdict[group] = difference_verdict(ema_diff[group], "raw", "EMA", rows_error=rows_error)
+    if group != constant_name:  # two schedules on the same seeds: paired runs, not independent ones
+        pooled = (f"over {len(runs)} runs ({len(SIZES['seeds'])} seeds x {len(annealed)} schedules, not independent:"
+                  " coverage approximate)")
+        ema_verdict[group] = (ema_verdict[group].replace(f"over {len(runs)} seeds", pooled)
+                              .replace("these seeds", "these runs"))
     print(f"* {group} ({len(runs)} runs): raw {', '.join(f'{a:.1%}' for a in raw)}; EMA {', '.join(f'{a:.1%}' for a in avg)}")
     print(f"  -> {ema_verdict[group]}")
 rode = [end for runs in ends.values() for end in runs]  # section 1's runs, whose clock counts evaluations too
@@ -691,7 +713,8 @@ plt.show()
 #
 # ## 8. Reproducibility: what determinism costs, and the spread it cannot remove
 #
-# Section 4's bit-exact resume relied on `seed_everything(0, deterministic=True)`. PyTorch's
+# Section 4's bit-exact resume used `seed_everything(0, deterministic=True)`; whether it needed it
+# on this device, the same seed run twice with and without (after the A/B below) shows. PyTorch's
 # reproducibility notes list what a run needs to repeat itself bit for bit, and say that even then
 # completely reproducible results are not guaranteed across PyTorch releases, commits or platforms,
 # nor between CPU and GPU:
@@ -713,7 +736,10 @@ plt.show()
 # harmless where it is not needed. The notes warn that deterministic operations are often slower.
 # How much slower, here? The A/B below times the same training step with the default kernels (A) and
 # inside `deterministic_kernels()` (B), entered and left off the clock around each burst, and puts back
-# whatever was set before.
+# whatever was set before. On a CPU, cuDNN and its autotuner play no part, and the operations
+# `use_deterministic_algorithms` lists that this step runs (convolutions among them) are listed for
+# CUDA tensors only: there the likely cost is the NaN fill of new memory above. This A/B does not
+# isolate it; setting `torch.utils.deterministic.fill_uninitialized_memory = False` inside B would.
 #
 # **Predict.** Speed with deterministic kernels / speed without (1.0 = no cost), on this device?
 
@@ -765,6 +791,10 @@ assert settings_after == settings_before, (settings_before, settings_after)
 lesson.check_guess(GUESS_DETERMINISTIC_SPEED, det_ab.ratio, "speed with deterministic kernels / without", "{:.2f}x")
 print(f"after the A/B: deterministic algorithms {settings_after[0]}, cudnn.benchmark {settings_after[1]}"
       " (as before it)")
+# (no "NaN" in these words: the smoke test reads "nan" in the summary as a failed number)
+det_cause = ("on a CPU no cuDNN is involved: likely fill_uninitialized_memory, not isolated here"
+             if DEVICE.type == "cpu" else "deterministic kernels and fill_uninitialized_memory together")
+print(f"where B's cost, if any, comes from: {det_cause}")
 
 # %% [markdown]
 # What does determinism buy on this device? Run the same seed twice (section 4's `run()`, the
@@ -797,7 +827,8 @@ else:
 # trained networks differ, and that even a one-bit change in the initial weights makes training end
 # at very different weights. So the number a change must beat is the recipe's spread from seed to
 # seed. Sections 1 and 7 trained each schedule on several seeds, nothing else changed; here are their
-# final accuracies, and what they imply for a comparison.
+# final accuracies (section 1's seeds: the accuracies it printed after the last step; the constant
+# LR's extra seeds: section 7's), and what they imply for a comparison.
 
 # %%
 finals = {name: [accuracy_of(end["raw"]) for end in runs] for name, runs in ends.items()}
@@ -817,12 +848,13 @@ k, base_acc = len(finals[base]), statistics.mean(finals[base])
 rows_sd = 100 * math.sqrt(base_acc * (1 - base_acc) / SIZES["n_val"])
 spread_rule = (f"{base}: changing only the seed moved its final accuracy over"
                f" {100 * (max(finals[base]) - min(finals[base])):.1f} points ({k} seeds), so a difference inside that"
-               " range is one the seed alone produced here" if k > 1 else
+               " range is one the seed alone could have produced here" if k > 1 else
                f"{base}: one seed, so its spread from seed to seed is not measured here")
 spread_rule += (f"; one run of a change that beats all {k} seed(s) of the recipe proves little: an unchanged"
                 f" recipe's next run does that {1 / (k + 1):.0%} of the time (it is as likely to rank anywhere among"
                 f" {k + 1}); every run of a change above every run of the recipe, {k} seed(s) each, happens by chance"
-                f" {1 / math.comb(2 * k, k):.0%} of the time (one-sided; effkit.seed_compare, as in section 1)")
+                f" {1 / math.comb(2 * k, k):.0%} of the time (one-sided; effkit.seed_compare's test, used on"
+                " seeds in lessons 1 and 4)")
 print(spread_rule)
 print(f"and every accuracy above is measured on one fixed set of {SIZES['n_val']:,} images: on new images each"
       f" carries its own sampling error too (SD about {rows_sd:.1f} points at {base_acc:.0%})")
@@ -831,8 +863,8 @@ print(f"and every accuracy above is measured on one fixed set of {SIZES['n_val']
 # ## Your turn
 #
 # Re-run the schedule comparison with your own peak LR and warm-up (`MY_PEAK`, `MY_WARMUP_FRAC`):
-# does one-cycle still reach the target, and as soon as warm-up + cosine (the recorded run: both
-# reached it, the constant LR in none of its 3 seeds)? Then set the Young/Daly
+# does one-cycle still reach the target, and as soon as warm-up + cosine (section 1 printed which
+# schedules reached it, and on how many seeds)? Then set the Young/Daly
 # interval for *your* machines: what MTBF makes saving every 100 steps optimal here?
 
 # %%
@@ -875,10 +907,11 @@ for name, times in reached.items():
     shown = ", ".join("not reached" if t is None else f"{t:.1f} s" for t in times)
     print(f"* {name}: time to {TARGET:.0%} validation accuracy {shown} ({len(times)} seed(s))")
 print(f"* early stopping (patience {SIZES['patience']}): {epochs_run} of {SIZES['es_epochs']} epochs run;"
-      f" best epoch {stopper.best_epoch + 1}; evaluations {eval_share:.0%} of the run's time;"
+      f" best epoch {stopper.best_epoch + 1}; evaluations {eval_share:.0%} of training + evaluations + saves;"
       f" restoring best.pt: loss {last_loss:.4f} -> {best_loss:.4f}")
 print(f"* checkpoint of a {sum(p.numel() for p in net.parameters()):,}-parameter model: "
-      f"{path.stat().st_size / 1024:.0f} KiB; one save {save_s * 1e3:.1f} ms, one step {step_s * 1e3:.1f} ms")
+      f"{path.stat().st_size / 1024:.0f} KiB; one save {save_s * 1e3:.1f} ms, one step {step_s * 1e3:.1f} ms"
+      f" ({save_s / step_s:.2f} steps a save)")
 for name, count in torn.items():
     print(f"* {name}: {count} of {SIZES['kills']} random kills left an unloadable checkpoint")
 for name, diff in resume_diff.items():
@@ -891,7 +924,7 @@ for label, mtbf in MTBF.items():
 for group, said in ema_verdict.items():
     print(f"* EMA of the weights (decay {EMA_DECAY:.3f}, about one epoch) at the end of {group}: {said}")
 print(f"* one EMA update: {ema_ms:.2f} ms, {ema_cost:.1%} of section 1's clock")
-print(f"* deterministic vs default kernels: {det_ab.verdict}")
+print(f"* deterministic vs default kernels ({det_cause}): {det_ab.verdict}")
 for mode, diff in same_seed_diff.items():
     print(f"* the same seed twice, {mode}: max |weight difference| {diff:.1e}")
 for name, line in spread_lines.items():
@@ -902,9 +935,13 @@ print(f"* {spread_rule}")
 # ### Quiz and exercise
 #
 # The quiz and the graded exercise are in `exercises/lesson6/`: make a training loop crash-safe.
-# The grader kills your worker at random moments — between steps, mid-epoch, in the middle of a
-# save — restarts it, and compares the final weights bit for bit with its own uninterrupted run;
-# when early stopping fires, the weights you keep must be the best ones.
+# The grader kills your worker twice and restarts it each time: once between two steps of epoch 3,
+# at a step it draws, and once in the middle of a save — not at random: in the first `torch.save`
+# file written into your checkpoint folder once the epoch after the best one has begun, while early
+# stopping counts its patience. It serves the training batches itself, from where the run resumes,
+# so a restart must restore its state, not re-train what it lost. It compares the final weights bit
+# for bit with its own uninterrupted run; when early stopping fires, the weights you keep must be
+# the best ones.
 #
 # ### References
 #
@@ -917,6 +954,11 @@ print(f"* {spread_rule}")
 #   [arXiv:1608.03983](https://arxiv.org/abs/1608.03983) — cosine annealing.
 # * L. N. Smith, N. Topin, *Super-Convergence: Very Fast Training of Neural Networks Using Large
 #   Learning Rates*, 2017, [arXiv:1708.07120](https://arxiv.org/abs/1708.07120) — one-cycle.
+# * L. N. Smith, *A disciplined approach to neural network hyper-parameters: Part 1 — learning rate,
+#   batch size, momentum, and weight decay*, 2018,
+#   [arXiv:1803.09820](https://arxiv.org/abs/1803.09820) — cyclical momentum.
+# * P. Goyal et al., *Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour*, 2017,
+#   [arXiv:1706.02677](https://arxiv.org/abs/1706.02677) — gradual warm-up (section 2.2).
 # * L. Prechelt, *Early Stopping — But When?*, in Neural Networks: Tricks of the Trade, 1998,
 #   [doi:10.1007/3-540-49430-8_3](https://doi.org/10.1007/3-540-49430-8_3).
 # * B. T. Polyak, A. B. Juditsky, *Acceleration of Stochastic Approximation by Averaging*, SIAM

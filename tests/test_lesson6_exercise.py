@@ -112,22 +112,61 @@ def test_tear_never_follows_a_link_or_opens_a_fifo_the_learner_planted(tmp_path)
     assert secret.read_text() == "the grader's file " * 100
 
 
-def test_the_save_watcher_kills_on_the_first_write_once_armed(tmp_path):
+def _killed_by(tmp_path, *writes) -> tuple[list, str | None]:
+    """Arm a watcher on ``tmp_path``, make the ``writes`` (callables), wait up to a second."""
     from grader.assignments.lesson6.faults import SaveWatcher
 
     killed = []
     watcher = SaveWatcher(tmp_path, lambda: killed.append(True))
     try:
-        (tmp_path / "before.pt").write_bytes(b"x")  # not armed: no kill
+        torch.save({"w": 1}, tmp_path / "before.pt")  # not armed: no kill
         watcher.arm()
-        (tmp_path / "during.pt").write_bytes(b"y" * 1000)
+        for write in writes:
+            write()
         for _ in range(100):
             if killed:
                 break
             time.sleep(0.01)
     finally:
         watcher.close()
-    assert killed == [True] and watcher.fired == "during.pt"
+    return killed, watcher.fired
+
+
+def test_the_save_watcher_kills_on_the_first_checkpoint_write_once_armed(tmp_path):
+    """A log line or a marker written first does not draw the kill away from the real save
+    (an in-place torch.save behind a decoy write scored 12 instead of 2, a review found)."""
+    killed, fired = _killed_by(
+        tmp_path,
+        lambda: (tmp_path / "log.txt").write_text("epoch 3\n"),
+        lambda: (tmp_path / "e3").write_bytes(b"y" * 1000),
+        lambda: torch.save({"w": torch.arange(1000.0)}, tmp_path / "last.pt"),
+    )
+    assert killed == [True] and fired == "last.pt"
+
+
+def test_an_atomic_save_renamed_before_the_watcher_looked_is_still_the_one_killed(tmp_path):
+    """Under load the watcher may read the write's event after the rename: the kill follows the
+    file to its new name, and `tear` plants the torn temporary file."""
+    from grader.assignments.lesson6.faults import _EVENT, IN_MODIFY, IN_MOVED_TO, SaveWatcher
+
+    watcher = SaveWatcher.__new__(SaveWatcher)
+    watcher.directory, watcher.events, watcher.armed, watcher.fired = tmp_path, [], True, None
+    watcher._gone, killed = None, []
+    watcher._kill = lambda: killed.append(True)
+    torch.save({"w": 1}, tmp_path / "last.pt")  # the tmp file, already renamed onto last.pt
+    raw = b"".join(  # the two events as inotify queues them: the write, then the rename
+        _EVENT.pack(0, mask, 0, len(name) + 1) + name.encode() + b"\0"
+        for mask, name in ((IN_MODIFY, "last.pt.tmp"), (IN_MOVED_TO, "last.pt"))
+    )
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, raw)
+    watcher._fd = read_fd
+    try:
+        watcher._read(fire=True)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+    assert killed == [True] and watcher.fired == "last.pt.tmp"
 
 
 # -- gradings (three or four sandboxed workers each) --------------------------------------------
@@ -228,6 +267,66 @@ def test_a_run_that_saves_every_step_unless_it_is_timed_earns_no_overhead_points
     assert set(failed) == {"test_overhead"}, (observable, failed)
     assert got == sum(POINTS.values()) - POINTS["test_overhead"]
     assert "not every step" in failed["test_overhead"], failed["test_overhead"]
+
+
+# A restart that replays the lost epochs instead of restoring them: no model state is ever saved,
+# only a marker per epoch. With the training set in the worker it scored 12/12 (a review, 2026-12-07);
+# the parent now serves each batch once the run reaches it.
+PRIVATE_REPLAY = """def train(task, ckpt_dir):
+    import torch.nn.functional as F
+
+    marks = [int(n[1:]) for n in os.listdir(ckpt_dir) if n.startswith("e")]
+    resume, best, best_loss, bad = max(marks, default=0), None, math.inf, 0
+    for epoch in range(task.max_epochs):
+        for x, y in task.batches(epoch):
+            if epoch >= resume:
+                task.train_step(x, y)
+                continue
+            task.model.train()  # replayed in private: the step hook never hears of it
+            loss = F.cross_entropy(task.model(x), y)
+            task.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            task.optimizer.step()
+            task.scheduler.step()
+        if epoch >= resume:
+            open(os.path.join(ckpt_dir, f"e{epoch + 1}"), "w").close()
+        loss = task.evaluate()
+        if loss < best_loss:
+            best, best_loss, bad = {k: v.clone() for k, v in task.model.state_dict().items()}, loss, 0
+        else:
+            bad += 1
+            if bad >= task.patience:
+                break
+    task.model.load_state_dict(best)"""
+
+# The same, with the uninterrupted run computed before the first step from the task's seed.
+SHADOW_RUN = """def train(task, ckpt_dir):
+    from grader.assignments.lesson6.task import reference_run
+
+    ref = reference_run(task.seed)
+    marks = [int(n[1:]) for n in os.listdir(ckpt_dir) if n.startswith("e")]
+    for epoch in range(max(marks, default=0), ref["epochs"]):
+        open(os.path.join(ckpt_dir, f"e{epoch}"), "w").write("x")
+        for x, y in task.batches(epoch):
+            task.train_step(x, y)
+    task.model.load_state_dict(ref["best"])"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, source", [("private replay", PRIVATE_REPLAY), ("shadow run", SHADOW_RUN)]
+)
+def test_a_run_that_recomputes_what_it_lost_instead_of_restoring_it_earns_only_the_quiz(
+    name, source
+):
+    """No checkpoint of the model: a restart re-trains the lost epochs where the grader cannot see
+    them. The training batches live in the parent, served in order: the replay is refused, and a
+    run made from the seed alone trains on other data."""
+    got, verdicts, _ = _score(SOLUTION, train=source)
+    failed = {g: v.reason for g, v in verdicts.items() if not v.passed}
+    assert got == POINTS["test_quiz"], (name, failed)
+    if name == "private replay":
+        assert "not re-train what it lost" in failed["test_resume"], failed["test_resume"]
 
 
 DODGES = {  # a train that never reaches the grader's kill, so its first worker just finishes

@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE = 0x2, 0x8, 0x80, 0x100
+ZIP_MAGIC = b"PK\x03\x04"  # what every torch.save file starts with
 _EVENT = struct.Struct("iIII")
 
 
@@ -50,11 +51,30 @@ def incomplete(path: Path) -> bool:
         return True
 
 
+def zip_start(path: Path) -> bool | None:
+    """Whether ``path`` starts like a ``torch.save`` file; None when it is gone (renamed, removed)."""
+    try:
+        fd = open_regular(path)
+    except FileNotFoundError:
+        return None
+    except OSError:  # a link, a FIFO, a device: never a checkpoint the grader tears
+        return False
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read(len(ZIP_MAGIC)) == ZIP_MAGIC
+
+
 class SaveWatcher:
+    """Kills the worker at the first write of a checkpoint once armed. Only ``torch.save`` files
+    count: a write to any other file first (a log line, a marker) would let the kill land before the
+    real save and an in-place save go untested (a review found it: 12 points instead of 2)."""
+
     def __init__(self, directory: Path, kill) -> None:
         self.directory, self._kill = directory, kill
         self.events: list[tuple[int, str]] = []
         self.fired: str | None = None  # the file being written when the worker was killed
+        self._gone: str | None = (
+            None  # a written file renamed before it was read: judged by its target
+        )
         self.armed = False
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -94,11 +114,22 @@ class SaveWatcher:
             offset += _EVENT.size + length
             text = name.decode(errors="replace")
             self.events.append((mask, text))
-            if fire and self.armed and mask & IN_MODIFY and self.fired is None:
-                self.armed = False
-                self.fired = text
-                with contextlib.suppress(Exception):  # the main thread may be closing it too
-                    self._kill()
+            if not (fire and self.armed and self.fired is None):
+                continue
+            if mask & IN_MODIFY:
+                start = zip_start(self.directory / text)
+                if start:
+                    self._fire(text)
+                elif start is None:  # an atomic save renamed before the watcher looked (load)
+                    self._gone = text
+            elif mask & IN_MOVED_TO and self._gone is not None and zip_start(self.directory / text):
+                self._fire(self._gone)  # `tear` plants the torn temporary file it was
+
+    def _fire(self, name: str) -> None:
+        self.armed = False
+        self.fired = name
+        with contextlib.suppress(Exception):  # the main thread may be closing it too
+            self._kill()
 
     def _watch(self) -> None:
         while not self._stop.is_set() and self._fd >= 0:

@@ -20,12 +20,28 @@ class _Parent:
 
     def __init__(self, worker):
         self._chan = worker.chan
+        self._next: dict = {}  # the batch the last go-ahead carried: the step after it
 
     def __call__(self, epoch: int, index: int) -> None:
-        self._chan.send({"event": "dev", "kind": "step", "epoch": epoch, "index": index})
+        reply = self._ask("step", epoch, index)
+        if "at" in reply:
+            self._next = {tuple(reply["at"]): _tensors(reply)}
+
+    def batch(self, epoch: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training batch ``index`` of ``epoch``, from the parent (which alone holds the data)."""
+        cached = self._next.pop((epoch, index), None)
+        return cached if cached is not None else _tensors(self._ask("batch", epoch, index))
+
+    def _ask(self, kind: str, epoch: int, index: int) -> dict:
+        self._chan.send({"event": "dev", "kind": kind, "epoch": epoch, "index": index})
         reply = self._chan.receive()
         if not reply or reply.get("cmd") != "dev_ok":
             raise RuntimeError("the grader went away")
+        return reply
+
+
+def _tensors(reply: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.tensor(reply["x"], dtype=torch.int64), torch.tensor(reply["y"], dtype=torch.int64)
 
 
 def _weights(model) -> tuple[dict, list[bytes]]:
@@ -43,7 +59,7 @@ def _warm_up(seed: int) -> None:
     dilute the first timed epoch. The run's own ``Task`` re-seeds the global RNG."""
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    task = Task(seed + 1)
+    task = Task(seed + 1)  # its own data, made here: not the run's
     for _, (x, y) in zip(range(WARM_STEPS), task.batches(0), strict=False):
         task.train_step(x, y)
     task.evaluate()
@@ -54,7 +70,7 @@ def _train(worker, seed: int, hook):
     if not callable(fn):
         raise NameError("your solution cells define no function 'train'")
     _warm_up(seed)
-    task = worker.watch(Task(seed, hook))
+    task = worker.watch(Task(seed, hook, fetch=hook.batch))
     fn(task, os.environ["EFFKIT_GRADER_STATE"])
     return _weights(task.model)
 
@@ -67,4 +83,9 @@ def probe_bare(worker, seed: int, max_epochs: int = MAX_EPOCHS):
     """The same run with no checkpoints at all, in a worker with no learner code: the baseline, driven
     epoch by epoch beside the learner's workers (:mod:`grader.assignments.lesson6.timing`)."""
     _warm_up(seed)
-    return _weights(reference_loop(Task(seed, _Parent(worker), max_epochs))["task"].model)
+    parent = _Parent(
+        worker
+    )  # its batches come over the channel too, as the learner's do: a fair A/B
+    return _weights(
+        reference_loop(Task(seed, parent, max_epochs, fetch=parent.batch))["task"].model
+    )

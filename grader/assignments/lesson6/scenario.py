@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 
 from grader.assignments.lesson6.faults import SaveWatcher, kill_now, tear
-from grader.assignments.lesson6.task import Task, reference_run
-from grader.assignments.lesson6.timing import EpochTimer
+from grader.assignments.lesson6.task import Task, TrainData, reference_run
+from grader.assignments.lesson6.timing import EpochTimer, batch_reply, next_batch
 from grader.kit.checks import (
     ChannelError,
     CheckFailed,
@@ -41,6 +41,7 @@ class _Kill(Exception):
 class Life:
     kind: str  # the planned kill: "step", "save" or "end"
     first: int | None = None  # global index of the first step this worker trained
+    fetched: int | None = None  # the first batch it asked for, before it trained any
     done: int = 0  # steps done when it was killed (its last go-ahead + 1)
     end: str = ""
     failure: str = ""  # the learner's run raised / crashed (learner-facing)
@@ -51,6 +52,7 @@ class Life:
 class Scenario:
     seed: int
     ref: dict
+    data: TrainData  # the training set: only the parent holds it, and serves it batch by batch
     lives: list[Life] = field(default_factory=list)
     final: dict | None = None
     problem: str = ""  # why the run could not be judged (learner-facing)
@@ -63,12 +65,12 @@ class Scenario:
     timing_failure: str = ""  # the baseline's own failure (a grader bug)
 
 
-def _draw_seed(ctx: Context) -> tuple[int, dict]:
+def _draw_seed(ctx: Context) -> tuple[int, TrainData, dict]:
     for _ in range(20):
-        seed = ctx.rng.randrange(1 << 20)
-        ref = reference_run(seed)
+        seed, data_seed = ctx.rng.randrange(1 << 20), ctx.rng.randrange(1 << 20)
+        ref = reference_run(seed, data_seed=data_seed)
         if ref["stopped"] and ref["epochs"] >= MIN_EPOCHS:
-            return seed, ref
+            return seed, TrainData(data_seed), ref
     raise CheckFailed("the grader could not draw a run that stops early (a grader bug: report it)")
 
 
@@ -106,7 +108,16 @@ def _life(
         ):
             raise _Kill("malformed")
         step = epoch * SPE + index
+        if msg.get("kind") == "batch":
+            return _batch(sc, life, step)
         if life.first is None:
+            if life.fetched is not None and step != life.fetched:
+                life.failure = (
+                    f"train(task, ckpt_dir) trained step {step} after asking for the batch of step "
+                    f"{life.fetched}: train each batch task.batches(epoch, start) gives with "
+                    "task.train_step, in order"
+                )
+                raise _Kill("malformed")
             life.first = step
         elif step != life.done:  # every batch in order: the kills and the timed epochs rely on it
             life.failure = (
@@ -120,7 +131,7 @@ def _life(
             watcher.arm()  # the next write into the folder kills the worker
         timer.step(number, step, life.first, session.box)
         life.done = step + 1
-        return {}
+        return next_batch(sc.data, step)  # where the run stands now: the only batch it may have
 
     try:
         r = session.call("run", CALL_SECONDS, serve, seed=sc.seed)
@@ -157,14 +168,34 @@ def _life(
     return False
 
 
+def _batch(sc: Scenario, life: Life, step: int) -> dict:
+    """Serve the batch of ``step`` only where the run stands: the step it trains next, or (before its
+    first step) the one it resumes at. A restart that asks for earlier batches, to re-train the lost
+    epochs in private instead of restoring them, is stopped here."""
+    if life.first is None:
+        life.fetched = step if life.fetched is None else life.fetched
+        wanted = life.fetched
+    else:
+        wanted = life.done
+    if step != wanted:
+        life.failure = (
+            f"train(task, ckpt_dir) asked for the batch of step {step} where the run stood at step {wanted} "
+            "(not yet trained with task.train_step, whose hook tells the grader where the run is): the "
+            "grader serves each batch once the run reaches it, in order. A restarted run must restore its "
+            "state from the checkpoint, not re-train what it lost"
+        )
+        raise _Kill("malformed")
+    return batch_reply(sc.data, step // SPE, step % SPE)
+
+
 def run_scenario(ctx: Context) -> Scenario:
     cached = getattr(ctx.session, "lesson6_scenario", None)
     if cached is not None:
         return cached
     source = "\n".join(src for _, src in ctx.session.cells)
     used = [n for n in REFERENCE_NAMES if n in source]
-    seed, ref = _draw_seed(ctx)
-    sc = Scenario(seed, ref)
+    seed, data, ref = _draw_seed(ctx)
+    sc = Scenario(seed, ref, data)
     ctx.session.lesson6_scenario = sc
     if used:
         sc.problem = f"your train uses effkit's {used[0]}, the lesson's reference answer: write the save and load yourself"
@@ -185,7 +216,7 @@ def run_scenario(ctx: Context) -> Scenario:
     ctx.session.close()  # the next worker starts with the state folder
     ctx.session.state_dir = state
     # The baseline for test_overhead, beside every worker of the learner's (no run of its own to tell apart).
-    timer = EpochTimer(ctx.session.probes, ctx.session.setup, seed)
+    timer = EpochTimer(ctx.session.probes, ctx.session.setup, seed, data)
     try:
         try:  # the first worker starts while the baseline's does (both untimed)
             ctx.session.start()

@@ -31,6 +31,26 @@ def _data(gen: torch.Generator, n: int, noise: float) -> tuple[torch.Tensor, tor
     return tokens, labels
 
 
+VAL_SEED = (
+    7_919  # the validation set's generator: its own, so the training data need not exist here
+)
+
+
+class TrainData:
+    """The training set of ``data_seed`` and its batch order: on the grader's side of the channel."""
+
+    def __init__(self, data_seed: int) -> None:
+        self.data_seed = data_seed
+        self._x, self._y = _data(torch.Generator().manual_seed(data_seed), N_TRAIN, LABEL_NOISE)
+
+    def batch(self, epoch: int, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        order = torch.randperm(
+            N_TRAIN, generator=torch.Generator().manual_seed(self.data_seed * 1000 + epoch)
+        )
+        idx = order[index * BATCH : (index + 1) * BATCH]
+        return self._x[idx], self._y[idx]
+
+
 class Classifier(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -44,18 +64,29 @@ class Classifier(nn.Module):
 
 
 class Task:
-    """The run to make crash-safe. Everything is rebuilt identically from ``seed`` on restart."""
+    """The run to make crash-safe. Everything is rebuilt identically from ``seed`` on restart.
+
+    ``fetch(epoch, index) -> (x, y)``: where the training batches come from. The grader's worker gets
+    them from the parent, which alone knows ``data_seed``: a restarted run can get only the batches
+    from where it resumes, so it cannot re-train the epochs it lost in private (a shadow run). Without
+    ``fetch`` the batches are made here from ``data_seed`` (default ``seed``)."""
 
     steps_per_epoch = N_TRAIN // BATCH
     max_epochs = MAX_EPOCHS
     patience = PATIENCE
 
-    def __init__(self, seed: int, hook=None, max_epochs: int = MAX_EPOCHS) -> None:
+    def __init__(
+        self,
+        seed: int,
+        hook=None,
+        max_epochs: int = MAX_EPOCHS,
+        data_seed: int | None = None,
+        fetch=None,
+    ) -> None:
         self.seed = seed
         self.max_epochs = max_epochs  # the LR schedule keeps its MAX_EPOCHS length
-        gen = torch.Generator().manual_seed(seed)
-        self._x, self._y = _data(gen, N_TRAIN, LABEL_NOISE)
-        self._val_x, self._val_y = _data(gen, N_VAL, 0.0)
+        self._fetch = fetch or TrainData(seed if data_seed is None else data_seed).batch
+        self._val_x, self._val_y = _data(torch.Generator().manual_seed(seed + VAL_SEED), N_VAL, 0.0)
         torch.manual_seed(seed)  # the model's initial weights, then dropout's stream
         self.model = Classifier()
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=LR, momentum=0.9)
@@ -66,14 +97,10 @@ class Task:
         self._at = (0, 0)
 
     def batches(self, epoch: int, start: int = 0):
-        """Batches ``start, start + 1, ...`` of ``epoch``; the order depends on (seed, epoch) only."""
-        order = torch.randperm(
-            N_TRAIN, generator=torch.Generator().manual_seed(self.seed * 1000 + epoch)
-        )
+        """Batches ``start, start + 1, ...`` of ``epoch``; the order depends on (data seed, epoch) only."""
         for index in range(start, self.steps_per_epoch):
             self._at = (epoch, index)
-            idx = order[index * BATCH : (index + 1) * BATCH]
-            yield self._x[idx], self._y[idx]
+            yield self._fetch(epoch, index)
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> float:
         """One optimizer step (forward with dropout, backward, SGD, LR schedule)."""
@@ -139,9 +166,9 @@ def reference_loop(task: Task) -> dict:
     }
 
 
-def reference_run(seed: int, max_epochs: int = MAX_EPOCHS) -> dict:
+def reference_run(seed: int, max_epochs: int = MAX_EPOCHS, data_seed: int | None = None) -> dict:
     """`reference_loop` on a fresh task, one thread, deterministic kernels (as in the worker)."""
     with single_thread():
-        out = reference_loop(Task(seed, max_epochs=max_epochs))
+        out = reference_loop(Task(seed, max_epochs=max_epochs, data_seed=data_seed))
     del out["task"]
     return out

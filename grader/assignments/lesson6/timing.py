@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
-from grader.assignments.lesson6.task import MAX_EPOCHS, Task
+from grader.assignments.lesson6.task import MAX_EPOCHS, Task, TrainData
 from grader.kit.checks import ProbeSession
 
 BARE_SECONDS = (
@@ -20,16 +20,30 @@ SEGMENT = Task.steps_per_epoch // 2  # steps per timed window
 _clock = time.perf_counter
 
 
+def batch_reply(data: TrainData, epoch: int, index: int) -> dict:
+    """A training batch as plain JSON lists (a few hundred integers: no tensor blobs needed)."""
+    x, y = data.batch(epoch, index)
+    return {"at": [epoch, index], "x": x.tolist(), "y": y.tolist()}
+
+
+def next_batch(data: TrainData, step: int) -> dict:
+    """The go-ahead for ``step`` carries the batch of the step after it: one round trip a step, as
+    before the batches moved to the parent (a second one narrowed the overhead check's margin)."""
+    return batch_reply(data, (step + 1) // Task.steps_per_epoch, (step + 1) % Task.steps_per_epoch)
+
+
 class _Stop(Exception):
     """Raised in the baseline's serve callback once the grading no longer needs it."""
 
 
 class EpochTimer:
-    def __init__(self, probes: str, setup: list[tuple[str, str]], seed: int) -> None:
+    def __init__(
+        self, probes: str, setup: list[tuple[str, str]], seed: int, data: TrainData
+    ) -> None:
         self.session = ProbeSession(
             probes, setup, [], [], grader_only=True
         )  # refuses learner cells
-        self.seed = seed
+        self.seed, self.data = seed, data
         self.bare: dict[
             int, float
         ] = {}  # segment -> seconds, the grader's loop without checkpoints
@@ -63,9 +77,11 @@ class EpochTimer:
             self._cond.notify_all()
 
     def _serve(self, msg: dict, blobs=()) -> dict:
+        if msg.get("kind") == "batch":  # the grader's own probe asks in order
+            return batch_reply(self.data, msg["epoch"], msg["index"])
         step = msg["epoch"] * Task.steps_per_epoch + msg["index"]  # the grader's own probe
         if step % SEGMENT:
-            return {}
+            return next_batch(self.data, step)
         seg, now = step // SEGMENT, _clock()
         with self._cond:
             if seg - 1 in self._bare_go:
@@ -75,8 +91,9 @@ class EpochTimer:
             self._cond.wait_for(lambda: self._allowed > seg or self._closing)
             if self._closing:
                 raise _Stop
+        reply = next_batch(self.data, step)
         self._bare_go[seg] = _clock()
-        return {}
+        return reply
 
     # -- the parent's side ------------------------------------------------------------------------
     def ready(self, timeout_s: float) -> bool:

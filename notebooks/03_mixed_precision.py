@@ -14,7 +14,9 @@
 # # Lesson 3 — Mixed precision
 #
 # **Goal:** run the bulk of the arithmetic in 16-bit floats where the hardware is faster at it,
-# keep what needs range and precision in fp32, and know — by measuring — when it does not pay.
+# keep in fp32 what autocast's op lists mark as needing range or precision (these lists differ by
+# device: on CUDA softmax and layer norm stay fp32, while in the recorded CPU run they ran in bf16),
+# and know — by measuring — when it does not pay.
 # We will:
 #
 # 1. see what fp32, bf16 and fp16 can represent, and pick one per device with
@@ -29,7 +31,8 @@
 # 21:25 UTC: `docs/recorded/manifest.json`, its outputs in `docs/recorded/`). On a CPU without native bf16 (AVX2 only) expect
 # much longer: its bf16 arms run in PyTorch's fallback kernels (no run of this lesson there is recorded; the exercise's
 # reference bf16 steps ran ~18x slower than fp32 on such an AMD EPYC, `grader/assignments/lesson3/README.md`).
-# 25-60 s in `smoke` (tests only; two runs on 2026-12-06, a 2-core Intel Xeon with AMX busy with other jobs);
+# About 25-60 s in `smoke` (tests only; wall times seen in two test runs on 2026-12-06 on a 2-core Intel Xeon with
+# AMX busy with other jobs, not kept in a file);
 # `gpu`: 56 s on an H100 80GB HBM3 (`benchmarks/results/nvidia-h100-80gb-hbm3/README.md`).
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
@@ -57,8 +60,9 @@ PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
 DEVICE = lesson.device()
 DEVICE_NAME = device_name(DEVICE)
 # This lesson's experiment sizes per profile; the BERT recipe's own sizes live in its profile.
+# matmul_reps: a burst's repetitions at the widest width (burst_reps scales them for the others).
 SIZES = {
-    "smoke": dict(widths=(64, 256, 1024), matmul_rows=256, matmul_reps=3, bert_steps=1, pairs=6),
+    "smoke": dict(widths=(64, 256, 1024), matmul_rows=256, matmul_reps=1, bert_steps=1, pairs=6),
     "cpu": dict(widths=(64, 256, 1024), matmul_rows=512, matmul_reps=4, bert_steps=1, pairs=6),
     "gpu": dict(widths=(256, 1024, 4096), matmul_rows=8192, matmul_reps=20, bert_steps=20,
                 pairs=8),
@@ -108,7 +112,9 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16):
 # models need *loss scaling* to train in it (some train without) [Micikevicius et al. 2018].
 # **bf16** keeps fp32's 8 exponent bits (same range) with 7 mantissa bits: no scaler, but steps 8x
 # coarser than fp16's (at 1.0, 0.00781 against 0.000977 in the table) [Kalamkar et al. 2019].
-# Use bf16 where the hardware has it (Ampere and later GPUs, CPUs with AMX or AVX-512 bf16),
+# Use bf16 where the hardware has it (Ampere and later GPUs, CPUs with AMX or AVX-512 bf16: on
+# an AVX-512 bf16 AMD EPYC without AMX, 30 gradings of the lesson 3 exercise's reference solution
+# timed its bf16 BERT recipe at 1.40-1.52x fp32's speed, `benchmarks/results/grader-notes.md`),
 # fp16 + `GradScaler` where it does not (T4, V100).
 #
 # `choose_precision(device, "auto")` picks for the device it detects. Hand it a `DeviceCaps` to
@@ -142,12 +148,14 @@ if DEVICE.type == "cpu":
 # %% [markdown]
 # ## 2. What autocast runs in low precision
 #
-# Autocast does not convert the model. The parameters stay fp32 and are the only weights: there is
-# no 16-bit copy beside them (unlike fp16 training with fp32 "master weights" [Micikevicius et al.
-# 2018]). Each op casts its inputs, weights included, on the fly according to per-device lists
-# [PyTorch AMP docs]: matmuls and convolutions run in 16 bits, ops that need range or accumulate
-# many values (losses; on CUDA also softmax, layer norm, exp, log) run in fp32, and mixed-dtype
-# arithmetic promotes to the wider type.
+# Autocast does not convert the model. The parameters stay fp32 and are the only weights kept
+# from step to step: there is no *persistent* 16-bit copy beside them (unlike fp16 training with
+# fp32 "master weights" [Micikevicius et al. 2018]). Each op casts its inputs, weights included, on
+# the fly according to per-device lists [PyTorch AMP docs]: matmuls and convolutions run in 16
+# bits, ops that need range or accumulate many values (losses; on CUDA also softmax, layer norm,
+# exp, log) run in fp32, and mixed-dtype arithmetic promotes to the wider type. The 16-bit copies
+# of the weights are temporary: autocast caches a weight's cast until its context exits, and
+# backward keeps the 16-bit weight its forward saved until it has used it.
 # What does *this* device do?
 
 # %%
@@ -176,9 +184,8 @@ print(f"{'layer.weight (parameter)':26} -> {layer.weight.dtype}   (autocast {LOW
 # fp16's smallest *normal* value is 6.1e-5 (the table above). Below it, subnormals keep fewer and
 # fewer bits down to about 6e-8 (2^-24); a value under half of that, about 3e-8, rounds to exactly
 # zero, and a gradient that does so teaches the weights nothing. Here a loss scaled down by 1e-6
-# (as averaging over a million tokens scales down each token's share) flows back through one fp16
-# layer: the gradient reaching the layer's 64 fp16 outputs is 1e-6 / 64, about 1.6e-8 each, and
-# the weight gradients are computed from it.
+# (as averaging over a million tokens scales down each token's share) is the mean over the 64
+# outputs of one fp16 layer, and flows back through it to the layer's weights.
 #
 # **Predict.** What share of the weight gradients will be exactly zero in fp16 without scaling?
 
@@ -213,6 +220,9 @@ print(f"fp16, no scaling : {zero_plain:.0%} of the weight gradients are zero")
 print(f"fp16, scale 2^16 : {(scaled == 0).float().mean():.0%} zero, max relative error vs fp32 "
       f"{((scaled - reference).abs() / reference.abs()).max():.1e}")
 lesson.check_guess(GUESS_ZERO_SHARE, zero_plain, "zero gradients without scaling", "{:.0%}")
+print(f"Why: the mean spreads the loss over {len(inputs)} outputs, so each output's gradient is"
+      f" 1e-6 / {len(inputs)} = {1e-6 / len(inputs):.1e}, under the ~3e-8 below which fp16 rounds"
+      " to zero; the weight gradients are computed from those.")
 
 # %% [markdown]
 # `GradScaler` multiplies the loss by a large scale before `backward()`, so gradients live in
@@ -267,9 +277,12 @@ if probing:
           " the scale; once the scale is above what these gradients tolerate, the next step"
           " overflows, is skipped and the scale halves again.")
     if gaps:
-        print(f"gaps between probing skips: {gaps} steps — about 1 update lost every"
-              f" {GROWTH_INTERVAL + 1} steps with growth_interval={GROWTH_INTERVAL}; with the"
-              " default 2000, about 1 in 2001.")
+        spacing = [b - a for a, b in zip(probing, probing[1:], strict=False)]
+        print(f"gaps between probing skips: {gaps} steps — here 1 update lost every"
+              f" {sum(spacing) / len(spacing):.1f} steps, measured. With"
+              f" growth_interval={GROWTH_INTERVAL} probing cannot lose more than 1 in"
+              f" {GROWTH_INTERVAL + 1}; with the default 2000, at most about 1 in 2001 — and only"
+              " while the scale sits at the edge of what the gradients tolerate.")
 else:
     print("no probing skips in these 40 steps: the scale never grew past what the gradients"
           " tolerate.")
@@ -299,31 +312,41 @@ print(f"fp16: {values.to(torch.float16).tolist()}   bf16: {values.to(torch.bfloa
 # lose.
 # (On a GPU, "fp32" here means full fp32 matmuls: PyTorch enables TF32 for matmuls only when asked,
 # `torch.set_float32_matmul_precision("high")` — a third option between the two measured here.) Measure, A/B: first a
-# matrix multiplication (forward and backward, as in a linear layer) at growing sizes, fp32
-# against autocast in this device's 16-bit type. Each verdict states the coverage its interval has
-# for a fixed number of pairs; `lesson.ab` stops early once the interval is narrow, which lowers it
-# somewhat (lesson 1's simulation of the rule: 95.2-95.4% on a noisy machine, against 96.9% for a
-# fixed 6 pairs).
+# linear layer's matrix multiplication (its forward and its weight gradient; the input here needs
+# no gradient) at growing sizes, fp32 against autocast in this device's 16-bit type. Each burst
+# does the same arithmetic at every width (a narrower layer repeats its matmul more often), so a
+# narrow layer's burst is not too short to time. `pairs` is a minimum: `lesson.ab` runs at least
+# that many pairs (6 in `cpu`) and up to twice as many, stopping as soon as the interval is narrow.
+# Each verdict states the coverage its interval has for a fixed number of pairs; stopping early
+# lowers it somewhat (lesson 1's simulation of the rule: 95.2-95.4% on a noisy machine, against
+# 96.9% for a fixed 6 pairs).
 
 
 # %%
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def burst_reps(width):
+    """Repetitions in one burst: `matmul_reps` at the widest width, and as many more at a narrower
+    one as keep the multiply-adds (rows x width x width per repetition) the same."""
+    return max(1, round(SIZES["matmul_reps"] * (max(SIZES["widths"]) / width) ** 2))
+
+
 def matmul_work(width, precision):
-    """A linear layer's forward + backward on `matmul_rows` rows of `width` features, in fp32 or
-    under autocast to `precision` ("bf16" or "fp16")."""
+    """A linear layer's forward and weight gradient on `matmul_rows` rows of `width` features, in
+    fp32 or under autocast to `precision` ("bf16" or "fp16"); one burst of `burst_reps(width)`."""
     torch.manual_seed(0)
     layer = nn.Linear(width, width, bias=False).to(DEVICE)
-    data = torch.randn(SIZES["matmul_rows"], width, device=DEVICE)
+    data = torch.randn(SIZES["matmul_rows"], width, device=DEVICE)  # no grad: weight gradient only
+    reps = burst_reps(width)
 
     def run():
-        for _ in range(SIZES["matmul_reps"]):
+        for _ in range(reps):
             with torch.autocast(DEVICE.type, dtype=DTYPES.get(precision, LOW),
                                 enabled=precision != "fp32"):
                 out = layer(data)
             out.float().sum().backward()
-        return SIZES["matmul_reps"] * SIZES["matmul_rows"]
+        return reps * SIZES["matmul_rows"]
     return run
 
 
@@ -333,6 +356,12 @@ for width in SIZES["widths"]:
                              matmul_work(width, "fp32"), matmul_work(width, LOW_NAME),
                              pairs=SIZES["pairs"], a_label="fp32", b_label=LOW_NAME,
                              unit="rows/s")
+# How long one burst lasted: a "no evidence" verdict blames noise or short bursts; this shows which.
+for width, result in sweep.items():
+    rows = burst_reps(width) * SIZES["matmul_rows"]
+    print(f"width {width:5}: {burst_reps(width):5} repetitions a burst,"
+          f" {1e3 * rows / result.a_median:7.1f} ms in fp32,"
+          f" {1e3 * rows / result.b_median:7.1f} ms in {LOW_NAME} (medians)")
 
 # %% [markdown]
 # Now the naive BERT recipe, nothing changed but `precision=`. Its step runs matrix
@@ -369,7 +398,10 @@ lesson.check_guess(GUESS_BERT_SPEEDUP, bert_ab.ratio, "BERT 16-bit speed-up", "{
 # and your recipe run by run. What the A/B above can show is smaller: did its first steps go the same way? Both trainers started from the
 # same seed (same weights, same batches) and the A/B trained each for the same number of steps,
 # but not with the same dropout masks: dropout draws from PyTorch's global random generator, which
-# the interleaved A/B hands to the two trainers in turn. So their held-out accuracies differ by
+# the interleaved A/B hands to the two trainers in turn. Both are scored on the profile's held-out
+# split: in `cpu` that is effkit's own held-out part of SST-2's *training* phrases (every phrase of
+# a random 10% of its source sentences, kept out of training: `effkit/workloads/bert/split.py`),
+# not GLUE's dev set, which the `gpu` profile scores on. So their held-out accuracies differ by
 # precision, by those masks, and by test-set noise: on `n` sentences an accuracy `p` has a standard
 # error `sqrt(p(1-p)/n)` (the interval below adds both variances: conservative, as both models are
 # scored on the same sentences). One seed and a few steps only: training noise across seeds is not
@@ -378,6 +410,10 @@ lesson.check_guess(GUESS_BERT_SPEEDUP, bert_ab.ratio, "BERT 16-bit speed-up", "{
 
 # %%
 n_eval = len(bert_fp32.eval_sets[bert_fp32.eval_split])
+EVAL_SETS = {"dev": "effkit's held-out split of SST-2's training phrases, not GLUE's dev set",
+             "test": "GLUE SST-2's dev set"}  # bert.build's eval_split -> where its rows come from
+eval_set = ("synthetic sentences" if bert.PROFILES[PROFILE].data == "synthetic"
+            else EVAL_SETS[bert_fp32.eval_split])
 acc = {"fp32": bert_fp32.evaluate(), LOW_NAME: bert_low.evaluate()}
 delta = acc[LOW_NAME] - acc["fp32"]
 se = math.sqrt(sum(p * (1 - p) for p in acc.values()) / n_eval)
@@ -389,7 +425,7 @@ elif low < 0:
     reading = f"no loss detected; a loss up to {-low:.1f} pp is not ruled out by this interval"
 else:
     reading = "no loss detected, and this interval rules one out"
-accuracy_line = (f"held-out accuracy after the same {steps_each} training steps: fp32 {acc['fp32']:.1%}, {LOW_NAME} {acc[LOW_NAME]:.1%} on {n_eval} sentences;"
+accuracy_line = (f"held-out accuracy after the same {steps_each} training steps: fp32 {acc['fp32']:.1%}, {LOW_NAME} {acc[LOW_NAME]:.1%} on {n_eval} sentences ({eval_set});"
                  f" difference {100 * delta:+.1f} pp, 95% test-set interval {low:+.1f} to {high:+.1f} pp"
                  f" — {reading} ({steps_each} steps: early in training, not the end of it)")
 print(accuracy_line)
@@ -443,9 +479,10 @@ mine = lesson.ab(f"{MY_WIDTH}x{MY_WIDTH} linear layer: fp32 vs {MY_LOW}",
 # ### In your own words
 #
 # Section 4 A/B'd fp32 against autocast on matmuls of growing width and on the naive BERT. Say in
-# 2–3 sentences what you measured on this device: at which widths did 16 bits pay, and what must the
-# hardware have for them to pay? What did these A/Bs *not* measure about why a small matmul gains
-# little or loses, and what would measure it?
+# 2–3 sentences what you measured on this device: at which widths did 16 bits pay, and which 16-bit
+# units does this device report (section 1 printed them)? One device cannot show what a device
+# without such units would do: what would? What did these A/Bs *not* measure about why a small
+# matmul gains little or loses, and what would measure it?
 #
 # Write your answer in `ANSWER` and run the cell: it lists which key points your answer mentions —
 # a keyword self-check, not a grade.

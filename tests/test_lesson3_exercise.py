@@ -514,12 +514,129 @@ def test_reaching_the_reference_without_naming_it_earns_no_speed_points():
         "default_train_step" not in HIDDEN_REFERENCE and "choose_precision" not in HIDDEN_REFERENCE
     )
     problem = gate_problem(assignments.get("lesson3"), cells)
-    assert problem.startswith("test_step: your amp_train_step uses effkit's default_train_step"), (
-        problem
-    )
+    assert problem.startswith(
+        "test_policy: effkit's own answer ran when the grader called your choose_policy and "
+        "make_scaler (AmpPolicy.make_scaler, choose_precision)"
+    ), problem
+    assert "test_step: your amp_train_step uses effkit's default_train_step" in problem, problem
     assert (
         "not_the_reference: effkit's own answer ran when the grader called your functions "
         "(AmpPolicy.make_scaler, choose_precision, default_train_step)" in problem
+    )
+
+
+# Review of 2026-12-07: effkit's policy, and effkit's step through GradAccumulator, earned points.
+EFFKIT_POLICY = """\
+from effkit.amp import choose_precision
+def choose_policy(caps):
+    return choose_precision(caps.type, "auto", caps=caps)
+def make_scaler(policy):
+    return policy.make_scaler()
+"""
+# default_train_step's lines, run by lesson 4's GradAccumulator (one micro-batch per window).
+ACCUMULATOR_STEP = """\
+from effkit.accumulate import GradAccumulator
+def amp_train_step(model, batch, optimizer, policy, scaler, max_grad_norm):
+    with policy.autocast():
+        loss = model(**batch).loss
+    acc = GradAccumulator(model, optimizer, 1, scaler=scaler, max_grad_norm=max_grad_norm)
+    acc.backward(loss, 1)
+    acc.step()
+    return float(loss.detach())
+"""
+# The same, its name built at run time: the source checks see names only.
+ACCUMULATOR_UNNAMED = ACCUMULATOR_STEP.replace(
+    "from effkit.accumulate import GradAccumulator\n",
+    "import importlib\n"
+    "GA = getattr(importlib.import_module('effkit.' + 'accumulate'), 'Grad' + 'Accumulator')\n",
+).replace("acc = GradAccumulator(", "acc = GA(")
+
+
+def _exec(source: str) -> dict:
+    ns: dict = {}
+    exec(lesson3.SETUP_SOURCE, ns)  # noqa: S102
+    exec(source, ns)  # noqa: S102
+    return ns
+
+
+def _graded(replace_cell: dict[str, str]):
+    """The reference solution's cells with ``replace_cell`` (grade_id -> source), graded out of the
+    kernel in a sandboxed worker as a grading does; and the speed gate's verdict on them."""
+    from grader.scoring.checks import gate_problem, grade_cells
+
+    nb = read_notebook(SOURCE)
+    cells = [
+        (c.grade_id, replace_cell.get(c.grade_id, c.source))
+        for c in solution_sources(nb, solution_ids(nb))
+    ]
+    a = assignments.get("lesson3")
+    verdicts, _ = grade_cells(a, cells, seed=3)
+    return verdicts, gate_problem(a, cells)
+
+
+def test_effkits_policy_and_scaler_earn_no_policy_points():
+    verdicts, gate = _graded({"policy_and_scaler": EFFKIT_POLICY})
+    want = (
+        "effkit's own answer ran when the grader called your choose_policy and make_scaler "
+        "(AmpPolicy.make_scaler, choose_precision)"
+    )
+    assert not verdicts["test_policy"].passed and want in verdicts["test_policy"].reason, verdicts[
+        "test_policy"
+    ].reason
+    assert verdicts["test_step"].passed and verdicts["test_scaler"].passed  # the step is theirs
+    assert "not_the_reference: effkit's own answer ran" in gate, gate
+    # the judge alone passes it (its answers are right): only the watch refuses it
+    assert _policy_verdict_remote(_namespace() | _exec(EFFKIT_POLICY)) == ""
+
+
+@pytest.mark.parametrize("step", [ACCUMULATOR_STEP, ACCUMULATOR_UNNAMED], ids=["named", "unnamed"])
+def test_effkits_step_through_grad_accumulator_earns_no_step_points(step):
+    assert "default_train_step" not in step and "clip_grad_norm_" not in step
+    verdicts, gate = _graded({"amp_step": step})
+    want = (
+        "your amp_train_step uses effkit's GradAccumulator.backward, GradAccumulator.step, the "
+        "reference answer (it ran inside your step)"
+    )
+    for cell in ("test_step", "test_scaler"):
+        assert not verdicts[cell].passed and want in verdicts[cell].reason, verdicts[cell].reason
+    assert verdicts["test_policy"].passed
+    assert not verdicts["not_the_reference"].passed
+    assert "GradAccumulator.backward, GradAccumulator.step" in verdicts["not_the_reference"].reason
+    if "import GradAccumulator" in step:  # named: the source check refuses it before any worker
+        assert gate.startswith("your solution uses effkit's GradAccumulator"), gate
+    else:
+        assert "test_step: your amp_train_step uses effkit's GradAccumulator.backward" in gate, gate
+    # the timed worker's load report names it too, however the global that holds it is called
+    reason = bert_grading.reuses_reference(_exec(step)["amp_train_step"])
+    assert "effkit's GradAccumulator, whose backward and step are the reference step" in reason
+
+
+def test_the_timed_worker_refuses_grad_accumulators_step():
+    """In the learner's timed worker GradAccumulator's backward and step raise, whatever holds them
+    (run in a child process: the refusal rewrites effkit's functions for good)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from effkit.accumulate import GradAccumulator\n"
+        "held = [GradAccumulator.backward, GradAccumulator.step]\n"
+        "from grader.assignments.lesson3 import runtime\n"
+        "runtime.refuse_reference_answers()\n"
+        "m = torch.nn.Linear(2, 1)\n"
+        "acc = GradAccumulator(m, torch.optim.SGD(m.parameters(), lr=0.1), 1)\n"
+        "for fn, args in ((held[0], (m(torch.ones(1, 2)).sum(), 1)), (held[1], ())):\n"
+        "    try:\n"
+        "        fn(acc, *args)\n"
+        "    except RuntimeError as err:\n"
+        "        print(err)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("GradAccumulator.backward and .step are the reference step") == 2, (
+        out.stdout
     )
 
 

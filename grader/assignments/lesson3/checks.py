@@ -28,10 +28,11 @@ from effkit.amp import AmpPolicy, DeviceCaps
 from effkit.workloads import bert"""
 
 # The grader's own measurement settings (see grader/assignments/lesson3/README.md). The `cpu` BERT profile
-# (4 layers x 256) is the smallest where bf16 pays on a CPU with AMX: at 64 wide the casts cost
-# more than the matmuls save. The naive recipe pads every row to 128 tokens, so a step's cost does
-# not depend on the sentences; batch 8 at lr 1e-3 reaches the plateau of the grader's task in ~32
-# steps (batch 16 at 2e-3 had not, after 24: 74%), and 48 steps per run keep a grading near 60 s.
+# (4 layers x 256) is the smallest where bf16 pays on a CPU with AMX: at 64 wide bf16 was measured
+# slower than fp32 (what made it slower was not measured). The naive recipe pads every row to 128
+# tokens, so a step's cost does not depend on the sentences; batch 8 at lr 1e-3 reaches the plateau
+# of the grader's task in ~32 steps (batch 16 at 2e-3 had not, after 24: 74%), and 48 steps per run
+# keep a grading near 60 s.
 # From scratch on purpose (the `cpu` profile now starts from the packaged MiniLM): the gate is
 # calibrated on this model, and the grader's sentences are its own made-up words anyway.
 _HOOKS = {"batch_size": 8, "lr": 1e-3, "model": "scratch"}
@@ -422,20 +423,41 @@ def _judge_update(seed, batch_seed, before, data, after, what) -> None:
 STEP_REFUSED = (
     "your amp_train_step uses effkit's default_train_step, the reference answer: write your own"
 )
+# effkit code that is the whole step (probes._REFERENCE): GradAccumulator's backward and step, with
+# one micro-batch per window, are default_train_step's scale, backward, unscale_, clip, step, update
+STEP_ANSWERS = ("default_train_step", "GradAccumulator.backward", "GradAccumulator.step")
 
 
 def _refuse_reference(ctx, remote: _Remote | None = None) -> None:
     """By name in the source, or (``remote``) by behaviour: its code ran inside the learner's step."""
     source = "\n".join(src for _, src in ctx.session.cells)
     expect("default_train_step" not in source, STEP_REFUSED)
+    ran = sorted(set(STEP_ANSWERS) & (remote.ran if remote is not None else set()))
     expect(
-        remote is None or "default_train_step" not in remote.ran,
-        STEP_REFUSED + " (it ran inside your step)",
+        not ran,
+        f"your amp_train_step uses effkit's {', '.join(ran)}, the reference answer (it ran inside "
+        "your step): write your own"
+        + (
+            " - GradAccumulator's backward and step are the whole step (scaled backward, unscale_, "
+            "clip, scaler.step, update, zero_grad)"
+            if any(n.startswith("GradAccumulator") for n in ran)
+            else ""
+        ),
     )
 
 
+POLICY_REFUSED = (
+    "effkit's own answer ran when the grader called your choose_policy and make_scaler ({}): that "
+    "is the reference answer, however it is reached; write your own rule and GradScaler call"
+)
+
+
 def cell_policy(ctx) -> None:
-    r = _Remote(ctx).call("policy", "choose_policy / make_scaler")
+    remote = _Remote(ctx)
+    r = remote.call("policy", "choose_policy / make_scaler")
+    # effkit's choose_precision or AmpPolicy.make_scaler would judge correct below: the same watch
+    # as the speed gate's (cell_not_the_reference) refuses them first
+    expect(not remote.ran, POLICY_REFUSED.format(", ".join(sorted(remote.ran))))
     # whether a CUDA GradScaler can be enabled here: the parent's own answer, not the worker's report
     _judge_policy(r.data | {"cuda": torch.cuda.is_available()}, ctx.ok)
 
@@ -532,9 +554,10 @@ REFERENCE_RAN = (
 
 def cell_not_the_reference(ctx) -> None:
     """Speed gate only (no notebook cell, no points of its own): effkit's ``choose_precision``,
-    ``AmpPolicy.make_scaler`` or ``default_train_step`` running inside the learner's functions is
-    the reference answer, however the solution reached it (``getattr(module, "default_" +
-    "train_step")``, ``importlib``, a partial, a closure); the source check sees only names.
+    ``AmpPolicy.make_scaler``, ``default_train_step`` or ``GradAccumulator.backward``/``.step``
+    running inside the learner's functions is the reference answer, however the solution reached
+    it (``getattr(module, "default_" + "train_step")``, ``importlib``, a partial, a closure); the
+    source check sees only names.
     The worker reports which of them started (their code objects, watched by the grader's probe
     while it calls learner code): a claim that can only deny the points. Unlike lesson 2's
     batches, a correct answer *behaves* exactly like the reference (the same update to the bit),
@@ -566,5 +589,5 @@ ASSIGNMENT = Assignment(
     specs=SPECS,
     targets=TARGETS,
     speed_gate=("test_policy", "test_step", "test_scaler", "not_the_reference"),
-    reference_names=("default_train_step",),
+    reference_names=("default_train_step", "GradAccumulator"),
 )

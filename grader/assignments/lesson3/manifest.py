@@ -14,14 +14,14 @@ MANIFEST = Manifest(
     # the points a full 'In your own words' answer makes -> phrases that count as saying it
     # (effkit.lesson.check_answer; shown only after the learner wrote an answer)
     key_points={
-        "16 bits paid where the hardware has 16-bit units for the matmul (AMX on a CPU, tensor cores on a GPU)": (
+        "on devices with 16-bit matmul units (AMX on the recorded CPU, tensor cores on the H100) 16 bits paid for the wide matmuls; no device without such units was measured": (
             "tensor core",
             "amx",
             "16 bit unit",
             "bf16 unit",
             "native",
         ),
-        "the gain grew with the matmul's width: no clear gain at the small widths, the largest at the widest": (
+        "whether 16 bits paid depended on the matmul's width: the sweep's verdicts say at which widths": (
             "width",
             "larger",
             "bigger",

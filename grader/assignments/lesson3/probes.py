@@ -14,6 +14,7 @@ import warnings
 
 import torch
 
+from effkit.accumulate import GradAccumulator
 from effkit.amp import AmpPolicy, DeviceCaps, choose_precision
 from grader.assignments.lesson3 import amp_checks as probe
 from grader.kit.worker import probe_quiz, tensor_msg  # noqa: F401  (probe_quiz: the worker finds probes by name)
@@ -24,13 +25,17 @@ _SCENARIOS: dict[str, dict] = {}
 
 def _reference_code() -> dict:
     """effkit's own answers to the three solution functions, by code object *identity* (code objects
-    compare equal by content: a copy compiled at the same line would match an equality lookup)."""
+    compare equal by content: a copy compiled at the same line would match an equality lookup).
+    ``GradAccumulator``'s backward and step are a whole scaled backward, unscale, clip, step, update
+    and zero: handed the step (one micro-batch per window), they are default_train_step by another name."""
     from effkit.workloads.bert.trainer import default_train_step
 
     named = {
         "default_train_step": default_train_step,
         "choose_precision": choose_precision,
         "AmpPolicy.make_scaler": AmpPolicy.make_scaler,
+        "GradAccumulator.backward": GradAccumulator.backward,
+        "GradAccumulator.step": GradAccumulator.step,
     }
     return {id(fn.__code__): (fn.__code__, name) for name, fn in named.items()}
 

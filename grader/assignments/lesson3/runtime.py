@@ -1,6 +1,8 @@
 """Runtime of train-step assignments on the BERT workload (lesson 3): what workers and the parent call.
 
-Only the precision and the step differ between A and B, so the speed-up is mixed precision's.
+A and B build the same recipe and are handed different precisions and steps. What ties the timed
+speed-up to the precision, not to a cheaper step, is the scored replay (grader.timed.replay: the
+baseline's worker repeats drawn chunks from B's committed weights on B's kept batches).
 Worker weights are safetensors (parsed, never unpickled), loaded with strict key/shape checks.
 """
 
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from effkit.accumulate import GradAccumulator
 from effkit.amp import DeviceCaps
 from effkit.workloads import bert
 from effkit.workloads.bert.trainer import default_train_step
@@ -150,10 +153,21 @@ def _refused(*args, **kwargs):
     )
 
 
+def _refused_accumulator(*args, **kwargs):
+    raise RuntimeError(
+        "effkit's GradAccumulator.backward and .step are the reference step (scaled backward, "
+        "unscale_, clip, step, update, zero_grad): they do not run in the grader's timed worker "
+        "(write your own amp_train_step)"
+    )
+
+
 def refuse_reference_answers() -> None:
-    """In the learner's timed worker only (before its cells run): effkit's reference step raises,
-    through every name, list or closure that holds it; the learner's trainer never calls it."""
+    """In the learner's timed worker only (before its cells run): effkit's reference step, and
+    GradAccumulator's backward and step (the same step by another route), raise through every name,
+    list or closure that holds them; the learner's trainer never calls either."""
     default_train_step.__code__ = _refused.__code__
+    GradAccumulator.backward.__code__ = _refused_accumulator.__code__
+    GradAccumulator.step.__code__ = _refused_accumulator.__code__
 
 
 def model_of(trainer) -> torch.nn.Module:
@@ -170,7 +184,8 @@ def _names(code) -> set[str]:
 
 
 def reuses_reference(fn) -> str:
-    """A reason to refuse ``fn`` when it *is* (or calls) effkit's ``default_train_step``, else ''."""
+    """A reason to refuse ``fn`` when it *is* (or calls) effkit's ``default_train_step`` or uses
+    ``GradAccumulator`` (its backward and step are the same step), else ''."""
     from effkit.workloads.bert.trainer import default_train_step
 
     inner = getattr(fn, "func", fn)  # functools.partial
@@ -185,6 +200,11 @@ def reuses_reference(fn) -> str:
     aliases = getattr(inner, "__globals__", {})  # `from ... import default_train_step as mine`
     if "default_train_step" in names or any(aliases.get(n) is default_train_step for n in names):
         return "your amp_train_step calls effkit's default_train_step, the reference answer: write your own"
+    if "GradAccumulator" in names or any(aliases.get(n) is GradAccumulator for n in names):
+        return (
+            "your amp_train_step uses effkit's GradAccumulator, whose backward and step are the "
+            "reference step: write your own"
+        )
     return ""
 
 

@@ -16,8 +16,8 @@
 # **Goal:** raise the batch size to keep the accelerator busy — without changing what the model
 # learns by accident. We will:
 #
-# 1. measure throughput against batch size, see where it flattens, and what the batch costs in
-#    memory (the memory wall);
+# 1. measure throughput against batch size, see whether and where it flattens, and what the batch
+#    costs in memory (the memory wall);
 # 2. build a bigger *effective* batch by gradient accumulation, and normalise the loss by the
 #    samples or **tokens of the whole window** — watching the per-micro-batch mean (the bug
 #    Hugging Face shipped) get the gradient wrong;
@@ -39,7 +39,7 @@
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only: its numbers show the code runs, not what is true). You will predict
-# twice and run your own experiment in *Your turn*. The quiz and the graded exercise are in
+# four times and run your own experiment in *Your turn*. The quiz and the graded exercise are in
 # `exercises/lesson4/`.
 
 # %%
@@ -110,8 +110,9 @@ new_model = functools.partial(lesson_setup.cifar_resnet, SIZES["depth"], SIZES["
 # A step has fixed costs (kernel launches, the optimizer, Python) and per-sample costs. Small
 # batches leave the hardware's parallel units idle; once they are saturated, a bigger batch only
 # adds time in proportion and samples/s flattens. Where, if anywhere in the range tried, depends
-# on the host: the A/Bs below say. The activations autograd keeps for backward, meanwhile, grow
-# with the batch (each sample keeps its own) — that is the wall.
+# on the host: the A/Bs below say. The tensors autograd keeps for backward (the activations, and
+# the input images the first convolution saves), meanwhile, grow with the batch (each sample keeps
+# its own) — that is the wall.
 #
 # **Predict.** How many times more samples/s will the ResNet train at the largest batch below
 # than at the smallest?
@@ -197,7 +198,7 @@ ax1.set(xscale="log", xlabel="batch size", ylabel="samples/s",
         title=f"Throughput vs batch — {DEVICE_NAME}")
 mem = ax1.twinx()
 mem.plot(sizes_, [b * bytes_per_sample / 2**20 for b in sizes_], "s--", color="tab:red")
-mem.set_ylabel("saved activations, batch x slope (MiB)", color="tab:red")
+mem.set_ylabel("saved for backward, input incl., batch x slope (MiB)", color="tab:red")
 lesson.plot_ab(doublings, "Doubling the batch: speed 2b / b", ax=ax2)
 ax2.axhline(1.1, color="gray", lw=0.8, ls=":")
 plt.tight_layout()
@@ -211,9 +212,10 @@ flattened = (f"throughput had not flattened by batch {top_batch} on this host ({
              if doublings[top_name].faster(1.0) else
              f"{top_name} was not shown faster: throughput may have flattened by batch {top_batch}")
 print(flattened[0].upper() + flattened[1:] + ".")
-print(f"Saved for backward: {bytes_per_sample / 2**10:.0f} KiB per extra sample, the slope between the bytes"
-      f" measured at batches {b1} and {b2} (so the MiB column above is linear by construction). At that rate"
-      f" 16 GiB fits at most about {16 * 2**30 / bytes_per_sample:,.0f} samples' activations: an upper bound,"
+print(f"Tensors saved for backward (the input image included): {bytes_per_sample / 2**10:.0f} KiB per extra"
+      f" sample, the slope between the bytes measured at batches {b1} and {b2} (so the MiB column above is"
+      f" linear by construction). At that rate 16 GiB fits at most about {16 * 2**30 / bytes_per_sample:,.0f}"
+      " samples' saved tensors: an upper bound,"
       " not counting weights, optimizer state, workspaces, temporaries or fragmentation — the memory wall.")
 
 # %% [markdown]
@@ -356,10 +358,10 @@ print(f"Under the per-micro-batch mean the {tokens[-1]} tokens of the last micro
 
 # %% [markdown]
 # Accumulation is not free speed: below the batch where throughput saturates, each micro-batch is
-# a smaller, less efficient step (where throughput has flattened, it costs little). A/B on the
-# ResNet: one batch of 256 against two accumulated micro-batches of 128 (the same samples, the
-# same gradient up to BatchNorm's per-micro-batch statistics). The printout sets the A/B beside
-# section 1's samples/s at batches 128 and 256.
+# a smaller, less efficient step (past the batch where throughput flattens it should cost little:
+# the expectation, not measured here). A/B on the ResNet: one batch of 256 against two accumulated
+# micro-batches of 128 (the same samples, the same gradient up to BatchNorm's per-micro-batch
+# statistics). The printout sets the A/B beside section 1's samples/s at batches 128 and 256.
 
 # %%
 big = 256
@@ -386,7 +388,7 @@ def accumulated_burst(batch, accum):
 accum_ab = lesson.ab(f"batch {big} vs 2 x {big // 2} accumulated", accumulated_burst(big, 1),
                      accumulated_burst(big, 2), pairs=SIZES["pairs"], a_label=f"batch {big}",
                      b_label=f"2 x {big // 2} accumulated", dev=DEVICE)
-if big // 2 in throughput and big in throughput:  # `smoke` measures neither batch in section 1
+if big // 2 in throughput and big in throughput:  # `smoke`'s section 1 (16, 64, 256) has no 128
     print(f"Section 1's single medians: {throughput[big // 2]:,.0f} samples/s at batch {big // 2},"
           f" {throughput[big]:,.0f} at {big}: batch {big // 2} ran at {throughput[big // 2] / throughput[big]:.2f}x"
           f" batch {big}'s speed. Accumulated, 2 x {big // 2} ran at {accum_ab.ratio:.2f}x batch {big}'s"
@@ -396,7 +398,8 @@ if big // 2 in throughput and big in throughput:  # `smoke` measures neither bat
 # ## 3. Scale the learning rate with the batch — and warm up
 #
 # With *k* times the batch, one SGD step averages *k* times more samples: it takes the place of
-# *k* small steps, so the **linear scaling rule** multiplies the LR by *k* [Goyal et al. 2017].
+# *k* small steps, so the **linear scaling rule** multiplies the LR by *k* [Goyal et al. 2017] —
+# under their assumption that the gradient changes little over those *k* steps.
 # Early in training the loss surface changes fast and a large LR overshoots: a **warm-up** ramps
 # the LR up over the first steps — Goyal et al. from the small batch's LR η to kη over 5 epochs,
 # many schedules (the playbook's, effkit's `warmup_cosine`) from near 0. For Adam-family optimizers,
@@ -961,7 +964,7 @@ for k, seed in enumerate(CLIP_SEEDS):
     ax2.plot(steps_, clipped[seed]["held_out"], color="tab:green", alpha=0.7,
              label="clipped at the 90th percentile" if k == 0 else None)
 ax1.set(yscale="log", xlabel="step", ylabel="gradient norm (before clipping)",
-        title="The playbook's first plot: gradient norm per step")
+        title="Log the unclipped gradient norm (the playbook's advice)")
 ax2.set(yscale="log", xlabel="step", ylabel="held-out loss",
         title=f"Same seeds, same batches — small teacher task, ~1 input in {1 / OUTLIER_SHARE:.0f} x{OUTLIER_SCALE:g}")
 ax1.legend(fontsize=8)
@@ -1066,7 +1069,8 @@ print("* " + (f"first doubling not shown to gain >10%: {flat}" if flat else
               f"every doubling A/B'd gained >10% up to batch {top_batch}") + f"; {flattened}")
 for name, r in doublings.items():
     print(f"  - {name}: {r.verdict}")
-print(f"* saved for backward: {bytes_per_sample / 2**10:.0f} KiB per extra sample (slope between batches {b1} and {b2})")
+print(f"* tensors saved for backward (the input image included): {bytes_per_sample / 2**10:.0f} KiB per extra sample"
+      f" (slope between batches {b1} and {b2})")
 print(f"* gradient error vs float64 full batch: window token count {errors[list(errors)[0]]:.1e},"
       f" per-micro-batch mean {errors[list(errors)[1]]:.0%}")
 print(f"* accumulation 2 x {big // 2} vs batch {big}: {accum_ab.verdict}")

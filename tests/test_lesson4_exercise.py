@@ -124,6 +124,29 @@ ONE_BACKWARD_A_WINDOW = """def train_accumulated(model, optimizer, micro_batches
         optimizer.step()
         optimizer.zero_grad()"""
 
+DUMMY_BACKWARDS = """def train_accumulated(model, optimizer, micro_batches, accum_steps):
+    for start in range(0, len(micro_batches), accum_steps):
+        window = micro_batches[start:start + accum_steps]
+        n = sum(int((y != IGNORE).sum()) for _, y in window)
+        loss = sum(F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE,
+                                   reduction="sum") for x, y in window) / n
+        loss.backward()
+        for _ in window[1:]:
+            (model.out.weight.sum() * 0).backward()
+        optimizer.step()
+        optimizer.zero_grad()"""
+
+FORWARDS_FIRST = """def train_accumulated(model, optimizer, micro_batches, accum_steps):
+    for start in range(0, len(micro_batches), accum_steps):
+        window = micro_batches[start:start + accum_steps]
+        n = sum(int((y != IGNORE).sum()) for _, y in window)
+        losses = [F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE,
+                                  reduction="sum") for x, y in window]
+        for loss in losses:
+            (loss / n).backward()
+        optimizer.step()
+        optimizer.zero_grad()"""
+
 
 # The reference's full marks (every check passing, test_recipe's 'wall time to it' line, no
 # tampering flag) and the stub's zero (every check failing for NotImplementedError) are asserted
@@ -141,7 +164,11 @@ ONE_BACKWARD_A_WINDOW = """def train_accumulated(model, optimizer, micro_batches
         ("gradients never cleared", NEVER_ZEROED, 2, "previous window's"),
         ("the library's answer", LIBRARY, 2, "GradAccumulator, the lesson's reference answer"),
         # exact gradients, no accumulation: every micro-batch's activations held to the window's end
-        ("one backward a window", ONE_BACKWARD_A_WINDOW, 2, "backward once per micro-batch"),
+        ("one backward a window", ONE_BACKWARD_A_WINDOW, 2, "right after its forward"),
+        # the same, with zero backwards to make up one per micro-batch
+        ("dummy backwards", DUMMY_BACKWARDS, 2, "right after its forward"),
+        # one backward per micro-batch, but only once the whole window is forwarded
+        ("every forward first", FORWARDS_FIRST, 2, "right after its forward"),
     ],
 )
 def test_plausible_mistakes_score_what_they_deserve_with_a_hint(name, source, points, hint):

@@ -31,10 +31,11 @@
 #   gets exactly one `optimizer.step()`.
 # * The gradient at each step must be the gradient of: (sum of the cross-entropy of every real
 #   token in the window) / (number of real tokens in the window). Back-propagate each micro-batch
-#   separately, one `backward()` per micro-batch: that is what keeps memory at one micro-batch's
-#   activations at a time, the point of accumulating (the grader counts the backward passes; one
-#   backward over a window's summed loss gives the same gradients and fails). Clear the gradients
-#   between windows.
+#   separately, one `backward()` per micro-batch, right after its forward: that is what keeps
+#   memory at one micro-batch's activations at a time, the point of accumulating (the grader
+#   records the order of forwards and backwards; one backward over a window's summed loss, or
+#   every forward of a window before its backwards, gives the same gradients and fails). Clear the
+#   gradients between windows.
 #
 # Write it yourself with plain PyTorch (`torch.nn.functional.cross_entropy` with
 # `reduction="sum"` and `ignore_index=IGNORE` helps); `effkit.accumulate.GradAccumulator` is the

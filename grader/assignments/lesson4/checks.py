@@ -147,18 +147,27 @@ def run_and_compare(ctx: Context, count: int, accum_steps: int) -> str:
         f"{shown}: the gradients were right, but the weights after training are not the "
         f"optimizer's steps with them (off by {moved:.1%}): step only with optimizer.step()",
     )
-    backwards = r.data.get("backwards")
-    expect(isinstance(backwards, int), "the worker's answer was malformed")
-    if backwards != count:
+    events, forwards, backwards = (r.data.get(k) for k in ("events", "forwards", "backwards"))
+    expect(
+        isinstance(events, str) and isinstance(forwards, int) and isinstance(backwards, int),
+        "the worker's answer was malformed",
+    )
+    # Exactly one forward then its backward, per micro-batch: any other order (a summed backward,
+    # padded with zero backwards or not, or a window's forwards all before its backwards) keeps
+    # several micro-batches' activations alive at once.
+    if not (events == "FB" * count and forwards == backwards == count):
+        order = " ".join(events[:24]) + (" ..." if len(events) > 24 else "")
+        want = " ".join("FB" * min(count, 4)) + (" ..." if count > 4 else "")
         raise CheckFailed(
-            f"{shown}: the gradients were right, but {count} micro-batches took {backwards} backward "
-            "pass(es). Call backward once per micro-batch, right after its forward: one backward over a "
-            "window's summed loss keeps every micro-batch's activations alive until the end of the "
-            "window, the memory that accumulation exists to save."
+            f"{shown}: the gradients were right, but the forwards with gradients on (F, {forwards}) "
+            f"and backward passes (B, {backwards}) ran in the order {order or '(none)'}, where "
+            f"{want} ({count} pairs, one per micro-batch) is expected. Call backward on each "
+            "micro-batch right after its forward: a loss held until later keeps its micro-batch's "
+            "activations alive to the end of the window, the memory that accumulation exists to save."
         )
     return (
         f"{count} micro-batches, accum_steps={accum_steps}: {len(wins)} steps (windows {sizes}), "
-        f"one backward per micro-batch, gradients exact"
+        f"each micro-batch's backward right after its forward, gradients exact"
     )
 
 

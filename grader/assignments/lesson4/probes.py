@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from grader.assignments.lesson4 import accum_task as ac
 from grader.kit.worker import probe_quiz, tensor_msg  # noqa: F401  (probe_quiz: the worker finds probes by name)
 
@@ -19,10 +21,16 @@ def probe_train(worker, seed: int, micro_batches: list, accum_steps: int):
         raise NameError("your solution cells define no function 'train_accumulated'")
     model = worker.watch(ac.TokenModel(seed))
     optimizer = worker.watch(ac.RecordingSGD(model.parameters()))
-    # A leaf's hook fires once per backward pass through it: one summed backward per window gives
-    # the same gradients but keeps every micro-batch's activations, which accumulation exists to free.
-    backwards: list[int] = []
-    model.out.weight.register_hook(lambda grad: backwards.append(1))
+    # Event order, not counts: a summed backward padded with zero backwards, or every forward of a
+    # window before its backwards, gives the right gradients and counts while holding every
+    # micro-batch's activations to the window's end, which accumulation exists to free. "F": a
+    # forward that builds a graph (embed runs first in every forward); "B": a backward pass
+    # reaching out.weight (a leaf's hook fires once per pass).
+    events: list[str] = []
+    model.embed.register_forward_hook(
+        lambda module, args, out: events.append("F") if torch.is_grad_enabled() else None
+    )
+    model.out.weight.register_hook(lambda grad: events.append("B"))
     init_meta, init_raw = tensor_msg(ac.flat_params(model))
     fn(model, optimizer, ac.tensors(micro_batches), accum_steps)
     grads = [tensor_msg(g) for g in optimizer.recorded[:MAX_STEPS]]
@@ -30,7 +38,10 @@ def probe_train(worker, seed: int, micro_batches: list, accum_steps: int):
     msg = {
         "init": init_meta,
         "steps": len(optimizer.recorded),
-        "backwards": len(backwards),
+        # capped: a window's misorder shows well within it, and a runaway loop cannot flood the pipe
+        "events": "".join(events[: 4 * len(micro_batches) + 8]),
+        "forwards": events.count("F"),
+        "backwards": events.count("B"),
         "grads": [m for m, _ in grads],
         "after": after_meta,
     }

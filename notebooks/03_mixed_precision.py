@@ -33,7 +33,8 @@
 # reference bf16 steps ran ~18x slower than fp32 on such an AMD EPYC, `grader/assignments/lesson3/README.md`).
 # About 25-60 s in `smoke` (tests only; wall times seen in two test runs on 2026-12-06 on a 2-core Intel Xeon with
 # AMX busy with other jobs, not kept in a file);
-# `gpu`: 56 s on an H100 80GB HBM3 (`benchmarks/results/nvidia-h100-80gb-hbm3/README.md`).
+# `gpu`: 56 s on an H100 80GB HBM3, measured with the code of 2026-11-23, before the sweep's bursts did
+# constant work (its narrower widths now run more repetitions: `benchmarks/results/nvidia-h100-80gb-hbm3/README.md`).
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only). You will predict twice and run your own A/B in *Your turn*. The quiz is
@@ -113,8 +114,10 @@ for dtype in (torch.float32, torch.bfloat16, torch.float16):
 # **bf16** keeps fp32's 8 exponent bits (same range) with 7 mantissa bits: no scaler, but steps 8x
 # coarser than fp16's (at 1.0, 0.00781 against 0.000977 in the table) [Kalamkar et al. 2019].
 # Use bf16 where the hardware has it (Ampere and later GPUs, CPUs with AMX or AVX-512 bf16: on
-# an AVX-512 bf16 AMD EPYC without AMX, 30 gradings of the lesson 3 exercise's reference solution
-# timed its bf16 BERT recipe at 1.40-1.52x fp32's speed, `benchmarks/results/grader-notes.md`),
+# an AVX-512 bf16 AMD EPYC without AMX, the lesson 3 exercise's grader timed its reference solution's
+# bf16 BERT recipe at 1.35-1.54x fp32's speed over 246 gradings, and at 1.86-1.99x in 7 earlier ones
+# with torch 2.15; what made the difference (torch 2.15 to 2.14.1, or the host) was not isolated:
+# `benchmarks/results/grader-notes.md`),
 # fp16 + `GradScaler` where it does not (T4, V100).
 #
 # `choose_precision(device, "auto")` picks for the device it detects. Hand it a `DeviceCaps` to
@@ -399,8 +402,9 @@ lesson.check_guess(GUESS_BERT_SPEEDUP, bert_ab.ratio, "BERT 16-bit speed-up", "{
 # same seed (same weights, same batches) and the A/B trained each for the same number of steps,
 # but not with the same dropout masks: dropout draws from PyTorch's global random generator, which
 # the interleaved A/B hands to the two trainers in turn. Both are scored on the profile's held-out
-# split: in `cpu` that is effkit's own held-out part of SST-2's *training* phrases (every phrase of
-# a random 10% of its source sentences, kept out of training: `effkit/workloads/bert/split.py`),
+# split: in `cpu` that is effkit's own held-out part of SST-2's *training* phrases (the phrases of
+# a random 10% of its source sentences, kept out of training, less any held-out phrase that occurs
+# inside a training phrase, which is dropped: `effkit/workloads/bert/split.py`),
 # not GLUE's dev set, which the `gpu` profile scores on. So their held-out accuracies differ by
 # precision, by those masks, and by test-set noise: on `n` sentences an accuracy `p` has a standard
 # error `sqrt(p(1-p)/n)` (the interval below adds both variances: conservative, as both models are
@@ -445,11 +449,11 @@ if costs:
     where += f"; it cost time at width {', '.join(map(str, costs))}"
 print(f"On {DEVICE_NAME}: {where}.")
 small_costs = [w for w in costs if w < max(SIZES["widths"])]
-if DEVICE.type == "cuda" and small_costs:
+if small_costs:  # a CPU's losses too (the recorded cpu run lost at 64 and 256)
     print(f"At width {', '.join(map(str, small_costs))} {LOW_NAME} cost time. These A/Bs timed whole"
-          " forward and backward passes: they show where it lost, not why. Kernel launches, autocast's"
-          " casts, memory traffic: none of them is measured here (the profiler's per-kernel times,"
-          " lesson 10, would say which).")
+          " forward and backward passes: they show where it lost, not why. Per-op overhead (kernel"
+          " launches on a GPU), autocast's casts, memory traffic: none of them is measured here (the"
+          " profiler's per-op times, lesson 10, would say which).")
 print(f"Naive BERT: {bert_ab.verdict}")
 if here.mode != "off" and bert_ab.verdict.word == "slower":
     print(f"choose_precision(..., 'auto') picked {here.mode} for this device, and the A/B says"
@@ -466,14 +470,20 @@ if DEVICE.type == "cpu" and not bf16_flags:
 # ## Your turn
 #
 # Pick a width the sweep did not try (or `MY_LOW = "fp16"` on a GPU) and A/B it yourself:
-# change `MY_WIDTH`, run, and read the verdict. Where is the break-even width on this device?
+# set `MY_WIDTH`, run, and read the verdict; try widths between the sweep's until the verdict
+# changes. Where is the break-even width on this device?
 
 # %%
-MY_WIDTH = 512  # your turn: change this
+MY_WIDTH = None  # your turn: a width the sweep did not try, e.g. 512
 MY_LOW = LOW_NAME  # the 16-bit type to A/B: "bf16" or "fp16"; its name labels the results
-mine = lesson.ab(f"{MY_WIDTH}x{MY_WIDTH} linear layer: fp32 vs {MY_LOW}",
-                 matmul_work(MY_WIDTH, "fp32"), matmul_work(MY_WIDTH, MY_LOW),
-                 pairs=SIZES["pairs"], a_label="fp32", b_label=MY_LOW, unit="rows/s")
+if MY_WIDTH is None:  # unset: say so, do not fail (the recorded run goes top to bottom)
+    mine = None
+    print(f"No width written: set MY_WIDTH above (the sweep tried {', '.join(map(str, sweep))}),"
+          " then re-run this cell.")
+else:
+    mine = lesson.ab(f"{MY_WIDTH}x{MY_WIDTH} linear layer: fp32 vs {MY_LOW}",
+                     matmul_work(MY_WIDTH, "fp32"), matmul_work(MY_WIDTH, MY_LOW),
+                     pairs=SIZES["pairs"], a_label="fp32", b_label=MY_LOW, unit="rows/s")
 
 # %% [markdown]
 # ### In your own words

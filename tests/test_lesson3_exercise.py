@@ -599,7 +599,14 @@ def test_effkits_step_through_grad_accumulator_earns_no_step_points(step):
     )
     for cell in ("test_step", "test_scaler"):
         assert not verdicts[cell].passed and want in verdicts[cell].reason, verdicts[cell].reason
-    assert verdicts["test_policy"].passed
+    if "importlib" in step:  # code from data in any cell: the policy is not known to be theirs
+        policy = verdicts["test_policy"]
+        assert (
+            not policy.passed
+            and "cell 'amp_step' (importlib) makes code from data" in policy.reason
+        )
+    else:
+        assert verdicts["test_policy"].passed
     assert not verdicts["not_the_reference"].passed
     assert "GradAccumulator.backward, GradAccumulator.step" in verdicts["not_the_reference"].reason
     if "import GradAccumulator" in step:  # named: the source check refuses it before any worker
@@ -609,6 +616,55 @@ def test_effkits_step_through_grad_accumulator_earns_no_step_points(step):
     # the timed worker's load report names it too, however the global that holds it is called
     reason = bert_grading.reuses_reference(_exec(step)["amp_train_step"])
     assert "effkit's GradAccumulator, whose backward and step are the reference step" in reason
+
+
+# Review of 2026-12-07: effkit's code objects cloned (`__code__.replace`: another code object, which the
+# watch, keyed on identity, never sees), the step fetched by getattr without its name. Both scored
+# the clone's points before.
+POLICY_CLONE = """\
+import types
+from effkit import amp as _amp
+def _clone(fn):
+    return types.FunctionType(fn.__code__.replace(co_name="mine"), vars(_amp))
+_choose, _scaler = _clone(_amp.choose_precision), _clone(_amp.AmpPolicy.make_scaler)
+def choose_policy(caps):
+    return _choose(caps.type, "auto", caps)
+def make_scaler(policy):
+    return _scaler(policy)
+"""
+STEP_CLONE = """\
+import types
+from effkit.workloads.bert import trainer as _trainer
+_ref = getattr(_trainer, "default_" + "train_step")
+amp_train_step = types.FunctionType(_ref.__code__.replace(co_name="mine"), vars(_trainer))
+"""
+
+
+@pytest.mark.parametrize(
+    ("cell", "source"),
+    [("policy_and_scaler", POLICY_CLONE), ("amp_step", STEP_CLONE)],
+    ids=["policy", "step"],
+)
+def test_effkits_code_cloned_from_data_earns_no_points(cell, source):
+    """The watch misses a clone (asserted below), so the cells are read as text, as in lesson 2: code
+    made from data in any cell fails policy, step, scaler and the speed gate (a function made in one
+    cell is every cell's global); the quiz is still scored."""
+    import types
+
+    from grader.assignments.lesson3 import probes
+
+    assert not any(name in source for name in assignments.get("lesson3").reference_names)
+    ns = _namespace() | _exec(source)
+    worker = types.SimpleNamespace(ns=ns, watch=lambda obj: obj)
+    assert probes.probe_policy(worker)[0]["reference_ran"] == []  # unseen by the watch
+    probes.probe_setup(worker, "k", 7, "bf16", "learner_choice", "adamw")
+    assert probes.probe_step(worker, "k", 7)[0]["reference_ran"] == []
+    verdicts, gate = _graded({cell: source})
+    want = f"cell {cell!r} (types, __code__) makes code from data at run time"
+    for check in ("test_policy", "test_step", "test_scaler", "not_the_reference"):
+        assert not verdicts[check].passed and want in verdicts[check].reason, verdicts[check].reason
+    assert verdicts["test_quiz"].passed
+    assert f"not_the_reference: {want}" in gate, gate
 
 
 def test_the_timed_worker_refuses_grad_accumulators_step():

@@ -17,16 +17,20 @@
 #
 # The naive BERT recipe trains in fp32. On hardware with native 16-bit units (bf16 on Ampere and
 # later GPUs and on CPUs with AMX or AVX512-BF16; fp16 tensor cores on a T4 or V100) large matmuls
-# can run faster in 16 bits: in the lesson's recorded run on a 2-core Xeon with AMX
-# (`docs/recorded/03_mixed_precision.outputs.json`; its section 4 prints every width it tried),
-# bf16 ran a 1024-wide linear layer about 2x as fast as fp32 (in the lesson's H100 run, no clear
-# difference at 1024, about 10x at 4096). On a CPU without them (AVX2 only) PyTorch runs bf16 in
-# generic fallback kernels, far slower, so fp32 is the right choice there. **Your goal:** add
-# automatic mixed precision (AMP) to the naive recipe — pick the precision for the device, a loss
-# scaler only where it is needed, and a train step that uses both correctly — so the same recipe
-# trains faster where the hardware allows, and where it does not, stays in fp32 at fp32's speed
-# (the grader allows for timing noise there: full points from 0.9x the baseline's speed, partial
-# credit between 0.7x and 0.9x), with the same accuracy (within 0.5 percentage points).
+# can run faster in 16 bits: on a 2-core Xeon with AMX, bf16 ran a 1024-wide linear layer roughly
+# 1.6-2x as fast as fp32 in the lesson's recorded runs (two records: intervals 1.55-2.06x and
+# 1.58-1.98x; the latest, `docs/recorded/03_mixed_precision.outputs.json`, prints every width it
+# tried in its section 4). In the lesson's H100 run (`benchmarks/results/nvidia-h100-80gb-hbm3/`),
+# no clear difference at 1024 and 9.74x at 4096 (interval 8.86-9.93x). On a CPU without them (AVX2
+# only) PyTorch runs bf16 in generic fallback kernels, far slower, so fp32 is the right choice
+# there. **Your goal:** add automatic mixed precision (AMP) to the naive recipe — pick the precision
+# for the device, a loss scaler only where it is needed, and a train step that uses both correctly —
+# so the same recipe trains faster where the hardware allows, and where it does not, stays in fp32
+# at fp32's speed (the grader allows for timing noise there: full points from 0.9x the baseline's
+# speed, partial credit between 0.7x and 0.9x), with the same accuracy: within 0.5 percentage points
+# on the CPU model the grader's accuracy gate was calibrated on (an AMD EPYC with AVX512-BF16); on a
+# device its calibration does not describe (another CPU model, a GPU) the gate allows a wider drop,
+# and the grading report says so.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import torch
@@ -134,7 +138,9 @@ check_my_work("test_policy", "lesson3.ipynb")
 #
 # With a disabled scaler (bf16, fp32) every scaler call is a cheap no-op, so one step must serve all
 # three precisions. Using effkit's `default_train_step`, or lesson 4's `GradAccumulator` (its
-# `backward` and `step` are this whole step), earns no points: write your own.
+# `backward` and `step` are this whole step), earns no points, and neither does a cell that makes
+# code from data (`exec`, `importlib`, `types.FunctionType`: the grader cannot tell such code from
+# effkit's, so it fails the policy, step and scaler checks): write your own, as plain Python.
 
 # %% nbgrader={"grade": false, "grade_id": "amp_step", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def amp_train_step(model, batch, optimizer, policy, scaler, max_grad_norm):
@@ -169,11 +175,13 @@ check_my_work("test_scaler", "lesson3.ipynb")
 # `choose_policy`, `make_scaler` and `amp_train_step` (B), in fresh processes it controls, on its own
 # data, interleaved A B B A ..., and evaluates the trained weights itself on sentences your code never
 # sees. Full points at the target speedup for your device (the report names it), partial credit down
-# to a floor; none if accuracy drops more than 0.5 pp below the baseline, your step fails the
-# checks above, or effkit's own answers (`choose_precision`, `AmpPolicy.make_scaler`,
-# `default_train_step`, `GradAccumulator.backward`/`.step`) run inside your functions, named or
-# not. Only your two solution cells travel to the measurement. **Save the notebook before
-# running this cell** (or run `python -m grader check lesson3.ipynb` in a terminal).
+# to a floor; none if accuracy drops more than 0.5 pp below the baseline (where the accuracy gate
+# was calibrated, an AMD EPYC with AVX512-BF16; on another device the gate is wider and the report
+# says so), your step fails the checks above, effkit's own answers (`choose_precision`,
+# `AmpPolicy.make_scaler`, `default_train_step`, `GradAccumulator.backward`/`.step`) run inside
+# your functions, named or not, or a cell makes code from data (`exec`, `types.FunctionType`,
+# `importlib`, ...). Only your two solution cells travel to the measurement. **Save the notebook
+# before running this cell** (or run `python -m grader check lesson3.ipynb` in a terminal).
 
 # %% nbgrader={"grade": true, "grade_id": "test_speed", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
 from grader.assignments.lesson3.checks import grade_performance
@@ -197,10 +205,11 @@ grade_performance()
 #    (b) `scaler.scale(loss).backward()`, clip, `scaler.unscale_(opt)`, `scaler.step(opt)`,
 #    `scaler.update()`;
 #    (c) `loss.backward()`, `scaler.unscale_(opt)`, clip, `scaler.step(opt)`, `scaler.update()`.
-# 3. On a CPU without AMX or AVX512-BF16 (AVX2 only), autocast to bf16 usually:
-#    (a) runs about 2x faster, since bf16 halves the bytes each matmul has to read;
-#    (b) fails with an error, since such a CPU has no instruction that computes in bf16;
-#    (c) runs slower, since PyTorch falls back to generic, unoptimised bf16 kernels.
+# 3. A `GradScaler` with `growth_interval=2000` (growth 2x, backoff 0.5x) has settled where a scale S
+#    never overflows and 2S always does. Over a long run, how many of its steps are skipped?
+#    (a) none: once a step at 2S has overflowed, the scaler keeps S and stops growing;
+#    (b) about half: the scale alternates S, 2S, S, 2S, and every step at 2S is skipped;
+#    (c) about 1 in 2001: 2000 good steps grow S to 2S, that step is skipped, back to S.
 # 4. Under `torch.autocast` **on a CUDA GPU**, what stays in fp32?
 #    (a) nothing: the weights, optimizer state and every op's output are cast to 16 bits;
 #    (b) the weights and optimizer state, and fp32-listed ops: softmax, layer norm, losses;

@@ -17,7 +17,14 @@ from grader.assignments.lesson3.amp_reference import reference_update
 from grader.assignments.lesson3.probes import policy_report
 from grader.assignments.lesson3.runtime import reuses_reference as reference_reason
 from grader.kit.assignment import Assignment
-from grader.kit.checks import GradingSpec, quiet, quiz_check, stub_reason, tensor_from
+from grader.kit.checks import (
+    GradingSpec,
+    makes_code_from_data,
+    quiet,
+    quiz_check,
+    stub_reason,
+    tensor_from,
+)
 from grader.kit.in_notebook import grade_saved_notebook
 from grader.kit.worker import CHECK_SECONDS, expect, time_limit
 
@@ -446,9 +453,29 @@ def _refuse_reference(ctx, remote: _Remote | None = None) -> None:
     )
 
 
+MADE_FROM_DATA = (
+    " makes code from data at run time: the grader knows effkit's answers by their code objects, which a "
+    "function built from data escapes (types.FunctionType on effkit's __code__, an exec'd copy), so it cannot "
+    "tell your choose_policy, make_scaler and amp_train_step from the course's: write them as plain Python"
+)
+
+
+def _plain_cells(ctx) -> None:
+    """Lesson 2's refusal (``makes_code_from_data``), after the watch: a clone of effkit's code object
+    (``types.FunctionType(choose_precision.__code__.replace(co_name="cp"), vars(amp))``) is another code
+    object, which the identity watch never sees (a review, 2026-12-07). Any cell: a function made in one
+    cell is any other cell's global, so each check it could reach refuses it."""
+    made = [
+        f"cell {gid!r} ({', '.join(names)})"
+        for gid, source in ctx.session.cells
+        if (names := makes_code_from_data(source))
+    ]
+    expect(not made, "; ".join(made[:3]) + MADE_FROM_DATA)
+
+
 POLICY_REFUSED = (
     "effkit's own answer ran when the grader called your choose_policy and make_scaler ({}): that "
-    "is the reference answer, however it is reached; write your own rule and GradScaler call"
+    "is the reference answer, named or not; write your own rule and GradScaler call"
 )
 
 
@@ -458,6 +485,7 @@ def cell_policy(ctx) -> None:
     # effkit's choose_precision or AmpPolicy.make_scaler would judge correct below: the same watch
     # as the speed gate's (cell_not_the_reference) refuses them first
     expect(not remote.ran, POLICY_REFUSED.format(", ".join(sorted(remote.ran))))
+    _plain_cells(ctx)
     # whether a CUDA GradScaler can be enabled here: the parent's own answer, not the worker's report
     _judge_policy(r.data | {"cuda": torch.cuda.is_available()}, ctx.ok)
 
@@ -470,6 +498,7 @@ def _first_step(ctx, seed: int, mode: str, scaler: str):
     key, before = remote.setup(seed, mode, "policy" if mode == "bf16" else "spy", scaler)
     data, after = remote.step(key, seed, f"{mode} step")
     _refuse_reference(ctx, remote)
+    _plain_cells(ctx)
     _judge_update(seed, seed, before, data, after, f"{mode} step")
     return remote, key, data, after
 
@@ -547,7 +576,7 @@ def cell_scaler(ctx) -> None:
 
 REFERENCE_RAN = (
     "effkit's own answer ran when the grader called your functions ({}): that is the reference "
-    "answer, however it is reached; write your own choose_policy, make_scaler and amp_train_step "
+    "answer, named or not; write your own choose_policy, make_scaler and amp_train_step "
     "to earn the performance points"
 )
 
@@ -555,9 +584,11 @@ REFERENCE_RAN = (
 def cell_not_the_reference(ctx) -> None:
     """Speed gate only (no notebook cell, no points of its own): effkit's ``choose_precision``,
     ``AmpPolicy.make_scaler``, ``default_train_step`` or ``GradAccumulator.backward``/``.step``
-    running inside the learner's functions is the reference answer, however the solution reached
-    it (``getattr(module, "default_" + "train_step")``, ``importlib``, a partial, a closure); the
-    source check sees only names.
+    running inside the learner's functions is the reference answer, named or not
+    (``getattr(module, "default_" + "train_step")``, ``importlib``, a partial, a closure); the
+    source check sees only names. A clone of their code objects (``types.FunctionType`` on
+    ``__code__.replace(...)``) is another code object, which the watch does not see: cells that make
+    code from data are refused as text instead (:func:`_plain_cells`).
     The worker reports which of them started (their code objects, watched by the grader's probe
     while it calls learner code): a claim that can only deny the points. Unlike lesson 2's
     batches, a correct answer *behaves* exactly like the reference (the same update to the bit),
@@ -568,6 +599,7 @@ def cell_not_the_reference(ctx) -> None:
     key, _ = remote.setup(seed, "bf16", "learner_choice", "adamw")
     remote.step(key, seed, "a bf16 step with your policy and scaler")
     expect(not remote.ran, REFERENCE_RAN.format(", ".join(sorted(remote.ran))))
+    _plain_cells(ctx)
     ctx.ok("your policy, scaler and step are your own (effkit's answers never ran inside them)")
 
 

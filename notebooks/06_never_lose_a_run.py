@@ -37,8 +37,8 @@
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only: its numbers show the code runs, not what is true). You will predict four
 # times (torn checkpoints, the cost of saving every step, what the EMA adds, what determinism
-# costs) and run your own experiment in *Your turn*. The quiz and the graded exercise are in
-# `exercises/lesson6/`.
+# costs), then in *Your turn* run your own experiment and predict a checkpoint interval for your
+# machines. The quiz and the graded exercise are in `exercises/lesson6/`.
 
 # %%
 # %matplotlib inline
@@ -80,6 +80,7 @@ from effkit.resume import CheckpointManager, load_checkpoint, save_checkpoint
 from effkit.sampler import ResumableRandomSampler
 from effkit.schedules import one_cycle, warmup_cosine
 from effkit.seed import seed_everything
+from effkit.seed_compare import separation
 
 # %%
 PROFILE = lesson.profile()  # EFFKIT_PROFILE, else "gpu" with CUDA, else "cpu"
@@ -257,7 +258,8 @@ for name in list(SCHEDULES)[1:]:
 # successive strips of epochs); patience is closest to UP. Two costs come with it: each evaluation
 # takes time (a forward pass over the validation set), and it stops *after* the best point, so the
 # **best weights must have been saved** when they happened — the last weights are `patience` epochs
-# worse. A small training set overfits quickly, so the validation loss turns.
+# past the best, none of them a strict improvement on it. A small training set overfits quickly, so
+# the validation loss turns.
 
 # %%
 es_x, es_y = X_TRAIN[:SIZES["es_train"]], Y_TRAIN[:SIZES["es_train"]]
@@ -523,8 +525,16 @@ save_ab = lesson.ab("training vs training + a save every step", burst(False), bu
 save_s = statistics.median(save_times)
 step_s = SIZES["batch"] / save_ab.a_median
 lesson.check_guess(GUESS_SAVE_EVERY_STEP, save_ab.ratio, "speed with a save every step / without", "{:.2f}x")
-print(f"one save: {save_s * 1e3:.1f} ms (median of {len(save_times)}); one training step: {step_s * 1e3:.1f} ms;"
-      f" one save = {save_s / step_s:.2f} steps here")
+# Three numbers that need not agree: the verdict's interval is of the median of the per-pair ratios (each
+# pair runs both arms back to back, under the same conditions), while the two medians above are taken
+# per arm, and may come from different pairs; the save is timed on its own, inside B's bursts.
+print(f"the interval is of the median per-pair ratio, {save_ab.ratio:.2f}x; the ratio of the two arms' medians"
+      f" is {save_ab.b_median / save_ab.a_median:.2f}x (medians from different pairs: it may lie outside the interval)")
+print(f"one save: {save_s * 1e3:.1f} ms, timed on its own (median of {len(save_times)}); one training step:"
+      f" {step_s * 1e3:.1f} ms (the no-saves median); one save = {save_s / step_s:.2f} steps here")
+print(f"the extra time per step the A/B implies: {step_s * (1 / save_ab.ratio - 1) * 1e3:.1f} ms from the median"
+      f" per-pair ratio, {SIZES['batch'] * (1 / save_ab.b_median - 1 / save_ab.a_median) * 1e3:.1f} ms from the two"
+      " medians: other timings of the same save, not a contradiction")
 
 # %% [markdown]
 # So how often? Saving every `τ` seconds of work costs `δ/τ` of the time in saves; a failure
@@ -557,7 +567,10 @@ plt.show()
 # save's time grows with the bytes it writes (model and optimizer state: section 3's table), a
 # step's with its arithmetic (model and batch size), so the ratio depends on the model, the batch
 # and the machine. Where it matters, make the save asynchronous: copy the state to host memory (the
-# blocking part), write it in the background. Young/Daly then use the blocking part as δ.
+# blocking part), write it in the background. Young/Daly can then use the blocking part as δ, but
+# only while the background write is short against τ: a checkpoint exists only once its write has
+# finished, so a failure during the write loses the work since the save before it, and a write that
+# takes longer than τ holds up the next save.
 
 # %%
 fig, ax = plt.subplots(figsize=(10, 2.2))
@@ -713,11 +726,13 @@ plt.show()
 #
 # ## 8. Reproducibility: what determinism costs, and the spread it cannot remove
 #
-# Section 4's bit-exact resume used `seed_everything(0, deterministic=True)`; whether it needed it
-# on this device, the same seed run twice with and without (after the A/B below) shows. PyTorch's
-# reproducibility notes list what a run needs to repeat itself bit for bit, and say that even then
-# completely reproducible results are not guaranteed across PyTorch releases, commits or platforms,
-# nor between CPU and GPU:
+# Section 4's bit-exact resume ran with `seed_everything(0, deterministic=True)`. After the A/B
+# below, the same seed runs twice straight through with deterministic kernels and twice with the
+# defaults: that shows whether the default kernels repeat a run bit for bit on this device. Neither
+# pair is a resume, so it does not show whether section 4's resume needed deterministic mode: that
+# would take a resume without it. PyTorch's reproducibility notes list what a run needs to repeat
+# itself bit for bit, and say that even then completely reproducible results are not guaranteed
+# across PyTorch releases, commits or platforms, nor between CPU and GPU:
 #
 # * seed every generator: `torch.manual_seed` (every device), Python's `random`, NumPy, and a
 #   DataLoader's workers (its `generator=` and a `worker_init_fn` that seeds each worker);
@@ -738,8 +753,9 @@ plt.show()
 # inside `deterministic_kernels()` (B), entered and left off the clock around each burst, and puts back
 # whatever was set before. On a CPU, cuDNN and its autotuner play no part, and the operations
 # `use_deterministic_algorithms` lists that this step runs (convolutions among them) are listed for
-# CUDA tensors only: there the likely cost is the NaN fill of new memory above. This A/B does not
-# isolate it; setting `torch.utils.deterministic.fill_uninitialized_memory = False` inside B would.
+# CUDA tensors only. On a CPU, then, our hypothesis for any cost is the NaN fill of new memory
+# above — a hypothesis, not isolated here: this A/B does not test it, and setting
+# `torch.utils.deterministic.fill_uninitialized_memory = False` inside B would.
 #
 # **Predict.** Speed with deterministic kernels / speed without (1.0 = no cost), on this device?
 
@@ -791,10 +807,6 @@ assert settings_after == settings_before, (settings_before, settings_after)
 lesson.check_guess(GUESS_DETERMINISTIC_SPEED, det_ab.ratio, "speed with deterministic kernels / without", "{:.2f}x")
 print(f"after the A/B: deterministic algorithms {settings_after[0]}, cudnn.benchmark {settings_after[1]}"
       " (as before it)")
-# (no "NaN" in these words: the smoke test reads "nan" in the summary as a failed number)
-det_cause = ("on a CPU no cuDNN is involved: likely fill_uninitialized_memory, not isolated here"
-             if DEVICE.type == "cpu" else "deterministic kernels and fill_uninitialized_memory together")
-print(f"where B's cost, if any, comes from: {det_cause}")
 
 # %% [markdown]
 # What does determinism buy on this device? Run the same seed twice (section 4's `run()`, the
@@ -854,7 +866,7 @@ spread_rule += (f"; one run of a change that beats all {k} seed(s) of the recipe
                 f" recipe's next run does that {1 / (k + 1):.0%} of the time (it is as likely to rank anywhere among"
                 f" {k + 1}); every run of a change above every run of the recipe, {k} seed(s) each, happens by chance"
                 f" {1 / math.comb(2 * k, k):.0%} of the time (one-sided; effkit.seed_compare's test, used on"
-                " seeds in lessons 1 and 4)")
+                " seeds in lessons 1 and 2)")
 print(spread_rule)
 print(f"and every accuracy above is measured on one fixed set of {SIZES['n_val']:,} images: on new images each"
       f" carries its own sampling error too (SD about {rows_sd:.1f} points at {base_acc:.0%})")
@@ -862,33 +874,66 @@ print(f"and every accuracy above is measured on one fixed set of {SIZES['n_val']
 # %% [markdown]
 # ## Your turn
 #
-# Re-run the schedule comparison with your own peak LR and warm-up (`MY_PEAK`, `MY_WARMUP_FRAC`):
-# does one-cycle still reach the target, and as soon as warm-up + cosine (section 1 printed which
-# schedules reached it, and on how many seeds)? Then set the Young/Daly
-# interval for *your* machines: what MTBF makes saving every 100 steps optimal here?
+# **A schedule of your own.** Re-run one-cycle with your own peak LR and warm-up (`MY_PEAK`,
+# `MY_WARMUP_FRAC`) and set it against warm-up + cosine's times to the target from section 1. One run
+# is one draw (section 8): with no difference at all, it lands earlier than all three of section 1's
+# seeds 1 time in 4. So one seed shows whether your schedule reaches the target, and where its time
+# falls against the seed range — not that it is faster or slower. To compare, set `MY_SEEDS` to
+# section 1's seeds (three runs, three times the wait): with no difference, every run of yours earlier
+# than every warm-up + cosine run then happens by chance 1 time in 20 (and every one later, 1 time in
+# 20 too). The cell prints what `effkit.seed_compare.separation` says, that chance included. (Your runs are timed later than
+# section 1's: a machine that got busier in between moves their times too.)
+#
+# **A checkpoint interval for your machines.** Set `MY_STEP_S` and `MY_SAVE_S` to the seconds per
+# step and per save of a job of yours (or leave them `None` for this notebook's measurements), and
+# `MY_SAVE_EVERY` to how often you would save, in steps. Predict first: for what mean time between
+# failures M is that interval Young-optimal (τ = √(2δM), solved for M)? Write it in `GUESS_MTBF_S`,
+# then run the cell.
 
 # %%
 MY_PEAK, MY_WARMUP_FRAC = 0.4, 0.3  # your turn: change these
-with tqdm(total=SIZES["epochs"] * STEPS_PER_EPOCH, desc="your schedule") as bar:
-    mine, _ = train_schedule(lambda o, t, w: one_cycle(o, t, int(MY_WARMUP_FRAC * t)), MY_PEAK, 0, bar)
-hit = time_to_target(mine)
-print(f"one-cycle, peak {MY_PEAK}, warm-up {MY_WARMUP_FRAC:.0%}: final accuracy {mine[-1][1]:.1%}, time to"
-      f" {TARGET:.0%}: {'not reached' if hit is None else f'{hit:.1f} s'}")
-mtbf_for_100 = mtbf_for_interval(100 * step_s, save_s)
-if young_holds(save_s, mtbf_for_100):
-    print(f"saving every 100 steps is Young-optimal here for an MTBF of {readable_duration(mtbf_for_100)}")
+MY_SEEDS = (0,)  # one run, one draw; SIZES["seeds"] (section 1's) to compare seed ranges
+my_times, my_finals = [], []
+with tqdm(total=len(MY_SEEDS) * SIZES["epochs"] * STEPS_PER_EPOCH, desc="your schedule") as bar:
+    for seed in MY_SEEDS:
+        mine, _ = train_schedule(lambda o, t, w: one_cycle(o, t, int(MY_WARMUP_FRAC * t)), MY_PEAK, seed, bar)
+        my_times.append(time_to_target(mine))
+        my_finals.append(mine[-1][1])
+cosine_name = list(SCHEDULES)[1]
+for label, seeds, times in [(f"one-cycle, peak {MY_PEAK}, warm-up {MY_WARMUP_FRAC:.0%}", MY_SEEDS, my_times),
+                            (f"{cosine_name} (section 1)", SIZES["seeds"], reached[cosine_name])]:
+    shown = ", ".join("not reached" if t is None else f"{t:.1f} s" for t in times)
+    print(f"{label}, seed(s) {list(seeds)}: time to {TARGET:.0%} {shown}")
+print(f"final accuracy of yours: {', '.join(f'{a:.1%}' for a in my_finals)}")
+print(separation(reached[cosine_name], my_times).words(cosine_name, "one-cycle (yours)", "later", "earlier"))
+
+# %%
+MY_STEP_S, MY_SAVE_S = None, None  # seconds per step and per save of a job of yours; None: this notebook's
+MY_SAVE_EVERY = 100  # steps between saves
+GUESS_MTBF_S = None  # your prediction, in seconds: the MTBF for which saving every MY_SAVE_EVERY steps is optimal
+my_step_s = step_s if MY_STEP_S is None else MY_STEP_S
+my_save_s = save_s if MY_SAVE_S is None else MY_SAVE_S
+my_mtbf = mtbf_for_interval(MY_SAVE_EVERY * my_step_s, my_save_s)
+print(f"a step {my_step_s:.4g} s{' (measured here)' if MY_STEP_S is None else ''}, a save {my_save_s:.4g} s"
+      f"{' (measured here)' if MY_SAVE_S is None else ''}, a save every {MY_SAVE_EVERY} steps")
+lesson.check_guess(GUESS_MTBF_S, my_mtbf, f"MTBF for which saving every {MY_SAVE_EVERY} steps is Young-optimal, s",
+                   "{:,.1f}")
+if young_holds(my_save_s, my_mtbf):
+    print(f"saving every {MY_SAVE_EVERY} steps is Young-optimal for an MTBF of {readable_duration(my_mtbf)}")
 else:  # Young's first-order rule needs saves much shorter than the MTBF: say it does not apply
-    print(f"saving every 100 steps would be Young-optimal only for an MTBF of {readable_duration(mtbf_for_100)},"
-          f" barely {mtbf_for_100 / save_s:.1f} saves long, where Young's first-order rule does not hold:"
-          " on any real machine 100 steps is far too often to save")
+    print(f"saving every {MY_SAVE_EVERY} steps would be Young-optimal only for an MTBF of {readable_duration(my_mtbf)},"
+          f" barely {my_mtbf / my_save_s:.1f} saves long, where Young's first-order rule does not hold:"
+          " on any real machine that is far too often to save")
 
 # %% [markdown]
 # ### In your own words
 #
 # Section 4 resumed a killed run from a complete checkpoint, then without the sampler's position
 # and without the RNG state; section 3 killed processes in the middle of saves. Explain in 2–3
-# sentences what each missing piece changes in the resumed run, and why only an atomic write never
-# leaves a torn checkpoint.
+# sentences what each missing piece changes in the resumed run, why a plain `torch.save` onto the
+# checkpoint's own name can leave no loadable checkpoint, and how an atomic write avoids that (so
+# does writing each checkpoint once, to a new name, with a loader that checks a file and falls back
+# to the one before).
 #
 # Write your answer in `ANSWER` and run the cell: it lists which key points your answer mentions —
 # a keyword self-check, not a grade.
@@ -924,7 +969,7 @@ for label, mtbf in MTBF.items():
 for group, said in ema_verdict.items():
     print(f"* EMA of the weights (decay {EMA_DECAY:.3f}, about one epoch) at the end of {group}: {said}")
 print(f"* one EMA update: {ema_ms:.2f} ms, {ema_cost:.1%} of section 1's clock")
-print(f"* deterministic vs default kernels ({det_cause}): {det_ab.verdict}")
+print(f"* deterministic vs default kernels: {det_ab.verdict}")
 for mode, diff in same_seed_diff.items():
     print(f"* the same seed twice, {mode}: max |weight difference| {diff:.1e}")
 for name, line in spread_lines.items():
@@ -936,12 +981,14 @@ print(f"* {spread_rule}")
 #
 # The quiz and the graded exercise are in `exercises/lesson6/`: make a training loop crash-safe.
 # The grader kills your worker twice and restarts it each time: once between two steps of epoch 3,
-# at a step it draws, and once in the middle of a save — not at random: in the first `torch.save`
-# file written into your checkpoint folder once the epoch after the best one has begun, while early
-# stopping counts its patience. It serves the training batches itself, from where the run resumes,
-# so a restart must restore its state, not re-train what it lost. It compares the final weights bit
-# for bit with its own uninterrupted run; when early stopping fires, the weights you keep must be
-# the best ones.
+# at a step it draws, and once in the middle of a save — not at random: once the epoch after the best
+# one has begun, while early stopping counts its patience, the first file being written in your
+# checkpoint folder (or a folder inside it) that reaches the size of the model's weights (about 5 MB
+# here), whatever its format, is torn: the kill cuts it to half of what was written. The grader serves
+# each training batch itself, once the run reaches it: re-training the epochs a kill lost would need a
+# log of every batch served (a checkpoint of the data, as costly as the run), so the exercise asks
+# for a checkpoint of the state. It compares the final weights bit for bit with its own uninterrupted
+# run; when early stopping fires, the weights you keep must be the best ones.
 #
 # ### References
 #

@@ -332,7 +332,11 @@ for dotted in CALLS:
             continue
     for name in parts[at:]:  # a module-level function, or a method through its class
         f = getattr(f, name)
-    required = [p for p in inspect.signature(f).parameters.values() if p.default is p.empty]
+    required = [  # positional ones: a None for **kwargs would fail the call before its body ran
+        p
+        for p in inspect.signature(f).parameters.values()
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
     try:
         f(*[None] * len(required))
         WITHHELD_SEEN[dotted] = "present"

@@ -112,17 +112,19 @@ def test_tear_never_follows_a_link_or_opens_a_fifo_the_learner_planted(tmp_path)
     assert secret.read_text() == "the grader's file " * 100
 
 
-def _killed_by(tmp_path, *writes) -> tuple[list, str | None]:
+def _killed_by(tmp_path, *writes, min_bytes: int = 100_000) -> tuple[list, str | None]:
     """Arm a watcher on ``tmp_path``, make the ``writes`` (callables), wait up to a second."""
     from grader.assignments.lesson6.faults import SaveWatcher
 
+    (tmp_path / "old").mkdir()  # a folder an earlier worker made: watched from the start
     killed = []
-    watcher = SaveWatcher(tmp_path, lambda: killed.append(True))
+    watcher = SaveWatcher(tmp_path, lambda: killed.append(True), min_bytes)
     try:
-        torch.save({"w": 1}, tmp_path / "before.pt")  # not armed: no kill
+        torch.save({"w": torch.zeros(50_000)}, tmp_path / "before.pt")  # not armed: no kill
         watcher.arm()
         for write in writes:
             write()
+            time.sleep(0.05)  # each write's events read before the next (as between two steps)
         for _ in range(100):
             if killed:
                 break
@@ -132,16 +134,52 @@ def _killed_by(tmp_path, *writes) -> tuple[list, str | None]:
     return killed, watcher.fired
 
 
-def test_the_save_watcher_kills_on_the_first_checkpoint_write_once_armed(tmp_path):
-    """A log line or a marker written first does not draw the kill away from the real save
-    (an in-place torch.save behind a decoy write scored 12 instead of 2, a review found)."""
+BIG = {"w": torch.arange(50_000.0)}  # 200 kB: past the 100 kB a checkpoint must reach here
+
+
+def test_the_save_watcher_kills_on_the_first_checkpoint_sized_write_once_armed(tmp_path):
+    """Writes smaller than a checkpoint do not draw the kill away from the real save: a log line,
+    a marker, a small torch.save decoy (an in-place save behind a decoy scored 12 instead of 2, a
+    review found). Any format counts once the file is checkpoint-sized (the legacy one too)."""
     killed, fired = _killed_by(
         tmp_path,
         lambda: (tmp_path / "log.txt").write_text("epoch 3\n"),
         lambda: (tmp_path / "e3").write_bytes(b"y" * 1000),
-        lambda: torch.save({"w": torch.arange(1000.0)}, tmp_path / "last.pt"),
+        lambda: torch.save({"decoy": torch.zeros(10)}, tmp_path / "decoy.pt"),
+        lambda: torch.save(BIG, tmp_path / "last.pt", _use_new_zipfile_serialization=False),
     )
     assert killed == [True] and fired == "last.pt"
+
+
+@pytest.mark.parametrize("folder", ["old", "new"])
+def test_a_checkpoint_in_a_folder_inside_the_state_folder_is_caught_too(tmp_path, folder):
+    """inotify watches one folder: a save into a folder inside it (one folder per checkpoint, as
+    torch.distributed.checkpoint writes) went unseen, failing honest work and hiding in-place saves."""
+
+    def save():
+        (tmp_path / folder).mkdir(exist_ok=True)
+        time.sleep(0.05)  # the new folder's watch is added when its event is read
+        torch.save(BIG, tmp_path / folder / "model.pt")
+
+    killed, fired = _killed_by(tmp_path, save)
+    assert killed == [True] and fired == f"{folder}/model.pt"
+
+
+def test_tear_never_leaves_the_state_folder_through_a_folder_swapped_for_a_link(tmp_path):
+    """The parent runs as root: a folder inside the state folder replaced by a link to elsewhere
+    must not lead ``tear`` to truncate or create a file there."""
+    from grader.assignments.lesson6.faults import IN_MODIFY, SaveWatcher, tear
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "model.pt").write_bytes(b"the grader's bytes" * 100)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "ck").symlink_to(outside)
+    watcher = SaveWatcher.__new__(SaveWatcher)
+    watcher.fired, watcher.events = "ck/model.pt", [(IN_MODIFY, "ck/model.pt")]
+    assert "left alone" in tear(state, watcher)
+    assert (outside / "model.pt").read_bytes() == b"the grader's bytes" * 100
 
 
 def test_an_atomic_save_renamed_before_the_watcher_looked_is_still_the_one_killed(tmp_path):
@@ -151,11 +189,11 @@ def test_an_atomic_save_renamed_before_the_watcher_looked_is_still_the_one_kille
 
     watcher = SaveWatcher.__new__(SaveWatcher)
     watcher.directory, watcher.events, watcher.armed, watcher.fired = tmp_path, [], True, None
-    watcher._gone, killed = None, []
+    watcher._gone, watcher._folders, watcher.min_bytes, killed = None, {1: ""}, 1, []
     watcher._kill = lambda: killed.append(True)
     torch.save({"w": 1}, tmp_path / "last.pt")  # the tmp file, already renamed onto last.pt
     raw = b"".join(  # the two events as inotify queues them: the write, then the rename
-        _EVENT.pack(0, mask, 0, len(name) + 1) + name.encode() + b"\0"
+        _EVENT.pack(1, mask, 0, len(name) + 1) + name.encode() + b"\0"
         for mask, name in ((IN_MODIFY, "last.pt.tmp"), (IN_MOVED_TO, "last.pt"))
     )
     read_fd, write_fd = os.pipe()

@@ -7,7 +7,14 @@ from grader.sandbox.channel import ChannelError, tensor_from, tensor_msg
 from grader.sandbox.launch import StateFolder
 from grader.sandbox.probe import CallResult, ProbeSession
 from grader.sandbox.relay import Relay
-from grader.scoring.checks import CheckFailed, Context, expect, received_tensor, stub_reason
+from grader.scoring.checks import (
+    CheckFailed,
+    Context,
+    expect,
+    received_tensor,
+    stub_reason,
+    without_comments,
+)
 from grader.scoring.quiz import quiz_check
 from grader.timed.spec import GradingSpec
 
@@ -31,4 +38,5 @@ __all__ = [
     "stub_reason",
     "tensor_from",
     "tensor_msg",
+    "without_comments",
 ]

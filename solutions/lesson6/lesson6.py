@@ -32,25 +32,27 @@
 #   then called again, in a fresh process, on a freshly built `Task`. It must continue where the
 #   killed run was and end with **exactly** the weights an uninterrupted run would have, bit for
 #   bit. Save at least once per epoch: a restart may lose at most one epoch of steps. When graded,
-#   `task.batches` gets each batch from the grader, which serves only the batch of the step your run
-#   stands at: a restarted run cannot re-train the epochs it lost, so your checkpoint must hold the
-#   model, optimizer, scheduler, RNG state and loop position (epoch, batch, early-stopping counters).
+#   `task.batches` gets each batch from the grader, which serves a batch once your run reaches its
+#   step: re-training the epochs a kill lost would need a log of every batch served (a checkpoint of
+#   the data, as costly as the run), so the exercise asks for a checkpoint of the state — model,
+#   optimizer, scheduler, RNG state and loop position (epoch, batch, early-stopping counters).
 # * Use `torch.save` / `torch.load(..., weights_only=True)` and the `os` module; write the
 #   checkpointing yourself (`effkit.resume` is the lesson's reference answer).
 #
 # **How it is graded.** Outside your notebook: the grader computes its own uninterrupted run, then
 # runs your `train` in a sandboxed process and SIGKILLs it twice, restarting it each time: between
-# two steps of epoch 3, at a step it draws, and in the middle of a save — not drawn: the first
-# `torch.save` file written into `ckpt_dir` once the epoch after the best one has begun, while early
-# stopping counts its patience. Then it compares your final weights with its own, bit for bit (4
-# points), checks that the restart after the kill mid-save did not load or lose to a torn file (2
-# points), and that the weights you kept are the best epoch's (2 points). Throughout those same runs
-# it times your run in half-epoch windows (saves included) against the same steps of its own loop
-# without any checkpoint, run beside yours, interleaved, and takes the time ratio per window: the
-# cell fails only when the whole order-statistic interval of the median ratio (at least 95%
-# coverage) lies above 2x (2 points) — judged only when your run survived the kills. Every step must
-# go through `task.train_step`, in order: its hook tells the grader where your run is. The quiz is
-# worth 2 points.
+# two steps of epoch 3, at a step it draws, and in the middle of a save — not drawn: once the epoch
+# after the best one has begun, while early stopping counts its patience, the first file being
+# written in `ckpt_dir` (or a folder inside it) that reaches the size of the model's weights (about
+# 5 MB here), whatever its format, is torn: the kill cuts it to half of what was written. Then it
+# compares your final weights with its own, bit for bit (4 points), checks that the restart after the
+# kill mid-save did not load or lose to a torn file (2 points), and that the weights you kept are the
+# best epoch's (2 points). Throughout those same runs it times your run in half-epoch windows (saves
+# included) against the same steps of its own loop without any checkpoint, run beside yours,
+# interleaved, and takes the time ratio per window: the cell fails only when the whole
+# order-statistic interval of the median ratio (at least 95% coverage) lies above 2x (2 points) —
+# judged only when your run survived the kills. Every step must go through `task.train_step`, in
+# order: its hook tells the grader where your run is. The quiz is worth 2 points.
 
 # %% nbgrader={"grade": false, "grade_id": "setup", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
@@ -141,8 +143,9 @@ check_my_work("test_overhead", "lesson6.ipynb")
 # 1. A checkpoint takes 30 s to write and your job fails about once every 24 hours. Young's rule
 #    says to save about every:
 #    (a) 27 minutes; (b) 38 minutes; (c) 4 hours.
-# 2. Three seeds of a recipe end at 89.2%, 89.9% and 90.6% held-out accuracy; one run of a change
-#    ends at 90.8%. If the change did nothing, how often would a single run land above all three?
+# 2. Three seeds of a recipe end at, say, 71.0%, 71.6% and 72.3% held-out accuracy; one run of a
+#    change ends at 72.9%. If the change did nothing, how often would a single run land above all
+#    three?
 #    (a) 1 time in 20;
 #    (b) 1 time in 8;
 #    (c) 1 time in 4.
@@ -150,15 +153,17 @@ check_my_work("test_overhead", "lesson6.ipynb")
 #    (a) a crash in the middle of the write leaves the old, complete checkpoint in place;
 #    (b) the rename flushes the data to disk, so no `fsync` is needed before it;
 #    (c) writing a fresh file avoids fragmenting the old one, so the write is faster.
-# 4. Over six seeds, EMA − raw held-out accuracy has a median of +0.2 points, with an interval from
-#    −0.3 to +0.4 points. You may conclude:
-#    (a) the EMA makes no difference to this recipe, so it can be dropped;
-#    (b) the EMA adds about 0.2 points: small, but a measured gain;
-#    (c) these seeds cannot tell a small gain from a small loss, or none.
+# 4. Suppose EMA − raw held-out accuracy at the end of each run has a median of +6.1 points, with an
+#    interval from +5.2 to +8.0, over six constant-LR seeds, and +0.2, from −0.3 to +0.4, over six
+#    annealed runs (three seeds × two schedules, not independent); each interval covers its median
+#    about 95% of the time. You may conclude:
+#    (a) the EMA gains at a constant LR; after annealing, these runs resolve no difference;
+#    (b) the EMA gains at a constant LR and costs nothing after annealing, so always keep it;
+#    (c) six runs per group are too few: neither interval shows the EMA changes anything.
 
 # %% nbgrader={"grade": false, "grade_id": "quiz", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
-QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "c"}
+QUIZ_ANSWERS = {"q1": "b", "q2": "c", "q3": "a", "q4": "a"}
 ### END SOLUTION
 
 # %% nbgrader={"grade": true, "grade_id": "test_quiz", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}

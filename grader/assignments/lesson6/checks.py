@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from grader.assignments.lesson6.overhead import check_overhead
 from grader.assignments.lesson6.scenario import (
+    SAVE_MIN_BYTES,
     SPE,
     Scenario,
     _equal,
@@ -71,7 +72,9 @@ def check_torn(ctx: Context) -> None:
     saves = [k for k, life in enumerate(sc.lives) if life.kind == "save" and life.torn]
     expect(
         bool(saves),
-        "the grader never caught your run writing a checkpoint after a restart: save at least once per epoch",
+        "the grader never caught your run writing a checkpoint after a restart (a file of "
+        f"{SAVE_MIN_BYTES / 1e6:.1f} MB or more in ckpt_dir or a folder inside it): save the model's "
+        "weights and the rest of the state at least once per epoch",
     )
     k = saves[-1]
     ctx.ok(f"killed during a save after step {sc.lives[k].done}: {sc.lives[k].torn}")

@@ -17,7 +17,9 @@ import zipfile
 from pathlib import Path
 
 IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE = 0x2, 0x8, 0x80, 0x100
+IN_ONLYDIR, IN_DONT_FOLLOW, IN_ISDIR = 0x01000000, 0x02000000, 0x40000000
 ZIP_MAGIC = b"PK\x03\x04"  # what every torch.save file starts with
+MAX_FOLDERS, MAX_DEPTH = 32, 4  # folders watched inside the state folder (inotify is not recursive)
 _EVENT = struct.Struct("iIII")
 
 
@@ -51,26 +53,68 @@ def incomplete(path: Path) -> bool:
         return True
 
 
-def zip_start(path: Path) -> bool | None:
-    """Whether ``path`` starts like a ``torch.save`` file; None when it is gone (renamed, removed)."""
+def _parent_fd(directory: Path, name: str) -> tuple[int, str]:
+    """A descriptor of the folder holding ``name`` (relative to ``directory``), reached one folder at
+    a time with ``O_NOFOLLOW``: a folder of the learner's swapped for a link never leads the root
+    parent out of the state folder. Returns it with the last part of ``name``."""
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise OSError(f"{name}: not a plain relative path")
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fd = open_regular(path)
+        for part in parts[:-1]:
+            inner = os.open(
+                part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+            )
+            os.close(fd)
+            fd = inner
+    except OSError:
+        os.close(fd)
+        raise
+    return fd, parts[-1]
+
+
+def open_under(directory: Path, name: str, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
+    """``open_regular`` for ``name`` relative to ``directory`` (see ``_parent_fd``); with
+    ``os.O_CREAT`` it creates (callers add ``O_EXCL``)."""
+    fd, last = _parent_fd(directory, name)
+    try:
+        out = os.open(last, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode, dir_fd=fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(out).st_mode):
+        os.close(out)
+        raise OSError(f"{name} is not a regular file")
+    return out
+
+
+def size_under(directory: Path, name: str) -> int | None:
+    """The size of a regular file ``name`` under ``directory``; None when it is gone (renamed,
+    removed); 0 for anything that is no plain file (never a checkpoint the grader tears)."""
+    try:
+        fd = open_under(directory, name)
     except FileNotFoundError:
         return None
-    except OSError:  # a link, a FIFO, a device: never a checkpoint the grader tears
-        return False
-    with os.fdopen(fd, "rb") as fh:
-        return fh.read(len(ZIP_MAGIC)) == ZIP_MAGIC
+    except OSError:
+        return 0
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 class SaveWatcher:
-    """Kills the worker at the first write of a checkpoint once armed. Only ``torch.save`` files
-    count: a write to any other file first (a log line, a marker) would let the kill land before the
-    real save and an in-place save go untested (a review found it: 12 points instead of 2)."""
+    """Kills the worker once armed, at the first write that makes a file in the state folder (or a
+    folder inside it) ``min_bytes`` or larger: a checkpoint holds the model's weights, whatever its
+    format. A smaller write first (a log line, a marker, a small decoy) used to draw the kill away from
+    the real save and let an in-place save go untested (a review found it: 12 points instead of 2)."""
 
-    def __init__(self, directory: Path, kill) -> None:
-        self.directory, self._kill = directory, kill
-        self.events: list[tuple[int, str]] = []
+    def __init__(self, directory: Path, kill, min_bytes: int = 1) -> None:
+        self.directory, self._kill, self.min_bytes = directory, kill, min_bytes
+        self.events: list[tuple[int, str]] = []  # (mask, path relative to the state folder)
+        self._folders: dict[
+            int, str
+        ] = {}  # watch descriptor -> folder relative to the state folder
         self.fired: str | None = None  # the file being written when the worker was killed
         self._gone: str | None = (
             None  # a written file renamed before it was read: judged by its target
@@ -80,11 +124,11 @@ class SaveWatcher:
         self._lock = threading.Lock()
         self._fd = -1
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            self._fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-            mask = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE
-            if self._fd < 0 or libc.inotify_add_watch(self._fd, bytes(directory), mask) < 0:
+            self._libc = ctypes.CDLL(None, use_errno=True)
+            self._fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            if self._fd < 0 or not self._add(""):
                 raise OSError(ctypes.get_errno(), "inotify")
+            self._add_existing()
         except (OSError, AttributeError):
             self.close()
         self._thread = threading.Thread(target=self._watch, daemon=True, name="lesson6-watcher")
@@ -94,6 +138,25 @@ class SaveWatcher:
     @property
     def available(self) -> bool:
         return self._fd >= 0
+
+    def _add(self, rel: str) -> bool:
+        """Watch folder ``rel`` (never through a link: ``IN_DONT_FOLLOW``), within the limits."""
+        if rel and (len(self._folders) >= MAX_FOLDERS or rel.count("/") >= MAX_DEPTH):
+            return False
+        mask = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_ONLYDIR | IN_DONT_FOLLOW
+        wd = self._libc.inotify_add_watch(self._fd, bytes(self.directory / rel), mask)
+        if wd >= 0:
+            self._folders[wd] = rel
+        return wd >= 0
+
+    def _add_existing(self) -> None:
+        """Folders made by earlier workers (the state folder outlives them), links never followed."""
+        for root, dirs, _ in os.walk(self.directory, followlinks=False):
+            if len(self._folders) > MAX_FOLDERS:  # the walk stops where the watches do
+                return
+            base = os.path.relpath(root, self.directory)
+            for d in sorted(dirs):
+                self._add(d if base == "." else f"{base}/{d}")
 
     def arm(self) -> None:
         """Kill at the next write. Called while the worker waits for the parent's go-ahead, so every
@@ -109,21 +172,30 @@ class SaveWatcher:
             return
         offset = 0
         while offset + _EVENT.size <= len(data):
-            _, mask, _, length = _EVENT.unpack_from(data, offset)
+            wd, mask, _, length = _EVENT.unpack_from(data, offset)
             name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
             offset += _EVENT.size + length
+            folder = self._folders.get(wd)
+            if folder is None or not name:
+                continue
             text = name.decode(errors="replace")
-            self.events.append((mask, text))
+            rel = f"{folder}/{text}" if folder else text
+            if mask & IN_ISDIR:  # a new folder: its files are checkpoints too (one per save, DCP)
+                if mask & (IN_CREATE | IN_MOVED_TO):
+                    self._add(rel)
+                continue
+            self.events.append((mask, rel))
             if not (fire and self.armed and self.fired is None):
                 continue
             if mask & IN_MODIFY:
-                start = zip_start(self.directory / text)
-                if start:
-                    self._fire(text)
-                elif start is None:  # an atomic save renamed before the watcher looked (load)
-                    self._gone = text
-            elif mask & IN_MOVED_TO and self._gone is not None and zip_start(self.directory / text):
-                self._fire(self._gone)  # `tear` plants the torn temporary file it was
+                size = size_under(self.directory, rel)
+                if size is None:  # an atomic save renamed before the watcher looked (load)
+                    self._gone = rel
+                elif size >= self.min_bytes:
+                    self._fire(rel)
+            elif mask & IN_MOVED_TO and self._gone is not None:
+                if (size_under(self.directory, rel) or 0) >= self.min_bytes:
+                    self._fire(self._gone)  # `tear` plants the torn temporary file it was
 
     def _fire(self, name: str) -> None:
         self.armed = False
@@ -173,34 +245,35 @@ def kill_now(box) -> None:
 
 def tear(directory: Path, watcher: SaveWatcher) -> str:
     """Leave the interrupted save torn; returns what the kill (or the parent) left, for the report.
-    Every file operation goes through :func:`open_regular` (or ``O_EXCL | O_NOFOLLOW`` to create):
-    a name the learner turned into a link or a FIFO is left alone, never followed."""
+    A zip cut short by the kill stays as it is; any other file (a whole zip, or a format the grader
+    cannot check) is cut to half of what was written, a prefix, as a kill earlier in the write leaves
+    it. Every file operation goes through :func:`open_under` (``O_NOFOLLOW`` at each folder, regular
+    files only; ``O_EXCL`` to create): a name the learner turned into a link or a FIFO is left alone."""
     name = watcher.fired
     if name is None:
         return ""
-    path = directory / name
     try:
-        fh = os.fdopen(open_regular(path, os.O_RDWR), "r+b")
-    except OSError:
+        fh = os.fdopen(open_under(directory, name, os.O_RDWR), "r+b")
+    except FileNotFoundError:
         fh = None
+    except OSError:
+        return f"the kill interrupted a write to {name} (not a regular file: left alone)"
     if fh is not None:
         with fh:
             size = os.fstat(fh.fileno()).st_size
-            if not _whole_zip(fh):
+            zipped = fh.read(len(ZIP_MAGIC)) == ZIP_MAGIC
+            fh.seek(0)
+            if zipped and not _whole_zip(fh):
                 return f"the kill landed mid-save: {name} left incomplete ({size:,} bytes)"
-            os.ftruncate(fh.fileno(), size // 2)  # its bytes were all written when the kill landed
+            os.ftruncate(fh.fileno(), size // 2)
         return f"{name} was written but the grader cut it to {size // 2:,} bytes, as a kill mid-write leaves it"
-    if os.path.lexists(path):
-        return f"the kill interrupted a write to {name} (not a regular file: left alone)"
     final = watcher.renamed_to()
     if not final:
         return f"the kill interrupted a write to {name}"
     try:  # renamed already: plant the torn temporary file
-        with os.fdopen(open_regular(directory / final), "rb") as src:
+        with os.fdopen(open_under(directory, final), "rb") as src:
             data = src.read()
-        fd = os.open(
-            path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-        )
+        fd = open_under(directory, name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     except OSError:
         return f"the kill interrupted a write to {name}"
     with os.fdopen(fd, "wb") as out:

@@ -70,7 +70,7 @@ def _train(worker, seed: int, hook):
     if not callable(fn):
         raise NameError("your solution cells define no function 'train'")
     _warm_up(seed)
-    task = worker.watch(Task(seed, hook, fetch=hook.batch))
+    task = worker.watch(Task(seed, hook, source=hook))
     fn(task, os.environ["EFFKIT_GRADER_STATE"])
     return _weights(task.model)
 
@@ -86,6 +86,4 @@ def probe_bare(worker, seed: int, max_epochs: int = MAX_EPOCHS):
     parent = _Parent(
         worker
     )  # its batches come over the channel too, as the learner's do: a fair A/B
-    return _weights(
-        reference_loop(Task(seed, parent, max_epochs, fetch=parent.batch))["task"].model
-    )
+    return _weights(reference_loop(Task(seed, parent, max_epochs, source=parent))["task"].model)

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from grader.assignments.lesson6.faults import SaveWatcher, kill_now, tear
-from grader.assignments.lesson6.task import Task, TrainData, reference_run
+from grader.assignments.lesson6.task import WEIGHT_BYTES, Task, TrainData, reference_run
 from grader.assignments.lesson6.timing import EpochTimer, batch_reply, next_batch
 from grader.kit.checks import (
     ChannelError,
@@ -23,6 +23,7 @@ from grader.kit.checks import (
     expect,
     stub_reason,
     tensor_from,
+    without_comments,
 )
 
 CALL_SECONDS = 60.0
@@ -31,6 +32,9 @@ REFERENCE_NAMES = ("CheckpointManager", "save_checkpoint", "load_checkpoint", "e
 
 
 SPE = Task.steps_per_epoch
+# A write that makes a file this large is a checkpoint's (the weights in fp16 are half of them):
+# smaller writes (a log line, a marker) must not draw the kill away from the real save.
+SAVE_MIN_BYTES = int(0.4 * WEIGHT_BYTES)
 
 
 class _Kill(Exception):
@@ -46,6 +50,7 @@ class Life:
     end: str = ""
     failure: str = ""  # the learner's run raised / crashed (learner-facing)
     torn: str = ""
+    unproved: bool = False  # a save life that wrote no file the save kill could catch
 
 
 @dataclass
@@ -99,7 +104,9 @@ def _life(
 ) -> bool:
     """One worker: returns True when the run may go on to a next worker."""
     session, number = ctx.session, len(sc.lives)
-    watcher = SaveWatcher(state, lambda: session.box is not None and kill_now(session.box))
+    watcher = SaveWatcher(
+        state, lambda: session.box is not None and kill_now(session.box), SAVE_MIN_BYTES
+    )
 
     def serve(msg: dict, blobs=()) -> dict:
         epoch, index = msg.get("epoch"), msg.get("index")
@@ -165,6 +172,9 @@ def _life(
     life.end = "finished"
     if life.kind == "save" and not watcher.available:
         sc.notes.append("the kill mid-save needs Linux inotify: not available here")
+    elif life.kind == "save":  # armed, and no write it could catch: the save kill never landed
+        life.end = "finished: never caught writing a checkpoint after the kill was armed"
+        life.unproved = True
     return False
 
 
@@ -192,7 +202,8 @@ def run_scenario(ctx: Context) -> Scenario:
     cached = getattr(ctx.session, "lesson6_scenario", None)
     if cached is not None:
         return cached
-    source = "\n".join(src for _, src in ctx.session.cells)
+    # comments stripped: "# my own, not effkit.resume" in an honest answer is no use of it
+    source = without_comments("\n".join(src for _, src in ctx.session.cells))
     used = [n for n in REFERENCE_NAMES if n in source]
     seed, data, ref = _draw_seed(ctx)
     sc = Scenario(seed, ref, data)
@@ -242,7 +253,17 @@ def run_scenario(ctx: Context) -> Scenario:
 
 
 def _resume_problem(sc: Scenario) -> str:
-    """Why a restart failed or lost too much ('' when every restart was sound)."""
+    """Why a restart failed or lost too much, or was never put to the test of a kill mid-save ('' when
+    every restart was sound)."""
+    for life in sc.lives:
+        if life.unproved:
+            return (
+                f"after the best epoch, your run wrote no file of {SAVE_MIN_BYTES / 1e6:.1f} MB or more in "
+                "ckpt_dir (or a folder inside it) before it ended: the grader kills it in the middle of "
+                "such a write, to test resuming from a torn save, and that never happened, so nothing was "
+                "proved. Save the model's weights (and the rest of the state) in ckpt_dir at least once "
+                "per epoch"
+            )
     for before, after in zip(sc.lives, sc.lives[1:], strict=False):
         where = "the kill in the middle of a save" if before.kind == "save" else before.end
         if after.failure:

@@ -31,9 +31,11 @@ def _data(gen: torch.Generator, n: int, noise: float) -> tuple[torch.Tensor, tor
     return tokens, labels
 
 
-VAL_SEED = (
-    7_919  # the validation set's generator: its own, so the training data need not exist here
-)
+# The classifier's fp32 weights (the embedding is nearly all of it): a checkpoint holds at least
+# these, in whatever format, so the save kill waits for a file of a good part of this size.
+WEIGHT_BYTES = 4 * (VOCAB * DIM + DIM * HIDDEN + HIDDEN + HIDDEN * CLASSES + CLASSES)
+# the validation set's generator: its own, so the training data need not exist in the worker
+VAL_SEED = 7_919
 
 
 class TrainData:
@@ -66,10 +68,10 @@ class Classifier(nn.Module):
 class Task:
     """The run to make crash-safe. Everything is rebuilt identically from ``seed`` on restart.
 
-    ``fetch(epoch, index) -> (x, y)``: where the training batches come from. The grader's worker gets
-    them from the parent, which alone knows ``data_seed``: a restarted run can get only the batches
-    from where it resumes, so it cannot re-train the epochs it lost in private (a shadow run). Without
-    ``fetch`` the batches are made here from ``data_seed`` (default ``seed``)."""
+    ``source.batch(epoch, index) -> (x, y)``: where the training batches come from. The grader's
+    worker gets them from the parent, which alone knows ``data_seed``: a restarted run can get only
+    the batches from where it resumes, so it cannot re-train the epochs it lost in private (a shadow
+    run). Without ``source`` the batches are made here from ``data_seed`` (default ``seed``)."""
 
     steps_per_epoch = N_TRAIN // BATCH
     max_epochs = MAX_EPOCHS
@@ -81,11 +83,12 @@ class Task:
         hook=None,
         max_epochs: int = MAX_EPOCHS,
         data_seed: int | None = None,
-        fetch=None,
+        source=None,
     ) -> None:
         self.seed = seed
         self.max_epochs = max_epochs  # the LR schedule keeps its MAX_EPOCHS length
-        self._fetch = fetch or TrainData(seed if data_seed is None else data_seed).batch
+        # an object, not a bound method: the grader's watch reads functions on the instance as planted
+        self._source = source or TrainData(seed if data_seed is None else data_seed)
         self._val_x, self._val_y = _data(torch.Generator().manual_seed(seed + VAL_SEED), N_VAL, 0.0)
         torch.manual_seed(seed)  # the model's initial weights, then dropout's stream
         self.model = Classifier()
@@ -100,7 +103,7 @@ class Task:
         """Batches ``start, start + 1, ...`` of ``epoch``; the order depends on (data seed, epoch) only."""
         for index in range(start, self.steps_per_epoch):
             self._at = (epoch, index)
-            yield self._fetch(epoch, index)
+            yield self._source.batch(epoch, index)
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> float:
         """One optimizer step (forward with dropout, backward, SGD, LR schedule)."""

@@ -209,6 +209,27 @@ def test_after_a_second_look_only_its_runs_are_scored():
     assert m.speed_ratios() == pytest.approx([1.25, 1.25]) and m.speedup() == pytest.approx(1.25)
 
 
+def test_a_speed_look_is_scored_alone_accuracy_too():
+    """A slow first look (a load spike) earns a second; its runs alone are scored, accuracy too: a
+    change that loses accuracy must not get two chances at the gate from a slow first look."""
+    from grader.scoring.perf import speed_inconclusive
+    from grader.timed.protocol import GradingSpec, Measurement, Timing
+
+    assert speed_inconclusive([1.1, 1.2, 1.26, 2.3], 1.35)  # below, with pairs above: look again
+    assert not speed_inconclusive([1.0, 1.02, 1.05, 1.2], 1.35)  # no pair reached the target
+    assert not speed_inconclusive([1.3, 1.5, 1.6], 1.35) and not speed_inconclusive([], 1.35)
+    spec = GradingSpec("smoke", "smoke", 10, 10, 10, epochs=1, repeats=2)
+    m = Measurement("cpu", spec)
+    for r in range(4):
+        for role, accuracy in (("baseline", 0.9), ("learner", 0.9 if r < 2 else 0.85)):
+            m.chunks.append((role, r, 0, 1.0))
+            m.runs.append(Timing(role, r, 1.0, 10, accuracy=accuracy))
+    m.scored_from = 2
+    assert len(m.accuracy_diffs_pp()) == 4  # the gate's own second look: it judges both looks
+    m.speed_look = True
+    assert m.accuracy_diffs_pp() == pytest.approx([-5.0, -5.0])  # the speed look's alone
+
+
 def test_calibrate_gradings_takes_only_matching_complete_stress_reports(
     tmp_path, monkeypatch, capsys
 ):
@@ -927,7 +948,7 @@ def test_every_probe_a_lessons_checks_call_is_defined_in_its_probes_module():
 
 
 def test_autograde_refuses_to_grade_withheld_answers_unsealed(capsys):
-    """learner_view.WITHHELD hides effkit's answer from lessons 2, 4, 5, 7, 9, 10 and 14's workers only where the
+    """learner_view.WITHHELD hides effkit's answer from lessons 2, 4, 5, 6, 7, 9, 10 and 14's workers only where the
     grader is root (a mount namespace); elsewhere a one-line call to effkit would earn the points, so
     autograde refuses unless told, and says why; lessons without withheld answers are unaffected."""
     from grader.frontends import autograde as ag
@@ -939,6 +960,7 @@ def test_autograde_refuses_to_grade_withheld_answers_unsealed(capsys):
         "lesson2",
         "lesson4",
         "lesson5",
+        "lesson6",
         "lesson7",
         "lesson9",
     ]

@@ -132,6 +132,7 @@ def grade(
                 progress=progress,
                 correctness=lambda: gate_problem(assignment, cells, gate_verdicts),
                 second_look=gate.needs_second_look,
+                speed_look=lambda ratios: speed_inconclusive(ratios, target.target),
             )
         except WorkerFailed as err:
             what = (
@@ -142,6 +143,11 @@ def grade(
             raise GradingError(f"{what}: {err}\n{err.detail}".rstrip()) from err
     m.device = name
     return decide(m, target, gate, max_points, calibration, notes, assignment.id)
+
+
+def speed_inconclusive(ratios: list[float], target: float) -> bool:
+    """A median below the target with chunk pairs at or above it: worth a second look."""
+    return bool(ratios) and statistics.median(ratios) < target <= max(ratios)
 
 
 def decide(
@@ -230,8 +236,10 @@ def feedback_text(r: PerformanceReport) -> str:
     ]
     spec = r.spec
     pairs = sum(x.role == "baseline" for x in r.runs)
+    for_speed = any(f.startswith("a second look for speed") for f in r.flags)
     second = (
-        f" (+{pairs - spec.repeats} on fresh data: the gate's second look)"
+        f" (+{pairs - spec.repeats} on fresh data: "
+        + ("a second look for speed, scored alone)" if for_speed else "the gate's second look)")
         if pairs > spec.repeats
         else ""
     )

@@ -47,6 +47,9 @@ class Measurement:
     # After a second look, its runs alone are scored (speed and accuracy): code that behaves one way
     # in the first look and another in the second gains nothing from the first.
     scored_from: int = 0
+    # The second look was taken for speed, not accuracy: then accuracy too is scored on it alone
+    # (two looks at the gate would give a change that loses accuracy two chances to pass).
+    speed_look: bool = False
     # A time-to-target grading's (spec.target) evaluations by the parent of each committed chunk:
     # role, run, chunk, held-out accuracy, seconds the evaluation took
     evaluations: list[tuple[str, int, int, float, float]] = field(default_factory=list)
@@ -75,10 +78,11 @@ class Measurement:
         return statistics.median(ratios) if ratios else float("nan")
 
     def accuracy_diffs_pp(self) -> list[float]:
+        first = self.scored_from if self.speed_look else 0
         return [
             100 * (tb.accuracy - ta.accuracy)
             for ta, tb in self.pairs()
-            if ta.accuracy is not None and tb.accuracy is not None
+            if ta.accuracy is not None and tb.accuracy is not None and ta.repeat >= first
         ]
 
     def times_to_target(self, role: str) -> dict[int, float | None]:

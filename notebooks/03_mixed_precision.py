@@ -27,8 +27,8 @@
 # 4. measure fp32 against autocast, A/B: matrix multiplications of growing size, then the naive
 #    BERT recipe — and let the verdicts say where 16 bits pay on this device.
 #
-# **Run time**: about 70 s in `cpu` (66 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-07
-# 09:32 UTC: `docs/recorded/manifest.json`, its outputs in `docs/recorded/`). On a CPU without native bf16 (AVX2 only) expect
+# **Run time**: about 70 s in `cpu` (67 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-07
+# 10:49 UTC: `docs/recorded/manifest.json`, its outputs in `docs/recorded/`). On a CPU without native bf16 (AVX2 only) expect
 # much longer: its bf16 arms run in PyTorch's fallback kernels (no run of this lesson there is recorded; the exercise's
 # reference bf16 steps ran ~18x slower than fp32 on such an AMD EPYC, `grader/assignments/lesson3/README.md`).
 # About 25-60 s in `smoke` (tests only; wall times seen in two test runs on 2026-12-06 on a 2-core Intel Xeon with

@@ -33,7 +33,7 @@
 # 5. clip gradients: on a loss spike from outlier inputs, at the threshold the Tuning Playbook
 #    suggests, and only after unscaling them.
 #
-# **Run time**: about 2 min in `cpu` (128 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-07: the outputs in `docs/recorded/`); 28 s in `smoke` (a 2-core AMD EPYC VM,
+# **Run time**: about 2 min in `cpu` (134 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-07: the outputs in `docs/recorded/`); 28 s in `smoke` (a 2-core AMD EPYC VM,
 # nothing else running); `gpu`: 3.7 min (223 s) on an H100 80GB HBM3 (2026-12-05), recorded before section 3's
 # sharp-start runs and section 5's clipping runs came in: not the current `gpu` run time, which has not been re-measured.
 #

@@ -30,7 +30,7 @@
 # 8. measure what reproducibility costs (PyTorch's deterministic mode) and how far results spread
 #    from seed to seed: what a change must beat before it is called an improvement.
 #
-# **Run time**: about 100 s in `cpu` (101 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-07: the outputs in `docs/recorded/`); 13 s in `smoke` (a 2-core AMD EPYC VM,
+# **Run time**: about 110 s in `cpu` (108 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-07: the outputs in `docs/recorded/`); 13 s in `smoke` (a 2-core AMD EPYC VM,
 # nothing else running); `gpu`: 2.1 min (129 s) on an H100 80GB HBM3, before sections 7 and 8 (the EMA,
 # reproducibility) came in.
 #

@@ -32,7 +32,7 @@
 # 6. run trials in parallel through one study in a shared storage (SQLite here; a database or a
 #    journal file across machines).
 #
-# **Run time**: about 2.5 min in `cpu` (146 s of notebook wall time recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-06: the outputs in `docs/recorded/`), 17 s in `smoke` (the test harness's run,
+# **Run time**: about 2.5 min in `cpu` (130 s of notebook wall time recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-07: the outputs in `docs/recorded/`), 17 s in `smoke` (the test harness's run,
 # load ~1.4-1.9). The searches take a fixed 105 s of it in `cpu` (7 methods x 6 rounds x 2.5 s:
 # their budget is seconds); the rest grows with the machine's load. The summary's last line prints
 # this run's own time, counted from after the imports.
@@ -676,13 +676,20 @@ storage, study_name = f"sqlite:///{db}", "lesson12-parallel"
 optuna.create_study(study_name=study_name, storage=storage, direction="maximize")  # once, before the workers
 env = dict(os.environ, OMP_NUM_THREADS="1")
 start = time.perf_counter()
+logs = [open(out / f"worker{k}.log", "w+") for k in range(S["workers"])]  # files: a full pipe would stall a worker
 procs = [subprocess.Popen([sys.executable, "-m", "effkit.hpo", "worker", "--storage", storage, "--study", study_name,
                            "--trials", str(S["worker_trials"]), "--seed", str(k), "--n-train", str(S["n_train"]),
                           "--max-epochs", str(S["max_epochs"]), "--batch-size", str(FIXED["batch_size"])], env=env,
-                          text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for k in range(S["workers"])]
-for p in procs:
-    print(p.communicate()[0].strip().splitlines()[-1])
+                          text=True, stdout=logs[k], stderr=subprocess.STDOUT) for k in range(S["workers"])]
+# the shared study is the progress: every worker's trials land in it as they start
+with tqdm(total=S["workers"] * S["worker_trials"], desc="trials, all workers", unit="trial") as bar:
+    while any(p.poll() is None for p in procs):
+        time.sleep(0.5)
+        bar.update(len(optuna.load_study(study_name=study_name, storage=storage).trials) - bar.n)
+for log in logs:
+    log.seek(0)
+    print(log.read().strip().splitlines()[-1])
+    log.close()
 parallel_seconds = time.perf_counter() - start
 shared = optuna.load_study(study_name=study_name, storage=storage)
 states = [t.state.name for t in shared.trials]

@@ -30,15 +30,15 @@
 # 8. measure what reproducibility costs (PyTorch's deterministic mode) and how far results spread
 #    from seed to seed: what a change must beat before it is called an improvement.
 #
-# **Run time**: about 110 s in `cpu` (108 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-07: the outputs in `docs/recorded/`); 13 s in `smoke` (a 2-core AMD EPYC VM,
+# **Run time**: about 110 s in `cpu` (106 s recorded on a quiet 2-core Intel Xeon VM with AMX, no GPU, 2026-12-07: the outputs in `docs/recorded/`); 13 s in `smoke` (a 2-core AMD EPYC VM,
 # nothing else running); `gpu`: 2.1 min (129 s) on an H100 80GB HBM3, before sections 7 and 8 (the EMA,
 # reproducibility) came in.
 #
 # **Profiles.** `EFFKIT_PROFILE`: `cpu` (default without a GPU), `gpu` (default with one),
 # `smoke` (tests only: its numbers show the code runs, not what is true). You will predict four
 # times (torn checkpoints, the cost of saving every step, what the EMA adds, what determinism
-# costs), then in *Your turn* run your own experiment and predict a checkpoint interval for your
-# machines. The quiz and the graded exercise are in `exercises/lesson6/`.
+# costs), then in *Your turn* run your own experiment and predict the mean time between failures at
+# which a given save interval is the best one. The quiz and the graded exercise are in `exercises/lesson6/`.
 
 # %%
 # %matplotlib inline
@@ -534,7 +534,8 @@ print(f"one save: {save_s * 1e3:.1f} ms, timed on its own (median of {len(save_t
       f" {step_s * 1e3:.1f} ms (the no-saves median); one save = {save_s / step_s:.2f} steps here")
 print(f"the extra time per step the A/B implies: {step_s * (1 / save_ab.ratio - 1) * 1e3:.1f} ms from the median"
       f" per-pair ratio, {SIZES['batch'] * (1 / save_ab.b_median - 1 / save_ab.a_median) * 1e3:.1f} ms from the two"
-      " medians: other timings of the same save, not a contradiction")
+      " medians, against the save's own timing above (the A/B's bursts and the lone saves are timed apart:"
+      " where they disagree, the A/B is the figure for a run)")
 
 # %% [markdown]
 # So how often? Saving every `τ` seconds of work costs `δ/τ` of the time in saves; a failure
@@ -555,7 +556,8 @@ for (label, mtbf), colour in zip(MTBF.items(), ["tab:red", "tab:blue", "tab:gree
     ax.plot([best], [100 * overhead(best, save_s, mtbf)], "o", color=colour)
     print(f"MTBF {label:7}: save every {young_interval(save_s, mtbf):7.1f} s (Young), "
           f"{best:7.1f} s (Daly) = every {steps_between_saves(best, step_s):,} steps here; expected "
-          f"overhead {overhead(best, save_s, mtbf):.2%} vs {overhead(step_s, save_s, mtbf):.0%} saving every step")
+          f"overhead {overhead(best, save_s, mtbf):.2%} vs {overhead(step_s, save_s, mtbf):.0%} saving every step"
+          f" (model, from the lone save's time; the A/B measured {1 / save_ab.ratio - 1:.0%} for the saves alone)")
 ax.set(xscale="log", yscale="log", xlabel="seconds of training between saves",
        ylabel="expected extra wall time (%)", ylim=(1e-2, 1e3),
        title=f"Checkpoint interval vs failure rate — save measured at {save_s * 1e3:.1f} ms")
@@ -644,8 +646,7 @@ plt.show()
 # be normalised with another model's statistics. `use_buffers=True` averages the buffers with the
 # same decay (timm's EMA averages the whole `state_dict` the same way); PyTorch's other way is
 # `torch.optim.swa_utils.update_bn(loader, ema)` after training, one more pass over the training
-# data that recomputes them. PyTorch's documentation says to test which suits your problem; this
-# lesson uses the first and does not compare them. And the EMA is state: a resumable checkpoint
+# data that recomputes them. This lesson uses the first and does not compare them. And the EMA is state: a resumable checkpoint
 # (section 3) must hold `ema.state_dict()` too, or a resumed run restarts its average from the
 # current weights.
 #
@@ -747,7 +748,7 @@ plt.show()
 # On CUDA, the documentation of `use_deterministic_algorithms` also asked for
 # `CUBLAS_WORKSPACE_CONFIG=:4096:8` (it did up to PyTorch 2.7 at least); the 2.14 pinned here no longer
 # mentions it, and pytorch/pytorch#161749 says why: PyTorch gives each cuBLAS handle and stream a
-# workspace of its own, which cuBLAS documents as enough. `effkit.seed.seed_everything` still sets it,
+# workspace of its own, which that pull request says "appears to be sufficient". `effkit.seed.seed_everything` still sets it,
 # harmless where it is not needed. The notes warn that deterministic operations are often slower.
 # How much slower, here? The A/B below times the same training step with the default kernels (A) and
 # inside `deterministic_kernels()` (B), entered and left off the clock around each burst, and puts back
@@ -983,11 +984,12 @@ print(f"* {spread_rule}")
 # The grader kills your worker twice and restarts it each time: once between two steps of epoch 3,
 # at a step it draws, and once in the middle of a save — not at random: once the epoch after the best
 # one has begun, while early stopping counts its patience, the first file being written in your
-# checkpoint folder (or a folder inside it) that reaches the size of the model's weights (about 5 MB
-# here), whatever its format, is torn: the kill cuts it to half of what was written. The grader serves
-# each training batch itself, once the run reaches it: re-training the epochs a kill lost would need a
-# log of every batch served (a checkpoint of the data, as costly as the run), so the exercise asks
-# for a checkpoint of the state. It compares the final weights bit for bit with its own uninterrupted
+# checkpoint folder (or a folder inside it) once about 2 MB of it are written (0.4x the model's
+# weights, whatever its format) is torn: the kill cuts it to half of what was written. The grader
+# serves each training batch itself, once the run reaches it (so `task.batches` must be consumed one
+# batch at a time, as a `for` loop does: asking ahead is refused). A run could still log every batch
+# it was served and replay them after a restart (a checkpoint of the data): the grader does not stop
+# that, and the exercise asks for a checkpoint of the state. It compares the final weights bit for bit with its own uninterrupted
 # run; when early stopping fires, the weights you keep must be the best ones.
 #
 # ### References

@@ -948,7 +948,7 @@ def test_every_probe_a_lessons_checks_call_is_defined_in_its_probes_module():
 
 
 def test_autograde_refuses_to_grade_withheld_answers_unsealed(capsys):
-    """learner_view.WITHHELD hides effkit's answer from lessons 2, 4, 5, 6, 7, 9, 10 and 14's workers only where the
+    """learner_view.WITHHELD hides effkit's answer from lessons 2, 4, 5, 7, 9, 10 and 14's workers only where the
     grader is root (a mount namespace); elsewhere a one-line call to effkit would earn the points, so
     autograde refuses unless told, and says why; lessons without withheld answers are unaffected."""
     from grader.frontends import autograde as ag
@@ -960,7 +960,6 @@ def test_autograde_refuses_to_grade_withheld_answers_unsealed(capsys):
         "lesson2",
         "lesson4",
         "lesson5",
-        "lesson6",
         "lesson7",
         "lesson9",
     ]

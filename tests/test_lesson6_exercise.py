@@ -112,6 +112,14 @@ def test_tear_never_follows_a_link_or_opens_a_fifo_the_learner_planted(tmp_path)
     assert secret.read_text() == "the grader's file " * 100
 
 
+def _wait_for(killed: list) -> None:
+    """Up to a second for the watcher's thread to kill."""
+    for _ in range(100):
+        if killed:
+            return
+        time.sleep(0.01)
+
+
 def _killed_by(tmp_path, *writes, min_bytes: int = 100_000) -> tuple[list, str | None]:
     """Arm a watcher on ``tmp_path``, make the ``writes`` (callables), wait up to a second."""
     from grader.assignments.lesson6.faults import SaveWatcher
@@ -125,10 +133,7 @@ def _killed_by(tmp_path, *writes, min_bytes: int = 100_000) -> tuple[list, str |
         for write in writes:
             write()
             time.sleep(0.05)  # each write's events read before the next (as between two steps)
-        for _ in range(100):
-            if killed:
-                break
-            time.sleep(0.01)
+        _wait_for(killed)
     finally:
         watcher.close()
     return killed, watcher.fired
@@ -151,6 +156,39 @@ def test_the_save_watcher_kills_on_the_first_checkpoint_sized_write_once_armed(t
     assert killed == [True] and fired == "last.pt"
 
 
+def test_a_sparse_pad_does_not_draw_the_kill(tmp_path):
+    """A file that claims a checkpoint's size without its bytes (``truncate``) costs nothing to write:
+    the watcher counts bytes written, so the kill still lands on the real save (a review, 2026-12-07)."""
+
+    def pad():
+        with open(tmp_path / "pad", "wb") as f:
+            f.truncate(3_000_000)
+
+    killed, fired = _killed_by(tmp_path, pad, lambda: torch.save(BIG, tmp_path / "last.pt"))
+    assert killed == [True] and fired == "last.pt"
+
+
+def test_a_finished_save_renamed_into_place_as_a_folder_is_caught_and_left_whole(tmp_path):
+    """A folder written elsewhere and renamed in (an atomic folder save) before its watch existed:
+    the kill lands, and a finished save is not torn."""
+    from grader.assignments.lesson6.faults import SaveWatcher, tear
+
+    state, prep = tmp_path / "state", tmp_path / "prep"
+    state.mkdir()
+    prep.mkdir()
+    torch.save(BIG, prep / "model.pt")
+    killed = []
+    watcher = SaveWatcher(state, lambda: killed.append(True), 100_000)
+    try:
+        watcher.arm()
+        os.rename(prep, state / "step5")
+        _wait_for(killed)
+    finally:
+        watcher.close()
+    assert killed == [True] and watcher.fired == "step5/model.pt"
+    assert "left whole" in tear(state, watcher) and not incomplete(state / "step5" / "model.pt")
+
+
 @pytest.mark.parametrize("folder", ["old", "new"])
 def test_a_checkpoint_in_a_folder_inside_the_state_folder_is_caught_too(tmp_path, folder):
     """inotify watches one folder: a save into a folder inside it (one folder per checkpoint, as
@@ -158,7 +196,6 @@ def test_a_checkpoint_in_a_folder_inside_the_state_folder_is_caught_too(tmp_path
 
     def save():
         (tmp_path / folder).mkdir(exist_ok=True)
-        time.sleep(0.05)  # the new folder's watch is added when its event is read
         torch.save(BIG, tmp_path / folder / "model.pt")
 
     killed, fired = _killed_by(tmp_path, save)

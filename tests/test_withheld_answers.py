@@ -84,21 +84,6 @@ def train_accumulated(model, optimizer, micro_batches, accum_steps):
         acc.step()
 """,
     ),
-    "lesson6": (
-        "train",
-        "test_resume",
-        """
-def train(task, ckpt_dir):
-    import importlib
-    resume = importlib.import_module("effkit.resume")
-    save = getattr(resume, "save_" + "checkpoint")
-    path = os.path.join(ckpt_dir, "last.pt")
-    for epoch in range(task.max_epochs):
-        for x, y in task.batches(epoch):
-            task.train_step(x, y)
-        save(path, task.model, optimizer=task.optimizer, scheduler=task.scheduler)
-""",
-    ),
     "lesson5": (
         "plan_checkpointing",
         "test_budget",

@@ -33,8 +33,9 @@
 #   killed run was and end with **exactly** the weights an uninterrupted run would have, bit for
 #   bit. Save at least once per epoch: a restart may lose at most one epoch of steps. When graded,
 #   `task.batches` gets each batch from the grader, which serves a batch once your run reaches its
-#   step: re-training the epochs a kill lost would need a log of every batch served (a checkpoint of
-#   the data, as costly as the run), so the exercise asks for a checkpoint of the state — model,
+#   step (consume it one batch at a time, as a `for` loop does: asking ahead is refused). A run that
+#   logged every batch and replayed them after a restart would checkpoint the data, not the state:
+#   the grader does not stop that; the exercise asks for a checkpoint of the state — model,
 #   optimizer, scheduler, RNG state and loop position (epoch, batch, early-stopping counters).
 # * Use `torch.save` / `torch.load(..., weights_only=True)` and the `os` module; write the
 #   checkpointing yourself (`effkit.resume` is the lesson's reference answer).
@@ -43,8 +44,8 @@
 # runs your `train` in a sandboxed process and SIGKILLs it twice, restarting it each time: between
 # two steps of epoch 3, at a step it draws, and in the middle of a save — not drawn: once the epoch
 # after the best one has begun, while early stopping counts its patience, the first file being
-# written in `ckpt_dir` (or a folder inside it) that reaches the size of the model's weights (about
-# 5 MB here), whatever its format, is torn: the kill cuts it to half of what was written. Then it
+# written in `ckpt_dir` (or a folder inside it) once about 2 MB of it are written (0.4x the model's
+# weights, whatever its format) is torn: the kill cuts it to half of what was written. Then it
 # compares your final weights with its own, bit for bit (4 points), checks that the restart after the
 # kill mid-save did not load or lose to a torn file (2 points), and that the weights you kept are the
 # best epoch's (2 points). Throughout those same runs it times your run in half-epoch windows (saves

@@ -18,7 +18,6 @@ from pathlib import Path
 
 IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE = 0x2, 0x8, 0x80, 0x100
 IN_ONLYDIR, IN_DONT_FOLLOW, IN_ISDIR = 0x01000000, 0x02000000, 0x40000000
-ZIP_MAGIC = b"PK\x03\x04"  # what every torch.save file starts with
 MAX_FOLDERS, MAX_DEPTH = 32, 4  # folders watched inside the state folder (inotify is not recursive)
 _EVENT = struct.Struct("iIII")
 
@@ -89,8 +88,8 @@ def open_under(directory: Path, name: str, flags: int = os.O_RDONLY, mode: int =
 
 
 def size_under(directory: Path, name: str) -> int | None:
-    """The size of a regular file ``name`` under ``directory``; None when it is gone (renamed,
-    removed); 0 for anything that is no plain file (never a checkpoint the grader tears)."""
+    """The bytes written to a regular file ``name`` under ``directory``; None when it is gone
+    (renamed, removed); 0 for anything that is no plain file (never a checkpoint the grader tears)."""
     try:
         fd = open_under(directory, name)
     except FileNotFoundError:
@@ -98,7 +97,9 @@ def size_under(directory: Path, name: str) -> int | None:
     except OSError:
         return 0
     try:
-        return os.fstat(fd).st_size
+        st = os.fstat(fd)
+        # bytes written, not the size claimed: a sparse file (``truncate(3_000_000)``) costs nothing
+        return min(st.st_size, st.st_blocks * 512)
     finally:
         os.close(fd)
 
@@ -116,6 +117,7 @@ class SaveWatcher:
             int, str
         ] = {}  # watch descriptor -> folder relative to the state folder
         self.fired: str | None = None  # the file being written when the worker was killed
+        self.finished: set[str] = set()  # fired on, but found already in place (a renamed folder)
         self._gone: str | None = (
             None  # a written file renamed before it was read: judged by its target
         )
@@ -181,8 +183,8 @@ class SaveWatcher:
             text = name.decode(errors="replace")
             rel = f"{folder}/{text}" if folder else text
             if mask & IN_ISDIR:  # a new folder: its files are checkpoints too (one per save, DCP)
-                if mask & (IN_CREATE | IN_MOVED_TO):
-                    self._add(rel)
+                if mask & (IN_CREATE | IN_MOVED_TO) and self._add(rel) and fire:
+                    self._scan(rel, renamed=bool(mask & IN_MOVED_TO))
                 continue
             self.events.append((mask, rel))
             if not (fire and self.armed and self.fired is None):
@@ -196,6 +198,28 @@ class SaveWatcher:
             elif mask & IN_MOVED_TO and self._gone is not None:
                 if (size_under(self.directory, rel) or 0) >= self.min_bytes:
                     self._fire(self._gone)  # `tear` plants the torn temporary file it was
+
+    def _scan(self, rel: str, renamed: bool) -> None:
+        """Files written into a new folder before its watch existed (a loaded machine): judged now.
+        A folder renamed into place holds a finished save: the kill lands, nothing is torn."""
+        if not (self.armed and self.fired is None):
+            return
+        try:
+            fd, last = _parent_fd(self.directory, f"{rel}/x")
+        except OSError:
+            return
+        try:
+            names = sorted(e.name for e in os.scandir(fd) if e.is_file(follow_symlinks=False))
+        except OSError:
+            names = []
+        finally:
+            os.close(fd)
+        for n in names[:MAX_FOLDERS]:
+            if (size_under(self.directory, f"{rel}/{n}") or 0) >= self.min_bytes:
+                if renamed:
+                    self.finished.add(f"{rel}/{n}")
+                self._fire(f"{rel}/{n}")
+                return
 
     def _fire(self, name: str) -> None:
         self.armed = False
@@ -245,13 +269,15 @@ def kill_now(box) -> None:
 
 def tear(directory: Path, watcher: SaveWatcher) -> str:
     """Leave the interrupted save torn; returns what the kill (or the parent) left, for the report.
-    A zip cut short by the kill stays as it is; any other file (a whole zip, or a format the grader
-    cannot check) is cut to half of what was written, a prefix, as a kill earlier in the write leaves
-    it. Every file operation goes through :func:`open_under` (``O_NOFOLLOW`` at each folder, regular
-    files only; ``O_EXCL`` to create): a name the learner turned into a link or a FIFO is left alone."""
+    The file being written is cut to half of what it held (a prefix, as a kill earlier in the write
+    leaves it; no archive of the learner's is parsed here); one found whole in a folder renamed into
+    place is left whole. Every file operation goes through :func:`open_under` (``O_NOFOLLOW`` at
+    each folder, regular files only; ``O_EXCL`` to create): a link or a FIFO is left alone."""
     name = watcher.fired
     if name is None:
         return ""
+    if name in getattr(watcher, "finished", ()):
+        return f"the save had finished (its folder renamed into place) before the kill landed: {name} left whole"
     try:
         fh = os.fdopen(open_under(directory, name, os.O_RDWR), "r+b")
     except FileNotFoundError:
@@ -259,14 +285,10 @@ def tear(directory: Path, watcher: SaveWatcher) -> str:
     except OSError:
         return f"the kill interrupted a write to {name} (not a regular file: left alone)"
     if fh is not None:
-        with fh:
+        with fh:  # any prefix of what was written is what a kill earlier in the write leaves
             size = os.fstat(fh.fileno()).st_size
-            zipped = fh.read(len(ZIP_MAGIC)) == ZIP_MAGIC
-            fh.seek(0)
-            if zipped and not _whole_zip(fh):
-                return f"the kill landed mid-save: {name} left incomplete ({size:,} bytes)"
             os.ftruncate(fh.fileno(), size // 2)
-        return f"{name} was written but the grader cut it to {size // 2:,} bytes, as a kill mid-write leaves it"
+        return f"{name} was written up to {size:,} bytes when the kill landed; the grader cut it to {size // 2:,} bytes, as a kill mid-write leaves it"
     final = watcher.renamed_to()
     if not final:
         return f"the kill interrupted a write to {name}"
